@@ -1,0 +1,27 @@
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench clean-venv
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,service]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/python examples/make_examples.py
+	$(BIN)/precision-doctor diagnose examples/overflow_island.onnx --samples 4 --seed 0 \
+	    --precision fp16 --atol 1e-2 --rtol 1e-2 --out reports/demo-$$(date +%Y%m%d-%H%M%S)
+
+test: $(STAMP)
+	$(BIN)/ruff check precision_doctor tests bench examples
+	$(BIN)/python -m pytest -q -x --durations=10
+
+lint: $(STAMP)
+	$(BIN)/ruff check precision_doctor tests bench examples
+
+clean-venv:
+	rm -rf $(VENV)

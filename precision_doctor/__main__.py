@@ -1,0 +1,3 @@
+from precision_doctor.cli import main
+
+main()

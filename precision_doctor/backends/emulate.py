@@ -1,0 +1,43 @@
+"""Emulated low precision on ONNX Runtime CPU: one gated graph, a fallback set is just a feed."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from precision_doctor.backends.base import Feeds
+from precision_doctor.backends.ort_session import make_session, with_outputs
+from precision_doctor.model import Model
+from precision_doctor.precision.emulate import MASK_INPUT, GatedGraph, gated_graph
+from precision_doctor.precision.formats import get_format
+
+
+class EmulatedRunner:
+    """A fallback set bound to the shared emulation session."""
+
+    def __init__(self, backend: EmulateBackend, fallback: frozenset[str]):
+        self.backend = backend
+        self.mask = backend.graph.mask(fallback)
+
+    def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        names = list(outputs) if outputs is not None else self.backend.output_names
+        res = self.backend.session.run(names, {**feeds, MASK_INPUT: self.mask})
+        return dict(zip(names, res))
+
+
+class EmulateBackend:
+    """The emulation rule on ORT CPU. Building it costs one session; each `prepare` costs nothing."""
+
+    name = "emulate"
+
+    def __init__(self, model: Model, precision: str = "fp16", outputs: Sequence[str] | None = None):
+        self.model = model
+        self.precision = precision
+        self.graph: GatedGraph = gated_graph(model, get_format(precision))
+        self.output_names = list(outputs) if outputs is not None else model.outputs
+        proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
+        self.session = make_session(proto, optimize=False)
+
+    def prepare(self, fallback: frozenset[str]) -> EmulatedRunner:
+        return EmulatedRunner(self, frozenset(fallback))

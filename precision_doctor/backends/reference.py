@@ -1,0 +1,25 @@
+"""The FP32 reference: ONNX Runtime on the CPU over the unmodified model."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from precision_doctor.backends.base import Feeds
+from precision_doctor.backends.ort_session import make_session, with_outputs
+from precision_doctor.model import Model
+
+
+class ReferenceRunner:
+    """Runs the model in FP32; `outputs` may name any tensors (they are marked as graph outputs)."""
+
+    def __init__(self, model: Model, outputs: Sequence[str] | None = None):
+        self.model = model
+        names = list(outputs) if outputs is not None else model.outputs
+        self.output_names = names
+        self.session = make_session(with_outputs(model.proto, names, model.tensor_types), optimize=False)
+
+    def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        names = list(outputs) if outputs is not None else self.output_names
+        return dict(zip(names, self.session.run(names, dict(feeds))))

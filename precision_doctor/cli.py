@@ -1,0 +1,180 @@
+"""The typer app: parses options, calls the API, prints. Nothing else lives here."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from precision_doctor.errors import UserError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Find which layers lose accuracy in FP16/BF16, and the smallest set to keep in FP32.",
+    pretty_exceptions_enable=False,
+)
+console = Console(width=None if sys.stdout.isatty() else 140)
+err = Console(stderr=True)
+
+# -- shared options -----------------------------------------------------------------------------
+InputsOpt = typer.Option(None, "--inputs", help="Input sample file (.npz, polygraphy JSON, .h5); repeatable.")
+SamplesOpt = typer.Option(4, "--samples", help="Number of generated samples when no --inputs are given.")
+SeedOpt = typer.Option(0, "--seed", help="Seed for generated samples.")
+ValRangeOpt = typer.Option(None, "--val-range", help="Value range of generated inputs: NAME:[lo,hi] or [lo,hi].")
+ShapesOpt = typer.Option(None, "--input-shapes", help="Shape for dynamic inputs: NAME:[d0,d1,...].")
+NonfiniteOpt = typer.Option(False, "--allow-nonfinite-inputs", help="Accept NaN/Inf in input samples.")
+PrecisionOpt = typer.Option("fp16", "--precision", help="Low precision to diagnose: fp16 or bf16.")
+AtolOpt = typer.Option(1e-5, "--atol", help="Absolute tolerance (polygraphy's default 1e-5).")
+RtolOpt = typer.Option(1e-5, "--rtol", help="Relative tolerance (polygraphy's default 1e-5).")
+StatOpt = typer.Option("elemwise", "--check-error-stat", help="elemwise, max, mean or median (as polygraphy).")
+CosineOpt = typer.Option(None, "--cosine-floor", help="Also require cosine similarity >= this per output.")
+OutOpt = typer.Option(None, "--out", help="Run directory (default: reports/<model>-<command>-<time>).")
+ForceOpt = typer.Option(False, "--force", help="Write into a non-empty --out (replaces our files only).")
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _input_options(inputs, samples, seed, val_range, input_shapes, allow_nonfinite):
+    from precision_doctor.workload import InputOptions
+
+    return InputOptions(
+        files=list(inputs or []),
+        samples=samples,
+        seed=seed,
+        val_ranges=list(val_range or []),
+        input_shapes=list(input_shapes or []),
+        allow_nonfinite=allow_nonfinite,
+    )
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("{task.description:<12}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err,
+        transient=True,
+        disable=not err.is_terminal,
+    )
+
+
+def _fmt(v: float) -> str:
+    if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
+        return str(v)
+    return f"{v:.3g}"
+
+
+def print_layer_table(analysis, top: int) -> None:
+    table = Table(title=f"Top {top} layers by local error ({analysis.precision})", title_justify="left")
+    for col in ("rank", "node", "op", "local rel err", "rounding", "propagated", "ref |max|", "flags"):
+        table.add_column(col, justify="right" if col not in ("node", "op", "flags") else "left")
+    for r in sorted(analysis.layers, key=lambda r: r.rank)[:top]:
+        flags = []
+        if r.frac_above_max > 0 or r.input_ref_absmax > 65504 and analysis.precision == "fp16":
+            flags.append("overflow")
+        if r.local_nonfinite:
+            flags.append("inf/nan")
+        if r.frac_below_normal > 0.01:
+            flags.append("underflow")
+        if r.input_sensitive:
+            flags.append("input-sensitive")
+        table.add_row(
+            str(r.rank), r.name, r.op_type, _fmt(r.local_rel_l2), _fmt(r.rounding_rel_l2),
+            _fmt(r.lowp_rel_l2), _fmt(r.ref_absmax), ",".join(flags),
+        )
+    console.print(table)
+
+
+def verdict_line(analysis, tol) -> str:
+    worst = max(analysis.verdict.items(), key=lambda kv: (not kv[1].passed, kv[1].max_abs), default=None)
+    where = f"; first diverging tensor: {analysis.first_divergence}" if analysis.first_divergence else ""
+    if analysis.passed:
+        return f"PASS: all outputs within atol={tol.atol:g} rtol={tol.rtol:g} ({tol.check_error_stat}){where}"
+    name, c = worst
+    return (
+        f"FAIL: output '{name}' max abs err {_fmt(c.max_abs)}, max rel err {_fmt(c.max_rel)}, "
+        f"{c.mismatches} of {c.size} elements outside atol={tol.atol:g} rtol={tol.rtol:g}{where}"
+    )
+
+
+@app.command()
+def compare(
+    model: Path = typer.Argument(..., help="ONNX model."),
+    inputs: list[Path] | None = InputsOpt,
+    samples: int = SamplesOpt,
+    seed: int = SeedOpt,
+    val_range: list[str] | None = ValRangeOpt,
+    input_shapes: list[str] | None = ShapesOpt,
+    allow_nonfinite_inputs: bool = NonfiniteOpt,
+    precision: str = PrecisionOpt,
+    atol: float = AtolOpt,
+    rtol: float = RtolOpt,
+    check_error_stat: str = StatOpt,
+    cosine_floor: float | None = CosineOpt,
+    out: Path | None = OutOpt,
+    force: bool = ForceOpt,
+    top: int = typer.Option(10, "--top", help="Rows of the offenders table."),
+    group_mb: float = typer.Option(256.0, "--group-mb", help="Memory budget of one capture group (MiB)."),
+) -> None:
+    """Run FP32 and emulated low precision layer by layer; rank the layers that introduce error."""
+    from precision_doctor.capture import CaptureSettings
+    from precision_doctor.compare import run_compare
+    from precision_doctor.precision.formats import get_format
+    from precision_doctor.rundir import default_run_dir, prepare_run_dir
+    from precision_doctor.tolerance import Tolerance
+    from precision_doctor.workload import load_workload
+
+    tol = Tolerance(atol, rtol, check_error_stat, cosine_floor)
+    get_format(precision)
+    work = load_workload(model, _input_options(inputs, samples, seed, val_range, input_shapes, allow_nonfinite_inputs))
+    _announce_renamed(work.model)
+    out_dir = prepare_run_dir(out or default_run_dir(model, "compare"), force=force)
+    with _progress() as prog:
+        tasks: dict[str, int] = {}
+
+        def cb(stage: str, done: int, total: int) -> None:
+            if stage not in tasks:
+                tasks[stage] = prog.add_task(stage, total=total)
+            prog.update(tasks[stage], completed=done)
+
+        result = run_compare(work, precision, tol, out_dir, CaptureSettings(group_mb=group_mb), progress=cb)
+    print_layer_table(result.analysis, top)
+    console.print(verdict_line(result.analysis, tol), highlight=False)
+    console.print(f"wrote {out_dir}/activations.h5, layers.csv, layers.json", highlight=False)
+    raise typer.Exit(0 if result.analysis.passed else 1)
+
+
+def _announce_renamed(model) -> None:
+    if model.renamed_nodes:
+        shown = ", ".join(model.renamed_nodes[:5]) + (" ..." if len(model.renamed_nodes) > 5 else "")
+        err.print(f"note: {len(model.renamed_nodes)} unnamed nodes were given names: {shown}", highlight=False)
+
+
+@app.command()
+def env() -> None:
+    """Versions of ONNX Runtime (and providers), polygraphy, TensorRT, and GPUs."""
+    from precision_doctor.environment import describe
+
+    for key, value in describe().items():
+        console.print(f"[bold]{key}[/]: {value}", highlight=False)
+
+
+def main() -> None:
+    try:
+        app()
+    except UserError as exc:
+        err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        err.print("interrupted", highlight=False)
+        sys.exit(130)

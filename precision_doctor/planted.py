@@ -1,0 +1,198 @@
+"""Small models with planted FP16 defects, for tests, benchmarks and the demo.
+
+Each case knows which nodes must run in FP32 (the certified minimum under its tolerance) and how
+to make input samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+IR_VERSION = 10  # ONNX Runtime 1.2x reads IR <= 10 at least
+OPSET = 18
+
+
+@dataclass
+class PlantedCase:
+    """A model with a known defect."""
+
+    name: str
+    model: onnx.ModelProto
+    expected: set[str]  # the minimal FP32 fallback set under `atol`/`rtol`
+    first_divergence: str | None  # first diverging tensor of the all-FP16 run
+    make_input: Callable[[np.random.Generator], dict[str, np.ndarray]]
+    atol: float = 1e-2
+    rtol: float = 1e-2
+    planted: set[str] = field(default_factory=set)  # nodes that introduce the error
+
+    def samples(self, n: int, seed: int = 0) -> list[dict[str, np.ndarray]]:
+        rng = np.random.default_rng(seed)
+        return [self.make_input(rng) for _ in range(n)]
+
+
+class _G:
+    """A tiny graph builder: nodes get the names they are given."""
+
+    def __init__(self, seed: int = 0):
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: list[onnx.TensorProto] = []
+        self.rng = np.random.default_rng(seed)
+        self._n = 0
+
+    def const(self, name: str, value) -> str:
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.float32), name))
+        return name
+
+    def const_i64(self, name: str, value) -> str:
+        self.inits.append(numpy_helper.from_array(np.asarray(value, dtype=np.int64), name))
+        return name
+
+    def op(self, op: str, inputs: list[str], name: str, **attrs) -> str:
+        out = f"{name}_out"
+        self.nodes.append(helper.make_node(op, inputs, [out], name=name, **attrs))
+        return out
+
+    def dense(self, x: str, k: int, m: int, name: str, scale: float | None = None) -> str:
+        w = self.rng.standard_normal((k, m)).astype(np.float32) * np.float32(scale or 1.0 / np.sqrt(k))
+        return self.op("MatMul", [x, self.const(f"{name}_w", w)], name)
+
+    def model(self, inputs: dict[str, list[int]], outputs: list[str], name: str) -> onnx.ModelProto:
+        g = helper.make_graph(
+            self.nodes,
+            name,
+            [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in inputs.items()],
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+            self.inits,
+        )
+        m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+        m.producer_name = "precision-doctor-planted"
+        return onnx.shape_inference.infer_shapes(m)
+
+
+def _normal(shape, scale=1.0, offset=0.0):
+    return lambda rng: {"x": (rng.standard_normal(shape) * scale + offset).astype(np.float32)}
+
+
+def overflow_island() -> PlantedCase:
+    """MatMul whose outputs exceed 65504, a bias Add, then a Div that rescales into range."""
+    g = _G(1)
+    h = g.op("Relu", [g.dense("x", 32, 32, "pre")], "pre_relu")
+    big = g.op("MatMul", [h, g.const("big_w", g.rng.uniform(2000, 4000, (32, 16)))], "big_matmul")
+    b = g.op("Add", [big, g.const("big_b", np.full(16, 10.0))], "bias_add")
+    s = g.op("Div", [b, g.const("scale", np.float32(1000.0))], "rescale")
+    y = g.op("Tanh", [g.dense(s, 16, 8, "head", 0.05)], "head_tanh")
+    planted = {"big_matmul", "bias_add", "rescale"}
+    m = g.model({"x": [2, 32]}, [y], "overflow_island")
+    return PlantedCase("overflow_island", m, planted, "big_matmul_out", _normal((2, 32), 3.0, 2.0), planted=planted)
+
+
+def softmax_no_max() -> PlantedCase:
+    """Softmax written as Exp / ReduceSum(Exp) without subtracting the max: Exp overflows."""
+    g = _G(2)
+    logits = g.op("Mul", [g.dense("x", 16, 32, "proj"), g.const("temp", np.float32(6.0))], "logit_scale")
+    e = g.op("Exp", [logits], "exp")
+    s = g.op("ReduceSum", [e, g.const_i64("axes", [-1])], "sum", keepdims=1)
+    p = g.op("Div", [e, s], "normalize")
+    y = g.dense(p, 32, 4, "cls", 1.0)
+    m = g.model({"x": [4, 16]}, [y], "softmax_no_max")
+    planted = {"exp", "sum", "normalize"}
+    return PlantedCase("softmax_no_max", m, planted, "exp_out", _normal((4, 16), 1.0), planted={"exp"})
+
+
+def large_reducesum() -> PlantedCase:
+    """A mean computed as ReduceSum / N over many large values: the sum exceeds 65504."""
+    g = _G(3)
+    a = g.op("Relu", [g.dense("x", 4096, 64, "enc")], "enc_relu")
+    s = g.op("ReduceSum", ["x", g.const_i64("axes", [-1])], "big_sum", keepdims=1)
+    mean = g.op("Div", [s, g.const("count", np.float32(4096.0))], "mean_div")
+    y = g.op("Add", [a, mean], "combine")
+    m = g.model({"x": [2, 4096]}, [y], "large_reducesum")
+    planted = {"big_sum", "mean_div"}
+    mk = lambda rng: {"x": rng.uniform(20, 40, (2, 4096)).astype(np.float32)}  # noqa: E731
+    return PlantedCase("large_reducesum", m, planted, "big_sum_out", mk, planted={"big_sum"})
+
+
+def cancellation() -> PlantedCase:
+    """x + 4096 - 4096: FP16 spacing at 4096 is 4, so the small x is destroyed."""
+    g = _G(4)
+    h = g.op("Tanh", [g.dense("x", 16, 16, "pre")], "pre_tanh")
+    up = g.op("Add", [h, g.const("offset", np.float32(4096.0))], "add_offset")
+    down = g.op("Sub", [up, g.const("offset2", np.float32(4096.0))], "sub_offset")
+    y = g.dense(down, 16, 8, "post")
+    m = g.model({"x": [2, 16]}, [y], "cancellation")
+    planted = {"add_offset", "sub_offset"}
+    return PlantedCase("cancellation", m, planted, "sub_offset_out", _normal((2, 16)), planted=planted)
+
+
+def near_constant_norm() -> PlantedCase:
+    """Normalization of features that sit near 1000 with tiny spread: x - mean(x) cancels."""
+    g = _G(5)
+    mean = g.op("ReduceMean", ["x", g.const_i64("axes", [-1])], "mean", keepdims=1)
+    d = g.op("Sub", ["x", mean], "center")
+    v = g.op("ReduceMean", [g.op("Mul", [d, d], "square"), g.const_i64("axes2", [-1])], "var", keepdims=1)
+    std = g.op("Sqrt", [g.op("Add", [v, g.const("eps", np.float32(1e-6))], "add_eps")], "std")
+    y = g.op("Div", [d, std], "normalize")
+    m = g.model({"x": [2, 256]}, [y], "near_constant_norm")
+    planted = {"mean", "center"}
+    return PlantedCase(
+        "near_constant_norm", m, planted, "center_out", _normal((2, 256), 0.05, 1000.0), planted=planted
+    )
+
+
+def deep_stack_one_bad(depth: int = 24, bad: int = 15) -> PlantedCase:
+    """A deep stack of benign dense+tanh layers; one layer scales by 1e5 and back down."""
+    g = _G(6)
+    h = "x"
+    for i in range(depth):
+        h = g.op("Tanh", [g.dense(h, 32, 32, f"l{i}_mm")], f"l{i}_tanh")
+        if i == bad:
+            up = g.op("Mul", [h, g.const("up", np.float32(1e5))], f"l{i}_scale_up")
+            h = g.op("Mul", [up, g.const("down", np.float32(1e-5))], f"l{i}_scale_down")
+    m = g.model({"x": [2, 32]}, [h], "deep_stack_one_bad")
+    planted = {f"l{bad}_scale_up", f"l{bad}_scale_down"}
+    return PlantedCase("deep_stack_one_bad", m, planted, f"l{bad}_scale_up_out", _normal((2, 32)), planted=planted)
+
+
+def three_defects() -> PlantedCase:
+    """An overflow, a softmax without max and a cancellation in one model."""
+    g = _G(7)
+    up = g.op("Mul", ["x", g.const("up", np.float32(3e4))], "scale_up")
+    sq = g.op("Add", [up, up], "double")  # up to ~1.8e5: overflows
+    down = g.op("Div", [sq, g.const("down", np.float32(6e4))], "scale_down")
+    logits = g.op("Mul", [g.dense(down, 16, 16, "proj", 1.0), g.const("temp", np.float32(8.0))], "logit_scale")
+    e = g.op("Exp", [logits], "exp")
+    p = g.op("Div", [e, g.op("ReduceSum", [e, g.const_i64("axes", [-1])], "sum", keepdims=1)], "normalize")
+    c1 = g.op("Add", [p, g.const("off", np.float32(2048.0))], "add_offset")
+    c2 = g.op("Sub", [c1, g.const("off2", np.float32(2048.0))], "sub_offset")
+    y = g.dense(c2, 16, 4, "head", 1.0)
+    m = g.model({"x": [2, 16]}, [y], "three_defects")
+    planted = {"double", "scale_down", "exp", "sum", "normalize", "add_offset", "sub_offset"}
+    mk = lambda rng: {"x": rng.uniform(1.0, 2.0, (2, 16)).astype(np.float32)}  # noqa: E731
+    return PlantedCase("three_defects", m, planted, "double_out", mk, planted={"double", "exp", "sub_offset"})
+
+
+def clean() -> PlantedCase:
+    """A benign MLP: all-FP16 meets the tolerance."""
+    g = _G(8)
+    h = "x"
+    for i in range(4):
+        h = g.op("Relu", [g.dense(h, 32, 32, f"l{i}_mm")], f"l{i}_relu")
+    m = g.model({"x": [2, 32]}, [h], "clean")
+    return PlantedCase("clean", m, set(), None, _normal((2, 32)))
+
+
+CASES: dict[str, Callable[[], PlantedCase]] = {
+    "overflow_island": overflow_island,
+    "softmax_no_max": softmax_no_max,
+    "large_reducesum": large_reducesum,
+    "cancellation": cancellation,
+    "near_constant_norm": near_constant_norm,
+    "deep_stack_one_bad": deep_stack_one_bad,
+    "three_defects": three_defects,
+    "clean": clean,
+}
