@@ -37,8 +37,9 @@ class NodeInfo:
 
     @property
     def is_candidate(self) -> bool:
-        """Whether precision can be chosen for this node (it computes floating outputs)."""
-        return bool(self.float_outputs) and self.op_type not in SOURCE_OPS
+        """Whether precision can be chosen for this node: it computes floating outputs, and it is not
+        a source (Constant) or a control-flow node (If/Loop/Scan run whole, in FP32)."""
+        return bool(self.float_outputs) and self.op_type not in SOURCE_OPS | CONTROL_FLOW_OPS
 
 
 @dataclass
