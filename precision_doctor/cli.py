@@ -18,6 +18,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Find which layers lose accuracy in FP16/BF16, and the smallest set to keep in FP32.",
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
 console = Console(width=None if sys.stdout.isatty() else 140)
 err = Console(stderr=True)
@@ -178,3 +179,158 @@ def main() -> None:
     except KeyboardInterrupt:
         err.print("interrupted", highlight=False)
         sys.exit(130)
+
+
+@app.command()
+def diagnose(
+    model: Path = typer.Argument(..., help="ONNX model."),
+    inputs: list[Path] | None = InputsOpt,
+    samples: int = SamplesOpt,
+    seed: int = SeedOpt,
+    val_range: list[str] | None = ValRangeOpt,
+    input_shapes: list[str] | None = ShapesOpt,
+    allow_nonfinite_inputs: bool = NonfiniteOpt,
+    validate_inputs: list[Path] | None = typer.Option(
+        None, "--validate-inputs", help="Held-out sample files to confirm the answer on; repeatable."
+    ),
+    validation_split: float | None = typer.Option(
+        None, "--validation-split",
+        help="Hold out this fraction of the samples for confirmation (default: 0.25 of --inputs files; "
+        "generated runs draw as many held-out samples with another seed).",
+    ),
+    precision: str = PrecisionOpt,
+    atol: float = AtolOpt,
+    rtol: float = RtolOpt,
+    check_error_stat: str = StatOpt,
+    cosine_floor: float | None = CosineOpt,
+    strategy: str = typer.Option("auto", "--strategy", help="auto, bisect, bisect-reverse, linear, ddmin, segment."),
+    backend: str = typer.Option("emulate", "--backend", help="emulate, ort-cuda, ort-cpu, trt, or auto (best here)."),
+    cost: str = typer.Option("nodes", "--cost", help="Smallest means fewest nodes, or least FP32 'flops'."),
+    max_evaluations: int | None = typer.Option(None, "--max-evaluations", help="Stop after this many evaluations."),
+    time_budget: float | None = typer.Option(None, "--time-budget", help="Stop the search after this many seconds."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out without repeating work."),
+    keep_io_types: bool = typer.Option(True, "--keep-io-types/--no-keep-io-types", help="fixed.onnx keeps FP32 I/O."),
+    out: Path | None = OutOpt,
+    force: bool = ForceOpt,
+    group_mb: float = typer.Option(256.0, "--group-mb", help="Memory budget of one capture group (MiB)."),
+) -> None:
+    """Find the smallest set of nodes to keep in FP32; write the fixed model, commands and report."""
+    from precision_doctor.capture import CaptureSettings
+    from precision_doctor.diagnose import DiagnoseOptions, run_diagnose, split_validation
+    from precision_doctor.inputs import generate_samples, load_samples, parse_val_ranges, validate_samples
+    from precision_doctor.rundir import default_run_dir, prepare_run_dir
+    from precision_doctor.search.oracle import Budget
+    from precision_doctor.tolerance import Tolerance
+    from precision_doctor.workload import load_workload
+
+    opts = DiagnoseOptions(
+        precision=precision, backend=backend, strategy=strategy, cost=cost,
+        tolerance=Tolerance(atol, rtol, check_error_stat, cosine_floor),
+        budget=Budget(max_evaluations, time_budget), resume=resume, keep_io_types=keep_io_types,
+        capture=CaptureSettings(group_mb=group_mb),
+    )
+    opts.check()
+    if resume and out is None:
+        _fail("--resume needs --out DIR of the run to continue")
+    in_opts = _input_options(inputs, samples, seed, val_range, input_shapes, allow_nonfinite_inputs)
+    work = load_workload(model, in_opts)
+    _announce_renamed(work.model)
+    if validate_inputs:
+        validation = load_samples(validate_inputs)
+        validate_samples(work.model, validation, allow_nonfinite_inputs)
+    elif inputs:
+        work.samples, validation = split_validation(work.samples, 0.25 if validation_split is None else validation_split)
+    elif validation_split == 0:
+        validation = []
+    else:
+        n_val = max(1, int(round(samples * (validation_split or 0.5))))
+        validation = generate_samples(work.model, n_val, seed + 7919, parse_val_ranges(in_opts.val_ranges))
+    out_dir = prepare_run_dir(out or default_run_dir(model, "diagnose"), force=force, resume=resume)
+
+    with _progress() as prog:
+        task = prog.add_task("capture", total=None)
+
+        def on_stage(name: str) -> None:
+            prog.update(task, description=name)
+
+        def on_eval(ev) -> None:
+            prog.update(task, description=f"search ({ev.phase})", completed=ev.step)
+
+        outcome = run_diagnose(work, validation, opts, out_dir, on_stage=on_stage, on_evaluation=on_eval)
+    print_outcome(outcome.report, out_dir)
+    if outcome.interrupted:
+        raise typer.Exit(130)
+    raise typer.Exit(0 if outcome.passed else 1)
+
+
+def print_outcome(report: dict, out_dir: Path) -> None:
+    fb = report["fallback_nodes"]
+    tol = report["tolerance"]
+    head = (
+        f"{report['precision']} on {report['backend']}, strategy {report['strategy']}: "
+        f"{report['evaluations']} evaluations in {report['elapsed_s']:.1f} s"
+    )
+    console.print(head, highlight=False)
+    if report["first_divergence"]:
+        console.print(f"first diverging tensor (all {report['precision']}): {report['first_divergence']}", highlight=False)
+    if report["passed"]:
+        share = 100 * report["fp32_flop_share"]
+        if fb:
+            console.print(
+                f"[bold green]PASS[/] keeping {len(fb)} node(s) in FP32 ({share:.2f}% of FLOPs) meets "
+                f"atol={tol['atol']:g} rtol={tol['rtol']:g} ({tol['check_error_stat']}):", highlight=False,
+            )
+            for name in fb:
+                console.print(f"  {name}", highlight=False)
+        else:
+            console.print(f"[bold green]PASS[/] the whole model in {report['precision']} already meets the tolerance",
+                          highlight=False)
+        val = report.get("validation")
+        if val:
+            state = "holds" if val["passed"] else "FAILED first; searched again with them included"
+            console.print(f"held-out samples ({val['samples']}): {state}", highlight=False)
+    else:
+        console.print(f"[bold red]NO PASSING SET[/]: {report.get('reason') or report['status']}", highlight=False)
+    if report["status"] not in ("complete", "no_solution"):
+        console.print(f"status: {report['status']}: {report.get('reason')}", highlight=False)
+    console.print(f"report: {out_dir}/report.html  (report.json, report.md, fixed.onnx, trtexec.sh)", highlight=False)
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="A diagnose run directory.")) -> None:
+    """Render report.md and report.html again from the stored report.json."""
+    from precision_doctor.diagnose import rerender
+
+    rep = rerender(run_dir)
+    print_outcome(rep, run_dir)
+
+
+@app.command()
+def emit(
+    run_dir: Path = typer.Argument(..., help="A diagnose run directory."),
+    format: str = typer.Option("trtexec", "--format", help="trtexec, trtexec10, trtexec11, polygraphy, autocast or json."),
+) -> None:
+    """Print what to paste: trtexec flags, the polygraphy check, AutoCast's exclusions, or JSON."""
+    import json
+
+    from precision_doctor.jsonio import read_json
+
+    path = run_dir / "report.json"
+    if not path.exists():
+        _fail(f"{run_dir} holds no report.json (is it a diagnose run directory?)")
+    rep = read_json(path)
+    cmds = rep.get("commands") or {}
+    if format == "json":
+        console.print_json(json.dumps({"fallback_nodes": rep["fallback_nodes"], "precision": rep["precision"], **cmds}))
+        return
+    keys = {
+        "trtexec": ["trtexec_trt10", "trtexec_trt11"], "trtexec10": ["trtexec_trt10"], "trtexec11": ["trtexec_trt11"],
+        "polygraphy": ["polygraphy", "polygraphy_trt10"], "autocast": ["autocast"],
+    }
+    if format not in keys:
+        _fail(f"--format must be one of: {', '.join([*keys, 'json'])}")
+    if not cmds:
+        _fail(f"{run_dir}: the run found no passing set, so there is nothing to emit")
+    for k in keys[format]:
+        if k in cmds:
+            print(cmds[k])

@@ -1,0 +1,383 @@
+"""`diagnose`: capture, rank, search, confirm on held-out samples, and write every artifact.
+
+Data flows one way: workload -> capture + analysis -> search space -> oracle + strategy ->
+validation -> "fixed" capture -> artifacts and report.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import onnx
+
+from precision_doctor import __version__
+from precision_doctor.activations import ActivationStore
+from precision_doctor.analysis import Analysis, tensor_error
+from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.capture import CaptureSettings, _capture_run
+from precision_doctor.compare import ACTIVATIONS, capture_and_analyse, write_layer_tables
+from precision_doctor.errors import UserError
+from precision_doctor.inputs import Sample
+from precision_doctor.jsonio import write_json, write_text_atomic
+from precision_doctor.model import Model
+from precision_doctor.precision.emulate import MASK_INPUT, gated_graph
+from precision_doctor.precision.formats import Format, get_format
+from precision_doctor.search import STRATEGIES, Oracle
+from precision_doctor.search.oracle import Budget, BudgetExhausted, Evaluation
+from precision_doctor.search.space import SearchSpace, build_space
+from precision_doctor.tolerance import Tolerance, check_all, merge
+from precision_doctor.workload import Workload
+
+FIXED_RUN = "fixed"
+CHECKPOINT = "search.jsonl"
+
+
+@dataclass
+class DiagnoseOptions:
+    precision: str = "fp16"
+    backend: str = "emulate"
+    strategy: str = "auto"
+    cost: str = "nodes"
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    budget: Budget = field(default_factory=Budget)
+    resume: bool = False
+    keep_io_types: bool = True
+    capture: CaptureSettings = field(default_factory=CaptureSettings)
+
+    def check(self) -> None:
+        get_format(self.precision)
+        if self.strategy not in STRATEGIES:
+            raise UserError(f"unknown strategy '{self.strategy}'; choose one of: {', '.join(STRATEGIES)}")
+        if self.cost not in ("nodes", "flops"):
+            raise UserError("--cost must be 'nodes' or 'flops'")
+
+
+def make_backend(name: str, model: Model, precision: str, outputs: list[str]):
+    """The backend called `name`; `auto` picks the best one available here."""
+    from precision_doctor.environment import available_backends
+
+    if name == "auto":
+        name = available_backends()[0]
+    if name == "emulate":
+        from precision_doctor.backends.emulate import EmulateBackend
+
+        return EmulateBackend(model, precision, outputs)
+    if name in ("ort", "ort-cuda", "ort-cpu"):
+        from precision_doctor.backends.ort import OrtBackend
+
+        providers = ["CPUExecutionProvider"] if name == "ort-cpu" else None
+        if name == "ort-cuda":
+            import onnxruntime as ort
+
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise UserError("--backend ort-cuda: onnxruntime has no CUDAExecutionProvider here (install onnxruntime-gpu)")
+        return OrtBackend(model, precision, providers=providers, outputs=outputs)
+    if name in ("trt", "tensorrt"):
+        from precision_doctor.backends.tensorrt import TrtBackend
+
+        return TrtBackend(model, precision=precision)
+    raise UserError(f"unknown backend '{name}'; choose emulate, ort-cuda, ort-cpu, trt or auto")
+
+
+def split_validation(samples: list[Sample], fraction: float) -> tuple[list[Sample], list[Sample]]:
+    """Hold out the last `fraction` of the samples (at least one sample stays for the search)."""
+    if not 0 <= fraction < 1:
+        raise UserError("--validation-split must lie in [0, 1)")
+    k = int(round(len(samples) * fraction))
+    k = min(k, len(samples) - 1)
+    return (samples[: len(samples) - k], samples[len(samples) - k :]) if k > 0 else (samples, [])
+
+
+@dataclass
+class Outcome:
+    """What the run found; `report` is what report.json holds."""
+
+    report: dict
+    out_dir: Path
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.report["passed"])
+
+    @property
+    def interrupted(self) -> bool:
+        return self.report["status"] == "interrupted"
+
+
+def run_diagnose(
+    work: Workload,
+    validation: list[Sample],
+    opts: DiagnoseOptions,
+    out_dir: Path,
+    on_stage: Callable[[str], None] | None = None,
+    on_evaluation: Callable[[Evaluation], None] | None = None,
+) -> Outcome:
+    opts.check()
+    t0 = time.monotonic()
+    fmt = get_format(opts.precision)
+    model = work.model
+    stage = on_stage or (lambda s: None)
+
+    stage("capture")
+    if opts.resume and (out_dir / ACTIVATIONS).exists():
+        from precision_doctor.compare import reanalyse
+
+        analysis = reanalyse(out_dir / ACTIVATIONS, opts.tolerance)
+    else:
+        analysis = capture_and_analyse(work, opts.precision, opts.tolerance, out_dir, settings=opts.capture)
+    write_layer_tables(out_dir, analysis)
+    space = build_space(model, analysis, fmt, opts.cost)
+
+    stage("reference")
+    ref = ReferenceRunner(model)
+    refs = [ref.run(s) for s in work.samples]
+    val_refs = [ref.run(s) for s in validation]
+    backend = make_backend(opts.backend, model, opts.precision, model.outputs)
+
+    oracle = Oracle(
+        backend, work.samples, refs, opts.tolerance, cost_of=space.cost, budget=opts.budget,
+        checkpoint=out_dir / CHECKPOINT, on_evaluation=on_evaluation,
+    )
+    if opts.resume:
+        oracle.load_checkpoint()
+    elif (out_dir / CHECKPOINT).exists():
+        (out_dir / CHECKPOINT).unlink()  # our own file from an earlier --force run
+
+    stage("search")
+    status, reason, found = _search(oracle, space, opts.strategy)
+    validation_report = None
+    if found is not None and validation:
+        stage("validate")
+        validation_report = _validate(backend, found, validation, val_refs, opts.tolerance)
+        if not validation_report["passed"] and status == "complete":
+            # Not presented as the answer: search again with the failing held-out samples included.
+            validation_report["first_candidate"] = sorted(found)
+            oracle.samples = work.samples + validation
+            oracle.references = refs + val_refs
+            oracle.order = list(range(len(oracle.samples)))
+            oracle.memo = {k: v for k, v in oracle.memo.items() if not v.passed}
+            status, reason, found = _search(oracle, space, opts.strategy)
+            validation_report["research"] = "searched again with the held-out samples included"
+            validation_report["passed_after_research"] = found is not None
+    passed = found is not None
+    if status == "complete" and not passed:
+        status = "no_solution"
+        reason = reason or _no_solution_reason(oracle, space)
+
+    stage("artifacts")
+    final = found if found is not None else frozenset()
+    fixed_rel = _capture_fixed(out_dir / ACTIVATIONS, model, fmt, work.samples, final, opts.capture) if passed else {}
+    artifacts = _write_artifacts(out_dir, work, final, opts, analysis) if passed else {}
+    report = build_report(
+        work=work, analysis=analysis, space=space, oracle=oracle, opts=opts, fmt=fmt,
+        backend_name=backend.name, status=status, reason=reason, fallback=found,
+        validation=validation_report, n_validation=len(validation), fixed_rel=fixed_rel,
+        artifacts=artifacts, elapsed=time.monotonic() - t0,
+    )
+    write_report(out_dir, report)
+    return Outcome(report, out_dir)
+
+
+def _search(oracle: Oracle, space: SearchSpace, strategy: str) -> tuple[str, str | None, frozenset[str] | None]:
+    try:
+        found = STRATEGIES[strategy](oracle, space)
+        return "complete", None, found
+    except BudgetExhausted as exc:
+        best = oracle.best()
+        return "budget_exhausted", f"{exc}; the best passing set found so far is reported", best
+    except KeyboardInterrupt:
+        best = oracle.best()
+        return "interrupted", "interrupted by the user; the best passing set found so far is reported", best
+
+
+def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:
+    everything = oracle.known(space.universe)
+    if everything is not None and not everything.passed:
+        name, err = everything.worst
+        return (
+            f"even with every node in FP32 the output '{name}' differs from the reference (max abs err {err:.3g}): "
+            "the tolerance is tighter than the backend's FP32 agreement, or the model is nondeterministic"
+        )
+    return "no evaluated set met the tolerance"
+
+
+def _validate(backend, fallback: frozenset[str], samples, refs, tol: Tolerance) -> dict:
+    runner = backend.prepare(fallback)
+    per: dict[str, list] = {}
+    failing = []
+    for i, (s, r) in enumerate(zip(samples, refs)):
+        checks = check_all(runner.run(s, list(r)), r, tol)
+        for k, c in checks.items():
+            per.setdefault(k, []).append(c)
+        if not all(c.passed for c in checks.values()):
+            failing.append(i)
+    outs = {k: merge(v) for k, v in per.items()}
+    return {
+        "passed": not failing,
+        "samples": len(samples),
+        "failing_samples": failing,
+        "outputs": {k: v.to_dict() for k, v in outs.items()},
+    }
+
+
+def _capture_fixed(path: Path, model: Model, fmt: Format, samples, fallback, settings: CaptureSettings) -> dict:
+    """Capture the emulated run with the fallback set, for per-layer errors after the fix."""
+    gated = gated_graph(model, fmt)
+    names = [t for n in model.nodes for t in n.float_outputs]
+    with ActivationStore(path, "a") as store:
+        if FIXED_RUN in store.file:
+            del store.file[FIXED_RUN]
+        budget = int(settings.group_mb * (1 << 20))
+        _capture_run(store, FIXED_RUN, gated.proto, model, names, samples, {MASK_INPUT: gated.mask(fallback)}, budget, None)
+        store.file[FIXED_RUN].attrs["fallback"] = ",".join(sorted(fallback))
+        out = {}
+        for n in model.candidates:
+            errs = [tensor_error(store, FIXED_RUN, t, fmt).rel_l2 for t in n.float_outputs]
+            out[n.name] = max(errs) if errs else 0.0
+    return out
+
+
+def _write_artifacts(out_dir: Path, work: Workload, fallback: frozenset[str], opts: DiagnoseOptions, analysis) -> dict:
+    from precision_doctor import emit
+    from precision_doctor.precision.mixed import build_mixed
+
+    model = work.model
+    fixed = build_mixed(model, fallback, opts.precision, keep_io_types=opts.keep_io_types)
+    onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
+    (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
+    _save_polygraphy_io(out_dir, work)
+    order = [n.name for n in model.nodes if n.name in fallback]
+    texts = emit.emit_all(
+        model_path=str(model.path or "model.onnx"),
+        fixed_path=str(out_dir / "fixed.onnx"),
+        fallback=order,
+        precision=opts.precision,
+        atol=opts.tolerance.atol,
+        rtol=opts.tolerance.rtol,
+        check_error_stat=opts.tolerance.check_error_stat,
+        inputs_path=str(out_dir / "inputs.json"),
+        outputs_path=str(out_dir / "reference_outputs.json"),
+    )
+    write_text_atomic(out_dir / "layer_precisions.txt", texts["layer_precisions_txt"])
+    write_text_atomic(out_dir / "trtexec.sh", texts["trtexec_sh"])
+    (out_dir / "trtexec.sh").chmod(0o755)
+    write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", "\n".join(order) + ("\n" if order else ""))
+    return {k: v for k, v in texts.items() if k not in ("layer_precisions_txt", "trtexec_sh")}
+
+
+def _save_polygraphy_io(out_dir: Path, work: Workload) -> None:
+    """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs)."""
+    from polygraphy.comparator import IterationResult, RunResults
+    from polygraphy.json import save_json
+
+    save_json([dict(s) for s in work.samples], str(out_dir / "inputs.json"))
+    ref = ReferenceRunner(work.model)
+    results = RunResults()
+    name = "onnxrt-fp32-reference"
+    results.append((name, [IterationResult(ref.run(s), runner_name=name) for s in work.samples]))
+    results.save(str(out_dir / "reference_outputs.json"))
+
+
+def build_report(
+    *, work: Workload, analysis: Analysis, space: SearchSpace, oracle: Oracle, opts: DiagnoseOptions, fmt: Format,
+    backend_name: str, status: str, reason: str | None, fallback: frozenset[str] | None, validation: dict | None,
+    n_validation: int, fixed_rel: dict[str, float], artifacts: dict, elapsed: float,
+) -> dict:
+    model = work.model
+    final = fallback or frozenset()
+    total = max(model.total_flops, 1)
+    flops = {n.name: n.flops for n in model.nodes}
+    baseline = oracle.known(())
+    final_verdict = oracle.known(final) if fallback is not None else None
+    held_out_ok = validation is None or validation["passed"] or validation.get("passed_after_research", False)
+    passed = fallback is not None and held_out_ok
+    layers = []
+    for r in sorted(analysis.layers, key=lambda r: r.index):
+        layers.append({
+            "index": r.index, "name": r.name, "op_type": r.op_type, "flops": r.flops,
+            "local_rel_l2": r.local_rel_l2, "rounding_rel_l2": r.rounding_rel_l2, "lowp_rel_l2": r.lowp_rel_l2,
+            "fixed_rel_l2": fixed_rel.get(r.name), "ref_absmax": r.ref_absmax, "input_ref_absmax": r.input_ref_absmax,
+            "frac_above_max": r.frac_above_max, "frac_below_normal": r.frac_below_normal, "score": r.score,
+            "rank": r.rank, "fallback": r.name in final, "input_sensitive": r.input_sensitive,
+        })
+    return {
+        "tool": "precision-doctor",
+        "version": __version__,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "model": {
+            "path": str(model.path or ""), "hash": model.model_hash, "nodes": len(model.nodes),
+            "candidates": len(space.universe), "total_flops": model.total_flops, "renamed_nodes": model.renamed_nodes,
+        },
+        "precision": opts.precision,
+        "backend": backend_name,
+        "strategy": opts.strategy,
+        "cost": opts.cost,
+        "tolerance": opts.tolerance.to_dict(),
+        "status": status,
+        "reason": reason,
+        "passed": bool(passed),
+        "fallback_nodes": [n.name for n in model.nodes if n.name in final],
+        "fallback_size": len(final),
+        "fp32_flop_share": sum(flops.get(n, 0) for n in final) / total,
+        "evaluations": oracle.evaluations,
+        "memo_hits": oracle.memo_hits,
+        "elapsed_s": elapsed,
+        "samples": {"search": len(work.samples), "validation": n_validation},
+        "inputs": work.inputs.describe(),
+        "baseline": _verdict_dict(baseline),
+        "outputs": {k: v.to_dict() for k, v in final_verdict.outputs.items()} if final_verdict else {},
+        "validation": validation,
+        "first_divergence": analysis.first_divergence,
+        "first_divergence_node": analysis.first_divergence_node,
+        "ranking": analysis.ranking[:50],
+        "trajectory": [_trajectory_row(e) for e in oracle.trajectory],
+        "layers": layers,
+        "format_limits": {"max": fmt.max, "smallest_normal": fmt.smallest_normal},
+        "artifacts": {
+            "activations": ACTIVATIONS, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
+            **({"fixed_onnx": "fixed.onnx", "layer_precisions": "layer_precisions.txt", "trtexec": "trtexec.sh",
+                "inputs": "inputs.json", "reference_outputs": "reference_outputs.json",
+                "autocast_nodes": "autocast_nodes_to_exclude.txt"} if artifacts else {}),
+            "report_md": "report.md", "report_html": "report.html",
+        },
+        "commands": artifacts,
+    }
+
+
+def _verdict_dict(v) -> dict | None:
+    return {"passed": v.passed, "outputs": {k: c.to_dict() for k, c in v.outputs.items()}} if v else None
+
+
+def _trajectory_row(e: Evaluation) -> dict:
+    d = e.to_dict()
+    d.pop("outputs", None)
+    return d
+
+
+def write_report(out_dir: Path, report: dict) -> None:
+    """report.json, report.md and report.html, each written atomically."""
+    from precision_doctor.jsonio import jsonable
+    from precision_doctor.report.html import render_html
+    from precision_doctor.report.markdown import render_markdown
+
+    write_json(out_dir / "report.json", report)
+    clean = jsonable(report)
+    write_text_atomic(out_dir / "report.md", render_markdown(clean))
+    write_text_atomic(out_dir / "report.html", render_html(clean))
+
+
+def rerender(out_dir: Path) -> dict:
+    """Render report.md and report.html again from a stored report.json."""
+    from precision_doctor.jsonio import read_json
+
+    path = Path(out_dir) / "report.json"
+    if not path.exists():
+        raise UserError(f"{out_dir} holds no report.json (is it a diagnose run directory?)")
+    report = read_json(path)
+    write_report(Path(out_dir), report)
+    return report
+

@@ -1,0 +1,172 @@
+"""The oracle: evaluate a fallback set on every search sample. Memoized, counted, logged, budgeted.
+
+One evaluation is one configuration tried, on however many samples it takes (samples that failed
+before go first; the first failure stops it). A memo hit is not an evaluation. Every evaluation is
+appended to a JSON-lines checkpoint, so a resumed run replays them without running again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from precision_doctor.backends.base import Backend
+from precision_doctor.inputs import Sample
+from precision_doctor.jsonio import as_float, jsonable
+from precision_doctor.tolerance import OutputCheck, Tolerance, check_all, merge
+
+
+class BudgetExhausted(Exception):
+    """The evaluation or time budget ran out."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    outputs: dict[str, OutputCheck]
+    failed_sample: int | None = None
+    elapsed_s: float = 0.0
+
+    @property
+    def worst(self) -> tuple[str | None, float]:
+        if not self.outputs:
+            return None, 0.0
+        name, c = max(self.outputs.items(), key=lambda kv: (not kv[1].passed, np.nan_to_num(kv[1].max_abs, nan=np.inf)))
+        return name, c.max_abs
+
+
+@dataclass
+class Evaluation:
+    """One line of the trajectory."""
+
+    step: int
+    fallback: frozenset[str]
+    verdict: Verdict
+    phase: str
+    cost: float
+    at_s: float
+
+    def to_dict(self) -> dict:
+        worst, max_abs = self.verdict.worst
+        return {
+            "step": self.step,
+            "size": len(self.fallback),
+            "cost": self.cost,
+            "passed": self.verdict.passed,
+            "elapsed_s": self.verdict.elapsed_s,
+            "at_s": self.at_s,
+            "phase": self.phase,
+            "fallback": sorted(self.fallback),
+            "worst_output": worst,
+            "max_abs": max_abs,
+            "failed_sample": self.verdict.failed_sample,
+            "outputs": {k: v.to_dict() for k, v in self.verdict.outputs.items()},
+        }
+
+
+@dataclass
+class Budget:
+    max_evaluations: int | None = None
+    time_s: float | None = None
+
+
+@dataclass
+class Oracle:
+    """Evaluates fallback sets against FP32 reference outputs under a tolerance."""
+
+    backend: Backend
+    samples: list[Sample]
+    references: list[dict[str, np.ndarray]]
+    tolerance: Tolerance
+    cost_of: Callable[[frozenset[str]], float] = len
+    budget: Budget = field(default_factory=Budget)
+    checkpoint: Path | None = None
+    on_evaluation: Callable[[Evaluation], None] | None = None
+
+    def __post_init__(self):
+        self.memo: dict[frozenset[str], Verdict] = {}
+        self.trajectory: list[Evaluation] = []
+        self.evaluations = 0
+        self.memo_hits = 0
+        self.order = list(range(len(self.samples)))
+        self.started = time.monotonic()
+        self.phase = ""
+
+    # -- checkpoint --------------------------------------------------------------------------
+    def load_checkpoint(self) -> int:
+        """Read earlier evaluations of this run; they count as done. Returns how many."""
+        if not self.checkpoint or not self.checkpoint.exists():
+            return 0
+        for line in self.checkpoint.read_text(encoding="utf-8").splitlines():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut short by an interruption
+            fb = frozenset(rec["fallback"])
+            outs = {k: OutputCheck(**{f: (as_float(x) if isinstance(x, str) else x) for f, x in v.items()})
+                    for k, v in rec.get("outputs", {}).items()}
+            verdict = Verdict(rec["passed"], outs, rec.get("failed_sample"), rec.get("elapsed_s", 0.0))
+            self._record(fb, verdict, rec.get("phase", "resumed"), write=False)
+        return self.evaluations
+
+    def _record(self, fb: frozenset[str], verdict: Verdict, phase: str, write: bool = True) -> Evaluation:
+        self.memo[fb] = verdict
+        self.evaluations += 1
+        ev = Evaluation(self.evaluations, fb, verdict, phase, float(self.cost_of(fb)), time.monotonic() - self.started)
+        self.trajectory.append(ev)
+        if write and self.checkpoint:
+            with self.checkpoint.open("a", encoding="utf-8") as f:
+                f.write(json.dumps(jsonable(ev.to_dict())) + "\n")
+        if self.on_evaluation:
+            self.on_evaluation(ev)
+        return ev
+
+    # -- evaluation --------------------------------------------------------------------------
+    def evaluate(self, fallback: Iterable[str], phase: str | None = None) -> Verdict:
+        fb = frozenset(fallback)
+        if fb in self.memo:
+            self.memo_hits += 1
+            return self.memo[fb]
+        self._check_budget()
+        t0 = time.monotonic()
+        runner = self.backend.prepare(fb)
+        per_output: dict[str, list[OutputCheck]] = {}
+        failed = None
+        for i in list(self.order):
+            outs = runner.run(self.samples[i], list(self.references[i]))
+            checks = check_all(outs, self.references[i], self.tolerance)
+            for k, c in checks.items():
+                per_output.setdefault(k, []).append(c)
+            if not all(c.passed for c in checks.values()):
+                failed = i
+                self.order.remove(i)
+                self.order.insert(0, i)  # cheapest to fail first next time
+                break
+        merged = {k: merge(v) for k, v in per_output.items()}
+        verdict = Verdict(failed is None, merged, failed, time.monotonic() - t0)
+        self._record(fb, verdict, phase if phase is not None else self.phase)
+        return verdict
+
+    def passes(self, fallback: Iterable[str], phase: str | None = None) -> bool:
+        return self.evaluate(fallback, phase).passed
+
+    def _check_budget(self) -> None:
+        b = self.budget
+        if b.max_evaluations is not None and self.evaluations >= b.max_evaluations:
+            raise BudgetExhausted(f"evaluation budget of {b.max_evaluations} reached")
+        if b.time_s is not None and time.monotonic() - self.started > b.time_s:
+            raise BudgetExhausted(f"time budget of {b.time_s:g} s reached")
+
+    # -- results -----------------------------------------------------------------------------
+    def best(self) -> frozenset[str] | None:
+        """The cheapest passing set evaluated so far (fewest nodes on ties)."""
+        passing = [fb for fb, v in self.memo.items() if v.passed]
+        return min(passing, key=lambda fb: (self.cost_of(fb), len(fb), sorted(fb))) if passing else None
+
+    def known(self, fallback: Iterable[str]) -> Verdict | None:
+        return self.memo.get(frozenset(fallback))

@@ -1,0 +1,106 @@
+"""Capture into HDF5 and the analysis: rankings, first divergence, round trip without the model."""
+
+from __future__ import annotations
+
+import h5py
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from precision_doctor import planted
+from precision_doctor.activations import LOCAL, LOWP, REFERENCE, ActivationStore, escape
+from precision_doctor.compare import reanalyse, run_compare
+from precision_doctor.model import from_proto
+from precision_doctor.planted import IR_VERSION, OPSET
+from precision_doctor.tolerance import Tolerance
+from precision_doctor.workload import InputOptions, Workload
+
+DEFECTS = [n for n in planted.CASES if n != "clean"]
+
+
+def _compare(case, tmp_path, n=3):
+    work = Workload(from_proto(case.model), case.samples(n), InputOptions())
+    return run_compare(work, "fp16", Tolerance(case.atol, case.rtol), tmp_path)
+
+
+@pytest.mark.parametrize("name", DEFECTS)
+def test_planted_node_ranks_first_and_first_divergence(name, tmp_path):
+    case = planted.CASES[name]()
+    res = _compare(case, tmp_path)
+    a = res.analysis
+    assert a.ranking[0] in case.planted, (a.ranking[:5], case.planted)
+    assert a.first_divergence == case.first_divergence
+    assert not a.passed
+    assert (tmp_path / "layers.csv").read_text().startswith("index,name,op_type")
+    assert (tmp_path / "layers.json").exists()
+
+
+def test_clean_model_passes_and_has_no_divergence(tmp_path):
+    case = planted.clean()
+    a = _compare(case, tmp_path).analysis
+    assert a.passed and a.first_divergence is None
+
+
+def test_hdf5_round_trip_reanalyses_without_the_model(tmp_path):
+    case = planted.cancellation()
+    a = _compare(case, tmp_path, n=4).analysis
+    b = reanalyse(tmp_path / "activations.h5")
+    assert b.ranking == a.ranking
+    assert b.first_divergence == a.first_divergence
+    assert [r.local_rel_l2 for r in b.layers] == [r.local_rel_l2 for r in a.layers]
+    with ActivationStore(tmp_path / "activations.h5") as store:
+        assert set(store.runs()) >= {REFERENCE, LOWP, LOCAL}
+        assert store.n_samples() == 4
+        assert store.attr("model_hash") == from_proto(case.model).model_hash
+        ds = store.dataset(LOWP, "sub_offset_out")
+        assert ds.shape[0] == 4 and ds.chunks[0] == 1 and ds.compression
+        assert store.attr("tolerance")["atol"] == case.atol
+
+
+def test_escaped_names_round_trip(tmp_path):
+    nodes = [
+        helper.make_node("Relu", ["in/put.0"], ["/blk3/Relu_output_0"], name="/blk3/Relu"),
+        helper.make_node("Exp", ["/blk3/Relu_output_0"], ["out%1"], name="/blk3/Exp"),
+    ]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("in/put.0", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("out%1", TensorProto.FLOAT, [3])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    samples = [{"in/put.0": np.array([1.0, 2.0, 12.0], np.float32)}]
+    run_compare(Workload(from_proto(m), samples, InputOptions()), "fp16", Tolerance(), tmp_path)
+    with ActivationStore(tmp_path / "activations.h5") as store:
+        assert store.tensor_names(LOWP) == ["/blk3/Relu_output_0", "out%1"]
+        assert np.isinf(store.read(LOWP, "out%1")[0, 2])  # exp(12) > 65504
+        with h5py.File(tmp_path / "activations.h5") as f:
+            assert escape("/blk3/Relu_output_0") in f[REFERENCE]
+            assert f[REFERENCE][escape("out%1")].attrs["onnx_name"] == "out%1"
+
+
+def test_unnamed_nodes_get_stable_names():
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Relu", ["a"], ["b"], name="named")]
+    g = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    model = from_proto(m)
+    assert model.renamed_nodes == ["Relu_0"]
+    assert [n.name for n in model.nodes] == ["Relu_0", "named"]
+    assert from_proto(m).model_hash == model.model_hash
+
+
+def test_flops_estimate_for_matmul_and_conv():
+    case = planted.overflow_island()
+    model = from_proto(case.model)
+    assert model.node("big_matmul").flops == 2 * 2 * 16 * 32  # [2,32] x [32,16]
+    w = np.zeros((8, 3, 3, 3), np.float32)
+    from onnx import numpy_helper
+
+    g = helper.make_graph(
+        [helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[1, 1, 1, 1])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])], [numpy_helper.from_array(w, "w")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    assert from_proto(m).node("conv").flops == 2 * (8 * 16 * 16) * (3 * 3 * 3)

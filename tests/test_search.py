@@ -1,0 +1,147 @@
+"""Search: the set `auto` finds is the certified minimum, holds on held-out samples, and the oracle
+counts, memoizes, budgets and resumes as promised."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from precision_doctor import planted
+from precision_doctor.backends.emulate import EmulateBackend
+from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.compare import capture_and_analyse
+from precision_doctor.model import from_proto
+from precision_doctor.precision.formats import FP16
+from precision_doctor.search import STRATEGIES, Oracle
+from precision_doctor.search.oracle import Budget, BudgetExhausted
+from precision_doctor.search.space import build_space
+from precision_doctor.tolerance import Tolerance
+from precision_doctor.workload import InputOptions, Workload
+
+
+class Setup:
+    def __init__(self, name, tmp_path, n=4, seed=0):
+        self.case = planted.CASES[name]()
+        self.model = from_proto(self.case.model)
+        self.samples = self.case.samples(n, seed)
+        self.tol = Tolerance(self.case.atol, self.case.rtol)
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        work = Workload(self.model, self.samples, InputOptions())
+        self.analysis = capture_and_analyse(work, "fp16", self.tol, tmp_path)
+        self.space = build_space(self.model, self.analysis, FP16)
+        self.backend = EmulateBackend(self.model)
+        self.ref = ReferenceRunner(self.model)
+
+    def oracle(self, samples=None, **kw) -> Oracle:
+        samples = samples or self.samples
+        return Oracle(self.backend, samples, [self.ref.run(s) for s in samples], self.tol, **kw)
+
+
+def certify(setup: Setup, found: frozenset[str]) -> None:
+    """Every member is needed and, for small models, no smaller set passes; holds on held-out samples."""
+    o = setup.oracle()
+    assert o.passes(found)
+    for x in found:
+        assert not o.passes(found - {x}), f"{x} is not needed"
+    universe = setup.space.universe
+    if len(universe) <= 12:
+        for k in range(len(found)):
+            for combo in itertools.combinations(universe, k):
+                assert not o.passes(combo), f"smaller set passes: {combo}"
+    held_out = setup.oracle(samples=setup.case.samples(3, seed=99))
+    assert held_out.passes(found)
+
+
+@pytest.mark.parametrize("name", list(planted.CASES))
+def test_auto_finds_certified_minimum(name, tmp_path):
+    s = Setup(name, tmp_path)
+    o = s.oracle()
+    found = STRATEGIES["auto"](o, s.space)
+    assert found == s.case.expected
+    certify(s, found)
+    if name == "clean":
+        assert o.evaluations <= 2
+
+
+def test_auto_beats_segment_search_on_the_suite(tmp_path):
+    totals = {"auto": 0, "segment": 0}
+    for i, name in enumerate(planted.CASES):
+        s = Setup(name, tmp_path / str(i))
+        sizes = {}
+        for strat in totals:
+            o = s.oracle()
+            sizes[strat] = len(STRATEGIES[strat](o, s.space))
+            totals[strat] += o.evaluations
+        assert sizes["auto"] <= sizes["segment"]
+    assert totals["auto"] <= 0.6 * totals["segment"], totals
+
+
+@pytest.mark.parametrize("strategy", ["ddmin", "segment", "linear"])
+def test_other_strategies_pass_and_ddmin_is_minimal(strategy, tmp_path):
+    s = Setup("cancellation", tmp_path)
+    found = STRATEGIES[strategy](s.oracle(), s.space)
+    assert s.oracle().passes(found)
+    if strategy == "ddmin":
+        certify(s, found)
+
+
+def test_bisect_is_polygraphys_prefix(tmp_path):
+    s = Setup("deep_stack_one_bad", tmp_path)
+    o = s.oracle()
+    found = STRATEGIES["bisect"](o, s.space)
+    k = len(found)
+    assert found == frozenset(s.space.universe[:k])  # a prefix of the topological order
+    assert o.trajectory[0].fallback == frozenset(s.space.universe)  # starts with everything marked
+    assert o.passes(found) and not o.passes(s.space.universe[: k - 1])
+    rev = STRATEGIES["bisect-reverse"](s.oracle(), s.space)
+    assert rev == frozenset(s.space.universe[len(s.space.universe) - len(rev) :])
+
+
+def test_oracle_memoizes_counts_and_budgets(tmp_path):
+    s = Setup("cancellation", tmp_path)
+    o = s.oracle(budget=Budget(max_evaluations=2))
+    o.passes(())
+    o.passes(())
+    assert o.evaluations == 1 and o.memo_hits == 1
+    o.passes({"sub_offset"})
+    with pytest.raises(BudgetExhausted):
+        o.passes({"add_offset"})
+    assert o.best() is None
+    o2 = s.oracle()
+    o2.passes({"add_offset", "sub_offset"})
+    o2.passes({"add_offset", "sub_offset", "pre"})
+    assert o2.best() == {"add_offset", "sub_offset"}
+
+
+def test_failing_sample_goes_first(tmp_path):
+    s = Setup("cancellation", tmp_path)
+    o = s.oracle()
+    v = o.evaluate(())
+    assert not v.passed and o.order[0] == v.failed_sample
+
+
+def test_checkpoint_resume_repeats_nothing(tmp_path):
+    s = Setup("three_defects", tmp_path)
+    ck = tmp_path / "search.jsonl"
+    first = s.oracle(checkpoint=ck, budget=Budget(max_evaluations=5))
+    with pytest.raises(BudgetExhausted):
+        STRATEGIES["auto"](first, s.space)
+    lines = ck.read_text().splitlines()
+    assert len(lines) == 5 and all(json.loads(line)["fallback"] is not None for line in lines)
+    resumed = s.oracle(checkpoint=ck)
+    assert resumed.load_checkpoint() == 5
+    found = STRATEGIES["auto"](resumed, s.space)
+    fresh = s.oracle()
+    assert found == STRATEGIES["auto"](fresh, s.space)
+    assert resumed.evaluations == fresh.evaluations  # the 5 replayed ones were not run again
+    assert len(ck.read_text().splitlines()) == fresh.evaluations
+
+
+def test_cost_flops_prefers_cheap_nodes(tmp_path):
+    s = Setup("overflow_island", tmp_path)
+    space = build_space(s.model, s.analysis, FP16, cost="flops")
+    found = STRATEGIES["auto"](s.oracle(cost_of=space.cost), space)
+    assert s.oracle().passes(found)
+    assert space.cost(found) <= space.cost(frozenset(s.case.expected))
