@@ -13,7 +13,8 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/python examples/make_examples.py
-	$(BIN)/precision-doctor diagnose examples/overflow_island.onnx --samples 4 --seed 0 \
+	$(BIN)/precision-doctor diagnose examples/three_defects.onnx \
+	    $$(for f in examples/three_defects_inputs/*.npz; do printf -- '--inputs %s ' "$$f"; done) \
 	    --precision fp16 --atol 1e-2 --rtol 1e-2 --out reports/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: $(STAMP)

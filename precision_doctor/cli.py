@@ -216,8 +216,7 @@ def diagnose(
 ) -> None:
     """Find the smallest set of nodes to keep in FP32; write the fixed model, commands and report."""
     from precision_doctor.capture import CaptureSettings
-    from precision_doctor.diagnose import DiagnoseOptions, run_diagnose, split_validation
-    from precision_doctor.inputs import generate_samples, load_samples, parse_val_ranges, validate_samples
+    from precision_doctor.diagnose import DiagnoseOptions, held_out_samples, run_diagnose
     from precision_doctor.rundir import default_run_dir, prepare_run_dir
     from precision_doctor.search.oracle import Budget
     from precision_doctor.tolerance import Tolerance
@@ -235,16 +234,7 @@ def diagnose(
     in_opts = _input_options(inputs, samples, seed, val_range, input_shapes, allow_nonfinite_inputs)
     work = load_workload(model, in_opts)
     _announce_renamed(work.model)
-    if validate_inputs:
-        validation = load_samples(validate_inputs)
-        validate_samples(work.model, validation, allow_nonfinite_inputs)
-    elif inputs:
-        work.samples, validation = split_validation(work.samples, 0.25 if validation_split is None else validation_split)
-    elif validation_split == 0:
-        validation = []
-    else:
-        n_val = max(1, int(round(samples * (validation_split or 0.5))))
-        validation = generate_samples(work.model, n_val, seed + 7919, parse_val_ranges(in_opts.val_ranges))
+    validation = held_out_samples(work, validate_inputs or [], validation_split)
     out_dir = prepare_run_dir(out or default_run_dir(model, "diagnose"), force=force, resume=resume)
 
     with _progress() as prog:

@@ -92,6 +92,24 @@ def split_validation(samples: list[Sample], fraction: float) -> tuple[list[Sampl
     return (samples[: len(samples) - k], samples[len(samples) - k :]) if k > 0 else (samples, [])
 
 
+def held_out_samples(work: Workload, validate_files: list, split: float | None) -> list[Sample]:
+    """Held-out samples: from files, split off the --inputs files (0.25 by default), or generated
+    with another seed (half as many as the search samples by default). `work.samples` may shrink."""
+    from precision_doctor.inputs import generate_samples, load_samples, parse_val_ranges, validate_samples
+
+    if validate_files:
+        held = load_samples(validate_files)
+        validate_samples(work.model, held, work.inputs.allow_nonfinite)
+        return held
+    if work.inputs.files:
+        work.samples, held = split_validation(work.samples, 0.25 if split is None else split)
+        return held
+    if split == 0:
+        return []
+    n = max(1, int(round(len(work.samples) * (split or 0.5))))
+    return generate_samples(work.model, n, work.inputs.seed + 7919, parse_val_ranges(work.inputs.val_ranges))
+
+
 @dataclass
 class Outcome:
     """What the run found; `report` is what report.json holds."""

@@ -1,0 +1,123 @@
+"""The CLI as a user meets it: one-line errors with exit 2, compare and diagnose end to end."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from precision_doctor import planted
+
+
+def test_missing_and_non_onnx_files(run_cli, tmp_path):
+    code, _, err = run_cli("compare", tmp_path / "nope.onnx")
+    assert code == 2 and "model file not found" in err and "Traceback" not in err
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"this is not protobuf at all \x00\xff")
+    code, _, err = run_cli("compare", bad)
+    assert code == 2 and "error:" in err and len(err.strip().splitlines()) == 1
+
+
+def test_invalid_model_and_no_floats(run_cli, tmp_path):
+    from onnx import TensorProto, helper
+
+    g = helper.make_graph(
+        [helper.make_node("Add", ["a", "b"], ["c"], name="add")], "g",
+        [helper.make_tensor_value_info("a", TensorProto.INT64, [2]), helper.make_tensor_value_info("b", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("c", TensorProto.INT64, [2])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+    onnx.save(m, str(tmp_path / "ints.onnx"))
+    code, _, err = run_cli("compare", tmp_path / "ints.onnx")
+    assert code == 2 and "no floating-point tensors" in err
+    m.graph.node[0].op_type = "NoSuchOp"
+    onnx.save(m, str(tmp_path / "invalid.onnx"))
+    code, _, err = run_cli("compare", tmp_path / "invalid.onnx")
+    assert code == 2 and "invalid ONNX model" in err
+
+
+def test_input_errors_exit_2(run_cli, planted_file, tmp_path):
+    case, path, files = planted_file("clean")
+    wrong = tmp_path / "wrong.npz"
+    np.savez(wrong, y=np.zeros((2, 32), np.float32))
+    code, _, err = run_cli("compare", path, "--inputs", wrong, "--out", tmp_path / "o1")
+    assert code == 2 and "unknown input 'y'" in err
+    nan = tmp_path / "nan.npz"
+    np.savez(nan, x=np.full((2, 32), np.nan, np.float32))
+    code, _, err = run_cli("compare", path, "--inputs", nan, "--out", tmp_path / "o2")
+    assert code == 2 and "--allow-nonfinite-inputs" in err
+
+
+def test_out_dir_not_empty_is_refused_and_user_files_survive(run_cli, planted_file, tmp_path):
+    case, path, files = planted_file("clean")
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    code, _, err = run_cli("compare", path, "--out", out)
+    assert code == 2 and "not empty" in err
+    code, _, _ = run_cli("compare", path, "--out", out, "--force", "--inputs", files[0], "--atol", "1e-2", "--rtol", "1e-2")
+    assert code == 0 and (out / "notes.txt").read_text() == "mine" and (out / "activations.h5").exists()
+
+
+def test_compare_reports_offenders_and_verdict(run_cli, planted_file, tmp_path):
+    case, path, files = planted_file("softmax_no_max")
+    args = [a for f in files for a in ("--inputs", f)]
+    code, out, _ = run_cli("compare", path, *args, "--atol", "1e-2", "--rtol", "1e-2", "--out", tmp_path / "run")
+    assert code == 1
+    assert "FAIL" in out and "exp_out" in out and "exp" in out
+    layers = json.loads((tmp_path / "run" / "layers.json").read_text())
+    assert layers["ranking"][0] == "exp"
+
+
+def test_env_lists_versions(run_cli):
+    code, out, _ = run_cli("env")
+    assert code == 0 and "onnxruntime" in out and "tensorrt" in out
+
+
+@pytest.mark.parametrize("name", ["cancellation", "clean"])
+def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
+    case, path, files = planted_file(name, n=6)
+    out = tmp_path / "run"
+    args = [a for f in files for a in ("--inputs", f)]
+    code, stdout, err = run_cli("diagnose", path, *args, "--atol", str(case.atol), "--rtol", str(case.rtol), "--out", out)
+    assert code == 0, err
+    rep = json.loads((out / "report.json").read_text())
+    assert sorted(rep["fallback_nodes"]) == sorted(case.expected)
+    for key in ("passed", "evaluations", "elapsed_s", "strategy", "precision", "backend", "tolerance", "trajectory"):
+        assert key in rep
+    assert rep["passed"] and rep["validation"]["samples"] == 2 and rep["validation"]["passed"]
+    for f in ("fixed.onnx", "report.html", "report.md", "activations.h5", "layer_precisions.txt", "trtexec.sh"):
+        assert (out / f).exists(), f
+    onnx.checker.check_model(onnx.load(str(out / "fixed.onnx")))
+    code, stdout, _ = run_cli("emit", out, "--format", "trtexec")
+    assert code == 0 and "trtexec" in stdout
+    code, stdout, _ = run_cli("report", out)
+    assert code == 0
+
+
+def test_diagnose_no_solution_exits_1(run_cli, planted_file, tmp_path):
+    case, path, files = planted_file("cancellation")
+    code, out, _ = run_cli("diagnose", path, "--inputs", files[0], "--atol", "0", "--rtol", "0",
+                           "--validation-split", "0", "--out", tmp_path / "r", "--strategy", "bisect")
+    rep = json.loads((tmp_path / "r" / "report.json").read_text())
+    assert code in (0, 1)
+    if code == 1:
+        assert not rep["passed"] and rep["reason"]
+
+
+def test_diagnose_resume_repeats_no_evaluation(run_cli, planted_file, tmp_path):
+    case, path, files = planted_file("three_defects")
+    out = tmp_path / "r"
+    base = ["diagnose", path, "--inputs", files[0], "--inputs", files[1], "--validation-split", "0",
+            "--atol", "1e-2", "--rtol", "1e-2", "--out", out]
+    code, _, _ = run_cli(*base, "--max-evaluations", "4")
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["status"] == "budget_exhausted" and rep["evaluations"] == 4
+    code, _, _ = run_cli(*base, "--resume")
+    rep2 = json.loads((out / "report.json").read_text())
+    assert code == 0 and rep2["status"] == "complete"
+    assert sorted(rep2["fallback_nodes"]) == sorted(planted.three_defects().expected)
+    lines = (out / "search.jsonl").read_text().splitlines()
+    assert len(lines) == rep2["evaluations"]  # nothing evaluated twice
