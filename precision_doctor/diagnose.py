@@ -270,15 +270,14 @@ def _write_artifacts(out_dir: Path, work: Workload, fallback: frozenset[str], op
     _save_polygraphy_io(out_dir, work)
     order = [n.name for n in model.nodes if n.name in fallback]
     texts = emit.emit_all(
-        model_path=str(model.path or "model.onnx"),
-        fixed_path=str(out_dir / "fixed.onnx"),
-        fallback=order,
-        precision=opts.precision,
+        str(model.path.resolve()) if model.path else "model.onnx",
+        "fixed.onnx",
+        order,
+        opts.precision,
         atol=opts.tolerance.atol,
         rtol=opts.tolerance.rtol,
         check_error_stat=opts.tolerance.check_error_stat,
-        inputs_path=str(out_dir / "inputs.json"),
-        outputs_path=str(out_dir / "reference_outputs.json"),
+        inputs="inputs.json",
     )
     write_text_atomic(out_dir / "layer_precisions.txt", texts["layer_precisions_txt"])
     write_text_atomic(out_dir / "trtexec.sh", texts["trtexec_sh"])

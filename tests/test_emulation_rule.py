@@ -29,7 +29,10 @@ def _model(const_node: bool = False):
         nodes.append(helper.make_node("Constant", [], ["b"], name="bconst", value=numpy_helper.from_array(b)))
     else:
         inits.append(numpy_helper.from_array(b, "b"))
-    nodes += [helper.make_node("Add", ["m", "b"], ["a"], name="add"), helper.make_node("Reshape", ["a", "shape"], ["y"], name="reshape")]
+    nodes += [
+        helper.make_node("Add", ["m", "b"], ["a"], name="add"),
+        helper.make_node("Reshape", ["a", "shape"], ["y"], name="reshape"),
+    ]
     g = helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], inits,

@@ -1,0 +1,110 @@
+"""ONNX Runtime on a real mixed-precision graph (`precision.mixed`): the CUDA provider when present.
+
+On the CPU provider ONNX Runtime computes ops without FP16 kernels in FP32 (it inserts Casts around
+them), so `ort-cpu` results say little about a GPU; use it for structure and plumbing only.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from precision_doctor.backends.base import Feeds
+from precision_doctor.backends.ort_session import make_session, with_outputs
+from precision_doctor.errors import UserError
+from precision_doctor.model import Model, tensor_types_and_shapes
+from precision_doctor.precision.formats import get_format
+from precision_doctor.precision.mixed import build_mixed
+
+CUDA = "CUDAExecutionProvider"
+_NP_INPUT_TYPES = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
+
+
+def default_providers() -> list[str]:
+    """The CUDA provider (with CPU for what it lacks) if this ONNX Runtime has it, else CPU."""
+    if CUDA in ort.get_available_providers():
+        return [CUDA, "CPUExecutionProvider"]
+    return ["CPUExecutionProvider"]
+
+
+def _provider_name(p) -> str:
+    return p[0] if isinstance(p, tuple | list) else p
+
+
+class OrtRunner:
+    """One fallback set: its mixed graph and session. Floating outputs come back as float32."""
+
+    def __init__(self, proto: onnx.ModelProto, session: ort.InferenceSession, output_names: list[str]):
+        self.proto = proto
+        self.session = session
+        self.output_names = output_names
+        self._input_types = {i.name: _NP_INPUT_TYPES.get(i.type) for i in session.get_inputs()}
+
+    def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        names = list(outputs) if outputs is not None else self.output_names
+        fed = {}
+        for k, v in feeds.items():
+            want = self._input_types.get(k)
+            fed[k] = v.astype(want) if want is not None and v.dtype != want and v.dtype.kind == "f" else v
+        res = self.session.run(names, fed)
+        return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
+
+
+class OrtBackend:
+    """Builds the mixed-precision graph of each fallback set and runs it in ONNX Runtime.
+
+    Each `prepare` of a new set costs one graph rewrite and one session; the last `cache_size`
+    runners are kept by fallback set. `outputs` may name any tensors (marked as graph outputs,
+    which can change the provider's fusions).
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        precision: str = "fp16",
+        providers: Sequence | None = None,
+        outputs: Sequence[str] | None = None,
+        keep_io_types: bool = True,
+        optimize: bool = True,
+        cache_size: int = 4,
+    ):
+        fmt = get_format(precision)
+        self.model = model
+        self.precision = precision
+        self.providers = list(providers) if providers is not None else default_providers()
+        self.uses_cuda = any(_provider_name(p) == CUDA for p in self.providers)
+        self.name = "ort-cuda" if self.uses_cuda else "ort-cpu"
+        if self.uses_cuda and hasattr(ort, "preload_dlls"):
+            try:  # CUDA/cuDNN from the nvidia-* wheels, where those are how CUDA was installed
+                ort.preload_dlls()
+            except Exception:
+                pass
+        elif not self.uses_cuda and fmt.name == "bf16":
+            raise UserError("ONNX Runtime's CPU provider has no bf16 kernels; use --backend emulate or a CUDA machine")
+        self.output_names = list(outputs) if outputs is not None else model.outputs
+        self.keep_io_types = keep_io_types
+        self.optimize = optimize
+        self.cache_size = cache_size
+        self._cache: OrderedDict[frozenset[str], OrtRunner] = OrderedDict()
+
+    def prepare(self, fallback: frozenset[str]) -> OrtRunner:
+        key = frozenset(fallback)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
+        proto = build_mixed(self.model, key, self.precision, self.keep_io_types)
+        run_proto = proto
+        if self.output_names != [o.name for o in proto.graph.output]:
+            run_proto = with_outputs(proto, self.output_names, tensor_types_and_shapes(proto)[0])
+        session = make_session(run_proto, self.providers, optimize=self.optimize)
+        if self.uses_cuda and CUDA not in session.get_providers():
+            raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
+        runner = OrtRunner(proto, session, self.output_names)
+        self._cache[key] = runner
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
+        return runner

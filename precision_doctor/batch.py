@@ -1,0 +1,766 @@
+"""`batch`: diagnose every model of a zoo, in parallel, resumably; one summary table at the end.
+
+A zoo is a directory of `.onnx` files, each optionally with a recipe beside it (`<model>.json`,
+`<model>.yaml` or `<model>.yml`), or a manifest file (JSON or YAML) that lists the models with the
+same settings. A recipe (every key optional; unknown keys are refused):
+
+    inputs:    {samples, seed, val_range: ["name:[lo,hi]", ...] or {name: [lo, hi]},
+                input_shapes: ["name:[d0,...]", ...] or {name: [d0, ...]},
+                files: [a.npz, ...], validate_files: [...], validation_split, allow_nonfinite}
+    tolerance: {atol, rtol, check_error_stat, cosine_floor}
+    precision, backend, strategy, cost, max_evaluations, time_budget
+    about:     free-form notes (provenance, why the tolerance is fair); not read by the batch
+
+Paths in a recipe are relative to the recipe (or the manifest). A manifest is `{"defaults": {...},
+"models": [{"path": "m.onnx", "name": "m", ...recipe keys...}, ...]}` (or just the list).
+Options given to the command are defaults that a recipe overrides.
+
+Output: `OUT/<model>/` is a `diagnose` run directory (report.json, report.html, fixed.onnx, ...)
+plus `batch_entry.json` (the summary row, model file hash and settings key); `OUT/summary.csv`,
+`OUT/summary.html` (self-contained) and `OUT/summary.json` are rewritten atomically after every
+model. Running again with the same OUT skips every model whose `report.json` matches its file hash
+and settings; a model whose run was cut off continues from its search checkpoint; models that
+ended in an error are tried again.
+
+Where the work runs is an `Executor` (see there): `LocalExecutor` uses local worker processes;
+`InlineExecutor` runs in this process (tests, debugging).
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import hashlib
+import io
+import json
+import multiprocessing
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import asdict, dataclass, field, replace
+from html import escape
+from pathlib import Path
+from typing import Any, Protocol
+
+from precision_doctor.errors import UserError
+from precision_doctor.jsonio import jsonable, read_json, write_json, write_text_atomic
+
+RECIPE_SUFFIXES = (".json", ".yaml", ".yml")
+ENTRY = "batch_entry.json"
+MARKER = "batch.json"
+ORT_THREADS_ENV = "PRECISION_DOCTOR_ORT_THREADS"
+SUMMARY_COLUMNS = (
+    "model", "status", "passed", "fallback_size", "fp32_flop_share", "evaluations", "elapsed_s", "report", "message",
+)
+_RECIPE_KEYS = {
+    "inputs", "tolerance", "precision", "backend", "strategy", "cost", "max_evaluations", "time_budget", "about",
+}
+_INPUT_KEYS = {
+    "samples", "seed", "val_range", "input_shapes", "files", "validate_files", "validation_split", "allow_nonfinite",
+}
+_TOL_KEYS = {"atol", "rtol", "check_error_stat", "cosine_floor"}
+
+
+# -- settings ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Everything that decides one model's diagnose run (files as absolute paths)."""
+
+    samples: int = 4
+    seed: int = 0
+    val_range: tuple[str, ...] = ()
+    input_shapes: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    validate_files: tuple[str, ...] = ()
+    validation_split: float | None = None
+    allow_nonfinite: bool = False
+    atol: float = 1e-5
+    rtol: float = 1e-5
+    check_error_stat: str = "elemwise"
+    cosine_floor: float | None = None
+    precision: str = "fp16"
+    backend: str = "emulate"
+    strategy: str = "auto"
+    cost: str = "nodes"
+    max_evaluations: int | None = None
+    time_budget: float | None = None
+
+    def key(self) -> str:
+        """A fingerprint of the settings and of the contents of the input files they name."""
+        d = asdict(self)
+        d["file_hashes"] = [file_sha256(Path(f)) if Path(f).is_file() else None for f in self.files + self.validate_files]
+        return hashlib.sha256(json.dumps(jsonable(d), sort_keys=True).encode()).hexdigest()[:16]
+
+
+@dataclass
+class ModelSpec:
+    """One model of the zoo: where it is and how to diagnose it (or why its recipe is unusable)."""
+
+    name: str
+    path: Path
+    settings: ModelSettings
+    error: str | None = None
+
+
+def _named_list(value: Any, what: str) -> tuple[str, ...]:
+    """`["n:[..]", ...]`, one such string, or `{name: [..]}` (None for an unnamed entry) -> strings."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, dict):
+        out = []
+        for k, v in value.items():
+            if not isinstance(v, (list, tuple)):
+                raise UserError(f"{what}: '{k}' must map to a list, got {v!r}")
+            vals = ",".join(str(x) for x in v)
+            out.append(f"[{vals}]" if k in (None, "", "*") else f"{k}:[{vals}]")
+        return tuple(out)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise UserError(f"{what}: expected a list of 'name:[...]' strings or a mapping, got {value!r}")
+
+
+def apply_recipe(base: ModelSettings, recipe: dict, rel_to: Path, where: str) -> ModelSettings:
+    """`base` with the keys of `recipe` applied; UserError names the first bad key."""
+    if not isinstance(recipe, dict):
+        raise UserError(f"{where}: a recipe must be a mapping, got {type(recipe).__name__}")
+    unknown = sorted(set(recipe) - _RECIPE_KEYS - {"path", "model", "name"})
+    if unknown:
+        raise UserError(f"{where}: unknown key '{unknown[0]}' (known: {', '.join(sorted(_RECIPE_KEYS))})")
+    upd: dict[str, Any] = {}
+    inputs = recipe.get("inputs") or {}
+    if not isinstance(inputs, dict):
+        raise UserError(f"{where}: 'inputs' must be a mapping")
+    bad = sorted(set(inputs) - _INPUT_KEYS)
+    if bad:
+        raise UserError(f"{where}: unknown inputs key '{bad[0]}' (known: {', '.join(sorted(_INPUT_KEYS))})")
+    if "val_range" in inputs:
+        upd["val_range"] = _named_list(inputs["val_range"], f"{where}: inputs.val_range")
+    if "input_shapes" in inputs:
+        upd["input_shapes"] = _named_list(inputs["input_shapes"], f"{where}: inputs.input_shapes")
+    for k in ("files", "validate_files"):
+        if k in inputs:
+            items = inputs[k] or []
+            items = [items] if isinstance(items, str) else items
+            upd[k] = tuple(str((rel_to / str(f)).resolve()) for f in items)
+    for k, typ in (("samples", int), ("seed", int), ("validation_split", float), ("allow_nonfinite", bool)):
+        if k in inputs:
+            upd[k] = None if inputs[k] is None and k == "validation_split" else _typed(inputs[k], typ, f"{where}: inputs.{k}")
+    tol = recipe.get("tolerance") or {}
+    if not isinstance(tol, dict):
+        raise UserError(f"{where}: 'tolerance' must be a mapping")
+    bad = sorted(set(tol) - _TOL_KEYS)
+    if bad:
+        raise UserError(f"{where}: unknown tolerance key '{bad[0]}' (known: {', '.join(sorted(_TOL_KEYS))})")
+    for k in ("atol", "rtol"):
+        if k in tol:
+            upd[k] = _typed(tol[k], float, f"{where}: tolerance.{k}")
+    if "check_error_stat" in tol:
+        upd["check_error_stat"] = str(tol["check_error_stat"])
+    if "cosine_floor" in tol:
+        upd["cosine_floor"] = None if tol["cosine_floor"] is None else _typed(tol["cosine_floor"], float, where)
+    for k in ("precision", "backend", "strategy", "cost"):
+        if k in recipe:
+            upd[k] = str(recipe[k])
+    if "max_evaluations" in recipe:
+        v = recipe["max_evaluations"]
+        upd["max_evaluations"] = None if v is None else _typed(v, int, f"{where}: max_evaluations")
+    if "time_budget" in recipe:
+        v = recipe["time_budget"]
+        upd["time_budget"] = None if v is None else _typed(v, float, f"{where}: time_budget")
+    return replace(base, **upd)
+
+
+def _typed(v: Any, typ: type, where: str) -> Any:
+    if typ is bool:
+        if isinstance(v, bool):
+            return v
+        raise UserError(f"{where}: expected true or false, got {v!r}")
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise UserError(f"{where}: expected a number, got {v!r}")
+    try:
+        out = typ(v)
+    except (TypeError, ValueError):
+        raise UserError(f"{where}: expected a number, got {v!r}") from None
+    if typ is int and float(v) != out:
+        raise UserError(f"{where}: expected an integer, got {v!r}")
+    return out
+
+
+def read_recipe(path: Path) -> Any:
+    """A JSON or YAML file's contents; UserError with a one-line reason."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix.lower() == ".json":
+            return json.loads(text)
+        import yaml
+
+        return yaml.safe_load(text)
+    except Exception as exc:  # json, yaml and OS errors
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{path}: cannot read recipe: {first[:200]}") from exc
+
+
+def discover(source: Path, defaults: ModelSettings) -> list[ModelSpec]:
+    """The models of a zoo directory or a manifest file, with their resolved settings. A bad recipe
+    does not stop the others: its model carries the error and is reported as such."""
+    source = Path(source)
+    if not source.exists():
+        raise UserError(f"zoo not found: {source}")
+    specs = _from_manifest(source, defaults) if source.is_file() else _from_directory(source, defaults)
+    if not specs:
+        raise UserError(f"{source}: no models found (a directory of .onnx files, or a JSON/YAML manifest)")
+    _unique_names(specs)
+    return specs
+
+
+def _from_directory(root: Path, defaults: ModelSettings) -> list[ModelSpec]:
+    specs = []
+    for path in sorted(root.glob("*.onnx")):
+        name = path.stem
+        recipes = [path.with_suffix(s) for s in RECIPE_SUFFIXES if path.with_suffix(s).is_file()]
+        try:
+            if len(recipes) > 1:
+                raise UserError(f"{name}: more than one recipe ({', '.join(r.name for r in recipes)}); keep one")
+            settings = defaults
+            if recipes:
+                settings = apply_recipe(defaults, read_recipe(recipes[0]) or {}, root, recipes[0].name)
+            specs.append(ModelSpec(name, path.resolve(), settings))
+        except UserError as exc:
+            specs.append(ModelSpec(name, path.resolve(), defaults, error=str(exc)))
+    return specs
+
+
+def _from_manifest(path: Path, defaults: ModelSettings) -> list[ModelSpec]:
+    if path.suffix.lower() not in RECIPE_SUFFIXES:
+        raise UserError(f"{path}: a zoo is a directory of .onnx files or a .json/.yaml manifest")
+    data = read_recipe(path)
+    base = path.parent.resolve()
+    if isinstance(data, dict):
+        shared = data.get("defaults") or {}
+        if shared:
+            defaults = apply_recipe(defaults, shared, base, f"{path.name}: defaults")
+        entries = data.get("models")
+    else:
+        entries = data
+    if not isinstance(entries, list):
+        raise UserError(f"{path}: a manifest lists its models under 'models' (a list)")
+    specs = []
+    for i, entry in enumerate(entries):
+        if isinstance(entry, str):
+            entry = {"path": entry}
+        if not isinstance(entry, dict) or not (entry.get("path") or entry.get("model")):
+            raise UserError(f"{path}: models[{i}] needs a 'path'")
+        model_path = (base / str(entry.get("path") or entry.get("model"))).resolve()
+        name = str(entry.get("name") or model_path.stem)
+        try:
+            specs.append(ModelSpec(name, model_path, apply_recipe(defaults, entry, base, f"{path.name}: {name}")))
+        except UserError as exc:
+            specs.append(ModelSpec(name, model_path, defaults, error=str(exc)))
+    return specs
+
+
+def _unique_names(specs: list[ModelSpec]) -> None:
+    """Directory-safe, unique names (they name the run directories)."""
+    seen: set[str] = {MARKER, "summary.csv", "summary.html", "summary.json"}
+    for s in specs:
+        base = re.sub(r"[^A-Za-z0-9_.-]", "_", s.name).strip(".") or "model"
+        name, k = base, 2
+        while name.lower() in seen:
+            name, k = f"{base}-{k}", k + 1
+        seen.add(name.lower())
+        s.name = name
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# -- one model -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelTask:
+    """What a worker needs to diagnose one model (picklable)."""
+
+    name: str
+    model_path: str
+    run_dir: str
+    settings: ModelSettings
+    settings_key: str
+    file_hash: str | None
+    resume: bool = False
+    threads: int = 0
+    error: str | None = None  # known before running: the row is an error without loading anything
+
+
+def run_model(task: ModelTask) -> dict:
+    """Diagnose one model into its run directory; never raises: failures become an "error" row.
+
+    A top-level function so that spawn and forkserver workers can import it."""
+    if task.threads:
+        os.environ[ORT_THREADS_ENV] = str(task.threads)
+    run_dir = Path(task.run_dir)
+    t0 = time.monotonic()
+    row: dict[str, Any]
+    try:
+        if task.error:
+            raise UserError(task.error)
+        if not task.resume and run_dir.exists():
+            shutil.rmtree(run_dir)  # our own directory from an earlier attempt
+        run_dir.mkdir(parents=True, exist_ok=True)
+        _write_entry(run_dir, task, {"model": task.name, "status": "running"})
+        report = _diagnose(task, run_dir)
+        row = row_from_report(task.name, report)
+    except Exception as exc:
+        row = error_row(task.name, _one_line(exc), time.monotonic() - t0)
+    except KeyboardInterrupt:
+        row = error_row(task.name, "interrupted", time.monotonic() - t0)
+        row["status"] = "interrupted"
+    if run_dir.is_dir():
+        _write_entry(run_dir, task, row)
+    return row
+
+
+def _diagnose(task: ModelTask, run_dir: Path) -> dict:
+    from precision_doctor.capture import CaptureSettings
+    from precision_doctor.diagnose import DiagnoseOptions, held_out_samples, run_diagnose
+    from precision_doctor.search.oracle import Budget
+    from precision_doctor.tolerance import Tolerance
+    from precision_doctor.workload import InputOptions, load_workload
+
+    s = task.settings
+    opts = DiagnoseOptions(
+        precision=s.precision, backend=s.backend, strategy=s.strategy, cost=s.cost,
+        tolerance=Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor),
+        budget=Budget(s.max_evaluations, s.time_budget), resume=task.resume, capture=CaptureSettings(),
+    )
+    opts.check()
+    work = load_workload(task.model_path, InputOptions(
+        files=list(s.files), samples=s.samples, seed=s.seed, val_ranges=list(s.val_range),
+        input_shapes=list(s.input_shapes), allow_nonfinite=s.allow_nonfinite,
+    ))
+    validation = held_out_samples(work, list(s.validate_files), s.validation_split)
+    return run_diagnose(work, validation, opts, run_dir).report
+
+
+def row_from_report(name: str, report: dict) -> dict:
+    status = report.get("status", "unknown")
+    passed = bool(report.get("passed"))
+    if status == "complete":
+        status = "passed" if passed else "failed"
+    return {
+        "model": name,
+        "status": status,
+        "passed": passed,
+        "fallback_size": report.get("fallback_size"),
+        "fp32_flop_share": report.get("fp32_flop_share"),
+        "evaluations": report.get("evaluations"),
+        "elapsed_s": report.get("elapsed_s"),
+        "report": f"{name}/report.html",
+        "message": report.get("reason") or "",
+        "model_hash": (report.get("model") or {}).get("hash"),
+    }
+
+
+def error_row(name: str, message: str, elapsed: float | None = None) -> dict:
+    return {
+        "model": name, "status": "error", "passed": False, "fallback_size": None, "fp32_flop_share": None,
+        "evaluations": None, "elapsed_s": elapsed, "report": "", "message": message,
+    }
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    msg = text[0] if text else ""
+    if isinstance(exc, UserError):
+        return msg[:300]
+    return f"{type(exc).__name__}: {msg}"[:300]
+
+
+def _write_entry(run_dir: Path, task: ModelTask, row: dict) -> None:
+    write_json(run_dir / ENTRY, {
+        "row": row, "file_hash": task.file_hash, "settings_key": task.settings_key,
+        "settings": asdict(task.settings), "model_path": task.model_path,
+        "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    })
+
+
+def finished_row(run_dir: Path, file_hash: str | None, settings_key: str) -> dict | None:
+    """The stored row if `run_dir` holds a finished run of this very file and these settings."""
+    entry, report = run_dir / ENTRY, run_dir / "report.json"
+    if file_hash is None or not entry.is_file() or not report.is_file():
+        return None
+    try:
+        e, r = read_json(entry), read_json(report)
+    except (OSError, ValueError):
+        return None
+    row = e.get("row") or {}
+    if e.get("file_hash") != file_hash or e.get("settings_key") != settings_key:
+        return None
+    if row.get("status") in (None, "running", "error", "interrupted"):
+        return None
+    if (r.get("model") or {}).get("hash") != row.get("model_hash") or r.get("status") == "interrupted":
+        return None
+    return row
+
+
+def can_resume(run_dir: Path, file_hash: str | None, settings_key: str) -> bool:
+    """Whether `run_dir` holds a cut-off run of this file and these settings that a search checkpoint
+    lets us continue (rather than start over)."""
+    entry = run_dir / ENTRY
+    if file_hash is None or not entry.is_file():
+        return False
+    try:
+        e = read_json(entry)
+    except (OSError, ValueError):
+        return False
+    status = (e.get("row") or {}).get("status")
+    return (
+        e.get("file_hash") == file_hash and e.get("settings_key") == settings_key
+        and status in ("running", "interrupted")
+        and (run_dir / "activations.h5").is_file() and (run_dir / "search.jsonl").is_file()
+    )
+
+
+# -- executors -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Done:
+    """One finished item: `result` of `fn(item)`, or `error` when the executor could not run it
+    (its worker process died)."""
+
+    item: Any
+    result: Any = None
+    error: str | None = None
+
+
+class Executor(Protocol):
+    """Runs `fn` over `items` and yields a `Done` per item as each completes (any order).
+
+    `fn` is a picklable top-level function that handles its own failures; the executor reports
+    only what `fn` cannot (a worker that died). A Ray executor is a small class of this shape:
+    `refs = {ray.remote(fn).remote(it): it for it in items}`, then loop on
+    `ready, _ = ray.wait(list(refs), num_returns=1)` and yield `Done(refs.pop(r), ray.get(r))`
+    (or `Done(item, error=...)` on `ray.exceptions.RayError`). Nothing else in the batch changes,
+    since the tasks carry absolute paths and write their own run directories.
+    """
+
+    jobs: int
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Done]: ...
+
+
+class InlineExecutor:
+    """Runs every item in this process, one after another (tests, debugging, `--jobs 0`)."""
+
+    jobs = 1
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Done]:
+        for it in items:
+            yield Done(it, fn(it))
+
+
+def _mp_context():
+    """forkserver where available (fast, and safe with ONNX Runtime's threads), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+class LocalExecutor:
+    """`jobs` local worker processes (concurrent.futures), a fresh process per item where Python
+    allows it (3.11+), so memory does not carry over between models. A worker that dies (a crash in
+    native code, the OOM killer) fails only its own item: the pool is rebuilt and the items still
+    pending are run one per pool, so the culprit is known."""
+
+    def __init__(self, jobs: int):
+        if jobs < 1:
+            raise UserError("--jobs must be at least 1")
+        self.jobs = jobs
+
+    def _pool(self, n: int) -> ProcessPoolExecutor:
+        kw: dict[str, Any] = {"max_workers": n, "mp_context": _mp_context()}
+        if sys.version_info >= (3, 11):
+            kw["max_tasks_per_child"] = 1
+        return ProcessPoolExecutor(**kw)
+
+    def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Done]:
+        items = list(items)
+        if not items:
+            return
+        left: list[Any] = []
+        pool = self._pool(min(self.jobs, len(items)))
+        try:
+            futures: dict[Future, Any] = {pool.submit(fn, it): it for it in items}
+            pending = set(futures)
+            while pending:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                broken = False
+                for f in done:
+                    try:
+                        yield Done(futures[f], f.result())
+                    except BrokenProcessPool:
+                        broken = True
+                        left.append(futures[f])
+                    except Exception as exc:  # fn raised although it should not: still one item
+                        yield Done(futures[f], error=_one_line(exc))
+                if broken:
+                    left.extend(futures[f] for f in pending)
+                    break
+        finally:
+            pool.shutdown(wait=not left, cancel_futures=True)
+        for it in left:  # isolate: one pool per item, so a second death names its item
+            yield from self._isolated(fn, it)
+
+    def _isolated(self, fn: Callable[[Any], Any], item: Any) -> Iterator[Done]:
+        pool = self._pool(1)
+        try:
+            yield Done(item, pool.submit(fn, item).result())
+        except BrokenProcessPool:
+            yield Done(item, error="the worker process died (crash in native code, or out of memory)")
+        except Exception as exc:
+            yield Done(item, error=_one_line(exc))
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def make_executor(jobs: int) -> Executor:
+    return InlineExecutor() if jobs == 0 else LocalExecutor(jobs)
+
+
+def threads_per_worker(jobs: int) -> int:
+    """ONNX Runtime intra-op threads for each of `jobs` workers (0 = ORT's default, for one job)."""
+    if jobs <= 1:
+        return 0
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores // jobs)
+
+
+# -- the batch ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class BatchResult:
+    out_dir: Path
+    rows: list[dict]
+    ran: list[str] = field(default_factory=list)  # models diagnosed in this call
+    skipped: list[str] = field(default_factory=list)  # finished earlier, not redone
+    elapsed_s: float = 0.0
+
+    @property
+    def errors(self) -> list[dict]:
+        return [r for r in self.rows if r["status"] == "error"]
+
+
+def default_batch_dir() -> Path:
+    from precision_doctor.rundir import DEFAULT_ROOT
+
+    base = DEFAULT_ROOT / f"batch-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    path, k = base, 1
+    while path.exists():
+        path, k = Path(f"{base}-{k}"), k + 1
+    return path
+
+
+def prepare_batch_dir(out: Path, force: bool = False) -> Path:
+    """A fresh directory, or one an earlier batch wrote (it holds `batch.json`): then we resume."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} exists and is not a directory")
+    if out.exists() and any(out.iterdir()) and not (out / MARKER).is_file() and not force:
+        raise UserError(f"--out {out} is not empty and holds no earlier batch (pass --force to write into it)")
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def run_batch(
+    source: Path,
+    out_dir: Path,
+    defaults: ModelSettings | None = None,
+    executor: Executor | None = None,
+    only: list[str] | None = None,
+    rerun: bool = False,
+    force: bool = False,
+    on_start: Callable[[list[str], list[str]], None] | None = None,
+    on_done: Callable[[dict], None] | None = None,
+) -> BatchResult:
+    """Diagnose every model of `source` into `out_dir`. `only` limits the run to those model names
+    (the others keep their earlier rows, if any); `rerun` redoes finished models too. `on_start`
+    gets the names to run and the names skipped; `on_done` each row as it completes."""
+    t0 = time.monotonic()
+    specs = discover(Path(source), defaults or ModelSettings())
+    if only:
+        unknown = sorted(set(only) - {s.name for s in specs})
+        if unknown:
+            raise UserError(f"--only names unknown model '{unknown[0]}'; models: {', '.join(s.name for s in specs)}")
+    out_dir = prepare_batch_dir(Path(out_dir), force=force)
+    executor = executor or InlineExecutor()
+    threads = threads_per_worker(executor.jobs)
+    write_json(out_dir / MARKER, {
+        "tool": "precision-doctor", "source": str(Path(source).resolve()),
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "jobs": executor.jobs, "models": [s.name for s in specs],
+    })
+    rows: dict[str, dict] = {}
+    tasks: list[ModelTask] = []
+    skipped: list[str] = []
+    for s in specs:
+        run_dir = out_dir / s.name
+        fhash = file_sha256(s.path) if s.path.is_file() else None
+        key = s.settings.key()
+        selected = not only or s.name in only
+        done = None if rerun and selected else finished_row(run_dir, fhash, key)
+        if done is not None:
+            rows[s.name] = done
+            skipped.append(s.name)
+            continue
+        if not selected:
+            rows[s.name] = _earlier_row(run_dir) or _pending_row(s.name)
+            continue
+        error = s.error or (None if s.path.is_file() else f"model file not found: {s.path}")
+        tasks.append(ModelTask(
+            name=s.name, model_path=str(s.path), run_dir=str(run_dir.resolve()), settings=s.settings,
+            settings_key=key, file_hash=fhash, resume=not rerun and can_resume(run_dir, fhash, key),
+            threads=threads, error=error,
+        ))
+        rows[s.name] = _pending_row(s.name)
+    order = [s.name for s in specs]
+    write_summary(out_dir, [rows[n] for n in order])
+    if on_start:
+        on_start([t.name for t in tasks], skipped)
+    ran = []
+    for done in executor.map(run_model, tasks):
+        task = done.item
+        row = done.result if done.error is None else error_row(task.name, done.error)
+        if done.error is not None and Path(task.run_dir).is_dir():
+            _write_entry(Path(task.run_dir), task, row)
+        rows[task.name] = row
+        ran.append(task.name)
+        write_summary(out_dir, [rows[n] for n in order])
+        if on_done:
+            on_done(row)
+    final = [rows[n] for n in order]
+    return BatchResult(out_dir, final, ran=ran, skipped=skipped, elapsed_s=time.monotonic() - t0)
+
+
+def _pending_row(name: str) -> dict:
+    return {**error_row(name, ""), "status": "pending"}
+
+
+def _earlier_row(run_dir: Path) -> dict | None:
+    try:
+        return read_json(run_dir / ENTRY).get("row")
+    except (OSError, ValueError):
+        return None
+
+
+# -- summary files ---------------------------------------------------------------------------------
+
+
+def write_summary(out_dir: Path, rows: list[dict]) -> None:
+    """summary.csv, summary.json and summary.html, each written atomically."""
+    write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
+    write_json(out_dir / "summary.json", {"models": [{k: r.get(k) for k in SUMMARY_COLUMNS} for r in rows]})
+    write_text_atomic(out_dir / "summary.html", summary_html(rows))
+
+
+def summary_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(SUMMARY_COLUMNS)
+    for r in rows:
+        vals = []
+        for k in SUMMARY_COLUMNS:
+            v = r.get(k)
+            if isinstance(v, bool):
+                v = "yes" if v else "no"
+            elif isinstance(v, float):
+                v = f"{v:.6g}"
+            vals.append("" if v is None else v)
+        w.writerow(vals)
+    return buf.getvalue()
+
+
+def _fmt_share(v: Any) -> str:
+    return "" if v is None else f"{100 * float(v):.2f}%"
+
+
+def _fmt_time(v: Any) -> str:
+    return "" if v is None else f"{float(v):.1f} s"
+
+
+_STATUS_CLASS = {"passed": "ok", "error": "bad", "failed": "bad", "no_solution": "bad", "pending": "mut"}
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif;color:#1f2328;margin:0}
+main{max-width:1200px;margin:0 auto;padding:18px 24px 48px}
+h1{font-size:20px;margin:0 0 4px} p.sub{color:#57606a;margin:0 0 14px}
+table{border-collapse:collapse;width:100%}
+th,td{border-bottom:1px solid #e5e7eb;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa;font-weight:600;white-space:nowrap;cursor:pointer;user-select:none}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.msg{color:#57606a;font-size:12.5px;max-width:420px;word-break:break-word}
+.ok{color:#1a7f37;font-weight:600}.bad{color:#c62828;font-weight:600}.warn{color:#b7791f;font-weight:600}
+.mut{color:#57606a}
+"""
+
+_JS = """
+document.querySelectorAll('th').forEach(function(th,i){th.addEventListener('click',function(){
+ var tb=th.closest('table').tBodies[0],rows=Array.from(tb.rows),asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';
+ rows.sort(function(a,b){var x=a.cells[i].dataset.v||a.cells[i].textContent,y=b.cells[i].dataset.v||b.cells[i].textContent;
+  var p=parseFloat(x),q=parseFloat(y);var c=(!isNaN(p)&&!isNaN(q))?p-q:x.localeCompare(y);return asc?c:-c;});
+ rows.forEach(function(r){tb.appendChild(r);});});});
+"""
+
+
+def summary_html(rows: list[dict], title: str = "precision-doctor batch") -> str:
+    """One self-contained page (inline CSS and JS, no URLs but relative links to each report)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    sub = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    head = "".join(f"<th>{h}</th>" for h in (
+        "Model", "Status", "Passed", "FP32 nodes", "FP32 FLOP share", "Evaluations", "Time", "Report", "Message"))
+    body = []
+    for r in rows:
+        st = r["status"]
+        cls = _STATUS_CLASS.get(st, "warn")
+        link = f'<a href="{escape(r["report"], quote=True)}">report</a>' if r.get("report") else ""
+        passed = "" if st in ("error", "pending") else ("yes" if r.get("passed") else "no")
+
+        def n(v: Any, text: str) -> str:
+            return f'<td class="n" data-v="{"" if v is None else escape(str(v), quote=True)}">{escape(text)}</td>'
+
+        body.append(
+            "<tr>"
+            f"<td>{escape(r['model'])}</td><td class=\"{cls}\">{escape(st)}</td><td>{passed}</td>"
+            + n(r.get("fallback_size"), "" if r.get("fallback_size") is None else str(r["fallback_size"]))
+            + n(r.get("fp32_flop_share"), _fmt_share(r.get("fp32_flop_share")))
+            + n(r.get("evaluations"), "" if r.get("evaluations") is None else str(r["evaluations"]))
+            + n(r.get("elapsed_s"), _fmt_time(r.get("elapsed_s")))
+            + f"<td>{link}</td><td class=\"msg\">{escape(r.get('message') or '')}</td></tr>"
+        )
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body><main>"
+        f"<h1>{escape(title)}</h1><p class=\"sub\">{len(rows)} models: {escape(sub)} &middot; updated {stamp}</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f"</main><script>{_JS}</script></body></html>\n"
+    )

@@ -1,0 +1,267 @@
+"""emit.py: specs, shell quoting, names trtexec cannot carry, the build script (checked with
+`bash -n` and run against a fake trtexec), and the polygraphy commands parsed by polygraphy's
+own argument parser."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import stat
+import subprocess
+
+import pytest
+
+from precision_doctor import emit
+
+NODES = ["/blk3/Pow", "/blk3/ReduceMean", "/blk3/Div"]
+WEIRD = ["a b", "x$(rm -rf ~)", "semi;colon", 'dq"uote', "ns::op:1"]
+
+
+def _arg(cmd: str, prefix: str) -> str:
+    """The value of the `prefix...` token of a one-line command, after shell parsing."""
+    hits = [t[len(prefix) :] for t in shlex.split(cmd) if t.startswith(prefix)]
+    assert len(hits) == 1, (prefix, cmd)
+    return hits[0]
+
+
+def test_specs():
+    assert emit.layer_precisions_spec(NODES) == "/blk3/Pow:fp32,/blk3/ReduceMean:fp32,/blk3/Div:fp32"
+    assert emit.layer_output_types_spec(NODES) == emit.layer_precisions_spec(NODES)
+    assert emit.layer_precisions_spec(["a", "a", "b"]) == "a:fp32,b:fp32"  # no duplicates, order kept
+    assert emit.layer_precisions_spec([]) == ""
+
+
+def test_colon_in_names_is_fine_for_trtexec():
+    # trtexec splits each pair at its last ':', so a ':' inside a name survives.
+    assert emit.unexpressible_layer_names(["ns::op:1"]) == []
+    assert emit.layer_precisions_spec(["ns::op:1"]) == "ns::op:1:fp32"
+
+
+@pytest.mark.parametrize("bad", ["a,b", "it's", "star*name", "line\nbreak", ""])
+def test_names_trtexec_cannot_express_are_reported(bad):
+    names = ["good", bad]
+    assert emit.unexpressible_layer_names(names) == [bad]
+    ok, rejected = emit.split_layer_names(names)
+    assert ok == ["good"] and rejected == [bad]
+    assert emit.layer_precisions_spec(names) == "good:fp32"
+    cmd = emit.trtexec_trt10("m.onnx", names)
+    assert _arg(cmd, "--layerPrecisions=") == "good:fp32"
+    text = emit.layer_precisions_file(names)
+    assert "NOT EXPRESSIBLE" in text and repr(bad) in text
+    assert [ln for ln in text.splitlines() if not ln.startswith("#")] == ["good:fp32"]
+
+
+def test_polygraphy_names_rules():
+    assert emit.unexpressible_layer_names(["a,b", "it's", "x*"], tool="polygraphy") == []
+    assert emit.unexpressible_layer_names(["-looks-like-option", "ok"], tool="polygraphy") == ["-looks-like-option"]
+    with pytest.raises(ValueError):
+        emit.unexpressible_layer_names(["a"], tool="nope")
+
+
+def test_trtexec_trt10_round_trips_through_the_shell():
+    names = NODES + WEIRD
+    cmd = emit.trtexec_trt10("/models/my model.onnx", names, "fp16", tactic_sources_avoid=["cublas", "-cudnn"])
+    tokens = shlex.split(cmd)
+    assert tokens[:3] == ["trtexec", "--onnx=/models/my model.onnx", "--fp16"]
+    assert "--noTF32" in tokens and "--precisionConstraints=obey" in tokens
+    expected = ",".join(f"{n}:fp32" for n in names)
+    assert _arg(cmd, "--layerPrecisions=") == expected
+    assert _arg(cmd, "--layerOutputTypes=") == expected
+    assert _arg(cmd, "--tacticSources=") == "-CUBLAS,-CUDNN"
+    assert _arg(cmd, "--saveEngine=") == "fixed.plan"
+    assert _arg(cmd, "--timingCacheFile=") == "timing.cache"
+
+
+def test_trtexec_trt10_bf16_and_empty_fallback():
+    cmd = emit.trtexec_trt10("m.onnx", [], "bf16", timing_cache=None)
+    tokens = shlex.split(cmd)
+    assert "--bf16" in tokens and "--fp16" not in tokens
+    assert not any(t.startswith(("--precisionConstraints", "--layerPrecisions", "--timingCacheFile")) for t in tokens)
+    with pytest.raises(ValueError):
+        emit.trtexec_trt10("m.onnx", [], "fp8")
+
+
+def test_trtexec_trt11_is_strongly_typed_without_precision_flags():
+    cmd = emit.trtexec_trt11("out dir/fixed.onnx", tactic_sources_avoid=["CUBLAS", "jit-convolutions"])
+    tokens = shlex.split(cmd)
+    assert tokens[:2] == ["trtexec", "--onnx=out dir/fixed.onnx"]
+    assert not any(t in tokens for t in ("--fp16", "--bf16", "--stronglyTyped"))
+    assert not any(t.startswith(("--layerPrecisions", "--precisionConstraints")) for t in tokens)
+    assert _arg(cmd, "--tacticSources=") == "-JIT_CONVOLUTIONS"  # CUBLAS does not exist in TRT 11
+    assert "--stronglyTyped" in shlex.split(emit.trtexec_trt11("f.onnx", strongly_typed_flag=True))
+
+
+def _polygraphy_parse(cmd: str) -> argparse.Namespace:
+    """Parse a `polygraphy run ...` line with polygraphy's own parser (as its main() does)."""
+    pytest.importorskip("polygraphy")
+    from polygraphy.tools.registry import TOOL_REGISTRY
+
+    parser = argparse.ArgumentParser()
+    sub = parser.add_subparsers(title="Tools", dest="tools")
+    for tool in TOOL_REGISTRY:
+        tool.setup_parser(sub)
+    tokens = shlex.split(cmd)
+    assert tokens[0] == "polygraphy"
+    args, unknown = parser.parse_known_args(tokens[1:])
+    assert unknown == [], unknown
+    return args
+
+
+@pytest.mark.filterwarnings("ignore:SelectableGroups:DeprecationWarning")
+def test_polygraphy_trt10_parses():
+    cmd = emit.polygraphy_trt10(
+        "model.onnx",
+        NODES + ["ns::op:1"],
+        "fp16",
+        atol=1e-3,
+        rtol=2e-3,
+        check_error_stat="median",
+        inputs="in puts.json",
+        tactic_sources_avoid=["EDGE_MASK_CONVOLUTIONS"],
+    )
+    args = _polygraphy_parse(cmd)
+    assert args.runners == ["trt", "onnxrt"]
+    assert args.fp16 and args.precision_constraints == "obey"
+    assert args.layer_precisions == [f"{n}:float32" for n in NODES + ["ns::op:1"]]
+    assert [n.rpartition(":")[0] for n in args.layer_precisions][-1] == "ns::op:1"  # polygraphy's rpartition
+    assert args.tactic_sources == ["JIT_CONVOLUTIONS"]
+    assert args.load_inputs_paths == ["in puts.json"]
+    assert args.atol == ["0.001"] and args.rtol == ["0.002"] and args.check_error_stat == ["median"]
+
+
+@pytest.mark.filterwarnings("ignore:SelectableGroups:DeprecationWarning")
+def test_polygraphy_verify_two_commands_parse():
+    text = emit.polygraphy_verify(
+        "model.onnx", "fixed.onnx", atol=1e-2, rtol=1e-2, inputs="inputs.json", reference_outputs="ref.json"
+    )
+    ref_cmd, trt_cmd = text.splitlines()
+    ref = _polygraphy_parse(ref_cmd)
+    assert ref.runners == ["onnxrt"] and ref.save_outputs_path == "ref.json"
+    trt = _polygraphy_parse(trt_cmd)
+    assert trt.runners == ["trt"] and trt.strongly_typed
+    assert trt.load_outputs_paths == ["ref.json"] and trt.load_inputs_paths == ["inputs.json"]
+    assert trt.check_error_stat == ["elemwise"]
+    assert shlex.split(trt_cmd)[2] == "fixed.onnx" and shlex.split(ref_cmd)[2] == "model.onnx"
+
+
+def test_autocast_patterns_match_exactly():
+    names = ["/a/MatMul", "/a/Mul.1", "w(eird)+[x]"]
+    cmd = emit.autocast_command("m.onnx", names, "bf16", inputs="inputs.json")
+    tokens = shlex.split(cmd)
+    assert tokens[:3] == ["python", "-m", "modelopt.onnx.autocast"]
+    for flag, value in [("--onnx_path", "m.onnx"), ("--low_precision_type", "bf16"), ("--calibration_data", "inputs.json")]:
+        assert tokens[tokens.index(flag) + 1] == value
+    assert "--keep_io_types" in tokens and tokens[tokens.index("--data_max") + 1] == "inf"
+    patterns = tokens[tokens.index("--nodes_to_exclude") + 1 :]
+    assert len(patterns) == len(names)
+    graph = names + ["/a/MatMul_1", "/a/Mul11", "x/a/MatMul"]
+    for pat, name in zip(patterns, names):
+        # AutoCast uses re.match: each pattern must select its node and nothing else
+        assert [g for g in graph if re.match(pat, g)] == [name]
+    assert "--nodes_to_exclude" not in emit.autocast_command("m.onnx", [])
+
+
+def test_layer_precisions_file():
+    text = emit.layer_precisions_file(NODES, "fp16", from_build=True)
+    lines = text.splitlines()
+    assert lines[0].startswith("# precision-doctor")
+    assert "TensorRT layer names" in text
+    assert [ln for ln in lines if not ln.startswith("#")] == [f"{n}:fp32" for n in NODES]
+    assert text.endswith("\n")
+
+
+def test_emit_all_keys_and_layers():
+    out = emit.emit_all(
+        "model.onnx",
+        "fixed.onnx",
+        NODES,
+        "fp16",
+        atol=1e-3,
+        rtol=1e-3,
+        inputs="inputs.json",
+        layers=NODES + ["/blk3/Div_17"],
+    )
+    assert set(out) == {
+        "trtexec_trt10",
+        "trtexec_trt11",
+        "polygraphy",
+        "polygraphy_trt10",
+        "autocast",
+        "layer_precisions_txt",
+        "trtexec_sh",
+    }
+    assert all(isinstance(v, str) and v for v in out.values())
+    assert "/blk3/Div_17:fp32" in _arg(out["trtexec_trt10"], "--layerPrecisions=")
+    assert "Div_17" not in out["autocast"]  # AutoCast works on ONNX nodes, not layers
+
+
+def test_script_is_valid_bash():
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", NODES + WEIRD + ["a,b"], tactic_sources_avoid=["CUBLAS"])
+    assert script.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in script
+    subprocess.run([bash, "-n"], input=script, text=True, check=True)
+
+
+FAKE_TRTEXEC = """#!/usr/bin/env bash
+if [[ "${1:-}" == "--version" ]]; then
+  echo "&&&& RUNNING TensorRT.trtexec [TensorRT v${FAKE_TRT_V:-101401}] [b48] # trtexec --version"
+  exit 0
+fi
+printf '%s\\n' "$@" > "$FAKE_LOG"
+"""
+
+
+@pytest.fixture
+def fake_trtexec(tmp_path):
+    if shutil.which("bash") is None:
+        pytest.skip("no bash")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "trtexec"
+    exe.write_text(FAKE_TRTEXEC)
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    log = tmp_path / "args.txt"
+
+    def run(script_text: str, **env):
+        path = tmp_path / "out" / "trtexec.sh"
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(script_text)
+        full = {"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}", "FAKE_LOG": str(log), **env}
+        res = subprocess.run(["bash", str(path)], env=full, capture_output=True, text=True, cwd=tmp_path)
+        assert res.returncode == 0, res.stderr
+        return log.read_text().splitlines(), res.stderr
+
+    return run
+
+
+def test_script_runs_trt10_weak(fake_trtexec):
+    names = NODES + WEIRD
+    script = emit.trtexec_script("/m/my model.onnx", "fixed.onnx", names, "fp16", nodes=NODES)
+    args, _ = fake_trtexec(script, TRT_MAJOR="10")
+    assert args[:2] == ["--onnx=/m/my model.onnx", "--fp16"]
+    assert "--layerPrecisions=" + ",".join(f"{n}:fp32" for n in names) in args
+    assert "--noTF32" in args and "--precisionConstraints=obey" in args
+
+
+def test_script_runs_trt11_and_detects_version(fake_trtexec):
+    script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", NODES, "fp16", tactic_sources_avoid=["CUBLAS"])
+    args, _ = fake_trtexec(script, TRT_MAJOR="11")
+    assert args == ["--onnx=fixed.onnx", "--saveEngine=fixed.plan", "--timingCacheFile=timing.cache"]
+    # no TRT_MAJOR: read from trtexec's banner (v110000 -> 11, v101401 -> 10, v8601 -> 8)
+    assert fake_trtexec(script, FAKE_TRT_V="110000")[0][0] == "--onnx=fixed.onnx"
+    assert fake_trtexec(script, FAKE_TRT_V="101401")[0][0] == "--onnx=/m/model.onnx"
+    assert fake_trtexec(script, FAKE_TRT_V="8601")[0][0] == "--onnx=/m/model.onnx"
+
+
+def test_script_trt10_strongly_typed_and_warnings(fake_trtexec):
+    script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", ["good", "a,b"], "bf16")
+    args, _ = fake_trtexec(script, TRT_MAJOR="10", PD_STRONGLY_TYPED="1")
+    assert args[:2] == ["--onnx=fixed.onnx", "--stronglyTyped"]
+    args, err = fake_trtexec(script, TRT_MAJOR="10")
+    assert "--bf16" in args and "--layerPrecisions=good:fp32" in args
+    assert "cannot be passed" in err
