@@ -171,6 +171,8 @@ def env() -> None:
 
 
 def main() -> None:
+    from precision_doctor import cli_batch  # noqa: F401  (registers `batch` and `zoo`)
+
     try:
         app()
     except UserError as exc:

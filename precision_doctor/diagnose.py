@@ -290,6 +290,9 @@ def _save_polygraphy_io(out_dir: Path, work: Workload) -> None:
     """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs)."""
     from polygraphy.comparator import IterationResult, RunResults
     from polygraphy.json import save_json
+    from polygraphy.logger import G_LOGGER
+
+    G_LOGGER.severity = G_LOGGER.ERROR  # polygraphy's own progress lines are noise here
 
     save_json([dict(s) for s in work.samples], str(out_dir / "inputs.json"))
     ref = ReferenceRunner(work.model)

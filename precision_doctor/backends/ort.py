@@ -59,7 +59,9 @@ class OrtBackend:
 
     Each `prepare` of a new set costs one graph rewrite and one session; the last `cache_size`
     runners are kept by fallback set. `outputs` may name any tensors (marked as graph outputs,
-    which can change the provider's fusions).
+    which can change the provider's fusions). On CUDA, FP32 nodes compute in true FP32 unless
+    `tf32` (ONNX Runtime's default is TF32 matmuls and convolutions, 10-bit mantissas; a string
+    "CUDAExecutionProvider" gets `use_tf32` set from `tf32`, a (name, options) pair is kept as is).
     """
 
     def __init__(
@@ -71,11 +73,15 @@ class OrtBackend:
         keep_io_types: bool = True,
         optimize: bool = True,
         cache_size: int = 4,
+        tf32: bool = False,
     ):
         fmt = get_format(precision)
         self.model = model
         self.precision = precision
-        self.providers = list(providers) if providers is not None else default_providers()
+        self.providers = [
+            (CUDA, {"use_tf32": "1" if tf32 else "0"}) if p == CUDA else p
+            for p in (providers if providers is not None else default_providers())
+        ]
         self.uses_cuda = any(_provider_name(p) == CUDA for p in self.providers)
         self.name = "ort-cuda" if self.uses_cuda else "ort-cpu"
         if self.uses_cuda and hasattr(ort, "preload_dlls"):

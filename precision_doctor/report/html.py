@@ -397,7 +397,7 @@ def _outputs_section(report: dict[str, Any]) -> str:
             out.append(
                 f"<tr>{first}<td>{_e(run)}</td><td>{_pass_span(oc.get('passed'))}</td>"
                 + "".join(_num_cell(oc.get(m)) for m in ("max_abs", "mean_abs", "median_abs", "max_rel", "mean_rel"))
-                + _num_cell(oc.get("cosine"), fmt(oc.get("cosine"), 7))
+                + _num_cell(oc.get("cosine"), fmt(oc.get("cosine"), 8))
                 + f'<td class="n">{_e(mism)}</td></tr>'
             )
     out.append("</tbody></table>")

@@ -12,6 +12,7 @@ COMMAND_TITLES = {
     "trtexec_trt10": "TensorRT 10 (weakly typed: per-layer precisions)",
     "trtexec_trt11": "TensorRT 11 (strongly typed: the fixed ONNX carries the precisions)",
     "polygraphy": "Polygraphy: check the fixed model on the real backend",
+    "polygraphy_trt10": "Polygraphy on TensorRT 10 with the same per-layer precisions",
     "autocast": "ModelOpt AutoCast with the same nodes excluded",
 }
 
@@ -229,7 +230,7 @@ def _check_row(label: str, oc: dict[str, Any]) -> list[Any]:
         fmt(oc.get("mean_abs")),
         fmt(oc.get("max_rel")),
         fmt(oc.get("mean_rel")),
-        fmt(oc.get("cosine"), 7),
+        fmt(oc.get("cosine"), 8),
         f"{oc.get('mismatches', '—')} / {oc.get('size', '—')}",
     ]
 

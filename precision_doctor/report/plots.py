@@ -247,21 +247,23 @@ def plot_value_ranges(report: dict[str, Any]) -> Plot | None:
     rng = _finite_range(out, inp)
     lo, hi = rng if rng else (1e-3, 1e3)
     lo, hi = lo / 10, hi * 10
+    # show a limit when it stretches the axis by at most max(6 decades, half the data's span); else say where it is
+    slack = max(6.0, 0.5 * math.log10(hi / lo))
     notes = []
     if math.isfinite(fmax) and fmax > 0:
-        if fmax <= hi * 1e3:
+        if math.log10(fmax / hi) <= slack:
             hi = max(hi, fmax * 20)
             ax.axhline(fmax, color=FALLBACK, ls="--", lw=1.3, label=f"{prec} max {fmt(fmax)}", zorder=2)
-            ax.axhspan(fmax, hi * 10, color=FALLBACK, alpha=0.07, lw=0, zorder=0)
+            ax.axhspan(fmax, hi * 10, color=FALLBACK, alpha=0.05, lw=0, zorder=0)
         else:
-            notes.append(f"{prec} max {fmt(fmax)} is far above the chart")
+            notes.append(f"{prec} max {fmt(fmax)}: far above")
     if math.isfinite(fmin) and fmin > 0:
-        if fmin >= lo / 1e3:
+        if math.log10(lo / fmin) <= slack:
             lo = min(lo, fmin / 20)
             ax.axhline(fmin, color=BEFORE, ls="--", lw=1.3, label=f"{prec} smallest normal {fmt(fmin)}", zorder=2)
-            ax.axhspan(lo / 10, fmin, color=BEFORE, alpha=0.08, lw=0, zorder=0)
+            ax.axhspan(lo / 10, fmin, color=BEFORE, alpha=0.07, lw=0, zorder=0)
         else:
-            notes.append(f"smallest normal {fmt(fmin)} is far below the chart")
+            notes.append(f"smallest normal {fmt(fmin)}: far below")
     ax.set_ylim(lo, hi)
     _mark_edges(ax, [xs[i] for i in o_inf + o_nan], 0.95, "^", AFTER, 55)
     _mark_edges(ax, [xs[i] for i in i_inf + i_nan], 0.95, "^", INPUT, 40)
@@ -274,9 +276,8 @@ def plot_value_ranges(report: dict[str, Any]) -> Plot | None:
         extra.append(Line2D([], [], ls="", marker="^", color="black", label="non-finite (drawn at the top)"))
     if o_zero or i_zero:
         extra.append(Line2D([], [], ls="", marker="v", color="black", label="exactly 0 (drawn at the bottom)"))
+    extra += [Line2D([], [], ls="", label=note) for note in notes]  # text-only legend entries
     _legend_above(fig, ax, extra)
-    if notes:
-        ax.text(0.995, 0.02, "; ".join(notes), transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="#444")
     ax.set_ylabel("absolute max (FP32 reference)")
     ax.grid(True, which="major", axis="y", alpha=0.3)
     _x_axis_layers(ax, layers, xs, fb_idx)
