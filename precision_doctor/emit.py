@@ -133,9 +133,13 @@ def _trtexec_trt10_args(
             f"--layerPrecisions={spec}",
             f"--layerOutputTypes={layer_output_types_spec(layers)}",
         ]
-    tactics = tactic_sources_spec(tactic_sources_avoid, 10)
-    if tactics:
-        args.append(f"--tacticSources={tactics}")
+    return args + _build_tail_args(tactic_sources_avoid, 10, engine, timing_cache)
+
+
+def _build_tail_args(avoid: Iterable[str] | None, trt_major: int, engine: str, timing_cache: str | None) -> list[str]:
+    """Tactic sources to avoid, the engine to save and the timing cache: common to both builds."""
+    tactics = tactic_sources_spec(avoid, trt_major)
+    args = [f"--tacticSources={tactics}"] if tactics else []
     args.append(f"--saveEngine={engine}")
     if timing_cache:
         args.append(f"--timingCacheFile={timing_cache}")
@@ -170,13 +174,7 @@ def _trtexec_strong_args(
     args = ["trtexec", f"--onnx={fixed_onnx}"]
     if strongly_typed_flag:
         args.append("--stronglyTyped")
-    tactics = tactic_sources_spec(tactic_sources_avoid, trt_major)
-    if tactics:
-        args.append(f"--tacticSources={tactics}")
-    args.append(f"--saveEngine={engine}")
-    if timing_cache:
-        args.append(f"--timingCacheFile={timing_cache}")
-    return args
+    return args + _build_tail_args(tactic_sources_avoid, trt_major, engine, timing_cache)
 
 
 def trtexec_trt11(
