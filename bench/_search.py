@@ -1,0 +1,105 @@
+"""Driving search strategies side by side on one oracle setup (the way tests/test_search.py does)."""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+from precision_doctor.backends.emulate import EmulateBackend
+from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.compare import capture_and_analyse
+from precision_doctor.model import Model
+from precision_doctor.precision.formats import get_format
+from precision_doctor.search import STRATEGIES, Oracle
+from precision_doctor.search.oracle import Budget, BudgetExhausted
+from precision_doctor.search.space import build_space
+from precision_doctor.tolerance import Tolerance
+from precision_doctor.workload import InputOptions, Workload
+
+
+class SearchBench:
+    """One model, its samples and tolerance: capture + analysis once, then any strategy on a fresh oracle
+    (same backend session, same samples, same FP32 references, empty memo)."""
+
+    def __init__(self, model: Model, samples: list, tol: Tolerance, precision: str = "fp16", workdir: Path | None = None):
+        self.model = model
+        self.samples = samples
+        self.tol = tol
+        self.precision = precision
+        self.fmt = get_format(precision)
+        self._tmp = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="pd-bench-")
+            workdir = Path(self._tmp.name)
+        workdir.mkdir(parents=True, exist_ok=True)
+        t0 = time.perf_counter()
+        work = Workload(model, samples, InputOptions())
+        self.analysis = capture_and_analyse(work, precision, tol, workdir)
+        self.capture_s = time.perf_counter() - t0
+        self.space = build_space(model, self.analysis, self.fmt)
+        t0 = time.perf_counter()
+        self.backend = EmulateBackend(model, precision)
+        self.ref = ReferenceRunner(model)
+        self.refs = [self.ref.run(s) for s in samples]
+        self.setup_s = time.perf_counter() - t0
+        self.total_flops = max(model.total_flops, 1)
+
+    def oracle(self, **kw) -> Oracle:
+        return Oracle(self.backend, self.samples, self.refs, self.tol, **kw)
+
+    def flop_share(self, fallback) -> float | None:
+        if fallback is None:
+            return None
+        return sum(self.model.node(n).flops for n in fallback) / self.total_flops
+
+    def run(self, strategy: str, time_s: float | None = None, max_evaluations: int | None = None) -> dict:
+        oracle = self.oracle(budget=Budget(max_evaluations=max_evaluations, time_s=time_s))
+        t0 = time.perf_counter()
+        capped = None
+        try:
+            found = STRATEGIES[strategy](oracle, self.space)
+        except BudgetExhausted as exc:
+            capped = str(exc)
+            found = oracle.best()
+        wall = time.perf_counter() - t0
+        phases = Counter(e.phase for e in oracle.trajectory)
+        phase_s: Counter = Counter()
+        for e in oracle.trajectory:
+            phase_s[e.phase] += e.verdict.elapsed_s
+        return {
+            "strategy": strategy,
+            "evaluations": oracle.evaluations,
+            "memo_hits": oracle.memo_hits,
+            "wall_s": wall,
+            "eval_s_mean": (sum(e.verdict.elapsed_s for e in oracle.trajectory) / max(oracle.evaluations, 1)),
+            "found": sorted(found) if found is not None else None,
+            "size": len(found) if found is not None else None,
+            "flop_share": self.flop_share(found),
+            "capped": capped,
+            "phases": dict(phases),
+            "phase_s": dict(phase_s),
+            "trajectory": [
+                {"step": e.step, "phase": e.phase, "size": len(e.fallback), "passed": e.verdict.passed,
+                 "elapsed_s": e.verdict.elapsed_s}
+                for e in oracle.trajectory
+            ],
+        }
+
+    def one_minimal(self, found) -> tuple[bool, list[str]]:
+        """Whether every member is needed (a separate oracle; these evaluations are not counted above)."""
+        if not found:
+            return True, []
+        o = self.oracle()
+        s = frozenset(found)
+        removable = [x for x in sorted(s) if o.passes(s - {x})]
+        return not removable, removable
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+
+def phase_text(phases: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in phases.items())

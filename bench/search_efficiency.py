@@ -1,0 +1,170 @@
+"""Search efficiency on the planted-defect suite: auto vs polygraphy's bisect vs onnxconverter-common's
+segment splitting vs ddmin, each on a fresh oracle over the same backend, samples and references.
+
+    .venv/bin/python bench/search_efficiency.py                # all planted cases, 4 samples each
+    .venv/bin/python bench/search_efficiency.py --quick        # 2 samples, no 1-minimality check
+    .venv/bin/python bench/search_efficiency.py --zoo zoo      # also the zoo models fetched into zoo/
+
+Evaluations are oracle evaluations (memo hits not counted); `auto` also needs one capture + analysis,
+whose time is reported apart (the other strategies do not use it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+import time
+from pathlib import Path
+
+from _common import ratio, table, write_results
+from _search import SearchBench, phase_text
+
+from precision_doctor import planted
+from precision_doctor.model import from_proto
+from precision_doctor.tolerance import Tolerance
+
+STRATEGIES = ["auto", "bisect", "segment", "ddmin"]
+
+
+def bench_case(name: str, bench: SearchBench, expected, check_minimal: bool, strategies: list[str]) -> dict:
+    out = {"case": name, "candidates": len(bench.space.universe), "capture_s": bench.capture_s,
+           "expected": sorted(expected) if expected is not None else None, "runs": {}}
+    for strat in strategies:
+        r = bench.run(strat)
+        if check_minimal and r["found"] is not None:
+            r["one_minimal"], r["removable"] = bench.one_minimal(r["found"])
+        if expected is not None and r["found"] is not None:
+            r["is_expected"] = set(r["found"]) == set(expected)
+        out["runs"][strat] = r
+        print(f"  {name:22s} {strat:8s} evals {r['evaluations']:4d}  size {r['size']}  {r['wall_s']:.2f} s",
+              file=sys.stderr, flush=True)
+    return out
+
+
+def zoo_entries(zoo_dir: Path, n: int) -> list[tuple[str, SearchBench, None]]:
+    """Models from precision_doctor.zoo, if that module and fetched models exist; else nothing."""
+    if importlib.util.find_spec("precision_doctor.zoo") is None:
+        print(f"--zoo: precision_doctor.zoo does not exist; skipping {zoo_dir}", file=sys.stderr)
+        return []
+    if not zoo_dir.is_dir() or not any(zoo_dir.rglob("*.onnx")):
+        print(f"--zoo: no fetched models under {zoo_dir}; skipping", file=sys.stderr)
+        return []
+    from precision_doctor import zoo  # written by another helper; its API is probed, not assumed
+
+    loader = getattr(zoo, "load_entry", None) or getattr(zoo, "workload", None)
+    entries = getattr(zoo, "ENTRIES", None) or getattr(zoo, "MODELS", None)
+    if loader is None or entries is None:
+        print("--zoo: precision_doctor.zoo has no ENTRIES/MODELS + load_entry/workload; skipping", file=sys.stderr)
+        return []
+    out = []
+    for key in entries:
+        try:
+            work, tol = loader(key, zoo_dir, samples=n)
+        except Exception as exc:  # a model not fetched, or an API mismatch: say so and go on
+            print(f"--zoo: {key}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        out.append((f"zoo:{key}", SearchBench(work.model, work.samples, tol), None))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="2 samples per case, no 1-minimality check")
+    ap.add_argument("--samples", type=int, default=None, help="search samples per case (default 4)")
+    ap.add_argument("--zoo", type=Path, default=None, help="also benchmark zoo models fetched into this folder")
+    args = ap.parse_args()
+    n = args.samples or (2 if args.quick else 4)
+    check_minimal = not args.quick
+
+    t_all = time.perf_counter()
+    cases = []
+    for name, make in planted.CASES.items():
+        case = make()
+        bench = SearchBench(from_proto(case.model), case.samples(n, 0), Tolerance(case.atol, case.rtol))
+        cases.append(bench_case(name, bench, case.expected, check_minimal, STRATEGIES))
+        bench.close()
+    if args.zoo is not None:
+        for name, bench, expected in zoo_entries(args.zoo, n):
+            cases.append(bench_case(name, bench, expected, check_minimal, STRATEGIES))
+            bench.close()
+
+    # -- per case table --------------------------------------------------------------------------
+    headers = ["case", "nodes"]
+    for s in STRATEGIES:
+        headers += [f"{s} evals"]
+    for s in STRATEGIES:
+        headers += [f"{s} size"]
+    headers += ["expected size", "auto/segment evals", "auto FP32 FLOP %", "segment FP32 FLOP %"]
+    rows = []
+    totals = {s: {"evaluations": 0, "wall_s": 0.0, "size": 0, "flops_share_sum": 0.0} for s in STRATEGIES}
+    not_larger = 0
+    for c in cases:
+        runs = c["runs"]
+        row = [c["case"], c["candidates"]]
+        row += [runs[s]["evaluations"] for s in STRATEGIES]
+        row += [_size(runs[s]) for s in STRATEGIES]
+        row += [len(c["expected"]) if c["expected"] is not None else "-",
+                f"{ratio(runs['auto']['evaluations'], runs['segment']['evaluations']):.2f}",
+                _pct(runs["auto"]["flop_share"]), _pct(runs["segment"]["flop_share"])]
+        rows.append(row)
+        for s in STRATEGIES:
+            totals[s]["evaluations"] += runs[s]["evaluations"]
+            totals[s]["wall_s"] += runs[s]["wall_s"]
+            totals[s]["size"] += runs[s]["size"] or 0
+        if (runs["auto"]["size"] or 0) <= (runs["segment"]["size"] or 0):
+            not_larger += 1
+    per_case = table(headers, rows)
+
+    # -- totals ----------------------------------------------------------------------------------
+    th = ["strategy", "evaluations", "vs segment", "search wall s", "sum of set sizes", "1-minimal sets",
+          "certified minimum found"]
+    trows = []
+    for s in STRATEGIES:
+        t = totals[s]
+        mins = sum(1 for c in cases if c["runs"][s].get("one_minimal"))
+        exp = sum(1 for c in cases if c["runs"][s].get("is_expected"))
+        n_exp = sum(1 for c in cases if c["expected"] is not None)
+        trows.append([s, t["evaluations"], f"{ratio(t['evaluations'], totals['segment']['evaluations']):.2f}",
+                      t["wall_s"], t["size"], f"{mins}/{len(cases)}" if check_minimal else "-", f"{exp}/{n_exp}"])
+    total_table = table(th, trows)
+    capture_s = sum(c["capture_s"] for c in cases)
+    r = ratio(totals["auto"]["evaluations"], totals["segment"]["evaluations"])
+
+    # -- where auto spends its evaluations --------------------------------------------------------
+    ph_rows = [[c["case"], c["runs"]["auto"]["evaluations"], phase_text(c["runs"]["auto"]["phases"])] for c in cases]
+    phase_table = table(["case", "auto evals", "by phase"], ph_rows)
+
+    print(f"\nPlanted suite, {n} samples per case, fresh oracle per strategy\n")
+    print(per_case)
+    print()
+    print(total_table)
+    print(f"\nauto/segment evaluations: {r:.2f} (target <= 0.60: {'met' if r <= 0.6 else 'MISSED'}); "
+          f"auto's set no larger than segment's in {not_larger}/{len(cases)} cases; "
+          f"auto's one-off capture + analysis: {capture_s:.2f} s in all")
+    print()
+    print(phase_table)
+    path = write_results(
+        "search_efficiency" + ("_quick" if args.quick else ""),
+        {"quick": args.quick, "samples": n, "cases": cases, "totals": totals, "auto_over_segment": r,
+         "auto_not_larger": not_larger, "capture_s": capture_s, "wall_s": time.perf_counter() - t_all,
+         "tables": {"per_case": per_case, "totals": total_table, "auto_phases": phase_table}},
+    )
+    print(f"\nresults: {path}")
+
+
+def _size(run: dict) -> str:
+    if run["size"] is None:
+        return "none"
+    s = str(run["size"])
+    if run.get("one_minimal") is False:
+        s += "*"
+    return s
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{100 * v:.1f}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""`batch`: a zoo of planted models (one broken file), summaries, resuming, executors, recipes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+
+import numpy as np
+import onnx
+import pytest
+
+from precision_doctor import planted
+from precision_doctor.batch import (
+    ENTRY,
+    InlineExecutor,
+    LocalExecutor,
+    ModelSettings,
+    discover,
+    run_batch,
+    threads_per_worker,
+)
+from precision_doctor.errors import UserError
+
+
+@pytest.fixture
+def zoo(tmp_path):
+    """overflow_island (JSON recipe, .npz input files), large_reducesum (YAML recipe, generated inputs),
+    broken (not an ONNX file)."""
+    root = tmp_path / "zoo"
+    (root / "inputs").mkdir(parents=True)
+    case = planted.overflow_island()
+    onnx.save(case.model, str(root / "overflow_island.onnx"))
+    files = []
+    for i, s in enumerate(case.samples(3, seed=0)):
+        np.savez(root / "inputs" / f"oi_{i}.npz", **s)
+        files.append(f"inputs/oi_{i}.npz")
+    (root / "overflow_island.json").write_text(json.dumps({
+        "inputs": {"files": files},
+        "tolerance": {"atol": case.atol, "rtol": case.rtol},
+        "max_evaluations": 60,
+    }))
+    lr = planted.large_reducesum()
+    onnx.save(lr.model, str(root / "large_reducesum.onnx"))
+    (root / "large_reducesum.yaml").write_text(
+        "inputs:\n  samples: 2\n  seed: 1\n  val_range: {x: [20, 40]}\n"
+        f"tolerance: {{atol: {lr.atol}, rtol: {lr.rtol}}}\nstrategy: auto\n"
+    )
+    (root / "broken.onnx").write_bytes(b"this is not a protobuf \x00\x01\x02" * 10)
+    return root, {"overflow_island": case.expected, "large_reducesum": lr.expected}
+
+
+def _mtimes(out, names):
+    return {n: os.stat(out / n / "report.json").st_mtime_ns for n in names}
+
+
+def test_batch_summary_error_and_rerun_skips(zoo, tmp_path):
+    root, expected = zoo
+    out = tmp_path / "out"
+    res = run_batch(root, out, executor=InlineExecutor())
+    rows = {r["model"]: r for r in res.rows}
+    assert list(rows) == ["broken", "large_reducesum", "overflow_island"]
+    assert [r["model"] for r in res.errors] == ["broken"]
+    err = rows["broken"]["message"]
+    assert "not a readable ONNX model" in err and "\n" not in err
+    for name, want in expected.items():
+        r = rows[name]
+        assert r["status"] == "passed" and r["passed"] is True
+        rep = json.loads((out / name / "report.json").read_text())
+        assert set(rep["fallback_nodes"]) == want
+        assert r["fallback_size"] == len(want) and r["evaluations"] >= 1
+        assert (out / name / "report.html").is_file() and (out / name / ENTRY).is_file()
+    # The recipes were applied: files for one, generated samples (seed 1) for the other.
+    rep = json.loads((out / "large_reducesum" / "report.json").read_text())
+    assert rep["inputs"]["generated"] == 2 and rep["inputs"]["seed"] == 1
+    assert rep["tolerance"]["atol"] == pytest.approx(1e-2)
+
+    with open(out / "summary.csv") as f:
+        table = list(csv.DictReader(f))
+    assert [t["model"] for t in table] == ["broken", "large_reducesum", "overflow_island"]
+    assert [t["status"] for t in table] == ["error", "passed", "passed"]
+    assert table[2]["report"] == "overflow_island/report.html"
+    html = (out / "summary.html").read_text()
+    assert 'href="overflow_island/report.html"' in html and 'href="large_reducesum/report.html"' in html
+    assert not re.search(r"(src|href)=\"(https?:)?//", html) and "<link" not in html  # self-contained
+    assert "not a readable ONNX model" in html
+
+    # Again: the finished models are not redone (the error is tried again).
+    before = _mtimes(out, expected)
+    again = run_batch(root, out, executor=InlineExecutor())
+    assert sorted(again.skipped) == sorted(expected) and again.ran == ["broken"]
+    assert _mtimes(out, expected) == before
+    assert [r["status"] for r in again.rows] == ["error", "passed", "passed"]
+
+    # A changed recipe (settings) makes that one model run again, and only that one.
+    (root / "large_reducesum.yaml").write_text("inputs:\n  samples: 2\n  seed: 2\n  val_range: {x: [20, 40]}\n"
+                                               "tolerance: {atol: 0.01, rtol: 0.01}\n")
+    third = run_batch(root, out, executor=InlineExecutor())
+    assert sorted(third.ran) == ["broken", "large_reducesum"] and third.skipped == ["overflow_island"]
+
+
+def test_interrupted_batch_resumes(zoo, tmp_path, monkeypatch):
+    root, expected = zoo
+    out = tmp_path / "out"
+    # "Interrupted" after the first model: only it ran; the summary shows the others pending.
+    first = run_batch(root, out, executor=InlineExecutor(), only=["overflow_island"])
+    assert first.ran == ["overflow_island"]
+    statuses = {r["model"]: r["status"] for r in first.rows}
+    assert statuses == {"broken": "pending", "large_reducesum": "pending", "overflow_island": "passed"}
+    before = _mtimes(out, ["overflow_island"])
+    second = run_batch(root, out, executor=InlineExecutor())
+    assert second.skipped == ["overflow_island"] and sorted(second.ran) == ["broken", "large_reducesum"]
+    assert _mtimes(out, ["overflow_island"]) == before
+
+    # A run cut off mid-search (entry says running, no report yet) continues from its checkpoint:
+    # the capture is reused, not made again.
+    run_dir = out / "large_reducesum"
+    entry = json.loads((run_dir / ENTRY).read_text())
+    entry["row"] = {"model": "large_reducesum", "status": "running"}
+    (run_dir / ENTRY).write_text(json.dumps(entry))
+    (run_dir / "report.json").unlink()
+
+    def no_capture(*a, **k):
+        raise AssertionError("captured again instead of resuming")
+
+    monkeypatch.setattr("precision_doctor.diagnose.capture_and_analyse", no_capture)
+    third = run_batch(root, out, executor=InlineExecutor())
+    assert sorted(third.ran) == ["broken", "large_reducesum"]
+    rep = json.loads((run_dir / "report.json").read_text())
+    assert rep["passed"] and set(rep["fallback_nodes"]) == expected["large_reducesum"]
+
+
+def test_cli_batch_with_two_worker_processes(zoo, tmp_path, run_cli):
+    root, expected = zoo
+    (root / "broken.onnx").unlink()
+    out = tmp_path / "cli-out"
+    code, stdout, stderr = run_cli("batch", root, "--jobs", "2", "--out", out)
+    assert code == 0, stderr
+    assert "Batch summary" in stdout and "2 diagnosed, 0 skipped" in stdout
+    code, stdout, _ = run_cli("batch", root, "--jobs", "2", "--out", out)
+    assert code == 0 and "0 diagnosed, 2 skipped" in stdout
+    # A non-empty directory that is not a batch is refused (exit 2, one line).
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "x.txt").write_text("mine")
+    code, _, stderr = run_cli("batch", root, "--out", other)
+    assert code == 2 and "not empty" in stderr
+
+
+def test_batch_error_exit_code(tmp_path, run_cli):
+    root = tmp_path / "z"
+    root.mkdir()
+    (root / "bad.onnx").write_bytes(b"nope")
+    code, stdout, _ = run_cli("batch", root, "--jobs", "0", "--out", tmp_path / "o")
+    assert code == 1 and "error" in stdout
+
+
+def _die_on_two(x: int) -> int:
+    if x == 2:
+        os._exit(3)
+    return x * 10
+
+
+def test_local_executor_survives_a_dying_worker():
+    done = list(LocalExecutor(2).map(_die_on_two, [1, 2, 3]))
+    by = {d.item: d for d in done}
+    assert sorted(by) == [1, 2, 3]
+    assert by[1].result == 10 and by[3].result == 30
+    assert by[2].error and "died" in by[2].error
+
+
+def test_recipes_manifest_and_names(tmp_path):
+    root = tmp_path
+    onnx.save(planted.clean().model, str(root / "a b.onnx"))
+    (root / "a b.json").write_text(json.dumps({
+        "inputs": {"input_shapes": {"x": [2, 32]}, "val_range": {"*": [-1, 1]}}, "tolerance": {"atol": 0.5},
+        "about": {"anything": "goes"},
+    }))
+    specs = discover(root, ModelSettings())
+    assert [s.name for s in specs] == ["a_b"]
+    s = specs[0].settings
+    assert s.input_shapes == ("x:[2,32]",) and s.val_range == ("[-1,1]",) and s.atol == 0.5 and s.rtol == 1e-5
+
+    (root / "a b.json").write_text(json.dumps({"tolerance": {"atoll": 1}}))
+    bad = discover(root, ModelSettings())[0]
+    assert bad.error and "atoll" in bad.error
+
+    manifest = root / "m.yaml"
+    manifest.write_text(
+        "defaults: {tolerance: {atol: 0.1, rtol: 0.1}, max_evaluations: 5}\n"
+        "models:\n  - path: a b.onnx\n    name: first\n  - {path: a b.onnx, name: first, precision: bf16}\n"
+        "  - path: missing.onnx\n"
+    )
+    specs = discover(manifest, ModelSettings())
+    assert [s.name for s in specs] == ["first", "first-2", "missing"]
+    assert specs[0].settings.atol == 0.1 and specs[0].settings.max_evaluations == 5
+    assert specs[1].settings.precision == "bf16"
+    res = run_batch(manifest, tmp_path / "out", executor=InlineExecutor(), only=["missing"])
+    row = {r["model"]: r for r in res.rows}["missing"]
+    assert row["status"] == "error" and "not found" in row["message"]
+    with pytest.raises(UserError, match="unknown model"):
+        run_batch(manifest, tmp_path / "out", executor=InlineExecutor(), only=["nope"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError, match="no models"):
+        discover(tmp_path / "empty", ModelSettings())
+
+
+def test_threads_per_worker():
+    assert threads_per_worker(1) == 0
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert threads_per_worker(2) == max(1, n // 2)
+    assert threads_per_worker(10_000) == 1
