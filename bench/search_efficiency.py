@@ -115,9 +115,18 @@ def main() -> None:
         if (runs["auto"]["size"] or 0) <= (runs["segment"]["size"] or 0):
             not_larger += 1
     per_case = table(headers, rows)
+    long_rows = []
+    for c in cases:
+        for s in STRATEGIES:
+            r = c["runs"][s]
+            long_rows.append([c["case"], s, r["evaluations"], r["wall_s"] * 1000, _size(r), _pct(r["flop_share"]),
+                              "-" if "one_minimal" not in r else r["one_minimal"],
+                              "-" if "is_expected" not in r else r["is_expected"]])
+    long_table = table(["case", "strategy", "evaluations", "wall ms", "set size", "FP32 FLOP %", "1-minimal",
+                        "= certified minimum"], long_rows)
 
     # -- totals ----------------------------------------------------------------------------------
-    th = ["strategy", "evaluations", "vs segment", "search wall s", "sum of set sizes", "1-minimal sets",
+    th = ["strategy", "evaluations", "vs segment", "search wall ms", "sum of set sizes", "1-minimal sets",
           "certified minimum found"]
     trows = []
     for s in STRATEGIES:
@@ -126,7 +135,7 @@ def main() -> None:
         exp = sum(1 for c in cases if c["runs"][s].get("is_expected"))
         n_exp = sum(1 for c in cases if c["expected"] is not None)
         trows.append([s, t["evaluations"], f"{ratio(t['evaluations'], totals['segment']['evaluations']):.2f}",
-                      t["wall_s"], t["size"], f"{mins}/{len(cases)}" if check_minimal else "-", f"{exp}/{n_exp}"])
+                      t["wall_s"] * 1000, t["size"], f"{mins}/{len(cases)}" if check_minimal else "-", f"{exp}/{n_exp}"])
     total_table = table(th, trows)
     capture_s = sum(c["capture_s"] for c in cases)
     r = ratio(totals["auto"]["evaluations"], totals["segment"]["evaluations"])
@@ -138,6 +147,8 @@ def main() -> None:
     print(f"\nPlanted suite, {n} samples per case, fresh oracle per strategy\n")
     print(per_case)
     print()
+    print(long_table)
+    print()
     print(total_table)
     print(f"\nauto/segment evaluations: {r:.2f} (target <= 0.60: {'met' if r <= 0.6 else 'MISSED'}); "
           f"auto's set no larger than segment's in {not_larger}/{len(cases)} cases; "
@@ -148,7 +159,7 @@ def main() -> None:
         "search_efficiency" + ("_quick" if args.quick else ""),
         {"quick": args.quick, "samples": n, "cases": cases, "totals": totals, "auto_over_segment": r,
          "auto_not_larger": not_larger, "capture_s": capture_s, "wall_s": time.perf_counter() - t_all,
-         "tables": {"per_case": per_case, "totals": total_table, "auto_phases": phase_table}},
+         "tables": {"per_case": per_case, "long": long_table, "totals": total_table, "auto_phases": phase_table}},
     )
     print(f"\nresults: {path}")
 

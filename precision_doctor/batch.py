@@ -503,6 +503,7 @@ class LocalExecutor:
             return
         left: list[Any] = []
         pool = self._pool(min(self.jobs, len(items)))
+        finished = False
         try:
             futures: dict[Future, Any] = {pool.submit(fn, it): it for it in items}
             pending = set(futures)
@@ -520,8 +521,11 @@ class LocalExecutor:
                 if broken:
                     left.extend(futures[f] for f in pending)
                     break
+            finished = True
         finally:
-            pool.shutdown(wait=not left, cancel_futures=True)
+            if not finished and not left:  # interrupted (Ctrl-C, or the consumer stopped): stop the workers now;
+                _terminate(pool)  # their run directories keep the search checkpoint, and the next run resumes
+            pool.shutdown(wait=finished and not left, cancel_futures=True)
         for it in left:  # isolate: one pool per item, so a second death names its item
             yield from self._isolated(fn, it)
 
@@ -535,6 +539,14 @@ class LocalExecutor:
             yield Done(item, error=_one_line(exc))
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _terminate(pool: ProcessPoolExecutor) -> None:
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.terminate()
+        except Exception:  # already gone
+            pass
 
 
 def make_executor(jobs: int) -> Executor:
@@ -612,9 +624,13 @@ def run_batch(
     out_dir = prepare_batch_dir(Path(out_dir), force=force)
     executor = executor or InlineExecutor()
     threads = threads_per_worker(executor.jobs)
+    now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    try:
+        created = read_json(out_dir / MARKER).get("created", now)
+    except (OSError, ValueError):
+        created = now
     write_json(out_dir / MARKER, {
-        "tool": "precision-doctor", "source": str(Path(source).resolve()),
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "tool": "precision-doctor", "source": str(Path(source).resolve()), "created": created, "updated": now,
         "jobs": executor.jobs, "models": [s.name for s in specs],
     })
     rows: dict[str, dict] = {}
@@ -697,8 +713,9 @@ def summary_csv(rows: list[dict]) -> str:
     return buf.getvalue()
 
 
-def _fmt_share(v: Any) -> str:
-    return "" if v is None else f"{100 * float(v):.2f}%"
+def fmt_share(v: Any) -> str:
+    """A FLOP share as a percentage with 3 significant digits ("0.000619%", "12.5%")."""
+    return "" if v is None else f"{100 * float(v):.3g}%"
 
 
 def _fmt_time(v: Any) -> str:
@@ -751,7 +768,7 @@ def summary_html(rows: list[dict], title: str = "precision-doctor batch") -> str
             "<tr>"
             f"<td>{escape(r['model'])}</td><td class=\"{cls}\">{escape(st)}</td><td>{passed}</td>"
             + n(r.get("fallback_size"), "" if r.get("fallback_size") is None else str(r["fallback_size"]))
-            + n(r.get("fp32_flop_share"), _fmt_share(r.get("fp32_flop_share")))
+            + n(r.get("fp32_flop_share"), fmt_share(r.get("fp32_flop_share")))
             + n(r.get("evaluations"), "" if r.get("evaluations") is None else str(r["evaluations"]))
             + n(r.get("elapsed_s"), _fmt_time(r.get("elapsed_s")))
             + f"<td>{link}</td><td class=\"msg\">{escape(r.get('message') or '')}</td></tr>"

@@ -78,16 +78,20 @@ def batch(
 def _row_brief(row: dict) -> str:
     if row.get("fallback_size") is None:
         return ""
-    share = 100 * float(row.get("fp32_flop_share") or 0.0)
-    return f"({row['fallback_size']} node(s) in FP32, {share:.2f}% of FLOPs, {row['evaluations']} evaluations)"
+    from precision_doctor.batch import fmt_share
+
+    share = fmt_share(row.get("fp32_flop_share"))
+    return f"({row['fallback_size']} node(s) in FP32, {share} of FLOPs, {row['evaluations']} evaluations)"
 
 
 def print_summary(rows: list[dict]) -> None:
+    from precision_doctor.batch import fmt_share
+
     table = Table(title="Batch summary", title_justify="left")
     for col in ("model", "status", "FP32 nodes", "FP32 FLOPs", "evals", "time", "report / message"):
         table.add_column(col, justify="right" if col in ("FP32 nodes", "FP32 FLOPs", "evals", "time") else "left")
     for r in rows:
-        share = "" if r.get("fp32_flop_share") is None else f"{100 * float(r['fp32_flop_share']):.2f}%"
+        share = fmt_share(r.get("fp32_flop_share"))
         table.add_row(
             r["model"], r["status"], "" if r.get("fallback_size") is None else str(r["fallback_size"]), share,
             "" if r.get("evaluations") is None else str(r["evaluations"]),

@@ -90,7 +90,7 @@ REGISTRY: list[ZooModel] = [
         "on the edge. Boxes are pixel coordinates: 1% of a box coordinate keeps the IoU with the FP32 box "
         "above ~0.98, far from the NMS threshold (0.45). All-FP16 moves box coordinates by up to 0.33 px, "
         "2% of the smaller ones, so it fails.",
-        budget={"max_evaluations": 40, "time_budget": 90},
+        budget={"max_evaluations": 200, "time_budget": 240},
     ),
     ZooModel(
         name="ppocr-v4-det",
@@ -101,14 +101,17 @@ REGISTRY: list[ZooModel] = [
         licence="Apache-2.0 (METADATA License field)",
         description="PP-OCRv4 text detection (DBNet): a text probability map the size of the input; inputs are "
         "rendered text pages normalized as RapidOCR does ((x/255-0.5)/0.5)",
-        inputs={"input_shapes": ["x:[1,3,320,320]"]},
-        tolerance={"atol": 1e-2, "rtol": 1e-2},
-        why_fair="The probability map is binarized at 0.3 and boxes are kept when their mean probability "
-        "exceeds 0.5: a pixel within 0.01 (or 1%) of FP32 cannot move a box edge by more than the pixels "
-        "that already sit on the threshold. All-FP16 fails by a mile: a BatchNormalization's running "
-        "variance (9.8e7) overflows FP16, the map collapses (max abs error 1.0, ~20% of pixels flip).",
-        budget={"max_evaluations": 40, "time_budget": 90},
-        synthetic=("text_page", 3, 320, 320),
+        inputs={"input_shapes": ["x:[1,3,256,256]"]},
+        tolerance={"atol": 0.1, "rtol": 1e-2},
+        why_fair="The map is binarized at 0.3 and a box is kept when its mean probability exceeds 0.5 (then "
+        "dilated and unclipped by 1.6), so what matters is which pixels cross 0.3: a pixel within 0.1 of FP32 "
+        "moves a text contour by well under a pixel (with the one defective node in FP32, fewer than 10 of "
+        "~13,000 text pixels flip and none is off by 0.1). All-FP16 fails by a mile: the running variance of a "
+        "BatchNormalization (9.8e7) does not fit FP16, and the map collapses (max abs error 1.0, ~20% of "
+        "pixels flip). An elementwise 0.01 would be unfair: FP16 rounding accumulated over 300 layers "
+        "alone moves a few hundred steep edge pixels by 0.02-0.06.",
+        budget={"max_evaluations": 60, "time_budget": 120},
+        synthetic=("text_page", 3, 256, 256),
     ),
     ZooModel(
         name="ppocr-mobile-cls",
@@ -147,7 +150,7 @@ REGISTRY: list[ZooModel] = [
         why_fair="The speech probability is compared with 0.5, where 0.001 is nothing; but stateN is fed back "
         "as the next chunk's state every 32 ms, so its error compounds over a stream: within 0.001 absolute "
         "or 1% relative per chunk keeps the drift small. All-FP16 moves the state by up to 3.4e-3.",
-        budget={"max_evaluations": 40, "time_budget": 60},
+        budget={"max_evaluations": 150, "time_budget": 60},
     ),
 ]
 
