@@ -45,7 +45,16 @@ def machine() -> dict:
         "numpy": numpy.__version__,
         "h5py": h5py.__version__,
         "git_commit": commit,
+        "loadavg_at_end": loadavg(),
     }
+
+
+def loadavg() -> list[float]:
+    """The 1, 5 and 15 minute load averages: other processes on the machine skew wall times."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return []
 
 
 def fmt(v, digits: int = 3) -> str:

@@ -79,6 +79,7 @@ class SearchBench:
     def run(self, strategy: str, time_s: float | None = None, max_evaluations: int | None = None) -> dict:
         oracle = self.oracle(budget=Budget(max_evaluations=max_evaluations, time_s=time_s))
         t0 = time.perf_counter()
+        c0 = time.process_time()
         capped = None
         try:
             found = STRATEGIES[strategy](oracle, self.space)
@@ -86,6 +87,7 @@ class SearchBench:
             capped = str(exc)
             found = oracle.best()
         wall = time.perf_counter() - t0
+        cpu = time.process_time() - c0
         phases = Counter(e.phase for e in oracle.trajectory)
         phase_s: Counter = Counter()
         for e in oracle.trajectory:
@@ -95,6 +97,7 @@ class SearchBench:
             "evaluations": oracle.evaluations,
             "memo_hits": oracle.memo_hits,
             "wall_s": wall,
+            "cpu_s": cpu,
             "eval_s_mean": (sum(e.verdict.elapsed_s for e in oracle.trajectory) / max(oracle.evaluations, 1)),
             "found": sorted(found) if found is not None else None,
             "size": len(found) if found is not None else None,

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from _common import OUT, table, write_results
+from _common import OUT, loadavg, table, write_results
 
 MiB = 1 << 20
 UNBOUNDED_MB = 1e9  # a budget larger than the whole run: every tensor in one group
@@ -137,12 +137,16 @@ def child(args: argparse.Namespace) -> None:
     out = Path(args.h5)
     thread = threading.Thread(target=poll, daemon=True)
     thread.start()
+    ru0 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu0 = ru0.ru_utime + ru0.ru_stime
     t0 = last["t"] = time.perf_counter()
     capture(model, samples, FP16, out, settings=settings, progress=progress)
     wall = time.perf_counter() - t0
     stop.set()
     thread.join()
-    maxrss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    maxrss = ru.ru_maxrss * 1024  # Linux: KiB
+    cpu_s = ru.ru_utime + ru.ru_stime - cpu0
 
     act_bytes, largest, n_ds = 0, 0, 0
     per_run: dict[str, int] = {}
@@ -157,6 +161,8 @@ def child(args: argparse.Namespace) -> None:
                 n_ds += 1
     result = {
         "wall_s": wall,
+        "cpu_s": cpu_s,
+        "loadavg_after": os.getloadavg(),
         "baseline_rss": baseline,
         "peak_rss": maxrss,
         "peak_rss_by_run": peaks,
@@ -231,6 +237,7 @@ def main() -> None:
     model_path = work / "model.onnx"
     spec = build_model(model_path, channels, size, layers)
     t_all = time.perf_counter()
+    load_start = loadavg()
     results = []
     for group_mb, comp, trim in settings(4, 16) if quick else settings(64, 256):
         label = ("unbounded" if group_mb >= UNBOUNDED_MB else f"{group_mb:g} MB") + (" + malloc_trim" if trim else "")
@@ -252,7 +259,7 @@ def main() -> None:
     headers = [
         "group budget", "compression", "peak RSS MiB", "peak - baseline MiB", "peak vs unbounded",
         "peak in ref / lowp / local MiB", "groups ref / lowp / local", "largest tensor MiB",
-        "activations written MiB", "HDF5 file MiB", "capture s", "s in ref / lowp / local", "throughput MB/s",
+        "activations written MiB", "HDF5 file MiB", "capture s", "CPU s", "s in ref / lowp / local", "throughput MB/s",
     ]
     unb = {r["compression"]: r for r in results if r["group_mb"] >= UNBOUNDED_MB and not r["trim"]}
     runs = ("reference", "lowp", "local")
@@ -272,7 +279,7 @@ def main() -> None:
             " / ".join(f"{pr.get(k, 0) / MiB:.0f}" for k in runs),
             " / ".join(str(gr.get(k, 0)) for k in runs),
             r["largest_tensor_bytes"] / MiB, r["activation_bytes"] / MiB, r["file_bytes"] / MiB,
-            wall, " / ".join(f"{sr.get(k, 0):.1f}" for k in runs), r["activation_bytes"] / 1e6 / r["wall_s"],
+            wall, r["cpu_s"], " / ".join(f"{sr.get(k, 0):.1f}" for k in runs), r["activation_bytes"] / 1e6 / r["wall_s"],
         ])
     md = table(headers, rows)
     tb = spec["tensor_bytes"]
@@ -282,12 +289,13 @@ def main() -> None:
         f"{samples} sample(s), 3 runs (reference, lowp, local); baseline RSS before capture ~{base_rss:.0f} MiB; "
         f"{args.repeat} run(s) per setting" + (" (peak: max, range; time: median, range)" if args.repeat > 1 else "")
     )
+    summary += f"; load average {load_start} -> {loadavg()}"
     print("\n" + summary + "\n")
     print(md)
     path = write_results(
         "capture_memory" + ("_quick" if quick else ""),
         {"quick": quick, "model": spec, "samples": samples, "repeat": args.repeat, "results": results, "table": md,
-         "summary": summary, "wall_s": time.perf_counter() - t_all},
+         "summary": summary, "wall_s": time.perf_counter() - t_all, "loadavg": [load_start, loadavg()]},
     )
     print(f"\nresults: {path}")
 

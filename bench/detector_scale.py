@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
-from _common import OUT, ratio, table, write_results
+from _common import OUT, loadavg, ratio, table, write_results
 from _search import SearchBench, phase_text
 
 from precision_doctor.backends.ort_session import make_session, with_outputs
@@ -155,64 +155,113 @@ def all_fp16_error(bench: SearchBench) -> dict:
     return {"all_fp16_passes": v.passed, "all_fp16": out, "all_fp32_passes": allv.passed}
 
 
+def auto_analysis(run: dict) -> dict:
+    """What auto's trajectory says: where the gallop stopped, the set prune started from, what it removed."""
+    tr = run["trajectory"]
+    gallop = [e for e in tr if e["phase"] == "gallop"]
+    prune = [e for e in tr if e["phase"] == "prune"]
+    bis = [e for e in tr if e["phase"] in ("gallop", "bisect-rank") and e["passed"]]
+    start = min((e["size"] for e in bis), default=None)
+    return {
+        "gallop_last_size": gallop[-1]["size"] if gallop else None,
+        "prune_start_size": start,
+        "prune_evaluations": len(prune),
+        "prune_removed": sum(1 for e in prune if e["passed"]),
+        "prune_kept": sum(1 for e in prune if not e["passed"]),
+        "final_size": run["size"],
+    }
+
+
+def parse_tol(text: str) -> tuple[float, float]:
+    a, _, r = text.partition(",")
+    return float(a), float(r or a)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="2 samples, atol = rtol = 1e-3, 120 s cap per strategy")
+    ap.add_argument("--quick", action="store_true", help="2 samples, atol = rtol = 1e-3 only, 120 s cap per strategy")
     ap.add_argument("--samples", type=int, default=None, help="search samples (default 3, quick 2)")
-    ap.add_argument("--atol", type=float, default=None, help="elemwise atol (default 1e-4, quick 1e-3)")
-    ap.add_argument("--rtol", type=float, default=None, help="elemwise rtol (default 1e-4, quick 1e-3)")
-    ap.add_argument("--time-budget", type=float, default=None, help="cap per strategy, s (default 1500, quick 120)")
+    ap.add_argument("--tolerance", action="append", default=None, metavar="ATOL[,RTOL]",
+                    help="elemwise tolerance, repeatable (default: 1e-4,1e-4 and the zoo's 1e-3,1e-2; quick 1e-3)")
+    ap.add_argument("--time-budget", type=float, default=None, help="cap per strategy, s (default 900, quick 120)")
     ap.add_argument("--strategies", default="auto,segment,bisect")
     ap.add_argument("--model", type=Path, default=None, help="an ONNX file instead of nudenet's 320n.onnx")
     args = ap.parse_args()
     quick = args.quick
     n = args.samples or (2 if quick else 3)
-    atol = args.atol if args.atol is not None else (1e-3 if quick else 1e-4)
-    rtol = args.rtol if args.rtol is not None else (1e-3 if quick else 1e-4)
-    budget = args.time_budget or (120.0 if quick else 1500.0)
+    tols = [parse_tol(t) for t in (args.tolerance or (["1e-3,1e-3"] if quick else ["1e-4,1e-4", "1e-3,1e-2"]))]
+    budget = args.time_budget or (120.0 if quick else 900.0)
     strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
 
     t_all = time.perf_counter()
+    load_start = loadavg()
     path = args.model or fetch_model()
     t0 = time.perf_counter()
     model = load_model(path, input_shapes={INPUT: SHAPE})
     load_s = time.perf_counter() - t0
     rng = np.random.default_rng(0)
     samples = [{INPUT: rng.uniform(0.0, 1.0, SHAPE).astype(np.float32)} for _ in range(n)]
-    tol = Tolerance(atol, rtol)
-    bench = SearchBench(model, samples, tol, workdir=OUT / "detector_scale")
+    bench = SearchBench(model, samples, Tolerance(*tols[0]), workdir=OUT / "detector_scale")
     print(f"{path.name}: {len(model.nodes)} nodes, {len(bench.space.universe)} candidates, "
           f"{model.total_flops / 1e9:.2f} GFLOP; capture + analysis {bench.capture_s:.1f} s", file=sys.stderr)
-    base = all_fp16_error(bench)
-    print(f"all-FP16 passes: {base['all_fp16_passes']}, all-FP32 passes: {base['all_fp32_passes']}", file=sys.stderr)
 
-    runs = {}
-    for strat in strategies:
-        print(f"search: {strat} (cap {budget:g} s) ...", file=sys.stderr, flush=True)
-        r = bench.run(strat, time_s=budget)
-        runs[strat] = r
-        print(f"  {r['evaluations']} evaluations, set {r['size']}, {r['wall_s']:.1f} s"
-              + (f" CAPPED: {r['capped']}" if r["capped"] else ""), file=sys.stderr, flush=True)
+    results = []
+    for atol, rtol in tols:
+        bench.tol = Tolerance(atol, rtol)
+        base = all_fp16_error(bench)
+        print(f"atol={atol:g} rtol={rtol:g}: all-FP16 passes: {base['all_fp16_passes']}, "
+              f"all-FP32 passes: {base['all_fp32_passes']}", file=sys.stderr)
+        runs = {}
+        for strat in strategies:
+            print(f"search: {strat} (cap {budget:g} s) ...", file=sys.stderr, flush=True)
+            r = bench.run(strat, time_s=budget)
+            runs[strat] = r
+            print(f"  {r['evaluations']} evaluations, set {r['size']}, {r['wall_s']:.1f} s"
+                  + (f" CAPPED: {r['capped']}" if r["capped"] else ""), file=sys.stderr, flush=True)
+        a, sg = runs.get("auto"), runs.get("segment")
+        results.append({
+            "tolerance": bench.tol.to_dict(), "baseline": base, "runs": runs,
+            "auto_over_segment": ratio(a["evaluations"], sg["evaluations"]) if a and sg else None,
+            "auto_analysis": auto_analysis(a) if a else None,
+        })
 
-    found = runs.get("auto", {}).get("found") or runs.get("segment", {}).get("found") or []
+    first = results[0]["runs"]
+    found = (first.get("auto") or {}).get("found") or (first.get("segment") or {}).get("found") or []
+    bench.tol = Tolerance(*tols[0])
     prof = profile_evaluation(bench, frozenset(found), repeats=5)
+    load_end = loadavg()
 
     # -- tables ------------------------------------------------------------------------------------
-    headers = ["strategy", "evaluations", "set size", "FP32 FLOP %", "search wall s", "mean s / evaluation",
-               "capped", "evaluations by phase"]
+    headers = ["tolerance (atol, rtol)", "strategy", "evaluations", "set size", "FP32 FLOP %", "search wall s",
+               "CPU s", "mean s / evaluation", "capped", "evaluations by phase"]
     rows = []
-    for s, r in runs.items():
-        rows.append([s, r["evaluations"], r["size"] if r["size"] is not None else "none",
-                     "-" if r["flop_share"] is None else f"{100 * r['flop_share']:.1f}", r["wall_s"], r["eval_s_mean"],
-                     "yes" if r["capped"] else "no", phase_text(r["phases"])])
+    for res in results:
+        t = res["tolerance"]
+        for s, r in res["runs"].items():
+            rows.append([f"{t['atol']:g}, {t['rtol']:g}", s, r["evaluations"],
+                         r["size"] if r["size"] is not None else "none",
+                         "-" if r["flop_share"] is None else f"{100 * r['flop_share']:.1f}", r["wall_s"], r["cpu_s"],
+                         r["eval_s_mean"], "yes" if r["capped"] else "no", phase_text(r["phases"])])
     main_table = table(headers, rows)
-    a, sg = runs.get("auto"), runs.get("segment")
-    ev_ratio = ratio(a["evaluations"], sg["evaluations"]) if a and sg else None
+    ratio_rows = []
+    for res in results:
+        t, runs, aa = res["tolerance"], res["runs"], res["auto_analysis"] or {}
+        a, sg = runs.get("auto"), runs.get("segment")
+        if not (a and sg):
+            continue
+        r = res["auto_over_segment"]
+        ratio_rows.append([f"{t['atol']:g}, {t['rtol']:g}", res["baseline"]["all_fp16_passes"], f"{r:.2f}",
+                           "met" if r <= 0.6 else "MISSED", f"{a['size']} vs {sg['size']}",
+                           aa.get("gallop_last_size"), aa.get("prune_start_size"),
+                           f"{aa.get('prune_removed')} removed / {aa.get('prune_kept')} kept"])
+    ratio_table = table(["tolerance", "all-FP16 passes", "auto/segment evals", "target <= 0.60",
+                         "set auto vs segment", "gallop stopped at set of", "prune started from",
+                         "prune: one evaluation per member"], ratio_rows)
 
     prof_rows = [
         ["prepare (mask for the set)", prof["prepare_s"] * 1000],
         ["emulated (gated) graph run, 1 sample", prof["emulated_run_s"] * 1000],
-        ["FP32 reference run, 1 sample (basic opts)", prof["reference_run_s"] * 1000],
+        ["FP32 reference run, 1 sample (basic opts, as the oracle's references)", prof["reference_run_s"] * 1000],
         ["FP32 reference run, 1 sample (all opts)", prof["reference_run_optimized_s"] * 1000],
         ["tolerance check, 1 sample", prof["tolerance_check_s"] * 1000],
         [f"whole oracle evaluation, {n} samples (passing set)", min(prof["oracle_evaluation_s"]) * 1000],
@@ -225,23 +274,22 @@ def main() -> None:
     added = ", ".join(f"{k} +{v}" for k, v in sorted(prof["nodes_added"].items(), key=lambda kv: -kv[1]))
 
     print(f"\n{path.name}: {len(model.nodes)} nodes ({len(bench.space.universe)} candidates), "
-          f"inputs uniform [0,1] {SHAPE}, {n} samples, elemwise atol={atol:g} rtol={rtol:g}; "
-          f"all-FP16 passes: {base['all_fp16_passes']}\n")
+          f"{model.total_flops / 1e9:.2f} GFLOP, inputs uniform [0,1] {SHAPE}, {n} samples, elemwise check; "
+          f"capture + analysis {bench.capture_s:.1f} s; load average {load_start} -> {load_end}\n")
     print(main_table)
-    if ev_ratio is not None:
-        print(f"\nauto/segment evaluations: {ev_ratio:.2f} (target <= 0.60: {'met' if ev_ratio <= 0.6 else 'MISSED'}); "
-              f"set size auto {a['size']} vs segment {sg['size']}")
-    print(f"\nOne evaluation (set of {prof['fallback_size']} nodes):\n")
+    print()
+    print(ratio_table)
+    print(f"\nOne evaluation (set of {prof['fallback_size']} nodes, tolerance {tols[0]}):\n")
     print(prof_table)
     print(f"\nGated graph: {prof['nodes_gated']} nodes for {prof['nodes_original']} original ({added})\n")
     print(op_table)
     out = write_results(
         "detector_scale" + ("_quick" if quick else ""),
         {"quick": quick, "model": str(path), "nodes": len(model.nodes), "candidates": len(bench.space.universe),
-         "gflops": model.total_flops / 1e9, "samples": n, "tolerance": tol.to_dict(), "time_budget_s": budget,
-         "load_s": load_s, "capture_analysis_s": bench.capture_s, "setup_s": bench.setup_s, "baseline": base,
-         "runs": runs, "auto_over_segment": ev_ratio, "profile": prof, "wall_s": time.perf_counter() - t_all,
-         "tables": {"main": main_table, "profile": prof_table, "ops": op_table}},
+         "gflops": model.total_flops / 1e9, "samples": n, "time_budget_s": budget, "load_s": load_s,
+         "capture_analysis_s": bench.capture_s, "setup_s": bench.setup_s, "results": results, "profile": prof,
+         "loadavg": [load_start, load_end], "wall_s": time.perf_counter() - t_all,
+         "tables": {"main": main_table, "ratio": ratio_table, "profile": prof_table, "ops": op_table}},
     )
     print(f"\nresults: {out}")
     bench.close()

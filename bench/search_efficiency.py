@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from _common import ratio, table, write_results
+from _common import loadavg, ratio, table, write_results
 from _search import SearchBench, phase_text
 
 from precision_doctor import planted
@@ -27,44 +27,49 @@ from precision_doctor.tolerance import Tolerance
 STRATEGIES = ["auto", "bisect", "segment", "ddmin"]
 
 
-def bench_case(name: str, bench: SearchBench, expected, check_minimal: bool, strategies: list[str]) -> dict:
+def bench_case(name: str, bench: SearchBench, expected, check_minimal: bool, strategies: list[str],
+               time_s: float | None = None) -> dict:
     out = {"case": name, "candidates": len(bench.space.universe), "capture_s": bench.capture_s,
            "expected": sorted(expected) if expected is not None else None, "runs": {}}
     for strat in strategies:
-        r = bench.run(strat)
-        if check_minimal and r["found"] is not None:
+        r = bench.run(strat, time_s=time_s)
+        if check_minimal and r["found"] is not None and not r["capped"]:
             r["one_minimal"], r["removable"] = bench.one_minimal(r["found"])
         if expected is not None and r["found"] is not None:
             r["is_expected"] = set(r["found"]) == set(expected)
         out["runs"][strat] = r
-        print(f"  {name:22s} {strat:8s} evals {r['evaluations']:4d}  size {r['size']}  {r['wall_s']:.2f} s",
-              file=sys.stderr, flush=True)
+        print(f"  {name:22s} {strat:8s} evals {r['evaluations']:4d}  size {r['size']}  {r['wall_s']:.2f} s"
+              + ("  CAPPED" if r["capped"] else ""), file=sys.stderr, flush=True)
     return out
 
 
-def zoo_entries(zoo_dir: Path, n: int) -> list[tuple[str, SearchBench, None]]:
-    """Models from precision_doctor.zoo, if that module and fetched models exist; else nothing."""
-    if importlib.util.find_spec("precision_doctor.zoo") is None:
-        print(f"--zoo: precision_doctor.zoo does not exist; skipping {zoo_dir}", file=sys.stderr)
+def zoo_workloads(zoo_dir: Path) -> list[tuple[str, SearchBench]]:
+    """The zoo's models with their recipes (precision_doctor.batch reads them), if the zoo modules and
+    fetched models exist; else nothing, with a note."""
+    if importlib.util.find_spec("precision_doctor.zoo") is None or importlib.util.find_spec("precision_doctor.batch") is None:
+        print(f"--zoo: precision_doctor.zoo/batch do not exist; skipping {zoo_dir}", file=sys.stderr)
         return []
-    if not zoo_dir.is_dir() or not any(zoo_dir.rglob("*.onnx")):
-        print(f"--zoo: no fetched models under {zoo_dir}; skipping", file=sys.stderr)
+    if not zoo_dir.is_dir() or not any(zoo_dir.glob("*.onnx")):
+        print(f"--zoo: no fetched models in {zoo_dir} (precision-doctor zoo fetch {zoo_dir}); skipping", file=sys.stderr)
         return []
-    from precision_doctor import zoo  # written by another helper; its API is probed, not assumed
+    from precision_doctor.batch import ModelSettings, discover
+    from precision_doctor.workload import InputOptions, load_workload
 
-    loader = getattr(zoo, "load_entry", None) or getattr(zoo, "workload", None)
-    entries = getattr(zoo, "ENTRIES", None) or getattr(zoo, "MODELS", None)
-    if loader is None or entries is None:
-        print("--zoo: precision_doctor.zoo has no ENTRIES/MODELS + load_entry/workload; skipping", file=sys.stderr)
-        return []
     out = []
-    for key in entries:
-        try:
-            work, tol = loader(key, zoo_dir, samples=n)
-        except Exception as exc:  # a model not fetched, or an API mismatch: say so and go on
-            print(f"--zoo: {key}: {type(exc).__name__}: {exc}", file=sys.stderr)
+    for spec in discover(zoo_dir, ModelSettings()):
+        if spec.error:
+            print(f"--zoo: {spec.name}: {spec.error}", file=sys.stderr)
             continue
-        out.append((f"zoo:{key}", SearchBench(work.model, work.samples, tol), None))
+        s = spec.settings
+        try:
+            work = load_workload(spec.path, InputOptions(
+                files=list(s.files), samples=s.samples, seed=s.seed, val_ranges=list(s.val_range),
+                input_shapes=list(s.input_shapes), allow_nonfinite=s.allow_nonfinite,
+            ))
+            tol = Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor)
+            out.append((f"zoo:{spec.name}", SearchBench(work.model, work.samples, tol)))
+        except Exception as exc:  # one model's trouble does not stop the others
+            print(f"--zoo: {spec.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
     return out
 
 
@@ -73,11 +78,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 samples per case, no 1-minimality check")
     ap.add_argument("--samples", type=int, default=None, help="search samples per case (default 4)")
     ap.add_argument("--zoo", type=Path, default=None, help="also benchmark zoo models fetched into this folder")
+    ap.add_argument("--zoo-time-budget", type=float, default=300.0, help="cap per strategy on a zoo model, s")
     args = ap.parse_args()
     n = args.samples or (2 if args.quick else 4)
     check_minimal = not args.quick
 
     t_all = time.perf_counter()
+    load_start = loadavg()
     cases = []
     for name, make in planted.CASES.items():
         case = make()
@@ -85,83 +92,102 @@ def main() -> None:
         cases.append(bench_case(name, bench, case.expected, check_minimal, STRATEGIES))
         bench.close()
     if args.zoo is not None:
-        for name, bench, expected in zoo_entries(args.zoo, n):
-            cases.append(bench_case(name, bench, expected, check_minimal, STRATEGIES))
+        for name, bench in zoo_workloads(args.zoo):
+            # 1-minimality on a real model costs one evaluation per member: not checked there
+            cases.append(bench_case(name, bench, None, False, STRATEGIES, time_s=args.zoo_time_budget))
             bench.close()
 
-    # -- per case table --------------------------------------------------------------------------
-    headers = ["case", "nodes"]
-    for s in STRATEGIES:
-        headers += [f"{s} evals"]
-    for s in STRATEGIES:
-        headers += [f"{s} size"]
+    planted_cases = [c for c in cases if not c["case"].startswith("zoo:")]
+    zoo_cases = [c for c in cases if c["case"].startswith("zoo:")]
+    per_case = per_case_table(cases)
+    long_table = long_case_table(cases)
+    total_table, totals, r, not_larger = totals_table(planted_cases, check_minimal)
+    capture_s = sum(c["capture_s"] for c in planted_cases)
+    ph_rows = [[c["case"], c["runs"]["auto"]["evaluations"], phase_text(c["runs"]["auto"]["phases"])] for c in cases]
+    phase_table = table(["case", "auto evals", "by phase"], ph_rows)
+
+    print(f"\nPlanted suite, {n} samples per case, fresh oracle per strategy"
+          + (f"; zoo models from {args.zoo} with their recipes" if zoo_cases else "") + "\n")
+    print(per_case)
+    print()
+    print(long_table)
+    print("\nPlanted suite totals:\n")
+    print(total_table)
+    print(f"\nauto/segment evaluations: {r:.2f} (target <= 0.60: {'met' if r <= 0.6 else 'MISSED'}); "
+          f"auto's set no larger than segment's in {not_larger}/{len(planted_cases)} cases; "
+          f"auto's one-off capture + analysis: {capture_s:.2f} s in all")
+    zoo_total = None
+    if zoo_cases:
+        zoo_total, _, zr, znl = totals_table(zoo_cases, False)
+        print("\nZoo totals:\n")
+        print(zoo_total)
+        print(f"\nzoo auto/segment evaluations: {zr:.2f}; auto's set no larger than segment's in "
+              f"{znl}/{len(zoo_cases)} models")
+    print()
+    print(phase_table)
+    path = write_results(
+        "search_efficiency" + ("_quick" if args.quick else "") + ("_zoo" if zoo_cases else ""),
+        {"quick": args.quick, "samples": n, "cases": cases, "totals": totals, "auto_over_segment": r,
+         "auto_not_larger": not_larger, "capture_s": capture_s, "wall_s": time.perf_counter() - t_all,
+         "loadavg": [load_start, loadavg()],
+         "tables": {"per_case": per_case, "long": long_table, "totals": total_table, "zoo_totals": zoo_total,
+                    "auto_phases": phase_table}},
+    )
+    print(f"\nresults: {path}")
+
+
+def per_case_table(cases: list[dict]) -> str:
+    headers = ["case", "nodes"] + [f"{s} evals" for s in STRATEGIES] + [f"{s} size" for s in STRATEGIES]
     headers += ["expected size", "auto/segment evals", "auto FP32 FLOP %", "segment FP32 FLOP %"]
     rows = []
-    totals = {s: {"evaluations": 0, "wall_s": 0.0, "size": 0, "flops_share_sum": 0.0} for s in STRATEGIES}
-    not_larger = 0
     for c in cases:
         runs = c["runs"]
         row = [c["case"], c["candidates"]]
-        row += [runs[s]["evaluations"] for s in STRATEGIES]
+        row += [str(runs[s]["evaluations"]) + ("+" if runs[s]["capped"] else "") for s in STRATEGIES]
         row += [_size(runs[s]) for s in STRATEGIES]
         row += [len(c["expected"]) if c["expected"] is not None else "-",
                 f"{ratio(runs['auto']['evaluations'], runs['segment']['evaluations']):.2f}",
                 _pct(runs["auto"]["flop_share"]), _pct(runs["segment"]["flop_share"])]
         rows.append(row)
+    return table(headers, rows)
+
+
+def long_case_table(cases: list[dict]) -> str:
+    rows = []
+    for c in cases:
+        for s in STRATEGIES:
+            r = c["runs"][s]
+            rows.append([c["case"], s, r["evaluations"], r["wall_s"] * 1000, _size(r), _pct(r["flop_share"]),
+                         "-" if "one_minimal" not in r else r["one_minimal"],
+                         "-" if "is_expected" not in r else r["is_expected"], "yes" if r["capped"] else "no"])
+    return table(["case", "strategy", "evaluations", "wall ms", "set size", "FP32 FLOP %", "1-minimal",
+                  "= certified minimum", "capped"], rows)
+
+
+def totals_table(cases: list[dict], check_minimal: bool) -> tuple[str, dict, float | None, int]:
+    totals = {s: {"evaluations": 0, "wall_s": 0.0, "size": 0} for s in STRATEGIES}
+    not_larger = 0
+    for c in cases:
+        runs = c["runs"]
         for s in STRATEGIES:
             totals[s]["evaluations"] += runs[s]["evaluations"]
             totals[s]["wall_s"] += runs[s]["wall_s"]
             totals[s]["size"] += runs[s]["size"] or 0
         if (runs["auto"]["size"] or 0) <= (runs["segment"]["size"] or 0):
             not_larger += 1
-    per_case = table(headers, rows)
-    long_rows = []
-    for c in cases:
-        for s in STRATEGIES:
-            r = c["runs"][s]
-            long_rows.append([c["case"], s, r["evaluations"], r["wall_s"] * 1000, _size(r), _pct(r["flop_share"]),
-                              "-" if "one_minimal" not in r else r["one_minimal"],
-                              "-" if "is_expected" not in r else r["is_expected"]])
-    long_table = table(["case", "strategy", "evaluations", "wall ms", "set size", "FP32 FLOP %", "1-minimal",
-                        "= certified minimum"], long_rows)
-
-    # -- totals ----------------------------------------------------------------------------------
     th = ["strategy", "evaluations", "vs segment", "search wall ms", "sum of set sizes", "1-minimal sets",
           "certified minimum found"]
     trows = []
+    n_exp = sum(1 for c in cases if c["expected"] is not None)
     for s in STRATEGIES:
         t = totals[s]
         mins = sum(1 for c in cases if c["runs"][s].get("one_minimal"))
         exp = sum(1 for c in cases if c["runs"][s].get("is_expected"))
-        n_exp = sum(1 for c in cases if c["expected"] is not None)
         trows.append([s, t["evaluations"], f"{ratio(t['evaluations'], totals['segment']['evaluations']):.2f}",
-                      t["wall_s"] * 1000, t["size"], f"{mins}/{len(cases)}" if check_minimal else "-", f"{exp}/{n_exp}"])
-    total_table = table(th, trows)
-    capture_s = sum(c["capture_s"] for c in cases)
+                      t["wall_s"] * 1000, t["size"], f"{mins}/{len(cases)}" if check_minimal else "-",
+                      f"{exp}/{n_exp}" if n_exp else "-"])
     r = ratio(totals["auto"]["evaluations"], totals["segment"]["evaluations"])
-
-    # -- where auto spends its evaluations --------------------------------------------------------
-    ph_rows = [[c["case"], c["runs"]["auto"]["evaluations"], phase_text(c["runs"]["auto"]["phases"])] for c in cases]
-    phase_table = table(["case", "auto evals", "by phase"], ph_rows)
-
-    print(f"\nPlanted suite, {n} samples per case, fresh oracle per strategy\n")
-    print(per_case)
-    print()
-    print(long_table)
-    print()
-    print(total_table)
-    print(f"\nauto/segment evaluations: {r:.2f} (target <= 0.60: {'met' if r <= 0.6 else 'MISSED'}); "
-          f"auto's set no larger than segment's in {not_larger}/{len(cases)} cases; "
-          f"auto's one-off capture + analysis: {capture_s:.2f} s in all")
-    print()
-    print(phase_table)
-    path = write_results(
-        "search_efficiency" + ("_quick" if args.quick else ""),
-        {"quick": args.quick, "samples": n, "cases": cases, "totals": totals, "auto_over_segment": r,
-         "auto_not_larger": not_larger, "capture_s": capture_s, "wall_s": time.perf_counter() - t_all,
-         "tables": {"per_case": per_case, "long": long_table, "totals": total_table, "auto_phases": phase_table}},
-    )
-    print(f"\nresults: {path}")
+    return table(th, trows), totals, r, not_larger
 
 
 def _size(run: dict) -> str:

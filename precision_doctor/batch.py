@@ -322,7 +322,17 @@ def run_model(task: ModelTask) -> dict:
             shutil.rmtree(run_dir)  # our own directory from an earlier attempt
         run_dir.mkdir(parents=True, exist_ok=True)
         _write_entry(run_dir, task, {"model": task.name, "status": "running"})
-        report = _diagnose(task, run_dir)
+        try:
+            report = _diagnose(task, run_dir)
+        except Exception:
+            if not task.resume:
+                raise
+            # What the cut-off run left cannot be continued (a file cut short): start over, once.
+            task = replace(task, resume=False)
+            shutil.rmtree(run_dir)
+            run_dir.mkdir(parents=True)
+            _write_entry(run_dir, task, {"model": task.name, "status": "running"})
+            report = _diagnose(task, run_dir)
         row = row_from_report(task.name, report)
     except Exception as exc:
         row = error_row(task.name, _one_line(exc), time.monotonic() - t0)
@@ -418,8 +428,8 @@ def finished_row(run_dir: Path, file_hash: str | None, settings_key: str) -> dic
 
 
 def can_resume(run_dir: Path, file_hash: str | None, settings_key: str) -> bool:
-    """Whether `run_dir` holds a cut-off run of this file and these settings that a search checkpoint
-    lets us continue (rather than start over)."""
+    """Whether `run_dir` holds a cut-off run of this file and these settings whose capture (and
+    search checkpoint, if the search had begun) lets us continue rather than start over."""
     entry = run_dir / ENTRY
     if file_hash is None or not entry.is_file():
         return False
@@ -431,7 +441,7 @@ def can_resume(run_dir: Path, file_hash: str | None, settings_key: str) -> bool:
     return (
         e.get("file_hash") == file_hash and e.get("settings_key") == settings_key
         and status in ("running", "interrupted")
-        and (run_dir / "activations.h5").is_file() and (run_dir / "search.jsonl").is_file()
+        and (run_dir / "activations.h5").is_file()
     )
 
 

@@ -64,8 +64,13 @@ def batch(
             detail = row["message"] if row["status"] == "error" else _row_brief(row)
             err.print(f"{row['model']}: {row['status']} {detail}", highlight=False, soft_wrap=True)
 
-        result = run_batch(zoo, out_dir, defaults, executor=executor, only=list(only or []), rerun=rerun, force=force,
-                           on_start=on_start, on_done=on_done)
+        try:
+            result = run_batch(zoo, out_dir, defaults, executor=executor, only=list(only or []), rerun=rerun,
+                               force=force, on_start=on_start, on_done=on_done)
+        except KeyboardInterrupt:
+            err.print(f"interrupted; to continue where it stopped: precision-doctor batch {zoo} --out {out_dir}",
+                      highlight=False)
+            raise typer.Exit(130) from None
     print_summary(result.rows)
     console.print(
         f"{len(result.ran)} diagnosed, {len(result.skipped)} skipped (finished earlier), {len(result.errors)} error(s) "
