@@ -122,7 +122,7 @@ class ActivationStore:
 
     def read(self, run: str, name: str, sample: int | None = None) -> np.ndarray:
         ds = self.dataset(run, name)
-        return ds[()] if sample is None else ds[sample]
+        return np.asarray(ds[()] if sample is None else ds[sample])  # 0-d stays an array for ORT
 
     def n_samples(self) -> int:
         return int(self.file.attrs.get("samples", 0))

@@ -32,7 +32,7 @@ def input_specs(model: Model) -> dict[str, InputSpec]:
             continue
         tt = vi.type.tensor_type
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim)
         specs[vi.name] = InputSpec(vi.name, dtype, shape)
     return specs
 

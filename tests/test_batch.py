@@ -129,6 +129,14 @@ def test_interrupted_batch_resumes(zoo, tmp_path, monkeypatch):
     assert sorted(third.ran) == ["broken", "large_reducesum"]
     rep = json.loads((run_dir / "report.json").read_text())
     assert rep["passed"] and set(rep["fallback_nodes"]) == expected["large_reducesum"]
+    monkeypatch.undo()
+
+    # A capture cut short (a truncated file) cannot be continued: the model starts over, once.
+    (run_dir / ENTRY).write_text(json.dumps(entry))
+    (run_dir / "report.json").unlink()
+    (run_dir / "activations.h5").write_bytes(b"truncated")
+    fourth = run_batch(root, out, executor=InlineExecutor(), only=["large_reducesum"])
+    assert fourth.ran == ["large_reducesum"] and {r["model"]: r["status"] for r in fourth.rows}["large_reducesum"] == "passed"
 
 
 def test_cli_batch_with_two_worker_processes(zoo, tmp_path, run_cli):

@@ -104,3 +104,13 @@ def test_flops_estimate_for_matmul_and_conv():
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
     assert from_proto(m).node("conv").flops == 2 * (8 * 16 * 16) * (3 * 3 * 3)
+
+
+def test_scalar_tensors_read_back_as_arrays(tmp_path):
+    from precision_doctor.activations import ActivationStore
+
+    with ActivationStore(tmp_path / "a.h5", "w") as store:
+        store.set_attrs()
+        store.write("reference", "s", 0, 1, np.float32(3.0))
+    with ActivationStore(tmp_path / "a.h5") as store:
+        assert isinstance(store.read("reference", "s", 0), np.ndarray)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ def make_session(
     )
     so.enable_cpu_mem_arena = False  # let memory go back between bounded capture groups
     so.log_severity_level = 3
+    threads = threads or int(os.environ.get("PRECISION_DOCTOR_ORT_THREADS") or 0)  # set by batch workers
     if threads:
         so.intra_op_num_threads = threads
     if proto.ByteSize() < _TWO_GB:
