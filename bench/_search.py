@@ -7,9 +7,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
-
-from precision_doctor.activations import ActivationStore
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.compare import capture_and_analyse
@@ -20,25 +17,6 @@ from precision_doctor.search.oracle import Budget, BudgetExhausted
 from precision_doctor.search.space import build_space
 from precision_doctor.tolerance import Tolerance
 from precision_doctor.workload import InputOptions, Workload
-
-
-def _shim_scalar_reads() -> None:
-    """Work around a capture bug seen on real models (reported to the lead): `ActivationStore.read(run,
-    name, i)` of a 0-d tensor (e.g. a Gather of a Shape) returns a numpy scalar, which ONNX Runtime
-    refuses as a feed in the local capture. Wrapping the result in np.asarray is a no-op for arrays, so
-    this shim changes nothing once the package returns arrays itself."""
-    read = ActivationStore.read
-    if getattr(read, "_bench_shim", False):
-        return
-
-    def read_array(self, run, name, sample=None):
-        return np.asarray(read(self, run, name, sample))
-
-    read_array._bench_shim = True
-    ActivationStore.read = read_array
-
-
-_shim_scalar_reads()
 
 
 class SearchBench:

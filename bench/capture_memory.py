@@ -177,6 +177,34 @@ def child(args: argparse.Namespace) -> None:
     print("RESULT " + json.dumps(result))
 
 
+def render(results: list[dict], repeat: int) -> str:
+    headers = [
+        "group budget", "compression", "peak RSS MiB", "peak - baseline MiB", "peak vs unbounded",
+        "peak in ref / lowp / local MiB", "groups ref / lowp / local", "largest tensor MiB",
+        "activations written MiB", "HDF5 file MiB", "capture s", "CPU s", "s in ref / lowp / local", "throughput MB/s",
+    ]
+    unb = {r["compression"]: r for r in results if r["group_mb"] >= UNBOUNDED_MB and not r["trim"]}
+    runs = ("reference", "lowp", "local")
+    rows = []
+    for r in results:
+        pr, gr, sr = r["peak_rss_by_run"], r["groups_by_run"], r["seconds_by_run"]
+        base = unb.get(r["compression"])
+        peak = f"{r['peak_rss'] / MiB:.0f}"
+        wall = f"{r['wall_s']:.1f}"
+        if repeat > 1:
+            peak += f" ({r['peak_rss_range'][0] / MiB:.0f}-{r['peak_rss_range'][1] / MiB:.0f})"
+            wall += f" ({r['wall_s_range'][0]:.1f}-{r['wall_s_range'][1]:.1f})"
+        rows.append([
+            r["group"], r["compression"], peak, (r["peak_rss"] - r["baseline_rss"]) / MiB,
+            f"{r['peak_rss'] / base['peak_rss']:.2f}x" if base else "-",
+            " / ".join(f"{pr.get(k, 0) / MiB:.0f}" for k in runs),
+            " / ".join(str(gr.get(k, 0)) for k in runs),
+            r["largest_tensor_bytes"] / MiB, r["activation_bytes"] / MiB, r["file_bytes"] / MiB,
+            wall, r["cpu_s"], " / ".join(f"{sr.get(k, 0):.1f}" for k in runs), r["activation_bytes"] / 1e6 / r["wall_s"],
+        ])
+    return table(headers, rows)
+
+
 # -- the parent: one subprocess per setting ------------------------------------------------------
 def run_setting(model_path: Path, h5: Path, group_mb: float, compression: str, samples: int, trim: bool) -> dict:
     cmd = [
@@ -208,6 +236,13 @@ def settings(small: float, large: float) -> list[tuple[float, str, bool]]:
     ]
 
 
+def parse_setting(text: str) -> tuple[float, str, bool]:
+    parts = text.strip().split(":")
+    mb = UNBOUNDED_MB if parts[0] == "unbounded" else float(parts[0])
+    comp = parts[1] if len(parts) > 1 else "lzf"
+    return mb, comp, len(parts) > 2 and parts[2] == "trim"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="a small model (seconds, not minutes)")
@@ -222,9 +257,18 @@ def main() -> None:
     ap.add_argument("--channels", type=int, default=None, help="tensor channels (default 32, quick 16)")
     ap.add_argument("--size", type=int, default=None, help="tensor height = width (default 256, quick 128)")
     ap.add_argument("--layers", type=int, default=None, help="chain length (default 60, quick 30)")
+    ap.add_argument("--only", default=None, metavar="MB:COMP[:trim],...",
+                    help="run only these settings, e.g. 64:none,64:lzf:trim,unbounded:none")
+    ap.add_argument("--render", type=Path, default=None, help="print the table of an earlier results JSON")
     args = ap.parse_args()
     if args.child:
         child(args)
+        return
+    if args.render:
+        saved = json.loads(args.render.read_text())
+        print(saved.get("summary", ""))
+        print()
+        print(render(saved["results"], saved.get("repeat", 1)))
         return
 
     quick = args.quick
@@ -239,7 +283,10 @@ def main() -> None:
     t_all = time.perf_counter()
     load_start = loadavg()
     results = []
-    for group_mb, comp, trim in settings(4, 16) if quick else settings(64, 256):
+    chosen = settings(4, 16) if quick else settings(64, 256)
+    if args.only:
+        chosen = [parse_setting(x) for x in args.only.split(",") if x.strip()]
+    for group_mb, comp, trim in chosen:
         label = ("unbounded" if group_mb >= UNBOUNDED_MB else f"{group_mb:g} MB") + (" + malloc_trim" if trim else "")
         reps = []
         for i in range(args.repeat):
@@ -248,7 +295,7 @@ def main() -> None:
             r = run_setting(model_path, work / "activations.h5", group_mb, comp, samples, trim)
             print(f"  peak RSS {r['peak_rss'] / MiB:.0f} MiB, {r['wall_s']:.1f} s", file=sys.stderr, flush=True)
             reps.append(r)
-        # The headline: the highest peak and the median time over the repeats.
+        # The headline: the highest peak and the (lower) median time over the repeats.
         res = dict(sorted(reps, key=lambda r: r["wall_s"])[(len(reps) - 1) // 2])
         res["peak_rss"] = max(r["peak_rss"] for r in reps)
         res["peak_rss_range"] = [min(r["peak_rss"] for r in reps), res["peak_rss"]]
@@ -256,44 +303,19 @@ def main() -> None:
         res.update(group_mb=group_mb, group=label, compression=comp, trim=trim, repeats=reps)
         results.append(res)
 
-    headers = [
-        "group budget", "compression", "peak RSS MiB", "peak - baseline MiB", "peak vs unbounded",
-        "peak in ref / lowp / local MiB", "groups ref / lowp / local", "largest tensor MiB",
-        "activations written MiB", "HDF5 file MiB", "capture s", "CPU s", "s in ref / lowp / local", "throughput MB/s",
-    ]
-    unb = {r["compression"]: r for r in results if r["group_mb"] >= UNBOUNDED_MB and not r["trim"]}
-    runs = ("reference", "lowp", "local")
-    rows = []
-    for r in results:
-        pr, gr, sr = r["peak_rss_by_run"], r["groups_by_run"], r["seconds_by_run"]
-        base = unb.get(r["compression"])
-        peak = f"{r['peak_rss'] / MiB:.0f}"
-        if args.repeat > 1:
-            peak += f" ({r['peak_rss_range'][0] / MiB:.0f}-{r['peak_rss_range'][1] / MiB:.0f})"
-        wall = f"{r['wall_s']:.1f}"
-        if args.repeat > 1:
-            wall += f" ({r['wall_s_range'][0]:.0f}-{r['wall_s_range'][1]:.0f})"
-        rows.append([
-            r["group"], r["compression"], peak, (r["peak_rss"] - r["baseline_rss"]) / MiB,
-            f"{r['peak_rss'] / base['peak_rss']:.2f}x" if base else "-",
-            " / ".join(f"{pr.get(k, 0) / MiB:.0f}" for k in runs),
-            " / ".join(str(gr.get(k, 0)) for k in runs),
-            r["largest_tensor_bytes"] / MiB, r["activation_bytes"] / MiB, r["file_bytes"] / MiB,
-            wall, r["cpu_s"], " / ".join(f"{sr.get(k, 0):.1f}" for k in runs), r["activation_bytes"] / 1e6 / r["wall_s"],
-        ])
-    md = table(headers, rows)
+    md = render(results, args.repeat)
     tb = spec["tensor_bytes"]
     base_rss = min(r["baseline_rss"] for r in results) / MiB
     summary = (
         f"Model: {layers} layers on {spec['tensor_shape']} FP32 ({tb / MiB:.0f} MiB per activation), "
         f"{samples} sample(s), 3 runs (reference, lowp, local); baseline RSS before capture ~{base_rss:.0f} MiB; "
-        f"{args.repeat} run(s) per setting" + (" (peak: max, range; time: median, range)" if args.repeat > 1 else "")
+        f"{args.repeat} run(s) per setting" + (" (peak: max and range; time: lower median and range)" if args.repeat > 1 else "")
     )
     summary += f"; load average {load_start} -> {loadavg()}"
     print("\n" + summary + "\n")
     print(md)
     path = write_results(
-        "capture_memory" + ("_quick" if quick else ""),
+        "capture_memory" + ("_quick" if quick else "") + (f"_{layers}layers" if args.layers else ""),
         {"quick": quick, "model": spec, "samples": samples, "repeat": args.repeat, "results": results, "table": md,
          "summary": summary, "wall_s": time.perf_counter() - t_all, "loadavg": [load_start, loadavg()]},
     )

@@ -63,9 +63,14 @@ def prune(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozen
         # With a cost model, try to drop the expensive members first; otherwise the least sensitive.
         return (-space.costs.get(x, 1.0), space.scores.get(x, 0.0), x)
 
-    # One pass is 1-minimal when removing nodes from FP32 never helps (the same monotonicity
-    # polygraphy's bisect assumes): a member needed in a larger set is needed in a smaller one.
-    for x in sorted(current, key=order):
-        if oracle.passes(current - {x}):
-            current = current - {x}
+    # Repeat until a whole pass removes nothing: without monotonicity (seen on silero-vad, where a
+    # node is needed only while another is in FP32) one pass is not 1-minimal. When the first
+    # pass removes nothing, the check costs nothing more.
+    changed = True
+    while changed:
+        changed = False
+        for x in sorted(current, key=order):
+            if x in current and oracle.passes(current - {x}):
+                current = current - {x}
+                changed = True
     return current
