@@ -256,6 +256,7 @@ def analyse(
             if first is None and (st.nonfinite > 0 or st.rel_l2 > threshold):
                 first, first_node = t, nd["name"]
 
+    absmax: dict[str, float] = {}  # a tensor read by several nodes is scanned once
     layers: list[LayerRow] = []
     for nd in nodes:
         if not nd["candidate"]:
@@ -267,7 +268,9 @@ def analyse(
         in_absmax = 0.0
         for t in nd["float_inputs"]:
             if store.has(REFERENCE, t):
-                in_absmax = max(in_absmax, _absmax(store, t))
+                if t not in absmax:
+                    absmax[t] = _absmax(store, t)
+                in_absmax = max(in_absmax, absmax[t])
         sensitive = local.rel_l2 > threshold and local.rel_l2 > INPUT_SENSITIVITY * max(rounding.rel_l2, 1e-30)
         layers.append(
             LayerRow(

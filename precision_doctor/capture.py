@@ -64,7 +64,7 @@ def group_by_bytes(items: Sequence, size: Callable[[object], int], budget: int) 
     return groups
 
 
-def _capture_run(
+def capture_run(
     store: ActivationStore,
     run: str,
     proto,
@@ -128,10 +128,10 @@ def capture(
         for i, s in enumerate(samples):
             for name, value in s.items():
                 store.write(REFERENCE, name, i, len(samples), value)
-        _capture_run(store, REFERENCE, model.proto, model, node_outputs, samples, {}, budget, progress)
+        capture_run(store, REFERENCE, model.proto, model, node_outputs, samples, {}, budget, progress)
         gated = gated_graph(model, fmt)
         mask = {MASK_INPUT: gated.mask(fallback)}
-        _capture_run(store, LOWP, gated.proto, model, float_outputs, samples, mask, budget, progress)
+        capture_run(store, LOWP, gated.proto, model, float_outputs, samples, mask, budget, progress)
         capture_local(store, model, fmt, samples_n=len(samples), budget=budget, progress=progress)
     return out_path
 

@@ -76,12 +76,15 @@ def _fmt(v: float) -> str:
 
 
 def print_layer_table(analysis, top: int) -> None:
+    from precision_doctor.precision.formats import get_format
+
+    fmt_max = get_format(analysis.precision).max
     table = Table(title=f"Top {top} layers by local error ({analysis.precision})", title_justify="left")
     for col in ("rank", "node", "op", "local rel err", "rounding", "propagated", "ref |max|", "flags"):
         table.add_column(col, justify="right" if col not in ("node", "op", "flags") else "left")
     for r in sorted(analysis.layers, key=lambda r: r.rank)[:top]:
         flags = []
-        if r.frac_above_max > 0 or r.input_ref_absmax > 65504 and analysis.precision == "fp16":
+        if r.frac_above_max > 0 or r.input_ref_absmax > fmt_max:
             flags.append("overflow")
         if r.local_nonfinite:
             flags.append("inf/nan")

@@ -18,7 +18,7 @@ from precision_doctor import __version__
 from precision_doctor.activations import ActivationStore
 from precision_doctor.analysis import Analysis, tensor_error
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.capture import CaptureSettings, _capture_run
+from precision_doctor.capture import CaptureSettings, capture_run
 from precision_doctor.compare import ACTIVATIONS, capture_and_analyse, write_layer_tables
 from precision_doctor.errors import UserError
 from precision_doctor.inputs import Sample
@@ -69,12 +69,7 @@ def make_backend(name: str, model: Model, precision: str, outputs: list[str]):
     if name in ("ort", "ort-cuda", "ort-cpu"):
         from precision_doctor.backends.ort import OrtBackend
 
-        providers = ["CPUExecutionProvider"] if name == "ort-cpu" else None
-        if name == "ort-cuda":
-            import onnxruntime as ort
-
-            if "CUDAExecutionProvider" not in ort.get_available_providers():
-                raise UserError("--backend ort-cuda: onnxruntime has no CUDAExecutionProvider here (install onnxruntime-gpu)")
+        providers = {"ort-cpu": ["CPUExecutionProvider"], "ort-cuda": ["CUDAExecutionProvider"]}.get(name)
         return OrtBackend(model, precision, providers=providers, outputs=outputs)
     if name in ("trt", "tensorrt"):
         from precision_doctor.backends.tensorrt import TrtBackend
@@ -140,6 +135,7 @@ def run_diagnose(
     model = work.model
     stage = on_stage or (lambda s: None)
 
+    backend = make_backend(opts.backend, model, opts.precision, model.outputs)  # fail fast on a bad backend
     stage("capture")
     if opts.resume and (out_dir / ACTIVATIONS).exists():
         from precision_doctor.compare import reanalyse
@@ -154,7 +150,6 @@ def run_diagnose(
     ref = ReferenceRunner(model)
     refs = [ref.run(s) for s in work.samples]
     val_refs = [ref.run(s) for s in validation]
-    backend = make_backend(opts.backend, model, opts.precision, model.outputs)
 
     oracle = Oracle(
         backend, work.samples, refs, opts.tolerance, cost_of=space.cost, budget=opts.budget,
@@ -189,7 +184,7 @@ def run_diagnose(
     stage("artifacts")
     final = found if found is not None else frozenset()
     fixed_rel = _capture_fixed(out_dir / ACTIVATIONS, model, fmt, work.samples, final, opts.capture) if passed else {}
-    artifacts = _write_artifacts(out_dir, work, final, opts, analysis) if passed else {}
+    artifacts = _write_artifacts(out_dir, work, refs, final, opts) if passed else {}
     report = build_report(
         work=work, analysis=analysis, space=space, oracle=oracle, opts=opts, fmt=fmt,
         backend_name=backend.name, status=status, reason=reason, fallback=found,
@@ -250,7 +245,7 @@ def _capture_fixed(path: Path, model: Model, fmt: Format, samples, fallback, set
         if FIXED_RUN in store.file:
             del store.file[FIXED_RUN]
         budget = int(settings.group_mb * (1 << 20))
-        _capture_run(store, FIXED_RUN, gated.proto, model, names, samples, {MASK_INPUT: gated.mask(fallback)}, budget, None)
+        capture_run(store, FIXED_RUN, gated.proto, model, names, samples, {MASK_INPUT: gated.mask(fallback)}, budget, None)
         store.file[FIXED_RUN].attrs["fallback"] = ",".join(sorted(fallback))
         out = {}
         for n in model.candidates:
@@ -259,7 +254,7 @@ def _capture_fixed(path: Path, model: Model, fmt: Format, samples, fallback, set
     return out
 
 
-def _write_artifacts(out_dir: Path, work: Workload, fallback: frozenset[str], opts: DiagnoseOptions, analysis) -> dict:
+def _write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: frozenset[str], opts: DiagnoseOptions) -> dict:
     from precision_doctor import emit
     from precision_doctor.precision.mixed import build_mixed
 
@@ -267,7 +262,7 @@ def _write_artifacts(out_dir: Path, work: Workload, fallback: frozenset[str], op
     fixed = build_mixed(model, fallback, opts.precision, keep_io_types=opts.keep_io_types)
     onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
     (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
-    _save_polygraphy_io(out_dir, work)
+    _save_polygraphy_io(out_dir, work.samples, refs)
     order = [n.name for n in model.nodes if n.name in fallback]
     texts = emit.emit_all(
         str(model.path.resolve()) if model.path else "model.onnx",
@@ -286,7 +281,7 @@ def _write_artifacts(out_dir: Path, work: Workload, fallback: frozenset[str], op
     return {k: v for k, v in texts.items() if k not in ("layer_precisions_txt", "trtexec_sh")}
 
 
-def _save_polygraphy_io(out_dir: Path, work: Workload) -> None:
+def _save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) -> None:
     """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs)."""
     from polygraphy.comparator import IterationResult, RunResults
     from polygraphy.json import save_json
@@ -294,11 +289,10 @@ def _save_polygraphy_io(out_dir: Path, work: Workload) -> None:
 
     G_LOGGER.severity = G_LOGGER.ERROR  # polygraphy's own progress lines are noise here
 
-    save_json([dict(s) for s in work.samples], str(out_dir / "inputs.json"))
-    ref = ReferenceRunner(work.model)
+    save_json([dict(s) for s in samples], str(out_dir / "inputs.json"))
     results = RunResults()
     name = "onnxrt-fp32-reference"
-    results.append((name, [IterationResult(ref.run(s), runner_name=name) for s in work.samples]))
+    results.append((name, [IterationResult(dict(r), runner_name=name) for r in refs]))
     results.save(str(out_dir / "reference_outputs.json"))
 
 

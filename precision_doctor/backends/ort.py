@@ -84,6 +84,8 @@ class OrtBackend:
         ]
         self.uses_cuda = any(_provider_name(p) == CUDA for p in self.providers)
         self.name = "ort-cuda" if self.uses_cuda else "ort-cpu"
+        if self.uses_cuda and CUDA not in ort.get_available_providers():
+            raise UserError("ONNX Runtime has no CUDA provider here (install onnxruntime-gpu on a CUDA machine)")
         if self.uses_cuda and hasattr(ort, "preload_dlls"):
             try:  # CUDA/cuDNN from the nvidia-* wheels, where those are how CUDA was installed
                 ort.preload_dlls()
