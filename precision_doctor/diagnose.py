@@ -287,7 +287,7 @@ def _save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) 
     from polygraphy.json import save_json
     from polygraphy.logger import G_LOGGER
 
-    G_LOGGER.severity = G_LOGGER.ERROR  # polygraphy's own progress lines are noise here
+    G_LOGGER.module_severity = G_LOGGER.ERROR  # polygraphy's own progress lines are noise here
 
     save_json([dict(s) for s in samples], str(out_dir / "inputs.json"))
     results = RunResults()
