@@ -88,6 +88,7 @@ def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
     for key in ("passed", "evaluations", "elapsed_s", "strategy", "precision", "backend", "tolerance", "trajectory"):
         assert key in rep
     assert rep["passed"] and rep["validation"]["samples"] == 2 and rep["validation"]["passed"]
+    assert rep["one_minimal_checked"] is True  # every member's removal was seen to fail
     for f in ("fixed.onnx", "report.html", "report.md", "activations.h5", "layer_precisions.txt", "trtexec.sh"):
         assert (out / f).exists(), f
     onnx.checker.check_model(onnx.load(str(out / "fixed.onnx")))

@@ -263,6 +263,10 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"- Search: **{report.get('evaluations', '?')} evaluations**{memo_txt} in **{fmt_time(report.get('elapsed_s'))}**, "
         f"strategy `{report.get('strategy', '?')}`, cost `{report.get('cost', '?')}`, backend `{report.get('backend', '?')}`.",
     ]
+    if report.get("fallback_size") and report.get("one_minimal_checked") is not None:
+        L.append("- Every member is needed: " + (
+            "checked (removing any one of them was evaluated and fails)." if report["one_minimal_checked"] else
+            "not checked for every member against the final set (it holds if adding FP16 nodes never reduces the error)."))
     if validation:
         res = "passed" if validation.get("passed") else "**FAILED**"
         L.append(f"- Validation on {validation.get('samples', '?')} held-out samples: {res}.")

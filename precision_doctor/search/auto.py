@@ -1,17 +1,35 @@
 """`auto`: sensitivity first, search second.
 
 1. The empty set (everything in low precision) passes: done.
-2. Galloping then binary search on k, over the union of the islands of the k top-ranked nodes
-   (an island is a node plus the nodes it needs: across tensors out of the format's range, and
-   the producers of its inputs when its error comes from rounded inputs).
-3. Pruning to a 1-minimal set: first drop, in one evaluation, every member whose own error is
-   rounding noise; then try removing members one at a time (the cheapest-to-lose first).
+2. A starting set. When the capture's ranking carries information (some node's own error is above
+   rounding noise): galloping then binary search on k, over the union of the islands of the k
+   top-ranked nodes (an island is a node plus the nodes it needs: across tensors out of the format's
+   range, and the producers of its inputs when its error comes from rounded inputs). When every node
+   is noise (error spread over the whole network), the ranking is no better than a coin: start from
+   every candidate in FP32.
+3. Pruning to a 1-minimal set, in topological order so that what runs in low precision forms
+   contiguous regions (a region's error enters at its borders; scattered single nodes each pay
+   their own input and output rounding):
+   - drop, in one evaluation, every member whose own error is rounding noise (informative case);
+   - coarse: halve the members breadth-first (onnxconverter-common's segment order) and convert
+     each block that passes, while blocks are large; this finds the long convertible runs first;
+   - sweep: walk the rest in topological order, removing runs whose length doubles after a streak
+     of successes and halves on failure, so dense regions cost one evaluation per node and long
+     convertible runs a logarithmic number;
+   - repeat single-node sweeps until nothing changes (the oracle need not be monotone), for sets of
+     up to CERTIFY_MAX members; above that, 1-minimality rests on monotonicity, and the report says
+     whether every member's removal was seen to fail.
 """
 
 from __future__ import annotations
 
 from precision_doctor.search.oracle import Oracle
 from precision_doctor.search.space import SearchSpace
+
+COARSE_MIN = 16  # coarse blocks are at least this long
+COARSE_ALWAYS = 32  # levels with blocks at least this long are always tried
+GROW_AFTER = 3  # a run doubles after this many removals in a row
+CERTIFY_MAX = 64  # re-sweep until stable only for answers up to this size
 
 
 def _prefix(space: SearchSpace, ranking: list[str], k: int) -> frozenset[str]:
@@ -25,10 +43,19 @@ def auto(oracle: Oracle, space: SearchSpace) -> frozenset[str] | None:
     oracle.phase = "baseline"
     if oracle.passes(()):
         return frozenset()
+    if space.informative:
+        start = ranked_prefix(oracle, space)
+    else:
+        oracle.phase = "all-fp32"
+        start = frozenset(space.universe) if oracle.passes(space.universe) else None
+    return None if start is None else prune(oracle, space, start)
+
+
+def ranked_prefix(oracle: Oracle, space: SearchSpace) -> frozenset[str] | None:
+    """The shortest passing prefix of the ranking (as islands): gallop on k, then bisect."""
     ranking = list(space.ranking) or list(space.universe)
     ranking += [n for n in space.universe if n not in set(ranking)]
     n = len(ranking)
-
     oracle.phase = "gallop"
     lo, hi, k = 0, None, 1
     while hi is None:
@@ -49,7 +76,7 @@ def auto(oracle: Oracle, space: SearchSpace) -> frozenset[str] | None:
             hi = mid
         else:
             lo = mid
-    return prune(oracle, space, _prefix(space, ranking, hi))
+    return _prefix(space, ranking, hi)
 
 
 def prune(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:
@@ -58,14 +85,66 @@ def prune(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozen
     noise = [x for x in current if space.scores.get(x, float("inf")) <= space.noise]
     if len(noise) >= 2 and len(noise) < len(current) and oracle.passes(current - set(noise)):
         current = current - set(noise)
+    if len(set(space.costs.values())) > 1:
+        return _prune_by_cost(oracle, space, current)
+    oracle.phase = "coarse"
+    current = coarse(oracle, space, current)
+    oracle.phase = "sweep"
+    current, removed = sweep(oracle, space, current)
+    oracle.phase = "certify"
+    while removed and len(current) <= CERTIFY_MAX:  # a removal can make an earlier member removable
+        current, removed = sweep(oracle, space, current, grow=False)
+    return current
+
+
+def coarse(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:
+    """Segment order on large blocks: halve every failing block, level by level, converting what passes.
+
+    Levels of blocks at least COARSE_ALWAYS long are always tried; shorter ones only while the level
+    before converted something; no block is shorter than COARSE_MIN.
+    """
+    failing = [space.in_order(current)]
+    while True:
+        level = [half for b in failing if len(b) >= 2 * COARSE_MIN for half in (b[: len(b) // 2], b[len(b) // 2 :])]
+        if not level:
+            return current
+        failing, converted = [], False
+        for block in level:
+            if oracle.passes(current - set(block)):
+                current, converted = current - set(block), True
+            else:
+                failing.append(block)
+        if not converted and len(level[0]) // 2 < COARSE_ALWAYS:
+            return current
+
+
+def sweep(oracle: Oracle, space: SearchSpace, current: frozenset[str], grow: bool = True) -> tuple[frozenset[str], int]:
+    """Walk the members in topological order removing runs: a run doubles after GROW_AFTER removals in a
+    row and halves on failure; a single member that cannot go is kept. Returns the set and how many went."""
+    pending = space.in_order(current)
+    run, streak, removed = 1, 0, 0
+    while pending:
+        run = min(run, len(pending))
+        block = pending[:run]
+        if oracle.passes(current - set(block)):
+            current, pending, removed = current - set(block), pending[run:], removed + run
+            streak += 1
+            if grow and streak >= GROW_AFTER:
+                run *= 2
+        elif run == 1:
+            pending, streak = pending[1:], 0
+        else:
+            run, streak = run // 2, 0
+    return current, removed
+
+
+def _prune_by_cost(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:
+    """With a cost model: try to drop the expensive members first, one at a time, until stable."""
+    oracle.phase = "prune"
 
     def order(x: str) -> tuple:
-        # With a cost model, try to drop the expensive members first; otherwise the least sensitive.
         return (-space.costs.get(x, 1.0), space.scores.get(x, 0.0), x)
 
-    # Repeat until a whole pass removes nothing: without monotonicity (seen on silero-vad, where a
-    # node is needed only while another is in FP32) one pass is not 1-minimal. When the first
-    # pass removes nothing, the check costs nothing more.
     changed = True
     while changed:
         changed = False

@@ -29,6 +29,15 @@ class SearchSpace:
     def unit(self, name: str) -> frozenset[str]:
         return self.units.get(name, frozenset({name}))
 
+    @property
+    def informative(self) -> bool:
+        """Whether the ranking says anything: some node's own error is above rounding noise."""
+        return any(v > self.noise for v in self.scores.values())
+
+    def in_order(self, nodes: frozenset[str] | set[str]) -> list[str]:
+        """`nodes` in topological order."""
+        return [n for n in self.universe if n in nodes]
+
 
 def build_space(model: Model, analysis: Analysis | None, fmt: Format, cost: str = "nodes") -> SearchSpace:
     """The search space of a model; islands come from range facts and input sensitivity."""
