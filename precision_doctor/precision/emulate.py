@@ -8,6 +8,21 @@ outputs are rounded where a low-precision node consumes them, never at the sourc
 `gated_graph` builds one graph for all candidates: each candidate's rounding is gated by one
 element of a boolean input, so a fallback set is a feed, not a new session. `local_graph` builds
 isolated copies of nodes that read exact reference tensors, for each node's local error.
+
+How the gated graph gates (it is a hot loop: a search runs it once per sample per evaluation):
+each candidate becomes an `If` on its gate, so only the taken branch runs (no `Where` computing
+both). The else branch is the node as it is (FP32). The then branch rounds and computes, and
+skips the roundings that cannot change a value, with the same result bit for bit:
+
+- an input made by a candidate that is itself low precision is already rounded, and rounding is
+  idempotent, so the then branch branches again on that producer's gate (nested `If`s, one level
+  per producing candidate, up to `_MAX_NESTED`) and uses such inputs as they are;
+- the output of an op that only moves, selects or compares values (`_EXACT_OPS`: Concat, Reshape,
+  Relu, nearest Resize...) computed on rounded inputs is made of rounded values, so it is
+  not rounded again.
+
+Rounding happens only where it can change something: at each low-precision node that computes new
+values, and at each edge from an FP32 (or non-candidate) producer into a low-precision node.
 """
 
 from __future__ import annotations
@@ -24,6 +39,17 @@ from precision_doctor.model import Model, NodeInfo
 from precision_doctor.precision.formats import Format
 
 MASK_INPUT = "pd_lowp_mask"
+# Producing candidates a low-precision node branches on (2**n variants of its then branch); inputs
+# from further producers are rounded whatever their producer's gate (correct, one Cast pair more).
+_MAX_NESTED = 3
+# Ops whose floating outputs are values of their floating inputs (copied, selected, compared, or
+# negated): on rounded inputs the output is rounded already. Only ops without a floating attribute
+# that could put a new value into the output.
+_EXACT_OPS = {
+    "Concat", "Split", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Slice",
+    "Gather", "GatherElements", "GatherND", "Expand", "Tile", "DepthToSpace", "SpaceToDepth",
+    "Relu", "Neg", "Abs", "Max", "Min",
+}  # not MaxPool: ORT gives -FLT_MAX for a window of NaNs, which rounds to -inf
 
 
 @dataclass
@@ -60,14 +86,18 @@ class _Builder:
         elem = elem or self.model.tensor_types[src]
         rounded = self._rounded_initializer(src) if src in self._inits else None
         if rounded is None:
-            low = self.uid(src + "_lp")
             rounded = self.uid(src + "_rt")
-            self.nodes.append(helper.make_node("Cast", [src], [low], to=self.fmt.onnx_type, name=self.uid("cast")))
-            self.nodes.append(helper.make_node("Cast", [low], [rounded], to=elem, name=self.uid("cast")))
+            self.cast_pair(src, rounded, elem)
         if gate is None:
             self.nodes.append(helper.make_node("Identity", [rounded], [dst], name=self.uid("id")))
         else:
             self.nodes.append(helper.make_node("Where", [gate, rounded, src], [dst], name=self.uid("gate")))
+
+    def cast_pair(self, src: str, dst: str, elem: int) -> None:
+        """dst = src cast to the format and back to `elem`."""
+        low = self.uid(src + "_lp")
+        self.nodes.append(helper.make_node("Cast", [src], [low], to=self.fmt.onnx_type, name=self.uid("cast")))
+        self.nodes.append(helper.make_node("Cast", [low], [dst], to=elem, name=self.uid("cast")))
 
     def _rounded_initializer(self, name: str) -> str:
         if name not in self._rounded_inits:
@@ -79,9 +109,13 @@ class _Builder:
 
 
 def _check_opset(model: Model, fmt: Format) -> None:
-    opset = next((o.version for o in model.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = _opset(model)
     if fmt.onnx_type == TensorProto.BFLOAT16 and opset < 13:
         raise UserError(f"bf16 emulation needs ONNX opset >= 13 (Cast to bfloat16); this model is opset {opset}")
+
+
+def _opset(model: Model) -> int:
+    return next((o.version for o in model.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
 
 
 def _rewire(node: onnx.NodeProto, info: NodeInfo, b: _Builder, gate: str | None, rename_out) -> onnx.NodeProto:
@@ -101,28 +135,134 @@ def _rewire(node: onnx.NodeProto, info: NodeInfo, b: _Builder, gate: str | None,
     return new
 
 
-def gated_graph(model: Model, fmt: Format) -> GatedGraph:
-    """One graph emulating every fallback set; gates come from the boolean input `pd_lowp_mask`."""
+def _is_exact(node: onnx.NodeProto) -> bool:
+    """Whether the op's floating outputs are made of its floating inputs' values (see `_EXACT_OPS`)."""
+    if node.domain not in ("", "ai.onnx"):
+        return False
+    if node.op_type == "Resize":  # nearest copies; tf_crop_and_resize may write extrapolation_value
+        attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+        mode, coords = attrs.get("mode", b"nearest"), attrs.get("coordinate_transformation_mode")
+        return mode == b"nearest" and coords != b"tf_crop_and_resize"
+    if node.op_type == "Clip":  # bounds as (rounded) inputs, both given: a missing one defaults to +-FLT_MAX
+        return len(node.input) >= 3 and bool(node.input[1]) and bool(node.input[2])
+    return node.op_type in _EXACT_OPS
+
+
+def _gate_nodes(model: Model, n: int) -> tuple[list[onnx.NodeProto], list[str]]:
+    """One Split of the mask into n one-element gates `pd_gate_<i>` (shape [1]: fine for If, not for Where)."""
+    gates = [f"pd_gate_{i}" for i in range(n)]
+    if n == 0:
+        return [], gates
+    attrs = {"axis": 0}
+    if _opset(model) >= 18:  # before 18, no `split` means equal parts, one per output
+        attrs["num_outputs"] = n
+    return [helper.make_node("Split", [MASK_INPUT], gates, name="pd_gates", **attrs)], gates
+
+
+class _GatedBuilder(_Builder):
+    """Builds each candidate as an If on its gate (see the module docstring)."""
+
+    def __init__(self, model: Model, fmt: Format, gates: dict[str, str]):
+        super().__init__(model, fmt)
+        self.gates = gates  # candidate name -> gate tensor
+        self.producer = {o: n.name for n in model.nodes for o in n.outputs if o}
+
+    def wrappable(self, info: NodeInfo) -> bool:
+        """An If needs each output's element type (sequences and untyped outputs keep the Where gates)."""
+        return all(self.model.tensor_types.get(t, 0) > 0 for t in info.outputs if t)
+
+    def node_if(self, node: onnx.NodeProto, info: NodeInfo) -> onnx.NodeProto:
+        outs = [t for t in node.output if t]
+        inits = self._inits
+        by_gate: dict[str, list[str]] = {}  # gate of a producing candidate -> its outputs read here
+        for t in info.float_inputs:
+            p = self.producer.get(t)
+            if t not in inits and p in self.gates:
+                by_gate.setdefault(self.gates[p], []).append(t)
+        nested = list(by_gate.items())[:_MAX_NESTED]
+        then_g = self._low(node, info, outs, frozenset(), nested, "then")
+        f32 = {t: self.uid(t + "_f32") for t in outs}
+        else_g = self._graph([self._copy(node, {}, f32)], "else", [f32[t] for t in outs], outs)
+        gate = self.gates[info.name]
+        return helper.make_node("If", [gate], outs, name=self.uid(info.name), then_branch=then_g, else_branch=else_g)
+
+    def _low(self, node, info, outs, as_is: frozenset[str], nested, label: str) -> onnx.GraphProto:
+        """The low-precision computation; `as_is`: inputs known rounded; `nested`: gates still to branch on."""
+        if nested:
+            (gate, tensors), rest = nested[0], nested[1:]
+            inner_outs = [self.uid(t + "_v") for t in outs]
+            inner = helper.make_node(
+                "If", [gate], inner_outs, name=self.uid(info.name),
+                then_branch=self._low(node, info, outs, as_is | set(tensors), rest, "asis"),
+                else_branch=self._low(node, info, outs, as_is, rest, "round"),
+            )
+            return self._graph([inner], label, inner_outs, outs)
+        nodes, self.nodes = self.nodes, []
+        imap = {}
+        for t in info.float_inputs:
+            if t in self._inits:
+                imap[t] = self._rounded_initializer(t)
+            elif t in as_is:
+                imap[t] = t
+            else:
+                imap[t] = self.uid(t + "_in")
+                self.cast_pair(t, imap[t], self.model.tensor_types[t])
+        raw = {t: self.uid(t + "_raw") for t in outs}
+        self.nodes.append(self._copy(node, imap, raw))
+        result = dict(raw)
+        if not _is_exact(node):
+            for t in info.float_outputs:
+                result[t] = self.uid(t + "_rt")
+                self.cast_pair(raw[t], result[t], self.model.tensor_types[t])
+        body, self.nodes = self.nodes, nodes
+        return self._graph(body, label, [result[t] for t in outs], outs)
+
+    def _copy(self, node: onnx.NodeProto, inputs: dict[str, str], outputs: dict[str, str]) -> onnx.NodeProto:
+        new = onnx.NodeProto()
+        new.CopyFrom(node)
+        new.name = self.uid(node.name)
+        for i, t in enumerate(new.input):
+            if t in inputs:
+                new.input[i] = inputs[t]
+        for i, t in enumerate(new.output):
+            if t:
+                new.output[i] = outputs[t]
+        return new
+
+    def _graph(self, nodes, label: str, names: list[str], like: list[str]) -> onnx.GraphProto:
+        """A branch body whose outputs `names` have the element types of the tensors `like`."""
+        types = self.model.tensor_types
+        outputs = [helper.make_tensor_value_info(n, types[t], None) for n, t in zip(names, like)]
+        return helper.make_graph(nodes, self.uid(label), [], outputs)
+
+
+def gated_graph(model: Model, fmt: Format, where_gates: bool = False) -> GatedGraph:
+    """One graph emulating every fallback set; gates come from the boolean input `pd_lowp_mask`.
+
+    `where_gates=True` builds the earlier form instead (each rounding gated by a Where, both sides
+    computed; several times slower): the same values, kept as a reference for tests and benchmarks.
+    """
     _check_opset(model, fmt)
-    b = _Builder(model, fmt)
     cands = [n.name for n in model.candidates]
     index = {name: i for i, name in enumerate(cands)}
-    out_nodes: list[onnx.NodeProto] = []
+    gate_nodes, gate_names = _gate_nodes(model, 0 if where_gates else len(cands))
+    b = _GatedBuilder(model, fmt, dict(zip(cands, gate_names)))
+    out_nodes: list[onnx.NodeProto] = list(gate_nodes)
     for node, info in zip(model.proto.graph.node, model.nodes):
         if info.name not in index:
             out_nodes.append(node)
-            continue
-        gate = f"pd_gate_{index[info.name]}"
-        idx_name = gate + "_idx"
-        b.initializers.append(numpy_helper.from_array(np.array(index[info.name], dtype=np.int64), idx_name))
-        b.nodes.append(helper.make_node("Gather", [MASK_INPUT, idx_name], [gate], axis=0, name=gate))
-        raw = {t: f"{t}__pd_raw" for t in info.float_outputs}
-        new = _rewire(node, info, b, gate, lambda t, raw=raw: raw.get(t, t))
-        b.nodes.append(new)
-        for t in info.float_outputs:
-            b.round_tensor(raw[t], t, gate, model.tensor_types[t])
-        out_nodes.extend(b.nodes)
-        b.nodes = []
+        elif not where_gates and b.wrappable(info):
+            out_nodes.append(b.node_if(node, info))
+        else:  # gate each rounding with a Where on a scalar gate (a [1]-shaped one would broadcast)
+            gate = f"pd_gate_{index[info.name]}_scalar"
+            b.initializers.append(numpy_helper.from_array(np.array(index[info.name], dtype=np.int64), gate + "_idx"))
+            b.nodes.append(helper.make_node("Gather", [MASK_INPUT, gate + "_idx"], [gate], axis=0, name=gate))
+            raw = {t: f"{t}__pd_raw" for t in info.float_outputs}
+            b.nodes.append(_rewire(node, info, b, gate, lambda t, raw=raw: raw.get(t, t)))
+            for t in info.float_outputs:
+                b.round_tensor(raw[t], t, gate, model.tensor_types[t])
+            out_nodes.extend(b.nodes)
+            b.nodes = []
     proto = _with_graph(model.proto, out_nodes, b.initializers)
     proto.graph.input.append(helper.make_tensor_value_info(MASK_INPUT, TensorProto.BOOL, [len(cands)]))
     return GatedGraph(proto=proto, candidates=cands, fmt=fmt)
