@@ -140,7 +140,9 @@ def ort_profile(backend, sample: dict, fallback: frozenset[str], runs: int = 3) 
     for ev in prof:
         if ev.get("name") == "model_run":
             run_idx += 1
-        if ev.get("cat") == "Node" and ev.get("name", "").endswith("_kernel_time"):
+        op = ev.get("args", {}).get("op_name", "?")
+        # an If's kernel time includes the kernels of its branch, which have events of their own
+        if ev.get("cat") == "Node" and ev.get("name", "").endswith("_kernel_time") and op != "If":
             by_op[ev.get("args", {}).get("op_name", "?")] += ev.get("dur", 0)
     # kernel events are per run; the first (warm-up) is included in the sum, so divide by all runs
     n_runs = runs + 1
