@@ -19,8 +19,13 @@ Output: `OUT/<model>/` is a `diagnose` run directory (report.json, report.html, 
 plus `batch_entry.json` (the summary row, model file hash and settings key); `OUT/summary.csv`,
 `OUT/summary.html` (self-contained) and `OUT/summary.json` are rewritten atomically after every
 model. Running again with the same OUT skips every model whose `report.json` matches its file hash
-and settings; a model whose run was cut off continues from its search checkpoint; models that
-ended in an error are tried again.
+and settings (also one cut off after its report.json was written); a model whose run was cut off
+earlier continues from its search checkpoint; models that ended in an error are tried again.
+
+Interruptions: Ctrl-C stops the workers (they checkpoint first); if the batch process itself is
+killed, its workers notice, checkpoint and exit. `OUT/.locks/` holds the batch's lock (a second
+batch on the same OUT is refused) and one lock per model, held while a worker runs it, so that a
+new batch never works in a directory that a worker of a killed batch is still writing.
 
 Where the work runs is an `Executor` (see there): `LocalExecutor` uses local worker processes;
 `InlineExecutor` runs in this process (tests, debugging).
@@ -28,6 +33,7 @@ Where the work runs is an `Executor` (see there): `LocalExecutor` uses local wor
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime as _dt
 import hashlib
@@ -37,11 +43,8 @@ import multiprocessing
 import os
 import re
 import shutil
-import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import asdict, dataclass, field, replace
 from html import escape
 from pathlib import Path
@@ -304,16 +307,43 @@ class ModelTask:
     resume: bool = False
     threads: int = 0
     error: str | None = None  # known before running: the row is an error without loading anything
+    rerun: bool = False  # diagnose again even if the run directory holds a finished run
+
+
+LOCK_DIR = ".locks"  # OUT/.locks/: batch.lock (held by the batch), <model>.lock (held while a model runs)
+LOCK_WAIT_S = 120.0  # how long a model waits for another process that still works on it
+ORPHAN_GRACE_S = 30.0  # after the batch process died, a worker's time to checkpoint before it exits
+_WATCHING = False
 
 
 def run_model(task: ModelTask) -> dict:
     """Diagnose one model into its run directory; never raises: failures become an "error" row.
 
-    A top-level function so that spawn and forkserver workers can import it."""
+    A top-level function so that spawn and forkserver workers can import it. The model's lock
+    (OUT/.locks/<model>.lock) is held while it runs: a worker left over from a batch that was
+    killed finishes or checkpoints before a new batch touches the same directory, which then
+    decides again whether the model is finished or can be resumed."""
     if task.threads:
         os.environ[ORT_THREADS_ENV] = str(task.threads)
+    _stop_with_parent()
     run_dir = Path(task.run_dir)
     t0 = time.monotonic()
+    try:
+        with _file_lock(run_dir.parent / LOCK_DIR / f"{run_dir.name}.lock", LOCK_WAIT_S) as locked:
+            if not locked:
+                return error_row(task.name, f"another process is still diagnosing this model (it holds "
+                                 f"{LOCK_DIR}/{run_dir.name}.lock); run the batch again when it has ended")
+            if not task.error and not task.rerun:
+                done = finished_row(run_dir, task.file_hash, task.settings_key, repair=True)
+                if done is not None:  # finished by a worker of an earlier batch while this one waited
+                    return {**done, "reused": True}
+                task = replace(task, resume=can_resume(run_dir, task.file_hash, task.settings_key))
+            return _run_model_locked(task, run_dir, t0)
+    except KeyboardInterrupt:
+        return {**error_row(task.name, "interrupted", time.monotonic() - t0), "status": "interrupted"}
+
+
+def _run_model_locked(task: ModelTask, run_dir: Path, t0: float) -> dict:
     row: dict[str, Any]
     try:
         if task.error:
@@ -408,8 +438,12 @@ def _write_entry(run_dir: Path, task: ModelTask, row: dict) -> None:
     })
 
 
-def finished_row(run_dir: Path, file_hash: str | None, settings_key: str) -> dict | None:
-    """The stored row if `run_dir` holds a finished run of this very file and these settings."""
+def finished_row(run_dir: Path, file_hash: str | None, settings_key: str, repair: bool = False) -> dict | None:
+    """The stored row if `run_dir` holds a finished run of this very file and these settings.
+
+    A run cut off after its final report.json was written (while report.md/report.html were
+    rendered, or before its worker recorded the row) is finished too: its row is made from
+    report.json, and with `repair` the missing reports are rendered and the entry is updated."""
     entry, report = run_dir / ENTRY, run_dir / "report.json"
     if file_hash is None or not entry.is_file() or not report.is_file():
         return None
@@ -420,11 +454,37 @@ def finished_row(run_dir: Path, file_hash: str | None, settings_key: str) -> dic
     row = e.get("row") or {}
     if e.get("file_hash") != file_hash or e.get("settings_key") != settings_key:
         return None
-    if row.get("status") in (None, "running", "error", "interrupted"):
+    if r.get("status") in (None, "interrupted"):
         return None
-    if (r.get("model") or {}).get("hash") != row.get("model_hash") or r.get("status") == "interrupted":
+    if row.get("status") in ("running", "interrupted"):
+        # The directory belongs to the attempt that wrote this entry (a fresh attempt empties it;
+        # a resumed one finds only an interrupted report there), so this report.json is its result.
+        row = row_from_report(str(row.get("model") or run_dir.name), r)
+        if repair:
+            _repair_finished(run_dir, e, r, row)
+        return row
+    if row.get("status") in (None, "error"):
+        return None
+    if (r.get("model") or {}).get("hash") != row.get("model_hash"):
         return None
     return row
+
+
+def _repair_finished(run_dir: Path, entry: dict, report: dict, row: dict) -> None:
+    """Render the reports a cut-off run did not write (report.json stays as it is), and record its
+    row in the entry."""
+    try:
+        if not (run_dir / "report.md").is_file() or not (run_dir / "report.html").is_file():
+            from precision_doctor.report.html import render_html
+            from precision_doctor.report.markdown import render_markdown
+
+            clean = jsonable(report)
+            write_text_atomic(run_dir / "report.md", render_markdown(clean))
+            write_text_atomic(run_dir / "report.html", render_html(clean))
+        write_json(run_dir / ENTRY, {**entry, "row": row,
+                                     "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
+    except Exception:  # the row stands; the next run tries again
+        pass
 
 
 def can_resume(run_dir: Path, file_hash: str | None, settings_key: str) -> bool:
@@ -443,6 +503,73 @@ def can_resume(run_dir: Path, file_hash: str | None, settings_key: str) -> bool:
         and status in ("running", "interrupted")
         and (run_dir / "activations.h5").is_file()
     )
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path, wait_s: float) -> Iterator[bool]:
+    """An exclusive advisory lock (flock) on `path`, waiting up to `wait_s` seconds; yields whether
+    it is held. The kernel releases it when the holder dies. Where flock is missing (Windows) or
+    refused (some network file systems), yields True: locking is a safeguard, not a requirement."""
+    try:
+        import fcntl
+    except ImportError:
+        yield True
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+")  # noqa: SIM115 (held across the yield)
+    except OSError:
+        yield True
+        return
+    try:
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(0.2)
+            except OSError:
+                break  # locking not supported here
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield True
+    finally:
+        f.close()
+
+
+def _stop_with_parent() -> None:
+    """In a worker process: when the batch process dies (SIGKILL, OOM killer, a closed terminal),
+    stop too instead of running on unseen. The worker gets a KeyboardInterrupt (the search
+    checkpoints and the row says "interrupted"), and exits after ORPHAN_GRACE_S at the latest."""
+    import multiprocessing.process as mpp
+    import threading
+
+    global _WATCHING
+    parent = mpp.parent_process()
+    if _WATCHING or parent is None or getattr(parent, "sentinel", None) is None:
+        return  # the batch's own process (InlineExecutor), or watched already
+    _WATCHING = True
+
+    def watch() -> None:
+        from multiprocessing.connection import wait as wait_ready
+
+        try:
+            wait_ready([parent.sentinel])
+        except OSError:
+            return
+        import _thread
+
+        _thread.interrupt_main()
+        time.sleep(ORPHAN_GRACE_S)
+        os._exit(130)
+
+    threading.Thread(target=watch, name="pd-parent-watch", daemon=True).start()
 
 
 # -- executors -------------------------------------------------------------------------------------
@@ -490,73 +617,110 @@ def _mp_context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
+def _child_main(fn: Callable[[Any], Any], item: Any, conn: Any) -> None:
+    """A worker process: `fn(item)`, and its result (or what it raised, in one line) sent on `conn`."""
+    try:
+        msg: tuple[str, Any] = ("ok", fn(item))
+    except BaseException as exc:  # fn handles its own failures; report whatever escapes it
+        msg = ("error", _one_line(exc) or type(exc).__name__)
+    try:
+        conn.send(msg)
+    finally:
+        conn.close()
+
+
 class LocalExecutor:
-    """`jobs` local worker processes (concurrent.futures), a fresh process per item where Python
-    allows it (3.11+), so memory does not carry over between models. A worker that dies (a crash in
-    native code, the OOM killer) fails only its own item: the pool is rebuilt and the items still
-    pending are run one per pool, so the culprit is known."""
+    """`jobs` local worker processes, a fresh process per item (so memory does not carry over
+    between models), at most `jobs` at a time. A worker that dies (a crash in native code, the OOM
+    killer) fails only its own item.
+
+    When the consumer is interrupted (Ctrl-C) or stops early, the running workers get SIGINT (so
+    that they checkpoint and record "interrupted"), WORKER_GRACE_S to end, then SIGTERM and SIGKILL;
+    the next batch resumes from their run directories. Plain processes rather than a
+    concurrent.futures pool: a pool with one task per child can hang at interpreter exit after an
+    interrupted shutdown (CPython gh-119592)."""
 
     def __init__(self, jobs: int):
         if jobs < 1:
             raise UserError("--jobs must be at least 1")
         self.jobs = jobs
 
-    def _pool(self, n: int) -> ProcessPoolExecutor:
-        kw: dict[str, Any] = {"max_workers": n, "mp_context": _mp_context()}
-        if sys.version_info >= (3, 11):
-            kw["max_tasks_per_child"] = 1
-        return ProcessPoolExecutor(**kw)
-
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Done]:
-        items = list(items)
-        if not items:
-            return
-        left: list[Any] = []
-        pool = self._pool(min(self.jobs, len(items)))
+        from multiprocessing.connection import wait as wait_ready
+
+        ctx = _mp_context()
+        queue = list(items)
+        queue.reverse()  # pop() from the end: items start in their order
+        running: dict[Any, tuple[Any, Any]] = {}  # result connection -> (process, item)
         finished = False
         try:
-            futures: dict[Future, Any] = {pool.submit(fn, it): it for it in items}
-            pending = set(futures)
-            while pending:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                broken = False
-                for f in done:
+            while queue or running:
+                while queue and len(running) < self.jobs:
+                    item = queue.pop()
+                    recv, send = ctx.Pipe(duplex=False)
+                    proc = ctx.Process(target=_child_main, args=(fn, item, send), name="precision-doctor-worker")
                     try:
-                        yield Done(futures[f], f.result())
-                    except BrokenProcessPool:
-                        broken = True
-                        left.append(futures[f])
-                    except Exception as exc:  # fn raised although it should not: still one item
-                        yield Done(futures[f], error=_one_line(exc))
-                if broken:
-                    left.extend(futures[f] for f in pending)
-                    break
+                        proc.start()
+                    except Exception as exc:  # e.g. an item that cannot be pickled: that item fails
+                        recv.close()
+                        yield Done(item, error=f"could not start a worker: {_one_line(exc)}")
+                        continue
+                    finally:
+                        send.close()  # the child holds the sending end; EOF here when it dies
+                    running[recv] = (proc, item)
+                ready = set(wait_ready(list(running)))
+                for recv in [c for c in running if c in ready]:
+                    proc, item = running.pop(recv)
+                    try:
+                        status, value = recv.recv()
+                    except (EOFError, OSError):
+                        status, value = "died", None
+                    finally:
+                        recv.close()
+                    proc.join(5)
+                    if status == "ok":
+                        yield Done(item, value)
+                    elif status == "error":
+                        yield Done(item, error=value)
+                    else:
+                        yield Done(item, error="the worker process died (exit code "
+                                   f"{proc.exitcode}: a crash in native code, or out of memory)")
             finished = True
         finally:
-            if not finished and not left:  # interrupted (Ctrl-C, or the consumer stopped): stop the workers now;
-                _terminate(pool)  # their run directories keep the search checkpoint, and the next run resumes
-            pool.shutdown(wait=finished and not left, cancel_futures=True)
-        for it in left:  # isolate: one pool per item, so a second death names its item
-            yield from self._isolated(fn, it)
-
-    def _isolated(self, fn: Callable[[Any], Any], item: Any) -> Iterator[Done]:
-        pool = self._pool(1)
-        try:
-            yield Done(item, pool.submit(fn, item).result())
-        except BrokenProcessPool:
-            yield Done(item, error="the worker process died (crash in native code, or out of memory)")
-        except Exception as exc:
-            yield Done(item, error=_one_line(exc))
-        finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            if not finished:
+                _stop_workers([proc for proc, _ in running.values()])
+            for recv in running:
+                recv.close()
 
 
-def _terminate(pool: ProcessPoolExecutor) -> None:
-    for proc in list((getattr(pool, "_processes", None) or {}).values()):
-        try:
-            proc.terminate()
-        except Exception:  # already gone
-            pass
+WORKER_GRACE_S = 5.0
+
+
+def _stop_workers(procs: list) -> None:
+    """SIGINT, a grace period, then SIGTERM and SIGKILL for the processes still alive."""
+    import signal
+
+    def send(sig: int) -> None:
+        for p in procs:
+            if p.is_alive() and p.pid:
+                try:
+                    os.kill(p.pid, sig)
+                except OSError:
+                    pass
+
+    try:
+        send(signal.SIGINT)
+        deadline = time.monotonic() + WORKER_GRACE_S
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:  # a second Ctrl-C: no more waiting
+        pass
+    send(signal.SIGTERM)
+    for p in procs:
+        p.join(2)
+    send(getattr(signal, "SIGKILL", signal.SIGTERM))
+    for p in procs:
+        p.join(2)
 
 
 def make_executor(jobs: int) -> Executor:
@@ -605,7 +769,7 @@ def prepare_batch_dir(out: Path, force: bool = False) -> Path:
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not (out / MARKER).is_file() and not force:
+    if out.exists() and any(p.name != LOCK_DIR for p in out.iterdir()) and not (out / MARKER).is_file() and not force:
         raise UserError(f"--out {out} is not empty and holds no earlier batch (pass --force to write into it)")
     out.mkdir(parents=True, exist_ok=True)
     return out
@@ -632,6 +796,17 @@ def run_batch(
         if unknown:
             raise UserError(f"--only names unknown model '{unknown[0]}'; models: {', '.join(s.name for s in specs)}")
     out_dir = prepare_batch_dir(Path(out_dir), force=force)
+    with _file_lock(out_dir / LOCK_DIR / "batch.lock", 0) as locked:
+        if not locked:
+            raise UserError(f"another batch is running in {out_dir}; wait for it to end, or pass another --out")
+        return _run_batch_locked(specs, source, out_dir, executor, only, rerun, on_start, on_done, t0)
+
+
+def _run_batch_locked(
+    specs: list[ModelSpec], source: Path, out_dir: Path, executor: Executor | None, only: list[str] | None,
+    rerun: bool, on_start: Callable[[list[str], list[str]], None] | None, on_done: Callable[[dict], None] | None,
+    t0: float,
+) -> BatchResult:
     executor = executor or InlineExecutor()
     threads = threads_per_worker(executor.jobs)
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -651,7 +826,9 @@ def run_batch(
         fhash = file_sha256(s.path) if s.path.is_file() else None
         key = s.settings.key()
         selected = not only or s.name in only
-        done = None if rerun and selected else finished_row(run_dir, fhash, key)
+        with _file_lock(out_dir / LOCK_DIR / f"{s.name}.lock", 0) as free:
+            # A model locked by a worker of a killed batch is left to the task, which waits for it.
+            done = None if (rerun and selected) or not free else finished_row(run_dir, fhash, key, repair=True)
         if done is not None:
             rows[s.name] = done
             skipped.append(s.name)
@@ -663,7 +840,7 @@ def run_batch(
         tasks.append(ModelTask(
             name=s.name, model_path=str(s.path), run_dir=str(run_dir.resolve()), settings=s.settings,
             settings_key=key, file_hash=fhash, resume=not rerun and can_resume(run_dir, fhash, key),
-            threads=threads, error=error,
+            threads=threads, error=error, rerun=rerun,
         ))
         rows[s.name] = _pending_row(s.name)
     order = [s.name for s in specs]
@@ -673,11 +850,11 @@ def run_batch(
     ran = []
     for done in executor.map(run_model, tasks):
         task = done.item
-        row = done.result if done.error is None else error_row(task.name, done.error)
+        row = dict(done.result) if done.error is None else error_row(task.name, done.error)
         if done.error is not None and Path(task.run_dir).is_dir():
             _write_entry(Path(task.run_dir), task, row)
+        (skipped if row.pop("reused", False) else ran).append(task.name)
         rows[task.name] = row
-        ran.append(task.name)
         write_summary(out_dir, [rows[n] for n in order])
         if on_done:
             on_done(row)

@@ -109,7 +109,7 @@ def print_summary(rows: list[dict]) -> None:
 @zoo_app.command("list")
 def zoo_list(dest: Path = typer.Option(Path("zoo"), "--dest", help="Where `zoo fetch` puts the models.")) -> None:
     """The registry: models, the wheels they come from, licences, inputs and tolerances."""
-    from precision_doctor.zoo import REGISTRY, sha256_bytes
+    from precision_doctor.zoo import REGISTRY, SYNTHETIC_KINDS, sha256_bytes
 
     table = Table(title="precision-doctor zoo", title_justify="left", show_lines=True)
     for col in ("name", "package", "member", "licence", "inputs", "tolerance", "fetched"):
@@ -122,7 +122,8 @@ def zoo_list(dest: Path = typer.Option(Path("zoo"), "--dest", help="Where `zoo f
         inputs = "; ".join(f"{k}={v}" for k, v in m.inputs.items()) or ""
         if m.synthetic:
             kind, n, h, w = m.synthetic
-            inputs = f"{n} rendered {kind.replace('_', ' ')}s {h}x{w}" + (f"; {inputs}" if inputs else "")
+            what = SYNTHETIC_KINDS.get(kind, kind.replace("_", " "))
+            inputs = f"{n} {what}, {h}x{w}" + (f"; {inputs}" if inputs else "")
         tol = ", ".join(f"{k}={v:g}" for k, v in m.tolerance.items())
         table.add_row(m.name, m.requirement, f"{m.member}\nsha256 {m.sha256}", m.licence, inputs, tol, state)
     console.print(table)

@@ -120,18 +120,26 @@ REGISTRY: list[ZooModel] = [
         member="rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
         sha256="e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
         licence="Apache-2.0 (METADATA License field)",
-        description="PP-OCR text direction classifier (0 or 180 degrees) on 48x192 text-line crops; inputs are "
-        "rendered text lines (some upside down) normalized as RapidOCR does",
+        description="PP-OCR text direction classifier (0 or 180 degrees): softmax [p('0'), p('180')] of a 48x192 "
+        "text-line crop; inputs are rendered crops preprocessed as RapidOCR does (resized to height 48 keeping the "
+        "aspect ratio, normalized, zero-padded to width 192): 2 clear crops (one upside down) and 14 faint, "
+        "blurred ones on which the FP32 model's p('180') lies within 0.05 of RapidOCR's cls_thresh 0.9",
         inputs={"input_shapes": ["x:[1,3,48,192]"]},
-        tolerance={"atol": 1e-3, "rtol": 1e-3},
-        why_fair="The control of the zoo: an FP16-safe model. Its output is two softmax probabilities that "
-        "RapidOCR compares with cls_thresh 0.9; 0.001 absolute (or 0.1% relative) is far tighter than any "
-        "decision needs. On rendered text lines the classifier is confident and all-FP16 stays within 2.5e-4, "
-        "which is the rounding of the output itself (FP16 spacing just below 1.0 is 4.9e-4): it passes, and "
-        "the right answer is 'nothing to keep in FP32'. Only a tolerance below FP16's own output rounding "
-        "would make it fail, and that would not be fair.",
-        budget={"max_evaluations": 40, "time_budget": 60},
-        synthetic=("text_line", 3, 48, 192),
+        tolerance={"atol": 2e-3, "rtol": 2e-3},
+        why_fair="RapidOCR rotates a crop when p('180') > cls_thresh 0.9, so what matters is p('180') near 0.9: "
+        "within 0.002 of FP32, a crop's decision can change only if FP32 itself puts it within 0.002 of the "
+        "threshold (rtol = atol never loosens the check on probabilities, which are at most 1). The samples are the "
+        "crops that decision is made on: faint, out-of-focus words that the classifier is unsure about (chosen by "
+        "their FP32 probability only). On clear crops the classifier is confident and all-FP16 is exact to 1e-11; "
+        "on the 14 ambiguous ones all-FP16 moves p('180') by up to 7.4e-3 (median 1.4e-3; 6 of 14 beyond 0.002), "
+        "all-FP32 by 1.3e-6. The error is rounding noise introduced mostly by the first ~40 nodes (the "
+        "full-resolution stem: with only those in FP16 the error is up to 7.0e-3) and amplified by the classifier's "
+        "steep response near its boundary. Tighter would be unfair: rounding the input image alone to FP16 moves "
+        "these probabilities by up to 1.2e-3, and with the first 60 nodes in FP32 the other 192 still move them by "
+        "up to 8.6e-4. This is a reproducibility bound (the same image gets the FP32 decision), not an accuracy "
+        "one: half a grey level of 8-bit noise in the image moves these crops by more than FP16 does (median 7.6e-3).",
+        budget={"max_evaluations": 500, "time_budget": 900},
+        synthetic=("cls_crops", 16, 48, 192),
     ),
     ZooModel(
         name="silero-vad-16k",
@@ -273,23 +281,125 @@ def _to_ppocr(img: np.ndarray) -> np.ndarray:
     return ((img.transpose(2, 0, 1)[None] - 0.5) / 0.5).astype(np.float32)
 
 
-def make_synthetic(kind: str, n: int, height: int, width: int, out_dir: Path, input_name: str = "x") -> list[Path]:
-    """`n` sample files (.npz) of rendered text: full pages, or single lines (every third upside down)."""
+CLS_THRESH = 0.9  # RapidOCR / PaddleOCR rotate a crop by 180 degrees when p('180') > cls_thresh
+CLS_NEAR = 0.05  # ambiguous crops: FP32 p('180') within this of CLS_THRESH
+CLS_CLEAR = 2  # clear crops (one upright, one upside down) before the ambiguous ones
+
+
+def text_crop(seed: int, hard: bool, height: int = 48, width: int = 192) -> np.ndarray:
+    """A text-line crop as RapidOCR's direction classifier receives it, 1x3xHxW.
+
+    The crop is a detection box: one to four words filling ~60% of its height (the box is the
+    detector's shrunk text kernel unclipped by 1.6). RapidOCR's `resize_norm_img` resizes it to
+    `height` keeping the aspect ratio (width at most `width`), normalizes (x/255 - 0.5)/0.5 and pads
+    the rest of the width with zeros. `hard` crops are what makes a direction classifier unsure:
+    one to three words, faint (ink 8-30% darker than the paper) and out of focus (Gaussian blur
+    0.6-2 px); the others are sharp, dark text. Each is upside down with probability 1/2.
+    Deterministic per seed and Pillow version."""
+    from PIL import Image, ImageDraw, ImageFilter, ImageFont
+
+    rng = np.random.default_rng(seed)
+    words = int(rng.integers(1, 4)) if hard else int(rng.integers(2, 5))
+    contrast = float(rng.uniform(0.08, 0.3)) if hard else float(rng.uniform(0.6, 0.9))
+    blur = float(rng.uniform(0.6, 2.0)) if hard else 0.0
+    upside_down = bool(rng.integers(0, 2))
+    try:
+        font = ImageFont.load_default(size=32)
+    except TypeError:  # Pillow < 10.1: one bitmap size
+        font = ImageFont.load_default()
+    text = " ".join(rng.choice(_WORDS, words))
+    left, top, right, bottom = (int(v) for v in font.getbbox(text))
+    pad = int(round((bottom - top) * 0.3))
+    w, h = right - left + 2 * pad, bottom - top + 2 * pad
+    paper = int(rng.integers(170, 250))
+    img = Image.new("L", (w, h), paper)
+    ImageDraw.Draw(img).text((pad - left, pad - top), text, fill=int(round(paper * (1 - contrast))), font=font)
+    if blur:
+        img = img.filter(ImageFilter.GaussianBlur(blur))
+    arr = np.asarray(img, dtype=np.float32)[..., None] / 255.0
+    arr = np.clip(arr + rng.normal(0, 0.015, (h, w, 3)), 0, 1)
+    if upside_down:
+        arr = arr[::-1, ::-1]
+    resized_w = min(width, int(np.ceil(height * w / h)))
+    small = Image.fromarray(np.round(arr * 255).astype(np.uint8), "RGB").resize((resized_w, height), Image.BILINEAR)
+    x = np.zeros((1, 3, height, width), dtype=np.float32)
+    x[:, :, :, :resized_w] = _to_ppocr(np.asarray(small, dtype=np.float32) / 255.0)
+    return x
+
+
+def select_cls_crops(
+    n: int, height: int, width: int, prob_180: Callable[[np.ndarray], float], max_tries: int = 5000,
+) -> list[tuple[int, bool, float]]:
+    """(seed, hard, FP32 p('180')) of `n` crops: CLS_CLEAR clear ones (the first upright and the
+    first upside-down crop the classifier is sure about), then ambiguous ones, the first hard crops
+    whose FP32 probability lies within CLS_NEAR of CLS_THRESH. The selection looks at FP32 only."""
+    clear: dict[bool, tuple[int, bool, float]] = {}  # rotate decision -> the first clear crop with it
+    seed = 0
+    while len(clear) < 2 and seed < max_tries:
+        p = prob_180(text_crop(10_000 + seed, False, height, width))
+        if (p < 0.01 or p > 0.99) and (p > CLS_THRESH) not in clear:
+            clear[p > CLS_THRESH] = (10_000 + seed, False, p)
+        seed += 1
+    picked = [clear[k] for k in (False, True) if k in clear][: min(CLS_CLEAR, n)]
+    seed = 0
+    while len(picked) < n and seed < max_tries:
+        p = prob_180(text_crop(seed, True, height, width))
+        if abs(p - CLS_THRESH) <= CLS_NEAR:
+            picked.append((seed, True, p))
+        seed += 1
+    if len(picked) < n:
+        raise UserError(f"only {len(picked)} of {n} classifier crops found in {max_tries} tries")
+    return picked
+
+
+def _cls_prob_180(model_path: Path, height: int, width: int) -> Callable[[np.ndarray], float]:
+    """p('180') of the FP32 model as precision-doctor's reference computes it (ORT CPU)."""
+    from precision_doctor.backends.reference import ReferenceRunner
+    from precision_doctor.model import load_model
+
+    model = load_model(model_path, input_shapes={"x": [1, 3, height, width]})
+    runner = ReferenceRunner(model)
+    return lambda x: float(next(iter(runner.run({"x": x}).values())).reshape(-1)[1])
+
+
+def make_synthetic(
+    kind: str, n: int, height: int, width: int, out_dir: Path, input_name: str = "x",
+    prob_180: Callable[[np.ndarray], float] | None = None,
+) -> list[Path]:
+    """`n` sample files (.npz) of rendered text: full pages, single lines (every third upside down),
+    or `cls_crops`: RapidOCR direction-classifier crops chosen by `prob_180` (see select_cls_crops)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = []
-    for i in range(n):
-        if kind == "text_page":
-            x = _to_ppocr(text_image(height, width, seed=i))
-        elif kind == "text_line":
+    if kind == "cls_crops":
+        if prob_180 is None:
+            raise ValueError("cls_crops needs the classifier (prob_180) to choose the crops")
+        xs = [text_crop(seed, hard, height, width) for seed, hard, _ in select_cls_crops(n, height, width, prob_180)]
+    elif kind == "text_page":
+        xs = [_to_ppocr(text_image(height, width, seed=i)) for i in range(n)]
+    elif kind == "text_line":
+        xs = []
+        for i in range(n):
             x = _to_ppocr(text_image(height, width, seed=100 + i, line_size=int(height * 0.5)))
             if i % 3 == 1:
                 x = np.ascontiguousarray(x[:, :, ::-1, ::-1])  # rotated by 180 degrees
-        else:
-            raise ValueError(f"unknown synthetic input kind '{kind}'")
+            xs.append(x)
+    else:
+        raise ValueError(f"unknown synthetic input kind '{kind}'")
+    paths = []
+    for i, x in enumerate(xs):
         p = out_dir / f"sample_{i}.npz"
         np.savez(p, **{input_name: x})
         paths.append(p)
+    for stale in sorted(out_dir.glob("sample_*.npz")):  # from an earlier recipe with more samples
+        if stale not in paths:
+            stale.unlink()
     return paths
+
+
+SYNTHETIC_KINDS = {
+    "text_page": "rendered text pages",
+    "text_line": "rendered text lines",
+    "cls_crops": "rendered text-line crops (clear and ambiguous), chosen by the FP32 classifier",
+}
 
 
 # -- fetch -------------------------------------------------------------------------------------------------
@@ -331,7 +441,8 @@ def fetch(
             files = []
             if m.synthetic:
                 kind, n, h, w = m.synthetic
-                made = make_synthetic(kind, n, h, w, dest / f"{m.name}_inputs")
+                prob = _cls_prob_180(target, h, w) if kind == "cls_crops" else None
+                made = make_synthetic(kind, n, h, w, dest / f"{m.name}_inputs", prob_180=prob)
                 files = [str(p.relative_to(dest)) for p in made]
             recipe = m.recipe(files)
             if wheel is not None:

@@ -6,6 +6,11 @@ import csv
 import json
 import os
 import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -219,3 +224,166 @@ def test_threads_per_worker():
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     assert threads_per_worker(2) == max(1, n // 2)
     assert threads_per_worker(10_000) == 1
+
+
+# -- a real interruption: the CLI in a subprocess, stopped by signals --------------------------------------
+
+
+def _batch_cmd(root, out) -> list[str]:
+    return [sys.executable, "-m", "precision_doctor", "batch", str(root), "--jobs", "1", "--out", str(out)]
+
+
+def _status(out, name: str) -> str | None:
+    try:
+        return json.loads((out / name / ENTRY).read_text())["row"]["status"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _wait_until(cond, proc, what: str, timeout: float = 180.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if proc.poll() is not None:
+            pytest.fail(f"the batch ended (exit {proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _session_processes(sid: int) -> list[int]:
+    """Processes still alive (not zombies) in session `sid` (Linux /proc)."""
+    alive = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            if os.getsid(int(d.name)) == sid and (d / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                alive.append(int(d.name))
+        except (OSError, IndexError):
+            pass
+    return alive
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process sessions and /proc")
+def test_cli_batch_resumes_after_ctrl_c_and_sigkill(tmp_path):
+    """Ctrl-C (SIGINT to the process group) once the first model is done; the next run is killed
+    (SIGKILL of the batch process alone, its worker left running) while the second model runs; a
+    third run finishes. Nothing finished is diagnosed again, and the summary lists every model."""
+    root = tmp_path / "zoo"
+    root.mkdir()
+    names = ["cancellation", "deep_stack_one_bad", "overflow_island"]
+    for name in names:
+        case = planted.CASES[name]()
+        onnx.save(case.model, str(root / f"{name}.onnx"))
+        (root / f"{name}.json").write_text(json.dumps({
+            "inputs": {"samples": 2, "seed": 0}, "tolerance": {"atol": case.atol, "rtol": case.rtol},
+        }))
+    out = tmp_path / "out"
+    started: list[subprocess.Popen] = []
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(_batch_cmd(root, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        started.append(proc)
+        return proc
+
+    try:
+        # 1. Ctrl-C as a terminal sends it: to the batch and its workers.
+        first = start()
+        _wait_until(lambda: _status(out, names[0]) == "passed", first, f"{names[0]} finished")
+        os.killpg(first.pid, signal.SIGINT)
+        _, err1 = first.communicate(timeout=120)
+        assert first.returncode == 130, err1[-2000:]
+        assert "to continue where it stopped" in err1
+        done1 = {n for n in names if _status(out, n) == "passed"}
+        assert names[0] in done1 and len(done1) < len(names), done1
+        kept = {n: os.stat(out / n / "report.json").st_mtime_ns for n in done1}
+
+        # 2. SIGKILL of the batch process only, while a worker diagnoses the next model.
+        second = start()
+        todo = [n for n in names if n not in done1]
+        _wait_until(lambda: (out / todo[0] / ENTRY).is_file(), second, f"{todo[0]} started")
+        os.kill(second.pid, signal.SIGKILL)
+        second.communicate(timeout=120)
+
+        # 3. Started at once, while the orphaned worker may still be writing: it waits for it.
+        third = subprocess.run(_batch_cmd(root, out), capture_output=True, text=True, timeout=600)
+        assert third.returncode == 0, third.stderr[-2000:]
+        assert f"not redone: {', '.join(sorted(done1))}" in third.stderr
+        assert {n: os.stat(out / n / "report.json").st_mtime_ns for n in done1} == kept  # not diagnosed again
+        summary = json.loads((out / "summary.json").read_text())["models"]
+        assert [(r["model"], r["status"]) for r in summary] == [(n, "passed") for n in names]
+        for n in names:
+            rep = json.loads((out / n / "report.json").read_text())
+            checkpoint = (out / n / "search.jsonl").read_text().splitlines()
+            assert rep["passed"] and rep["evaluations"] == len(checkpoint)  # no evaluation repeated
+            assert (out / n / "report.html").is_file()
+        assert not _session_processes(second.pid), "a worker of the killed batch is still running"
+    finally:
+        for proc in started:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+def test_run_cut_off_after_its_report_counts_as_finished(tmp_path):
+    """Cut off after report.json was written (report.html not yet, the entry still says running):
+    the next batch does not diagnose it again; it renders the missing reports and records the row."""
+    root = tmp_path / "zoo"
+    root.mkdir()
+    case = planted.cancellation()
+    onnx.save(case.model, str(root / "m.onnx"))
+    (root / "m.json").write_text(json.dumps({"inputs": {"samples": 2}, "tolerance": {"atol": case.atol, "rtol": case.rtol}}))
+    out = tmp_path / "out"
+    run_batch(root, out, executor=InlineExecutor())
+    run_dir = out / "m"
+    entry = json.loads((run_dir / ENTRY).read_text())
+    row = entry["row"]
+    assert row["status"] == "passed"
+    for status in ("running", "interrupted"):
+        (run_dir / ENTRY).write_text(json.dumps({**entry, "row": {"model": "m", "status": status}}))
+        (run_dir / "report.html").unlink()
+        (run_dir / "report.md").unlink()
+        before = os.stat(run_dir / "report.json").st_mtime_ns
+        again = run_batch(root, out, executor=InlineExecutor())
+        assert again.skipped == ["m"] and again.ran == []
+        assert os.stat(run_dir / "report.json").st_mtime_ns == before
+        assert (run_dir / "report.html").is_file() and (run_dir / "report.md").is_file()
+        fixed = json.loads((run_dir / ENTRY).read_text())["row"]
+        assert {k: fixed[k] for k in ("status", "fallback_size", "evaluations")} == \
+            {k: row[k] for k in ("status", "fallback_size", "evaluations")}
+    # An interrupted report (Ctrl-C during the search) is not a finished run: it is resumed.
+    rep = json.loads((run_dir / "report.json").read_text())
+    (run_dir / "report.json").write_text(json.dumps({**rep, "status": "interrupted"}))
+    (run_dir / ENTRY).write_text(json.dumps({**entry, "row": {"model": "m", "status": "interrupted"}}))
+    assert run_batch(root, out, executor=InlineExecutor()).ran == ["m"]
+
+
+def test_second_batch_on_the_same_out_is_refused(tmp_path):
+    from precision_doctor.batch import LOCK_DIR, _file_lock
+
+    root = tmp_path / "zoo"
+    root.mkdir()
+    onnx.save(planted.clean().model, str(root / "m.onnx"))
+    out = tmp_path / "out"
+    with _file_lock(out / LOCK_DIR / "batch.lock", 0) as held:  # as another batch process would
+        assert held
+        with pytest.raises(UserError, match="another batch is running"):
+            run_batch(root, out, executor=InlineExecutor())
+    assert run_batch(root, out, executor=InlineExecutor()).ran == ["m"]
+    # A model whose lock is held (a worker of a killed batch still writing) is waited for, then
+    # reported as an error rather than touched.
+    import precision_doctor.batch as batch_mod
+
+    with _file_lock(out / LOCK_DIR / "m.lock", 0), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(batch_mod, "LOCK_WAIT_S", 0.3)
+        res = run_batch(root, out, executor=InlineExecutor(), rerun=True)
+    assert res.rows[0]["status"] == "error" and "still diagnosing" in res.rows[0]["message"]
+
+
+def test_local_executor_reports_an_item_it_cannot_start():
+    done = list(LocalExecutor(1).map(_die_on_two, [1, lambda: None, 3]))  # a lambda cannot be pickled
+    assert [d.result for d in done if d.error is None] == [10, 30]
+    bad = [d for d in done if d.error]
+    assert len(bad) == 1 and "could not start a worker" in bad[0].error

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import zipfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -152,3 +154,81 @@ def test_synthetic_text_inputs_are_deterministic(tmp_path):
     assert page.shape == (64, 96, 3) and 0 <= page.min() and page.max() <= 1
     with pytest.raises(ValueError):
         zoo.make_synthetic("speech", 1, 8, 8, tmp_path / "c")
+
+
+def _fake_prob_180(x: np.ndarray) -> float:
+    """A stand-in classifier: sure of "0" or of "180", or unsure (0.86-0.94), pseudo-randomly per crop."""
+    r = zlib.crc32(np.ascontiguousarray(x).tobytes()) % 1000
+    return 0.001 if r < 300 else 0.999 if r < 600 else 0.86 + 0.08 * (r - 600) / 400
+
+
+def test_classifier_crops_are_rapidocr_like_and_chosen_by_fp32_probability(tmp_path):
+    x = zoo.text_crop(3, hard=True)
+    assert x.shape == (1, 3, 48, 192) and x.dtype == np.float32
+    assert -1.0 <= x.min() and x.max() <= 1.0
+    assert np.array_equal(x, zoo.text_crop(3, hard=True))  # deterministic per seed
+    crops = [zoo.text_crop(s, hard=True) for s in range(8)]
+    short = [c for c in crops if not c[..., -8:].any()]
+    assert short and all(c[..., :8].std() > 0 for c in short)  # text on the left, RapidOCR's zero padding on the right
+
+    picked = zoo.select_cls_crops(5, 48, 192, _fake_prob_180)
+    assert [hard for _, hard, _ in picked] == [False, False, True, True, True]
+    assert picked[0][2] < 0.01 and picked[1][2] > 0.99  # one clear crop of each decision
+    assert all(abs(p - zoo.CLS_THRESH) <= zoo.CLS_NEAR for _, _, p in picked[2:])
+    for seed, hard, p in picked:
+        assert _fake_prob_180(zoo.text_crop(seed, hard)) == p
+
+    files = zoo.make_synthetic("cls_crops", 5, 48, 192, tmp_path / "c", prob_180=_fake_prob_180)
+    assert [f.name for f in files] == [f"sample_{i}.npz" for i in range(5)]
+    assert [_fake_prob_180(np.load(f)["x"]) for f in files] == [p for _, _, p in picked]
+    zoo.make_synthetic("cls_crops", 3, 48, 192, tmp_path / "c", prob_180=_fake_prob_180)
+    assert sorted(f.name for f in (tmp_path / "c").iterdir()) == ["sample_0.npz", "sample_1.npz", "sample_2.npz"]
+    with pytest.raises(ValueError, match="prob_180"):
+        zoo.make_synthetic("cls_crops", 2, 48, 192, tmp_path / "d")
+
+
+ZOO_DIR = os.environ.get("PRECISION_DOCTOR_ZOO")  # a `zoo fetch --dest` directory; these checks run only with it
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", [m.name for m in zoo.REGISTRY])
+def test_zoo_recipe_fails_all_fp16_and_passes_all_fp32(name, tmp_path):
+    """Each registry recipe, with its inputs made afresh: all-FP16 (emulated) misses the tolerance
+    on at least one search sample and one held-out sample, all-FP32 meets it on every sample.
+    Opt-in (about 10 s a model): PRECISION_DOCTOR_ZOO=zoo after `precision-doctor zoo fetch --dest zoo`."""
+    from precision_doctor.backends.emulate import EmulateBackend
+    from precision_doctor.backends.reference import ReferenceRunner
+    from precision_doctor.diagnose import held_out_samples
+    from precision_doctor.tolerance import check_all
+    from precision_doctor.workload import InputOptions, load_workload
+
+    if not ZOO_DIR:
+        pytest.skip("set PRECISION_DOCTOR_ZOO to a fetched zoo directory")
+    m = next(m for m in zoo.REGISTRY if m.name == name)
+    model = Path(ZOO_DIR) / f"{name}.onnx"
+    if not model.is_file():
+        pytest.skip(f"{model} not fetched")
+    files = []
+    if m.synthetic:
+        kind, n, h, w = m.synthetic
+        prob = zoo._cls_prob_180(model, h, w) if kind == "cls_crops" else None
+        files = [str(p) for p in zoo.make_synthetic(kind, n, h, w, tmp_path / "inputs", prob_180=prob)]
+    s = apply_recipe(ModelSettings(), m.recipe(files), tmp_path, name)
+    work = load_workload(model, InputOptions(files=list(s.files), samples=s.samples, seed=s.seed,
+                                             val_ranges=list(s.val_range), input_shapes=list(s.input_shapes)))
+    held = held_out_samples(work, [], None)
+    tol = Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor)
+    ref = ReferenceRunner(work.model)
+    emu = EmulateBackend(work.model, s.precision)
+    fp16, fp32 = emu.prepare(frozenset()), emu.prepare(frozenset(emu.graph.candidates))
+
+    def fails(runner, samples) -> list[bool]:
+        out = []
+        for smp in samples:
+            checks = check_all(runner.run(smp), ref.run(smp), tol)
+            out.append(not all(c.passed for c in checks.values()))
+        return out
+
+    assert held, "no held-out samples"
+    assert any(fails(fp16, work.samples)) and any(fails(fp16, held)), "all-FP16 meets the tolerance"
+    assert not any(fails(fp32, work.samples + held)), "all-FP32 misses the tolerance"
