@@ -284,8 +284,10 @@ def test_cli_batch_resumes_after_ctrl_c_and_sigkill(tmp_path):
     started: list[subprocess.Popen] = []
 
     def start() -> subprocess.Popen:
+        # SIGINT's default action restored: a shell starts background jobs with SIGINT ignored, and an
+        # ignored SIGINT would be inherited (Python then installs no KeyboardInterrupt handler).
         proc = subprocess.Popen(_batch_cmd(root, out), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                                start_new_session=True)
+                                start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         started.append(proc)
         return proc
 
