@@ -1,4 +1,4 @@
-"""Shared fixtures: planted-defect models on disk, and a CLI runner that goes through `main()`."""
+"""Shared fixtures: planted-defect models on disk, a CLI runner that goes through `main()`, headless Chromium."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
+from chromium_helpers import chromium  # noqa: F401 (a fixture for the browser tests)
 
 from precision_doctor import planted
 

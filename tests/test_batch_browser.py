@@ -8,34 +8,20 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 import numpy as np
 import onnx
 import pytest
+from chromium_helpers import console_problems, run_chromium
 
 from precision_doctor import planted
 from precision_doctor.batch import InlineExecutor, run_batch
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
-]
-TIMEOUT_S = 45
 CASES = ("overflow_island", "clean")  # passed with 3 and 0 nodes in FP32
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    if not CHROMIUM:
-        pytest.skip("no chromium binary (install the `chromium` package)")
-    return CHROMIUM
 
 
 @pytest.fixture(scope="module")
@@ -56,20 +42,6 @@ def batch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     res = run_batch(root, out, executor=InlineExecutor())
     assert [r["model"] for r in res.rows] == sorted([*CASES, "broken"])
     return out
-
-
-def run_chromium(binary: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
-    cmd = [binary, *FLAGS, f"--user-data-dir={profile}", *args]
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"chromium did not finish in {TIMEOUT_S} s: {' '.join(cmd)}")
-
-
-def console_problems(stderr: str, page: Path) -> list[str]:
-    """Console lines from our page (Chromium logs them as `INFO:CONSOLE...` with --enable-logging=stderr)."""
-    return [ln for ln in stderr.splitlines() if ":CONSOLE" in ln and (page.name in ln or "Uncaught" in ln)]
 
 
 def test_summary_paints_without_console_errors(chromium: str, batch_dir: Path, tmp_path: Path) -> None:

@@ -8,13 +8,12 @@ from __future__ import annotations
 import copy
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from chromium_helpers import console_problems, run_chromium
 
 from precision_doctor.report.html import render_html
 from precision_doctor.report.markdown import num
@@ -22,12 +21,6 @@ from precision_doctor.report.markdown import num
 pytestmark = pytest.mark.browser
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_example.json"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-FLAGS = [
-    "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--hide-scrollbars", "--enable-logging=stderr", "--v=0",
-]
-TIMEOUT_S = 45
 
 
 def _report() -> dict[str, Any]:
@@ -35,31 +28,10 @@ def _report() -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def chromium() -> str:
-    if not CHROMIUM:
-        pytest.skip("no chromium binary (install the `chromium` package)")
-    return CHROMIUM
-
-
-@pytest.fixture(scope="module")
 def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("html") / "report.html"
     path.write_text(render_html(_report()), encoding="utf-8")
     return path
-
-
-def run_chromium(binary: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    profile = tmp / f"profile-{len(list(tmp.glob('profile-*')))}"
-    cmd = [binary, *FLAGS, f"--user-data-dir={profile}", *args]
-    try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"chromium did not finish in {TIMEOUT_S} s: {' '.join(cmd)}")
-
-
-def console_problems(stderr: str, page: Path) -> list[str]:
-    """Console lines from our page (Chromium logs them as `INFO:CONSOLE...` with --enable-logging=stderr)."""
-    return [ln for ln in stderr.splitlines() if ":CONSOLE" in ln and (page.name in ln or "Uncaught" in ln)]
 
 
 def dump_dom(binary: str, tmp: Path, page: Path, fragment: str = "") -> str:
