@@ -4,6 +4,11 @@
     .venv/bin/python bench/peers.py --quick          # planted only, 2 samples, shipped auto_convert, 120 s caps
     .venv/bin/python bench/peers.py --no-modelopt    # skip ModelOpt AutoCast
     .venv/bin/python bench/peers.py --render bench/out/peers.json   # print the tables of a saved run
+    .venv/bin/python bench/peers.py --zoo zoo --only zoo:ppocr-mobile-cls --name peers_cls_recipe   # one zoo model
+
+Results: bench/out/NAME.json (everything) and bench/out/NAME.md (the tables). ModelOpt lives in its own venv
+(bench/out/modelopt-venv: `python3 -m venv` + `pip install 'nvidia-modelopt[onnx]'`); without it, or with
+--no-modelopt, its rows are left out.
 
 Tools, each on the same model proto (our node names filled in, input shapes fixed), samples and tolerance:
 
@@ -14,7 +19,8 @@ Tools, each on the same model proto (our node names filled in, input shapes fixe
   sample (its ORT helper patched to run all samples in one session and concatenate the outputs) and our
   elemwise check as validate_fn (rtol=atol=None). Attempts come from its "Running attempt N" lines; its set
   is the last node_block_list given to `float16.convert_float_to_float16` (plus the nodes that the
-  converter's DEFAULT_OP_BLOCK_LIST keeps in FP32).
+  converter's DEFAULT_OP_BLOCK_LIST keeps in FP32). `matched` is skipped where `shipped` hit the cap without
+  one passing attempt (the stricter check would walk the same failing attempts).
 - NVIDIA ModelOpt AutoCast (`modelopt.onnx.autocast.convert_to_mixed_precision`, default classifier settings:
   data_max 512, init_max 65504, no depth-of-reduction limit) in its own venv, calibrated on our samples (one
   NPZ per sample, its multi-batch mode); its set is the high-precision node list after its op filter.
@@ -45,7 +51,6 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 MODELOPT_PY = HERE / "out" / "modelopt-venv" / "bin" / "python"
-DOC = ROOT / "docs" / "_peers_section.md"
 MINIMAL_UP_TO = 20  # 1-minimality is checked for passing sets of at most this many nodes
 
 
@@ -86,7 +91,7 @@ def elemwise_ok(out: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> t
         d = np.abs(o - r)
         rel = d / np.abs(np.where(r == 0, 2.220446049250313e-16, r))
         bad = ((d > atol) | np.isnan(d)) & ((rel > rtol) | np.isnan(rel))
-    return not bool(bad.any()), float(np.nanmax(d)) if d.size else 0.0
+    return not bool(bad.any()), float(np.max(d)) if d.size else 0.0  # NaN stays NaN
 
 
 # -- child: auto_convert_mixed_precision as shipped --------------------------------------------------
@@ -106,7 +111,7 @@ def child_autoconvert(wd: Path, out: Path, feed: str, check: str) -> None:
     orig_convert = float16.convert_float_to_float16
     orig_get = amp.get_tensor_values_using_ort
 
-    def convert(model, *args, **kw):
+    def convert(model: Any, *args: Any, **kw: Any) -> Any:
         state["block"] = list(kw.get("node_block_list") or [])
         state["converts"] += 1
         t0 = time.perf_counter()
@@ -115,7 +120,7 @@ def child_autoconvert(wd: Path, out: Path, feed: str, check: str) -> None:
         finally:
             state["convert_s"] += time.perf_counter() - t0
 
-    def get(model, input_feed, output_names=None, sess_options=None):
+    def get(model: Any, input_feed: dict, output_names: list | None = None, sess_options: Any = None) -> list:
         t0 = time.perf_counter()
         try:
             if output_names is None:
@@ -229,7 +234,7 @@ def child_ortfp16(wd: Path, out: Path, sets_file: Path) -> None:
             allclose0 = all(np.allclose(a, b, rtol, atol) for a, b in zip(refs[0], outs[0]))
             checks = [elemwise_ok(b, a, atol, rtol) for r, o in zip(refs, outs) for a, b in zip(r, o)]
             res[label] = {"allclose_sample0": allclose0, "elemwise_all": all(c[0] for c in checks),
-                          "max_abs": max((c[1] for c in checks), default=0.0), "s": time.perf_counter() - t0}
+                          "max_abs": float(np.max([c[1] for c in checks])) if checks else 0.0, "s": time.perf_counter() - t0}
         except Exception as exc:
             res[label] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"}
     out.write_text(json.dumps(res), encoding="utf-8")
@@ -253,7 +258,7 @@ def child_modelopt(wd: Path, out: Path, model_path: Path | None = None) -> None:
     orig_run = NodeClassifier.run
     orig_filter = PrecisionConverter._filter_unsupported_op_types
 
-    def run(self, ref_outputs_dict=None):
+    def run(self: Any, ref_outputs_dict: Any = None) -> tuple[list, list]:
         low, high = orig_run(self, ref_outputs_dict)
         rec["classifier_high"] = list(high)
         rec["classifier_settings"] = {"data_max": self.data_max, "init_max": float(self.init_max),
@@ -261,7 +266,7 @@ def child_modelopt(wd: Path, out: Path, model_path: Path | None = None) -> None:
         rec["classified_nodes"] = len(low) + len(high)
         return low, high
 
-    def filt(self, high, low):
+    def filt(self: Any, high: list, low: list) -> tuple[list, list]:
         high, low = orig_filter(self, high, low)
         rec["high"] = list(high)
         return high, low
@@ -556,7 +561,7 @@ def tool_row(c: dict, key: str) -> list | None:
         wall = r.get("wall_s")
         bits = []
         if r.get("error"):
-            bits.append(_short(r["error"]))
+            bits.append(_short(r["error"]) + ("; the set shown is its last block list, not an answer" if j else ""))
         if r.get("block_list") is None and r.get("last_block_list") is not None and not r.get("timed_out"):
             bits.append("no final set")
         if j.get("listed") is not None and j["listed"] != j.get("size"):
@@ -577,6 +582,9 @@ def tool_row(c: dict, key: str) -> list | None:
         if j.get("unknown"):
             bits.append(f"{len(j['unknown'])} names not in our model")
         why = Counter((r.get("reasons") or {}).values())
+        moved = len(set(r.get("high") or []) - set(r.get("classifier_high") or []))
+        if moved:
+            why["op unsupported in low precision (its op filter)"] = moved
         if why:
             bits.append("kept for: " + ", ".join(f"{k} {v}" for k, v in why.most_common()))
         note = "; ".join(bits)
@@ -601,16 +609,45 @@ def results_tables(cases: list[dict]) -> dict[str, str]:
         present = [c for c in cases if c.get(k) is not None and not c[k].get("skipped")]
         if not present:
             continue
-        got = [c for c in present if (c[k].get("judged") or {}).get("size") is not None]
+        # auto_convert returns nothing when it raises (e.g. "validation failed for final fp16 model"): its last
+        # block list is still judged in the per-model table, but it is not an answer
+        got = [c for c in present if (c[k].get("judged") or {}).get("size") is not None
+               and (c[k].get("ok") or not k.startswith("ac_"))]
         passed = sum(1 for c in got if c[k]["judged"]["passes"])
         sizes = sum(c[k]["judged"]["size"] for c in got)
         wall = sum((c[k].get("total_s") if k.startswith("pd_") else c[k].get("wall_s")) or 0.0 for c in present)
         tries = sum((c[k].get("evaluations") if k.startswith("pd_") else c[k].get("attempts")) or 0 for c in present)
         summary_rows.append([TOOL_NAMES[k], f"{len(got)}/{len(present)}", f"{passed}/{len(got)}", sizes,
                              tries if k != "modelopt" else "-", wall])
-    summary = table(["tool", "returned a set", "set passes our oracle", "sum of set sizes", "attempts / evaluations",
+    summary = table(["tool", "returned an answer", "answer passes our oracle", "sum of set sizes", "attempts / evaluations",
                      "wall s (sum)"], summary_rows)
     return {"per_model": table(headers, rows), "summary": summary}
+
+
+def compact_table(cases: list[dict]) -> str:
+    """One row per model: each tool's attempts/evaluations, set size and verdict under our oracle."""
+    from _common import table
+
+    keys = [k for k in TOOL_KEYS if any(c.get(k) for c in cases)]
+    rows = []
+    for c in cases:
+        row = [c["case"]]
+        for k in keys:
+            r = c.get(k) or {}
+            j = r.get("judged") or {}
+            n = r.get("evaluations") if k.startswith("pd_") else r.get("attempts")
+            if r.get("skipped") or not r:
+                row.append("-")
+            elif k.startswith("ac_") and not r.get("ok"):
+                row.append(f"{n}{'+' if r.get('timed_out') else ''} / none ({'timeout' if r.get('timed_out') else 'raised'})")
+            elif j.get("size") is None:
+                row.append("none (failed)")
+            else:
+                row.append(f"{'' if n is None else str(n) + ' / '}{j['size']} / {'pass' if j['passes'] else '**FAIL**'}")
+        rows.append(row)
+    return table(["model"] + [TOOL_NAMES[k] + (" (evals / set / ours)" if k.startswith("pd_") else
+                                               " (attempts / set / ours)" if k.startswith("ac_") else " (set / ours)")
+                              for k in keys], rows)
 
 
 def facts_table(cases: list[dict]) -> str:
@@ -647,7 +684,7 @@ def render(payload: dict) -> str:
         if not sub:
             continue
         t = results_tables(sub)
-        parts += [f"### {title}", "", facts_table(sub), "", t["per_model"], "", t["summary"], ""]
+        parts += [f"### {title}", "", facts_table(sub), "", compact_table(sub), "", t["per_model"], "", t["summary"], ""]
     if payload.get("modelopt_status"):
         parts.append(f"ModelOpt: {payload['modelopt_status']}")
     return "\n".join(parts) + "\n"
@@ -730,8 +767,9 @@ def run_all(args: argparse.Namespace) -> None:
     path = write_results(args.name or ("peers" + ("_quick" if args.quick else "")), payload)
     payload = json.loads(path.read_text(encoding="utf-8"))
     text = render(payload)
+    path.with_suffix(".md").write_text(text, encoding="utf-8")
     print("\n" + text)
-    print(f"results: {path}")
+    print(f"results: {path} and {path.with_suffix('.md')}")
 
 
 if __name__ == "__main__":
