@@ -80,18 +80,11 @@ def read_samples(wd: Path) -> list[dict[str, np.ndarray]]:
 
 
 def elemwise_ok(out: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> tuple[bool, float]:
-    """Polygraphy's elemwise rule (an element fails when |d| > atol and |d|/|ref| > rtol); and max |d|."""
-    o = np.asarray(out, dtype=np.float64)
-    r = np.asarray(ref, dtype=np.float64)
-    if o.shape != r.shape:
-        return False, float("nan")
-    if not np.issubdtype(np.asarray(ref).dtype, np.floating):
-        return bool(np.array_equal(o, r)), float(np.max(np.abs(o - r))) if o.size else 0.0
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        d = np.abs(o - r)
-        rel = d / np.abs(np.where(r == 0, 2.220446049250313e-16, r))
-        bad = ((d > atol) | np.isnan(d)) & ((rel > rtol) | np.isnan(rel))
-    return not bool(bad.any()), float(np.max(d)) if d.size else 0.0  # NaN stays NaN
+    """Polygraphy's elemwise rule, as our oracle applies it (precision_doctor.tolerance.check); and max |d|."""
+    from precision_doctor.tolerance import Tolerance, check
+
+    c = check(out, ref, Tolerance(atol, rtol))
+    return c.passed, c.max_abs
 
 
 # -- child: auto_convert_mixed_precision as shipped --------------------------------------------------
@@ -362,8 +355,7 @@ def judge(bench: Any, names: list[str] | None) -> dict:
     worst, max_abs = v.worst
     removable = None
     if v.passed and len(fb) <= MINIMAL_UP_TO:  # one evaluation per member, on a separate oracle (not counted)
-        o = bench.oracle()
-        removable = [x for x in sorted(fb) if o.passes(fb - {x})]
+        removable = bench.one_minimal(fb)[1]
     return {
         "size": len(fb), "listed": len(names), "not_candidates": sorted(set(names) & known - cand),
         "unknown": sorted(set(names) - known), "fallback": sorted(fb), "flop_share": bench.flop_share(fb),

@@ -131,6 +131,17 @@ def _named_list(value: Any, what: str) -> tuple[str, ...]:
     raise UserError(f"{what}: expected a list of 'name:[...]' strings or a mapping, got {value!r}")
 
 
+def _section(recipe: dict, key: str, known: set[str], where: str) -> dict:
+    """A recipe's sub-mapping (empty when absent), with unknown keys refused."""
+    value = recipe.get(key) or {}
+    if not isinstance(value, dict):
+        raise UserError(f"{where}: '{key}' must be a mapping")
+    bad = sorted(set(value) - known)
+    if bad:
+        raise UserError(f"{where}: unknown {key} key '{bad[0]}' (known: {', '.join(sorted(known))})")
+    return value
+
+
 def apply_recipe(base: ModelSettings, recipe: dict, rel_to: Path, where: str) -> ModelSettings:
     """`base` with the keys of `recipe` applied; UserError names the first bad key."""
     if not isinstance(recipe, dict):
@@ -139,12 +150,7 @@ def apply_recipe(base: ModelSettings, recipe: dict, rel_to: Path, where: str) ->
     if unknown:
         raise UserError(f"{where}: unknown key '{unknown[0]}' (known: {', '.join(sorted(_RECIPE_KEYS))})")
     upd: dict[str, Any] = {}
-    inputs = recipe.get("inputs") or {}
-    if not isinstance(inputs, dict):
-        raise UserError(f"{where}: 'inputs' must be a mapping")
-    bad = sorted(set(inputs) - _INPUT_KEYS)
-    if bad:
-        raise UserError(f"{where}: unknown inputs key '{bad[0]}' (known: {', '.join(sorted(_INPUT_KEYS))})")
+    inputs = _section(recipe, "inputs", _INPUT_KEYS, where)
     if "val_range" in inputs:
         upd["val_range"] = _named_list(inputs["val_range"], f"{where}: inputs.val_range")
     if "input_shapes" in inputs:
@@ -157,12 +163,7 @@ def apply_recipe(base: ModelSettings, recipe: dict, rel_to: Path, where: str) ->
     for k, typ in (("samples", int), ("seed", int), ("validation_split", float), ("allow_nonfinite", bool)):
         if k in inputs:
             upd[k] = None if inputs[k] is None and k == "validation_split" else _typed(inputs[k], typ, f"{where}: inputs.{k}")
-    tol = recipe.get("tolerance") or {}
-    if not isinstance(tol, dict):
-        raise UserError(f"{where}: 'tolerance' must be a mapping")
-    bad = sorted(set(tol) - _TOL_KEYS)
-    if bad:
-        raise UserError(f"{where}: unknown tolerance key '{bad[0]}' (known: {', '.join(sorted(_TOL_KEYS))})")
+    tol = _section(recipe, "tolerance", _TOL_KEYS, where)
     for k in ("atol", "rtol"):
         if k in tol:
             upd[k] = _typed(tol[k], float, f"{where}: tolerance.{k}")

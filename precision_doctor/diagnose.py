@@ -207,13 +207,6 @@ def _search(oracle: Oracle, space: SearchSpace, strategy: str) -> tuple[str, str
         return "interrupted", "interrupted by the user; the best passing set found so far is reported", best
 
 
-def _one_minimal_checked(oracle: Oracle, fallback: frozenset[str] | None) -> bool | None:
-    """Whether removing any single member of the answer was evaluated and failed (None: no answer)."""
-    if fallback is None:
-        return None
-    return all((v := oracle.known(fallback - {x})) is not None and not v.passed for x in fallback)
-
-
 def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:
     everything = oracle.known(space.universe)
     if everything is not None and not everything.passed:
@@ -346,7 +339,7 @@ def build_report(
         "fp32_flop_share": sum(flops.get(n, 0) for n in final) / total,
         "evaluations": oracle.evaluations,
         "memo_hits": oracle.memo_hits,
-        "one_minimal_checked": _one_minimal_checked(oracle, fallback),
+        "one_minimal_checked": oracle.one_minimal_checked(fallback),
         "elapsed_s": elapsed,
         "samples": {"search": len(work.samples), "validation": n_validation},
         "inputs": work.inputs.describe(),

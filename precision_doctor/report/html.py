@@ -16,6 +16,7 @@ from .markdown import (
     fmt_pct,
     fmt_time,
     layers_by_name,
+    layers_in_order,
     num,
     precision_name,
     verdict,
@@ -431,7 +432,7 @@ def _plots_section(report: dict[str, Any]) -> str:
 
 
 def _layers_section(report: dict[str, Any]) -> str:
-    layers = sorted(report.get("layers") or [], key=lambda lay: num(lay.get("index")))
+    layers = layers_in_order(report)
     out = ['<section id="layer-table"><h2>All layers</h2>']
     if not layers:
         out.append('<p class="muted">No per-layer analysis recorded.</p></section>')
@@ -537,7 +538,7 @@ def _settings_section(report: dict[str, Any]) -> str:
 
 def _page_data(report: dict[str, Any]) -> dict[str, Any]:
     """Compact display strings for the plot tooltips (indexed like the plots' x axes)."""
-    layers = sorted(report.get("layers") or [], key=lambda lay: num(lay.get("index")))
+    layers = layers_in_order(report)
     traj = report.get("trajectory") or []
     return {
         "layers": [

@@ -39,6 +39,11 @@ def num(v: Any) -> float:
         return math.nan
 
 
+def layers_in_order(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report's layer rows in topological order."""
+    return sorted(report.get("layers") or [], key=lambda lay: num(lay.get("index")))
+
+
 def fmt(v: Any, digits: int = 3) -> str:
     """Compact number: "inf", "nan", "0", 0.0123, 1.23e-05, 65504."""
     if v is None:

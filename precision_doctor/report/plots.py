@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .markdown import fmt, num, precision_name
+from .markdown import fmt, layers_in_order, num, precision_name
 
 BEFORE = "#e6862e"  # all low precision
 AFTER = "#2c7fb8"  # with the fallback set
@@ -169,20 +169,23 @@ def _layer_xs(layers: list[dict[str, Any]]) -> list[int]:
     return list(range(len(layers)))
 
 
+def _layer_axes(layers: list[dict[str, Any]]) -> tuple:
+    """What a per-layer plot starts from: x positions, layer count, fallback indices, figure, axes, markers on."""
+    n = len(layers)
+    fig = _figure(11, 4.8 if n <= NAMED_TICKS_MAX else 4.2)
+    fb_idx = [i for i, lay in enumerate(layers) if lay.get("fallback")]
+    return _layer_xs(layers), n, fb_idx, fig, fig.add_subplot(), n <= MARKERS_MAX
+
+
 def plot_layer_errors(report: dict[str, Any]) -> Plot | None:
     """Per-layer relative L2 error before (all low precision) and after the fix, log scale, fallback nodes marked."""
-    layers = sorted(report.get("layers") or [], key=lambda lay: num(lay.get("index")))
+    layers = layers_in_order(report)
     if not layers:
         return None
     prec = precision_name(report)
-    xs = _layer_xs(layers)
-    n = len(layers)
-    fb_idx = [i for i, lay in enumerate(layers) if lay.get("fallback")]
+    xs, n, fb_idx, fig, ax, mk = _layer_axes(layers)
     before, b_inf, b_nan, b_zero = _log_series([lay.get("lowp_rel_l2") for lay in layers])
     after, a_inf, a_nan, a_zero = _log_series([lay.get("fixed_rel_l2") for lay in layers])
-    fig = _figure(11, 4.8 if n <= NAMED_TICKS_MAX else 4.2)
-    ax = fig.add_subplot()
-    mk = n <= MARKERS_MAX
     ax.plot(xs, before, color=BEFORE, lw=1.6, marker="o" if mk else None, ms=3.5, label=f"before: all {prec}", zorder=3)
     ax.plot(xs, after, color=AFTER, lw=1.6, marker="s" if mk else None, ms=3.2, label="after: with the FP32 fallback set",
             zorder=4)
@@ -222,20 +225,15 @@ def plot_layer_errors(report: dict[str, Any]) -> Plot | None:
 
 def plot_value_ranges(report: dict[str, Any]) -> Plot | None:
     """Per-layer absolute maxima of reference outputs and inputs against the format's max and smallest normal."""
-    layers = sorted(report.get("layers") or [], key=lambda lay: num(lay.get("index")))
+    layers = layers_in_order(report)
     if not layers:
         return None
     prec = precision_name(report)
     limits = report.get("format_limits") or {}
     fmax, fmin = num(limits.get("max")), num(limits.get("smallest_normal"))
-    xs = _layer_xs(layers)
-    n = len(layers)
-    fb_idx = [i for i, lay in enumerate(layers) if lay.get("fallback")]
+    xs, n, fb_idx, fig, ax, mk = _layer_axes(layers)
     out, o_inf, o_nan, o_zero = _log_series([lay.get("ref_absmax") for lay in layers])
     inp, i_inf, i_nan, i_zero = _log_series([lay.get("input_ref_absmax") for lay in layers])
-    fig = _figure(11, 4.8 if n <= NAMED_TICKS_MAX else 4.2)
-    ax = fig.add_subplot()
-    mk = n <= MARKERS_MAX
     ax.plot(xs, inp, color=INPUT, lw=1.0, ls="--", marker="." if mk else None, ms=4, label="input |max| (reference)", zorder=3)
     ax.plot(xs, out, color=AFTER, lw=1.6, marker="o" if mk else None, ms=3.5, label="output |max| (reference)", zorder=4)
     if fb_idx:

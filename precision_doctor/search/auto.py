@@ -140,7 +140,6 @@ def sweep(oracle: Oracle, space: SearchSpace, current: frozenset[str], grow: boo
 
 def _prune_by_cost(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:
     """With a cost model: try to drop the expensive members first, one at a time, until stable."""
-    oracle.phase = "prune"
 
     def order(x: str) -> tuple:
         return (-space.costs.get(x, 1.0), space.scores.get(x, 0.0), x)

@@ -170,3 +170,9 @@ class Oracle:
 
     def known(self, fallback: Iterable[str]) -> Verdict | None:
         return self.memo.get(frozenset(fallback))
+
+    def one_minimal_checked(self, fallback: frozenset[str] | None) -> bool | None:
+        """Whether removing any single member of `fallback` was evaluated and failed (None: no set)."""
+        if fallback is None:
+            return None
+        return all((v := self.known(fallback - {x})) is not None and not v.passed for x in fallback)
