@@ -484,27 +484,10 @@ def planted_workloads(n: int, only: set[str] | None) -> list[tuple]:
 def zoo_workloads(zoo_dir: Path, only: set[str] | None) -> list[tuple]:
     """The zoo's models with their recipes' samples and tolerances (as bench/search_efficiency.py --zoo)."""
     from _search import SearchBench
+    from _zoo import zoo_works
 
-    from precision_doctor.batch import ModelSettings, discover
-    from precision_doctor.tolerance import Tolerance
-    from precision_doctor.workload import InputOptions, load_workload
-
-    if not zoo_dir.is_dir() or not any(zoo_dir.glob("*.onnx")):
-        print(f"no fetched zoo models in {zoo_dir}; skipping the zoo", file=sys.stderr)
-        return []
-    out = []
-    for spec in discover(zoo_dir, ModelSettings()):
-        name = f"zoo:{spec.name}"
-        if spec.error or (only and name not in only and spec.name not in only):
-            continue
-        s = spec.settings
-        work = load_workload(spec.path, InputOptions(
-            files=list(s.files), samples=s.samples, seed=s.seed, val_ranges=list(s.val_range),
-            input_shapes=list(s.input_shapes), allow_nonfinite=s.allow_nonfinite))
-        tol = Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor)
-        out.append((name, lambda w=work, t=tol: SearchBench(w.model, w.samples, t), work.model.proto, tol, None,
-                    spec.path))
-    return out
+    return [(w.name, lambda w=w: SearchBench(w.model, w.samples, w.tol), w.model.proto, w.tol, None, w.path)
+            for w in zoo_works(zoo_dir, only)]
 
 
 # -- tables ----------------------------------------------------------------------------------------

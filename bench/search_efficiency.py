@@ -12,13 +12,13 @@ whose time is reported apart (the other strategies do not use it).
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 import time
 from pathlib import Path
 
 from _common import loadavg, ratio, table, write_results
 from _search import SearchBench, phase_text
+from _zoo import zoo_works
 
 from precision_doctor import planted
 from precision_doctor.model import from_proto
@@ -47,33 +47,8 @@ def bench_case(name: str, bench: SearchBench, expected, check_minimal: bool, str
 
 
 def zoo_workloads(zoo_dir: Path) -> list[tuple[str, SearchBench]]:
-    """The zoo's models with their recipes (precision_doctor.batch reads them), if the zoo modules and
-    fetched models exist; else nothing, with a note."""
-    if importlib.util.find_spec("precision_doctor.zoo") is None or importlib.util.find_spec("precision_doctor.batch") is None:
-        print(f"--zoo: precision_doctor.zoo/batch do not exist; skipping {zoo_dir}", file=sys.stderr)
-        return []
-    if not zoo_dir.is_dir() or not any(zoo_dir.glob("*.onnx")):
-        print(f"--zoo: no fetched models in {zoo_dir} (precision-doctor zoo fetch --dest {zoo_dir}); skipping", file=sys.stderr)
-        return []
-    from precision_doctor.batch import ModelSettings, discover
-    from precision_doctor.workload import InputOptions, load_workload
-
-    out = []
-    for spec in discover(zoo_dir, ModelSettings()):
-        if spec.error:
-            print(f"--zoo: {spec.name}: {spec.error}", file=sys.stderr)
-            continue
-        s = spec.settings
-        try:
-            work = load_workload(spec.path, InputOptions(
-                files=list(s.files), samples=s.samples, seed=s.seed, val_ranges=list(s.val_range),
-                input_shapes=list(s.input_shapes), allow_nonfinite=s.allow_nonfinite,
-            ))
-            tol = Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor)
-            out.append((f"zoo:{spec.name}", SearchBench(work.model, work.samples, tol)))
-        except Exception as exc:  # one model's trouble does not stop the others
-            print(f"--zoo: {spec.name}: {type(exc).__name__}: {exc}", file=sys.stderr)
-    return out
+    """The zoo's models with their recipes, each as a SearchBench."""
+    return [(w.name, SearchBench(w.model, w.samples, w.tol)) for w in zoo_works(zoo_dir)]
 
 
 def main() -> None:
