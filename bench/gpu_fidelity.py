@@ -24,17 +24,24 @@ from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.model import Model, from_proto
 from precision_doctor.search import Oracle
-from precision_doctor.tolerance import Tolerance
+from precision_doctor.tolerance import Tolerance, check_all
 
 PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
+
+
+def tol_used_on_all(backend, fallback: frozenset[str], samples: list, refs: list, tol: Tolerance) -> float:
+    """The share of the tolerance used over every sample (the oracle stops at the first failing one)."""
+    runner = backend.prepare(fallback)
+    return max(max(c.tol_used for c in check_all(runner.run(s, list(r)), r, tol).values()) for s, r in zip(samples, refs))
 
 
 def compare(name: str, model: Model, samples: list, tol: Tolerance, answer: frozenset[str], answer_label: str) -> list[dict]:
     """Emulated and GPU verdicts of all-low, `answer` and all-FP32 on the same samples and references."""
     ref = ReferenceRunner(model)
     refs = [ref.run(s) for s in samples]
-    emu = Oracle(EmulateBackend(model), samples, refs, tol)
-    gpu = Oracle(OrtBackend(model, "fp16", providers=PROVIDERS), samples, refs, tol)
+    emu_backend, gpu_backend = EmulateBackend(model), OrtBackend(model, "fp16", providers=PROVIDERS)
+    emu = Oracle(emu_backend, samples, refs, tol)
+    gpu = Oracle(gpu_backend, samples, refs, tol)
     everything = frozenset(n.name for n in model.candidates)
     rows = []
     for label, fb in {"all-fp16": frozenset(), answer_label: answer, "all-fp32": everything}.items():
@@ -45,7 +52,8 @@ def compare(name: str, model: Model, samples: list, tol: Tolerance, answer: froz
         rows.append({
             "case": name, "set": label, "size": len(fb), "samples": len(samples), "emulated_pass": e.passed,
             "gpu_pass": g.passed, "agree": e.passed == g.passed, "gpu_max_abs": g.worst[1], "emu_max_abs": e.worst[1],
-            "gpu_eval_s": tg,
+            "emu_tol_used": tol_used_on_all(emu_backend, fb, samples, refs, tol),
+            "gpu_tol_used": tol_used_on_all(gpu_backend, fb, samples, refs, tol), "gpu_eval_s": tg,
         })
     return rows
 
@@ -81,6 +89,7 @@ def main() -> None:
     ap.add_argument("--zoo", type=Path, help="fetched zoo folder")
     ap.add_argument("--answers", type=Path, help="an emulated batch's output folder (with --zoo)")
     ap.add_argument("--no-planted", action="store_true")
+    ap.add_argument("--name", default="gpu_fidelity", help="results file name (NAME.json)")
     args = ap.parse_args()
     if "CUDAExecutionProvider" not in ort.get_available_providers():
         raise SystemExit("no CUDAExecutionProvider: install onnxruntime-gpu on a GPU machine")
@@ -89,13 +98,14 @@ def main() -> None:
         rows += zoo_rows(args.zoo, args.answers or Path("reports/batch-zoo"))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "gpu_fidelity.json").write_text(json.dumps(rows, indent=2, default=str))
-    print("| case | set | size | samples | emulated | GPU (ORT CUDA fp16) | agree | emulated max abs err | GPU max abs err |")
+    (out / f"{args.name}.json").write_text(json.dumps(rows, indent=2, default=str))
+    print("| case | set | size | samples | emulated | GPU (ORT CUDA fp16) | agree | tolerance used: emulated / GPU "
+          "| max abs err: emulated / GPU |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['case']} | {r['set']} | {r['size']} | {r['samples']} | {'pass' if r['emulated_pass'] else 'fail'} | "
-              f"{'pass' if r['gpu_pass'] else 'fail'} | {'yes' if r['agree'] else 'NO'} | {r['emu_max_abs']:.3g} | "
-              f"{r['gpu_max_abs']:.3g} |")
+              f"{'pass' if r['gpu_pass'] else 'fail'} | {'yes' if r['agree'] else 'NO'} | "
+              f"{r['emu_tol_used']:.3g} / {r['gpu_tol_used']:.3g} | {r['emu_max_abs']:.3g} / {r['gpu_max_abs']:.3g} |")
     agree = sum(r["agree"] for r in rows)
     print(f"\nagreement: {agree}/{len(rows)}; onnxruntime {ort.__version__}, providers {ort.get_available_providers()}")
 

@@ -7,7 +7,7 @@ same settings. A recipe (every key optional; unknown keys are refused):
     inputs:    {samples, seed, val_range: ["name:[lo,hi]", ...] or {name: [lo, hi]},
                 input_shapes: ["name:[d0,...]", ...] or {name: [d0, ...]},
                 files: [a.npz, ...], validate_files: [...], validation_split, allow_nonfinite}
-    tolerance: {atol, rtol, check_error_stat, cosine_floor}
+    tolerance: {atol, rtol, check_error_stat, cosine_floor, margin}
     precision, backend, strategy, cost, max_evaluations, time_budget
     about:     free-form notes (provenance, why the tolerance is fair); not read by the batch
 
@@ -66,7 +66,7 @@ _RECIPE_KEYS = {
 _INPUT_KEYS = {
     "samples", "seed", "val_range", "input_shapes", "files", "validate_files", "validation_split", "allow_nonfinite",
 }
-_TOL_KEYS = {"atol", "rtol", "check_error_stat", "cosine_floor"}
+_TOL_KEYS = {"atol", "rtol", "check_error_stat", "cosine_floor", "margin"}
 
 
 # -- settings ------------------------------------------------------------------------------------
@@ -88,6 +88,7 @@ class ModelSettings:
     rtol: float = 1e-5
     check_error_stat: str = "elemwise"
     cosine_floor: float | None = None
+    margin: float = 0.0
     precision: str = "fp16"
     backend: str = "emulate"
     strategy: str = "auto"
@@ -98,6 +99,8 @@ class ModelSettings:
     def key(self) -> str:
         """A fingerprint of the settings and of the contents of the input files they name."""
         d = asdict(self)
+        if not d["margin"]:
+            del d["margin"]  # batches run before margins existed keep their keys
         d["file_hashes"] = [file_sha256(Path(f)) if Path(f).is_file() else None for f in self.files + self.validate_files]
         return hashlib.sha256(json.dumps(jsonable(d), sort_keys=True).encode()).hexdigest()[:16]
 
@@ -164,7 +167,7 @@ def apply_recipe(base: ModelSettings, recipe: dict, rel_to: Path, where: str) ->
         if k in inputs:
             upd[k] = None if inputs[k] is None and k == "validation_split" else _typed(inputs[k], typ, f"{where}: inputs.{k}")
     tol = _section(recipe, "tolerance", _TOL_KEYS, where)
-    for k in ("atol", "rtol"):
+    for k in ("atol", "rtol", "margin"):
         if k in tol:
             upd[k] = _typed(tol[k], float, f"{where}: tolerance.{k}")
     if "check_error_stat" in tol:
@@ -385,7 +388,7 @@ def _diagnose(task: ModelTask, run_dir: Path) -> dict:
     s = task.settings
     opts = DiagnoseOptions(
         precision=s.precision, backend=s.backend, strategy=s.strategy, cost=s.cost,
-        tolerance=Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor),
+        tolerance=Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor), margin=s.margin,
         budget=Budget(s.max_evaluations, s.time_budget), resume=task.resume, capture=CaptureSettings(),
     )
     opts.check()

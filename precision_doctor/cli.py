@@ -35,6 +35,11 @@ AtolOpt = typer.Option(1e-5, "--atol", help="Absolute tolerance (polygraphy's de
 RtolOpt = typer.Option(1e-5, "--rtol", help="Relative tolerance (polygraphy's default 1e-5).")
 StatOpt = typer.Option("elemwise", "--check-error-stat", help="elemwise, max, mean or median (as polygraphy).")
 CosineOpt = typer.Option(None, "--cosine-floor", help="Also require cosine similarity >= this per output.")
+MarginOpt = typer.Option(
+    0.0, "--margin",
+    help="Search for a set that uses at most 1 - MARGIN of the tolerance (0.2: 20% to spare), so that it holds "
+    "on other hardware; held-out samples are checked at the full tolerance.",
+)
 OutOpt = typer.Option(None, "--out", help="Run directory (default: reports/<model>-<command>-<time>).")
 ForceOpt = typer.Option(False, "--force", help="Write into a non-empty --out (replaces our files only).")
 
@@ -208,6 +213,7 @@ def diagnose(
     rtol: float = RtolOpt,
     check_error_stat: str = StatOpt,
     cosine_floor: float | None = CosineOpt,
+    margin: float = MarginOpt,
     strategy: str = typer.Option("auto", "--strategy", help="auto, bisect, bisect-reverse, linear, ddmin, segment."),
     backend: str = typer.Option("emulate", "--backend", help="emulate, ort-cuda, ort-cpu, trt, or auto (best here)."),
     cost: str = typer.Option("nodes", "--cost", help="Smallest means fewest nodes, or least FP32 'flops'."),
@@ -229,7 +235,7 @@ def diagnose(
 
     opts = DiagnoseOptions(
         precision=precision, backend=backend, strategy=strategy, cost=cost,
-        tolerance=Tolerance(atol, rtol, check_error_stat, cosine_floor),
+        tolerance=Tolerance(atol, rtol, check_error_stat, cosine_floor), margin=margin,
         budget=Budget(max_evaluations, time_budget), resume=resume, keep_io_types=keep_io_types,
         capture=CaptureSettings(group_mb=group_mb),
     )
@@ -259,6 +265,8 @@ def diagnose(
 
 
 def print_outcome(report: dict, out_dir: Path) -> None:
+    from precision_doctor.report.markdown import headroom_sentence
+
     fb = report["fallback_nodes"]
     tol = report["tolerance"]
     head = (
@@ -284,6 +292,9 @@ def print_outcome(report: dict, out_dir: Path) -> None:
         if val:
             state = "holds" if val["passed"] else "FAILED first; searched again with them included"
             console.print(f"held-out samples ({val['samples']}): {state}", highlight=False)
+        note = headroom_sentence(report)
+        if note:
+            console.print(note.replace("`", ""), highlight=False)
     else:
         console.print(f"[bold red]NO PASSING SET[/]: {report.get('reason') or report['status']}", highlight=False)
     if report["status"] not in ("complete", "no_solution"):

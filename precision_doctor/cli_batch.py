@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from precision_doctor.cli import AtolOpt, RtolOpt, SeedOpt, StatOpt, app, console, err
+from precision_doctor.cli import AtolOpt, MarginOpt, RtolOpt, SeedOpt, StatOpt, app, console, err
 
 zoo_app = typer.Typer(
     no_args_is_help=True, help="Real trained models from PyPI wheels, with recipes for `batch`.", rich_markup_mode=None,
@@ -31,6 +31,7 @@ def batch(
     atol: float = AtolOpt,
     rtol: float = RtolOpt,
     check_error_stat: str = StatOpt,
+    margin: float = MarginOpt,
     samples: int = typer.Option(4, "--samples", help="Default number of generated samples."),
     seed: int = SeedOpt,
     max_evaluations: int | None = typer.Option(None, "--max-evaluations", help="Default evaluation budget per model."),
@@ -42,7 +43,7 @@ def batch(
     from precision_doctor.batch import ModelSettings, default_batch_dir, make_executor, run_batch
 
     defaults = ModelSettings(
-        samples=samples, seed=seed, atol=atol, rtol=rtol, check_error_stat=check_error_stat,
+        samples=samples, seed=seed, atol=atol, rtol=rtol, check_error_stat=check_error_stat, margin=margin,
         precision=precision, backend=backend, strategy=strategy, max_evaluations=max_evaluations, time_budget=time_budget,
     )
     out_dir = out or default_batch_dir()

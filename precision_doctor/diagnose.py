@@ -43,6 +43,7 @@ class DiagnoseOptions:
     strategy: str = "auto"
     cost: str = "nodes"
     tolerance: Tolerance = field(default_factory=Tolerance)
+    margin: float = 0.0  # the search asks for at most 1 - margin of the tolerance; validation for all of it
     budget: Budget = field(default_factory=Budget)
     resume: bool = False
     keep_io_types: bool = True
@@ -54,6 +55,12 @@ class DiagnoseOptions:
             raise UserError(f"unknown strategy '{self.strategy}'; choose one of: {', '.join(STRATEGIES)}")
         if self.cost not in ("nodes", "flops"):
             raise UserError("--cost must be 'nodes' or 'flops'")
+        if not 0.0 <= self.margin < 1.0:
+            raise UserError(f"--margin must lie in [0, 1), got {self.margin}")
+
+    @property
+    def search_tolerance(self) -> Tolerance:
+        return self.tolerance.scaled(1.0 - self.margin) if self.margin else self.tolerance
 
 
 def make_backend(name: str, model: Model, precision: str, outputs: list[str]):
@@ -152,7 +159,7 @@ def run_diagnose(
     val_refs = [ref.run(s) for s in validation]
 
     oracle = Oracle(
-        backend, work.samples, refs, opts.tolerance, cost_of=space.cost, budget=opts.budget,
+        backend, work.samples, refs, opts.search_tolerance, cost_of=space.cost, budget=opts.budget,
         checkpoint=out_dir / CHECKPOINT, on_evaluation=on_evaluation,
     )
     if opts.resume:
@@ -331,6 +338,12 @@ def build_report(
         "strategy": opts.strategy,
         "cost": opts.cost,
         "tolerance": opts.tolerance.to_dict(),
+        "margin": opts.margin,
+        "tolerance_used": {
+            # shares of the user's tolerance (the oracle checked against the tolerance scaled by 1 - margin)
+            "search": final_verdict.tol_used * (1.0 - opts.margin) if final_verdict else None,
+            "validation": _validation_used(validation),
+        },
         "status": status,
         "reason": reason,
         "passed": bool(passed),
@@ -361,6 +374,13 @@ def build_report(
         },
         "commands": artifacts,
     }
+
+
+def _validation_used(validation: dict | None) -> float | None:
+    if not validation or not validation.get("passed"):
+        return None
+    vals = [o.get("tol_used", float("nan")) for o in validation["outputs"].values()]
+    return max(vals) if vals else 0.0
 
 
 def _verdict_dict(v) -> dict | None:

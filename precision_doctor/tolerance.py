@@ -5,11 +5,16 @@ An element fails when `(|out-ref| > atol or NaN) and (|out-ref|/|ref| > rtol or 
 `max`, `mean` and `median` statistics fail when both the absolute and the relative statistic
 exceed their tolerance (or are NaN), as in polygraphy. `cosine_floor` adds a check that the
 cosine similarity of output and reference is at least that value.
+
+`tol_used` says how much of the tolerance the worst element (or statistic) uses: min(abs/atol,
+rel/rtol), so an output passes the atol/rtol check exactly when it is at most 1. An answer at 0.999
+passes on these samples and this machine and may fail on other hardware; a search `margin` m asks
+for at most 1 - m (the same check with atol and rtol scaled by 1 - m).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
@@ -39,6 +44,10 @@ class Tolerance:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def scaled(self, factor: float) -> Tolerance:
+        """The same check with atol and rtol multiplied by `factor` (a search margin is 1 - factor)."""
+        return replace(self, atol=self.atol * factor, rtol=self.rtol * factor)
+
 
 @dataclass(frozen=True)
 class OutputCheck:
@@ -54,6 +63,7 @@ class OutputCheck:
     cosine: float
     mismatches: int
     size: int
+    tol_used: float = float("nan")  # NaN: not recorded (checkpoints of earlier versions)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -86,16 +96,30 @@ def _stat_failed(stat: float, tol: float) -> bool:
     return bool(np.isnan(stat) or stat > tol)
 
 
+def _share(x: np.ndarray | float, tol: float) -> np.ndarray:
+    """x / tol with NaN as infinity, and 0 / 0 as 0 (a zero tolerance allows only zero)."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = x / tol if tol > 0 else np.where(x == 0, 0.0, np.inf)
+    return np.where(np.isnan(x), np.inf, r)
+
+
+def _used(absd: np.ndarray | float, reld: np.ndarray | float, tol: Tolerance) -> float:
+    """The largest min(abs/atol, rel/rtol): how much of the tolerance the worst element uses."""
+    u = np.minimum(_share(absd, tol.atol), _share(reld, tol.rtol))
+    return float(np.max(u)) if np.size(u) else 0.0
+
+
 def check(out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> OutputCheck:
     """Compare one output with its reference under `tol`."""
     if np.shape(out) != np.shape(ref):
         nan = float("nan")
-        return OutputCheck(False, nan, nan, nan, nan, nan, nan, nan, int(np.size(ref)), int(np.size(ref)))
+        return OutputCheck(False, nan, nan, nan, nan, nan, nan, nan, int(np.size(ref)), int(np.size(ref)), float("inf"))
     if not np.issubdtype(np.asarray(ref).dtype, np.floating):
         same = np.asarray(out) == np.asarray(ref)
         n_bad = int(np.size(same) - np.count_nonzero(same))
         v = float(n_bad > 0)
-        return OutputCheck(n_bad == 0, v, v, v, v, v, v, 1.0 - v, n_bad, int(np.size(ref)))
+        return OutputCheck(n_bad == 0, v, v, v, v, v, v, 1.0 - v, n_bad, int(np.size(ref)), float("inf") if n_bad else 0.0)
     absdiff, reldiff = diffs(out, ref)
     size = absdiff.size
     with np.errstate(invalid="ignore"):
@@ -111,13 +135,15 @@ def check(out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> OutputCheck:
     mismatches = int(np.count_nonzero(bad))
     if tol.check_error_stat == "elemwise":
         passed = mismatches == 0
+        used = _used(absdiff, reldiff, tol)
     else:
         s = tol.check_error_stat
         passed = not (_stat_failed(stats[f"{s}_abs"], tol.atol) and _stat_failed(stats[f"{s}_rel"], tol.rtol))
+        used = _used(stats[f"{s}_abs"], stats[f"{s}_rel"], tol)
     cos = cosine_similarity(out, ref)
     if tol.cosine_floor is not None and not (cos >= tol.cosine_floor):
         passed = False
-    return OutputCheck(passed=passed, cosine=cos, mismatches=mismatches, size=size, **stats)
+    return OutputCheck(passed=passed, cosine=cos, mismatches=mismatches, size=size, tol_used=used, **stats)
 
 
 def check_all(
@@ -151,4 +177,5 @@ def merge(checks: list[OutputCheck]) -> OutputCheck:
         cosine=min(c.cosine for c in checks),
         mismatches=sum(c.mismatches for c in checks),
         size=size,
+        tol_used=worst("tol_used"),
     )

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -194,6 +195,9 @@ def test_recipes_manifest_and_names(tmp_path):
     assert [s.name for s in specs] == ["a_b"]
     s = specs[0].settings
     assert s.input_shapes == ("x:[2,32]",) and s.val_range == ("[-1,1]",) and s.atol == 0.5 and s.rtol == 1e-5
+    assert s.margin == 0.0 and s.key() == replace(s, margin=0.0).key() != replace(s, margin=0.2).key()
+    (root / "a b.json").write_text(json.dumps({"tolerance": {"margin": 0.25}}))
+    assert discover(root, ModelSettings(margin=0.1))[0].settings.margin == 0.25  # the recipe overrides
 
     (root / "a b.json").write_text(json.dumps({"tolerance": {"atoll": 1}}))
     bad = discover(root, ModelSettings())[0]

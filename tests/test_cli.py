@@ -98,6 +98,26 @@ def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
     assert code == 0
 
 
+def test_diagnose_margin_leaves_room_and_is_reported(run_cli, planted_file, tmp_path):
+    """--margin m: the answer uses at most 1 - m of the tolerance on the search samples; the report says
+    how much it uses; a margin outside [0, 1) is a one-line error."""
+    case, path, files = planted_file("three_defects", n=6)
+    args = [a for f in files for a in ("--inputs", f)] + ["--atol", "1e-2", "--rtol", "1e-2"]
+    used = {}
+    for margin in ("0", "0.5"):
+        out = tmp_path / f"m{margin}"
+        code, stdout, err = run_cli("diagnose", path, *args, "--margin", margin, "--out", out)
+        assert code == 0, err
+        rep = json.loads((out / "report.json").read_text())
+        assert rep["margin"] == float(margin) and rep["passed"]
+        used[margin] = rep["tolerance_used"]["search"]
+        assert 0 < used[margin] <= 1 - float(margin) + 1e-9
+        assert "of the tolerance" in stdout and "of the tolerance" in (out / "report.md").read_text()
+    assert used["0.5"] <= used["0"]
+    code, _, err = run_cli("diagnose", path, *args, "--margin", "1", "--out", tmp_path / "bad")
+    assert code == 2 and "--margin" in err and "Traceback" not in err
+
+
 def test_diagnose_no_solution_exits_1(run_cli, planted_file, tmp_path):
     case, path, files = planted_file("cancellation")
     code, out, _ = run_cli("diagnose", path, "--inputs", files[0], "--atol", "0", "--rtol", "0",

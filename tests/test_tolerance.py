@@ -57,3 +57,36 @@ def test_bad_settings_are_user_errors():
         Tolerance(check_error_stat="quantile2")
     with pytest.raises(UserError):
         Tolerance(atol=-1)
+
+
+def test_tol_used_is_the_worst_elements_share_and_decides_the_check():
+    tol = Tolerance(atol=1e-3, rtol=1e-2)
+    ref = np.array([1.0, 0.1, 0.0])
+    # element 0: abs 2e-3 (2x atol), rel 2e-3 (0.2x rtol) -> 0.2; element 1: 1e-4 abs, 1e-3 rel -> 0.1
+    c = check(ref + np.array([2e-3, 1e-4, 0.0]), ref, tol)
+    assert c.passed and c.tol_used == pytest.approx(0.2)
+    c = check(ref + np.array([0.02, 0.0, 0.0]), ref, tol)
+    assert not c.passed and c.tol_used == pytest.approx(2.0)
+    for out in (ref + np.array([0, 0, np.nan]), np.ones(2)):  # NaN, wrong shape
+        assert check(out, ref, tol).tol_used == np.inf
+    assert check(ref, ref, Tolerance(0, 0)).tol_used == 0.0  # a zero tolerance allows only zero
+    assert check(ref + 1e-6, ref, Tolerance(0, 0)).tol_used == np.inf
+    assert check(ref + 2e-3, ref, Tolerance(1e-3, 1e-2, "max")).tol_used == pytest.approx(2.0)
+
+
+def test_scaled_tolerance_is_the_margin_check():
+    """A margin m passes exactly the outputs whose tol_used is at most 1 - m."""
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=1000)
+    tol = Tolerance(1e-3, 1e-2)
+    for k in range(20):
+        out = ref + rng.normal(scale=10 ** rng.uniform(-5, -2), size=ref.size)
+        used = check(out, ref, tol).tol_used
+        assert check(out, ref, tol.scaled(0.8)).passed == (used <= 0.8 + 1e-12), k
+
+
+def test_merge_keeps_the_worst_share():
+    tol = Tolerance(1e-3, 1e-3)
+    a = check(np.array([1.0005]), np.array([1.0]), tol)
+    b = check(np.array([1.0009]), np.array([1.0]), tol)
+    assert merge([a, b]).tol_used == pytest.approx(0.9, rel=1e-6)

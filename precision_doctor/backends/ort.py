@@ -86,6 +86,11 @@ class OrtBackend:
         self.name = "ort-cuda" if self.uses_cuda else "ort-cpu"
         if self.uses_cuda and CUDA not in ort.get_available_providers():
             raise UserError("ONNX Runtime has no CUDA provider here (install onnxruntime-gpu on a CUDA machine)")
+        if self.uses_cuda:
+            # ORT's default logger prints "[cudnn_frontend] Error: No execution plans support the graph"
+            # again and again while it picks convolution algorithms, and runs on (hundreds of lines a zoo
+            # model, onnxruntime-gpu 1.31.1 on an H100); failures that matter still raise.
+            ort.set_default_logger_severity(4)
         if self.uses_cuda and hasattr(ort, "preload_dlls"):
             try:  # CUDA/cuDNN from the nvidia-* wheels, where those are how CUDA was installed
                 ort.preload_dlls()

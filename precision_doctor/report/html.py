@@ -15,6 +15,7 @@ from .markdown import (
     fmt_flops,
     fmt_pct,
     fmt_time,
+    headroom_sentence,
     layers_by_name,
     layers_in_order,
     num,
@@ -58,6 +59,7 @@ code,pre,.mono{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"Liberatio
 .badge.pass{background:var(--pass)} .badge.warn{background:var(--warn)} .badge.fail{background:var(--fail)}
 .sentence{font-size:15px}
 .reason{background:#fff8e1;border:1px solid #f0d48a;border-radius:6px;padding:6px 10px;margin:8px 0}
+.headroom{color:#555;margin:6px 0}
 .kpis{display:grid;grid-template-columns:repeat(auto-fill,minmax(170px,1fr));gap:8px;margin:12px 0}
 .kpi{background:var(--bg);border:1px solid var(--bd);border-radius:6px;padding:7px 10px}
 .kpi b{display:block;font-size:18px}
@@ -325,8 +327,11 @@ def _header(report: dict[str, Any]) -> str:
         _kpi(tol_txt, "tolerance"),
     ]
     reason = ""
+    headroom = headroom_sentence(report)
+    if headroom:
+        reason += f'<div class="headroom">{_e(headroom.replace("`", ""))}</div>'
     if report.get("reason") or report.get("status") not in (None, "complete"):
-        reason = f'<div class="reason">Status <code>{_e(report.get("status"))}</code>'
+        reason += f'<div class="reason">Status <code>{_e(report.get("status"))}</code>'
         reason += f": {_e(report['reason'])}</div>" if report.get("reason") else "</div>"
     return (
         f"<header><h1>precision-doctor report: <code>{_e(model.get('path', '?'))}</code></h1>"

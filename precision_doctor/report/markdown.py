@@ -154,6 +154,23 @@ def verdict_sentence(report: dict[str, Any]) -> str:
     return f"{lead} in {prec} with {size}{of} {nodes} kept in FP32 ({share} of FLOPs)."
 
 
+def headroom_sentence(report: dict[str, Any]) -> str | None:
+    """How much of the tolerance a passing answer uses (search or held-out samples, the larger), with
+    advice when little is left; None when not recorded."""
+    used = report.get("tolerance_used") or {}
+    shares = [num(v) for v in (used.get("search"), used.get("validation"))]
+    shares = [v for v in shares if v is not None and not math.isnan(v)]
+    if not report.get("passed") or not shares:
+        return None
+    text = f"The answer uses {100 * max(shares):.1f}% of the tolerance"
+    margin = float(report.get("margin") or 0.0)
+    if margin:
+        text += f" (searched with a margin of {100 * margin:g}%)"
+    if max(shares) > 0.9 and not margin:
+        text += ": little to spare, other hardware may tip it over (`--margin 0.2` searches for 20% to spare)"
+    return text + "."
+
+
 def why(layer: dict[str, Any], report: dict[str, Any]) -> list[str]:
     """Short reasons a layer hurts in low precision, from its recorded facts."""
     prec = precision_name(report)
@@ -277,6 +294,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         L.append(f"- Validation on {validation.get('samples', '?')} held-out samples: {res}.")
     else:
         L.append("- Validation: not run (no held-out samples).")
+    headroom = headroom_sentence(report)
+    if headroom:
+        L.append(f"- {headroom}")
     base = report.get("baseline") or {}
     if base:
         L.append(f"- Everything in {prec} (baseline): {'passes' if base.get('passed') else 'fails'} the tolerance.")

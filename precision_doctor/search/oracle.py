@@ -39,6 +39,12 @@ class Verdict:
         name, c = max(self.outputs.items(), key=lambda kv: (not kv[1].passed, np.nan_to_num(kv[1].max_abs, nan=np.inf)))
         return name, c.max_abs
 
+    @property
+    def tol_used(self) -> float:
+        """The largest share of the tolerance any output uses (tolerance.py); NaN if not recorded."""
+        vals = [c.tol_used for c in self.outputs.values()]
+        return max(vals, key=lambda v: np.nan_to_num(v, nan=-1.0)) if vals else 0.0
+
 
 @dataclass
 class Evaluation:
