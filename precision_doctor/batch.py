@@ -8,7 +8,7 @@ same settings. A recipe (every key optional; unknown keys are refused):
                 input_shapes: ["name:[d0,...]", ...] or {name: [d0, ...]},
                 files: [a.npz, ...], validate_files: [...], validation_split, allow_nonfinite}
     tolerance: {atol, rtol, check_error_stat, cosine_floor, margin}
-    precision, backend, strategy, cost, max_evaluations, time_budget
+    precision, backend, confirm_backend, strategy, cost, max_evaluations, time_budget
     about:     free-form notes (provenance, why the tolerance is fair); not read by the batch
 
 Paths in a recipe are relative to the recipe (or the manifest). A manifest is `{"defaults": {...},
@@ -61,7 +61,8 @@ SUMMARY_COLUMNS = (
     "model", "status", "passed", "fallback_size", "fp32_flop_share", "evaluations", "elapsed_s", "report", "message",
 )
 _RECIPE_KEYS = {
-    "inputs", "tolerance", "precision", "backend", "strategy", "cost", "max_evaluations", "time_budget", "about",
+    "inputs", "tolerance", "precision", "backend", "confirm_backend", "strategy", "cost", "max_evaluations",
+    "time_budget", "about",
 }
 _INPUT_KEYS = {
     "samples", "seed", "val_range", "input_shapes", "files", "validate_files", "validation_split", "allow_nonfinite",
@@ -91,6 +92,7 @@ class ModelSettings:
     margin: float = 0.0
     precision: str = "fp16"
     backend: str = "emulate"
+    confirm_backend: str | None = None
     strategy: str = "auto"
     cost: str = "nodes"
     max_evaluations: int | None = None
@@ -99,8 +101,9 @@ class ModelSettings:
     def key(self) -> str:
         """A fingerprint of the settings and of the contents of the input files they name."""
         d = asdict(self)
-        if not d["margin"]:
-            del d["margin"]  # batches run before margins existed keep their keys
+        for k in ("margin", "confirm_backend"):  # batches run before these existed keep their keys
+            if not d[k]:
+                del d[k]
         d["file_hashes"] = [file_sha256(Path(f)) if Path(f).is_file() else None for f in self.files + self.validate_files]
         return hashlib.sha256(json.dumps(jsonable(d), sort_keys=True).encode()).hexdigest()[:16]
 
@@ -177,6 +180,8 @@ def apply_recipe(base: ModelSettings, recipe: dict, rel_to: Path, where: str) ->
     for k in ("precision", "backend", "strategy", "cost"):
         if k in recipe:
             upd[k] = str(recipe[k])
+    if "confirm_backend" in recipe:
+        upd["confirm_backend"] = None if recipe["confirm_backend"] is None else str(recipe["confirm_backend"])
     if "max_evaluations" in recipe:
         v = recipe["max_evaluations"]
         upd["max_evaluations"] = None if v is None else _typed(v, int, f"{where}: max_evaluations")
@@ -389,6 +394,7 @@ def _diagnose(task: ModelTask, run_dir: Path) -> dict:
     opts = DiagnoseOptions(
         precision=s.precision, backend=s.backend, strategy=s.strategy, cost=s.cost,
         tolerance=Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor), margin=s.margin,
+        confirm_backend=s.confirm_backend,
         budget=Budget(s.max_evaluations, s.time_budget), resume=task.resume, capture=CaptureSettings(),
     )
     opts.check()

@@ -35,6 +35,12 @@ AtolOpt = typer.Option(1e-5, "--atol", help="Absolute tolerance (polygraphy's de
 RtolOpt = typer.Option(1e-5, "--rtol", help="Relative tolerance (polygraphy's default 1e-5).")
 StatOpt = typer.Option("elemwise", "--check-error-stat", help="elemwise, max, mean or median (as polygraphy).")
 CosineOpt = typer.Option(None, "--cosine-floor", help="Also require cosine similarity >= this per output.")
+ConfirmOpt = typer.Option(
+    None, "--confirm-backend",
+    help="Carry the answer over to this backend (ort-cuda, trt, ort-cpu) on every sample: kept if it passes "
+    "there, else grown until it does, then pruned to 1-minimal there. Search with the fast emulator, "
+    "finish on the GPU.",
+)
 MarginOpt = typer.Option(
     0.0, "--margin",
     help="Search for a set that uses at most 1 - MARGIN of the tolerance (0.2: 20% to spare), so that it holds "
@@ -216,6 +222,7 @@ def diagnose(
     margin: float = MarginOpt,
     strategy: str = typer.Option("auto", "--strategy", help="auto, bisect, bisect-reverse, linear, ddmin, segment."),
     backend: str = typer.Option("emulate", "--backend", help="emulate, ort-cuda, ort-cpu, trt, or auto (best here)."),
+    confirm_backend: str | None = ConfirmOpt,
     cost: str = typer.Option("nodes", "--cost", help="Smallest means fewest nodes, or least FP32 'flops'."),
     max_evaluations: int | None = typer.Option(None, "--max-evaluations", help="Stop after this many evaluations."),
     time_budget: float | None = typer.Option(None, "--time-budget", help="Stop the search after this many seconds."),
@@ -235,7 +242,7 @@ def diagnose(
 
     opts = DiagnoseOptions(
         precision=precision, backend=backend, strategy=strategy, cost=cost,
-        tolerance=Tolerance(atol, rtol, check_error_stat, cosine_floor), margin=margin,
+        tolerance=Tolerance(atol, rtol, check_error_stat, cosine_floor), margin=margin, confirm_backend=confirm_backend,
         budget=Budget(max_evaluations, time_budget), resume=resume, keep_io_types=keep_io_types,
         capture=CaptureSettings(group_mb=group_mb),
     )
@@ -265,7 +272,7 @@ def diagnose(
 
 
 def print_outcome(report: dict, out_dir: Path) -> None:
-    from precision_doctor.report.markdown import headroom_sentence
+    from precision_doctor.report.markdown import confirm_sentence, headroom_sentence
 
     fb = report["fallback_nodes"]
     tol = report["tolerance"]
@@ -292,9 +299,9 @@ def print_outcome(report: dict, out_dir: Path) -> None:
         if val:
             state = "holds" if val["passed"] else "FAILED first; searched again with them included"
             console.print(f"held-out samples ({val['samples']}): {state}", highlight=False)
-        note = headroom_sentence(report)
-        if note:
-            console.print(note.replace("`", ""), highlight=False)
+        for note in (confirm_sentence(report), headroom_sentence(report)):
+            if note:
+                console.print(note.replace("`", ""), highlight=False)
     else:
         console.print(f"[bold red]NO PASSING SET[/]: {report.get('reason') or report['status']}", highlight=False)
     if report["status"] not in ("complete", "no_solution"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from precision_doctor.cli import AtolOpt, MarginOpt, RtolOpt, SeedOpt, StatOpt, app, console, err
+from precision_doctor.cli import AtolOpt, ConfirmOpt, MarginOpt, RtolOpt, SeedOpt, StatOpt, app, console, err
 
 zoo_app = typer.Typer(
     no_args_is_help=True, help="Real trained models from PyPI wheels, with recipes for `batch`.", rich_markup_mode=None,
@@ -27,6 +27,7 @@ def batch(
     force: bool = typer.Option(False, "--force", help="Write into a non-empty --out that holds no earlier batch."),
     precision: str = typer.Option("fp16", "--precision", help="Default low precision (a recipe overrides)."),
     backend: str = typer.Option("emulate", "--backend", help="Default backend (a recipe overrides)."),
+    confirm_backend: str | None = ConfirmOpt,
     strategy: str = typer.Option("auto", "--strategy", help="Default strategy (a recipe overrides)."),
     atol: float = AtolOpt,
     rtol: float = RtolOpt,
@@ -44,7 +45,8 @@ def batch(
 
     defaults = ModelSettings(
         samples=samples, seed=seed, atol=atol, rtol=rtol, check_error_stat=check_error_stat, margin=margin,
-        precision=precision, backend=backend, strategy=strategy, max_evaluations=max_evaluations, time_budget=time_budget,
+        precision=precision, backend=backend, confirm_backend=confirm_backend, strategy=strategy,
+        max_evaluations=max_evaluations, time_budget=time_budget,
     )
     out_dir = out or default_batch_dir()
     executor = make_executor(jobs)

@@ -34,6 +34,7 @@ from precision_doctor.workload import Workload
 
 FIXED_RUN = "fixed"
 CHECKPOINT = "search.jsonl"
+CONFIRM_CHECKPOINT = "confirm.jsonl"
 
 
 @dataclass
@@ -44,6 +45,7 @@ class DiagnoseOptions:
     cost: str = "nodes"
     tolerance: Tolerance = field(default_factory=Tolerance)
     margin: float = 0.0  # the search asks for at most 1 - margin of the tolerance; validation for all of it
+    confirm_backend: str | None = None  # carry the answer over to this backend (repair + prune there)
     budget: Budget = field(default_factory=Budget)
     resume: bool = False
     keep_io_types: bool = True
@@ -57,6 +59,8 @@ class DiagnoseOptions:
             raise UserError("--cost must be 'nodes' or 'flops'")
         if not 0.0 <= self.margin < 1.0:
             raise UserError(f"--margin must lie in [0, 1), got {self.margin}")
+        if self.confirm_backend is not None and self.confirm_backend == self.backend:
+            raise UserError("--confirm-backend must differ from --backend")
 
     @property
     def search_tolerance(self) -> Tolerance:
@@ -143,6 +147,9 @@ def run_diagnose(
     stage = on_stage or (lambda s: None)
 
     backend = make_backend(opts.backend, model, opts.precision, model.outputs)  # fail fast on a bad backend
+    confirm_backend = (
+        make_backend(opts.confirm_backend, model, opts.precision, model.outputs) if opts.confirm_backend else None
+    )
     stage("capture")
     if opts.resume and (out_dir / ACTIVATIONS).exists():
         from precision_doctor.compare import reanalyse
@@ -183,6 +190,12 @@ def run_diagnose(
             status, reason, found = _search(oracle, space, opts.strategy)
             validation_report["research"] = "searched again with the held-out samples included"
             validation_report["passed_after_research"] = found is not None
+    confirm = None
+    if confirm_backend is not None and found is not None and status == "complete":
+        stage("confirm")
+        status, reason, found, confirm = _confirm(
+            confirm_backend, found, work.samples + validation, refs + val_refs, space, opts, out_dir, on_evaluation,
+        )
     passed = found is not None
     if status == "complete" and not passed:
         status = "no_solution"
@@ -196,15 +209,16 @@ def run_diagnose(
         work=work, analysis=analysis, space=space, oracle=oracle, opts=opts, fmt=fmt,
         backend_name=backend.name, status=status, reason=reason, fallback=found,
         validation=validation_report, n_validation=len(validation), fixed_rel=fixed_rel,
-        artifacts=artifacts, elapsed=time.monotonic() - t0,
+        artifacts=artifacts, elapsed=time.monotonic() - t0, confirm=confirm,
     )
     write_report(out_dir, report)
     return Outcome(report, out_dir)
 
 
-def _search(oracle: Oracle, space: SearchSpace, strategy: str) -> tuple[str, str | None, frozenset[str] | None]:
+def _search(oracle: Oracle, space: SearchSpace, strategy) -> tuple[str, str | None, frozenset[str] | None]:
+    """Run a strategy (a name in STRATEGIES, or the strategy itself); budgets and Ctrl-C end it early."""
     try:
-        found = STRATEGIES[strategy](oracle, space)
+        found = (STRATEGIES[strategy] if isinstance(strategy, str) else strategy)(oracle, space)
         return "complete", None, found
     except BudgetExhausted as exc:
         best = oracle.best()
@@ -212,6 +226,42 @@ def _search(oracle: Oracle, space: SearchSpace, strategy: str) -> tuple[str, str
     except KeyboardInterrupt:
         best = oracle.best()
         return "interrupted", "interrupted by the user; the best passing set found so far is reported", best
+
+
+def _confirm(
+    backend, found: frozenset[str], samples: list, refs: list, space: SearchSpace, opts: DiagnoseOptions, out_dir: Path,
+    on_evaluation: Callable[[Evaluation], None] | None,
+) -> tuple[str, str | None, frozenset[str] | None, dict]:
+    """Carry the searched answer over to `backend` on every sample (search and held-out): keep it if it
+    passes there, else grow it until it does; then prune it to 1-minimal there (`search.auto.repair`)."""
+    from precision_doctor.search.auto import repair
+
+    oracle = Oracle(
+        backend, samples, refs, opts.search_tolerance, cost_of=space.cost, budget=opts.budget,
+        checkpoint=out_dir / CONFIRM_CHECKPOINT, on_evaluation=on_evaluation,
+    )
+    if opts.resume:
+        oracle.load_checkpoint()
+    elif (out_dir / CONFIRM_CHECKPOINT).exists():
+        (out_dir / CONFIRM_CHECKPOINT).unlink()
+    status, reason, confirmed = _search(oracle, space, lambda o, sp: repair(o, sp, found))
+    as_is = oracle.known(found)
+    final = oracle.known(confirmed) if confirmed is not None else None
+    if status == "complete" and confirmed is None:
+        reason = f"no set passes on {backend.name}, not even with every candidate in FP32 added to the searched answer"
+    report = {
+        "backend": backend.name,
+        "samples": len(samples),
+        "searched_answer": sorted(found),
+        "searched_answer_passed": bool(as_is and as_is.passed),
+        "passed": confirmed is not None,
+        "evaluations": oracle.evaluations,
+        "memo_hits": oracle.memo_hits,
+        "one_minimal_checked": oracle.one_minimal_checked(confirmed),
+        "tolerance_used": final.tol_used * (1.0 - opts.margin) if final else None,
+        "trajectory": [_trajectory_row(e) for e in oracle.trajectory],
+    }
+    return status, reason, confirmed, report
 
 
 def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:
@@ -306,14 +356,14 @@ def _save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) 
 def build_report(
     *, work: Workload, analysis: Analysis, space: SearchSpace, oracle: Oracle, opts: DiagnoseOptions, fmt: Format,
     backend_name: str, status: str, reason: str | None, fallback: frozenset[str] | None, validation: dict | None,
-    n_validation: int, fixed_rel: dict[str, float], artifacts: dict, elapsed: float,
+    n_validation: int, fixed_rel: dict[str, float], artifacts: dict, elapsed: float, confirm: dict | None = None,
 ) -> dict:
     model = work.model
     final = fallback or frozenset()
     total = max(model.total_flops, 1)
     flops = {n.name: n.flops for n in model.nodes}
     baseline = oracle.known(())
-    final_verdict = oracle.known(final) if fallback is not None else None
+    final_verdict = oracle.known(final) if fallback is not None else None  # None when only the confirm oracle saw it
     held_out_ok = validation is None or validation["passed"] or validation.get("passed_after_research", False)
     passed = fallback is not None and held_out_ok
     layers = []
@@ -342,8 +392,11 @@ def build_report(
         "tolerance_used": {
             # shares of the user's tolerance (the oracle checked against the tolerance scaled by 1 - margin)
             "search": final_verdict.tol_used * (1.0 - opts.margin) if final_verdict else None,
-            "validation": _validation_used(validation),
+            "validation": _validation_used(validation) if confirm is None or confirm["searched_answer"] == sorted(final)
+            else None,
+            **({"confirm": confirm["tolerance_used"]} if confirm else {}),
         },
+        "confirm": confirm,
         "status": status,
         "reason": reason,
         "passed": bool(passed),
@@ -352,7 +405,7 @@ def build_report(
         "fp32_flop_share": sum(flops.get(n, 0) for n in final) / total,
         "evaluations": oracle.evaluations,
         "memo_hits": oracle.memo_hits,
-        "one_minimal_checked": oracle.one_minimal_checked(fallback),
+        "one_minimal_checked": confirm["one_minimal_checked"] if confirm else oracle.one_minimal_checked(fallback),
         "elapsed_s": elapsed,
         "samples": {"search": len(work.samples), "validation": n_validation},
         "inputs": work.inputs.describe(),

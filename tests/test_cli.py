@@ -118,6 +118,28 @@ def test_diagnose_margin_leaves_room_and_is_reported(run_cli, planted_file, tmp_
     assert code == 2 and "--margin" in err and "Traceback" not in err
 
 
+def test_diagnose_confirm_backend_carries_the_answer_over(run_cli, planted_file, tmp_path):
+    """--confirm-backend: the searched answer is evaluated on the other backend over every sample and
+    pruned there (ORT's CPU provider computes much of an FP16 graph in FP32, so less is needed there);
+    its evaluations go to confirm.jsonl and the report says what happened."""
+    case, path, files = planted_file("cancellation", n=6)
+    args = [a for f in files for a in ("--inputs", f)] + ["--atol", str(case.atol), "--rtol", str(case.rtol)]
+    out = tmp_path / "c"
+    code, stdout, err = run_cli("diagnose", path, *args, "--confirm-backend", "ort-cpu", "--out", out)
+    assert code == 0, err
+    rep = json.loads((out / "report.json").read_text())
+    c = rep["confirm"]
+    assert c["backend"] == "ort-cpu" and c["samples"] == 6 and c["passed"]
+    assert sorted(c["searched_answer"]) == sorted(case.expected)
+    assert set(rep["fallback_nodes"]) <= set(case.expected) and rep["one_minimal_checked"] is True
+    assert len((out / "confirm.jsonl").read_text().splitlines()) == c["evaluations"] >= 1
+    assert rep["tolerance_used"]["confirm"] <= 1.0
+    assert "Confirmed on ort-cpu" in stdout and "Confirmed on ort-cpu" in (out / "report.md").read_text()
+    for bad in (["--confirm-backend", "emulate"], ["--confirm-backend", "nope"]):
+        code, _, err = run_cli("diagnose", path, *args, *bad, "--out", tmp_path / "bad")
+        assert code == 2 and "Traceback" not in err and "backend" in err
+
+
 def test_diagnose_no_solution_exits_1(run_cli, planted_file, tmp_path):
     case, path, files = planted_file("cancellation")
     code, out, _ = run_cli("diagnose", path, "--inputs", files[0], "--atol", "0", "--rtol", "0",

@@ -159,3 +159,22 @@ def test_auto_without_ranking_sweeps_in_regions(tmp_path):
     certify(s, found)
     assert o.evaluations <= len(flat.universe) // 2
     assert {e.phase for e in o.trajectory} >= {"all-fp32", "coarse", "sweep"}
+
+
+def test_repair_carries_an_answer_over_to_a_stricter_oracle(tmp_path):
+    """An answer certified on 4 samples fails on 8 others (three_defects, seed 123, as on the GPU):
+    `repair` grows it on the new oracle until it passes there, then prunes it to 1-minimal there; an
+    answer that already passes is only pruned."""
+    from precision_doctor.search.auto import repair
+
+    s = Setup("three_defects", tmp_path)
+    found = STRATEGIES["auto"](s.oracle(), s.space)
+    strict = s.oracle(samples=s.case.samples(8, seed=123))
+    fixed = repair(strict, s.space, found)
+    assert not strict.known(found).passed
+    assert fixed is not None and strict.passes(fixed)
+    assert all(not strict.passes(fixed - {x}) for x in fixed)
+    assert {"confirm", "grow"} <= {e.phase for e in strict.trajectory}
+    again = s.oracle()
+    assert repair(again, s.space, found) == found  # 1-minimal already: nothing to add or remove
+    assert {e.phase for e in again.trajectory} == {"confirm", "sweep"}

@@ -11,6 +11,7 @@ from . import plots
 from .markdown import (
     ARTIFACT_TITLES,
     COMMAND_TITLES,
+    confirm_sentence,
     fmt,
     fmt_flops,
     fmt_pct,
@@ -327,9 +328,9 @@ def _header(report: dict[str, Any]) -> str:
         _kpi(tol_txt, "tolerance"),
     ]
     reason = ""
-    headroom = headroom_sentence(report)
-    if headroom:
-        reason += f'<div class="headroom">{_e(headroom.replace("`", ""))}</div>'
+    for line in (confirm_sentence(report), headroom_sentence(report)):
+        if line:
+            reason += f'<div class="headroom">{_e(line.replace("`", ""))}</div>'
     if report.get("reason") or report.get("status") not in (None, "complete"):
         reason += f'<div class="reason">Status <code>{_e(report.get("status"))}</code>'
         reason += f": {_e(report['reason'])}</div>" if report.get("reason") else "</div>"

@@ -154,15 +154,31 @@ def verdict_sentence(report: dict[str, Any]) -> str:
     return f"{lead} in {prec} with {size}{of} {nodes} kept in FP32 ({share} of FLOPs)."
 
 
+def confirm_sentence(report: dict[str, Any]) -> str | None:
+    """What carrying the searched answer over to the confirm backend did; None when not asked for."""
+    c = report.get("confirm")
+    if not c:
+        return None
+    searched = len(c.get("searched_answer") or [])
+    held = "held as is" if c.get("searched_answer_passed") else "failed there"
+    head = f"Confirmed on {c.get('backend')} over {c.get('samples', '?')} samples: the searched answer ({searched} nodes) {held}"
+    if not c.get("passed"):
+        return head + f"; no passing set was found there ({c.get('evaluations', '?')} evaluations)."
+    final = len(report.get("fallback_nodes") or [])
+    return head + f"; after {c.get('evaluations', '?')} evaluations there the answer is {final} nodes."
+
+
 def headroom_sentence(report: dict[str, Any]) -> str | None:
     """How much of the tolerance a passing answer uses (search or held-out samples, the larger), with
     advice when little is left; None when not recorded."""
     used = report.get("tolerance_used") or {}
-    shares = [num(v) for v in (used.get("search"), used.get("validation"))]
-    shares = [v for v in shares if v is not None and not math.isnan(v)]
+    confirm = report.get("confirm") or {}
+    keys = ("confirm",) if confirm else ("search", "validation")
+    shares = [v for v in (num(used.get(k)) for k in keys) if not math.isnan(v)]
     if not report.get("passed") or not shares:
         return None
-    text = f"The answer uses {100 * max(shares):.1f}% of the tolerance"
+    where = f" on {confirm.get('backend')}" if confirm else ""
+    text = f"The answer uses {100 * max(shares):.1f}% of the tolerance{where}"
     margin = float(report.get("margin") or 0.0)
     if margin:
         text += f" (searched with a margin of {100 * margin:g}%)"
@@ -294,9 +310,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         L.append(f"- Validation on {validation.get('samples', '?')} held-out samples: {res}.")
     else:
         L.append("- Validation: not run (no held-out samples).")
-    headroom = headroom_sentence(report)
-    if headroom:
-        L.append(f"- {headroom}")
+    for line in (confirm_sentence(report), headroom_sentence(report)):
+        if line:
+            L.append(f"- {line}")
     base = report.get("baseline") or {}
     if base:
         L.append(f"- Everything in {prec} (baseline): {'passes' if base.get('passed') else 'fails'} the tolerance.")

@@ -23,6 +23,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from precision_doctor.search.oracle import Oracle
 from precision_doctor.search.space import SearchSpace
 
@@ -55,28 +57,50 @@ def ranked_prefix(oracle: Oracle, space: SearchSpace) -> frozenset[str] | None:
     """The shortest passing prefix of the ranking (as islands): gallop on k, then bisect."""
     ranking = list(space.ranking) or list(space.universe)
     ranking += [n for n in space.universe if n not in set(ranking)]
-    n = len(ranking)
-    oracle.phase = "gallop"
+    return shortest_passing(oracle, lambda k: _prefix(space, ranking, k), len(ranking), ("gallop", "bisect-rank"))
+
+
+def shortest_passing(
+    oracle: Oracle, make: Callable[[int], frozenset[str]], n: int, phases: tuple[str, str],
+) -> frozenset[str] | None:
+    """make(k) for the smallest k in 1..n that passes, assuming larger k pass once one does: gallop on
+    k, then bisect. None when make(n) fails."""
+    oracle.phase = phases[0]
     lo, hi, k = 0, None, 1
     while hi is None:
         k = min(k, n)
-        if oracle.passes(_prefix(space, ranking, k)):
+        if oracle.passes(make(k)):
             hi = k
-        elif k == n:
-            return None  # even every node in FP32 fails
+        elif k >= n:
+            return None
         else:
             lo, k = k, 2 * k
-    oracle.phase = "bisect-rank"
+    oracle.phase = phases[1]
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if _prefix(space, ranking, mid) == _prefix(space, ranking, hi):
+        if make(mid) == make(hi):
             hi = mid
             continue
-        if oracle.passes(_prefix(space, ranking, mid)):
+        if oracle.passes(make(mid)):
             hi = mid
         else:
             lo = mid
-    return _prefix(space, ranking, hi)
+    return make(hi)
+
+
+def repair(oracle: Oracle, space: SearchSpace, start: frozenset[str]) -> frozenset[str] | None:
+    """Carry a set found with another oracle (the emulator) over to this one (a real backend): keep it
+    if it passes here, else add the fewest further nodes that make it pass (ranked islands when the
+    ranking is informative, else topological order); then prune to a 1-minimal set on this oracle."""
+    oracle.phase = "confirm"
+    if not oracle.passes(start):
+        order = (list(space.ranking) + list(space.universe)) if space.informative else list(space.universe)
+        rest = list(dict.fromkeys(n for n in order if n not in start))
+        grown = shortest_passing(oracle, lambda k: start | _prefix(space, rest, k), len(rest), ("grow", "bisect-grow"))
+        if grown is None:
+            return None
+        start = grown
+    return prune(oracle, space, start)
 
 
 def prune(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:
