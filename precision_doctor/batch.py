@@ -50,6 +50,7 @@ from html import escape
 from pathlib import Path
 from typing import Any, Protocol
 
+from precision_doctor import interrupt
 from precision_doctor.errors import UserError
 from precision_doctor.jsonio import jsonable, read_json, write_json, write_text_atomic
 
@@ -629,6 +630,7 @@ def _mp_context():
 
 def _child_main(fn: Callable[[Any], Any], item: Any, conn: Any) -> None:
     """A worker process: `fn(item)`, and its result (or what it raised, in one line) sent on `conn`."""
+    interrupt.install()
     try:
         msg: tuple[str, Any] = ("ok", fn(item))
     except BaseException as exc:  # fn handles its own failures; report whatever escapes it
@@ -665,6 +667,7 @@ class LocalExecutor:
         finished = False
         try:
             while queue or running:
+                interrupt.check()  # a Ctrl-C that a weakref callback swallowed in this process
                 while queue and len(running) < self.jobs:
                     item = queue.pop()
                     recv, send = ctx.Pipe(duplex=False)

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from onnx import helper
 
-from precision_doctor import __version__
+from precision_doctor import __version__, interrupt
 from precision_doctor.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.inputs import Sample
@@ -80,6 +80,7 @@ def capture_run(
     for group in groups:
         sess = make_session(with_outputs(proto, group, model.tensor_types), optimize=False)
         for i, s in enumerate(samples):
+            interrupt.check()
             for name, value in zip(group, sess.run(group, {**s, **extra_feed})):
                 store.write(run, name, i, len(samples), value)
         del sess
@@ -157,6 +158,7 @@ def capture_local(
         sess = make_session(proto, optimize=False)
         outputs = [o.name for o in proto.graph.output]
         for i in range(samples_n):
+            interrupt.check()
             feed = {t: store.read(REFERENCE, t, i) for t in feeds}
             for oname, value in zip(outputs, sess.run(outputs, feed)):
                 store.write(LOCAL, _strip_local(oname), i, samples_n, value)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
@@ -154,7 +155,7 @@ def compare(
     work = load_workload(model, _input_options(inputs, samples, seed, val_range, input_shapes, allow_nonfinite_inputs))
     _announce_renamed(work.model)
     out_dir = prepare_run_dir(out or default_run_dir(model, "compare"), force=force)
-    with _progress() as prog:
+    with _stops_on_interrupt(out_dir, "run it again to start over"), _progress() as prog:
         tasks: dict[str, int] = {}
 
         def cb(stage: str, done: int, total: int) -> None:
@@ -167,6 +168,16 @@ def compare(
     console.print(verdict_line(result.analysis, tol), highlight=False)
     console.print(f"wrote {out_dir}/activations.h5, layers.csv, layers.json", highlight=False)
     raise typer.Exit(0 if result.analysis.passed else 1)
+
+
+@contextmanager
+def _stops_on_interrupt(out_dir: Path, hint: str):
+    """A Ctrl-C outside the search (which reports it itself) ends with one line and exit 130."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        err.print(f"interrupted; what was written so far is in {out_dir} ({hint})", highlight=False, soft_wrap=True)
+        raise typer.Exit(130) from None
 
 
 def _announce_renamed(model) -> None:
@@ -185,8 +196,9 @@ def env() -> None:
 
 
 def main() -> None:
-    from precision_doctor import cli_batch  # noqa: F401  (registers `batch` and `zoo`)
+    from precision_doctor import cli_batch, interrupt  # noqa: F401  (cli_batch registers `batch` and `zoo`)
 
+    interrupt.install()
     try:
         app()
     except UserError as exc:
@@ -255,7 +267,8 @@ def diagnose(
     validation = held_out_samples(work, validate_inputs or [], validation_split)
     out_dir = prepare_run_dir(out or default_run_dir(model, "diagnose"), force=force, resume=resume)
 
-    with _progress() as prog:
+    with _stops_on_interrupt(out_dir, f"to continue: the same command with --resume --out {out_dir}"), \
+            _progress() as prog:
         task = prog.add_task("capture", total=None)
 
         def on_stage(name: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import onnx
 
-from precision_doctor import __version__
+from precision_doctor import __version__, interrupt
 from precision_doctor.activations import ActivationStore
 from precision_doctor.analysis import Analysis, tensor_error
 from precision_doctor.backends.reference import ReferenceRunner
@@ -224,6 +224,7 @@ def _search(oracle: Oracle, space: SearchSpace, strategy) -> tuple[str, str | No
         best = oracle.best()
         return "budget_exhausted", f"{exc}; the best passing set found so far is reported", best
     except KeyboardInterrupt:
+        interrupt.clear()
         best = oracle.best()
         return "interrupted", "interrupted by the user; the best passing set found so far is reported", best
 

@@ -140,6 +140,18 @@ def test_diagnose_confirm_backend_carries_the_answer_over(run_cli, planted_file,
         assert code == 2 and "Traceback" not in err and "backend" in err
 
 
+def test_ctrl_c_outside_the_search_is_one_line_and_130(run_cli, planted_file, tmp_path, monkeypatch):
+    import precision_doctor.diagnose as diagnose
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(diagnose, "capture_and_analyse", interrupted)
+    case, path, files = planted_file("cancellation")
+    code, _, err = run_cli("diagnose", path, "--inputs", files[0], "--out", tmp_path / "r")
+    assert code == 130 and "interrupted" in err and "--resume" in err and "Traceback" not in err
+
+
 def test_diagnose_no_solution_exits_1(run_cli, planted_file, tmp_path):
     case, path, files = planted_file("cancellation")
     code, out, _ = run_cli("diagnose", path, "--inputs", files[0], "--atol", "0", "--rtol", "0",

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from precision_doctor import interrupt
 from precision_doctor.backends.base import Backend
 from precision_doctor.inputs import Sample
 from precision_doctor.jsonio import as_float, jsonable
@@ -138,6 +139,7 @@ class Oracle:
         if fb in self.memo:
             self.memo_hits += 1
             return self.memo[fb]
+        interrupt.check()
         self._check_budget()
         t0 = time.monotonic()
         runner = self.backend.prepare(fb)
