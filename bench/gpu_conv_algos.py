@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from _zoo import zoo_works
-from gpu_fidelity import tol_used_on_all
+from gpu_fidelity import on_all
 
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.ort import OrtBackend
@@ -34,7 +34,7 @@ def main() -> None:
         ref = ReferenceRunner(w.model)
         refs = [ref.run(s) for s in w.samples]
         for label, fb in (("all-fp16", frozenset()), ("answer", answer)):
-            emulated = tol_used_on_all(EmulateBackend(w.model), fb, w.samples, refs, w.tol)
+            emulated = on_all(EmulateBackend(w.model), fb, w.samples, refs, w.tol)[1]
             row = {"model": w.name, "set": label, "size": len(fb), "emulated": emulated}
             for algo in ALGOS:
                 for optimize in (True, False):
@@ -42,7 +42,7 @@ def main() -> None:
                             "CPUExecutionProvider"]
                     be = OrtBackend(w.model, "fp16", providers=prov, optimize=optimize)
                     key = f"{algo.lower()}{'' if optimize else ' no-fusion'}"
-                    row[key] = tol_used_on_all(be, fb, w.samples, refs, w.tol)
+                    row[key] = on_all(be, fb, w.samples, refs, w.tol)[1]
             rows.append(row)
             print(json.dumps(row), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

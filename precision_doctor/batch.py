@@ -620,6 +620,7 @@ class InlineExecutor:
     def map(self, fn: Callable[[Any], Any], items: Iterable[Any]) -> Iterator[Done]:
         for it in items:
             yield Done(it, fn(it))
+            interrupt.check()  # a Ctrl-C that ended the item stops the batch too
 
 
 def _mp_context():

@@ -22,7 +22,7 @@ from precision_doctor.capture import CaptureSettings, capture_run
 from precision_doctor.compare import ACTIVATIONS, capture_and_analyse, write_layer_tables
 from precision_doctor.errors import UserError
 from precision_doctor.inputs import Sample
-from precision_doctor.jsonio import write_json, write_text_atomic
+from precision_doctor.jsonio import jsonable, read_json, write_json, write_text_atomic
 from precision_doctor.model import Model
 from precision_doctor.precision.emulate import MASK_INPUT, gated_graph
 from precision_doctor.precision.formats import Format, get_format
@@ -35,6 +35,7 @@ from precision_doctor.workload import Workload
 FIXED_RUN = "fixed"
 CHECKPOINT = "search.jsonl"
 CONFIRM_CHECKPOINT = "confirm.jsonl"
+RUN_SETTINGS = "run_settings.json"
 
 
 @dataclass
@@ -150,6 +151,7 @@ def run_diagnose(
     confirm_backend = (
         make_backend(opts.confirm_backend, model, opts.precision, model.outputs) if opts.confirm_backend else None
     )
+    _check_run_settings(out_dir, _run_settings(work, opts, len(validation)), opts.resume)
     stage("capture")
     if opts.resume and (out_dir / ACTIVATIONS).exists():
         from precision_doctor.compare import reanalyse
@@ -179,7 +181,7 @@ def run_diagnose(
     validation_report = None
     if found is not None and validation:
         stage("validate")
-        validation_report = _validate(backend, found, validation, val_refs, opts.tolerance)
+        validation_report = check_on_samples(backend, found, validation, val_refs, opts.tolerance)
         if not validation_report["passed"] and status == "complete":
             # Not presented as the answer: search again with the failing held-out samples included.
             validation_report["first_candidate"] = sorted(found)
@@ -190,12 +192,17 @@ def run_diagnose(
             status, reason, found = _search(oracle, space, opts.strategy)
             validation_report["research"] = "searched again with the held-out samples included"
             validation_report["passed_after_research"] = found is not None
-    confirm = None
-    if confirm_backend is not None and found is not None and status == "complete":
-        stage("confirm")
-        status, reason, found, confirm = _confirm(
-            confirm_backend, found, work.samples + validation, refs + val_refs, space, opts, out_dir, on_evaluation,
-        )
+    confirm = confirm_verdict = None
+    if confirm_backend is not None and found is not None:
+        if status == "complete":
+            stage("confirm")
+            status, reason, found, confirm, confirm_verdict = _confirm(
+                confirm_backend, found, work.samples + validation, refs + val_refs, space, opts, out_dir,
+                on_evaluation, _remaining(opts.budget, oracle),
+            )
+        else:
+            confirm = {"backend": confirm_backend.name, "searched_answer": sorted(found), "passed": None,
+                       "skipped": f"the search ended early ({status}); the answer is the searched one, not confirmed"}
     passed = found is not None
     if status == "complete" and not passed:
         status = "no_solution"
@@ -209,7 +216,7 @@ def run_diagnose(
         work=work, analysis=analysis, space=space, oracle=oracle, opts=opts, fmt=fmt,
         backend_name=backend.name, status=status, reason=reason, fallback=found,
         validation=validation_report, n_validation=len(validation), fixed_rel=fixed_rel,
-        artifacts=artifacts, elapsed=time.monotonic() - t0, confirm=confirm,
+        artifacts=artifacts, elapsed=time.monotonic() - t0, confirm=confirm, confirm_verdict=confirm_verdict,
     )
     write_report(out_dir, report)
     return Outcome(report, out_dir)
@@ -231,14 +238,16 @@ def _search(oracle: Oracle, space: SearchSpace, strategy) -> tuple[str, str | No
 
 def _confirm(
     backend, found: frozenset[str], samples: list, refs: list, space: SearchSpace, opts: DiagnoseOptions, out_dir: Path,
-    on_evaluation: Callable[[Evaluation], None] | None,
-) -> tuple[str, str | None, frozenset[str] | None, dict]:
+    on_evaluation: Callable[[Evaluation], None] | None, budget: Budget,
+):
     """Carry the searched answer over to `backend` on every sample (search and held-out): keep it if it
-    passes there, else grow it until it does; then prune it to 1-minimal there (`search.auto.repair`)."""
+    passes there, else grow it until it does; then prune it to 1-minimal there (`search.auto.repair`).
+    Returns (status, reason, final set, the report's `confirm` section, the verdict on the final set there).
+    If it stops early (budget, Ctrl-C) before any set passed there, the searched answer stays, unconfirmed."""
     from precision_doctor.search.auto import repair
 
     oracle = Oracle(
-        backend, samples, refs, opts.search_tolerance, cost_of=space.cost, budget=opts.budget,
+        backend, samples, refs, opts.search_tolerance, cost_of=space.cost, budget=budget,
         checkpoint=out_dir / CONFIRM_CHECKPOINT, on_evaluation=on_evaluation,
     )
     if opts.resume:
@@ -247,22 +256,57 @@ def _confirm(
         (out_dir / CONFIRM_CHECKPOINT).unlink()
     status, reason, confirmed = _search(oracle, space, lambda o, sp: repair(o, sp, found))
     as_is = oracle.known(found)
-    final = oracle.known(confirmed) if confirmed is not None else None
+    passed: bool | None = confirmed is not None
     if status == "complete" and confirmed is None:
         reason = f"no set passes on {backend.name}, not even with every candidate in FP32 added to the searched answer"
+    elif status != "complete" and confirmed is None:
+        passed, confirmed = None, found
+        reason = f"confirmation on {backend.name} stopped early ({reason}); the answer is the searched one, not confirmed"
+    final = oracle.known(confirmed) if passed else None
     report = {
         "backend": backend.name,
         "samples": len(samples),
         "searched_answer": sorted(found),
-        "searched_answer_passed": bool(as_is and as_is.passed),
-        "passed": confirmed is not None,
+        "searched_answer_passed": None if as_is is None else as_is.passed,
+        "passed": passed,
+        "status": status,
         "evaluations": oracle.evaluations,
         "memo_hits": oracle.memo_hits,
-        "one_minimal_checked": oracle.one_minimal_checked(confirmed),
+        "one_minimal_checked": oracle.one_minimal_checked(confirmed) if passed else None,
         "tolerance_used": final.tol_used * (1.0 - opts.margin) if final else None,
         "trajectory": [_trajectory_row(e) for e in oracle.trajectory],
     }
-    return status, reason, confirmed, report
+    return status, reason, confirmed, report, final
+
+
+def _remaining(budget: Budget, oracle: Oracle) -> Budget:
+    """What the search left of the evaluation and time budget (the confirmation spends the rest)."""
+    return Budget(
+        None if budget.max_evaluations is None else max(budget.max_evaluations - oracle.evaluations, 0),
+        None if budget.time_s is None else max(budget.time_s - (time.monotonic() - oracle.started), 0.0),
+    )
+
+
+def _run_settings(work: Workload, opts: DiagnoseOptions, n_validation: int) -> dict:
+    """What decides the verdicts in the checkpoints: a resumed run must have the same."""
+    return jsonable({
+        "model_hash": work.model.model_hash, "precision": opts.precision, "backend": opts.backend,
+        "tolerance": opts.tolerance.to_dict(), "margin": opts.margin, "confirm_backend": opts.confirm_backend,
+        "samples": len(work.samples), "validation_samples": n_validation,
+    })
+
+
+def _check_run_settings(out_dir: Path, settings: dict, resume: bool) -> None:
+    """Record the settings of a run; refuse to resume one made with other settings (its checkpointed
+    verdicts would not hold). Runs from before this file existed resume unchecked."""
+    path = out_dir / RUN_SETTINGS
+    if resume and path.exists():
+        old = read_json(path)
+        diff = [k for k in settings if old.get(k) != settings[k]]
+        if diff:
+            shown = ", ".join(f"{k} {old.get(k)!r} then, {settings[k]!r} now" for k in diff)
+            raise UserError(f"--resume: {out_dir} was run with other settings ({shown}); use another --out")
+    write_json(path, settings)
 
 
 def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:
@@ -276,7 +320,7 @@ def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:
     return "no evaluated set met the tolerance"
 
 
-def _validate(backend, fallback: frozenset[str], samples, refs, tol: Tolerance) -> dict:
+def check_on_samples(backend, fallback: frozenset[str], samples, refs, tol: Tolerance) -> dict:
     runner = backend.prepare(fallback)
     per: dict[str, list] = {}
     failing = []
@@ -358,13 +402,16 @@ def build_report(
     *, work: Workload, analysis: Analysis, space: SearchSpace, oracle: Oracle, opts: DiagnoseOptions, fmt: Format,
     backend_name: str, status: str, reason: str | None, fallback: frozenset[str] | None, validation: dict | None,
     n_validation: int, fixed_rel: dict[str, float], artifacts: dict, elapsed: float, confirm: dict | None = None,
+    confirm_verdict=None,
 ) -> dict:
     model = work.model
     final = fallback or frozenset()
     total = max(model.total_flops, 1)
     flops = {n.name: n.flops for n in model.nodes}
     baseline = oracle.known(())
-    final_verdict = oracle.known(final) if fallback is not None else None  # None when only the confirm oracle saw it
+    searched = oracle.known(final) if fallback is not None else None
+    same_as_searched = confirm is None or confirm["searched_answer"] == sorted(final)
+    final_verdict = confirm_verdict or (searched if same_as_searched else None)
     held_out_ok = validation is None or validation["passed"] or validation.get("passed_after_research", False)
     passed = fallback is not None and held_out_ok
     layers = []
@@ -392,10 +439,10 @@ def build_report(
         "margin": opts.margin,
         "tolerance_used": {
             # shares of the user's tolerance (the oracle checked against the tolerance scaled by 1 - margin)
-            "search": final_verdict.tol_used * (1.0 - opts.margin) if final_verdict else None,
-            "validation": _validation_used(validation) if confirm is None or confirm["searched_answer"] == sorted(final)
-            else None,
-            **({"confirm": confirm["tolerance_used"]} if confirm else {}),
+            # (search and validation: of the searched answer, None when the confirmation changed it)
+            "search": searched.tol_used * (1.0 - opts.margin) if searched and same_as_searched else None,
+            "validation": _validation_used(validation) if same_as_searched else None,
+            **({"confirm": confirm.get("tolerance_used")} if confirm else {}),
         },
         "confirm": confirm,
         "status": status,
@@ -406,13 +453,14 @@ def build_report(
         "fp32_flop_share": sum(flops.get(n, 0) for n in final) / total,
         "evaluations": oracle.evaluations,
         "memo_hits": oracle.memo_hits,
-        "one_minimal_checked": confirm["one_minimal_checked"] if confirm else oracle.one_minimal_checked(fallback),
+        "one_minimal_checked": confirm["one_minimal_checked"] if confirm and confirm.get("passed")
+        else oracle.one_minimal_checked(fallback),
         "elapsed_s": elapsed,
         "samples": {"search": len(work.samples), "validation": n_validation},
         "inputs": work.inputs.describe(),
         "baseline": _verdict_dict(baseline),
         "outputs": {k: v.to_dict() for k, v in final_verdict.outputs.items()} if final_verdict else {},
-        "validation": validation,
+        "validation": validation if same_as_searched or not validation else {**validation, "of": "searched answer"},
         "first_divergence": analysis.first_divergence,
         "first_divergence_node": analysis.first_divergence_node,
         "ranking": analysis.ranking[:50],
@@ -433,8 +481,8 @@ def build_report(
 def _validation_used(validation: dict | None) -> float | None:
     if not validation or not validation.get("passed"):
         return None
-    vals = [o.get("tol_used", float("nan")) for o in validation["outputs"].values()]
-    return max(vals) if vals else 0.0
+    vals = [v for o in validation["outputs"].values() if (v := o.get("tol_used")) is not None and v == v]
+    return max(vals) if vals else None
 
 
 def _verdict_dict(v) -> dict | None:

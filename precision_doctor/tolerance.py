@@ -9,7 +9,8 @@ cosine similarity of output and reference is at least that value.
 `tol_used` says how much of the tolerance the worst element (or statistic) uses: min(abs/atol,
 rel/rtol), so an output passes the atol/rtol check exactly when it is at most 1. An answer at 0.999
 passes on these samples and this machine and may fail on other hardware; a search `margin` m asks
-for at most 1 - m (the same check with atol and rtol scaled by 1 - m).
+for at most 1 - m (the same check with atol and rtol scaled by 1 - m). The cosine floor is outside
+both: it is checked as given and does not count in `tol_used`.
 """
 
 from __future__ import annotations

@@ -196,8 +196,10 @@ def test_recipes_manifest_and_names(tmp_path):
     s = specs[0].settings
     assert s.input_shapes == ("x:[2,32]",) and s.val_range == ("[-1,1]",) and s.atol == 0.5 and s.rtol == 1e-5
     assert s.margin == 0.0 and s.key() == replace(s, margin=0.0).key() != replace(s, margin=0.2).key()
-    (root / "a b.json").write_text(json.dumps({"tolerance": {"margin": 0.25}}))
-    assert discover(root, ModelSettings(margin=0.1))[0].settings.margin == 0.25  # the recipe overrides
+    assert s.confirm_backend is None and s.key() != replace(s, confirm_backend="ort-cuda").key()
+    (root / "a b.json").write_text(json.dumps({"tolerance": {"margin": 0.25}, "confirm_backend": "ort-cpu"}))
+    s2 = discover(root, ModelSettings(margin=0.1))[0].settings
+    assert s2.margin == 0.25 and s2.confirm_backend == "ort-cpu"  # the recipe overrides
 
     (root / "a b.json").write_text(json.dumps({"tolerance": {"atoll": 1}}))
     bad = discover(root, ModelSettings())[0]

@@ -135,9 +135,41 @@ def test_diagnose_confirm_backend_carries_the_answer_over(run_cli, planted_file,
     assert len((out / "confirm.jsonl").read_text().splitlines()) == c["evaluations"] >= 1
     assert rep["tolerance_used"]["confirm"] <= 1.0
     assert "Confirmed on ort-cpu" in stdout and "Confirmed on ort-cpu" in (out / "report.md").read_text()
+    # ORT's CPU provider needs none of the searched nodes: the report is about the new (empty) set
+    assert rep["fallback_nodes"] == [] and c["searched_answer_passed"] is True
+    assert all(o["passed"] for o in rep["outputs"].values())
+    assert rep["tolerance_used"]["search"] is None and rep["tolerance_used"]["validation"] is None
+    assert rep["validation"]["of"] == "searched answer"
+    assert "fixed (on ort-cpu, all samples)" in (out / "report.md").read_text()
     for bad in (["--confirm-backend", "emulate"], ["--confirm-backend", "nope"]):
         code, _, err = run_cli("diagnose", path, *args, *bad, "--out", tmp_path / "bad")
         assert code == 2 and "Traceback" not in err and "backend" in err
+
+
+def test_confirm_out_of_budget_keeps_the_searched_answer_unconfirmed(run_cli, planted_file, tmp_path):
+    case, path, files = planted_file("cancellation", n=6)
+    args = [a for f in files for a in ("--inputs", f)] + ["--atol", str(case.atol), "--rtol", str(case.rtol)]
+    code, _, _ = run_cli("diagnose", path, *args, "--out", tmp_path / "plain")
+    n = json.loads((tmp_path / "plain" / "report.json").read_text())["evaluations"]
+    out = tmp_path / "c"
+    code, stdout, err = run_cli("diagnose", path, *args, "--confirm-backend", "ort-cpu", "--max-evaluations", str(n),
+                                "--out", out)
+    rep = json.loads((out / "report.json").read_text())
+    c = rep["confirm"]
+    assert c["passed"] is None and c["evaluations"] == 0 and c["searched_answer_passed"] is None
+    assert sorted(rep["fallback_nodes"]) == sorted(case.expected) and rep["status"] == "budget_exhausted"
+    assert "not confirmed" in rep["reason"] and "Not confirmed on ort-cpu" in (out / "report.md").read_text()
+
+
+def test_resume_with_other_settings_is_refused(run_cli, planted_file, tmp_path):
+    case, path, files = planted_file("three_defects")
+    base = ["diagnose", path, "--inputs", files[0], "--validation-split", "0", "--atol", "1e-2", "--rtol", "1e-2",
+            "--out", tmp_path / "r"]
+    code, _, _ = run_cli(*base, "--max-evaluations", "3")
+    code, _, err = run_cli(*base, "--resume", "--margin", "0.5")
+    assert code == 2 and "other settings" in err and "margin" in err and "Traceback" not in err
+    code, _, _ = run_cli(*base, "--resume")
+    assert code == 0
 
 
 def test_ctrl_c_outside_the_search_is_one_line_and_130(run_cli, planted_file, tmp_path, monkeypatch):

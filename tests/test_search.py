@@ -178,3 +178,16 @@ def test_repair_carries_an_answer_over_to_a_stricter_oracle(tmp_path):
     again = s.oracle()
     assert repair(again, s.space, found) == found  # 1-minimal already: nothing to add or remove
     assert {e.phase for e in again.trajectory} == {"confirm", "sweep"}
+
+
+def test_repair_gives_none_when_nothing_passes_there(tmp_path):
+    """On an oracle where not even all-FP32 passes (references of other inputs), repair says so."""
+    from precision_doctor.search.auto import repair
+
+    s = Setup("cancellation", tmp_path)
+    found = frozenset(s.case.expected)
+    others = s.case.samples(len(s.samples), seed=7)
+    wrong = Oracle(s.backend, s.samples, [s.ref.run(x) for x in others], s.tol)
+    assert repair(wrong, s.space, found) is None
+    assert not wrong.known(s.space.universe).passed
+

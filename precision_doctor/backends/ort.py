@@ -89,7 +89,8 @@ class OrtBackend:
         if self.uses_cuda:
             # ORT's default logger prints "[cudnn_frontend] Error: No execution plans support the graph"
             # again and again while it picks convolution algorithms, and runs on (hundreds of lines a zoo
-            # model, onnxruntime-gpu 1.31.1 on an H100); failures that matter still raise.
+            # model, onnxruntime-gpu 1.31.1 on an H100); failures that matter still raise. The setting is
+            # process-wide and stays: ORT's log lines of other sessions in this process go too.
             ort.set_default_logger_severity(4)
         if self.uses_cuda and hasattr(ort, "preload_dlls"):
             try:  # CUDA/cuDNN from the nvidia-* wheels, where those are how CUDA was installed

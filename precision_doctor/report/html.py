@@ -20,6 +20,7 @@ from .markdown import (
     layers_by_name,
     layers_in_order,
     num,
+    output_run_labels,
     precision_name,
     verdict,
     verdict_sentence,
@@ -380,6 +381,7 @@ def _outputs_section(report: dict[str, Any]) -> str:
     validation = report.get("validation")
     val = (validation or {}).get("outputs") or {}
     names = list(dict.fromkeys([*base, *fixed, *val]))
+    fixed_label, held_label = output_run_labels(report)
     out = ['<section id="outputs"><h2>Outputs</h2>']
     if validation:
         samples = _e(validation.get("samples", "?"))
@@ -395,8 +397,7 @@ def _outputs_section(report: dict[str, Any]) -> str:
         '<th class="n">Mismatches</th></tr></thead><tbody>'
     )
     for name in names:
-        runs = [(f"baseline (all {prec})", base.get(name)), ("fixed (search samples)", fixed.get(name)),
-                ("fixed (validation)", val.get(name))]
+        runs = [(f"baseline (all {prec})", base.get(name)), (fixed_label, fixed.get(name)), (held_label, val.get(name))]
         runs = [(r, oc) for r, oc in runs if oc]
         for k, (run, oc) in enumerate(runs):
             first = f'<td class="name" rowspan="{len(runs)}">{_e(name)}</td>' if k == 0 else ""

@@ -154,13 +154,27 @@ def verdict_sentence(report: dict[str, Any]) -> str:
     return f"{lead} in {prec} with {size}{of} {nodes} kept in FP32 ({share} of FLOPs)."
 
 
+def output_run_labels(report: dict[str, Any]) -> tuple[str, str]:
+    """Labels of the answer's output checks and of the held-out ones (which may be of the searched
+    answer, when the confirmation on another backend changed it)."""
+    c = report.get("confirm") or {}
+    fixed = f"fixed (on {c['backend']}, all samples)" if c.get("passed") else "fixed (search samples)"
+    held = "searched answer (validation)" if (report.get("validation") or {}).get("of") else "fixed (validation)"
+    return fixed, held
+
+
 def confirm_sentence(report: dict[str, Any]) -> str | None:
     """What carrying the searched answer over to the confirm backend did; None when not asked for."""
     c = report.get("confirm")
     if not c:
         return None
     searched = len(c.get("searched_answer") or [])
-    held = "held as is" if c.get("searched_answer_passed") else "failed there"
+    if c.get("skipped"):
+        return f"Not confirmed on {c.get('backend')}: {c['skipped']}."
+    if c.get("passed") is None:
+        return (f"Not confirmed on {c.get('backend')}: the confirmation stopped early ({c.get('status')}) after "
+                f"{c.get('evaluations', '?')} evaluations; the answer is the searched one ({searched} nodes).")
+    held = {True: "held as is", False: "failed there"}.get(c.get("searched_answer_passed"), "was not run there")
     head = f"Confirmed on {c.get('backend')} over {c.get('samples', '?')} samples: the searched answer ({searched} nodes) {held}"
     if not c.get("passed"):
         return head + f"; no passing set was found there ({c.get('evaluations', '?')} evaluations)."
@@ -371,15 +385,16 @@ def render_markdown(report: dict[str, Any]) -> str:
     base_outs = base.get("outputs") or {}
     val_outs = (validation or {}).get("outputs") or {}
     names = list(dict.fromkeys([*base_outs, *outs, *val_outs]))
+    fixed_label, held_label = output_run_labels(report)
     if names:
         rows = []
         for name in names:
             if name in base_outs:
                 rows.append(_check_row(f"{_code(name)} baseline (all {prec})", base_outs[name]))
             if name in outs:
-                rows.append(_check_row(f"{_code(name)} fixed (search samples)", outs[name]))
+                rows.append(_check_row(f"{_code(name)} {fixed_label}", outs[name]))
             if name in val_outs:
-                rows.append(_check_row(f"{_code(name)} fixed (validation)", val_outs[name]))
+                rows.append(_check_row(f"{_code(name)} {held_label}", val_outs[name]))
         L += _table(
             ["Output / run", "Check", "Max abs", "Mean abs", "Max rel", "Mean rel", "Cosine", "Mismatches"], rows, "llrrrrrr"
         )
