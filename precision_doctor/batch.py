@@ -408,6 +408,8 @@ def _diagnose(task: ModelTask, run_dir: Path) -> dict:
 
 
 def row_from_report(name: str, report: dict) -> dict:
+    from precision_doctor.report.markdown import confirm_sentence
+
     status = report.get("status", "unknown")
     passed = bool(report.get("passed"))
     if status == "complete":
@@ -421,7 +423,7 @@ def row_from_report(name: str, report: dict) -> dict:
         "evaluations": report.get("evaluations"),
         "elapsed_s": report.get("elapsed_s"),
         "report": f"{name}/report.html",
-        "message": report.get("reason") or "",
+        "message": report.get("reason") or confirm_sentence(report) or "",
         "model_hash": (report.get("model") or {}).get("hash"),
     }
 

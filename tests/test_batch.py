@@ -400,3 +400,18 @@ def test_local_executor_reports_an_item_it_cannot_start():
     assert [d.result for d in done if d.error is None] == [10, 30]
     bad = [d for d in done if d.error]
     assert len(bad) == 1 and "could not start a worker" in bad[0].error
+
+
+def test_batch_with_confirm_backend_from_a_recipe(tmp_path):
+    """A recipe's confirm_backend runs through the batch: the report has its confirm section and the
+    summary row says what the confirmation did (its evaluations are not in the search's count)."""
+    case = planted.cancellation()
+    onnx.save(case.model, str(tmp_path / "m.onnx"))
+    (tmp_path / "m.json").write_text(json.dumps({
+        "inputs": {"samples": 4}, "tolerance": {"atol": case.atol, "rtol": case.rtol}, "confirm_backend": "ort-cpu",
+    }))
+    res = run_batch(tmp_path, tmp_path / "out", executor=InlineExecutor())
+    row = res.rows[0]
+    rep = json.loads((tmp_path / "out" / "m" / "report.json").read_text())
+    assert row["status"] == "passed" and rep["confirm"]["backend"] == "ort-cpu" and rep["confirm"]["passed"]
+    assert "Confirmed on ort-cpu" in row["message"]
