@@ -44,8 +44,8 @@ ConfirmOpt = typer.Option(
 )
 MarginOpt = typer.Option(
     0.0, "--margin",
-    help="Search for a set that uses at most 1 - MARGIN of the tolerance (0.2: 20% to spare), so that it holds "
-    "on other hardware; held-out samples are checked at the full tolerance.",
+    help="Search for a set that uses at most 1 - MARGIN of the tolerance (0.2: 20% to spare); held-out samples "
+    "are checked at the full tolerance. Room to spare, no guarantee on other hardware (--confirm-backend checks there).",
 )
 OutOpt = typer.Option(None, "--out", help="Run directory (default: reports/<model>-<command>-<time>).")
 ForceOpt = typer.Option(False, "--force", help="Write into a non-empty --out (replaces our files only).")

@@ -197,7 +197,8 @@ def headroom_sentence(report: dict[str, Any]) -> str | None:
     if margin:
         text += f" (searched with a margin of {100 * margin:g}%)"
     if max(shares) > 0.9 and not margin:
-        text += ": little to spare, other hardware may tip it over (`--margin 0.2` searches for 20% to spare)"
+        text += (": little to spare, other hardware may tip it over (`--margin` searches for room to spare, "
+                 "`--confirm-backend` checks on the target)")
     return text + "."
 
 
