@@ -7,11 +7,13 @@ validation -> "fixed" capture -> artifacts and report.
 from __future__ import annotations
 
 import datetime as _dt
+import hashlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from precision_doctor import __version__, interrupt
@@ -151,7 +153,7 @@ def run_diagnose(
     confirm_backend = (
         make_backend(opts.confirm_backend, model, opts.precision, model.outputs) if opts.confirm_backend else None
     )
-    _check_run_settings(out_dir, _run_settings(work, opts, len(validation)), opts.resume)
+    _check_run_settings(out_dir, _run_settings(work, opts, validation), opts.resume)
     stage("capture")
     if opts.resume and (out_dir / ACTIVATIONS).exists():
         from precision_doctor.compare import reanalyse
@@ -287,13 +289,24 @@ def _remaining(budget: Budget, oracle: Oracle) -> Budget:
     )
 
 
-def _run_settings(work: Workload, opts: DiagnoseOptions, n_validation: int) -> dict:
+def _run_settings(work: Workload, opts: DiagnoseOptions, validation: list[Sample]) -> dict:
     """What decides the verdicts in the checkpoints: a resumed run must have the same."""
     return jsonable({
         "model_hash": work.model.model_hash, "precision": opts.precision, "backend": opts.backend,
         "tolerance": opts.tolerance.to_dict(), "margin": opts.margin, "confirm_backend": opts.confirm_backend,
-        "samples": len(work.samples), "validation_samples": n_validation,
+        "samples": len(work.samples), "validation_samples": len(validation),
+        "samples_hash": _samples_hash(work.samples + validation),
     })
+
+
+def _samples_hash(samples: list[Sample]) -> str:
+    h = hashlib.sha256()
+    for s in samples:
+        for name in sorted(s):
+            a = np.ascontiguousarray(s[name])
+            h.update(f"{name}:{a.dtype}:{a.shape};".encode())
+            h.update(a.tobytes())
+    return h.hexdigest()[:16]
 
 
 def _check_run_settings(out_dir: Path, settings: dict, resume: bool) -> None:

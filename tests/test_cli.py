@@ -168,6 +168,9 @@ def test_resume_with_other_settings_is_refused(run_cli, planted_file, tmp_path):
     code, _, _ = run_cli(*base, "--max-evaluations", "3")
     code, _, err = run_cli(*base, "--resume", "--margin", "0.5")
     assert code == 2 and "other settings" in err and "margin" in err and "Traceback" not in err
+    other = [a if a != files[0] else files[1] for a in base]  # the same number of samples, other values
+    code, _, err = run_cli(*other, "--resume")
+    assert code == 2 and "samples_hash" in err
     code, _, _ = run_cli(*base, "--resume")
     assert code == 0
 
