@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,3 +50,9 @@ def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[ZooWork]:
         tol = Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor)
         out.append(ZooWork(name, spec.path, work.model, work.samples, tol))
     return out
+
+
+def batch_answer(batch_dir: Path, work: ZooWork) -> frozenset[str] | None:
+    """The fallback set a `precision-doctor batch` run found for this model (BATCH_DIR/<model>/report.json)."""
+    report = batch_dir / work.name.removeprefix("zoo:") / "report.json"
+    return frozenset(json.loads(report.read_text())["fallback_nodes"]) if report.is_file() else None

@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from _zoo import zoo_works
+from _zoo import batch_answer, zoo_works
 from gpu_fidelity import on_all
 
 from precision_doctor.backends.emulate import EmulateBackend
@@ -29,8 +29,10 @@ def main() -> None:
     args = ap.parse_args()
     rows = []
     for w in zoo_works(args.zoo, set(args.only) if args.only else None):
-        report = args.answers / w.name.removeprefix("zoo:") / "report.json"
-        answer = frozenset(json.loads(report.read_text())["fallback_nodes"])
+        answer = batch_answer(args.answers, w)
+        if answer is None:
+            print(f"{w.name}: no answer in {args.answers}; skipped")
+            continue
         ref = ReferenceRunner(w.model)
         refs = [ref.run(s) for s in w.samples]
         for label, fb in (("all-fp16", frozenset()), ("answer", answer)):

@@ -13,7 +13,7 @@ from collections import Counter
 from pathlib import Path
 
 import onnxruntime as ort
-from _zoo import zoo_works
+from _zoo import batch_answer, zoo_works
 
 from precision_doctor.precision.mixed import build_mixed
 
@@ -47,9 +47,9 @@ def main() -> None:
     result = {}
     for w in zoo_works(args.zoo):
         sets = {"all-fp16": frozenset()}
-        if args.answers and (args.answers / w.name.removeprefix("zoo:") / "report.json").is_file():
-            rep = json.loads((args.answers / w.name.removeprefix("zoo:") / "report.json").read_text())
-            sets["answer"] = frozenset(rep["fallback_nodes"])
+        answer = batch_answer(args.answers, w) if args.answers else None
+        if answer is not None:
+            sets["answer"] = answer
         for label, fb in sets.items():
             placed = placement(build_mixed(w.model, fb, "fp16", True), w.samples[0])
             result[f"{w.name} {label}"] = placed

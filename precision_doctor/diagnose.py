@@ -69,6 +69,10 @@ class DiagnoseOptions:
     def search_tolerance(self) -> Tolerance:
         return self.tolerance.scaled(1.0 - self.margin) if self.margin else self.tolerance
 
+    def user_share(self, verdict) -> float | None:
+        """A search-oracle verdict's share of the tolerance, as a share of the user's (unscaled) one."""
+        return verdict.tol_used * (1.0 - self.margin) if verdict else None
+
 
 def make_backend(name: str, model: Model, precision: str, outputs: list[str]):
     """The backend called `name`; `auto` picks the best one available here."""
@@ -275,7 +279,7 @@ def _confirm(
         "evaluations": oracle.evaluations,
         "memo_hits": oracle.memo_hits,
         "one_minimal_checked": oracle.one_minimal_checked(confirmed) if passed else None,
-        "tolerance_used": final.tol_used * (1.0 - opts.margin) if final else None,
+        "tolerance_used": opts.user_share(final),
         "trajectory": [_trajectory_row(e) for e in oracle.trajectory],
     }
     return status, reason, confirmed, report, final
@@ -453,7 +457,7 @@ def build_report(
         "tolerance_used": {
             # shares of the user's tolerance (the oracle checked against the tolerance scaled by 1 - margin)
             # (search and validation: of the searched answer, None when the confirmation changed it)
-            "search": searched.tol_used * (1.0 - opts.margin) if searched and same_as_searched else None,
+            "search": opts.user_share(searched) if same_as_searched else None,
             "validation": _validation_used(validation) if same_as_searched else None,
             **({"confirm": confirm.get("tolerance_used")} if confirm else {}),
         },
