@@ -64,11 +64,14 @@ def describe() -> dict[str, str]:
         "cuda-python": _version("cuda") or _version("cuda.bindings") or "not installed",
         "gpus": "; ".join(gpus()) or "none found (nvidia-smi absent or no GPU)",
         "backends": ", ".join(available_backends()),
+        "ort-cpu": "not a search backend (refused: ONNX Runtime's CPU provider computes chains of FP16 nodes in FP32, "
+        "so its verdicts are not FP16's); usable as --confirm-backend ort-cpu, a plumbing check that fixed.onnx "
+        "loads and runs",
     }
 
 
 def available_backends() -> list[str]:
-    """Backends that can run here, best first."""
+    """Backends that can search here, best first (never ort-cpu: see backends/ort.py)."""
     names = []
     try:
         import tensorrt  # noqa: F401
