@@ -1,0 +1,110 @@
+"""How far an answer is from the tolerance on inputs it has not seen.
+
+The search ends at the edge of the tolerance on the samples it searched (each removal spends some of
+it), and the share of the tolerance an answer uses is an extreme over many output elements, tuned by
+the search to those samples: on new inputs it is larger (docs/BENCHMARKS.md, "Generalization"). So
+the figure worth reporting is the share on samples the search did not see: held-out user samples
+when there are any, and fresh perturbed copies of the search samples (`augment.py`) always, which
+move the share as much as new inputs do. From those:
+
+- `sample_shares`: the share of the tolerance each sample uses for one fallback set;
+- `loo_ratios`: leave-one-out, each sample's share over the largest share of the others;
+- `log_spread`, `margin_from_spread`: the margin that keeps a new input inside the tolerance with
+  a given risk, from how much the share varies between samples (log-normal);
+- `predicted_share`: the share a new input exceeds with that risk, from shares on unseen samples;
+- `expected_headroom`: the figures for report.json and the report: checked on how many samples, the
+  share on the searched ones, the share on unseen ones, and the headroom 1 - that share.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from statistics import NormalDist
+
+import numpy as np
+
+from precision_doctor.tolerance import Tolerance, check_all
+
+# A new input may exceed the tolerance with this probability: 0.5% keeps ten new inputs inside it
+# together in 95% of cases (0.995^10).
+DEFAULT_RISK = 0.005
+
+
+def sample_shares(backend, fallback: frozenset[str], samples: Sequence[dict], refs: Sequence[dict],
+                  tol: Tolerance) -> list[float]:
+    """The share of `tol` the worst output element uses, per sample, with `fallback` in FP32 (inf: NaN)."""
+    runner = backend.prepare(frozenset(fallback))
+    out = []
+    for s, r in zip(samples, refs):
+        checks = check_all(runner.run(s, list(r)), r, tol)
+        out.append(max((c.tol_used for c in checks.values()), default=0.0))
+    return out
+
+
+def loo_ratios(shares: Sequence[float]) -> list[float]:
+    """Each sample's share over the largest share of the others (above 1: leaving that sample out of a
+    search tuned to the others would have missed it by that factor). Needs two samples or more."""
+    s = np.asarray(shares, dtype=float)
+    if s.size < 2:
+        return []
+    out = []
+    for i in range(s.size):
+        rest = np.max(np.delete(s, i))
+        out.append(float(np.inf) if rest == 0 and s[i] > 0 else float(s[i] / rest) if rest else 1.0)
+    return out
+
+
+def log_spread(shares: Sequence[float]) -> tuple[float, float] | None:
+    """Mean and standard deviation of log(share) over the samples with a finite, positive share (None
+    with fewer than two). Shares of one answer across inputs look log-normal: a sample's share is
+    the product of its sensitivity and of which rounding errors line up, not a sum."""
+    x = np.asarray([v for v in shares if np.isfinite(v) and v > 0], dtype=float)
+    if x.size < 2:
+        return None
+    logs = np.log(x)
+    return float(logs.mean()), float(logs.std(ddof=1))
+
+
+def expected_max_z(n: int) -> float:
+    """The expected largest of n standard normal draws (Blom's approximation; 0 for n = 1)."""
+    return 0.0 if n <= 1 else NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
+
+
+def margin_from_spread(shares: Sequence[float], n_searched: int, risk: float = DEFAULT_RISK,
+                       cap: float = 0.6) -> float | None:
+    """The search margin m under which a new input's share exceeds 1 with probability about `risk`,
+    given the spread of log(share) over `shares` (one configuration, many samples) and a search that
+    checks `n_searched` samples. The search ends where the largest of its n samples uses 1 - m, which
+    for log-normal shares with deviation s sits about s * z_max(n) above their median; a new input
+    exceeds 1 with probability `risk` at s * z_(1-risk) above it; so m = 1 - exp(-s (z_(1-risk) - z_max(n))),
+    at most `cap`. None when the spread cannot be measured (fewer than two positive shares)."""
+    spread = log_spread(shares)
+    if spread is None:
+        return None
+    z_gap = NormalDist().inv_cdf(1 - risk) - expected_max_z(n_searched)
+    return float(min(cap, max(0.0, 1.0 - np.exp(-spread[1] * z_gap))))
+
+
+def predicted_share(shares: Sequence[float], risk: float = DEFAULT_RISK) -> float | None:
+    """The share a new input exceeds with probability `risk`, from the log-normal fitted to `shares` of
+    inputs the search did not see (held-out samples, fresh perturbed copies); None without two."""
+    spread = log_spread(shares)
+    if spread is None:
+        return None
+    mean, sd = spread
+    return float(np.exp(mean + sd * NormalDist().inv_cdf(1 - risk)))
+
+
+def expected_headroom(searched: Sequence[float], held_out: Sequence[float] = (), fresh: Sequence[float] = ()) -> dict:
+    """report.json's figures from per-sample shares: `searched` (the oracle's samples), `held_out` (user
+    samples the search did not see), `fresh` (perturbed copies of the search samples it did not see).
+    `headroom` = 1 - the largest unseen share: negative, the answer fails there."""
+    unseen = list(held_out) + list(fresh)
+    hi, top = max(unseen, default=None), max(searched, default=None)
+    return {
+        "checked_on": {"searched": len(searched), "held_out": len(held_out), "fresh_copies": len(fresh)},
+        "share_searched": top,
+        "share_unseen": hi,
+        "headroom": None if hi is None else 1.0 - hi,
+        "unseen_over_searched": hi / top if hi is not None and top else None,
+    }
