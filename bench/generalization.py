@@ -184,45 +184,58 @@ def render(records: list[dict]) -> str:
     """The tables of docs/BENCHMARKS.md from raw records."""
     runs = [r for r in records if r["candidate"] != "full"]
     full = {r["case"]: r for r in records if r["candidate"] == "full"}
-    base = {(r["case"], r["n"], r["split"]): r for r in runs if r["candidate"] == "baseline"}
     names = list(dict.fromkeys(r["candidate"] for r in runs))
+    out = ["All cases:", summary(runs, full, names), "Zoo models only:",
+           summary([r for r in runs if r["kind"] == "zoo"], full, names), "Per case:", per_case(runs, full, names),
+           "The probe (4 fresh perturbed copies of each search sample) against the unseen samples:", calibration(runs)]
+    return "\n\n".join(out)
+
+
+def summary(runs: list[dict], full: dict, names: list[str]) -> str:
+    """Per candidate: share of splits that hold, size, evaluations and FLOPs against today's default
+    on the same splits (sums over the splits both have), and against the search on all N samples."""
+    base = {(r["case"], r["n"], r["split"]): r for r in runs if r["candidate"] == "baseline"}
     sizes = sorted({r["n"] for r in runs})
-    out = []
     rows = []
     for c in names:
         rs = [r for r in runs if r["candidate"] == c]
-        row = [c, len(rs), _pct([r["holds"] for r in rs])]
-        row += [_pct([r["holds"] for r in rs if r["n"] == n]) for n in sizes]
+        if not rs:
+            continue
         paired = [(r, base.get((r["case"], r["n"], r["split"]))) for r in rs]
         paired = [(r, b) for r, b in paired if b is not None and r.get("size") is not None and b.get("size") is not None]
-        row += [_ratio(sum(r["size"] for r, _ in paired), sum(b["size"] for _, b in paired)),
-                _ratio(sum(r["size"] for r, _ in paired), sum(full[r["case"]]["size"] or 0 for r, _ in paired)),
-                _ratio(sum(r["evaluations"] for r, _ in paired), sum(b["evaluations"] for _, b in paired)),
-                max((r["evaluations"] / max(b["evaluations"], 1) for r, b in paired), default=None),
-                _mean([100 * r["flop_share"] for r in rs if r.get("flop_share") is not None])]
-        rows.append(row)
+        with_full = [r for r, _ in paired if (full.get(r["case"]) or {}).get("size") is not None]
+        rows.append([c, len(rs), _pct([r["holds"] for r in rs])]
+                    + [_pct([r["holds"] for r in rs if r["n"] == n]) for n in sizes]
+                    + [_ratio(sum(r["size"] for r, _ in paired), sum(b["size"] for _, b in paired)),
+                       _ratio(sum(r["size"] for r in with_full), sum(full[r["case"]]["size"] for r in with_full)),
+                       _ratio(sum(r["evaluations"] for r, _ in paired), sum(b["evaluations"] for _, b in paired)),
+                       _mean([100 * r["flop_share"] for r in rs if r.get("flop_share") is not None])])
     head = ["candidate", "splits", "hold %"] + [f"hold % (n={n})" for n in sizes]
-    head += ["size / baseline", "size / full-N answer", "evals / baseline", "worst split evals / baseline",
-             "mean FP32 FLOP %"]
-    out.append(table(head, rows))
-    cases = list(dict.fromkeys(r["case"] for r in runs))
+    head += ["size / baseline", "size / full-N answer", "evals / baseline", "mean FP32 FLOP %"]
+    return table(head, rows)
+
+
+def per_case(runs: list[dict], full: dict, names: list[str]) -> str:
     rows = []
-    for case in cases:
+    for case in dict.fromkeys(r["case"] for r in runs):
+        base = {(r["n"], r["split"]): r for r in runs if r["case"] == case and r["candidate"] == "baseline"}
+        first = True
         for c in names:
             rs = [r for r in runs if r["case"] == case and r["candidate"] == c]
             if not rs:
                 continue
-            rows.append([case if c == names[0] else "", c, f"{sum(r['holds'] for r in rs)}/{len(rs)}",
-                         _median([r.get("size") for r in rs]), full.get(case, {}).get("size"),
+            pb = [(r, base[(r["n"], r["split"])]) for r in rs if (r["n"], r["split"]) in base]
+            rows.append([case if first else "", c, f"{sum(r['holds'] for r in rs)}/{len(rs)}",
+                         _median([r.get("size") for r in rs]), (full.get(case) or {}).get("size"),
                          _median([r["evaluations"] for r in rs]),
+                         _ratio(sum(r["evaluations"] for r, _ in pb), sum(b["evaluations"] for _, b in pb)),
                          _median([100 * r["flop_share"] for r in rs if r.get("flop_share") is not None]),
                          _median([max(r["search_shares"]) for r in rs if r.get("search_shares")]),
                          _median([max(r["probe_shares"]) for r in rs if r.get("probe_shares")]),
                          _median([max(r["unseen_shares"]) for r in rs if r.get("unseen_shares")])])
-    out.append(table(["case", "candidate", "holds", "median size", "full-N size", "median evals", "median FP32 FLOP %",
-                      "share searched", "share fresh copies", "share unseen (max)"], rows))
-    out.append(calibration(runs))
-    return "\n\n".join(out)
+            first = False
+    return table(["case", "candidate", "holds", "median size", "full-N size", "median evals", "evals / baseline",
+                  "median FP32 FLOP %", "share searched", "share fresh copies", "share unseen (max)"], rows)
 
 
 def calibration(runs: list[dict]) -> str:
