@@ -7,10 +7,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from precision_doctor.batch import ModelSettings, discover
-from precision_doctor.model import Model
-from precision_doctor.tolerance import Tolerance
-from precision_doctor.workload import InputOptions, load_workload
+from precision_doctor.batch.orchestrate import ModelSettings, discover
+from precision_doctor.data.workload import InputOptions, load_workload
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.tolerance import Tolerance
 
 
 @dataclass
@@ -25,7 +25,7 @@ class ZooWork:
 
 
 def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[ZooWork]:
-    """Every model of `zoo_dir` (recipes read by precision_doctor.batch), or those named in `only`
+    """Every model of `zoo_dir` (recipes read by precision_doctor.batch.orchestrate), or those named in `only`
     (`NAME` or `zoo:NAME`). A model that fails to load is reported and left out."""
     if not zoo_dir.is_dir() or not any(zoo_dir.glob("*.onnx")):
         print(f"no fetched models in {zoo_dir} (precision-doctor zoo fetch --dest {zoo_dir}); skipping the zoo",

@@ -79,9 +79,9 @@ def child(args: argparse.Namespace) -> None:
     import h5py
     import psutil
 
-    from precision_doctor.capture import CaptureSettings, capture
-    from precision_doctor.model import load_model
-    from precision_doctor.precision.formats import FP16
+    from precision_doctor.graph.formats import FP16
+    from precision_doctor.graph.model import load_model
+    from precision_doctor.measure.capture import CaptureSettings, capture
 
     proc = psutil.Process()
     model = load_model(args.model)
@@ -122,7 +122,7 @@ def child(args: argparse.Namespace) -> None:
         # malloc_trim between groups would do.
         import ctypes
 
-        from precision_doctor import capture as capture_mod
+        from precision_doctor.measure import capture as capture_mod
 
         libc = ctypes.CDLL("libc.so.6")
         make_session = capture_mod.make_session

@@ -18,7 +18,7 @@ import onnx
 import pytest
 
 from precision_doctor import planted
-from precision_doctor.batch import (
+from precision_doctor.batch.orchestrate import (
     ENTRY,
     InlineExecutor,
     LocalExecutor,
@@ -130,7 +130,7 @@ def test_interrupted_batch_resumes(zoo, tmp_path, monkeypatch):
     def no_capture(*a, **k):
         raise AssertionError("captured again instead of resuming")
 
-    monkeypatch.setattr("precision_doctor.diagnose.capture_and_analyse", no_capture)
+    monkeypatch.setattr("precision_doctor.pipeline.diagnose.capture_and_analyse", no_capture)
     third = run_batch(root, out, executor=InlineExecutor())
     assert sorted(third.ran) == ["broken", "large_reducesum"]
     rep = json.loads((run_dir / "report.json").read_text())
@@ -374,7 +374,7 @@ def test_run_cut_off_after_its_report_counts_as_finished(tmp_path):
 
 
 def test_second_batch_on_the_same_out_is_refused(tmp_path):
-    from precision_doctor.batch import LOCK_DIR, _file_lock
+    from precision_doctor.batch.orchestrate import LOCK_DIR, _file_lock
 
     root = tmp_path / "zoo"
     root.mkdir()
@@ -387,7 +387,7 @@ def test_second_batch_on_the_same_out_is_refused(tmp_path):
     assert run_batch(root, out, executor=InlineExecutor()).ran == ["m"]
     # A model whose lock is held (a worker of a killed batch still writing) is waited for, then
     # reported as an error rather than touched.
-    import precision_doctor.batch as batch_mod
+    import precision_doctor.batch.orchestrate as batch_mod
 
     with _file_lock(out / LOCK_DIR / "m.lock", 0), pytest.MonkeyPatch.context() as mp:
         mp.setattr(batch_mod, "LOCK_WAIT_S", 0.3)

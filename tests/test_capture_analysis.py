@@ -8,12 +8,12 @@ import pytest
 from onnx import TensorProto, helper
 
 from precision_doctor import planted
-from precision_doctor.activations import LOCAL, LOWP, REFERENCE, ActivationStore, escape
-from precision_doctor.compare import reanalyse, run_compare
-from precision_doctor.model import from_proto
+from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore, escape
+from precision_doctor.data.workload import InputOptions, Workload
+from precision_doctor.graph.model import from_proto
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.compare import reanalyse, run_compare
 from precision_doctor.planted import IR_VERSION, OPSET
-from precision_doctor.tolerance import Tolerance
-from precision_doctor.workload import InputOptions, Workload
 
 DEFECTS = [n for n in planted.CASES if n != "clean"]
 
@@ -107,7 +107,7 @@ def test_flops_estimate_for_matmul_and_conv():
 
 
 def test_scalar_tensors_read_back_as_arrays(tmp_path):
-    from precision_doctor.activations import ActivationStore
+    from precision_doctor.data.activations import ActivationStore
 
     with ActivationStore(tmp_path / "a.h5", "w") as store:
         store.set_attrs()

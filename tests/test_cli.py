@@ -176,7 +176,7 @@ def test_resume_with_other_settings_is_refused(run_cli, planted_file, tmp_path):
 
 
 def test_ctrl_c_outside_the_search_is_one_line_and_130(run_cli, planted_file, tmp_path, monkeypatch):
-    import precision_doctor.diagnose as diagnose
+    import precision_doctor.pipeline.diagnose as diagnose
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt

@@ -7,11 +7,11 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from precision_doctor.activations import ActivationStore
-from precision_doctor.diagnose import DiagnoseOptions, held_out_samples, run_diagnose
-from precision_doctor.model import load_model
-from precision_doctor.tolerance import Tolerance, check
-from precision_doctor.workload import InputOptions, load_workload
+from precision_doctor.data.activations import ActivationStore
+from precision_doctor.data.workload import InputOptions, load_workload
+from precision_doctor.graph.model import load_model
+from precision_doctor.measure.tolerance import Tolerance, check
+from precision_doctor.pipeline.diagnose import DiagnoseOptions, held_out_samples, run_diagnose
 
 
 def if_model() -> onnx.ModelProto:

@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from precision_doctor import emit
+from precision_doctor.results import emit
 
 NODES = ["/blk3/Pow", "/blk3/ReduceMean", "/blk3/Div"]
 WEIRD = ["a b", "x$(rm -rf ~)", "semi;colon", 'dq"uote', "ns::op:1"]

@@ -12,10 +12,10 @@ import textwrap
 import pytest
 
 from precision_doctor import interrupt, planted
-from precision_doctor.diagnose import DiagnoseOptions, run_diagnose
-from precision_doctor.model import from_proto
-from precision_doctor.tolerance import Tolerance
-from precision_doctor.workload import InputOptions, Workload
+from precision_doctor.data.workload import InputOptions, Workload
+from precision_doctor.graph.model import from_proto
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.diagnose import DiagnoseOptions, run_diagnose
 
 
 def test_interrupt_keeps_best_passing_set(tmp_path):
@@ -72,9 +72,9 @@ def test_swallowed_interrupt_is_raised_again_at_the_next_check():
 def test_oracle_checks_for_a_pending_interrupt():
     from precision_doctor.backends.emulate import EmulateBackend
     from precision_doctor.backends.reference import ReferenceRunner
-    from precision_doctor.model import from_proto
+    from precision_doctor.graph.model import from_proto
+    from precision_doctor.measure.tolerance import Tolerance
     from precision_doctor.search import Oracle
-    from precision_doctor.tolerance import Tolerance
 
     case = planted.cancellation()
     model = from_proto(case.model)

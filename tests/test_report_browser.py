@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from chromium_helpers import console_problems, run_chromium
 
-from precision_doctor.report.html import render_html
-from precision_doctor.report.markdown import num
+from precision_doctor.render.html import render_html
+from precision_doctor.render.markdown import num
 
 pytestmark = pytest.mark.browser
 

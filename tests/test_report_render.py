@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from precision_doctor.report import write_reports
-from precision_doctor.report.html import render_html
-from precision_doctor.report.markdown import fmt, render_markdown, verdict, why
-from precision_doctor.report.plots import plot_layer_errors, plot_trajectory, plot_value_ranges
+from precision_doctor.render import write_reports
+from precision_doctor.render.html import render_html
+from precision_doctor.render.markdown import fmt, render_markdown, verdict, why
+from precision_doctor.render.plots import plot_layer_errors, plot_trajectory, plot_value_ranges
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_example.json"
 

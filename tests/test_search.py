@@ -11,14 +11,14 @@ import pytest
 from precision_doctor import planted
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.compare import capture_and_analyse
-from precision_doctor.model import from_proto
-from precision_doctor.precision.formats import FP16
+from precision_doctor.data.workload import InputOptions, Workload
+from precision_doctor.graph.formats import FP16
+from precision_doctor.graph.model import from_proto
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.compare import capture_and_analyse
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted
 from precision_doctor.search.space import build_space
-from precision_doctor.tolerance import Tolerance
-from precision_doctor.workload import InputOptions, Workload
 
 
 class Setup:

@@ -16,12 +16,13 @@ if not hasattr(trt, "Builder"):
 
 import numpy as np  # noqa: E402
 
-from precision_doctor import emit, planted  # noqa: E402
+from precision_doctor import planted  # noqa: E402
 from precision_doctor.backends.reference import ReferenceRunner  # noqa: E402
 from precision_doctor.backends.tensorrt import TrtBackend, onnx_node_of_layer, trt_major_version  # noqa: E402
 from precision_doctor.errors import UserError  # noqa: E402
-from precision_doctor.model import from_proto  # noqa: E402
-from precision_doctor.tolerance import Tolerance, check_all  # noqa: E402
+from precision_doctor.graph.model import from_proto  # noqa: E402
+from precision_doctor.measure.tolerance import Tolerance, check_all  # noqa: E402
+from precision_doctor.results import emit  # noqa: E402
 
 MAJOR = trt_major_version(getattr(trt, "__version__", "")) or 0
 
@@ -75,7 +76,7 @@ def test_weak_typing_expected_set_meets_tolerance(case, model, tmp_path):
 
 
 def test_strong_typing_expected_set_meets_tolerance(case, model, tmp_path):
-    pytest.importorskip("precision_doctor.precision.mixed")
+    pytest.importorskip("precision_doctor.graph.mixed")
     backend = TrtBackend(model, api="strong", precision="fp16", work_dir=tmp_path)
     assert backend.mode == "strong"
     runner = backend.prepare(frozenset(case.expected))

@@ -13,7 +13,7 @@ import pytest
 from precision_doctor import planted
 from precision_doctor.backends import tensorrt as trtb
 from precision_doctor.errors import UserError
-from precision_doctor.model import from_proto
+from precision_doctor.graph.model import from_proto
 
 ONNX = {"/blk3/Pow", "/blk3/ReduceMean", "/blk3/Div", "/blk3/MatMul", "/blk3/MatMul_1", "/blk3/LayerNorm", "/enc/Fn_0"}
 
@@ -210,7 +210,8 @@ def test_tensorrt_bindings_without_libraries(monkeypatch):
 
 
 def test_importing_the_backend_does_not_import_tensorrt():
-    code = "import sys; import precision_doctor.backends.tensorrt, precision_doctor.emit; print('tensorrt' in sys.modules)"
+    code = ("import sys; import precision_doctor.backends.tensorrt, precision_doctor.results.emit; "
+            "print('tensorrt' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -8,9 +8,9 @@ import numpy as np
 
 from precision_doctor.backends.base import Feeds
 from precision_doctor.backends.ort_session import make_session, with_outputs
-from precision_doctor.model import Model
-from precision_doctor.precision.emulate import MASK_INPUT, GatedGraph, gated_graph
-from precision_doctor.precision.formats import get_format
+from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
+from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.model import Model
 
 
 class EmulatedRunner:

@@ -8,7 +8,7 @@ import numpy as np
 
 from precision_doctor.backends.base import Feeds
 from precision_doctor.backends.ort_session import make_session, with_outputs
-from precision_doctor.model import Model
+from precision_doctor.graph.model import Model
 
 
 class ReferenceRunner:

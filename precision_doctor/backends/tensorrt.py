@@ -37,7 +37,7 @@ import onnx
 
 from precision_doctor.backends.base import Feeds
 from precision_doctor.errors import UserError
-from precision_doctor.model import Model
+from precision_doctor.graph.model import Model
 
 APIS = ("auto", "weak", "strong")
 PRECISIONS = ("fp16", "bf16")
@@ -369,7 +369,7 @@ class TrtBackend:
     `onnx_path`: the ONNX file parsed in weak mode (default: the model's own file when its nodes
     were all named, else a named copy in `work_dir`; layer names follow these node names).
     `mixed_builder(fallback) -> onnx.ModelProto`: the mixed-precision graph for strong mode
-    (default: `precision_doctor.precision.mixed.build_mixed(model, fallback, precision)`).
+    (default: `precision_doctor.graph.mixed.build_mixed(model, fallback, precision)`).
     `tactic_sources`: see `parse_tactic_sources`. `timing_cache`: loaded if present, updated after
     every build (default: one in `work_dir`). `api`: "auto" (weak on TensorRT < 11, else strong),
     "weak" or "strong". `input_shapes`: fixed shapes for dynamic inputs (min = opt = max).
@@ -542,7 +542,7 @@ class TrtBackend:
     def _mixed_model(self, fallback: frozenset[str]) -> onnx.ModelProto:
         if self._mixed_builder is None:
             try:
-                from precision_doctor.precision.mixed import build_mixed
+                from precision_doctor.graph.mixed import build_mixed
             except ImportError as exc:
                 raise UserError(f"strongly typed TensorRT needs the mixed-precision graph builder: {exc}") from exc
             model, precision = self.model, self.precision

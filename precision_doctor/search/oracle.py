@@ -17,9 +17,9 @@ import numpy as np
 
 from precision_doctor import interrupt
 from precision_doctor.backends.base import Backend
-from precision_doctor.inputs import Sample
-from precision_doctor.jsonio import as_float, jsonable
-from precision_doctor.tolerance import OutputCheck, Tolerance, check_all, merge
+from precision_doctor.data.inputs import Sample
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all, merge
+from precision_doctor.results.jsonio import as_float, jsonable
 
 
 class BudgetExhausted(Exception):

@@ -12,10 +12,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from precision_doctor.activations import LOCAL, LOWP, REFERENCE, ActivationStore
-from precision_doctor.model import Model
-from precision_doctor.precision.formats import Format, get_format
-from precision_doctor.tolerance import OutputCheck, Tolerance, check, merge
+from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
+from precision_doctor.graph.formats import Format, get_format
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check, merge
 
 DIVERGENCE_ROUNDOFFS = 16.0  # a tensor diverges when its relative error exceeds this many unit roundoffs
 INPUT_SENSITIVITY = 8.0  # local error this many times the output's own rounding error: inputs matter

@@ -21,8 +21,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.errors import UserError
-from precision_doctor.model import Model, infer_shapes
-from precision_doctor.precision.formats import Format, get_format
+from precision_doctor.graph.formats import Format, get_format
+from precision_doctor.graph.model import Model, infer_shapes
 
 # Ops without low-precision kernels in ONNX Runtime (onnxruntime.transformers.float16's
 # DEFAULT_OP_BLOCK_LIST; Resize runs in low precision with its `scales` kept FP32).

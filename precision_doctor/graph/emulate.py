@@ -35,8 +35,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.errors import UserError
-from precision_doctor.model import Model, NodeInfo
-from precision_doctor.precision.formats import Format
+from precision_doctor.graph.formats import Format
+from precision_doctor.graph.model import Model, NodeInfo
 
 MASK_INPUT = "pd_lowp_mask"
 # Producing candidates a low-precision node branches on (2**n variants of its then branch); inputs

@@ -5,8 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from precision_doctor.errors import UserError
-from precision_doctor.inputs import (
+from precision_doctor.data.inputs import (
     Sample,
     generate_samples,
     load_samples,
@@ -14,7 +13,8 @@ from precision_doctor.inputs import (
     parse_val_ranges,
     validate_samples,
 )
-from precision_doctor.model import Model, load_model
+from precision_doctor.errors import UserError
+from precision_doctor.graph.model import Model, load_model
 
 
 @dataclass

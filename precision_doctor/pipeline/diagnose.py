@@ -17,22 +17,22 @@ import numpy as np
 import onnx
 
 from precision_doctor import __version__, interrupt
-from precision_doctor.activations import ActivationStore
-from precision_doctor.analysis import Analysis, tensor_error
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.capture import CaptureSettings, capture_run
-from precision_doctor.compare import ACTIVATIONS, capture_and_analyse, write_layer_tables
+from precision_doctor.data.activations import ActivationStore
+from precision_doctor.data.inputs import Sample
+from precision_doctor.data.workload import Workload
 from precision_doctor.errors import UserError
-from precision_doctor.inputs import Sample
-from precision_doctor.jsonio import jsonable, read_json, write_json, write_text_atomic
-from precision_doctor.model import Model
-from precision_doctor.precision.emulate import MASK_INPUT, gated_graph
-from precision_doctor.precision.formats import Format, get_format
+from precision_doctor.graph.emulate import MASK_INPUT, gated_graph
+from precision_doctor.graph.formats import Format, get_format
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.analysis import Analysis, tensor_error
+from precision_doctor.measure.capture import CaptureSettings, capture_run
+from precision_doctor.measure.tolerance import Tolerance, check_all, merge
+from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, write_layer_tables
+from precision_doctor.results.jsonio import jsonable, read_json, write_json, write_text_atomic
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Evaluation
 from precision_doctor.search.space import SearchSpace, build_space
-from precision_doctor.tolerance import Tolerance, check_all, merge
-from precision_doctor.workload import Workload
 
 FIXED_RUN = "fixed"
 CHECKPOINT = "search.jsonl"
@@ -108,7 +108,7 @@ def split_validation(samples: list[Sample], fraction: float) -> tuple[list[Sampl
 def held_out_samples(work: Workload, validate_files: list, split: float | None) -> list[Sample]:
     """Held-out samples: from files, split off the --inputs files (0.25 by default), or generated
     with another seed (half as many as the search samples by default). `work.samples` may shrink."""
-    from precision_doctor.inputs import generate_samples, load_samples, parse_val_ranges, validate_samples
+    from precision_doctor.data.inputs import generate_samples, load_samples, parse_val_ranges, validate_samples
 
     if validate_files:
         held = load_samples(validate_files)
@@ -160,7 +160,7 @@ def run_diagnose(
     _check_run_settings(out_dir, _run_settings(work, opts, validation), opts.resume)
     stage("capture")
     if opts.resume and (out_dir / ACTIVATIONS).exists():
-        from precision_doctor.compare import reanalyse
+        from precision_doctor.pipeline.compare import reanalyse
 
         analysis = reanalyse(out_dir / ACTIVATIONS, opts.tolerance)
     else:
@@ -374,8 +374,8 @@ def _capture_fixed(path: Path, model: Model, fmt: Format, samples, fallback, set
 
 
 def _write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: frozenset[str], opts: DiagnoseOptions) -> dict:
-    from precision_doctor import emit
-    from precision_doctor.precision.mixed import build_mixed
+    from precision_doctor.graph.mixed import build_mixed
+    from precision_doctor.results import emit
 
     model = work.model
     fixed = build_mixed(model, fallback, opts.precision, keep_io_types=opts.keep_io_types)
@@ -514,9 +514,9 @@ def _trajectory_row(e: Evaluation) -> dict:
 
 def write_report(out_dir: Path, report: dict) -> None:
     """report.json, report.md and report.html, each written atomically."""
-    from precision_doctor.jsonio import jsonable
-    from precision_doctor.report.html import render_html
-    from precision_doctor.report.markdown import render_markdown
+    from precision_doctor.render.html import render_html
+    from precision_doctor.render.markdown import render_markdown
+    from precision_doctor.results.jsonio import jsonable
 
     write_json(out_dir / "report.json", report)
     clean = jsonable(report)
@@ -526,7 +526,7 @@ def write_report(out_dir: Path, report: dict) -> None:
 
 def rerender(out_dir: Path) -> dict:
     """Render report.md and report.html again from a stored report.json."""
-    from precision_doctor.jsonio import read_json
+    from precision_doctor.results.jsonio import read_json
 
     path = Path(out_dir) / "report.json"
     if not path.exists():

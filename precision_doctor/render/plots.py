@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .markdown import fmt, layers_in_order, num, precision_name
+from precision_doctor.render.markdown import fmt, layers_in_order, num, precision_name
 
 BEFORE = "#e6862e"  # all low precision
 AFTER = "#2c7fb8"  # with the fallback set

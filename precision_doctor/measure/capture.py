@@ -18,12 +18,12 @@ import numpy as np
 from onnx import helper
 
 from precision_doctor import __version__, interrupt
-from precision_doctor.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.backends.ort_session import make_session, with_outputs
-from precision_doctor.inputs import Sample
-from precision_doctor.model import Model, NodeInfo
-from precision_doctor.precision.emulate import MASK_INPUT, gated_graph, local_graph, local_output
-from precision_doctor.precision.formats import Format
+from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
+from precision_doctor.data.inputs import Sample
+from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph, local_output
+from precision_doctor.graph.formats import Format
+from precision_doctor.graph.model import Model, NodeInfo
 
 Progress = Callable[[str, int, int], None]
 _UNKNOWN_BYTES = 1 << 20

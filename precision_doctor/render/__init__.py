@@ -12,9 +12,9 @@ from typing import Any
 
 def write_reports(report: dict[str, Any], run_dir: Path) -> dict[str, Path]:
     """Render report.md and report.html into `run_dir` (names from `report["artifacts"]`); returns the paths."""
-    from ..jsonio import write_text_atomic
-    from .html import render_html
-    from .markdown import render_markdown
+    from precision_doctor.render.html import render_html
+    from precision_doctor.render.markdown import render_markdown
+    from precision_doctor.results.jsonio import write_text_atomic
 
     run_dir = Path(run_dir)
     artifacts = report.get("artifacts") or {}
