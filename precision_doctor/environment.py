@@ -51,6 +51,7 @@ def ort_providers() -> list[str]:
 
 def describe() -> dict[str, str]:
     from precision_doctor import __version__
+    from precision_doctor.backends.registry import available_backends
 
     providers = ort_providers()
     return {
@@ -59,24 +60,8 @@ def describe() -> dict[str, str]:
         "onnx": _version("onnx") or "not installed",
         "onnxruntime": f"{_version('onnxruntime') or 'not installed'} (providers: {', '.join(providers) or 'none'})",
         "polygraphy": _version("polygraphy") or "not installed",
-        "onnx-graphsurgeon": _version("onnx_graphsurgeon") or "not installed",
         "tensorrt": tensorrt_status(),
         "cuda-python": _version("cuda") or _version("cuda.bindings") or "not installed",
         "gpus": "; ".join(gpus()) or "none found (nvidia-smi absent or no GPU)",
         "backends": ", ".join(available_backends()),
     }
-
-
-def available_backends() -> list[str]:
-    """Backends that can run here, best first."""
-    names = []
-    try:
-        import tensorrt  # noqa: F401
-
-        names.append("trt")
-    except Exception:
-        pass
-    if "CUDAExecutionProvider" in ort_providers():
-        names.append("ort-cuda")
-    names.append("emulate")
-    return names

@@ -15,10 +15,11 @@ import onnx
 import pytest
 
 from precision_doctor import planted
-from precision_doctor.batch.orchestrate import ModelSettings, apply_recipe, discover
+from precision_doctor.batch.recipes import apply_recipe, discover
 from precision_doctor.data.inputs import parse_input_shapes, parse_val_ranges
 from precision_doctor.errors import UserError
 from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.spec import RunSpec
 from precision_doctor.zoo import fetch, registry, synthetic
 
 
@@ -34,9 +35,9 @@ def test_registry_is_pinned_and_complete():
         Tolerance(**m.tolerance)  # valid keys and values
         parse_input_shapes(m.inputs.get("input_shapes", []))
         parse_val_ranges(m.inputs.get("val_range", []))
-        settings = apply_recipe(ModelSettings(), m.recipe(["x.npz"] if m.synthetic else None), Path("."), m.name)
-        assert settings.atol == m.tolerance["atol"] and settings.precision == "fp16"
-        assert settings.max_evaluations or settings.time_budget  # unattended runs stay short
+        spec = apply_recipe(RunSpec(""), m.recipe(["x.npz"] if m.synthetic else None), Path("."), m.name)
+        assert spec.tolerance.atol == m.tolerance["atol"] and spec.precision == "fp16"
+        assert spec.search.max_evaluations or spec.search.time_budget  # unattended runs stay short
     vad = next(m for m in registry.REGISTRY if m.package == "silero-vad")
     assert "sr:[16000,16000]" in vad.inputs["val_range"]
     with pytest.raises(UserError, match="unknown zoo model"):
@@ -99,11 +100,11 @@ def test_fetch_writes_models_recipes_and_manifest(tmp_path, fake_registry):
     assert [m["path"] for m in manifest["models"]] == ["tiny.onnx", "lines.onnx"]
 
     # Both the directory and the manifest give the batch the same settings.
-    by_dir = {s.name: s.settings for s in discover(dest, ModelSettings())}
-    by_manifest = {s.name: s.settings for s in discover(dest / registry.MANIFEST, ModelSettings())}
+    by_dir = {s.name: s.spec for s in discover(dest, RunSpec(""))}
+    by_manifest = {s.name: s.spec for s in discover(dest / registry.MANIFEST, RunSpec(""))}
     assert by_dir == by_manifest
-    assert by_dir["tiny"].seed == 3 and by_dir["tiny"].val_range == ("x:[-1,1]",)
-    assert by_dir["lines"].files[0].endswith("lines_inputs/sample_0.npz")
+    assert by_dir["tiny"].inputs.seed == 3 and by_dir["tiny"].inputs.val_ranges == ("x:[-1,1]",)
+    assert by_dir["lines"].inputs.files[0].endswith("lines_inputs/sample_0.npz")
 
     # Present with the right checksum: no download again.
     fetch.fetch(dest, download=download, log=lambda s: None)
@@ -199,9 +200,9 @@ def test_zoo_recipe_fails_all_fp16_and_passes_all_fp32(name, tmp_path):
     Opt-in (about 10 s a model): PRECISION_DOCTOR_ZOO=zoo after `precision-doctor zoo fetch --dest zoo`."""
     from precision_doctor.backends.emulate import EmulateBackend
     from precision_doctor.backends.reference import ReferenceRunner
-    from precision_doctor.data.workload import InputOptions, load_workload
+    from precision_doctor.data.workload import load_workload
     from precision_doctor.measure.tolerance import check_all
-    from precision_doctor.pipeline.diagnose import held_out_samples
+    from precision_doctor.pipeline.heldout import held_out_samples
 
     if not ZOO_DIR:
         pytest.skip("set PRECISION_DOCTOR_ZOO to a fetched zoo directory")
@@ -214,11 +215,10 @@ def test_zoo_recipe_fails_all_fp16_and_passes_all_fp32(name, tmp_path):
         kind, n, h, w = m.synthetic
         prob = synthetic.cls_prob_180(model, h, w) if kind == "cls_crops" else None
         files = [str(p) for p in synthetic.make_synthetic(kind, n, h, w, tmp_path / "inputs", prob_180=prob)]
-    s = apply_recipe(ModelSettings(), m.recipe(files), tmp_path, name)
-    work = load_workload(model, InputOptions(files=list(s.files), samples=s.samples, seed=s.seed,
-                                             val_ranges=list(s.val_range), input_shapes=list(s.input_shapes)))
-    held = held_out_samples(work, [], None)
-    tol = Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor)
+    s = apply_recipe(RunSpec(str(model)), m.recipe(files), tmp_path, name)
+    work = load_workload(s)
+    held = held_out_samples(work)
+    tol = s.tolerance
     ref = ReferenceRunner(work.model)
     emu = EmulateBackend(work.model, s.precision)
     fp16, fp32 = emu.prepare(frozenset()), emu.prepare(frozenset(emu.graph.candidates))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from precision_doctor.backends.base import Feeds
+from precision_doctor.backends.base import ClosingBackend, Feeds
 from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import get_format
@@ -26,7 +26,7 @@ class EmulatedRunner:
         return dict(zip(names, res))
 
 
-class EmulateBackend:
+class EmulateBackend(ClosingBackend):
     """The emulation rule on ORT CPU. Building it costs one session; each `prepare` costs nothing."""
 
     name = "emulate"
@@ -41,3 +41,7 @@ class EmulateBackend:
 
     def prepare(self, fallback: frozenset[str]) -> EmulatedRunner:
         return EmulatedRunner(self, frozenset(fallback))
+
+    def close(self) -> None:
+        """Release the session (runners prepared before cannot run afterwards)."""
+        self.session = None

@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from precision_doctor.backends.base import Feeds
+from precision_doctor.backends.base import ClosingBackend, Feeds
 from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
@@ -54,7 +54,7 @@ class OrtRunner:
         return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
 
 
-class OrtBackend:
+class OrtBackend(ClosingBackend):
     """Builds the mixed-precision graph of each fallback set and runs it in ONNX Runtime.
 
     Each `prepare` of a new set costs one graph rewrite and one session; the last `cache_size`
@@ -122,3 +122,7 @@ class OrtBackend:
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return runner
+
+    def close(self) -> None:
+        """Drop the cached runners and their sessions."""
+        self._cache.clear()

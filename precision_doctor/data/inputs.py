@@ -11,21 +11,22 @@ import h5py
 import numpy as np
 from onnx import helper
 
-from precision_doctor.errors import UserError
+from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.model import Model
 
 Sample = dict[str, np.ndarray]
 DEFAULT_DIM = 1  # polygraphy's value for dynamic dimensions
+VAL_RANGES, INPUT_SHAPES = "inputs.val_ranges", "inputs.input_shapes"  # the settings parsed here
 
 
 @dataclass(frozen=True)
-class InputSpec:
+class ModelInput:
     name: str
     dtype: np.dtype
     shape: tuple  # None for a dynamic dimension
 
 
-def input_specs(model: Model) -> dict[str, InputSpec]:
+def model_inputs(model: Model) -> dict[str, ModelInput]:
     specs = {}
     for vi in model.proto.graph.input:
         if vi.name in model.initializers:
@@ -33,12 +34,12 @@ def input_specs(model: Model) -> dict[str, InputSpec]:
         tt = vi.type.tensor_type
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
         shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim)
-        specs[vi.name] = InputSpec(vi.name, dtype, shape)
+        specs[vi.name] = ModelInput(vi.name, dtype, shape)
     return specs
 
 
-def parse_named_list(text: str, option: str) -> tuple[str | None, list[float]]:
-    """`name:[a,b,...]` or `[a,b,...]` -> (name or None, values)."""
+def parse_named_list(text: str, setting: str) -> tuple[str | None, list[float]]:
+    """`name:[a,b,...]` or `[a,b,...]` -> (name or None, values); SpecError names `setting`."""
     text = text.strip()
     name, sep, rest = text.rpartition(":[")
     value = "[" + rest if sep else text
@@ -48,15 +49,15 @@ def parse_named_list(text: str, option: str) -> tuple[str | None, list[float]]:
             raise ValueError
         return (name or None), [float(v) for v in values]
     except (ValueError, SyntaxError):
-        raise UserError(f"{option}: expected NAME:[a,b,...], got '{text}'") from None
+        raise SpecError(setting, f"{{{setting}}}: expected NAME:[a,b,...], got '{text}'") from None
 
 
 def parse_val_ranges(items: Sequence[str]) -> dict[str | None, tuple[float, float]]:
     out: dict[str | None, tuple[float, float]] = {}
     for item in items:
-        name, vals = parse_named_list(item, "--val-range")
+        name, vals = parse_named_list(item, VAL_RANGES)
         if len(vals) != 2 or vals[0] > vals[1]:
-            raise UserError(f"--val-range: expected [low,high] with low <= high, got '{item}'")
+            raise SpecError(VAL_RANGES, f"{{{VAL_RANGES}}}: expected [low,high] with low <= high, got '{item}'")
         out[name] = (vals[0], vals[1])
     return out
 
@@ -64,11 +65,11 @@ def parse_val_ranges(items: Sequence[str]) -> dict[str | None, tuple[float, floa
 def parse_input_shapes(items: Sequence[str]) -> dict[str, list[int]]:
     out = {}
     for item in items:
-        name, vals = parse_named_list(item, "--input-shapes")
+        name, vals = parse_named_list(item, INPUT_SHAPES)
         if name is None:
-            raise UserError(f"--input-shapes needs NAME:[dims], got '{item}'")
+            raise SpecError(INPUT_SHAPES, f"{{{INPUT_SHAPES}}} needs NAME:[dims], got '{item}'")
         if any(v < 0 or v != int(v) for v in vals):
-            raise UserError(f"--input-shapes {name}: dimensions must be non-negative integers")
+            raise SpecError(INPUT_SHAPES, f"{{{INPUT_SHAPES}}} {name}: dimensions must be non-negative integers")
         out[name] = [int(v) for v in vals]
     return out
 
@@ -81,12 +82,12 @@ def generate_samples(
 ) -> list[Sample]:
     """`n` seeded samples: uniform in the value range ([0,1] by default), dynamic dims = 1."""
     if n < 1:
-        raise UserError("--samples must be at least 1")
-    specs = input_specs(model)
+        raise SpecError("inputs.samples", "{inputs.samples} must be at least 1")
+    specs = model_inputs(model)
     ranges = val_ranges or {}
     unknown = [k for k in ranges if k is not None and k not in specs]
     if unknown:
-        raise UserError(f"--val-range names unknown input '{unknown[0]}'; inputs are: {', '.join(specs)}")
+        raise SpecError(VAL_RANGES, f"{{{VAL_RANGES}}} names unknown input '{unknown[0]}'; inputs are: {', '.join(specs)}")
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(n):
@@ -156,7 +157,7 @@ def validate_samples(model: Model, samples: list[Sample], allow_nonfinite: bool 
     """Refuse samples that name unknown inputs, miss one, or have the wrong dtype, shape or NaN/Inf."""
     if not samples:
         raise UserError("no input samples")
-    specs = input_specs(model)
+    specs = model_inputs(model)
     for i, s in enumerate(samples):
         where = f"sample {i}"
         unknown = sorted(set(s) - set(specs))
@@ -178,6 +179,7 @@ def validate_samples(model: Model, samples: list[Sample], allow_nonfinite: bool 
                 shown = [("?" if d is None else d) for d in spec.shape]
                 raise UserError(f"{where}: input '{name}' has shape {list(arr.shape)}, the model expects {shown}")
             if not allow_nonfinite and arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
-                raise UserError(
-                    f"{where}: input '{name}' contains NaN or Inf (pass --allow-nonfinite-inputs to accept)"
+                raise SpecError(
+                    "inputs.allow_nonfinite",
+                    f"{where}: input '{name}' contains NaN or Inf (pass {{inputs.allow_nonfinite}} to accept)",
                 )

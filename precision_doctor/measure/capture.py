@@ -11,28 +11,22 @@ from __future__ import annotations
 import ctypes
 import datetime as _dt
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from onnx import helper
 
-from precision_doctor import __version__, interrupt
+from precision_doctor import __version__
 from precision_doctor.backends.ort_session import make_session, with_outputs
+from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
+from precision_doctor.spec import CaptureSpec
 
-Progress = Callable[[str, int, int], None]
 _UNKNOWN_BYTES = 1 << 20
-
-
-@dataclass(frozen=True)
-class CaptureSettings:
-    group_mb: float = 256.0
-    compression: str | None = "lzf"
 
 
 def _tensor_bytes(model: Model, name: str) -> int:
@@ -73,21 +67,22 @@ def capture_run(
     samples: list[Sample],
     extra_feed: dict[str, np.ndarray],
     budget: int,
-    progress: Progress | None,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
 ) -> None:
+    """Run `proto` on every sample, a bounded group of the tensors `names` at a time, into `store`'s `run`."""
     groups = group_by_bytes(names, lambda t: _tensor_bytes(model, t), budget)
     done = 0
     for group in groups:
         sess = make_session(with_outputs(proto, group, model.tensor_types), optimize=False)
         for i, s in enumerate(samples):
-            interrupt.check()
+            check(stop)
             for name, value in zip(group, sess.run(group, {**s, **extra_feed})):
                 store.write(run, name, i, len(samples), value)
         del sess
         _release_heap()
         done += len(group)
-        if progress:
-            progress(run, done, len(names))
+        notify(progress, CaptureEvent(run, done, len(names)))
 
 
 def _release_heap() -> None:
@@ -104,9 +99,10 @@ def capture(
     fmt: Format,
     out_path: Path,
     fallback: frozenset[str] = frozenset(),
-    settings: CaptureSettings = CaptureSettings(),
+    settings: CaptureSpec = CaptureSpec(),
     attrs: dict | None = None,
-    progress: Progress | None = None,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
 ) -> Path:
     """Capture reference, low-precision and local runs of `model` on `samples` into `out_path`."""
     budget = int(settings.group_mb * (1 << 20))
@@ -129,11 +125,11 @@ def capture(
         for i, s in enumerate(samples):
             for name, value in s.items():
                 store.write(REFERENCE, name, i, len(samples), value)
-        capture_run(store, REFERENCE, model.proto, model, node_outputs, samples, {}, budget, progress)
+        capture_run(store, REFERENCE, model.proto, model, node_outputs, samples, {}, budget, progress, stop)
         gated = gated_graph(model, fmt)
         mask = {MASK_INPUT: gated.mask(fallback)}
-        capture_run(store, LOWP, gated.proto, model, float_outputs, samples, mask, budget, progress)
-        capture_local(store, model, fmt, samples_n=len(samples), budget=budget, progress=progress)
+        capture_run(store, LOWP, gated.proto, model, float_outputs, samples, mask, budget, progress, stop)
+        capture_local(store, model, fmt, samples_n=len(samples), budget=budget, progress=progress, stop=stop)
     return out_path
 
 
@@ -147,7 +143,8 @@ def capture_local(
     fmt: Format,
     samples_n: int,
     budget: int,
-    progress: Progress | None = None,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
 ) -> None:
     """Each candidate node computed in low precision from the stored exact reference inputs."""
     nodes = model.candidates
@@ -158,14 +155,13 @@ def capture_local(
         sess = make_session(proto, optimize=False)
         outputs = [o.name for o in proto.graph.output]
         for i in range(samples_n):
-            interrupt.check()
+            check(stop)
             feed = {t: store.read(REFERENCE, t, i) for t in feeds}
             for oname, value in zip(outputs, sess.run(outputs, feed)):
                 store.write(LOCAL, _strip_local(oname), i, samples_n, value)
         del sess
         done += len(group)
-        if progress:
-            progress(LOCAL, done, len(nodes))
+        notify(progress, CaptureEvent(LOCAL, done, len(nodes)))
 
 
 def _strip_local(name: str) -> str:

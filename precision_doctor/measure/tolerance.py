@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from precision_doctor.errors import UserError
+from precision_doctor.errors import SpecError
 
 EPSILON = 2.220446049250313e-16
 ERROR_STATS = ("elemwise", "max", "mean", "median")
@@ -36,11 +36,13 @@ class Tolerance:
 
     def __post_init__(self):
         if self.check_error_stat not in ERROR_STATS:
-            raise UserError(f"--check-error-stat must be one of {', '.join(ERROR_STATS)}, got '{self.check_error_stat}'")
+            raise SpecError("tolerance.check_error_stat", "{tolerance.check_error_stat} must be one of "
+                            f"{', '.join(ERROR_STATS)}, got '{self.check_error_stat}'")
         if self.atol < 0 or self.rtol < 0:
-            raise UserError("--atol and --rtol must be non-negative")
+            setting = "tolerance.atol" if self.atol < 0 else "tolerance.rtol"
+            raise SpecError(setting, "{tolerance.atol} and {tolerance.rtol} must be non-negative")
         if self.cosine_floor is not None and not -1.0 <= self.cosine_floor <= 1.0:
-            raise UserError("--cosine-floor must lie in [-1, 1]")
+            raise SpecError("tolerance.cosine_floor", "{tolerance.cosine_floor} must lie in [-1, 1]")
 
     def to_dict(self) -> dict:
         return asdict(self)

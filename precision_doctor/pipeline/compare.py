@@ -1,19 +1,26 @@
-"""`compare`: capture reference and low-precision runs, analyse them, write the layer table."""
+"""`compare`: capture reference and low-precision runs, analyse them, write the layer table; and the
+capture of a fixed run (per-layer error after the fix) that `diagnose` adds."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
+from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.activations import ActivationStore
+from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
-from precision_doctor.graph.formats import get_format
-from precision_doctor.measure.analysis import Analysis, analyse
-from precision_doctor.measure.capture import CaptureSettings, Progress, capture
+from precision_doctor.graph.emulate import MASK_INPUT, gated_graph
+from precision_doctor.graph.formats import Format, get_format
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.analysis import Analysis, analyse, tensor_error
+from precision_doctor.measure.capture import capture, capture_run
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.results.jsonio import write_json, write_text_atomic
+from precision_doctor.spec import CaptureSpec
 
 ACTIVATIONS = "activations.h5"
+FIXED_RUN = "fixed"
 
 
 @dataclass
@@ -28,15 +35,16 @@ def capture_and_analyse(
     tolerance: Tolerance,
     out_dir: Path,
     fallback: frozenset[str] = frozenset(),
-    settings: CaptureSettings = CaptureSettings(),
-    progress: Progress | None = None,
+    settings: CaptureSpec = CaptureSpec(),
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
 ) -> Analysis:
     """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed)."""
     fmt = get_format(precision)
     final = out_dir / ACTIVATIONS
     tmp = out_dir / f".{ACTIVATIONS}.partial"
     attrs = {"tolerance": tolerance.to_dict(), "input_source": work.inputs.describe()}
-    capture(work.model, work.samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress)
+    capture(work.model, work.samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress, stop=stop)
     tmp.replace(final)
     with ActivationStore(final) as store:
         return analyse(store, tolerance=tolerance, model=work.model)
@@ -52,10 +60,11 @@ def run_compare(
     precision: str,
     tolerance: Tolerance,
     out_dir: Path,
-    settings: CaptureSettings = CaptureSettings(),
-    progress: Progress | None = None,
+    settings: CaptureSpec = CaptureSpec(),
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
 ) -> CompareResult:
-    analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress)
+    analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress, stop=stop)
     write_layer_tables(out_dir, analysis)
     return CompareResult(out_dir, analysis)
 
@@ -65,3 +74,25 @@ def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis
     with ActivationStore(activations) as store:
         tol = tolerance or Tolerance(**store.attr("tolerance", {}))
         return analyse(store, tolerance=tol)
+
+
+def capture_fixed(
+    path: Path, model: Model, fmt: Format, samples: list[Sample], fallback: frozenset[str], settings: CaptureSpec,
+    progress: ProgressSink | None = None, stop: StopToken | None = None,
+) -> dict[str, float]:
+    """Capture the emulated run with the fallback set (run `fixed` of the store at `path`); returns each
+    candidate's worst relative L2 error after the fix."""
+    gated = gated_graph(model, fmt)
+    names = [t for n in model.nodes for t in n.float_outputs]
+    with ActivationStore(path, "a") as store:
+        if FIXED_RUN in store.file:
+            del store.file[FIXED_RUN]
+        budget = int(settings.group_mb * (1 << 20))
+        mask = {MASK_INPUT: gated.mask(fallback)}
+        capture_run(store, FIXED_RUN, gated.proto, model, names, samples, mask, budget, progress, stop)
+        store.file[FIXED_RUN].attrs["fallback"] = ",".join(sorted(fallback))
+        out = {}
+        for n in model.candidates:
+            errs = [tensor_error(store, FIXED_RUN, t, fmt).rel_l2 for t in n.float_outputs]
+            out[n.name] = max(errs) if errs else 0.0
+    return out

@@ -6,7 +6,7 @@ import datetime as _dt
 import re
 from pathlib import Path
 
-from precision_doctor.errors import UserError
+from precision_doctor.errors import SpecError
 
 DEFAULT_ROOT = Path("reports")
 
@@ -26,10 +26,11 @@ def prepare_run_dir(path: Path, force: bool = False, resume: bool = False) -> Pa
     nothing else is deleted) or `resume` (continue a checkpointed run)."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise UserError(f"--out {path} exists and is not a directory")
+        raise SpecError("out_dir", f"{{out_dir}} {path} exists and is not a directory")
     if path.exists() and any(path.iterdir()) and not (force or resume):
-        raise UserError(f"--out {path} exists and is not empty (pass --force to write into it, or choose another)")
+        raise SpecError("out_dir", f"{{out_dir}} {path} exists and is not empty "
+                        "(pass {force} to write into it, or choose another)")
     if resume and not path.exists():
-        raise UserError(f"--resume: {path} does not exist")
+        raise SpecError("resume", f"{{resume}}: {path} does not exist")
     path.mkdir(parents=True, exist_ok=True)
     return path

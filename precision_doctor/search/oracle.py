@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
-from precision_doctor import interrupt
 from precision_doctor.backends.base import Backend
+from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all, merge
 from precision_doctor.results.jsonio import as_float, jsonable
@@ -94,6 +94,7 @@ class Oracle:
     budget: Budget = field(default_factory=Budget)
     checkpoint: Path | None = None
     on_evaluation: Callable[[Evaluation], None] | None = None
+    stop: StopToken | None = None
 
     def __post_init__(self):
         self.memo: dict[frozenset[str], Verdict] = {}
@@ -139,7 +140,8 @@ class Oracle:
         if fb in self.memo:
             self.memo_hits += 1
             return self.memo[fb]
-        interrupt.check()
+        if self.stop is not None:
+            self.stop.check()
         self._check_budget()
         t0 = time.monotonic()
         runner = self.backend.prepare(fb)
@@ -159,6 +161,10 @@ class Oracle:
         verdict = Verdict(failed is None, merged, failed, time.monotonic() - t0)
         self._record(fb, verdict, phase if phase is not None else self.phase)
         return verdict
+
+    def close(self) -> None:
+        """Close the backend: an oracle owns the backend it was given."""
+        self.backend.close()
 
     def passes(self, fallback: Iterable[str], phase: str | None = None) -> bool:
         return self.evaluate(fallback, phase).passed

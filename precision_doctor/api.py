@@ -1,0 +1,71 @@
+"""The one entry for the CLI, batch, a service and the benchmarks: diagnose, compare, rerender.
+
+Each call checks its RunSpec before any work (SpecError names the setting), loads the model and
+samples, prepares the run directory and runs. `progress` receives typed events (control.py);
+`stop` ends a run early: a stopped search reports the best passing set found so far.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.data.workload import Workload, load_workload
+from precision_doctor.pipeline.compare import CompareResult, run_compare
+from precision_doctor.pipeline.diagnose import run_diagnose
+from precision_doctor.pipeline.heldout import held_out_samples
+from precision_doctor.results.rundir import prepare_run_dir
+from precision_doctor.spec import RunSpec
+
+
+def diagnose(
+    spec: RunSpec,
+    out_dir: str | Path,
+    *,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+    resume: bool = False,
+    force: bool = False,
+) -> dict:
+    """Find the smallest set of nodes to keep in FP32 and write every artifact into `out_dir` (fresh or
+    empty; `force` writes into a non-empty one, `resume` continues a run there from its checkpoint)."""
+    spec.validate()
+    work = _load(spec, progress)
+    validation = held_out_samples(work)
+    notify(progress, LoadedEvent(spec.model, len(work.model.nodes), tuple(work.model.renamed_nodes),
+                                 len(work.samples), len(validation)))
+    out = prepare_run_dir(Path(out_dir), force=force, resume=resume)
+    return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop)
+
+
+def compare(
+    spec: RunSpec,
+    out_dir: str | Path,
+    *,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+    force: bool = False,
+) -> CompareResult:
+    """Capture FP32 and emulated low precision layer by layer into `out_dir` and analyse them."""
+    spec.validate()
+    work = _load(spec, progress)
+    notify(progress, LoadedEvent(spec.model, len(work.model.nodes), tuple(work.model.renamed_nodes),
+                                 len(work.samples), 0))
+    out = prepare_run_dir(Path(out_dir), force=force)
+    notify(progress, PhaseEvent("capture"))
+    return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop)
+
+
+def rerender(run_dir: str | Path) -> dict:
+    """Render report.md and report.html again from a run directory's report.json."""
+    from precision_doctor.pipeline.reporting import load_report
+    from precision_doctor.render import write_reports
+
+    report = load_report(Path(run_dir))
+    write_reports(report, Path(run_dir))
+    return report
+
+
+def _load(spec: RunSpec, progress: ProgressSink | None) -> Workload:
+    notify(progress, PhaseEvent("load"))
+    return load_workload(spec)

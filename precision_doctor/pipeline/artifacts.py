@@ -1,0 +1,63 @@
+"""What a passing run writes besides the report: fixed.onnx, the polygraphy input and reference files,
+and the emitted commands (layer_precisions.txt, trtexec.sh, AutoCast's exclusions)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from precision_doctor.data.inputs import Sample
+from precision_doctor.data.workload import Workload
+from precision_doctor.graph.mixed import build_mixed
+from precision_doctor.results import emit
+from precision_doctor.results.jsonio import write_text_atomic
+from precision_doctor.spec import RunSpec
+
+# report.json's `artifacts` entries a passing run adds (key -> file name)
+FILES = {
+    "fixed_onnx": "fixed.onnx", "layer_precisions": "layer_precisions.txt", "trtexec": "trtexec.sh",
+    "inputs": "inputs.json", "reference_outputs": "reference_outputs.json",
+    "autocast_nodes": "autocast_nodes_to_exclude.txt",
+}
+
+
+def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: frozenset[str], spec: RunSpec) -> dict:
+    """Write every artifact of the answer `fallback`; returns the commands (report.json's `commands`)."""
+    model = work.model
+    fixed = build_mixed(model, fallback, spec.precision, keep_io_types=spec.search.keep_io_types)
+    onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
+    (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
+    save_polygraphy_io(out_dir, work.samples, refs)
+    order = [n.name for n in model.nodes if n.name in fallback]
+    tol = spec.tolerance
+    texts = emit.emit_all(
+        str(model.path.resolve()) if model.path else "model.onnx",
+        "fixed.onnx",
+        order,
+        spec.precision,
+        atol=tol.atol,
+        rtol=tol.rtol,
+        check_error_stat=tol.check_error_stat,
+        inputs="inputs.json",
+    )
+    write_text_atomic(out_dir / "layer_precisions.txt", texts["layer_precisions_txt"])
+    write_text_atomic(out_dir / "trtexec.sh", texts["trtexec_sh"])
+    (out_dir / "trtexec.sh").chmod(0o755)
+    write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", "\n".join(order) + ("\n" if order else ""))
+    return {k: v for k, v in texts.items() if k not in ("layer_precisions_txt", "trtexec_sh")}
+
+
+def save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) -> None:
+    """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs)."""
+    from polygraphy.comparator import IterationResult, RunResults
+    from polygraphy.json import save_json
+    from polygraphy.logger import G_LOGGER
+
+    G_LOGGER.module_severity = G_LOGGER.ERROR  # polygraphy's own progress lines are noise here
+
+    save_json([dict(s) for s in samples], str(out_dir / "inputs.json"))
+    results = RunResults()
+    name = "onnxrt-fp32-reference"
+    results.append((name, [IterationResult(dict(r), runner_name=name) for r in refs]))
+    results.save(str(out_dir / "reference_outputs.json"))
