@@ -24,7 +24,7 @@ from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.model import Model, from_proto
 from precision_doctor.measure.tolerance import Tolerance
-from precision_doctor.pipeline.validation import check_on_samples
+from precision_doctor.pipeline.validation import check_on_samples_as_dict as check_on_samples
 
 PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 

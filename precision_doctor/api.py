@@ -14,6 +14,7 @@ from precision_doctor.data.workload import Workload, load_workload
 from precision_doctor.pipeline.compare import CompareResult, run_compare
 from precision_doctor.pipeline.diagnose import run_diagnose
 from precision_doctor.pipeline.heldout import held_out_samples
+from precision_doctor.results.report import Report
 from precision_doctor.results.rundir import prepare_run_dir
 from precision_doctor.spec import RunSpec
 
@@ -26,7 +27,7 @@ def diagnose(
     stop: StopToken | None = None,
     resume: bool = False,
     force: bool = False,
-) -> dict:
+) -> Report:
     """Find the smallest set of nodes to keep in FP32 and write every artifact into `out_dir` (fresh or
     empty; `force` writes into a non-empty one, `resume` continues a run there from its checkpoint)."""
     spec.validate()
@@ -56,12 +57,11 @@ def compare(
     return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop)
 
 
-def rerender(run_dir: str | Path) -> dict:
-    """Render report.md and report.html again from a run directory's report.json."""
-    from precision_doctor.pipeline.reporting import load_report
+def rerender(run_dir: str | Path) -> Report:
+    """Render report.md and report.html again from a run directory's report.json (which stays as it is)."""
     from precision_doctor.render import write_reports
 
-    report = load_report(Path(run_dir))
+    report = Report.load(Path(run_dir))
     write_reports(report, Path(run_dir))
     return report
 

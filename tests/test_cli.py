@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 from precision_doctor import planted
+from precision_doctor.results.report import Report
 
 
 def test_missing_and_non_onnx_files(run_cli, tmp_path):
@@ -87,6 +88,7 @@ def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
     assert sorted(rep["fallback_nodes"]) == sorted(case.expected)
     for key in ("passed", "evaluations", "elapsed_s", "strategy", "precision", "backend", "tolerance", "trajectory"):
         assert key in rep
+    assert Report.from_json(rep).to_json() == rep and rep["schema_version"] == 1  # the typed report, both ways
     assert rep["passed"] and rep["validation"]["samples"] == 2 and rep["validation"]["passed"]
     assert rep["one_minimal_checked"] is True  # every member's removal was seen to fail
     for f in ("fixed.onnx", "report.html", "report.md", "activations.h5", "layer_precisions.txt", "trtexec.sh"):

@@ -74,7 +74,7 @@ def test_if_node_is_one_fp32_unit_end_to_end(tmp_path):
     taken = {bool(s["x"].sum() > 0) for s in work.samples}
     assert taken == {True, False}
     out = tmp_path / "run"
-    rep = api.diagnose(spec, out)
+    rep = api.diagnose(spec, out).to_json()
 
     assert rep["status"] == "complete" and rep["passed"]
     assert "branch" not in rep["fallback_nodes"]

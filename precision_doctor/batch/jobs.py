@@ -22,7 +22,8 @@ from typing import Any
 from precision_doctor.batch.recipes import recipe_key
 from precision_doctor.control import StopToken
 from precision_doctor.errors import UserError, one_line
-from precision_doctor.results.jsonio import jsonable, read_json, write_json, write_text_atomic
+from precision_doctor.results.jsonio import read_json, write_json
+from precision_doctor.results.report import REPORT, Report
 from precision_doctor.spec import RunSpec
 
 ENTRY = "batch_entry.json"
@@ -103,30 +104,30 @@ def _run_model_locked(task: ModelTask, run_dir: Path, t0: float, stop: StopToken
     return row
 
 
-def _diagnose(task: ModelTask, run_dir: Path, stop: StopToken | None) -> dict:
+def _diagnose(task: ModelTask, run_dir: Path, stop: StopToken | None) -> Report:
     from precision_doctor import api
 
     return api.diagnose(task.spec, run_dir, stop=stop, resume=task.resume, force=True)
 
 
-def row_from_report(name: str, report: dict) -> dict:
+def row_from_report(name: str, report: Report) -> dict:
+    """The summary row of a finished model."""
     from precision_doctor.render.markdown import confirm_sentence
 
-    status = report.get("status", "unknown")
-    passed = bool(report.get("passed"))
+    status = report.status
     if status == "complete":
-        status = "passed" if passed else "failed"
+        status = "passed" if report.passed else "failed"
     return {
         "model": name,
         "status": status,
-        "passed": passed,
-        "fallback_size": report.get("fallback_size"),
-        "fp32_flop_share": report.get("fp32_flop_share"),
-        "evaluations": report.get("evaluations"),
-        "elapsed_s": report.get("elapsed_s"),
+        "passed": report.passed,
+        "fallback_size": report.fallback_size,
+        "fp32_flop_share": report.fp32_flop_share,
+        "evaluations": report.evaluations,
+        "elapsed_s": report.elapsed_s,
         "report": f"{name}/report.html",
-        "message": report.get("reason") or confirm_sentence(report) or "",
-        "model_hash": (report.get("model") or {}).get("hash"),
+        "message": report.reason or confirm_sentence(report) or "",
+        "model_hash": report.model.hash if report.model is not None else None,
     }
 
 
@@ -162,17 +163,17 @@ def finished_row(run_dir: Path, file_hash: str | None, spec_key: str, repair: bo
     A run cut off after its final report.json was written (while report.md/report.html were
     rendered, or before its worker recorded the row) is finished too: its row is made from
     report.json, and with `repair` the missing reports are rendered and the entry is updated."""
-    entry, report = run_dir / ENTRY, run_dir / "report.json"
+    entry, report = run_dir / ENTRY, run_dir / REPORT
     if file_hash is None or not entry.is_file() or not report.is_file():
         return None
     try:
-        e, r = read_json(entry), read_json(report)
-    except (OSError, ValueError):
+        e, r = read_json(entry), Report.load(report)
+    except (OSError, ValueError, UserError):
         return None
     row = e.get("row") or {}
     if e.get("file_hash") != file_hash or e.get("settings_key") != spec_key:
         return None
-    if r.get("status") in (None, "interrupted"):
+    if r.status == "interrupted":
         return None
     if row.get("status") in ("running", "interrupted"):
         # The directory belongs to the attempt that wrote this entry (a fresh attempt empties it;
@@ -183,22 +184,19 @@ def finished_row(run_dir: Path, file_hash: str | None, spec_key: str, repair: bo
         return row
     if row.get("status") in (None, "error"):
         return None
-    if (r.get("model") or {}).get("hash") != row.get("model_hash"):
+    if (r.model.hash if r.model is not None else None) != row.get("model_hash"):
         return None
     return row
 
 
-def _repair_finished(run_dir: Path, entry: dict, report: dict, row: dict) -> None:
+def _repair_finished(run_dir: Path, entry: dict, report: Report, row: dict) -> None:
     """Render the reports a cut-off run did not write (report.json stays as it is), and record its
     row in the entry."""
     try:
         if not (run_dir / "report.md").is_file() or not (run_dir / "report.html").is_file():
-            from precision_doctor.render.html import render_html
-            from precision_doctor.render.markdown import render_markdown
+            from precision_doctor.render import write_reports
 
-            clean = jsonable(report)
-            write_text_atomic(run_dir / "report.md", render_markdown(clean))
-            write_text_atomic(run_dir / "report.html", render_html(clean))
+            write_reports(report, run_dir)
         write_json(run_dir / ENTRY, {**entry, "row": row,
                                      "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
     except Exception:  # the row stands; the next run tries again

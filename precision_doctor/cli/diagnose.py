@@ -20,6 +20,7 @@ from precision_doctor.cli.options import (
     with_options,
 )
 from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
+from precision_doctor.results.report import Report
 
 
 @app.command()
@@ -53,44 +54,44 @@ def diagnose(
 
         report = api.diagnose(spec, out_dir, progress=sink, stop=token, resume=resume, force=options["force"])
     print_outcome(report, out_dir)
-    if report["status"] == "interrupted":
+    if report.interrupted:
         raise typer.Exit(130)
-    raise typer.Exit(0 if report["passed"] else 1)
+    raise typer.Exit(0 if report.passed else 1)
 
 
-def print_outcome(report: dict, out_dir: Path) -> None:
+def print_outcome(report: Report, out_dir: Path) -> None:
     from precision_doctor.render.markdown import confirm_sentence, headroom_sentence
 
-    fb = report["fallback_nodes"]
-    tol = report["tolerance"]
+    fb = report.fallback_nodes
+    tol = report.tolerance
     head = (
-        f"{report['precision']} on {report['backend']}, strategy {report['strategy']}: "
-        f"{report['evaluations']} evaluations in {report['elapsed_s']:.1f} s"
+        f"{report.precision} on {report.backend}, strategy {report.strategy}: "
+        f"{report.evaluations} evaluations in {report.elapsed_s:.1f} s"
     )
     console.print(head, highlight=False)
-    if report["first_divergence"]:
-        console.print(f"first diverging tensor (all {report['precision']}): {report['first_divergence']}", highlight=False)
-    if report["passed"]:
-        share = 100 * report["fp32_flop_share"]
+    if report.first_divergence:
+        console.print(f"first diverging tensor (all {report.precision}): {report.first_divergence}", highlight=False)
+    if report.passed:
+        share = 100 * report.fp32_flop_share
         if fb:
             console.print(
                 f"[bold green]PASS[/] keeping {len(fb)} node(s) in FP32 ({share:.2f}% of FLOPs) meets "
-                f"atol={tol['atol']:g} rtol={tol['rtol']:g} ({tol['check_error_stat']}):", highlight=False,
+                f"atol={tol.atol:g} rtol={tol.rtol:g} ({tol.check_error_stat}):", highlight=False,
             )
             for name in fb:
                 console.print(f"  {name}", highlight=False)
         else:
-            console.print(f"[bold green]PASS[/] the whole model in {report['precision']} already meets the tolerance",
+            console.print(f"[bold green]PASS[/] the whole model in {report.precision} already meets the tolerance",
                           highlight=False)
-        val = report.get("validation")
-        if val:
-            state = "holds" if val["passed"] else "FAILED first; searched again with them included"
-            console.print(f"held-out samples ({val['samples']}): {state}", highlight=False)
+        val = report.validation
+        if val is not None:
+            state = "holds" if val.passed else "FAILED first; searched again with them included"
+            console.print(f"held-out samples ({val.samples}): {state}", highlight=False)
         for note in (confirm_sentence(report), headroom_sentence(report)):
             if note:
                 console.print(note.replace("`", ""), highlight=False)
     else:
-        console.print(f"[bold red]NO PASSING SET[/]: {report.get('reason') or report['status']}", highlight=False)
-    if report["status"] not in ("complete", "no_solution"):
-        console.print(f"status: {report['status']}: {report.get('reason')}", highlight=False)
+        console.print(f"[bold red]NO PASSING SET[/]: {report.reason or report.status}", highlight=False)
+    if report.status not in ("complete", "no_solution"):
+        console.print(f"status: {report.status}: {report.reason}", highlight=False)
     console.print(f"report: {out_dir}/report.html  (report.json, report.md, fixed.onnx, trtexec.sh)", highlight=False)

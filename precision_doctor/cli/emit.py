@@ -21,12 +21,12 @@ def emit(
     format: str = typer.Option("trtexec", "--format", help="trtexec, trtexec10, trtexec11, polygraphy, autocast or json."),
 ) -> None:
     """Print what to paste: trtexec flags, the polygraphy check, AutoCast's exclusions, or JSON."""
-    from precision_doctor.pipeline.reporting import load_report
+    from precision_doctor.results.report import Report
 
-    rep = load_report(run_dir)
-    cmds = rep.get("commands") or {}
+    rep = Report.load(run_dir)
+    cmds = rep.commands
     if format == "json":
-        console.print_json(json.dumps({"fallback_nodes": rep["fallback_nodes"], "precision": rep["precision"], **cmds}))
+        console.print_json(json.dumps({"fallback_nodes": rep.fallback_nodes, "precision": rep.precision, **cmds}))
         return
     if format not in FORMATS:
         fail(f"--format must be one of: {', '.join([*FORMATS, 'json'])}")

@@ -7,8 +7,8 @@ from pathlib import Path
 from precision_doctor.backends.base import Backend
 from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
-from precision_doctor.pipeline.reporting import trajectory_row
-from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, user_share
+from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, trajectory_row, user_share
+from precision_doctor.results.report import Confirm
 from precision_doctor.search import Oracle
 from precision_doctor.search.auto import repair
 from precision_doctor.search.oracle import Budget, Verdict
@@ -22,7 +22,7 @@ def confirm(
     backend: Backend, found: frozenset[str], samples: list[Sample], refs: list[dict], space: SearchSpace,
     spec: RunSpec, out_dir: Path, budget: Budget, resume: bool = False, progress: ProgressSink | None = None,
     stop: StopToken | None = None,
-) -> tuple[str, str | None, frozenset[str] | None, dict, Verdict | None]:
+) -> tuple[str, str | None, frozenset[str] | None, Confirm, Verdict | None]:
     """Carry the searched answer over to `backend` on every sample (search and held-out): keep it if it
     passes there, else grow it until it does; then prune it to 1-minimal there (`search.auto.repair`).
     Returns (status, reason, final set, the report's `confirm` section, the verdict on the final set there).
@@ -44,17 +44,17 @@ def confirm(
         passed, confirmed = None, found
         reason = f"confirmation on {backend.name} stopped early ({reason}); the answer is the searched one, not confirmed"
     final = oracle.known(confirmed) if passed else None
-    report = {
-        "backend": backend.name,
-        "samples": len(samples),
-        "searched_answer": sorted(found),
-        "searched_answer_passed": None if as_is is None else as_is.passed,
-        "passed": passed,
-        "status": status,
-        "evaluations": oracle.evaluations,
-        "memo_hits": oracle.memo_hits,
-        "one_minimal_checked": oracle.one_minimal_checked(confirmed) if passed else None,
-        "tolerance_used": user_share(spec, final),
-        "trajectory": [trajectory_row(e) for e in oracle.trajectory],
-    }
+    report = Confirm(
+        backend=backend.name,
+        samples=len(samples),
+        searched_answer=sorted(found),
+        searched_answer_passed=None if as_is is None else as_is.passed,
+        passed=passed,
+        status=status,
+        evaluations=oracle.evaluations,
+        memo_hits=oracle.memo_hits,
+        one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed else None,
+        tolerance_used=user_share(spec, final),
+        trajectory=[trajectory_row(e) for e in oracle.trajectory],
+    )
     return status, reason, confirmed, report, final

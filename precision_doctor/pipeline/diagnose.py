@@ -24,6 +24,7 @@ from precision_doctor.pipeline.reporting import CHECKPOINT, build_report, write_
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, run_strategy
 from precision_doctor.pipeline.validation import check_on_samples
+from precision_doctor.results.report import Confirm, Report
 from precision_doctor.search import Oracle
 from precision_doctor.search.space import SearchSpace, build_space
 from precision_doctor.spec import RunSpec
@@ -38,7 +39,7 @@ def run_diagnose(
     resume: bool = False,
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
-) -> dict:
+) -> Report:
     """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
     Backends opened here are closed here, also when the run fails."""
     spec.validate()
@@ -47,7 +48,7 @@ def run_diagnose(
 
 
 def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path, resume: bool,
-         progress: ProgressSink | None, stop: StopToken | None, owned: contextlib.ExitStack) -> dict:
+         progress: ProgressSink | None, stop: StopToken | None, owned: contextlib.ExitStack) -> Report:
     t0 = time.monotonic()
     fmt = get_format(spec.precision)
     model = work.model
@@ -88,16 +89,16 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     if found is not None and validation:
         notify(progress, PhaseEvent("validate"))
         validation_report = check_on_samples(backend, found, validation, val_refs, spec.tolerance)
-        if not validation_report["passed"] and status == "complete":
+        if not validation_report.passed and status == "complete":
             # Not presented as the answer: search again with the failing held-out samples included.
-            validation_report["first_candidate"] = sorted(found)
+            validation_report.first_candidate = sorted(found)
             oracle.samples = work.samples + validation
             oracle.references = refs + val_refs
             oracle.order = list(range(len(oracle.samples)))
             oracle.memo = {k: v for k, v in oracle.memo.items() if not v.passed}
             status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
-            validation_report["research"] = "searched again with the held-out samples included"
-            validation_report["passed_after_research"] = found is not None
+            validation_report.research = "searched again with the held-out samples included"
+            validation_report.passed_after_research = found is not None
     confirmed = confirm_verdict = None
     if confirm_backend is not None and found is not None:
         if status == "complete":
@@ -107,8 +108,8 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
                 remaining(budget, oracle), resume, progress, stop,
             )
         else:
-            confirmed = {"backend": confirm_backend.name, "searched_answer": sorted(found), "passed": None,
-                         "skipped": f"the search ended early ({status}); the answer is the searched one, not confirmed"}
+            confirmed = Confirm(confirm_backend.name, sorted(found), passed=None,
+                                skipped=f"the search ended early ({status}); the answer is the searched one, not confirmed")
     passed = found is not None
     if status == "complete" and not passed:
         status = "no_solution"
@@ -125,8 +126,7 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
         validation=validation_report, n_validation=len(validation), fixed_rel=fixed_rel,
         artifacts=artifacts, elapsed=time.monotonic() - t0, confirm=confirmed, confirm_verdict=confirm_verdict,
     )
-    write_report(out_dir, report)
-    return report
+    return write_report(out_dir, report)
 
 
 def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:

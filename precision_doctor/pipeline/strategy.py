@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from precision_doctor.control import EvaluationEvent, ProgressSink, StopToken, notify
+from precision_doctor.results.report import TrajectoryRow
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Evaluation, Verdict
 from precision_doctor.search.space import SearchSpace
@@ -61,3 +62,8 @@ def evaluation_events(progress: ProgressSink | None) -> Callable[[Evaluation], N
 def user_share(spec: RunSpec, verdict: Verdict | None) -> float | None:
     """A search-oracle verdict's share of the tolerance, as a share of the user's (unscaled) one."""
     return verdict.tol_used * (1.0 - spec.search.margin) if verdict else None
+
+
+def trajectory_row(e: Evaluation) -> TrajectoryRow:
+    """An evaluation as a row of the report's trajectory (its per-output checks left out)."""
+    return TrajectoryRow(**{k: v for k, v in e.to_dict().items() if k != "outputs"})

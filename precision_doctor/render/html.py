@@ -1,4 +1,4 @@
-"""report.html from report.json: one self-contained offline page (inline CSS, JS and SVG plots; no URLs)."""
+"""report.html from the typed Report: one self-contained offline page (inline CSS, JS and SVG plots; no URLs)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from precision_doctor.render import plots
 from precision_doctor.render.markdown import (
     ARTIFACT_TITLES,
     COMMAND_TITLES,
+    INPUT_SENSITIVE_WHY,
     confirm_sentence,
     fmt,
     fmt_flops,
@@ -26,6 +27,7 @@ from precision_doctor.render.markdown import (
     verdict_sentence,
     why,
 )
+from precision_doctor.results.report import ModelInfo, Report
 
 # (key, header, type, first sort direction, tooltip)
 LAYER_COLUMNS: list[tuple[str, str, str, str, str]] = [
@@ -44,7 +46,7 @@ LAYER_COLUMNS: list[tuple[str, str, str, str, str]] = [
     ("frac_above_max", "> max", "num", "desc", "share of outputs above the format's max"),
     ("frac_below_normal", "< normal", "num", "desc", "share of non-zero outputs below the smallest normal"),
     ("flops", "FLOPs", "num", "desc", "floating-point operations"),
-    ("input_sensitive", "Input-sens.", "num", "desc", "error varies strongly between samples"),
+    ("input_sensitive", "Input-sens.", "num", "desc", INPUT_SENSITIVE_WHY),
 ]
 
 CSS = """
@@ -302,54 +304,54 @@ def _figure_html(plot: plots.Plot | None, kind: str, title: str, caption: str, e
 # ---------------------------------------------------------------- sections
 
 
-def _header(report: dict[str, Any]) -> str:
-    model = report.get("model") or {}
+def _header(report: Report) -> str:
+    model = report.model or ModelInfo(path="?")
     label, kind = verdict(report)
     prec = precision_name(report)
-    validation = report.get("validation")
-    size = int(report.get("fallback_size", len(report.get("fallback_nodes") or [])))
-    cands = model.get("candidates")
-    memo = report.get("memo_hits")
-    if validation:
-        val = f"{'passed' if validation.get('passed') else 'FAILED'} ({validation.get('samples', '?')} samples)"
+    validation = report.validation
+    size = int(report.fallback_size)
+    cands = model.candidates if report.model is not None else None
+    memo = report.memo_hits
+    if validation is not None:
+        val = f"{'passed' if validation.passed else 'FAILED'} ({validation.samples} samples)"
     else:
         val = "not run"
-    tol = report.get("tolerance") or {}
-    tol_txt = f"atol {fmt(tol.get('atol'))} · rtol {fmt(tol.get('rtol'))} · {tol.get('check_error_stat', 'elemwise')}"
-    if tol.get("cosine_floor") is not None:
-        tol_txt += f" · cos ≥ {fmt(tol.get('cosine_floor'), 7)}"
+    tol = report.tolerance
+    tol_txt = f"atol {fmt(tol.atol)} · rtol {fmt(tol.rtol)} · {tol.check_error_stat}"
+    if tol.cosine_floor is not None:
+        tol_txt += f" · cos ≥ {fmt(tol.cosine_floor, 7)}"
     kpis = [
         _kpi(f"{size}" + (f" / {cands}" if cands is not None else ""), "nodes kept in FP32 (of candidates)"),
-        _kpi(fmt_pct(report.get("fp32_flop_share", 0.0)), "FP32 share of FLOPs"),
-        _kpi(f"{report.get('evaluations', '?')}", "evaluations" + (f" (+{memo} memo hits)" if memo else "")),
-        _kpi(fmt_time(report.get("elapsed_s")), "search time"),
+        _kpi(fmt_pct(report.fp32_flop_share), "FP32 share of FLOPs"),
+        _kpi(f"{report.evaluations}", "evaluations" + (f" (+{memo} memo hits)" if memo else "")),
+        _kpi(fmt_time(report.elapsed_s), "search time"),
         _kpi(val, "held-out validation"),
-        _kpi(f"{prec} · {report.get('backend', '?')}", "precision · backend"),
-        _kpi(f"{report.get('strategy', '?')} · {report.get('cost', '?')}", "strategy · cost"),
+        _kpi(f"{prec} · {report.backend}", "precision · backend"),
+        _kpi(f"{report.strategy} · {report.cost}", "strategy · cost"),
         _kpi(tol_txt, "tolerance"),
     ]
     reason = ""
     for line in (confirm_sentence(report), headroom_sentence(report)):
         if line:
             reason += f'<div class="headroom">{_e(line.replace("`", ""))}</div>'
-    if report.get("reason") or report.get("status") not in (None, "complete"):
-        reason += f'<div class="reason">Status <code>{_e(report.get("status"))}</code>'
-        reason += f": {_e(report['reason'])}</div>" if report.get("reason") else "</div>"
+    if report.reason or report.status not in (None, "complete"):
+        reason += f'<div class="reason">Status <code>{_e(report.status)}</code>'
+        reason += f": {_e(report.reason)}</div>" if report.reason else "</div>"
     return (
-        f"<header><h1>precision-doctor report: <code>{_e(model.get('path', '?'))}</code></h1>"
+        f"<header><h1>precision-doctor report: <code>{_e(model.path)}</code></h1>"
         f'<div class="verdict"><span class="badge {kind}" id="verdict">{_e(label)}</span>'
         f'<span class="sentence">{_e(verdict_sentence(report))}</span></div>{reason}'
         f'<div class="kpis">{"".join(kpis)}</div></header>'
     )
 
 
-def _fallback_section(report: dict[str, Any]) -> str:
-    fallback = [str(n) for n in report.get("fallback_nodes") or []]
+def _fallback_section(report: Report) -> str:
+    fallback = [str(n) for n in report.fallback_nodes]
     by_name = layers_by_name(report)
     prec = precision_name(report)
     out = [f'<section id="fallback"><h2>FP32 fallback nodes ({len(fallback)})</h2>']
     if not fallback:
-        msg = (f"None: every candidate node can run in {prec}." if report.get("passed")
+        msg = (f"None: every candidate node can run in {prec}." if report.passed
                else "None: no passing fallback set was found.")
         out.append(f'<p class="muted">{_e(msg)}</p></section>')
         return "".join(out)
@@ -359,33 +361,31 @@ def _fallback_section(report: dict[str, Any]) -> str:
         "<th>Why</th></tr></thead><tbody>"
     )
     for i, name in enumerate(fallback, 1):
-        lay = by_name.get(name, {})
+        lay = by_name.get(name)
         reasons = why(lay, report) if lay else ["no per-layer data"]
+        values = [getattr(lay, k) if lay else None
+                  for k in ("local_rel_l2", "lowp_rel_l2", "fixed_rel_l2", "ref_absmax", "input_ref_absmax")]
         out.append(
-            f'<tr class="fb"><td class="n">{i}</td><td class="name">{_e(name)}</td><td>{_e(lay.get("op_type", "?"))}</td>'
-            + _num_cell(lay.get("local_rel_l2"))
-            + _num_cell(lay.get("lowp_rel_l2"))
-            + _num_cell(lay.get("fixed_rel_l2"))
-            + _num_cell(lay.get("ref_absmax"))
-            + _num_cell(lay.get("input_ref_absmax"))
+            f'<tr class="fb"><td class="n">{i}</td><td class="name">{_e(name)}</td><td>{_e(lay.op_type if lay else "?")}</td>'
+            + "".join(_num_cell(v) for v in values)
             + f"<td>{'<br>'.join(_e(r) for r in reasons)}</td></tr>"
         )
     out.append("</tbody></table></section>")
     return "".join(out)
 
 
-def _outputs_section(report: dict[str, Any]) -> str:
+def _outputs_section(report: Report) -> str:
     prec = precision_name(report)
-    base = (report.get("baseline") or {}).get("outputs") or {}
-    fixed = report.get("outputs") or {}
-    validation = report.get("validation")
-    val = (validation or {}).get("outputs") or {}
+    base = report.baseline.outputs if report.baseline is not None else {}
+    fixed = report.outputs
+    validation = report.validation
+    val = validation.outputs if validation is not None else {}
     names = list(dict.fromkeys([*base, *fixed, *val]))
     fixed_label, held_label = output_run_labels(report)
     out = ['<section id="outputs"><h2>Outputs</h2>']
-    if validation:
-        samples = _e(validation.get("samples", "?"))
-        out.append(f"<p>Held-out validation on {samples} samples: {_pass_span(validation.get('passed'))}.</p>")
+    if validation is not None:
+        samples = _e(validation.samples)
+        out.append(f"<p>Held-out validation on {samples} samples: {_pass_span(validation.passed)}.</p>")
     else:
         out.append('<p class="muted">Held-out validation: not run.</p>')
     if not names:
@@ -401,15 +401,15 @@ def _outputs_section(report: dict[str, Any]) -> str:
         runs = [(r, oc) for r, oc in runs if oc]
         for k, (run, oc) in enumerate(runs):
             first = f'<td class="name" rowspan="{len(runs)}">{_e(name)}</td>' if k == 0 else ""
-            mism = f"{oc.get('mismatches', '—')} / {oc.get('size', '—')}"
+            mism = f"{oc.mismatches} / {oc.size}"
             out.append(
-                f"<tr>{first}<td>{_e(run)}</td><td>{_pass_span(oc.get('passed'))}</td>"
-                + "".join(_num_cell(oc.get(m)) for m in ("max_abs", "mean_abs", "median_abs", "max_rel", "mean_rel"))
-                + _num_cell(oc.get("cosine"), fmt(oc.get("cosine"), 8))
+                f"<tr>{first}<td>{_e(run)}</td><td>{_pass_span(oc.passed)}</td>"
+                + "".join(_num_cell(getattr(oc, m)) for m in ("max_abs", "mean_abs", "median_abs", "max_rel", "mean_rel"))
+                + _num_cell(oc.cosine, fmt(oc.cosine, 8))
                 + f'<td class="n">{_e(mism)}</td></tr>'
             )
     out.append("</tbody></table>")
-    node, tensor = report.get("first_divergence_node"), report.get("first_divergence")
+    node, tensor = report.first_divergence_node, report.first_divergence
     if node or tensor:
         out.append(f"<p>First divergence with everything in {_e(prec)}: tensor <code>{_e(tensor or '?')}</code>")
         out.append(f" from node <code>{_e(node)}</code>.</p>" if node else ".</p>")
@@ -419,9 +419,9 @@ def _outputs_section(report: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _plots_section(report: dict[str, Any]) -> str:
+def _plots_section(report: Report) -> str:
     prec = precision_name(report)
-    n = len(report.get("layers") or [])
+    n = len(report.layers)
     hint = "Hover for details; click a point to find the layer in the table." if n else ""
     return (
         '<section id="plots"><h2>Where the error comes from</h2>'
@@ -438,7 +438,7 @@ def _plots_section(report: dict[str, Any]) -> str:
     )
 
 
-def _layers_section(report: dict[str, Any]) -> str:
+def _layers_section(report: Report) -> str:
     layers = layers_in_order(report)
     out = ['<section id="layer-table"><h2>All layers</h2>']
     if not layers:
@@ -457,21 +457,21 @@ def _layers_section(report: dict[str, Any]) -> str:
     )
     out.append(f'<div class="scroll"><table id="layers"><thead><tr>{ths}</tr></thead><tbody id="layer-body">')
     for pos, lay in enumerate(layers):
-        fb = bool(lay.get("fallback"))
-        name, op = str(lay.get("name", "")), str(lay.get("op_type", ""))
+        fb = bool(lay.fallback)
+        name, op = str(lay.name), str(lay.op_type)
         cells = [
-            _num_cell(lay.get("index", pos)),
-            _num_cell(lay.get("rank")),
+            _num_cell(lay.index),
+            _num_cell(lay.rank),
             f'<td class="name">{_e(name)}</td>',
             f"<td>{_e(op)}</td>",
             _num_cell(1 if fb else 0, "FP32" if fb else ""),
-            _num_cell(lay.get("score")),
-            *(_num_cell(lay.get(k)) for k in ("local_rel_l2", "rounding_rel_l2", "lowp_rel_l2", "fixed_rel_l2",
-                                              "ref_absmax", "input_ref_absmax")),
-            _num_cell(lay.get("frac_above_max"), fmt_pct(lay.get("frac_above_max"))),
-            _num_cell(lay.get("frac_below_normal"), fmt_pct(lay.get("frac_below_normal"), 1)),
-            _num_cell(lay.get("flops"), fmt_flops(lay.get("flops"))),
-            _num_cell(1 if lay.get("input_sensitive") else 0, "yes" if lay.get("input_sensitive") else ""),
+            _num_cell(lay.score),
+            *(_num_cell(getattr(lay, k)) for k in ("local_rel_l2", "rounding_rel_l2", "lowp_rel_l2", "fixed_rel_l2",
+                                                   "ref_absmax", "input_ref_absmax")),
+            _num_cell(lay.frac_above_max, fmt_pct(lay.frac_above_max)),
+            _num_cell(lay.frac_below_normal, fmt_pct(lay.frac_below_normal, 1)),
+            _num_cell(lay.flops, fmt_flops(lay.flops)),
+            _num_cell(1 if lay.input_sensitive else 0, "yes" if lay.input_sensitive else ""),
         ]
         text = _e(f"{name} {op}".lower())
         out.append(f'<tr data-i="{pos}" data-text="{text}"' + (' class="fb"' if fb else "") + ">" + "".join(cells) + "</tr>")
@@ -479,19 +479,19 @@ def _layers_section(report: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _trajectory_section(report: dict[str, Any]) -> str:
-    traj = report.get("trajectory") or []
+def _trajectory_section(report: Report) -> str:
+    traj = report.trajectory
     if not traj:
         return ""
     rows = []
     for t in traj:
-        fb = [str(n) for n in t.get("fallback") or []]
+        fb = [str(n) for n in t.fallback]
         shown = ", ".join(fb[:12]) + (f", … (+{len(fb) - 12})" if len(fb) > 12 else "")
         rows.append(
-            f'<tr><td class="n">{_e(t.get("step", ""))}</td><td>{_e(t.get("phase", ""))}</td>'
-            f'<td class="n">{_e(t.get("size", ""))}</td>' + _num_cell(t.get("cost"))
-            + f"<td>{_pass_span(t.get('passed'))}</td><td class=\"name\">{_e(t.get('worst_output') or '—')}</td>"
-            + _num_cell(t.get("max_abs")) + _num_cell(t.get("elapsed_s"), fmt_time(t.get("elapsed_s")))
+            f'<tr><td class="n">{_e(t.step)}</td><td>{_e(t.phase)}</td>'
+            f'<td class="n">{_e(t.size)}</td>' + _num_cell(t.cost)
+            + f"<td>{_pass_span(t.passed)}</td><td class=\"name\">{_e(t.worst_output or '—')}</td>"
+            + _num_cell(t.max_abs) + _num_cell(t.elapsed_s, fmt_time(t.elapsed_s))
             + f'<td class="name">{_e(shown)}</td></tr>'
         )
     return (
@@ -503,9 +503,9 @@ def _trajectory_section(report: dict[str, Any]) -> str:
     )
 
 
-def _commands_section(report: dict[str, Any]) -> str:
-    cmds = {k: v for k, v in (report.get("commands") or {}).items() if v}
-    arts = {k: v for k, v in (report.get("artifacts") or {}).items() if v}
+def _commands_section(report: Report) -> str:
+    cmds = {k: v for k, v in report.commands.items() if v}
+    arts = {k: v for k, v in report.artifacts.items() if v}
     out = []
     if cmds:
         out.append('<section id="commands"><h2>Commands</h2>')
@@ -521,57 +521,57 @@ def _commands_section(report: dict[str, Any]) -> str:
     return "".join(out)
 
 
-def _settings_section(report: dict[str, Any]) -> str:
-    model = report.get("model") or {}
-    limits = report.get("format_limits") or {}
-    samples = report.get("samples") or {}
+def _settings_section(report: Report) -> str:
+    model = report.model or ModelInfo(path="?", hash="—")
+    limits = report.format_limits
+    samples = report.samples
     prec = precision_name(report)
     rows = [
-        ("Model", f"{model.get('path', '?')}"),
-        ("Model hash", model.get("hash", "—")),
-        ("Graph", f"{model.get('nodes', '?')} nodes, {model.get('candidates', '?')} candidates, "
-                  f"{fmt_flops(model.get('total_flops'))}"),
-        ("Format", f"{prec}: max {fmt(limits.get('max'))}, smallest normal {fmt(limits.get('smallest_normal'))}"),
-        ("Samples", f"{samples.get('search', '?')} search, {samples.get('validation', 0)} validation"),
-        ("Status", f"{report.get('status', '?')}" + (f": {report['reason']}" if report.get("reason") else "")),
-        ("Created", f"{report.get('created', '?')} by {report.get('tool', 'precision-doctor')} {report.get('version', '')}"),
+        ("Model", f"{model.path}"),
+        ("Model hash", model.hash),
+        ("Graph", f"{model.nodes} nodes, {model.candidates} candidates, "
+                  f"{fmt_flops(model.total_flops)}"),
+        ("Format", f"{prec}: max {fmt(limits.max)}, smallest normal {fmt(limits.smallest_normal)}"),
+        ("Samples", f"{samples.search} search, {samples.validation} validation"),
+        ("Status", f"{report.status}" + (f": {report.reason}" if report.reason else "")),
+        ("Created", f"{report.created or '?'} by {report.tool} {report.version}"),
     ]
-    renamed = model.get("renamed_nodes") or []
+    renamed = model.renamed_nodes
     if renamed:
         rows.append(("Renamed nodes", ", ".join(str(n) for n in renamed[:50]) + (" …" if len(renamed) > 50 else "")))
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f'<section id="settings"><h2>Run</h2><table>{body}</table></section>'
 
 
-def _page_data(report: dict[str, Any]) -> dict[str, Any]:
+def _page_data(report: Report) -> dict[str, Any]:
     """Compact display strings for the plot tooltips (indexed like the plots' x axes)."""
     layers = layers_in_order(report)
-    traj = report.get("trajectory") or []
+    traj = report.trajectory
     return {
         "layers": [
-            [str(lay.get("name", "")), str(lay.get("op_type", "")),
-             *(fmt(lay.get(k)) for k in ("lowp_rel_l2", "fixed_rel_l2", "local_rel_l2", "ref_absmax", "input_ref_absmax")),
-             bool(lay.get("fallback"))]
+            [str(lay.name), str(lay.op_type),
+             *(fmt(getattr(lay, k)) for k in ("lowp_rel_l2", "fixed_rel_l2", "local_rel_l2", "ref_absmax",
+                                              "input_ref_absmax")),
+             bool(lay.fallback)]
             for lay in layers
         ],
         "trajectory": [
-            [step, str(t.get("phase", "")), fmt(t.get("size")), bool(t.get("passed")),
-             str(t.get("worst_output") or "—"), fmt(t.get("max_abs")),
-             ", ".join(map(str, (t.get("fallback") or [])[:6])) + (" …" if len(t.get("fallback") or []) > 6 else "")]
+            [step, str(t.phase), fmt(t.size), bool(t.passed),
+             str(t.worst_output or "—"), fmt(t.max_abs),
+             ", ".join(map(str, t.fallback[:6])) + (" …" if len(t.fallback) > 6 else "")]
             for step, t in zip(plots.step_numbers(traj), traj)
         ],
     }
 
 
-def render_html(report: dict[str, Any]) -> str:
+def render_html(report: Report) -> str:
     """report.html: a single offline page with verdict, tables, three inline-SVG plots and a sortable layer table.
 
     The layer table honours `#sort=<column>[:asc|:desc]` in the URL; when the page script has run,
     `<body data-ready="1">` is set and script errors are shown in `#js-errors`.
     """
-    model = report.get("model") or {}
     label, _ = verdict(report)
-    title = f"precision-doctor: {label} · {model.get('path', '?')}"
+    title = f"precision-doctor: {label} · {report.model.path if report.model else '?'}"
     body = "".join(
         [
             _header(report),
@@ -589,8 +589,8 @@ def render_html(report: dict[str, Any]) -> str:
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{_e(title)}</title><style>{CSS}</style><script>{JS_ERRORS}</script></head>\n"
         f'<body><div id="js-errors" hidden></div><main>{body}'
-        f"<footer>Generated by {_e(report.get('tool', 'precision-doctor'))} {_e(report.get('version', ''))}"
-        f" on {_e(report.get('created', ''))}. Self-contained: no network access needed.</footer></main>"
+        f"<footer>Generated by {_e(report.tool)} {_e(report.version)}"
+        f" on {_e(report.created)}. Self-contained: no network access needed.</footer></main>"
         f'<script type="application/json" id="pd-data">{_json_for_script(_page_data(report))}</script>'
         f"<script>{JS_MAIN}</script></body></html>\n"
     )

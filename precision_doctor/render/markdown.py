@@ -1,9 +1,13 @@
-"""report.md from report.json, plus the number/verdict helpers the HTML renderer shares."""
+"""report.md from the typed Report, plus the number/verdict helpers the HTML renderer shares."""
 
 from __future__ import annotations
 
 import math
 from typing import Any
+
+from precision_doctor.measure.analysis import INPUT_SENSITIVITY
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance
+from precision_doctor.results.report import Layer, ModelInfo, Report
 
 TOP_OFFENDERS = 15
 MAX_TRAJECTORY_ROWS = 40
@@ -15,6 +19,10 @@ COMMAND_TITLES = {
     "polygraphy_trt10": "Polygraphy on TensorRT 10 with the same per-layer precisions",
     "autocast": "ModelOpt AutoCast with the same nodes excluded",
 }
+
+# what analysis.py's `input_sensitive` means
+INPUT_SENSITIVE_WHY = (f"its error comes from its rounded inputs (local error > {INPUT_SENSITIVITY:g}x the rounding of "
+                       "its own output)")
 
 ARTIFACT_TITLES = {
     "fixed_onnx": "mixed-precision model (FP32 islands, Casts at the borders)",
@@ -39,9 +47,9 @@ def num(v: Any) -> float:
         return math.nan
 
 
-def layers_in_order(report: dict[str, Any]) -> list[dict[str, Any]]:
+def layers_in_order(report: Report) -> list[Layer]:
     """The report's layer rows in topological order."""
-    return sorted(report.get("layers") or [], key=lambda lay: num(lay.get("index")))
+    return sorted(report.layers, key=lambda lay: num(lay.index))
 
 
 def fmt(v: Any, digits: int = 3) -> str:
@@ -107,8 +115,8 @@ def fmt_time(v: Any) -> str:
     return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
 
 
-def precision_name(report: dict[str, Any]) -> str:
-    return str(report.get("precision") or "low precision").upper()
+def precision_name(report: Report) -> str:
+    return str(report.precision or "low precision").upper()
 
 
 def is_nonfinite(v: Any) -> bool:
@@ -118,11 +126,11 @@ def is_nonfinite(v: Any) -> bool:
 # ---------------------------------------------------------------- verdict and reasons
 
 
-def verdict(report: dict[str, Any]) -> tuple[str, str]:
+def verdict(report: Report) -> tuple[str, str]:
     """(label, kind) with kind one of "pass", "warn", "fail"."""
-    status = report.get("status") or "complete"
-    passed = bool(report.get("passed"))
-    validation = report.get("validation")
+    status = report.status or "complete"
+    passed = bool(report.passed)
+    validation = report.validation
     if status == "no_solution":
         return "NO SOLUTION", "fail"
     if status in ("interrupted", "budget_exhausted"):
@@ -130,22 +138,22 @@ def verdict(report: dict[str, Any]) -> tuple[str, str]:
         return (f"PASSED (search {what})", "warn") if passed else (f"INCOMPLETE ({what})", "fail")
     if not passed:
         return "FAILED", "fail"
-    if validation and not validation.get("passed", True):
+    if validation is not None and not validation.passed:
         return "PASSED ON SEARCH SAMPLES, FAILED VALIDATION", "warn"
     return "PASSED", "pass"
 
 
-def verdict_sentence(report: dict[str, Any]) -> str:
+def verdict_sentence(report: Report) -> str:
     """One plain-text sentence saying what the run found."""
     prec = precision_name(report)
-    size = int(report.get("fallback_size", len(report.get("fallback_nodes") or [])))
-    cands = (report.get("model") or {}).get("candidates")
+    size = int(report.fallback_size)
+    cands = report.model.candidates if report.model is not None else None
     of = f" of {cands} candidate" if cands is not None else ""
-    share = fmt_pct(report.get("fp32_flop_share", 0.0))
-    status = report.get("status") or "complete"
+    share = fmt_pct(report.fp32_flop_share)
+    status = report.status or "complete"
     if status == "no_solution":
         return f"No FP32 fallback set made the model meet the tolerance in {prec}."
-    if not report.get("passed"):
+    if not report.passed:
         return f"The best fallback set found ({size}{of} nodes in FP32) does not meet the tolerance in {prec}."
     if size == 0:
         return f"The model meets the tolerance entirely in {prec}: no node needs FP32."
@@ -154,46 +162,52 @@ def verdict_sentence(report: dict[str, Any]) -> str:
     return f"{lead} in {prec} with {size}{of} {nodes} kept in FP32 ({share} of FLOPs)."
 
 
-def output_run_labels(report: dict[str, Any]) -> tuple[str, str]:
+def output_run_labels(report: Report) -> tuple[str, str]:
     """Labels of the answer's output checks and of the held-out ones (which may be of the searched
     answer, when the confirmation on another backend changed it)."""
-    c = report.get("confirm") or {}
-    fixed = f"fixed (on {c['backend']}, all samples)" if c.get("passed") else "fixed (search samples)"
-    held = "searched answer (validation)" if (report.get("validation") or {}).get("of") else "fixed (validation)"
+    c = report.confirm
+    fixed = f"fixed (on {c.backend}, all samples)" if c is not None and c.passed else "fixed (search samples)"
+    held = "searched answer (validation)" if report.validation is not None and report.validation.of \
+        else "fixed (validation)"
     return fixed, held
 
 
-def confirm_sentence(report: dict[str, Any]) -> str | None:
+def _q(v: Any) -> Any:
+    """`v`, or "?" where it was not recorded."""
+    return "?" if v is None else v
+
+
+def confirm_sentence(report: Report) -> str | None:
     """What carrying the searched answer over to the confirm backend did; None when not asked for."""
-    c = report.get("confirm")
-    if not c:
+    c = report.confirm
+    if c is None:
         return None
-    searched = len(c.get("searched_answer") or [])
-    if c.get("skipped"):
-        return f"Not confirmed on {c.get('backend')}: {c['skipped']}."
-    if c.get("passed") is None:
-        return (f"Not confirmed on {c.get('backend')}: the confirmation stopped early ({c.get('status')}) after "
-                f"{c.get('evaluations', '?')} evaluations; the answer is the searched one ({searched} nodes).")
-    held = {True: "held as is", False: "failed there"}.get(c.get("searched_answer_passed"), "was not run there")
-    head = f"Confirmed on {c.get('backend')} over {c.get('samples', '?')} samples: the searched answer ({searched} nodes) {held}"
-    if not c.get("passed"):
-        return head + f"; no passing set was found there ({c.get('evaluations', '?')} evaluations)."
-    final = len(report.get("fallback_nodes") or [])
-    return head + f"; after {c.get('evaluations', '?')} evaluations there the answer is {final} nodes."
+    searched = len(c.searched_answer)
+    if c.skipped:
+        return f"Not confirmed on {c.backend}: {c.skipped}."
+    if c.passed is None:
+        return (f"Not confirmed on {c.backend}: the confirmation stopped early ({c.status}) after "
+                f"{_q(c.evaluations)} evaluations; the answer is the searched one ({searched} nodes).")
+    held = {True: "held as is", False: "failed there"}.get(c.searched_answer_passed, "was not run there")
+    head = f"Confirmed on {c.backend} over {_q(c.samples)} samples: the searched answer ({searched} nodes) {held}"
+    if not c.passed:
+        return head + f"; no passing set was found there ({_q(c.evaluations)} evaluations)."
+    final = len(report.fallback_nodes)
+    return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes."
 
 
-def headroom_sentence(report: dict[str, Any]) -> str | None:
+def headroom_sentence(report: Report) -> str | None:
     """How much of the tolerance a passing answer uses (search or held-out samples, the larger), with
     advice when little is left; None when not recorded."""
-    used = report.get("tolerance_used") or {}
-    confirm = report.get("confirm") or {}
-    keys = ("confirm",) if confirm else ("search", "validation")
-    shares = [v for v in (num(used.get(k)) for k in keys) if not math.isnan(v)]
-    if not report.get("passed") or not shares:
+    used = report.tolerance_used
+    confirm = report.confirm
+    keys = ("confirm",) if confirm is not None else ("search", "validation")
+    shares = [v for v in (num(getattr(used, k) if used else None) for k in keys) if not math.isnan(v)]
+    if not report.passed or not shares:
         return None
-    where = f" on {confirm.get('backend')}" if confirm else ""
+    where = f" on {confirm.backend}" if confirm is not None else ""
     text = f"The answer uses {100 * max(shares):.1f}% of the tolerance{where}"
-    margin = float(report.get("margin") or 0.0)
+    margin = float(report.margin or 0.0)
     if margin:
         text += f" (searched with a margin of {100 * margin:g}%)"
     if max(shares) > 0.9 and not margin:
@@ -202,15 +216,15 @@ def headroom_sentence(report: dict[str, Any]) -> str | None:
     return text + "."
 
 
-def why(layer: dict[str, Any], report: dict[str, Any]) -> list[str]:
+def why(layer: Layer, report: Report) -> list[str]:
     """Short reasons a layer hurts in low precision, from its recorded facts."""
     prec = precision_name(report)
-    limits = report.get("format_limits") or {}
-    fmax, fmin = num(limits.get("max")), num(limits.get("smallest_normal"))
+    limits = report.format_limits
+    fmax, fmin = num(limits.max), num(limits.smallest_normal)
     out: list[str] = []
-    local, rounding = num(layer.get("local_rel_l2")), num(layer.get("rounding_rel_l2"))
-    above, below = num(layer.get("frac_above_max")), num(layer.get("frac_below_normal"))
-    ref, inp = num(layer.get("ref_absmax")), num(layer.get("input_ref_absmax"))
+    local, rounding = num(layer.local_rel_l2), num(layer.rounding_rel_l2)
+    above, below = num(layer.frac_above_max), num(layer.frac_below_normal)
+    ref, inp = num(layer.ref_absmax), num(layer.input_ref_absmax)
     if math.isinf(local):
         out.append(f"output overflows in {prec} (local error inf)")
     elif math.isnan(local):
@@ -228,26 +242,26 @@ def why(layer: dict[str, Any], report: dict[str, Any]) -> list[str]:
             out.append(f"local error {fmt(local)} ({local / rounding:.0f}x plain rounding)")
         elif not out:
             out.append(f"local error {fmt(local)}")
-    if layer.get("input_sensitive"):
-        out.append("error varies strongly between samples")
+    if layer.input_sensitive:
+        out.append(INPUT_SENSITIVE_WHY)
     if not out:
         out.append("needed to meet the tolerance (found by the search)")
     return out
 
 
-def layers_by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {str(lay.get("name")): lay for lay in report.get("layers") or []}
+def layers_by_name(report: Report) -> dict[str, Layer]:
+    return {str(lay.name): lay for lay in report.layers}
 
 
-def top_offenders(report: dict[str, Any], n: int = TOP_OFFENDERS) -> list[dict[str, Any]]:
+def top_offenders(report: Report, n: int = TOP_OFFENDERS) -> list[Layer]:
     """Layers by rank (1 = worst); layers without a rank last, by score."""
 
-    def key(lay: dict[str, Any]) -> tuple[float, float]:
-        r = num(lay.get("rank"))
-        s = num(lay.get("score"))
+    def key(lay: Layer) -> tuple[float, float]:
+        r = num(lay.rank)
+        s = num(lay.score)
         return (r if math.isfinite(r) else math.inf, -s if not math.isnan(s) else math.inf)
 
-    return sorted(report.get("layers") or [], key=key)[:n]
+    return sorted(report.layers, key=key)[:n]
 
 
 # ---------------------------------------------------------------- markdown
@@ -273,118 +287,118 @@ def _table(head: list[str], rows: list[list[Any]], align: str | None = None) -> 
     return lines
 
 
-def _check_row(label: str, oc: dict[str, Any]) -> list[Any]:
-    ok = oc.get("passed")
+def _check_row(label: str, oc: OutputCheck) -> list[Any]:
+    ok = oc.passed
     mark = "—" if ok is None else ("pass" if ok else "**FAIL**")
     return [
         label,
         mark,
-        fmt(oc.get("max_abs")),
-        fmt(oc.get("mean_abs")),
-        fmt(oc.get("max_rel")),
-        fmt(oc.get("mean_rel")),
-        fmt(oc.get("cosine"), 8),
-        f"{oc.get('mismatches', '—')} / {oc.get('size', '—')}",
+        fmt(oc.max_abs),
+        fmt(oc.mean_abs),
+        fmt(oc.max_rel),
+        fmt(oc.mean_rel),
+        fmt(oc.cosine, 8),
+        f"{oc.mismatches} / {oc.size}",
     ]
 
 
-def _tolerance_text(tol: dict[str, Any]) -> str:
-    parts = [f"atol {fmt(tol.get('atol'))}", f"rtol {fmt(tol.get('rtol'))}", f"stat `{tol.get('check_error_stat', 'elemwise')}`"]
-    if tol.get("cosine_floor") is not None:
-        parts.append(f"cosine ≥ {fmt(tol.get('cosine_floor'), 7)}")
+def _tolerance_text(tol: Tolerance) -> str:
+    parts = [f"atol {fmt(tol.atol)}", f"rtol {fmt(tol.rtol)}", f"stat `{tol.check_error_stat}`"]
+    if tol.cosine_floor is not None:
+        parts.append(f"cosine ≥ {fmt(tol.cosine_floor, 7)}")
     return ", ".join(parts)
 
 
-def render_markdown(report: dict[str, Any]) -> str:
+def render_markdown(report: Report) -> str:
     """report.md: verdict first, then fallback nodes, outputs, divergence, commands, offenders, search."""
-    model = report.get("model") or {}
+    model = report.model or ModelInfo(path="?")
     prec = precision_name(report)
     label, _ = verdict(report)
-    fallback = [str(n) for n in report.get("fallback_nodes") or []]
+    fallback = [str(n) for n in report.fallback_nodes]
     by_name = layers_by_name(report)
-    limits = report.get("format_limits") or {}
-    validation = report.get("validation")
+    limits = report.format_limits
+    validation = report.validation
     L: list[str] = []
 
-    L += [f"# precision-doctor report: {_code(model.get('path', '?'))}", ""]
+    L += [f"# precision-doctor report: {_code(model.path)}", ""]
     L += [f"**Verdict: {label}.** {verdict_sentence(report)}", ""]
-    if report.get("reason"):
-        L += [f"> Status `{report.get('status')}`: {report['reason']}", ""]
-    memo = report.get("memo_hits")
+    if report.reason:
+        L += [f"> Status `{report.status}`: {report.reason}", ""]
+    memo = report.memo_hits
     memo_txt = f" ({memo} answered from the memo)" if memo else ""
     L += [
-        f"- Search: **{report.get('evaluations', '?')} evaluations**{memo_txt} in **{fmt_time(report.get('elapsed_s'))}**, "
-        f"strategy `{report.get('strategy', '?')}`, cost `{report.get('cost', '?')}`, backend `{report.get('backend', '?')}`.",
+        f"- Search: **{report.evaluations} evaluations**{memo_txt} in **{fmt_time(report.elapsed_s)}**, "
+        f"strategy `{report.strategy}`, cost `{report.cost}`, backend `{report.backend}`.",
     ]
-    if report.get("fallback_size") and report.get("one_minimal_checked") is not None:
+    if report.fallback_size and report.one_minimal_checked is not None:
         L.append("- Every member is needed: " + (
-            "checked (removing any one of them was evaluated and fails)." if report["one_minimal_checked"] else
+            "checked (removing any one of them was evaluated and fails)." if report.one_minimal_checked else
             "not checked for every member against the final set (it holds if adding FP16 nodes never reduces the error)."))
-    if validation:
-        res = "passed" if validation.get("passed") else "**FAILED**"
-        L.append(f"- Validation on {validation.get('samples', '?')} held-out samples: {res}.")
+    if validation is not None:
+        res = "passed" if validation.passed else "**FAILED**"
+        L.append(f"- Validation on {validation.samples} held-out samples: {res}.")
     else:
         L.append("- Validation: not run (no held-out samples).")
     for line in (confirm_sentence(report), headroom_sentence(report)):
         if line:
             L.append(f"- {line}")
-    base = report.get("baseline") or {}
-    if base:
-        L.append(f"- Everything in {prec} (baseline): {'passes' if base.get('passed') else 'fails'} the tolerance.")
-    if report.get("first_divergence_node") or report.get("first_divergence"):
-        L.append(f"- First divergence in {prec}: {_code(report.get('first_divergence_node') or report.get('first_divergence'))}.")
+    base = report.baseline
+    if base is not None:
+        L.append(f"- Everything in {prec} (baseline): {'passes' if base.passed else 'fails'} the tolerance.")
+    if report.first_divergence_node or report.first_divergence:
+        L.append(f"- First divergence in {prec}: {_code(report.first_divergence_node or report.first_divergence)}.")
     L.append("")
 
-    samples = report.get("samples") or {}
+    samples = report.samples
     L += ["| Setting | Value |", "| --- | --- |"]
     L.append(
-        f"| Model | {_code(model.get('path', '?'))}: {model.get('nodes', '?')} nodes, {model.get('candidates', '?')} candidates, "
-        f"{fmt_flops(model.get('total_flops'))} |"
+        f"| Model | {_code(model.path)}: {model.nodes} nodes, {model.candidates} candidates, "
+        f"{fmt_flops(model.total_flops)} |"
     )
-    if model.get("hash"):
-        L.append(f"| Model hash | {_code(model['hash'])} |")
+    if model.hash:
+        L.append(f"| Model hash | {_code(model.hash)} |")
     L.append(
-        f"| Precision | {prec} (max {fmt(limits.get('max'))}, smallest normal {fmt(limits.get('smallest_normal'))}) |"
+        f"| Precision | {prec} (max {fmt(limits.max)}, smallest normal {fmt(limits.smallest_normal)}) |"
     )
-    L.append(f"| Tolerance | {_tolerance_text(report.get('tolerance') or {})} |")
-    L.append(f"| Samples | {samples.get('search', '?')} search, {samples.get('validation', 0)} validation |")
-    L.append(f"| Status | `{report.get('status', '?')}` |")
-    tool = f"{report.get('tool', 'precision-doctor')} {report.get('version', '')}".strip()
-    L.append(f"| Created | {report.get('created', '?')} by {tool} |")
+    L.append(f"| Tolerance | {_tolerance_text(report.tolerance)} |")
+    L.append(f"| Samples | {samples.search} search, {samples.validation} validation |")
+    L.append(f"| Status | `{report.status}` |")
+    tool = f"{report.tool} {report.version}".strip()
+    L.append(f"| Created | {report.created or '?'} by {tool} |")
     L.append("")
 
     # fallback nodes
     L += [f"## FP32 fallback nodes ({len(fallback)})", ""]
     if not fallback:
-        if report.get("passed"):
+        if report.passed:
             L += [f"None: the model meets the tolerance with every candidate node in {prec}.", ""]
         else:
             L += ["None (no passing set was found).", ""]
     else:
         rows = []
         for i, name in enumerate(fallback, 1):
-            lay = by_name.get(name, {})
+            lay = by_name.get(name)
             rows.append(
                 [
                     i,
                     _code(name),
-                    _cell(lay.get("op_type", "?")),
-                    fmt(lay.get("local_rel_l2")),
-                    f"{fmt(lay.get('lowp_rel_l2'))} → {fmt(lay.get('fixed_rel_l2'))}",
-                    fmt(lay.get("ref_absmax")),
+                    _cell(lay.op_type if lay else "?"),
+                    fmt(lay.local_rel_l2 if lay else None),
+                    f"{fmt(lay.lowp_rel_l2 if lay else None)} → {fmt(lay.fixed_rel_l2 if lay else None)}",
+                    fmt(lay.ref_absmax if lay else None),
                     _cell("; ".join(why(lay, report)) if lay else "no per-layer data"),
                 ]
             )
         L += _table(["#", "Node", "Op", "Local error", "Error before → after", "Output abs max", "Why"], rows, "rlllrrl")
         L.append("")
-        L.append(f"FP32 share of FLOPs: {fmt_pct(report.get('fp32_flop_share', 0.0))}. Errors are relative L2 against FP32.")
+        L.append(f"FP32 share of FLOPs: {fmt_pct(report.fp32_flop_share)}. Errors are relative L2 against FP32.")
         L.append("")
 
     # outputs
     L += ["## Outputs", ""]
-    outs = report.get("outputs") or {}
-    base_outs = base.get("outputs") or {}
-    val_outs = (validation or {}).get("outputs") or {}
+    outs = report.outputs
+    base_outs = base.outputs if base is not None else {}
+    val_outs = validation.outputs if validation is not None else {}
     names = list(dict.fromkeys([*base_outs, *outs, *val_outs]))
     fixed_label, held_label = output_run_labels(report)
     if names:
@@ -405,19 +419,19 @@ def render_markdown(report: dict[str, Any]) -> str:
 
     # first divergence
     L += ["## First divergence", ""]
-    fd_node, fd_tensor = report.get("first_divergence_node"), report.get("first_divergence")
+    fd_node, fd_tensor = report.first_divergence_node, report.first_divergence
     if fd_node or fd_tensor:
         s = f"With everything in {prec}, the first tensor out of tolerance (in topological order) is {_code(fd_tensor or '?')}"
         s += f", produced by {_code(fd_node)}." if fd_node else "."
         lay = by_name.get(str(fd_node)) if fd_node else None
         if lay:
-            s += f" ({_cell(lay.get('op_type', '?'))}; " + "; ".join(why(lay, report)) + ".)"
+            s += f" ({_cell(lay.op_type)}; " + "; ".join(why(lay, report)) + ".)"
         L += [s, ""]
     else:
         L += [f"No tensor left the tolerance with everything in {prec}, or it was not recorded.", ""]
 
     # commands
-    cmds = report.get("commands") or {}
+    cmds = report.commands
     if cmds:
         L += ["## Commands", ""]
         for key, cmd in cmds.items():
@@ -431,28 +445,28 @@ def render_markdown(report: dict[str, Any]) -> str:
     if top:
         rows = [
             [
-                fmt(lay.get("rank")),
-                _code(lay.get("name", "?")),
-                _cell(lay.get("op_type", "?")),
-                fmt(lay.get("score")),
-                fmt(lay.get("local_rel_l2")),
-                fmt(lay.get("lowp_rel_l2")),
-                fmt(lay.get("fixed_rel_l2")),
-                fmt(lay.get("ref_absmax")),
-                fmt_pct(lay.get("frac_above_max")),
-                fmt_pct(lay.get("frac_below_normal"), 1),
-                "**FP32**" if lay.get("fallback") else "",
+                fmt(lay.rank),
+                _code(lay.name),
+                _cell(lay.op_type),
+                fmt(lay.score),
+                fmt(lay.local_rel_l2),
+                fmt(lay.lowp_rel_l2),
+                fmt(lay.fixed_rel_l2),
+                fmt(lay.ref_absmax),
+                fmt_pct(lay.frac_above_max),
+                fmt_pct(lay.frac_below_normal, 1),
+                "**FP32**" if lay.fallback else "",
             ]
             for lay in top
         ]
         head = ["Rank", "Node", "Op", "Score", "Local", "Before", "After", "Abs max", "> max", "< normal", ""]
         L += _table(head, rows, "rllrrrrrrrl")
-        L += ["", f"Showing {len(top)} of {len(report.get('layers') or [])} layers; the full table is in the HTML report.", ""]
+        L += ["", f"Showing {len(top)} of {len(report.layers)} layers; the full table is in the HTML report.", ""]
     else:
         L += ["No per-layer analysis recorded.", ""]
 
     # search trajectory
-    traj = report.get("trajectory") or []
+    traj = report.trajectory
     L += ["## Search", ""]
     if traj:
         shown = traj if len(traj) <= MAX_TRAJECTORY_ROWS else traj[:10] + traj[-(MAX_TRAJECTORY_ROWS - 10) :]
@@ -462,13 +476,13 @@ def render_markdown(report: dict[str, Any]) -> str:
                 rows.append(["…", f"{len(traj) - MAX_TRAJECTORY_ROWS} steps omitted", "", "", "", "", ""])
             rows.append(
                 [
-                    t.get("step", "?"),
-                    _cell(t.get("phase", "")),
-                    t.get("size", "?"),
-                    fmt(t.get("cost")),
-                    "pass" if t.get("passed") else "fail",
-                    _code(t["worst_output"]) if t.get("worst_output") else "—",
-                    fmt(t.get("max_abs")),
+                    t.step,
+                    _cell(t.phase),
+                    t.size,
+                    fmt(t.cost),
+                    "pass" if t.passed else "fail",
+                    _code(t.worst_output) if t.worst_output else "—",
+                    fmt(t.max_abs),
                 ]
             )
         L += _table(["Step", "Phase", "Size", "Cost", "Result", "Worst output", "Max abs"], rows, "rlrrllr")
@@ -477,12 +491,12 @@ def render_markdown(report: dict[str, Any]) -> str:
     L.append("")
 
     # artifacts
-    arts = report.get("artifacts") or {}
+    arts = report.artifacts
     if arts:
         L += ["## Artifacts", ""]
         L += [f"- {_code(path)}: {ARTIFACT_TITLES.get(key, key)}" for key, path in arts.items() if path]
         L.append("")
-    renamed = model.get("renamed_nodes") or []
+    renamed = model.renamed_nodes
     if renamed:
         listed = ", ".join(_code(n) for n in renamed[:20]) + (", …" if len(renamed) > 20 else "")
         L += [f"Note: {len(renamed)} node(s) had missing or duplicate names and were renamed: {listed}"]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from precision_doctor.render.markdown import fmt, layers_in_order, num, precision_name
+from precision_doctor.results.report import Layer, Report, TrajectoryRow
 
 BEFORE = "#e6862e"  # all low precision
 AFTER = "#2c7fb8"  # with the fallback set
@@ -128,12 +129,12 @@ def _mark_edges(ax: Any, xs: Sequence[int], y_frac: float, marker: str, color: s
                    color=color, zorder=6, clip_on=False, linewidths=1.2)
 
 
-def _x_axis_layers(ax: Any, layers: list[dict[str, Any]], xs: list[int], fb_idx: list[int]) -> None:
+def _x_axis_layers(ax: Any, layers: list[Layer], xs: list[int], fb_idx: list[int]) -> None:
     n = len(layers)
     ax.set_xlim(min(xs) - 0.6 if xs else -0.6, max(xs) + 0.6 if xs else 0.6)
     if n <= NAMED_TICKS_MAX:
         ax.set_xticks(xs)
-        labels = ax.set_xticklabels([_short(str(lay.get("name", ""))) for lay in layers], rotation=90, fontsize=7)
+        labels = ax.set_xticklabels([_short(str(lay.name)) for lay in layers], rotation=90, fontsize=7)
         fb = set(fb_idx)
         for i, lab in enumerate(labels):
             if i in fb:
@@ -144,7 +145,7 @@ def _x_axis_layers(ax: Any, layers: list[dict[str, Any]], xs: list[int], fb_idx:
         ax.set_xlabel("layer index (topological order)")
 
 
-def _fallback_bands(ax: Any, layers: list[dict[str, Any]], xs: list[int], fb_idx: list[int], label_names: bool) -> None:
+def _fallback_bands(ax: Any, layers: list[Layer], xs: list[int], fb_idx: list[int], label_names: bool) -> None:
     for k, i in enumerate(fb_idx):
         label = "FP32 fallback node" if k == 0 else None
         if len(layers) <= 200:
@@ -153,7 +154,7 @@ def _fallback_bands(ax: Any, layers: list[dict[str, Any]], xs: list[int], fb_idx
             ax.axvline(xs[i], color=FALLBACK, alpha=0.35, lw=1.2, zorder=0, label=label)
     if label_names and len(fb_idx) <= LABEL_FALLBACK_MAX:
         for i in fb_idx:
-            ax.text(xs[i], 0.03, _short(str(layers[i].get("name", "")), 34), transform=ax.get_xaxis_transform(),
+            ax.text(xs[i], 0.03, _short(str(layers[i].name), 34), transform=ax.get_xaxis_transform(),
                     rotation=90, fontsize=7, color=FALLBACK, ha="center", va="bottom", zorder=7,
                     bbox={"facecolor": "white", "alpha": 0.75, "lw": 0, "pad": 1})
 
@@ -165,27 +166,27 @@ def _legend_above(fig: Any, ax: Any, extra: list[Any]) -> None:
     fig.legend(handles=handles, loc="outside upper left", fontsize=8, ncol=min(4, len(handles)), frameon=False)
 
 
-def _layer_xs(layers: list[dict[str, Any]]) -> list[int]:
+def _layer_xs(layers: list[Layer]) -> list[int]:
     return list(range(len(layers)))
 
 
-def _layer_axes(layers: list[dict[str, Any]]) -> tuple:
+def _layer_axes(layers: list[Layer]) -> tuple:
     """What a per-layer plot starts from: x positions, layer count, fallback indices, figure, axes, markers on."""
     n = len(layers)
     fig = _figure(11, 4.8 if n <= NAMED_TICKS_MAX else 4.2)
-    fb_idx = [i for i, lay in enumerate(layers) if lay.get("fallback")]
+    fb_idx = [i for i, lay in enumerate(layers) if lay.fallback]
     return _layer_xs(layers), n, fb_idx, fig, fig.add_subplot(), n <= MARKERS_MAX
 
 
-def plot_layer_errors(report: dict[str, Any]) -> Plot | None:
+def plot_layer_errors(report: Report) -> Plot | None:
     """Per-layer relative L2 error before (all low precision) and after the fix, log scale, fallback nodes marked."""
     layers = layers_in_order(report)
     if not layers:
         return None
     prec = precision_name(report)
     xs, n, fb_idx, fig, ax, mk = _layer_axes(layers)
-    before, b_inf, b_nan, b_zero = _log_series([lay.get("lowp_rel_l2") for lay in layers])
-    after, a_inf, a_nan, a_zero = _log_series([lay.get("fixed_rel_l2") for lay in layers])
+    before, b_inf, b_nan, b_zero = _log_series([lay.lowp_rel_l2 for lay in layers])
+    after, a_inf, a_nan, a_zero = _log_series([lay.fixed_rel_l2 for lay in layers])
     ax.plot(xs, before, color=BEFORE, lw=1.6, marker="o" if mk else None, ms=3.5, label=f"before: all {prec}", zorder=3)
     ax.plot(xs, after, color=AFTER, lw=1.6, marker="s" if mk else None, ms=3.2, label="after: with the FP32 fallback set",
             zorder=4)
@@ -223,17 +224,17 @@ def plot_layer_errors(report: dict[str, Any]) -> Plot | None:
     return _to_svg(fig, ax, "plot-errors")
 
 
-def plot_value_ranges(report: dict[str, Any]) -> Plot | None:
+def plot_value_ranges(report: Report) -> Plot | None:
     """Per-layer absolute maxima of reference outputs and inputs against the format's max and smallest normal."""
     layers = layers_in_order(report)
     if not layers:
         return None
     prec = precision_name(report)
-    limits = report.get("format_limits") or {}
-    fmax, fmin = num(limits.get("max")), num(limits.get("smallest_normal"))
+    limits = report.format_limits
+    fmax, fmin = num(limits.max), num(limits.smallest_normal)
     xs, n, fb_idx, fig, ax, mk = _layer_axes(layers)
-    out, o_inf, o_nan, o_zero = _log_series([lay.get("ref_absmax") for lay in layers])
-    inp, i_inf, i_nan, i_zero = _log_series([lay.get("input_ref_absmax") for lay in layers])
+    out, o_inf, o_nan, o_zero = _log_series([lay.ref_absmax for lay in layers])
+    inp, i_inf, i_nan, i_zero = _log_series([lay.input_ref_absmax for lay in layers])
     ax.plot(xs, inp, color=INPUT, lw=1.0, ls="--", marker="." if mk else None, ms=4, label="input |max| (reference)", zorder=3)
     ax.plot(xs, out, color=AFTER, lw=1.6, marker="o" if mk else None, ms=3.5, label="output |max| (reference)", zorder=4)
     if fb_idx:
@@ -282,31 +283,31 @@ def plot_value_ranges(report: dict[str, Any]) -> Plot | None:
     return _to_svg(fig, ax, "plot-ranges")
 
 
-def step_numbers(traj: list[dict[str, Any]]) -> list[float]:
-    """The x of each evaluation: its "step", or its position where that is missing or not a number."""
-    return [s if math.isfinite(s := num(t.get("step", i))) else float(i) for i, t in enumerate(traj)]
+def step_numbers(traj: list[TrajectoryRow]) -> list[float]:
+    """The x of each evaluation: its "step", or its position where that is not a number."""
+    return [s if math.isfinite(s := num(t.step)) else float(i) for i, t in enumerate(traj)]
 
 
-def plot_trajectory(report: dict[str, Any]) -> Plot | None:
+def plot_trajectory(report: Report) -> Plot | None:
     """Search trajectory: evaluation step vs fallback size, passing and failing evaluations coloured."""
-    traj = report.get("trajectory") or []
+    traj = report.trajectory
     if not traj:
         return None
     steps = step_numbers(traj)
-    sizes = [num(t.get("size")) for t in traj]
-    ok = [bool(t.get("passed")) for t in traj]
-    final = sorted(str(n) for n in report.get("fallback_nodes") or [])
+    sizes = [num(t.size) for t in traj]
+    ok = [bool(t.passed) for t in traj]
+    final = sorted(str(n) for n in report.fallback_nodes)
     fig = _figure(11, 3.6)
     ax = fig.add_subplot()
     # phases as shaded bands, labelled at the top
     start = 0
     shade = False
     for i in range(1, len(traj) + 1):
-        if i == len(traj) or traj[i].get("phase") != traj[start].get("phase"):
+        if i == len(traj) or traj[i].phase != traj[start].phase:
             x0, x1 = steps[start] - 0.5, steps[i - 1] + 0.5
             if shade:
                 ax.axvspan(x0, x1, color="#000000", alpha=0.04, lw=0, zorder=0)
-            phase = str(traj[start].get("phase") or "")
+            phase = str(traj[start].phase or "")
             if phase and (x1 - x0) >= max(1.0, (steps[-1] - steps[0] + 1) / 40):
                 ax.text((x0 + x1) / 2, 0.97, phase, transform=ax.get_xaxis_transform(), ha="center", va="top", fontsize=8,
                         color="#555")
@@ -318,8 +319,8 @@ def plot_trajectory(report: dict[str, Any]) -> Plot | None:
     fs = [(s, z) for s, z, k in zip(steps, sizes, ok) if not k]
     ax.scatter([p[0] for p in ps], [p[1] for p in ps], color=PASS, marker="o", s=12 if many else 42, zorder=4, label="passes")
     ax.scatter([p[0] for p in fs], [p[1] for p in fs], color=FAIL, marker="X", s=12 if many else 48, zorder=4, label="fails")
-    chosen = [(s, z) for s, z, k, t in zip(steps, sizes, ok, traj) if k and sorted(map(str, t.get("fallback") or [])) == final]
-    if chosen and report.get("passed"):
+    chosen = [(s, z) for s, z, k, t in zip(steps, sizes, ok, traj) if k and sorted(map(str, t.fallback)) == final]
+    if chosen and report.passed:
         ax.scatter([c[0] for c in chosen], [c[1] for c in chosen], marker="*", s=220, facecolor="none", edgecolor="black",
                    linewidths=1.2, zorder=5, label="the reported set")
     top = max([z for z in sizes if math.isfinite(z)] or [1.0])
