@@ -8,10 +8,14 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
+import onnx
 import pytest
 
-from precision_doctor import planted
+from precision_doctor import api, planted
+from precision_doctor.batch.executors import InlineExecutor
+from precision_doctor.batch.orchestrate import run_batch
 from precision_doctor.control import EvaluationEvent, StopToken
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.model import from_proto
@@ -97,3 +101,45 @@ def test_oracle_checks_its_stop_token():
     assert o.evaluations == 0 and stop.stopped
     stop.handled()
     assert o.evaluate(()).passed is False and o.evaluations == 1
+
+
+def test_another_thread_stops_a_run_by_its_token(tmp_path):
+    """As a service would: the run goes on in a worker thread, another thread stops it."""
+    case = planted.three_defects()
+    model = tmp_path / "m.onnx"
+    onnx.save(case.model, str(model))
+    spec = RunSpec(str(model), tolerance=Tolerance(case.atol, case.rtol))
+    stop, searching, result = StopToken(), threading.Event(), {}
+
+    def progress(ev):
+        if isinstance(ev, EvaluationEvent):
+            searching.set()
+
+    def run():
+        result["report"] = api.diagnose(spec, tmp_path / "run", progress=progress, stop=stop)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert searching.wait(120)
+    stop.stop("cancelled by the service")
+    worker.join(120)
+    rep = result["report"]
+    assert rep.status == "interrupted" and rep.evaluations >= 1
+    assert (tmp_path / "run" / "report.json").is_file()
+
+
+def test_a_stopped_token_ends_an_inline_batch_after_its_item(tmp_path):
+    for name in ("cancellation", "clean"):
+        onnx.save(planted.CASES[name]().model, str(tmp_path / f"{name}.onnx"))
+        (tmp_path / f"{name}.json").write_text(json.dumps({"inputs": {"samples": 2}, "tolerance": {"atol": 1e-2, "rtol": 1e-2}}))
+    stop, rows = StopToken(), []
+
+    def on_done(row):
+        rows.append(row)
+        stop.stop("cancelled")
+
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(tmp_path, tmp_path / "out", executor=InlineExecutor(), on_done=on_done, stop=stop)
+    assert [r["model"] for r in rows] == ["cancellation"]
+    again = run_batch(tmp_path, tmp_path / "out", executor=InlineExecutor())
+    assert again.skipped == ["cancellation"] and again.ran == ["clean"]
