@@ -33,8 +33,7 @@ def diagnose(
     spec.validate()
     work = _load(spec, progress)
     validation = held_out_samples(work)
-    notify(progress, LoadedEvent(spec.model, len(work.model.nodes), tuple(work.model.renamed_nodes),
-                                 len(work.samples), len(validation)))
+    _loaded(spec, work, validation, progress)
     out = prepare_run_dir(Path(out_dir), force=force, resume=resume)
     return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop)
 
@@ -50,8 +49,7 @@ def compare(
     """Capture FP32 and emulated low precision layer by layer into `out_dir` and analyse them."""
     spec.validate()
     work = _load(spec, progress)
-    notify(progress, LoadedEvent(spec.model, len(work.model.nodes), tuple(work.model.renamed_nodes),
-                                 len(work.samples), 0))
+    _loaded(spec, work, [], progress)
     out = prepare_run_dir(Path(out_dir), force=force)
     notify(progress, PhaseEvent("capture"))
     return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop)
@@ -69,3 +67,9 @@ def rerender(run_dir: str | Path) -> Report:
 def _load(spec: RunSpec, progress: ProgressSink | None) -> Workload:
     notify(progress, PhaseEvent("load"))
     return load_workload(spec)
+
+
+def _loaded(spec: RunSpec, work: Workload, held_out: list, progress: ProgressSink | None) -> None:
+    model = work.model
+    notify(progress, LoadedEvent(spec.model, len(model.nodes), tuple(model.renamed_nodes), len(work.samples),
+                                 len(held_out)))

@@ -49,10 +49,10 @@ def stops_on_interrupt(out_dir: Path, hint: str, started: list[bool]):
         raise typer.Exit(130) from None
 
 
-def progress_bar() -> Progress:
+def progress_bar(description: str = "{task.description:<12}") -> Progress:
     """A transient progress display on stderr (off when stderr is not a terminal)."""
     return Progress(
-        TextColumn("{task.description:<12}"),
+        TextColumn(description),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),

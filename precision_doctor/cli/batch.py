@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from precision_doctor.cli import app, console, err
+from precision_doctor.cli import app, console, err, progress_bar
 from precision_doctor.cli.options import BACKENDS, GENERATED, PRECISION, SEARCH, TOLERANCE, Options, with_options
 from precision_doctor.control import StopToken, sigint_stops
 
@@ -26,18 +26,13 @@ def batch(
 ) -> None:
     """Diagnose every model of a zoo; write OUT/<model>/ run directories and a summary table.
     The options below --force are defaults that a model's recipe overrides."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
     from precision_doctor.batch.executors import make_executor
     from precision_doctor.batch.orchestrate import default_batch_dir, run_batch
 
     defaults = options.spec("")
     out_dir = out or default_batch_dir()
     executor = make_executor(jobs)
-    progress = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=err, transient=True, disable=not err.is_terminal,
-    )
+    progress = progress_bar("{task.description}")
     token = StopToken()
     with sigint_stops(token), progress:
         task = progress.add_task("models", total=None)

@@ -1,4 +1,5 @@
-"""Running a search strategy on an oracle until it ends, its budget runs out, or the run is stopped."""
+"""Running a search strategy on an oracle until it ends, its budget runs out, or the run is stopped; and
+what a report keeps of its evaluations (trajectory rows, shares of the user's tolerance)."""
 
 from __future__ import annotations
 
