@@ -49,6 +49,7 @@ from precision_doctor.fidelity import (
     by_op,
     capture_graph,
     capture_local_with,
+    effective,
     node_rows,
     run_name,
     with_observed_shapes,
@@ -233,6 +234,10 @@ def works(args) -> list[tuple[str, Model, list, Tolerance, dict]]:
     return out
 
 
+def _cell(s: dict) -> str:
+    return f"{_fmt(s['ratio_median'])} / {_fmt(s['ratio_max'])}, {s['mismatches']}, {_fmt(s['exact_median'])}"
+
+
 def markdown(result: dict, labels: list[str], profiles: list[str]) -> str:
     rows = [r for m in result["models"] for r in m["nodes"]]
     pooled = by_op(rows, labels)
@@ -249,6 +254,25 @@ def markdown(result: dict, labels: list[str], profiles: list[str]) -> str:
                 continue
             lines.append(f"| {op} | {lab} | {e['nodes']} | {s['applied']} | {_fmt(s['ratio_median'])} | {_fmt(s['ratio_max'])} | "
                          f"{s['mismatches']} | {_fmt(s['exact_median'])} | {_fmt(s['exact_min'])} | {_fmt(s['max_ulp_diff'])} |")
+    lines += ["", f"Per model: the standard rule against {', '.join(profiles[1:]) or 'no profile'} (ratio median / max, "
+              "mismatches, bit-exact median):", "",
+              "| model | op | nodes | " + " | ".join(profiles) + " |", "|---|---|---|" + "---|" * len(profiles)]
+    for m in result["models"]:
+        for op, e in by_op(m["nodes"], profiles).items():
+            cells = [_cell(e[p]) if p in e else "-" for p in profiles]
+            lines.append(f"| {m['model']} | {op} | {e['nodes']} | " + " | ".join(cells) + " |")
+    worst = sorted((r for r in rows if not r["forced_fp32"] and any(r["mismatch"].values())),
+                   key=lambda r: -abs(np.log(max(min(effective(r, profiles[-1], "ratio"), 1e30), 1e-30))))[:40]
+    if worst:
+        lines += ["", f"Nodes furthest from {profiles[-1]} (up to 40; provider = where ORT ran the node):", "",
+                  f"| model | node | op | provider | provider error | standard error | ratio standard | ratio {profiles[-1]} | "
+                  f"bit-exact standard | bit-exact {profiles[-1]} |", "|---|---|---|---|---|---|---|---|---|---|"]
+        metric = result["metric"]
+        for r in worst:
+            lines.append(f"| {r['model']} | {r['node']} | {r['op_type']} | {r['provider'] or '?'} | {_fmt(r['gpu'][metric])} | "
+                         f"{_fmt(r['emulated'][STANDARD][metric])} | {_fmt(r['ratio'][STANDARD])} | "
+                         f"{_fmt(effective(r, profiles[-1], 'ratio'))} | {_fmt(r['agree'][STANDARD]['exact'])} | "
+                         f"{_fmt(effective(r, profiles[-1], 'agree')['exact'])} |")
     checks = result.get("sets", [])
     if checks:
         lines += ["", "Share of the tolerance used on every sample (above 1 fails):", "",

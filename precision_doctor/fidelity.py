@@ -148,53 +148,91 @@ def _placement(sess: ort.InferenceSession, node_names: set[str]) -> dict[str, st
 
 
 def ulp(v: np.ndarray, fmt: Format) -> np.ndarray:
-    """The spacing of the format's values at |v| (subnormal spacing below the normal range)."""
+    """The spacing of the format's values at |v| (subnormal spacing below the normal range), float32."""
     mant = round(-np.log2(fmt.unit_roundoff)) - 1
     emin = round(np.log2(fmt.smallest_normal))
-    a = np.abs(np.asarray(v, dtype=np.float32))
-    _, e = np.frexp(a)
-    e = np.where(a == 0, emin + 1, e)  # frexp(0) has exponent 0
-    return np.ldexp(np.float32(1.0), np.maximum(e - 1, emin) - mant)
+    bits = np.asarray(v, dtype=np.float32).view(np.int32)
+    e = np.maximum(((bits >> 23) & 0xFF) - 127, emin) - mant  # float32 zeros and subnormals give -127: emin
+    if emin - mant >= -126:  # a normal float32: build it from its exponent bits
+        return ((e + 127) << 23).astype(np.int32).view(np.float32)
+    return np.ldexp(np.float32(1.0), e)
 
 
 class _Ref:
-    """A reference tensor flattened, with what every comparison against it needs (computed once)."""
+    """A tensor flattened, with what comparisons against it need (each computed once, when first asked)."""
 
     def __init__(self, ref: np.ndarray, fmt: Format):
+        self.fmt = fmt
         self.r = np.asarray(ref, dtype=np.float32).ravel()
         self.finite = np.isfinite(self.r)
         self.all_finite = bool(self.finite.all())
-        rb = self.r if self.all_finite else self.r[self.finite]
-        self.floor = np.maximum(np.abs(rb), np.float32(fmt.smallest_normal))
-        self.ulp = ulp(rb, fmt)
-        self.norm = float(np.sqrt(np.dot(rb.astype(np.float64), rb.astype(np.float64))))
+        self._cache: dict[str, np.ndarray | float] = {}
+
+    @property
+    def rb(self) -> np.ndarray:
+        """The finite elements."""
+        return self.r if self.all_finite else self.r[self.finite]
+
+    def _get(self, key: str, make):
+        if key not in self._cache:
+            self._cache[key] = make()
+        return self._cache[key]
+
+    @property
+    def inv_floor(self) -> np.ndarray:
+        """1 / max(|ref|, smallest normal) of the finite elements."""
+        return self._get("inv_floor", lambda: 1.0 / np.maximum(np.abs(self.rb), np.float32(self.fmt.smallest_normal)))
+
+    @property
+    def inv_ulp(self) -> np.ndarray:
+        return self._get("inv_ulp", lambda: 1.0 / ulp(self.rb, self.fmt))
+
+    @property
+    def norm(self) -> float:
+        return self._get("norm", lambda: _norm(self.rb))
 
 
-def error_stats(out: np.ndarray, ref: np.ndarray | _Ref, fmt: Format) -> dict:
+def _norm(a: np.ndarray) -> float:
+    """The L2 norm of a float32 vector, in float32 where its square sum cannot overflow."""
+    if not a.size:
+        return 0.0
+    m = float(np.abs(a).max())
+    if m * m * a.size < 1e37:
+        return float(np.sqrt(np.dot(a, a)))
+    return float(np.linalg.norm(a.astype(np.float64)))
+
+
+def error_stats(out: np.ndarray, ref: np.ndarray | _Ref, fmt: Format, only: str | None = None) -> dict:
     """Error of `out` against `ref`: max abs, max relative (|ref| floored at the smallest normal),
-    max in units of the format's spacing at ref, relative L2, and new non-finite elements."""
+    max in units of the format's spacing at ref, relative L2, and new non-finite elements
+    (`only`: just that statistic and the non-finite count)."""
     R = ref if isinstance(ref, _Ref) else _Ref(ref, fmt)
     o = np.asarray(out, dtype=np.float32).ravel()
     fin_o = np.isfinite(o)
     nonfinite = int(np.count_nonzero(~fin_o & R.finite))
-    if R.all_finite and nonfinite == 0:
+    keep = None
+    if R.all_finite and nonfinite == 0 and fin_o.all():
         d = np.abs(o - R.r)
-        floor, spacing = R.floor, R.ulp
     else:  # elements where either side is not finite are counted above, not measured
         both = fin_o & R.finite
         keep = both[R.finite]
         d = np.abs(o[both] - R.r[both])
-        floor, spacing = R.floor[keep], R.ulp[keep]
-    if not d.size:
-        return {"max_abs": 0.0, "max_rel": 0.0, "max_ulp": 0.0, "rel_l2": 0.0, "nonfinite": nonfinite}
-    d2 = float(np.dot(d.astype(np.float64), d.astype(np.float64)))
-    return {
-        "max_abs": float(d.max()),
-        "max_rel": float((d / floor).max()),
-        "max_ulp": float((d / spacing).max()),
-        "rel_l2": float(np.sqrt(d2) / R.norm) if R.norm > 0 else float(d2 > 0),
-        "nonfinite": nonfinite,
-    }
+    pick = (lambda a: a) if keep is None else (lambda a: a[keep])
+    stats = {"max_abs": 0.0, "max_rel": 0.0, "max_ulp": 0.0, "rel_l2": 0.0}
+    if d.size:
+        want = stats if only is None else {only: 0.0}
+        if "max_abs" in want:
+            stats["max_abs"] = float(d.max())
+        if "max_rel" in want:
+            stats["max_rel"] = float((d * pick(R.inv_floor)).max())
+        if "max_ulp" in want:
+            stats["max_ulp"] = float((d * pick(R.inv_ulp)).max())
+        if "rel_l2" in want:
+            dn = _norm(d)
+            stats["rel_l2"] = dn / R.norm if R.norm > 0 else float(dn > 0)
+    if only is not None:
+        stats = {only: stats[only]}
+    return {**stats, "nonfinite": nonfinite}
 
 
 def agreement(a: np.ndarray, b: np.ndarray | _Ref, fmt: Format) -> dict:
@@ -208,10 +246,10 @@ def agreement(a: np.ndarray, b: np.ndarray | _Ref, fmt: Format) -> dict:
     same = (x == y) | (np.isnan(x) & np.isnan(y))
     fin_x = np.isfinite(x)
     if B.all_finite and fin_x.all():
-        diff = np.abs(x - y) / B.ulp
+        diff = np.abs(x - y) * B.inv_ulp
     else:
         both = fin_x & B.finite
-        diff = np.abs(x[both] - y[both]) / B.ulp[both[B.finite]]
+        diff = np.abs(x[both] - y[both]) * B.inv_ulp[both[B.finite]]
     worst = float(diff.max()) if diff.size else 0.0
     if np.any(~same & ~(fin_x & B.finite)):
         worst = float("inf")
@@ -264,10 +302,10 @@ def node_rows(
                     entry["agree"][label] = agreement(emu, gpu_ref, fmt)
             lowp = {}
             if store.has(GPU_LOWP, t):
-                lowp["gpu"] = error_stats(_all_samples(store, GPU_LOWP, t), ref, fmt)[metric]
+                lowp["gpu"] = error_stats(_all_samples(store, GPU_LOWP, t), ref, fmt, metric)[metric]
                 for label in lowp_labels:
                     if store.has(run_name("lowp", label), t):
-                        lowp[label] = error_stats(_all_samples(store, run_name("lowp", label), t), ref, fmt)[metric]
+                        lowp[label] = error_stats(_all_samples(store, run_name("lowp", label), t), ref, fmt, metric)[metric]
             entry["lowp"] = lowp
             per_out.append((entry["gpu"][metric], t, ref_arr.size // max(ref_arr.shape[0], 1), entry))
         _, t, numel, worst = max(per_out, key=lambda x: x[0])
