@@ -215,9 +215,15 @@ def fallback_sets(model: Model, answers: dict[str, frozenset[str]], n_random: in
 
 
 def works(args) -> list[tuple[str, Model, list, Tolerance, dict]]:
-    """(label, model, samples, tolerance, answers) for the planted cases and the zoo's models."""
+    """(label, model, samples, tolerance, answers) for the zoo's models, then the planted cases."""
     out = []
     only = set(args.only.split(",")) if args.only else None
+    if args.zoo:
+        from _zoo import batch_answer, zoo_works
+
+        for w in zoo_works(args.zoo, only):
+            answers = {f"answer {d.name}": a for d in args.answers if (a := batch_answer(d, w)) is not None}
+            out.append((w.name, w.model, w.samples, w.tol, answers))
     if args.planted:
         for name, make in planted.CASES.items():
             if only and name not in only and f"planted:{name}" not in only:
@@ -225,12 +231,6 @@ def works(args) -> list[tuple[str, Model, list, Tolerance, dict]]:
             case = make()
             out.append((f"planted:{name}", from_proto(case.model), case.samples(args.planted_samples, seed=123),
                         Tolerance(case.atol, case.rtol), {"certified": frozenset(case.expected)}))
-    if args.zoo:
-        from _zoo import batch_answer, zoo_works
-
-        for w in zoo_works(args.zoo, only):
-            answers = {f"answer {d.name}": a for d in args.answers if (a := batch_answer(d, w)) is not None}
-            out.append((w.name, w.model, w.samples, w.tol, answers))
     return out
 
 
