@@ -237,9 +237,17 @@ def _reduce_axes(model: Model, node: onnx.NodeProto) -> list[int] | None:
 class _MeanBySum(Rule):
     """mean = round(round(sum) / round(N)): a sum into the FP16 output, then a division in FP16."""
 
+    def mean_axes(self, model: Model, node: onnx.NodeProto, dims: tuple[int, ...]) -> list[int] | None:
+        """The axes averaged over, where the rule applies to an input of shape `dims`, else None."""
+        raise NotImplementedError
+
     def reduced(self, model: Model, node: onnx.NodeProto) -> tuple[list[int], int] | None:
         """(axes to sum, N) where the rule applies, else None."""
-        raise NotImplementedError
+        dims = _shape(model, node.input[0])
+        axes = self.mean_axes(model, node, dims) if dims else None
+        if axes is None:
+            return None
+        return axes, int(np.prod([dims[a] for a in axes], dtype=np.int64))
 
     def applies(self, model, node, info) -> bool:
         return super().applies(model, node, info) and self.reduced(model, node) is not None
@@ -262,17 +270,13 @@ class ReduceMeanFp16Sum(_MeanBySum):
     summary = "ReduceMean over leading/trailing axes: round(round(sum(x)) / round(N)) (ORT's matrix-reduction path)"
     ops = frozenset({"ReduceMean"})
 
-    def reduced(self, model, node):
-        dims = _shape(model, node.input[0])
+    def mean_axes(self, model, node, dims):
         axes = _reduce_axes(model, node)
-        if dims is None or axes is None or not dims:
-            return None
-        if not axes and int(_attrs(node).get("noop_with_empty_axes", 0)):
+        if axes is None or (not axes and int(_attrs(node).get("noop_with_empty_axes", 0))):
             return None
         if matrix_reduction(dims, axes) is None:
             return None
-        axes = sorted({a % len(dims) for a in axes}) or list(range(len(dims)))
-        return axes, int(np.prod([dims[a] for a in axes], dtype=np.int64))
+        return sorted({a % len(dims) for a in axes}) or list(range(len(dims)))
 
 
 class GlobalAvgPoolFp16Sum(_MeanBySum):
@@ -280,12 +284,8 @@ class GlobalAvgPoolFp16Sum(_MeanBySum):
     summary = "GlobalAveragePool: round(round(sum over H, W) / round(H*W)) (a hypothesis)"
     ops = frozenset({"GlobalAveragePool"})
 
-    def reduced(self, model, node):
-        dims = _shape(model, node.input[0])
-        if dims is None or len(dims) < 3:
-            return None
-        axes = list(range(2, len(dims)))
-        return axes, int(np.prod([dims[a] for a in axes], dtype=np.int64))
+    def mean_axes(self, model, node, dims):
+        return list(range(2, len(dims))) if len(dims) >= 3 else None
 
 
 class _HardSigmoidBase(Rule):
@@ -302,29 +302,31 @@ class _HardSigmoidBase(Rule):
 
 
 class HardSigmoidFp16(_HardSigmoidBase):
-    name = "hardsigmoid-fp16"
-    summary = "clip(round(round(alpha_h * x) + beta_h), 0, 1): FP16 multiply, then FP16 add"
+    """`(T)alpha * x + (T)beta` in FP16: two roundings, or one where the compiler fuses them (`fused`)."""
+
+    def __init__(self, fused: bool = False):
+        self.fused = fused
+        self.name = "hardsigmoid-fma" if fused else "hardsigmoid-fp16"
+        self.summary = (
+            "clip(round(alpha_h * x + beta_h), 0, 1): one FP16 fused multiply-add (exact product and sum, one rounding)"
+            if fused else "clip(round(round(alpha_h * x) + beta_h), 0, 1): FP16 multiply, then FP16 add"
+        )
 
     def emit(self, b, node, info, inputs, output) -> None:
         alpha, beta = self.coefficients(b, node)
         y = node.output[0]
-        m = self.rounded(b, self.node(b, "Mul", [_read(node, inputs, 0), self.scalar(b, "pd_alpha", alpha, y)], y + "_ax"), y)
-        s = self.rounded(b, self.node(b, "Add", [m, self.scalar(b, "pd_beta", beta, y)], y + "_axb"), y)
-        self.clip01(b, node, s, output)
-
-
-class HardSigmoidFma(_HardSigmoidBase):
-    name = "hardsigmoid-fma"
-    summary = "clip(round(alpha_h * x + beta_h), 0, 1): one FP16 fused multiply-add (exact product and sum, one rounding)"
-
-    def emit(self, b, node, info, inputs, output) -> None:
-        alpha, beta = self.coefficients(b, node)
-        y = node.output[0]
-        xd = self.node(b, "Cast", [_read(node, inputs, 0)], y + "_f64", to=TensorProto.DOUBLE)
-        m = self.node(b, "Mul", [xd, b.const("pd_alpha64", np.array(alpha, dtype=np.float64))], y + "_ax")
-        s = self.node(b, "Add", [m, b.const("pd_beta64", np.array(beta, dtype=np.float64))], y + "_axb")
-        s32 = self.node(b, "Cast", [s], y + "_f32", to=b.model.tensor_types[y])
-        self.clip01(b, node, self.rounded(b, s32, y), output)
+        x = _read(node, inputs, 0)
+        if self.fused:  # exact in FP64 (a product of two FP16 values has 22 bits), rounded once
+            x = self.node(b, "Cast", [x], y + "_f64", to=TensorProto.DOUBLE)
+            a, c = (b.const(base, np.array(v, dtype=np.float64)) for base, v in (("pd_alpha64", alpha), ("pd_beta64", beta)))
+        else:
+            a, c = self.scalar(b, "pd_alpha", alpha, y), self.scalar(b, "pd_beta", beta, y)
+        m = self.node(b, "Mul", [x, a], y + "_ax")
+        m = m if self.fused else self.rounded(b, m, y)
+        s = self.node(b, "Add", [m, c], y + "_axb")
+        if self.fused:
+            s = self.node(b, "Cast", [s], y + "_f32", to=b.model.tensor_types[y])
+        self.clip01(b, node, self.rounded(b, s, y), output)
 
 
 class LeakyReluFp16(Rule):
@@ -345,7 +347,7 @@ RULES: dict[str, Rule] = {
     r.name: r
     for r in (
         ConvBiasFp16(), ConvSplitK2(), ReduceMeanFp16Sum(), GlobalAvgPoolFp16Sum(),
-        HardSigmoidFp16(), HardSigmoidFma(), LeakyReluFp16(),
+        HardSigmoidFp16(), HardSigmoidFp16(fused=True), LeakyReluFp16(),
     )
 }  # fmt: skip
 PROFILES: dict[str, tuple[str, ...]] = {
