@@ -289,6 +289,22 @@ def markdown(result: dict, labels: list[str], profiles: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def headline(result: dict, labels: list[str]) -> str:
+    """A few lines for the end of the log: per op type, the standard rule and the rule that reproduces
+    the provider best (highest median share of bit-exact elements)."""
+    pooled = by_op([r for m in result["models"] for r in m["nodes"]], labels)
+    lines = ["op: nodes | standard: ratio median/max, mismatches, bit-exact | best rule: the same"]
+    for op, e in pooled.items():
+        std = e.get(STANDARD)
+        if std is None:
+            continue
+        tried = [lab for lab in labels if lab != STANDARD and lab in e and e[lab]["applied"]]
+        best = max(tried, key=lambda lab: e[lab]["exact_median"], default=None)
+        tail = f" | {best}: {_cell(e[best])}" if best else ""
+        lines.append(f"{op}: {e['nodes']} | {_cell(std)}{tail}")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--zoo", type=Path, help="fetched zoo folder (each recipe's samples and tolerance)")
@@ -363,6 +379,7 @@ def main() -> None:
     if kept:
         write_fixture(args.out / "fixture.npz", kept)
     print(md)
+    print(headline(result, labels))
     print(f"{len(kept)} fixture nodes; {result['seconds']:.0f} s; skipped: {', '.join(result['skipped']) or 'none'}; "
           f"failed: {', '.join(e['model'] for e in result['errors']) or 'none'}")
 

@@ -98,7 +98,6 @@ def capture_graph(
     samples: Sequence[dict],
     budget: int,
     providers: Sequence = ("CPUExecutionProvider",),
-    extra_feed: dict | None = None,
     optimize: bool = False,
 ) -> float:
     """Tensors `names` of a whole graph (marked as outputs, in groups of at most `budget` bytes, one
@@ -114,7 +113,7 @@ def capture_graph(
         for i, s in enumerate(samples):
             interrupt.check()
             feed = {k: v.astype(np.float16) if want.get(k) == "tensor(float16)" else v for k, v in s.items()}
-            for name, value in zip(group, sess.run(group, {**feed, **(extra_feed or {})})):
+            for name, value in zip(group, sess.run(group, feed)):
                 store.write(run, name, i, len(samples), _f32(value))
         del sess
     return time.perf_counter() - t0

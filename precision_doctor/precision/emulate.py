@@ -42,7 +42,7 @@ from onnx import TensorProto, helper, numpy_helper
 from precision_doctor.errors import UserError
 from precision_doctor.model import Model, NodeInfo
 from precision_doctor.precision.formats import Format
-from precision_doctor.precision.rules import RuleSet, resolve_rules
+from precision_doctor.precision.rules import Rule, RuleSet, resolve_rules
 
 MASK_INPUT = "pd_lowp_mask"
 # Producing candidates a low-precision node branches on (2**n variants of its then branch); inputs
@@ -298,7 +298,7 @@ def gated_graph(model: Model, fmt: Format, where_gates: bool = False, rules=None
     return GatedGraph(proto=proto, candidates=cands, fmt=fmt, rules=ruleset.label)
 
 
-def _rule_outputs(b: _Builder, rule, node: onnx.NodeProto, info: NodeInfo) -> dict[str, str]:
+def _rule_outputs(b: _Builder, rule: Rule, node: onnx.NodeProto, info: NodeInfo) -> dict[str, str]:
     """The node's low-precision output under `rule`, from its floating inputs rounded (always)."""
     rounded = {}
     for t in info.float_inputs:

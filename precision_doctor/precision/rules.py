@@ -89,7 +89,8 @@ class Rule:
         return dst
 
     @staticmethod
-    def node(b: _Builder, op: str, inputs: list[str], base: str, **attrs) -> str:
+    def op(b: _Builder, op: str, inputs: list[str], base: str, **attrs) -> str:
+        """A new node `op` on `inputs`; returns the name of its (one) output."""
         out = b.uid(base)
         b.nodes.append(helper.make_node(op, inputs, [out], name=b.uid(op.lower()), **attrs))
         return out
@@ -143,8 +144,8 @@ class _ConvBase(Rule):
             b.nodes.append(helper.make_node("Identity", [acc], [output], name=b.uid("id")))
             return
         shape = b.const("pd_bias_shape", np.array([-1] + [1] * rank, dtype=np.int64))
-        bias = self.node(b, "Reshape", [_read(node, inputs, 2), shape], "pd_bias")
-        s = self.node(b, "Add", [acc, bias], y + "_biased")
+        bias = self.op(b, "Reshape", [_read(node, inputs, 2), shape], "pd_bias")
+        s = self.op(b, "Add", [acc, bias], y + "_biased")
         b.cast_pair(s, output, b.model.tensor_types[y])
 
 
@@ -184,10 +185,10 @@ class ConvSplitK2(_ConvBase):
         for lo, hi in ((0, c // 2), (c // 2, c)):
             start = b.const("pd_start", np.array([lo], dtype=np.int64))
             end = b.const("pd_end", np.array([hi], dtype=np.int64))
-            x = self.node(b, "Slice", [_read(node, inputs, 0), start, end, axis], "pd_xk")
-            w = self.node(b, "Slice", [_read(node, inputs, 1), start, end, axis], "pd_wk")
+            x = self.op(b, "Slice", [_read(node, inputs, 0), start, end, axis], "pd_xk")
+            w = self.op(b, "Slice", [_read(node, inputs, 1), start, end, axis], "pd_wk")
             parts.append(self.rounded(b, self.conv(b, node, x, w, y + "_part"), y))
-        acc = self.rounded(b, self.node(b, "Add", parts, y + "_sum"), y)
+        acc = self.rounded(b, self.op(b, "Add", parts, y + "_sum"), y)
         self.add_bias(b, node, acc, inputs, output, rank)
 
 
@@ -258,10 +259,10 @@ class _MeanBySum(Rule):
         keep = int(_attrs(node).get("keepdims", 1)) if node.op_type == "ReduceMean" else 1
         x = _read(node, inputs, 0)
         if _opset(b.model) >= 13:
-            total = self.node(b, "ReduceSum", [x, b.const("pd_axes", np.array(axes, dtype=np.int64))], y + "_sum", keepdims=keep)
+            total = self.op(b, "ReduceSum", [x, b.const("pd_axes", np.array(axes, dtype=np.int64))], y + "_sum", keepdims=keep)
         else:
-            total = self.node(b, "ReduceSum", [x], y + "_sum", axes=axes, keepdims=keep)
-        q = self.node(b, "Div", [self.rounded(b, total, y), self.scalar(b, "pd_n", self.lowp_value(b, n), y)], y + "_mean")
+            total = self.op(b, "ReduceSum", [x], y + "_sum", axes=axes, keepdims=keep)
+        q = self.op(b, "Div", [self.rounded(b, total, y), self.scalar(b, "pd_n", self.lowp_value(b, n), y)], y + "_mean")
         b.cast_pair(q, output, b.model.tensor_types[y])
 
 
@@ -297,7 +298,7 @@ class _HardSigmoidBase(Rule):
 
     def clip01(self, b: _Builder, node: onnx.NodeProto, v: str, output: str) -> None:
         y = node.output[0]
-        hi = self.node(b, "Min", [v, self.scalar(b, "pd_one", 1.0, y)], y + "_min")
+        hi = self.op(b, "Min", [v, self.scalar(b, "pd_one", 1.0, y)], y + "_min")
         b.nodes.append(helper.make_node("Max", [hi, self.scalar(b, "pd_zero", 0.0, y)], [output], name=b.uid("max")))
 
 
@@ -317,15 +318,15 @@ class HardSigmoidFp16(_HardSigmoidBase):
         y = node.output[0]
         x = _read(node, inputs, 0)
         if self.fused:  # exact in FP64 (a product of two FP16 values has 22 bits), rounded once
-            x = self.node(b, "Cast", [x], y + "_f64", to=TensorProto.DOUBLE)
+            x = self.op(b, "Cast", [x], y + "_f64", to=TensorProto.DOUBLE)
             a, c = (b.const(base, np.array(v, dtype=np.float64)) for base, v in (("pd_alpha64", alpha), ("pd_beta64", beta)))
         else:
             a, c = self.scalar(b, "pd_alpha", alpha, y), self.scalar(b, "pd_beta", beta, y)
-        m = self.node(b, "Mul", [x, a], y + "_ax")
+        m = self.op(b, "Mul", [x, a], y + "_ax")
         m = m if self.fused else self.rounded(b, m, y)
-        s = self.node(b, "Add", [m, c], y + "_axb")
+        s = self.op(b, "Add", [m, c], y + "_axb")
         if self.fused:
-            s = self.node(b, "Cast", [s], y + "_f32", to=b.model.tensor_types[y])
+            s = self.op(b, "Cast", [s], y + "_f32", to=b.model.tensor_types[y])
         self.clip01(b, node, self.rounded(b, s, y), output)
 
 
@@ -338,8 +339,8 @@ class LeakyReluFp16(Rule):
         y = node.output[0]
         x = _read(node, inputs, 0)
         alpha = self.lowp_value(b, _attrs(node).get("alpha", 0.01))
-        neg = self.rounded(b, self.node(b, "Mul", [x, self.scalar(b, "pd_alpha", alpha, y)], y + "_ax"), y)
-        pos = self.node(b, "Greater", [x, self.scalar(b, "pd_zero", 0.0, y)], y + "_pos")
+        neg = self.rounded(b, self.op(b, "Mul", [x, self.scalar(b, "pd_alpha", alpha, y)], y + "_ax"), y)
+        pos = self.op(b, "Greater", [x, self.scalar(b, "pd_zero", 0.0, y)], y + "_pos")
         b.nodes.append(helper.make_node("Where", [pos, x, neg], [output], name=b.uid("where")))
 
 
