@@ -78,14 +78,15 @@ def providers_for(model: Model, cpu: bool) -> list:
 
 def measure_model(
     label: str, model: Model, samples: list, labels: list[str], lowp_labels: list[str], providers: list,
-    workdir: Path, metric: str = "max_abs", budget_mb: float = 256.0, fixture_per_op: int = 3,
+    store_path: Path, metric: str = "max_abs", budget_mb: float = 256.0, fixture_per_op: int = 3,
 ) -> tuple[dict, list, Model]:
     """Node rows, per-op table and timings of one model (see the module docstring), its fixture entries,
-    and the model with the shapes the samples fix (rules that need static shapes apply there)."""
+    and the model with the shapes the samples fix (rules that need static shapes apply there). Every
+    run is captured into the activation store `store_path` (runs: precision_doctor.fidelity)."""
     fmt, budget, n = FP16, int(budget_mb * (1 << 20)), len(samples)
     times: dict[str, float] = {}
     cands = model.candidates
-    with ActivationStore(workdir / "nodewise.h5", "w", compression=None) as store:
+    with ActivationStore(store_path, "w", compression=None) as store:
         store.set_attrs(precision=fmt.name, samples=n, model=label)
         t = time.perf_counter()
         for i, s in enumerate(samples):
@@ -124,7 +125,6 @@ def measure_model(
         entries = fixture_entries(store, obs, _fixture_nodes(obs, rows, fixture_per_op), label,
                                   {"provider_set": [p if isinstance(p, str) else p[0] for p in providers],
                                    "onnxruntime": ort.__version__})
-    (workdir / "nodewise.h5").unlink(missing_ok=True)
     return {"model": label, "samples": n, "nodes": rows, "by_op": by_op(rows, labels), "seconds": times}, entries, obs
 
 
@@ -322,6 +322,7 @@ def main() -> None:
     ap.add_argument("--fixture-mb", type=float, default=4.0, help="stop adding fixture nodes past this many MB of arrays")
     ap.add_argument("--group-mb", type=float, default=256.0)
     ap.add_argument("--deadline", type=float, default=360.0, help="seconds: past this no new model is started")
+    ap.add_argument("--keep-stores", type=Path, help="keep each model's activation store (HDF5, large) in this folder")
     ap.add_argument("--cpu", action="store_true", help="the 'real' side on ORT's CPU provider (plumbing only)")
     ap.add_argument("--out", type=Path, default=Path("bench/out/gpu_nodewise"))
     args = ap.parse_args()
@@ -351,8 +352,10 @@ def main() -> None:
         providers = providers_for(model, args.cpu)
         try:  # one model's failure is recorded and the others go on (a GPU call is not repeated lightly)
             with tempfile.TemporaryDirectory(prefix="pd-nodewise-") as tmp:
+                store = (args.keep_stores or Path(tmp)) / f"{label.replace(':', '_')}.h5"
+                store.parent.mkdir(parents=True, exist_ok=True)
                 res, ents, model = measure_model(label, model, samples[: args.samples], labels, profiles, providers,
-                                                 Path(tmp), args.metric, args.group_mb, args.fixture_per_op)
+                                                 store, args.metric, args.group_mb, args.fixture_per_op)
             result["models"].append(res)
             entries += ents
             if not args.no_sets:
