@@ -11,11 +11,12 @@ answers, random sets): the share of the tolerance used on the provider's mixed g
 native backend (`ort-cuda-gated`) and on the emulator per rules profile, and the time of one
 evaluation of the gated backend against one new mixed-graph session per set.
 
-    python bench/gpu_nodewise.py --zoo zoo --planted --out $OUT           # on the GPU machine
+    PYTHONPATH=/tmp/site:. timeout -s INT 560 python3 bench/gpu_nodewise.py --zoo zoo --planted --out $OUT  # GPU
     python bench/gpu_nodewise.py --zoo zoo --planted --cpu --out DIR      # plumbing check, CPU only
 
 Writes to --out: nodewise.json (every node row, per-op tables, per-set checks and timings; rewritten
-after each model), nodewise.md (the tables), fixture.npz (a few Conv/ReduceMean/HardSigmoid/...
+after each model; a SIGINT stops after the model in progress and still writes everything),
+nodewise.md (the tables), fixture.npz (a few Conv/ReduceMean/HardSigmoid/...
 nodes' exact inputs and the provider's FP16 outputs, for tests/test_gpu_rules.py). Imports no
 polygraphy. `measure_model` and `check_sets` are the library entry points.
 """
@@ -34,7 +35,7 @@ import onnxruntime as ort
 from _common import fmt as _fmt
 from _common import loadavg
 
-from precision_doctor import planted
+from precision_doctor import interrupt, planted
 from precision_doctor.activations import LOCAL, REFERENCE, ActivationStore
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.ort import CUDA, OrtBackend
@@ -338,6 +339,7 @@ def main() -> None:
     if STANDARD not in labels:
         labels.insert(0, STANDARD)
     start = time.perf_counter()
+    interrupt.install()
     todo = works(args)
     args.out.mkdir(parents=True, exist_ok=True)
     result = {"device": "CPU (plumbing)" if args.cpu else "CUDA", "onnxruntime": ort.__version__, "metric": args.metric,
@@ -361,6 +363,11 @@ def main() -> None:
             if not args.no_sets:
                 sets = fallback_sets(model, answers, args.random_sets)
                 result["sets"] += check_sets(label, model, samples, tol, sets, providers, profiles)
+        except KeyboardInterrupt:  # a `timeout -s INT` or Ctrl-C: what is measured so far is still written
+            interrupt.clear()
+            result["interrupted"] = label
+            print(f"{label}: interrupted; writing what was measured", flush=True)
+            break
         except Exception as exc:
             result["errors"].append({"model": label, "error": f"{type(exc).__name__}: {exc}",
                                      "traceback": traceback.format_exc(limit=8)})
