@@ -15,7 +15,7 @@ evaluation of the gated backend against one new mixed-graph session per set.
     python bench/gpu_nodewise.py --zoo zoo --planted --cpu --out DIR      # plumbing check, CPU only
 
 Writes to --out: nodewise.json (every node row, per-op tables, per-set checks and timings; rewritten
-after each model; a SIGINT stops after the model in progress and still writes everything),
+after each model; on SIGINT the model in progress is dropped and the rest is written),
 nodewise.md (the tables), fixture.npz (a few Conv/ReduceMean/HardSigmoid/...
 nodes' exact inputs and the provider's FP16 outputs, for tests/test_gpu_rules.py). Imports no
 polygraphy. `measure_model` and `check_sets` are the library entry points.
