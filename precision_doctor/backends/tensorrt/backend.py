@@ -1,34 +1,28 @@
-"""TensorRT backend: a fallback set becomes a TensorRT engine.
+"""TensorRT backend: a fallback set becomes a TensorRT engine (TensorRT 10, 11 or TensorRT-RTX).
 
-Two ways to keep nodes in FP32, chosen by the installed TensorRT (or forced with `api`):
+Two ways to keep nodes in FP32, chosen by the installed library (or forced with `api`):
 
 * weak typing (TensorRT 10): parse the original ONNX, enable `BuilderFlag.FP16`/`BF16` and
   `OBEY_PRECISION_CONSTRAINTS`, and for every network layer that comes from a fallback node set
   `layer.precision = float32` and `set_output_type(i, float32)` on its floating outputs;
-* strong typing (TensorRT 11 removed the weak-typing API): parse the mixed-precision ONNX that
-  `mixed_builder(fallback)` returns (FP16/BF16 graph with FP32 islands, Casts at the borders) into
-  a network created with `NetworkDefinitionCreationFlag.STRONGLY_TYPED`.
+* strong typing (TensorRT 11 removed the weak-typing API; TensorRT-RTX never had it): parse the
+  mixed-precision ONNX that `mixed_builder(fallback)` returns (FP16/BF16 graph with FP32 islands,
+  Casts at the borders) into a network created with `NetworkDefinitionCreationFlag.STRONGLY_TYPED`.
 
-A timing cache is loaded before and saved after each build, so later builds of the search reuse
-tactic timings. Engines are built and run through polygraphy's loaders and `TrtRunner`.
+Engines are built with `build.py` (TF32 off, so FP32 layers are true FP32; TensorRT's timing cache
+loaded before and saved after each build; TensorRT-RTX builds for the GPU present) and run through
+polygraphy's `TrtRunner` (switched to `tensorrt_rtx` for TensorRT-RTX, whose JIT kernels go to a
+runtime cache in `work_dir`). The backend refuses, in one line, where this machine cannot run the
+library's engines: no GPU, or TensorRT-RTX on a compute capability it does not run (9.0, Hopper).
 
-TensorRT's ONNX parser names the first layer of a node after the node and further layers of the
-same node `<node>_<n>` (a parser-wide counter), and records the source node in the layer's
-metadata as `[ONNX Layer: <node>]` (`[ONNX Layer: <node> | <caller> (<function>) ...]` inside
-local functions); engine-level layer info joins the entries of fused layers with `\\x1f`. The
-pure helpers below (`onnx_node_of_layer`, `layers_for_fallback`, `parse_tactic_sources`,
-`resolve_tactic_sources`, `trt_major_version`) need no TensorRT and are unit-tested.
-
-`tensorrt` is imported only when a backend is built; without it `UserError` says why.
+The library is imported only when a backend is built; without one `UserError` says why.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,218 +30,15 @@ import numpy as np
 import onnx
 
 from precision_doctor.backends.base import Feeds
+from precision_doctor.backends.tensorrt.build import RUNTIME_CACHE, TIMING_CACHE, BuildSettings, build_serialized, parse_onnx
+from precision_doctor.backends.tensorrt.layers import layers_for_fallback, unmapped_nodes
+from precision_doctor.backends.tensorrt.library import TrtLibrary, load_library, use_library_in_polygraphy
+from precision_doctor.backends.tensorrt.tactics import parse_tactic_sources
 from precision_doctor.errors import UserError
 from precision_doctor.model import Model
 
 APIS = ("auto", "weak", "strong")
 PRECISIONS = ("fp16", "bf16")
-
-ONNX_LAYER_TAG = "[ONNX Layer: "
-# Separators TensorRT puts between the metadata entries of fused (engine) layers.
-_METADATA_SEPARATORS = "\x1e\x1f"
-# The ONNX parser's unique name for extra layers of one node: `<node>_<counter>`.
-_SUBLAYER_NAME = re.compile(r"(.+)_\d+", re.DOTALL)
-# Local-function frames in metadata: `<calling node> (<function name>)`.
-_FUNCTION_FRAME = re.compile(r"^(.*) \([^()]*\)$")
-
-# Tactic sources documented for TensorRT 10.x (CUBLAS, CUBLAS_LT, CUDNN deprecated there) and
-# 11.x (only the two convolution sources remain).
-TACTIC_SOURCES_TRT10 = ("CUBLAS", "CUBLAS_LT", "CUDNN", "EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
-TACTIC_SOURCES_TRT11 = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
-_TACTIC_ALIASES = {"CUBLASLT": "CUBLAS_LT", "EDGE_MASK": "EDGE_MASK_CONVOLUTIONS", "JIT": "JIT_CONVOLUTIONS"}
-
-
-# ---------------------------------------------------------------------------------------------
-# Pure helpers (no TensorRT needed)
-# ---------------------------------------------------------------------------------------------
-
-
-def trt_major_version(version: str | None = None) -> int | None:
-    """Major version of `version`, or of the importable `tensorrt` when None; None if unknown."""
-    if version is None:
-        try:
-            import tensorrt
-        except Exception:  # missing, or bindings without their libraries
-            return None
-        version = getattr(tensorrt, "__version__", None)
-        if not version:
-            return None
-    m = re.match(r"\s*v?(\d+)", str(version))
-    return int(m.group(1)) if m else None
-
-
-def metadata_entries(metadata: str | None) -> list[str]:
-    """The `[ONNX Layer: ...]` entries of a layer's metadata, without the tag and closing bracket.
-
-    Network layers carry one entry; layer info of a built engine joins the entries of a fused
-    layer with `\\x1f` (sometimes `\\x1e`), or puts them side by side. A node name may itself
-    contain `]`: only the bracket that closes an entry is removed.
-    """
-    if not metadata or ONNX_LAYER_TAG not in metadata:
-        return []
-    out = []
-    for part in metadata.split(ONNX_LAYER_TAG)[1:]:
-        part = part.rstrip(_METADATA_SEPARATORS + " \t\r\n")
-        if part.endswith("]"):
-            part = part[:-1]
-        if part:
-            out.append(part)
-    return out
-
-
-def _entry_candidates(entry: str) -> list[str]:
-    """Node names an entry may refer to, best first: the whole entry (a name may contain ` | `),
-    the node itself, then the calling nodes of local functions, innermost first."""
-    pieces = entry.split(" | ")
-    cands = [entry] if len(pieces) > 1 else []
-    cands.append(pieces[0])
-    for frame in pieces[1:]:
-        m = _FUNCTION_FRAME.match(frame)
-        cands.append(m.group(1) if m else frame)
-    return cands
-
-
-def onnx_nodes_of_layer(layer_name: str, metadata: str | None, onnx_names: Iterable[str] | None) -> list[str]:
-    """All ONNX nodes a TensorRT layer comes from (several for a fused engine layer), in order.
-
-    Metadata first; without usable metadata the layer name: an exact node name, else the node name
-    that the layer name extends by the parser's sub-layer suffix `_<digits>`.
-    With `onnx_names` empty or None, metadata names are returned as they are.
-    """
-    names = set(onnx_names or ())
-    found: list[str] = []
-    for entry in metadata_entries(metadata):
-        if names:
-            hit = next((c for c in _entry_candidates(entry) if c in names), None)
-        else:
-            hit = entry.split(" | ")[0]
-        if hit is not None and hit not in found:
-            found.append(hit)
-    if found:
-        return found
-    if layer_name in names:
-        return [layer_name]
-    # Extra layers of a node are `<node>_<counter>`: one suffix on the node's own name.
-    m = _SUBLAYER_NAME.fullmatch(layer_name)
-    if m and m.group(1) in names:
-        return [m.group(1)]
-    return []
-
-
-def onnx_node_of_layer(layer_name: str, metadata: str | None, onnx_names: Iterable[str] | None) -> str | None:
-    """The ONNX node a TensorRT layer comes from (the first, for a fused layer), or None."""
-    nodes = onnx_nodes_of_layer(layer_name, metadata, onnx_names)
-    return nodes[0] if nodes else None
-
-
-def map_layers(layers: Sequence[tuple[str, str | None]], onnx_names: Iterable[str] | None) -> dict[str, list[str]]:
-    """Layer name -> ONNX nodes it comes from, for `(name, metadata)` pairs in network order."""
-    names = set(onnx_names or ())
-    return {name: onnx_nodes_of_layer(name, meta, names) for name, meta in layers}
-
-
-def layers_for_fallback(
-    layers: Sequence[tuple[str, str | None]], fallback: Iterable[str], onnx_names: Iterable[str] | None
-) -> list[str]:
-    """Names of the layers (network order, no duplicates) that come from a node of `fallback`."""
-    fb = set(fallback)
-    out: list[str] = []
-    seen: set[str] = set()
-    for name, nodes in map_layers(layers, onnx_names).items():
-        if name not in seen and any(n in fb for n in nodes):
-            out.append(name)
-            seen.add(name)
-    return out
-
-
-def unmapped_nodes(
-    layers: Sequence[tuple[str, str | None]], fallback: Iterable[str], onnx_names: Iterable[str] | None
-) -> list[str]:
-    """Fallback nodes that no layer comes from (folded away, shape-only, or unknown names)."""
-    covered = {n for nodes in map_layers(layers, onnx_names).values() for n in nodes}
-    return [n for n in fallback if n not in covered]
-
-
-@dataclass(frozen=True)
-class TacticSpec:
-    """Tactic sources to use. `only` (polygraphy's `--tactic-sources A B`): exactly these, the
-    rest disabled; else `enable`/`disable` change TensorRT's defaults (trtexec's `+A,-B`)."""
-
-    only: tuple[str, ...] | None = None
-    enable: tuple[str, ...] = ()
-    disable: tuple[str, ...] = ()
-
-    @property
-    def names(self) -> tuple[str, ...]:
-        return (self.only or ()) + self.enable + self.disable
-
-
-def _normalize_tactic(name: str) -> str:
-    key = re.sub(r"[\s]+", "", name).upper().replace("-", "_")
-    return _TACTIC_ALIASES.get(key, key)
-
-
-def parse_tactic_sources(spec: str | Sequence[str] | None) -> TacticSpec | None:
-    """Parse tactic sources: names (`["CUBLAS", "CUDNN"]`, `"cublas,cudnn"`: only these) or
-    signed changes of the defaults (`"-CUBLAS,+CUDNN"`, trtexec's form). Case-insensitive; `-`
-    inside a name is read as `_` (`cublas-lt` is `CUBLAS_LT`). An empty list disables all."""
-    if spec is None:
-        return None
-    items = [t for t in re.split(r"[,\s]+", spec)] if isinstance(spec, str) else [str(t) for t in spec]
-    items = [t.strip() for t in items if t and t.strip()]
-    signed = [t for t in items if t[0] in "+-"]
-    if signed and len(signed) != len(items):
-        raise UserError(f"tactic sources: use either names (enable only these) or +/- changes, not both: {', '.join(items)}")
-    if not signed:
-        if isinstance(spec, str) and not items:
-            return TacticSpec(only=())
-        return TacticSpec(only=tuple(dict.fromkeys(_normalize_tactic(t) for t in items)))
-    enable, disable = [], []
-    for t in items:
-        name = _normalize_tactic(t[1:])
-        if not name:
-            raise UserError(f"tactic sources: empty name in '{t}'")
-        (enable if t[0] == "+" else disable).append(name)
-    return TacticSpec(enable=tuple(dict.fromkeys(enable)), disable=tuple(dict.fromkeys(disable)))
-
-
-def resolve_tactic_sources(spec: TacticSpec, available: Mapping[str, int], default_mask: int, version: str = "") -> list[str]:
-    """Names of the tactic sources to enable, given the members of `trt.TacticSource`
-    (`available`: name -> bit index) and the builder's default bit mask."""
-    unknown = [n for n in spec.names if n not in available]
-    if unknown:
-        removed = [n for n in unknown if n in TACTIC_SOURCES_TRT10]
-        why = " (TensorRT 10 deprecated the cuBLAS/cuDNN tactic sources and TensorRT 11 removed them)" if removed else ""
-        raise UserError(
-            f"tactic source(s) {', '.join(unknown)} not available in TensorRT {version or '(this version)'}{why}; "
-            f"available: {', '.join(available) or 'none'}"
-        )
-    if spec.only is not None:
-        return list(spec.only)
-    enabled = {n for n, bit in available.items() if default_mask >> int(bit) & 1}
-    enabled |= set(spec.enable)
-    enabled -= set(spec.disable)
-    return [n for n in available if n in enabled]
-
-
-# ---------------------------------------------------------------------------------------------
-# TensorRT plumbing
-# ---------------------------------------------------------------------------------------------
-
-
-def import_tensorrt():
-    """`import tensorrt`, or a UserError with a one-line reason."""
-    try:
-        import tensorrt as trt
-    except Exception as exc:  # ImportError, or OSError/RuntimeError from bindings without libraries
-        text = str(exc).strip()
-        reason = text.splitlines()[0][:200] if text else type(exc).__name__
-        raise UserError(
-            f"TensorRT is not installed: {reason} (install TensorRT 10 or 11 with its libraries, or use another backend)"
-        ) from exc
-    if not hasattr(trt, "Builder"):
-        raise UserError("TensorRT is not installed: the tensorrt package has no Builder (bindings without libraries?)")
-    return trt
 
 
 def _float_types(trt) -> set:
@@ -286,21 +77,6 @@ def pin_fp32_layers(trt, network, fallback: Iterable[str], onnx_names: Iterable[
     return pinned, unmapped_nodes(pairs, fallback, names)
 
 
-def _save_onnx(proto: onnx.ModelProto, path: Path) -> Path:
-    """Save a model; past protobuf's 2 GB limit the weights go to `<name>.data` beside it."""
-    try:
-        large = proto.ByteSize() >= 2**31 - 2**20
-    except Exception:
-        large = True
-    if large:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(proto)  # saving with external data empties the tensors of the proto it is given
-        onnx.save(copy, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data")
-    else:
-        onnx.save(proto, str(path))
-    return path
-
-
 def _to_float32(a) -> np.ndarray:
     arr = np.asarray(a)
     if np.issubdtype(arr.dtype, np.floating) or arr.dtype.name == "bfloat16":
@@ -312,7 +88,8 @@ class TrtEngineRunner:
     """One built engine. `run` casts feeds to the engine's input types and floating outputs to
     float32. `engine_bytes` is the serialized engine (write it out as the fixed `.plan`);
     `layers` are the layers forced to FP32 (weak typing) and `unmapped` the fallback nodes that no
-    layer came from."""
+    layer came from. With TensorRT-RTX, `runtime_cache` (loaded if present, saved on `close`) keeps
+    the kernels its JIT compiles, so later runs of the same engine start faster."""
 
     def __init__(
         self,
@@ -321,8 +98,12 @@ class TrtEngineRunner:
         mode: str,
         layers: Sequence[str] = (),
         unmapped: Sequence[str] = (),
+        lib: TrtLibrary | None = None,
+        runtime_cache: Path | None = None,
     ):
-        from polygraphy.backend.trt import EngineFromBytes, TrtRunner
+        lib = lib or load_library()
+        use_library_in_polygraphy(lib)
+        from polygraphy.backend.trt import TrtRunner, engine_from_bytes
         from polygraphy.datatype import DataType
 
         self.engine_bytes = engine_bytes
@@ -330,7 +111,19 @@ class TrtEngineRunner:
         self.mode = mode
         self.layers = list(layers)
         self.unmapped = list(unmapped)
-        self._runner = TrtRunner(EngineFromBytes(engine_bytes))
+        self.runtime_cache = runtime_cache if lib.is_rtx else None
+        self._cache = None
+        engine = engine_from_bytes(engine_bytes)
+        context = None
+        if self.runtime_cache is not None:
+            config = engine.create_runtime_config()
+            self._cache = config.create_runtime_cache()
+            if self.runtime_cache.exists():
+                self._cache.deserialize(self.runtime_cache.read_bytes())
+            config.set_runtime_cache(self._cache)
+            context = engine.create_execution_context(config)
+        self._engine = engine
+        self._runner = TrtRunner(context if context is not None else engine)
         self._runner.activate()
         meta = self._runner.get_input_metadata(use_numpy_dtypes=False)
         self._input_dtypes = {name: DataType.to_dtype(dtype, "numpy") for name, (dtype, _) in meta.items()}
@@ -355,12 +148,40 @@ class TrtEngineRunner:
         runner = getattr(self, "_runner", None)
         if runner is not None and runner.is_active:
             runner.deactivate()
+        cache = getattr(self, "_cache", None)
+        if cache is not None and self.runtime_cache is not None:
+            tmp = self.runtime_cache.with_name(f".{self.runtime_cache.name}.partial")
+            tmp.write_bytes(bytes(cache.serialize()))
+            tmp.replace(self.runtime_cache)
+            self._cache = None
 
     def __del__(self):
         try:
             self.close()
         except Exception:
             pass
+
+
+def _mark_outputs(network, names: Sequence[str]) -> None:
+    """Make `names` (any tensors of the network) its outputs, in place of the model's own."""
+    tensors = {}
+    for i in range(network.num_layers):
+        layer = network.get_layer(i)
+        for k in range(layer.num_outputs):
+            t = layer.get_output(k)
+            tensors[t.name] = t
+    for i in range(network.num_inputs):
+        tensors[network.get_input(i).name] = network.get_input(i)
+    missing = [n for n in names if n not in tensors]
+    if missing:
+        raise UserError(f"TensorRT network has no tensor(s) {', '.join(missing[:5])} to mark as outputs")
+    for t in [network.get_output(i) for i in range(network.num_outputs)]:
+        if t.name not in names:
+            network.unmark_output(t)
+    current = {network.get_output(i).name for i in range(network.num_outputs)}
+    for n in names:
+        if n not in current:
+            network.mark_output(tensors[n])
 
 
 class TrtBackend:
@@ -370,9 +191,12 @@ class TrtBackend:
     were all named, else a named copy in `work_dir`; layer names follow these node names).
     `mixed_builder(fallback) -> onnx.ModelProto`: the mixed-precision graph for strong mode
     (default: `precision_doctor.precision.mixed.build_mixed(model, fallback, precision)`).
-    `tactic_sources`: see `parse_tactic_sources`. `timing_cache`: loaded if present, updated after
-    every build (default: one in `work_dir`). `api`: "auto" (weak on TensorRT < 11, else strong),
+    `tactic_sources`: see `parse_tactic_sources`. `timing_cache` (TensorRT): loaded if present,
+    updated after every build (default: one in `work_dir`); TensorRT-RTX keeps a runtime cache there
+    instead. `api`: "auto" (weak where the library has weak typing, i.e. TensorRT 10, else strong),
     "weak" or "strong". `input_shapes`: fixed shapes for dynamic inputs (min = opt = max).
+    `library`: "tensorrt" or "tensorrt_rtx" (default: the first that imports). `tf32`: let FP32
+    layers use TF32 (off: they compute in true FP32, as the emulator assumes).
     """
 
     name = "tensorrt"
@@ -391,6 +215,8 @@ class TrtBackend:
         work_dir: str | Path | None = None,
         builder_optimization_level: int | None = None,
         verbose: bool = False,
+        library: str | None = None,
+        tf32: bool = False,
     ):
         if precision not in PRECISIONS:
             raise UserError(f"TensorRT backend: precision must be one of {', '.join(PRECISIONS)}, got '{precision}'")
@@ -403,35 +229,36 @@ class TrtBackend:
         self.input_shapes = {k: tuple(int(d) for d in v) for k, v in (input_shapes or {}).items()}
         self.builder_optimization_level = builder_optimization_level
         self.verbose = verbose
+        self.tf32 = tf32
         self.onnx_names = {n.name for n in model.nodes}
 
-        self.trt = import_tensorrt()
-        self.trt_version = str(getattr(self.trt, "__version__", ""))
-        major = trt_major_version(self.trt_version) or 0
+        self.lib = load_library(library)
+        self.trt = self.lib.module
+        self.trt_version = self.lib.version
         if api == "auto":
-            api = "strong" if major >= 11 else "weak"
-        if api == "weak":
-            missing = [
-                f
-                for f in ("FP16" if precision == "fp16" else "BF16", "OBEY_PRECISION_CONSTRAINTS")
-                if not hasattr(self.trt.BuilderFlag, f)
-            ]
-            if major >= 11 or missing:
-                raise UserError(
-                    f"TensorRT {self.trt_version} has no weak typing (BuilderFlag {', '.join(missing) or 'FP16'} and "
-                    "layer precisions were removed in TensorRT 11): use api='strong'"
-                )
+            api = "weak" if self.lib.weak_typing else "strong"
+        if api == "weak" and not self.lib.weak_typing:
+            raise UserError(
+                f"{self.lib.label} has no weak typing (BuilderFlag.FP16 and layer precisions were removed in TensorRT 11 "
+                "and never were in TensorRT-RTX): use api='strong'"
+            )
         self.mode = api
+        run = self.lib.runtime()
+        if not run.can_run:
+            raise UserError(
+                f"--backend trt: {run.reason}; nothing was built or run (precision-doctor still checks fixed.onnx with it "
+                "and builds fixed.plan ahead of time where the library can)"
+            )
         self._tmp = None
         if work_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="pd-trt-")
             work_dir = self._tmp.name
         self.work_dir = Path(work_dir)
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        self.timing_cache = Path(timing_cache) if timing_cache is not None else self.work_dir / "timing.cache"
+        self.timing_cache = Path(timing_cache) if timing_cache is not None else self.work_dir / TIMING_CACHE
+        self.runtime_cache = self.work_dir / RUNTIME_CACHE
         self._onnx_path = Path(onnx_path) if onnx_path is not None else None
         self._mixed_builder = mixed_builder
-        self._tactic_names: list[str] | None = None
 
     # -- Backend protocol ----------------------------------------------------------------------
 
@@ -444,7 +271,7 @@ class TrtBackend:
             data, layers, unmapped = self._build_weak(fallback)
         else:
             data, layers, unmapped = self._build_strong(fallback), [], []
-        return TrtEngineRunner(data, self.output_names, self.mode, layers, unmapped)
+        return TrtEngineRunner(data, self.output_names, self.mode, layers, unmapped, self.lib, self.runtime_cache)
 
     # -- building ------------------------------------------------------------------------------
 
@@ -460,84 +287,33 @@ class TrtBackend:
         return self._weak_onnx_path()
 
     def _weak_onnx_path(self) -> Path:
-        if self._onnx_path is None:
-            if self.model.path is not None and not self.model.renamed_nodes:
-                self._onnx_path = Path(self.model.path)
-            else:  # TensorRT must see the node names the fallback set uses
-                self._onnx_path = _save_onnx(self.model.proto, self.work_dir / "model_named.onnx")
+        from precision_doctor.toolnames import model_for_tools
+
+        if self._onnx_path is None:  # TensorRT must see the node names the fallback set uses
+            self._onnx_path = model_for_tools(self.model, self.work_dir)
         return self._onnx_path
 
-    def _tactic_source_members(self) -> list | None:
-        if self.tactics is None:
-            return None
-        if self._tactic_names is None:
-            trt = self.trt
-            members = dict(trt.TacticSource.__members__)
-            available = {n: int(m) for n, m in members.items()}
-            default_mask = 0
-            if self.tactics.only is None:
-                cfg = trt.Builder(trt.Logger(trt.Logger.ERROR)).create_builder_config()
-                default_mask = int(cfg.get_tactic_sources())
-            self._tactic_names = resolve_tactic_sources(self.tactics, available, default_mask, self.trt_version)
-        return [getattr(self.trt.TacticSource, n) for n in self._tactic_names]
+    def _settings(self, weak: bool) -> BuildSettings:
+        return BuildSettings(
+            weak_precision=self.precision if weak else None,
+            tactic_sources=self.tactics,
+            tf32=self.tf32,
+            current_gpu=self.lib.is_rtx,  # the search runs here: build for this GPU, not a portable set
+            builder_optimization_level=self.builder_optimization_level,
+            timing_cache=None if self.lib.is_rtx else self.timing_cache,
+            input_shapes=self.input_shapes,
+        )
 
-    def _profiles(self):
-        from polygraphy.backend.trt import Profile
-
-        shapes = dict(self.input_shapes)
-        for vi in self.model.proto.graph.input:
-            if vi.name not in self.model.inputs or vi.name in shapes:
-                continue
-            dims = vi.type.tensor_type.shape.dim
-            if dims and all(d.HasField("dim_value") for d in dims):
-                shapes[vi.name] = tuple(int(d.dim_value) for d in dims)
-        if not shapes:
-            return None
-        prof = Profile()
-        for name, shape in shapes.items():
-            prof.add(name, min=shape, opt=shape, max=shape)
-        return [prof]
-
-    def _config(self, weak: bool):
-        from polygraphy.backend.trt import CreateConfig
-
-        kwargs: dict[str, Any] = {
-            "tactic_sources": self._tactic_source_members(),
-            "load_timing_cache": str(self.timing_cache) if self.timing_cache.exists() else None,
-            "builder_optimization_level": self.builder_optimization_level,
-        }
-        profiles = self._profiles()
-        if profiles is not None:
-            kwargs["profiles"] = profiles
-        if weak:
-            kwargs.update(fp16=self.precision == "fp16", bf16=self.precision == "bf16", precision_constraints="obey")
-        return CreateConfig(**kwargs)
-
-    def _engine_bytes(self, network_loader, weak: bool) -> bytes:
-        from polygraphy.backend.trt import EngineBytesFromNetwork, ModifyNetworkOutputs
-        from polygraphy.logger import G_LOGGER
-
+    def _engine_bytes(self, parsed, weak: bool) -> bytes:
         if self.output_names != list(self.model.outputs):
-            network_loader = ModifyNetworkOutputs(network_loader, outputs=self.output_names)
-        build = EngineBytesFromNetwork(network_loader, config=self._config(weak), save_timing_cache=str(self.timing_cache))
-        with G_LOGGER.verbosity(G_LOGGER.INFO if self.verbose else G_LOGGER.WARNING):
-            data = build()
-        return bytes(data)
+            _mark_outputs(parsed.network, self.output_names)
+        return build_serialized(parsed, self._settings(weak))[0]
 
     def _build_weak(self, fallback: frozenset[str]) -> tuple[bytes, list[str], list[str]]:
-        from polygraphy.backend.trt import NetworkFromOnnxPath, PostprocessNetwork
-
-        trt, onnx_names = self.trt, self.onnx_names
-        record: dict[str, list[str]] = {"layers": [], "unmapped": sorted(fallback)}
-
-        def force_fp32(network):
-            record["layers"], record["unmapped"] = pin_fp32_layers(trt, network, fallback, onnx_names)
-
-        network = PostprocessNetwork(
-            NetworkFromOnnxPath(str(self._weak_onnx_path())), force_fp32, name="precision_doctor_fp32_fallback"
-        )
-        data = self._engine_bytes(network, weak=True)
-        return data, record["layers"], record["unmapped"]
+        parsed = parse_onnx(self.lib, self._weak_onnx_path(), strongly_typed=False)
+        layers, unmapped = pin_fp32_layers(self.trt, parsed.network, fallback, self.onnx_names)
+        data = self._engine_bytes(parsed, weak=True)
+        return data, layers, unmapped
 
     def _mixed_model(self, fallback: frozenset[str]) -> onnx.ModelProto:
         if self._mixed_builder is None:
@@ -555,15 +331,12 @@ class TrtBackend:
         return mixed
 
     def _build_strong(self, fallback: frozenset[str]) -> bytes:
-        from polygraphy.backend.trt import NetworkFromOnnxPath
+        from precision_doctor.toolnames import save_model
 
         key = hashlib.sha256("\n".join(sorted(fallback)).encode()).hexdigest()[:16]
-        path = _save_onnx(self._mixed_model(fallback), self.work_dir / f"mixed_{key}.onnx")
-        # TensorRT 11 networks are always strongly typed; where the flag still exists, set it.
-        flag = hasattr(self.trt.NetworkDefinitionCreationFlag, "STRONGLY_TYPED")
-        network = NetworkFromOnnxPath(str(path), strongly_typed=flag or None)
+        path = save_model(self._mixed_model(fallback), self.work_dir / f"mixed_{key}.onnx")
         try:
-            return self._engine_bytes(network, weak=False)
+            return self._engine_bytes(parse_onnx(self.lib, path, strongly_typed=True), weak=False)
         finally:
             for f in (path, path.with_name(path.name + ".data")):
                 f.unlink(missing_ok=True)
