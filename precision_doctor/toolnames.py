@@ -95,4 +95,5 @@ def model_for_tools(model: Model, out_dir: str | Path) -> Path:
     named as in the report, input shapes as fixed for the run)."""
     if model.path is not None and not model.renamed_nodes:
         return Path(model.path)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     return save_model(model.proto, Path(out_dir) / NAMED_ONNX)
