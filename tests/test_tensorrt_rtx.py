@@ -178,6 +178,29 @@ def test_emitted_names_are_the_parsers_layer_names(tmp_path):
     assert named.renamed_nodes == [] and model_for_tools(named, tmp_path / "x") == tools_model  # nothing to rename
 
 
+def test_diagnose_points_every_command_at_named_onnx(run_cli, tmp_path):
+    path = _unnamed_model(tmp_path)
+    case = planted.three_defects()
+    files = []
+    for i, sample in enumerate(case.samples(6, seed=0)):
+        files += ["--inputs", tmp_path / f"s{i}.npz"]
+        np.savez(tmp_path / f"s{i}.npz", **sample)
+    out = tmp_path / "run"
+    code, _, err = run_cli("diagnose", path, *files, "--atol", str(case.atol), "--rtol", str(case.rtol), "--out", out)
+    assert code == 0, err
+    rep = json.loads((out / "report.json").read_text())
+    assert (out / "named.onnx").exists() and rep["model"]["renamed_nodes"]
+    assert "--onnx=named.onnx" in rep["commands"]["trtexec_trt10"] and "--onnx_path named.onnx" in rep["commands"]["autocast"]
+    assert "--onnx=named.onnx" in (out / "trtexec.sh").read_text()
+    listed = [ln.rpartition(":")[0] for ln in (out / "layer_precisions.txt").read_text().splitlines() if not ln.startswith("#")]
+    assert listed == rep["fallback_nodes"]
+    layers = {layer.name for layer in parse_onnx(LIB, out / "named.onnx").layers()}
+    assert set(listed) <= layers  # every name trtexec gets is a layer of the file it reads
+    assert (out / "autocast_nodes_to_exclude.txt").read_text().split() == rep["fallback_nodes"]
+    assert autocast_names(onnx.load(str(out / "named.onnx")).graph) == [n.name for n in load_model(path).nodes]
+    assert (out / "tensorrt_rtx.sh").exists() and "tensorrt_rtx_sh" not in rep["commands"]
+
+
 def test_autocast_naming_rule():
     """ModelOpt AutoCast names only unnamed nodes: `<op>_<k>`, k from the count of distinct names
     (the empty name counts) and raised only on a clash; duplicates stay."""
