@@ -134,18 +134,18 @@ class Trial:
 
 
 def knob_plan(answer: Sequence[str], configs: Sequence[KnobConfig]) -> list[Trial]:
-    """What to try, in order: the answer under the default configuration (the baseline); every other
-    configuration alone (an empty set: all low precision); then every configuration with the answer
-    less one node (smaller sets, in the answer's order). `configs[0]` is taken as the default."""
+    """What to try, in order: the answer under the default configuration (the baseline); every
+    configuration alone (an empty set: all low precision; the default too, so that a knob is not
+    credited with what the backend does anyway); then every configuration with the answer less one
+    node (smaller sets, in the answer's order). `configs[0]` is taken as the default."""
     answer = list(dict.fromkeys(answer))
-    default, others = configs[0], list(configs[1:])
-    plan = [Trial(default, frozenset(answer), "the answer, default knobs")]
-    plan += [Trial(c, frozenset(), "knobs alone") for c in others]
-    if len(answer) > 0:
-        for c in configs:
-            for node in answer:
-                rest = frozenset(n for n in answer if n != node)
-                plan.append(Trial(c, rest, f"the answer less {node}"))
+    plan = [Trial(configs[0], frozenset(answer), "the answer, default knobs")]
+    if not answer:
+        return plan
+    plan += [Trial(c, frozenset(), "knobs alone") for c in configs]
+    for c in configs:
+        for node in answer:
+            plan.append(Trial(c, frozenset(n for n in answer if n != node), f"the answer less {node}"))
     return plan
 
 
