@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import importlib
 import platform
-import shutil
-import subprocess
 
 
 def _version(module: str) -> str | None:
@@ -42,16 +40,9 @@ def tensorrt_status() -> str:
 
 
 def gpus() -> list[str]:
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    from precision_doctor.backends.tensorrt.library import nvidia_smi
+
+    return nvidia_smi("name,memory.total,driver_version,compute_cap")
 
 
 def ort_providers() -> list[str]:

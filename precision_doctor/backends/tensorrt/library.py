@@ -67,27 +67,30 @@ class Gpu:
         return f"{self.name}, compute capability {cc}"
 
 
-def query_gpus() -> list[Gpu]:
-    """GPUs that nvidia-smi lists (none where it is absent or fails)."""
+def nvidia_smi(fields: str) -> list[str]:
+    """nvidia-smi's CSV rows for `--query-gpu=<fields>`, one per GPU (none where it is absent or fails)."""
     if not shutil.which("nvidia-smi"):
         return []
     try:
         out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,compute_cap", "--format=csv,noheader"],
+            ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader"],
             capture_output=True, text=True, timeout=10, check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+
+
+def query_gpus() -> list[Gpu]:
+    """GPUs that nvidia-smi lists, with their compute capabilities."""
     gpus = []
-    for line in out.stdout.splitlines():
-        if not line.strip():
-            continue
+    for line in nvidia_smi("name,compute_cap"):
         name, _, cap = line.rpartition(",")
         try:
             cc = parse_cc(cap)
         except UserError:
             name, cc = line, None
-        gpus.append(Gpu(name.strip() or line.strip(), cc))
+        gpus.append(Gpu(name.strip() or line, cc))
     return gpus
 
 
