@@ -314,7 +314,8 @@ def test_backend_refuses_where_engines_cannot_run(no_library, monkeypatch, gpus)
         with pytest.raises(UserError) as err:
             trtb.TrtBackend(model)
         msg = str(err.value)
-        assert msg.startswith("--backend trt: TensorRT-RTX 1.7.1 cannot run engines") and words in msg and "\n" not in msg
+        assert msg.startswith("trt backend unavailable: TensorRT-RTX 1.7.1 cannot run engines")
+        assert words in msg and "\n" not in msg
         assert "trt" not in environment.available_backends()
         assert "cannot run engines" in environment.tensorrt_status()
     gpus(AMPERE)

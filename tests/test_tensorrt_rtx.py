@@ -294,3 +294,33 @@ def test_tensorrt_rtx_script_builds_for_real(tmp_path):
     assert "Flags                  | [STRONGLY_TYPED]" in log  # no TF32
     assert "[(8, 6), (12, 0)]" in log and "Tactic Sources         | [EDGE_MASK_CONVOLUTIONS]" in log
     assert (tmp_path / "fixed.plan").stat().st_size > 0
+
+
+def test_intermediate_tensors_become_engine_outputs(tmp_path):
+    """What TrtBackend(outputs=[...]) does to a network before building (mark all-style checks)."""
+    from precision_doctor.backends.tensorrt.backend import _mark_outputs
+    from precision_doctor.backends.tensorrt.build import build_serialized
+
+    case = planted.three_defects()
+    model = load_model(_save(case.model, tmp_path / "m.onnx"))
+    parsed = parse_onnx(LIB, _fixed(model, case.expected, tmp_path))
+    _mark_outputs(parsed.network, ["sum_out", "head_out"])
+    net = parsed.network
+    assert sorted(net.get_output(i).name for i in range(net.num_outputs)) == ["head_out", "sum_out"]
+    data, _ = build_serialized(parsed, BuildSettings())
+    assert len(data) > 0
+    with pytest.raises(UserError, match="no tensor"):
+        _mark_outputs(net, ["not_a_tensor"])
+
+
+def test_backend_trt_refuses_in_one_line_where_engines_cannot_run(run_cli, planted_file, tmp_path):
+    run = LIB.runtime()
+    if run.can_run:
+        pytest.skip(f"this machine runs TensorRT-RTX engines: {run.reason}")
+    case, path, files = planted_file("overflow_island", n=2)
+    args = [a for f in files for a in ("--inputs", f)]
+    for flag in ("--backend", "--confirm-backend"):
+        code, out, err = run_cli("diagnose", path, *args, flag, "trt", "--out", tmp_path / flag.strip("-"))
+        assert code == 2, out + err
+        line = err.strip()
+        assert "\n" not in line and line.endswith(f"{run.reason}; nothing was built or run (use emulate or ort-cuda)")

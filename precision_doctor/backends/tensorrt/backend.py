@@ -245,10 +245,7 @@ class TrtBackend:
         self.mode = api
         run = self.lib.runtime()
         if not run.can_run:
-            raise UserError(
-                f"--backend trt: {run.reason}; nothing was built or run (precision-doctor still checks fixed.onnx with it "
-                "and builds fixed.plan ahead of time where the library can)"
-            )
+            raise UserError(f"trt backend unavailable: {run.reason}; nothing was built or run (use emulate or ort-cuda)")
         self._tmp = None
         if work_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="pd-trt-")
