@@ -105,7 +105,8 @@ def trtexec_args(config: KnobConfig) -> list[str]:
 
 def polygraphy_args(config: KnobConfig, enabled_by_default: Sequence[str]) -> list[str]:
     """polygraphy flags: `--tactic-sources` lists the sources to enable (all of them), `--tf32` turns
-    TF32 on (polygraphy clears it otherwise, for TensorRT)."""
+    TF32 on. polygraphy clears TF32 otherwise for TensorRT, but not with POLYGRAPHY_USE_TENSORRT_RTX=1
+    (there TF32 stays on unless a config postprocess script clears it: `emit.NO_TF32_POSTPROCESS`)."""
     args = []
     change = config.get(TACTICS, "")
     if change:
