@@ -375,7 +375,8 @@ def _capture_fixed(path: Path, model: Model, fmt: Format, samples, fallback, set
 
 def _write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: frozenset[str], opts: DiagnoseOptions) -> dict:
     from precision_doctor import emit
-    from precision_doctor.precision.mixed import build_mixed
+    from precision_doctor.precision.mixed import build_mixed, forced_fp32_nodes
+    from precision_doctor.toolnames import model_for_tools
 
     model = work.model
     fixed = build_mixed(model, fallback, opts.precision, keep_io_types=opts.keep_io_types)
@@ -383,8 +384,10 @@ def _write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: 
     (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
     _save_polygraphy_io(out_dir, work.samples, refs)
     order = [n.name for n in model.nodes if n.name in fallback]
+    forced = forced_fp32_nodes(model, fallback)
+    tools_model = model_for_tools(model, out_dir)  # named.onnx where we named nodes: the tools see our names
     texts = emit.emit_all(
-        str(model.path.resolve()) if model.path else "model.onnx",
+        tools_model.name if tools_model.parent == out_dir else str(tools_model.resolve()),
         "fixed.onnx",
         order,
         opts.precision,
@@ -392,12 +395,16 @@ def _write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: 
         rtol=opts.tolerance.rtol,
         check_error_stat=opts.tolerance.check_error_stat,
         inputs="inputs.json",
+        forced_fp32=forced,
     )
-    write_text_atomic(out_dir / "layer_precisions.txt", texts["layer_precisions_txt"])
-    write_text_atomic(out_dir / "trtexec.sh", texts["trtexec_sh"])
-    (out_dir / "trtexec.sh").chmod(0o755)
-    write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", "\n".join(order) + ("\n" if order else ""))
-    return {k: v for k, v in texts.items() if k not in ("layer_precisions_txt", "trtexec_sh")}
+    scripts = {"layer_precisions_txt": "layer_precisions.txt", "trtexec_sh": "trtexec.sh", "tensorrt_rtx_sh": "tensorrt_rtx.sh"}
+    for key, name in scripts.items():
+        write_text_atomic(out_dir / name, texts[key])
+        if name.endswith(".sh"):
+            (out_dir / name).chmod(0o755)
+    excluded = [*order, *forced]
+    write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", "\n".join(excluded) + ("\n" if excluded else ""))
+    return {k: v for k, v in texts.items() if k not in scripts}
 
 
 def _save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) -> None:

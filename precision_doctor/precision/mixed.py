@@ -48,13 +48,28 @@ FP32, LOWP, ANY = "fp32", "lowp", "any"
 def forced_fp32(model: Model, op_block_list: Iterable[str] = FP32_OPS) -> set[str]:
     """Candidates that stay FP32 whatever the fallback set: ops without low-precision kernels,
     ops of other domains, and nodes with no FLOAT output (e.g. only DOUBLE)."""
+    return set(forced_fp32_nodes(model, op_block_list=op_block_list))
+
+
+def forced_fp32_nodes(
+    model: Model, fallback: Iterable[str] = (), op_block_list: Iterable[str] = FP32_OPS
+) -> dict[str, str]:
+    """Candidates that `fixed.onnx` keeps in FP32 beyond `fallback` (the answer), in graph order,
+    each with the reason (e.g. nudenet's six `Range` nodes: no FP16 kernel in ONNX Runtime)."""
     block = set(op_block_list)
-    out = set()
+    answer = set(fallback)
+    out: dict[str, str] = {}
     for info in model.candidates:
+        if info.name in answer:
+            continue
         domain = model.proto.graph.node[info.index].domain
         has_float = any(model.tensor_types.get(t) == TensorProto.FLOAT for t in info.float_outputs)
-        if info.op_type in block or domain not in LOWP_DOMAINS or not has_float:
-            out.add(info.name)
+        if info.op_type in block:
+            out[info.name] = f"{info.op_type}: no FP16/BF16 kernel in ONNX Runtime"
+        elif domain not in LOWP_DOMAINS:
+            out[info.name] = f"domain '{domain}': only standard and com.microsoft ops are converted"
+        elif not has_float:
+            out[info.name] = "no FLOAT output (only FLOAT tensors are converted)"
     return out
 
 
