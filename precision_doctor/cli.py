@@ -40,7 +40,8 @@ ConfirmOpt = typer.Option(
     None, "--confirm-backend",
     help="Carry the answer over to this backend (ort-cuda, trt, ort-cpu) on every sample: kept if it passes "
     "there, else grown until it does, then pruned to 1-minimal there. Search with the fast emulator, "
-    "finish on the GPU.",
+    "finish on the GPU. ort-cpu is a plumbing check only (fixed.onnx loads and runs; ONNX Runtime's CPU "
+    "provider computes FP16 chains in FP32, so its verdict is not FP16's).",
 )
 MarginOpt = typer.Option(
     0.0, "--margin",
@@ -233,7 +234,8 @@ def diagnose(
     cosine_floor: float | None = CosineOpt,
     margin: float = MarginOpt,
     strategy: str = typer.Option("auto", "--strategy", help="auto, bisect, bisect-reverse, linear, ddmin, segment."),
-    backend: str = typer.Option("emulate", "--backend", help="emulate, ort-cuda, ort-cpu, trt, or auto (best here)."),
+    backend: str = typer.Option("emulate", "--backend", help="emulate, ort-cuda, trt, or auto (best here). "
+                                 "ort-cpu is refused: ONNX Runtime's CPU provider computes FP16 chains in FP32."),
     confirm_backend: str | None = ConfirmOpt,
     cost: str = typer.Option("nodes", "--cost", help="Smallest means fewest nodes, or least FP32 'flops'."),
     max_evaluations: int | None = typer.Option(None, "--max-evaluations", help="Stop after this many evaluations."),

@@ -62,6 +62,10 @@ class DiagnoseOptions:
             raise UserError("--cost must be 'nodes' or 'flops'")
         if not 0.0 <= self.margin < 1.0:
             raise UserError(f"--margin must lie in [0, 1), got {self.margin}")
+        from precision_doctor.backends.ort import search_refusal
+
+        if why := search_refusal(self.backend):
+            raise UserError(why)
         if self.confirm_backend is not None and self.confirm_backend == self.backend:
             raise UserError("--confirm-backend must differ from --backend")
 

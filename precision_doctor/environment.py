@@ -68,11 +68,15 @@ def describe() -> dict[str, str]:
         "cuda-python": _version("cuda") or _version("cuda.bindings") or "not installed",
         "gpus": "; ".join(gpus()) or "none found (nvidia-smi absent or no GPU)",
         "backends": ", ".join(available_backends()),
+        "ort-cpu": "not a search backend (refused: ONNX Runtime's CPU provider computes chains of FP16 nodes in FP32, "
+        "so its verdicts are not FP16's); usable as --confirm-backend ort-cpu, a plumbing check that fixed.onnx "
+        "loads and runs",
     }
 
 
 def available_backends() -> list[str]:
-    """Backends that can run here, best first (`trt` only where its engines run on this GPU)."""
+    """Backends that can search here, best first (`trt` only where its engines run on this GPU; never
+    ort-cpu: see backends/ort.py)."""
     from precision_doctor.backends.tensorrt.library import find_library
 
     names = []

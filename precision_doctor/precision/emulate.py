@@ -3,7 +3,9 @@
 A node outside the fallback set rounds each floating input and each floating output to the target
 format (Cast to FP16/BF16 and back) and computes in FP32 between; a node in the fallback set
 computes in FP32 on what it receives and does not round its outputs. Initializers and Constant
-outputs are rounded where a low-precision node consumes them, never at the source.
+outputs are rounded where a low-precision node consumes them, never at the source, and saturate
+(`saturate.py`: a finite constant beyond the format's range becomes +-max, as converters write it);
+computed tensors overflow to inf.
 
 `gated_graph` builds one graph for all candidates: each candidate's rounding is gated by one
 element of a boolean input, so a fallback set is a feed, not a new session. `local_graph` builds
@@ -43,6 +45,7 @@ from precision_doctor.errors import UserError
 from precision_doctor.model import Model, NodeInfo
 from precision_doctor.precision.formats import Format
 from precision_doctor.precision.rules import Rule, RuleSet, resolve_rules
+from precision_doctor.precision.saturate import constant_tensors, float_value, saturate_round
 
 MASK_INPUT = "pd_lowp_mask"
 # Producing candidates a low-precision node branches on (2**n variants of its then branch); inputs
@@ -83,6 +86,7 @@ class _Builder:
         self.initializers: list[onnx.TensorProto] = []
         self._rounded_inits: dict[str, str] = {}
         self._inits = {i.name: i for i in model.proto.graph.initializer}
+        self._consts = constant_tensors(model)  # Constant outputs: rounded copies too, like initializers
         self._counter = 0
 
     def uid(self, base: str) -> str:
@@ -98,7 +102,7 @@ class _Builder:
     def round_tensor(self, src: str, dst: str, gate: str | None, elem: int | None = None) -> None:
         """dst = gate ? round(src) : src (gate None: always round); `elem` is src's ONNX type."""
         elem = elem or self.model.tensor_types[src]
-        rounded = self._rounded_initializer(src) if src in self._inits else None
+        rounded = self._rounded_initializer(src) if self.is_const(src) else None
         if rounded is None:
             rounded = self.uid(src + "_rt")
             self.cast_pair(src, rounded, elem)
@@ -113,11 +117,15 @@ class _Builder:
         self.nodes.append(helper.make_node("Cast", [src], [low], to=self.fmt.onnx_type, name=self.uid("cast")))
         self.nodes.append(helper.make_node("Cast", [low], [dst], to=elem, name=self.uid("cast")))
 
+    def is_const(self, name: str) -> bool:
+        """An initializer or a Constant's output: rounded (saturated) once, ahead of time."""
+        return name in self._inits or name in self._consts
+
     def _rounded_initializer(self, name: str) -> str:
         if name not in self._rounded_inits:
-            arr = numpy_helper.to_array(self._inits[name])
+            arr = numpy_helper.to_array(self._inits[name]) if name in self._inits else self._consts[name]
             new = self.uid(name + "_rounded")
-            self.initializers.append(numpy_helper.from_array(self.fmt.round(arr), new))
+            self.initializers.append(numpy_helper.from_array(saturate_round(arr, self.fmt), new))
             self._rounded_inits[name] = new
         return self._rounded_inits[name]
 
@@ -149,6 +157,16 @@ def _rewire(
         if t:
             new.output[i] = rename_out(t)
     return new
+
+
+def _saturated_fill(node: onnx.NodeProto, fmt: Format) -> onnx.NodeProto:
+    """A low-precision ConstantOfShape fills with its value rounded and saturated (a constant, as
+    `fixed.onnx` writes it), in place; other nodes are returned as they are."""
+    if node.op_type == "ConstantOfShape":
+        for a in node.attribute:
+            if a.name == "value" and (v := float_value(a.t)) is not None:
+                a.t.CopyFrom(numpy_helper.from_array(saturate_round(v, fmt), a.t.name))
+    return node
 
 
 def _is_exact(node: onnx.NodeProto) -> bool:
@@ -189,11 +207,10 @@ class _GatedBuilder(_Builder):
 
     def node_if(self, node: onnx.NodeProto, info: NodeInfo) -> onnx.NodeProto:
         outs = [t for t in node.output if t]
-        inits = self._inits
         by_gate: dict[str, list[str]] = {}  # gate of a producing candidate -> its outputs read here
         for t in info.float_inputs:
             p = self.producer.get(t)
-            if t not in inits and p in self.gates:
+            if not self.is_const(t) and p in self.gates:
                 by_gate.setdefault(self.gates[p], []).append(t)
         nested = list(by_gate.items())[:_MAX_NESTED]
         then_g = self._low(node, info, outs, frozenset(), nested, "then")
@@ -216,7 +233,7 @@ class _GatedBuilder(_Builder):
         nodes, self.nodes = self.nodes, []
         imap = {}
         for t in info.float_inputs:
-            if t in self._inits:
+            if self.is_const(t):
                 imap[t] = self._rounded_initializer(t)
             elif t in as_is:
                 imap[t] = t
@@ -229,7 +246,7 @@ class _GatedBuilder(_Builder):
             result = {t: self.uid(t + "_rt") for t in outs}
             rule.emit(self, node, info, imap, result[outs[0]])
         else:
-            self.nodes.append(self._copy(node, imap, raw))
+            self.nodes.append(_saturated_fill(self._copy(node, imap, raw), self.fmt))
             result = dict(raw)
         if rule is None and not _is_exact(node):
             for t in info.float_outputs:
@@ -344,7 +361,7 @@ def local_graph(
             continue
         raw = {t: b.uid(t + "_loc") for t in info.outputs if t}
         new = _rewire(node, info, b, None, lambda t, raw=raw: raw[t])
-        b.nodes.append(new)
+        b.nodes.append(_saturated_fill(new, fmt))
         for t in info.float_outputs:
             b.round_tensor(raw[t], local_output(t), None, model.tensor_types[t])
             outputs.append(t)
