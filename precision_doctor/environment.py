@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import importlib
 import platform
-import shutil
-import subprocess
 
 
 def _version(module: str) -> str | None:
@@ -17,28 +15,34 @@ def _version(module: str) -> str | None:
 
 
 def tensorrt_status() -> str:
+    """Which TensorRT library is here (TensorRT 10/11 or TensorRT-RTX), what it can do, and whether
+    this machine's GPU can run its engines; or why none is usable."""
+    from precision_doctor.backends.tensorrt.library import find_library
+
     try:
-        import tensorrt as trt  # noqa: F401
-    except Exception as exc:
+        lib, why = find_library()
+    except Exception as exc:  # a bad PRECISION_DOCTOR_TRT_LIBRARY value
+        return f"not usable: {exc}"
+    if lib is None:
         return (
-            f"not installed ({type(exc).__name__}): the TensorRT backend and `--backend trt` are unavailable; "
-            "emulation and ONNX Runtime still diagnose, and the emitted trtexec/polygraphy commands "
-            "run wherever TensorRT is installed"
+            f"not installed ({'; '.join(why)}): `--backend trt` is unavailable and fixed.onnx is not checked against a "
+            "TensorRT parser; `pip install '.[trt]'` installs TensorRT-RTX from PyPI (parse, check and ahead-of-time "
+            "builds without a GPU); the emitted trtexec/polygraphy commands run wherever TensorRT is installed"
         )
-    return f"{trt.__version__} ({'strongly typed only' if int(trt.__version__.split('.')[0]) >= 11 else 'weak typing available'})"
+    typing = "strongly typed only" if lib.strongly_typed_only else "weak typing available"
+    run = lib.runtime()
+    if lib.is_rtx:
+        targets = " ".join(f"{a}.{b}" for a, b in lib.target_compute_capabilities)
+        what = f"{typing}; builds ahead of time without a GPU for compute capability {targets}"
+    else:
+        what = f"{typing}; builds for the GPU present"
+    return f"{lib.label} ({lib.module_name}; {what}); {run.reason}"
 
 
 def gpus() -> list[str]:
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    from precision_doctor.backends.tensorrt.library import nvidia_smi
+
+    return nvidia_smi("name,memory.total,driver_version,compute_cap")
 
 
 def ort_providers() -> list[str]:
@@ -64,4 +68,7 @@ def describe() -> dict[str, str]:
         "cuda-python": _version("cuda") or _version("cuda.bindings") or "not installed",
         "gpus": "; ".join(gpus()) or "none found (nvidia-smi absent or no GPU)",
         "backends": ", ".join(available_backends()),
+        "ort-cpu": "not a search backend (refused: ONNX Runtime's CPU provider computes chains of FP16 nodes in FP32, "
+        "so its verdicts are not FP16's); usable as --confirm-backend ort-cpu, a plumbing check that fixed.onnx "
+        "loads and runs",
     }

@@ -119,6 +119,11 @@ class RunSpec:
         if b.confirm_backend is not None and b.confirm_backend == b.backend:
             raise SpecError("backends.confirm_backend", "{backends.confirm_backend} must differ from {backends.backend}")
         check_backend_name(b.backend, "backends.backend")
+        from precision_doctor.backends.ort import search_refusal
+
+        if why := search_refusal(b.backend):
+            raise SpecError("backends.backend", why.replace("--backend", "{backends.backend}").replace(
+                "--confirm-backend", "{backends.confirm_backend}"))
         if b.confirm_backend is not None:
             check_backend_name(b.confirm_backend, "backends.confirm_backend")
         i = self.inputs

@@ -189,8 +189,10 @@ def test_special_ops():
     inits = {i.name: i for i in mixed.graph.initializer}
     # The weight read by both precisions: two copies, no Cast.
     assert inits[nodes["mm_lp"].input[1]].data_type == F16 and inits[nodes["mm_fp"].input[1]].data_type == F32
-    # The Constant read by both: kept FP32, one Cast for its low-precision reader.
+    # The Constant read by both: kept FP32, and a converted (saturating) twin for its low-precision reader.
     assert nodes["mul_fp"].input[1] == "c" and types[nodes["mul_lp"].input[1]] == F16
+    twin = next(n for n in mixed.graph.node if n.output[0] == nodes["mul_lp"].input[1])
+    assert twin.op_type == "Constant" and twin.attribute[0].t.data_type == F16
     # Type attributes inside low-precision regions; a low-precision Cast reads the FP32 input directly.
     assert nodes["cast_same"].attribute[0].i == F16 and nodes["cast_same"].input[0] == "x"
     assert nodes["zeros"].attribute[0].t.data_type == F16
@@ -200,7 +202,7 @@ def test_special_ops():
     inner = {n.input[0] for attr in nodes["iff"].attribute for n in attr.g.node}
     assert inner == {"a__pd_fp32"} and types["a"] == F16
     border = sorted(c.input[0] for c in mixed.graph.node if c.op_type == "Cast" and c.name != "cast_same")
-    assert border == sorted(["a", "c", "p2", "q", "up__pd_fp16", "topv", "iff", "y2__pd_fp16"])
+    assert border == sorted(["a", "p2", "q", "up__pd_fp16", "topv", "iff", "y2__pd_fp16"])
     sess = ort.InferenceSession(mixed.SerializeToString(), providers=["CPUExecutionProvider"])
     for k, v in zip(model.outputs, sess.run(model.outputs, feeds)):
         np.testing.assert_allclose(v, ref[k], rtol=2e-2, atol=2e-2)

@@ -31,10 +31,10 @@ class EmulateBackend(ClosingBackend):
 
     name = "emulate"
 
-    def __init__(self, model: Model, precision: str = "fp16", outputs: Sequence[str] | None = None):
+    def __init__(self, model: Model, precision: str = "fp16", outputs: Sequence[str] | None = None, rules=None):
         self.model = model
         self.precision = precision
-        self.graph: GatedGraph = gated_graph(model, get_format(precision))
+        self.graph: GatedGraph = gated_graph(model, get_format(precision), rules=rules)  # rules: precision.rules
         self.output_names = list(outputs) if outputs is not None else model.outputs
         proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
         self.session = make_session(proto, optimize=False)

@@ -1,7 +1,11 @@
 """ONNX Runtime on a real mixed-precision graph (`precision.mixed`): the CUDA provider when present.
 
-On the CPU provider ONNX Runtime computes ops without FP16 kernels in FP32 (it inserts Casts around
-them), so `ort-cpu` results say little about a GPU; use it for structure and plumbing only.
+On the CPU provider ONNX Runtime computes ops without FP16 kernels in FP32: it inserts Casts around
+them and drops the Cast pairs between neighbours, so a chain of FP16 nodes runs in FP32 with one
+rounding at its end (or none, before an FP32 output). Its verdicts are not FP16's: on
+examples/three_defects.onnx all-FP16 is within 4e-4 of FP32 there, where FP16 overflows to NaN.
+So `ort-cpu` never searches (`search_refusal`); it stays a plumbing check that a `fixed.onnx` loads
+and runs (`--confirm-backend ort-cpu`, tests).
 """
 
 from __future__ import annotations
@@ -22,6 +26,22 @@ from precision_doctor.graph.model import Model, tensor_types_and_shapes
 
 CUDA = "CUDAExecutionProvider"
 _NP_INPUT_TYPES = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
+
+
+ORT_CPU_REFUSAL = (
+    "--backend ort-cpu cannot search: ONNX Runtime's CPU provider runs chains of FP16 nodes in FP32 and drops the "
+    "roundings between them, so its verdicts are not FP16's (it finds nothing to keep in FP32 in "
+    "examples/three_defects.onnx, where FP16 gives NaN); search with --backend emulate (explicit FP16 rounding, on "
+    "this CPU) or ort-cuda/trt on a GPU; ort-cpu stays usable as --confirm-backend, a plumbing check that fixed.onnx "
+    "loads and runs, not an FP16 verdict"
+)
+
+
+def search_refusal(name: str) -> str | None:
+    """Why backend `name` may not search here (None: it may): ONNX Runtime on the CPU provider, named
+    `ort-cpu` or `ort` without a CUDA provider."""
+    cpu_only = name == "ort-cpu" or (name == "ort" and CUDA not in ort.get_available_providers())
+    return ORT_CPU_REFUSAL if cpu_only else None
 
 
 def default_providers() -> list[str]:

@@ -20,16 +20,18 @@ def check_backend_name(name: str, setting: str = "backends.backend") -> None:
 
 
 def available_backends() -> list[str]:
-    """Backends that can run here, best first."""
+    """Backends that can search here, best first (`trt` only where its engines run on this GPU; never
+    ort-cpu: see backends/ort.py)."""
+    from precision_doctor.backends.tensorrt.library import find_library
     from precision_doctor.environment import ort_providers
 
     names = []
     try:
-        import tensorrt  # noqa: F401
-
-        names.append("trt")
+        lib = find_library()[0]
     except Exception:
-        pass
+        lib = None
+    if lib is not None and lib.runtime().can_run:
+        names.append("trt")
     if "CUDAExecutionProvider" in ort_providers():
         names.append("ort-cuda")
     names.append("emulate")

@@ -114,11 +114,13 @@ SEARCH = (
          "--keep-io-types/--no-keep-io-types"),
 )
 BACKENDS = (
-    _opt("backend", "backends.backend", str, "emulate, ort-cuda, ort-cpu, trt, or auto (best here)."),
+    _opt("backend", "backends.backend", str, "emulate, ort-cuda, trt, or auto (best here). ort-cpu is refused: "
+         "ONNX Runtime's CPU provider computes FP16 chains in FP32."),
     _opt("confirm_backend", "backends.confirm_backend", str | None,
          "Carry the answer over to this backend (ort-cuda, trt, ort-cpu) on every sample: kept if it passes "
          "there, else grown until it does, then pruned to 1-minimal there. Search with the fast emulator, "
-         "finish on the GPU."),
+         "finish on the GPU. ort-cpu is a plumbing check only (fixed.onnx loads and runs; ONNX Runtime's CPU "
+         "provider computes FP16 chains in FP32, so its verdict is not FP16's)."),
 )
 CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),)
 RUN_DIR = (

@@ -8,7 +8,8 @@ Each FLOAT tensor is produced in one precision. Where consumers of the other pre
 exactly one Cast makes the other version, shared by all those consumers; two FP32 nodes next to
 each other exchange FP32 directly (unlike onnxconverter-common's per-node Casts). Initializers get
 one converted copy per precision that reads them (no runtime Cast of weights); Constant nodes are
-converted when only low-precision nodes read them, else kept and Cast at the border.
+converted when only low-precision nodes read them, else kept and given a converted twin. Converted
+constants saturate (`saturate.py`: +-65504 for FP16, not inf), as the emulator rounds them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model, infer_shapes
+from precision_doctor.graph.saturate import constant_tensors, constant_value, lowp_constant_node, to_format
 
 # Ops without low-precision kernels in ONNX Runtime (onnxruntime.transformers.float16's
 # DEFAULT_OP_BLOCK_LIST; Resize runs in low precision with its `scales` kept FP32).
@@ -48,13 +50,28 @@ FP32, LOWP, ANY = "fp32", "lowp", "any"
 def forced_fp32(model: Model, op_block_list: Iterable[str] = FP32_OPS) -> set[str]:
     """Candidates that stay FP32 whatever the fallback set: ops without low-precision kernels,
     ops of other domains, and nodes with no FLOAT output (e.g. only DOUBLE)."""
+    return set(forced_fp32_nodes(model, op_block_list=op_block_list))
+
+
+def forced_fp32_nodes(
+    model: Model, fallback: Iterable[str] = (), op_block_list: Iterable[str] = FP32_OPS
+) -> dict[str, str]:
+    """Candidates that `fixed.onnx` keeps in FP32 beyond `fallback` (the answer), in graph order,
+    each with the reason (e.g. nudenet's six `Range` nodes: no FP16 kernel in ONNX Runtime)."""
     block = set(op_block_list)
-    out = set()
+    answer = set(fallback)
+    out: dict[str, str] = {}
     for info in model.candidates:
+        if info.name in answer:
+            continue
         domain = model.proto.graph.node[info.index].domain
         has_float = any(model.tensor_types.get(t) == TensorProto.FLOAT for t in info.float_outputs)
-        if info.op_type in block or domain not in LOWP_DOMAINS or not has_float:
-            out.add(info.name)
+        if info.op_type in block:
+            out[info.name] = f"{info.op_type}: no FP16/BF16 kernel in ONNX Runtime"
+        elif domain not in LOWP_DOMAINS:
+            out[info.name] = f"domain '{domain}': only standard and com.microsoft ops are converted"
+        elif not has_float:
+            out[info.name] = "no FLOAT output (only FLOAT tensors are converted)"
     return out
 
 
@@ -104,6 +121,7 @@ class _Plan:
                 free = not keep_io_types and i.name not in init_names
                 self.produced[i.name] = LOWP if (free and only_lowp) else FP32
         self.lowp_constants: set[str] = set()
+        self.constant_values = constant_tensors(model)  # a low version of these is a Constant, not a Cast
         for node, info in zip(g.node, model.nodes):
             for t in node.output:
                 if not self.is32(t):
@@ -152,6 +170,9 @@ class _Plan:
         out = []
         for p in sorted(self.needed[t] - {src}):
             dst = self.name(t, p)
+            if p == LOWP and t in self.constant_values:  # converted ahead of time: saturates, a Cast would overflow
+                out.append(lowp_constant_node(f"{dst}__const", dst, self.constant_values[t], self.fmt))
+                continue
             out.append(helper.make_node("Cast", [self.name(t, src)], [dst], name=f"{dst}__cast", to=self.elem_type(p)))
         return out
 
@@ -161,19 +182,12 @@ class _Plan:
 
 def _convert_tensor(t: onnx.TensorProto, fmt: Format, name: str | None = None) -> onnx.TensorProto:
     arr = numpy_helper.to_array(t)
-    with np.errstate(over="ignore"):
-        return numpy_helper.from_array(arr.astype(fmt.np_dtype), t.name if name is None else name)
+    return numpy_helper.from_array(to_format(arr, fmt), t.name if name is None else name)
 
 
 def _lowp_constant(node: onnx.NodeProto, fmt: Format) -> None:
     """Convert a FLOAT Constant's value to the low type, in place."""
-    attr = node.attribute[0]
-    if attr.name == "value":
-        value = numpy_helper.to_array(attr.t)
-    else:  # value_float / value_floats
-        value = np.asarray(attr.f if attr.name == "value_float" else list(attr.floats), dtype=np.float32)
-    with np.errstate(over="ignore"):
-        tensor = numpy_helper.from_array(value.astype(fmt.np_dtype))
+    tensor = numpy_helper.from_array(to_format(constant_value(node), fmt))
     del node.attribute[:]
     node.attribute.append(helper.make_attribute("value", tensor))
 

@@ -1,5 +1,6 @@
 """What a passing run writes besides the report: fixed.onnx, the polygraphy input and reference files,
-and the emitted commands (layer_precisions.txt, trtexec.sh, AutoCast's exclusions)."""
+the emitted commands (layer_precisions.txt, trtexec.sh, tensorrt_rtx.sh, AutoCast's exclusions), and
+named.onnx where the tool named nodes (the commands then point at it, so every tool sees our names)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import onnx
 
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
-from precision_doctor.graph.mixed import build_mixed
+from precision_doctor.graph.mixed import build_mixed, forced_fp32_nodes
+from precision_doctor.graph.toolnames import model_for_tools
 from precision_doctor.results import emit
 from precision_doctor.results.jsonio import write_text_atomic
 from precision_doctor.spec import RunSpec
@@ -18,8 +20,10 @@ from precision_doctor.spec import RunSpec
 FILES = {
     "fixed_onnx": "fixed.onnx", "layer_precisions": "layer_precisions.txt", "trtexec": "trtexec.sh",
     "inputs": "inputs.json", "reference_outputs": "reference_outputs.json",
-    "autocast_nodes": "autocast_nodes_to_exclude.txt",
+    "autocast_nodes": "autocast_nodes_to_exclude.txt", "tensorrt_rtx": "tensorrt_rtx.sh",
 }
+# emitted texts written as files (emit_all's key -> file name); the rest are report.json's `commands`
+SCRIPTS = {"layer_precisions_txt": "layer_precisions.txt", "trtexec_sh": "trtexec.sh", "tensorrt_rtx_sh": "tensorrt_rtx.sh"}
 
 
 def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: frozenset[str], spec: RunSpec) -> dict:
@@ -30,9 +34,11 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
     (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
     save_polygraphy_io(out_dir, work.samples, refs)
     order = [n.name for n in model.nodes if n.name in fallback]
+    forced = forced_fp32_nodes(model, fallback)
+    tools_model = model_for_tools(model, out_dir)  # named.onnx where we named nodes: the tools see our names
     tol = spec.tolerance
     texts = emit.emit_all(
-        str(model.path.resolve()) if model.path else "model.onnx",
+        tools_model.name if tools_model.parent == out_dir else str(tools_model.resolve()),
         "fixed.onnx",
         order,
         spec.precision,
@@ -40,12 +46,15 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
         rtol=tol.rtol,
         check_error_stat=tol.check_error_stat,
         inputs="inputs.json",
+        forced_fp32=forced,
     )
-    write_text_atomic(out_dir / "layer_precisions.txt", texts["layer_precisions_txt"])
-    write_text_atomic(out_dir / "trtexec.sh", texts["trtexec_sh"])
-    (out_dir / "trtexec.sh").chmod(0o755)
-    write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", "\n".join(order) + ("\n" if order else ""))
-    return {k: v for k, v in texts.items() if k not in ("layer_precisions_txt", "trtexec_sh")}
+    for key, name in SCRIPTS.items():
+        write_text_atomic(out_dir / name, texts[key])
+        if name.endswith(".sh"):
+            (out_dir / name).chmod(0o755)
+    excluded = [*order, *forced]
+    write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", "\n".join(excluded) + ("\n" if excluded else ""))
+    return {k: v for k, v in texts.items() if k not in SCRIPTS}
 
 
 def save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) -> None:

@@ -16,10 +16,23 @@ Facts these commands rest on (see the report of the module's author for sources)
   `--tactic-sources A B` enables exactly the listed sources.
 * polygraphy `--layer-precisions name:float32 ...` takes one argument per layer, split at the
   last `:`; `--precision-constraints obey`; `--strongly-typed`; `--check-error-stat`.
+* TF32 is on by default in trtexec (10 and 11) and in TensorRT-RTX's builder config, so every
+  trtexec line here that builds FP32 layers says `--noTF32` (weak and strongly typed alike). polygraphy
+  clears TF32 for TensorRT, but with `POLYGRAPHY_USE_TENSORRT_RTX=1` its config leaves it on (seen
+  with polygraphy 0.53.6: "Flags | [TF32, STRONGLY_TYPED]"), so the TensorRT-RTX build script clears
+  it with a `--trt-config-postprocess-script`.
+* TensorRT-RTX (PyPI ships the library, not trtexec) builds with `polygraphy convert` and
+  `POLYGRAPHY_USE_TENSORRT_RTX=1`, ahead of time for `--compute-capabilities`, no GPU needed.
 * ModelOpt AutoCast `--nodes_to_exclude` takes regular expressions matched with `re.match`
   (a prefix match), so names are escaped and anchored. `--calibration_data` reads NPZ or
   polygraphy JSON inputs. AutoCast also keeps nodes in FP32 by its own rules (`--data_max`,
   default 512, and `--init_max`); `exact=True` lifts the `--data_max` rule.
+
+Model file: pass the file whose node names are the report's (`toolnames.model_for_tools`: the
+original, or `named.onnx` when precision-doctor had to name nodes): TensorRT calls an unnamed node
+`node_of_<output>` and AutoCast has its own names, so names written for another file match nothing.
+Nodes fixed.onnx keeps FP32 beyond the answer (`forced_fp32`, e.g. `Range`: no FP16 kernel in ONNX
+Runtime) go into the weak-typing and AutoCast lists too, so every tool builds what fixed.onnx holds.
 
 Layer names: pass the TensorRT layer names of a build (`TrtEngineRunner.layers`) when known:
 TensorRT names a node's first layer after the node and further layers `<node>_<n>`, so ONNX
@@ -31,7 +44,7 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 PRECISION_FLAGS = {"fp16": "--fp16", "bf16": "--bf16"}
 # trtexec cannot express these in a layer name (see the module docstring).
@@ -170,10 +183,13 @@ def _trtexec_strong_args(
     timing_cache: str | None,
     strongly_typed_flag: bool,
     trt_major: int,
+    no_tf32: bool = True,
 ) -> list[str]:
     args = ["trtexec", f"--onnx={fixed_onnx}"]
     if strongly_typed_flag:
         args.append("--stronglyTyped")
+    if no_tf32:
+        args.append("--noTF32")
     return args + _build_tail_args(tactic_sources_avoid, trt_major, engine, timing_cache)
 
 
@@ -184,12 +200,14 @@ def trtexec_trt11(
     engine: str = "fixed.plan",
     timing_cache: str | None = "timing.cache",
     strongly_typed_flag: bool = False,
+    no_tf32: bool = True,
     multiline: bool = False,
 ) -> str:
     """TensorRT 11 (always strongly typed): build the mixed-precision graph as it is. Set
     `strongly_typed_flag` to add `--stronglyTyped` (needed on TensorRT 10.x, where strong typing
-    is opt-in; documented as no longer needed in 11)."""
-    args = _trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, strongly_typed_flag, 11)
+    is opt-in; documented as no longer needed in 11). `--noTF32` keeps the FP32 islands in FP32
+    (TF32 is on by default in 11.x)."""
+    args = _trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, strongly_typed_flag, 11, no_tf32)
     return _line(args, multiline)
 
 
@@ -294,10 +312,27 @@ def autocast_command(
     return _line(args, multiline)
 
 
-def layer_precisions_file(layers: Sequence[str], precision: str = "fp16", *, from_build: bool = False) -> str:
-    """layer_precisions.txt: a header of `#` lines, then one `name:fp32` per line."""
+def forced_comment_lines(forced: Mapping[str, str] | None, prefix: str = "# ") -> list[str]:
+    """Comment lines naming the nodes fixed.onnx keeps FP32 beyond the answer, with why."""
+    if not forced:
+        return []
+    lines = [f"{prefix}fixed.onnx also keeps {len(forced)} node(s) in FP32 beyond the answer (listed with it here):"]
+    lines += [f"{prefix}  {name}: {why}" for name, why in forced.items()]
+    return lines
+
+
+def with_forced(names: Sequence[str], forced: Mapping[str, str] | None) -> list[str]:
+    """The answer's names followed by the forced FP32 nodes (no duplicates)."""
+    return _dedupe([*names, *(forced or {})])
+
+
+def layer_precisions_file(
+    layers: Sequence[str], precision: str = "fp16", *, from_build: bool = False, forced: Mapping[str, str] | None = None
+) -> str:
+    """layer_precisions.txt: a header of `#` lines, then one `name:fp32` per line (the forced FP32
+    nodes after the answer's, named in the header)."""
     _check_precision(precision)
-    ok, bad = split_layer_names(layers)
+    ok, bad = split_layer_names(with_forced(layers, forced))
     source = (
         "TensorRT layer names from a build"
         if from_build
@@ -310,6 +345,7 @@ def layer_precisions_file(layers: Sequence[str], precision: str = "fp16", *, fro
         "#   --layerPrecisions=\"$(grep -v '^#' layer_precisions.txt | paste -sd, -)\" \\",
         "#   --layerOutputTypes=\"$(grep -v '^#' layer_precisions.txt | paste -sd, -)\"",
         "# TensorRT 11 has no layer precisions: build fixed.onnx (strongly typed) instead.",
+        *forced_comment_lines(forced),
     ]
     for n in bad:
         lines.append(f"# NOT EXPRESSIBLE in trtexec's syntax (contains , ' * or a line break): {n!r}")
@@ -327,11 +363,14 @@ def trtexec_script(
     engine: str = "fixed.plan",
     timing_cache: str | None = "timing.cache",
     nodes: Sequence[str] | None = None,
+    forced: Mapping[str, str] | None = None,
 ) -> str:
     """trtexec.sh: picks the TensorRT 10 or 11 build by `$TRT_MAJOR`, else by the banner of
     `trtexec --version`, else by `python3 -c 'import tensorrt'`. Relative paths are relative to
-    the script's folder. On TensorRT 10, `PD_STRONGLY_TYPED=1` builds fixed.onnx instead."""
+    the script's folder. On TensorRT 10, `PD_STRONGLY_TYPED=1` builds fixed.onnx instead. `forced`:
+    nodes fixed.onnx keeps FP32 beyond the answer (pinned too on TensorRT 10, named in the header)."""
     _check_precision(precision)
+    layers = with_forced(layers, forced)
     ok, bad = split_layer_names(layers)
     n_nodes = len(_dedupe(nodes)) if nodes is not None else None
     weak = _line(_trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, True), True)
@@ -353,6 +392,8 @@ def trtexec_script(
         "# TensorRT 11: strongly typed only (no --fp16, no layer precisions): the mixed-precision",
         "#   fixed.onnx carries the precisions itself and is built as it is.",
         "# Set TRT_MAJOR=10 or 11 to skip detection; PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x.",
+        "# Strongly typed builds say --noTF32 too: TF32 is on by default and would round the FP32 islands.",
+        *forced_comment_lines(forced),
         "set -euo pipefail",
         'cd "$(dirname "${BASH_SOURCE[0]}")"',
         "",
@@ -403,6 +444,57 @@ def trtexec_script(
     return "\n".join(out) + "\n"
 
 
+# polygraphy's TensorRT-RTX config leaves TF32 on; this postprocess function clears it (for either library).
+NO_TF32_POSTPROCESS = """from polygraphy.mod.trt_importer import lazy_import_trt
+
+
+def postprocess_config(builder, network, config):
+    config.clear_flag(lazy_import_trt().BuilderFlag.TF32)
+"""
+
+
+def tensorrt_rtx_script(
+    fixed_onnx: str,
+    compute_capabilities: Sequence[str],
+    *,
+    engine: str = "fixed.plan",
+    tactic_sources_avoid: Iterable[str] | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    forced: Mapping[str, str] | None = None,
+) -> str:
+    """tensorrt_rtx.sh: build the fixed engine with TensorRT-RTX through `polygraphy convert` (what PyPI's
+    `tensorrt-rtx` and `polygraphy` give; no GPU needed), strongly typed, TF32 off, for the compute
+    capabilities named (`PD_COMPUTE_CAPABILITIES` overrides them when set)."""
+    ccs = " ".join(compute_capabilities)
+    args = ["polygraphy", "convert", fixed_onnx, "--convert-to", "trt", "--strongly-typed"]
+    avoid = set(_tactics(tactic_sources_avoid))
+    if avoid:
+        args += ["--tactic-sources", *(t for t in TRT11_TACTIC_SOURCES if t not in avoid)]
+    for name, shape in (input_shapes or {}).items():
+        args += ["--input-shapes", f"{name}:[{','.join(str(int(d)) for d in shape)}]"]
+    cmd = " ".join(shlex.quote(a) for a in args)
+    out = [
+        "#!/usr/bin/env bash",
+        "# Generated by precision-doctor: build the fixed engine with TensorRT-RTX, ahead of time (no GPU needed).",
+        "# fixed.onnx holds the precisions (strongly typed); TF32 is cleared, since polygraphy's TensorRT-RTX",
+        "# config leaves it on and it would round the FP32 islands.",
+        "# Needs: pip install polygraphy tensorrt-rtx. The engine runs on GPUs of the compute capabilities",
+        "# it is built for (TensorRT-RTX runs none of compute capability 9.0).",
+        *forced_comment_lines(forced),
+        "set -euo pipefail",
+        'cd "$(dirname "${BASH_SOURCE[0]}")"',
+        'tmp="$(mktemp -d)"',
+        "trap 'rm -rf \"$tmp\"' EXIT",
+        "cat > \"$tmp/pd_no_tf32.py\" <<'PY'",
+        NO_TF32_POSTPROCESS.rstrip("\n"),
+        "PY",
+        f'read -r -a ccs <<< "${{PD_COMPUTE_CAPABILITIES:-{ccs}}}"',
+        f'POLYGRAPHY_USE_TENSORRT_RTX=1 {cmd} --compute-capabilities "${{ccs[@]}}" \\',
+        f'    --trt-config-postprocess-script "$tmp/pd_no_tf32.py" -o {shlex.quote(engine)}',
+    ]
+    return "\n".join(out) + "\n"
+
+
 def emit_all(
     model: str,
     fixed_onnx: str,
@@ -417,13 +509,18 @@ def emit_all(
     layers: Sequence[str] | None = None,
     engine: str = "fixed.plan",
     timing_cache: str | None = "timing.cache",
+    forced_fp32: Mapping[str, str] | None = None,
+    compute_capabilities: Sequence[str] = ("8.0", "8.6", "8.9", "12.0", "12.1"),
 ) -> dict[str, str]:
-    """Everything at once, for `emit --format trtexec|polygraphy|autocast|json`. `fallback_nodes`:
-    ONNX node names in topological order; `layers`: TensorRT layer names from a build, if known
-    (else the node names stand in for them)."""
+    """Everything at once, for `emit --format trtexec|polygraphy|autocast|json`. `model`: the file
+    whose node names the report uses (`toolnames.model_for_tools`); `fallback_nodes`: ONNX node
+    names in topological order; `layers`: TensorRT layer names from a build, if known (else the node
+    names stand in for them); `forced_fp32`: nodes fixed.onnx keeps FP32 beyond the answer, with
+    why (`precision.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets."""
     _check_precision(precision)
     avoid = list(tactic_sources_avoid) if tactic_sources_avoid else None
-    names = list(layers) if layers is not None else list(fallback_nodes)
+    forced = dict(forced_fp32 or {})
+    names = with_forced(list(layers) if layers is not None else list(fallback_nodes), forced)
     return {
         "trtexec_trt10": trtexec_trt10(
             model, names, precision, tactic_sources_avoid=avoid, engine=engine, timing_cache=timing_cache
@@ -448,8 +545,8 @@ def emit_all(
             inputs=inputs,
             tactic_sources_avoid=avoid,
         ),
-        "autocast": autocast_command(model, fallback_nodes, precision, inputs=inputs),
-        "layer_precisions_txt": layer_precisions_file(names, precision, from_build=layers is not None),
+        "autocast": autocast_command(model, with_forced(fallback_nodes, forced), precision, inputs=inputs),
+        "layer_precisions_txt": layer_precisions_file(names, precision, from_build=layers is not None, forced=forced),
         "trtexec_sh": trtexec_script(
             model,
             fixed_onnx,
@@ -459,5 +556,9 @@ def emit_all(
             engine=engine,
             timing_cache=timing_cache,
             nodes=fallback_nodes,
+            forced=forced,
+        ),
+        "tensorrt_rtx_sh": tensorrt_rtx_script(
+            fixed_onnx, compute_capabilities, engine=engine, tactic_sources_avoid=avoid, forced=forced
         ),
     }
