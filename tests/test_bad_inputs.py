@@ -3,7 +3,7 @@
 The default suite runs one representative case per failure class (traceback, exit code, not one
 line, message unclear, user file changed, behaviour); a case that badinputs/known.py lists as
 failing today is xfail(strict), so the fix that makes it pass must also take it off the list.
-The whole catalogue (213 cases, about 3 minutes on 2 cores) runs with PD_REPLAY=full and must fail
+The whole catalogue (over 200 cases, about 3 minutes on 2 idle cores) runs with PD_REPLAY=full and must fail
 exactly the cases known.py lists:
 
     PD_REPLAY=full .venv/bin/python -m pytest -q tests/test_bad_inputs.py
