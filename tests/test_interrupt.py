@@ -109,11 +109,12 @@ def test_another_thread_stops_a_run_by_its_token(tmp_path):
     model = tmp_path / "m.onnx"
     onnx.save(case.model, str(model))
     spec = RunSpec(str(model), tolerance=Tolerance(case.atol, case.rtol))
-    stop, searching, result = StopToken(), threading.Event(), {}
+    stop, searching, stopped, result = StopToken(), threading.Event(), threading.Event(), {}
 
-    def progress(ev):
+    def progress(ev):  # the first evaluation waits until the other thread has stopped the run
         if isinstance(ev, EvaluationEvent):
             searching.set()
+            stopped.wait(120)
 
     def run():
         result["report"] = api.diagnose(spec, tmp_path / "run", progress=progress, stop=stop)
@@ -122,6 +123,7 @@ def test_another_thread_stops_a_run_by_its_token(tmp_path):
     worker.start()
     assert searching.wait(120)
     stop.stop("cancelled by the service")
+    stopped.set()
     worker.join(120)
     rep = result["report"]
     assert rep.status == "interrupted" and rep.evaluations >= 1

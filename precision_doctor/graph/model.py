@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from precision_doctor.errors import UserError
+from precision_doctor.errors import SpecError, UserError
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
 CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
@@ -116,6 +118,12 @@ def load_model(path: str | os.PathLike, input_shapes: dict[str, list[int]] | Non
     try:
         proto = onnx.load(str(p), load_external_data=True)
     except Exception as exc:  # protobuf raises several unrelated types
+        missing = re.search(r"should be stored in (.+?), but it (doesn't exist|is not regular file)", str(exc))
+        if missing:
+            raise UserError(
+                f"{p}: its weights are stored in an external data file that is missing: {missing.group(1)} "
+                "(keep the model's .data file beside it)"
+            ) from exc
         raise UserError(f"not a readable ONNX model: {p} ({type(exc).__name__}: {str(exc)[:120]})") from exc
     if not proto.graph.node:
         raise UserError(f"not an ONNX model or an empty graph: {p}")
@@ -127,10 +135,13 @@ def from_proto(
 ) -> Model:
     """Build the inventory of an in-memory model (see `load_model`)."""
     renamed = name_nodes(proto.graph)
+    where = str(path) if path else "the model"
+    _check_io_types(proto.graph, where)
     try:
         onnx.checker.check_model(proto, full_check=False) if proto.ByteSize() < _TWO_GB else None
     except onnx.checker.ValidationError as exc:
-        raise UserError(f"invalid ONNX model: {str(exc).splitlines()[0][:200]}") from exc
+        raise UserError(f"{where}: invalid ONNX model: {str(exc).splitlines()[0][:200]}") from exc
+    check_runtime_support(proto, where)
     model_hash = hash_model(proto)
     if input_shapes:
         set_input_shapes(proto, input_shapes)
@@ -171,6 +182,64 @@ def from_proto(
     )
 
 
+def _check_io_types(graph: onnx.GraphProto, where: str) -> None:
+    """Graph inputs and outputs must say their type (the checker's message names no tensor)."""
+    for kind, infos in (("input", graph.input), ("output", graph.output)):
+        for vi in infos:
+            if not vi.HasField("type"):
+                raise UserError(f"{where}: invalid ONNX model: graph {kind} '{vi.name}' has no type")
+
+
+_DEFAULT_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")  # the ONNX checker knows these ops
+
+
+def check_runtime_support(proto: onnx.ModelProto, where: str = "the model") -> None:
+    """Refuse what ONNX Runtime cannot load, before anything runs: an ONNX opset newer than it
+    knows, or an op of a domain it does not know (a custom op, whose library this tool cannot load).
+    The message names the model, and the node and op."""
+    for imp in proto.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version > onnx.defs.onnx_opset_version():
+            newest = max(onnx.defs.onnx_opset_version(), _ort_newest_opset())
+            if imp.version > newest:
+                raise UserError(
+                    f"{where}: the model imports ONNX opset {imp.version}, but ONNX Runtime here supports opsets up "
+                    f"to {newest}: export it with opset {newest} or lower"
+                )
+    local = {(f.domain, f.name) for f in proto.functions}
+    for node in _all_nodes(proto.graph):
+        if node.domain in _DEFAULT_DOMAINS or (node.domain, node.op_type) in local:
+            continue
+        if (node.domain, node.op_type) not in _ort_ops():
+            raise UserError(
+                f"{where}: node '{node.name or node.op_type}' is the custom op '{node.op_type}' of domain "
+                f"'{node.domain}', which ONNX Runtime does not know (precision-doctor cannot load custom-op "
+                "libraries: export the model with standard ONNX ops)"
+            )
+
+
+def _all_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
+    """Every node, those of subgraphs (If/Loop/Scan bodies) too."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+                yield from _all_nodes(sub)
+
+
+@functools.cache
+def _ort_ops() -> frozenset[tuple[str, str]]:
+    """(domain, op type) of every op ONNX Runtime has a schema for (its contrib ops too)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    return frozenset((s.domain, s.name) for s in ort_c.get_all_operator_schema())
+
+
+def _ort_newest_opset() -> int:
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    return max(s.since_version for s in ort_c.get_all_operator_schema() if s.domain in ("", "ai.onnx"))
+
+
 def name_nodes(graph: onnx.GraphProto) -> list[str]:
     """Give unnamed (or duplicate-named) nodes stable names `<op>_<index>`; return the names given."""
     seen: set[str] = set()
@@ -207,10 +276,21 @@ def set_input_shapes(proto: onnx.ModelProto, shapes: dict[str, list[int]]) -> No
     by_name = {i.name: i for i in proto.graph.input}
     for name, dims in shapes.items():
         if name not in by_name:
-            raise UserError(f"--input-shapes names '{name}', which is not a model input")
+            raise SpecError("inputs.input_shapes", f"{{inputs.input_shapes}} names '{name}', which is not a model input")
         shape = by_name[name].type.tensor_type.shape
+        given = f"{name}:[{','.join(str(int(d)) for d in dims)}]"
         if len(shape.dim) and len(shape.dim) != len(dims):
-            raise UserError(f"--input-shapes {name}: model input has rank {len(shape.dim)}, got {dims}")
+            raise SpecError("inputs.input_shapes",
+                            f"{{inputs.input_shapes}} {given}: model input '{name}' has rank {len(shape.dim)}, got {len(dims)}")
+        fixed = [d.dim_value if d.HasField("dim_value") else None for d in shape.dim]
+        clash = [i for i, (f, d) in enumerate(zip(fixed, dims)) if f is not None and f > 0 and f != int(d)]
+        if clash:
+            shown = "[" + ", ".join("?" if f is None else str(f) for f in fixed) + "]"
+            raise SpecError(
+                "inputs.input_shapes",
+                f"{{inputs.input_shapes}} {given}: dimension {clash[0]} of input '{name}' is fixed to {fixed[clash[0]]} by the "
+                f"model ({shown}); only dynamic dimensions can be set"
+            )
         del shape.dim[:]
         for d in dims:
             shape.dim.add().dim_value = int(d)

@@ -11,6 +11,17 @@ from typing import Any
 
 import numpy as np
 
+from precision_doctor.errors import UserError
+
+
+class InvalidJSON(UserError, ValueError):
+    """A file that is not valid JSON (cut short, empty, binary): one line naming it. A ValueError,
+    so callers that treat an unreadable file as absent keep doing so."""
+
+
+class CannotWrite(UserError, OSError):
+    """A file that cannot be written (read-only directory, disk full): one line naming it."""
+
 
 def jsonable(obj: Any) -> Any:
     if isinstance(obj, dict):
@@ -42,12 +53,18 @@ def as_float(v: Any) -> float:
 def write_text_atomic(path: Path, text: str) -> None:
     """Write via a temporary file in the same directory and rename: readers never see half a file."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    except OSError as exc:
+        raise CannotWrite(f"cannot write {path}: {exc.strerror or exc}") from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
         os.chmod(tmp, 0o644)  # mkstemp makes 0600
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise CannotWrite(f"cannot write {path}: {exc.strerror or exc}") from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -58,4 +75,14 @@ def write_json(path: Path, obj: Any) -> None:
 
 
 def read_json(path: Path) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """The file's JSON; InvalidJSON (a UserError and a ValueError) naming the file if it is not JSON."""
+    data = Path(path).read_bytes()
+    if not data.strip():
+        raise InvalidJSON(f"{path} is empty (not JSON; cut short by an interruption?)")
+    try:
+        return json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidJSON(f"{path} is not JSON (not UTF-8 text; a binary file?)") from exc
+    except json.JSONDecodeError as exc:
+        raise InvalidJSON(f"{path} is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}; "
+                          "cut short or damaged?)") from exc

@@ -76,6 +76,18 @@ class Evaluation:
         }
 
 
+def _parse_record(line: str) -> dict | None:
+    """One checkpoint record; a record glued onto a torn line is taken from its end; None for a fragment."""
+    for start in (0, line.rfind('{"step": ', 1)):
+        if start < 0:
+            break
+        try:
+            return json.loads(line[start:])
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
 @dataclass
 class Budget:
     max_evaluations: int | None = None
@@ -107,14 +119,22 @@ class Oracle:
 
     # -- checkpoint --------------------------------------------------------------------------
     def load_checkpoint(self) -> int:
-        """Read earlier evaluations of this run; they count as done. Returns how many."""
+        """Read earlier evaluations of this run; they count as done. Returns how many.
+
+        A last line cut short by a kill (no newline) is cut off the file, so that the next record
+        starts a line of its own; a record appended onto such a fragment by an earlier version is
+        recovered from the line."""
         if not self.checkpoint or not self.checkpoint.exists():
             return 0
-        for line in self.checkpoint.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by an interruption
+        data = self.checkpoint.read_bytes()
+        if data and not data.endswith(b"\n"):
+            data = data[: data.rfind(b"\n") + 1]
+            with self.checkpoint.open("r+b") as f:
+                f.truncate(len(data))
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            rec = _parse_record(line)
+            if rec is None:
+                continue  # a fragment: its evaluation runs again
             fb = frozenset(rec["fallback"])
             outs = {k: OutputCheck(**{f: (as_float(x) if isinstance(x, str) else x) for f, x in v.items()})
                     for k, v in rec.get("outputs", {}).items()}

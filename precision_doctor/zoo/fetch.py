@@ -117,8 +117,8 @@ def fetch(
     """Fetch the registry's models (or `names`) into `dest` and write their recipes and `zoo.json`.
     Models already there with the right checksum are not downloaded again (unless `force`)."""
     dest = Path(dest)
-    dest.mkdir(parents=True, exist_ok=True)
     models = registry(names)
+    _make_dest(dest)
     wheels: dict[str, Path] = {}
     entries = []
     with tempfile.TemporaryDirectory(prefix="pd-zoo-") as tmp:
@@ -147,6 +147,18 @@ def fetch(
             entries.append({"name": m.name, "path": target.name, **recipe})
     write_manifest(dest, models)
     return entries
+
+
+def _make_dest(dest: Path) -> None:
+    """Create the zoo directory; a path that is a file, or one that cannot be created, is a UserError."""
+    if dest.exists() and not dest.is_dir():
+        raise UserError(f"--dest {dest} exists and is not a directory")
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=dest, prefix=".pd-write-test-")
+    except OSError as exc:
+        raise UserError(f"--dest {dest}: cannot write there ({exc.strerror or exc})") from exc
+    probe.close()
 
 
 def write_manifest(dest: Path, models: list[ZooModel] | None = None) -> Path:
