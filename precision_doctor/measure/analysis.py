@@ -320,12 +320,15 @@ def score(local: ErrorStats, input_absmax: float, fmt: Format) -> float:
     return float(local.rel_l2)
 
 
-def output_verdict(store: ActivationStore, outputs: list[str], tol: Tolerance) -> dict[str, OutputCheck]:
-    """Graph outputs of the low-precision run against the reference, per sample, under `tol`."""
+def output_verdict(store: ActivationStore, outputs: list[str], tol: Tolerance,
+                   references: list[dict[str, np.ndarray]] | None = None) -> dict[str, OutputCheck]:
+    """Graph outputs of the low-precision run against the reference (the stored FP32 run, or `references`:
+    one dict of outputs per sample), per sample, under `tol`."""
     verdict = {}
     for name in outputs:
         if not store.has(LOWP, name):
             continue
-        checks = [check(o, r, tol) for o, r in zip(store.iter_samples(LOWP, name), store.iter_samples(REFERENCE, name))]
+        refs = (r[name] for r in references) if references is not None else store.iter_samples(REFERENCE, name)
+        checks = [check(o, r, tol) for o, r in zip(store.iter_samples(LOWP, name), refs)]
         verdict[name] = merge(checks)
     return verdict

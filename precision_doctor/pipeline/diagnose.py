@@ -58,7 +58,7 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     confirm_backend = owned.enter_context(contextlib.closing(
         make_backend(b.confirm_backend, model, spec.precision, model.outputs, "backends.confirm_backend")
     )) if b.confirm_backend else None
-    check_run_settings(out_dir, run_settings(work, spec, validation), resume)
+    check_run_settings(out_dir, run_settings(work, spec, validation, _all_references(work)), resume)
     notify(progress, PhaseEvent("capture"))
     if resume and (out_dir / ACTIVATIONS).exists():
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
@@ -69,9 +69,12 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     space = build_space(model, analysis, fmt, spec.search.cost)
 
     notify(progress, PhaseEvent("reference"))
-    ref = ReferenceRunner(model)
-    refs = [ref.run(s) for s in work.samples]
-    val_refs = [ref.run(s) for s in validation]
+    if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
+        refs, val_refs = work.references, work.held_references or []
+    else:
+        ref = ReferenceRunner(model)
+        refs = [ref.run(s) for s in work.samples]
+        val_refs = [ref.run(s) for s in validation]
 
     budget = budget_of(spec.search)
     oracle = Oracle(
@@ -127,6 +130,10 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
         artifacts=artifacts, elapsed=time.monotonic() - t0, confirm=confirmed, confirm_verdict=confirm_verdict,
     )
     return write_report(out_dir, report)
+
+
+def _all_references(work: Workload) -> list[dict] | None:
+    return None if work.references is None else work.references + (work.held_references or [])
 
 
 def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:
