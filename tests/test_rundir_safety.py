@@ -149,3 +149,29 @@ def test_a_directory_in_use_is_refused_before_anything_else(tmp_path):
         with pytest.raises(RunDirLocked, match="other"):
             prepare_run_dir(tmp_path / "r", force=True)
         assert time.monotonic() - t0 < 5
+
+
+def test_every_file_a_run_writes_is_known_and_in_its_manifest(tmp_path):
+    """RUN_OUTPUTS (what --force checks) and the manifest (what it removes) cover a real run's files: a
+    confirmation (confirm.jsonl) of a model whose nodes the tool had to name (named.onnx)."""
+    import onnx
+
+    from precision_doctor import api, planted
+    from precision_doctor.results.rundir import BOOKKEEPING, RUN_OUTPUTS
+    from precision_doctor.spec import RunSpec
+
+    case = planted.cancellation()
+    model = case.model
+    for node in model.graph.node:
+        node.name = ""
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    spec = RunSpec.from_json({"model": str(tmp_path / "m.onnx"), "inputs": {"samples": 3},
+                              "tolerance": {"atol": case.atol, "rtol": case.rtol},
+                              "backends": {"confirm_backend": "ort-cpu"}})
+    report = api.diagnose(spec, tmp_path / "r")
+    assert report.passed
+    written = {p.name for p in (tmp_path / "r").iterdir()} - set(BOOKKEEPING)
+    assert {"named.onnx", "confirm.jsonl", "fixed.onnx", "report.html"} <= written
+    assert written <= set(RUN_OUTPUTS), written - set(RUN_OUTPUTS)
+    assert written <= manifest.listed(tmp_path / "r")
+    assert not (tmp_path / "r" / LOCK).exists()

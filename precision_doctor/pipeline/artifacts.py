@@ -31,7 +31,7 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
     """Write every artifact of the answer `fallback`; returns the commands (report.json's `commands`)."""
     model = work.model
     fixed = build_mixed(model, fallback, spec.precision, keep_io_types=spec.search.keep_io_types)
-    for name in (".fixed.onnx.partial", "fixed.onnx"):
+    for name in (".fixed.onnx.partial", ".fixed.onnx.partial.data", "fixed.onnx"):
         note_written(out_dir / name)
     onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
     (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")

@@ -29,6 +29,7 @@ SETTINGS_FILE = "run_settings.json"  # pipeline/settings.py writes it
 RUN_OUTPUTS = (
     "report.json", "report.md", "report.html", "activations.h5", ".activations.h5.partial", "layers.csv",
     "layers.json", "search.jsonl", "confirm.jsonl", SETTINGS_FILE, "fixed.onnx", ".fixed.onnx.partial",
+    ".fixed.onnx.partial.data",
     "named.onnx", ".named.onnx.partial", "inputs.json", "reference_outputs.json", "layer_precisions.txt",
     "trtexec.sh", "tensorrt_rtx.sh", "autocast_nodes_to_exclude.txt", "precision-doctor-error.log",
 )
@@ -129,9 +130,13 @@ def prepare_run_dir(path: Path, force: bool = False, resume: bool = False,
     check_protected(path, protect, also=not_ours(path) if force and not resume and not created else ())
     if not created:
         check_reusable(path, force, resume)
+    if resume and contents(path) and not (path / SETTINGS_FILE).is_file():
+        raise SpecError("resume", f"{{resume}}: {path} holds no run to continue (no {SETTINGS_FILE}); choose "
+                        "the --out of an interrupted run")
     try:
         path.mkdir(parents=True, exist_ok=True)
-        manifest.start(path, adopt=RUN_OUTPUTS if resume else ())
+        # a run of a version that kept no manifest: its files are ours
+        manifest.start(path, adopt=RUN_OUTPUTS if resume and (path / SETTINGS_FILE).is_file() else ())
     except OSError as exc:
         raise SpecError("out_dir", f"cannot write {{out_dir}} {path}: {exc.strerror or exc}") from None
     if force and not resume:
