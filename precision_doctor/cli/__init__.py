@@ -74,7 +74,8 @@ def stops_on_interrupt(out_dir: Path, hint: str, started: list[bool]):
         yield
     except KeyboardInterrupt:
         if not started[0]:
-            raise
+            err.print("interrupted before the run started; nothing was written")
+            raise typer.Exit(130) from None
         if Path(out_dir).is_dir():
             err.print(f"interrupted; what was written so far is in {out_dir} ({hint})")
         else:
