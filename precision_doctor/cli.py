@@ -196,7 +196,7 @@ def env() -> None:
 
 
 def main() -> None:
-    from precision_doctor import cli_batch, interrupt  # noqa: F401  (cli_batch registers `batch` and `zoo`)
+    from precision_doctor import cli_batch, cli_service, interrupt  # noqa: F401  (register batch, zoo; serve, submit, ...)
 
     interrupt.install()
     try:
