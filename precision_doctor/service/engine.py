@@ -249,7 +249,6 @@ def run_job(spec: dict, out_dir: Path, *, progress: ProgressSink, stop: StopToke
     precision and capture settings is taken from `cache` (and put there when made here). A stop
     (`stop`) ends the run at a safe point: status "interrupted" (the search reports its best set
     so far) or "stopped" (before or after the search). UserError for bad input, as the core."""
-    from precision_doctor.compare import capture_and_analyse
     from precision_doctor.diagnose import _samples_hash, held_out_samples, run_diagnose
     from precision_doctor.workload import InputOptions, load_workload
 
@@ -284,7 +283,7 @@ def run_job(spec: dict, out_dir: Path, *, progress: ProgressSink, stop: StopToke
             with (cache.locked(key) if cache else _nothing()):
                 reused = cache is not None and cache.get(key, out_dir / ACTIVATIONS)
                 if not reused:
-                    capture_and_analyse(work, opts.precision, opts.tolerance, out_dir, settings=opts.capture)
+                    _capture(work, opts, out_dir, progress)
                     if cache is not None:
                         cache.put(key, out_dir / ACTIVATIONS)
             capture_s = time.monotonic() - t0
@@ -299,6 +298,23 @@ def run_job(spec: dict, out_dir: Path, *, progress: ProgressSink, stop: StopToke
         fp32_flop_share=r.get("fp32_flop_share"), evaluations=r.get("evaluations"), elapsed_s=r.get("elapsed_s"),
         reason=r.get("reason"), capture_reused=reused, capture_s=capture_s,
     )
+
+
+def _capture(work, opts, out_dir: Path, progress: ProgressSink) -> None:
+    """The reference, low-precision and local runs into out_dir/activations.h5 (what
+    compare.capture_and_analyse writes, without its analysis: diagnose analyses the file itself)."""
+    from precision_doctor.capture import capture
+    from precision_doctor.precision.formats import get_format
+
+    tmp = out_dir / f".{ACTIVATIONS}.partial"
+    attrs = {"tolerance": opts.tolerance.to_dict(), "input_source": work.inputs.describe()}
+
+    def on_capture(stage: str, done: int, total: int) -> None:
+        progress({"kind": "capture", "stage": stage, "done": done, "total": total})
+
+    capture(work.model, work.samples, get_format(opts.precision), tmp, frozenset(), opts.capture, attrs=attrs,
+            progress=on_capture)
+    tmp.replace(out_dir / ACTIVATIONS)
 
 
 @contextmanager

@@ -150,6 +150,11 @@ class Store:
             rows = con.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
         return {s: 0 for s in STATES} | {r[0]: r[1] for r in rows}
 
+    def cancel_requested(self, job_id: str) -> bool:
+        with self._conn() as con:
+            row = con.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return bool(row and row[0])
+
     def version(self, job_id: str) -> tuple[int, str] | None:
         """(version, state): a cheap poll for the event stream."""
         with self._conn() as con:

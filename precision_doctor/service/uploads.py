@@ -56,7 +56,8 @@ async def read_submission(request: Request) -> Submission:
             raise Refused(400, f"unknown field '{unknown[0]}' (known: model, settings, name)")
         if not isinstance(body.get("model"), str):
             raise Refused(400, "'model' must be the path of an ONNX model on the server (or upload one as multipart)")
-        return Submission(_name(body.get("name")), body.get("settings") or {}, model_path=body["model"])
+        settings = body.get("settings")
+        return Submission(_name(body.get("name")), {} if settings is None else settings, model_path=body["model"])
     if kind != "multipart/form-data":
         raise Refused(415, "send application/json or multipart/form-data")
     try:

@@ -60,6 +60,8 @@ class Pulse(threading.Thread):
             p = self.progress
             if event["kind"] == "phase":
                 p["phase"] = event["phase"]
+            elif event["kind"] == "capture":
+                p["capture"] = {k: event[k] for k in ("stage", "done", "total")}
             elif event["kind"] == "evaluation":
                 p.update(evaluations=event["step"], search_phase=event["phase"], last_size=event["size"],
                          last_passed=event["passed"], best_size=event["best_size"])
@@ -82,6 +84,11 @@ class Pulse(threading.Thread):
                 _log(f"job {self.job.id} did not stop within {ORPHAN_GRACE_S:.0f} s of the daemon's end; exiting")
                 os._exit(3)
             if not self.dirty and now - last_beat < self.lease_s / 4:
+                try:
+                    if not self.stop_token.stopped and self.store.cancel_requested(self.job.id):
+                        self.stop_token.stop("cancel")
+                except Exception as exc:  # a locked or vanished database: try again next tick
+                    _log(f"reading job {self.job.id} failed: {exc}")
                 continue
             try:
                 ours, cancel = self.store.heartbeat(self.job.id, self.job.token or "", self.lease_s,
