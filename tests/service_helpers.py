@@ -153,3 +153,19 @@ def slow_model(path: Path, blocks: int = 8, iterations: int = 150, width: int = 
     onnx.save(model, str(path))
     return path, {"inputs": {"samples": 2, "seed": 0}, "tolerance": {"atol": 1e-2, "rtol": 1e-2},
                   "search": {"strategy": "linear"}}
+
+
+def assert_resumed_once(run_dir: Path, before: list[str]) -> None:
+    """The run directory of a job cut off (its checkpoint then held `before`) and resumed: the checkpoint
+    kept those lines as they were (the attempt continued, it did not start over) and the complete report
+    counts exactly the checkpoint's evaluations, none repeated; its artifacts are whole."""
+    assert before, "the job was cut off before its first evaluation"
+    final = (run_dir / "search.jsonl").read_text().splitlines()
+    assert final[: len(before) - 1] == before[:-1]  # (the last line may have been cut short by the kill)
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["status"] == "complete" and report["passed"] is True
+    lines = [json.loads(x) for x in final if x.strip()]
+    sets = [tuple(sorted(x["fallback"])) for x in lines]
+    assert len(sets) == len(set(sets)) == report["evaluations"]
+    onnx.load(str(run_dir / "fixed.onnx"))
+    assert (run_dir / "report.html").stat().st_size > 1000

@@ -8,13 +8,12 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 
 import httpx
 import numpy as np
 import onnx
 import pytest
-from service_helpers import Daemon, planted_job_files, slow_model
+from service_helpers import Daemon, assert_resumed_once, planted_job_files, slow_model
 
 
 @pytest.fixture(scope="module")
@@ -225,24 +224,8 @@ def test_a_dead_worker_is_replaced_and_its_job_resumes(env) -> None:
     assert done["state"] == "done" and done["attempts"] == 2, done
     runs = [json.loads(x) for x in (d.state_dir / "jobs" / job["id"] / "runs.log").read_text().splitlines()]
     assert [r["attempt"] for r in runs] == [1, 2] and runs[0]["pid"] == pid != runs[1]["pid"]
-    _assert_resumed_once(run_dir, before)
+    assert_resumed_once(run_dir, before)
     deadline = time.monotonic() + 30
     while httpx.get(f"{d.url}/healthz").json()["workers"] != 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert httpx.get(f"{d.url}/healthz").json()["workers"] == 2
-
-
-def _assert_resumed_once(run_dir: Path, before: list[str]) -> None:
-    """The run directory of a job cut off (its checkpoint then held `before`) and resumed: the checkpoint
-    kept those lines as they were (the attempt continued, it did not start over) and the complete report
-    counts exactly the checkpoint's evaluations, none repeated; its artifacts are whole."""
-    assert before, "the job was cut off before its first evaluation"
-    final = (run_dir / "search.jsonl").read_text().splitlines()
-    assert final[: len(before) - 1] == before[:-1]  # (the last line may have been cut short by the kill)
-    report = json.loads((run_dir / "report.json").read_text())
-    assert report["status"] == "complete" and report["passed"] is True
-    lines = [json.loads(x) for x in final if x.strip()]
-    sets = [tuple(sorted(x["fallback"])) for x in lines]
-    assert len(sets) == len(set(sets)) == report["evaluations"]
-    onnx.load(str(run_dir / "fixed.onnx"))
-    assert (run_dir / "report.html").stat().st_size > 1000
