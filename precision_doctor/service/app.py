@@ -73,7 +73,7 @@ def create_app(config: ServiceConfig, supervise: bool = True) -> FastAPI:
     @app.get("/healthz", summary="Liveness: workers alive and jobs by state")
     def healthz() -> dict:
         return {"ok": True, "version": __version__, "workers": supervisor.alive() if supervise else 0,
-                "jobs": store.counts(), "max_upload_mb": config.max_upload_mb}
+                "worker_deaths": supervisor.deaths, "jobs": store.counts(), "max_upload_mb": config.max_upload_mb}
 
     @app.post("/jobs", status_code=201, summary="Submit a job",
               description="JSON `{model: server path, settings, name}`, or multipart with `model` (file) or `model_path`, "

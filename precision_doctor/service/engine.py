@@ -260,7 +260,8 @@ def run_job(spec: dict, out_dir: Path, *, progress: ProgressSink, stop: StopToke
     best: list[int] = []
 
     def on_stage(name: str) -> None:
-        progress({"kind": "phase", "phase": name})
+        # run_diagnose's "capture" stage finds activations.h5 in place (seeded or captured here): it analyses
+        progress({"kind": "phase", "phase": "analyse" if name == "capture" else name})
 
     def on_evaluation(ev) -> None:
         if ev.verdict.passed and (not best or len(ev.fallback) < best[0]):
@@ -277,7 +278,7 @@ def run_job(spec: dict, out_dir: Path, *, progress: ProgressSink, stop: StopToke
         opts = _options(settings, resume=True)  # resume: a seeded or earlier capture in out_dir is used
         reused, capture_s = False, None
         if not (out_dir / ACTIVATIONS).is_file():
-            on_stage("capture")
+            progress({"kind": "phase", "phase": "capture"})
             key = capture_key(work.model.model_hash, _samples_hash(work.samples), settings)
             t0 = time.monotonic()
             with (cache.locked(key) if cache else _nothing()):

@@ -35,6 +35,7 @@ from precision_doctor.service.store import Job, Store
 ORPHAN_GRACE_S = 20.0  # after the daemon is gone: the job's time to reach a safe point
 LOCK_WAIT_S = 60.0  # how long a worker waits for a job's run directory (a worker of a killed daemon may hold it)
 PROGRESS_EVERY_S = 0.25
+RESPAWN_DELAY_S = 5.0  # a worker that died within this long of its start is restarted after this long
 _LOG_PREFIX = "precision-doctor worker"
 
 
@@ -48,7 +49,8 @@ class Pulse(threading.Thread):
     def __init__(self, store: Store, job: Job, lease_s: float, stop, daemon_gone: threading.Event):
         super().__init__(name="pd-pulse", daemon=True)
         self.store, self.job, self.lease_s, self.stop_token, self.daemon_gone = store, job, lease_s, stop, daemon_gone
-        self.progress: dict = {"phase": "claimed", "evaluations": 0, "best_size": None}
+        self.progress: dict = {"phase": "claimed", "evaluations": 0, "best_size": None, "phase_s": {}}
+        self.phase_started = time.monotonic()
         self.lock = threading.Lock()
         self.dirty = True
         self.done = threading.Event()
@@ -59,6 +61,7 @@ class Pulse(threading.Thread):
         with self.lock:
             p = self.progress
             if event["kind"] == "phase":
+                self._close_phase()
                 p["phase"] = event["phase"]
             elif event["kind"] == "capture":
                 p["capture"] = {k: event[k] for k in ("stage", "done", "total")}
@@ -67,10 +70,19 @@ class Pulse(threading.Thread):
                          last_passed=event["passed"], best_size=event["best_size"])
             self.dirty = True
 
-    def snapshot(self) -> dict:
+    def _close_phase(self) -> None:
+        """Add the time since the phase began to its total in progress["phase_s"] (under the lock)."""
+        now, spent = time.monotonic(), self.progress["phase_s"]
+        phase = self.progress["phase"]
+        spent[phase] = round(spent.get(phase, 0.0) + now - self.phase_started, 3)
+        self.phase_started = now
+
+    def snapshot(self, final: bool = False) -> dict:
         with self.lock:
+            if final:
+                self._close_phase()
             self.dirty = False
-            return dict(self.progress)
+            return {**self.progress, "phase_s": dict(self.progress["phase_s"])}
 
     def run(self) -> None:
         last_beat = 0.0
@@ -222,7 +234,7 @@ class Worker:
         raise AssertionError("unreachable")
 
     def _conclude(self, job: Job, stop, pulse: Pulse, state: str, result: dict | None, error: str | None) -> None:
-        progress = pulse.snapshot()
+        progress = pulse.snapshot(final=True)
         token = job.token or ""
         if state == "stopped" and stop.reason == "cancel":
             progress["phase"] = "cancelled"
@@ -292,9 +304,11 @@ class Supervisor:
     def __init__(self, config: ServiceConfig, store: Store):
         self.config, self.store = config, store
         self.state = StateDir(config.state_dir)
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, tuple[int, subprocess.Popen]] = {}  # worker id -> (slot, process)
         self.spawned = 0
         self.deaths = 0
+        self.born: dict[str, float] = {}  # worker id -> when it started
+        self.due: dict[int, float] = {}  # slot -> when to start its next worker (after quick deaths)
         self.lock = threading.Lock()
         self.closing = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="pd-supervisor", daemon=True)
@@ -321,14 +335,13 @@ class Supervisor:
         cmd = [sys.executable, "-m", "precision_doctor.service.workers", "--state-dir", str(self.state.root),
                "--worker-id", wid, "--lease-s", str(self.config.lease_s), "--max-jobs", str(self.config.max_jobs_per_worker),
                "--cache-mb", str(self.config.cache_mb)]
-        proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, env=env, start_new_session=True)
-        proc.index = index  # type: ignore[attr-defined]
-        self.procs[wid] = proc
+        self.procs[wid] = (index, subprocess.Popen(cmd, stdin=subprocess.PIPE, env=env, start_new_session=True))
+        self.born[wid] = time.monotonic()
 
     def wake(self) -> None:
         """A job was submitted: wake the idle workers."""
         with self.lock:
-            for proc in self.procs.values():
+            for _, proc in self.procs.values():
                 try:
                     assert proc.stdin is not None
                     os.write(proc.stdin.fileno(), b"\n")
@@ -337,11 +350,7 @@ class Supervisor:
 
     def alive(self) -> int:
         with self.lock:
-            return sum(1 for p in self.procs.values() if p.poll() is None)
-
-    def pids(self) -> list[int]:
-        with self.lock:
-            return [p.pid for p in self.procs.values() if p.poll() is None]
+            return sum(1 for _, p in self.procs.values() if p.poll() is None)
 
     def _loop(self) -> None:
         while not self.closing.wait(self.TICK_S):
@@ -352,7 +361,7 @@ class Supervisor:
 
     def tick(self) -> None:
         with self.lock:
-            for wid, proc in list(self.procs.items()):
+            for wid, (index, proc) in list(self.procs.items()):
                 code = proc.poll()
                 if code is None:
                     continue
@@ -362,9 +371,13 @@ class Supervisor:
                 if code != 0 or jobs:
                     _log(f"worker {wid} (pid {proc.pid}) ended with exit code {code}; its job(s) "
                          f"{', '.join(jobs) or 'none'} re-queued or ended")
-                if not self.closing.is_set():
-                    self._spawn(proc.index)  # type: ignore[attr-defined]
-            by_pid = {p.pid: wid for wid, p in self.procs.items()}
+                quick = time.monotonic() - self.born.pop(wid, 0.0) < RESPAWN_DELAY_S
+                self.due[index] = time.monotonic() + (RESPAWN_DELAY_S if quick and code != 0 else 0.0)
+            for index, when in list(self.due.items()):  # a worker that dies at once is not restarted in a tight loop
+                if when <= time.monotonic() and not self.closing.is_set():
+                    del self.due[index]
+                    self._spawn(index)
+            by_pid = {p.pid: wid for wid, (_, p) in self.procs.items()}
         for job in self.store.expired():
             if job.pid in by_pid and by_pid[job.pid] == job.worker:
                 self._kill(job.worker or "", f"its lease on job {job.id} ran out (hung)")
@@ -376,7 +389,7 @@ class Supervisor:
 
     def _kill(self, wid: str, why: str) -> None:
         with self.lock:
-            proc = self.procs.get(wid)
+            proc = self.procs.get(wid, (0, None))[1]
         if proc is not None and proc.poll() is None:
             _log(f"killing worker {wid} (pid {proc.pid}): {why}")
             proc.kill()
@@ -388,7 +401,7 @@ class Supervisor:
         if self.thread.is_alive():
             self.thread.join(5)
         with self.lock:
-            procs = dict(self.procs)
+            procs = {wid: p for wid, (_, p) in self.procs.items()}
         for proc in procs.values():
             with contextlib.suppress(OSError, ValueError):
                 assert proc.stdin is not None
