@@ -83,6 +83,9 @@ def _seconds(job: dict) -> float:
     return (t[1] - t[0]).total_seconds()
 
 
+BACKEND = {"backend": "emulate"}  # --backend: what every job's search runs on
+
+
 def planted_files(root: Path, name: str, n: int = 3) -> tuple[Path, dict]:
     case = planted.CASES[name]()
     root.mkdir(parents=True, exist_ok=True)
@@ -91,7 +94,8 @@ def planted_files(root: Path, name: str, n: int = 3) -> tuple[Path, dict]:
     for i, s in enumerate(case.samples(n, seed=0)):
         files.append(str(root / f"{name}_{i}.npz"))
         np.savez(files[-1], **s)
-    return root / f"{name}.onnx", {"inputs": {"files": files}, "tolerance": {"atol": case.atol, "rtol": case.rtol}}
+    return root / f"{name}.onnx", {"inputs": {"files": files}, "tolerance": {"atol": case.atol, "rtol": case.rtol},
+                                   "backends": dict(BACKEND)}
 
 
 def zoo_job(zoo: Path, name: str, max_evaluations: int, samples: int) -> tuple[Path, dict]:
@@ -104,7 +108,8 @@ def zoo_job(zoo: Path, name: str, max_evaluations: int, samples: int) -> tuple[P
         inputs["val_ranges"] = inputs.pop("val_range")
     tol = {k: v for k, v in (recipe.get("tolerance") or {}).items() if k != "margin"}
     return (zoo / f"{name}.onnx").resolve(), {"inputs": inputs, "tolerance": tol, "precision": recipe.get("precision", "fp16"),
-                                              "search": {"strategy": "auto", "max_evaluations": max_evaluations}}
+                                              "search": {"strategy": "auto", "max_evaluations": max_evaluations},
+                                              "backends": dict(BACKEND)}
 
 
 def reuse(out: Path, files: Path, zoo: Path | None, zoo_model: str, zoo_evals: int, zoo_samples: int) -> list[dict]:
@@ -158,8 +163,10 @@ def main() -> None:
     p.add_argument("--zoo-model", default="ppocr-mobile-cls")
     p.add_argument("--zoo-max-evaluations", type=int, default=20)
     p.add_argument("--zoo-samples", type=int, default=4, help="sample files of the zoo model to use (the first ones)")
+    p.add_argument("--backend", default="emulate", help="the jobs' backend (ort-cuda on a GPU machine; ort-cpu to try that here)")
     p.add_argument("--quick", action="store_true", help="6 jobs, one worker count, no zoo model: a smoke run")
     a = p.parse_args()
+    BACKEND["backend"] = a.backend
     out = OUT / "service_throughput"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)

@@ -21,9 +21,9 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
         raise Refused(422, str(exc), setting=exc.setting) from None
     if (sub.model_path is None) == (sub.model_upload is None):
         raise Refused(400, "give exactly one model: an uploaded file ('model') or a path on the server ('model_path')")
-    model = confined(sub.model_path, config.allow_roots, "model_path") if sub.model_path is not None else None
+    model = confined(sub.model_path, config.allow_roots, sub.model_field) if sub.model_path is not None else None
     if model is not None and model.suffix.lower() not in MODEL_SUFFIXES:
-        raise Refused(400, f"model_path: '{sub.model_path}' is not an .onnx file")
+        raise Refused(400, f"{sub.model_field}: '{sub.model_path}' is not an .onnx file")
     job_id = new_id()
     inputs_dir = state.inputs_dir(job_id)
     try:

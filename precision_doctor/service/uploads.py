@@ -37,6 +37,7 @@ class Submission:
     model_upload: UploadFile | None = None
     inputs: list[UploadFile] = field(default_factory=list)
     validate_inputs: list[UploadFile] = field(default_factory=list)
+    model_field: str = "model_path"  # what the request called the server path (for messages)
 
 
 async def read_submission(request: Request) -> Submission:
@@ -57,7 +58,8 @@ async def read_submission(request: Request) -> Submission:
         if not isinstance(body.get("model"), str):
             raise Refused(400, "'model' must be the path of an ONNX model on the server (or upload one as multipart)")
         settings = body.get("settings")
-        return Submission(_name(body.get("name")), {} if settings is None else settings, model_path=body["model"])
+        return Submission(_name(body.get("name")), {} if settings is None else settings, model_path=body["model"],
+                          model_field="model")
     if kind != "multipart/form-data":
         raise Refused(415, "send application/json or multipart/form-data")
     try:
