@@ -47,7 +47,21 @@ SETTING_FLAGS = {
 }
 
 
+def _needs_service_extra() -> None:
+    """One line instead of an ImportError when the `service` extra is not installed."""
+    from precision_doctor.errors import UserError
+
+    try:
+        import fastapi  # noqa: F401
+        import httpx  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise UserError(f"the service commands need the 'service' extra ({exc.name} is missing): "
+                        "pip install 'precision-doctor[service]'") from None
+
+
 def _client(server: str | None, token: str | None):
+    _needs_service_extra()
     from precision_doctor.client import Client
 
     return Client(server, token)
@@ -68,6 +82,7 @@ def serve(
     cache_mb: float = typer.Option(4096.0, "--cache-mb", help="Disk for captures shared across jobs, MiB (0: no cache)."),
 ) -> None:
     """Run the diagnosis daemon: HTTP API, job queue, workers and pages (Ctrl-C stops it; running jobs resume later)."""
+    _needs_service_extra()
     from precision_doctor.service.config import ServiceConfig, default_state_dir
     from precision_doctor.service.daemon import serve as run
     from precision_doctor.service.engine import gpu_count

@@ -151,7 +151,7 @@ class Worker:
     """One worker process's loop: claim, run, record; until the daemon goes or `max_jobs` ran."""
 
     def __init__(self, state: StateDir, worker_id: str, lease_s: float, max_jobs: int, cache_mb: float):
-        from precision_doctor.service.engine import CaptureCache
+        from precision_doctor.service.cache import CaptureCache
 
         self.state, self.id, self.lease_s, self.max_jobs = state, worker_id, lease_s, max_jobs
         self.store = Store(state.db)
