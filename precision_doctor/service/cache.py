@@ -1,8 +1,9 @@
-"""Captures shared across jobs: a second diagnosis of the same model, samples, precision and capture
-settings copies the first one's activations.h5 instead of capturing again."""
+"""The daemon's capture cache: finished captures (activations.h5, their analysis kept inside) in one
+directory, shared by every worker process; the core's `pipeline.capture_cache.CaptureCache` protocol."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
@@ -12,10 +13,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
-class CaptureCache:
-    """Captures (activations.h5 with the reference, low-precision and local runs) shared across jobs,
-    keyed by `capture_key`; at most `limit_mb` on disk, least recently used dropped first. A run
-    directory gets a copy (the core appends the "fixed" run to its own file)."""
+class DirectoryCaptureCache:
+    """Captures by key (`pipeline.capture_cache.capture_key`) in `root`, at most `limit_mb` on disk, least
+    recently used dropped first. A run directory gets a copy (the core appends the "fixed" run to its own
+    file). The per-key lock is an flock, so it holds across processes."""
 
     def __init__(self, root: Path, limit_mb: float):
         self.root = Path(root)
@@ -28,9 +29,10 @@ class CaptureCache:
         return self.root / f"{key}.h5"
 
     @contextmanager
-    def locked(self, key: str) -> Iterator[None]:
+    def lock(self, key: str) -> Iterator[None]:
         """Held while a job looks up and, on a miss, makes this capture: a second job of the same
         model waits and then reuses it instead of capturing it again."""
+        self._path(key)  # a well-formed key
         with open(self.root / f"{key}.lock", "a+") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             try:
@@ -39,16 +41,23 @@ class CaptureCache:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
     def get(self, key: str, dest: Path) -> bool:
+        """Copy the capture of `key` to `dest`; False when there is none."""
         src = self._path(key)
         if not src.is_file():
             return False
         tmp = dest.with_name(f".{dest.name}.partial")
-        shutil.copyfile(src, tmp)
+        try:
+            shutil.copyfile(src, tmp)
+        except FileNotFoundError:  # dropped by another process's eviction just now
+            tmp.unlink(missing_ok=True)
+            return False
         tmp.replace(dest)
-        os.utime(src)  # recently used
+        with contextlib.suppress(FileNotFoundError):
+            os.utime(src)  # recently used
         return True
 
     def put(self, key: str, src: Path) -> None:
+        """Keep a copy of `src` under `key` (nothing when the limit is 0), then trim to the limit."""
         if self.limit <= 0:
             return
         dest = self._path(key)
@@ -58,11 +67,15 @@ class CaptureCache:
         self._evict(keep=dest)
 
     def _evict(self, keep: Path) -> None:
-        files = sorted(self.root.glob("*.h5"), key=lambda p: p.stat().st_mtime)
-        total = sum(p.stat().st_size for p in files)
-        for p in files:
+        entries = []
+        for p in self.root.glob("*.h5"):
+            with contextlib.suppress(FileNotFoundError):  # another process may drop entries meanwhile
+                st = p.stat()
+                entries.append((st.st_mtime, st.st_size, p))
+        total = sum(size for _, size, _ in entries)
+        for _, size, p in sorted(entries):
             if total <= self.limit:
                 break
             if p != keep:
-                total -= p.stat().st_size
                 p.unlink(missing_ok=True)
+                total -= size
