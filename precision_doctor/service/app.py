@@ -16,10 +16,11 @@ from precision_doctor.service import pages
 from precision_doctor.service.auth import COOKIE, Guard, token_ok
 from precision_doctor.service.config import ServiceConfig, StateDir
 from precision_doctor.service.events import job_events
-from precision_doctor.service.jobs import create_job, job_json
-from precision_doctor.service.store import STATES, Job, Store
+from precision_doctor.service.jobs import create_job
+from precision_doctor.service.schema import STATES
+from precision_doctor.service.store import Job, Store, view
+from precision_doctor.service.supervisor import Supervisor
 from precision_doctor.service.uploads import Refused, artifact, list_artifacts, read_submission
-from precision_doctor.service.workers import Supervisor
 
 log = logging.getLogger("precision_doctor.service")
 
@@ -82,17 +83,17 @@ def create_app(config: ServiceConfig, supervise: bool = True) -> FastAPI:
         job = create_job(await read_submission(request), config, state, store)
         if supervise:
             supervisor.wake()
-        return JSONResponse(job_json(job), status_code=201, headers={"location": f"/jobs/{job.id}"})
+        return JSONResponse(view(job).to_json(), status_code=201, headers={"location": f"/jobs/{job.id}"})
 
     @app.get("/jobs", summary="Jobs, newest first")
     def list_jobs(state_: str | None = Query(None, alias="state"), limit: int = Query(200, ge=1, le=5000)) -> dict:
         if state_ is not None and state_ not in STATES:
             raise Refused(400, f"state must be one of {', '.join(STATES)}")
-        return {"jobs": [job_json(j, detail=False) for j in store.list(state_, limit)]}
+        return {"jobs": [view(j, detail=False).to_json() for j in store.list(state_, limit)]}
 
     @app.get("/jobs/{job_id}", summary="One job: state, progress, result")
     def get(job_id: str) -> dict:
-        return job_json(get_job(job_id))
+        return view(get_job(job_id)).to_json()
 
     @app.delete("/jobs/{job_id}", summary="Cancel a job",
                 description="A queued job is cancelled at once (200); a running one stops at its next safe point (202).")
@@ -101,7 +102,7 @@ def create_app(config: ServiceConfig, supervise: bool = True) -> FastAPI:
         if job.terminal:
             raise Refused(409, f"job {job_id} is already {job.state}")
         job = store.request_cancel(job_id) or job
-        return JSONResponse(job_json(job), status_code=200 if job.terminal else 202)
+        return JSONResponse(view(job).to_json(), status_code=200 if job.terminal else 202)
 
     @app.get("/jobs/{job_id}/report", summary="The HTML report", response_class=HTMLResponse)
     def report(job_id: str) -> FileResponse:

@@ -1,5 +1,5 @@
 """A small httpx client of the precision-doctor daemon (used by the `submit`, `jobs`, `status`, `wait`
-and `cancel` commands; usable from scripts)."""
+and `cancel` commands; usable from scripts). Jobs come back typed (`schema.JobView`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 
 from precision_doctor.errors import UserError
+from precision_doctor.service.schema import JobView
 
 SERVER_ENV = "PRECISION_DOCTOR_SERVER"
 TOKEN_ENV = "PRECISION_DOCTOR_TOKEN"
@@ -61,10 +62,12 @@ class Client:
         return self._request("GET", "/healthz").json()
 
     def submit(self, settings: dict, model: Path | None = None, model_path: str | None = None,
-               inputs: list[Path] | None = None, validate_inputs: list[Path] | None = None, name: str | None = None) -> dict:
-        """Queue a job: upload `model` and the sample files, or name `model_path` on the server."""
+               inputs: list[Path] | None = None, validate_inputs: list[Path] | None = None, name: str | None = None) -> JobView:
+        """Queue a job (`settings`: the RunSpec's JSON sections): upload `model` and the sample files, or
+        name `model_path` on the server."""
         if model is None:
-            return self._request("POST", "/jobs", json={"model": model_path, "settings": settings, "name": name}).json()
+            body = {"model": model_path, "settings": settings, "name": name}
+            return JobView.from_json(self._request("POST", "/jobs", json=body).json())
         data = {"settings": json.dumps(settings), **({"name": name} if name else {})}
         if model_path is not None:
             data["model_path"] = model_path
@@ -74,22 +77,23 @@ class Client:
                 for p in paths:
                     files.append((field, (Path(p).name, stack.enter_context(open(p, "rb")), "application/octet-stream")))
             try:
-                return self._request("POST", "/jobs", data=data, files=files).json()
+                return JobView.from_json(self._request("POST", "/jobs", data=data, files=files).json())
             except ClientError as exc:
                 if exc.status == 0 and "WriteError" in str(exc):
                     raise ClientError(f"the daemon at {self.server} closed the connection during the upload (larger "
                                       "than its --max-upload-mb?)") from None
                 raise
 
-    def jobs(self, state: str | None = None, limit: int = 200) -> list[dict]:
+    def jobs(self, state: str | None = None, limit: int = 200) -> list[JobView]:
         params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
-        return self._request("GET", "/jobs", params=params).json()["jobs"]
+        return [JobView.from_json(j) for j in self._request("GET", "/jobs", params=params).json()["jobs"]]
 
-    def job(self, job_id: str) -> dict:
-        return self._request("GET", f"/jobs/{job_id}").json()
+    def job(self, job_id: str) -> JobView:
+        return JobView.from_json(self._request("GET", f"/jobs/{job_id}").json())
 
     def report(self, job_id: str) -> dict | None:
-        """The job's report.json, or None when it has none (yet)."""
+        """The job's report.json as sent (`results.report.Report.from_json` reads it), or None when it has
+        none (yet)."""
         try:
             return self._request("GET", f"/jobs/{job_id}/artifacts/report.json").json()
         except ClientError as exc:
@@ -97,11 +101,12 @@ class Client:
                 return None
             raise
 
-    def cancel(self, job_id: str) -> dict:
-        return self._request("DELETE", f"/jobs/{job_id}").json()
+    def cancel(self, job_id: str) -> JobView:
+        return JobView.from_json(self._request("DELETE", f"/jobs/{job_id}").json())
 
-    def events(self, job_id: str) -> Iterator[tuple[str, dict]]:
-        """(event, data) from the job's server-sent events until the stream ends."""
+    def events(self, job_id: str) -> Iterator[tuple[str, JobView]]:
+        """(event, job) from the job's server-sent events ("job" on each change, then "end") until the
+        stream ends."""
         try:
             with self.http.stream("GET", f"/jobs/{job_id}/events", timeout=httpx.Timeout(10.0, read=60.0)) as resp:
                 if resp.status_code >= 400:
@@ -111,7 +116,7 @@ class Client:
                 for line in resp.iter_lines():
                     if not line:
                         if data:
-                            yield event, json.loads("\n".join(data))
+                            yield event, JobView.from_json(json.loads("\n".join(data)))
                         event, data = "message", []
                     elif line.startswith("event:"):
                         event = line[6:].strip()

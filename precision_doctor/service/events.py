@@ -10,8 +10,8 @@ from collections.abc import AsyncIterator
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 
-from precision_doctor.service.jobs import job_json
-from precision_doctor.service.store import TERMINAL, Store
+from precision_doctor.service.schema import TERMINAL
+from precision_doctor.service.store import Store, view
 
 POLL_S = 0.2
 KEEPALIVE_S = 15.0
@@ -30,14 +30,14 @@ async def job_events(store: Store, job_id: str, request: Request) -> AsyncIterat
     while not await request.is_disconnected():
         seen = await run_in_threadpool(store.version, job_id)
         if seen is None:
-            yield sse("end", {"id": job_id, "state": "gone"})
+            yield sse("end", {"id": job_id, "name": "", "state": "gone"})
             return
         if seen[0] != last:
             job = await run_in_threadpool(store.get, job_id)
             if job is None:
                 continue
             last, quiet_since = job.version, time.monotonic()
-            data = job_json(job, detail=False)
+            data = view(job, detail=False).to_json()
             yield sse("job", data, job.version)
             if job.state in TERMINAL:
                 yield sse("end", data, job.version)

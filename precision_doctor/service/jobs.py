@@ -1,24 +1,41 @@
-"""Turning a submission into a queued job, and a job into what the API shows."""
+"""Turning a submission into a queued job: its settings checked as a RunSpec, its paths confined, its
+uploads stored."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
+from precision_doctor.errors import SpecError, UserError
 from precision_doctor.service.config import ServiceConfig, StateDir
-from precision_doctor.service.store import Job, Store, new_id, to_dict
+from precision_doctor.service.store import Job, Store, new_id
 from precision_doctor.service.uploads import MODEL_SUFFIXES, SAMPLE_SUFFIXES, Refused, Submission, confined, save_upload
+from precision_doctor.spec import RunSpec
+
+_UPLOADED = "uploaded.onnx"  # the model's path while the settings are checked, before the upload is stored
+
+
+def check_settings(settings: object) -> RunSpec:
+    """The job's settings (the RunSpec's JSON sections, every key optional) as a checked RunSpec whose
+    model is still a placeholder; Refused (422, naming the setting) when one is wrong."""
+    if not isinstance(settings, dict):
+        raise Refused(422, "settings must be a JSON object with sections inputs, tolerance, search, capture, backends",
+                      setting="settings")
+    if "model" in settings:
+        raise Refused(422, "settings.model: name the model as the request's 'model' (a server path) or upload it",
+                      setting="model")
+    try:
+        return RunSpec.from_json({**settings, "model": _UPLOADED}).validate()
+    except SpecError as exc:
+        raise Refused(422, str(exc), setting=exc.setting) from None
+    except UserError as exc:
+        raise Refused(422, str(exc), setting="settings") from None
 
 
 def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: Store) -> Job:
     """Check the settings and every path, store the uploads under the job's directory, queue the job.
     Raises Refused (4xx) and leaves nothing behind when something is wrong."""
-    from precision_doctor.service.engine import SettingsError, normalize_settings
-
-    try:
-        settings = normalize_settings(sub.settings)
-    except SettingsError as exc:
-        raise Refused(422, str(exc), setting=exc.setting) from None
+    spec = check_settings(sub.settings)
     if (sub.model_path is None) == (sub.model_upload is None):
         raise Refused(400, "give exactly one model: an uploaded file ('model') or a path on the server ('model_path')")
     model = confined(sub.model_path, config.allow_roots, sub.model_field) if sub.model_path is not None else None
@@ -29,25 +46,15 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
     try:
         if sub.model_upload is not None:
             model = save_upload(sub.model_upload, inputs_dir, -1, MODEL_SUFFIXES, "model")
-        for key, uploads in (("files", sub.inputs), ("validate_files", sub.validate_inputs)):
-            settings["inputs"][key] = [str(confined(p, config.allow_roots, f"inputs.{key}")) for p in settings["inputs"][key]]
-            for i, up in enumerate(uploads):
-                sub_dir = inputs_dir / ("samples" if key == "files" else "validate")
-                settings["inputs"][key].append(str(save_upload(up, sub_dir, i, SAMPLE_SUFFIXES, key.rstrip("s"))))
+        files: dict[str, list[str]] = {}
+        for key, uploads, sub_dir in (("files", sub.inputs, "samples"), ("validate_files", sub.validate_inputs, "validate")):
+            named = [str(confined(p, config.allow_roots, f"inputs.{key}")) for p in getattr(spec.inputs, key)]
+            stored = [str(save_upload(up, inputs_dir / sub_dir, i, SAMPLE_SUFFIXES, key.rstrip("s")))
+                      for i, up in enumerate(uploads)]
+            files[f"inputs.{key}"] = named + stored
         assert model is not None
-        name = sub.name or Path(model.name).stem
-        return store.create(name, {"model": str(model), **settings}, job_id=job_id)
+        spec = spec.with_settings({"model": str(model), **files})
+        return store.create(sub.name or Path(model.name).stem, spec.to_json(), job_id=job_id)
     except BaseException:
         shutil.rmtree(state.job_dir(job_id), ignore_errors=True)
         raise
-
-
-def job_json(job: Job, detail: bool = True) -> dict:
-    """A job for the API: state, progress, result, links (and its settings with `detail`)."""
-    base = f"/jobs/{job.id}"
-    out = to_dict(job)
-    out["links"] = {"self": base, "report": f"{base}/report", "events": f"{base}/events", "artifacts": f"{base}/artifacts",
-                    "page": f"/ui/jobs/{job.id}"}
-    if detail:
-        out["spec"] = job.spec
-    return out

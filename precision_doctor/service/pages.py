@@ -7,8 +7,7 @@ from __future__ import annotations
 import json
 from html import escape
 
-from precision_doctor.service.jobs import job_json
-from precision_doctor.service.store import Job
+from precision_doctor.service.store import Job, view
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif;color:#1f2328;margin:0;background:#fff}
@@ -108,7 +107,7 @@ def job_list_page(jobs: list[Job], counts: dict[str, int]) -> str:
     body = (f"<h1>precision-doctor jobs</h1><p class=\"sub\"><span id=\"count\"></span> &middot; {escape(sub or 'none yet')}"
             " &middot; <a href=\"/docs\">API</a></p>"
             f"<table><thead><tr>{head}</tr></thead><tbody id=\"jobs\"></tbody></table>")
-    return _page("precision-doctor jobs", body, [job_json(j, detail=False) for j in jobs], _LIST_JS)
+    return _page("precision-doctor jobs", body, [view(j, detail=False).to_json() for j in jobs], _LIST_JS)
 
 
 def job_page(job: Job) -> str:
@@ -125,7 +124,7 @@ def job_page(job: Job) -> str:
         "<button id=\"cancel\" type=\"button\" hidden>Cancel</button></p>"
         "<h2 style=\"font-size:16px\">Artifacts</h2><ul id=\"artifacts\"></ul>"
     )
-    return _page(f"precision-doctor job {job.id}", body, job_json(job), _JOB_JS)
+    return _page(f"precision-doctor job {job.id}", body, view(job).to_json(), _JOB_JS)
 
 
 def login_page(failed: bool = False) -> str:

@@ -18,10 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-STATES = ("queued", "running", "done", "failed", "cancelled")
-TERMINAL = ("done", "failed", "cancelled")
+from precision_doctor.service.schema import STATES, TERMINAL, JobView, Progress, Result
+
 SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -54,7 +53,7 @@ CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, not_before, n);
 
 @dataclass
 class Job:
-    """One row of `jobs`, JSON columns decoded."""
+    """One row of `jobs`, JSON columns decoded (`spec`: the RunSpec's JSON)."""
 
     id: str
     state: str
@@ -71,9 +70,9 @@ class Job:
     token: str | None
     lease_until: float | None
     cancel_requested: bool
-    progress: dict
+    progress: Progress
     version: int
-    result: dict | None
+    result: Result | None
     error: str | None
 
     @property
@@ -86,8 +85,9 @@ def _job(row: sqlite3.Row) -> Job:
         id=row["id"], state=row["state"], name=row["name"], spec=json.loads(row["spec"]), created=row["created"],
         updated=row["updated"], started=row["started"], finished=row["finished"], attempts=row["attempts"],
         crashes=row["crashes"], worker=row["worker"], pid=row["pid"], token=row["token"], lease_until=row["lease_until"],
-        cancel_requested=bool(row["cancel_requested"]), progress=json.loads(row["progress"] or "{}"),
-        version=row["version"], result=json.loads(row["result"]) if row["result"] else None, error=row["error"],
+        cancel_requested=bool(row["cancel_requested"]), progress=Progress.from_json(json.loads(row["progress"] or "{}")),
+        version=row["version"], result=Result.from_json(json.loads(row["result"])) if row["result"] else None,
+        error=row["error"],
     )
 
 
@@ -201,7 +201,7 @@ class Store:
             )
         return self.get(row[0])
 
-    def heartbeat(self, job_id: str, token: str, lease_s: float, progress: dict | None = None) -> tuple[bool, bool]:
+    def heartbeat(self, job_id: str, token: str, lease_s: float, progress: Progress | None = None) -> tuple[bool, bool]:
         """Renew the lease (and store `progress`). Returns (still ours, cancel requested)."""
         now = time.time()
         with self._tx() as con:
@@ -211,12 +211,13 @@ class Store:
             else:
                 cur = con.execute(
                     "UPDATE jobs SET lease_until = ?, progress = ?, updated = ?, version = version + 1 "
-                    "WHERE id = ? AND token = ? AND state = 'running'", (now + lease_s, json.dumps(progress), now, job_id, token))
+                    "WHERE id = ? AND token = ? AND state = 'running'",
+                    (now + lease_s, json.dumps(progress.to_json()), now, job_id, token))
             row = con.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return cur.rowcount == 1, bool(row and row[0])
 
-    def finish(self, job_id: str, token: str, state: str, result: dict | None, error: str | None,
-               progress: dict | None = None) -> bool:
+    def finish(self, job_id: str, token: str, state: str, result: Result | None, error: str | None,
+               progress: Progress | None = None) -> bool:
         """End a running job (done, failed or cancelled) if it is still ours; False if it is not."""
         assert state in TERMINAL
         now = time.time()
@@ -225,8 +226,8 @@ class Store:
                 "UPDATE jobs SET state = ?, result = ?, error = ?, finished = ?, updated = ?, version = version + 1, "
                 "token = NULL, lease_until = NULL, progress = COALESCE(?, progress) "
                 "WHERE id = ? AND token = ? AND state = 'running'",
-                (state, json.dumps(result) if result is not None else None, error, now, now,
-                 json.dumps(progress) if progress is not None else None, job_id, token),
+                (state, json.dumps(result.to_json()) if result is not None else None, error, now, now,
+                 json.dumps(progress.to_json()) if progress is not None else None, job_id, token),
             )
         return cur.rowcount == 1
 
@@ -292,13 +293,17 @@ def new_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def to_dict(job: Job) -> dict[str, Any]:
-    """A job as the API shows it (no lease internals)."""
-    return {
-        "id": job.id, "state": job.state, "name": job.name, "created": _iso(job.created), "started": _iso(job.started),
-        "finished": _iso(job.finished), "attempts": job.attempts, "worker_pid": job.pid if job.state == "running" else None,
-        "cancel_requested": job.cancel_requested, "progress": job.progress, "result": job.result, "error": job.error,
-    }
+def view(job: Job, detail: bool = True) -> JobView:
+    """A job as the API shows it (no lease internals; its settings with `detail`), with its links."""
+    base = f"/jobs/{job.id}"
+    links = {"self": base, "report": f"{base}/report", "events": f"{base}/events", "artifacts": f"{base}/artifacts",
+             "page": f"/ui/jobs/{job.id}"}
+    return JobView(
+        id=job.id, state=job.state, name=job.name, created=_iso(job.created), started=_iso(job.started),
+        finished=_iso(job.finished), attempts=job.attempts, worker_pid=job.pid if job.state == "running" else None,
+        cancel_requested=job.cancel_requested, progress=job.progress, result=job.result, error=job.error, links=links,
+        spec=job.spec if detail else None,
+    )
 
 
 def _iso(t: float | None) -> str | None:
