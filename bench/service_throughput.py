@@ -182,7 +182,7 @@ def main() -> None:
     p.add_argument("--zoo-model", default="ppocr-mobile-cls")
     p.add_argument("--zoo-max-evaluations", type=int, default=20)
     p.add_argument("--zoo-samples", type=int, default=4, help="sample files of the zoo model to use (the first ones)")
-    p.add_argument("--backend", default="emulate", help="the jobs' backend (ort-cuda on a GPU machine; ort-cpu to try that here)")
+    p.add_argument("--backend", default="emulate", help="the jobs' backend (ort-cuda on a GPU machine)")
     p.add_argument("--quick", action="store_true", help="6 jobs, one worker count, no zoo model: a smoke run")
     a = p.parse_args()
     BACKEND["backend"] = a.backend

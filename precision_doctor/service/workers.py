@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as _dt
 import json
 import os
@@ -83,9 +84,7 @@ class Pulse(threading.Thread):
             if final:
                 self._close_phase()
             self.dirty = False
-            p = self.progress
-            return Progress(p.phase, p.evaluations, p.best_size, p.search_phase, p.last_size, p.last_passed,
-                            p.capture, dict(p.phase_s))
+            return dataclasses.replace(self.progress, phase_s=dict(self.progress.phase_s))
 
     def run(self) -> None:
         last_beat = 0.0
@@ -148,6 +147,8 @@ def run_claimed_job(state_dir: str | Path, job_id: str, token: str, spec: dict, 
 
     state = StateDir(Path(state_dir))
     store = Store(state.db)
+    if not store.heartbeat(job_id, token, lease_s)[0]:  # a stale claim (a retried task, say) touches nothing
+        return "lost"
     cache = DirectoryCaptureCache(state.cache, cache_mb) if cache_mb > 0 else None
     stop = StopToken()
     pulse = Pulse(store, job_id, token, lease_s, stop, daemon_gone)
