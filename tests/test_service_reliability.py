@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -144,9 +145,26 @@ def test_token_is_required_when_set(tmp_path) -> None:
         d.stop()
 
 
-def test_serve_refuses_a_public_address_without_a_token(tmp_path) -> None:
+def test_serve_and_submit_refuse_bad_input_in_one_line(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PRECISION_DOCTOR_TOKEN"}
-    r = subprocess.run([*CLI, "serve", "--host", "0.0.0.0", "--state-dir", str(tmp_path / "s")], capture_output=True,
-                       text=True, timeout=60, env=env)
-    assert r.returncode == 2 and "--token" in r.stderr and "Traceback" not in r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1
+    env["PRECISION_DOCTOR_SERVER"] = "http://127.0.0.1:9"  # nothing listens there
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "m.onnx").write_text("x")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        for args, words in [
+            (["serve", "--host", "0.0.0.0", "--state-dir", str(tmp_path / "s")], "--token"),
+            (["serve", "--port", port, "--state-dir", str(tmp_path / "s")], "--port"),
+            (["serve", "--state-dir", str(tmp_path / "a_file")], "--state-dir"),
+            (["serve", "--workers", "0", "--state-dir", str(tmp_path / "s")], "--workers"),
+            (["submit", str(tmp_path / "missing.onnx")], "MODEL"),
+            (["submit", str(tmp_path / "m.onnx"), "--inputs", str(tmp_path / "missing.npz")], "--inputs"),
+            (["submit", str(tmp_path / "m.onnx")], "cannot reach the daemon"),
+            (["jobs"], "cannot reach the daemon"),
+        ]:
+            r = subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=60, env=env)
+            assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+            assert len(r.stderr.strip().splitlines()) == 1, (args, r.stderr)
+    assert not (tmp_path / "s" / "jobs.db").exists()  # refused before anything started

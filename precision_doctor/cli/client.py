@@ -12,7 +12,7 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from precision_doctor.cli import app, console, err
+from precision_doctor.cli import app, console, err, fail
 from precision_doctor.cli.options import (
     BACKENDS,
     CAPTURE,
@@ -63,7 +63,7 @@ def submit(
         for setting, paths in (("model", [model]), ("inputs.files", files), ("inputs.validate_files", held)):
             for p in paths:
                 if not p.is_file():
-                    raise typer.BadParameter(f"{p} is not a file", param_hint=flag(setting))
+                    fail(f"{flag(setting)} {p}: no such file")
     with _client(server, token) as client:
         try:
             if remote:

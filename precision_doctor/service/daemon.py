@@ -5,6 +5,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
@@ -23,6 +24,8 @@ def check(config: ServiceConfig) -> None:
         raise UserError("--workers must be at least 1")
     if config.max_upload_mb <= 0:
         raise UserError("--max-upload-mb must be positive")
+    if config.state_dir.exists() and not config.state_dir.is_dir():
+        raise UserError(f"--state-dir {config.state_dir} is not a directory")
     for root in config.allow_roots:
         if not Path(root).is_dir():
             raise UserError(f"--allow-root {root} is not a directory")
@@ -31,8 +34,11 @@ def check(config: ServiceConfig) -> None:
 def hold_state_dir(state: StateDir):
     """An exclusive lock on the state directory for this daemon's life (the kernel drops it when the
     process dies, SIGKILL included); UserError if another daemon holds it."""
-    state.root.mkdir(parents=True, exist_ok=True)
-    f = open(state.daemon_lock, "a+")  # noqa: SIM115 (held for the process's life)
+    try:
+        state.root.mkdir(parents=True, exist_ok=True)
+        f = open(state.daemon_lock, "a+")  # noqa: SIM115 (held for the process's life)
+    except OSError as exc:
+        raise UserError(f"--state-dir {state.root} cannot be used: {exc.strerror or exc}") from None
     try:
         fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -45,6 +51,22 @@ def hold_state_dir(state: StateDir):
     return f
 
 
+def listen(host: str, port: int) -> socket.socket:
+    """The daemon's socket, bound before anything starts (UserError when the address cannot be had)."""
+    try:
+        family = socket.getaddrinfo(host.strip("[]"), port, type=socket.SOCK_STREAM)[0][0]
+        sock = socket.socket(family, socket.SOCK_STREAM)
+    except OSError as exc:
+        raise UserError(f"--host {host}: cannot listen there ({exc.strerror or exc})") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
+    return sock
+
+
 def serve(config: ServiceConfig) -> None:
     """Run the daemon until SIGINT/SIGTERM (then the workers give their jobs back to the queue)."""
     import uvicorn
@@ -55,13 +77,14 @@ def serve(config: ServiceConfig) -> None:
     config.state_dir = config.state_dir.resolve()
     config.allow_roots = [Path(r).resolve() for r in config.allow_roots]
     lock = hold_state_dir(StateDir(config.state_dir))
+    sock = listen(config.host, config.port)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     app = create_app(config)
     where = f"http://{'[' + config.host + ']' if ':' in config.host else config.host}:{config.port}"
     print(f"precision-doctor daemon on {where} (state {config.state_dir}, {config.workers} worker(s)"
           f"{', token required' if config.token else ''})", file=sys.stderr, flush=True)
     try:
-        uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                                      timeout_graceful_shutdown=5)).run()
+        uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)).run(sockets=[sock])
     finally:
+        sock.close()
         lock.close()
