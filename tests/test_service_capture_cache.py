@@ -101,6 +101,16 @@ def test_the_key_covers_every_setting_but_those_proven_not_to_change_the_capture
     assert capture_key(spec, other_model) != key
 
 
+def test_other_code_never_shares_a_capture(case_files, monkeypatch) -> None:
+    import precision_doctor.pipeline.capture_cache as capture_cache
+
+    _, spec = case_files
+    work = load_workload(spec)
+    key = capture_key(spec, work)
+    monkeypatch.setattr(capture_cache, "code_fingerprint", lambda: "0.1.0+another-build")
+    assert capture_key(spec, work) != key
+
+
 @pytest.mark.parametrize("case_files", ["cancellation"], indirect=True)
 def test_the_analysis_kept_in_a_capture_is_what_analysing_it_again_gives(case_files, tmp_path, monkeypatch) -> None:
     case, spec = case_files

@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from precision_doctor import __version__
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
+from precision_doctor.fingerprint import code_fingerprint
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check, merge
@@ -337,7 +337,7 @@ def output_verdict(store: ActivationStore, outputs: list[str], tol: Tolerance) -
 def keep_analysis(store: ActivationStore, analysis: Analysis) -> None:
     """Keep `analysis` in the store (`store` open for writing) so that a later `kept_analysis` skips the
     work: everything but the verdict, the one part that depends on the tolerance."""
-    memo = {"version": __version__, "precision": analysis.precision, "first_divergence": analysis.first_divergence,
+    memo = {"version": code_fingerprint(), "precision": analysis.precision, "first_divergence": analysis.first_divergence,
             "first_divergence_node": analysis.first_divergence_node,
             "divergence_threshold": analysis.divergence_threshold, "layers": [asdict(r) for r in analysis.layers],
             "tensors": [asdict(t) for t in analysis.tensors]}
@@ -346,12 +346,13 @@ def keep_analysis(store: ActivationStore, analysis: Analysis) -> None:
 
 def kept_analysis(store: ActivationStore, tolerance: Tolerance) -> Analysis | None:
     """The analysis `keep_analysis` stored, with its verdict under `tolerance`: what `analyse` would
-    return. None when the store has none, or one written by another version or with other fields."""
+    return. None when the store has none, or one written by other code (`code_fingerprint`) or with other
+    fields."""
     text = store.read_text(MEMO)
     if text is None:
         return None
     memo = json.loads(text)
-    if memo.get("version") != __version__ or not _fields_match(memo.get("layers"), LayerRow) or \
+    if memo.get("version") != code_fingerprint() or not _fields_match(memo.get("layers"), LayerRow) or \
             not _fields_match([t["stats"] for t in memo.get("tensors", [])], ErrorStats):
         return None
     layers = [LayerRow(**r) for r in memo["layers"]]

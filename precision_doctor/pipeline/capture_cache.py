@@ -5,8 +5,9 @@ its analysis (the file keeps its analysis; only the tolerance verdict is compute
 cache is keyed by `capture_key`: everything that decides the contents of activations.h5 (the
 reference, low-precision and local runs and their analysis). The key is the RunSpec's JSON minus the
 settings in `NOT_IN_KEY` (each with the reason it cannot change the capture), plus the model's hash,
-the search samples' hash and the tool version. Any setting not listed there, including ones added
-later (emulation rules, ...), is part of the key: a capture is never reused across them.
+the search samples' hash and the code's fingerprint (version and source hash: another build never
+reuses a capture). Any setting not listed there, including ones added later (emulation rules, ...),
+is part of the key: a capture is never reused across them.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Protocol
 
-from precision_doctor import __version__
 from precision_doctor.data.activations import ActivationStore
 from precision_doctor.data.workload import Workload
+from precision_doctor.fingerprint import code_fingerprint
 from precision_doctor.pipeline.compare import ACTIVATIONS
 from precision_doctor.pipeline.settings import samples_hash
 from precision_doctor.spec import RunSpec
@@ -74,7 +75,7 @@ def capture_key(spec: RunSpec, work: Workload) -> str:
         else:
             del settings[section]
     text = json.dumps({"settings": settings, "model_hash": work.model.model_hash,
-                       "samples_hash": samples_hash(work.samples), "tool_version": __version__}, sort_keys=True)
+                       "samples_hash": samples_hash(work.samples), "code": code_fingerprint()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
