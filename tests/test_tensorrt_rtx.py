@@ -325,3 +325,5 @@ def test_backend_trt_refuses_in_one_line_where_engines_cannot_run(run_cli, plant
         assert code == 2, out + err
         line = err.strip()
         assert "\n" not in line and line.endswith(f"{run.reason}; nothing was built or run (use emulate or ort-cuda)")
+        assert line.startswith(f"error: {flag} trt unavailable: ")
+        assert not (tmp_path / flag.strip("-")).exists()  # refused before the run directory is made
