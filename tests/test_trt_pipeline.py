@@ -192,7 +192,7 @@ def test_a_model_that_does_not_build_still_gets_its_diagnosis(tmp_path):
     assert res.returncode == 1 and res.stderr.count("\n") == 1 and "engine not built: TensorRT-RTX" in res.stderr
 
 
-def test_emit_format_engine_builds_from_a_run_directory(tmp_path):
+def test_emit_format_engine_builds_from_a_run_directory(tmp_path, run_cli):
     args = _planted("overflow_island", tmp_path)
     out = tmp_path / "run"
     rep = _diagnosed(args, out)
@@ -206,8 +206,8 @@ def test_emit_format_engine_builds_from_a_run_directory(tmp_path):
     assert "Fixed engine: fixed.plan built with TensorRT-RTX" in (out / "report.md").read_text()
     for bad, why in ((["--engine-targets", "9.0"], "compute capability 9.0: TensorRT-RTX"),
                      (["--engine-targets", "x"], "compute capability 'x'")):
-        res = cli("emit", out, "--format", "engine", *bad)
-        assert res.returncode == 2 and why in res.stderr and res.stderr.count("\n") == 1, res.stderr
+        code, _, err = run_cli("emit", out, "--format", "engine", *bad)
+        assert code == 2 and why in err and err.count("\n") == 1, err
 
 
 @pytest.mark.skipif(find_library("tensorrt")[0] is not None, reason="NVIDIA's tensorrt is installed here")

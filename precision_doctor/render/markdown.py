@@ -183,8 +183,10 @@ def verdict_sentence(report: Report) -> str:
 def output_run_labels(report: Report) -> tuple[str, str]:
     """Labels of the answer's output checks and of the held-out ones (which may be of the searched
     answer, when the confirmation on another backend changed it)."""
-    c = report.confirm
+    c, k = report.confirm, report.knobs
     fixed = f"fixed (on {c.backend}, all samples)" if c is not None and c.passed else "fixed (search samples)"
+    if k is not None and k.changed_answer:
+        fixed = f"fixed (on {k.backend} with knobs {k.best}, all samples)"
     held = "searched answer (validation)" if report.validation is not None and report.validation.of \
         else "fixed (validation)"
     return fixed, held
