@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from trt_helpers import require_tensorrt_rtx
 
 from precision_doctor import planted
 from precision_doctor.backends.tensorrt import parse_onnx
@@ -28,11 +29,7 @@ from precision_doctor.render.markdown import ARTIFACT_TITLES
 
 pytestmark = pytest.mark.tensorrt
 
-LIB, _WHY = find_library("tensorrt_rtx")
-if LIB is None:
-    if os.environ.get("PRECISION_DOCTOR_REQUIRE_TRT") == "1":
-        pytest.fail(f"TensorRT-RTX is required here (PRECISION_DOCTOR_REQUIRE_TRT=1) but does not import: {_WHY}", pytrace=False)
-    pytest.skip(f"TensorRT-RTX does not import: {_WHY}", allow_module_level=True)
+LIB = require_tensorrt_rtx()
 
 CLI = [sys.executable, "-m", "precision_doctor"]
 
