@@ -186,3 +186,18 @@ def test_every_ort_configuration_makes_its_own_backend(tmp_path):
         pytest.skip("this ONNX Runtime has a CUDA provider")
     with pytest.raises(Exception, match="no CUDA provider here"):
         knobs.knob_backend(knobs.ORT_CUDA, model, "fp16", model.outputs, CONFIGS[3])
+
+
+def test_emit_prints_the_provider_options_found(run_cli, tmp_path):
+    rep = _report_with_knobs(True)
+    config = knobs.config_of(knobs.ORT_CUDA, rep.knobs.best_settings)
+    rep.commands = emit.emit_all("m.onnx", "fixed.onnx", rep.fallback_nodes, atol=1e-3, rtol=1e-3, knob=config)
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "report.json").write_text(json.dumps(rep.to_json()))
+    code, out, err = run_cli("emit", tmp_path / "run", "--format", "ort-cuda")
+    assert code == 0, err
+    assert out.strip() == knobs.ort_providers_text(config) and '"use_tf32": "1"' in out
+    rep.commands = {k: v for k, v in rep.commands.items() if k != "ort_cuda_providers"}
+    (tmp_path / "run" / "report.json").write_text(json.dumps(rep.to_json()))
+    code, _, err = run_cli("emit", tmp_path / "run", "--format", "ort-cuda")
+    assert code == 2 and "they come from --knobs on ort-cuda" in err

@@ -12,7 +12,7 @@ from precision_doctor.cli.options import ENGINE_TARGETS
 
 FORMATS = {
     "trtexec": ["trtexec_trt10", "trtexec_trt11"], "trtexec10": ["trtexec_trt10"], "trtexec11": ["trtexec_trt11"],
-    "polygraphy": ["polygraphy", "polygraphy_trt10"], "autocast": ["autocast"],
+    "polygraphy": ["polygraphy", "polygraphy_trt10"], "autocast": ["autocast"], "ort-cuda": ["ort_cuda_providers"],
 }
 
 
@@ -20,8 +20,9 @@ FORMATS = {
 def emit(
     run_dir: Path = typer.Argument(..., help="A diagnose run directory."),
     format: str = typer.Option("trtexec", "--format",
-                               help="trtexec, trtexec10, trtexec11, polygraphy, autocast, json, or engine (builds "
-                                    "RUN_DIR/fixed.plan with TensorRT-RTX or TensorRT and records it in report.json)."),
+                               help="trtexec, trtexec10, trtexec11, polygraphy, autocast, ort-cuda (the provider options "
+                                    "--knobs found), json, or engine (builds RUN_DIR/fixed.plan with TensorRT-RTX or "
+                                    "TensorRT and records it in report.json)."),
     engine_targets: list[str] | None = typer.Option(None, "--engine-targets", help=ENGINE_TARGETS.info.help),
 ) -> None:
     """Print what to paste: trtexec flags, the polygraphy check, AutoCast's exclusions, or JSON; or build the engine."""
@@ -41,6 +42,8 @@ def emit(
         fail(f"--format must be one of: {', '.join([*FORMATS, 'json', 'engine'])}")
     if not cmds:
         fail(f"{run_dir}: the run found no passing set, so there is nothing to emit")
+    if format == "ort-cuda" and "ort_cuda_providers" not in cmds:
+        fail(f"{run_dir}: no ONNX Runtime provider options were found for this run (they come from --knobs on ort-cuda)")
     for k in FORMATS[format]:
         if k in cmds:
             print(cmds[k])
