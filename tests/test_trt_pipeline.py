@@ -190,7 +190,12 @@ def test_a_model_that_does_not_build_still_gets_its_diagnosis(tmp_path):
 
 
 def test_emit_format_engine_builds_from_a_run_directory(tmp_path, run_cli):
-    args = _planted("overflow_island", tmp_path)
+    """Afterwards, from the run directory; the model's batch dimension is dynamic, so the build takes its shape
+    from the run's samples (inputs.json)."""
+    case = planted.overflow_island()
+    proto = copy.deepcopy(case.model)
+    proto.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    args = [*_write(proto, case.samples(3, 0), tmp_path, "dyn"), "--atol", str(case.atol), "--rtol", str(case.rtol)]
     out = tmp_path / "run"
     rep = _diagnosed(args, out)
     assert rep["engine"] is None and not (out / "fixed.plan").exists()
@@ -200,6 +205,8 @@ def test_emit_format_engine_builds_from_a_run_directory(tmp_path, run_cli):
         f"{json.loads((out / 'report.json').read_text())['engine']['seconds']:.2f} s"
     after = json.loads((out / "report.json").read_text())
     assert after["engine"]["built"] and after["engine"]["targets"] == ["8.9"] and after["artifacts"]["engine"] == "fixed.plan"
+    batch = case.samples(1, 0)[0]["x"].shape
+    assert after["engine"]["input_shapes"] == {"x": list(batch)}
     assert "Fixed engine: fixed.plan built with TensorRT-RTX" in (out / "report.md").read_text()
     for bad, why in ((["--engine-targets", "9.0"], "compute capability 9.0: TensorRT-RTX"),
                      (["--engine-targets", "x"], "compute capability 'x'")):
