@@ -13,18 +13,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from precision_doctor.cli import app, console, err, fail
-from precision_doctor.cli.options import (
-    BACKENDS,
-    CAPTURE,
-    HELD_OUT,
-    INPUTS,
-    PRECISION,
-    SEARCH,
-    TOLERANCE,
-    Options,
-    flag,
-    with_options,
-)
+from precision_doctor.cli.options import DIAGNOSIS, Options, flag, with_options
 from precision_doctor.cli.serve import needs_service_extra
 
 ServerOpt = typer.Option(None, "--server", help="The daemon's URL (default: $PRECISION_DOCTOR_SERVER or http://127.0.0.1:8765).")
@@ -41,7 +30,7 @@ def _client(server: str | None, token: str | None):
 
 
 @app.command()
-@with_options(INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, CAPTURE)
+@with_options(*DIAGNOSIS)
 def submit(
     model: Path = typer.Argument(..., help="ONNX model (uploaded; with --remote, a path on the server)."),
     name: str | None = typer.Option(None, "--name", help="The job's name (default: the model's file name)."),

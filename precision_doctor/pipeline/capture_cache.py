@@ -46,7 +46,10 @@ NOT_IN_KEY: dict[str, str] = {
     "search.max_evaluations": "the search runs after the capture",
     "search.time_budget": "the search runs after the capture",
     "search.keep_io_types": "only fixed.onnx reads it",
+    "search.knobs": "the knobs are tried after the search",
     "backends.confirm_backend": "the confirmation runs after the search",
+    "artifacts.engine": "the engine is built after the search",
+    "artifacts.engine_targets": "the engine is built after the search",
 }
 
 
