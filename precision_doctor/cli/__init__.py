@@ -189,4 +189,6 @@ def _parser_error(exc: Exception) -> int | None:
 
 
 # The commands register themselves on `app`.
-from precision_doctor.cli import batch, compare, diagnose, emit, env, report, zoo  # noqa: E402, F401
+# The daemon's commands come last in --help.
+from precision_doctor.cli import batch, compare, diagnose, emit, env, report, zoo  # noqa: E402, F401, I001
+from precision_doctor.cli import serve, client  # noqa: E402, F401

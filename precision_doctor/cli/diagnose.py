@@ -17,19 +17,7 @@ from precision_doctor.cli import (
     styled,
     uses_run_dir,
 )
-from precision_doctor.cli.options import (
-    BACKENDS,
-    CAPTURE,
-    HELD_OUT,
-    INPUTS,
-    PRECISION,
-    RUN_DIR,
-    SEARCH,
-    TOLERANCE,
-    Options,
-    command_line,
-    with_options,
-)
+from precision_doctor.cli.options import DIAGNOSIS, RUN_DIR, Options, command_line, with_options
 from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
 from precision_doctor.errors import UserError
 from precision_doctor.results.report import Report
@@ -37,7 +25,7 @@ from precision_doctor.spec import RunSpec
 
 
 @app.command()
-@with_options(INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, RUN_DIR, CAPTURE)
+@with_options(*DIAGNOSIS, RUN_DIR)
 def diagnose(
     model: Path = typer.Argument(..., help="ONNX model."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out without repeating "
@@ -113,6 +101,7 @@ def settings_refusal(exc, model: Path, out_dir: Path) -> str:
 
 def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None) -> None:
     from precision_doctor.render.markdown import confirm_sentence, headroom_sentence, held_out_sentence
+    from precision_doctor.render.tensorrt import outcome_lines
 
     def say(text) -> None:
         console.print(text, soft_wrap=True)
@@ -142,6 +131,8 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
                                                if report.passed else ())):
         if note:
             say(note.replace("`", ""))
+    for note, loud in outcome_lines(report) if report.passed else ():
+        say(styled(note, "bold red") if loud else note)
     if report.status not in ("complete", "no_solution"):
         say(f"status: {report.status}: {report.reason}")
     if report.interrupted:
