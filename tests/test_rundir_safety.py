@@ -175,3 +175,16 @@ def test_every_file_a_run_writes_is_known_and_in_its_manifest(tmp_path):
     assert written <= set(RUN_OUTPUTS), written - set(RUN_OUTPUTS)
     assert written <= manifest.listed(tmp_path / "r")
     assert not (tmp_path / "r" / LOCK).exists()
+
+
+def test_files_in_a_subfolder_of_the_run_are_listed_and_removed_with_it(tmp_path):
+    from precision_doctor.results.rundir import not_ours
+
+    manifest.start(tmp_path)
+    (tmp_path / "knobs").mkdir()
+    manifest.note_written(tmp_path / "knobs" / "a.jsonl")
+    (tmp_path / "knobs" / "a.jsonl").write_text("{}\n")
+    assert manifest.listed(tmp_path) == {"knobs/a.jsonl"} and manifest.ours(tmp_path / "knobs" / "a.jsonl")
+    assert not_ours(tmp_path) == []
+    manifest.remove_ours(tmp_path)
+    assert not (tmp_path / "knobs").exists()

@@ -24,6 +24,7 @@ from precision_doctor.data.workload import Workload
 from precision_doctor.fingerprint import code_fingerprint
 from precision_doctor.pipeline.compare import ACTIVATIONS
 from precision_doctor.pipeline.settings import samples_hash
+from precision_doctor.results.manifest import note_written
 from precision_doctor.spec import RunSpec
 
 _SAMPLES = "the search samples themselves are hashed into the key"
@@ -35,6 +36,7 @@ NOT_IN_KEY: dict[str, str] = {
     "inputs.seed": _SAMPLES,
     "inputs.val_ranges": _SAMPLES,
     "inputs.validate_files": "held-out samples are not captured",
+    "inputs.reference_outputs": "the capture runs ONNX Runtime's FP32 reference; only the verdict reads the file",
     "inputs.validation_split": _SAMPLES + " (the split decides which are searched)",
     "tolerance.atol": _TOLERANCE,
     "tolerance.rtol": _TOLERANCE,
@@ -93,6 +95,7 @@ def shared_capture(cache: CaptureCache | None, spec: RunSpec, work: Workload, ou
     key = capture_key(spec, work)
     path = out_dir / ACTIVATIONS
     with cache.lock(key):
+        note_written(path)  # the run directory's manifest lists a capture taken from the cache too
         if cache.get(key, path):
             with ActivationStore(path, "a") as store:  # this run's own names, as a capture made here has them
                 store.set_attrs(model_path=str(work.model.path or ""), tolerance=spec.tolerance.to_dict(),

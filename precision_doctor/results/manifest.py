@@ -48,18 +48,38 @@ def start(run_dir: Path, adopt: list[str] | tuple[str, ...] = ()) -> None:
             _write(run_dir, sorted(n for n in adopt if (run_dir / n).exists()))
 
 
+def _root(path: Path) -> Path | None:
+    """The run directory `path` is in: its folder, or the folder above (a run's subfolder such as knobs/)."""
+    for d in (path.parent, path.parent.parent):
+        if (d / MANIFEST).is_file():
+            return d
+    return None
+
+
 def note_written(path: Path) -> None:
-    """Record `path` in its directory's manifest before it is written (a kill between the two leaves a
-    listed file that does not exist, never an unlisted one of ours). NotOurs when `path` exists and the
-    manifest does not list it. Nothing happens outside run directories."""
+    """Record `path` in its run directory's manifest before it is written (a kill between the two leaves
+    a listed file that does not exist, never an unlisted one of ours); a file in a subfolder is listed as
+    "sub/name". NotOurs when `path` exists and the manifest does not list it. Nothing happens outside run
+    directories."""
     path = Path(path)
     with _lock:
-        files = listed(path.parent)
-        if files is None or path.name in files:
+        root = _root(path)
+        files = listed(root) if root is not None else None
+        if files is None:
+            return
+        name = path.relative_to(root).as_posix()
+        if name in files:
             return
         if path.exists():
             raise NotOurs(path)
-        _write(path.parent, sorted(files | {path.name}))
+        _write(root, sorted(files | {name}))
+
+
+def ours(path: Path) -> bool:
+    """Whether the manifest of `path`'s run directory lists it."""
+    path = Path(path)
+    root = _root(path)
+    return root is not None and path.relative_to(root).as_posix() in (listed(root) or set())
 
 
 def forget(run_dir: Path, names: set[str]) -> None:
@@ -79,6 +99,8 @@ def remove_ours(run_dir: Path, keep: tuple[str, ...] = ()) -> list[str]:
         p = run_dir / name
         if p.is_file() or p.is_symlink():
             p.unlink()
+        if "/" in name and p.parent.is_dir() and not any(p.parent.iterdir()):
+            p.parent.rmdir()  # a subfolder of ours (knobs/) left empty
         removed.append(name)
     forget(run_dir, set(removed))
     return removed

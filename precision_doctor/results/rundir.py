@@ -32,6 +32,8 @@ RUN_OUTPUTS = (
     ".fixed.onnx.partial.data",
     "named.onnx", ".named.onnx.partial", "inputs.json", "reference_outputs.json", "layer_precisions.txt",
     "trtexec.sh", "tensorrt_rtx.sh", "autocast_nodes_to_exclude.txt", "precision-doctor-error.log",
+    "named.onnx.data", "fixed.plan", ".fixed.plan.partial", "timing.cache", ".timing.cache.partial", "runtime.cache",
+    ".runtime.cache.partial", "knobs",  # knobs/: the knob search's checkpoints, listed as knobs/<name>
 )
 BOOKKEEPING = (LOCK, MANIFEST)  # in every run directory; not what "empty" is about
 
@@ -93,7 +95,8 @@ def check_protected(path: Path, protect: Sequence[str | Path], setting: str = "o
 def not_ours(path: Path) -> list[str]:
     """Files in `path` with names a run writes that its manifest does not list (someone else's)."""
     mine = manifest.listed(path) or set()
-    return [n for n in contents(path) if n in RUN_OUTPUTS and n not in mine]
+    folders = {m.split("/", 1)[0] for m in mine if "/" in m}
+    return [n for n in contents(path) if n in RUN_OUTPUTS and n not in mine and n not in folders]
 
 
 def check_reusable(path: Path, force: bool, resume: bool) -> None:
