@@ -3,12 +3,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean-venv
+.PHONY: demo test lint bench clean-venv badinputs
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,service]'
+	$(BIN)/pip install -q -e '.[dev,service,trt]'
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -20,6 +20,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check precision_doctor tests bench examples
 	$(BIN)/python -m pytest -q -x --durations=10
+
+badinputs: $(STAMP)  # the bad-input replay (issue #11): a table of failures by class, ~3 min on 2 cores
+	$(BIN)/python tests/badinputs --jobs 2
 
 lint: $(STAMP)
 	$(BIN)/ruff check precision_doctor tests bench examples

@@ -9,14 +9,15 @@ from pathlib import Path
 
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.compare import capture_and_analyse
-from precision_doctor.model import Model
-from precision_doctor.precision.formats import get_format
+from precision_doctor.data.workload import Workload
+from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.compare import capture_and_analyse
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted
 from precision_doctor.search.space import build_space
-from precision_doctor.tolerance import Tolerance
-from precision_doctor.workload import InputOptions, Workload
+from precision_doctor.spec import InputSpec
 
 
 class SearchBench:
@@ -35,7 +36,7 @@ class SearchBench:
             workdir = Path(self._tmp.name)
         workdir.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
-        work = Workload(model, samples, InputOptions())
+        work = Workload(model, samples, InputSpec())
         self.analysis = capture_and_analyse(work, precision, tol, workdir)
         self.capture_s = time.perf_counter() - t0
         self.space = build_space(model, self.analysis, self.fmt)

@@ -7,10 +7,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from precision_doctor.batch import ModelSettings, discover
-from precision_doctor.model import Model
-from precision_doctor.tolerance import Tolerance
-from precision_doctor.workload import InputOptions, load_workload
+from precision_doctor.batch.recipes import discover
+from precision_doctor.data.workload import load_workload
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.spec import RunSpec
 
 
 @dataclass
@@ -25,30 +26,26 @@ class ZooWork:
 
 
 def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[ZooWork]:
-    """Every model of `zoo_dir` (recipes read by precision_doctor.batch), or those named in `only`
+    """Every model of `zoo_dir` (recipes read by precision_doctor.batch.recipes), or those named in `only`
     (`NAME` or `zoo:NAME`). A model that fails to load is reported and left out."""
     if not zoo_dir.is_dir() or not any(zoo_dir.glob("*.onnx")):
         print(f"no fetched models in {zoo_dir} (precision-doctor zoo fetch --dest {zoo_dir}); skipping the zoo",
               file=sys.stderr)
         return []
     out = []
-    for spec in discover(zoo_dir, ModelSettings()):
+    for spec in discover(zoo_dir, RunSpec(model="")):
         name = f"zoo:{spec.name}"
         if only and name not in only and spec.name not in only:
             continue
         if spec.error:
             print(f"{name}: {spec.error}", file=sys.stderr)
             continue
-        s = spec.settings
         try:
-            work = load_workload(spec.path, InputOptions(
-                files=list(s.files), samples=s.samples, seed=s.seed, val_ranges=list(s.val_range),
-                input_shapes=list(s.input_shapes), allow_nonfinite=s.allow_nonfinite))
+            work = load_workload(spec.spec)
         except Exception as exc:  # one model's trouble does not stop the others
             print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
-        tol = Tolerance(s.atol, s.rtol, s.check_error_stat, s.cosine_floor)
-        out.append(ZooWork(name, spec.path, work.model, work.samples, tol))
+        out.append(ZooWork(name, spec.path, work.model, work.samples, spec.spec.tolerance))
     return out
 
 

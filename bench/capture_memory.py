@@ -79,9 +79,10 @@ def child(args: argparse.Namespace) -> None:
     import h5py
     import psutil
 
-    from precision_doctor.capture import CaptureSettings, capture
-    from precision_doctor.model import load_model
-    from precision_doctor.precision.formats import FP16
+    from precision_doctor.graph.formats import FP16
+    from precision_doctor.graph.model import load_model
+    from precision_doctor.measure.capture import capture
+    from precision_doctor.spec import CaptureSpec
 
     proc = psutil.Process()
     model = load_model(args.model)
@@ -89,7 +90,7 @@ def child(args: argparse.Namespace) -> None:
     shape = model.tensor_shapes["x"]
     samples = [{"x": rng.standard_normal(shape).astype(np.float32)} for _ in range(args.samples)]
     compression = None if args.compression == "none" else args.compression
-    settings = CaptureSettings(group_mb=args.group_mb, compression=compression)
+    settings = CaptureSpec(group_mb=args.group_mb, compression=compression)
 
     phase = {"name": "reference"}
     peaks: dict[str, int] = {}
@@ -122,7 +123,7 @@ def child(args: argparse.Namespace) -> None:
         # malloc_trim between groups would do.
         import ctypes
 
-        from precision_doctor import capture as capture_mod
+        from precision_doctor.measure import capture as capture_mod
 
         libc = ctypes.CDLL("libc.so.6")
         make_session = capture_mod.make_session

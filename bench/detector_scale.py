@@ -28,9 +28,9 @@ from _common import OUT, loadavg, ratio, table, write_results
 from _search import SearchBench, phase_text
 
 from precision_doctor.backends.ort_session import make_session, with_outputs
-from precision_doctor.model import Model, load_model
-from precision_doctor.precision.emulate import MASK_INPUT
-from precision_doctor.tolerance import Tolerance, check_all
+from precision_doctor.graph.emulate import MASK_INPUT
+from precision_doctor.graph.model import Model, load_model
+from precision_doctor.measure.tolerance import Tolerance, check_all
 
 MODEL_NAME = "320n.onnx"
 ZOO_NAME = "nudenet-320n"
@@ -44,7 +44,7 @@ def fetch_model() -> Path:
     if importlib.util.find_spec("precision_doctor.zoo") is not None:
         dest = OUT / "zoo"
         try:
-            from precision_doctor import zoo
+            from precision_doctor.zoo import fetch as zoo
 
             entries = zoo.fetch(dest, names=[ZOO_NAME], log=lambda m: print(m, file=sys.stderr))
             path = dest / entries[0]["path"]

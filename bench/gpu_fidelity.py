@@ -22,9 +22,9 @@ from precision_doctor import planted
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.diagnose import check_on_samples
-from precision_doctor.model import Model, from_proto
-from precision_doctor.tolerance import Tolerance
+from precision_doctor.graph.model import Model, from_proto
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.validation import check_on_samples_as_dict as check_on_samples
 
 PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 

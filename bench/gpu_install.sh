@@ -6,7 +6,8 @@ if [ ! -d /tmp/site/onnxruntime ]; then  # once per machine
   cat "$last"/part* >> /tmp/stage/wheel
   name=$(cat "$last"/WHEEL_NAME)
   mv /tmp/stage/wheel "/tmp/stage/$name"
-  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "/tmp/stage/$name" .whl/*.whl || return 1
+  extra=$(ls .whl/*.whl 2>/dev/null)  # polygraphy and onnx-graphsurgeon, where carried (gpu_nodewise.py needs neither)
+  python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site "/tmp/stage/$name" $extra || return 1
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi -L

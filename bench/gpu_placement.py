@@ -15,7 +15,7 @@ from pathlib import Path
 import onnxruntime as ort
 from _zoo import batch_answer, zoo_works
 
-from precision_doctor.precision.mixed import build_mixed
+from precision_doctor.graph.mixed import build_mixed
 
 
 def placement(proto, feeds) -> dict[str, list[str]]:

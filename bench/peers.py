@@ -80,8 +80,8 @@ def read_samples(wd: Path) -> list[dict[str, np.ndarray]]:
 
 
 def elemwise_ok(out: np.ndarray, ref: np.ndarray, atol: float, rtol: float) -> tuple[bool, float]:
-    """Polygraphy's elemwise rule, as our oracle applies it (precision_doctor.tolerance.check); and max |d|."""
-    from precision_doctor.tolerance import Tolerance, check
+    """Polygraphy's elemwise rule, as our oracle applies it (precision_doctor.measure.tolerance.check); and max |d|."""
+    from precision_doctor.measure.tolerance import Tolerance, check
 
     c = check(out, ref, Tolerance(atol, rtol))
     return c.passed, c.max_abs
@@ -466,8 +466,8 @@ def planted_workloads(n: int, only: set[str] | None) -> list[tuple]:
     from _search import SearchBench
 
     from precision_doctor import planted
-    from precision_doctor.model import from_proto
-    from precision_doctor.tolerance import Tolerance
+    from precision_doctor.graph.model import from_proto
+    from precision_doctor.measure.tolerance import Tolerance
 
     out = []
     for name, make in planted.CASES.items():

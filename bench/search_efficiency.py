@@ -21,8 +21,8 @@ from _search import SearchBench, phase_text
 from _zoo import zoo_works
 
 from precision_doctor import planted
-from precision_doctor.model import from_proto
-from precision_doctor.tolerance import Tolerance
+from precision_doctor.graph.model import from_proto
+from precision_doctor.measure.tolerance import Tolerance
 
 STRATEGIES = ["auto", "bisect", "segment", "ddmin"]
 

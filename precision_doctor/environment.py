@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import importlib
 import platform
-import shutil
-import subprocess
+from dataclasses import dataclass
 
 
 def _version(module: str) -> str | None:
@@ -17,28 +16,34 @@ def _version(module: str) -> str | None:
 
 
 def tensorrt_status() -> str:
+    """Which TensorRT library is here (TensorRT 10/11 or TensorRT-RTX), what it can do, and whether
+    this machine's GPU can run its engines; or why none is usable."""
+    from precision_doctor.backends.tensorrt.library import find_library
+
     try:
-        import tensorrt as trt  # noqa: F401
-    except Exception as exc:
+        lib, why = find_library()
+    except Exception as exc:  # a bad PRECISION_DOCTOR_TRT_LIBRARY value
+        return f"not usable: {exc}"
+    if lib is None:
         return (
-            f"not installed ({type(exc).__name__}): the TensorRT backend and `--backend trt` are unavailable; "
-            "emulation and ONNX Runtime still diagnose, and the emitted trtexec/polygraphy commands "
-            "run wherever TensorRT is installed"
+            f"not installed ({'; '.join(why)}): `--backend trt` is unavailable and fixed.onnx is not checked against a "
+            "TensorRT parser; `pip install '.[trt]'` installs TensorRT-RTX from PyPI (parse, check and ahead-of-time "
+            "builds without a GPU); the emitted trtexec/polygraphy commands run wherever TensorRT is installed"
         )
-    return f"{trt.__version__} ({'strongly typed only' if int(trt.__version__.split('.')[0]) >= 11 else 'weak typing available'})"
+    typing = "strongly typed only" if lib.strongly_typed_only else "weak typing available"
+    run = lib.runtime()
+    if lib.is_rtx:
+        targets = " ".join(f"{a}.{b}" for a, b in lib.target_compute_capabilities)
+        what = f"{typing}; builds ahead of time without a GPU for compute capability {targets}"
+    else:
+        what = f"{typing}; builds for the GPU present"
+    return f"{lib.label} ({lib.module_name}; {what}); {run.reason}"
 
 
 def gpus() -> list[str]:
-    if not shutil.which("nvidia-smi"):
-        return []
-    try:
-        out = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line.strip() for line in out.stdout.splitlines() if line.strip()]
+    from precision_doctor.backends.tensorrt.library import nvidia_smi
+
+    return nvidia_smi("name,memory.total,driver_version,compute_cap")
 
 
 def ort_providers() -> list[str]:
@@ -49,8 +54,49 @@ def ort_providers() -> list[str]:
     return list(ort.get_available_providers())
 
 
+@dataclass(frozen=True)
+class BackendStatus:
+    """One backend: whether it runs here (and why not), and what it is good for."""
+
+    name: str
+    runs_here: bool
+    why_not: str
+    good_for: str
+
+    def line(self) -> str:
+        state = "runs here" if self.runs_here else f"not here ({self.why_not})"
+        return f"{state}; {self.good_for}"
+
+
+def backend_statuses() -> list[BackendStatus]:
+    """Every backend name, whether it runs on this machine, and what it is for."""
+    from precision_doctor.backends.registry import available_backends
+
+    here = available_backends()
+    providers = ort_providers()
+    cuda = "CUDAExecutionProvider" in providers
+    trt_why = "no TensorRT here that can run engines on this machine; see tensorrt above"
+    return [
+        BackendStatus("emulate", True, "", "the default search backend: ONNX Runtime on the CPU with every node's "
+                      "rounding to FP16/BF16 made explicit (the emulation rule), one session for the whole search; "
+                      "fast and close to a GPU's FP16, not exact: let the target GPU confirm the answer"),
+        BackendStatus("ort-cuda", "ort-cuda" in here, "needs onnxruntime-gpu with its CUDA provider and a GPU; "
+                      f"providers here: {', '.join(providers) or 'none'}" if not cuda else "",
+                      "the real mixed-precision graph on ONNX Runtime's CUDA provider, a GPU's own verdict: "
+                      "--confirm-backend ort-cuda finishes an emulated search on the GPU; --backend ort-cuda searches there"),
+        BackendStatus("trt", "trt" in here, trt_why, "TensorRT engines of the candidate sets, the deployment's own "
+                      "verdict; an engine build per evaluation, so best as --confirm-backend trt"),
+        BackendStatus("ort-cpu", True, "", "only as --confirm-backend ort-cpu, a check that fixed.onnx loads and "
+                      "runs; not a search backend, anywhere: ONNX Runtime's CPU provider runs chains of FP16 nodes in "
+                      "FP32 and drops the roundings between them, so its verdicts are not FP16's (in "
+                      "examples/three_defects.onnx it keeps nothing in FP32 where FP16 gives NaN)"),
+        BackendStatus("auto", True, "", f"the best that runs here: {here[0]}"),
+    ]
+
+
 def describe() -> dict[str, str]:
     from precision_doctor import __version__
+    from precision_doctor.backends.registry import available_backends
 
     providers = ort_providers()
     return {
@@ -59,27 +105,9 @@ def describe() -> dict[str, str]:
         "onnx": _version("onnx") or "not installed",
         "onnxruntime": f"{_version('onnxruntime') or 'not installed'} (providers: {', '.join(providers) or 'none'})",
         "polygraphy": _version("polygraphy") or "not installed",
-        "onnx-graphsurgeon": _version("onnx_graphsurgeon") or "not installed",
         "tensorrt": tensorrt_status(),
         "cuda-python": _version("cuda") or _version("cuda.bindings") or "not installed",
         "gpus": "; ".join(gpus()) or "none found (nvidia-smi absent or no GPU)",
-        "backends": ", ".join(available_backends()),
-        "ort-cpu": "not a search backend (refused: ONNX Runtime's CPU provider computes chains of FP16 nodes in FP32, "
-        "so its verdicts are not FP16's); usable as --confirm-backend ort-cpu, a plumbing check that fixed.onnx "
-        "loads and runs",
+        "backends usable here": ", ".join(available_backends()),
+        **{f"backend {b.name}": b.line() for b in backend_statuses()},
     }
-
-
-def available_backends() -> list[str]:
-    """Backends that can search here, best first (never ort-cpu: see backends/ort.py)."""
-    names = []
-    try:
-        import tensorrt  # noqa: F401
-
-        names.append("trt")
-    except Exception:
-        pass
-    if "CUDAExecutionProvider" in ort_providers():
-        names.append("ort-cuda")
-    names.append("emulate")
-    return names

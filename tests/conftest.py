@@ -35,12 +35,9 @@ def run_cli(monkeypatch, capsys):
     """Run the CLI in-process through `main()`; returns (exit code, stdout, stderr)."""
 
     def run(*args: str):
-        from precision_doctor import interrupt
         from precision_doctor.cli import main
 
         monkeypatch.setattr(sys, "argv", ["precision-doctor", *map(str, args)])
-        # the process-wide SIGINT handler and unraisable hook stay out of pytest's process
-        monkeypatch.setattr(interrupt, "install", lambda: None)
         code = 0
         try:
             main()

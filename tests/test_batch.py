@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -18,16 +17,12 @@ import onnx
 import pytest
 
 from precision_doctor import planted
-from precision_doctor.batch import (
-    ENTRY,
-    InlineExecutor,
-    LocalExecutor,
-    ModelSettings,
-    discover,
-    run_batch,
-    threads_per_worker,
-)
+from precision_doctor.batch.executors import InlineExecutor, LocalExecutor, threads_per_worker
+from precision_doctor.batch.jobs import ENTRY
+from precision_doctor.batch.orchestrate import run_batch
+from precision_doctor.batch.recipes import discover
 from precision_doctor.errors import UserError
+from precision_doctor.spec import RunSpec
 
 
 @pytest.fixture
@@ -130,7 +125,7 @@ def test_interrupted_batch_resumes(zoo, tmp_path, monkeypatch):
     def no_capture(*a, **k):
         raise AssertionError("captured again instead of resuming")
 
-    monkeypatch.setattr("precision_doctor.diagnose.capture_and_analyse", no_capture)
+    monkeypatch.setattr("precision_doctor.pipeline.diagnose.capture_and_analyse", no_capture)
     third = run_batch(root, out, executor=InlineExecutor())
     assert sorted(third.ran) == ["broken", "large_reducesum"]
     rep = json.loads((run_dir / "report.json").read_text())
@@ -170,7 +165,7 @@ def test_batch_error_exit_code(tmp_path, run_cli):
     assert code == 1 and "error" in stdout
 
 
-def _die_on_two(x: int) -> int:
+def _die_on_two(x: int, stop) -> int:
     if x == 2:
         os._exit(3)
     return x * 10
@@ -191,18 +186,21 @@ def test_recipes_manifest_and_names(tmp_path):
         "inputs": {"input_shapes": {"x": [2, 32]}, "val_range": {"*": [-1, 1]}}, "tolerance": {"atol": 0.5},
         "about": {"anything": "goes"},
     }))
-    specs = discover(root, ModelSettings())
+    specs = discover(root, RunSpec(""))
     assert [s.name for s in specs] == ["a_b"]
-    s = specs[0].settings
-    assert s.input_shapes == ("x:[2,32]",) and s.val_range == ("[-1,1]",) and s.atol == 0.5 and s.rtol == 1e-5
-    assert s.margin == 0.0 and s.key() == replace(s, margin=0.0).key() != replace(s, margin=0.2).key()
-    assert s.confirm_backend is None and s.key() != replace(s, confirm_backend="ort-cuda").key()
+    s = specs[0].spec
+    assert s.inputs.input_shapes == ("x:[2,32]",) and s.inputs.val_ranges == ("[-1,1]",)
+    assert s.tolerance.atol == 0.5 and s.tolerance.rtol == 1e-5
+    assert s.search.margin == 0.0
+    assert s.key() == s.with_settings({"search.margin": 0.0}).key() != s.with_settings({"search.margin": 0.2}).key()
+    assert s.backends.confirm_backend is None
+    assert s.key() != s.with_settings({"backends.confirm_backend": "ort-cuda"}).key()
     (root / "a b.json").write_text(json.dumps({"tolerance": {"margin": 0.25}, "confirm_backend": "ort-cpu"}))
-    s2 = discover(root, ModelSettings(margin=0.1))[0].settings
-    assert s2.margin == 0.25 and s2.confirm_backend == "ort-cpu"  # the recipe overrides
+    s2 = discover(root, RunSpec("").with_settings({"search.margin": 0.1}))[0].spec
+    assert s2.search.margin == 0.25 and s2.backends.confirm_backend == "ort-cpu"  # the recipe overrides
 
     (root / "a b.json").write_text(json.dumps({"tolerance": {"atoll": 1}}))
-    bad = discover(root, ModelSettings())[0]
+    bad = discover(root, RunSpec(""))[0]
     assert bad.error and "atoll" in bad.error
 
     manifest = root / "m.yaml"
@@ -211,10 +209,10 @@ def test_recipes_manifest_and_names(tmp_path):
         "models:\n  - path: a b.onnx\n    name: first\n  - {path: a b.onnx, name: first, precision: bf16}\n"
         "  - path: missing.onnx\n"
     )
-    specs = discover(manifest, ModelSettings())
+    specs = discover(manifest, RunSpec(""))
     assert [s.name for s in specs] == ["first", "first-2", "missing"]
-    assert specs[0].settings.atol == 0.1 and specs[0].settings.max_evaluations == 5
-    assert specs[1].settings.precision == "bf16"
+    assert specs[0].spec.tolerance.atol == 0.1 and specs[0].spec.search.max_evaluations == 5
+    assert specs[1].spec.precision == "bf16"
     res = run_batch(manifest, tmp_path / "out", executor=InlineExecutor(), only=["missing"])
     row = {r["model"]: r for r in res.rows}["missing"]
     assert row["status"] == "error" and "not found" in row["message"]
@@ -222,7 +220,7 @@ def test_recipes_manifest_and_names(tmp_path):
         run_batch(manifest, tmp_path / "out", executor=InlineExecutor(), only=["nope"])
     (tmp_path / "empty").mkdir()
     with pytest.raises(UserError, match="no models"):
-        discover(tmp_path / "empty", ModelSettings())
+        discover(tmp_path / "empty", RunSpec(""))
 
 
 def test_threads_per_worker():
@@ -374,23 +372,23 @@ def test_run_cut_off_after_its_report_counts_as_finished(tmp_path):
 
 
 def test_second_batch_on_the_same_out_is_refused(tmp_path):
-    from precision_doctor.batch import LOCK_DIR, _file_lock
+    from precision_doctor.batch import jobs
+    from precision_doctor.batch.jobs import LOCK_DIR, file_lock
+    from precision_doctor.results.runlock import RunLock
 
     root = tmp_path / "zoo"
     root.mkdir()
     onnx.save(planted.clean().model, str(root / "m.onnx"))
     out = tmp_path / "out"
-    with _file_lock(out / LOCK_DIR / "batch.lock", 0) as held:  # as another batch process would
-        assert held
-        with pytest.raises(UserError, match="another batch is running"):
+    out.mkdir()
+    with RunLock(out, command="precision-doctor batch zoo"):  # as another batch process would
+        with pytest.raises(UserError, match=f"another batch is using .*process {os.getpid()}"):
             run_batch(root, out, executor=InlineExecutor())
     assert run_batch(root, out, executor=InlineExecutor()).ran == ["m"]
     # A model whose lock is held (a worker of a killed batch still writing) is waited for, then
     # reported as an error rather than touched.
-    import precision_doctor.batch as batch_mod
-
-    with _file_lock(out / LOCK_DIR / "m.lock", 0), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(batch_mod, "LOCK_WAIT_S", 0.3)
+    with file_lock(out / LOCK_DIR / "m.lock", 0), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(jobs, "LOCK_WAIT_S", 0.3)
         res = run_batch(root, out, executor=InlineExecutor(), rerun=True)
     assert res.rows[0]["status"] == "error" and "still diagnosing" in res.rows[0]["message"]
 

@@ -17,7 +17,7 @@ import pytest
 from chromium_helpers import console_problems, run_chromium
 
 from precision_doctor import planted
-from precision_doctor.batch import InlineExecutor, run_batch
+from precision_doctor.batch.orchestrate import InlineExecutor, run_batch
 
 pytestmark = pytest.mark.browser
 

@@ -8,18 +8,19 @@ import pytest
 from onnx import TensorProto, helper
 
 from precision_doctor import planted
-from precision_doctor.activations import LOCAL, LOWP, REFERENCE, ActivationStore, escape
-from precision_doctor.compare import reanalyse, run_compare
-from precision_doctor.model import from_proto
+from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore, escape
+from precision_doctor.data.workload import Workload
+from precision_doctor.graph.model import from_proto
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.compare import reanalyse, run_compare
 from precision_doctor.planted import IR_VERSION, OPSET
-from precision_doctor.tolerance import Tolerance
-from precision_doctor.workload import InputOptions, Workload
+from precision_doctor.spec import InputSpec
 
 DEFECTS = [n for n in planted.CASES if n != "clean"]
 
 
 def _compare(case, tmp_path, n=3):
-    work = Workload(from_proto(case.model), case.samples(n), InputOptions())
+    work = Workload(from_proto(case.model), case.samples(n), InputSpec())
     return run_compare(work, "fp16", Tolerance(case.atol, case.rtol), tmp_path)
 
 
@@ -68,7 +69,7 @@ def test_escaped_names_round_trip(tmp_path):
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
     samples = [{"in/put.0": np.array([1.0, 2.0, 12.0], np.float32)}]
-    run_compare(Workload(from_proto(m), samples, InputOptions()), "fp16", Tolerance(), tmp_path)
+    run_compare(Workload(from_proto(m), samples, InputSpec()), "fp16", Tolerance(), tmp_path)
     with ActivationStore(tmp_path / "activations.h5") as store:
         assert store.tensor_names(LOWP) == ["/blk3/Relu_output_0", "out%1"]
         assert np.isinf(store.read(LOWP, "out%1")[0, 2])  # exp(12) > 65504
@@ -107,7 +108,7 @@ def test_flops_estimate_for_matmul_and_conv():
 
 
 def test_scalar_tensors_read_back_as_arrays(tmp_path):
-    from precision_doctor.activations import ActivationStore
+    from precision_doctor.data.activations import ActivationStore
 
     with ActivationStore(tmp_path / "a.h5", "w") as store:
         store.set_attrs()

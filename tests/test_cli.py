@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 from precision_doctor import planted
+from precision_doctor.results.report import Report
 
 
 def test_missing_and_non_onnx_files(run_cli, tmp_path):
@@ -87,6 +88,7 @@ def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
     assert sorted(rep["fallback_nodes"]) == sorted(case.expected)
     for key in ("passed", "evaluations", "elapsed_s", "strategy", "precision", "backend", "tolerance", "trajectory"):
         assert key in rep
+    assert Report.from_json(rep).to_json() == rep and rep["schema_version"] == 1  # the typed report, both ways
     assert rep["passed"] and rep["validation"]["samples"] == 2 and rep["validation"]["passed"]
     assert rep["one_minimal_checked"] is True  # every member's removal was seen to fail
     for f in ("fixed.onnx", "report.html", "report.md", "activations.h5", "layer_precisions.txt", "trtexec.sh"):
@@ -176,7 +178,7 @@ def test_resume_with_other_settings_is_refused(run_cli, planted_file, tmp_path):
 
 
 def test_ctrl_c_outside_the_search_is_one_line_and_130(run_cli, planted_file, tmp_path, monkeypatch):
-    import precision_doctor.diagnose as diagnose
+    import precision_doctor.pipeline.diagnose as diagnose
 
     def interrupted(*a, **k):
         raise KeyboardInterrupt
@@ -184,7 +186,9 @@ def test_ctrl_c_outside_the_search_is_one_line_and_130(run_cli, planted_file, tm
     monkeypatch.setattr(diagnose, "capture_and_analyse", interrupted)
     case, path, files = planted_file("cancellation")
     code, _, err = run_cli("diagnose", path, "--inputs", files[0], "--out", tmp_path / "r")
-    assert code == 130 and "interrupted" in err and "--resume" in err and "Traceback" not in err
+    # nothing worth resuming was written: the directory this run created is gone, and the line says so
+    assert code == 130 and "interrupted before anything worth keeping" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
 
 
 def test_diagnose_no_solution_exits_1(run_cli, planted_file, tmp_path):

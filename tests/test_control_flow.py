@@ -7,11 +7,12 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from precision_doctor.activations import ActivationStore
-from precision_doctor.diagnose import DiagnoseOptions, held_out_samples, run_diagnose
-from precision_doctor.model import load_model
-from precision_doctor.tolerance import Tolerance, check
-from precision_doctor.workload import InputOptions, load_workload
+from precision_doctor import api
+from precision_doctor.data.activations import ActivationStore
+from precision_doctor.data.workload import load_workload
+from precision_doctor.graph.model import load_model
+from precision_doctor.measure.tolerance import Tolerance, check
+from precision_doctor.spec import InputSpec, RunSpec
 
 
 def if_model() -> onnx.ModelProto:
@@ -67,16 +68,15 @@ def test_if_node_is_one_fp32_unit_end_to_end(tmp_path):
     assert "branch" not in {n.name for n in model.candidates}
 
     # Range [-1, 1.3]: samples take both branches (sum(x) > 0 and < 0).
-    work = load_workload(path, InputOptions(samples=4, seed=0, val_ranges=["[-1,1.3]"]))
+    spec = RunSpec(str(path), inputs=InputSpec(samples=4, seed=0, val_ranges=("[-1,1.3]",)),
+                   tolerance=Tolerance(1e-2, 1e-2))
+    work = load_workload(spec)
     taken = {bool(s["x"].sum() > 0) for s in work.samples}
     assert taken == {True, False}
-    validation = held_out_samples(work, [], None)
     out = tmp_path / "run"
-    out.mkdir()
-    outcome = run_diagnose(work, validation, DiagnoseOptions(tolerance=Tolerance(1e-2, 1e-2)), out)
-    rep = outcome.report
+    rep = api.diagnose(spec, out).to_json()
 
-    assert rep["status"] == "complete" and outcome.passed
+    assert rep["status"] == "complete" and rep["passed"]
     assert "branch" not in rep["fallback_nodes"]
     assert set(rep["fallback_nodes"]) == {"big_matmul", "rescale"}
     assert all(layer["name"] != "branch" for layer in rep["layers"])  # not ranked: not a candidate

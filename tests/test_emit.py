@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from precision_doctor import emit
+from precision_doctor.results import emit
 
 NODES = ["/blk3/Pow", "/blk3/ReduceMean", "/blk3/Div"]
 WEIRD = ["a b", "x$(rm -rf ~)", "semi;colon", 'dq"uote', "ns::op:1"]
@@ -92,6 +92,9 @@ def test_trtexec_trt11_is_strongly_typed_without_precision_flags():
     assert not any(t.startswith(("--layerPrecisions", "--precisionConstraints")) for t in tokens)
     assert _arg(cmd, "--tacticSources=") == "-JIT_CONVOLUTIONS"  # CUBLAS does not exist in TRT 11
     assert "--stronglyTyped" in shlex.split(emit.trtexec_trt11("f.onnx", strongly_typed_flag=True))
+    # TF32 is on by default in 11.x: the FP32 islands of fixed.onnx would multiply in TF32
+    assert "--noTF32" in tokens
+    assert "--noTF32" not in shlex.split(emit.trtexec_trt11("f.onnx", no_tf32=False))
 
 
 def _polygraphy_parse(cmd: str) -> argparse.Namespace:
@@ -192,6 +195,7 @@ def test_emit_all_keys_and_layers():
         "autocast",
         "layer_precisions_txt",
         "trtexec_sh",
+        "tensorrt_rtx_sh",
     }
     assert all(isinstance(v, str) and v for v in out.values())
     assert "/blk3/Div_17:fp32" in _arg(out["trtexec_trt10"], "--layerPrecisions=")
@@ -251,7 +255,7 @@ def test_script_runs_trt10_weak(fake_trtexec):
 def test_script_runs_trt11_and_detects_version(fake_trtexec):
     script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", NODES, "fp16", tactic_sources_avoid=["CUBLAS"])
     args, _ = fake_trtexec(script, TRT_MAJOR="11")
-    assert args == ["--onnx=fixed.onnx", "--saveEngine=fixed.plan", "--timingCacheFile=timing.cache"]
+    assert args == ["--onnx=fixed.onnx", "--noTF32", "--saveEngine=fixed.plan", "--timingCacheFile=timing.cache"]
     # no TRT_MAJOR: read from trtexec's banner (v110000 -> 11, v101401 -> 10, v8601 -> 8)
     assert fake_trtexec(script, FAKE_TRT_V="110000")[0][0] == "--onnx=fixed.onnx"
     assert fake_trtexec(script, FAKE_TRT_V="101401")[0][0] == "--onnx=/m/model.onnx"
@@ -261,7 +265,54 @@ def test_script_runs_trt11_and_detects_version(fake_trtexec):
 def test_script_trt10_strongly_typed_and_warnings(fake_trtexec):
     script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", ["good", "a,b"], "bf16")
     args, _ = fake_trtexec(script, TRT_MAJOR="10", PD_STRONGLY_TYPED="1")
-    assert args[:2] == ["--onnx=fixed.onnx", "--stronglyTyped"]
+    assert args[:3] == ["--onnx=fixed.onnx", "--stronglyTyped", "--noTF32"]
     args, err = fake_trtexec(script, TRT_MAJOR="10")
     assert "--bf16" in args and "--layerPrecisions=good:fp32" in args
     assert "cannot be passed" in err
+
+
+_NO_KERNEL = "Range: no FP16/BF16 kernel in ONNX Runtime"
+FORCED = {"/head/Range": _NO_KERNEL, "/head/Range_1": _NO_KERNEL}
+
+
+def test_every_trtexec_line_that_builds_fp32_layers_says_no_tf32(fake_trtexec):
+    script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", NODES, "fp16")
+    for env in ({"TRT_MAJOR": "10"}, {"TRT_MAJOR": "10", "PD_STRONGLY_TYPED": "1"}, {"TRT_MAJOR": "11"}):
+        assert "--noTF32" in fake_trtexec(script, **env)[0], env
+    out = emit.emit_all("model.onnx", "fixed.onnx", NODES, atol=1e-3, rtol=1e-3)
+    for key in ("trtexec_trt10", "trtexec_trt11"):
+        assert "--noTF32" in shlex.split(out[key]), key
+
+
+def test_forced_fp32_nodes_are_listed_and_built_fp32(fake_trtexec):
+    out = emit.emit_all("named.onnx", "fixed.onnx", NODES, atol=1e-3, rtol=1e-3, forced_fp32=FORCED)
+    # TensorRT 10 pins them too, so its engine holds what fixed.onnx holds; AutoCast excludes them too
+    assert _arg(out["trtexec_trt10"], "--layerPrecisions=").split(",") == [f"{n}:fp32" for n in [*NODES, *FORCED]]
+    tokens = shlex.split(out["autocast"])
+    assert tokens[tokens.index("--nodes_to_exclude") + 1 :] == [emit.autocast_regex(n) for n in [*NODES, *FORCED]]
+    # and every file says which nodes they are and why
+    for key in ("layer_precisions_txt", "trtexec_sh", "tensorrt_rtx_sh"):
+        assert "also keeps 2 node(s) in FP32 beyond the answer" in out[key], key
+        assert "#   /head/Range_1: Range: no FP16/BF16 kernel in ONNX Runtime" in out[key], key
+    entries = [ln for ln in out["layer_precisions_txt"].splitlines() if not ln.startswith("#")]
+    assert entries == [f"{n}:fp32" for n in [*NODES, *FORCED]]
+    args, _ = fake_trtexec(out["trtexec_sh"], TRT_MAJOR="10")
+    assert "--layerPrecisions=" + ",".join(f"{n}:fp32" for n in [*NODES, *FORCED]) in args
+    assert "also keeps" not in emit.emit_all("m.onnx", "f.onnx", NODES, atol=1e-3, rtol=1e-3)["trtexec_sh"]
+
+
+def test_tensorrt_rtx_script_is_valid_bash():
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash")
+    script = emit.tensorrt_rtx_script(
+        "fixed model.onnx", ["8.6", "12.0"], tactic_sources_avoid=["JIT_CONVOLUTIONS", "CUBLAS"], input_shapes={"x": [1, 3]}
+    )
+    subprocess.run([bash, "-n"], input=script, text=True, check=True)
+    line = next(ln for ln in script.splitlines() if ln.startswith("POLYGRAPHY_USE_TENSORRT_RTX=1 "))
+    tokens = shlex.split(line.removeprefix("POLYGRAPHY_USE_TENSORRT_RTX=1 ").rstrip("\\"))
+    assert tokens[:6] == ["polygraphy", "convert", "fixed model.onnx", "--convert-to", "trt", "--strongly-typed"]
+    assert tokens[tokens.index("--tactic-sources") + 1] == "EDGE_MASK_CONVOLUTIONS"
+    assert "--input-shapes" in tokens and "x:[1,3]" in tokens
+    assert 'PD_COMPUTE_CAPABILITIES:-8.6 12.0' in script
+    assert "clear_flag" in script  # polygraphy's TensorRT-RTX config leaves TF32 on

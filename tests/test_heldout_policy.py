@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from precision_doctor.errors import UserError
-from precision_doctor.heldout_policy import (
+from precision_doctor.pipeline.heldout_policy import (
     GENERATED,
     NONE,
     SPLIT,

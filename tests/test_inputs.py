@@ -9,9 +9,9 @@ import pytest
 from onnx import TensorProto, helper
 
 from precision_doctor import planted
+from precision_doctor.data.inputs import generate_samples, load_samples, parse_input_shapes, parse_val_ranges, validate_samples
 from precision_doctor.errors import UserError
-from precision_doctor.inputs import generate_samples, load_samples, parse_input_shapes, parse_val_ranges, validate_samples
-from precision_doctor.model import from_proto, load_model
+from precision_doctor.graph.model import from_proto, load_model
 from precision_doctor.planted import IR_VERSION, OPSET
 
 

@@ -1,5 +1,5 @@
-"""Ctrl-C during the search leaves a valid partial report with the best passing set so far; a Ctrl-C
-that CPython swallows (raised inside a weakref callback or __del__) is not lost."""
+"""Ctrl-C (or a StopToken) during the search leaves a valid partial report with the best passing set so
+far; a Ctrl-C that CPython swallows (raised inside a weakref callback or __del__) is not lost."""
 
 from __future__ import annotations
 
@@ -8,32 +8,47 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 
+import onnx
 import pytest
 
-from precision_doctor import interrupt, planted
-from precision_doctor.diagnose import DiagnoseOptions, run_diagnose
-from precision_doctor.model import from_proto
-from precision_doctor.tolerance import Tolerance
-from precision_doctor.workload import InputOptions, Workload
+from precision_doctor import api, planted
+from precision_doctor.batch.executors import InlineExecutor
+from precision_doctor.batch.orchestrate import run_batch
+from precision_doctor.control import EvaluationEvent, StopToken
+from precision_doctor.data.workload import Workload
+from precision_doctor.graph.model import from_proto
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.diagnose import run_diagnose
+from precision_doctor.spec import RunSpec
 
 
-def test_interrupt_keeps_best_passing_set(tmp_path):
+@pytest.mark.parametrize("how", ["ctrl-c", "stop token"])
+def test_interrupt_keeps_best_passing_set(tmp_path, how):
+    """A KeyboardInterrupt raised inside an evaluation (Ctrl-C), or the run's token stopped from outside (as
+    a service would): the search ends with the smallest passing set seen."""
     case = planted.three_defects()
-    work = Workload(from_proto(case.model), case.samples(2), InputOptions())
-    seen = []
+    work = Workload(from_proto(case.model), case.samples(2))
+    seen: list[EvaluationEvent] = []
+    stop = StopToken()
 
-    def on_eval(ev):
-        seen.append(ev)
-        if any(e.verdict.passed for e in seen) and len(seen) >= 4:
-            raise KeyboardInterrupt
+    def progress(ev):
+        if isinstance(ev, EvaluationEvent):
+            seen.append(ev)
+            if any(e.passed for e in seen) and len(seen) >= 4:
+                if how == "ctrl-c":
+                    raise KeyboardInterrupt
+                stop.stop("stopped by the test")
 
-    opts = DiagnoseOptions(tolerance=Tolerance(case.atol, case.rtol))
-    outcome = run_diagnose(work, [], opts, tmp_path, on_evaluation=on_eval)
+    spec = RunSpec("", tolerance=Tolerance(case.atol, case.rtol))
+    report = run_diagnose(work, [], spec, tmp_path, progress=progress, stop=stop)
     rep = json.loads((tmp_path / "report.json").read_text())
-    assert outcome.interrupted and rep["status"] == "interrupted"
-    best = min((e for e in seen if e.verdict.passed), key=lambda e: len(e.fallback))
-    assert sorted(rep["fallback_nodes"]) == sorted(best.fallback)
+    assert report.to_json() == rep and rep["status"] == "interrupted"
+    best = min((e for e in seen if e.passed), key=lambda e: e.size)
+    assert len(rep["fallback_nodes"]) == best.size == seen[-1].best_size
+    passing = [t for t in rep["trajectory"] if t["passed"] and t["size"] == best.size]
+    assert sorted(rep["fallback_nodes"]) == passing[0]["fallback"]
     assert rep["evaluations"] == len(seen)
     assert (tmp_path / "report.html").exists() and (tmp_path / "fixed.onnx").exists()
     assert len((tmp_path / "search.jsonl").read_text().splitlines()) == len(seen)
@@ -42,25 +57,25 @@ def test_interrupt_keeps_best_passing_set(tmp_path):
 def test_swallowed_interrupt_is_raised_again_at_the_next_check():
     code = textwrap.dedent("""
         import gc, signal, sys
-        from precision_doctor import interrupt
+        from precision_doctor.control import StopToken, sigint_stops
 
-        interrupt.install()
+        token = StopToken()
+        with sigint_stops(token):
+            class Lands:  # SIGINT arrives while CPython runs a finalizer: the KeyboardInterrupt is dropped
+                def __del__(self):
+                    signal.raise_signal(signal.SIGINT)
 
-        class Lands:  # SIGINT arrives while CPython runs a finalizer: the KeyboardInterrupt is dropped
-            def __del__(self):
-                signal.raise_signal(signal.SIGINT)
-
-        Lands()
-        gc.collect()
-        print("went on after the swallowed interrupt", flush=True)
-        try:
-            interrupt.check()
-        except KeyboardInterrupt:
-            print("raised again at check()")
-            interrupt.clear()
-            interrupt.check()  # handled: no second raise
-            sys.exit(0)
-        sys.exit(1)
+            Lands()
+            gc.collect()
+            print("went on after the swallowed interrupt", flush=True)
+            try:
+                token.check()
+            except KeyboardInterrupt:
+                print("raised again at check()")
+                token.handled()
+                token.check()  # handled: no second raise
+                sys.exit(0)
+            sys.exit(1)
     """)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
@@ -69,22 +84,64 @@ def test_swallowed_interrupt_is_raised_again_at_the_next_check():
     assert "Exception ignored" not in r.stderr  # CPython's note on the dropped interrupt is not shown
 
 
-def test_oracle_checks_for_a_pending_interrupt():
+def test_oracle_checks_its_stop_token():
     from precision_doctor.backends.emulate import EmulateBackend
     from precision_doctor.backends.reference import ReferenceRunner
-    from precision_doctor.model import from_proto
     from precision_doctor.search import Oracle
-    from precision_doctor.tolerance import Tolerance
 
     case = planted.cancellation()
     model = from_proto(case.model)
     samples = case.samples(1, 0)
-    o = Oracle(EmulateBackend(model), samples, [ReferenceRunner(model).run(samples[0])], Tolerance(case.atol, case.rtol))
-    interrupt._pending = True
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            o.evaluate(())
-        assert o.evaluations == 0
-    finally:
-        interrupt.clear()
+    stop = StopToken()
+    o = Oracle(EmulateBackend(model), samples, [ReferenceRunner(model).run(samples[0])],
+               Tolerance(case.atol, case.rtol), stop=stop)
+    stop.stop()
+    with pytest.raises(KeyboardInterrupt):
+        o.evaluate(())
+    assert o.evaluations == 0 and stop.stopped
+    stop.handled()
     assert o.evaluate(()).passed is False and o.evaluations == 1
+
+
+def test_another_thread_stops_a_run_by_its_token(tmp_path):
+    """As a service would: the run goes on in a worker thread, another thread stops it."""
+    case = planted.three_defects()
+    model = tmp_path / "m.onnx"
+    onnx.save(case.model, str(model))
+    spec = RunSpec(str(model), tolerance=Tolerance(case.atol, case.rtol))
+    stop, searching, stopped, result = StopToken(), threading.Event(), threading.Event(), {}
+
+    def progress(ev):  # the first evaluation waits until the other thread has stopped the run
+        if isinstance(ev, EvaluationEvent):
+            searching.set()
+            stopped.wait(120)
+
+    def run():
+        result["report"] = api.diagnose(spec, tmp_path / "run", progress=progress, stop=stop)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    assert searching.wait(120)
+    stop.stop("cancelled by the service")
+    stopped.set()
+    worker.join(120)
+    rep = result["report"]
+    assert rep.status == "interrupted" and rep.evaluations >= 1
+    assert (tmp_path / "run" / "report.json").is_file()
+
+
+def test_a_stopped_token_ends_an_inline_batch_after_its_item(tmp_path):
+    for name in ("cancellation", "clean"):
+        onnx.save(planted.CASES[name]().model, str(tmp_path / f"{name}.onnx"))
+        (tmp_path / f"{name}.json").write_text(json.dumps({"inputs": {"samples": 2}, "tolerance": {"atol": 1e-2, "rtol": 1e-2}}))
+    stop, rows = StopToken(), []
+
+    def on_done(row):
+        rows.append(row)
+        stop.stop("cancelled")
+
+    with pytest.raises(KeyboardInterrupt):
+        run_batch(tmp_path, tmp_path / "out", executor=InlineExecutor(), on_done=on_done, stop=stop)
+    assert [r["model"] for r in rows] == ["cancellation"]
+    again = run_batch(tmp_path, tmp_path / "out", executor=InlineExecutor())
+    assert again.skipped == ["cancellation"] and again.ran == ["clean"]

@@ -10,10 +10,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.model import from_proto, tensor_types_and_shapes
+from precision_doctor.graph.mixed import build_mixed, forced_fp32, lowp_nodes
+from precision_doctor.graph.model import from_proto, tensor_types_and_shapes
+from precision_doctor.measure.tolerance import Tolerance, check
 from precision_doctor.planted import CASES, IR_VERSION, OPSET
-from precision_doctor.precision.mixed import build_mixed, forced_fp32, lowp_nodes
-from precision_doctor.tolerance import Tolerance, check
 
 F32, F16 = TensorProto.FLOAT, TensorProto.FLOAT16
 

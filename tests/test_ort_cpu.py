@@ -10,9 +10,10 @@ from precision_doctor.backends import ort as ort_backend
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.ort import ORT_CPU_REFUSAL, OrtBackend, search_refusal
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.environment import available_backends, describe
-from precision_doctor.model import from_proto
-from precision_doctor.tolerance import Tolerance, check
+from precision_doctor.backends.registry import available_backends
+from precision_doctor.environment import describe
+from precision_doctor.graph.model import from_proto
+from precision_doctor.measure.tolerance import Tolerance, check
 
 
 def test_why_ort_cpu_cannot_search():
@@ -50,7 +51,7 @@ def test_help_and_env_say_so(run_cli):
     code, out, _ = run_cli("diagnose", "--help")
     assert code == 0 and "ort-cpu is refused" in " ".join(out.split())
     assert "plumbing check only" in " ".join(out.split())
-    assert "not a search backend" in describe()["ort-cpu"]
+    assert "not a search backend" in describe()["backend ort-cpu"]
     assert "ort-cpu" not in available_backends()
     assert "CPUExecutionProvider" in ort.get_available_providers()  # what `ort-cpu` would have used
 

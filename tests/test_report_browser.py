@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from chromium_helpers import console_problems, run_chromium
 
-from precision_doctor.report.html import render_html
-from precision_doctor.report.markdown import num
+from precision_doctor.render.html import render_html
+from precision_doctor.render.markdown import num
+from precision_doctor.results.report import Report
 
 pytestmark = pytest.mark.browser
 
@@ -27,10 +28,14 @@ def _report() -> dict[str, Any]:
     return json.loads(FIXTURE.read_text(encoding="utf-8"))
 
 
+def _page(data: dict[str, Any]) -> str:
+    return render_html(Report.from_json(data))
+
+
 @pytest.fixture(scope="module")
 def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("html") / "report.html"
-    path.write_text(render_html(_report()), encoding="utf-8")
+    path.write_text(_page(_report()), encoding="utf-8")
     return path
 
 
@@ -96,7 +101,7 @@ def test_script_runs_and_sorts(chromium: str, page_file: Path, tmp_path: Path) -
 
 def test_edge_pages_run_clean(chromium: str, tmp_path: Path) -> None:
     """No layers, no trajectory, no validation; and 1500 layers sorted by name."""
-    empty = {"status": "no_solution", "passed": False, "precision": "fp16", "layers": [], "trajectory": [], "validation": None}
+    empty = Report(status="no_solution", passed=False, precision="fp16", layers=[], trajectory=[], validation=None)
     p1 = tmp_path / "empty.html"
     p1.write_text(render_html(empty), encoding="utf-8")
     dump_dom(chromium, tmp_path, p1, "#sort=score")
@@ -105,7 +110,7 @@ def test_edge_pages_run_clean(chromium: str, tmp_path: Path) -> None:
     base = r["layers"]
     r["layers"] = [dict(copy.deepcopy(base[i % len(base)]), index=i, name=f"/n{1500 - i}", rank=i + 1) for i in range(1500)]
     p2 = tmp_path / "big.html"
-    p2.write_text(render_html(r), encoding="utf-8")
+    p2.write_text(_page(r), encoding="utf-8")
     dom = dump_dom(chromium, tmp_path, p2, "#sort=name:asc")  # numeric-aware: /n1 < /n2 < /n10
     order = row_order(dom)
     assert len(order) == 1500 and [r["layers"][i]["name"] for i in order[:3]] == ["/n1", "/n2", "/n3"]
@@ -129,7 +134,7 @@ def test_plot_hover_maps_to_layer_and_step(chromium: str, tmp_path: Path) -> Non
     """A mouse position over layer 14 / step 8 of the plots shows that layer's / step's tooltip."""
     r = _report()
     page = tmp_path / "hover.html"
-    page.write_text(render_html(r).replace("</body>", HOVER_PROBE), encoding="utf-8")
+    page.write_text(_page(r).replace("</body>", HOVER_PROBE), encoding="utf-8")
     res = run_chromium(chromium, tmp_path, "--window-size=1400,2400", "--dump-dom", page.as_uri())
     assert not console_problems(res.stderr, page), console_problems(res.stderr, page)
     body = re.search(r"<body[^>]*>", res.stdout)

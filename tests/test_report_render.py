@@ -10,10 +10,11 @@ from typing import Any
 
 import pytest
 
-from precision_doctor.report import write_reports
-from precision_doctor.report.html import render_html
-from precision_doctor.report.markdown import fmt, render_markdown, verdict, why
-from precision_doctor.report.plots import plot_layer_errors, plot_trajectory, plot_value_ranges
+from precision_doctor.render import write_reports
+from precision_doctor.render.html import render_html
+from precision_doctor.render.markdown import fmt, render_markdown, verdict, why
+from precision_doctor.render.plots import plot_layer_errors, plot_trajectory, plot_value_ranges
+from precision_doctor.results.report import Report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_example.json"
 
@@ -26,7 +27,12 @@ def report() -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def page() -> str:
     """The fixture rendered once (drawing the plots is the slow part)."""
-    return render_html(json.loads(FIXTURE.read_text(encoding="utf-8")))
+    return render_html(R(json.loads(FIXTURE.read_text(encoding="utf-8"))))
+
+
+def R(data: dict[str, Any]) -> Report:
+    """A report.json's contents as the typed Report the renderers read."""
+    return Report.from_json(data)
 
 
 def no_solution(report: dict[str, Any]) -> dict[str, Any]:
@@ -56,14 +62,15 @@ def test_fixture_is_realistic(report: dict[str, Any]) -> None:
 
 
 def test_markdown_fixture(report: dict[str, Any]) -> None:
-    md = render_markdown(report)
+    md = render_markdown(R(report))
     head = md.split("\n## ")[0]
     assert "**Verdict: PASSED.**" in head and "3 of 31 candidate nodes" in head and "10 evaluations" in head
-    assert "Validation on 8 held-out samples: passed" in head
+    assert "Validation: The answer holds on 8 held-out samples." in head
     for name in report["fallback_nodes"]:
         assert f"`{name}`" in md
-    assert "## FP32 fallback nodes (3)" in md and "overflows in FP16" in md and "underflow" in md
-    assert md.count("```bash") == 4 and report["commands"]["trtexec_trt10"] in md
+    assert "## FP32 fallback nodes (3)" in md and "become inf in FP16" in md and "underflow" in md
+    commands = md.split("## Commands")[1].split("\n## ")[0]
+    assert commands.count("```bash") == 4 and report["commands"]["trtexec_trt10"] in commands
     assert "baseline (all FP16)" in md and "fixed (validation)" in md
     assert "## First divergence" in md and "/blk0/attn/softmax/ReduceSum_output_0" in md
     assert "## Top offenders" in md and "| 1 | `/blk0/attn/softmax/ReduceSum`" in md
@@ -71,7 +78,7 @@ def test_markdown_fixture(report: dict[str, Any]) -> None:
 
 
 def test_markdown_no_solution(report: dict[str, Any]) -> None:
-    md = render_markdown(no_solution(report))
+    md = render_markdown(R(no_solution(report)))
     assert "**Verdict: NO SOLUTION.**" in md
     assert "Validation: not run" in md
     assert "## FP32 fallback nodes (0)" in md and "None (no passing set was found)." in md
@@ -106,7 +113,7 @@ def test_html_ids_unique(page: str) -> None:
 
 def test_html_no_solution_and_no_validation(report: dict[str, Any]) -> None:
     r = no_solution(report)
-    page = render_html(r)
+    page = render_html(R(r))
     assert 'id="verdict">NO SOLUTION<' in page
     assert "FP32 fallback nodes (0)" in page and "Held-out validation: not run." in page
     assert 'class="fb"' not in page
@@ -115,9 +122,9 @@ def test_html_no_solution_and_no_validation(report: dict[str, Any]) -> None:
 
     r2 = copy.deepcopy(report)
     r2["validation"] = None
-    page2 = render_html(r2)
+    page2 = render_html(R(r2))
     assert "Held-out validation: not run." in page2 and "fixed (validation)" not in page2
-    assert "Validation: not run" in render_markdown(r2)
+    assert "Validation: not run" in render_markdown(R(r2))
 
 
 def test_passed_with_empty_fallback(report: dict[str, Any]) -> None:
@@ -125,15 +132,15 @@ def test_passed_with_empty_fallback(report: dict[str, Any]) -> None:
     r.update(fallback_nodes=[], fallback_size=0, fp32_flop_share=0.0)
     for lay in r["layers"]:
         lay["fallback"] = False
-    assert verdict(r) == ("PASSED", "pass")
-    assert "no node needs FP32" in render_markdown(r)
-    page = render_html(r)
+    assert verdict(R(r)) == ("PASSED", "pass")
+    assert "no node needs FP32" in render_markdown(R(r))
+    page = render_html(R(r))
     assert "every candidate node can run in FP16" in page and page.count("<svg") == 3
 
 
 def test_minimal_report_renders() -> None:
     """A report from an early interruption: hardly any fields; no layers, no trajectory, no outputs."""
-    r = {"status": "interrupted", "reason": "Ctrl-C", "passed": False, "precision": "bf16", "layers": [], "trajectory": []}
+    r = Report(status="interrupted", reason="Ctrl-C", passed=False, precision="bf16", layers=[], trajectory=[])
     md = render_markdown(r)
     assert "INCOMPLETE (interrupted)" in md and "No per-layer analysis recorded." in md
     page = render_html(r)
@@ -149,12 +156,12 @@ def test_names_are_escaped(report: dict[str, Any]) -> None:
     r["fallback_nodes"][0] = evil
     r["model"]["path"] = "<b>model</b>.onnx"
     r["trajectory"][2]["fallback"] = [evil]
-    page = render_html(r)
+    page = render_html(R(r))
     assert evil not in page and "<b>model</b>" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;&lt;/td&gt;" in page
     assert page_data(page)["layers"][14][0] == evil  # the JSON for tooltips round-trips, safely embedded
     r["layers"][15]["name"] = r["fallback_nodes"][1] = "/blk0/a|b"
-    md = render_markdown(r)
+    md = render_markdown(R(r))
     assert "| 2 | `/blk0/a\\|b` | Div |" in md  # a pipe inside a name does not split the table row
 
 
@@ -165,16 +172,16 @@ def test_nonfinite_and_missing_values_everywhere(report: dict[str, Any]) -> None
             lay[k] = ["inf", "nan", "-inf", None, 0.0][(i + len(k)) % 5]
     r["trajectory"][0]["max_abs"] = "nan"
     r["format_limits"] = {"max": "inf", "smallest_normal": None}
-    page = render_html(r)
+    page = render_html(R(r))
     assert page.count("<svg") == 3 and 'data-v="NaN"' in page and 'data-v="-Infinity"' in page
-    render_markdown(r)
+    render_markdown(R(r))
 
 
 def test_bf16_limits_off_chart(report: dict[str, Any]) -> None:
     r = copy.deepcopy(report)
     r["precision"] = "bf16"
     r["format_limits"] = {"max": 3.3895313892515355e38, "smallest_normal": 1.1754943508222875e-38}
-    p = plot_value_ranges(r)
+    p = plot_value_ranges(R(r))
     assert p is not None and "far above" in p.svg and "BF16" in p.svg
 
 
@@ -184,10 +191,10 @@ def test_many_layers_stay_usable(report: dict[str, Any]) -> None:
     r["layers"] = [dict(base[i % len(base)], index=i, name=f"/layers.{i}/{base[i % len(base)]['op_type']}", rank=i + 1)
                    for i in range(1200)]
     r["fallback_nodes"] = [lay["name"] for lay in r["layers"] if lay["fallback"]]
-    page = render_html(r)
+    page = render_html(R(r))
     assert page.count('<tr data-i="') == 1200
     assert len(page) < 3_000_000
-    p = plot_layer_errors(r)
+    p = plot_layer_errors(R(r))
     assert p is not None and "layer index (topological order)" in p.svg  # indices, not 1200 names
     assert 0 < p.axes_x0 < 0.3 and 0.5 < p.axes_w < 1 and p.xlim[0] < 0 < 1199 < p.xlim[1]
 
@@ -195,12 +202,13 @@ def test_many_layers_stay_usable(report: dict[str, Any]) -> None:
 def test_fmt_and_why(report: dict[str, Any]) -> None:
     assert [fmt(v) for v in ("inf", "-inf", "nan", None, 0.0, 65504.0, 6.103515625e-05)] == [
         "inf", "-inf", "nan", "—", "0", "65504", "6.1e-05"]
-    by = {lay["name"]: lay for lay in report["layers"]}
-    assert any("input |max|" in s for s in why(by["/blk0/attn/softmax/Div"], report))
-    assert any("underflow" in s for s in why(by["/blk1/ln/ReduceMean_1"], report))
+    rep = R(report)
+    by = {lay.name: lay for lay in rep.layers}
+    assert any("overflow of an input: it reads values up to" in s for s in why(by["/blk0/attn/softmax/Div"], rep))
+    assert any("underflow" in s for s in why(by["/blk1/ln/ReduceMean_1"], rep))
 
 
 def test_write_reports(tmp_path: Path, report: dict[str, Any]) -> None:
-    paths = write_reports(report, tmp_path)
+    paths = write_reports(R(report), tmp_path)
     assert paths["report_md"].read_text(encoding="utf-8").startswith("# precision-doctor report")
     assert "<svg" in paths["report_html"].read_text(encoding="utf-8")

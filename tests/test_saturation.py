@@ -11,11 +11,11 @@ from onnx import TensorProto, helper, numpy_helper
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.model import from_proto
+from precision_doctor.graph.formats import BF16, FP16
+from precision_doctor.graph.mixed import build_mixed, lowp_nodes
+from precision_doctor.graph.model import from_proto
+from precision_doctor.graph.saturate import saturate_round, saturated_constants, to_format
 from precision_doctor.planted import IR_VERSION, OPSET
-from precision_doctor.precision.formats import BF16, FP16
-from precision_doctor.precision.mixed import build_mixed, lowp_nodes
-from precision_doctor.precision.saturate import saturate_round, saturated_constants, to_format
 
 F32_MIN = float(np.finfo(np.float32).min)  # what HF transformers multiply a padding mask with
 

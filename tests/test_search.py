@@ -11,14 +11,15 @@ import pytest
 from precision_doctor import planted
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.compare import capture_and_analyse
-from precision_doctor.model import from_proto
-from precision_doctor.precision.formats import FP16
+from precision_doctor.data.workload import Workload
+from precision_doctor.graph.formats import FP16
+from precision_doctor.graph.model import from_proto
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.compare import capture_and_analyse
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted
 from precision_doctor.search.space import build_space
-from precision_doctor.tolerance import Tolerance
-from precision_doctor.workload import InputOptions, Workload
+from precision_doctor.spec import InputSpec
 
 
 class Setup:
@@ -28,7 +29,7 @@ class Setup:
         self.samples = self.case.samples(n, seed)
         self.tol = Tolerance(self.case.atol, self.case.rtol)
         tmp_path.mkdir(parents=True, exist_ok=True)
-        work = Workload(self.model, self.samples, InputOptions())
+        work = Workload(self.model, self.samples, InputSpec())
         self.analysis = capture_and_analyse(work, "fp16", self.tol, tmp_path)
         self.space = build_space(self.model, self.analysis, FP16)
         self.backend = EmulateBackend(self.model)

@@ -1,29 +1,34 @@
-"""TensorRT for real: engines for a planted model, weak typing (TensorRT 10) and strong typing.
-Runs only where `import tensorrt` works (with its libraries); skipped elsewhere."""
+"""TensorRT for real, engines run on a GPU: a planted model with weak typing (TensorRT 10) and strong
+typing (TensorRT 11, TensorRT-RTX). Runs only where a TensorRT library imports and this machine's GPU
+can run its engines (TensorRT-RTX: not on compute capability 9.0); skipped elsewhere. What runs
+without a GPU (parse, check, ahead-of-time builds) is tested in test_tensorrt_rtx.py."""
 
 from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.tensorrt
+from precision_doctor.backends.tensorrt.library import find_library
 
-try:
-    trt = pytest.importorskip("tensorrt")
-except Exception as exc:  # bindings without their libraries raise OSError and the like
-    pytest.skip(f"tensorrt is not usable: {exc}", allow_module_level=True)
-if not hasattr(trt, "Builder"):
-    pytest.skip("tensorrt has no Builder (bindings without libraries)", allow_module_level=True)
+pytestmark = [pytest.mark.tensorrt, pytest.mark.gpu]
+
+LIB = find_library()[0]
+if LIB is None:
+    pytest.skip("no TensorRT library imports here", allow_module_level=True)
+_RUN = LIB.runtime()
+if not _RUN.can_run:
+    pytest.skip(_RUN.reason, allow_module_level=True)
 
 import numpy as np  # noqa: E402
 
-from precision_doctor import emit, planted  # noqa: E402
+from precision_doctor import planted  # noqa: E402
 from precision_doctor.backends.reference import ReferenceRunner  # noqa: E402
-from precision_doctor.backends.tensorrt import TrtBackend, onnx_node_of_layer, trt_major_version  # noqa: E402
+from precision_doctor.backends.tensorrt import TrtBackend, onnx_node_of_layer  # noqa: E402
 from precision_doctor.errors import UserError  # noqa: E402
-from precision_doctor.model import from_proto  # noqa: E402
-from precision_doctor.tolerance import Tolerance, check_all  # noqa: E402
+from precision_doctor.graph.model import from_proto  # noqa: E402
+from precision_doctor.measure.tolerance import Tolerance, check_all  # noqa: E402
+from precision_doctor.results import emit  # noqa: E402
 
-MAJOR = trt_major_version(getattr(trt, "__version__", "")) or 0
+WEAK = LIB.weak_typing
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +54,7 @@ def _meets_tolerance(runner, model, case, n: int = 6) -> bool:
     return True
 
 
-@pytest.mark.skipif(MAJOR >= 11, reason="TensorRT 11 has no weak typing")
+@pytest.mark.skipif(not WEAK, reason="no weak typing (TensorRT 11, TensorRT-RTX)")
 def test_weak_typing_expected_set_meets_tolerance(case, model, tmp_path):
     cache = tmp_path / "timing.cache"
     backend = TrtBackend(model, api="weak", precision="fp16", timing_cache=cache, work_dir=tmp_path)
@@ -64,7 +69,7 @@ def test_weak_typing_expected_set_meets_tolerance(case, model, tmp_path):
         assert _meets_tolerance(runner, model, case)
     finally:
         runner.close()
-    assert cache.exists() and cache.stat().st_size > 0
+    assert cache.exists() and cache.stat().st_size > 0  # weak typing is TensorRT 10's: a timing cache
     # a second build loads and extends the same cache
     other = backend.prepare(frozenset())
     other.close()
@@ -75,7 +80,7 @@ def test_weak_typing_expected_set_meets_tolerance(case, model, tmp_path):
 
 
 def test_strong_typing_expected_set_meets_tolerance(case, model, tmp_path):
-    pytest.importorskip("precision_doctor.precision.mixed")
+    pytest.importorskip("precision_doctor.graph.mixed")
     backend = TrtBackend(model, api="strong", precision="fp16", work_dir=tmp_path)
     assert backend.mode == "strong"
     runner = backend.prepare(frozenset(case.expected))
@@ -84,15 +89,16 @@ def test_strong_typing_expected_set_meets_tolerance(case, model, tmp_path):
         assert _meets_tolerance(runner, model, case)
     finally:
         runner.close()
-    assert backend.timing_cache.exists()
+    # TensorRT keeps a timing cache, TensorRT-RTX a runtime cache (written when the runner closes)
+    assert (backend.runtime_cache if LIB.is_rtx else backend.timing_cache).exists()
 
 
 def test_auto_picks_the_installed_api(model, tmp_path):
     backend = TrtBackend(model, work_dir=tmp_path)
-    assert backend.mode == ("strong" if MAJOR >= 11 else "weak")
+    assert backend.mode == ("weak" if WEAK else "strong")
 
 
-@pytest.mark.skipif(MAJOR < 11, reason="weak typing exists before TensorRT 11")
+@pytest.mark.skipif(WEAK, reason="weak typing exists in TensorRT 10")
 def test_weak_typing_refused_on_trt11(model, tmp_path):
     with pytest.raises(UserError, match="weak typing"):
         TrtBackend(model, api="weak", work_dir=tmp_path)

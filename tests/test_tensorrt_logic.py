@@ -1,6 +1,8 @@
 """The TensorRT backend's pure logic, without TensorRT: layer -> ONNX node mapping (metadata,
 multi-layer nodes, Myelin-like engine layers, local functions), tactic sources, version parsing,
-and the errors a user gets when TensorRT is missing or too new for weak typing."""
+which library loads and what it can do (fake modules stand in for TensorRT 10, 11 and TensorRT-RTX,
+fake nvidia-smi listings for GPUs), and the one-line errors a user gets when the library is missing,
+too new for weak typing, or cannot run engines on this GPU."""
 
 from __future__ import annotations
 
@@ -10,10 +12,12 @@ import types
 
 import pytest
 
-from precision_doctor import planted
+from precision_doctor import environment, planted
+from precision_doctor.backends import registry
 from precision_doctor.backends import tensorrt as trtb
+from precision_doctor.backends.tensorrt import library
 from precision_doctor.errors import UserError
-from precision_doctor.model import from_proto
+from precision_doctor.graph.model import from_proto
 
 ONNX = {"/blk3/Pow", "/blk3/ReduceMean", "/blk3/Div", "/blk3/MatMul", "/blk3/MatMul_1", "/blk3/LayerNorm", "/enc/Fn_0"}
 
@@ -182,7 +186,46 @@ def test_resolve_tactic_sources():
         trtb.resolve_tactic_sources(trtb.parse_tactic_sources(["foo"]), TRT10, 0)
 
 
-# --- versions and a missing TensorRT ----------------------------------------------------------
+# --- libraries: which one, what it can do, where its engines run ------------------------------
+
+LIB_MODULES = ("tensorrt", "tensorrt_rtx", "tensorrt_rtx_bindings")
+AMPERE = [library.Gpu("NVIDIA RTX A6000", (8, 6))]
+HOPPER = [library.Gpu("NVIDIA H100 80GB HBM3", (9, 0))]
+
+
+def _fake_tensorrt_module(version: str, weak: bool, name: str = "tensorrt", rtx: bool = False) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__version__ = version
+    mod.Builder = object
+    flags = {"TF32": 6, "STRIP_PLAN": 19}
+    if weak:
+        flags.update(FP16=0, BF16=17, OBEY_PRECISION_CONSTRAINTS=9)
+    mod.BuilderFlag = _Enum(**flags)
+    mod.NetworkDefinitionCreationFlag = _Enum(STRONGLY_TYPED=1)
+    mod.TacticSource = types.SimpleNamespace(__members__={"EDGE_MASK_CONVOLUTIONS": 0, "JIT_CONVOLUTIONS": 1})
+    if rtx:
+        members = ["NONE", "CURRENT", "SM75", "SM80", "SM86", "SM89", "SM120", "SM121"]
+        mod.ComputeCapability = types.SimpleNamespace(__members__={m: i for i, m in enumerate(members)})
+    return mod
+
+
+@pytest.fixture
+def no_library(monkeypatch):
+    """No TensorRT library importable, whatever is installed."""
+    for name in LIB_MODULES:
+        monkeypatch.setitem(sys.modules, name, None)  # `import name` raises ImportError
+    monkeypatch.delenv(library.ENV_LIBRARY, raising=False)
+
+
+@pytest.fixture
+def gpus(monkeypatch):
+    """Set the GPUs nvidia-smi would list."""
+
+    def set_(listed):
+        monkeypatch.setattr(library, "query_gpus", lambda: list(listed))
+
+    set_(AMPERE)
+    return set_
 
 
 def test_trt_major_version_parsing():
@@ -192,42 +235,106 @@ def test_trt_major_version_parsing():
     assert trtb.trt_major_version("garbage") is None
 
 
-def test_no_tensorrt(monkeypatch):
-    monkeypatch.setitem(sys.modules, "tensorrt", None)  # `import tensorrt` raises ImportError
+def test_no_library(no_library):
     assert trtb.trt_major_version() is None
-    with pytest.raises(UserError, match=r"^TensorRT is not installed: "):
-        trtb.import_tensorrt()
+    lib, why = library.find_library()
+    assert lib is None and [w.split(":")[0] for w in why] == list(LIB_MODULES)
+    with pytest.raises(UserError, match=r"^TensorRT or TensorRT-RTX is not installed \(tensorrt: ") as err:
+        library.load_library()
+    assert "\n" not in str(err.value) and "pip install '.[trt]'" in str(err.value)
     model = from_proto(planted.overflow_island().model)
-    with pytest.raises(UserError, match="TensorRT is not installed") as err:
+    with pytest.raises(UserError, match="not installed"):
         trtb.TrtBackend(model)
-    assert "\n" not in str(err.value)
+    assert environment.tensorrt_status().startswith("not installed")
+    assert "trt" not in registry.available_backends()
 
 
-def test_tensorrt_bindings_without_libraries(monkeypatch):
-    monkeypatch.setitem(sys.modules, "tensorrt", types.ModuleType("tensorrt"))
+def test_bindings_without_libraries_are_skipped(no_library, monkeypatch, gpus):
+    monkeypatch.setitem(sys.modules, "tensorrt", types.ModuleType("tensorrt"))  # no Builder
     with pytest.raises(UserError, match="no Builder"):
-        trtb.import_tensorrt()
+        library.load_library()
+    fake = _fake_tensorrt_module("1.7.1", False, "tensorrt_rtx_bindings", True)
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx_bindings", fake)
+    lib = library.load_library()
+    assert (lib.family, lib.module_name, lib.label) == ("tensorrt_rtx", "tensorrt_rtx_bindings", "TensorRT-RTX 1.7.1")
+
+
+def test_prefer_a_library(no_library, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorrt", _fake_tensorrt_module("10.9.0", weak=True))
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx", _fake_tensorrt_module("1.7.1", False, "tensorrt_rtx", True))
+    assert library.load_library().family == "tensorrt"  # TensorRT first
+    assert library.load_library("tensorrt_rtx").family == "tensorrt_rtx"
+    monkeypatch.setenv(library.ENV_LIBRARY, "tensorrt_rtx")
+    assert library.load_library().family == "tensorrt_rtx"
+    monkeypatch.setenv(library.ENV_LIBRARY, "tensorrt-llm")
+    with pytest.raises(UserError, match="PRECISION_DOCTOR_TRT_LIBRARY"):
+        library.load_library()
+
+
+def test_capabilities_of_each_library(no_library, monkeypatch):
+    trt10 = library.TrtLibrary(_fake_tensorrt_module("10.9.0", weak=True), "tensorrt", "tensorrt", "10.9.0")
+    trt11 = library.TrtLibrary(_fake_tensorrt_module("11.1.0", weak=False), "tensorrt", "tensorrt", "11.1.0")
+    rtx = library.TrtLibrary(_fake_tensorrt_module("1.7.1", False, "tensorrt_rtx", True), "tensorrt_rtx", "tensorrt_rtx", "1.7.1")
+    assert (trt10.weak_typing, trt11.weak_typing, rtx.weak_typing) == (True, False, False)
+    assert (trt10.major, trt11.major, rtx.major) == (10, 11, 1)
+    assert trt10.target_compute_capabilities == ()  # TensorRT builds for the GPU present
+    assert rtx.target_compute_capabilities == ((7, 5), (8, 0), (8, 6), (8, 9), (12, 0), (12, 1))
+    assert rtx.default_compute_capabilities == ((8, 0), (8, 6), (8, 9), (12, 0), (12, 1))  # Turing only when named
+    # where engines run
+    assert not rtx.runtime([]).can_run and "no GPU" in rtx.runtime([]).reason
+    hopper = rtx.runtime(HOPPER)
+    assert not hopper.can_run
+    assert hopper.reason == (
+        "TensorRT-RTX 1.7.1 cannot run engines on NVIDIA H100 80GB HBM3, compute capability 9.0 "
+        "(it runs on compute capability 7.5 8.0 8.6 8.9 12.0 12.1)"
+    )
+    assert rtx.runtime(AMPERE).can_run and trt10.runtime(HOPPER).can_run
+    assert not trt11.runtime([]).can_run
+
+
+def test_parse_compute_capability():
+    assert [library.parse_cc(t) for t in ("8.6", "12.0", "sm86", "SM120", "75")] == [(8, 6), (12, 0), (8, 6), (12, 0), (7, 5)]
+    with pytest.raises(UserError, match="major.minor"):
+        library.parse_cc("ampere")
+
+
+def test_query_gpus_reads_nvidia_smi(monkeypatch):
+    monkeypatch.setattr(library.shutil, "which", lambda name: "/usr/bin/nvidia-smi")
+    out = "NVIDIA H100 80GB HBM3, 9.0\nNVIDIA GeForce RTX 4090, 8.9\n"
+    monkeypatch.setattr(library.subprocess, "run", lambda *a, **k: types.SimpleNamespace(stdout=out, returncode=0))
+    assert library.query_gpus() == [library.Gpu("NVIDIA H100 80GB HBM3", (9, 0)), library.Gpu("NVIDIA GeForce RTX 4090", (8, 9))]
+    monkeypatch.setattr(library.shutil, "which", lambda name: None)
+    assert library.query_gpus() == []
+
+
+def test_backend_refuses_where_engines_cannot_run(no_library, monkeypatch, gpus):
+    monkeypatch.setitem(sys.modules, "tensorrt_rtx", _fake_tensorrt_module("1.7.1", False, "tensorrt_rtx", True))
+    model = from_proto(planted.overflow_island().model)
+    for listed, words in ((HOPPER, "compute capability 9.0"), ([], "no GPU")):
+        gpus(listed)
+        with pytest.raises(UserError) as err:
+            trtb.TrtBackend(model)
+        msg = str(err.value)
+        assert msg.startswith("trt backend unavailable: TensorRT-RTX 1.7.1 cannot run engines")
+        assert words in msg and "\n" not in msg
+        assert "trt" not in registry.available_backends()
+        assert "cannot run engines" in environment.tensorrt_status()
+    gpus(AMPERE)
+    assert trtb.TrtBackend(model).mode == "strong"
+    assert registry.available_backends()[0] == "trt"
 
 
 def test_importing_the_backend_does_not_import_tensorrt():
-    code = "import sys; import precision_doctor.backends.tensorrt, precision_doctor.emit; print('tensorrt' in sys.modules)"
+    code = (
+        "import sys; import precision_doctor.backends.tensorrt, precision_doctor.results.emit, "
+        "precision_doctor.graph.toolnames, precision_doctor.backends.knobs, precision_doctor.environment; "
+        "print(any(m in sys.modules for m in ('tensorrt', 'tensorrt_rtx', 'tensorrt_rtx_bindings')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
-def _fake_tensorrt_module(version: str, weak: bool) -> types.ModuleType:
-    mod = types.ModuleType("tensorrt")
-    mod.__version__ = version
-    mod.Builder = object
-    flags = {"TF32": 6, "STRIP_PLAN": 19}
-    if weak:
-        flags.update(FP16=0, BF16=17, OBEY_PRECISION_CONSTRAINTS=9)
-    mod.BuilderFlag = _Enum(**flags)
-    mod.NetworkDefinitionCreationFlag = _Enum(STRONGLY_TYPED=1)
-    return mod
-
-
-def test_api_resolution(monkeypatch):
+def test_api_resolution(no_library, monkeypatch, gpus):
     model = from_proto(planted.overflow_island().model)
     monkeypatch.setitem(sys.modules, "tensorrt", _fake_tensorrt_module("10.9.0", weak=True))
     assert trtb.TrtBackend(model).mode == "weak"
@@ -238,7 +345,7 @@ def test_api_resolution(monkeypatch):
         trtb.TrtBackend(model, api="weak")
 
 
-def test_backend_argument_errors(monkeypatch, tmp_path):
+def test_backend_argument_errors(no_library, monkeypatch, tmp_path, gpus):
     model = from_proto(planted.overflow_island().model)
     with pytest.raises(UserError, match="precision"):
         trtb.TrtBackend(model, precision="fp8")
@@ -253,7 +360,7 @@ def test_backend_argument_errors(monkeypatch, tmp_path):
         backend.prepare(frozenset({"not_a_node"}))
 
 
-def test_weak_mode_parses_a_file_with_the_node_names(monkeypatch, tmp_path):
+def test_weak_mode_parses_a_file_with_the_node_names(no_library, monkeypatch, tmp_path, gpus):
     import onnx
 
     monkeypatch.setitem(sys.modules, "tensorrt", _fake_tensorrt_module("10.9.0", weak=True))

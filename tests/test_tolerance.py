@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from precision_doctor.errors import UserError
-from precision_doctor.tolerance import Tolerance, check, merge
+from precision_doctor.measure.tolerance import Tolerance, check, merge
 
 
 def test_elemwise_needs_both_abs_and_rel_to_fail():

@@ -17,9 +17,26 @@ class Runner(Protocol):
 
 
 class Backend(Protocol):
-    """Turns a fallback set into a runner. `name` appears in reports."""
+    """Turns a fallback set into a runner. `name` appears in reports. `close()` releases what the
+    backend holds (sessions, engines, temporary files); whoever made a backend closes it (an oracle
+    closes the backend it was given)."""
 
     name: str
     precision: str
 
     def prepare(self, fallback: frozenset[str]) -> Runner: ...
+
+    def close(self) -> None: ...
+
+
+class ClosingBackend:
+    """Mixin: a backend as a context manager (`with EmulateBackend(...) as b:` closes it at the end)."""
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from precision_doctor.backends.base import Feeds
-from precision_doctor.backends.ort_session import make_session, with_outputs
-from precision_doctor.model import Model
-from precision_doctor.precision.emulate import MASK_INPUT, GatedGraph, gated_graph
-from precision_doctor.precision.formats import get_format
+from precision_doctor.backends.base import ClosingBackend, Feeds
+from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
+from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
+from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.model import Model
 
 
 class EmulatedRunner:
@@ -22,22 +22,26 @@ class EmulatedRunner:
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = list(outputs) if outputs is not None else self.backend.output_names
-        res = self.backend.session.run(names, {**feeds, MASK_INPUT: self.mask})
+        res = run_session(self.backend.session, names, {**feeds, MASK_INPUT: self.mask}, self.backend.model)
         return dict(zip(names, res))
 
 
-class EmulateBackend:
+class EmulateBackend(ClosingBackend):
     """The emulation rule on ORT CPU. Building it costs one session; each `prepare` costs nothing."""
 
     name = "emulate"
 
-    def __init__(self, model: Model, precision: str = "fp16", outputs: Sequence[str] | None = None):
+    def __init__(self, model: Model, precision: str = "fp16", outputs: Sequence[str] | None = None, rules=None):
         self.model = model
         self.precision = precision
-        self.graph: GatedGraph = gated_graph(model, get_format(precision))
+        self.graph: GatedGraph = gated_graph(model, get_format(precision), rules=rules)  # rules: precision.rules
         self.output_names = list(outputs) if outputs is not None else model.outputs
         proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
         self.session = make_session(proto, optimize=False)
 
     def prepare(self, fallback: frozenset[str]) -> EmulatedRunner:
         return EmulatedRunner(self, frozenset(fallback))
+
+    def close(self) -> None:
+        """Release the session (runners prepared before cannot run afterwards)."""
+        self.session = None

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
-from precision_doctor import interrupt
 from precision_doctor.backends.base import Backend
-from precision_doctor.inputs import Sample
-from precision_doctor.jsonio import as_float, jsonable
-from precision_doctor.tolerance import OutputCheck, Tolerance, check_all, merge
+from precision_doctor.control import StopToken
+from precision_doctor.data.inputs import Sample
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all, merge
+from precision_doctor.results.jsonio import as_float, jsonable
+from precision_doctor.results.manifest import note_written
 
 
 class BudgetExhausted(Exception):
@@ -76,6 +77,18 @@ class Evaluation:
         }
 
 
+def _parse_record(line: str) -> dict | None:
+    """One checkpoint record; a record glued onto a torn line is taken from its end; None for a fragment."""
+    for start in (0, line.rfind('{"step": ', 1)):
+        if start < 0:
+            break
+        try:
+            return json.loads(line[start:])
+        except json.JSONDecodeError:
+            continue
+    return None
+
+
 @dataclass
 class Budget:
     max_evaluations: int | None = None
@@ -94,6 +107,7 @@ class Oracle:
     budget: Budget = field(default_factory=Budget)
     checkpoint: Path | None = None
     on_evaluation: Callable[[Evaluation], None] | None = None
+    stop: StopToken | None = None
 
     def __post_init__(self):
         self.memo: dict[frozenset[str], Verdict] = {}
@@ -103,17 +117,26 @@ class Oracle:
         self.order = list(range(len(self.samples)))
         self.started = time.monotonic()
         self.phase = ""
+        self._noted = False
 
     # -- checkpoint --------------------------------------------------------------------------
     def load_checkpoint(self) -> int:
-        """Read earlier evaluations of this run; they count as done. Returns how many."""
+        """Read earlier evaluations of this run; they count as done. Returns how many.
+
+        A last line cut short by a kill (no newline) is cut off the file, so that the next record
+        starts a line of its own; a record appended onto such a fragment by an earlier version is
+        recovered from the line."""
         if not self.checkpoint or not self.checkpoint.exists():
             return 0
-        for line in self.checkpoint.read_text(encoding="utf-8").splitlines():
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut short by an interruption
+        data = self.checkpoint.read_bytes()
+        if data and not data.endswith(b"\n"):
+            data = data[: data.rfind(b"\n") + 1]
+            with self.checkpoint.open("r+b") as f:
+                f.truncate(len(data))
+        for line in data.decode("utf-8", errors="replace").splitlines():
+            rec = _parse_record(line)
+            if rec is None:
+                continue  # a fragment: its evaluation runs again
             fb = frozenset(rec["fallback"])
             outs = {k: OutputCheck(**{f: (as_float(x) if isinstance(x, str) else x) for f, x in v.items()})
                     for k, v in rec.get("outputs", {}).items()}
@@ -127,6 +150,9 @@ class Oracle:
         ev = Evaluation(self.evaluations, fb, verdict, phase, float(self.cost_of(fb)), time.monotonic() - self.started)
         self.trajectory.append(ev)
         if write and self.checkpoint:
+            if not self._noted:
+                note_written(self.checkpoint)  # the run directory's manifest lists it
+                self._noted = True
             with self.checkpoint.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(jsonable(ev.to_dict())) + "\n")
         if self.on_evaluation:
@@ -139,7 +165,8 @@ class Oracle:
         if fb in self.memo:
             self.memo_hits += 1
             return self.memo[fb]
-        interrupt.check()
+        if self.stop is not None:
+            self.stop.check()
         self._check_budget()
         t0 = time.monotonic()
         runner = self.backend.prepare(fb)
@@ -159,6 +186,10 @@ class Oracle:
         verdict = Verdict(failed is None, merged, failed, time.monotonic() - t0)
         self._record(fb, verdict, phase if phase is not None else self.phase)
         return verdict
+
+    def close(self) -> None:
+        """Close the backend: an oracle owns the backend it was given."""
+        self.backend.close()
 
     def passes(self, fallback: Iterable[str], phase: str | None = None) -> bool:
         return self.evaluate(fallback, phase).passed

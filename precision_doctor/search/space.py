@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from precision_doctor.analysis import Analysis
-from precision_doctor.model import Model
-from precision_doctor.precision.formats import Format
+from precision_doctor.graph.formats import Format
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.analysis import Analysis
 
 
 @dataclass

@@ -1,0 +1,86 @@
+"""The one entry for the CLI, batch, a service and the benchmarks: diagnose, compare, rerender.
+
+Each call checks its RunSpec before any work (SpecError names the setting), loads the model and
+samples, prepares the run directory and runs. `progress` receives typed events (control.py);
+`stop` ends a run early: a stopped search reports the best passing set found so far.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.data.references import check_count
+from precision_doctor.data.workload import Workload, load_workload
+from precision_doctor.pipeline.capture_cache import CaptureCache
+from precision_doctor.pipeline.compare import CompareResult, run_compare
+from precision_doctor.pipeline.diagnose import run_diagnose
+from precision_doctor.pipeline.heldout import held_out_samples
+from precision_doctor.results.report import Report
+from precision_doctor.results.rundir import open_run_dir
+from precision_doctor.spec import RunSpec
+
+
+def diagnose(
+    spec: RunSpec,
+    out_dir: str | Path,
+    *,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+    resume: bool = False,
+    force: bool = False,
+    capture_cache: CaptureCache | None = None,
+    command: str | None = None,
+) -> Report:
+    """Find the smallest set of nodes to keep in FP32 and write every artifact into `out_dir` (fresh or
+    empty; `force` replaces the files an earlier run wrote there, `resume` continues a run there from its
+    checkpoint). The directory is locked while the run works (`command` names the run to others).
+    `capture_cache` shares captures across runs (pipeline/capture_cache.py): a second diagnosis of the
+    same model and samples skips the capture and its analysis."""
+    spec.validate()
+    work = _load(spec, progress)
+    validation = held_out_samples(work)
+    _loaded(spec, work, validation, progress)
+    with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
+        return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop,
+                            capture_cache=capture_cache)
+
+
+def compare(
+    spec: RunSpec,
+    out_dir: str | Path,
+    *,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+    force: bool = False,
+    command: str | None = None,
+) -> CompareResult:
+    """Capture FP32 and emulated low precision layer by layer into `out_dir` and analyse them."""
+    spec.validate()
+    work = _load(spec, progress)
+    if work.references is not None:
+        check_count(spec.inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
+    _loaded(spec, work, [], progress)
+    with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
+        notify(progress, PhaseEvent("capture"))
+        return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop)
+
+
+def rerender(run_dir: str | Path) -> Report:
+    """Render report.md and report.html again from a run directory's report.json (which stays as it is)."""
+    from precision_doctor.render import write_reports
+
+    report = Report.load(Path(run_dir))
+    write_reports(report, Path(run_dir))
+    return report
+
+
+def _load(spec: RunSpec, progress: ProgressSink | None) -> Workload:
+    notify(progress, PhaseEvent("load"))
+    return load_workload(spec)
+
+
+def _loaded(spec: RunSpec, work: Workload, held_out: list, progress: ProgressSink | None) -> None:
+    model = work.model
+    notify(progress, LoadedEvent(spec.model, len(model.nodes), tuple(model.renamed_nodes), len(work.samples),
+                                 len(held_out)))

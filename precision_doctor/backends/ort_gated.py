@@ -1,0 +1,68 @@
+"""Real low precision on ONNX Runtime (the CUDA provider when present) in one session for every
+fallback set: the gated native graph of `precision.native`, where a fallback set is a feed.
+
+It computes what the mixed graph of `backends.ort` computes for the same set, without the kernel
+fusions ONNX Runtime makes across neighbouring nodes (it cannot fuse across If branches): compare
+the two with bench/gpu_nodewise.py before trusting one for the other. On the CPU provider ONNX
+Runtime computes the FP16 nodes in FP32 (it drops the Casts around ops without FP16 kernels), so
+`ort-cpu-gated` checks plumbing only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from precision_doctor.backends.base import Feeds
+from precision_doctor.backends.ort import CUDA, OrtBackend
+from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
+from precision_doctor.errors import UserError
+from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.model import Model
+from precision_doctor.graph.native import NativeGatedGraph, gated_native_graph
+
+
+class OrtGatedRunner:
+    """A fallback set bound to the shared session. Floating outputs come back as float32."""
+
+    def __init__(self, backend: OrtGatedBackend, fallback: frozenset[str]):
+        self.backend = backend
+        self.gates = backend.graph.feeds(fallback)
+
+    def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        names = list(outputs) if outputs is not None else self.backend.output_names
+        res = run_session(self.backend.session, names, {**feeds, **self.gates}, getattr(self.backend, "model", None))
+        return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
+
+
+class OrtGatedBackend:
+    """One session over the gated native graph; each `prepare` costs nothing.
+
+    Arguments as `OrtBackend` (providers, `tf32`, `optimize`); `mixed` is an `OrtBackend` with the
+    same settings, for the real mixed graph of a set (`mixed.prepare(fallback)`, one session each).
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        precision: str = "fp16",
+        providers: Sequence | None = None,
+        outputs: Sequence[str] | None = None,
+        optimize: bool = True,
+        tf32: bool = False,
+    ):
+        self.mixed = OrtBackend(model, precision, providers, outputs, optimize=optimize, tf32=tf32)
+        self.model = model
+        self.precision = precision
+        self.providers = self.mixed.providers
+        self.name = "ort-cuda-gated" if self.mixed.uses_cuda else "ort-cpu-gated"
+        self.output_names = self.mixed.output_names
+        self.graph: NativeGatedGraph = gated_native_graph(model, get_format(precision))
+        proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
+        self.session = make_session(proto, self.providers, optimize=optimize)
+        if self.mixed.uses_cuda and CUDA not in self.session.get_providers():
+            raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
+
+    def prepare(self, fallback: frozenset[str]) -> OrtGatedRunner:
+        return OrtGatedRunner(self, frozenset(fallback))

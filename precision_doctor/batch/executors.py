@@ -1,0 +1,230 @@
+"""Where the work of a batch runs: an `Executor` maps a function over items and yields each result.
+
+`InlineExecutor` runs in this process (tests, debugging, `--jobs 0`); `LocalExecutor` runs local worker
+processes. A Ray executor is a small class of the same shape (see `Executor`).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from precision_doctor.control import Stopped, StopToken, check, sigint_stops
+from precision_doctor.errors import SpecError, one_line
+
+WORKER_GRACE_S = 5.0  # after a stop, the workers' time to checkpoint before SIGTERM
+ORPHAN_GRACE_S = 30.0  # after the batch process died, a worker's time to checkpoint before it exits
+POLL_S = 0.5  # how often a waiting LocalExecutor looks at its StopToken
+_WATCHING = False
+
+# fn(item, stop): `stop` is the StopToken of the process the item runs in.
+Work = Callable[[Any, StopToken], Any]
+
+
+@dataclass
+class Done:
+    """One finished item: `result` of `fn(item, stop)`, or `error` when the executor could not run it
+    (its worker process died)."""
+
+    item: Any
+    result: Any = None
+    error: str | None = None
+
+
+class Executor(Protocol):
+    """Runs `fn(item, stop)` over `items` and yields a `Done` per item as each completes (any order).
+
+    `fn` is a picklable top-level function that handles its own failures; the executor reports only
+    what `fn` cannot (a worker that died). `stop` is the caller's StopToken: once it is stopped, no
+    further item starts and running ones are stopped (they checkpoint). Each item gets the StopToken
+    of the process it runs in (the caller's in-process; a fresh one, stopped by SIGINT, in a worker).
+
+    A Ray executor is a small class of this shape: `refs = {ray.remote(_ray_main).remote(fn, it): it
+    for it in items}` with `_ray_main(fn, it)` calling `fn(it, StopToken())` under `sigint_stops`
+    (ray.cancel sends the task a KeyboardInterrupt), then loop on `ready, _ = ray.wait(list(refs),
+    num_returns=1, timeout=POLL_S)`, `check(stop)` between waits (ray.cancel the rest on a stop), and
+    yield `Done(refs.pop(r), ray.get(r))` (or `Done(item, error=...)` on `ray.exceptions.RayError`).
+    Nothing else in the batch changes, since the tasks carry absolute paths and write their own run
+    directories.
+    """
+
+    jobs: int
+
+    def map(self, fn: Work, items: Iterable[Any], stop: StopToken | None = None) -> Iterator[Done]: ...
+
+
+class InlineExecutor:
+    """Runs every item in this process, one after another (tests, debugging, `--jobs 0`)."""
+
+    jobs = 1
+
+    def map(self, fn: Work, items: Iterable[Any], stop: StopToken | None = None) -> Iterator[Done]:
+        token = stop or StopToken()
+        for it in items:
+            yield Done(it, fn(it, token))
+            if token.stopped:  # a stop that ended the item (handled there or not) ends the batch too
+                raise Stopped(token.reason or "interrupted")
+
+
+class LocalExecutor:
+    """`jobs` local worker processes, a fresh process per item (so memory does not carry over
+    between models), at most `jobs` at a time. A worker that dies (a crash in native code, the OOM
+    killer) fails only its own item.
+
+    When the consumer is interrupted (Ctrl-C) or stops early (its StopToken), the running workers get
+    SIGINT (so that they checkpoint and record "interrupted"), WORKER_GRACE_S to end, then SIGTERM and
+    SIGKILL; the next batch resumes from their run directories. Plain processes rather than a
+    concurrent.futures pool: a pool with one task per child can hang at interpreter exit after an
+    interrupted shutdown (CPython gh-119592)."""
+
+    def __init__(self, jobs: int):
+        if jobs < 1:
+            raise SpecError("jobs", "{jobs} must be at least 1")
+        self.jobs = jobs
+
+    def map(self, fn: Work, items: Iterable[Any], stop: StopToken | None = None) -> Iterator[Done]:
+        from multiprocessing.connection import wait as wait_ready
+
+        ctx = _mp_context()
+        queue = list(items)
+        queue.reverse()  # pop() from the end: items start in their order
+        running: dict[Any, tuple[Any, Any]] = {}  # result connection -> (process, item)
+        finished = False
+        try:
+            while queue or running:
+                check(stop)  # also a Ctrl-C that a weakref callback swallowed in this process
+                while queue and len(running) < self.jobs:
+                    item = queue.pop()
+                    recv, send = ctx.Pipe(duplex=False)
+                    proc = ctx.Process(target=_child_main, args=(fn, item, send), name="precision-doctor-worker")
+                    try:
+                        proc.start()
+                    except Exception as exc:  # e.g. an item that cannot be pickled: that item fails
+                        recv.close()
+                        yield Done(item, error=f"could not start a worker: {one_line(exc)}")
+                        continue
+                    finally:
+                        send.close()  # the child holds the sending end; EOF here when it dies
+                    running[recv] = (proc, item)
+                ready = set(wait_ready(list(running), None if stop is None else POLL_S))
+                for recv in [c for c in running if c in ready]:
+                    proc, item = running.pop(recv)
+                    try:
+                        status, value = recv.recv()
+                    except (EOFError, OSError):
+                        status, value = "died", None
+                    finally:
+                        recv.close()
+                    proc.join(5)
+                    if status == "ok":
+                        yield Done(item, value)
+                    elif status == "error":
+                        yield Done(item, error=value)
+                    else:
+                        yield Done(item, error="the worker process died (exit code "
+                                   f"{proc.exitcode}: a crash in native code, or out of memory)")
+            finished = True
+        finally:
+            if not finished:
+                _stop_workers([proc for proc, _ in running.values()])
+            for recv in running:
+                recv.close()
+
+
+def make_executor(jobs: int) -> Executor:
+    return InlineExecutor() if jobs == 0 else LocalExecutor(jobs)
+
+
+def threads_per_worker(jobs: int) -> int:
+    """ONNX Runtime intra-op threads for each of `jobs` workers (0 = ORT's default, for one job)."""
+    if jobs <= 1:
+        return 0
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cores = os.cpu_count() or 1
+    return max(1, cores // jobs)
+
+
+def _mp_context():
+    """forkserver where available (fast, and safe with ONNX Runtime's threads), else spawn."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def _child_main(fn: Work, item: Any, conn: Any) -> None:
+    """A worker process: `fn(item, stop)` with a StopToken that SIGINT and the death of the batch process
+    stop, and its result (or what it raised, in one line) sent on `conn`."""
+    token = StopToken()
+    _stop_with_parent(token)
+    try:
+        with sigint_stops(token):
+            msg: tuple[str, Any] = ("ok", fn(item, token))
+    except BaseException as exc:  # fn handles its own failures; report whatever escapes it
+        msg = ("error", one_line(exc) or type(exc).__name__)
+    try:
+        conn.send(msg)
+    finally:
+        conn.close()
+
+
+def _stop_workers(procs: list) -> None:
+    """SIGINT, a grace period, then SIGTERM and SIGKILL for the processes still alive."""
+    import signal
+
+    def send(sig: int) -> None:
+        for p in procs:
+            if p.is_alive() and p.pid:
+                try:
+                    os.kill(p.pid, sig)
+                except OSError:
+                    pass
+
+    try:
+        send(signal.SIGINT)
+        deadline = time.monotonic() + WORKER_GRACE_S
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+    except KeyboardInterrupt:  # a second Ctrl-C: no more waiting
+        pass
+    send(signal.SIGTERM)
+    for p in procs:
+        p.join(2)
+    send(getattr(signal, "SIGKILL", signal.SIGTERM))
+    for p in procs:
+        p.join(2)
+
+
+def _stop_with_parent(stop: StopToken) -> None:
+    """In a worker process: when the batch process dies (SIGKILL, OOM killer, a closed terminal),
+    stop too instead of running on unseen. The worker's token is stopped and its main thread
+    interrupted (the search checkpoints and the row says "interrupted"); it exits after
+    ORPHAN_GRACE_S at the latest."""
+    import multiprocessing.process as mpp
+    import threading
+
+    global _WATCHING
+    parent = mpp.parent_process()
+    if _WATCHING or parent is None or getattr(parent, "sentinel", None) is None:
+        return  # the batch's own process, or watched already
+    _WATCHING = True
+
+    def watch() -> None:
+        from multiprocessing.connection import wait as wait_ready
+
+        try:
+            wait_ready([parent.sentinel])
+        except OSError:
+            return
+        import _thread
+
+        stop.stop("the batch process ended")
+        _thread.interrupt_main()
+        time.sleep(ORPHAN_GRACE_S)
+        os._exit(130)
+
+    threading.Thread(target=watch, name="pd-parent-watch", daemon=True).start()

@@ -1,0 +1,111 @@
+"""`precision-doctor batch ZOO`: diagnose every model of a zoo; a summary table at the end."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from precision_doctor.cli import app, console, err, error_text, progress_bar
+from precision_doctor.cli.options import (
+    BACKENDS,
+    GENERATED,
+    PRECISION,
+    SEARCH,
+    TOLERANCE,
+    Options,
+    command_line,
+    with_options,
+)
+from precision_doctor.control import StopToken, sigint_stops
+from precision_doctor.errors import UserError
+
+
+@app.command()
+@with_options(PRECISION, BACKENDS, SEARCH, TOLERANCE, GENERATED)
+def batch(
+    zoo: Path = typer.Argument(..., help="A directory of .onnx files (recipes beside them) or a JSON/YAML manifest."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=0, help="Local worker processes (0: run in this process)."),
+    out: Path | None = typer.Option(None, "--out", help="Batch directory (default: reports/batch-<time>); "
+                                    "an earlier batch directory is resumed."),
+    only: list[str] | None = typer.Option(None, "--only", help="Run only this model (by name); repeatable."),
+    rerun: bool = typer.Option(False, "--rerun", help="Diagnose finished models again."),
+    force: bool = typer.Option(False, "--force", help="Write into a non-empty --out that holds no earlier batch."),
+    options: Options = None,
+) -> None:
+    """Diagnose every model of a zoo; write OUT/<model>/ run directories and a summary table.
+    The options below --force are defaults that a model's recipe overrides."""
+    from precision_doctor.batch.executors import make_executor
+    from precision_doctor.batch.orchestrate import BatchSettingsDiffer, default_batch_dir, recorded_defaults, run_batch
+
+    out_dir = out if out is not None else default_batch_dir()
+    recorded = recorded_defaults(out_dir) if out is not None and Path(out).is_dir() else None
+    # A batch directory continues with the settings it was started with; flags given go on top of them.
+    defaults = (recorded.with_settings(options.given_settings()) if recorded else options.spec("")).validate()
+    executor = make_executor(jobs)
+    progress = progress_bar("{task.description}")
+    token = StopToken()
+    with sigint_stops(token), progress:
+        task = progress.add_task("models", total=None)
+
+        def on_start(names: list[str], skipped: list[str]) -> None:
+            if skipped:
+                err.print(f"{len(skipped)} model(s) finished earlier, not redone: {', '.join(skipped)}")
+            progress.update(task, total=len(names), description=f"diagnosing {len(names)} model(s), {jobs} job(s)")
+
+        def on_done(row: dict) -> None:
+            progress.advance(task)
+            detail = row["message"] if row["status"] == "error" else _row_brief(row)
+            err.print(f"{row['model']}: {row['status']} {detail}")
+
+        try:
+            result = run_batch(zoo, out_dir, defaults, executor=executor, only=list(only or []), rerun=rerun,
+                               force=force, on_start=on_start, on_done=on_done, stop=token)
+        except KeyboardInterrupt:
+            err.print(f"interrupted; to continue where it stopped: {continue_command(out_dir, out is None)}")
+            raise typer.Exit(130) from None
+        except BatchSettingsDiffer as exc:
+            again = command_line("batch", zoo, exc.recorded, "--out", str(out_dir))
+            raise UserError(f"{error_text(exc)}; to continue it: {again}") from None
+    print_summary(result.rows)
+    console.print(
+        f"{len(result.ran)} diagnosed, {len(result.skipped)} skipped (finished earlier), {len(result.errors)} error(s) "
+        f"in {result.elapsed_s:.1f} s; summary: {result.out_dir}/summary.html (summary.csv, summary.json)",
+        highlight=False,
+    )
+    raise typer.Exit(1 if result.errors else 0)
+
+
+def continue_command(out_dir: Path, add_out: bool) -> str:
+    """This very command again (every flag as given), with --out where it was not given."""
+    from precision_doctor.results.runlock import this_command
+
+    return this_command() + (f" --out {shlex.quote(str(out_dir))}" if add_out else "")
+
+
+def _row_brief(row: dict) -> str:
+    if row.get("fallback_size") is None:
+        return ""
+    from precision_doctor.render.summary import fmt_share
+
+    share = fmt_share(row.get("fp32_flop_share"))
+    return f"({row['fallback_size']} node(s) in FP32, {share} of FLOPs, {row['evaluations']} evaluations)"
+
+
+def print_summary(rows: list[dict]) -> None:
+    from precision_doctor.render.summary import fmt_share
+
+    table = Table(title="Batch summary", title_justify="left")
+    for col in ("model", "status", "FP32 nodes", "FP32 FLOPs", "evals", "time", "report / message"):
+        table.add_column(col, justify="right" if col in ("FP32 nodes", "FP32 FLOPs", "evals", "time") else "left")
+    for r in rows:
+        share = fmt_share(r.get("fp32_flop_share"))
+        table.add_row(
+            r["model"], r["status"], "" if r.get("fallback_size") is None else str(r["fallback_size"]), share,
+            "" if r.get("evaluations") is None else str(r["evaluations"]),
+            "" if r.get("elapsed_s") is None else f"{float(r['elapsed_s']):.1f} s",
+            r["message"] if r["status"] == "error" else (r.get("report") or ""),
+        )
+    console.print(table)

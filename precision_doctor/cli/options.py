@@ -1,0 +1,243 @@
+"""Shared option groups and the one table between RunSpec settings and CLI flags.
+
+Each option names the setting it sets ("tolerance.atol"); its default is the RunSpec default. A command
+composes groups (`@with_options(INPUTS, TOLERANCE, ...)`) and receives their values as one `Options`,
+which builds the RunSpec. `flag(setting)` turns a SpecError's setting back into the flag the user typed.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from precision_doctor import spec as specs
+from precision_doctor.spec import RunSpec
+
+# RunSpec settings and run options -> the CLI's flags (SpecError messages are shown with these).
+FLAGS: dict[str, str] = {
+    "model": "MODEL",
+    "precision": "--precision",
+    "inputs.files": "--inputs",
+    "inputs.samples": "--samples",
+    "inputs.seed": "--seed",
+    "inputs.val_ranges": "--val-range",
+    "inputs.input_shapes": "--input-shapes",
+    "inputs.allow_nonfinite": "--allow-nonfinite-inputs",
+    "inputs.validate_files": "--validate-inputs",
+    "inputs.validation_split": "--validation-split",
+    "inputs.reference_outputs": "--reference-outputs",
+    "tolerance.atol": "--atol",
+    "tolerance.rtol": "--rtol",
+    "tolerance.check_error_stat": "--check-error-stat",
+    "tolerance.cosine_floor": "--cosine-floor",
+    "search.strategy": "--strategy",
+    "search.cost": "--cost",
+    "search.margin": "--margin",
+    "search.max_evaluations": "--max-evaluations",
+    "search.time_budget": "--time-budget",
+    "search.keep_io_types": "--keep-io-types",
+    "search.knobs": "--knobs",
+    "artifacts.engine": "--engine",
+    "artifacts.engine_targets": "--engine-targets",
+    "capture.group_mb": "--group-mb",
+    "backends.backend": "--backend",
+    "backends.confirm_backend": "--confirm-backend",
+    "out_dir": "--out",
+    "force": "--force",
+    "resume": "--resume",
+    "rerun": "--rerun",
+    "jobs": "--jobs",
+    "only": "--only",
+}
+
+
+def flag(setting: str) -> str:
+    """The CLI flag of a setting (the setting's path where no flag sets it)."""
+    return FLAGS.get(setting, setting)
+
+
+@dataclass(frozen=True)
+class Opt:
+    """One option: the command parameter it fills, the setting it sets (None: a run option), its typer
+    annotation and OptionInfo."""
+
+    param: str
+    setting: str | None
+    annotation: Any
+    info: Any
+
+
+def _opt(param: str, setting: str, annotation: Any, help: str, *decls: str, default: Any = ...) -> Opt:
+    value = specs.default(setting) if default is ... else default
+    return Opt(param, setting, annotation, typer.Option(value, *(decls or (FLAGS[setting],)), help=help))
+
+
+# -- the groups ------------------------------------------------------------------------------------------
+FILES = _opt("inputs", "inputs.files", list[Path] | None,
+             "Input sample file (.npz, polygraphy JSON, .h5); repeatable.", default=None)
+SAMPLES = _opt("samples", "inputs.samples", int, "Number of generated samples when no --inputs are given.")
+SEED = _opt("seed", "inputs.seed", int, "Seed for generated samples.")
+INPUTS = (
+    FILES, SAMPLES, SEED,
+    _opt("val_range", "inputs.val_ranges", list[str] | None,
+         "Value range of generated inputs: NAME:[lo,hi] or [lo,hi].", default=None),
+    _opt("input_shapes", "inputs.input_shapes", list[str] | None,
+         "Shape for dynamic inputs: NAME:[d0,d1,...].", default=None),
+    _opt("allow_nonfinite_inputs", "inputs.allow_nonfinite", bool, "Accept NaN/Inf in input samples."),
+    _opt("reference_outputs", "inputs.reference_outputs", Path | None,
+         "FP32 reference outputs saved by polygraphy (run --save-outputs FILE, with --load-inputs of the same "
+         "--inputs): used instead of ONNX Runtime's FP32 outputs.", default=None),
+)
+GENERATED = (SAMPLES, SEED)  # batch: the default sample recipe
+HELD_OUT = (
+    _opt("validate_inputs", "inputs.validate_files", list[Path] | None,
+         "Held-out sample files to confirm the answer on; repeatable.", default=None),
+    _opt("validation_split", "inputs.validation_split", float | None,
+         "Hold out this fraction of the samples for confirmation (default: 0.25 of --inputs files; "
+         "generated runs draw as many held-out samples with another seed)."),
+)
+PRECISION = (_opt("precision", "precision", str, "Low precision to diagnose: fp16 or bf16."),)
+TOLERANCE = (
+    _opt("atol", "tolerance.atol", float, "Absolute tolerance (polygraphy's default 1e-5)."),
+    _opt("rtol", "tolerance.rtol", float, "Relative tolerance (polygraphy's default 1e-5)."),
+    _opt("check_error_stat", "tolerance.check_error_stat", str, "elemwise, max, mean or median (as polygraphy)."),
+    _opt("cosine_floor", "tolerance.cosine_floor", float | None, "Also require cosine similarity >= this per output."),
+)
+SEARCH = (
+    _opt("margin", "search.margin", float,
+         "Search for a set that uses at most 1 - MARGIN of the tolerance (0.2: 20% to spare); held-out samples "
+         "are checked at the full tolerance. Room to spare, no guarantee on other hardware (--confirm-backend "
+         "checks there)."),
+    _opt("strategy", "search.strategy", str, "auto, bisect, bisect-reverse, linear, ddmin, segment."),
+    _opt("cost", "search.cost", str, "Smallest means fewest nodes, or least FP32 'flops'."),
+    _opt("max_evaluations", "search.max_evaluations", int | None, "Stop after this many evaluations."),
+    _opt("time_budget", "search.time_budget", float | None, "Stop the search after this many seconds."),
+    _opt("keep_io_types", "search.keep_io_types", bool, "fixed.onnx keeps FP32 I/O.",
+         "--keep-io-types/--no-keep-io-types"),
+    _opt("knobs", "search.knobs", bool,
+         "Also try the answer's backend under its knob configurations (ort-cuda: cudnn_conv_algo_search x use_tf32; "
+         "trt: tactic sources, TF32), alone and with the answer less one node; the cheapest passing one is kept and "
+         "its settings go into the commands. Refused with the emulator (no knobs).", "--knobs/--no-knobs"),
+)
+BACKENDS = (
+    _opt("backend", "backends.backend", str, "emulate, ort-cuda, trt, or auto (best here). ort-cpu is refused: "
+         "ONNX Runtime's CPU provider computes FP16 chains in FP32."),
+    _opt("confirm_backend", "backends.confirm_backend", str | None,
+         "Carry the answer over to this backend (ort-cuda, trt, ort-cpu) on every sample: kept if it passes "
+         "there, else grown until it does, then pruned to 1-minimal there. Search with the fast emulator, "
+         "finish on the GPU. ort-cpu is a plumbing check only (fixed.onnx loads and runs; ONNX Runtime's CPU "
+         "provider computes FP16 chains in FP32, so its verdict is not FP16's)."),
+)
+ENGINE_TARGETS = _opt("engine_targets", "artifacts.engine_targets", list[str] | None,
+                      "TensorRT-RTX compute capabilities to build fixed.plan for, e.g. 8.6,8.9 (default: its portable set "
+                      "8.0 8.6 8.9 12.0 12.1); repeatable or comma-separated.", default=None)
+ARTIFACTS = (
+    _opt("engine", "artifacts.engine", bool,
+         "Build the fixed engine fixed.plan from fixed.onnx: TensorRT-RTX ahead of time (no GPU needed), TensorRT for "
+         "the GPU present; caches in the run directory. A model that does not build is reported, not an error."),
+    ENGINE_TARGETS,
+)
+CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),)
+DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, ARTIFACTS, CAPTURE)  # diagnose's and submit's
+RUN_DIR = (
+    Opt("out", None, Path | None,
+        typer.Option(None, "--out", help="Run directory (default: reports/<model>-<command>-<time>).")),
+    Opt("force", None, bool, typer.Option(False, "--force", help="Write into a non-empty --out (replaces our files only).")),
+)
+
+
+class Options:
+    """The values of a command's grouped options: RunSpec settings and run options; `given` holds the
+    parameters the user typed (the others took their defaults)."""
+
+    def __init__(self, opts: Iterable[Opt], values: dict[str, Any], given: Iterable[str] = ()):
+        self._opts = list(opts)
+        self._values = values
+        self.given = set(given)
+
+    def __getitem__(self, param: str) -> Any:
+        return self._values[param]
+
+    def given_settings(self) -> dict[str, Any]:
+        """{setting path: value} of the setting options the user typed."""
+        return {k: v for k, v in self.settings().items() if any(o.setting == k and o.param in self.given
+                                                                for o in self._opts)}
+
+    def settings(self) -> dict[str, Any]:
+        """{setting path: value} of the options that set RunSpec settings (unset list options left out)."""
+        out = {}
+        for o in self._opts:
+            if o.setting is None:
+                continue
+            value = self._values[o.param]
+            if value is None and o.info.default is None and specs.default(o.setting) == ():
+                continue  # a list option not given: the spec's empty default
+            out[o.setting] = value
+        return out
+
+    def spec(self, model: str | Path) -> RunSpec:
+        return RunSpec(model=str(model)).with_settings(self.settings())
+
+
+def with_options(*groups: tuple[Opt, ...]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Add the options of `groups` to a typer command; the command receives their values as `options`."""
+    opts = [o for g in groups for o in g]
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "options"]
+        extra = [inspect.Parameter(o.param, inspect.Parameter.KEYWORD_ONLY, default=o.info, annotation=o.annotation)
+                 for o in opts]
+
+        @functools.wraps(fn)
+        def command(**kwargs: Any) -> Any:
+            ctx = kwargs.pop(_CTX)
+            grouped = {o.param: kwargs.pop(o.param) for o in opts}
+            given = [o.param for o in opts if _typed(ctx, o.param)]
+            return fn(**kwargs, options=Options(opts, grouped, given))
+
+        params = own + extra + [inspect.Parameter(_CTX, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
+        command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params}
+        return command
+
+    return decorate
+
+
+_CTX = "pd_click_context"  # the parameter through which typer hands a command its context
+
+
+def _typed(ctx: Any, param: str) -> bool:
+    """Whether the user gave `param` (on the command line or through the environment), not its default."""
+    source = ctx.get_parameter_source(param) if ctx is not None else None
+    return source is not None and getattr(source, "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def command_line(command: str, model: str | Path | None, spec: RunSpec, *extra: str) -> str:
+    """The command that runs `spec` (only the settings that differ from the defaults are spelled out),
+    with `extra` arguments at the end; quoted for a POSIX shell."""
+    import shlex
+
+    base = RunSpec(model="").flat()
+    args = ["precision-doctor", command, *([str(model)] if model is not None else [])]
+    for path, value in spec.flat().items():
+        if path != "model" and path in FLAGS and value != base[path] and value is not None:
+            args += _flag_args(path, value)
+    return shlex.join([*args, *extra])
+
+
+def _flag_args(path: str, value: Any) -> list[str]:
+    name = FLAGS[path]
+    if path == "search.keep_io_types":
+        return ["--keep-io-types" if value else "--no-keep-io-types"]
+    if isinstance(value, bool):
+        return [name] if value else []
+    if isinstance(value, list):
+        return [a for v in value for a in (name, str(v))]
+    return [name, f"{value:g}" if isinstance(value, float) else str(value)]

@@ -1,0 +1,18 @@
+"""`precision-doctor report DIR`: render report.md and report.html again from report.json."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from precision_doctor.cli import app
+from precision_doctor.cli.diagnose import print_outcome
+
+
+@app.command()
+def report(run_dir: Path = typer.Argument(..., help="A diagnose run directory.")) -> None:
+    """Render report.md and report.html again from the stored report.json."""
+    from precision_doctor import api
+
+    print_outcome(api.rerender(run_dir), run_dir)

@@ -1,0 +1,285 @@
+"""Feeds: loaded from .npz, polygraphy JSON (`--save-inputs` files) and HDF5, or generated (seeded)."""
+
+from __future__ import annotations
+
+import ast
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import h5py
+import numpy as np
+from onnx import helper
+
+from precision_doctor.errors import SpecError, UserError
+from precision_doctor.graph.model import Model
+
+Sample = dict[str, np.ndarray]
+DEFAULT_DIM = 1  # polygraphy's value for dynamic dimensions
+VAL_RANGES, INPUT_SHAPES = "inputs.val_ranges", "inputs.input_shapes"  # the settings parsed here
+_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive (an .npz), or an empty one
+_NPY_MAGIC = b"\x93NUMPY"
+
+
+class FileSample(dict):
+    """A sample read from a file: `source` names the file (and the sample within it) in messages."""
+
+    def __init__(self, arrays: dict, source: str):
+        super().__init__(arrays)
+        self.source = source
+
+
+def sample_name(sample: Sample, index: int) -> str:
+    """How messages name a sample: its file, else its position."""
+    return getattr(sample, "source", None) or f"sample {index}"
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    name: str
+    dtype: np.dtype
+    shape: tuple  # None for a dynamic dimension
+
+
+def model_inputs(model: Model) -> dict[str, ModelInput]:
+    specs = {}
+    for vi in model.proto.graph.input:
+        if vi.name in model.initializers:
+            continue
+        tt = vi.type.tensor_type
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
+        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim)
+        specs[vi.name] = ModelInput(vi.name, dtype, shape)
+    return specs
+
+
+def parse_named_list(text: str, setting: str) -> tuple[str | None, list[float]]:
+    """`name:[a,b,...]` or `[a,b,...]` -> (name or None, values); SpecError names `setting`."""
+    text = text.strip()
+    name, sep, rest = text.rpartition(":[")
+    value = "[" + rest if sep else text
+    try:
+        values = ast.literal_eval(value.strip())
+        if not isinstance(values, (list, tuple)):
+            raise ValueError
+        return (name or None), [float(v) for v in values]
+    except (ValueError, SyntaxError):
+        raise SpecError(setting, f"{{{setting}}}: expected NAME:[a,b,...], got '{text}'") from None
+
+
+def parse_val_ranges(items: Sequence[str]) -> dict[str | None, tuple[float, float]]:
+    out: dict[str | None, tuple[float, float]] = {}
+    for item in items:
+        name, vals = parse_named_list(item, VAL_RANGES)
+        if len(vals) != 2 or vals[0] > vals[1]:
+            raise SpecError(VAL_RANGES, f"{{{VAL_RANGES}}}: expected [low,high] with low <= high, got '{item}'")
+        out[name] = (vals[0], vals[1])
+    return out
+
+
+def parse_input_shapes(items: Sequence[str]) -> dict[str, list[int]]:
+    out = {}
+    for item in items:
+        name, vals = parse_named_list(item, INPUT_SHAPES)
+        if name is None:
+            raise SpecError(INPUT_SHAPES, f"{{{INPUT_SHAPES}}} needs NAME:[dims], got '{item}'")
+        if any(not np.isfinite(v) or v < 1 or v != int(v) for v in vals):
+            raise SpecError(INPUT_SHAPES, f"{{{INPUT_SHAPES}}} {item.strip()}: every dimension must be a positive integer")
+        out[name] = [int(v) for v in vals]
+    return out
+
+
+def generate_samples(
+    model: Model,
+    n: int,
+    seed: int = 0,
+    val_ranges: dict[str | None, tuple[float, float]] | None = None,
+) -> list[Sample]:
+    """`n` seeded samples: uniform in the value range ([0,1] by default), dynamic dims = 1."""
+    if n < 1:
+        raise SpecError("inputs.samples", "{inputs.samples} must be at least 1")
+    if seed < 0:
+        raise SpecError("inputs.seed", f"{{inputs.seed}} must be a non-negative integer, got {seed}")
+    specs = model_inputs(model)
+    ranges = val_ranges or {}
+    unknown = [k for k in ranges if k is not None and k not in specs]
+    if unknown:
+        raise SpecError(VAL_RANGES, f"{{{VAL_RANGES}}} names unknown input '{unknown[0]}'; inputs are: {', '.join(specs)}")
+    for name, spec in specs.items():
+        _check_generable(spec, ranges.get(name, ranges.get(None, (0.0, 1.0))))
+    rng = np.random.default_rng(seed)
+    samples = []
+    for _ in range(n):
+        s = {}
+        for name, spec in specs.items():
+            shape = tuple(DEFAULT_DIM if d is None else d for d in spec.shape)
+            lo, hi = ranges.get(name, ranges.get(None, (0.0, 1.0)))
+            if spec.dtype == np.bool_:
+                s[name] = rng.integers(0, 2, shape).astype(bool)
+            elif np.issubdtype(spec.dtype, np.integer):
+                s[name] = rng.integers(int(lo), int(hi) + 1, shape).astype(spec.dtype)
+            else:
+                s[name] = rng.uniform(lo, hi, shape).astype(spec.dtype)
+        samples.append(s)
+    return samples
+
+
+def _check_generable(spec: ModelInput, value_range: tuple[float, float]) -> None:
+    """Refuse inputs whose values cannot be generated: non-numeric types, ranges the type cannot hold."""
+    dt = spec.dtype
+    if dt.kind in "OSUc":
+        raise SpecError("inputs.files", f"input '{spec.name}' has type {dt}: its values cannot be generated; "
+                        "give samples with {inputs.files}")
+    if dt.kind not in "iuf":
+        return  # bool; ml_dtypes formats are rounded from float32 values
+    lo, hi = value_range
+    info = np.finfo(dt) if dt.kind == "f" else np.iinfo(dt)
+    low, high = float(info.min), float(info.max)
+    if not (low <= lo and hi <= high):
+        raise SpecError(VAL_RANGES, f"{{{VAL_RANGES}}} {spec.name}:[{lo:g},{hi:g}] does not fit input '{spec.name}' "
+                        f"({dt}: {low:g} to {high:g})")
+
+
+def load_samples(paths: Sequence[str | Path]) -> list[Sample]:
+    """Samples from files: .npz (one sample), polygraphy JSON (a list of samples), HDF5 (one sample).
+    Each is a `FileSample` naming its file; an unreadable file is a UserError naming it and what it holds."""
+    samples: list[Sample] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            raise UserError(f"inputs file {p} is a directory (give one file per --inputs)")
+        if not p.is_file():
+            raise UserError(f"inputs file not found: {p}")
+        suffix = p.suffix.lower()
+        try:
+            if suffix == ".npz":
+                samples.append(FileSample(_load_npz(p), str(p)))
+            elif suffix == ".json":
+                loaded = _load_polygraphy_json(p)
+                samples.extend(FileSample(s, str(p) if len(loaded) == 1 else f"{p} (sample {i})")
+                               for i, s in enumerate(loaded))
+            elif suffix in (".h5", ".hdf5"):
+                samples.append(FileSample(_load_h5(p), str(p)))
+            else:
+                raise UserError(f"inputs file {p}: unknown format (use .npz, polygraphy .json or .h5)")
+        except UserError:
+            raise
+        except OSError as exc:
+            raise UserError(f"cannot read inputs file {p}: {exc.strerror or exc}") from exc
+        except Exception as exc:
+            raise UserError(f"cannot read inputs file {p}: {type(exc).__name__}: {str(exc)[:150]}") from exc
+    return samples
+
+
+def _load_npz(path: Path) -> Sample:
+    """One .npz sample. np.load alone answers a non-zip file with advice to unpickle it: look first."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if not head:
+        raise UserError(f"inputs file {path} is empty")
+    if head.startswith(_NPY_MAGIC):
+        raise UserError(
+            f"inputs file {path} is a single .npy array, not an .npz archive: save the sample with "
+            "np.savez(path, input_name=array)"
+        )
+    if not head.startswith(_ZIP_MAGIC):
+        raise UserError(f"inputs file {path} is not an .npz archive (no zip inside): save the sample with np.savez")
+    try:
+        z = np.load(path, allow_pickle=False)
+    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+        raise UserError(f"inputs file {path} is a damaged .npz archive (cut short?): {exc}") from exc
+    with z:
+        out = {}
+        for key in z.files:
+            try:
+                out[key] = z[key]
+            except ValueError as exc:
+                if "allow_pickle" in str(exc):
+                    raise UserError(
+                        f"inputs file {path}: array '{key}' holds Python objects; give numeric arrays"
+                    ) from exc
+                raise UserError(f"inputs file {path}: array '{key}' cannot be read: {exc}") from exc
+            except (zipfile.BadZipFile, EOFError, OSError) as exc:
+                raise UserError(f"inputs file {path}: array '{key}' is damaged (file cut short?): {exc}") from exc
+    return out
+
+
+def _load_polygraphy_json(path: Path) -> list[Sample]:
+    import json
+
+    from polygraphy.json import load_json
+
+    try:
+        data = load_json(str(path))
+    except json.JSONDecodeError as exc:
+        raise UserError(f"inputs file {path} is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from exc
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise UserError(f"{path}: not a polygraphy inputs file (expected a list of feed dicts)")
+    if not data:
+        raise UserError(f"inputs file {path} holds no samples (an empty list)")
+    out = []
+    for d in data:
+        sample = {}
+        for k, v in d.items():
+            try:
+                arr = np.asarray(v)
+            except ValueError:  # ragged lists
+                arr = np.empty(0, dtype=object)
+            if arr.dtype == object:
+                raise UserError(f"inputs file {path}: input '{k}' is not a numeric array (ragged or mixed lists?)")
+            sample[k] = arr
+        out.append(sample)
+    return out
+
+
+def _load_h5(path: Path) -> Sample:
+    out = {}
+    try:
+        f = h5py.File(path, "r")
+    except OSError as exc:
+        raise UserError(f"inputs file {path} is not a readable HDF5 file ({str(exc).split('(')[-1].rstrip(')')})") from exc
+    with f:
+        for key, ds in f.items():
+            if isinstance(ds, h5py.Dataset):
+                out[str(ds.attrs.get("onnx_name", key))] = ds[()]
+    return out
+
+
+def save_npz(path: Path, sample: Sample) -> None:
+    np.savez(path, **sample)
+
+
+def validate_samples(model: Model, samples: list[Sample], allow_nonfinite: bool = False) -> None:
+    """Refuse samples that name unknown inputs, miss one, or have the wrong dtype, shape or NaN/Inf."""
+    if not samples:
+        raise UserError("no input samples")
+    specs = model_inputs(model)
+    for i, s in enumerate(samples):
+        where = sample_name(s, i)
+        unknown = sorted(set(s) - set(specs))
+        if unknown:
+            raise UserError(f"{where}: unknown input '{unknown[0]}'; model inputs are: {', '.join(specs)}")
+        missing = sorted(set(specs) - set(s))
+        if missing:
+            raise UserError(f"{where}: missing input '{missing[0]}'")
+        for name, spec in specs.items():
+            arr = s[name]
+            if arr.dtype != spec.dtype:
+                if np.can_cast(arr.dtype, spec.dtype, casting="same_kind") and arr.dtype.kind == spec.dtype.kind:
+                    s[name] = arr = arr.astype(spec.dtype)
+                else:
+                    raise UserError(f"{where}: input '{name}' has dtype {arr.dtype}, the model expects {spec.dtype}")
+            if len(arr.shape) != len(spec.shape) or any(
+                d is not None and d != a for d, a in zip(spec.shape, arr.shape)
+            ):
+                shown = [("?" if d is None else d) for d in spec.shape]
+                raise UserError(f"{where}: input '{name}' has shape {list(arr.shape)}, the model expects {shown}")
+            if arr.size == 0:
+                raise UserError(f"{where}: input '{name}' is empty (shape {list(arr.shape)}); every dimension must be >= 1")
+            if not allow_nonfinite and arr.dtype.kind == "f" and not np.all(np.isfinite(arr)):
+                raise SpecError(
+                    "inputs.allow_nonfinite",
+                    f"{where}: input '{name}' contains NaN or Inf (pass {{inputs.allow_nonfinite}} to accept)",
+                )

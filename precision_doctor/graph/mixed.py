@@ -1,0 +1,307 @@
+"""A real mixed-precision ONNX model: low-precision nodes, FP32 islands, Casts only at island borders.
+
+Each node computes in one precision. Candidates outside the fallback set compute in the low type
+(FLOAT16 or BFLOAT16): their FLOAT inputs and outputs become that type. Fallback nodes, forced nodes
+(`forced_fp32`) and non-candidates (control flow, nodes without floating outputs) stay FP32.
+
+Each FLOAT tensor is produced in one precision. Where consumers of the other precision read it,
+exactly one Cast makes the other version, shared by all those consumers; two FP32 nodes next to
+each other exchange FP32 directly (unlike onnxconverter-common's per-node Casts). Initializers get
+one converted copy per precision that reads them (no runtime Cast of weights); Constant nodes are
+converted when only low-precision nodes read them, else kept and given a converted twin. Converted
+constants saturate (`saturate.py`: +-65504 for FP16, not inf), as the emulator rounds them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from precision_doctor.errors import UserError
+from precision_doctor.graph.formats import Format, get_format
+from precision_doctor.graph.model import Model, infer_shapes
+from precision_doctor.graph.saturate import constant_tensors, constant_value, lowp_constant_node, to_format
+
+# Ops without low-precision kernels in ONNX Runtime (onnxruntime.transformers.float16's
+# DEFAULT_OP_BLOCK_LIST; Resize runs in low precision with its `scales` kept FP32).
+FP32_OPS = frozenset(
+    {
+        "ArrayFeatureExtractor", "Binarizer", "CastMap", "CategoryMapper", "DictVectorizer",
+        "FeatureVectorizer", "Imputer", "LabelEncoder", "LinearClassifier", "LinearRegressor",
+        "Normalizer", "OneHotEncoder", "RandomUniformLike", "SVMClassifier", "SVMRegressor", "Scaler",
+        "TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble", "ZipMap",
+        "NonMaxSuppression", "TopK", "RoiAlign", "Range", "CumSum", "Min", "Max", "Upsample",
+    }
+)  # fmt: skip
+# Inputs that ONNX (or the contrib op) types as tensor(float) whatever the data type.
+FLOAT_ONLY_INPUTS = {"Resize": (2,), "Upsample": (1,), "GroupNorm": (1, 2), "SkipGroupNorm": (1, 2)}
+# Domains whose ops may run in low precision; others (ai.onnx.ml, custom, local functions) stay FP32.
+LOWP_DOMAINS = frozenset({"", "ai.onnx", "com.microsoft"})
+# Ops (input slots; None = all) that read any element type: they take whichever version exists.
+_ANY_TYPE_INPUTS: dict[str, tuple[int, ...] | None] = {"Shape": None, "Size": None, "Cast": (0,), "CastLike": (0,)}
+
+FP32, LOWP, ANY = "fp32", "lowp", "any"
+
+
+def forced_fp32(model: Model, op_block_list: Iterable[str] = FP32_OPS) -> set[str]:
+    """Candidates that stay FP32 whatever the fallback set: ops without low-precision kernels,
+    ops of other domains, and nodes with no FLOAT output (e.g. only DOUBLE)."""
+    return set(forced_fp32_nodes(model, op_block_list=op_block_list))
+
+
+def forced_fp32_nodes(
+    model: Model, fallback: Iterable[str] = (), op_block_list: Iterable[str] = FP32_OPS
+) -> dict[str, str]:
+    """Candidates that `fixed.onnx` keeps in FP32 beyond `fallback` (the answer), in graph order,
+    each with the reason (e.g. nudenet's six `Range` nodes: no FP16 kernel in ONNX Runtime)."""
+    block = set(op_block_list)
+    answer = set(fallback)
+    out: dict[str, str] = {}
+    for info in model.candidates:
+        if info.name in answer:
+            continue
+        domain = model.proto.graph.node[info.index].domain
+        has_float = any(model.tensor_types.get(t) == TensorProto.FLOAT for t in info.float_outputs)
+        if info.op_type in block:
+            out[info.name] = f"{info.op_type}: no FP16/BF16 kernel in ONNX Runtime"
+        elif domain not in LOWP_DOMAINS:
+            out[info.name] = f"domain '{domain}': only standard and com.microsoft ops are converted"
+        elif not has_float:
+            out[info.name] = "no FLOAT output (only FLOAT tensors are converted)"
+    return out
+
+
+def lowp_nodes(model: Model, fallback: Iterable[str], op_block_list: Iterable[str] = FP32_OPS) -> set[str]:
+    """Names of the nodes that compute in low precision for `fallback`."""
+    return {n.name for n in model.candidates} - set(fallback) - forced_fp32(model, op_block_list)
+
+
+def _required(node: onnx.NodeProto, slot: int, lowp: bool) -> str:
+    """The precision a node needs at one input slot."""
+    if node.op_type in _ANY_TYPE_INPUTS:
+        slots = _ANY_TYPE_INPUTS[node.op_type]
+        if slots is None or slot in slots:
+            return ANY
+    if lowp and slot in FLOAT_ONLY_INPUTS.get(node.op_type, ()):
+        return FP32
+    return LOWP if lowp else FP32
+
+
+class _Plan:
+    """Which precision each FLOAT tensor is produced in, needed in, and named as."""
+
+    def __init__(self, model: Model, lowp: set[str], fmt: Format, keep_io_types: bool):
+        self.model, self.fmt = model, fmt
+        g = model.proto.graph
+        self.is32 = lambda t: bool(t) and model.tensor_types.get(t) == TensorProto.FLOAT
+        init_names = {i.name for i in g.initializer}
+        input_names = {i.name for i in g.input}
+        self.pure_inits = init_names - input_names
+        self.req: dict[str, set[str]] = defaultdict(set)
+        for node, info in zip(g.node, model.nodes):
+            is_lowp = info.name in lowp
+            for k, t in enumerate(node.input):
+                if self.is32(t):
+                    self.req[t].add(_required(node, k, is_lowp))
+            for t in info.implicit_inputs:
+                if self.is32(t):
+                    self.req[t].add(FP32)
+        self.graph_outputs = {o.name for o in g.output}
+        for t in self.graph_outputs:
+            if self.is32(t):
+                self.req[t].add(FP32 if keep_io_types else ANY)
+        self.produced: dict[str, str] = {}
+        for i in g.input:
+            if self.is32(i.name):
+                only_lowp = self.req[i.name] - {ANY} == {LOWP}
+                free = not keep_io_types and i.name not in init_names
+                self.produced[i.name] = LOWP if (free and only_lowp) else FP32
+        self.lowp_constants: set[str] = set()
+        self.constant_values = constant_tensors(model)  # a low version of these is a Constant, not a Cast
+        for node, info in zip(g.node, model.nodes):
+            for t in node.output:
+                if not self.is32(t):
+                    continue
+                if node.op_type == "Constant":
+                    ok = self.req[t] - {ANY} == {LOWP} and node.attribute[0].name != "sparse_value"
+                    self.produced[t] = LOWP if ok else FP32
+                    if ok:
+                        self.lowp_constants.add(node.output[0])
+                else:
+                    self.produced[t] = LOWP if info.name in lowp else FP32
+        # Versions each tensor needs (ANY resolves to the produced one) and the precision its own name carries.
+        self.needed: dict[str, set[str]] = {}
+        self.home: dict[str, str] = {}
+        for t in self.pure_inits:
+            if self.is32(t):
+                need = self.req[t] - {ANY} or {FP32}
+                self.needed[t] = need
+                self.home[t] = FP32 if FP32 in need else LOWP
+        for t, p in self.produced.items():
+            self.needed[t] = {p if r == ANY else r for r in self.req[t]} | {p}
+            self.home[t] = FP32 if (t in self.graph_outputs and keep_io_types) else p
+        self._taken = set(init_names | input_names | self.graph_outputs)
+        self._taken.update(t for n in g.node for t in list(n.input) + list(n.output))
+        self._names: dict[tuple[str, str], str] = {}
+
+    def name(self, t: str, p: str) -> str:
+        """The name of tensor `t`'s version in precision `p`."""
+        if p == ANY:
+            p = self.produced.get(t, self.home.get(t, FP32))
+        if p == self.home[t]:
+            return t
+        key = (t, p)
+        if key not in self._names:
+            base = f"{t}__pd_{'fp32' if p == FP32 else self.fmt.name}"
+            new, k = base, 1
+            while new in self._taken:
+                new, k = f"{base}_{k}", k + 1
+            self._taken.add(new)
+            self._names[key] = new
+        return self._names[key]
+
+    def casts(self, t: str) -> list[onnx.NodeProto]:
+        """The border Casts of a produced tensor: one per other precision it is needed in."""
+        src = self.produced[t]
+        out = []
+        for p in sorted(self.needed[t] - {src}):
+            dst = self.name(t, p)
+            if p == LOWP and t in self.constant_values:  # converted ahead of time: saturates, a Cast would overflow
+                out.append(lowp_constant_node(f"{dst}__const", dst, self.constant_values[t], self.fmt))
+                continue
+            out.append(helper.make_node("Cast", [self.name(t, src)], [dst], name=f"{dst}__cast", to=self.elem_type(p)))
+        return out
+
+    def elem_type(self, p: str) -> int:
+        return TensorProto.FLOAT if p == FP32 else self.fmt.onnx_type
+
+
+def _convert_tensor(t: onnx.TensorProto, fmt: Format, name: str | None = None) -> onnx.TensorProto:
+    arr = numpy_helper.to_array(t)
+    return numpy_helper.from_array(to_format(arr, fmt), t.name if name is None else name)
+
+
+def _lowp_constant(node: onnx.NodeProto, fmt: Format) -> None:
+    """Convert a FLOAT Constant's value to the low type, in place."""
+    tensor = numpy_helper.from_array(to_format(constant_value(node), fmt))
+    del node.attribute[:]
+    node.attribute.append(helper.make_attribute("value", tensor))
+
+
+def _fix_type_attributes(node: onnx.NodeProto, fmt: Format) -> None:
+    """Attributes of a low-precision node that name FLOAT as a data type now name the low type."""
+    op, low = node.op_type, fmt.onnx_type
+    attrs = {a.name: a for a in node.attribute}
+    if op == "Cast" and attrs["to"].i == TensorProto.FLOAT:
+        attrs["to"].i = low
+    elif op == "ConstantOfShape":
+        if "value" not in attrs:
+            zero = numpy_helper.from_array(np.zeros(1, dtype=fmt.np_dtype), "value")
+            node.attribute.append(helper.make_attribute("value", zero))
+        elif attrs["value"].t.data_type == TensorProto.FLOAT:
+            attrs["value"].t.CopyFrom(_convert_tensor(attrs["value"].t, fmt))
+    elif op in ("RandomNormal", "RandomUniform") and attrs.get("dtype", None) is None:
+        node.attribute.append(helper.make_attribute("dtype", low))
+    elif "dtype" in attrs and attrs["dtype"].i == TensorProto.FLOAT:  # *Like, EyeLike, Bernoulli, Random*
+        attrs["dtype"].i = low
+
+
+def _rename_in_subgraphs(node: onnx.NodeProto, mapping: dict[str, str]) -> None:
+    """Outer-scope reads inside a node's subgraphs (If/Loop/Scan) go to the renamed tensors."""
+    for attr in node.attribute:
+        for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+            local = {i.name for i in sub.input} | {i.name for i in sub.initializer}
+            local.update(o for n in sub.node for o in n.output)
+            todo = {k: v for k, v in mapping.items() if k not in local}
+            for inner in sub.node:
+                for k, t in enumerate(inner.input):
+                    if t in todo:
+                        inner.input[k] = todo[t]
+                _rename_in_subgraphs(inner, todo)
+            for o in sub.output:
+                if o.name in todo:
+                    o.name = todo[o.name]
+
+
+def build_mixed(
+    model: Model,
+    fallback: frozenset[str] | set[str],
+    precision: str = "fp16",
+    keep_io_types: bool = True,
+    op_block_list: Iterable[str] = FP32_OPS,
+) -> onnx.ModelProto:
+    """The mixed-precision model for `fallback` (node names kept in FP32), as a new proto.
+
+    `keep_io_types` keeps FLOAT graph inputs and outputs FLOAT (Casts at the I/O borders); without
+    it they take the low type where all their readers (inputs) or their producer (outputs) are
+    low precision. Nodes in `forced_fp32(model, op_block_list)` stay FP32 too.
+    """
+    fmt = get_format(precision)
+    opset = next((o.version for o in model.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if fmt.onnx_type == TensorProto.BFLOAT16 and opset < 13:
+        raise UserError(f"a bf16 model needs ONNX opset >= 13 (Cast to bfloat16); this model is opset {opset}")
+    src = model.proto.graph
+    lowp = lowp_nodes(model, fallback, op_block_list)
+    plan = _Plan(model, lowp, fmt, keep_io_types)
+
+    nodes: list[onnx.NodeProto] = []
+    for i in src.input:
+        if i.name in plan.produced:
+            nodes.extend(plan.casts(i.name))
+    for node, info in zip(src.node, model.nodes):
+        new = onnx.NodeProto()
+        new.CopyFrom(node)
+        is_lowp = info.name in lowp
+        for k, t in enumerate(node.input):
+            if plan.is32(t):
+                new.input[k] = plan.name(t, _required(node, k, is_lowp))
+        for k, t in enumerate(node.output):
+            if plan.is32(t):
+                new.output[k] = plan.name(t, plan.produced[t])
+        if is_lowp:
+            _fix_type_attributes(new, fmt)
+        if node.op_type == "Constant" and node.output[0] in plan.lowp_constants:
+            _lowp_constant(new, fmt)
+        renames = {t: plan.name(t, FP32) for t in info.implicit_inputs if plan.is32(t)}
+        if any(k != v for k, v in renames.items()):
+            _rename_in_subgraphs(new, {k: v for k, v in renames.items() if k != v})
+        nodes.append(new)
+        for t in node.output:
+            if t in plan.produced:
+                nodes.extend(plan.casts(t))
+
+    inits: list[onnx.TensorProto] = []
+    for init in src.initializer:
+        if init.name not in plan.needed or init.name not in plan.pure_inits:
+            inits.append(init)
+            continue
+        for p in sorted(plan.needed[init.name]):  # the FP32 version, when needed, keeps the name
+            inits.append(init if p == FP32 else _convert_tensor(init, fmt, plan.name(init.name, p)))
+
+    out = onnx.ModelProto()
+    for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):
+        setattr(out, field, getattr(model.proto, field))
+    out.opset_import.extend(model.proto.opset_import)
+    out.metadata_props.extend(model.proto.metadata_props)
+    out.functions.extend(model.proto.functions)
+    g = out.graph
+    g.name, g.doc_string = src.name, src.doc_string
+    g.node.extend(nodes)
+    g.initializer.extend(inits)
+    g.sparse_initializer.extend(src.sparse_initializer)
+    g.input.extend(src.input)
+    g.output.extend(src.output)
+    for vi in g.input:
+        if vi.name in plan.produced:
+            vi.type.tensor_type.elem_type = plan.elem_type(plan.produced[vi.name])
+    for vi in g.output:
+        if vi.name in plan.home:
+            vi.type.tensor_type.elem_type = plan.elem_type(plan.home[vi.name])
+    inferred = infer_shapes(out)
+    known = {v.name for v in g.input} | {v.name for v in g.output} | {i.name for i in g.initializer}
+    g.value_info.extend(v for v in inferred.graph.value_info if v.name not in known)
+    return out

@@ -1,0 +1,425 @@
+"""Load an ONNX model and take stock of it: nodes in topological order, tensor types, FLOPs, hash."""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from precision_doctor.errors import SpecError, UserError
+
+FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
+CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
+# Nodes that never compute in low precision on their own: their outputs are inputs in the rule's sense.
+SOURCE_OPS = {"Constant"}
+_TWO_GB = 2**31
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One ONNX node as the rest of the tool sees it."""
+
+    index: int
+    name: str
+    op_type: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    float_inputs: tuple[str, ...]
+    float_outputs: tuple[str, ...]
+    implicit_inputs: tuple[str, ...] = ()
+    flops: int = 0
+
+    @property
+    def is_candidate(self) -> bool:
+        """Whether precision can be chosen for this node: it computes floating outputs, and it is not
+        a source (Constant) or a control-flow node (If/Loop/Scan run whole, in FP32)."""
+        return bool(self.float_outputs) and self.op_type not in SOURCE_OPS | CONTROL_FLOW_OPS
+
+
+@dataclass
+class Model:
+    """A loaded model with its inventory. `proto` has names filled in and shapes inferred."""
+
+    path: Path | None
+    proto: onnx.ModelProto
+    nodes: list[NodeInfo]
+    tensor_types: dict[str, int]
+    tensor_shapes: dict[str, tuple]
+    initializers: set[str]
+    inputs: list[str]
+    outputs: list[str]
+    model_hash: str
+    renamed_nodes: list[str] = field(default_factory=list)
+
+    @property
+    def candidates(self) -> list[NodeInfo]:
+        return [n for n in self.nodes if n.is_candidate]
+
+    def node(self, name: str) -> NodeInfo:
+        return self._by_name[name]
+
+    @property
+    def _by_name(self) -> dict[str, NodeInfo]:
+        if not hasattr(self, "_cache_by_name"):
+            self._cache_by_name = {n.name: n for n in self.nodes}
+        return self._cache_by_name
+
+    def producers(self) -> dict[str, NodeInfo]:
+        """Tensor name -> node that produces it."""
+        return {o: n for n in self.nodes for o in n.outputs if o}
+
+    def consumers(self) -> dict[str, list[NodeInfo]]:
+        """Tensor name -> nodes that read it (explicitly or from a subgraph)."""
+        out: dict[str, list[NodeInfo]] = {}
+        for n in self.nodes:
+            for t in dict.fromkeys(n.inputs + n.implicit_inputs):
+                if t:
+                    out.setdefault(t, []).append(n)
+        return out
+
+    def is_float(self, tensor: str) -> bool:
+        return self.tensor_types.get(tensor) in FLOAT_TYPES
+
+    @property
+    def total_flops(self) -> int:
+        return sum(n.flops for n in self.nodes)
+
+    def node_records(self) -> list[dict]:
+        """What analysis needs to know of the nodes (also stored with a capture for re-analysis)."""
+        return [
+            {
+                "index": n.index,
+                "name": n.name,
+                "op_type": n.op_type,
+                "float_inputs": list(n.float_inputs),
+                "float_outputs": list(n.float_outputs),
+                "candidate": n.is_candidate,
+                "flops": n.flops,
+            }
+            for n in self.nodes
+        ]
+
+
+def load_model(path: str | os.PathLike, input_shapes: dict[str, list[int]] | None = None) -> Model:
+    """Load `path` (external data too), name unnamed nodes, infer shapes and types, take inventory."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError(f"model file not found: {p}")
+    if p.is_dir():
+        raise UserError(f"model path is a directory, not an ONNX file: {p}")
+    try:
+        proto = onnx.load(str(p), load_external_data=True)
+    except Exception as exc:  # protobuf raises several unrelated types
+        missing = re.search(r"should be stored in (.+?), but it (doesn't exist|is not regular file)", str(exc))
+        if missing:
+            raise UserError(
+                f"{p}: its weights are stored in an external data file that is missing: {missing.group(1)} "
+                "(keep the model's .data file beside it)"
+            ) from exc
+        raise UserError(f"not a readable ONNX model: {p} ({type(exc).__name__}: {str(exc)[:120]})") from exc
+    if not proto.graph.node:
+        raise UserError(f"not an ONNX model or an empty graph: {p}")
+    return from_proto(proto, path=p, input_shapes=input_shapes)
+
+
+def from_proto(
+    proto: onnx.ModelProto, path: Path | None = None, input_shapes: dict[str, list[int]] | None = None
+) -> Model:
+    """Build the inventory of an in-memory model (see `load_model`)."""
+    renamed = name_nodes(proto.graph)
+    where = str(path) if path else "the model"
+    _check_io_types(proto.graph, where)
+    try:
+        onnx.checker.check_model(proto, full_check=False) if proto.ByteSize() < _TWO_GB else None
+    except onnx.checker.ValidationError as exc:
+        raise UserError(f"{where}: invalid ONNX model: {str(exc).splitlines()[0][:200]}") from exc
+    check_runtime_support(proto, where)
+    model_hash = hash_model(proto)
+    if input_shapes:
+        set_input_shapes(proto, input_shapes)
+    inferred = infer_shapes(proto)
+    types, shapes = tensor_types_and_shapes(inferred)
+    missing = [t for n in proto.graph.node for t in n.output if t and t not in types]
+    if missing:
+        types.update(_types_from_ort(proto, missing))
+    inits = {i.name for i in proto.graph.initializer}
+    graph_inputs = [i.name for i in proto.graph.input if i.name not in inits]
+    nodes = []
+    for idx, node in enumerate(proto.graph.node):
+        implicit = tuple(sorted(implicit_inputs(node)))
+        nodes.append(
+            NodeInfo(
+                index=idx,
+                name=node.name,
+                op_type=node.op_type,
+                inputs=tuple(node.input),
+                outputs=tuple(node.output),
+                float_inputs=tuple(dict.fromkeys(t for t in node.input if t and types.get(t) in FLOAT_TYPES)),
+                float_outputs=tuple(t for t in node.output if t and types.get(t) in FLOAT_TYPES),
+                implicit_inputs=implicit,
+                flops=estimate_flops(node, shapes, proto),
+            )
+        )
+    return Model(
+        path=path,
+        proto=proto,
+        nodes=nodes,
+        tensor_types=types,
+        tensor_shapes=shapes,
+        initializers=inits,
+        inputs=graph_inputs,
+        outputs=[o.name for o in proto.graph.output],
+        model_hash=model_hash,
+        renamed_nodes=renamed,
+    )
+
+
+def _check_io_types(graph: onnx.GraphProto, where: str) -> None:
+    """Graph inputs and outputs must say their type (the checker's message names no tensor)."""
+    for kind, infos in (("input", graph.input), ("output", graph.output)):
+        for vi in infos:
+            if not vi.HasField("type"):
+                raise UserError(f"{where}: invalid ONNX model: graph {kind} '{vi.name}' has no type")
+
+
+_DEFAULT_DOMAINS = ("", "ai.onnx", "ai.onnx.ml")  # the ONNX checker knows these ops
+
+
+def check_runtime_support(proto: onnx.ModelProto, where: str = "the model") -> None:
+    """Refuse what ONNX Runtime cannot load, before anything runs: an ONNX opset newer than it
+    knows, or an op of a domain it does not know (a custom op, whose library this tool cannot load).
+    The message names the model, and the node and op."""
+    for imp in proto.opset_import:
+        if imp.domain in ("", "ai.onnx") and imp.version > onnx.defs.onnx_opset_version():
+            newest = max(onnx.defs.onnx_opset_version(), _ort_newest_opset())
+            if imp.version > newest:
+                raise UserError(
+                    f"{where}: the model imports ONNX opset {imp.version}, but ONNX Runtime here supports opsets up "
+                    f"to {newest}: export it with opset {newest} or lower"
+                )
+    local = {(f.domain, f.name) for f in proto.functions}
+    for node in _all_nodes(proto.graph):
+        if node.domain in _DEFAULT_DOMAINS or (node.domain, node.op_type) in local:
+            continue
+        if (node.domain, node.op_type) not in _ort_ops():
+            raise UserError(
+                f"{where}: node '{node.name or node.op_type}' is the custom op '{node.op_type}' of domain "
+                f"'{node.domain}', which ONNX Runtime does not know (precision-doctor cannot load custom-op "
+                "libraries: export the model with standard ONNX ops)"
+            )
+
+
+def _all_nodes(graph: onnx.GraphProto) -> Iterable[onnx.NodeProto]:
+    """Every node, those of subgraphs (If/Loop/Scan bodies) too."""
+    for node in graph.node:
+        yield node
+        for attr in node.attribute:
+            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+                yield from _all_nodes(sub)
+
+
+@functools.cache
+def _ort_ops() -> frozenset[tuple[str, str]]:
+    """(domain, op type) of every op ONNX Runtime has a schema for (its contrib ops too)."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    return frozenset((s.domain, s.name) for s in ort_c.get_all_operator_schema())
+
+
+def _ort_newest_opset() -> int:
+    from onnxruntime.capi import onnxruntime_pybind11_state as ort_c
+
+    return max(s.since_version for s in ort_c.get_all_operator_schema() if s.domain in ("", "ai.onnx"))
+
+
+def name_nodes(graph: onnx.GraphProto) -> list[str]:
+    """Give unnamed (or duplicate-named) nodes stable names `<op>_<index>`; return the names given."""
+    seen: set[str] = set()
+    given = []
+    for idx, node in enumerate(graph.node):
+        if not node.name or node.name in seen:
+            base = f"{node.op_type}_{idx}"
+            name, k = base, 1
+            while name in seen:
+                name, k = f"{base}_{k}", k + 1
+            node.name = name
+            given.append(name)
+        seen.add(node.name)
+    return given
+
+
+def hash_model(proto: onnx.ModelProto) -> str:
+    """A stable SHA-256 of graph structure and weights (works past the 2 GB protobuf limit)."""
+    h = hashlib.sha256()
+    g = onnx.GraphProto()
+    g.CopyFrom(proto.graph)
+    del g.initializer[:]
+    h.update(g.SerializeToString(deterministic=True))
+    for init in proto.graph.initializer:
+        h.update(init.name.encode())
+        h.update(numpy_helper.to_array(init).tobytes())
+    for op in proto.opset_import:
+        h.update(f"{op.domain}:{op.version}".encode())
+    return h.hexdigest()
+
+
+def set_input_shapes(proto: onnx.ModelProto, shapes: dict[str, list[int]]) -> None:
+    """Fix the dims of graph inputs (dynamic dimensions) in place."""
+    by_name = {i.name: i for i in proto.graph.input}
+    for name, dims in shapes.items():
+        if name not in by_name:
+            raise SpecError("inputs.input_shapes", f"{{inputs.input_shapes}} names '{name}', which is not a model input")
+        shape = by_name[name].type.tensor_type.shape
+        given = f"{name}:[{','.join(str(int(d)) for d in dims)}]"
+        if len(shape.dim) and len(shape.dim) != len(dims):
+            raise SpecError("inputs.input_shapes",
+                            f"{{inputs.input_shapes}} {given}: model input '{name}' has rank {len(shape.dim)}, got {len(dims)}")
+        fixed = [d.dim_value if d.HasField("dim_value") else None for d in shape.dim]
+        clash = [i for i, (f, d) in enumerate(zip(fixed, dims)) if f is not None and f > 0 and f != int(d)]
+        if clash:
+            shown = "[" + ", ".join("?" if f is None else str(f) for f in fixed) + "]"
+            raise SpecError(
+                "inputs.input_shapes",
+                f"{{inputs.input_shapes}} {given}: dimension {clash[0]} of input '{name}' is fixed to {fixed[clash[0]]} by the "
+                f"model ({shown}); only dynamic dimensions can be set"
+            )
+        del shape.dim[:]
+        for d in dims:
+            shape.dim.add().dim_value = int(d)
+
+
+def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX shape inference with data propagation; the input on failure (custom ops, huge models)."""
+    try:
+        if proto.ByteSize() >= _TWO_GB:
+            return _infer_shapes_large(proto)
+        return onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:
+        return proto
+
+
+def _infer_shapes_large(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """Shape inference without weights: models over 2 GB cannot be serialized whole."""
+    light = onnx.ModelProto()
+    light.CopyFrom(proto)
+    for init in light.graph.initializer:
+        init.ClearField("raw_data")
+        for f in ("float_data", "int64_data", "int32_data", "double_data"):
+            init.ClearField(f)
+    # Keep initializers as graph inputs so their types and shapes stay known.
+    known = {i.name for i in light.graph.input}
+    for init in proto.graph.initializer:
+        if init.name not in known:
+            light.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    del light.graph.initializer[:]
+    return onnx.shape_inference.infer_shapes(light, data_prop=True)
+
+
+def tensor_types_and_shapes(proto: onnx.ModelProto) -> tuple[dict[str, int], dict[str, tuple]]:
+    """Element type and shape (None for unknown dims) of every typed tensor in the main graph."""
+    types: dict[str, int] = {}
+    shapes: dict[str, tuple] = {}
+    g = proto.graph
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        tt = vi.type.tensor_type
+        if tt.elem_type:
+            types[vi.name] = tt.elem_type
+            if tt.HasField("shape"):
+                shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+    for init in g.initializer:
+        types[init.name] = init.data_type
+        shapes[init.name] = tuple(init.dims)
+    for node in g.node:
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if a.name == "value":
+                    types[node.output[0]] = a.t.data_type
+                    shapes[node.output[0]] = tuple(a.t.dims)
+                elif a.name in ("value_float", "value_floats"):
+                    types[node.output[0]] = TensorProto.FLOAT
+    return types, shapes
+
+
+def implicit_inputs(node: onnx.NodeProto) -> set[str]:
+    """Outer-scope tensors that a node's subgraphs read (If/Loop/Scan)."""
+    found: set[str] = set()
+    for attr in node.attribute:
+        graphs = [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+        for sub in graphs:
+            found |= _free_names(sub)
+    return found
+
+
+def _free_names(graph: onnx.GraphProto) -> set[str]:
+    defined = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    free: set[str] = set()
+    for node in graph.node:
+        for t in list(node.input) + sorted(implicit_inputs(node)):
+            if t and t not in defined:
+                free.add(t)
+        defined.update(node.output)
+    return free
+
+
+def _numel(shape: Iterable | None) -> int | None:
+    if shape is None:
+        return None
+    n = 1
+    for d in shape:
+        if d is None:
+            return None
+        n *= int(d)
+    return n
+
+
+def estimate_flops(node: onnx.NodeProto, shapes: dict[str, tuple], proto: onnx.ModelProto) -> int:
+    """Multiply-accumulate count x2 for Conv, ConvTranspose, MatMul, Gemm and attention; else the
+    output element count (one op per element) where the shape is known, else 0."""
+    out = shapes.get(node.output[0]) if node.output else None
+    out_n = _numel(out)
+    op = node.op_type
+    try:
+        if op in ("Conv", "ConvTranspose"):
+            w = shapes.get(node.input[1])
+            if out_n is None or w is None or _numel(w) is None:
+                return 0
+            if op == "Conv":  # W: [M, C/g, k...]
+                per_out = int(np.prod(w[1:]))
+                return 2 * out_n * per_out
+            in_n = _numel(shapes.get(node.input[0]))  # W: [C, M/g, k...]
+            return 2 * in_n * int(np.prod(w[1:])) if in_n else 0
+        if op in ("MatMul", "Gemm", "MatMulInteger", "FusedMatMul"):
+            a = shapes.get(node.input[0])
+            if out_n is None or not a or a[-1] is None:
+                return 0
+            trans_a = next((a_.i for a_ in node.attribute if a_.name == "transA"), 0)
+            k = a[-2] if (op == "Gemm" and trans_a) else a[-1]
+            return 2 * out_n * int(k or 0)
+        if op in ("Attention", "MultiHeadAttention", "GroupQueryAttention"):
+            q = shapes.get(node.input[0])
+            if not q or _numel(q) is None or len(q) < 3:
+                return 0
+            b, s, h = q[0], q[1], q[-1]
+            return 4 * int(b) * int(s) * int(s) * int(h)
+    except (TypeError, ValueError, IndexError):
+        return 0
+    return int(out_n or 0)
+
+
+def _types_from_ort(proto: onnx.ModelProto, names: list[str]) -> dict[str, int]:
+    """Element types that shape inference could not give (custom ops), as ONNX Runtime sees them."""
+    from precision_doctor.backends.ort_session import ORT_TYPES, make_session, with_outputs
+
+    try:
+        sess = make_session(with_outputs(proto, names, {}), optimize=False)
+    except Exception:
+        return {}
+    return {o.name: ORT_TYPES[o.type] for o in sess.get_outputs() if o.type in ORT_TYPES}

@@ -1,0 +1,402 @@
+"""Emulation rules per target: how a low-precision node computes where a provider's kernels round
+more often than "round the inputs, compute in FP32, round the output" (the `standard` rule).
+
+A rule replaces the computation of one low-precision node of the ops it knows, on inputs that are
+already rounded, and writes a rounded output. Where it does not apply (unknown shapes, an opset it
+does not handle) the node keeps the standard rule. Rules only change the low-precision side: a node
+in the fallback set still computes the unmodified FP32 op, so the all-FP32 mask stays the reference.
+
+The rules model what ONNX Runtime's CUDA kernels do in FP16 (onnxruntime 1.2x-1.31 sources):
+
+- `conv-bias-fp16`: Conv/ConvTranspose write the convolution to the FP16 output tensor and then
+  add the bias there (`cudnnAddTensor` after the cuDNN frontend graph, unless bias fusion is on):
+  `round(round(conv(x, w)) + b)`, two roundings.
+- `conv-splitk2`: the reduction over input channels done in two halves, each rounded to FP16 and
+  summed (then the bias as above): a split-K hypothesis.
+- `reducemean-fp16-sum`: ReduceMean over leading or trailing axes (ORT's "matrix reduction" fast
+  path) sums into the FP16 output and divides that by N (an FP16 N) in FP16:
+  `round(round(sum(x)) / round(N))`; other axes go through cuDNN with FP32 compute (standard).
+- `globalavgpool-fp16-sum`: the same two roundings for GlobalAveragePool (a hypothesis).
+- `hardsigmoid-fp16`: `max(min((T)alpha * x + (T)beta, 1), 0)` in half arithmetic: alpha and beta
+  rounded to FP16, the product rounded, the sum rounded.
+- `hardsigmoid-fma`: the same with the multiply-add contracted into one FP16 FMA (one rounding of
+  the exact `alpha_h * x + beta_h`), as nvcc contracts `__hmul`/`__hadd` without `_rn`.
+- `leakyrelu-fp16`: `x > 0 ? x : (T)alpha * x`: alpha rounded to FP16.
+
+`PROFILES` name sets of rules: `standard` (none), `ort-cuda` (the rules above that the sources
+say ORT's CUDA provider follows; to be confirmed against the GPU with bench/gpu_nodewise.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper
+
+from precision_doctor.errors import UserError
+from precision_doctor.graph.model import Model, NodeInfo
+
+if TYPE_CHECKING:  # the builder of precision.emulate (which imports this module)
+    from precision_doctor.graph.emulate import _Builder
+
+STANDARD = "standard"
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _opset(model: Model) -> int:
+    return next((o.version for o in model.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def _shape(model: Model, t: str) -> tuple[int, ...] | None:
+    """A fully known static shape, else None."""
+    s = model.tensor_shapes.get(t)
+    return tuple(int(d) for d in s) if s is not None and all(d is not None for d in s) else None
+
+
+def _single_float_output(model: Model, node: onnx.NodeProto, info: NodeInfo) -> bool:
+    outs = [t for t in node.output if t]
+    return len(outs) == 1 and outs[0] in info.float_outputs and node.domain in ("", "ai.onnx")
+
+
+class Rule:
+    """One op family's low-precision arithmetic. Subclasses set `name`, `ops`, `summary`."""
+
+    name = ""
+    ops: frozenset[str] = frozenset()
+    summary = ""
+
+    def applies(self, model: Model, node: onnx.NodeProto, info: NodeInfo) -> bool:
+        return node.op_type in self.ops and _single_float_output(model, node, info)
+
+    def emit(self, b: _Builder, node: onnx.NodeProto, info: NodeInfo, inputs: dict[str, str], output: str) -> None:
+        """Append to `b.nodes` the nodes that compute `node`'s output, rounded, into `output`, from the
+        rounded floating inputs `inputs` (original name -> rounded name; other inputs keep their names)."""
+        raise NotImplementedError
+
+    # helpers for subclasses
+    @staticmethod
+    def rounded(b: _Builder, src: str, like: str) -> str:
+        """A new tensor: `src` rounded to the format, with the element type of tensor `like`."""
+        dst = b.uid(like + "_rt")
+        b.cast_pair(src, dst, b.model.tensor_types[like])
+        return dst
+
+    @staticmethod
+    def op(b: _Builder, op: str, inputs: list[str], base: str, **attrs) -> str:
+        """A new node `op` on `inputs`; returns the name of its (one) output."""
+        out = b.uid(base)
+        b.nodes.append(helper.make_node(op, inputs, [out], name=b.uid(op.lower()), **attrs))
+        return out
+
+    @staticmethod
+    def scalar(b: _Builder, base: str, value: float, like: str) -> str:
+        """A scalar constant of the element type of tensor `like`."""
+        return b.const(base, np.array(value, dtype=helper.tensor_dtype_to_np_dtype(b.model.tensor_types[like])))
+
+    @staticmethod
+    def lowp_value(b: _Builder, value: float) -> float:
+        """`value` rounded to the format (an attribute the kernel casts to T)."""
+        return float(b.fmt.round(np.array(value, dtype=np.float32)))
+
+
+def _read(node: onnx.NodeProto, inputs: dict[str, str], k: int) -> str:
+    t = node.input[k]
+    return inputs.get(t, t)
+
+
+class _ConvBase(Rule):
+    ops = frozenset({"Conv", "ConvTranspose"})
+
+    def spatial_rank(self, model: Model, node: onnx.NodeProto) -> int | None:
+        w = _shape(model, node.input[1]) if len(node.input) > 1 else None
+        if w is not None and len(w) >= 3:
+            return len(w) - 2
+        ks = _attrs(node).get("kernel_shape")
+        return len(ks) if ks else None
+
+    def has_bias(self, node: onnx.NodeProto) -> bool:
+        return len(node.input) > 2 and bool(node.input[2])
+
+    def conv(self, b: _Builder, node: onnx.NodeProto, x: str, w: str, base: str) -> str:
+        """The node's convolution without its bias on (x, w), FP32, unrounded."""
+        out = b.uid(base)
+        new = onnx.NodeProto()
+        new.CopyFrom(node)
+        new.name = b.uid(node.name)
+        del new.input[:]
+        new.input.extend([x, w])
+        del new.output[:]
+        new.output.append(out)
+        b.nodes.append(new)
+        return out
+
+    def add_bias(self, b: _Builder, node: onnx.NodeProto, acc: str, inputs: dict[str, str], output: str, rank: int) -> None:
+        """output = round(acc + b) with the bias broadcast over the channel axis (acc is rounded)."""
+        y = node.output[0]
+        if not self.has_bias(node):
+            b.nodes.append(helper.make_node("Identity", [acc], [output], name=b.uid("id")))
+            return
+        shape = b.const("pd_bias_shape", np.array([-1] + [1] * rank, dtype=np.int64))
+        bias = self.op(b, "Reshape", [_read(node, inputs, 2), shape], "pd_bias")
+        s = self.op(b, "Add", [acc, bias], y + "_biased")
+        b.cast_pair(s, output, b.model.tensor_types[y])
+
+
+class ConvBiasFp16(_ConvBase):
+    name = "conv-bias-fp16"
+    summary = "round(round(conv(x, w)) + b): the convolution rounded to FP16 before the bias is added"
+
+    def applies(self, model, node, info) -> bool:
+        return super().applies(model, node, info) and self.has_bias(node) and self.spatial_rank(model, node) is not None
+
+    def emit(self, b, node, info, inputs, output) -> None:
+        rank = self.spatial_rank(b.model, node)
+        y = node.output[0]
+        acc = self.rounded(b, self.conv(b, node, _read(node, inputs, 0), _read(node, inputs, 1), y + "_conv"), y)
+        self.add_bias(b, node, acc, inputs, output, rank)
+
+
+class ConvSplitK2(_ConvBase):
+    name = "conv-splitk2"
+    summary = "input channels in two halves, each partial convolution rounded to FP16, then summed (and the bias added) in FP16"
+    ops = frozenset({"Conv"})
+
+    def channels(self, model: Model, node: onnx.NodeProto) -> int | None:
+        w = _shape(model, node.input[1])
+        return w[1] if w is not None and len(w) >= 3 else None
+
+    def applies(self, model, node, info) -> bool:
+        c = self.channels(model, node) if Rule.applies(self, model, node, info) else None
+        return c is not None and c >= 2 and int(_attrs(node).get("group", 1)) == 1 and _opset(model) >= 10
+
+    def emit(self, b, node, info, inputs, output) -> None:
+        c = self.channels(b.model, node)
+        rank = self.spatial_rank(b.model, node)
+        y = node.output[0]
+        axis = b.const("pd_axis1", np.array([1], dtype=np.int64))
+        parts = []
+        for lo, hi in ((0, c // 2), (c // 2, c)):
+            start = b.const("pd_start", np.array([lo], dtype=np.int64))
+            end = b.const("pd_end", np.array([hi], dtype=np.int64))
+            x = self.op(b, "Slice", [_read(node, inputs, 0), start, end, axis], "pd_xk")
+            w = self.op(b, "Slice", [_read(node, inputs, 1), start, end, axis], "pd_wk")
+            parts.append(self.rounded(b, self.conv(b, node, x, w, y + "_part"), y))
+        acc = self.rounded(b, self.op(b, "Add", parts, y + "_sum"), y)
+        self.add_bias(b, node, acc, inputs, output, rank)
+
+
+def matrix_reduction(dims: Sequence[int], axes: Sequence[int] | None) -> tuple[str, int, int] | None:
+    """Whether ORT's CUDA reductions take the matrix fast path ("rows" or "columns", m, n), as
+    `get_applicable_matrix_reduction` decides: drop size-1 dims, the reduced axes must then be one
+    contiguous range starting at the first or ending at the last dim (all axes: rows)."""
+    rank = len(dims)
+    given = sorted({a % rank for a in axes}) if axes else []
+    new_dims, new_axes = [], []
+    for i, d in enumerate(dims):
+        if d != 1:
+            if i in given:
+                new_axes.append(len(new_dims))
+            new_dims.append(d)
+    if given and not new_axes:  # every reduced axis had size 1
+        new_axes.append(len(new_dims))
+        new_dims.append(1)
+    if not new_dims:
+        new_dims = [1]
+    if not given:
+        lo, hi = 0, len(new_dims) - 1
+    else:
+        if new_axes != list(range(new_axes[0], new_axes[-1] + 1)):
+            return None
+        lo, hi = new_axes[0], new_axes[-1]
+    if lo != 0 and hi != len(new_dims) - 1:
+        return None
+    split = hi + 1 if lo == 0 else lo
+    m, n = int(np.prod(new_dims[:split], dtype=np.int64)), int(np.prod(new_dims[split:], dtype=np.int64))
+    return ("rows" if lo == 0 else "columns"), m, n
+
+
+def _reduce_axes(model: Model, node: onnx.NodeProto) -> list[int] | None:
+    """The axes of a Reduce* node (attribute, or a constant second input); [] = all; None = unknown."""
+    a = _attrs(node)
+    if "axes" in a:
+        return [int(x) for x in a["axes"]]
+    if len(node.input) > 1 and node.input[1]:
+        init = next((i for i in model.proto.graph.initializer if i.name == node.input[1]), None)
+        if init is None:
+            return None
+        return [int(x) for x in onnx.numpy_helper.to_array(init).ravel()]
+    return []
+
+
+class _MeanBySum(Rule):
+    """mean = round(round(sum) / round(N)): a sum into the FP16 output, then a division in FP16."""
+
+    def mean_axes(self, model: Model, node: onnx.NodeProto, dims: tuple[int, ...]) -> list[int] | None:
+        """The axes averaged over, where the rule applies to an input of shape `dims`, else None."""
+        raise NotImplementedError
+
+    def reduced(self, model: Model, node: onnx.NodeProto) -> tuple[list[int], int] | None:
+        """(axes to sum, N) where the rule applies, else None."""
+        dims = _shape(model, node.input[0])
+        axes = self.mean_axes(model, node, dims) if dims else None
+        if axes is None:
+            return None
+        return axes, int(np.prod([dims[a] for a in axes], dtype=np.int64))
+
+    def applies(self, model, node, info) -> bool:
+        return super().applies(model, node, info) and self.reduced(model, node) is not None
+
+    def emit(self, b, node, info, inputs, output) -> None:
+        axes, n = self.reduced(b.model, node)
+        y = node.output[0]
+        keep = int(_attrs(node).get("keepdims", 1)) if node.op_type == "ReduceMean" else 1
+        x = _read(node, inputs, 0)
+        if _opset(b.model) >= 13:
+            total = self.op(b, "ReduceSum", [x, b.const("pd_axes", np.array(axes, dtype=np.int64))], y + "_sum", keepdims=keep)
+        else:
+            total = self.op(b, "ReduceSum", [x], y + "_sum", axes=axes, keepdims=keep)
+        q = self.op(b, "Div", [self.rounded(b, total, y), self.scalar(b, "pd_n", self.lowp_value(b, n), y)], y + "_mean")
+        b.cast_pair(q, output, b.model.tensor_types[y])
+
+
+class ReduceMeanFp16Sum(_MeanBySum):
+    name = "reducemean-fp16-sum"
+    summary = "ReduceMean over leading/trailing axes: round(round(sum(x)) / round(N)) (ORT's matrix-reduction path)"
+    ops = frozenset({"ReduceMean"})
+
+    def mean_axes(self, model, node, dims):
+        axes = _reduce_axes(model, node)
+        if axes is None or (not axes and int(_attrs(node).get("noop_with_empty_axes", 0))):
+            return None
+        if matrix_reduction(dims, axes) is None:
+            return None
+        return sorted({a % len(dims) for a in axes}) or list(range(len(dims)))
+
+
+class GlobalAvgPoolFp16Sum(_MeanBySum):
+    name = "globalavgpool-fp16-sum"
+    summary = "GlobalAveragePool: round(round(sum over H, W) / round(H*W)) (a hypothesis)"
+    ops = frozenset({"GlobalAveragePool"})
+
+    def mean_axes(self, model, node, dims):
+        return list(range(2, len(dims))) if len(dims) >= 3 else None
+
+
+class _HardSigmoidBase(Rule):
+    ops = frozenset({"HardSigmoid"})
+
+    def coefficients(self, b: _Builder, node: onnx.NodeProto) -> tuple[float, float]:
+        a = _attrs(node)
+        return self.lowp_value(b, a.get("alpha", 0.2)), self.lowp_value(b, a.get("beta", 0.5))
+
+    def clip01(self, b: _Builder, node: onnx.NodeProto, v: str, output: str) -> None:
+        y = node.output[0]
+        hi = self.op(b, "Min", [v, self.scalar(b, "pd_one", 1.0, y)], y + "_min")
+        b.nodes.append(helper.make_node("Max", [hi, self.scalar(b, "pd_zero", 0.0, y)], [output], name=b.uid("max")))
+
+
+class HardSigmoidFp16(_HardSigmoidBase):
+    """`(T)alpha * x + (T)beta` in FP16: two roundings, or one where the compiler fuses them (`fused`)."""
+
+    def __init__(self, fused: bool = False):
+        self.fused = fused
+        self.name = "hardsigmoid-fma" if fused else "hardsigmoid-fp16"
+        self.summary = (
+            "clip(round(alpha_h * x + beta_h), 0, 1): one FP16 fused multiply-add (exact product and sum, one rounding)"
+            if fused else "clip(round(round(alpha_h * x) + beta_h), 0, 1): FP16 multiply, then FP16 add"
+        )
+
+    def emit(self, b, node, info, inputs, output) -> None:
+        alpha, beta = self.coefficients(b, node)
+        y = node.output[0]
+        x = _read(node, inputs, 0)
+        if self.fused:  # exact in FP64 (a product of two FP16 values has 22 bits), rounded once
+            x = self.op(b, "Cast", [x], y + "_f64", to=TensorProto.DOUBLE)
+            a, c = (b.const(base, np.array(v, dtype=np.float64)) for base, v in (("pd_alpha64", alpha), ("pd_beta64", beta)))
+        else:
+            a, c = self.scalar(b, "pd_alpha", alpha, y), self.scalar(b, "pd_beta", beta, y)
+        m = self.op(b, "Mul", [x, a], y + "_ax")
+        m = m if self.fused else self.rounded(b, m, y)
+        s = self.op(b, "Add", [m, c], y + "_axb")
+        if self.fused:
+            s = self.op(b, "Cast", [s], y + "_f32", to=b.model.tensor_types[y])
+        self.clip01(b, node, self.rounded(b, s, y), output)
+
+
+class LeakyReluFp16(Rule):
+    name = "leakyrelu-fp16"
+    summary = "x > 0 ? x : round(alpha_h * x): alpha rounded to FP16"
+    ops = frozenset({"LeakyRelu"})
+
+    def emit(self, b, node, info, inputs, output) -> None:
+        y = node.output[0]
+        x = _read(node, inputs, 0)
+        alpha = self.lowp_value(b, _attrs(node).get("alpha", 0.01))
+        neg = self.rounded(b, self.op(b, "Mul", [x, self.scalar(b, "pd_alpha", alpha, y)], y + "_ax"), y)
+        pos = self.op(b, "Greater", [x, self.scalar(b, "pd_zero", 0.0, y)], y + "_pos")
+        b.nodes.append(helper.make_node("Where", [pos, x, neg], [output], name=b.uid("where")))
+
+
+RULES: dict[str, Rule] = {
+    r.name: r
+    for r in (
+        ConvBiasFp16(), ConvSplitK2(), ReduceMeanFp16Sum(), GlobalAvgPoolFp16Sum(),
+        HardSigmoidFp16(), HardSigmoidFp16(fused=True), LeakyReluFp16(),
+    )
+}  # fmt: skip
+PROFILES: dict[str, tuple[str, ...]] = {
+    STANDARD: (),
+    "ort-cuda": ("conv-bias-fp16", "reducemean-fp16-sum", "hardsigmoid-fma", "leakyrelu-fp16"),
+}
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """Rules in force (at most one per op type): `for_node` picks the one that applies, if any."""
+
+    rules: tuple[Rule, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(r.name for r in self.rules)
+
+    @property
+    def label(self) -> str:
+        return ",".join(self.names) or STANDARD
+
+    def for_node(self, model: Model, node: onnx.NodeProto, info: NodeInfo) -> Rule | None:
+        return next((r for r in self.rules if r.applies(model, node, info)), None)
+
+
+def resolve_rules(spec: str | Iterable[str] | RuleSet | None) -> RuleSet:
+    """A RuleSet from a profile name, rule names (comma-separated or a list, profiles expand), or None
+    (standard). Two rules for one op type are refused."""
+    if isinstance(spec, RuleSet):
+        return spec
+    if spec is None:
+        return RuleSet()
+    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    names: list[str] = []
+    for item in items:
+        if item in PROFILES:
+            names += PROFILES[item]
+        elif item in RULES:
+            names.append(item)
+        else:
+            choices = ", ".join([*PROFILES, *RULES])
+            raise UserError(f"unknown emulation rule or profile '{item}'; choose from: {choices}")
+    rules = tuple(RULES[n] for n in dict.fromkeys(names))
+    seen: dict[str, str] = {}
+    for r in rules:
+        for op in r.ops:
+            if op in seen:
+                raise UserError(f"emulation rules '{seen[op]}' and '{r.name}' both change {op}; pick one")
+            seen[op] = r.name
+    return RuleSet(rules)

@@ -1,0 +1,103 @@
+"""Names every tool will see: the names the report uses for nodes, against the names TensorRT and
+ModelOpt AutoCast derive for the same nodes.
+
+precision-doctor names an unnamed or duplicate-named node `<op>_<index>` (`model.name_nodes`). The
+tools do not see those names unless the model they read carries them:
+
+* TensorRT's ONNX parser calls an unnamed node `node_of_<its first output>` (layer name and
+  metadata), and a name used twice gives the second node's layers a counter suffix;
+* ModelOpt AutoCast names unnamed nodes itself (`modelopt/onnx/utils.py: name_onnx_nodes`, run by
+  its GraphSanitizer): `<op>_<k>`, where k starts at the number of distinct names in the graph
+  (the empty name counts) and goes up only when the name is taken; named nodes keep their names,
+  duplicates included. Before naming, AutoCast fuses decomposed LayerNorm patterns into one
+  `LayerNormalization` node (`LayerNorm_<ReduceMean name>`), whose parts then have no names at all.
+
+So `--layerPrecisions` and `--nodes_to_exclude` written with our names match nothing in the original
+file when it has unnamed nodes (and trtexec keeps them FP16 without a word). `named.onnx` is the
+model with the report's names written in; every emitted command reads it instead of the original,
+and each tool then sees exactly the report's names (tests check it with TensorRT-RTX's parser and
+with AutoCast's rule above).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import onnx
+
+from precision_doctor.backends.tensorrt.layers import tensorrt_node_name
+from precision_doctor.graph.model import Model
+
+NAMED_ONNX = "named.onnx"
+
+
+def autocast_names(graph: onnx.GraphProto) -> list[str]:
+    """The node names ModelOpt AutoCast ends up with for `graph` (its rule, above; the LayerNorm
+    fusion that precedes it is not modelled: names of fused nodes disappear there)."""
+    taken = {n.name for n in graph.node}
+    k = len(taken)
+    out = []
+    for node in graph.node:
+        name = node.name
+        if not name:
+            name = f"{node.op_type}_{k}"
+            while name in taken:
+                k += 1
+                name = f"{node.op_type}_{k}"
+            taken.add(name)
+        out.append(name)
+    return out
+
+
+def tensorrt_layer_names(graph: onnx.GraphProto) -> list[str]:
+    """The name TensorRT gives each node's layers and metadata: its own name, or `node_of_<output>`
+    when it has none (a name used twice stays ambiguous: the second node's layers get a suffix)."""
+    return [tensorrt_node_name(n) for n in graph.node]
+
+
+@dataclass(frozen=True)
+class NameMismatch:
+    """A node whose name differs between the report and a tool reading the given model file."""
+
+    ours: str
+    tensorrt: str
+    autocast: str
+
+
+def tool_name_mismatches(graph: onnx.GraphProto, ours: list[str]) -> list[NameMismatch]:
+    """Nodes (in order) whose report name TensorRT or AutoCast would not see in `graph`."""
+    trt, ac = tensorrt_layer_names(graph), autocast_names(graph)
+    return [NameMismatch(o, t, a) for o, t, a in zip(ours, trt, ac) if not (o == t == a)]
+
+
+def save_model(proto: onnx.ModelProto, path: Path) -> Path:
+    """Save a model (through a temporary file, then renamed); past protobuf's 2 GB limit the weights
+    go to `<name>.data` beside it, and the two files are written in place."""
+    try:
+        large = proto.ByteSize() >= 2**31 - 2**20
+    except Exception:
+        large = True
+    from precision_doctor.results.manifest import note_written
+
+    for p in (path, path.with_name(path.name + ".data"), path.with_name(f".{path.name}.partial")):
+        note_written(p)
+    if large:
+        copy = onnx.ModelProto()
+        copy.CopyFrom(proto)  # saving with external data empties the tensors of the proto it is given
+        onnx.save(copy, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location=path.name + ".data")
+    else:
+        tmp = path.with_name(f".{path.name}.partial")
+        onnx.save(proto, str(tmp))
+        tmp.replace(path)
+    return path
+
+
+def model_for_tools(model: Model, out_dir: str | Path) -> Path:
+    """The ONNX file every emitted command should read: the model's own file when it already carries
+    the report's names, else `out_dir/named.onnx` (written here: the model as diagnosed, every node
+    named as in the report, input shapes as fixed for the run)."""
+    if model.path is not None and not model.renamed_nodes:
+        return Path(model.path)
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    return save_model(model.proto, Path(out_dir) / NAMED_ONNX)

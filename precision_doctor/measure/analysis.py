@@ -1,0 +1,370 @@
+"""Per-tensor error statistics, first divergence, local error per node, range facts and the ranking.
+
+Everything here reads the activation store only, so a capture can be re-analysed without the model.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+
+import numpy as np
+
+from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
+from precision_doctor.fingerprint import code_fingerprint
+from precision_doctor.graph.formats import Format, get_format
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check, merge
+
+MEMO = "analysis"  # a dataset at the store's root: the analysis without its verdict (JSON), see keep_analysis
+DIVERGENCE_ROUNDOFFS = 16.0  # a tensor diverges when its relative error exceeds this many unit roundoffs
+INPUT_SENSITIVITY = 8.0  # local error this many times the output's own rounding error: inputs matter
+
+
+@dataclass
+class ErrorStats:
+    """Error of a tensor against its reference, accumulated over samples."""
+
+    size: int = 0
+    max_abs: float = 0.0
+    mean_abs: float = 0.0
+    max_rel: float = 0.0
+    rel_l2: float = 0.0
+    cosine: float = 1.0
+    nan: int = 0
+    inf: int = 0
+    ref_absmax: float = 0.0
+    frac_above_max: float = 0.0
+    frac_below_normal: float = 0.0
+
+    @property
+    def nonfinite(self) -> int:
+        return self.nan + self.inf
+
+
+class _Acc:
+    """Streaming accumulator for `ErrorStats`."""
+
+    def __init__(self, fmt: Format):
+        self.fmt = fmt
+        self.n = 0
+        self.sum_abs = 0.0
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+        self.sq_diff = 0.0
+        self.sq_ref = 0.0
+        self.sq_out = 0.0
+        self.dot = 0.0
+        self.nan = 0
+        self.inf = 0
+        self.ref_absmax = 0.0
+        self.above = 0
+        self.below = 0
+        self.new_nonfinite = False
+
+    def add(self, out: np.ndarray, ref: np.ndarray) -> None:
+        o = np.asarray(out, dtype=np.float64).ravel()
+        r = np.asarray(ref, dtype=np.float64).ravel()
+        if o.shape != r.shape:
+            self.new_nonfinite = True
+            return
+        self.n += r.size
+        if not r.size:
+            return
+        finite_ref = np.isfinite(r)
+        self.nan += int(np.count_nonzero(np.isnan(o) & ~np.isnan(r)))
+        self.inf += int(np.count_nonzero(np.isinf(o) & ~np.isinf(r)))
+        if np.any(~np.isfinite(o) & finite_ref):
+            self.new_nonfinite = True
+        with np.errstate(invalid="ignore", over="ignore"):
+            both = finite_ref & np.isfinite(o)
+            d = np.abs(o[both] - r[both])
+            rb = r[both]
+            ob = o[both]
+            self.sum_abs += float(d.sum())
+            if d.size:
+                self.max_abs = max(self.max_abs, float(d.max()))
+                self.max_rel = max(self.max_rel, float((d / np.abs(np.where(rb == 0, 2.22e-16, rb))).max()))
+            self.sq_diff += float(np.dot(d, d))
+            self.sq_ref += float(np.dot(rb, rb))
+            self.sq_out += float(np.dot(ob, ob))
+            self.dot += float(np.dot(ob, rb))
+            a = np.abs(r[finite_ref])
+            if a.size:
+                self.ref_absmax = max(self.ref_absmax, float(a.max()))
+            self.above += int(np.count_nonzero(a > self.fmt.max))
+            self.below += int(np.count_nonzero((a > 0) & (a < self.fmt.smallest_normal)))
+
+    def result(self) -> ErrorStats:
+        if self.new_nonfinite:
+            rel_l2 = math.inf
+            max_abs = max_rel = math.inf
+        else:
+            rel_l2 = math.sqrt(self.sq_diff) / max(math.sqrt(self.sq_ref), 1e-30)
+            if self.sq_ref == 0 and self.sq_diff == 0:
+                rel_l2 = 0.0
+            max_abs, max_rel = self.max_abs, self.max_rel
+        denom = math.sqrt(self.sq_ref) * math.sqrt(self.sq_out)
+        cos = self.dot / denom if denom > 0 else (1.0 if self.sq_ref == self.sq_out == 0 else 0.0)
+        n = max(self.n, 1)
+        return ErrorStats(
+            size=self.n,
+            max_abs=max_abs,
+            mean_abs=self.sum_abs / n,
+            max_rel=max_rel,
+            rel_l2=rel_l2,
+            cosine=cos,
+            nan=self.nan,
+            inf=self.inf,
+            ref_absmax=self.ref_absmax,
+            frac_above_max=self.above / n,
+            frac_below_normal=self.below / n,
+        )
+
+
+def tensor_error(store: ActivationStore, run: str, name: str, fmt: Format) -> ErrorStats:
+    acc = _Acc(fmt)
+    for out, ref in zip(store.iter_samples(run, name), store.iter_samples(REFERENCE, name)):
+        acc.add(out, ref)
+    return acc.result()
+
+
+def rounding_error(store: ActivationStore, name: str, fmt: Format) -> ErrorStats:
+    """The error of only rounding the reference tensor to the format."""
+    acc = _Acc(fmt)
+    for ref in store.iter_samples(REFERENCE, name):
+        acc.add(fmt.round(ref), ref)
+    return acc.result()
+
+
+def _worst(stats: list[ErrorStats]) -> ErrorStats:
+    if not stats:
+        return ErrorStats()
+    return max(stats, key=lambda s: (s.rel_l2, s.max_abs))
+
+
+@dataclass
+class LayerRow:
+    """One node's line of the layer table."""
+
+    index: int
+    name: str
+    op_type: str
+    outputs: list[str]
+    flops: int
+    local_rel_l2: float
+    local_max_abs: float
+    local_nonfinite: int
+    rounding_rel_l2: float
+    lowp_rel_l2: float
+    lowp_max_abs: float
+    lowp_cosine: float
+    lowp_nonfinite: int
+    ref_absmax: float
+    frac_above_max: float
+    frac_below_normal: float
+    input_ref_absmax: float
+    input_sensitive: bool
+    score: float
+    rank: int = 0
+
+
+@dataclass
+class TensorRow:
+    name: str
+    producer: str
+    index: int
+    shape: list[int]
+    stats: ErrorStats
+
+
+@dataclass
+class Analysis:
+    """What the capture says: the layer table, per-tensor errors, first divergence, verdict."""
+
+    precision: str
+    layers: list[LayerRow]
+    tensors: list[TensorRow]
+    first_divergence: str | None
+    first_divergence_node: str | None
+    divergence_threshold: float
+    verdict: dict[str, OutputCheck] = field(default_factory=dict)
+
+    @property
+    def ranking(self) -> list[str]:
+        return [r.name for r in sorted(self.layers, key=lambda r: r.rank)]
+
+    @property
+    def passed(self) -> bool:
+        return all(c.passed for c in self.verdict.values())
+
+    def to_dict(self) -> dict:
+        return {
+            "precision": self.precision,
+            "passed": self.passed,
+            "first_divergence": self.first_divergence,
+            "first_divergence_node": self.first_divergence_node,
+            "divergence_threshold": self.divergence_threshold,
+            "ranking": self.ranking,
+            "outputs": {k: v.to_dict() for k, v in self.verdict.items()},
+            "layers": [asdict(r) for r in self.layers],
+            "tensors": [
+                {"name": t.name, "producer": t.producer, "index": t.index, "shape": t.shape, **asdict(t.stats)}
+                for t in self.tensors
+            ],
+        }
+
+    def layers_csv(self) -> str:
+        buf = io.StringIO()
+        fields = list(LayerRow.__dataclass_fields__)
+        w = csv.DictWriter(buf, fieldnames=fields)
+        w.writeheader()
+        for r in sorted(self.layers, key=lambda r: r.index):
+            row = asdict(r)
+            row["outputs"] = " ".join(r.outputs)
+            w.writerow(row)
+        return buf.getvalue()
+
+
+def analyse(
+    store: ActivationStore,
+    model_nodes: list[dict] | None = None,
+    tolerance: Tolerance | None = None,
+    model: Model | None = None,
+) -> Analysis:
+    """Analyse a capture. Node facts come from `model` or, without it, from the store's attributes."""
+    fmt = get_format(str(store.attr("precision", "fp16")))
+    nodes = model_nodes if model_nodes is not None else store.attr("nodes", [])
+    if model is not None:
+        nodes = model.node_records()
+    tol = tolerance or Tolerance()
+    threshold = DIVERGENCE_ROUNDOFFS * fmt.unit_roundoff
+    lowp_names = set(store.tensor_names(LOWP))
+    local_names = set(store.tensor_names(LOCAL))
+
+    tensors: list[TensorRow] = []
+    lowp_by_tensor: dict[str, ErrorStats] = {}
+    first, first_node = None, None
+    for nd in nodes:
+        for t in nd["float_outputs"]:
+            if t not in lowp_names:
+                continue
+            st = tensor_error(store, LOWP, t, fmt)
+            lowp_by_tensor[t] = st
+            shape = list(store.dataset(REFERENCE, t).shape[1:])
+            tensors.append(TensorRow(t, nd["name"], nd["index"], shape, st))
+            if first is None and (st.nonfinite > 0 or st.rel_l2 > threshold):
+                first, first_node = t, nd["name"]
+
+    absmax: dict[str, float] = {}  # a tensor read by several nodes is scanned once
+    layers: list[LayerRow] = []
+    for nd in nodes:
+        if not nd["candidate"]:
+            continue
+        outs = [t for t in nd["float_outputs"] if t in local_names]
+        local = _worst([tensor_error(store, LOCAL, t, fmt) for t in outs])
+        rounding = _worst([rounding_error(store, t, fmt) for t in outs])
+        lowp = _worst([lowp_by_tensor[t] for t in outs if t in lowp_by_tensor])
+        in_absmax = 0.0
+        for t in nd["float_inputs"]:
+            if store.has(REFERENCE, t):
+                if t not in absmax:
+                    absmax[t] = _absmax(store, t)
+                in_absmax = max(in_absmax, absmax[t])
+        sensitive = local.rel_l2 > threshold and local.rel_l2 > INPUT_SENSITIVITY * max(rounding.rel_l2, 1e-30)
+        layers.append(
+            LayerRow(
+                index=nd["index"],
+                name=nd["name"],
+                op_type=nd["op_type"],
+                outputs=list(nd["float_outputs"]),
+                flops=int(nd.get("flops", 0)),
+                local_rel_l2=local.rel_l2,
+                local_max_abs=local.max_abs,
+                local_nonfinite=local.nonfinite,
+                rounding_rel_l2=rounding.rel_l2,
+                lowp_rel_l2=lowp.rel_l2,
+                lowp_max_abs=lowp.max_abs,
+                lowp_cosine=lowp.cosine,
+                lowp_nonfinite=lowp.nonfinite,
+                ref_absmax=local.ref_absmax,
+                frac_above_max=local.frac_above_max,
+                frac_below_normal=local.frac_below_normal,
+                input_ref_absmax=in_absmax,
+                input_sensitive=bool(sensitive),
+                score=score(local, in_absmax, fmt),
+            )
+        )
+    order = sorted(layers, key=lambda r: (-r.score, -r.local_max_abs, r.index))
+    for rank, r in enumerate(order, 1):
+        r.rank = rank
+    verdict = output_verdict(store, [str(o) for o in store.attr("model_outputs", [])], tol)
+    return Analysis(fmt.name, layers, tensors, first, first_node, threshold, verdict)
+
+
+def _absmax(store: ActivationStore, name: str) -> float:
+    m = 0.0
+    for ref in store.iter_samples(REFERENCE, name):
+        if ref.dtype.kind == "f" and ref.size:
+            with np.errstate(invalid="ignore"):
+                a = np.abs(ref[np.isfinite(ref)])
+            if a.size:
+                m = max(m, float(a.max()))
+    return m
+
+
+def score(local: ErrorStats, input_absmax: float, fmt: Format) -> float:
+    """Sensitivity: the local relative error; infinite where the node overflows the format."""
+    if local.nonfinite or local.frac_above_max > 0 or input_absmax > fmt.max:
+        return math.inf
+    return float(local.rel_l2)
+
+
+def output_verdict(store: ActivationStore, outputs: list[str], tol: Tolerance,
+                   references: list[dict[str, np.ndarray]] | None = None) -> dict[str, OutputCheck]:
+    """Graph outputs of the low-precision run against the reference (the stored FP32 run, or `references`:
+    one dict of outputs per sample), per sample, under `tol`."""
+    verdict = {}
+    for name in outputs:
+        if not store.has(LOWP, name):
+            continue
+        refs = (r[name] for r in references) if references is not None else store.iter_samples(REFERENCE, name)
+        checks = [check(o, r, tol) for o, r in zip(store.iter_samples(LOWP, name), refs)]
+        verdict[name] = merge(checks)
+    return verdict
+
+
+def keep_analysis(store: ActivationStore, analysis: Analysis) -> None:
+    """Keep `analysis` in the store (`store` open for writing) so that a later `kept_analysis` skips the
+    work: everything but the verdict, the one part that depends on the tolerance."""
+    memo = {"version": code_fingerprint(), "precision": analysis.precision, "first_divergence": analysis.first_divergence,
+            "first_divergence_node": analysis.first_divergence_node,
+            "divergence_threshold": analysis.divergence_threshold, "layers": [asdict(r) for r in analysis.layers],
+            "tensors": [asdict(t) for t in analysis.tensors]}
+    store.write_text(MEMO, json.dumps(memo))  # non-finite floats as Infinity/NaN: json reads them back exactly
+
+
+def kept_analysis(store: ActivationStore, tolerance: Tolerance) -> Analysis | None:
+    """The analysis `keep_analysis` stored, with its verdict under `tolerance`: what `analyse` would
+    return. None when the store has none, or one written by other code (`code_fingerprint`) or with other
+    fields."""
+    text = store.read_text(MEMO)
+    if text is None:
+        return None
+    memo = json.loads(text)
+    if memo.get("version") != code_fingerprint() or not _fields_match(memo.get("layers"), LayerRow) or \
+            not _fields_match([t["stats"] for t in memo.get("tensors", [])], ErrorStats):
+        return None
+    layers = [LayerRow(**r) for r in memo["layers"]]
+    tensors = [TensorRow(**{**t, "stats": ErrorStats(**t["stats"])}) for t in memo["tensors"]]
+    verdict = output_verdict(store, [str(o) for o in store.attr("model_outputs", [])], tolerance)
+    return Analysis(memo["precision"], layers, tensors, memo["first_divergence"], memo["first_divergence_node"],
+                    memo["divergence_threshold"], verdict)
+
+
+def _fields_match(rows: list[dict] | None, cls: type) -> bool:
+    names = {f.name for f in fields(cls)}
+    return rows is not None and all(set(r) == names for r in rows)

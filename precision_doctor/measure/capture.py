@@ -1,0 +1,169 @@
+"""Mark-all capture streamed into HDF5, in bounded groups so memory does not grow with the model.
+
+Three runs are written (see `activations`): the FP32 reference, the emulated low-precision run for a
+fallback set, and each node's local output (low precision on exact reference inputs). Each group
+of tensors gets its own session whose graph outputs are only that group, so ONNX Runtime never
+holds more than one group's outputs at once.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import datetime as _dt
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+from onnx import helper
+
+from precision_doctor import __version__
+from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
+from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
+from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
+from precision_doctor.data.inputs import Sample
+from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph, local_output
+from precision_doctor.graph.formats import Format
+from precision_doctor.graph.model import Model, NodeInfo
+from precision_doctor.spec import CaptureSpec
+
+_UNKNOWN_BYTES = 1 << 20
+
+
+def _tensor_bytes(model: Model, name: str) -> int:
+    shape = model.tensor_shapes.get(name)
+    elem = model.tensor_types.get(name)
+    if shape is None or elem is None or any(d is None for d in shape):
+        return _UNKNOWN_BYTES
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(elem)).itemsize
+    except (KeyError, TypeError):
+        itemsize = 4
+    return int(np.prod(shape, dtype=np.int64)) * itemsize
+
+
+def group_by_bytes(items: Sequence, size: Callable[[object], int], budget: int) -> list[list]:
+    """Consecutive groups whose sizes sum to at most `budget` (an oversized item is its own group)."""
+    groups: list[list] = []
+    cur: list = []
+    total = 0
+    for it in items:
+        b = size(it)
+        if cur and total + b > budget:
+            groups.append(cur)
+            cur, total = [], 0
+        cur.append(it)
+        total += b
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def capture_run(
+    store: ActivationStore,
+    run: str,
+    proto,
+    model: Model,
+    names: list[str],
+    samples: list[Sample],
+    extra_feed: dict[str, np.ndarray],
+    budget: int,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+) -> None:
+    """Run `proto` on every sample, a bounded group of the tensors `names` at a time, into `store`'s `run`."""
+    groups = group_by_bytes(names, lambda t: _tensor_bytes(model, t), budget)
+    done = 0
+    for group in groups:
+        sess = make_session(with_outputs(proto, group, model.tensor_types), optimize=False)
+        for i, s in enumerate(samples):
+            check(stop)
+            for name, value in zip(group, run_session(sess, group, {**s, **extra_feed}, model)):
+                store.write(run, name, i, len(samples), value)
+        del sess
+        _release_heap()
+        done += len(group)
+        notify(progress, CaptureEvent(run, done, len(names)))
+
+
+def _release_heap() -> None:
+    """Give freed heap back to the OS between groups (glibc keeps it otherwise; see BENCHMARKS)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def capture(
+    model: Model,
+    samples: list[Sample],
+    fmt: Format,
+    out_path: Path,
+    fallback: frozenset[str] = frozenset(),
+    settings: CaptureSpec = CaptureSpec(),
+    attrs: dict | None = None,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+) -> Path:
+    """Capture reference, low-precision and local runs of `model` on `samples` into `out_path`."""
+    budget = int(settings.group_mb * (1 << 20))
+    node_outputs = [t for n in model.nodes for t in n.outputs if t]
+    float_outputs = [t for t in node_outputs if model.is_float(t)]
+    with ActivationStore(out_path, "w", compression=settings.compression) as store:
+        store.set_attrs(
+            model_hash=model.model_hash,
+            model_path=str(model.path or ""),
+            precision=fmt.name,
+            fallback=sorted(fallback),
+            samples=len(samples),
+            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            tool_version=__version__,
+            nodes=model.node_records(),
+            model_outputs=model.outputs,
+            inputs=[{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in samples[0].items()],
+            **(attrs or {}),
+        )
+        for i, s in enumerate(samples):
+            for name, value in s.items():
+                store.write(REFERENCE, name, i, len(samples), value)
+        capture_run(store, REFERENCE, model.proto, model, node_outputs, samples, {}, budget, progress, stop)
+        gated = gated_graph(model, fmt)
+        mask = {MASK_INPUT: gated.mask(fallback)}
+        capture_run(store, LOWP, gated.proto, model, float_outputs, samples, mask, budget, progress, stop)
+        capture_local(store, model, fmt, samples_n=len(samples), budget=budget, progress=progress, stop=stop)
+    return out_path
+
+
+def _node_bytes(model: Model, node: NodeInfo) -> int:
+    return sum(_tensor_bytes(model, t) for t in node.inputs + node.outputs if t and t not in model.initializers)
+
+
+def capture_local(
+    store: ActivationStore,
+    model: Model,
+    fmt: Format,
+    samples_n: int,
+    budget: int,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+) -> None:
+    """Each candidate node computed in low precision from the stored exact reference inputs."""
+    nodes = model.candidates
+    groups = group_by_bytes(nodes, lambda n: _node_bytes(model, n), budget)
+    done = 0
+    for group in groups:
+        proto, feeds = local_graph(model, fmt, group)
+        sess = make_session(proto, optimize=False)
+        outputs = [o.name for o in proto.graph.output]
+        for i in range(samples_n):
+            check(stop)
+            feed = {t: store.read(REFERENCE, t, i) for t in feeds}
+            for oname, value in zip(outputs, run_session(sess, outputs, feed, model)):
+                store.write(LOCAL, _strip_local(oname), i, samples_n, value)
+        del sess
+        done += len(group)
+        notify(progress, CaptureEvent(LOCAL, done, len(nodes)))
+
+
+def _strip_local(name: str) -> str:
+    suffix = local_output("")
+    return name[: -len(suffix)] if name.endswith(suffix) else name

@@ -1,0 +1,118 @@
+"""Node fixtures: a few nodes' exact FP32 inputs and a provider's low-precision outputs, in one
+`.npz`, so that a CPU test can check which emulation rule reproduces the provider's numbers.
+
+Layout: `index` holds a JSON list of entries (key, model, node, op_type, provider, input and output
+names, where they came from); for entry `k`, `k.onnx` is a one-node ONNX model (the node and the
+initializers it reads, FP32), `k.in<i>` its i-th fed input (float32) and `k.out<j>` the provider's
+j-th output (float16 where that is lossless, as the provider's FP16 values are).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from precision_doctor.backends.ort_session import make_session
+from precision_doctor.data.activations import REFERENCE, ActivationStore
+from precision_doctor.errors import UserError
+from precision_doctor.graph.emulate import local_graph, local_output
+from precision_doctor.graph.formats import Format
+from precision_doctor.graph.model import Model, NodeInfo, from_proto
+from precision_doctor.measure.fidelity import GPU_LOCAL, agreement
+
+
+def node_model(model: Model, info: NodeInfo) -> onnx.ModelProto:
+    """A model of the node alone: its initializers inside, its other inputs as graph inputs."""
+    node = model.proto.graph.node[info.index]
+    inits = [i for i in model.proto.graph.initializer if i.name in set(node.input)]
+    init_names = {i.name for i in inits}
+    ins = [t for t in dict.fromkeys(node.input) if t and t not in init_names]
+    types, shapes = model.tensor_types, model.tensor_shapes
+    g = helper.make_graph(
+        [node], f"node_{info.index}",
+        [helper.make_tensor_value_info(t, types[t], shapes.get(t)) for t in ins],
+        [helper.make_tensor_value_info(t, types[t], shapes.get(t)) for t in node.output if t],
+        inits,
+    )
+    out = helper.make_model(g, opset_imports=list(model.proto.opset_import), ir_version=model.proto.ir_version)
+    out.producer_name = "precision-doctor-fixture"
+    return out
+
+
+def _lossless16(a: np.ndarray) -> np.ndarray:
+    if a.dtype == np.float32:
+        with np.errstate(over="ignore"):
+            h = a.astype(np.float16)
+        if np.array_equal(h.astype(np.float32), a, equal_nan=True):
+            return h
+    return a
+
+
+def fixture_entries(
+    store: ActivationStore, model: Model, nodes: Iterable[NodeInfo], label: str, meta: dict | None = None
+) -> list[tuple[dict, dict[str, np.ndarray]]]:
+    """Entries (index record, arrays) for `nodes` from sample 0 of a store holding `reference` and
+    `gpu_local`; nodes without stored provider outputs or with subgraphs are left out."""
+    out = []
+    for info in nodes:
+        if info.implicit_inputs or not all(store.has(GPU_LOCAL, t) for t in info.float_outputs):
+            continue
+        proto = node_model(model, info)
+        ins = [i.name for i in proto.graph.input]
+        if not all(store.has(REFERENCE, t) for t in ins):
+            continue
+        outs = list(info.float_outputs)
+        arrays = {"onnx": np.frombuffer(proto.SerializeToString(), dtype=np.uint8)}
+        arrays.update({f"in{i}": store.read(REFERENCE, t, 0) for i, t in enumerate(ins)})
+        arrays.update({f"out{j}": _lossless16(store.read(GPU_LOCAL, t, 0)) for j, t in enumerate(outs)})
+        record = {"model": label, "node": info.name, "op_type": info.op_type, "inputs": ins, "outputs": outs, **(meta or {})}
+        out.append((record, arrays))
+    return out
+
+
+def write_fixture(path: Path, entries: list[tuple[dict, dict[str, np.ndarray]]]) -> Path:
+    """Write entries (from `fixture_entries`) to one compressed `.npz`."""
+    index, arrays = [], {}
+    for k, (record, arrs) in enumerate(entries):
+        key = f"n{k}"
+        index.append({"key": key, **record})
+        arrays.update({f"{key}.{name}": a for name, a in arrs.items()})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, index=np.array(json.dumps(index)), **arrays)
+    return path
+
+
+def read_fixture(path: Path) -> list[tuple[dict, dict[str, np.ndarray]]]:
+    """Entries of a fixture file: (index record, {'onnx', 'in<i>', 'out<j>'})."""
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            index = json.loads(str(data["index"]))
+            return [(rec, {k.split(".", 1)[1]: data[k] for k in data.files if k.startswith(rec["key"] + ".")}) for rec in index]
+    except (OSError, ValueError, KeyError) as exc:
+        raise UserError(f"not a node fixture file: {path} ({exc})") from exc
+
+
+def replay(record: dict, arrays: dict[str, np.ndarray], fmt: Format, rules=None) -> dict[str, np.ndarray]:
+    """The emulator's local output of the fixture's node under `rules`, on ORT's CPU provider."""
+    model = from_proto(onnx.load_from_string(arrays["onnx"].tobytes()))
+    proto, feeds = local_graph(model, fmt, model.candidates, rules)
+    inputs = {t: arrays[f"in{i}"] for i, t in enumerate(record["inputs"])}
+    names = [local_output(t) for t in record["outputs"]]
+    res = make_session(proto, optimize=False).run(names, {t: inputs[t] for t in feeds})
+    return dict(zip(record["outputs"], res))
+
+
+def check_rules(path: Path, fmt: Format, rules=None) -> list[dict]:
+    """For every fixture entry: how closely `rules` reproduce the provider's outputs (see `agreement`)."""
+    rows = []
+    for record, arrays in read_fixture(path):
+        got = replay(record, arrays, fmt, rules)
+        for j, t in enumerate(record["outputs"]):
+            rows.append({"model": record["model"], "node": record["node"], "op_type": record["op_type"], "output": t,
+                         **agreement(got[t], arrays[f"out{j}"].astype(np.float32), fmt)})
+    return rows

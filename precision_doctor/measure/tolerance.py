@@ -1,0 +1,186 @@
+"""Tolerance checks, in one place. The default is polygraphy's `elemwise` check.
+
+An element fails when `(|out-ref| > atol or NaN) and (|out-ref|/|ref| > rtol or NaN)`, with
+`ref == 0` replaced by 2.22e-16 in the division; an output fails when any element fails. The
+`max`, `mean` and `median` statistics fail when both the absolute and the relative statistic
+exceed their tolerance (or are NaN), as in polygraphy. `cosine_floor` adds a check that the
+cosine similarity of output and reference is at least that value.
+
+`tol_used` says how much of the tolerance the worst element (or statistic) uses: min(abs/atol,
+rel/rtol), so an output passes the atol/rtol check exactly when it is at most 1. An answer at 0.999
+passes on these samples and this machine and may fail on other hardware; a search `margin` m asks
+for at most 1 - m (the same check with atol and rtol scaled by 1 - m). The cosine floor is outside
+both: it is checked as given and does not count in `tol_used`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+
+from precision_doctor.errors import SpecError
+
+EPSILON = 2.220446049250313e-16
+ERROR_STATS = ("elemwise", "max", "mean", "median")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """What "close enough" means. Defaults are polygraphy's."""
+
+    atol: float = 1e-5
+    rtol: float = 1e-5
+    check_error_stat: str = "elemwise"
+    cosine_floor: float | None = None
+
+    def __post_init__(self):
+        if self.check_error_stat not in ERROR_STATS:
+            raise SpecError("tolerance.check_error_stat", "{tolerance.check_error_stat} must be one of "
+                            f"{', '.join(ERROR_STATS)}, got '{self.check_error_stat}'")
+        for setting, value in (("tolerance.atol", self.atol), ("tolerance.rtol", self.rtol)):
+            if not (math.isfinite(value) and value >= 0):
+                raise SpecError(setting, f"{{{setting}}} must be a non-negative finite number, got {value}")
+        if self.cosine_floor is not None and not -1.0 <= self.cosine_floor <= 1.0:
+            raise SpecError("tolerance.cosine_floor", f"{{tolerance.cosine_floor}} must lie in [-1, 1], "
+                            f"got {self.cosine_floor}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def scaled(self, factor: float) -> Tolerance:
+        """The same check with atol and rtol multiplied by `factor` (a search margin is 1 - factor)."""
+        return replace(self, atol=self.atol * factor, rtol=self.rtol * factor)
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """Error metrics of one output against its reference, and the verdict."""
+
+    passed: bool
+    max_abs: float
+    mean_abs: float
+    median_abs: float
+    max_rel: float
+    mean_rel: float
+    median_rel: float
+    cosine: float
+    mismatches: int
+    size: int
+    tol_used: float = float("nan")  # NaN: not recorded (checkpoints of earlier versions)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def diffs(out: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Absolute and relative differences, computed in float64."""
+    o = np.asarray(out, dtype=np.float64)
+    r = np.asarray(ref, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        absdiff = np.abs(o - r)
+        denom = np.abs(np.where(r == 0, EPSILON, r))
+        reldiff = absdiff / denom
+    return absdiff, reldiff
+
+
+def cosine_similarity(out: np.ndarray, ref: np.ndarray) -> float:
+    o = np.asarray(out, dtype=np.float64).ravel()
+    r = np.asarray(ref, dtype=np.float64).ravel()
+    with np.errstate(invalid="ignore", over="ignore"):
+        no, nr = np.linalg.norm(o), np.linalg.norm(r)
+        if no == 0 and nr == 0:
+            return 1.0
+        if no == 0 or nr == 0:
+            return 0.0
+        return float(np.dot(o, r) / (no * nr))
+
+
+def _stat_failed(stat: float, tol: float) -> bool:
+    return bool(np.isnan(stat) or stat > tol)
+
+
+def _share(x: np.ndarray | float, tol: float) -> np.ndarray:
+    """x / tol with NaN as infinity, and 0 / 0 as 0 (a zero tolerance allows only zero)."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = x / tol if tol > 0 else np.where(x == 0, 0.0, np.inf)
+    return np.where(np.isnan(x), np.inf, r)
+
+
+def _used(absd: np.ndarray | float, reld: np.ndarray | float, tol: Tolerance) -> float:
+    """The largest min(abs/atol, rel/rtol): how much of the tolerance the worst element uses."""
+    u = np.minimum(_share(absd, tol.atol), _share(reld, tol.rtol))
+    return float(np.max(u)) if np.size(u) else 0.0
+
+
+def check(out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> OutputCheck:
+    """Compare one output with its reference under `tol`."""
+    if np.shape(out) != np.shape(ref):
+        nan = float("nan")
+        return OutputCheck(False, nan, nan, nan, nan, nan, nan, nan, int(np.size(ref)), int(np.size(ref)), float("inf"))
+    if not np.issubdtype(np.asarray(ref).dtype, np.floating):
+        same = np.asarray(out) == np.asarray(ref)
+        n_bad = int(np.size(same) - np.count_nonzero(same))
+        v = float(n_bad > 0)
+        return OutputCheck(n_bad == 0, v, v, v, v, v, v, 1.0 - v, n_bad, int(np.size(ref)), float("inf") if n_bad else 0.0)
+    absdiff, reldiff = diffs(out, ref)
+    size = absdiff.size
+    with np.errstate(invalid="ignore"):
+        stats = {
+            "max_abs": float(np.max(absdiff)) if size else 0.0,
+            "mean_abs": float(np.mean(absdiff)) if size else 0.0,
+            "median_abs": float(np.median(absdiff)) if size else 0.0,
+            "max_rel": float(np.max(reldiff)) if size else 0.0,
+            "mean_rel": float(np.mean(reldiff)) if size else 0.0,
+            "median_rel": float(np.median(reldiff)) if size else 0.0,
+        }
+        bad = ((absdiff > tol.atol) | np.isnan(absdiff)) & ((reldiff > tol.rtol) | np.isnan(reldiff))
+    mismatches = int(np.count_nonzero(bad))
+    if tol.check_error_stat == "elemwise":
+        passed = mismatches == 0
+        used = _used(absdiff, reldiff, tol)
+    else:
+        s = tol.check_error_stat
+        passed = not (_stat_failed(stats[f"{s}_abs"], tol.atol) and _stat_failed(stats[f"{s}_rel"], tol.rtol))
+        used = _used(stats[f"{s}_abs"], stats[f"{s}_rel"], tol)
+    cos = cosine_similarity(out, ref)
+    if tol.cosine_floor is not None and not (cos >= tol.cosine_floor):
+        passed = False
+    return OutputCheck(passed=passed, cosine=cos, mismatches=mismatches, size=size, tol_used=used, **stats)
+
+
+def check_all(
+    outs: dict[str, np.ndarray], refs: dict[str, np.ndarray], tol: Tolerance
+) -> dict[str, OutputCheck]:
+    """Check every reference output; a missing output fails."""
+    return {name: check(outs.get(name, np.empty(0)), ref, tol) for name, ref in refs.items()}
+
+
+def merge(checks: list[OutputCheck]) -> OutputCheck:
+    """One output's checks over several samples: fails if any failed; worst maxima, average means."""
+    if len(checks) == 1:
+        return checks[0]
+    size = sum(c.size for c in checks)
+
+    def wmean(attr: str) -> float:
+        return float(sum(getattr(c, attr) * c.size for c in checks) / max(size, 1))
+
+    def worst(attr: str) -> float:
+        vals = [getattr(c, attr) for c in checks]
+        return float("nan") if any(np.isnan(v) for v in vals) else max(vals)
+
+    return OutputCheck(
+        passed=all(c.passed for c in checks),
+        max_abs=worst("max_abs"),
+        mean_abs=wmean("mean_abs"),
+        median_abs=float(np.median([c.median_abs for c in checks])),
+        max_rel=worst("max_rel"),
+        mean_rel=wmean("mean_rel"),
+        median_rel=float(np.median([c.median_rel for c in checks])),
+        cosine=min(c.cosine for c in checks),
+        mismatches=sum(c.mismatches for c in checks),
+        size=size,
+        tol_used=worst("tol_used"),
+    )

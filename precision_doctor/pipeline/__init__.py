@@ -1,0 +1,1 @@
+"""Orchestration of a run: compare, diagnose and the steps diagnose is made of."""

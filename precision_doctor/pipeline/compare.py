@@ -1,0 +1,113 @@
+"""`compare`: capture reference and low-precision runs, analyse them, write the layer table; and the
+capture of a fixed run (per-layer error after the fix) that `diagnose` adds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from precision_doctor.control import ProgressSink, StopToken
+from precision_doctor.data.activations import REFERENCE, ActivationStore
+from precision_doctor.data.inputs import Sample
+from precision_doctor.data.references import check_count, check_shapes
+from precision_doctor.data.workload import Workload
+from precision_doctor.graph.emulate import MASK_INPUT, gated_graph
+from precision_doctor.graph.formats import Format, get_format
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.analysis import Analysis, analyse, keep_analysis, kept_analysis, output_verdict, tensor_error
+from precision_doctor.measure.capture import capture, capture_run
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.results.jsonio import write_json, write_text_atomic
+from precision_doctor.results.manifest import note_written
+from precision_doctor.spec import CaptureSpec
+
+ACTIVATIONS = "activations.h5"
+FIXED_RUN = "fixed"
+
+
+@dataclass
+class CompareResult:
+    out_dir: Path
+    analysis: Analysis
+
+
+def capture_and_analyse(
+    work: Workload,
+    precision: str,
+    tolerance: Tolerance,
+    out_dir: Path,
+    fallback: frozenset[str] = frozenset(),
+    settings: CaptureSpec = CaptureSpec(),
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+) -> Analysis:
+    """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed) and analyse
+    it; the analysis is kept in the file (`reanalyse` reads it back)."""
+    fmt = get_format(precision)
+    final = out_dir / ACTIVATIONS
+    tmp = out_dir / f".{ACTIVATIONS}.partial"
+    attrs = {"tolerance": tolerance.to_dict(), "input_source": work.inputs.describe()}
+    note_written(tmp)
+    note_written(final)
+    capture(work.model, work.samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress, stop=stop)
+    with ActivationStore(tmp, "a") as store:
+        analysis = analyse(store, tolerance=tolerance, model=work.model)
+        keep_analysis(store, analysis)
+    tmp.replace(final)
+    if work.references is not None:  # the verdict is against the user's reference, not ORT's
+        with ActivationStore(final) as store:
+            path = work.inputs.reference_outputs
+            check_count(path, work.references, len(work.samples), "{inputs.files}")
+            check_shapes(path, work.references, {o: store.read(REFERENCE, o, 0) for o in work.model.outputs
+                                                 if store.has(REFERENCE, o)})
+            analysis.verdict = output_verdict(store, work.model.outputs, tolerance, work.references)
+    return analysis
+
+
+def write_layer_tables(out_dir: Path, analysis: Analysis) -> None:
+    write_json(out_dir / "layers.json", analysis.to_dict())
+    write_text_atomic(out_dir / "layers.csv", analysis.layers_csv())
+
+
+def run_compare(
+    work: Workload,
+    precision: str,
+    tolerance: Tolerance,
+    out_dir: Path,
+    settings: CaptureSpec = CaptureSpec(),
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+) -> CompareResult:
+    analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress, stop=stop)
+    write_layer_tables(out_dir, analysis)
+    return CompareResult(out_dir, analysis)
+
+
+def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis:
+    """Analyse a stored capture again, without the model (the analysis kept in it when there is one:
+    only its verdict is computed, under `tolerance`)."""
+    with ActivationStore(activations) as store:
+        tol = tolerance or Tolerance(**store.attr("tolerance", {}))
+        return kept_analysis(store, tol) or analyse(store, tolerance=tol)
+
+
+def capture_fixed(
+    path: Path, model: Model, fmt: Format, samples: list[Sample], fallback: frozenset[str], settings: CaptureSpec,
+    progress: ProgressSink | None = None, stop: StopToken | None = None,
+) -> dict[str, float]:
+    """Capture the emulated run with the fallback set (run `fixed` of the store at `path`); returns each
+    candidate's worst relative L2 error after the fix."""
+    gated = gated_graph(model, fmt)
+    names = [t for n in model.nodes for t in n.float_outputs]
+    with ActivationStore(path, "a") as store:
+        if FIXED_RUN in store.file:
+            del store.file[FIXED_RUN]
+        budget = int(settings.group_mb * (1 << 20))
+        mask = {MASK_INPUT: gated.mask(fallback)}
+        capture_run(store, FIXED_RUN, gated.proto, model, names, samples, mask, budget, progress, stop)
+        store.file[FIXED_RUN].attrs["fallback"] = ",".join(sorted(fallback))
+        out = {}
+        for n in model.candidates:
+            errs = [tensor_error(store, FIXED_RUN, t, fmt).rel_l2 for t in n.float_outputs]
+            out[n.name] = max(errs) if errs else 0.0
+    return out

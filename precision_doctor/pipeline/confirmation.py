@@ -1,0 +1,60 @@
+"""`backends.confirm_backend`: carry the searched answer over to another backend on every sample."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from precision_doctor.backends.base import Backend
+from precision_doctor.control import ProgressSink, StopToken
+from precision_doctor.data.inputs import Sample
+from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, trajectory_row, user_share
+from precision_doctor.results.report import Confirm
+from precision_doctor.search import Oracle
+from precision_doctor.search.auto import repair
+from precision_doctor.search.oracle import Budget, Verdict
+from precision_doctor.search.space import SearchSpace
+from precision_doctor.spec import RunSpec
+
+CONFIRM_CHECKPOINT = "confirm.jsonl"
+
+
+def confirm(
+    backend: Backend, found: frozenset[str], samples: list[Sample], refs: list[dict], space: SearchSpace,
+    spec: RunSpec, out_dir: Path, budget: Budget, resume: bool = False, progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+) -> tuple[str, str | None, frozenset[str] | None, Confirm, Verdict | None]:
+    """Carry the searched answer over to `backend` on every sample (search and held-out): keep it if it
+    passes there, else grow it until it does; then prune it to 1-minimal there (`search.auto.repair`).
+    Returns (status, reason, final set, the report's `confirm` section, the verdict on the final set there).
+    If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
+    oracle = Oracle(
+        backend, samples, refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
+        checkpoint=out_dir / CONFIRM_CHECKPOINT, on_evaluation=evaluation_events(progress), stop=stop,
+    )
+    if resume:
+        oracle.load_checkpoint()
+    elif (out_dir / CONFIRM_CHECKPOINT).exists():
+        (out_dir / CONFIRM_CHECKPOINT).unlink()
+    status, reason, confirmed = run_strategy(oracle, space, lambda o, sp: repair(o, sp, found), stop)
+    as_is = oracle.known(found)
+    passed: bool | None = confirmed is not None
+    if status == "complete" and confirmed is None:
+        reason = f"no set passes on {backend.name}, not even with every candidate in FP32 added to the searched answer"
+    elif status != "complete" and confirmed is None:
+        passed, confirmed = None, found
+        reason = f"confirmation on {backend.name} stopped early ({reason}); the answer is the searched one, not confirmed"
+    final = oracle.known(confirmed) if passed else None
+    report = Confirm(
+        backend=backend.name,
+        samples=len(samples),
+        searched_answer=sorted(found),
+        searched_answer_passed=None if as_is is None else as_is.passed,
+        passed=passed,
+        status=status,
+        evaluations=oracle.evaluations,
+        memo_hits=oracle.memo_hits,
+        one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed else None,
+        tolerance_used=user_share(spec, final),
+        trajectory=[trajectory_row(e) for e in oracle.trajectory],
+    )
+    return status, reason, confirmed, report, final

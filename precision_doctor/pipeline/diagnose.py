@@ -1,0 +1,167 @@
+"""`diagnose`: capture, rank, search, confirm on held-out samples, and write every artifact.
+
+Data flows one way: workload -> capture + analysis -> search space -> oracle + strategy ->
+validation -> [confirmation on another backend] -> "fixed" capture -> artifacts and report.
+This module only orchestrates; each step lives in its own module of this package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.backends.registry import make_backend
+from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.data.inputs import Sample
+from precision_doctor.data.workload import Workload
+from precision_doctor.graph.formats import get_format
+from precision_doctor.pipeline.artifacts import write_artifacts
+from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
+from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
+from precision_doctor.pipeline.confirmation import confirm
+from precision_doctor.pipeline.knob_search import budget_after, search_knobs
+from precision_doctor.pipeline.reporting import CHECKPOINT, build_report, write_report
+from precision_doctor.pipeline.settings import check_run_settings, run_settings
+from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, run_strategy
+from precision_doctor.pipeline.trt import tensorrt_steps
+from precision_doctor.pipeline.validation import check_on_samples
+from precision_doctor.results.report import Confirm, Report
+from precision_doctor.search import Oracle
+from precision_doctor.search.space import SearchSpace, build_space
+from precision_doctor.spec import RunSpec
+
+
+def run_diagnose(
+    work: Workload,
+    validation: list[Sample],
+    spec: RunSpec,
+    out_dir: Path,
+    *,
+    resume: bool = False,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+    capture_cache: CaptureCache | None = None,
+) -> Report:
+    """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
+    Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
+    same model, samples and capture-deciding settings is taken from it (and one made here is put there)."""
+    spec.validate()
+    with contextlib.ExitStack() as owned:
+        return _run(work, validation, spec, out_dir, resume, progress, stop, owned, capture_cache)
+
+
+def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path, resume: bool,
+         progress: ProgressSink | None, stop: StopToken | None, owned: contextlib.ExitStack,
+         capture_cache: CaptureCache | None) -> Report:
+    t0 = time.monotonic()
+    fmt = get_format(spec.precision)
+    model = work.model
+    b = spec.backends
+
+    backend = owned.enter_context(contextlib.closing(make_backend(b.backend, model, spec.precision, model.outputs)))
+    confirm_backend = owned.enter_context(contextlib.closing(
+        make_backend(b.confirm_backend, model, spec.precision, model.outputs, "backends.confirm_backend")
+    )) if b.confirm_backend else None
+    check_run_settings(out_dir, run_settings(work, spec, validation, _all_references(work)), resume)
+    notify(progress, PhaseEvent("capture"))
+    if resume and (out_dir / ACTIVATIONS).exists():
+        analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
+    else:
+        with shared_capture(capture_cache, spec, work, out_dir) as reused:
+            analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
+                work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop)
+    write_layer_tables(out_dir, analysis)
+    space = build_space(model, analysis, fmt, spec.search.cost)
+
+    notify(progress, PhaseEvent("reference"))
+    if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
+        refs, val_refs = work.references, work.held_references or []
+    else:
+        ref = ReferenceRunner(model)
+        refs = [ref.run(s) for s in work.samples]
+        val_refs = [ref.run(s) for s in validation]
+
+    budget = budget_of(spec.search)
+    oracle = Oracle(
+        backend, work.samples, refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
+        checkpoint=out_dir / CHECKPOINT, on_evaluation=evaluation_events(progress), stop=stop,
+    )
+    if resume:
+        oracle.load_checkpoint()
+    elif (out_dir / CHECKPOINT).exists():
+        (out_dir / CHECKPOINT).unlink()  # our own file from an earlier forced run
+
+    notify(progress, PhaseEvent("search"))
+    status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
+    validation_report = None
+    if found is not None and validation:
+        notify(progress, PhaseEvent("validate"))
+        validation_report = check_on_samples(backend, found, validation, val_refs, spec.tolerance)
+        if not validation_report.passed and status == "complete":
+            # Not presented as the answer: search again with the failing held-out samples included.
+            validation_report.first_candidate = sorted(found)
+            oracle.samples = work.samples + validation
+            oracle.references = refs + val_refs
+            oracle.order = list(range(len(oracle.samples)))
+            oracle.memo = {k: v for k, v in oracle.memo.items() if not v.passed}
+            status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
+            validation_report.research = "searched again with the held-out samples included"
+            validation_report.passed_after_research = found is not None
+    confirmed = confirm_verdict = None
+    if confirm_backend is not None and found is not None:
+        if status == "complete":
+            notify(progress, PhaseEvent("confirm"))
+            status, reason, found, confirmed, confirm_verdict = confirm(
+                confirm_backend, found, work.samples + validation, refs + val_refs, space, spec, out_dir,
+                remaining(budget, oracle), resume, progress, stop,
+            )
+        else:
+            confirmed = Confirm(confirm_backend.name, sorted(found), passed=None,
+                                skipped=f"the search ended early ({status}); the answer is the searched one, not confirmed")
+    knob_outcome = None
+    if spec.search.knobs and found is not None and status == "complete":
+        knob_outcome = search_knobs(
+            confirm_backend or backend, [n.name for n in model.nodes if n.name in found], model, work.samples + validation,
+            refs + val_refs, space, spec, out_dir, budget_after(budget, oracle, confirmed), owned, resume=resume,
+            progress=progress, stop=stop,
+        )
+        found, status, reason = knob_outcome.fallback, knob_outcome.status, knob_outcome.reason or reason
+    passed = found is not None
+    if status == "complete" and not passed:
+        status = "no_solution"
+        reason = reason or _no_solution_reason(oracle, space)
+
+    notify(progress, PhaseEvent("artifacts"))
+    final = found if found is not None else frozenset()
+    fixed_rel = capture_fixed(out_dir / ACTIVATIONS, model, fmt, work.samples, final, spec.capture, progress, stop) \
+        if passed else {}
+    written = write_artifacts(out_dir, work, refs, final, spec, knob_outcome.emitted if knob_outcome else None) \
+        if passed else None
+    trt_check, engine = tensorrt_steps(out_dir, model, final, spec, written, knob_outcome, work.samples) \
+        if written else (None, None)
+    report = build_report(
+        work=work, analysis=analysis, space=space, oracle=oracle, spec=spec, fmt=fmt,
+        backend_name=backend.name, status=status, reason=reason, fallback=found,
+        validation=validation_report, n_validation=len(validation), fixed_rel=fixed_rel,
+        artifacts=written.commands if written else {}, elapsed=time.monotonic() - t0, confirm=confirmed,
+        confirm_verdict=confirm_verdict, written=written, trt_check=trt_check, engine=engine,
+        knobs=knob_outcome.result if knob_outcome else None, knob_verdict=knob_outcome.verdict if knob_outcome else None,
+    )
+    return write_report(out_dir, report)
+
+
+def _all_references(work: Workload) -> list[dict] | None:
+    return None if work.references is None else work.references + (work.held_references or [])
+
+
+def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:
+    everything = oracle.known(space.universe)
+    if everything is not None and not everything.passed:
+        name, err = everything.worst
+        return (
+            f"even with every node in FP32 the output '{name}' differs from the reference (max abs err {err:.3g}): "
+            "the tolerance is tighter than the backend's FP32 agreement, or the model is nondeterministic"
+        )
+    return "no evaluated set met the tolerance"

@@ -1,0 +1,150 @@
+"""The report of a diagnose run, assembled from the typed pieces the pipeline produced, and written."""
+
+from __future__ import annotations
+
+import datetime as _dt
+from pathlib import Path
+
+from precision_doctor import __version__
+from precision_doctor.data.workload import Workload
+from precision_doctor.graph.formats import Format
+from precision_doctor.measure.analysis import Analysis
+from precision_doctor.pipeline.artifacts import FILES, Written
+from precision_doctor.pipeline.compare import ACTIVATIONS
+from precision_doctor.pipeline.knob_search import KNOBS_DIR
+from precision_doctor.pipeline.strategy import trajectory_row, user_share
+from precision_doctor.results.jsonio import write_json
+from precision_doctor.results.report import (
+    REPORT,
+    Checks,
+    Confirm,
+    EngineResult,
+    FormatLimits,
+    KnobsResult,
+    Layer,
+    ModelInfo,
+    Report,
+    SampleCounts,
+    ToleranceUsed,
+    TrtCheckResult,
+    Validation,
+)
+from precision_doctor.search import Oracle
+from precision_doctor.search.oracle import Verdict
+from precision_doctor.search.space import SearchSpace
+from precision_doctor.spec import RunSpec
+
+CHECKPOINT = "search.jsonl"
+
+
+def build_report(
+    *, work: Workload, analysis: Analysis, space: SearchSpace, oracle: Oracle, spec: RunSpec, fmt: Format,
+    backend_name: str, status: str, reason: str | None, fallback: frozenset[str] | None, validation: Validation | None,
+    n_validation: int, fixed_rel: dict[str, float], artifacts: dict, elapsed: float, confirm: Confirm | None = None,
+    confirm_verdict: Verdict | None = None, written: Written | None = None, trt_check: TrtCheckResult | None = None,
+    engine: EngineResult | None = None, knobs: KnobsResult | None = None, knob_verdict: Verdict | None = None,
+) -> Report:
+    model = work.model
+    final = fallback or frozenset()
+    total = max(model.total_flops, 1)
+    flops = {n.name: n.flops for n in model.nodes}
+    by_knobs = knobs is not None and knobs.changed_answer  # a knob configuration made the answer smaller
+    searched = oracle.known(final) if fallback is not None else None
+    same_as_searched = (confirm is None or confirm.searched_answer == sorted(final)) and not by_knobs
+    final_verdict = knob_verdict if by_knobs else confirm_verdict or (searched if same_as_searched else None)
+    held_out_ok = validation is None or validation.passed or bool(validation.passed_after_research)
+    if validation is not None and not same_as_searched:
+        validation.of = "searched answer"
+    return Report(
+        tool="precision-doctor",
+        version=__version__,
+        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        model=ModelInfo(
+            path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes), candidates=len(space.universe),
+            total_flops=model.total_flops, renamed_nodes=list(model.renamed_nodes),
+        ),
+        precision=spec.precision,
+        backend=backend_name,
+        strategy=spec.search.strategy,
+        cost=spec.search.cost,
+        tolerance=spec.tolerance,
+        margin=spec.search.margin,
+        # shares of the user's tolerance (the oracle checked against the tolerance scaled by 1 - margin);
+        # search and validation: of the searched answer, None when the confirmation changed it
+        tolerance_used=ToleranceUsed(
+            search=user_share(spec, searched) if same_as_searched else None,
+            validation=validation.tol_used if validation is not None and same_as_searched else None,
+            confirm=confirm.tolerance_used if confirm is not None and not by_knobs else None,
+        ),
+        confirm=confirm,
+        status=status,
+        reason=reason,
+        passed=fallback is not None and held_out_ok,
+        fallback_nodes=[n.name for n in model.nodes if n.name in final],
+        fallback_size=len(final),
+        fp32_flop_share=sum(flops.get(n, 0) for n in final) / total,
+        evaluations=oracle.evaluations,
+        memo_hits=oracle.memo_hits,
+        one_minimal_checked=False if by_knobs else confirm.one_minimal_checked if confirm is not None and confirm.passed
+        else oracle.one_minimal_checked(fallback),
+        elapsed_s=elapsed,
+        samples=SampleCounts(search=len(work.samples), validation=n_validation),
+        inputs=work.inputs.describe(),
+        baseline=_checks(oracle.known(())),
+        outputs=dict(final_verdict.outputs) if final_verdict else {},
+        validation=validation,
+        first_divergence=analysis.first_divergence,
+        first_divergence_node=analysis.first_divergence_node,
+        ranking=analysis.ranking[:50],
+        trajectory=[trajectory_row(e) for e in oracle.trajectory],
+        layers=_layers(analysis, fixed_rel, final, _producers(work)),
+        format_limits=FormatLimits(max=fmt.max, smallest_normal=fmt.smallest_normal),
+        artifacts={
+            "activations": ACTIVATIONS, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
+            **(written.files if written is not None else FILES if artifacts else {}),
+            **({"engine": engine.plan} if engine is not None and engine.built and engine.plan else {}),
+            **({"knob_checkpoints": KNOBS_DIR} if knobs is not None and knobs.configurations else {}),
+            "report_md": "report.md", "report_html": "report.html",
+        },
+        commands=artifacts,
+        forced_fp32_nodes=dict(written.forced) if written is not None else {},
+        trt_check=trt_check,
+        engine=engine,
+        knobs=knobs,
+    )
+
+
+def _checks(v: Verdict | None) -> Checks | None:
+    return Checks(v.passed, dict(v.outputs)) if v else None
+
+
+def _producers(work: Workload) -> dict[str, list[str]]:
+    """Node name -> the nodes that compute its floating inputs (in the model's order)."""
+    made_by = {t: n.name for n in work.model.nodes for t in n.outputs if t}
+    return {n.name: list(dict.fromkeys(made_by[t] for t in n.float_inputs if t in made_by)) for n in work.model.nodes}
+
+
+def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[str],
+            producers: dict[str, list[str]]) -> list[Layer]:
+    return [
+        Layer(
+            index=r.index, name=r.name, op_type=r.op_type, flops=r.flops, local_rel_l2=r.local_rel_l2,
+            rounding_rel_l2=r.rounding_rel_l2, lowp_rel_l2=r.lowp_rel_l2, fixed_rel_l2=fixed_rel.get(r.name),
+            ref_absmax=r.ref_absmax, input_ref_absmax=r.input_ref_absmax, frac_above_max=r.frac_above_max,
+            frac_below_normal=r.frac_below_normal, score=r.score, rank=r.rank, fallback=r.name in final,
+            input_sensitive=r.input_sensitive, producers=producers.get(r.name, []),
+        )
+        for r in sorted(analysis.layers, key=lambda r: r.index)
+    ]
+
+
+def write_report(out_dir: Path, report: Report) -> Report:
+    """report.json, report.md and report.html, each written atomically. The renderers get the report as
+    read back from its JSON (plain Python numbers), exactly what a later `rerender` gives them."""
+    from precision_doctor.render import write_reports
+
+    data = report.to_json()
+    write_json(out_dir / REPORT, data)
+    stored = Report.from_json(data, str(out_dir / REPORT))
+    write_reports(stored, out_dir)
+    return stored

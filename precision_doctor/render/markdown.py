@@ -1,0 +1,610 @@
+"""report.md from the typed Report, plus the number/verdict helpers the HTML renderer shares."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from precision_doctor.measure.analysis import INPUT_SENSITIVITY
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance
+from precision_doctor.render.tensorrt import (
+    engine_sentence,
+    knobs_sentence,
+    markdown_sections,
+    named_onnx_sentence,
+    trt_check_sentence,
+)
+from precision_doctor.results.report import Layer, ModelInfo, Report
+
+TOP_OFFENDERS = 15
+MAX_TRAJECTORY_ROWS = 40
+
+COMMAND_TITLES = {
+    "trtexec_trt10": "TensorRT 10 (weakly typed: per-layer precisions)",
+    "trtexec_trt11": "TensorRT 11 (strongly typed: the fixed ONNX carries the precisions)",
+    "polygraphy": "Polygraphy: check the fixed model on the real backend",
+    "polygraphy_trt10": "Polygraphy on TensorRT 10 with the same per-layer precisions",
+    "autocast": "ModelOpt AutoCast with the same nodes excluded",
+    "ort_cuda_providers": "ONNX Runtime CUDA: the provider options of the knob configuration found",
+}
+
+# what analysis.py's `input_sensitive` means
+INPUT_SENSITIVE_WHY = (f"its error comes from its rounded inputs (local error > {INPUT_SENSITIVITY:g}x the rounding of "
+                       "its own output)")
+
+ARTIFACT_TITLES = {
+    "fixed_onnx": "the fixed model: your model in low precision with the FP32 nodes kept in FP32 (Casts only at "
+                  "the borders of FP32 regions); build it with TensorRT 11, or strongly typed on 10",
+    "activations": "every layer's activations in FP32, in low precision and after the fix (HDF5), for your own "
+                   "analysis",
+    "layers_csv": "the per-layer error table (one row per node: local error, rounding, propagated error, ranges)",
+    "layers_json": "the same per-layer table with per-tensor statistics, as JSON",
+    "checkpoint": "every evaluation of the search, one JSON line each (what --resume continues from)",
+    "layer_precisions": "the FP32 nodes as trtexec's --layerPrecisions entries, one per line",
+    "trtexec": "a script that builds the fixed engine with trtexec; it detects TensorRT 10 or 11 (TRT_MAJOR overrides)",
+    "tensorrt_rtx": "a script that builds the fixed engine with TensorRT-RTX ahead of time, without a GPU",
+    "inputs": "the samples searched, in polygraphy's --load-inputs format",
+    "reference_outputs": "the FP32 reference outputs of those samples, in polygraphy's --load-outputs format",
+    "autocast_nodes": "the FP32 nodes for ModelOpt AutoCast's --nodes_to_exclude",
+    "report_md": "this report as Markdown",
+    "report_html": "this report as one self-contained page with plots and a sortable layer table",
+    "named_onnx": "the model with the node names this report uses (the tool named unnamed nodes); every command "
+                  "reads it",
+    "engine": "the fixed TensorRT engine built from fixed.onnx",
+    "knob_checkpoints": "the knob search's evaluations, one JSON-lines file per configuration",
+}
+
+
+def artifact_title(key: str) -> str:
+    """What an artifact of report.json's `artifacts` is, in words."""
+    return ARTIFACT_TITLES.get(key, key.replace("_", " "))
+
+
+# ---------------------------------------------------------------- numbers
+
+
+def num(v: Any) -> float:
+    """A report number as float: "inf"/"-inf"/"nan" strings and None (-> nan) included."""
+    if v is None or isinstance(v, bool):
+        return float(v) if isinstance(v, bool) else math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def layers_in_order(report: Report) -> list[Layer]:
+    """The report's layer rows in topological order."""
+    return sorted(report.layers, key=lambda lay: num(lay.index))
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    """Compact number: "inf", "nan", "0", 0.0123, 1.23e-05, 65504."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    x = num(v)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    ax = abs(x)
+    if 1e3 <= ax < 1e6:
+        return f"{x:.0f}"
+    if 1e-3 <= ax < 1e3:
+        return f"{x:.{digits}g}"
+    mant, _, exp = f"{x:.{max(digits - 1, 0)}e}".partition("e")
+    if "." in mant:
+        mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}e{exp}"
+
+
+def fmt_pct(v: Any, digits: int = 2) -> str:
+    """Fraction 0..1 as a percentage; tiny non-zero shares stay visible ("<0.01 %")."""
+    x = num(v)
+    if math.isnan(x):
+        return "nan"
+    if x == 0:
+        return "0 %"
+    p = 100 * x
+    floor = 10.0**-digits
+    if 0 < p < floor:
+        return f"<{floor:g} %"
+    return f"{p:.{digits}f} %"
+
+
+def fmt_flops(v: Any) -> str:
+    """FLOPs with an SI prefix."""
+    x = num(v)
+    if not math.isfinite(x):
+        return fmt(x)
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.0f} FLOP"
+
+
+def fmt_time(v: Any) -> str:
+    """Seconds as "0.42 s", "12.3 s", "4 min 05 s", "2 h 03 min"."""
+    s = num(v)
+    if not math.isfinite(s):
+        return fmt(s)
+    if s < 60:
+        return f"{s:.3g} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60):02d} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+def precision_name(report: Report) -> str:
+    return str(report.precision or "low precision").upper()
+
+
+def is_nonfinite(v: Any) -> bool:
+    return not math.isfinite(num(v))
+
+
+# ---------------------------------------------------------------- verdict and reasons
+
+
+def verdict(report: Report) -> tuple[str, str]:
+    """(label, kind) with kind one of "pass", "warn", "fail": the headline of the report and the CLI. It
+    never contradicts the run: an answer that failed on the held-out samples and was searched again says
+    so, and what came of it (`held_out_sentence` says it in words)."""
+    status = report.status or "complete"
+    passed = bool(report.passed)
+    validation = report.validation
+    researched = validation is not None and not validation.passed and validation.research is not None
+    if status == "no_solution":
+        return ("NO SOLUTION (after a second search with the held-out samples)" if researched else "NO SOLUTION"), "fail"
+    if status in ("interrupted", "budget_exhausted"):
+        what = "interrupted" if status == "interrupted" else "budget exhausted"
+        return (f"PASSED (search {what})", "warn") if passed else (f"INCOMPLETE ({what})", "fail")
+    if not passed:
+        return "FAILED", "fail"
+    if researched and validation.passed_after_research:
+        return "PASSED (on every sample, after a second search with the held-out samples)", "pass"
+    if validation is not None and not validation.passed:
+        return "PASSED ON SEARCH SAMPLES, FAILED VALIDATION", "warn"
+    return "PASSED", "pass"
+
+
+def next_steps(report: Report) -> list[tuple[str, str | None]]:
+    """What to do next, in order: (what and why, the command or None). Commands run from the run directory
+    (the one holding this report): they use its relative paths."""
+    cmds = report.commands
+    model = report.model.path if report.model is not None and report.model.path else "MODEL"
+    if report.interrupted or report.status == "budget_exhausted":
+        steps = [("The search did not finish. Continue it where it stopped (its settings are recorded in the run "
+                  "directory; a larger --max-evaluations or --time-budget lets it go further):",
+                  f"precision-doctor diagnose {model} --resume --out RUN_DIR")]
+        return steps if not report.passed else steps + _build_steps(report, cmds)
+    if not report.passed:
+        base = report.baseline
+        if base is not None and not base.passed and report.status == "no_solution":
+            return [("Even with every candidate node in FP32 the outputs miss the reference: the tolerance is "
+                     "tighter than FP32 itself reproduces (or the model is nondeterministic). Check the reference "
+                     "(--reference-outputs) or loosen --atol/--rtol, then run diagnose again.", None)]
+        return [("No set met the tolerance. Loosen --atol/--rtol (or use --check-error-stat mean) if your task "
+                 "allows it, give more representative --inputs, or try --strategy linear.", None)]
+    return _build_steps(report, cmds)
+
+
+def _build_steps(report: Report, cmds: dict[str, str]) -> list[tuple[str, str | None]]:
+    steps: list[tuple[str, str | None]] = []
+    check = (cmds.get("polygraphy") or "").splitlines()
+    if check:
+        steps.append(("Check the fixed model on the target GPU with TensorRT, from this report's directory: "
+                      "polygraphy runs it there and compares its outputs with the FP32 reference at your tolerance.",
+                      check[-1]))
+    if cmds.get("trtexec_trt11"):
+        steps.append(("Build the engine with TensorRT 11 (strongly typed: fixed.onnx carries the precisions):",
+                      cmds["trtexec_trt11"]))
+    if cmds.get("trtexec_trt10"):
+        steps.append(("Or with TensorRT 10 (the original model, FP32 layers pinned); ./trtexec.sh picks the right "
+                      "build for the TensorRT installed (PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x too):",
+                      "./trtexec.sh"))
+    if cmds.get("tensorrt_rtx") or "tensorrt_rtx" in report.artifacts:
+        steps.append(("Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
+                      "compute capability 9.0):", "./tensorrt_rtx.sh"))
+    c = report.confirm
+    if c is not None and c.passed:
+        steps.append((f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
+                      "that is another one.", None))
+    else:
+        model = report.model.path if report.model is not None else "MODEL"
+        steps.append(("The emulator can underestimate a GPU's FP16 error: let precision-doctor confirm (and repair) "
+                      "the answer on the target GPU itself, with the same inputs and tolerance:",
+                      f"precision-doctor diagnose {model} {_inputs_args(report)} --precision {report.precision} "
+                      f"--atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} --confirm-backend ort-cuda "
+                      "--out RUN_DIR-gpu"))
+    return steps
+
+
+def _inputs_args(report: Report) -> str:
+    import shlex
+
+    files = report.inputs.get("files") if isinstance(report.inputs, dict) else None
+    if files:
+        return " ".join(f"--inputs {shlex.quote(str(f))}" for f in files)
+    n = report.inputs.get("generated") if isinstance(report.inputs, dict) else None
+    seed = report.inputs.get("seed", 0) if isinstance(report.inputs, dict) else 0
+    return f"--samples {n or report.samples.search} --seed {seed}"
+
+
+def held_out_sentence(report: Report) -> str | None:
+    """What the held-out samples said about the answer, in words; None when there were none."""
+    v = report.validation
+    if v is None:
+        return None
+    n = f"{v.samples} held-out sample{'s' if v.samples != 1 else ''}"
+    of = " (of the searched answer, before the confirmation changed it)" if v.of else ""
+    if v.passed:
+        return f"The answer holds on {n}{of}."
+    first = len(v.first_candidate or [])
+    if v.research is None:
+        return f"The answer FAILED on {n}{of}: do not rely on it (more samples of your data may help)."
+    if v.passed_after_research:
+        return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found "
+                f"this answer, which passes on every sample.")
+    return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found no "
+            f"set that passes on every sample.")
+
+
+def verdict_sentence(report: Report) -> str:
+    """One plain-text sentence saying what the run found."""
+    prec = precision_name(report)
+    size = int(report.fallback_size)
+    cands = report.model.candidates if report.model is not None else None
+    of = f" of {cands} candidate" if cands is not None else ""
+    share = fmt_pct(report.fp32_flop_share)
+    status = report.status or "complete"
+    if status == "no_solution":
+        return f"No FP32 fallback set made the model meet the tolerance in {prec}."
+    if not report.passed:
+        return f"The best fallback set found ({size}{of} nodes in FP32) does not meet the tolerance in {prec}."
+    if size == 0:
+        return f"The model meets the tolerance entirely in {prec}: no node needs FP32."
+    lead = "The model meets the tolerance" if status == "complete" else "The best set so far meets the tolerance"
+    nodes = "node" if size == 1 else "nodes"
+    return f"{lead} in {prec} with {size}{of} {nodes} kept in FP32 ({share} of FLOPs)."
+
+
+def output_run_labels(report: Report) -> tuple[str, str]:
+    """Labels of the answer's output checks and of the held-out ones (which may be of the searched
+    answer, when the confirmation on another backend changed it)."""
+    c, k = report.confirm, report.knobs
+    fixed = f"fixed (on {c.backend}, all samples)" if c is not None and c.passed else "fixed (search samples)"
+    if k is not None and k.changed_answer:
+        fixed = f"fixed (on {k.backend} with knobs {k.best}, all samples)"
+    held = "searched answer (validation)" if report.validation is not None and report.validation.of \
+        else "fixed (validation)"
+    return fixed, held
+
+
+def _q(v: Any) -> Any:
+    """`v`, or "?" where it was not recorded."""
+    return "?" if v is None else v
+
+
+def confirm_sentence(report: Report) -> str | None:
+    """What carrying the searched answer over to the confirm backend did; None when not asked for."""
+    c = report.confirm
+    if c is None:
+        return None
+    searched = len(c.searched_answer)
+    if c.skipped:
+        return f"Not confirmed on {c.backend}: {c.skipped}."
+    if c.passed is None:
+        return (f"Not confirmed on {c.backend}: the confirmation stopped early ({c.status}) after "
+                f"{_q(c.evaluations)} evaluations; the answer is the searched one ({searched} nodes).")
+    held = {True: "held as is", False: "failed there"}.get(c.searched_answer_passed, "was not run there")
+    head = f"Confirmed on {c.backend} over {_q(c.samples)} samples: the searched answer ({searched} nodes) {held}"
+    if not c.passed:
+        return head + f"; no passing set was found there ({_q(c.evaluations)} evaluations)."
+    final = len(report.fallback_nodes)
+    return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes."
+
+
+def headroom_sentence(report: Report) -> str | None:
+    """How much of the tolerance a passing answer uses (search or held-out samples, the larger), with
+    advice when little is left; None when not recorded."""
+    used = report.tolerance_used
+    confirm = report.confirm
+    keys = ("confirm",) if confirm is not None else ("search", "validation")
+    shares = [v for v in (num(getattr(used, k) if used else None) for k in keys) if not math.isnan(v)]
+    if not report.passed or not shares:
+        return None
+    where = f" on {confirm.backend}" if confirm is not None else ""
+    text = f"The answer uses {100 * max(shares):.1f}% of the tolerance{where}"
+    margin = float(report.margin or 0.0)
+    if margin:
+        text += f" (searched with a margin of {100 * margin:g}%)"
+    if max(shares) > 0.9 and not margin:
+        text += (": little to spare, other hardware may tip it over (`--margin` searches for room to spare, "
+                 "`--confirm-backend` checks on the target)")
+    return text + "."
+
+
+def why(layer: Layer, report: Report) -> list[str]:
+    """Why a layer hurts in low precision, in words (measure/explain.py, from its recorded facts)."""
+    from precision_doctor.measure.explain import Limits, explain
+
+    limits = report.format_limits
+    fmt = Limits(precision_name(report), num(limits.max), num(limits.smallest_normal))
+    return [r.text for r in explain(layer, fmt, layer.producers)]
+
+
+def layers_by_name(report: Report) -> dict[str, Layer]:
+    return {str(lay.name): lay for lay in report.layers}
+
+
+def top_offenders(report: Report, n: int = TOP_OFFENDERS) -> list[Layer]:
+    """Layers by rank (1 = worst); layers without a rank last, by score."""
+
+    def key(lay: Layer) -> tuple[float, float]:
+        r = num(lay.rank)
+        s = num(lay.score)
+        return (r if math.isfinite(r) else math.inf, -s if not math.isnan(s) else math.inf)
+
+    return sorted(report.layers, key=key)[:n]
+
+
+# ---------------------------------------------------------------- markdown
+
+
+def _code(s: Any) -> str:
+    """Inline code safe inside a GFM table cell."""
+    text = str(s).replace("|", "\\|").replace("\n", " ")
+    fence = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def _cell(s: Any) -> str:
+    return str(s).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(head: list[str], rows: list[list[Any]], align: str | None = None) -> list[str]:
+    align = align or "l" * len(head)
+    sep = ["---:" if a == "r" else "---" for a in align]
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join(sep) + " |"]
+    lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return lines
+
+
+def _check_row(label: str, oc: OutputCheck) -> list[Any]:
+    ok = oc.passed
+    mark = "—" if ok is None else ("pass" if ok else "**FAIL**")
+    return [
+        label,
+        mark,
+        fmt(oc.max_abs),
+        fmt(oc.mean_abs),
+        fmt(oc.max_rel),
+        fmt(oc.mean_rel),
+        fmt(oc.cosine, 8),
+        f"{oc.mismatches} / {oc.size}",
+    ]
+
+
+def _tolerance_text(tol: Tolerance) -> str:
+    parts = [f"atol {fmt(tol.atol)}", f"rtol {fmt(tol.rtol)}", f"stat `{tol.check_error_stat}`"]
+    if tol.cosine_floor is not None:
+        parts.append(f"cosine ≥ {fmt(tol.cosine_floor, 7)}")
+    return ", ".join(parts)
+
+
+def render_markdown(report: Report) -> str:
+    """report.md: verdict first, then fallback nodes, outputs, divergence, commands, offenders, search."""
+    model = report.model or ModelInfo(path="?")
+    prec = precision_name(report)
+    label, _ = verdict(report)
+    fallback = [str(n) for n in report.fallback_nodes]
+    by_name = layers_by_name(report)
+    limits = report.format_limits
+    validation = report.validation
+    L: list[str] = []
+
+    L += [f"# precision-doctor report: {_code(model.path)}", ""]
+    L += [f"**Verdict: {label}.** {verdict_sentence(report)}", ""]
+    if report.reason:
+        L += [f"> Status `{report.status}`: {report.reason}", ""]
+    memo = report.memo_hits
+    memo_txt = f" ({memo} answered from the memo)" if memo else ""
+    L += [
+        f"- Search: **{report.evaluations} evaluations**{memo_txt} in **{fmt_time(report.elapsed_s)}**, "
+        f"strategy `{report.strategy}`, cost `{report.cost}`, backend `{report.backend}`.",
+    ]
+    if report.fallback_size and report.one_minimal_checked is not None:
+        L.append("- Every member is needed: " + (
+            "checked (removing any one of them was evaluated and fails)." if report.one_minimal_checked else
+            "not checked for every member against the final set (it holds if adding FP16 nodes never reduces the error)."))
+    if validation is not None:
+        L.append(f"- Validation: {held_out_sentence(report)}")
+    else:
+        L.append("- Validation: not run (no held-out samples).")
+    for line in (confirm_sentence(report), headroom_sentence(report)):
+        if line:
+            L.append(f"- {line}")
+    for line in (trt_check_sentence(report), engine_sentence(report), knobs_sentence(report)):
+        if line:
+            L.append(f"- **{line}**" if line.startswith("WARNING") else f"- {line}")
+    base = report.baseline
+    if base is not None:
+        L.append(f"- Everything in {prec} (baseline): {'passes' if base.passed else 'fails'} the tolerance.")
+    if report.first_divergence_node or report.first_divergence:
+        L.append(f"- First divergence in {prec}: {_code(report.first_divergence_node or report.first_divergence)}.")
+    L.append("")
+
+    samples = report.samples
+    L += ["| Setting | Value |", "| --- | --- |"]
+    L.append(
+        f"| Model | {_code(model.path)}: {model.nodes} nodes, {model.candidates} candidates, "
+        f"{fmt_flops(model.total_flops)} |"
+    )
+    if model.hash:
+        L.append(f"| Model hash | {_code(model.hash)} |")
+    L.append(
+        f"| Precision | {prec} (max {fmt(limits.max)}, smallest normal {fmt(limits.smallest_normal)}) |"
+    )
+    L.append(f"| Tolerance | {_tolerance_text(report.tolerance)} |")
+    L.append(f"| Samples | {samples.search} search, {samples.validation} validation |")
+    L.append(f"| Status | `{report.status}` |")
+    tool = f"{report.tool} {report.version}".strip()
+    L.append(f"| Created | {report.created or '?'} by {tool} |")
+    L.append("")
+
+    # next steps
+    L += ["## Next steps", ""]
+    for i, (text, cmd) in enumerate(next_steps(report), 1):
+        L.append(f"{i}. {text}")
+        if cmd:
+            L += ["", "   ```bash", *(f"   {line}" for line in cmd.splitlines()), "   ```"]
+    L += ["", "RUN_DIR is the directory that holds this report; the commands use its relative paths "
+          "(fixed.onnx, inputs.json), so run them from there.", ""]
+
+    # fallback nodes
+    L += [f"## FP32 fallback nodes ({len(fallback)})", ""]
+    if not fallback:
+        if report.passed:
+            L += [f"None: the model meets the tolerance with every candidate node in {prec}.", ""]
+        else:
+            L += ["None (no passing set was found).", ""]
+    else:
+        rows = []
+        for i, name in enumerate(fallback, 1):
+            lay = by_name.get(name)
+            rows.append(
+                [
+                    i,
+                    _code(name),
+                    _cell(lay.op_type if lay else "?"),
+                    fmt(lay.local_rel_l2 if lay else None),
+                    f"{fmt(lay.lowp_rel_l2 if lay else None)} → {fmt(lay.fixed_rel_l2 if lay else None)}",
+                    fmt(lay.ref_absmax if lay else None),
+                    _cell("; ".join(why(lay, report)) if lay else "no per-layer data"),
+                ]
+            )
+        L += _table(["#", "Node", "Op", "Local error", "Error before → after", "Output abs max", "Why"], rows, "rlllrrl")
+        L.append("")
+        L.append(f"FP32 share of FLOPs: {fmt_pct(report.fp32_flop_share)}. Errors are relative L2 against FP32.")
+        L.append("")
+
+    L += markdown_sections(report)
+
+    # outputs
+    L += ["## Outputs", ""]
+    outs = report.outputs
+    base_outs = base.outputs if base is not None else {}
+    val_outs = validation.outputs if validation is not None else {}
+    names = list(dict.fromkeys([*base_outs, *outs, *val_outs]))
+    fixed_label, held_label = output_run_labels(report)
+    if names:
+        rows = []
+        for name in names:
+            if name in base_outs:
+                rows.append(_check_row(f"{_code(name)} baseline (all {prec})", base_outs[name]))
+            if name in outs:
+                rows.append(_check_row(f"{_code(name)} {fixed_label}", outs[name]))
+            if name in val_outs:
+                rows.append(_check_row(f"{_code(name)} {held_label}", val_outs[name]))
+        L += _table(
+            ["Output / run", "Check", "Max abs", "Mean abs", "Max rel", "Mean rel", "Cosine", "Mismatches"], rows, "llrrrrrr"
+        )
+    else:
+        L.append("No output checks recorded.")
+    L.append("")
+
+    # first divergence
+    L += ["## First divergence", ""]
+    fd_node, fd_tensor = report.first_divergence_node, report.first_divergence
+    if fd_node or fd_tensor:
+        s = f"With everything in {prec}, the first tensor out of tolerance (in topological order) is {_code(fd_tensor or '?')}"
+        s += f", produced by {_code(fd_node)}." if fd_node else "."
+        lay = by_name.get(str(fd_node)) if fd_node else None
+        if lay:
+            s += f" ({_cell(lay.op_type)}; " + "; ".join(why(lay, report)) + ".)"
+        L += [s, ""]
+    else:
+        L += [f"No tensor left the tolerance with everything in {prec}, or it was not recorded.", ""]
+
+    # commands
+    cmds = report.commands
+    if cmds:
+        L += ["## Commands", ""]
+        if named := named_onnx_sentence(report):
+            L += [named, ""]
+        for key, cmd in cmds.items():
+            if not cmd:
+                continue
+            L += [f"{COMMAND_TITLES.get(key, key)}:", "", "```bash", str(cmd), "```", ""]
+
+    # top offenders
+    top = top_offenders(report)
+    L += ["## Top offenders", ""]
+    if top:
+        rows = [
+            [
+                fmt(lay.rank),
+                _code(lay.name),
+                _cell(lay.op_type),
+                fmt(lay.score),
+                fmt(lay.local_rel_l2),
+                fmt(lay.lowp_rel_l2),
+                fmt(lay.fixed_rel_l2),
+                fmt(lay.ref_absmax),
+                fmt_pct(lay.frac_above_max),
+                fmt_pct(lay.frac_below_normal, 1),
+                "**FP32**" if lay.fallback else "",
+            ]
+            for lay in top
+        ]
+        head = ["Rank", "Node", "Op", "Score", "Local", "Before", "After", "Abs max", "> max", "< normal", ""]
+        L += _table(head, rows, "rllrrrrrrrl")
+        L += ["", f"Showing {len(top)} of {len(report.layers)} layers; the full table is in the HTML report.", ""]
+    else:
+        L += ["No per-layer analysis recorded.", ""]
+
+    # search trajectory
+    traj = report.trajectory
+    L += ["## Search", ""]
+    if traj:
+        shown = traj if len(traj) <= MAX_TRAJECTORY_ROWS else traj[:10] + traj[-(MAX_TRAJECTORY_ROWS - 10) :]
+        rows = []
+        for i, t in enumerate(shown):
+            if len(traj) > MAX_TRAJECTORY_ROWS and i == 10:
+                rows.append(["…", f"{len(traj) - MAX_TRAJECTORY_ROWS} steps omitted", "", "", "", "", ""])
+            rows.append(
+                [
+                    t.step,
+                    _cell(t.phase),
+                    t.size,
+                    fmt(t.cost),
+                    "pass" if t.passed else "fail",
+                    _code(t.worst_output) if t.worst_output else "—",
+                    fmt(t.max_abs),
+                ]
+            )
+        L += _table(["Step", "Phase", "Size", "Cost", "Result", "Worst output", "Max abs"], rows, "rlrrllr")
+    else:
+        L.append("No evaluations recorded.")
+    L.append("")
+
+    # artifacts
+    arts = report.artifacts
+    if arts:
+        L += ["## Artifacts", ""]
+        L += [f"- {_code(path)}: {artifact_title(key)}" for key, path in arts.items() if path]
+        L.append("")
+    renamed = model.renamed_nodes
+    if renamed:
+        listed = ", ".join(_code(n) for n in renamed[:20]) + (", …" if len(renamed) > 20 else "")
+        L += [f"Note: {len(renamed)} node(s) had missing or duplicate names and were renamed: {listed}"]
+        L.append("")
+    return "\n".join(L).rstrip() + "\n"

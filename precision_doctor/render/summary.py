@@ -1,0 +1,110 @@
+"""The batch summary: summary.csv, summary.json and a self-contained summary.html, one row per model."""
+
+from __future__ import annotations
+
+import csv
+import datetime as _dt
+import io
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from precision_doctor.results.jsonio import write_json, write_text_atomic
+
+SUMMARY_COLUMNS = (
+    "model", "status", "passed", "fallback_size", "fp32_flop_share", "evaluations", "elapsed_s", "report", "message",
+)
+
+
+def write_summary(out_dir: Path, rows: list[dict]) -> None:
+    """summary.csv, summary.json and summary.html, each written atomically."""
+    write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
+    write_json(out_dir / "summary.json", {"models": [{k: r.get(k) for k in SUMMARY_COLUMNS} for r in rows]})
+    write_text_atomic(out_dir / "summary.html", summary_html(rows))
+
+
+def summary_csv(rows: list[dict]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(SUMMARY_COLUMNS)
+    for r in rows:
+        vals = []
+        for k in SUMMARY_COLUMNS:
+            v = r.get(k)
+            if isinstance(v, bool):
+                v = "yes" if v else "no"
+            elif isinstance(v, float):
+                v = f"{v:.6g}"
+            vals.append("" if v is None else v)
+        w.writerow(vals)
+    return buf.getvalue()
+
+
+def fmt_share(v: Any) -> str:
+    """A FLOP share as a percentage with 3 significant digits ("0.000619%", "12.5%")."""
+    return "" if v is None else f"{100 * float(v):.3g}%"
+
+
+def _fmt_time(v: Any) -> str:
+    return "" if v is None else f"{float(v):.1f} s"
+
+
+_STATUS_CLASS = {"passed": "ok", "error": "bad", "failed": "bad", "no_solution": "bad", "pending": "mut"}
+
+_CSS = """
+body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif;color:#1f2328;margin:0}
+main{max-width:1200px;margin:0 auto;padding:18px 24px 48px}
+h1{font-size:20px;margin:0 0 4px} p.sub{color:#57606a;margin:0 0 14px}
+table{border-collapse:collapse;width:100%}
+th,td{border-bottom:1px solid #e5e7eb;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:#f6f8fa;font-weight:600;white-space:nowrap;cursor:pointer;user-select:none}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.msg{color:#57606a;font-size:12.5px;max-width:420px;word-break:break-word}
+.ok{color:#1a7f37;font-weight:600}.bad{color:#c62828;font-weight:600}.warn{color:#b7791f;font-weight:600}
+.mut{color:#57606a}
+"""
+
+_JS = """
+document.querySelectorAll('th').forEach(function(th,i){th.addEventListener('click',function(){
+ var tb=th.closest('table').tBodies[0],rows=Array.from(tb.rows),asc=th.dataset.asc!=='1';th.dataset.asc=asc?'1':'0';
+ rows.sort(function(a,b){var x=a.cells[i].dataset.v||a.cells[i].textContent,y=b.cells[i].dataset.v||b.cells[i].textContent;
+  var p=parseFloat(x),q=parseFloat(y);var c=(!isNaN(p)&&!isNaN(q))?p-q:x.localeCompare(y);return asc?c:-c;});
+ rows.forEach(function(r){tb.appendChild(r);});});});
+"""
+
+
+def summary_html(rows: list[dict], title: str = "precision-doctor batch") -> str:
+    """One self-contained page (inline CSS and JS, no URLs but relative links to each report)."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["status"]] = counts.get(r["status"], 0) + 1
+    sub = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
+    head = "".join(f"<th>{h}</th>" for h in (
+        "Model", "Status", "Passed", "FP32 nodes", "FP32 FLOP share", "Evaluations", "Time", "Report", "Message"))
+    body = []
+    for r in rows:
+        st = r["status"]
+        cls = _STATUS_CLASS.get(st, "warn")
+        link = f'<a href="{escape(r["report"], quote=True)}">report</a>' if r.get("report") else ""
+        passed = "" if st in ("error", "pending") else ("yes" if r.get("passed") else "no")
+
+        def n(v: Any, text: str) -> str:
+            return f'<td class="n" data-v="{"" if v is None else escape(str(v), quote=True)}">{escape(text)}</td>'
+
+        body.append(
+            "<tr>"
+            f"<td>{escape(r['model'])}</td><td class=\"{cls}\">{escape(st)}</td><td>{passed}</td>"
+            + n(r.get("fallback_size"), "" if r.get("fallback_size") is None else str(r["fallback_size"]))
+            + n(r.get("fp32_flop_share"), fmt_share(r.get("fp32_flop_share")))
+            + n(r.get("evaluations"), "" if r.get("evaluations") is None else str(r["evaluations"]))
+            + n(r.get("elapsed_s"), _fmt_time(r.get("elapsed_s")))
+            + f"<td>{link}</td><td class=\"msg\">{escape(r.get('message') or '')}</td></tr>"
+        )
+    stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    return (
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{escape(title)}</title><style>{_CSS}</style></head><body><main>"
+        f"<h1>{escape(title)}</h1><p class=\"sub\">{len(rows)} models: {escape(sub)} &middot; updated {stamp}</p>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        f"</main><script>{_JS}</script></body></html>\n"
+    )

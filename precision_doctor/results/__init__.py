@@ -1,0 +1,1 @@
+"""What a run leaves behind: run directories, atomic JSON, emitted commands."""

@@ -1,0 +1,616 @@
+"""What the user pastes: trtexec and polygraphy command lines, a trtexec build script, the
+layer-precision list and a ModelOpt AutoCast command, all from plain data.
+
+Facts these commands rest on (see the report of the module's author for sources):
+
+* trtexec (TensorRT 10) `--layerPrecisions=` / `--layerOutputTypes=` take `name:type` pairs
+  joined by `,`; each pair is split at its *last* `:` (so `:` inside a name is fine), a pair with
+  `'` in it is read as a quoted name (`'name':fp32`) and a `*` in a name is a wildcard. Names with
+  `,`, `'`, `*` or a line break therefore cannot be written; they are reported, not emitted.
+  The specs act only with `--precisionConstraints=obey|prefer`. trtexec enables TF32 by default
+  (`--noTF32` turns it off); polygraphy disables it unless `--tf32` is given.
+* TensorRT 11 removed `--fp16`/`--bf16` and the weak-typing options; every network is strongly
+  typed and `--stronglyTyped` is "no longer needed" (TensorRT 11 migration guide), so the TRT 11
+  command builds the mixed-precision `fixed.onnx` as it is.
+* trtexec `--tacticSources=-CUBLAS,-CUDNN` removes sources from the defaults; polygraphy
+  `--tactic-sources A B` enables exactly the listed sources.
+* polygraphy `--layer-precisions name:float32 ...` takes one argument per layer, split at the
+  last `:`; `--precision-constraints obey`; `--strongly-typed`; `--check-error-stat`.
+* TF32 is on by default in trtexec (10 and 11) and in TensorRT-RTX's builder config, so every
+  trtexec line here that builds FP32 layers says `--noTF32` (weak and strongly typed alike). polygraphy
+  clears TF32 for TensorRT, but with `POLYGRAPHY_USE_TENSORRT_RTX=1` its config leaves it on (seen
+  with polygraphy 0.53.6: "Flags | [TF32, STRONGLY_TYPED]"), so the TensorRT-RTX build script clears
+  it with a `--trt-config-postprocess-script`.
+* TensorRT-RTX (PyPI ships the library, not trtexec) builds with `polygraphy convert` and
+  `POLYGRAPHY_USE_TENSORRT_RTX=1`, ahead of time for `--compute-capabilities`, no GPU needed.
+* ModelOpt AutoCast `--nodes_to_exclude` takes regular expressions matched with `re.match`
+  (a prefix match), so names are escaped and anchored. `--calibration_data` reads NPZ or
+  polygraphy JSON inputs. AutoCast also keeps nodes in FP32 by its own rules (`--data_max`,
+  default 512, and `--init_max`); `exact=True` lifts the `--data_max` rule.
+
+Model file: pass the file whose node names are the report's (`toolnames.model_for_tools`: the
+original, or `named.onnx` when precision-doctor had to name nodes): TensorRT calls an unnamed node
+`node_of_<output>` and AutoCast has its own names, so names written for another file match nothing.
+Nodes fixed.onnx keeps FP32 beyond the answer (`forced_fp32`, e.g. `Range`: no FP16 kernel in ONNX
+Runtime) go into the weak-typing and AutoCast lists too, so every tool builds what fixed.onnx holds.
+
+Layer names: pass the TensorRT layer names of a build (`TrtEngineRunner.layers`) when known:
+TensorRT names a node's first layer after the node and further layers `<node>_<n>`, so ONNX
+node names alone miss the extra layers of nodes that become several layers. The model path given
+to the TRT 10 commands must be the file whose node names those are.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+
+from precision_doctor.backends import knobs
+from precision_doctor.backends.knobs import KnobConfig
+
+PRECISION_FLAGS = {"fp16": "--fp16", "bf16": "--bf16"}
+# trtexec cannot express these in a layer name (see the module docstring).
+TRTEXEC_BAD_CHARS = (",", "'", "*", "\n", "\r")
+# Tactic sources that exist in TensorRT 11 (the cuBLAS/cuDNN ones were removed).
+TRT11_TACTIC_SOURCES = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+# TensorRT-RTX 1.7's portable targets (what its builder targets when none are named; 7.5 only when named).
+PORTABLE_TARGETS = ("8.0", "8.6", "8.9", "12.0", "12.1")
+# Enabled by default in TensorRT 10 and 11 (10.x documents CUBLAS, CUBLAS_LT and CUDNN as
+# "Disabled by default"; 11.x has only these two).
+DEFAULT_TACTIC_SOURCES = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+
+
+def _check_precision(precision: str) -> None:
+    if precision not in PRECISION_FLAGS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISION_FLAGS)}, got {precision!r}")
+
+
+def _dedupe(names: Iterable[str]) -> list[str]:
+    return list(dict.fromkeys(names))
+
+
+def unexpressible_layer_names(names: Iterable[str], tool: str = "trtexec") -> list[str]:
+    """Names a tool's layer-precision syntax cannot carry. trtexec: `,` `'` `*` or a line break
+    (or empty). polygraphy (one argument per layer, split at the last `:`): an empty name, one
+    that starts with `-` (read as an option) or has a line break."""
+    bad = []
+    for n in _dedupe(names):
+        if tool == "trtexec":
+            if not n or any(c in n for c in TRTEXEC_BAD_CHARS):
+                bad.append(n)
+        elif tool == "polygraphy":
+            if not n or n.startswith("-") or "\n" in n or "\r" in n:
+                bad.append(n)
+        else:
+            raise ValueError(f"unknown tool {tool!r}")
+    return bad
+
+
+def split_layer_names(names: Iterable[str], tool: str = "trtexec") -> tuple[list[str], list[str]]:
+    """(expressible names, unexpressible names), each in the given order without duplicates."""
+    names = _dedupe(names)
+    bad = set(unexpressible_layer_names(names, tool))
+    return [n for n in names if n not in bad], [n for n in names if n in bad]
+
+
+def layer_precisions_spec(names: Iterable[str], precision: str = "fp32") -> str:
+    """trtexec's `--layerPrecisions` value: `n1:fp32,n2:fp32` (unexpressible names left out:
+    get them from `unexpressible_layer_names`)."""
+    ok, _ = split_layer_names(names)
+    return ",".join(f"{n}:{precision}" for n in ok)
+
+
+def layer_output_types_spec(names: Iterable[str], precision: str = "fp32") -> str:
+    """trtexec's `--layerOutputTypes` value; one type applies to every output of the layer."""
+    return layer_precisions_spec(names, precision)
+
+
+def _tactics(avoid: Iterable[str] | None, available: Sequence[str] | None = None) -> list[str]:
+    if not avoid:
+        return []
+    out = []
+    for name in avoid:
+        key = re.sub(r"\s+", "", str(name)).lstrip("+-").upper().replace("-", "_")
+        if key and (available is None or key in available):
+            out.append(key)
+    return _dedupe(out)
+
+
+def tactic_sources_spec(avoid: Iterable[str] | None, trt_major: int = 10, add: Iterable[str] | None = None) -> str:
+    """trtexec's `--tacticSources` value that removes `avoid` from the defaults and adds `add`
+    (`-CUBLAS,-CUDNN`, `+CUBLAS`). For TensorRT 11 only sources that still exist there are kept."""
+    available = TRT11_TACTIC_SOURCES if trt_major >= 11 else None
+    return ",".join([*(f"-{t}" for t in _tactics(avoid, available)), *(f"+{t}" for t in _tactics(add, available))])
+
+
+def _line(args: Sequence[str], multiline: bool = False) -> str:
+    quoted = [shlex.quote(a) for a in args]
+    if not multiline or len(quoted) <= 2:
+        return " ".join(quoted)
+    return (" \\\n    ").join([" ".join(quoted[:2]), *quoted[2:]])
+
+
+def _trtexec_trt10_args(
+    model: str,
+    layers: Sequence[str],
+    precision: str,
+    tactic_sources_avoid: Iterable[str] | None,
+    engine: str,
+    timing_cache: str | None,
+    no_tf32: bool,
+    tactic_sources_add: Iterable[str] | None = None,
+) -> list[str]:
+    _check_precision(precision)
+    args = ["trtexec", f"--onnx={model}", PRECISION_FLAGS[precision]]
+    if no_tf32:
+        args.append("--noTF32")
+    spec = layer_precisions_spec(layers)
+    if spec:
+        args += [
+            "--precisionConstraints=obey",
+            f"--layerPrecisions={spec}",
+            f"--layerOutputTypes={layer_output_types_spec(layers)}",
+        ]
+    return args + _build_tail_args(tactic_sources_avoid, 10, engine, timing_cache, tactic_sources_add)
+
+
+def _build_tail_args(avoid: Iterable[str] | None, trt_major: int, engine: str, timing_cache: str | None,
+                     add: Iterable[str] | None = None) -> list[str]:
+    """Tactic sources to avoid or add, the engine to save and the timing cache: common to both builds."""
+    tactics = tactic_sources_spec(avoid, trt_major, add)
+    args = [f"--tacticSources={tactics}"] if tactics else []
+    args.append(f"--saveEngine={engine}")
+    if timing_cache:
+        args.append(f"--timingCacheFile={timing_cache}")
+    return args
+
+
+def trtexec_trt10(
+    model: str,
+    layers: Sequence[str],
+    precision: str = "fp16",
+    *,
+    tactic_sources_avoid: Iterable[str] | None = None,
+    engine: str = "fixed.plan",
+    timing_cache: str | None = "timing.cache",
+    no_tf32: bool = True,
+    multiline: bool = False,
+    tactic_sources_add: Iterable[str] | None = None,
+) -> str:
+    """TensorRT 10 (weak typing): the original model in FP16/BF16, `layers` forced to FP32 with
+    obeyed precision constraints. `layers`: TensorRT layer names, else the ONNX node names."""
+    args = _trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, no_tf32,
+                               tactic_sources_add)
+    return _line(args, multiline)
+
+
+def _trtexec_strong_args(
+    fixed_onnx: str,
+    tactic_sources_avoid: Iterable[str] | None,
+    engine: str,
+    timing_cache: str | None,
+    strongly_typed_flag: bool,
+    trt_major: int,
+    no_tf32: bool = True,
+    tactic_sources_add: Iterable[str] | None = None,
+) -> list[str]:
+    args = ["trtexec", f"--onnx={fixed_onnx}"]
+    if strongly_typed_flag:
+        args.append("--stronglyTyped")
+    if no_tf32:
+        args.append("--noTF32")
+    return args + _build_tail_args(tactic_sources_avoid, trt_major, engine, timing_cache, tactic_sources_add)
+
+
+def trtexec_trt11(
+    fixed_onnx: str,
+    *,
+    tactic_sources_avoid: Iterable[str] | None = None,
+    engine: str = "fixed.plan",
+    timing_cache: str | None = "timing.cache",
+    strongly_typed_flag: bool = False,
+    no_tf32: bool = True,
+    multiline: bool = False,
+    tactic_sources_add: Iterable[str] | None = None,
+) -> str:
+    """TensorRT 11 (always strongly typed): build the mixed-precision graph as it is. Set
+    `strongly_typed_flag` to add `--stronglyTyped` (needed on TensorRT 10.x, where strong typing
+    is opt-in; documented as no longer needed in 11). `--noTF32` keeps the FP32 islands in FP32
+    (TF32 is on by default in 11.x)."""
+    args = _trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, strongly_typed_flag, 11, no_tf32,
+                                tactic_sources_add)
+    return _line(args, multiline)
+
+
+def _polygraphy_tactics(avoid: Iterable[str] | None, add: Iterable[str] | None = None, tf32: bool = False) -> list[str]:
+    """polygraphy enables exactly the listed sources: TensorRT's defaults minus `avoid`, plus `add`
+    (an empty list disables all); `--tf32` turns TF32 on (polygraphy leaves it off for TensorRT)."""
+    avoid_set, added = set(_tactics(avoid)), _tactics(add)
+    args = []
+    if avoid_set or added:
+        args = ["--tactic-sources", *(t for t in DEFAULT_TACTIC_SOURCES if t not in avoid_set), *added]
+    return args + (["--tf32"] if tf32 else [])
+
+
+def _tolerance_args(atol: float, rtol: float, check_error_stat: str) -> list[str]:
+    return ["--atol", repr(float(atol)), "--rtol", repr(float(rtol)), "--check-error-stat", check_error_stat]
+
+
+def polygraphy_verify(
+    model: str,
+    fixed_onnx: str,
+    *,
+    atol: float,
+    rtol: float,
+    check_error_stat: str = "elemwise",
+    inputs: str | None = None,
+    reference_outputs: str = "reference_outputs.json",
+    strongly_typed: bool = True,
+    tactic_sources_avoid: Iterable[str] | None = None,
+    multiline: bool = False,
+    tactic_sources_add: Iterable[str] | None = None,
+    tf32: bool = False,
+) -> str:
+    """Two commands: FP32 reference outputs of the original model on ONNX Runtime, then the fixed
+    (mixed-precision) model on TensorRT, strongly typed, checked against them. (Running
+    `--onnxrt` on fixed.onnx itself would compare against a half-precision graph.)"""
+    ref = ["polygraphy", "run", model, "--onnxrt"]
+    trt = ["polygraphy", "run", fixed_onnx, "--trt"]
+    if strongly_typed:
+        trt.append("--strongly-typed")
+    trt += _polygraphy_tactics(tactic_sources_avoid, tactic_sources_add, tf32)
+    if inputs:
+        ref += ["--load-inputs", inputs]
+        trt += ["--load-inputs", inputs]
+    ref += ["--save-outputs", reference_outputs]
+    trt += ["--load-outputs", reference_outputs, *_tolerance_args(atol, rtol, check_error_stat)]
+    return _line(ref, multiline) + "\n" + _line(trt, multiline)
+
+
+def polygraphy_trt10(
+    model: str,
+    layers: Sequence[str],
+    precision: str = "fp16",
+    *,
+    atol: float,
+    rtol: float,
+    check_error_stat: str = "elemwise",
+    inputs: str | None = None,
+    tactic_sources_avoid: Iterable[str] | None = None,
+    multiline: bool = False,
+    tactic_sources_add: Iterable[str] | None = None,
+    tf32: bool = False,
+) -> str:
+    """TensorRT 10 (weak typing) check in one command: the original model on TensorRT in
+    FP16/BF16 with `layers` in FP32 (obeyed), against ONNX Runtime in FP32."""
+    _check_precision(precision)
+    ok, _ = split_layer_names(layers, "polygraphy")
+    args = ["polygraphy", "run", model, "--trt", "--onnxrt", PRECISION_FLAGS[precision]]
+    if ok:
+        args += ["--precision-constraints", "obey", "--layer-precisions", *(f"{n}:float32" for n in ok)]
+    args += _polygraphy_tactics(tactic_sources_avoid, tactic_sources_add, tf32)
+    if inputs:
+        args += ["--load-inputs", inputs]
+    args += _tolerance_args(atol, rtol, check_error_stat)
+    return _line(args, multiline)
+
+
+def autocast_regex(name: str) -> str:
+    """An AutoCast `--nodes_to_exclude` pattern that matches exactly `name` (`re.match` is used)."""
+    return "^" + re.escape(name) + "$"
+
+
+def autocast_command(
+    model: str,
+    nodes: Sequence[str],
+    precision: str = "fp16",
+    *,
+    output: str = "fixed_autocast.onnx",
+    inputs: str | None = None,
+    keep_io_types: bool = True,
+    exact: bool = True,
+    multiline: bool = False,
+) -> str:
+    """ModelOpt AutoCast with our FP32 nodes excluded from conversion. `exact` adds
+    `--data_max inf` so AutoCast's output-magnitude rule adds no FP32 nodes of its own."""
+    _check_precision(precision)
+    args = ["python", "-m", "modelopt.onnx.autocast", "--onnx_path", model, "--output_path", output]
+    args += ["--low_precision_type", precision]
+    if keep_io_types:
+        args.append("--keep_io_types")
+    if exact:
+        args += ["--data_max", "inf"]
+    if inputs:
+        args += ["--calibration_data", inputs]
+    nodes = _dedupe(nodes)
+    if nodes:
+        args += ["--nodes_to_exclude", *(autocast_regex(n) for n in nodes)]
+    return _line(args, multiline)
+
+
+def forced_comment_lines(forced: Mapping[str, str] | None, prefix: str = "# ") -> list[str]:
+    """Comment lines naming the nodes fixed.onnx keeps FP32 beyond the answer, with why."""
+    if not forced:
+        return []
+    lines = [f"{prefix}fixed.onnx also keeps {len(forced)} node(s) in FP32 beyond the answer (listed with it here):"]
+    lines += [f"{prefix}  {name}: {why}" for name, why in forced.items()]
+    return lines
+
+
+def with_forced(names: Sequence[str], forced: Mapping[str, str] | None) -> list[str]:
+    """The answer's names followed by the forced FP32 nodes (no duplicates)."""
+    return _dedupe([*names, *(forced or {})])
+
+
+def layer_precisions_file(
+    layers: Sequence[str], precision: str = "fp16", *, from_build: bool = False, forced: Mapping[str, str] | None = None
+) -> str:
+    """layer_precisions.txt: a header of `#` lines, then one `name:fp32` per line (the forced FP32
+    nodes after the answer's, named in the header)."""
+    _check_precision(precision)
+    ok, bad = split_layer_names(with_forced(layers, forced))
+    source = (
+        "TensorRT layer names from a build"
+        if from_build
+        else "ONNX node names (TensorRT names a node's first layer after it; extra layers `<node>_<n>` are not listed)"
+    )
+    lines = [
+        f"# precision-doctor: layers to keep in FP32 when building in {precision.upper()} with TensorRT 10.",
+        f"# Names: {source}.",
+        "# trtexec: --precisionConstraints=obey \\",
+        "#   --layerPrecisions=\"$(grep -v '^#' layer_precisions.txt | paste -sd, -)\" \\",
+        "#   --layerOutputTypes=\"$(grep -v '^#' layer_precisions.txt | paste -sd, -)\"",
+        "# TensorRT 11 has no layer precisions: build fixed.onnx (strongly typed) instead.",
+        *forced_comment_lines(forced),
+    ]
+    for n in bad:
+        lines.append(f"# NOT EXPRESSIBLE in trtexec's syntax (contains , ' * or a line break): {n!r}")
+    lines += [f"{n}:fp32" for n in ok]
+    return "\n".join(lines) + "\n"
+
+
+def trtexec_script(
+    model: str,
+    fixed_onnx: str,
+    layers: Sequence[str],
+    precision: str = "fp16",
+    *,
+    tactic_sources_avoid: Iterable[str] | None = None,
+    engine: str = "fixed.plan",
+    timing_cache: str | None = "timing.cache",
+    nodes: Sequence[str] | None = None,
+    forced: Mapping[str, str] | None = None,
+    tactic_sources_add: Iterable[str] | None = None,
+    tf32: bool = False,
+) -> str:
+    """trtexec.sh: picks the TensorRT 10 or 11 build by `$TRT_MAJOR`, else by the banner of
+    `trtexec --version`, else by `python3 -c 'import tensorrt'`. Relative paths are relative to
+    the script's folder. On TensorRT 10, `PD_STRONGLY_TYPED=1` builds fixed.onnx instead. `forced`:
+    nodes fixed.onnx keeps FP32 beyond the answer (pinned too on TensorRT 10, named in the header)."""
+    _check_precision(precision)
+    layers = with_forced(layers, forced)
+    ok, bad = split_layer_names(layers)
+    n_nodes = len(_dedupe(nodes)) if nodes is not None else None
+    add = tactic_sources_add
+    weak = _line(_trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, not tf32, add),
+                 True)
+    strong10 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, True, 10, not tf32, add),
+                     True)
+    strong11 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, False, 11, not tf32, add),
+                     True)
+    dropped11 = [t for t in [*_tactics(tactic_sources_avoid), *_tactics(add)] if t not in TRT11_TACTIC_SOURCES]
+
+    def indent(text: str) -> str:
+        return "\n".join("  " + ln if ln else ln for ln in text.splitlines())
+
+    what = f"{len(ok) + len(bad)} layer(s)" + (f" from {n_nodes} ONNX node(s)" if n_nodes is not None else "")
+    out = [
+        "#!/usr/bin/env bash",
+        "# Generated by precision-doctor: build the fixed TensorRT engine.",
+        f"# Precision {precision.upper()} everywhere except {what} kept in FP32.",
+        "# TensorRT 10: weak typing. The original model is built with the precision flag and the",
+        "#   FP32 layers pinned by --layerPrecisions/--layerOutputTypes under",
+        "#   --precisionConstraints=obey" + ("." if tf32 else "; --noTF32 keeps those FP32 layers in true FP32."),
+        "# TensorRT 11: strongly typed only (no --fp16, no layer precisions): the mixed-precision",
+        "#   fixed.onnx carries the precisions itself and is built as it is.",
+        "# Set TRT_MAJOR=10 or 11 to skip detection; PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x.",
+        "# Strongly typed builds say --noTF32 too: TF32 is on by default and would round the FP32 islands."
+        if not tf32 else "# TF32 stays on (the knob configuration found): FP32 layers multiply with 10-bit mantissas.",
+        *forced_comment_lines(forced),
+        "set -euo pipefail",
+        'cd "$(dirname "${BASH_SOURCE[0]}")"',
+        "",
+    ]
+    if bad:
+        out.append("# WARNING: layer names trtexec cannot express (contain , ' * or a line break); the")
+        out.append("# TensorRT 10 command below leaves them out. Prefer PD_STRONGLY_TYPED=1 (fixed.onnx).")
+        out += [f"#   {n!r}" for n in bad]
+        out.append("")
+    out += [
+        "trt_major() {",
+        '  if [[ -n "${TRT_MAJOR:-}" ]]; then echo "${TRT_MAJOR}"; return; fi',
+        "  local v",
+        "  # trtexec prints a banner like '&&&& RUNNING TensorRT.trtexec [TensorRT v101401]' (10.14.1).",
+        "  v=\"$(trtexec --version 2>&1 | grep -o 'TensorRT v[0-9][0-9]*' | head -n 1 | sed 's/TensorRT v//' || true)\"",
+        '  if [[ -n "$v" ]]; then',
+        '    if (( ${#v} >= 6 )); then echo "${v:0:2}"; else echo "${v:0:1}"; fi',
+        "    return",
+        "  fi",
+        "  python3 -c 'import tensorrt; print(tensorrt.__version__.split(\".\")[0])' 2>/dev/null || true",
+        "}",
+        "",
+        'major="$(trt_major)"',
+        'if [[ -z "$major" ]]; then',
+        '  echo "cannot tell the TensorRT version: set TRT_MAJOR=10 or TRT_MAJOR=11" >&2',
+        "  exit 2",
+        "fi",
+        "",
+        "if (( major >= 11 )); then",
+        "  # TensorRT 11+: the network is strongly typed; fixed.onnx holds the FP32 islands.",
+    ]
+    if dropped11:
+        out.append(f"  # (tactic sources {', '.join(dropped11)} no longer exist in TensorRT 11: not passed)")
+    out += [
+        indent(strong11),
+        'elif [[ "${PD_STRONGLY_TYPED:-0}" == "1" ]]; then',
+        "  # TensorRT 10.x, strongly typed: the same mixed-precision graph, opted in with --stronglyTyped.",
+        indent(strong10),
+        "else",
+    ]
+    if bad:
+        out.append(f'  echo "warning: {len(bad)} FP32 layer name(s) cannot be passed to trtexec; see the header" >&2')
+    out += [
+        "  # TensorRT 10.x, weak typing: the original model, FP32 layers pinned.",
+        indent(weak),
+        "fi",
+    ]
+    return "\n".join(out) + "\n"
+
+
+# polygraphy's TensorRT-RTX config leaves TF32 on; this postprocess function clears it (for either library).
+NO_TF32_POSTPROCESS = """from polygraphy.mod.trt_importer import lazy_import_trt
+
+
+def postprocess_config(builder, network, config):
+    config.clear_flag(lazy_import_trt().BuilderFlag.TF32)
+"""
+
+
+def tensorrt_rtx_script(
+    fixed_onnx: str,
+    compute_capabilities: Sequence[str],
+    *,
+    engine: str = "fixed.plan",
+    tactic_sources_avoid: Iterable[str] | None = None,
+    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    forced: Mapping[str, str] | None = None,
+    tactic_sources_add: Iterable[str] | None = None,
+    tf32: bool = False,
+) -> str:
+    """tensorrt_rtx.sh: build the fixed engine with TensorRT-RTX through `polygraphy convert` (what PyPI's
+    `tensorrt-rtx` and `polygraphy` give; no GPU needed), strongly typed, TF32 off, for the compute
+    capabilities named (`PD_COMPUTE_CAPABILITIES` overrides them when set)."""
+    ccs = " ".join(compute_capabilities)
+    args = ["polygraphy", "convert", fixed_onnx, "--convert-to", "trt", "--strongly-typed"]
+    avoid, added = set(_tactics(tactic_sources_avoid)), _tactics(tactic_sources_add, TRT11_TACTIC_SOURCES)
+    if avoid or added:
+        args += ["--tactic-sources", *dict.fromkeys([*(t for t in TRT11_TACTIC_SOURCES if t not in avoid), *added])]
+    for name, shape in (input_shapes or {}).items():
+        args += ["--input-shapes", f"{name}:[{','.join(str(int(d)) for d in shape)}]"]
+    cmd = " ".join(shlex.quote(a) for a in args)
+    tf32_text = (["# fixed.onnx holds the precisions (strongly typed); TF32 stays on (the knob configuration found)."] if tf32
+                 else ["# fixed.onnx holds the precisions (strongly typed); TF32 is cleared, since polygraphy's TensorRT-RTX",
+                       "# config leaves it on and it would round the FP32 islands."])
+    out = [
+        "#!/usr/bin/env bash",
+        "# Generated by precision-doctor: build the fixed engine with TensorRT-RTX, ahead of time (no GPU needed).",
+        *tf32_text,
+        "# Needs: pip install polygraphy tensorrt-rtx. The engine runs on GPUs of the compute capabilities",
+        "# it is built for (TensorRT-RTX runs none of compute capability 9.0).",
+        *forced_comment_lines(forced),
+        "set -euo pipefail",
+        'cd "$(dirname "${BASH_SOURCE[0]}")"',
+    ]
+    if tf32:
+        out += [
+            f'read -r -a ccs <<< "${{PD_COMPUTE_CAPABILITIES:-{ccs}}}"',
+            f'POLYGRAPHY_USE_TENSORRT_RTX=1 {cmd} --compute-capabilities "${{ccs[@]}}" -o {shlex.quote(engine)}',
+        ]
+        return "\n".join(out) + "\n"
+    out += [
+        'tmp="$(mktemp -d)"',
+        "trap 'rm -rf \"$tmp\"' EXIT",
+        "cat > \"$tmp/pd_no_tf32.py\" <<'PY'",
+        NO_TF32_POSTPROCESS.rstrip("\n"),
+        "PY",
+        f'read -r -a ccs <<< "${{PD_COMPUTE_CAPABILITIES:-{ccs}}}"',
+        f'POLYGRAPHY_USE_TENSORRT_RTX=1 {cmd} --compute-capabilities "${{ccs[@]}}" \\',
+        f'    --trt-config-postprocess-script "$tmp/pd_no_tf32.py" -o {shlex.quote(engine)}',
+    ]
+    return "\n".join(out) + "\n"
+
+
+def emit_all(
+    model: str,
+    fixed_onnx: str,
+    fallback_nodes: Sequence[str],
+    precision: str = "fp16",
+    *,
+    atol: float,
+    rtol: float,
+    check_error_stat: str = "elemwise",
+    inputs: str | None = None,
+    tactic_sources_avoid: Iterable[str] | None = None,
+    layers: Sequence[str] | None = None,
+    engine: str = "fixed.plan",
+    timing_cache: str | None = "timing.cache",
+    forced_fp32: Mapping[str, str] | None = None,
+    compute_capabilities: Sequence[str] = PORTABLE_TARGETS,
+    knob: KnobConfig | None = None,
+) -> dict[str, str]:
+    """Everything at once, for `emit --format trtexec|polygraphy|autocast|json`. `model`: the file
+    whose node names the report uses (`toolnames.model_for_tools`); `fallback_nodes`: ONNX node
+    names in topological order; `layers`: TensorRT layer names from a build, if known (else the node
+    names stand in for them); `forced_fp32`: nodes fixed.onnx keeps FP32 beyond the answer, with
+    why (`precision.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets;
+    `knob`: the knob configuration the answer was found under (`search.knobs`): a TensorRT one changes
+    the tactic sources and TF32 of every TensorRT command, an ONNX Runtime CUDA one adds
+    `ort_cuda_providers`, the provider options to run fixed.onnx with."""
+    _check_precision(precision)
+    avoid = list(tactic_sources_avoid) if tactic_sources_avoid else []
+    add: list[str] = []
+    tf32 = False
+    if knob is not None and knob.backend == knobs.TRT:
+        change = knob.get(knobs.TACTICS, "")
+        if change:
+            (add if change[0] == "+" else avoid).append(change[1:])
+        tf32 = knob.get(knobs.TF32, "0") == "1"
+    trt = {"tactic_sources_avoid": avoid or None, "tactic_sources_add": add or None}
+    forced = dict(forced_fp32 or {})
+    names = with_forced(list(layers) if layers is not None else list(fallback_nodes), forced)
+    out = {
+        "trtexec_trt10": trtexec_trt10(
+            model, names, precision, engine=engine, timing_cache=timing_cache, no_tf32=not tf32, **trt
+        ),
+        "trtexec_trt11": trtexec_trt11(fixed_onnx, engine=engine, timing_cache=timing_cache, no_tf32=not tf32, **trt),
+        "polygraphy": polygraphy_verify(
+            model,
+            fixed_onnx,
+            atol=atol,
+            rtol=rtol,
+            check_error_stat=check_error_stat,
+            inputs=inputs,
+            tf32=tf32,
+            **trt,
+        ),
+        "polygraphy_trt10": polygraphy_trt10(
+            model,
+            names,
+            precision,
+            atol=atol,
+            rtol=rtol,
+            check_error_stat=check_error_stat,
+            inputs=inputs,
+            tf32=tf32,
+            **trt,
+        ),
+        "autocast": autocast_command(model, with_forced(fallback_nodes, forced), precision, inputs=inputs),
+        "layer_precisions_txt": layer_precisions_file(names, precision, from_build=layers is not None, forced=forced),
+        "trtexec_sh": trtexec_script(
+            model,
+            fixed_onnx,
+            names,
+            precision,
+            engine=engine,
+            timing_cache=timing_cache,
+            nodes=fallback_nodes,
+            forced=forced,
+            tf32=tf32,
+            **trt,
+        ),
+        "tensorrt_rtx_sh": tensorrt_rtx_script(fixed_onnx, compute_capabilities, engine=engine, forced=forced, tf32=tf32, **trt),
+    }
+    if knob is not None and knob.backend == knobs.ORT_CUDA:
+        out["ort_cuda_providers"] = knobs.ort_providers_text(knob)
+    return out

@@ -1,0 +1,706 @@
+"""The typed report of a diagnose run: what report.json holds, and what the renderers read.
+
+`Report.to_json()` gives the keys and values report.json has always had (README's contract:
+`fallback_nodes`, `passed`, `evaluations`, `elapsed_s`, `strategy`, `precision`, `backend`,
+`tolerance`, ...), plus `schema_version`; non-finite numbers become "inf", "-inf", "nan".
+`Report.from_json()` reads those files, also ones written before `schema_version` existed (absent
+optional keys take their defaults), and raises UserError naming the key for a malformed one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from precision_doctor.errors import UserError
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance
+from precision_doctor.results.jsonio import jsonable
+
+SCHEMA_VERSION = 1
+REPORT = "report.json"
+REQUIRED = ("status", "passed", "fallback_nodes", "evaluations", "elapsed_s", "strategy", "precision", "backend",
+            "tolerance")
+
+
+class ReportError(UserError):
+    """A report.json that cannot be read; the message names the file and the key."""
+
+
+# -- pieces ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ModelInfo:
+    path: str = ""
+    hash: str = ""
+    nodes: int = 0
+    candidates: int = 0
+    total_flops: int = 0
+    renamed_nodes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Checks:
+    """Per-output checks of one fallback set (the baseline: everything in low precision)."""
+
+    passed: bool
+    outputs: dict[str, OutputCheck] = field(default_factory=dict)
+
+
+@dataclass
+class Validation:
+    """The answer checked on held-out samples. When it failed there and the search ran again with them,
+    `first_candidate` is the set that failed and `research`/`passed_after_research` say how that went;
+    `of` is "searched answer" when a confirmation on another backend changed the answer afterwards."""
+
+    passed: bool
+    samples: int
+    failing_samples: list[int] = field(default_factory=list)
+    outputs: dict[str, OutputCheck] = field(default_factory=dict)
+    first_candidate: list[str] | None = None
+    research: str | None = None
+    passed_after_research: bool | None = None
+    of: str | None = None
+
+    @property
+    def tol_used(self) -> float | None:
+        """The largest share of the tolerance any output uses, when the answer passed (None otherwise)."""
+        if not self.passed:
+            return None
+        vals = [o.tol_used for o in self.outputs.values() if o.tol_used is not None and not math.isnan(o.tol_used)]
+        return max(vals) if vals else None
+
+
+@dataclass
+class TrajectoryRow:
+    """One evaluation of a search."""
+
+    step: int
+    size: int
+    cost: float
+    passed: bool
+    elapsed_s: float = 0.0
+    at_s: float = 0.0
+    phase: str = ""
+    fallback: list[str] = field(default_factory=list)
+    worst_output: str | None = None
+    max_abs: float | None = None
+    failed_sample: int | None = None
+
+
+@dataclass
+class Confirm:
+    """The searched answer carried over to `backend` (`backends.confirm_backend`). `skipped` says why it
+    did not run (the search ended early); then only backend, searched_answer and passed (None) are set."""
+
+    backend: str
+    searched_answer: list[str]
+    passed: bool | None
+    skipped: str | None = None
+    samples: int | None = None
+    searched_answer_passed: bool | None = None
+    status: str | None = None
+    evaluations: int | None = None
+    memo_hits: int | None = None
+    one_minimal_checked: bool | None = None
+    tolerance_used: float | None = None
+    trajectory: list[TrajectoryRow] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        if self.skipped is not None:
+            return {"backend": self.backend, "searched_answer": self.searched_answer, "passed": self.passed,
+                    "skipped": self.skipped}
+        return {
+            "backend": self.backend, "samples": self.samples, "searched_answer": self.searched_answer,
+            "searched_answer_passed": self.searched_answer_passed, "passed": self.passed, "status": self.status,
+            "evaluations": self.evaluations, "memo_hits": self.memo_hits, "one_minimal_checked": self.one_minimal_checked,
+            "tolerance_used": self.tolerance_used, "trajectory": [asdict(t) for t in self.trajectory],
+        }
+
+
+@dataclass
+class ToleranceUsed:
+    """Shares of the user's tolerance the answer uses (min(abs/atol, rel/rtol) of the worst element):
+    on the search samples and the held-out ones (of the searched answer; None when a confirmation changed
+    it), and on the confirm backend."""
+
+    search: float | None = None
+    validation: float | None = None
+    confirm: float | None = None
+
+
+@dataclass
+class TrtLayerMismatch:
+    """A layer of fixed.onnx's TensorRT network that does not compute in the precision its node's role asks."""
+
+    node: str
+    layer: str
+    layer_type: str
+    role: str  # "fallback", "forced FP32" or "low precision"
+    expected: str
+    found: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        found = "/".join(self.found)
+        return f"{self.node} ({self.role}): layer '{self.layer}' [{self.layer_type}] computes {found}, not {self.expected}"
+
+
+@dataclass
+class TrtCheckResult:
+    """`trt_check` of fixed.onnx after a diagnosis: a real TensorRT-family parser's type for every layer,
+    against the answer. `ran` False: `reason` says why it did not run (no library, a parser refusal)."""
+
+    ran: bool
+    reason: str | None = None
+    library: str | None = None
+    version: str | None = None
+    onnx: str | None = None
+    layers: int | None = None
+    checked_layers: int | None = None
+    checked_nodes: int | None = None
+    mismatches: list[TrtLayerMismatch] = field(default_factory=list)
+    unmapped: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool | None:
+        return None if not self.ran else not self.mismatches
+
+    def to_json(self) -> dict:
+        if not self.ran:
+            return {"ran": False, "reason": self.reason}
+        return {"ran": True, "passed": self.passed, "library": self.library, "version": self.version, "onnx": self.onnx,
+                "layers": self.layers, "checked_layers": self.checked_layers, "checked_nodes": self.checked_nodes,
+                "mismatches": [asdict(m) for m in self.mismatches], "unmapped": self.unmapped}
+
+
+@dataclass
+class EngineResult:
+    """The fixed engine (`artifacts.engine`): built, or why not. `cache` is the file TensorRT keeps its timing
+    cache in (written by the build), or where TensorRT-RTX keeps its runtime cache when the engine runs."""
+
+    built: bool
+    reason: str | None = None
+    plan: str | None = None
+    library: str | None = None
+    version: str | None = None
+    targets: list[str] = field(default_factory=list)
+    seconds: float | None = None
+    size_bytes: int | None = None
+    tf32: bool = False
+    tactic_sources: list[str] | None = None
+    cache: str | None = None
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        if not self.built:
+            return {"built": False, "reason": self.reason}
+        out = asdict(self)
+        del out["reason"]
+        return out
+
+
+@dataclass
+class KnobTrial:
+    """One knob configuration tried with one fallback set (`knobs.knob_plan`); `passed` None: not evaluated
+    (a smaller passing set was already found)."""
+
+    knobs: str
+    fallback_size: int
+    why: str
+    passed: bool | None
+    tolerance_used: float | None = None
+
+
+@dataclass
+class KnobsResult:
+    """`search.knobs`: the answer's backend tried under each knob configuration, alone and with the answer less
+    one node. `best` is the cheapest passing configuration (the default when no knob does better); when it
+    needs fewer FP32 nodes, `answer` replaces the searched one and the commands carry its settings."""
+
+    backend: str
+    configurations: list[str]
+    searched_answer: list[str]
+    status: str = "complete"
+    note: str | None = None
+    samples: int = 0
+    evaluations: int = 0
+    memo_hits: int = 0
+    trials: list[KnobTrial] = field(default_factory=list)
+    best: str | None = None
+    best_settings: dict[str, str] = field(default_factory=dict)
+    answer: list[str] = field(default_factory=list)
+    tolerance_used: float | None = None
+
+    @property
+    def changed_answer(self) -> bool:
+        return sorted(self.answer) != sorted(self.searched_answer)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["changed_answer"] = self.changed_answer
+        return out
+
+
+@dataclass
+class Layer:
+    """One candidate node's line of the layer table (errors are relative L2 against FP32)."""
+
+    index: int
+    name: str
+    op_type: str = ""
+    flops: int = 0
+    local_rel_l2: float | None = None
+    rounding_rel_l2: float | None = None
+    lowp_rel_l2: float | None = None
+    fixed_rel_l2: float | None = None
+    ref_absmax: float | None = None
+    input_ref_absmax: float | None = None
+    frac_above_max: float | None = None
+    frac_below_normal: float | None = None
+    score: float | None = None
+    rank: int | None = None
+    fallback: bool = False
+    input_sensitive: bool = False
+    producers: list[str] = field(default_factory=list)  # the nodes that compute its floating inputs
+
+
+@dataclass
+class SampleCounts:
+    search: int = 0
+    validation: int = 0
+
+
+@dataclass
+class FormatLimits:
+    max: float | None = None
+    smallest_normal: float | None = None
+
+
+# -- the report ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """Everything a diagnose run found. `status`: complete, no_solution, budget_exhausted or interrupted."""
+
+    status: str = "complete"
+    passed: bool = False
+    precision: str = ""
+    backend: str = ""
+    strategy: str = ""
+    cost: str = ""
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    margin: float = 0.0
+    reason: str | None = None
+    fallback_nodes: list[str] = field(default_factory=list)
+    fallback_size: int = 0
+    fp32_flop_share: float = 0.0
+    evaluations: int = 0
+    memo_hits: int = 0
+    one_minimal_checked: bool | None = None
+    elapsed_s: float = 0.0
+    tool: str = "precision-doctor"
+    version: str = ""
+    created: str = ""
+    model: ModelInfo | None = None
+    tolerance_used: ToleranceUsed | None = None
+    confirm: Confirm | None = None
+    samples: SampleCounts = field(default_factory=SampleCounts)
+    inputs: dict[str, Any] = field(default_factory=dict)
+    baseline: Checks | None = None
+    outputs: dict[str, OutputCheck] = field(default_factory=dict)
+    validation: Validation | None = None
+    first_divergence: str | None = None
+    first_divergence_node: str | None = None
+    ranking: list[str] = field(default_factory=list)
+    trajectory: list[TrajectoryRow] = field(default_factory=list)
+    layers: list[Layer] = field(default_factory=list)
+    format_limits: FormatLimits = field(default_factory=FormatLimits)
+    artifacts: dict[str, str] = field(default_factory=dict)
+    commands: dict[str, str] = field(default_factory=dict)
+    forced_fp32_nodes: dict[str, str] = field(default_factory=dict)  # node -> why fixed.onnx keeps it FP32 too
+    trt_check: TrtCheckResult | None = None
+    engine: EngineResult | None = None
+    knobs: KnobsResult | None = None
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def interrupted(self) -> bool:
+        return self.status == "interrupted"
+
+    # -- JSON ------------------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        """report.json's contents (non-finite numbers as "inf", "-inf", "nan")."""
+        used = None
+        if self.tolerance_used is not None:
+            used = {"search": self.tolerance_used.search, "validation": self.tolerance_used.validation}
+            if self.confirm is not None:
+                used["confirm"] = self.tolerance_used.confirm
+        return jsonable({
+            "schema_version": self.schema_version,
+            "tool": self.tool,
+            "version": self.version,
+            "created": self.created,
+            "model": None if self.model is None else asdict(self.model),
+            "precision": self.precision,
+            "backend": self.backend,
+            "strategy": self.strategy,
+            "cost": self.cost,
+            "tolerance": self.tolerance.to_dict(),
+            "margin": self.margin,
+            "tolerance_used": used,
+            "confirm": None if self.confirm is None else self.confirm.to_json(),
+            "status": self.status,
+            "reason": self.reason,
+            "passed": self.passed,
+            "fallback_nodes": self.fallback_nodes,
+            "fallback_size": self.fallback_size,
+            "fp32_flop_share": self.fp32_flop_share,
+            "evaluations": self.evaluations,
+            "memo_hits": self.memo_hits,
+            "one_minimal_checked": self.one_minimal_checked,
+            "elapsed_s": self.elapsed_s,
+            "samples": asdict(self.samples),
+            "inputs": self.inputs,
+            "baseline": None if self.baseline is None else {
+                "passed": self.baseline.passed, "outputs": _checks_json(self.baseline.outputs)},
+            "outputs": _checks_json(self.outputs),
+            "validation": None if self.validation is None else _validation_json(self.validation),
+            "first_divergence": self.first_divergence,
+            "first_divergence_node": self.first_divergence_node,
+            "ranking": self.ranking,
+            "trajectory": [asdict(t) for t in self.trajectory],
+            "layers": [asdict(lay) for lay in self.layers],
+            "format_limits": asdict(self.format_limits),
+            "artifacts": self.artifacts,
+            "commands": self.commands,
+            "forced_fp32_nodes": self.forced_fp32_nodes,
+            "trt_check": None if self.trt_check is None else self.trt_check.to_json(),
+            "engine": None if self.engine is None else self.engine.to_json(),
+            "knobs": None if self.knobs is None else self.knobs.to_json(),
+        })
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "report.json") -> Report:
+        """A Report from report.json's contents; ReportError ("<source>: ...") names a missing or bad key."""
+        try:
+            return _report(data)
+        except _Bad as exc:
+            raise ReportError(f"{source}: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Report:
+        """Read a report.json (or the one in a run directory); ReportError says what is wrong with it."""
+        path = Path(path)
+        if path.is_dir() or not path.suffix:
+            if not (path / REPORT).is_file():
+                raise ReportError(f"{path} holds no report.json (is it a diagnose run directory?)")
+            path = path / REPORT
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ReportError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        except ValueError as exc:
+            raise ReportError(f"{path}: not valid JSON ({str(exc).splitlines()[0][:150]})") from None
+        return cls.from_json(data, str(path))
+
+
+def _checks_json(checks: dict[str, OutputCheck]) -> dict:
+    return {k: v.to_dict() for k, v in checks.items()}
+
+
+def _validation_json(v: Validation) -> dict:
+    out: dict[str, Any] = {"passed": v.passed, "samples": v.samples, "failing_samples": v.failing_samples,
+                           "outputs": _checks_json(v.outputs)}
+    for key in ("first_candidate", "research", "passed_after_research", "of"):
+        if getattr(v, key) is not None:
+            out[key] = getattr(v, key)
+    return out
+
+
+# -- reading -------------------------------------------------------------------------------------------
+
+
+class _Bad(Exception):
+    """A malformed value; the message names its key path."""
+
+
+def _get(d: dict, key: str, where: str, conv, default: Any = ..., optional: bool = False) -> Any:
+    """`d[key]` converted by `conv`; missing: `default` (or _Bad when there is none); None allowed when `optional`."""
+    path = f"{where}.{key}" if where else key
+    if key not in d:
+        if default is ...:
+            raise _Bad(f"missing key '{path}'")
+        return default
+    value = d[key]
+    if value is None and optional:
+        return None
+    return conv(value, path)
+
+
+def _mapping(v: Any, path: str) -> dict:
+    if not isinstance(v, dict):
+        raise _Bad(f"bad key '{path}': expected an object, got {type(v).__name__}")
+    return v
+
+
+def _str(v: Any, path: str) -> str:
+    if not isinstance(v, str):
+        raise _Bad(f"bad key '{path}': expected a string, got {v!r:.60}")
+    return v
+
+
+def _bool(v: Any, path: str) -> bool:
+    if not isinstance(v, bool):
+        raise _Bad(f"bad key '{path}': expected true or false, got {v!r:.60}")
+    return v
+
+
+def _int(v: Any, path: str) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _Bad(f"bad key '{path}': expected an integer, got {v!r:.60}")
+    return v
+
+
+def _num(v: Any, path: str) -> float:
+    """A number as written (ints stay ints); "inf", "-inf", "nan" become floats."""
+    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+        return float(v)
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _Bad(f"bad key '{path}': expected a number, got {v!r:.60}")
+    return v
+
+
+def _list(conv):
+    def read(v: Any, path: str) -> list:
+        if not isinstance(v, list):
+            raise _Bad(f"bad key '{path}': expected a list, got {type(v).__name__}")
+        return [conv(x, f"{path}[{i}]") for i, x in enumerate(v)]
+
+    return read
+
+
+def _str_map(v: Any, path: str) -> dict[str, str]:
+    return {str(k): _str(x, f"{path}.{k}") for k, x in _mapping(v, path).items()}
+
+
+def _output_check(v: Any, path: str) -> OutputCheck:
+    d = _mapping(v, path)
+    values = {}
+    for f in fields(OutputCheck):
+        if f.name == "passed":
+            values[f.name] = _get(d, "passed", path, _bool)
+        elif f.name in ("mismatches", "size"):
+            values[f.name] = _get(d, f.name, path, _int)
+        else:
+            values[f.name] = _get(d, f.name, path, _num, default=math.nan)
+    return OutputCheck(**values)
+
+
+def _checks(v: Any, path: str) -> dict[str, OutputCheck]:
+    return {str(k): _output_check(x, f"{path}.{k}") for k, x in _mapping(v, path).items()}
+
+
+def _tolerance(v: Any, path: str) -> Tolerance:
+    d = _mapping(v, path)
+    try:
+        return Tolerance(
+            atol=_get(d, "atol", path, _num, default=Tolerance.atol),
+            rtol=_get(d, "rtol", path, _num, default=Tolerance.rtol),
+            check_error_stat=_get(d, "check_error_stat", path, _str, default=Tolerance.check_error_stat),
+            cosine_floor=_get(d, "cosine_floor", path, _num, default=None, optional=True),
+        )
+    except UserError as exc:
+        raise _Bad(f"bad key '{path}': {exc}") from None
+
+
+def _model(v: Any, path: str) -> ModelInfo:
+    d = _mapping(v, path)
+    return ModelInfo(
+        path=_get(d, "path", path, _str, default=""), hash=_get(d, "hash", path, _str, default=""),
+        nodes=_get(d, "nodes", path, _int, default=0), candidates=_get(d, "candidates", path, _int, default=0),
+        total_flops=_get(d, "total_flops", path, _int, default=0),
+        renamed_nodes=_get(d, "renamed_nodes", path, _list(_str), default=[]),
+    )
+
+
+def _trajectory_row(v: Any, path: str) -> TrajectoryRow:
+    d = _mapping(v, path)
+    return TrajectoryRow(
+        step=_get(d, "step", path, _int), size=_get(d, "size", path, _int), cost=_get(d, "cost", path, _num),
+        passed=_get(d, "passed", path, _bool), elapsed_s=_get(d, "elapsed_s", path, _num, default=0.0),
+        at_s=_get(d, "at_s", path, _num, default=0.0), phase=_get(d, "phase", path, _str, default=""),
+        fallback=_get(d, "fallback", path, _list(_str), default=[]),
+        worst_output=_get(d, "worst_output", path, _str, default=None, optional=True),
+        max_abs=_get(d, "max_abs", path, _num, default=None, optional=True),
+        failed_sample=_get(d, "failed_sample", path, _int, default=None, optional=True),
+    )
+
+
+_LAYER_NUMBERS = ("local_rel_l2", "rounding_rel_l2", "lowp_rel_l2", "fixed_rel_l2", "ref_absmax", "input_ref_absmax",
+                  "frac_above_max", "frac_below_normal", "score")
+
+
+def _layer(v: Any, path: str) -> Layer:
+    d = _mapping(v, path)
+    floats = {k: _get(d, k, path, _num, default=None, optional=True) for k in _LAYER_NUMBERS}
+    return Layer(
+        index=_get(d, "index", path, _int), name=_get(d, "name", path, _str),
+        op_type=_get(d, "op_type", path, _str, default=""), flops=_get(d, "flops", path, _int, default=0),
+        rank=_get(d, "rank", path, _int, default=None, optional=True),
+        fallback=_get(d, "fallback", path, _bool, default=False),
+        input_sensitive=_get(d, "input_sensitive", path, _bool, default=False),
+        producers=_get(d, "producers", path, _list(_str), default=[]), **floats,
+    )
+
+
+def _validation(v: Any, path: str) -> Validation:
+    d = _mapping(v, path)
+    return Validation(
+        passed=_get(d, "passed", path, _bool), samples=_get(d, "samples", path, _int),
+        failing_samples=_get(d, "failing_samples", path, _list(_int), default=[]),
+        outputs=_get(d, "outputs", path, _checks, default={}),
+        first_candidate=_get(d, "first_candidate", path, _list(_str), default=None, optional=True),
+        research=_get(d, "research", path, _str, default=None, optional=True),
+        passed_after_research=_get(d, "passed_after_research", path, _bool, default=None, optional=True),
+        of=_get(d, "of", path, _str, default=None, optional=True),
+    )
+
+
+def _confirm(v: Any, path: str) -> Confirm:
+    d = _mapping(v, path)
+    return Confirm(
+        backend=_get(d, "backend", path, _str), searched_answer=_get(d, "searched_answer", path, _list(_str)),
+        passed=_get(d, "passed", path, _bool, optional=True),
+        skipped=_get(d, "skipped", path, _str, default=None, optional=True),
+        samples=_get(d, "samples", path, _int, default=None, optional=True),
+        searched_answer_passed=_get(d, "searched_answer_passed", path, _bool, default=None, optional=True),
+        status=_get(d, "status", path, _str, default=None, optional=True),
+        evaluations=_get(d, "evaluations", path, _int, default=None, optional=True),
+        memo_hits=_get(d, "memo_hits", path, _int, default=None, optional=True),
+        one_minimal_checked=_get(d, "one_minimal_checked", path, _bool, default=None, optional=True),
+        tolerance_used=_get(d, "tolerance_used", path, _num, default=None, optional=True),
+        trajectory=_get(d, "trajectory", path, _list(_trajectory_row), default=[]),
+    )
+
+
+def _tolerance_used(v: Any, path: str) -> ToleranceUsed:
+    d = _mapping(v, path)
+    return ToleranceUsed(**{k: _get(d, k, path, _num, default=None, optional=True)
+                            for k in ("search", "validation", "confirm")})
+
+
+def _mismatch(v: Any, path: str) -> TrtLayerMismatch:
+    d = _mapping(v, path)
+    return TrtLayerMismatch(**{k: _get(d, k, path, _str) for k in ("node", "layer", "layer_type", "role", "expected")},
+                            found=_get(d, "found", path, _list(_str), default=[]))
+
+
+def _opt(d: dict, key: str, path: str, conv) -> Any:
+    return _get(d, key, path, conv, default=None, optional=True)
+
+
+def _trt_check(v: Any, path: str) -> TrtCheckResult:
+    d = _mapping(v, path)
+    return TrtCheckResult(
+        ran=_get(d, "ran", path, _bool), reason=_opt(d, "reason", path, _str), library=_opt(d, "library", path, _str),
+        version=_opt(d, "version", path, _str), onnx=_opt(d, "onnx", path, _str), layers=_opt(d, "layers", path, _int),
+        checked_layers=_opt(d, "checked_layers", path, _int), checked_nodes=_opt(d, "checked_nodes", path, _int),
+        mismatches=_get(d, "mismatches", path, _list(_mismatch), default=[]),
+        unmapped=_get(d, "unmapped", path, _list(_str), default=[]),
+    )
+
+
+def _shapes(v: Any, path: str) -> dict[str, list[int]]:
+    return {str(k): _list(_int)(x, f"{path}.{k}") for k, x in _mapping(v, path).items()}
+
+
+def _engine(v: Any, path: str) -> EngineResult:
+    d = _mapping(v, path)
+    return EngineResult(
+        built=_get(d, "built", path, _bool), reason=_opt(d, "reason", path, _str), plan=_opt(d, "plan", path, _str),
+        library=_opt(d, "library", path, _str), version=_opt(d, "version", path, _str),
+        targets=_get(d, "targets", path, _list(_str), default=[]), seconds=_opt(d, "seconds", path, _num),
+        size_bytes=_opt(d, "size_bytes", path, _int), tf32=_get(d, "tf32", path, _bool, default=False),
+        tactic_sources=_opt(d, "tactic_sources", path, _list(_str)), cache=_opt(d, "cache", path, _str),
+        input_shapes=_get(d, "input_shapes", path, _shapes, default={}),
+    )
+
+
+def _knob_trial(v: Any, path: str) -> KnobTrial:
+    d = _mapping(v, path)
+    return KnobTrial(knobs=_get(d, "knobs", path, _str), fallback_size=_get(d, "fallback_size", path, _int),
+                     why=_get(d, "why", path, _str, default=""), passed=_opt(d, "passed", path, _bool),
+                     tolerance_used=_opt(d, "tolerance_used", path, _num))
+
+
+def _knobs(v: Any, path: str) -> KnobsResult:
+    d = _mapping(v, path)
+    return KnobsResult(
+        backend=_get(d, "backend", path, _str), configurations=_get(d, "configurations", path, _list(_str), default=[]),
+        searched_answer=_get(d, "searched_answer", path, _list(_str), default=[]),
+        status=_get(d, "status", path, _str, default="complete"), note=_opt(d, "note", path, _str),
+        samples=_get(d, "samples", path, _int, default=0), evaluations=_get(d, "evaluations", path, _int, default=0),
+        memo_hits=_get(d, "memo_hits", path, _int, default=0),
+        trials=_get(d, "trials", path, _list(_knob_trial), default=[]), best=_opt(d, "best", path, _str),
+        best_settings=_get(d, "best_settings", path, _str_map, default={}),
+        answer=_get(d, "answer", path, _list(_str), default=[]), tolerance_used=_opt(d, "tolerance_used", path, _num),
+    )
+
+
+def _report(data: Any) -> Report:
+    if not isinstance(data, dict):
+        raise _Bad(f"not a report (expected a JSON object, got {type(data).__name__})")
+    missing = [k for k in REQUIRED if k not in data]
+    if missing:
+        raise _Bad(f"not a report: missing key '{missing[0]}'")
+    d = data
+    return Report(
+        schema_version=_get(d, "schema_version", "", _int, default=SCHEMA_VERSION),
+        tool=_get(d, "tool", "", _str, default="precision-doctor"),
+        version=_get(d, "version", "", _str, default=""),
+        created=_get(d, "created", "", _str, default=""),
+        model=_get(d, "model", "", _model, default=None, optional=True),
+        precision=_get(d, "precision", "", _str),
+        backend=_get(d, "backend", "", _str),
+        strategy=_get(d, "strategy", "", _str),
+        cost=_get(d, "cost", "", _str, default=""),
+        tolerance=_get(d, "tolerance", "", _tolerance),
+        margin=_get(d, "margin", "", _num, default=0.0, optional=True) or 0.0,
+        tolerance_used=_get(d, "tolerance_used", "", _tolerance_used, default=None, optional=True),
+        confirm=_get(d, "confirm", "", _confirm, default=None, optional=True),
+        status=_get(d, "status", "", _str),
+        reason=_get(d, "reason", "", _str, default=None, optional=True),
+        passed=_get(d, "passed", "", _bool),
+        fallback_nodes=_get(d, "fallback_nodes", "", _list(_str)),
+        fallback_size=_get(d, "fallback_size", "", _int, default=len(d["fallback_nodes"] or [])),
+        fp32_flop_share=_get(d, "fp32_flop_share", "", _num, default=0.0),
+        evaluations=_get(d, "evaluations", "", _int),
+        memo_hits=_get(d, "memo_hits", "", _int, default=0),
+        one_minimal_checked=_get(d, "one_minimal_checked", "", _bool, default=None, optional=True),
+        elapsed_s=_get(d, "elapsed_s", "", _num),
+        samples=SampleCounts(**{k: _get(_get(d, "samples", "", _mapping, default={}), k, "samples", _int, default=0)
+                                for k in ("search", "validation")}),
+        inputs=_get(d, "inputs", "", _mapping, default={}),
+        baseline=_get(d, "baseline", "", lambda v, p: Checks(
+            _get(_mapping(v, p), "passed", p, _bool), _get(v, "outputs", p, _checks, default={})),
+            default=None, optional=True),
+        outputs=_get(d, "outputs", "", _checks, default={}),
+        validation=_get(d, "validation", "", _validation, default=None, optional=True),
+        first_divergence=_get(d, "first_divergence", "", _str, default=None, optional=True),
+        first_divergence_node=_get(d, "first_divergence_node", "", _str, default=None, optional=True),
+        ranking=_get(d, "ranking", "", _list(_str), default=[]),
+        trajectory=_get(d, "trajectory", "", _list(_trajectory_row), default=[]),
+        layers=_get(d, "layers", "", _list(_layer), default=[]),
+        format_limits=FormatLimits(**{k: _get(_get(d, "format_limits", "", _mapping, default={}), k, "format_limits",
+                                              _num, default=None, optional=True) for k in ("max", "smallest_normal")}),
+        artifacts=_get(d, "artifacts", "", _str_map, default={}),
+        commands=_get(d, "commands", "", _str_map, default={}),
+        forced_fp32_nodes=_get(d, "forced_fp32_nodes", "", _str_map, default={}),
+        trt_check=_opt(d, "trt_check", "", _trt_check),
+        engine=_opt(d, "engine", "", _engine),
+        knobs=_opt(d, "knobs", "", _knobs),
+    )

@@ -1,0 +1,359 @@
+"""RunSpec: every setting of one run, with its defaults defined once, here.
+
+A RunSpec is a frozen tree: `model`, `precision`, and the sections `inputs`, `tolerance`, `search`,
+`capture`, `backends`. The CLI's option defaults read these defaults, batch recipes are applied onto
+them, and a service reads and writes the JSON form (`to_json` / `from_json`). Settings are named by
+their path ("search.margin"); `SpecError` carries the path so that every front end can say it in its
+own words (a CLI flag, a recipe key, a JSON path).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from precision_doctor.errors import SpecError
+from precision_doctor.measure.tolerance import Tolerance
+
+COSTS = ("nodes", "flops")
+COMPRESSIONS = ("lzf", "gzip", None)
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """How to obtain the samples: files, or generated ones; and which are held out."""
+
+    files: tuple[str, ...] = ()  # .npz, polygraphy JSON or .h5 sample files
+    samples: int = 4  # generated samples when no files are given
+    seed: int = 0
+    val_ranges: tuple[str, ...] = ()  # "name:[lo,hi]" or "[lo,hi]" (every input)
+    input_shapes: tuple[str, ...] = ()  # "name:[d0,d1,...]" for dynamic dimensions
+    allow_nonfinite: bool = False
+    validate_files: tuple[str, ...] = ()  # held-out sample files
+    validation_split: float | None = None  # held-out share of `files` (0.25) or of generated samples (0.5)
+    reference_outputs: str | None = None  # polygraphy --save-outputs JSON: the FP32 reference instead of ORT
+
+    def describe(self) -> dict:
+        """Where the samples came from, as report.json's `inputs` says it."""
+        ref = {"reference_outputs": self.reference_outputs} if self.reference_outputs else {}
+        if self.files:
+            return {"files": [str(f) for f in self.files], **ref}
+        return {"generated": self.samples, "seed": self.seed, "val_ranges": list(self.val_ranges), **ref}
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """How to search: the strategy, what "smallest" means, the margin and the budget."""
+
+    strategy: str = "auto"
+    cost: str = "nodes"  # fewest nodes, or least FP32 "flops"
+    margin: float = 0.0  # search for a set that uses at most 1 - margin of the tolerance
+    max_evaluations: int | None = None
+    time_budget: float | None = None  # seconds
+    keep_io_types: bool = True  # fixed.onnx keeps FP32 inputs and outputs
+    knobs: bool = False  # also try the final backend's knobs around the answer (pipeline/knob_search.py)
+
+
+@dataclass(frozen=True)
+class CaptureSpec:
+    """Mark-all capture: the memory budget of one group of tensors, and the HDF5 compression."""
+
+    group_mb: float = 256.0
+    compression: str | None = "lzf"
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """Where candidate sets run, and where the answer is confirmed (None: not confirmed)."""
+
+    backend: str = "emulate"
+    confirm_backend: str | None = None
+
+
+@dataclass(frozen=True)
+class ArtifactSpec:
+    """What a passing run builds besides fixed.onnx, the commands and the report: the fixed TensorRT engine
+    (`fixed.plan`; TensorRT-RTX ahead of time for `engine_targets`, "8.6" or "8.6,8.9", default its portable
+    set; TensorRT for the GPU present)."""
+
+    engine: bool = False
+    engine_targets: tuple[str, ...] = ()
+
+    @property
+    def targets(self) -> tuple[str, ...] | None:
+        """The compute capabilities named (commas split), None for the library's portable default."""
+        out = tuple(t.strip() for item in self.engine_targets for t in item.split(",") if t.strip())
+        return out or None
+
+
+SECTIONS: dict[str, type] = {
+    "inputs": InputSpec, "tolerance": Tolerance, "search": SearchSpec, "capture": CaptureSpec, "backends": BackendSpec,
+    "artifacts": ArtifactSpec,
+}
+_PATH_SETTINGS = {"model", "inputs.files", "inputs.validate_files", "inputs.reference_outputs"}  # resolved against `base_dir`
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Every setting of one `compare` or `diagnose` run."""
+
+    model: str
+    precision: str = "fp16"
+    inputs: InputSpec = field(default_factory=InputSpec)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    search: SearchSpec = field(default_factory=SearchSpec)
+    capture: CaptureSpec = field(default_factory=CaptureSpec)
+    backends: BackendSpec = field(default_factory=BackendSpec)
+    artifacts: ArtifactSpec = field(default_factory=ArtifactSpec)
+
+    # -- derived ------------------------------------------------------------------------------------
+    @property
+    def search_tolerance(self) -> Tolerance:
+        """What the search asks for: the tolerance scaled by 1 - margin (validation uses the full one)."""
+        margin = self.search.margin
+        return self.tolerance.scaled(1.0 - margin) if margin else self.tolerance
+
+    # -- checks -------------------------------------------------------------------------------------
+    def validate(self) -> RunSpec:
+        """Check every setting (the model and input files are read later); raises SpecError."""
+        from precision_doctor.backends.registry import check_backend_name
+        from precision_doctor.data.inputs import parse_input_shapes, parse_val_ranges
+        from precision_doctor.graph.formats import FORMATS
+        from precision_doctor.search import STRATEGIES
+
+        if self.precision.lower() not in FORMATS:
+            raise SpecError("precision", f"{{precision}}: unknown precision '{self.precision}'; choose one of: "
+                            f"{', '.join(FORMATS)}")
+        s = self.search
+        if s.strategy not in STRATEGIES:
+            raise SpecError("search.strategy", f"{{search.strategy}}: unknown strategy '{s.strategy}'; choose one of: "
+                            f"{', '.join(STRATEGIES)}")
+        if s.cost not in COSTS:
+            raise SpecError("search.cost", f"{{search.cost}} must be 'nodes' or 'flops', got '{s.cost}'")
+        if not 0.0 <= s.margin < 1.0:
+            raise SpecError("search.margin", f"{{search.margin}} must lie in [0, 1), got {s.margin}")
+        if s.max_evaluations is not None and s.max_evaluations < 1:
+            raise SpecError("search.max_evaluations", f"{{search.max_evaluations}} must be at least 1, got {s.max_evaluations}")
+        if s.time_budget is not None and not (math.isfinite(s.time_budget) and s.time_budget > 0):
+            raise SpecError("search.time_budget", f"{{search.time_budget}} must be a positive number of seconds, "
+                            f"got {s.time_budget}")
+        c = self.capture
+        if not (math.isfinite(c.group_mb) and c.group_mb > 0):
+            raise SpecError("capture.group_mb", f"{{capture.group_mb}} must be a positive number of MiB, got {c.group_mb}")
+        if c.compression not in COMPRESSIONS:
+            raise SpecError("capture.compression", f"{{capture.compression}} must be one of "
+                            f"{', '.join(map(str, COMPRESSIONS))}, got {c.compression!r}")
+        b = self.backends
+        if b.confirm_backend is not None and b.confirm_backend == b.backend:
+            raise SpecError("backends.confirm_backend", "{backends.confirm_backend} must differ from {backends.backend}")
+        check_backend_name(b.backend, "backends.backend")
+        from precision_doctor.backends.ort import search_refusal
+
+        if why := search_refusal(b.backend):
+            raise SpecError("backends.backend", why.replace("--backend", "{backends.backend}").replace(
+                "--confirm-backend", "{backends.confirm_backend}"))
+        if b.confirm_backend is not None:
+            check_backend_name(b.confirm_backend, "backends.confirm_backend")
+        self._validate_tensorrt()
+        i = self.inputs
+        if i.samples < 1:
+            raise SpecError("inputs.samples", f"{{inputs.samples}} must be at least 1, got {i.samples}")
+        if i.seed < 0:
+            raise SpecError("inputs.seed", f"{{inputs.seed}} must be a non-negative integer, got {i.seed}")
+        if i.validation_split is not None and not 0 <= i.validation_split < 1:
+            raise SpecError("inputs.validation_split", f"{{inputs.validation_split}} must lie in [0, 1), "
+                            f"got {i.validation_split}")
+        if i.reference_outputs is not None and not i.files:
+            raise SpecError("inputs.reference_outputs", "{inputs.reference_outputs} needs the inputs they were "
+                            "computed from: give them with {inputs.files} (polygraphy --save-inputs JSON or one "
+                            "file per sample)")
+        parse_val_ranges(i.val_ranges)
+        parse_input_shapes(i.input_shapes)
+        return self
+
+    def flat(self) -> dict[str, Any]:
+        """{setting path: value} of every setting ("tolerance.atol": 1e-05, ...)."""
+        out: dict[str, Any] = {}
+        for key, value in self.to_json().items():
+            if isinstance(value, dict):
+                out.update({f"{key}.{k}": v for k, v in value.items()})
+            else:
+                out[key] = value
+        return out
+
+    def user_files(self) -> list[str]:
+        """The user's files this run reads (model, inputs, held-out inputs, reference outputs): a run
+        directory must not hold them."""
+        i = self.inputs
+        return [self.model, *i.files, *i.validate_files, *([i.reference_outputs] if i.reference_outputs else [])]
+
+    def _validate_tensorrt(self) -> None:
+        """The TensorRT, knob and engine settings: `trt` refused in one line where its engines cannot run
+        (before any work, so no run directory is made), knobs refused on the emulator, engine targets
+        parsed and checked against the installed library."""
+        from precision_doctor.backends.tensorrt.availability import check_engine_targets, trt_refusal
+
+        b = self.backends
+        for setting in ("backends.backend", "backends.confirm_backend"):
+            name = b.backend if setting == "backends.backend" else b.confirm_backend
+            if name in ("trt", "tensorrt") and (why := trt_refusal()):
+                raise SpecError(setting, f"{{{setting}}} {name} unavailable: {why}")
+        if self.search.knobs and (b.confirm_backend or b.backend) == "emulate":
+            raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs (it rounds explicitly: no "
+                            "kernels to pick, no TF32); knobs are tried on ort-cuda or trt, as {backends.backend} or "
+                            "{backends.confirm_backend}")
+        a = self.artifacts
+        if a.engine_targets and not a.engine:
+            raise SpecError("artifacts.engine_targets", "{artifacts.engine_targets} is a setting of the fixed engine: "
+                            "add {artifacts.engine}")
+        if a.engine and (why := check_engine_targets(a.targets)):
+            raise SpecError("artifacts.engine_targets", f"{{artifacts.engine_targets}}: {why}")
+
+    # -- JSON -----------------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        """Every setting, by section; tuples as lists."""
+        out: dict[str, Any] = {"model": self.model, "precision": self.precision}
+        for name in SECTIONS:
+            out[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(getattr(self, name)).items()}
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any, base_dir: str | Path | None = None) -> RunSpec:
+        """A RunSpec from its JSON form (absent settings keep their defaults; unknown ones are refused).
+        Relative paths (model, input files) are resolved against `base_dir` when given."""
+        if not isinstance(data, Mapping):
+            raise SpecError("spec", f"a run spec must be a JSON object, got {type(data).__name__}")
+        changes: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in SECTIONS:
+                if not isinstance(value, Mapping):
+                    raise SpecError(key, f"{{{key}}} must be an object, got {type(value).__name__}")
+                changes.update({f"{key}.{k}": v for k, v in value.items()})
+            else:
+                changes[key] = value
+        if "model" not in changes:
+            raise SpecError("model", "{model} is missing: the path of the ONNX model")
+        return cls(model="").with_settings(changes, base_dir=base_dir)
+
+    def with_settings(self, changes: Mapping[str, Any], base_dir: str | Path | None = None) -> RunSpec:
+        """This spec with settings replaced by path ({"search.margin": 0.2, "inputs.files": [...]}).
+        Values are checked for their type and converted (lists to tuples, paths to strings)."""
+        top: dict[str, Any] = {}
+        sections: dict[str, dict[str, Any]] = {}
+        for path, value in changes.items():
+            hint = setting_type(path)
+            value = _coerce(path, hint, value)
+            if base_dir is not None and path in _PATH_SETTINGS:
+                value = _resolve(value, Path(base_dir))
+            section, _, name = path.partition(".")
+            if name:
+                sections.setdefault(section, {})[name] = value
+            else:
+                top[section] = value
+        for section, values in sections.items():
+            top[section] = replace(getattr(self, section), **values)
+        return replace(self, **top)
+
+    # -- identity -------------------------------------------------------------------------------------
+    def key(self) -> str:
+        """A stable fingerprint: the settings (sorted JSON, model path left out) plus the SHA-256 of the
+        model file and of every input file named (None for a missing one)."""
+        settings = self.to_json()
+        del settings["model"]
+        files = self.user_files()
+        hashes = [file_sha256(Path(f)) if Path(f).is_file() else None for f in files]
+        text = json.dumps({"settings": settings, "file_hashes": hashes}, sort_keys=True)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def default(path: str) -> Any:
+    """The default value of a setting ("tolerance.atol" -> 1e-5)."""
+    section, _, name = path.partition(".")
+    if not name:
+        return {f.name: f.default for f in dataclasses.fields(RunSpec)}[section]
+    return getattr(SECTIONS[section](), name)
+
+
+def setting_type(path: str) -> Any:
+    """The type of a setting, from the dataclass annotations; SpecError for an unknown path."""
+    section, _, name = path.partition(".")
+    if not name:
+        if section in SECTIONS or section not in _hints(RunSpec):
+            raise SpecError(path, f"unknown setting '{path}'; known: {', '.join(settings())}")
+        return _hints(RunSpec)[section]
+    if section not in SECTIONS or name not in _hints(SECTIONS[section]):
+        raise SpecError(path, f"unknown setting '{path}'; known: {', '.join(settings())}")
+    return _hints(SECTIONS[section])[name]
+
+
+def settings() -> list[str]:
+    """Every setting path, in declaration order."""
+    out = ["model", "precision"]
+    for section, cls in SECTIONS.items():
+        out += [f"{section}.{f.name}" for f in dataclasses.fields(cls)]
+    return out
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _resolve(value: Any, base: Path) -> Any:
+    if isinstance(value, tuple):
+        return tuple(str((base / f).resolve()) for f in value)
+    return str((base / value).resolve()) if value else value
+
+
+def _coerce(path: str, hint: Any, value: Any) -> Any:
+    """`value` as the setting's type: bool, int, float, str, tuple[str, ...], each possibly optional."""
+    args = typing.get_args(hint)
+    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
+    if optional:
+        hint = next(a for a in args if a is not type(None))
+    if value is None:
+        if optional:
+            return None
+        raise SpecError(path, f"{{{path}}} must not be null")
+    if typing.get_origin(hint) is tuple:
+        if isinstance(value, (str, Path)):
+            value = [value]
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, (str, Path)) for v in value):
+            raise SpecError(path, f"{{{path}}}: expected a list of strings, got {value!r}")
+        return tuple(str(v) for v in value)
+    if hint is bool:
+        if isinstance(value, bool):
+            return value
+        raise SpecError(path, f"{{{path}}}: expected true or false, got {value!r}")
+    if hint is str:
+        if isinstance(value, (str, Path)):
+            return str(value)
+        raise SpecError(path, f"{{{path}}}: expected a string, got {value!r}")
+    return _number(path, hint, value)
+
+
+def _number(path: str, typ: type, value: Any) -> int | float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise SpecError(path, f"{{{path}}}: expected a number, got {value!r}")
+    try:
+        out = typ(value)
+    except (TypeError, ValueError):
+        raise SpecError(path, f"{{{path}}}: expected a number, got {value!r}") from None
+    if typ is int and float(value) != out:
+        raise SpecError(path, f"{{{path}}}: expected an integer, got {value!r}")
+    return out
