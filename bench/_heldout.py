@@ -18,20 +18,20 @@ from pathlib import Path
 
 import numpy as np
 
-from precision_doctor.activations import ActivationStore
-from precision_doctor.analysis import analyse
-from precision_doctor.augment import Augment, augment, perturbable
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.capture import capture
-from precision_doctor.headroom import margin_from_spread, predicted_share
-from precision_doctor.model import Model
-from precision_doctor.precision.formats import get_format
+from precision_doctor.data.activations import ActivationStore
+from precision_doctor.data.augment import Augment, augment, perturbable
+from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.analysis import analyse
+from precision_doctor.measure.capture import capture
+from precision_doctor.measure.headroom import margin_from_spread, predicted_share
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all, merge
 from precision_doctor.search import STRATEGIES
 from precision_doctor.search.auto import repair
 from precision_doctor.search.oracle import Oracle, Verdict
 from precision_doctor.search.space import SearchSpace, build_space
-from precision_doctor.tolerance import OutputCheck, Tolerance, check_all, merge
 
 
 @dataclass

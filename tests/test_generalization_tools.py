@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 from precision_doctor import planted
-from precision_doctor.augment import Augment, augment, perturbable
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.headroom import (
+from precision_doctor.data.augment import Augment, augment, perturbable
+from precision_doctor.graph.model import from_proto
+from precision_doctor.measure.headroom import (
     expected_headroom,
     expected_max_z,
     log_spread,
@@ -18,9 +19,8 @@ from precision_doctor.headroom import (
     predicted_share,
     sample_shares,
 )
-from precision_doctor.model import from_proto
-from precision_doctor.natural_images import natural_image, natural_images_nchw
-from precision_doctor.tolerance import Tolerance
+from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.zoo.natural_images import natural_image, natural_images_nchw
 
 
 def _samples():

@@ -23,7 +23,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from precision_doctor.tolerance import Tolerance, check_all
+from precision_doctor.measure.tolerance import Tolerance, check_all
 
 # A new input may exceed the tolerance with this probability: 0.5% keeps ten new inputs inside it
 # together in 95% of cases (0.995^10).
