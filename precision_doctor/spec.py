@@ -25,6 +25,7 @@ from precision_doctor.measure.tolerance import Tolerance
 
 COSTS = ("nodes", "flops")
 COMPRESSIONS = ("lzf", "gzip", None)
+MAX_AUGMENT = 32  # perturbed copies per search sample, at most
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,8 @@ class SearchSpec:
 
     strategy: str = "auto"
     cost: str = "nodes"  # fewest nodes, or least FP32 "flops"
-    margin: float = 0.0  # search for a set that uses at most 1 - margin of the tolerance
+    margin: float = 0.1  # search for a set that uses at most 1 - margin of the tolerance
+    augment: int = 3  # perturbed copies of each search sample the oracle also checks (0: none, the bare search)
     max_evaluations: int | None = None
     time_budget: float | None = None  # seconds
     keep_io_types: bool = True  # fixed.onnx keeps FP32 inputs and outputs
@@ -140,6 +142,8 @@ class RunSpec:
             raise SpecError("search.cost", f"{{search.cost}} must be 'nodes' or 'flops', got '{s.cost}'")
         if not 0.0 <= s.margin < 1.0:
             raise SpecError("search.margin", f"{{search.margin}} must lie in [0, 1), got {s.margin}")
+        if not 0 <= s.augment <= MAX_AUGMENT:
+            raise SpecError("search.augment", f"{{search.augment}} must lie in [0, {MAX_AUGMENT}], got {s.augment}")
         if s.max_evaluations is not None and s.max_evaluations < 1:
             raise SpecError("search.max_evaluations", f"{{search.max_evaluations}} must be at least 1, got {s.max_evaluations}")
         if s.time_budget is not None and not (math.isfinite(s.time_budget) and s.time_budget > 0):

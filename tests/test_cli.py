@@ -118,6 +118,8 @@ def test_diagnose_margin_leaves_room_and_is_reported(run_cli, planted_file, tmp_
     assert used["0.5"] <= used["0"]
     code, _, err = run_cli("diagnose", path, *args, "--margin", "1", "--out", tmp_path / "bad")
     assert code == 2 and "--margin" in err and "Traceback" not in err
+    code, _, err = run_cli("diagnose", path, *args, "--augment", "-1", "--out", tmp_path / "bad")
+    assert code == 2 and "--augment must lie in [0, 32], got -1" in err and "Traceback" not in err
 
 
 def test_diagnose_confirm_backend_carries_the_answer_over(run_cli, planted_file, tmp_path):
@@ -170,6 +172,8 @@ def test_resume_with_other_settings_is_refused(run_cli, planted_file, tmp_path):
     code, _, _ = run_cli(*base, "--max-evaluations", "3")
     code, _, err = run_cli(*base, "--resume", "--margin", "0.5")
     assert code == 2 and "other settings" in err and "margin" in err and "Traceback" not in err
+    code, _, err = run_cli(*base, "--resume", "--augment", "1")
+    assert code == 2 and "other settings" in err and "augment" in err and "Traceback" not in err
     other = [a if a != files[0] else files[1] for a in base]  # the same number of samples, other values
     code, _, err = run_cli(*other, "--resume")
     assert code == 2 and "samples_hash" in err

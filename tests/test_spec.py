@@ -83,7 +83,8 @@ def test_key_is_stable_and_follows_settings_and_file_contents(tmp_path):
     np.savez(sample, x=np.zeros(3, np.float32))
     s = RunSpec(str(model), inputs=InputSpec(files=(str(sample),)))
     assert s.key() == RunSpec.from_json(s.to_json()).key()
-    assert s.key() != s.with_settings({"search.margin": 0.1}).key()
+    assert s.key() != s.with_settings({"search.margin": 0.2}).key()
+    assert s.key() != s.with_settings({"search.augment": 0}).key()
     moved = tmp_path / "elsewhere.onnx"
     moved.write_bytes(b"model")
     assert s.key() == s.with_settings({"model": str(moved)}).key()  # the model's contents count, not its path

@@ -9,7 +9,7 @@ same settings. A recipe (every key optional; unknown keys are refused):
                 files: [a.npz, ...], validate_files: [...], validation_split, allow_nonfinite,
                 reference_outputs: polygraphy --save-outputs JSON of `files`}
     tolerance: {atol, rtol, check_error_stat, cosine_floor, margin}
-    precision, backend, confirm_backend, strategy, cost, max_evaluations, time_budget
+    precision, backend, confirm_backend, strategy, cost, augment, max_evaluations, time_budget
     about:     free-form notes (provenance, why the tolerance is fair); not read by the batch
 
 Paths in a recipe are relative to the recipe (or the manifest). A manifest is `{"defaults": {...},
@@ -53,6 +53,7 @@ RECIPE_KEYS: dict[str, str] = {
     "confirm_backend": "backends.confirm_backend",
     "strategy": "search.strategy",
     "cost": "search.cost",
+    "augment": "search.augment",
     "max_evaluations": "search.max_evaluations",
     "time_budget": "search.time_budget",
 }

@@ -100,7 +100,13 @@ def settings_refusal(exc, model: Path, out_dir: Path) -> str:
 
 
 def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None) -> None:
-    from precision_doctor.render.markdown import confirm_sentence, headroom_sentence, held_out_sentence
+    from precision_doctor.render.markdown import (
+        confirm_sentence,
+        generalization_sentence,
+        headroom_sentence,
+        held_out_sentence,
+        not_holding,
+    )
     from precision_doctor.render.tensorrt import outcome_lines
 
     def say(text) -> None:
@@ -125,10 +131,15 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         else:
             say(styled("PASS", "bold green", f" the whole model in {report.precision} already meets the "
                                  "tolerance"))
+    elif not_holding(report):
+        say(styled("NOT PREDICTED TO HOLD", "bold yellow", f": keeping {len(fb)} node(s) in FP32 meets the tolerance "
+                   "on the searched samples only:"))
+        for name in fb:
+            say(f"  {name}")
     else:
         say(styled("NO PASSING SET", "bold red", f": {report.reason or report.status}"))
-    for note in (held_out_sentence(report), *((confirm_sentence(report), headroom_sentence(report))
-                                               if report.passed else ())):
+    for note in (held_out_sentence(report), generalization_sentence(report),
+                 *((confirm_sentence(report), headroom_sentence(report)) if report.passed else ())):
         if note:
             say(note.replace("`", ""))
     for note, loud in outcome_lines(report) if report.passed else ():

@@ -39,6 +39,7 @@ FLAGS: dict[str, str] = {
     "search.strategy": "--strategy",
     "search.cost": "--cost",
     "search.margin": "--margin",
+    "search.augment": "--augment",
     "search.max_evaluations": "--max-evaluations",
     "search.time_budget": "--time-budget",
     "search.keep_io_types": "--keep-io-types",
@@ -113,7 +114,11 @@ SEARCH = (
     _opt("margin", "search.margin", float,
          "Search for a set that uses at most 1 - MARGIN of the tolerance (0.2: 20% to spare); held-out samples "
          "are checked at the full tolerance. Room to spare, no guarantee on other hardware (--confirm-backend "
-         "checks there)."),
+         "checks there). Default 0.1; --augment 0 --margin 0 is the bare minimum set (no room to spare)."),
+    _opt("augment", "search.augment", int,
+         "Perturbed copies (1% Gaussian noise on continuous float inputs, never integer ones) of each search sample "
+         "that the search also checks, so the answer is not tuned to one rounding pattern; after the search 4 fresh "
+         "copies per sample predict how it holds on new inputs. Default 3; 0 turns copies and that check off."),
     _opt("strategy", "search.strategy", str, "auto, bisect, bisect-reverse, linear, ddmin, segment."),
     _opt("cost", "search.cost", str, "Smallest means fewest nodes, or least FP32 'flops'."),
     _opt("max_evaluations", "search.max_evaluations", int | None, "Stop after this many evaluations."),

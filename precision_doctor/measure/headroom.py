@@ -4,21 +4,20 @@ The search ends at the edge of the tolerance on the samples it searched (each re
 it), and the share of the tolerance an answer uses is an extreme over many output elements, tuned by
 the search to those samples: on new inputs it is larger (docs/BENCHMARKS.md, "Generalization"). So
 the figure worth reporting is the share on samples the search did not see: held-out user samples
-when there are any, and fresh perturbed copies of the search samples (`augment.py`) always, which
+when there are any, and fresh perturbed copies of the search samples (`data/augment.py`) always, which
 move the share as much as new inputs do. From those:
 
-- `sample_shares`: the share of the tolerance each sample uses for one fallback set;
-- `loo_ratios`: leave-one-out, each sample's share over the largest share of the others;
+- `sample_shares`: the share of the tolerance each sample uses for one fallback set, and whether it passed;
 - `log_spread`, `margin_from_spread`: the margin that keeps a new input inside the tolerance with
   a given risk, from how much the share varies between samples (log-normal);
-- `predicted_share`: the share a new input exceeds with that risk, from shares on unseen samples;
-- `expected_headroom`: the figures for report.json and the report: checked on how many samples, the
-  share on the searched ones, the share on unseen ones, and the headroom 1 - that share.
+- `predicted_share`: the share a new input exceeds with that risk, from shares on unseen samples
+  (bench/generalization.py compares these remedies; the pipeline's probe is pipeline/probe.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from statistics import NormalDist
 
 import numpy as np
@@ -30,27 +29,24 @@ from precision_doctor.measure.tolerance import Tolerance, check_all
 DEFAULT_RISK = 0.005
 
 
+@dataclass(frozen=True)
+class SampleShare:
+    """One sample checked with one fallback set: the share of the tolerance its worst output element
+    uses (inf: NaN), and whether every output passed (a cosine floor or error statistic can fail below 1)."""
+
+    share: float
+    passed: bool
+
+
 def sample_shares(backend, fallback: frozenset[str], samples: Sequence[dict], refs: Sequence[dict],
-                  tol: Tolerance) -> list[float]:
-    """The share of `tol` the worst output element uses, per sample, with `fallback` in FP32 (inf: NaN)."""
+                  tol: Tolerance) -> list[SampleShare]:
+    """Each sample checked with `fallback` in FP32, every sample run (no early stop)."""
     runner = backend.prepare(frozenset(fallback))
     out = []
     for s, r in zip(samples, refs):
         checks = check_all(runner.run(s, list(r)), r, tol)
-        out.append(max((c.tol_used for c in checks.values()), default=0.0))
-    return out
-
-
-def loo_ratios(shares: Sequence[float]) -> list[float]:
-    """Each sample's share over the largest share of the others (above 1: leaving that sample out of a
-    search tuned to the others would have missed it by that factor). Needs two samples or more."""
-    s = np.asarray(shares, dtype=float)
-    if s.size < 2:
-        return []
-    out = []
-    for i in range(s.size):
-        rest = np.max(np.delete(s, i))
-        out.append(float(np.inf) if rest == 0 and s[i] > 0 else float(s[i] / rest) if rest else 1.0)
+        out.append(SampleShare(max((c.tol_used for c in checks.values()), default=0.0),
+                               all(c.passed for c in checks.values())))
     return out
 
 
@@ -93,18 +89,3 @@ def predicted_share(shares: Sequence[float], risk: float = DEFAULT_RISK) -> floa
         return None
     mean, sd = spread
     return float(np.exp(mean + sd * NormalDist().inv_cdf(1 - risk)))
-
-
-def expected_headroom(searched: Sequence[float], held_out: Sequence[float] = (), fresh: Sequence[float] = ()) -> dict:
-    """report.json's figures from per-sample shares: `searched` (the oracle's samples), `held_out` (user
-    samples the search did not see), `fresh` (perturbed copies of the search samples it did not see).
-    `headroom` = 1 - the largest unseen share: negative, the answer fails there."""
-    unseen = list(held_out) + list(fresh)
-    hi, top = max(unseen, default=None), max(searched, default=None)
-    return {
-        "checked_on": {"searched": len(searched), "held_out": len(held_out), "fresh_copies": len(fresh)},
-        "share_searched": top,
-        "share_unseen": hi,
-        "headroom": None if hi is None else 1.0 - hi,
-        "unseen_over_searched": hi / top if hi is not None and top else None,
-    }

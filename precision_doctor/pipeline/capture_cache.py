@@ -45,6 +45,7 @@ NOT_IN_KEY: dict[str, str] = {
     "search.strategy": "the search runs after the capture",
     "search.cost": "the search runs after the capture",
     "search.margin": "the search runs after the capture",
+    "search.augment": "perturbed copies are made at search time and never captured",
     "search.max_evaluations": "the search runs after the capture",
     "search.time_budget": "the search runs after the capture",
     "search.keep_io_types": "only fixed.onnx reads it",

@@ -1,7 +1,7 @@
 """`diagnose`: capture, rank, search, confirm on held-out samples, and write every artifact.
 
 Data flows one way: workload -> capture + analysis -> search space -> oracle + strategy ->
-validation -> [confirmation on another backend] -> "fixed" capture -> artifacts and report.
+validation + probe (pipeline/probe.py) -> [confirmation on another backend] -> "fixed" capture -> artifacts and report.
 This module only orchestrates; each step lives in its own module of this package.
 """
 
@@ -17,14 +17,16 @@ from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
+from precision_doctor.measure.headroom import sample_shares
 from precision_doctor.pipeline.artifacts import write_artifacts
 from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
 from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
 from precision_doctor.pipeline.confirmation import confirm
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
+from precision_doctor.pipeline.probe import PROBE_COPIES, PROBE_SEED, SEARCH_SEED, expected_headroom, perturbed_copies
 from precision_doctor.pipeline.reporting import CHECKPOINT, build_report, write_report
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
-from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, run_strategy
+from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, run_strategy, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
 from precision_doctor.pipeline.validation import check_on_samples
 from precision_doctor.results.report import Confirm, Report
@@ -76,16 +78,17 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     space = build_space(model, analysis, fmt, spec.search.cost)
 
     notify(progress, PhaseEvent("reference"))
+    ref = ReferenceRunner(model)
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, val_refs = work.references, work.held_references or []
     else:
-        ref = ReferenceRunner(model)
         refs = [ref.run(s) for s in work.samples]
         val_refs = [ref.run(s) for s in validation]
+    copies, copy_refs = perturbed_copies(work.samples, spec.search.augment, SEARCH_SEED, ref.run)
 
     budget = budget_of(spec.search)
     oracle = Oracle(
-        backend, work.samples, refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
+        backend, work.samples + copies, refs + copy_refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
         checkpoint=out_dir / CHECKPOINT, on_evaluation=evaluation_events(progress), stop=stop,
     )
     if resume:
@@ -95,20 +98,36 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
 
     notify(progress, PhaseEvent("search"))
     status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
-    validation_report = None
-    if found is not None and validation:
+    validation_report = headroom = None
+    probe, probe_refs = perturbed_copies(work.samples, PROBE_COPIES if spec.search.augment else 0, PROBE_SEED, ref.run)
+    if found is not None and (validation or probe):
         notify(progress, PhaseEvent("validate"))
-        validation_report = check_on_samples(backend, found, validation, val_refs, spec.tolerance)
-        if not validation_report.passed and status == "complete":
-            # Not presented as the answer: search again with the failing held-out samples included.
-            validation_report.first_candidate = sorted(found)
-            oracle.samples = work.samples + validation
-            oracle.references = refs + val_refs
+        validation_report = check_on_samples(backend, found, validation, val_refs, spec.tolerance) if validation else None
+        shares = sample_shares(backend, found, probe, probe_refs, spec.tolerance)
+        held_failed = validation_report is not None and not validation_report.passed
+        failing = [i for i, p in enumerate(shares) if not p.passed]
+        researched = (held_failed or bool(failing)) and status == "complete"
+        if researched:
+            # Not presented as the answer: search again (once) with the failing unseen samples included.
+            added = ([*validation], [*val_refs]) if held_failed else ([], [])
+            oracle.samples = oracle.samples + added[0] + [probe[i] for i in failing]
+            oracle.references = oracle.references + added[1] + [probe_refs[i] for i in failing]
             oracle.order = list(range(len(oracle.samples)))
             oracle.memo = {k: v for k, v in oracle.memo.items() if not v.passed}
+            first = sorted(found)
             status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
-            validation_report.research = "searched again with the held-out samples included"
-            validation_report.passed_after_research = found is not None
+            if held_failed:
+                validation_report.first_candidate = first
+                validation_report.research = "searched again with the held-out samples included"
+                validation_report.passed_after_research = found is not None
+            if found is not None:
+                shares = sample_shares(backend, found, probe, probe_refs, spec.tolerance)
+        if found is not None:
+            headroom = expected_headroom(
+                searched=len(work.samples), search_copies=len(copies),
+                share_searched=user_share(spec, oracle.known(found)), probe=shares, validation=validation_report,
+                held_out_unseen=not (researched and held_failed),
+                held_out_from_user=bool(work.inputs.files or work.inputs.validate_files), researched=researched)
     confirmed = confirm_verdict = None
     if confirm_backend is not None and found is not None:
         if status == "complete":
@@ -148,6 +167,7 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
         artifacts=written.commands if written else {}, elapsed=time.monotonic() - t0, confirm=confirmed,
         confirm_verdict=confirm_verdict, written=written, trt_check=trt_check, engine=engine,
         knobs=knob_outcome.result if knob_outcome else None, knob_verdict=knob_outcome.verdict if knob_outcome else None,
+        expected_headroom=headroom,
     )
     return write_report(out_dir, report)
 

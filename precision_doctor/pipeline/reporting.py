@@ -19,6 +19,7 @@ from precision_doctor.results.report import (
     Checks,
     Confirm,
     EngineResult,
+    ExpectedHeadroom,
     FormatLimits,
     KnobsResult,
     Layer,
@@ -43,6 +44,7 @@ def build_report(
     n_validation: int, fixed_rel: dict[str, float], artifacts: dict, elapsed: float, confirm: Confirm | None = None,
     confirm_verdict: Verdict | None = None, written: Written | None = None, trt_check: TrtCheckResult | None = None,
     engine: EngineResult | None = None, knobs: KnobsResult | None = None, knob_verdict: Verdict | None = None,
+    expected_headroom: ExpectedHeadroom | None = None,
 ) -> Report:
     model = work.model
     final = fallback or frozenset()
@@ -79,7 +81,7 @@ def build_report(
         confirm=confirm,
         status=status,
         reason=reason,
-        passed=fallback is not None and held_out_ok,
+        passed=fallback is not None and held_out_ok and (expected_headroom is None or expected_headroom.holds),
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
         fp32_flop_share=sum(flops.get(n, 0) for n in final) / total,
@@ -93,6 +95,7 @@ def build_report(
         baseline=_checks(oracle.known(())),
         outputs=dict(final_verdict.outputs) if final_verdict else {},
         validation=validation,
+        expected_headroom=expected_headroom,
         first_divergence=analysis.first_divergence,
         first_divergence_node=analysis.first_divergence_node,
         ranking=analysis.ranking[:50],

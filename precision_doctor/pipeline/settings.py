@@ -21,7 +21,7 @@ from precision_doctor.results.jsonio import jsonable, read_json, write_json
 from precision_doctor.spec import RunSpec
 
 RUN_SETTINGS = "run_settings.json"
-VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "confirm_backend", "samples",
+VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "confirm_backend", "samples",
                 "validation_samples", "samples_hash", "reference_hash")
 
 
@@ -41,6 +41,7 @@ def run_settings(work: Workload, spec: RunSpec, validation: list[Sample],
     return jsonable({
         "model_hash": work.model.model_hash, "precision": spec.precision, "backend": spec.backends.backend,
         "tolerance": spec.tolerance.to_dict(), "margin": spec.search.margin,
+        "augment": spec.search.augment,
         "confirm_backend": spec.backends.confirm_backend,
         "samples": len(work.samples), "validation_samples": len(validation),
         "samples_hash": samples_hash(work.samples + validation),

@@ -17,6 +17,7 @@ from precision_doctor.render.markdown import (
     fmt_flops,
     fmt_pct,
     fmt_time,
+    generalization_sentence,
     headroom_sentence,
     held_out_sentence,
     layers_by_name,
@@ -342,7 +343,8 @@ def _header(report: Report) -> str:
         _kpi(tol_txt, "tolerance"),
     ]
     reason = ""
-    for line in (confirm_sentence(report), headroom_sentence(report), engine_sentence(report), knobs_sentence(report)):
+    for line in (generalization_sentence(report), confirm_sentence(report), headroom_sentence(report),
+                 engine_sentence(report), knobs_sentence(report)):
         if line:
             reason += f'<div class="headroom">{_e(line.replace("`", ""))}</div>'
     if check := trt_check_sentence(report):

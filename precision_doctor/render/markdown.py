@@ -165,6 +165,8 @@ def verdict(report: Report) -> tuple[str, str]:
     if status in ("interrupted", "budget_exhausted"):
         what = "interrupted" if status == "interrupted" else "budget exhausted"
         return (f"PASSED (search {what})", "warn") if passed else (f"INCOMPLETE ({what})", "fail")
+    if not passed and not_holding(report):
+        return "PASSES ON THE SEARCHED SAMPLES ONLY: PREDICTED NOT TO HOLD ON NEW INPUTS", "warn"
     if not passed:
         return "FAILED", "fail"
     if researched and validation.passed_after_research:
@@ -184,6 +186,13 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
                   "directory; a larger --max-evaluations or --time-budget lets it go further):",
                   f"precision-doctor diagnose {model} --resume --out RUN_DIR")]
         return steps if not report.passed else steps + _build_steps(report, cmds)
+    if not_holding(report):
+        margin = min(0.5, float(report.margin or 0.0) + 0.1)
+        return [("The answer meets the tolerance on the searched samples but fails on samples the search did not see: "
+                 "give more --inputs of your data (from 4 on, some are held out to check it), or search with more room "
+                 "to spare (a larger --margin, more --augment copies):",
+                 f"precision-doctor diagnose {model} {_inputs_args(report)} --precision {report.precision} "
+                 f"--atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} --margin {margin:g} --out RUN_DIR")]
     if not report.passed:
         base = report.baseline
         if base is not None and not base.passed and report.status == "no_solution":
@@ -244,6 +253,9 @@ def held_out_sentence(report: Report) -> str | None:
         return None
     n = f"{v.samples} held-out sample{'s' if v.samples != 1 else ''}"
     of = " (of the searched answer, before the confirmation changed it)" if v.of else ""
+    h = report.expected_headroom
+    if v.passed and h is not None and not h.held_out_from_user:
+        return f"The answer passes on {n}{of}, generated like the search samples: not your data."
     if v.passed:
         return f"The answer holds on {n}{of}."
     first = len(v.first_candidate or [])
@@ -309,6 +321,41 @@ def confirm_sentence(report: Report) -> str | None:
         return head + f"; no passing set was found there ({_q(c.evaluations)} evaluations)."
     final = len(report.fallback_nodes)
     return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes."
+
+
+def not_holding(report: Report) -> bool:
+    """Whether an answer that meets the tolerance on the searched samples fails on unseen ones (the probe,
+    after its second search): the verdict must not be PASS."""
+    h = report.expected_headroom
+    return h is not None and not h.holds and report.status == "complete" \
+        and (report.validation is None or report.validation.passed or bool(report.validation.passed_after_research))
+
+
+def generalization_sentence(report: Report) -> str | None:
+    """How the answer fares on samples the search did not see (pipeline/probe.py), and what that allows
+    to be said: "holds" only on held-out samples of the user's data; None when no probe ran."""
+    h = report.expected_headroom
+    if h is None or not h.unseen:
+        return None
+    copies = f" with {h.search_copies} perturbed copies" if h.search_copies else ""
+    held = f", {h.held_out} held out {'of your data' if h.held_out_from_user else '(generated)'}" if h.held_out else ""
+    text = (f"Checked on {h.searched + h.unseen} samples ({h.searched} searched{copies}, {h.perturbed_copies} fresh "
+            f"perturbed copies{held})")
+    if h.share_unseen is not None and h.headroom is not None:
+        text += (f": the largest share of the tolerance on the {h.unseen} unseen ones is {100 * h.share_unseen:.1f}%, "
+                 f"headroom {100 * h.headroom:.1f}%")
+    if not h.holds:
+        again = " even after a second search that included the failing ones" if h.researched else ""
+        return (text + f". The answer meets the tolerance on the searched samples but fails on {h.failing_copies} "
+                f"perturbed cop{'y' if h.failing_copies == 1 else 'ies'} and {h.failing_held_out} held-out sample(s)"
+                f"{again}: it is predicted NOT to hold on new inputs. Give more --inputs (some are then held out) or "
+                "search with a larger --margin.")
+    if h.researched:
+        text += "; the first answer failed on some of them, a second search with those included found this one"
+    if not (h.held_out and h.held_out_from_user):
+        text += ("; not validated on your data (no held-out sample of it): the perturbed copies predict the answer "
+                 "holds, give 4 or more --inputs (or --validate-inputs) to check it on your data")
+    return text + "."
 
 
 def headroom_sentence(report: Report) -> str | None:
@@ -429,7 +476,7 @@ def render_markdown(report: Report) -> str:
         L.append(f"- Validation: {held_out_sentence(report)}")
     else:
         L.append("- Validation: not run (no held-out samples).")
-    for line in (confirm_sentence(report), headroom_sentence(report)):
+    for line in (generalization_sentence(report), confirm_sentence(report), headroom_sentence(report)):
         if line:
             L.append(f"- {line}")
     for line in (trt_check_sentence(report), engine_sentence(report), knobs_sentence(report)):

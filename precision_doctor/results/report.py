@@ -75,6 +75,33 @@ class Validation:
 
 
 @dataclass
+class ExpectedHeadroom:
+    """The answer checked on samples the search did not see (pipeline/probe.py): `perturbed_copies` fresh
+    perturbed copies of the `searched` samples and `held_out` held-out samples (`held_out_from_user`: of the
+    user's data, not generated). `share_unseen`: the largest share of the tolerance among them; `headroom`
+    = 1 - that (negative: the answer fails there). `failing_copies`/`failing_held_out` count the unseen
+    samples the answer fails on; `researched`: they were added to a second search (once), and the counts
+    are of its answer; `holds`: predicted to hold on new inputs (no unseen sample fails)."""
+
+    searched: int
+    search_copies: int
+    perturbed_copies: int
+    held_out: int
+    held_out_from_user: bool
+    share_searched: float | None
+    share_unseen: float | None
+    headroom: float | None
+    failing_copies: int = 0
+    failing_held_out: int = 0
+    researched: bool = False
+    holds: bool = True
+
+    @property
+    def unseen(self) -> int:
+        return self.perturbed_copies + self.held_out
+
+
+@dataclass
 class TrajectoryRow:
     """One evaluation of a search."""
 
@@ -313,6 +340,7 @@ class Report:
     baseline: Checks | None = None
     outputs: dict[str, OutputCheck] = field(default_factory=dict)
     validation: Validation | None = None
+    expected_headroom: ExpectedHeadroom | None = None
     first_divergence: str | None = None
     first_divergence_node: str | None = None
     ranking: list[str] = field(default_factory=list)
@@ -369,6 +397,7 @@ class Report:
                 "passed": self.baseline.passed, "outputs": _checks_json(self.baseline.outputs)},
             "outputs": _checks_json(self.outputs),
             "validation": None if self.validation is None else _validation_json(self.validation),
+            "expected_headroom": None if self.expected_headroom is None else asdict(self.expected_headroom),
             "first_divergence": self.first_divergence,
             "first_divergence_node": self.first_divergence_node,
             "ranking": self.ranking,
@@ -570,6 +599,16 @@ def _validation(v: Any, path: str) -> Validation:
     )
 
 
+def _expected_headroom(v: Any, path: str) -> ExpectedHeadroom:
+    d = _mapping(v, path)
+    counts = {k: _get(d, k, path, _int, default=0) for k in
+              ("searched", "search_copies", "perturbed_copies", "held_out", "failing_copies", "failing_held_out")}
+    shares = {k: _opt(d, k, path, _num) for k in ("share_searched", "share_unseen", "headroom")}
+    flags = {k: _get(d, k, path, _bool, default=default) for k, default in
+             (("held_out_from_user", False), ("researched", False), ("holds", True))}
+    return ExpectedHeadroom(**counts, **shares, **flags)
+
+
 def _confirm(v: Any, path: str) -> Confirm:
     d = _mapping(v, path)
     return Confirm(
@@ -690,6 +729,7 @@ def _report(data: Any) -> Report:
             default=None, optional=True),
         outputs=_get(d, "outputs", "", _checks, default={}),
         validation=_get(d, "validation", "", _validation, default=None, optional=True),
+        expected_headroom=_opt(d, "expected_headroom", "", _expected_headroom),
         first_divergence=_get(d, "first_divergence", "", _str, default=None, optional=True),
         first_divergence_node=_get(d, "first_divergence_node", "", _str, default=None, optional=True),
         ranking=_get(d, "ranking", "", _list(_str), default=[]),

@@ -1,0 +1,105 @@
+"""Issue #9: perturbed copies in the search, the probe after it, the second search when the probe fails,
+and a verdict that is not PASS when the answer is predicted not to hold on new inputs."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from precision_doctor import api
+from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.graph.model import from_proto
+from precision_doctor.pipeline.probe import perturbed_copies
+from precision_doctor.render.markdown import generalization_sentence, next_steps, render_markdown, verdict
+from precision_doctor.results.report import ExpectedHeadroom, Report
+from precision_doctor.spec import InputSpec, RunSpec, SearchSpec, Tolerance
+
+WIDTH = 8
+
+
+def _knife_edge() -> onnx.ModelProto:
+    """(x + 2048) - 2048 on 8 values in [0, 100]: FP16's spacing at 2048 is 2, so each value's error is its
+    distance to the nearest even integer, in [0, 1] and different for every perturbed copy. At atol 0.97 a
+    sample fails when one of its values errs by more than 0.97: the all-FP16 answer passes some samples
+    and fails others by chance, as real models' answers do at the edge of the tolerance."""
+    nodes = [helper.make_node("Add", ["x", "c"], ["a"], name="add_offset"),
+             helper.make_node("Sub", ["a", "c"], ["y"], name="sub_offset")]
+    g = helper.make_graph(nodes, "knife_edge", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, WIDTH])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, WIDTH])],
+                          [numpy_helper.from_array(np.array(2048.0, np.float32), "c")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=10)
+
+
+def _diagnose(tmp_path, seed: int, **search) -> Report:
+    model = tmp_path / "knife.onnx"
+    onnx.save(_knife_edge(), str(model))
+    rng = np.random.default_rng(seed)
+    files = []
+    for i in range(2):  # two --inputs samples: none can be held out
+        files.append(tmp_path / f"s{seed}_{i}.npz")
+        np.savez(files[-1], x=rng.uniform(0, 100, (1, WIDTH)).astype(np.float32))
+    spec = RunSpec(str(model), inputs=InputSpec(files=tuple(map(str, files))), tolerance=Tolerance(atol=0.97, rtol=0.0),
+                   search=SearchSpec(**search))
+    return api.diagnose(spec, tmp_path / f"run{seed}-{search}", force=True)
+
+
+def test_perturbed_copies_never_touch_integer_inputs():
+    ints = [{"ids": np.arange(12).reshape(1, 12) + k} for k in range(2)]
+    assert perturbed_copies(ints, 3, 0, lambda s: {}) == ([], [])  # nothing to perturb: no copies at all
+    model = from_proto(_knife_edge())
+    samples = [{"x": np.random.default_rng(k).uniform(0, 100, (1, WIDTH)).astype(np.float32)} for k in range(2)]
+    copies, refs = perturbed_copies(samples, 3, 0, ReferenceRunner(model).run)
+    assert len(copies) == len(refs) == 6 and perturbed_copies(samples, 0, 0, ReferenceRunner(model).run) == ([], [])
+    assert all(not np.array_equal(c["x"], samples[i // 3]["x"]) for i, c in enumerate(copies))
+    np.testing.assert_allclose(refs[0]["y"], copies[0]["x"], atol=1e-3)  # FP32 references of the copies themselves
+    other, _ = perturbed_copies(samples, 3, 1, ReferenceRunner(model).run)
+    assert not np.array_equal(other[0]["x"], copies[0]["x"])  # the probe's seed gives other copies
+
+
+def test_probe_failure_searches_again_with_the_failing_copies(tmp_path):
+    """Seed 3: the all-FP16 answer passes both samples and their search copies, fails on fresh copies; the
+    second search includes them and finds the two nodes, which hold on every copy."""
+    rep = _diagnose(tmp_path, 3, augment=1, margin=0.0)
+    h = rep.expected_headroom
+    assert isinstance(h, ExpectedHeadroom)
+    assert (h.searched, h.search_copies, h.perturbed_copies, h.held_out) == (2, 2, 8, 0)
+    assert h.researched and h.holds and h.failing_copies == 0
+    assert rep.passed and rep.fallback_nodes == ["add_offset", "sub_offset"] and verdict(rep)[1] == "pass"
+    assert h.share_unseen == 0.0 and h.headroom == 1.0  # both nodes in FP32: exact
+    words = generalization_sentence(rep)
+    assert "2 searched with 2 perturbed copies, 8 fresh perturbed copies" in words
+    assert "second search" in words and "not validated on your data" in words
+    data = json.loads((tmp_path / "run3-{'augment': 1, 'margin': 0.0}" / "report.json").read_text())
+    assert data["expected_headroom"]["researched"] is True and data["expected_headroom"]["perturbed_copies"] == 8
+    assert Report.from_json(data).expected_headroom == h
+
+
+def test_augment_0_margin_0_is_the_bare_search(tmp_path):
+    """Without copies the same two samples let the all-FP16 answer through, and nothing checks it further."""
+    rep = _diagnose(tmp_path, 3, augment=0, margin=0.0)
+    assert rep.passed and rep.fallback_nodes == [] and rep.expected_headroom is None and rep.margin == 0.0
+
+
+def test_default_search_uses_copies_and_a_margin():
+    s = SearchSpec()
+    assert s.augment == 3 and s.margin == 0.1
+
+
+def test_verdict_is_not_pass_when_predicted_not_to_hold(tmp_path):
+    """A report whose probe still fails after the second search: not PASS, says why and what to do."""
+    rep = _diagnose(tmp_path, 3, augment=1, margin=0.0)
+    failing = replace(rep.expected_headroom, holds=False, failing_copies=2, share_unseen=1.3, headroom=-0.3)
+    bad = replace(rep, passed=False, expected_headroom=failing)
+    label, kind = verdict(bad)
+    assert kind == "warn" and "PASS" not in label.replace("PASSES ON THE SEARCHED SAMPLES ONLY", "")
+    assert "NOT TO HOLD" in label
+    words = generalization_sentence(bad)
+    assert "predicted NOT to hold on new inputs" in words and "--inputs" in words and "--margin" in words
+    assert "headroom -30.0%" in words
+    (text, cmd), = next_steps(bad)
+    assert "--margin 0.1" in cmd and "searched samples" in text
+    assert "NOT TO HOLD" in render_markdown(Report.from_json(bad.to_json()))
