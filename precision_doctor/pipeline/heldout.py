@@ -5,23 +5,15 @@ from __future__ import annotations
 from precision_doctor.data.inputs import Sample, generate_samples, load_samples, parse_val_ranges, validate_samples
 from precision_doctor.data.references import check_count
 from precision_doctor.data.workload import Workload
-from precision_doctor.errors import SpecError
+from precision_doctor.pipeline.heldout_policy import plan_held_out
 
 HELD_OUT_SEED_OFFSET = 7919  # generated held-out samples use seed + this
 
 
-def split_validation(samples: list[Sample], fraction: float) -> tuple[list[Sample], list[Sample]]:
-    """Hold out the last `fraction` of the samples (at least one sample stays for the search)."""
-    if not 0 <= fraction < 1:
-        raise SpecError("inputs.validation_split", "{inputs.validation_split} must lie in [0, 1)")
-    k = int(round(len(samples) * fraction))
-    k = min(k, len(samples) - 1)
-    return (samples[: len(samples) - k], samples[len(samples) - k :]) if k > 0 else (samples, [])
-
-
 def held_out_samples(work: Workload) -> list[Sample]:
     """Held-out samples, by the workload's InputSpec: from `validate_files`, split off the sample files
-    (`validation_split`, 0.25 by default), or generated with another seed (`validation_split` times as
+    as heldout_policy.plan_held_out says (a quarter, at least 2, spread over the list, from 4 files on;
+    none below; `validation_split` overrides), or generated with another seed (`validation_split` times as
     many as the search samples, half by default). `work.samples` may shrink."""
     inputs = work.inputs
     split = inputs.validation_split
@@ -37,11 +29,12 @@ def held_out_samples(work: Workload) -> list[Sample]:
     if inputs.files:
         if work.references is not None:
             check_count(inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
-        n_all = len(work.samples)
-        work.samples, held = split_validation(work.samples, 0.25 if split is None else split)
+        plan = plan_held_out(len(work.samples), generated=False, split=split)
+        held = [work.samples[i] for i in plan.held_out]
+        work.samples = [work.samples[i] for i in plan.search]
         if work.references is not None:
-            k = n_all - len(held)
-            work.references, work.held_references = work.references[:k], work.references[k:]
+            refs = work.references
+            work.references, work.held_references = [refs[i] for i in plan.search], [refs[i] for i in plan.held_out]
         return held
     if split == 0:
         return []
