@@ -52,7 +52,8 @@ def compare(
     _loaded(spec, work, [], progress)
     out = prepare_run_dir(Path(out_dir), force=force)
     notify(progress, PhaseEvent("capture"))
-    return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop)
+    return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
+                       rules=spec.backends.rules)
 
 
 def rerender(run_dir: str | Path) -> Report:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from precision_doctor.errors import SpecError
+from precision_doctor.errors import SpecError, UserError
 from precision_doctor.measure.tolerance import Tolerance
 
 COSTS = ("nodes", "flops")
@@ -67,10 +67,14 @@ class CaptureSpec:
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """Where candidate sets run, and where the answer is confirmed (None: not confirmed)."""
+    """Where candidate sets run, where the answer is confirmed (None: not confirmed; `auto` confirms on
+    ort-cuda where a CUDA GPU is), and the emulator's rules: `ort-cuda` (what ONNX Runtime's CUDA
+    kernels and graph optimizer do in FP16, measured on an H100) or `standard` (round the inputs and
+    outputs of each node, compute in FP32 between), or rule names (graph/rules.py)."""
 
-    backend: str = "emulate"
+    backend: str = "auto"
     confirm_backend: str | None = None
+    rules: str = "ort-cuda"
 
 
 SECTIONS: dict[str, type] = {
@@ -126,6 +130,16 @@ class RunSpec:
                 "--confirm-backend", "{backends.confirm_backend}"))
         if b.confirm_backend is not None:
             check_backend_name(b.confirm_backend, "backends.confirm_backend")
+        if b.backend == "auto" and b.confirm_backend == "emulate":
+            raise SpecError("backends.confirm_backend", "{backends.backend} auto searches with the emulator: "
+                            "{backends.confirm_backend} must be another backend")
+        from precision_doctor.graph.rules import SETTING_CHOICES, resolve_rules
+
+        try:
+            resolve_rules(b.rules)
+        except UserError as exc:
+            raise SpecError("backends.rules", f"{{backends.rules}}: {exc} (the usual choices: "
+                            f"{', '.join(SETTING_CHOICES)})") from None
         i = self.inputs
         if i.samples < 1:
             raise SpecError("inputs.samples", "{inputs.samples} must be at least 1")

@@ -253,3 +253,44 @@ def test_each_fusion_changes_only_its_anchors(fusion):
     anchors = {a for a, site in find_sites(model, FP16, (FUSIONS[fusion],)).items()}
     first = next(n for n in model.nodes if not np.array_equal(base[n.float_outputs[0]], got[n.float_outputs[0]], equal_nan=True))
     assert first.name in anchors
+
+
+def test_local_graph_fuses_each_anchor_from_the_patterns_exact_inputs():
+    """The analysis' local error under ort-cuda: the anchor computed by the fused kernel from the
+    pattern's exact inputs (the Sigmoid's own output is not read); other nodes as before."""
+    from precision_doctor.backends.ort_session import make_session
+
+    model = from_proto(_silu_model())
+    x = np.linspace(-14, 14, 1000, dtype=np.float32)
+    proto, feeds = emulate.local_graph(model, FP16, model.candidates, "ort-cuda")
+    exact = {"x": x, "s1": (1 / (1 + np.exp(-x))).astype(np.float32), "ax": x * np.float32(1.702)}
+    exact["s2"] = (1 / (1 + np.exp(-exact["ax"]))).astype(np.float32)
+    names = [o.name for o in proto.graph.output]
+    got = dict(zip(names, make_session(proto, optimize=False).run(names, {t: exact[t] for t in feeds})))
+    assert _agree(got[emulate.local_output("silu")], quickgelu_kernel(x, 1.0))
+    assert _agree(got[emulate.local_output("qg")], quickgelu_kernel(x, 1.702))
+    standard = emulate.local_graph(model, FP16, model.candidates, "standard")[0]
+    assert {o.name for o in standard.graph.output} == set(names)
+
+
+def test_fused_pattern_fixture_replays(tmp_path):
+    """A fused-pattern fixture (what bench/gpu_nodewise.py writes from the GPU, here a synthetic provider
+    computing ORT's QuickGelu kernel): the pattern replays through the rules; ort-cuda reproduces it, the
+    standard rule does not."""
+    from precision_doctor.graph.fusions import pattern_model
+    from precision_doctor.measure.fidelity_fixture import check_rules, write_fixture
+
+    model = from_proto(_silu_model())
+    site = find_sites(model, FP16, (FUSIONS["quickgelu-fp16"],))["silu_mul"]
+    proto = pattern_model(model, site)
+    assert [n.name for n in proto.graph.node] == ["sig1", "silu_mul"] and [i.name for i in proto.graph.input] == ["x"]
+    x = np.linspace(-12, 12, 1000, dtype=np.float32)
+    record = {"model": "synthetic", "node": "silu_mul", "op_type": "Mul", "fusion": site.fusion,
+              "inputs": ["x"], "outputs": ["silu"]}
+    arrays = {"onnx": np.frombuffer(proto.SerializeToString(), np.uint8), "in0": x,
+              "out0": quickgelu_kernel(x, 1.0).astype(h)}
+    path = write_fixture(tmp_path / "f.npz", [(record, arrays)])
+    (mine,) = check_rules(path, FP16, "ort-cuda")
+    (std,) = check_rules(path, FP16, "standard")
+    assert mine["exact"] >= 0.98 and mine["max_ulp_diff"] <= 1
+    assert std["exact"] < 0.9

@@ -8,12 +8,21 @@ import typer
 from rich.table import Table
 
 from precision_doctor.cli import app, console, err, progress_bar
-from precision_doctor.cli.options import BACKENDS, GENERATED, PRECISION, SEARCH, TOLERANCE, Options, with_options
+from precision_doctor.cli.options import (
+    BACKENDS,
+    EMULATION,
+    GENERATED,
+    PRECISION,
+    SEARCH,
+    TOLERANCE,
+    Options,
+    with_options,
+)
 from precision_doctor.control import StopToken, sigint_stops
 
 
 @app.command()
-@with_options(PRECISION, BACKENDS, SEARCH, TOLERANCE, GENERATED)
+@with_options(PRECISION, BACKENDS, EMULATION, SEARCH, TOLERANCE, GENERATED)
 def batch(
     zoo: Path = typer.Argument(..., help="A directory of .onnx files (recipes beside them) or a JSON/YAML manifest."),
     jobs: int = typer.Option(1, "--jobs", "-j", help="Local worker processes (0: run in this process)."),

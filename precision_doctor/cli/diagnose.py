@@ -10,6 +10,7 @@ from precision_doctor.cli import announce_renamed, app, console, fail, progress_
 from precision_doctor.cli.options import (
     BACKENDS,
     CAPTURE,
+    EMULATION,
     HELD_OUT,
     INPUTS,
     PRECISION,
@@ -24,7 +25,7 @@ from precision_doctor.results.report import Report
 
 
 @app.command()
-@with_options(INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, RUN_DIR, CAPTURE)
+@with_options(INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, RUN_DIR, CAPTURE)
 def diagnose(
     model: Path = typer.Argument(..., help="ONNX model."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out without repeating work."),
@@ -60,7 +61,7 @@ def diagnose(
 
 
 def print_outcome(report: Report, out_dir: Path) -> None:
-    from precision_doctor.render.markdown import confirm_sentence, headroom_sentence
+    from precision_doctor.render.markdown import certified_sentence, confirm_sentence, emulation_note_lines, headroom_sentence
 
     fb = report.fallback_nodes
     tol = report.tolerance
@@ -87,7 +88,8 @@ def print_outcome(report: Report, out_dir: Path) -> None:
         if val is not None:
             state = "holds" if val.passed else "FAILED first; searched again with them included"
             console.print(f"held-out samples ({val.samples}): {state}", highlight=False)
-        for note in (confirm_sentence(report), headroom_sentence(report)):
+        for note in (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),
+                     *emulation_note_lines(report)):
             if note:
                 console.print(note.replace("`", ""), highlight=False)
     else:

@@ -462,6 +462,37 @@ class MatMulAddGemm(Fusion):
 FUSIONS: dict[str, Fusion] = {f.name: f for f in (ConvBnFold(), MatMulAddGemm(), MatMulScaleFp16(), QuickGeluFp16())}
 
 
+def pattern_model(model: Model, site: Site) -> onnx.ModelProto:
+    """A model of a fusion site alone (FP32): the pattern's nodes in graph order, the constants they
+    read as initializers, the other tensors they read as graph inputs, the anchor's output as output."""
+    members = {site.anchor, *site.gates}
+    infos = [n for n in model.nodes if n.name in members]
+    nodes = [model.proto.graph.node[n.index] for n in infos]
+    made = {t for n in nodes for t in n.output if t}
+    consts = constant_tensors(model)
+    graph_inputs = {i.name for i in model.proto.graph.input}
+    inits = {i.name: i for i in model.proto.graph.initializer if i.name not in graph_inputs}
+    used, ins = [], []
+    for t in dict.fromkeys(t for n in nodes for t in n.input if t and t not in made):
+        if t in inits:
+            used.append(inits[t])
+        elif t in consts:
+            used.append(numpy_helper.from_array(consts[t], t))
+        else:
+            ins.append(t)
+    anchor = next(n for n in nodes if n.name == site.anchor)
+    types, shapes = model.tensor_types, model.tensor_shapes
+    g = helper.make_graph(
+        nodes, f"pattern_{site.anchor}",
+        [helper.make_tensor_value_info(t, types[t], shapes.get(t)) for t in ins],
+        [helper.make_tensor_value_info(anchor.output[0], types[anchor.output[0]], shapes.get(anchor.output[0]))],
+        used,
+    )
+    out = helper.make_model(g, opset_imports=list(model.proto.opset_import), ir_version=model.proto.ir_version)
+    out.producer_name = "precision-doctor-fixture"
+    return out
+
+
 def find_sites(model: Model, fmt: Format, fusions: tuple[Fusion, ...]) -> dict[str, Site]:
     """Anchor node name -> its site, for `fusions` in ORT's order (BASIC before EXTENDED; an anchor has
     one site, the first found); only sites whose nodes are all candidates.

@@ -22,7 +22,7 @@ def run_settings(work: Workload, spec: RunSpec, validation: list[Sample]) -> dic
     return jsonable({
         "model_hash": work.model.model_hash, "precision": spec.precision, "backend": spec.backends.backend,
         "tolerance": spec.tolerance.to_dict(), "margin": spec.search.margin,
-        "confirm_backend": spec.backends.confirm_backend,
+        "confirm_backend": spec.backends.confirm_backend, "rules": spec.backends.rules,
         "samples": len(work.samples), "validation_samples": len(validation),
         "samples_hash": samples_hash(work.samples + validation),
     })

@@ -12,7 +12,9 @@ from precision_doctor.render.markdown import (
     ARTIFACT_TITLES,
     COMMAND_TITLES,
     INPUT_SENSITIVE_WHY,
+    certified_sentence,
     confirm_sentence,
+    emulation_note_lines,
     fmt,
     fmt_flops,
     fmt_pct,
@@ -331,7 +333,8 @@ def _header(report: Report) -> str:
         _kpi(tol_txt, "tolerance"),
     ]
     reason = ""
-    for line in (confirm_sentence(report), headroom_sentence(report)):
+    for line in (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),
+                 *emulation_note_lines(report)):
         if line:
             reason += f'<div class="headroom">{_e(line.replace("`", ""))}</div>'
     if report.reason or report.status not in (None, "complete"):
