@@ -167,6 +167,18 @@ def _fixture_sites(model: Model, sites: dict, per_fusion: int) -> list:
     return chosen
 
 
+def warm_gated(model: Model, sample: dict, providers: list) -> tuple[OrtGatedBackend, float, float]:
+    """The gated native backend, its build time, and the time of its first runs (all-FP16 and all-FP32:
+    they pick kernels and convolution algorithms)."""
+    t = time.perf_counter()
+    gated = OrtGatedBackend(model, "fp16", providers)
+    build = time.perf_counter() - t
+    t = time.perf_counter()
+    for fb in (frozenset(), frozenset(gated.graph.candidates)):
+        gated.prepare(fb).run(sample)
+    return gated, build, time.perf_counter() - t
+
+
 def check_sets(
     label: str, model: Model, samples: list, tol: Tolerance, sets: dict[str, frozenset[str]], providers: list,
     profiles: list[str],
@@ -176,13 +188,7 @@ def check_sets(
     emulator per rules profile; the gated outputs against the mixed ones; the time of each evaluation
     (mixed: session and runs; gated: runs)."""
     refs = [ReferenceRunner(model).run(s) for s in samples]
-    t = time.perf_counter()
-    gated = OrtGatedBackend(model, "fp16", providers)
-    build = time.perf_counter() - t
-    t = time.perf_counter()
-    for fb in (frozenset(), frozenset(gated.graph.candidates)):  # first runs pick kernels and algorithms
-        gated.prepare(fb).run(samples[0])
-    warmup = time.perf_counter() - t
+    gated, build, warmup = warm_gated(model, samples[0], providers)
     mixed = OrtBackend(model, "fp16", providers, cache_size=1)
     emus = {p: EmulateBackend(model, "fp16", rules=p) for p in profiles}
     rows = []

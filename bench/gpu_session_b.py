@@ -39,11 +39,10 @@ from statistics import median
 import numpy as np
 from _common import fmt as _fmt
 from _zoo import unseen_samples
-from gpu_nodewise import _used
+from gpu_nodewise import _used, warm_gated
 
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.ort import CUDA, OrtBackend
-from precision_doctor.backends.ort_gated import OrtGatedBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.batch.recipes import discover
 from precision_doctor.data.workload import load_workload
@@ -110,13 +109,7 @@ def check_answer(model, fallback: frozenset[str], groups: dict[str, list], tol, 
 def time_gated(model, samples: list, sets: dict[str, frozenset[str]], providers: list) -> dict:
     """One evaluation (every sample) per set: the gated native backend (one session, built and warmed up
     once) beside a new mixed-graph session per set."""
-    t = time.perf_counter()
-    gated = OrtGatedBackend(model, "fp16", providers)
-    build = time.perf_counter() - t
-    t = time.perf_counter()
-    for fb in (frozenset(), frozenset(gated.graph.candidates)):  # first runs pick kernels and algorithms
-        gated.prepare(fb).run(samples[0])
-    warmup = time.perf_counter() - t
+    gated, build, warmup = warm_gated(model, samples[0], providers)
     mixed = OrtBackend(model, "fp16", providers, cache_size=1)
     g_s, m_s = [], []
     for fb in sets.values():

@@ -19,16 +19,17 @@
 # steps on ORT's CPU provider (plumbing only) into DIR (default bench/out/session_b_cpu).
 set -uo pipefail
 step=${1:-}
-PY=${PD_PYTHON:-python3}
+PY=${PD_PYTHON:-python3}  # the Python to run (here: .venv/bin/python)
+ZOO=$(cd "${ZOO:-zoo}" && pwd) || { echo "no zoo folder (ZOO=${ZOO:-zoo})" >&2; exit 2; }
 if [ "$step" = cpu ]; then
-  OUT=${2:-bench/out/session_b_cpu}
+  OUT=$(mkdir -p "${2:-bench/out/session_b_cpu}" && cd "${2:-bench/out/session_b_cpu}" && pwd)
   mkdir -p "$OUT/pipeline" "$OUT/fidelity"
   export PYTHONUNBUFFERED=1
-  (cd bench && $PY gpu_session_b.py --zoo ../zoo --cpu --jobs 2 --unseen 2 --seconds "${BATCH_SECONDS:-900}" \
-     --out "../$OUT/pipeline" --batch-dir "../$OUT/batch" -- --only silero-vad-16k) || exit 1
-  (cd bench && $PY gpu_nodewise.py --zoo ../zoo --only silero-vad-16k,deep_stack_one_bad,softmax_no_max --planted \
-     --cpu --rules standard,ort-cuda-nodes,ort-cuda --answers-json "../$OUT/pipeline/answers.json" \
-     --out "../$OUT/fidelity") || exit 1
+  (cd bench && $PY gpu_session_b.py --zoo "$ZOO" --cpu --jobs 2 --unseen 2 --seconds "${BATCH_SECONDS:-900}" \
+     --out "$OUT/pipeline" --batch-dir "$OUT/batch" -- --only silero-vad-16k) || exit 1
+  (cd bench && $PY gpu_nodewise.py --zoo "$ZOO" --only silero-vad-16k,deep_stack_one_bad,softmax_no_max --planted \
+     --cpu --rules standard,ort-cuda-nodes,ort-cuda --answers-json "$OUT/pipeline/answers.json" \
+     --out "$OUT/fidelity") || exit 1
   exit 0
 fi
 source bench/gpu_install.sh || exit 1
@@ -37,11 +38,12 @@ cd bench
 case "$step" in
   pipeline)
     # the batch gets 330 s; then each model's answer is checked on the GPU (about 1-2 min in all)
-    timeout -s INT 470 $PY gpu_session_b.py --zoo ../zoo --out "$OUT" --jobs 4 --seconds "${BATCH_SECONDS:-330}" ;;
+    timeout -s INT 470 $PY gpu_session_b.py --zoo "$ZOO" --out "$OUT" --jobs 4 --seconds "${BATCH_SECONDS:-330}" ;;
   fidelity)
-    answers=()
-    [ -f ../.gpu/b/answers.json ] && answers=(--answers-json ../.gpu/b/answers.json)
-    timeout -s INT 470 $PY gpu_nodewise.py --zoo ../zoo --planted --rules standard,ort-cuda-nodes,ort-cuda \
+    answers=()  # call 1's answers, and session A's batch answers where carried
+    [ -f ../.gpu/b/answers.json ] && answers+=(--answers-json ../.gpu/b/answers.json)
+    for dir in ../.gpu/answers ../.gpu/answers-strict; do [ -d "$dir" ] && answers+=(--answers "$dir"); done
+    timeout -s INT 470 $PY gpu_nodewise.py --zoo "$ZOO" --planted --rules standard,ort-cuda-nodes,ort-cuda \
       --lowp-rules standard,ort-cuda-nodes,ort-cuda "${answers[@]}" --deadline 380 --out "$OUT" | tee "$OUT/nodewise.log" ;;
   *)
     echo "usage: bash bench/gpu_session_b.sh pipeline|fidelity|cpu [DIR]" >&2; exit 2 ;;

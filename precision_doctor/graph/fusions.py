@@ -156,26 +156,30 @@ class Fusion:
         raise NotImplementedError
 
 
-# -- emission helpers -------------------------------------------------------------------------------
+# -- emission helpers (graph.rules' node rules use them too) ------------------------------------------
 
 
-def _op(b: _Builder, op: str, inputs: list[str], base: str, **attrs) -> str:
+def emit_op(b: _Builder, op: str, inputs: list[str], base: str, **attrs) -> str:
+    """A new node `op` on `inputs`; returns the name of its (one) output."""
     out = b.uid(base)
     b.nodes.append(helper.make_node(op, inputs, [out], name=b.uid(op.lower()), **attrs))
     return out
 
 
-def _rounded(b: _Builder, src: str, like: str) -> str:
+def emit_rounded(b: _Builder, src: str, like: str) -> str:
+    """A new tensor: `src` rounded to the format, with the element type of tensor `like`."""
     dst = b.uid(like + "_rt")
     b.cast_pair(src, dst, b.model.tensor_types[like])
     return dst
 
 
-def _scalar(b: _Builder, base: str, value: float, like: str) -> str:
+def emit_scalar(b: _Builder, base: str, value: float, like: str) -> str:
+    """A scalar constant of the element type of tensor `like`."""
     return b.const(base, np.array(value, dtype=helper.tensor_dtype_to_np_dtype(b.model.tensor_types[like])))
 
 
-def _lowp(fmt: Format, value: float) -> float:
+def lowp_value(fmt: Format, value: float) -> float:
+    """`value` rounded to the format (a float attribute the kernel casts to T)."""
     return float(fmt.round(np.float32(value)))
 
 
@@ -236,14 +240,17 @@ class QuickGeluFp16(Fusion):
         x = read(site.reads[0])
         like = site.reads[0]
         alpha = float(site.data)
-        v = x if alpha == 1.0 else _rounded(b, _op(b, "Mul", [x, _scalar(b, "pd_alpha", alpha, like)], like + "_v"), like)
-        e = _rounded(b, _op(b, "Exp", [_op(b, "Neg", [_op(b, "Abs", [v], like + "_abs")], like + "_nabs")], like + "_e"), like)
-        one = _scalar(b, "pd_one", 1.0, like)
-        d = _rounded(b, _op(b, "Add", [one, e], like + "_d"), like)
-        q = _rounded(b, _op(b, "Div", [one, d], like + "_q"), like)
-        neg = _op(b, "Less", [v, _scalar(b, "pd_zero", 0.0, like)], like + "_neg")
-        sig = _op(b, "Where", [neg, _op(b, "Sub", [one, q], like + "_1mq"), q], like + "_sig")  # 1 - q is exact
-        b.cast_pair(_op(b, "Mul", [x, sig], like + "_qg"), output, b.model.tensor_types[like])
+
+        def half(op: str, inputs: list[str], base: str) -> str:  # one half-arithmetic step, rounded
+            return emit_rounded(b, emit_op(b, op, inputs, like + base), like)
+
+        v = x if alpha == 1.0 else half("Mul", [x, emit_scalar(b, "pd_alpha", alpha, like)], "_v")
+        e = half("Exp", [emit_op(b, "Neg", [emit_op(b, "Abs", [v], like + "_abs")], like + "_nabs")], "_e")
+        one = emit_scalar(b, "pd_one", 1.0, like)
+        q = half("Div", [one, half("Add", [one, e], "_d")], "_q")
+        neg = emit_op(b, "Less", [v, emit_scalar(b, "pd_zero", 0.0, like)], like + "_neg")
+        sig = emit_op(b, "Where", [neg, emit_op(b, "Sub", [one, q], like + "_1mq"), q], like + "_sig")  # 1 - q is exact
+        b.cast_pair(emit_op(b, "Mul", [x, sig], like + "_qg"), output, b.model.tensor_types[like])
         return True
 
 
@@ -322,8 +329,8 @@ class ConvBnFold(Fusion):
         conv.output.append(acc)
         b.nodes.append(conv)
         if _conv_rounds_before_bias(b):  # the Conv rule in force: the convolution rounded before the bias
-            acc = _rounded(b, acc, like)
-        b.cast_pair(_op(b, "Add", [acc, bias], like + "_biased"), output, b.model.tensor_types[like])
+            acc = emit_rounded(b, acc, like)
+        b.cast_pair(emit_op(b, "Add", [acc, bias], like + "_biased"), output, b.model.tensor_types[like])
         return True
 
 
@@ -405,9 +412,9 @@ class MatMulScaleFp16(Fusion):
         if s.out_scale is not None:
             alpha = alpha * np.float32(s.out_scale)
         like = b.model.proto.graph.node[b.model.node(site.anchor).index].output[0]
-        acc = _op(b, "MatMul", [read(inputs[0]), read(inputs[1])], like + "_mm")
-        alpha_lp = _lowp(b.fmt, float(alpha))  # the kernel takes alpha in T
-        b.cast_pair(_op(b, "Mul", [acc, _scalar(b, "pd_alpha", alpha_lp, like)], like + "_scaled"), output,
+        acc = emit_op(b, "MatMul", [read(inputs[0]), read(inputs[1])], like + "_mm")
+        alpha_lp = lowp_value(b.fmt, float(alpha))  # the kernel takes alpha in T
+        b.cast_pair(emit_op(b, "Mul", [acc, emit_scalar(b, "pd_alpha", alpha_lp, like)], like + "_scaled"), output,
                     b.model.tensor_types[like])
         return True
 
@@ -454,8 +461,8 @@ class MatMulAddGemm(Fusion):
             return False
         a, w, c = site.reads
         like = b.model.proto.graph.node[b.model.node(site.anchor).index].output[0]
-        acc = _op(b, "MatMul", [read(a), read(w)], like + "_mm")
-        b.cast_pair(_op(b, "Add", [acc, read(c)], like + "_gemm"), output, b.model.tensor_types[like])
+        acc = emit_op(b, "MatMul", [read(a), read(w)], like + "_mm")
+        b.cast_pair(emit_op(b, "Add", [acc, read(c)], like + "_gemm"), output, b.model.tensor_types[like])
         return True
 
 

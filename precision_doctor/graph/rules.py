@@ -43,7 +43,7 @@ from onnx import TensorProto, helper
 
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import Format
-from precision_doctor.graph.fusions import FUSIONS, Fusion, Site, find_sites
+from precision_doctor.graph.fusions import FUSIONS, Fusion, Site, emit_op, emit_rounded, emit_scalar, find_sites, lowp_value
 from precision_doctor.graph.model import Model, NodeInfo
 
 if TYPE_CHECKING:  # the builder of precision.emulate (which imports this module)
@@ -87,30 +87,15 @@ class Rule:
         rounded floating inputs `inputs` (original name -> rounded name; other inputs keep their names)."""
         raise NotImplementedError
 
-    # helpers for subclasses
-    @staticmethod
-    def rounded(b: _Builder, src: str, like: str) -> str:
-        """A new tensor: `src` rounded to the format, with the element type of tensor `like`."""
-        dst = b.uid(like + "_rt")
-        b.cast_pair(src, dst, b.model.tensor_types[like])
-        return dst
-
-    @staticmethod
-    def op(b: _Builder, op: str, inputs: list[str], base: str, **attrs) -> str:
-        """A new node `op` on `inputs`; returns the name of its (one) output."""
-        out = b.uid(base)
-        b.nodes.append(helper.make_node(op, inputs, [out], name=b.uid(op.lower()), **attrs))
-        return out
-
-    @staticmethod
-    def scalar(b: _Builder, base: str, value: float, like: str) -> str:
-        """A scalar constant of the element type of tensor `like`."""
-        return b.const(base, np.array(value, dtype=helper.tensor_dtype_to_np_dtype(b.model.tensor_types[like])))
+    # helpers for subclasses (graph.fusions' emission helpers)
+    rounded = staticmethod(emit_rounded)
+    op = staticmethod(emit_op)
+    scalar = staticmethod(emit_scalar)
 
     @staticmethod
     def lowp_value(b: _Builder, value: float) -> float:
         """`value` rounded to the format (an attribute the kernel casts to T)."""
-        return float(b.fmt.round(np.array(value, dtype=np.float32)))
+        return lowp_value(b.fmt, value)
 
 
 def _read(node: onnx.NodeProto, inputs: dict[str, str], k: int) -> str:
