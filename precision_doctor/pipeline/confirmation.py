@@ -14,7 +14,7 @@ from precision_doctor.graph.formats import Format
 from precision_doctor.graph.mixed import lowp_nodes
 from precision_doctor.graph.model import Model
 from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, trajectory_row, user_share
-from precision_doctor.results.report import Certification, Confirm, Validation
+from precision_doctor.results.report import Certification, Confirm, KnobsResult, Validation
 from precision_doctor.search import Oracle
 from precision_doctor.search.auto import repair
 from precision_doctor.search.oracle import Budget, Verdict
@@ -71,13 +71,16 @@ GPU_BACKENDS = ("ort-cuda", "ort-cuda-gated", "trt")  # real low precision on a 
 
 def certification(
     plan: BackendPlan, search: Backend, confirmed: Confirm | None, validation: Validation | None, n_search: int,
-    passed: bool, rules: str,
+    passed: bool, rules: str, knobs: KnobsResult | None = None,
 ) -> Certification | None:
-    """The backend that last checked the final answer on every sample: the confirm backend where the
-    answer passed there, else the search backend (on the search samples, and the held-out ones where
-    they were checked or searched with). None when there is no answer."""
+    """The backend that last checked the final answer on every sample: the knob search's where it changed
+    the answer (`knobs`), the confirm backend where the answer passed there, else the search backend (on
+    the search samples, and the held-out ones where they were checked or searched with). None when there
+    is no answer."""
     if not passed:
         return None
+    if knobs is not None and knobs.changed_answer:
+        return Certification(knobs.backend, "knobs", knobs.samples, knobs.backend in GPU_BACKENDS)
     if confirmed is not None and confirmed.passed:
         return Certification(confirmed.backend, "confirmation", confirmed.samples or 0, confirmed.backend in GPU_BACKENDS)
     held = validation is not None and (validation.passed or bool(validation.passed_after_research))
