@@ -188,8 +188,8 @@ class RunSpec:
             from precision_doctor.backends.registry import plan_backends
 
             if (why := plan_backends("auto", None).no_gpu) is not None:
-                raise SpecError("search.knobs", f"{{search.knobs}}: {{backends.backend}} auto confirms nowhere here ({why}), "
-                                "and the emulator has no knobs; knobs are tried on ort-cuda or trt")
+                raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs, and {backends.backend} "
+                                f"auto confirms nowhere here ({why}); knobs are tried on ort-cuda or trt")
         a = self.artifacts
         if a.engine_targets and not a.engine:
             raise SpecError("artifacts.engine_targets", "{artifacts.engine_targets} is a setting of the fixed engine: "
