@@ -11,6 +11,7 @@ from pathlib import Path
 
 from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.workload import Workload, load_workload
+from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.compare import CompareResult, run_compare
 from precision_doctor.pipeline.diagnose import run_diagnose
 from precision_doctor.pipeline.heldout import held_out_samples
@@ -27,15 +28,19 @@ def diagnose(
     stop: StopToken | None = None,
     resume: bool = False,
     force: bool = False,
+    capture_cache: CaptureCache | None = None,
 ) -> Report:
     """Find the smallest set of nodes to keep in FP32 and write every artifact into `out_dir` (fresh or
-    empty; `force` writes into a non-empty one, `resume` continues a run there from its checkpoint)."""
+    empty; `force` writes into a non-empty one, `resume` continues a run there from its checkpoint).
+    `capture_cache` shares captures across runs (pipeline/capture_cache.py): a second diagnosis of the
+    same model and samples skips the capture and its analysis."""
     spec.validate()
     work = _load(spec, progress)
     validation = held_out_samples(work)
     _loaded(spec, work, validation, progress)
     out = prepare_run_dir(Path(out_dir), force=force, resume=resume)
-    return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop)
+    return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop,
+                        capture_cache=capture_cache)
 
 
 def compare(

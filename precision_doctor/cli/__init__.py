@@ -81,4 +81,6 @@ def main() -> None:
 
 
 # The commands register themselves on `app`.
-from precision_doctor.cli import batch, compare, diagnose, emit, env, report, zoo  # noqa: E402, F401
+# The daemon's commands come last in --help.
+from precision_doctor.cli import batch, compare, diagnose, emit, env, report, zoo  # noqa: E402, F401, I001
+from precision_doctor.cli import serve, client  # noqa: E402, F401

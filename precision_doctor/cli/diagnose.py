@@ -7,26 +7,13 @@ from pathlib import Path
 import typer
 
 from precision_doctor.cli import announce_renamed, app, console, fail, progress_bar, stops_on_interrupt
-from precision_doctor.cli.options import (
-    ARTIFACTS,
-    BACKENDS,
-    CAPTURE,
-    EMULATION,
-    HELD_OUT,
-    INPUTS,
-    PRECISION,
-    RUN_DIR,
-    SEARCH,
-    TOLERANCE,
-    Options,
-    with_options,
-)
+from precision_doctor.cli.options import DIAGNOSIS, RUN_DIR, Options, with_options
 from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
 from precision_doctor.results.report import Report
 
 
 @app.command()
-@with_options(INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, RUN_DIR, CAPTURE)
+@with_options(*DIAGNOSIS, RUN_DIR)
 def diagnose(
     model: Path = typer.Argument(..., help="ONNX model."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out without repeating work."),

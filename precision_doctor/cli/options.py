@@ -148,6 +148,7 @@ ARTIFACTS = (
     ENGINE_TARGETS,
 )
 CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),)
+DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE)  # diagnose's and submit's
 RUN_DIR = (
     Opt("out", None, Path | None,
         typer.Option(None, "--out", help="Run directory (default: reports/<model>-<command>-<time>).")),

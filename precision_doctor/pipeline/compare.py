@@ -13,7 +13,7 @@ from precision_doctor.data.workload import Workload
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
-from precision_doctor.measure.analysis import Analysis, analyse, tensor_error
+from precision_doctor.measure.analysis import Analysis, analyse, keep_analysis, kept_analysis, tensor_error
 from precision_doctor.measure.capture import capture, capture_run
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.results.jsonio import write_json, write_text_atomic
@@ -40,17 +40,20 @@ def capture_and_analyse(
     stop: StopToken | None = None,
     rules: str | None = None,
 ) -> Analysis:
-    """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed); the
-    low-precision runs under the emulation `rules` (`backends.rules`)."""
+    """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed) and analyse
+    it; the analysis is kept in the file (`reanalyse` reads it back). The low-precision runs follow the
+    emulation `rules` (`backends.rules`)."""
     fmt = get_format(precision)
     final = out_dir / ACTIVATIONS
     tmp = out_dir / f".{ACTIVATIONS}.partial"
     attrs = {"tolerance": tolerance.to_dict(), "input_source": work.inputs.describe()}
     capture(work.model, work.samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress, stop=stop,
             rules=rules)
+    with ActivationStore(tmp, "a") as store:
+        analysis = analyse(store, tolerance=tolerance, model=work.model)
+        keep_analysis(store, analysis)
     tmp.replace(final)
-    with ActivationStore(final) as store:
-        return analyse(store, tolerance=tolerance, model=work.model)
+    return analysis
 
 
 def write_layer_tables(out_dir: Path, analysis: Analysis) -> None:
@@ -75,10 +78,11 @@ def run_compare(
 
 
 def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis:
-    """Analyse a stored capture again, without the model."""
+    """Analyse a stored capture again, without the model (the analysis kept in it when there is one:
+    only its verdict is computed, under `tolerance`)."""
     with ActivationStore(activations) as store:
         tol = tolerance or Tolerance(**store.attr("tolerance", {}))
-        return analyse(store, tolerance=tol)
+        return kept_analysis(store, tol) or analyse(store, tolerance=tol)
 
 
 def capture_fixed(
