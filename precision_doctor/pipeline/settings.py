@@ -21,8 +21,8 @@ from precision_doctor.results.jsonio import jsonable, read_json, write_json
 from precision_doctor.spec import RunSpec
 
 RUN_SETTINGS = "run_settings.json"
-VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "confirm_backend", "samples",
-                "validation_samples", "samples_hash", "reference_hash")
+VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "confirm_backend", "rules",
+                "samples", "validation_samples", "samples_hash", "reference_hash")
 
 
 class SettingsDiffer(SpecError):
@@ -42,7 +42,7 @@ def run_settings(work: Workload, spec: RunSpec, validation: list[Sample],
         "model_hash": work.model.model_hash, "precision": spec.precision, "backend": spec.backends.backend,
         "tolerance": spec.tolerance.to_dict(), "margin": spec.search.margin,
         "augment": spec.search.augment,
-        "confirm_backend": spec.backends.confirm_backend,
+        "confirm_backend": spec.backends.confirm_backend, "rules": spec.backends.rules,
         "samples": len(work.samples), "validation_samples": len(validation),
         "samples_hash": samples_hash(work.samples + validation),
         "reference_hash": samples_hash(references) if references else None,

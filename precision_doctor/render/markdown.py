@@ -358,6 +358,36 @@ def generalization_sentence(report: Report) -> str | None:
     return text + "."
 
 
+def certified_sentence(report: Report) -> str | None:
+    """Which backend certified the final answer, in words (report.json's `certified_by`); None without one."""
+    c = report.certified_by
+    if c is None:
+        return None
+    where = {"confirmation": "confirmation", "validation": "search and held-out samples", "search": "search",
+             "knobs": "knob search"}.get(c.how, c.how)
+    if c.backend == "emulate":
+        who = f"the emulator (`{c.rules or 'standard'}` rules)"
+    else:
+        who = f"`{c.backend}`" + (" (real low precision on the GPU)" if c.gpu else "")
+    text = f"Certified by {who}: the final answer passes there on all {c.samples} samples ({where})"
+    if not c.gpu:
+        text += "; not checked on a GPU"
+        if c.not_on_gpu:
+            text += f": {c.not_on_gpu} (`--backend auto` confirms on ort-cuda where one is)"
+    return text + "."
+
+
+def emulation_note_lines(report: Report) -> list[str]:
+    """One line per group of nodes whose behaviour on the target the emulator does not model."""
+    out = []
+    for n in report.emulation_notes:
+        shown = ", ".join(_code(x) for x in n.nodes)
+        more = f" and {n.count - len(n.nodes)} more" if n.count > len(n.nodes) else ""
+        what = f"{n.count} {n.op_type} node(s) ({shown}{more})" if n.op_type else f"{n.count} node(s)"
+        out.append(f"Not modelled ({n.kind}): {what}: {n.detail}.")
+    return out
+
+
 def headroom_sentence(report: Report) -> str | None:
     """How much of the tolerance a passing answer uses (search or held-out samples, the larger), with
     advice when little is left; None when not recorded."""
@@ -476,7 +506,8 @@ def render_markdown(report: Report) -> str:
         L.append(f"- Validation: {held_out_sentence(report)}")
     else:
         L.append("- Validation: not run (no held-out samples).")
-    for line in (generalization_sentence(report), confirm_sentence(report), headroom_sentence(report)):
+    for line in (generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
+                 headroom_sentence(report), *emulation_note_lines(report)):
         if line:
             L.append(f"- {line}")
     for line in (trt_check_sentence(report), engine_sentence(report), knobs_sentence(report)):
