@@ -1,0 +1,132 @@
+"""The default pipeline itself (api.diagnose: --augment 3 --margin 0.1, the probe and its one second search)
+against the bare search (--augment 0 --margin 0), on the splits of bench/generalization.py: search on n of
+the case's N samples (given as --inputs files with --validation-split 0, so every one searches), then check
+the final answer on the N - n others with the emulator. Records the verdict too: the point of the probe is
+that a PASS should hold, and an answer that will not hold should not be called PASS.
+
+    .venv/bin/python bench/generalization_pipeline.py --only planted --splits 5
+    .venv/bin/python bench/generalization_pipeline.py --zoo /work/main/zoo --only zoo:silero-vad-16k --splits 3
+    .venv/bin/python bench/generalization_pipeline.py --render bench/out/generalization_pipeline.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+from _common import OUT, machine, table
+from generalization import planted_cases, splits, zoo_cases
+
+from precision_doctor import api
+from precision_doctor.backends.emulate import EmulateBackend
+from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.pipeline.validation import check_on_samples
+from precision_doctor.render.markdown import verdict
+from precision_doctor.spec import InputSpec, RunSpec, SearchSpec
+
+RAW = OUT / "generalization_pipeline.jsonl"
+SETTINGS = {"bare": SearchSpec(augment=0, margin=0.0), "default": SearchSpec()}
+
+
+def run_split(case, model_path: Path, tmp: Path, idx: tuple[int, ...], name: str, search: SearchSpec,
+              backend: EmulateBackend, refs: list[dict]) -> dict:
+    files = []
+    for i in idx:
+        files.append(tmp / f"s{i}.npz")
+        if not files[-1].exists():
+            np.savez(files[-1], **case.samples[i])
+    spec = RunSpec(str(model_path), inputs=InputSpec(files=tuple(map(str, files)), validation_split=0.0),
+                   tolerance=case.tol, search=search)
+    t0 = time.monotonic()
+    rep = api.diagnose(spec, tmp / f"run-{name}", force=True)
+    wall = time.monotonic() - t0
+    unseen = [i for i in range(len(case.samples)) if i not in idx]
+    found = frozenset(rep.fallback_nodes) if rep.status == "complete" and rep.fallback_nodes is not None else None
+    holds = None
+    if found is not None and (rep.passed or rep.expected_headroom is not None):
+        v = check_on_samples(backend, found, [case.samples[i] for i in unseen], [refs[i] for i in unseen], case.tol)
+        holds = v.passed
+    h = rep.expected_headroom
+    label, kind = verdict(rep)
+    return {"size": len(rep.fallback_nodes), "evaluations": rep.evaluations, "passed": rep.passed, "verdict": label,
+            "kind": kind, "holds": holds, "probe_holds": None if h is None else h.holds,
+            "researched": None if h is None else h.researched, "share_unseen_probe": None if h is None else h.share_unseen,
+            "wall_s": wall}
+
+
+def render(records: list[dict]) -> str:
+    runs = [r for r in records if "setting" in r]
+    rows = []
+    for name in SETTINGS:
+        rs = [r for r in runs if r["setting"] == name]
+        if not rs:
+            continue
+        base = {(r["case"], r["n"], r["split"]): r for r in runs if r["setting"] == "bare"}
+        paired = [(r, base[k]) for r in rs if (k := (r["case"], r["n"], r["split"])) in base]
+        said_pass = [r for r in rs if r["kind"] == "pass"]
+        rows.append([name, len(rs), _pct([bool(r["holds"]) for r in rs]), len(said_pass),
+                     _pct([bool(r["holds"]) for r in said_pass]), sum(r["kind"] != "pass" for r in rs),
+                     sum(r["kind"] != "pass" and r["holds"] is False for r in rs),
+                     sum(bool(r.get("researched")) for r in rs),
+                     _ratio(sum(r["size"] for r, _ in paired), sum(b["size"] for _, b in paired)),
+                     _ratio(sum(r["evaluations"] for r, _ in paired), sum(b["evaluations"] for _, b in paired))])
+    return table(["setting", "splits", "answer holds %", "verdict PASS", "holds % when PASS", "verdict not PASS",
+                  "... and would not have held", "second searches", "size / bare", "evals / bare"], rows)
+
+
+def _pct(xs: list[bool]) -> str:
+    return f"{100 * sum(xs) / len(xs):.0f}" if xs else "-"
+
+
+def _ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}" if b else "-"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--zoo", type=Path, default=None)
+    ap.add_argument("--only", default=None, help="comma-separated case names, or `planted` / `zoo`")
+    ap.add_argument("--sizes", default="2,4")
+    ap.add_argument("--splits", type=int, default=5)
+    ap.add_argument("--n", type=int, default=12)
+    ap.add_argument("--append", action="store_true", help=f"add to {RAW} instead of starting it again")
+    ap.add_argument("--render", type=Path, default=None)
+    args = ap.parse_args()
+    if args.render:
+        print(render([json.loads(line) for line in args.render.read_text().splitlines() if line.strip()]))
+        return
+    cases = planted_cases(args.n) + (zoo_cases(args.zoo, args.n) if args.zoo else [])
+    if args.only:
+        wanted = args.only.split(",")
+        cases = [c for c in cases if any(c.name == w or c.name.startswith(w + ":") for w in wanted)]
+    RAW.parent.mkdir(parents=True, exist_ok=True)
+    with RAW.open("a" if args.append else "w") as f:
+        f.write(json.dumps({"machine": machine(), "args": vars(args) | {"zoo": str(args.zoo), "render": None}}) + "\n")
+        for case in cases:
+            with tempfile.TemporaryDirectory(prefix="pd-genp-") as tmp:
+                tmp = Path(tmp)
+                model_path = tmp / "model.onnx"
+                onnx.save(case.model.proto, str(model_path))
+                ref = ReferenceRunner(case.model)
+                refs = [ref.run(s) for s in case.samples]
+                with EmulateBackend(case.model) as backend:
+                    for size in [int(s) for s in args.sizes.split(",")]:
+                        for r, idx in enumerate(splits(case, size, args.splits)):
+                            for name, search in SETTINGS.items():
+                                res = run_split(case, model_path, tmp, idx, name, search, backend, refs)
+                                rec = {"case": case.name, "kind": case.kind, "n": size, "split": r, "setting": name, **res}
+                                f.write(json.dumps(rec) + "\n")
+                                f.flush()
+                                print(f"{case.name:26s} n={size} r={r} {name:8s} {res['verdict'][:40]:40s} size "
+                                      f"{res['size']} holds {res['holds']} {res['wall_s']:.1f} s", file=sys.stderr)
+    print(render([json.loads(line) for line in RAW.read_text().splitlines() if line.strip()]))
+
+
+if __name__ == "__main__":
+    main()
