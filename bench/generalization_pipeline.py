@@ -55,13 +55,25 @@ def run_split(case, model_path: Path, tmp: Path, idx: tuple[int, ...], name: str
     h = rep.expected_headroom
     label, kind = verdict(rep)
     return {"size": len(rep.fallback_nodes), "evaluations": rep.evaluations, "passed": rep.passed, "verdict": label,
-            "kind": kind, "holds": holds, "probe_holds": None if h is None else h.holds,
+            "verdict_kind": kind, "holds": holds, "probe_holds": None if h is None else h.holds,
             "researched": None if h is None else h.researched, "share_unseen_probe": None if h is None else h.share_unseen,
             "wall_s": wall}
 
 
 def render(records: list[dict]) -> str:
-    runs = [r for r in records if "setting" in r]
+    """One table over every case, one per kind (planted, zoo) and one per case."""
+    runs = [r | {"kind": r["case"].split(":")[0], "verdict_kind": r.get("verdict_kind", r["kind"])}
+            for r in records if "setting" in r]  # records of the first version kept the verdict's kind in "kind"
+    out = ["All cases:", summary(runs)]
+    for kind in dict.fromkeys(r["kind"] for r in runs):
+        out += [f"{kind} only:", summary([r for r in runs if r["kind"] == kind])]
+    for case in dict.fromkeys(r["case"] for r in runs if r["kind"] == "zoo"):
+        out += [f"{case}:", summary([r for r in runs if r["case"] == case])]
+    return "\n\n".join(out)
+
+
+def summary(runs: list[dict]) -> str:
+    """Per setting: how often the answer holds on the unseen samples, and what the verdict said."""
     rows = []
     for name in SETTINGS:
         rs = [r for r in runs if r["setting"] == name]
@@ -69,10 +81,10 @@ def render(records: list[dict]) -> str:
             continue
         base = {(r["case"], r["n"], r["split"]): r for r in runs if r["setting"] == "bare"}
         paired = [(r, base[k]) for r in rs if (k := (r["case"], r["n"], r["split"])) in base]
-        said_pass = [r for r in rs if r["kind"] == "pass"]
+        said_pass = [r for r in rs if r["verdict_kind"] == "pass"]
         rows.append([name, len(rs), _pct([bool(r["holds"]) for r in rs]), len(said_pass),
-                     _pct([bool(r["holds"]) for r in said_pass]), sum(r["kind"] != "pass" for r in rs),
-                     sum(r["kind"] != "pass" and r["holds"] is False for r in rs),
+                     _pct([bool(r["holds"]) for r in said_pass]), sum(r["verdict_kind"] != "pass" for r in rs),
+                     sum(r["verdict_kind"] != "pass" and r["holds"] is False for r in rs),
                      sum(bool(r.get("researched")) for r in rs),
                      _ratio(sum(r["size"] for r, _ in paired), sum(b["size"] for _, b in paired)),
                      _ratio(sum(r["evaluations"] for r, _ in paired), sum(b["evaluations"] for _, b in paired))])
