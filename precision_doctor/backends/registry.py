@@ -55,3 +55,7 @@ def make_backend(name: str, model: Model, precision: str, outputs: Sequence[str]
     from precision_doctor.backends.tensorrt import TrtBackend
 
     return TrtBackend(model, precision=precision)
+
+
+# Backends that run on a GPU (a batch on Ray asks a GPU for models that search or confirm on one).
+GPU_BACKENDS = ("ort-cuda", "ort-cuda-gated", "trt", "tensorrt")

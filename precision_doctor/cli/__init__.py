@@ -9,6 +9,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from precision_doctor.errors import SpecError, UserError
@@ -72,7 +73,7 @@ def main() -> None:
     try:
         app()
     except UserError as exc:
-        err.print(f"[bold red]error:[/] {error_text(exc)}", highlight=False, soft_wrap=True)
+        err.print(f"[bold red]error:[/] {escape(error_text(exc))}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except KeyboardInterrupt:
         err.print("interrupted", highlight=False)

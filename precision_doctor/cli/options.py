@@ -48,6 +48,9 @@ FLAGS: dict[str, str] = {
     "force": "--force",
     "resume": "--resume",
     "jobs": "--jobs",
+    "executor": "--executor",
+    "ray_address": "--ray-address",
+    "ray_cpus": "--ray-cpus",
     "only": "--only",
 }
 

@@ -1,0 +1,191 @@
+"""`batch --executor ray` on a real local Ray cluster (one per module): the same summary as the local
+executor, failing tasks recorded while the batch goes on, an interrupted batch resumed without redoing
+what finished, the path check, GPU requests; and `--executor ray` without Ray installed.
+
+Skipped where Ray does not import, unless PRECISION_DOCTOR_REQUIRE_RAY=1 (CI installs Ray and sets it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import onnx
+import pytest
+from test_batch import _mtimes, _status, _wait_until, zoo  # noqa: F401 (zoo: the planted zoo fixture)
+
+from precision_doctor import planted
+from precision_doctor.batch.executors import ItemNeeds, LocalExecutor, make_executor
+from precision_doctor.batch.jobs import ModelTask, task_needs
+from precision_doctor.batch.orchestrate import run_batch
+from precision_doctor.errors import UserError
+from precision_doctor.spec import RunSpec
+
+try:
+    import ray
+except ImportError as exc:  # the ray extra is not installed
+    ray, _WHY = None, str(exc)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray instance for the module (2 CPUs, one logical GPU so that GPU requests can be seen);
+    yields its address for CLI processes."""
+    if ray is None:
+        if os.environ.get("PRECISION_DOCTOR_REQUIRE_RAY") == "1":
+            pytest.fail(f"Ray is required here (PRECISION_DOCTOR_REQUIRE_RAY=1) but does not import: {_WHY}",
+                        pytrace=False)
+        pytest.skip(f"Ray is not installed ({_WHY})")
+    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, object_store_memory=128 * 1024**2,
+             log_to_driver=False, logging_level=logging.WARNING)
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def _rows(result) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "elapsed_s"} for r in result.rows]
+
+
+def test_ray_batch_has_the_local_summary_and_skips_finished_models(cluster, zoo, tmp_path):  # noqa: F811
+    root, expected = zoo
+    local = run_batch(root, tmp_path / "local", executor=LocalExecutor(2))
+    on_ray = run_batch(root, tmp_path / "ray", executor=make_executor(1, "ray"))
+    assert _rows(on_ray) == _rows(local)
+    assert [(r["model"], r["status"]) for r in on_ray.rows] == \
+        [("broken", "error"), ("large_reducesum", "passed"), ("overflow_island", "passed")]
+    assert "not a readable ONNX model" in on_ray.rows[0]["message"]  # the broken model is recorded, the batch went on
+    for name, want in expected.items():
+        assert set(json.loads((tmp_path / "ray" / name / "report.json").read_text())["fallback_nodes"]) == want
+    local_csv = (tmp_path / "local" / "summary.csv").read_text().splitlines()
+    ray_csv = (tmp_path / "ray" / "summary.csv").read_text().splitlines()
+    assert len(local_csv) == len(ray_csv) == 4
+
+    before = _mtimes(tmp_path / "ray", expected)
+    again = run_batch(root, tmp_path / "ray", executor=make_executor(1, "ray"))
+    assert sorted(again.skipped) == sorted(expected) and again.ran == ["broken"]
+    assert _mtimes(tmp_path / "ray", expected) == before
+
+
+def _work(item: str, stop) -> object:
+    """What each test item does in its Ray task."""
+    if item == "die":
+        os._exit(3)
+    if item == "raise":
+        raise RuntimeError("boom\nsecond line")
+    return (item, {k: v for k, v in ray.get_runtime_context().get_assigned_resources().items() if v})
+
+
+def test_failed_tasks_are_recorded_and_the_rest_runs(cluster):
+    from precision_doctor.batch.ray_executor import RayExecutor
+
+    needs = {"gpu": ItemNeeds(gpu=True)}
+    executor = RayExecutor(cpus=1, needs=lambda it: needs.get(it, ItemNeeds()))
+    done = {d.item: d for d in executor.map(_work, ["a", "die", "raise", "gpu", "b"])}
+    assert sorted(done) == ["a", "b", "die", "gpu", "raise"]
+    assert done["die"].error and "worker died" in done["die"].error
+    assert done["raise"].error == "RuntimeError: boom"
+    assert done["a"].result == ("a", {"CPU": 1.0}) and done["b"].error is None
+    assert done["gpu"].result == ("gpu", {"CPU": 1.0, "GPU": 1.0})  # a GPU model asks for one
+
+
+def test_a_gpu_task_on_a_cluster_without_gpus_fails_at_once(cluster, monkeypatch):
+    from precision_doctor.batch.ray_executor import RayExecutor
+
+    monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})  # the driver's view of a CPU-only cluster
+    executor = RayExecutor(needs=lambda it: ItemNeeds(gpu=it == "gpu"))
+    done = {d.item: d for d in executor.map(_work, ["gpu", "a"])}
+    assert "the Ray cluster has none" in done["gpu"].error and done["a"].error is None
+
+
+def test_task_needs_of_a_model():
+    spec = RunSpec("/z/m.onnx").with_settings({"inputs.files": ("/z/a.npz",), "backends.confirm_backend": "ort-cuda"})
+    task = ModelTask("m", "/out/m", spec, "key", "hash")
+    assert task_needs(task) == ItemNeeds(gpu=True, reads=("/z/m.onnx", "/z/a.npz"), writes=("/out",))
+    assert not task_needs(ModelTask("m", "/out/m", RunSpec("/z/m.onnx"), "key", "hash")).gpu
+    assert task_needs(ModelTask("m", "/out/m", spec, "key", None, error="model file not found")) == ItemNeeds()
+
+
+def test_path_check_names_what_a_worker_cannot_see(cluster, zoo, tmp_path):  # noqa: F811
+    from precision_doctor.batch.ray_executor import RayExecutor
+
+    missing = str(tmp_path / "elsewhere" / "m.onnx")
+    executor = RayExecutor(needs=lambda it: ItemNeeds(reads=(missing,)))
+    with pytest.raises(UserError, match=f"cannot see {missing};.*same paths"):
+        list(executor.map(_work, ["a"]))
+    not_a_dir = tmp_path / "out"
+    not_a_dir.write_text("a file, not a directory")
+    executor = RayExecutor(needs=lambda it: ItemNeeds(writes=(str(not_a_dir),)))
+    with pytest.raises(UserError, match=f"cannot write in {not_a_dir} \\(Not a directory\\)"):
+        list(executor.map(_work, ["a"]))
+
+
+def _slow_zoo(root) -> list[str]:
+    """One quick model and two that take seconds (many samples), so that an interruption lands mid-batch."""
+    root.mkdir()
+    names = ["cancellation", "deep_stack_one_bad", "overflow_island"]
+    for name in names:
+        case = planted.CASES[name]()
+        onnx.save(case.model, str(root / f"{name}.onnx"))
+        (root / f"{name}.json").write_text(json.dumps({
+            "inputs": {"samples": 2 if name == names[0] else 64, "seed": 0},
+            "tolerance": {"atol": case.atol, "rtol": case.rtol},
+        }))
+    return names
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals")
+def test_cli_batch_on_ray_interrupted_and_resumed(cluster, tmp_path, run_cli):
+    """SIGINT to the CLI process once the first model is done: the running tasks checkpoint and the CLI
+    exits 130; the next run redoes nothing finished and evaluates nothing twice."""
+    root, out = tmp_path / "zoo", tmp_path / "out"
+    names = _slow_zoo(root)
+    cmd = [sys.executable, "-m", "precision_doctor", "batch", str(root), "--out", str(out),
+           "--executor", "ray", "--ray-address", cluster]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        _wait_until(lambda: _status(out, names[0]) == "passed", proc, f"{names[0]} finished")
+        os.kill(proc.pid, signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err[-2000:]
+    assert "to continue where it stopped" in err
+    done = {n for n in names if _status(out, n) == "passed"}
+    assert names[0] in done and len(done) < len(names), done
+    assert "interrupted" in {_status(out, n) for n in names}  # a running task was cancelled and checkpointed
+    kept = _mtimes(out, done)
+
+    code, stdout, stderr = run_cli("batch", root, "--out", out, "--executor", "ray", "--ray-address", cluster)
+    assert code == 0, stderr
+    assert f"not redone: {', '.join(sorted(done))}" in stderr and f"{len(names) - len(done)} diagnosed" in stdout
+    assert _mtimes(out, done) == kept
+    summary = json.loads((out / "summary.json").read_text())["models"]
+    assert [(r["model"], r["status"]) for r in summary] == [(n, "passed") for n in names]
+    for n in names:
+        rep = json.loads((out / n / "report.json").read_text())
+        assert rep["passed"] and rep["evaluations"] == len((out / n / "search.jsonl").read_text().splitlines())
+
+
+def test_executor_ray_without_ray_is_one_line(tmp_path, run_cli, monkeypatch, zoo):  # noqa: F811
+    root, _ = zoo
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed: `import ray` raises ImportError
+    out = tmp_path / "out"
+    code, _, stderr = run_cli("batch", root, "--executor", "ray", "--out", out)
+    assert code == 2 and "--executor ray needs Ray" in stderr and "pip install '.[ray]'" in stderr
+    assert len(stderr.strip().splitlines()) == 1 and "Traceback" not in stderr and not out.exists()
+    for args, says in ((("--executor", "dask"), "unknown --executor 'dask'"),
+                       (("--ray-address", "h:1"), "--ray-address needs --executor ray"),
+                       (("--executor", "ray", "--jobs", "2"), "--jobs sets local worker processes"),
+                       (("--executor", "ray", "--ray-cpus", "0"), "--ray-cpus must be positive")):
+        code, _, stderr = run_cli("batch", root, *args, "--out", out)
+        assert code == 2 and says in stderr and len(stderr.strip().splitlines()) == 1, stderr
