@@ -21,7 +21,7 @@ fi
 
 # 2. the whole zoo diagnosed on the GPU: with the GPU as the oracle (BATCH_BACKEND=ort-cuda, real FP16 in
 #    every evaluation), or searched with the emulator and confirmed on the GPU (BATCH_BACKEND=emulate
-#    BATCH_ARGS="--confirm-backend ort-cuda")
+#    BATCH_ARGS="--confirm-backend ort-cuda"; add --knobs to try ORT CUDA's knobs around each answer there)
 timeout -s INT "${BATCH_SECONDS:-360}" python3 -m precision_doctor batch zoo --backend "${BATCH_BACKEND:-ort-cuda}" \
   --jobs 2 --out /tmp/gpu-batch ${BATCH_ARGS:-}
 echo "batch exit $?"
@@ -33,6 +33,6 @@ for p in sorted(pathlib.Path("/tmp/gpu-batch").glob("*/report.json")):
     r = json.loads(p.read_text())
     out[p.parent.name] = {k: r.get(k) for k in ("backend", "passed", "status", "reason", "fallback_nodes", "evaluations",
                                                  "elapsed_s", "one_minimal_checked", "margin", "tolerance_used",
-                                                 "validation", "confirm")}
+                                                 "validation", "confirm", "knobs")}
 print(json.dumps(out, indent=1, default=str))
 PY

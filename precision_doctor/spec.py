@@ -55,6 +55,7 @@ class SearchSpec:
     max_evaluations: int | None = None
     time_budget: float | None = None  # seconds
     keep_io_types: bool = True  # fixed.onnx keeps FP32 inputs and outputs
+    knobs: bool = False  # also try the final backend's knobs around the answer (pipeline/knob_search.py)
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,25 @@ class BackendSpec:
     confirm_backend: str | None = None
 
 
+@dataclass(frozen=True)
+class ArtifactSpec:
+    """What a passing run builds besides fixed.onnx, the commands and the report: the fixed TensorRT engine
+    (`fixed.plan`; TensorRT-RTX ahead of time for `engine_targets`, "8.6" or "8.6,8.9", default its portable
+    set; TensorRT for the GPU present)."""
+
+    engine: bool = False
+    engine_targets: tuple[str, ...] = ()
+
+    @property
+    def targets(self) -> tuple[str, ...] | None:
+        """The compute capabilities named (commas split), None for the library's portable default."""
+        out = tuple(t.strip() for item in self.engine_targets for t in item.split(",") if t.strip())
+        return out or None
+
+
 SECTIONS: dict[str, type] = {
     "inputs": InputSpec, "tolerance": Tolerance, "search": SearchSpec, "capture": CaptureSpec, "backends": BackendSpec,
+    "artifacts": ArtifactSpec,
 }
 _PATH_SETTINGS = {"model", "inputs.files", "inputs.validate_files"}  # resolved against `base_dir`
 
@@ -90,6 +108,7 @@ class RunSpec:
     search: SearchSpec = field(default_factory=SearchSpec)
     capture: CaptureSpec = field(default_factory=CaptureSpec)
     backends: BackendSpec = field(default_factory=BackendSpec)
+    artifacts: ArtifactSpec = field(default_factory=ArtifactSpec)
 
     # -- derived ------------------------------------------------------------------------------------
     @property
@@ -126,6 +145,7 @@ class RunSpec:
                 "--confirm-backend", "{backends.confirm_backend}"))
         if b.confirm_backend is not None:
             check_backend_name(b.confirm_backend, "backends.confirm_backend")
+        self._validate_tensorrt()
         i = self.inputs
         if i.samples < 1:
             raise SpecError("inputs.samples", "{inputs.samples} must be at least 1")
@@ -134,6 +154,28 @@ class RunSpec:
         parse_val_ranges(i.val_ranges)
         parse_input_shapes(i.input_shapes)
         return self
+
+    def _validate_tensorrt(self) -> None:
+        """The TensorRT, knob and engine settings: `trt` refused in one line where its engines cannot run
+        (before any work, so no run directory is made), knobs refused on the emulator, engine targets
+        parsed and checked against the installed library."""
+        from precision_doctor.backends.tensorrt.availability import check_engine_targets, trt_refusal
+
+        b = self.backends
+        for setting in ("backends.backend", "backends.confirm_backend"):
+            name = b.backend if setting == "backends.backend" else b.confirm_backend
+            if name in ("trt", "tensorrt") and (why := trt_refusal()):
+                raise SpecError(setting, f"{{{setting}}} {name} unavailable: {why}")
+        if self.search.knobs and (b.confirm_backend or b.backend) == "emulate":
+            raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs (it rounds explicitly: no "
+                            "kernels to pick, no TF32); knobs are tried on ort-cuda or trt, as {backends.backend} or "
+                            "{backends.confirm_backend}")
+        a = self.artifacts
+        if a.engine_targets and not a.engine:
+            raise SpecError("artifacts.engine_targets", "{artifacts.engine_targets} is a setting of the fixed engine: "
+                            "add {artifacts.engine}")
+        if a.engine and (why := check_engine_targets(a.targets)):
+            raise SpecError("artifacts.engine_targets", f"{{artifacts.engine_targets}}: {why}")
 
     # -- JSON -----------------------------------------------------------------------------------------
     def to_json(self) -> dict:

@@ -18,7 +18,7 @@ def test_defaults_and_json_round_trip(tmp_path):
     s = RunSpec("m.onnx")
     assert s.search == SearchSpec() and s.tolerance == Tolerance() and s.inputs.samples == specs.default("inputs.samples")
     data = s.to_json()
-    assert set(data) == {"model", "precision", "inputs", "tolerance", "search", "capture", "backends"}
+    assert set(data) == {"model", "precision", "inputs", "tolerance", "search", "capture", "backends", "artifacts"}
     assert data["search"]["strategy"] == "auto" and data["tolerance"]["atol"] == 1e-5
     assert RunSpec.from_json(json.loads(json.dumps(data))) == s
     other = s.with_settings({"search.margin": 0.2, "inputs.files": ["a.npz"], "backends.confirm_backend": "ort-cpu"})

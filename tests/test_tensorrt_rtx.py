@@ -18,11 +18,11 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from trt_helpers import require_tensorrt_rtx
 
 from precision_doctor import planted
 from precision_doctor.backends.tensorrt import build_engine, parse_onnx, trt_check
 from precision_doctor.backends.tensorrt.build import BuildSettings, make_config
-from precision_doctor.backends.tensorrt.library import find_library
 from precision_doctor.backends.tensorrt.tactics import parse_tactic_sources
 from precision_doctor.errors import UserError
 from precision_doctor.graph.mixed import build_mixed, forced_fp32_nodes
@@ -32,11 +32,7 @@ from precision_doctor.results import emit
 
 pytestmark = pytest.mark.tensorrt
 
-LIB, _WHY = find_library("tensorrt_rtx")
-if LIB is None:
-    if os.environ.get("PRECISION_DOCTOR_REQUIRE_TRT") == "1":
-        pytest.fail(f"TensorRT-RTX is required here (PRECISION_DOCTOR_REQUIRE_TRT=1) but does not import: {_WHY}", pytrace=False)
-    pytest.skip(f"TensorRT-RTX does not import: {_WHY}", allow_module_level=True)
+LIB = require_tensorrt_rtx()
 
 
 def _fixed(model, fallback, tmp_path, name="fixed.onnx"):
@@ -325,3 +321,5 @@ def test_backend_trt_refuses_in_one_line_where_engines_cannot_run(run_cli, plant
         assert code == 2, out + err
         line = err.strip()
         assert "\n" not in line and line.endswith(f"{run.reason}; nothing was built or run (use emulate or ort-cuda)")
+        assert line.startswith(f"error: {flag} trt unavailable: ")
+        assert not (tmp_path / flag.strip("-")).exists()  # refused before the run directory is made

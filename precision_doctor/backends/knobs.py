@@ -13,6 +13,8 @@ answer less one node), and keep the answer only when neither passes (`knob_plan`
   the last two), one default source removed or one other source added at a time, and TF32.
 
 Each configuration knows the text a user pastes: trtexec and polygraphy flags, ORT provider options.
+`knob_family`, `knob_configs` and `knob_backend` give a search the configurations of a backend and a
+backend built for each (pipeline/knob_search.py runs the plan).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 ORT_CUDA, TRT = "ort-cuda", "trt"
+ORT_CPU = "ort-cpu"  # ORT CUDA's configurations on the CPU provider, where they change nothing (plumbing)
 ORT_CUDA_KNOBS: dict[str, tuple[str, ...]] = {
     "cudnn_conv_algo_search": ("EXHAUSTIVE", "HEURISTIC", "DEFAULT"),
     "use_tf32": ("0", "1"),
@@ -156,3 +159,51 @@ def best_trial(results: Sequence[tuple[Trial, bool]]) -> Trial | None:
     if not passing:
         return None
     return min(passing, key=lambda t: (len(t.fallback), not t.knobs.is_default))
+
+
+# -- a backend's knobs, for a search -----------------------------------------------------------------
+
+# Backend names (`Backend.name`) -> the knob family they have.
+FAMILIES = {"ort-cuda": ORT_CUDA, "ort-cpu": ORT_CPU, "trt": TRT, "tensorrt": TRT}
+ORT_CPU_NOTE = (
+    "ort-cpu: these are CUDA provider options and ONNX Runtime's CPU provider has none, so every configuration "
+    "runs the same CPU session (a plumbing check of the knob search, not a knob result)"
+)
+
+
+def knob_family(backend_name: str) -> str | None:
+    """The knob family of a backend (None: it has no knobs, as the emulator)."""
+    return FAMILIES.get(backend_name)
+
+
+def knob_configs(family: str, lib=None) -> list[KnobConfig]:
+    """The configurations of a family, the default first. TensorRT: the tactic sources the installed
+    library has (`lib`, default the one `load_library` finds) and TF32."""
+    if family in (ORT_CUDA, ORT_CPU):
+        return ort_cuda_configs()
+    if family == TRT:
+        from precision_doctor.backends.tensorrt.library import load_library
+
+        lib = lib or load_library()
+        return trt_configs(list(lib.tactic_sources), lib.default_tactic_sources)
+    raise ValueError(f"no knobs for {family!r}")
+
+
+def knob_backend(family: str, model, precision: str, outputs: Sequence[str], config: KnobConfig):
+    """A backend that evaluates fallback sets under `config` (the caller closes it)."""
+    if family in (ORT_CUDA, ORT_CPU):
+        from precision_doctor.backends.ort import OrtBackend
+
+        providers = ort_providers(config) if family == ORT_CUDA else ["CPUExecutionProvider"]
+        return OrtBackend(model, precision, providers=providers, outputs=outputs)
+    if family == TRT:
+        from precision_doctor.backends.tensorrt import TrtBackend
+
+        return TrtBackend(model, precision=precision, outputs=outputs, **trt_backend_kwargs(config))
+    raise ValueError(f"no knobs for {family!r}")
+
+
+def config_of(family: str, settings: Mapping[str, str]) -> KnobConfig:
+    """A configuration from its settings as report.json keeps them (`knobs.best_settings`)."""
+    backend = TRT if family == TRT else ORT_CUDA
+    return KnobConfig(backend, tuple(settings.items()))

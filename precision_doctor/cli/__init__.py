@@ -33,7 +33,7 @@ def error_text(exc: UserError) -> str:
 
 
 def fail(msg: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)  # '.[trt]' is not markup
     raise typer.Exit(code)
 
 

@@ -8,6 +8,7 @@ import typer
 
 from precision_doctor.cli import announce_renamed, app, console, fail, progress_bar, stops_on_interrupt
 from precision_doctor.cli.options import (
+    ARTIFACTS,
     BACKENDS,
     CAPTURE,
     HELD_OUT,
@@ -24,7 +25,7 @@ from precision_doctor.results.report import Report
 
 
 @app.command()
-@with_options(INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, RUN_DIR, CAPTURE)
+@with_options(INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, ARTIFACTS, RUN_DIR, CAPTURE)
 def diagnose(
     model: Path = typer.Argument(..., help="ONNX model."),
     resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out without repeating work."),
@@ -60,7 +61,10 @@ def diagnose(
 
 
 def print_outcome(report: Report, out_dir: Path) -> None:
+    from rich.markup import escape
+
     from precision_doctor.render.markdown import confirm_sentence, headroom_sentence
+    from precision_doctor.render.tensorrt import outcome_lines
 
     fb = report.fallback_nodes
     tol = report.tolerance
@@ -90,8 +94,11 @@ def print_outcome(report: Report, out_dir: Path) -> None:
         for note in (confirm_sentence(report), headroom_sentence(report)):
             if note:
                 console.print(note.replace("`", ""), highlight=False)
+        for note, loud in outcome_lines(report):
+            console.print(f"[bold red]{escape(note)}[/]" if loud else note, highlight=False, markup=loud, soft_wrap=True)
     else:
         console.print(f"[bold red]NO PASSING SET[/]: {report.reason or report.status}", highlight=False)
     if report.status not in ("complete", "no_solution"):
         console.print(f"status: {report.status}: {report.reason}", highlight=False)
-    console.print(f"report: {out_dir}/report.html  (report.json, report.md, fixed.onnx, trtexec.sh)", highlight=False)
+    files = "report.json, report.md, fixed.onnx, trtexec.sh" + (", fixed.plan" if "engine" in report.artifacts else "")
+    console.print(f"report: {out_dir}/report.html  ({files})", highlight=False)

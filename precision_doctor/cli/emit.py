@@ -8,30 +8,55 @@ from pathlib import Path
 import typer
 
 from precision_doctor.cli import app, console, fail
+from precision_doctor.cli.options import ENGINE_TARGETS
 
 FORMATS = {
     "trtexec": ["trtexec_trt10", "trtexec_trt11"], "trtexec10": ["trtexec_trt10"], "trtexec11": ["trtexec_trt11"],
-    "polygraphy": ["polygraphy", "polygraphy_trt10"], "autocast": ["autocast"],
+    "polygraphy": ["polygraphy", "polygraphy_trt10"], "autocast": ["autocast"], "ort-cuda": ["ort_cuda_providers"],
 }
 
 
 @app.command()
 def emit(
     run_dir: Path = typer.Argument(..., help="A diagnose run directory."),
-    format: str = typer.Option("trtexec", "--format", help="trtexec, trtexec10, trtexec11, polygraphy, autocast or json."),
+    format: str = typer.Option("trtexec", "--format",
+                               help="trtexec, trtexec10, trtexec11, polygraphy, autocast, ort-cuda (the provider options "
+                                    "--knobs found), json, or engine (builds RUN_DIR/fixed.plan with TensorRT-RTX or "
+                                    "TensorRT and records it in report.json)."),
+    engine_targets: list[str] | None = typer.Option(None, "--engine-targets", help=ENGINE_TARGETS.info.help),
 ) -> None:
-    """Print what to paste: trtexec flags, the polygraphy check, AutoCast's exclusions, or JSON."""
+    """Print what to paste: trtexec flags, the polygraphy check, AutoCast's exclusions, or JSON; or build the engine."""
     from precision_doctor.results.report import Report
 
+    if engine_targets and format != "engine":
+        fail("--engine-targets goes with --format engine")
+    if format == "engine":
+        build_engine(run_dir, engine_targets)
+        return
     rep = Report.load(run_dir)
     cmds = rep.commands
     if format == "json":
         console.print_json(json.dumps({"fallback_nodes": rep.fallback_nodes, "precision": rep.precision, **cmds}))
         return
     if format not in FORMATS:
-        fail(f"--format must be one of: {', '.join([*FORMATS, 'json'])}")
+        fail(f"--format must be one of: {', '.join([*FORMATS, 'json', 'engine'])}")
     if not cmds:
         fail(f"{run_dir}: the run found no passing set, so there is nothing to emit")
+    if format == "ort-cuda" and "ort_cuda_providers" not in cmds:
+        fail(f"{run_dir}: no ONNX Runtime provider options were found for this run (they come from --knobs on ort-cuda)")
     for k in FORMATS[format]:
         if k in cmds:
             print(cmds[k])
+
+
+def build_engine(run_dir: Path, engine_targets: list[str] | None) -> None:
+    """`--format engine`: build fixed.plan in the run directory; one line either way (exit 1: not built)."""
+    from precision_doctor.pipeline.trt import engine_for_run
+    from precision_doctor.spec import ArtifactSpec
+
+    targets = ArtifactSpec(engine=True, engine_targets=tuple(engine_targets or ())).targets
+    result = engine_for_run(run_dir, targets)
+    if not result.built:
+        fail(f"{run_dir}: engine not built: {result.reason}", code=1)
+    console.print(f"{run_dir / (result.plan or '')}: built with {result.library} {result.version} for "
+                  f"{' '.join(result.targets)} in {result.seconds:.2f} s", highlight=False, soft_wrap=True)

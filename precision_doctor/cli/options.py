@@ -41,6 +41,9 @@ FLAGS: dict[str, str] = {
     "search.max_evaluations": "--max-evaluations",
     "search.time_budget": "--time-budget",
     "search.keep_io_types": "--keep-io-types",
+    "search.knobs": "--knobs",
+    "artifacts.engine": "--engine",
+    "artifacts.engine_targets": "--engine-targets",
     "capture.group_mb": "--group-mb",
     "backends.backend": "--backend",
     "backends.confirm_backend": "--confirm-backend",
@@ -115,6 +118,10 @@ SEARCH = (
     _opt("time_budget", "search.time_budget", float | None, "Stop the search after this many seconds."),
     _opt("keep_io_types", "search.keep_io_types", bool, "fixed.onnx keeps FP32 I/O.",
          "--keep-io-types/--no-keep-io-types"),
+    _opt("knobs", "search.knobs", bool,
+         "Also try the answer's backend under its knob configurations (ort-cuda: cudnn_conv_algo_search x use_tf32; "
+         "trt: tactic sources, TF32), alone and with the answer less one node; the cheapest passing one is kept and "
+         "its settings go into the commands. Refused with the emulator (no knobs).", "--knobs/--no-knobs"),
 )
 BACKENDS = (
     _opt("backend", "backends.backend", str, "emulate, ort-cuda, trt, or auto (best here). ort-cpu is refused: "
@@ -124,6 +131,15 @@ BACKENDS = (
          "there, else grown until it does, then pruned to 1-minimal there. Search with the fast emulator, "
          "finish on the GPU. ort-cpu is a plumbing check only (fixed.onnx loads and runs; ONNX Runtime's CPU "
          "provider computes FP16 chains in FP32, so its verdict is not FP16's)."),
+)
+ENGINE_TARGETS = _opt("engine_targets", "artifacts.engine_targets", list[str] | None,
+                      "TensorRT-RTX compute capabilities to build fixed.plan for, e.g. 8.6,8.9 (default: its portable set "
+                      "8.0 8.6 8.9 12.0 12.1); repeatable or comma-separated.", default=None)
+ARTIFACTS = (
+    _opt("engine", "artifacts.engine", bool,
+         "Build the fixed engine fixed.plan from fixed.onnx: TensorRT-RTX ahead of time (no GPU needed), TensorRT for "
+         "the GPU present; caches in the run directory. A model that does not build is reported, not an error."),
+    ENGINE_TARGETS,
 )
 CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),)
 RUN_DIR = (

@@ -4,14 +4,16 @@ named.onnx where the tool named nodes (the commands then point at it, so every t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 
+from precision_doctor.backends.knobs import KnobConfig
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.mixed import build_mixed, forced_fp32_nodes
-from precision_doctor.graph.toolnames import model_for_tools
+from precision_doctor.graph.toolnames import NAMED_ONNX, model_for_tools
 from precision_doctor.results import emit
 from precision_doctor.results.jsonio import write_text_atomic
 from precision_doctor.spec import RunSpec
@@ -26,8 +28,20 @@ FILES = {
 SCRIPTS = {"layer_precisions_txt": "layer_precisions.txt", "trtexec_sh": "trtexec.sh", "tensorrt_rtx_sh": "tensorrt_rtx.sh"}
 
 
-def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: frozenset[str], spec: RunSpec) -> dict:
-    """Write every artifact of the answer `fallback`; returns the commands (report.json's `commands`)."""
+@dataclass(frozen=True)
+class Written:
+    """What `write_artifacts` wrote: report.json's `commands`, its `artifacts` entries (key -> file name; with
+    `named_onnx` when the model's nodes had to be named) and the nodes fixed.onnx keeps FP32 beyond the answer."""
+
+    commands: dict[str, str]
+    files: dict[str, str]
+    forced: dict[str, str]
+
+
+def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: frozenset[str], spec: RunSpec,
+                    knob: KnobConfig | None = None) -> Written:
+    """Write every artifact of the answer `fallback` (`knob`: the knob configuration it was found under, whose
+    settings the commands then carry)."""
     model = work.model
     fixed = build_mixed(model, fallback, spec.precision, keep_io_types=spec.search.keep_io_types)
     onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
@@ -47,6 +61,8 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
         check_error_stat=tol.check_error_stat,
         inputs="inputs.json",
         forced_fp32=forced,
+        compute_capabilities=spec.artifacts.targets or emit.PORTABLE_TARGETS,
+        knob=knob,
     )
     for key, name in SCRIPTS.items():
         write_text_atomic(out_dir / name, texts[key])
@@ -54,7 +70,10 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
             (out_dir / name).chmod(0o755)
     excluded = [*order, *forced]
     write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", "\n".join(excluded) + ("\n" if excluded else ""))
-    return {k: v for k, v in texts.items() if k not in SCRIPTS}
+    files = dict(FILES)
+    if tools_model.parent == out_dir and tools_model.name == NAMED_ONNX:
+        files["named_onnx"] = NAMED_ONNX
+    return Written({k: v for k, v in texts.items() if k not in SCRIPTS}, files, forced)
 
 
 def save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) -> None:

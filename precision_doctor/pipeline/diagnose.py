@@ -20,9 +20,11 @@ from precision_doctor.graph.formats import get_format
 from precision_doctor.pipeline.artifacts import write_artifacts
 from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
 from precision_doctor.pipeline.confirmation import confirm
+from precision_doctor.pipeline.knob_search import budget_after, search_knobs
 from precision_doctor.pipeline.reporting import CHECKPOINT, build_report, write_report
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, run_strategy
+from precision_doctor.pipeline.trt import tensorrt_steps
 from precision_doctor.pipeline.validation import check_on_samples
 from precision_doctor.results.report import Confirm, Report
 from precision_doctor.search import Oracle
@@ -110,6 +112,14 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
         else:
             confirmed = Confirm(confirm_backend.name, sorted(found), passed=None,
                                 skipped=f"the search ended early ({status}); the answer is the searched one, not confirmed")
+    knob_outcome = None
+    if spec.search.knobs and found is not None and status == "complete":
+        knob_outcome = search_knobs(
+            confirm_backend or backend, [n.name for n in model.nodes if n.name in found], model, work.samples + validation,
+            refs + val_refs, space, spec, out_dir, budget_after(budget, oracle, confirmed), owned, resume=resume,
+            progress=progress, stop=stop,
+        )
+        found, status, reason = knob_outcome.fallback, knob_outcome.status, knob_outcome.reason or reason
     passed = found is not None
     if status == "complete" and not passed:
         status = "no_solution"
@@ -119,12 +129,17 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     final = found if found is not None else frozenset()
     fixed_rel = capture_fixed(out_dir / ACTIVATIONS, model, fmt, work.samples, final, spec.capture, progress, stop) \
         if passed else {}
-    artifacts = write_artifacts(out_dir, work, refs, final, spec) if passed else {}
+    written = write_artifacts(out_dir, work, refs, final, spec, knob_outcome.emitted if knob_outcome else None) \
+        if passed else None
+    trt_check, engine = tensorrt_steps(out_dir, model, final, spec, written, knob_outcome, work.samples) \
+        if written else (None, None)
     report = build_report(
         work=work, analysis=analysis, space=space, oracle=oracle, spec=spec, fmt=fmt,
         backend_name=backend.name, status=status, reason=reason, fallback=found,
         validation=validation_report, n_validation=len(validation), fixed_rel=fixed_rel,
-        artifacts=artifacts, elapsed=time.monotonic() - t0, confirm=confirmed, confirm_verdict=confirm_verdict,
+        artifacts=written.commands if written else {}, elapsed=time.monotonic() - t0, confirm=confirmed,
+        confirm_verdict=confirm_verdict, written=written, trt_check=trt_check, engine=engine,
+        knobs=knob_outcome.result if knob_outcome else None, knob_verdict=knob_outcome.verdict if knob_outcome else None,
     )
     return write_report(out_dir, report)
 

@@ -9,20 +9,24 @@ from precision_doctor import __version__
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import Format
 from precision_doctor.measure.analysis import Analysis
-from precision_doctor.pipeline.artifacts import FILES
+from precision_doctor.pipeline.artifacts import FILES, Written
 from precision_doctor.pipeline.compare import ACTIVATIONS
+from precision_doctor.pipeline.knob_search import KNOBS_DIR
 from precision_doctor.pipeline.strategy import trajectory_row, user_share
 from precision_doctor.results.jsonio import write_json
 from precision_doctor.results.report import (
     REPORT,
     Checks,
     Confirm,
+    EngineResult,
     FormatLimits,
+    KnobsResult,
     Layer,
     ModelInfo,
     Report,
     SampleCounts,
     ToleranceUsed,
+    TrtCheckResult,
     Validation,
 )
 from precision_doctor.search import Oracle
@@ -37,15 +41,17 @@ def build_report(
     *, work: Workload, analysis: Analysis, space: SearchSpace, oracle: Oracle, spec: RunSpec, fmt: Format,
     backend_name: str, status: str, reason: str | None, fallback: frozenset[str] | None, validation: Validation | None,
     n_validation: int, fixed_rel: dict[str, float], artifacts: dict, elapsed: float, confirm: Confirm | None = None,
-    confirm_verdict: Verdict | None = None,
+    confirm_verdict: Verdict | None = None, written: Written | None = None, trt_check: TrtCheckResult | None = None,
+    engine: EngineResult | None = None, knobs: KnobsResult | None = None, knob_verdict: Verdict | None = None,
 ) -> Report:
     model = work.model
     final = fallback or frozenset()
     total = max(model.total_flops, 1)
     flops = {n.name: n.flops for n in model.nodes}
+    by_knobs = knobs is not None and knobs.changed_answer  # a knob configuration made the answer smaller
     searched = oracle.known(final) if fallback is not None else None
-    same_as_searched = confirm is None or confirm.searched_answer == sorted(final)
-    final_verdict = confirm_verdict or (searched if same_as_searched else None)
+    same_as_searched = (confirm is None or confirm.searched_answer == sorted(final)) and not by_knobs
+    final_verdict = knob_verdict if by_knobs else confirm_verdict or (searched if same_as_searched else None)
     held_out_ok = validation is None or validation.passed or bool(validation.passed_after_research)
     if validation is not None and not same_as_searched:
         validation.of = "searched answer"
@@ -68,7 +74,7 @@ def build_report(
         tolerance_used=ToleranceUsed(
             search=user_share(spec, searched) if same_as_searched else None,
             validation=validation.tol_used if validation is not None and same_as_searched else None,
-            confirm=confirm.tolerance_used if confirm is not None else None,
+            confirm=confirm.tolerance_used if confirm is not None and not by_knobs else None,
         ),
         confirm=confirm,
         status=status,
@@ -79,7 +85,7 @@ def build_report(
         fp32_flop_share=sum(flops.get(n, 0) for n in final) / total,
         evaluations=oracle.evaluations,
         memo_hits=oracle.memo_hits,
-        one_minimal_checked=confirm.one_minimal_checked if confirm is not None and confirm.passed
+        one_minimal_checked=False if by_knobs else confirm.one_minimal_checked if confirm is not None and confirm.passed
         else oracle.one_minimal_checked(fallback),
         elapsed_s=elapsed,
         samples=SampleCounts(search=len(work.samples), validation=n_validation),
@@ -95,10 +101,16 @@ def build_report(
         format_limits=FormatLimits(max=fmt.max, smallest_normal=fmt.smallest_normal),
         artifacts={
             "activations": ACTIVATIONS, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
-            **(FILES if artifacts else {}),
+            **(written.files if written is not None else FILES if artifacts else {}),
+            **({"engine": engine.plan} if engine is not None and engine.built and engine.plan else {}),
+            **({"knob_checkpoints": KNOBS_DIR} if knobs is not None and knobs.configurations else {}),
             "report_md": "report.md", "report_html": "report.html",
         },
         commands=artifacts,
+        forced_fp32_nodes=dict(written.forced) if written is not None else {},
+        trt_check=trt_check,
+        engine=engine,
+        knobs=knobs,
     )
 
 

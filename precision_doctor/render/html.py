@@ -27,6 +27,13 @@ from precision_doctor.render.markdown import (
     verdict_sentence,
     why,
 )
+from precision_doctor.render.tensorrt import (
+    engine_sentence,
+    html_sections,
+    knobs_sentence,
+    named_onnx_sentence,
+    trt_check_sentence,
+)
 from precision_doctor.results.report import ModelInfo, Report
 
 # (key, header, type, first sort direction, tooltip)
@@ -331,9 +338,12 @@ def _header(report: Report) -> str:
         _kpi(tol_txt, "tolerance"),
     ]
     reason = ""
-    for line in (confirm_sentence(report), headroom_sentence(report)):
+    for line in (confirm_sentence(report), headroom_sentence(report), engine_sentence(report), knobs_sentence(report)):
         if line:
             reason += f'<div class="headroom">{_e(line.replace("`", ""))}</div>'
+    if check := trt_check_sentence(report):
+        cls = "reason" if check.startswith("WARNING") else "headroom"
+        reason += f'<div class="{cls}" id="trt-check-line">{_e(check.replace("`", ""))}</div>'
     if report.reason or report.status not in (None, "complete"):
         reason += f'<div class="reason">Status <code>{_e(report.status)}</code>'
         reason += f": {_e(report.reason)}</div>" if report.reason else "</div>"
@@ -509,6 +519,8 @@ def _commands_section(report: Report) -> str:
     out = []
     if cmds:
         out.append('<section id="commands"><h2>Commands</h2>')
+        if named := named_onnx_sentence(report):
+            out.append(f"<p>{_e(named.replace('`', ''))}</p>")
         for i, (key, cmd) in enumerate(cmds.items()):
             out.append(
                 f'<div class="cmd"><div>{_e(COMMAND_TITLES.get(key, key))}</div>'
@@ -576,6 +588,7 @@ def render_html(report: Report) -> str:
         [
             _header(report),
             _fallback_section(report),
+            html_sections(report),
             _outputs_section(report),
             _plots_section(report),
             _layers_section(report),

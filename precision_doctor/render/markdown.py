@@ -7,6 +7,13 @@ from typing import Any
 
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
+from precision_doctor.render.tensorrt import (
+    engine_sentence,
+    knobs_sentence,
+    markdown_sections,
+    named_onnx_sentence,
+    trt_check_sentence,
+)
 from precision_doctor.results.report import Layer, ModelInfo, Report
 
 TOP_OFFENDERS = 15
@@ -18,6 +25,7 @@ COMMAND_TITLES = {
     "polygraphy": "Polygraphy: check the fixed model on the real backend",
     "polygraphy_trt10": "Polygraphy on TensorRT 10 with the same per-layer precisions",
     "autocast": "ModelOpt AutoCast with the same nodes excluded",
+    "ort_cuda_providers": "ONNX Runtime CUDA: the provider options of the knob configuration found",
 }
 
 # what analysis.py's `input_sensitive` means
@@ -31,6 +39,16 @@ ARTIFACT_TITLES = {
     "trtexec": "trtexec build script",
     "report_md": "this report",
     "report_html": "interactive report with plots",
+    "layers_csv": "per-layer error table (CSV)",
+    "layers_json": "per-layer error table (JSON)",
+    "checkpoint": "every evaluation of the search, one JSON line each (what --resume replays)",
+    "inputs": "the search samples in polygraphy's --load-inputs format",
+    "reference_outputs": "FP32 reference outputs in polygraphy's --load-outputs format",
+    "autocast_nodes": "nodes ModelOpt AutoCast must keep in FP32 (--nodes_to_exclude), one per line",
+    "tensorrt_rtx": "TensorRT-RTX build script: polygraphy convert, ahead of time, no GPU needed",
+    "named_onnx": "the model with the node names this report uses; every command reads it",
+    "engine": "the fixed TensorRT engine built from fixed.onnx",
+    "knob_checkpoints": "the knob search's evaluations, one JSON-lines file per configuration",
 }
 
 
@@ -165,8 +183,10 @@ def verdict_sentence(report: Report) -> str:
 def output_run_labels(report: Report) -> tuple[str, str]:
     """Labels of the answer's output checks and of the held-out ones (which may be of the searched
     answer, when the confirmation on another backend changed it)."""
-    c = report.confirm
+    c, k = report.confirm, report.knobs
     fixed = f"fixed (on {c.backend}, all samples)" if c is not None and c.passed else "fixed (search samples)"
+    if k is not None and k.changed_answer:
+        fixed = f"fixed (on {k.backend} with knobs {k.best}, all samples)"
     held = "searched answer (validation)" if report.validation is not None and report.validation.of \
         else "fixed (validation)"
     return fixed, held
@@ -342,6 +362,9 @@ def render_markdown(report: Report) -> str:
     for line in (confirm_sentence(report), headroom_sentence(report)):
         if line:
             L.append(f"- {line}")
+    for line in (trt_check_sentence(report), engine_sentence(report), knobs_sentence(report)):
+        if line:
+            L.append(f"- **{line}**" if line.startswith("WARNING") else f"- {line}")
     base = report.baseline
     if base is not None:
         L.append(f"- Everything in {prec} (baseline): {'passes' if base.passed else 'fails'} the tolerance.")
@@ -394,6 +417,8 @@ def render_markdown(report: Report) -> str:
         L.append(f"FP32 share of FLOPs: {fmt_pct(report.fp32_flop_share)}. Errors are relative L2 against FP32.")
         L.append("")
 
+    L += markdown_sections(report)
+
     # outputs
     L += ["## Outputs", ""]
     outs = report.outputs
@@ -434,6 +459,8 @@ def render_markdown(report: Report) -> str:
     cmds = report.commands
     if cmds:
         L += ["## Commands", ""]
+        if named := named_onnx_sentence(report):
+            L += [named, ""]
         for key, cmd in cmds.items():
             if not cmd:
                 continue

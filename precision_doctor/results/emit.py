@@ -46,11 +46,16 @@ import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 
+from precision_doctor.backends import knobs
+from precision_doctor.backends.knobs import KnobConfig
+
 PRECISION_FLAGS = {"fp16": "--fp16", "bf16": "--bf16"}
 # trtexec cannot express these in a layer name (see the module docstring).
 TRTEXEC_BAD_CHARS = (",", "'", "*", "\n", "\r")
 # Tactic sources that exist in TensorRT 11 (the cuBLAS/cuDNN ones were removed).
 TRT11_TACTIC_SOURCES = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+# TensorRT-RTX 1.7's portable targets (what its builder targets when none are named; 7.5 only when named).
+PORTABLE_TARGETS = ("8.0", "8.6", "8.9", "12.0", "12.1")
 # Enabled by default in TensorRT 10 and 11 (10.x documents CUBLAS, CUBLAS_LT and CUDNN as
 # "Disabled by default"; 11.x has only these two).
 DEFAULT_TACTIC_SOURCES = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
@@ -112,11 +117,11 @@ def _tactics(avoid: Iterable[str] | None, available: Sequence[str] | None = None
     return _dedupe(out)
 
 
-def tactic_sources_spec(avoid: Iterable[str] | None, trt_major: int = 10) -> str:
-    """trtexec's `--tacticSources` value that removes `avoid` from the defaults (`-CUBLAS,-CUDNN`).
-    For TensorRT 11 only sources that still exist there are kept."""
+def tactic_sources_spec(avoid: Iterable[str] | None, trt_major: int = 10, add: Iterable[str] | None = None) -> str:
+    """trtexec's `--tacticSources` value that removes `avoid` from the defaults and adds `add`
+    (`-CUBLAS,-CUDNN`, `+CUBLAS`). For TensorRT 11 only sources that still exist there are kept."""
     available = TRT11_TACTIC_SOURCES if trt_major >= 11 else None
-    return ",".join(f"-{t}" for t in _tactics(avoid, available))
+    return ",".join([*(f"-{t}" for t in _tactics(avoid, available)), *(f"+{t}" for t in _tactics(add, available))])
 
 
 def _line(args: Sequence[str], multiline: bool = False) -> str:
@@ -134,6 +139,7 @@ def _trtexec_trt10_args(
     engine: str,
     timing_cache: str | None,
     no_tf32: bool,
+    tactic_sources_add: Iterable[str] | None = None,
 ) -> list[str]:
     _check_precision(precision)
     args = ["trtexec", f"--onnx={model}", PRECISION_FLAGS[precision]]
@@ -146,12 +152,13 @@ def _trtexec_trt10_args(
             f"--layerPrecisions={spec}",
             f"--layerOutputTypes={layer_output_types_spec(layers)}",
         ]
-    return args + _build_tail_args(tactic_sources_avoid, 10, engine, timing_cache)
+    return args + _build_tail_args(tactic_sources_avoid, 10, engine, timing_cache, tactic_sources_add)
 
 
-def _build_tail_args(avoid: Iterable[str] | None, trt_major: int, engine: str, timing_cache: str | None) -> list[str]:
-    """Tactic sources to avoid, the engine to save and the timing cache: common to both builds."""
-    tactics = tactic_sources_spec(avoid, trt_major)
+def _build_tail_args(avoid: Iterable[str] | None, trt_major: int, engine: str, timing_cache: str | None,
+                     add: Iterable[str] | None = None) -> list[str]:
+    """Tactic sources to avoid or add, the engine to save and the timing cache: common to both builds."""
+    tactics = tactic_sources_spec(avoid, trt_major, add)
     args = [f"--tacticSources={tactics}"] if tactics else []
     args.append(f"--saveEngine={engine}")
     if timing_cache:
@@ -169,10 +176,12 @@ def trtexec_trt10(
     timing_cache: str | None = "timing.cache",
     no_tf32: bool = True,
     multiline: bool = False,
+    tactic_sources_add: Iterable[str] | None = None,
 ) -> str:
     """TensorRT 10 (weak typing): the original model in FP16/BF16, `layers` forced to FP32 with
     obeyed precision constraints. `layers`: TensorRT layer names, else the ONNX node names."""
-    args = _trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, no_tf32)
+    args = _trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, no_tf32,
+                               tactic_sources_add)
     return _line(args, multiline)
 
 
@@ -184,13 +193,14 @@ def _trtexec_strong_args(
     strongly_typed_flag: bool,
     trt_major: int,
     no_tf32: bool = True,
+    tactic_sources_add: Iterable[str] | None = None,
 ) -> list[str]:
     args = ["trtexec", f"--onnx={fixed_onnx}"]
     if strongly_typed_flag:
         args.append("--stronglyTyped")
     if no_tf32:
         args.append("--noTF32")
-    return args + _build_tail_args(tactic_sources_avoid, trt_major, engine, timing_cache)
+    return args + _build_tail_args(tactic_sources_avoid, trt_major, engine, timing_cache, tactic_sources_add)
 
 
 def trtexec_trt11(
@@ -202,22 +212,25 @@ def trtexec_trt11(
     strongly_typed_flag: bool = False,
     no_tf32: bool = True,
     multiline: bool = False,
+    tactic_sources_add: Iterable[str] | None = None,
 ) -> str:
     """TensorRT 11 (always strongly typed): build the mixed-precision graph as it is. Set
     `strongly_typed_flag` to add `--stronglyTyped` (needed on TensorRT 10.x, where strong typing
     is opt-in; documented as no longer needed in 11). `--noTF32` keeps the FP32 islands in FP32
     (TF32 is on by default in 11.x)."""
-    args = _trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, strongly_typed_flag, 11, no_tf32)
+    args = _trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, strongly_typed_flag, 11, no_tf32,
+                                tactic_sources_add)
     return _line(args, multiline)
 
 
-def _polygraphy_tactics(avoid: Iterable[str] | None) -> list[str]:
-    """polygraphy enables exactly the listed sources: TensorRT's defaults minus `avoid` (an empty
-    list disables all)."""
-    avoid_set = set(_tactics(avoid))
-    if not avoid_set:
-        return []
-    return ["--tactic-sources", *(t for t in DEFAULT_TACTIC_SOURCES if t not in avoid_set)]
+def _polygraphy_tactics(avoid: Iterable[str] | None, add: Iterable[str] | None = None, tf32: bool = False) -> list[str]:
+    """polygraphy enables exactly the listed sources: TensorRT's defaults minus `avoid`, plus `add`
+    (an empty list disables all); `--tf32` turns TF32 on (polygraphy leaves it off for TensorRT)."""
+    avoid_set, added = set(_tactics(avoid)), _tactics(add)
+    args = []
+    if avoid_set or added:
+        args = ["--tactic-sources", *(t for t in DEFAULT_TACTIC_SOURCES if t not in avoid_set), *added]
+    return args + (["--tf32"] if tf32 else [])
 
 
 def _tolerance_args(atol: float, rtol: float, check_error_stat: str) -> list[str]:
@@ -236,6 +249,8 @@ def polygraphy_verify(
     strongly_typed: bool = True,
     tactic_sources_avoid: Iterable[str] | None = None,
     multiline: bool = False,
+    tactic_sources_add: Iterable[str] | None = None,
+    tf32: bool = False,
 ) -> str:
     """Two commands: FP32 reference outputs of the original model on ONNX Runtime, then the fixed
     (mixed-precision) model on TensorRT, strongly typed, checked against them. (Running
@@ -244,7 +259,7 @@ def polygraphy_verify(
     trt = ["polygraphy", "run", fixed_onnx, "--trt"]
     if strongly_typed:
         trt.append("--strongly-typed")
-    trt += _polygraphy_tactics(tactic_sources_avoid)
+    trt += _polygraphy_tactics(tactic_sources_avoid, tactic_sources_add, tf32)
     if inputs:
         ref += ["--load-inputs", inputs]
         trt += ["--load-inputs", inputs]
@@ -264,6 +279,8 @@ def polygraphy_trt10(
     inputs: str | None = None,
     tactic_sources_avoid: Iterable[str] | None = None,
     multiline: bool = False,
+    tactic_sources_add: Iterable[str] | None = None,
+    tf32: bool = False,
 ) -> str:
     """TensorRT 10 (weak typing) check in one command: the original model on TensorRT in
     FP16/BF16 with `layers` in FP32 (obeyed), against ONNX Runtime in FP32."""
@@ -272,7 +289,7 @@ def polygraphy_trt10(
     args = ["polygraphy", "run", model, "--trt", "--onnxrt", PRECISION_FLAGS[precision]]
     if ok:
         args += ["--precision-constraints", "obey", "--layer-precisions", *(f"{n}:float32" for n in ok)]
-    args += _polygraphy_tactics(tactic_sources_avoid)
+    args += _polygraphy_tactics(tactic_sources_avoid, tactic_sources_add, tf32)
     if inputs:
         args += ["--load-inputs", inputs]
     args += _tolerance_args(atol, rtol, check_error_stat)
@@ -364,6 +381,8 @@ def trtexec_script(
     timing_cache: str | None = "timing.cache",
     nodes: Sequence[str] | None = None,
     forced: Mapping[str, str] | None = None,
+    tactic_sources_add: Iterable[str] | None = None,
+    tf32: bool = False,
 ) -> str:
     """trtexec.sh: picks the TensorRT 10 or 11 build by `$TRT_MAJOR`, else by the banner of
     `trtexec --version`, else by `python3 -c 'import tensorrt'`. Relative paths are relative to
@@ -373,10 +392,14 @@ def trtexec_script(
     layers = with_forced(layers, forced)
     ok, bad = split_layer_names(layers)
     n_nodes = len(_dedupe(nodes)) if nodes is not None else None
-    weak = _line(_trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, True), True)
-    strong10 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, True, 10), True)
-    strong11 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, False, 11), True)
-    dropped11 = [t for t in _tactics(tactic_sources_avoid) if t not in TRT11_TACTIC_SOURCES]
+    add = tactic_sources_add
+    weak = _line(_trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, not tf32, add),
+                 True)
+    strong10 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, True, 10, not tf32, add),
+                     True)
+    strong11 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, False, 11, not tf32, add),
+                     True)
+    dropped11 = [t for t in [*_tactics(tactic_sources_avoid), *_tactics(add)] if t not in TRT11_TACTIC_SOURCES]
 
     def indent(text: str) -> str:
         return "\n".join("  " + ln if ln else ln for ln in text.splitlines())
@@ -388,11 +411,12 @@ def trtexec_script(
         f"# Precision {precision.upper()} everywhere except {what} kept in FP32.",
         "# TensorRT 10: weak typing. The original model is built with the precision flag and the",
         "#   FP32 layers pinned by --layerPrecisions/--layerOutputTypes under",
-        "#   --precisionConstraints=obey; --noTF32 keeps those FP32 layers in true FP32.",
+        "#   --precisionConstraints=obey" + ("." if tf32 else "; --noTF32 keeps those FP32 layers in true FP32."),
         "# TensorRT 11: strongly typed only (no --fp16, no layer precisions): the mixed-precision",
         "#   fixed.onnx carries the precisions itself and is built as it is.",
         "# Set TRT_MAJOR=10 or 11 to skip detection; PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x.",
-        "# Strongly typed builds say --noTF32 too: TF32 is on by default and would round the FP32 islands.",
+        "# Strongly typed builds say --noTF32 too: TF32 is on by default and would round the FP32 islands."
+        if not tf32 else "# TF32 stays on (the knob configuration found): FP32 layers multiply with 10-bit mantissas.",
         *forced_comment_lines(forced),
         "set -euo pipefail",
         'cd "$(dirname "${BASH_SOURCE[0]}")"',
@@ -461,28 +485,40 @@ def tensorrt_rtx_script(
     tactic_sources_avoid: Iterable[str] | None = None,
     input_shapes: Mapping[str, Sequence[int]] | None = None,
     forced: Mapping[str, str] | None = None,
+    tactic_sources_add: Iterable[str] | None = None,
+    tf32: bool = False,
 ) -> str:
     """tensorrt_rtx.sh: build the fixed engine with TensorRT-RTX through `polygraphy convert` (what PyPI's
     `tensorrt-rtx` and `polygraphy` give; no GPU needed), strongly typed, TF32 off, for the compute
     capabilities named (`PD_COMPUTE_CAPABILITIES` overrides them when set)."""
     ccs = " ".join(compute_capabilities)
     args = ["polygraphy", "convert", fixed_onnx, "--convert-to", "trt", "--strongly-typed"]
-    avoid = set(_tactics(tactic_sources_avoid))
-    if avoid:
-        args += ["--tactic-sources", *(t for t in TRT11_TACTIC_SOURCES if t not in avoid)]
+    avoid, added = set(_tactics(tactic_sources_avoid)), _tactics(tactic_sources_add, TRT11_TACTIC_SOURCES)
+    if avoid or added:
+        args += ["--tactic-sources", *dict.fromkeys([*(t for t in TRT11_TACTIC_SOURCES if t not in avoid), *added])]
     for name, shape in (input_shapes or {}).items():
         args += ["--input-shapes", f"{name}:[{','.join(str(int(d)) for d in shape)}]"]
     cmd = " ".join(shlex.quote(a) for a in args)
+    tf32_text = (["# fixed.onnx holds the precisions (strongly typed); TF32 stays on (the knob configuration found)."] if tf32
+                 else ["# fixed.onnx holds the precisions (strongly typed); TF32 is cleared, since polygraphy's TensorRT-RTX",
+                       "# config leaves it on and it would round the FP32 islands."])
     out = [
         "#!/usr/bin/env bash",
         "# Generated by precision-doctor: build the fixed engine with TensorRT-RTX, ahead of time (no GPU needed).",
-        "# fixed.onnx holds the precisions (strongly typed); TF32 is cleared, since polygraphy's TensorRT-RTX",
-        "# config leaves it on and it would round the FP32 islands.",
+        *tf32_text,
         "# Needs: pip install polygraphy tensorrt-rtx. The engine runs on GPUs of the compute capabilities",
         "# it is built for (TensorRT-RTX runs none of compute capability 9.0).",
         *forced_comment_lines(forced),
         "set -euo pipefail",
         'cd "$(dirname "${BASH_SOURCE[0]}")"',
+    ]
+    if tf32:
+        out += [
+            f'read -r -a ccs <<< "${{PD_COMPUTE_CAPABILITIES:-{ccs}}}"',
+            f'POLYGRAPHY_USE_TENSORRT_RTX=1 {cmd} --compute-capabilities "${{ccs[@]}}" -o {shlex.quote(engine)}',
+        ]
+        return "\n".join(out) + "\n"
+    out += [
         'tmp="$(mktemp -d)"',
         "trap 'rm -rf \"$tmp\"' EXIT",
         "cat > \"$tmp/pd_no_tf32.py\" <<'PY'",
@@ -510,22 +546,34 @@ def emit_all(
     engine: str = "fixed.plan",
     timing_cache: str | None = "timing.cache",
     forced_fp32: Mapping[str, str] | None = None,
-    compute_capabilities: Sequence[str] = ("8.0", "8.6", "8.9", "12.0", "12.1"),
+    compute_capabilities: Sequence[str] = PORTABLE_TARGETS,
+    knob: KnobConfig | None = None,
 ) -> dict[str, str]:
     """Everything at once, for `emit --format trtexec|polygraphy|autocast|json`. `model`: the file
     whose node names the report uses (`toolnames.model_for_tools`); `fallback_nodes`: ONNX node
     names in topological order; `layers`: TensorRT layer names from a build, if known (else the node
     names stand in for them); `forced_fp32`: nodes fixed.onnx keeps FP32 beyond the answer, with
-    why (`precision.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets."""
+    why (`precision.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets;
+    `knob`: the knob configuration the answer was found under (`search.knobs`): a TensorRT one changes
+    the tactic sources and TF32 of every TensorRT command, an ONNX Runtime CUDA one adds
+    `ort_cuda_providers`, the provider options to run fixed.onnx with."""
     _check_precision(precision)
-    avoid = list(tactic_sources_avoid) if tactic_sources_avoid else None
+    avoid = list(tactic_sources_avoid) if tactic_sources_avoid else []
+    add: list[str] = []
+    tf32 = False
+    if knob is not None and knob.backend == knobs.TRT:
+        change = knob.get(knobs.TACTICS, "")
+        if change:
+            (add if change[0] == "+" else avoid).append(change[1:])
+        tf32 = knob.get(knobs.TF32, "0") == "1"
+    trt = {"tactic_sources_avoid": avoid or None, "tactic_sources_add": add or None}
     forced = dict(forced_fp32 or {})
     names = with_forced(list(layers) if layers is not None else list(fallback_nodes), forced)
-    return {
+    out = {
         "trtexec_trt10": trtexec_trt10(
-            model, names, precision, tactic_sources_avoid=avoid, engine=engine, timing_cache=timing_cache
+            model, names, precision, engine=engine, timing_cache=timing_cache, no_tf32=not tf32, **trt
         ),
-        "trtexec_trt11": trtexec_trt11(fixed_onnx, tactic_sources_avoid=avoid, engine=engine, timing_cache=timing_cache),
+        "trtexec_trt11": trtexec_trt11(fixed_onnx, engine=engine, timing_cache=timing_cache, no_tf32=not tf32, **trt),
         "polygraphy": polygraphy_verify(
             model,
             fixed_onnx,
@@ -533,7 +581,8 @@ def emit_all(
             rtol=rtol,
             check_error_stat=check_error_stat,
             inputs=inputs,
-            tactic_sources_avoid=avoid,
+            tf32=tf32,
+            **trt,
         ),
         "polygraphy_trt10": polygraphy_trt10(
             model,
@@ -543,7 +592,8 @@ def emit_all(
             rtol=rtol,
             check_error_stat=check_error_stat,
             inputs=inputs,
-            tactic_sources_avoid=avoid,
+            tf32=tf32,
+            **trt,
         ),
         "autocast": autocast_command(model, with_forced(fallback_nodes, forced), precision, inputs=inputs),
         "layer_precisions_txt": layer_precisions_file(names, precision, from_build=layers is not None, forced=forced),
@@ -552,13 +602,15 @@ def emit_all(
             fixed_onnx,
             names,
             precision,
-            tactic_sources_avoid=avoid,
             engine=engine,
             timing_cache=timing_cache,
             nodes=fallback_nodes,
             forced=forced,
+            tf32=tf32,
+            **trt,
         ),
-        "tensorrt_rtx_sh": tensorrt_rtx_script(
-            fixed_onnx, compute_capabilities, engine=engine, tactic_sources_avoid=avoid, forced=forced
-        ),
+        "tensorrt_rtx_sh": tensorrt_rtx_script(fixed_onnx, compute_capabilities, engine=engine, forced=forced, tf32=tf32, **trt),
     }
+    if knob is not None and knob.backend == knobs.ORT_CUDA:
+        out["ort_cuda_providers"] = knobs.ort_providers_text(knob)
+    return out

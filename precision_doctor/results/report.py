@@ -133,6 +133,118 @@ class ToleranceUsed:
 
 
 @dataclass
+class TrtLayerMismatch:
+    """A layer of fixed.onnx's TensorRT network that does not compute in the precision its node's role asks."""
+
+    node: str
+    layer: str
+    layer_type: str
+    role: str  # "fallback", "forced FP32" or "low precision"
+    expected: str
+    found: list[str] = field(default_factory=list)
+
+    def describe(self) -> str:
+        found = "/".join(self.found)
+        return f"{self.node} ({self.role}): layer '{self.layer}' [{self.layer_type}] computes {found}, not {self.expected}"
+
+
+@dataclass
+class TrtCheckResult:
+    """`trt_check` of fixed.onnx after a diagnosis: a real TensorRT-family parser's type for every layer,
+    against the answer. `ran` False: `reason` says why it did not run (no library, a parser refusal)."""
+
+    ran: bool
+    reason: str | None = None
+    library: str | None = None
+    version: str | None = None
+    onnx: str | None = None
+    layers: int | None = None
+    checked_layers: int | None = None
+    checked_nodes: int | None = None
+    mismatches: list[TrtLayerMismatch] = field(default_factory=list)
+    unmapped: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool | None:
+        return None if not self.ran else not self.mismatches
+
+    def to_json(self) -> dict:
+        if not self.ran:
+            return {"ran": False, "reason": self.reason}
+        return {"ran": True, "passed": self.passed, "library": self.library, "version": self.version, "onnx": self.onnx,
+                "layers": self.layers, "checked_layers": self.checked_layers, "checked_nodes": self.checked_nodes,
+                "mismatches": [asdict(m) for m in self.mismatches], "unmapped": self.unmapped}
+
+
+@dataclass
+class EngineResult:
+    """The fixed engine (`artifacts.engine`): built, or why not. `cache` is the file TensorRT keeps its timing
+    cache in (written by the build), or where TensorRT-RTX keeps its runtime cache when the engine runs."""
+
+    built: bool
+    reason: str | None = None
+    plan: str | None = None
+    library: str | None = None
+    version: str | None = None
+    targets: list[str] = field(default_factory=list)
+    seconds: float | None = None
+    size_bytes: int | None = None
+    tf32: bool = False
+    tactic_sources: list[str] | None = None
+    cache: str | None = None
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        if not self.built:
+            return {"built": False, "reason": self.reason}
+        out = asdict(self)
+        del out["reason"]
+        return out
+
+
+@dataclass
+class KnobTrial:
+    """One knob configuration tried with one fallback set (`knobs.knob_plan`); `passed` None: not evaluated
+    (a smaller passing set was already found)."""
+
+    knobs: str
+    fallback_size: int
+    why: str
+    passed: bool | None
+    tolerance_used: float | None = None
+
+
+@dataclass
+class KnobsResult:
+    """`search.knobs`: the answer's backend tried under each knob configuration, alone and with the answer less
+    one node. `best` is the cheapest passing configuration (the default when no knob does better); when it
+    needs fewer FP32 nodes, `answer` replaces the searched one and the commands carry its settings."""
+
+    backend: str
+    configurations: list[str]
+    searched_answer: list[str]
+    status: str = "complete"
+    note: str | None = None
+    samples: int = 0
+    evaluations: int = 0
+    memo_hits: int = 0
+    trials: list[KnobTrial] = field(default_factory=list)
+    best: str | None = None
+    best_settings: dict[str, str] = field(default_factory=dict)
+    answer: list[str] = field(default_factory=list)
+    tolerance_used: float | None = None
+
+    @property
+    def changed_answer(self) -> bool:
+        return sorted(self.answer) != sorted(self.searched_answer)
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["changed_answer"] = self.changed_answer
+        return out
+
+
+@dataclass
 class Layer:
     """One candidate node's line of the layer table (errors are relative L2 against FP32)."""
 
@@ -208,6 +320,10 @@ class Report:
     format_limits: FormatLimits = field(default_factory=FormatLimits)
     artifacts: dict[str, str] = field(default_factory=dict)
     commands: dict[str, str] = field(default_factory=dict)
+    forced_fp32_nodes: dict[str, str] = field(default_factory=dict)  # node -> why fixed.onnx keeps it FP32 too
+    trt_check: TrtCheckResult | None = None
+    engine: EngineResult | None = None
+    knobs: KnobsResult | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -260,6 +376,10 @@ class Report:
             "format_limits": asdict(self.format_limits),
             "artifacts": self.artifacts,
             "commands": self.commands,
+            "forced_fp32_nodes": self.forced_fp32_nodes,
+            "trt_check": None if self.trt_check is None else self.trt_check.to_json(),
+            "engine": None if self.engine is None else self.engine.to_json(),
+            "knobs": None if self.knobs is None else self.knobs.to_json(),
         })
 
     @classmethod
@@ -471,6 +591,64 @@ def _tolerance_used(v: Any, path: str) -> ToleranceUsed:
                             for k in ("search", "validation", "confirm")})
 
 
+def _mismatch(v: Any, path: str) -> TrtLayerMismatch:
+    d = _mapping(v, path)
+    return TrtLayerMismatch(**{k: _get(d, k, path, _str) for k in ("node", "layer", "layer_type", "role", "expected")},
+                            found=_get(d, "found", path, _list(_str), default=[]))
+
+
+def _opt(d: dict, key: str, path: str, conv) -> Any:
+    return _get(d, key, path, conv, default=None, optional=True)
+
+
+def _trt_check(v: Any, path: str) -> TrtCheckResult:
+    d = _mapping(v, path)
+    return TrtCheckResult(
+        ran=_get(d, "ran", path, _bool), reason=_opt(d, "reason", path, _str), library=_opt(d, "library", path, _str),
+        version=_opt(d, "version", path, _str), onnx=_opt(d, "onnx", path, _str), layers=_opt(d, "layers", path, _int),
+        checked_layers=_opt(d, "checked_layers", path, _int), checked_nodes=_opt(d, "checked_nodes", path, _int),
+        mismatches=_get(d, "mismatches", path, _list(_mismatch), default=[]),
+        unmapped=_get(d, "unmapped", path, _list(_str), default=[]),
+    )
+
+
+def _shapes(v: Any, path: str) -> dict[str, list[int]]:
+    return {str(k): _list(_int)(x, f"{path}.{k}") for k, x in _mapping(v, path).items()}
+
+
+def _engine(v: Any, path: str) -> EngineResult:
+    d = _mapping(v, path)
+    return EngineResult(
+        built=_get(d, "built", path, _bool), reason=_opt(d, "reason", path, _str), plan=_opt(d, "plan", path, _str),
+        library=_opt(d, "library", path, _str), version=_opt(d, "version", path, _str),
+        targets=_get(d, "targets", path, _list(_str), default=[]), seconds=_opt(d, "seconds", path, _num),
+        size_bytes=_opt(d, "size_bytes", path, _int), tf32=_get(d, "tf32", path, _bool, default=False),
+        tactic_sources=_opt(d, "tactic_sources", path, _list(_str)), cache=_opt(d, "cache", path, _str),
+        input_shapes=_get(d, "input_shapes", path, _shapes, default={}),
+    )
+
+
+def _knob_trial(v: Any, path: str) -> KnobTrial:
+    d = _mapping(v, path)
+    return KnobTrial(knobs=_get(d, "knobs", path, _str), fallback_size=_get(d, "fallback_size", path, _int),
+                     why=_get(d, "why", path, _str, default=""), passed=_opt(d, "passed", path, _bool),
+                     tolerance_used=_opt(d, "tolerance_used", path, _num))
+
+
+def _knobs(v: Any, path: str) -> KnobsResult:
+    d = _mapping(v, path)
+    return KnobsResult(
+        backend=_get(d, "backend", path, _str), configurations=_get(d, "configurations", path, _list(_str), default=[]),
+        searched_answer=_get(d, "searched_answer", path, _list(_str), default=[]),
+        status=_get(d, "status", path, _str, default="complete"), note=_opt(d, "note", path, _str),
+        samples=_get(d, "samples", path, _int, default=0), evaluations=_get(d, "evaluations", path, _int, default=0),
+        memo_hits=_get(d, "memo_hits", path, _int, default=0),
+        trials=_get(d, "trials", path, _list(_knob_trial), default=[]), best=_opt(d, "best", path, _str),
+        best_settings=_get(d, "best_settings", path, _str_map, default={}),
+        answer=_get(d, "answer", path, _list(_str), default=[]), tolerance_used=_opt(d, "tolerance_used", path, _num),
+    )
+
+
 def _report(data: Any) -> Report:
     if not isinstance(data, dict):
         raise _Bad(f"not a report (expected a JSON object, got {type(data).__name__})")
@@ -519,4 +697,8 @@ def _report(data: Any) -> Report:
                                               _num, default=None, optional=True) for k in ("max", "smallest_normal")}),
         artifacts=_get(d, "artifacts", "", _str_map, default={}),
         commands=_get(d, "commands", "", _str_map, default={}),
+        forced_fp32_nodes=_get(d, "forced_fp32_nodes", "", _str_map, default={}),
+        trt_check=_opt(d, "trt_check", "", _trt_check),
+        engine=_opt(d, "engine", "", _engine),
+        knobs=_opt(d, "knobs", "", _knobs),
     )

@@ -30,6 +30,7 @@ import numpy as np
 import onnx
 
 from precision_doctor.backends.base import Feeds
+from precision_doctor.backends.tensorrt.availability import NOTHING_RUN
 from precision_doctor.backends.tensorrt.build import RUNTIME_CACHE, TIMING_CACHE, BuildSettings, build_serialized, parse_onnx
 from precision_doctor.backends.tensorrt.layers import layers_for_fallback, unmapped_nodes
 from precision_doctor.backends.tensorrt.library import TrtLibrary, load_library, use_library_in_polygraphy
@@ -245,7 +246,7 @@ class TrtBackend:
         self.mode = api
         run = self.lib.runtime()
         if not run.can_run:
-            raise UserError(f"trt backend unavailable: {run.reason}; nothing was built or run (use emulate or ort-cuda)")
+            raise UserError(f"trt backend unavailable: {run.reason}; {NOTHING_RUN}")
         self._tmp = None
         if work_dir is None:
             self._tmp = tempfile.TemporaryDirectory(prefix="pd-trt-")

@@ -141,6 +141,17 @@ class TrtLibrary:
         return {n: int(m) for n, m in members.items()}
 
     @cached_property
+    def default_tactic_sources(self) -> tuple[str, ...]:
+        """The tactic sources a fresh builder config enables (asked of the library: TensorRT-RTX answers
+        without a GPU; where no builder can be made, the two convolution sources every version enables)."""
+        trt = self.module
+        try:
+            mask = int(trt.Builder(trt.Logger(trt.Logger.ERROR)).create_builder_config().get_tactic_sources())
+        except Exception:  # no builder without a GPU (TensorRT), or bindings that differ
+            return tuple(n for n in ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS") if n in self.tactic_sources)
+        return tuple(n for n, bit in self.tactic_sources.items() if mask >> bit & 1)
+
+    @cached_property
     def target_compute_capabilities(self) -> tuple[CC, ...]:
         """Compute capabilities an ahead-of-time build can target (TensorRT-RTX's `ComputeCapability`
         members `SM<major><minor>`); empty for TensorRT, which builds for the GPU it runs on."""
