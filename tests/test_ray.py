@@ -134,7 +134,7 @@ def _slow_zoo(root) -> list[str]:
         case = planted.CASES[name]()
         onnx.save(case.model, str(root / f"{name}.onnx"))
         (root / f"{name}.json").write_text(json.dumps({
-            "inputs": {"samples": 2 if name == names[0] else 64, "seed": 0},
+            "inputs": {"samples": 2 if name == names[0] else 32, "seed": 0},
             "tolerance": {"atol": case.atol, "rtol": case.rtol},
         }))
     return names
