@@ -10,12 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.data.references import check_count
 from precision_doctor.data.workload import Workload, load_workload
+from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.compare import CompareResult, run_compare
 from precision_doctor.pipeline.diagnose import run_diagnose
 from precision_doctor.pipeline.heldout import held_out_samples
 from precision_doctor.results.report import Report
-from precision_doctor.results.rundir import prepare_run_dir
+from precision_doctor.results.rundir import open_run_dir
 from precision_doctor.spec import RunSpec
 
 
@@ -27,15 +29,21 @@ def diagnose(
     stop: StopToken | None = None,
     resume: bool = False,
     force: bool = False,
+    capture_cache: CaptureCache | None = None,
+    command: str | None = None,
 ) -> Report:
     """Find the smallest set of nodes to keep in FP32 and write every artifact into `out_dir` (fresh or
-    empty; `force` writes into a non-empty one, `resume` continues a run there from its checkpoint)."""
+    empty; `force` replaces the files an earlier run wrote there, `resume` continues a run there from its
+    checkpoint). The directory is locked while the run works (`command` names the run to others).
+    `capture_cache` shares captures across runs (pipeline/capture_cache.py): a second diagnosis of the
+    same model and samples skips the capture and its analysis."""
     spec.validate()
     work = _load(spec, progress)
     validation = held_out_samples(work)
     _loaded(spec, work, validation, progress)
-    out = prepare_run_dir(Path(out_dir), force=force, resume=resume)
-    return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop)
+    with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
+        return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop,
+                            capture_cache=capture_cache)
 
 
 def compare(
@@ -45,14 +53,17 @@ def compare(
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
     force: bool = False,
+    command: str | None = None,
 ) -> CompareResult:
     """Capture FP32 and emulated low precision layer by layer into `out_dir` and analyse them."""
     spec.validate()
     work = _load(spec, progress)
+    if work.references is not None:
+        check_count(spec.inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
     _loaded(spec, work, [], progress)
-    out = prepare_run_dir(Path(out_dir), force=force)
-    notify(progress, PhaseEvent("capture"))
-    return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop)
+    with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
+        notify(progress, PhaseEvent("capture"))
+        return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop)
 
 
 def rerender(run_dir: str | Path) -> Report:

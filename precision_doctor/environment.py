@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import platform
+from dataclasses import dataclass
 
 
 def _version(module: str) -> str | None:
@@ -53,6 +54,46 @@ def ort_providers() -> list[str]:
     return list(ort.get_available_providers())
 
 
+@dataclass(frozen=True)
+class BackendStatus:
+    """One backend: whether it runs here (and why not), and what it is good for."""
+
+    name: str
+    runs_here: bool
+    why_not: str
+    good_for: str
+
+    def line(self) -> str:
+        state = "runs here" if self.runs_here else f"not here ({self.why_not})"
+        return f"{state}; {self.good_for}"
+
+
+def backend_statuses() -> list[BackendStatus]:
+    """Every backend name, whether it runs on this machine, and what it is for."""
+    from precision_doctor.backends.registry import available_backends
+
+    here = available_backends()
+    providers = ort_providers()
+    cuda = "CUDAExecutionProvider" in providers
+    trt_why = "no TensorRT here that can run engines on this machine; see tensorrt above"
+    return [
+        BackendStatus("emulate", True, "", "the default search backend: ONNX Runtime on the CPU with every node's "
+                      "rounding to FP16/BF16 made explicit (the emulation rule), one session for the whole search; "
+                      "fast and close to a GPU's FP16, not exact: let the target GPU confirm the answer"),
+        BackendStatus("ort-cuda", "ort-cuda" in here, "needs onnxruntime-gpu with its CUDA provider and a GPU; "
+                      f"providers here: {', '.join(providers) or 'none'}" if not cuda else "",
+                      "the real mixed-precision graph on ONNX Runtime's CUDA provider, a GPU's own verdict: "
+                      "--confirm-backend ort-cuda finishes an emulated search on the GPU; --backend ort-cuda searches there"),
+        BackendStatus("trt", "trt" in here, trt_why, "TensorRT engines of the candidate sets, the deployment's own "
+                      "verdict; an engine build per evaluation, so best as --confirm-backend trt"),
+        BackendStatus("ort-cpu", True, "", "only as --confirm-backend ort-cpu, a check that fixed.onnx loads and "
+                      "runs; not a search backend, anywhere: ONNX Runtime's CPU provider runs chains of FP16 nodes in "
+                      "FP32 and drops the roundings between them, so its verdicts are not FP16's (in "
+                      "examples/three_defects.onnx it keeps nothing in FP32 where FP16 gives NaN)"),
+        BackendStatus("auto", True, "", f"the best that runs here: {here[0]}"),
+    ]
+
+
 def describe() -> dict[str, str]:
     from precision_doctor import __version__
     from precision_doctor.backends.registry import available_backends
@@ -67,8 +108,6 @@ def describe() -> dict[str, str]:
         "tensorrt": tensorrt_status(),
         "cuda-python": _version("cuda") or _version("cuda.bindings") or "not installed",
         "gpus": "; ".join(gpus()) or "none found (nvidia-smi absent or no GPU)",
-        "backends": ", ".join(available_backends()),
-        "ort-cpu": "not a search backend (refused: ONNX Runtime's CPU provider computes chains of FP16 nodes in FP32, "
-        "so its verdicts are not FP16's); usable as --confirm-backend ort-cpu, a plumbing check that fixed.onnx "
-        "loads and runs",
+        "backends usable here": ", ".join(available_backends()),
+        **{f"backend {b.name}": b.line() for b in backend_statuses()},
     }

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -23,6 +24,7 @@ from precision_doctor.errors import SpecError
 from precision_doctor.measure.tolerance import Tolerance
 
 COSTS = ("nodes", "flops")
+COMPRESSIONS = ("lzf", "gzip", None)
 
 
 @dataclass(frozen=True)
@@ -37,12 +39,14 @@ class InputSpec:
     allow_nonfinite: bool = False
     validate_files: tuple[str, ...] = ()  # held-out sample files
     validation_split: float | None = None  # held-out share of `files` (0.25) or of generated samples (0.5)
+    reference_outputs: str | None = None  # polygraphy --save-outputs JSON: the FP32 reference instead of ORT
 
     def describe(self) -> dict:
         """Where the samples came from, as report.json's `inputs` says it."""
+        ref = {"reference_outputs": self.reference_outputs} if self.reference_outputs else {}
         if self.files:
-            return {"files": [str(f) for f in self.files]}
-        return {"generated": self.samples, "seed": self.seed, "val_ranges": list(self.val_ranges)}
+            return {"files": [str(f) for f in self.files], **ref}
+        return {"generated": self.samples, "seed": self.seed, "val_ranges": list(self.val_ranges), **ref}
 
 
 @dataclass(frozen=True)
@@ -94,7 +98,7 @@ SECTIONS: dict[str, type] = {
     "inputs": InputSpec, "tolerance": Tolerance, "search": SearchSpec, "capture": CaptureSpec, "backends": BackendSpec,
     "artifacts": ArtifactSpec,
 }
-_PATH_SETTINGS = {"model", "inputs.files", "inputs.validate_files"}  # resolved against `base_dir`
+_PATH_SETTINGS = {"model", "inputs.files", "inputs.validate_files", "inputs.reference_outputs"}  # resolved against `base_dir`
 
 
 @dataclass(frozen=True)
@@ -126,14 +130,27 @@ class RunSpec:
         from precision_doctor.search import STRATEGIES
 
         if self.precision.lower() not in FORMATS:
-            raise SpecError("precision", f"unknown precision '{self.precision}'; choose one of: {', '.join(FORMATS)}")
+            raise SpecError("precision", f"{{precision}}: unknown precision '{self.precision}'; choose one of: "
+                            f"{', '.join(FORMATS)}")
         s = self.search
         if s.strategy not in STRATEGIES:
-            raise SpecError("search.strategy", f"unknown strategy '{s.strategy}'; choose one of: {', '.join(STRATEGIES)}")
+            raise SpecError("search.strategy", f"{{search.strategy}}: unknown strategy '{s.strategy}'; choose one of: "
+                            f"{', '.join(STRATEGIES)}")
         if s.cost not in COSTS:
-            raise SpecError("search.cost", "{search.cost} must be 'nodes' or 'flops'")
+            raise SpecError("search.cost", f"{{search.cost}} must be 'nodes' or 'flops', got '{s.cost}'")
         if not 0.0 <= s.margin < 1.0:
             raise SpecError("search.margin", f"{{search.margin}} must lie in [0, 1), got {s.margin}")
+        if s.max_evaluations is not None and s.max_evaluations < 1:
+            raise SpecError("search.max_evaluations", f"{{search.max_evaluations}} must be at least 1, got {s.max_evaluations}")
+        if s.time_budget is not None and not (math.isfinite(s.time_budget) and s.time_budget > 0):
+            raise SpecError("search.time_budget", f"{{search.time_budget}} must be a positive number of seconds, "
+                            f"got {s.time_budget}")
+        c = self.capture
+        if not (math.isfinite(c.group_mb) and c.group_mb > 0):
+            raise SpecError("capture.group_mb", f"{{capture.group_mb}} must be a positive number of MiB, got {c.group_mb}")
+        if c.compression not in COMPRESSIONS:
+            raise SpecError("capture.compression", f"{{capture.compression}} must be one of "
+                            f"{', '.join(map(str, COMPRESSIONS))}, got {c.compression!r}")
         b = self.backends
         if b.confirm_backend is not None and b.confirm_backend == b.backend:
             raise SpecError("backends.confirm_backend", "{backends.confirm_backend} must differ from {backends.backend}")
@@ -148,12 +165,35 @@ class RunSpec:
         self._validate_tensorrt()
         i = self.inputs
         if i.samples < 1:
-            raise SpecError("inputs.samples", "{inputs.samples} must be at least 1")
+            raise SpecError("inputs.samples", f"{{inputs.samples}} must be at least 1, got {i.samples}")
+        if i.seed < 0:
+            raise SpecError("inputs.seed", f"{{inputs.seed}} must be a non-negative integer, got {i.seed}")
         if i.validation_split is not None and not 0 <= i.validation_split < 1:
-            raise SpecError("inputs.validation_split", "{inputs.validation_split} must lie in [0, 1)")
+            raise SpecError("inputs.validation_split", f"{{inputs.validation_split}} must lie in [0, 1), "
+                            f"got {i.validation_split}")
+        if i.reference_outputs is not None and not i.files:
+            raise SpecError("inputs.reference_outputs", "{inputs.reference_outputs} needs the inputs they were "
+                            "computed from: give them with {inputs.files} (polygraphy --save-inputs JSON or one "
+                            "file per sample)")
         parse_val_ranges(i.val_ranges)
         parse_input_shapes(i.input_shapes)
         return self
+
+    def flat(self) -> dict[str, Any]:
+        """{setting path: value} of every setting ("tolerance.atol": 1e-05, ...)."""
+        out: dict[str, Any] = {}
+        for key, value in self.to_json().items():
+            if isinstance(value, dict):
+                out.update({f"{key}.{k}": v for k, v in value.items()})
+            else:
+                out[key] = value
+        return out
+
+    def user_files(self) -> list[str]:
+        """The user's files this run reads (model, inputs, held-out inputs, reference outputs): a run
+        directory must not hold them."""
+        i = self.inputs
+        return [self.model, *i.files, *i.validate_files, *([i.reference_outputs] if i.reference_outputs else [])]
 
     def _validate_tensorrt(self) -> None:
         """The TensorRT, knob and engine settings: `trt` refused in one line where its engines cannot run
@@ -228,7 +268,7 @@ class RunSpec:
         model file and of every input file named (None for a missing one)."""
         settings = self.to_json()
         del settings["model"]
-        files = [self.model, *self.inputs.files, *self.inputs.validate_files]
+        files = self.user_files()
         hashes = [file_sha256(Path(f)) if Path(f).is_file() else None for f in files]
         text = json.dumps({"settings": settings, "file_hashes": hashes}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

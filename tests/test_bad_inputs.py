@@ -2,9 +2,9 @@
 
 The default suite runs one representative case per failure class (traceback, exit code, not one
 line, message unclear, user file changed, behaviour); a case that badinputs/known.py lists as
-failing today is xfail(strict), so the fix that makes it pass must also take it off the list.
-The whole catalogue (over 200 cases, about 3 minutes on 2 idle cores) runs with PD_REPLAY=full and must fail
-exactly the cases known.py lists:
+failing is xfail(strict), so the fix that makes it pass must also take it off the list (the list is
+empty since phase 2 of issue #11). The whole catalogue (about 250 cases, 5-8 minutes on 2 cores) runs
+with PD_REPLAY=full and must fail exactly the cases known.py lists:
 
     PD_REPLAY=full .venv/bin/python -m pytest -q tests/test_bad_inputs.py
 """
@@ -18,17 +18,18 @@ from badinputs.cases import catalogue
 from badinputs.known import KNOWN_FAILING
 from badinputs.replay import compare_known, replay
 
-REPRESENTATIVES = [
-    "model/custom-domain-op",  # traceback (fixed: graph/model.py)
-    "out/parent-is-a-file",  # traceback
-    "inputs/empty-tensor",  # exit code (fixed: data/inputs.py)
-    "diagnose/max-evaluations=0",  # exit code
-    "usage/unknown-option",  # not one line
-    "inputs/corrupt-npz",  # message unclear (fixed: data/inputs.py)
-    "range/markup-name",  # message unclear
-    "out/cwd-with-user-inputs-json",  # user file changed
-    "resume/torn-checkpoint-line",  # behaviour (fixed: search/oracle.py)
-    "diagnose/backend=ort-cuda-no-gpu",  # behaviour
+REPRESENTATIVES = [  # one per failure class the replay found (the module that fixed it)
+    "model/custom-domain-op",  # traceback (graph/model.py)
+    "model/dynamic-dim-fails-at-run-time",  # traceback (backends/ort_session.run_session)
+    "out/parent-is-a-file",  # traceback (results/rundir.py)
+    "diagnose/max-evaluations=0",  # exit code (spec.validate)
+    "usage/unknown-option",  # not one line (cli main)
+    "inputs/corrupt-npz",  # message unclear (data/inputs.py)
+    "range/markup-name",  # message unclear (rich markup off)
+    "refs/wrong-shape",  # message unclear (data/references.py)
+    "out/cwd-with-user-inputs-json",  # user file changed (results/rundir.py + manifest)
+    "diagnose/backend=ort-cuda-no-gpu",  # behaviour: no --out left behind (results/rundir.open_run_dir)
+    "out/stale-lock-of-dead-process",  # behaviour: a dead run's lock is taken over (results/runlock.py)
 ]
 
 

@@ -374,14 +374,15 @@ def test_run_cut_off_after_its_report_counts_as_finished(tmp_path):
 def test_second_batch_on_the_same_out_is_refused(tmp_path):
     from precision_doctor.batch import jobs
     from precision_doctor.batch.jobs import LOCK_DIR, file_lock
+    from precision_doctor.results.runlock import RunLock
 
     root = tmp_path / "zoo"
     root.mkdir()
     onnx.save(planted.clean().model, str(root / "m.onnx"))
     out = tmp_path / "out"
-    with file_lock(out / LOCK_DIR / "batch.lock", 0) as held:  # as another batch process would
-        assert held
-        with pytest.raises(UserError, match="another batch is running"):
+    out.mkdir()
+    with RunLock(out, command="precision-doctor batch zoo"):  # as another batch process would
+        with pytest.raises(UserError, match=f"another batch is using .*process {os.getpid()}"):
             run_batch(root, out, executor=InlineExecutor())
     assert run_batch(root, out, executor=InlineExecutor()).ran == ["m"]
     # A model whose lock is held (a worker of a killed batch still writing) is waited for, then

@@ -51,7 +51,7 @@ def test_help_and_env_say_so(run_cli):
     code, out, _ = run_cli("diagnose", "--help")
     assert code == 0 and "ort-cpu is refused" in " ".join(out.split())
     assert "plumbing check only" in " ".join(out.split())
-    assert "not a search backend" in describe()["ort-cpu"]
+    assert "not a search backend" in describe()["backend ort-cpu"]
     assert "ort-cpu" not in available_backends()
     assert "CPUExecutionProvider" in ort.get_available_providers()  # what `ort-cpu` would have used
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from precision_doctor.backends.base import ClosingBackend, Feeds
-from precision_doctor.backends.ort_session import make_session, with_outputs
+from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
@@ -22,7 +22,7 @@ class EmulatedRunner:
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = list(outputs) if outputs is not None else self.backend.output_names
-        res = self.backend.session.run(names, {**feeds, MASK_INPUT: self.mask})
+        res = run_session(self.backend.session, names, {**feeds, MASK_INPUT: self.mask}, self.backend.model)
         return dict(zip(names, res))
 
 

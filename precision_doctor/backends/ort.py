@@ -18,7 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from precision_doctor.backends.base import ClosingBackend, Feeds
-from precision_doctor.backends.ort_session import make_session, with_outputs
+from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.mixed import build_mixed
@@ -58,8 +58,10 @@ def _provider_name(p) -> str:
 class OrtRunner:
     """One fallback set: its mixed graph and session. Floating outputs come back as float32."""
 
-    def __init__(self, proto: onnx.ModelProto, session: ort.InferenceSession, output_names: list[str]):
+    def __init__(self, proto: onnx.ModelProto, session: ort.InferenceSession, output_names: list[str],
+                 model: Model | None = None):
         self.proto = proto
+        self.model = model
         self.session = session
         self.output_names = output_names
         self._input_types = {i.name: _NP_INPUT_TYPES.get(i.type) for i in session.get_inputs()}
@@ -70,7 +72,7 @@ class OrtRunner:
         for k, v in feeds.items():
             want = self._input_types.get(k)
             fed[k] = v.astype(want) if want is not None and v.dtype != want and v.dtype.kind == "f" else v
-        res = self.session.run(names, fed)
+        res = run_session(self.session, names, fed, self.model)
         return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
 
 
@@ -137,7 +139,7 @@ class OrtBackend(ClosingBackend):
         session = make_session(run_proto, self.providers, optimize=self.optimize)
         if self.uses_cuda and CUDA not in session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
-        runner = OrtRunner(proto, session, self.output_names)
+        runner = OrtRunner(proto, session, self.output_names, self.model)
         self._cache[key] = runner
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)

@@ -16,7 +16,7 @@ import numpy as np
 
 from precision_doctor.backends.base import Feeds
 from precision_doctor.backends.ort import CUDA, OrtBackend
-from precision_doctor.backends.ort_session import make_session, with_outputs
+from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
@@ -32,7 +32,7 @@ class OrtGatedRunner:
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = list(outputs) if outputs is not None else self.backend.output_names
-        res = self.backend.session.run(names, {**feeds, **self.gates})
+        res = run_session(self.backend.session, names, {**feeds, **self.gates}, getattr(self.backend, "model", None))
         return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import onnx
 import onnxruntime as ort
 from onnx import helper
+
+from precision_doctor.errors import SpecError
 
 _TWO_GB = 2**31
 ORT_TYPES = {
@@ -38,7 +42,7 @@ def make_session(
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     )
     so.enable_cpu_mem_arena = False  # let memory go back between bounded capture groups
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # errors reach us as exceptions (one line to the user), not as log lines
     threads = threads or int(os.environ.get("PRECISION_DOCTOR_ORT_THREADS") or 0)  # set by batch workers
     if threads:
         so.intra_op_num_threads = threads
@@ -48,6 +52,48 @@ def make_session(
         path = Path(tmp) / "model.onnx"
         onnx.save(proto, str(path), save_as_external_data=True, location="weights.bin")
         return ort.InferenceSession(str(path), so, providers=list(providers))
+
+
+class ModelRunError(SpecError):
+    """ONNX Runtime failed while running the model (a dynamic dimension that does not fit, a shape the
+    graph cannot take): one line naming the model, the node and its op, suggesting --input-shapes."""
+
+    def __init__(self, model: str, node: str | None, op: str | None, detail: str, shapes: str):
+        self.model, self.node, self.op = model, node, op
+        where = f"node '{node}' ({op})" if node else (f"a {op} node" if op else "the model")
+        super().__init__("inputs.input_shapes", (
+            f"{model}: ONNX Runtime failed running {where}: {detail}; inputs were {shapes}. If the model has "
+            "dynamic dimensions (generated inputs use 1 for each), set them with {inputs.input_shapes} "
+            "NAME:[d0,d1,...], or give real samples with {inputs.files}"))
+
+
+_ORT_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)'")
+_ORT_STATUS = re.compile(r"Status Message:\s*(?:\S+:\d+\s+)?(?:\S+\s+)?(.*)", re.S)
+
+
+def run_session(session: ort.InferenceSession, names: Sequence[str] | None, feed: dict, model: Any = None) -> list:
+    """`session.run(names, feed)`; an ONNX Runtime failure becomes a ModelRunError naming `model` (a Model
+    or a path), the node (by its name in the model, not the tool's rewritten name) and its op."""
+    try:
+        return session.run(list(names) if names is not None else None, feed)
+    except Exception as exc:
+        if not type(exc).__module__.startswith("onnxruntime"):
+            raise
+        raise run_error(exc, model, feed) from None
+
+
+def run_error(exc: Exception, model: Any, feed: dict) -> ModelRunError:
+    text = " ".join(str(exc).split())
+    m = _ORT_NODE.search(text)
+    op, node = (m.group(1), m.group(2)) if m else (None, None)
+    if node:
+        node = re.sub(r"__pd.*$", "", node)  # the tool's copies of a node carry its name plus a suffix
+    s = _ORT_STATUS.search(text)
+    detail = (s.group(1) if s else re.sub(r"^\[ONNXRuntimeError\] : \d+ : \w+ : ", "", text)).strip()
+    path = getattr(model, "path", model)
+    shapes = ", ".join(f"{k}{list(getattr(v, 'shape', ()))}" for k, v in feed.items()
+                       if not k.startswith("pd_") and "_pd" not in k)
+    return ModelRunError(str(path or "the model"), node or None, op, detail[:200], shapes or "none")
 
 
 def with_outputs(proto: onnx.ModelProto, names: Sequence[str], types: dict[str, int]) -> onnx.ModelProto:

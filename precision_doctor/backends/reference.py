@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from precision_doctor.backends.base import Feeds
-from precision_doctor.backends.ort_session import make_session, with_outputs
+from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.graph.model import Model
 
 
@@ -22,4 +22,4 @@ class ReferenceRunner:
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = list(outputs) if outputs is not None else self.output_names
-        return dict(zip(names, self.session.run(names, dict(feeds))))
+        return dict(zip(names, run_session(self.session, names, dict(feeds), self.model)))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from precision_doctor.backends.base import Backend
-from precision_doctor.errors import SpecError
+from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.model import Model
 
 # Names a RunSpec may use; "ort" and "tensorrt" are accepted as aliases of "ort-cuda"/"ort-cpu" and "trt".
@@ -16,7 +16,7 @@ _ALIASES = ("ort", "tensorrt")
 def check_backend_name(name: str, setting: str = "backends.backend") -> None:
     """SpecError (naming `setting`) for a backend name that does not exist."""
     if name not in BACKENDS and name not in _ALIASES:
-        raise SpecError(setting, f"unknown backend '{name}'; choose emulate, ort-cuda, ort-cpu, trt or auto")
+        raise SpecError(setting, f"{{{setting}}}: unknown backend '{name}'; choose emulate, ort-cuda, ort-cpu, trt or auto")
 
 
 def available_backends() -> list[str]:
@@ -39,8 +39,18 @@ def available_backends() -> list[str]:
 
 
 def make_backend(name: str, model: Model, precision: str, outputs: Sequence[str], setting: str = "backends.backend") -> Backend:
-    """The backend called `name`; `auto` picks the best one available here. The caller closes it."""
+    """The backend called `name`; `auto` picks the best one available here. The caller closes it. A backend
+    that cannot run here is a SpecError naming `setting` (the flag that asked for it)."""
     check_backend_name(name, setting)
+    try:
+        return _make(name, model, precision, outputs)
+    except SpecError:
+        raise
+    except UserError as exc:
+        raise SpecError(setting, f"{{{setting}}} {name}: {exc}") from None
+
+
+def _make(name: str, model: Model, precision: str, outputs: Sequence[str]) -> Backend:
     if name == "auto":
         name = available_backends()[0]
     if name == "emulate":

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -95,9 +94,7 @@ def _run_model_locked(task: ModelTask, run_dir: Path, t0: float, stop: StopToken
     try:
         if task.error:
             raise UserError(task.error)
-        if not task.resume and run_dir.exists():
-            shutil.rmtree(run_dir)  # our own directory from an earlier attempt
-        run_dir.mkdir(parents=True, exist_ok=True)
+        _fresh_run_dir(run_dir, keep=task.resume)
         write_entry(run_dir, task, {"model": task.name, "status": "running"})
         try:
             report = _diagnose(task, run_dir, stop)
@@ -106,8 +103,7 @@ def _run_model_locked(task: ModelTask, run_dir: Path, t0: float, stop: StopToken
                 raise
             # What the cut-off run left cannot be continued (a file cut short): start over, once.
             task = replace(task, resume=False)
-            shutil.rmtree(run_dir)
-            run_dir.mkdir(parents=True)
+            _fresh_run_dir(run_dir, keep=False)
             write_entry(run_dir, task, {"model": task.name, "status": "running"})
             report = _diagnose(task, run_dir, stop)
         row = row_from_report(task.name, report)
@@ -119,6 +115,21 @@ def _run_model_locked(task: ModelTask, run_dir: Path, t0: float, stop: StopToken
     if run_dir.is_dir():
         write_entry(run_dir, task, row)
     return row
+
+
+def _fresh_run_dir(run_dir: Path, keep: bool) -> None:
+    """The model's run directory, made a run directory (its manifest) and, unless `keep` (a resume),
+    emptied of the files an earlier attempt wrote; nothing else in it is touched."""
+    from precision_doctor.results import manifest
+    from precision_doctor.results.rundir import RUN_OUTPUTS
+
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        manifest.start(run_dir, adopt=(*RUN_OUTPUTS, ENTRY) if (run_dir / ENTRY).is_file() else ())
+    except OSError as exc:
+        raise UserError(f"cannot write {run_dir}: {exc.strerror or exc}") from None
+    if not keep:
+        manifest.remove_ours(run_dir)
 
 
 def _diagnose(task: ModelTask, run_dir: Path, stop: StopToken | None) -> Report:

@@ -33,11 +33,12 @@ from precision_doctor.batch.jobs import (
     run_model,
     write_entry,
 )
-from precision_doctor.batch.recipes import MARKER, ModelSpec, discover
+from precision_doctor.batch.recipes import MARKER, RESERVED_NAMES, ModelSpec, discover, recipe_key
 from precision_doctor.control import StopToken
 from precision_doctor.errors import SpecError
 from precision_doctor.render.summary import write_summary
 from precision_doctor.results.jsonio import read_json, write_json
+from precision_doctor.results.runlock import RunLock
 from precision_doctor.spec import RunSpec, file_sha256
 
 
@@ -64,15 +65,58 @@ def default_batch_dir() -> Path:
     return path
 
 
-def prepare_batch_dir(out: Path, force: bool = False) -> Path:
-    """A fresh directory, or one an earlier batch wrote (it holds `batch.json`): then we resume."""
+class BatchSettingsDiffer(SpecError):
+    """A batch directory made with other default settings than those given: continuing it would replace
+    finished results with ones of other settings. `recorded` holds the settings it was made with."""
+
+    def __init__(self, out_dir: Path, shown: str, recorded: RunSpec):
+        self.out_dir, self.recorded = Path(out_dir), recorded
+        super().__init__("out_dir", f"{{out_dir}} {out_dir} holds a batch run with other settings ({shown}); "
+                         "continue it with its own settings, or pass {rerun} to diagnose every model again with "
+                         "the new ones")
+
+
+def recorded_defaults(out_dir: Path) -> RunSpec | None:
+    """The default settings an earlier batch in `out_dir` ran with (None: none recorded)."""
+    try:
+        data = read_json(Path(out_dir) / MARKER)
+        return RunSpec.from_json(data["defaults"]) if isinstance(data, dict) and "defaults" in data else None
+    except (OSError, ValueError, KeyError, TypeError, SpecError):
+        return None
+
+
+def check_defaults(out_dir: Path, defaults: RunSpec, rerun: bool) -> None:
+    """Refuse to continue a batch with other default settings than it was made with, unless `rerun`."""
+    old = recorded_defaults(out_dir)
+    if old is None or rerun:
+        return
+    a, b = old.flat(), defaults.flat()
+    diff = [f"{recipe_key(k)} {a[k]!r} then, {b[k]!r} now" for k in a if k != "model" and a[k] != b.get(k)]
+    if diff:
+        raise BatchSettingsDiffer(out_dir, ", ".join(diff), old)
+
+
+def prepare_batch_dir(out: Path, force: bool = False, protect: list[Path] | tuple[Path, ...] = ()) -> Path:
+    """A fresh directory, or one an earlier batch wrote (it holds `batch.json`): then we resume. Never one
+    that holds the zoo's models or recipes."""
+    from precision_doctor.results import manifest
+    from precision_doctor.results.rundir import BOOKKEEPING, check_protected
+
     out = Path(out)
+    if str(out) == "":
+        raise SpecError("out_dir", "{out_dir} must name a directory")
     if out.exists() and not out.is_dir():
         raise SpecError("out_dir", f"{{out_dir}} {out} exists and is not a directory")
-    if out.exists() and any(p.name != LOCK_DIR for p in out.iterdir()) and not (out / MARKER).is_file() and not force:
+    check_protected(out, protect)
+    ours = (LOCK_DIR, *BOOKKEEPING)
+    if out.exists() and any(p.name not in ours for p in out.iterdir()) and not (out / MARKER).is_file() and not force:
         raise SpecError("out_dir", f"{{out_dir}} {out} is not empty and holds no earlier batch "
                         "(pass {force} to write into it)")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        manifest.start(out, adopt=(MARKER, *RESERVED_NAMES) if (out / MARKER).is_file() else ())
+    except OSError as exc:
+        raise SpecError("out_dir", f"cannot write {{out_dir}} {out}: {exc.strerror or exc}") from None
     return out
 
 
@@ -93,22 +137,24 @@ def run_batch(
     earlier rows, if any); `rerun` redoes finished models too. `on_start` gets the names to run and the
     names skipped; `on_done` each row as it completes. `stop` ends the batch early (KeyboardInterrupt)."""
     t0 = time.monotonic()
-    specs = discover(Path(source), defaults or RunSpec(model=""))
+    defaults = (defaults or RunSpec(model="")).validate()
+    specs = discover(Path(source), defaults)
     if only:
         unknown = sorted(set(only) - {s.name for s in specs})
         if unknown:
             raise SpecError("only", f"{{only}} names unknown model '{unknown[0]}'; models: {', '.join(s.name for s in specs)}")
-    out_dir = prepare_batch_dir(Path(out_dir), force=force)
-    with file_lock(out_dir / LOCK_DIR / "batch.lock", 0) as locked:
-        if not locked:
-            raise SpecError("out_dir", f"another batch is running in {out_dir}; wait for it to end, or pass another {{out_dir}}")
-        return _run_batch_locked(specs, source, out_dir, executor, only, rerun, on_start, on_done, t0, stop)
+    defaults = defaults or RunSpec(model="")
+    protect = [Path(source), *(s.path for s in specs)]
+    out_dir = prepare_batch_dir(Path(out_dir), force=force, protect=protect)
+    with RunLock(out_dir, what="another batch"):
+        check_defaults(out_dir, defaults, rerun)
+        return _run_batch_locked(specs, source, out_dir, executor, only, rerun, on_start, on_done, t0, stop, defaults)
 
 
 def _run_batch_locked(
     specs: list[ModelSpec], source: Path, out_dir: Path, executor: Executor | None, only: list[str] | None,
     rerun: bool, on_start: Callable[[list[str], list[str]], None] | None, on_done: Callable[[dict], None] | None,
-    t0: float, stop: StopToken | None,
+    t0: float, stop: StopToken | None, defaults: RunSpec,
 ) -> BatchResult:
     executor = executor or InlineExecutor()
     threads = executor.threads
@@ -120,6 +166,7 @@ def _run_batch_locked(
     write_json(out_dir / MARKER, {
         "tool": "precision-doctor", "source": str(Path(source).resolve()), "created": created, "updated": now,
         "jobs": executor.jobs, "models": [s.name for s in specs],
+        "defaults": RunSpec.from_json(defaults.to_json(), base_dir=Path.cwd()).to_json(),
     })
     rows: dict[str, dict] = {}
     tasks: list[ModelTask] = []

@@ -6,7 +6,8 @@ same settings. A recipe (every key optional; unknown keys are refused):
 
     inputs:    {samples, seed, val_range: ["name:[lo,hi]", ...] or {name: [lo, hi]},
                 input_shapes: ["name:[d0,...]", ...] or {name: [d0, ...]},
-                files: [a.npz, ...], validate_files: [...], validation_split, allow_nonfinite}
+                files: [a.npz, ...], validate_files: [...], validation_split, allow_nonfinite,
+                reference_outputs: polygraphy --save-outputs JSON of `files`}
     tolerance: {atol, rtol, check_error_stat, cosine_floor, margin}
     precision, backend, confirm_backend, strategy, cost, max_evaluations, time_budget
     about:     free-form notes (provenance, why the tolerance is fair); not read by the batch
@@ -41,6 +42,7 @@ RECIPE_KEYS: dict[str, str] = {
     "inputs.validate_files": "inputs.validate_files",
     "inputs.validation_split": "inputs.validation_split",
     "inputs.allow_nonfinite": "inputs.allow_nonfinite",
+    "inputs.reference_outputs": "inputs.reference_outputs",
     "tolerance.atol": "tolerance.atol",
     "tolerance.rtol": "tolerance.rtol",
     "tolerance.check_error_stat": "tolerance.check_error_stat",
@@ -126,7 +128,7 @@ def apply_recipe(base: RunSpec, recipe: dict, rel_to: Path, where: str) -> RunSp
             value = str(value)
         changes[RECIPE_KEYS[key]] = value
     try:
-        return base.with_settings(changes, base_dir=rel_to)
+        return base.with_settings(changes, base_dir=rel_to).validate()
     except SpecError as exc:
         raise UserError(f"{where}: {exc.render(recipe_key)}") from None
 

@@ -3,21 +3,32 @@
 from __future__ import annotations
 
 import contextlib
+import shlex
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from precision_doctor.cli import app, console, err, progress_bar
-from precision_doctor.cli.options import BACKENDS, GENERATED, PRECISION, SEARCH, TOLERANCE, Options, with_options
+from precision_doctor.cli import app, console, err, error_text, progress_bar
+from precision_doctor.cli.options import (
+    BACKENDS,
+    GENERATED,
+    PRECISION,
+    SEARCH,
+    TOLERANCE,
+    Options,
+    command_line,
+    with_options,
+)
 from precision_doctor.control import StopToken, sigint_stops
+from precision_doctor.errors import UserError
 
 
 @app.command()
 @with_options(PRECISION, BACKENDS, SEARCH, TOLERANCE, GENERATED)
 def batch(
     zoo: Path = typer.Argument(..., help="A directory of .onnx files (recipes beside them) or a JSON/YAML manifest."),
-    jobs: int = typer.Option(1, "--jobs", "-j", help="Local worker processes (0: run in this process)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=0, help="Local worker processes (0: run in this process)."),
     executor_name: str = typer.Option("local", "--executor", help="local: worker processes here (--jobs); ray: one "
                                       "Ray task per model (pip install '.[ray]'; every node needs the files at "
                                       "the same paths)."),
@@ -37,10 +48,12 @@ def batch(
     """Diagnose every model of a zoo; write OUT/<model>/ run directories and a summary table.
     The options below --force are defaults that a model's recipe overrides."""
     from precision_doctor.batch.executors import make_executor
-    from precision_doctor.batch.orchestrate import default_batch_dir, run_batch
+    from precision_doctor.batch.orchestrate import BatchSettingsDiffer, default_batch_dir, recorded_defaults, run_batch
 
-    defaults = options.spec("")
-    out_dir = out or default_batch_dir()
+    out_dir = out if out is not None else default_batch_dir()
+    recorded = recorded_defaults(out_dir) if out is not None and Path(out).is_dir() else None
+    # A batch directory continues with the settings it was started with; flags given go on top of them.
+    defaults = (recorded.with_settings(options.given_settings()) if recorded else options.spec("")).validate()
     executor = make_executor(jobs, executor_name, ray_address, ray_cpus)
     where = "on Ray" if executor_name == "ray" else f"{jobs} job(s)"
     progress = progress_bar("{task.description}")
@@ -54,21 +67,23 @@ def batch(
 
         def on_start(names: list[str], skipped: list[str]) -> None:
             if skipped:
-                err.print(f"{len(skipped)} model(s) finished earlier, not redone: {', '.join(skipped)}", highlight=False)
+                err.print(f"{len(skipped)} model(s) finished earlier, not redone: {', '.join(skipped)}")
             progress.update(task, total=len(names), description=f"diagnosing {len(names)} model(s), {where}")
 
         def on_done(row: dict) -> None:
             progress.advance(task)
             detail = row["message"] if row["status"] == "error" else _row_brief(row)
-            err.print(f"{row['model']}: {row['status']} {detail}", highlight=False, soft_wrap=True)
+            err.print(f"{row['model']}: {row['status']} {detail}")
 
         try:
             result = run_batch(zoo, out_dir, defaults, executor=executor, only=list(only or []), rerun=rerun,
                                force=force, on_start=on_start, on_done=on_done, stop=token)
         except KeyboardInterrupt:
-            err.print(f"interrupted; to continue where it stopped: precision-doctor batch {zoo} --out {out_dir}",
-                      highlight=False)
+            err.print(f"interrupted; to continue where it stopped: {continue_command(out_dir, out is None)}")
             raise typer.Exit(130) from None
+        except BatchSettingsDiffer as exc:
+            again = command_line("batch", zoo, exc.recorded, "--out", str(out_dir))
+            raise UserError(f"{error_text(exc)}; to continue it: {again}") from None
     print_summary(result.rows)
     console.print(
         f"{len(result.ran)} diagnosed, {len(result.skipped)} skipped (finished earlier), {len(result.errors)} error(s) "
@@ -76,6 +91,13 @@ def batch(
         highlight=False,
     )
     raise typer.Exit(1 if result.errors else 0)
+
+
+def continue_command(out_dir: Path, add_out: bool) -> str:
+    """This very command again (every flag as given), with --out where it was not given."""
+    from precision_doctor.results.runlock import this_command
+
+    return this_command() + (f" --out {shlex.quote(str(out_dir))}" if add_out else "")
 
 
 def _row_brief(row: dict) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from precision_doctor.cli import announce_renamed, app, console, progress_bar, stops_on_interrupt
+from precision_doctor.cli import announce_renamed, app, console, progress_bar, stops_on_interrupt, uses_run_dir
 from precision_doctor.cli.options import CAPTURE, INPUTS, PRECISION, RUN_DIR, TOLERANCE, Options, with_options
 from precision_doctor.control import CaptureEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
 from precision_doctor.measure.analysis import Analysis
@@ -19,7 +19,7 @@ from precision_doctor.measure.tolerance import Tolerance
 @with_options(INPUTS, PRECISION, TOLERANCE, RUN_DIR, CAPTURE)
 def compare(
     model: Path = typer.Argument(..., help="ONNX model."),
-    top: int = typer.Option(10, "--top", help="Rows of the offenders table."),
+    top: int = typer.Option(10, "--top", min=1, help="Rows of the offenders table."),
     options: Options = None,
 ) -> None:
     """Run FP32 and emulated low precision layer by layer; rank the layers that introduce error."""
@@ -27,7 +27,8 @@ def compare(
     from precision_doctor.results.rundir import default_run_dir
 
     spec = options.spec(model).validate()
-    out_dir = options["out"] or default_run_dir(model, "compare")
+    out_dir = options["out"] if options["out"] is not None else default_run_dir(model, "compare")
+    uses_run_dir(out_dir)
     token, started = StopToken(), [False]
     with sigint_stops(token), stops_on_interrupt(out_dir, "run it again to start over", started), progress_bar() as prog:
         tasks: dict[str, int] = {}
@@ -44,8 +45,8 @@ def compare(
 
         result = api.compare(spec, out_dir, progress=sink, stop=token, force=options["force"])
     print_layer_table(result.analysis, top)
-    console.print(verdict_line(result.analysis, spec.tolerance), highlight=False)
-    console.print(f"wrote {out_dir}/activations.h5, layers.csv, layers.json", highlight=False)
+    console.print(verdict_line(result.analysis, spec.tolerance), soft_wrap=True)
+    console.print(f"wrote {out_dir}/activations.h5, layers.csv, layers.json", soft_wrap=True)
     raise typer.Exit(0 if result.analysis.passed else 1)
 
 

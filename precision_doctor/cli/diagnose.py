@@ -2,45 +2,48 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import typer
 
-from precision_doctor.cli import announce_renamed, app, console, fail, progress_bar, stops_on_interrupt
-from precision_doctor.cli.options import (
-    ARTIFACTS,
-    BACKENDS,
-    CAPTURE,
-    HELD_OUT,
-    INPUTS,
-    PRECISION,
-    RUN_DIR,
-    SEARCH,
-    TOLERANCE,
-    Options,
-    with_options,
+from precision_doctor.cli import (
+    announce_renamed,
+    app,
+    console,
+    fail,
+    progress_bar,
+    stops_on_interrupt,
+    styled,
+    uses_run_dir,
 )
+from precision_doctor.cli.options import DIAGNOSIS, RUN_DIR, Options, command_line, with_options
 from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
+from precision_doctor.errors import UserError
 from precision_doctor.results.report import Report
+from precision_doctor.spec import RunSpec
 
 
 @app.command()
-@with_options(INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, ARTIFACTS, RUN_DIR, CAPTURE)
+@with_options(*DIAGNOSIS, RUN_DIR)
 def diagnose(
     model: Path = typer.Argument(..., help="ONNX model."),
-    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out without repeating work."),
+    resume: bool = typer.Option(False, "--resume", help="Continue an interrupted run in --out without repeating "
+                                "work (with the settings it was started with; flags given must agree with them)."),
     options: Options = None,
 ) -> None:
     """Find the smallest set of nodes to keep in FP32; write the fixed model, commands and report."""
     from precision_doctor import api
+    from precision_doctor.pipeline.settings import SettingsDiffer
     from precision_doctor.results.rundir import default_run_dir
 
-    spec = options.spec(model).validate()
     if resume and options["out"] is None:
         fail("--resume needs --out DIR of the run to continue")
-    out_dir = options["out"] or default_run_dir(model, "diagnose")
+    out_dir = options["out"] if options["out"] is not None else default_run_dir(model, "diagnose")
+    spec = resumed_spec(model, out_dir, options) if resume else options.spec(model).validate()
+    uses_run_dir(out_dir)
     token, started = StopToken(), [False]
-    hint = f"to continue: the same command with --resume --out {out_dir}"
+    hint = f"to continue: {resume_command(model, out_dir)}"
     with sigint_stops(token), stops_on_interrupt(out_dir, hint, started), progress_bar() as prog:
         task = prog.add_task("capture", total=None)
 
@@ -53,18 +56,55 @@ def diagnose(
             elif isinstance(ev, EvaluationEvent):
                 prog.update(task, description=f"search ({ev.phase})", completed=ev.step)
 
-        report = api.diagnose(spec, out_dir, progress=sink, stop=token, resume=resume, force=options["force"])
-    print_outcome(report, out_dir)
+        try:
+            report = api.diagnose(spec, out_dir, progress=sink, stop=token, resume=resume, force=options["force"])
+        except SettingsDiffer as exc:
+            raise UserError(settings_refusal(exc, model, out_dir)) from None
+    print_outcome(report, out_dir, model)
     if report.interrupted:
         raise typer.Exit(130)
     raise typer.Exit(0 if report.passed else 1)
 
 
-def print_outcome(report: Report, out_dir: Path) -> None:
-    from rich.markup import escape
+PER_INVOCATION = ("search.max_evaluations", "search.time_budget")  # a resume's budget is its own
 
-    from precision_doctor.render.markdown import confirm_sentence, headroom_sentence
+
+def resumed_spec(model: Path, out_dir: Path, options: Options) -> RunSpec:
+    """The settings a resumed run continues with: those it was started with, the flags given on top (a
+    flag that changes a verdict setting is refused later, showing the command that continues the run).
+    The budget is not carried over: a run that used up its --max-evaluations goes on without one unless
+    a new one is given."""
+    from precision_doctor.pipeline.settings import recorded_spec
+
+    recorded = recorded_spec(out_dir) if Path(out_dir).is_dir() else None
+    if recorded is None:
+        return options.spec(model).validate()
+    budget = {k: None for k in PER_INVOCATION}
+    return recorded.with_settings({**budget, "model": str(model), **options.given_settings()}).validate()
+
+
+def resume_command(model: Path, out_dir: Path) -> str:
+    """The command that continues a run in `out_dir` (its settings are recorded there)."""
+    return shlex.join(["precision-doctor", "diagnose", str(model), "--resume", "--out", str(out_dir)])
+
+
+def settings_refusal(exc, model: Path, out_dir: Path) -> str:
+    """The refusal of a resume with other settings, in the CLI's words, with the command that continues
+    the run as it was started (or the way to start over)."""
+    from precision_doctor.cli import error_text
+
+    text = error_text(exc)
+    if exc.recorded is not None:
+        text += f"; to continue it: {command_line('diagnose', model, exc.recorded, '--resume', '--out', str(out_dir))}"
+    return text + "; to start over with the new settings: the same command with --force instead of --resume"
+
+
+def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None) -> None:
+    from precision_doctor.render.markdown import confirm_sentence, headroom_sentence, held_out_sentence
     from precision_doctor.render.tensorrt import outcome_lines
+
+    def say(text) -> None:
+        console.print(text, soft_wrap=True)
 
     fb = report.fallback_nodes
     tol = report.tolerance
@@ -72,33 +112,31 @@ def print_outcome(report: Report, out_dir: Path) -> None:
         f"{report.precision} on {report.backend}, strategy {report.strategy}: "
         f"{report.evaluations} evaluations in {report.elapsed_s:.1f} s"
     )
-    console.print(head, highlight=False)
+    say(head)
     if report.first_divergence:
-        console.print(f"first diverging tensor (all {report.precision}): {report.first_divergence}", highlight=False)
+        say(f"first diverging tensor (all {report.precision}): {report.first_divergence}")
     if report.passed:
         share = 100 * report.fp32_flop_share
         if fb:
-            console.print(
-                f"[bold green]PASS[/] keeping {len(fb)} node(s) in FP32 ({share:.2f}% of FLOPs) meets "
-                f"atol={tol.atol:g} rtol={tol.rtol:g} ({tol.check_error_stat}):", highlight=False,
-            )
+            say(styled("PASS", "bold green", f" keeping {len(fb)} node(s) in FP32 ({share:.2f}% of FLOPs) "
+                                 f"meets atol={tol.atol:g} rtol={tol.rtol:g} ({tol.check_error_stat}):"))
             for name in fb:
-                console.print(f"  {name}", highlight=False)
+                say(f"  {name}")
         else:
-            console.print(f"[bold green]PASS[/] the whole model in {report.precision} already meets the tolerance",
-                          highlight=False)
-        val = report.validation
-        if val is not None:
-            state = "holds" if val.passed else "FAILED first; searched again with them included"
-            console.print(f"held-out samples ({val.samples}): {state}", highlight=False)
-        for note in (confirm_sentence(report), headroom_sentence(report)):
-            if note:
-                console.print(note.replace("`", ""), highlight=False)
-        for note, loud in outcome_lines(report):
-            console.print(f"[bold red]{escape(note)}[/]" if loud else note, highlight=False, markup=loud, soft_wrap=True)
+            say(styled("PASS", "bold green", f" the whole model in {report.precision} already meets the "
+                                 "tolerance"))
     else:
-        console.print(f"[bold red]NO PASSING SET[/]: {report.reason or report.status}", highlight=False)
+        say(styled("NO PASSING SET", "bold red", f": {report.reason or report.status}"))
+    for note in (held_out_sentence(report), *((confirm_sentence(report), headroom_sentence(report))
+                                               if report.passed else ())):
+        if note:
+            say(note.replace("`", ""))
+    for note, loud in outcome_lines(report) if report.passed else ():
+        say(styled(note, "bold red") if loud else note)
     if report.status not in ("complete", "no_solution"):
-        console.print(f"status: {report.status}: {report.reason}", highlight=False)
-    files = "report.json, report.md, fixed.onnx, trtexec.sh" + (", fixed.plan" if "engine" in report.artifacts else "")
-    console.print(f"report: {out_dir}/report.html  ({files})", highlight=False)
+        say(f"status: {report.status}: {report.reason}")
+    if report.interrupted:
+        path = model or (report.model.path if report.model is not None else "MODEL")
+        say(f"to continue: {resume_command(Path(path), out_dir)}")
+    written = [p for k, p in report.artifacts.items() if k != "report_html" and (Path(out_dir) / p).is_file()]
+    say(f"report: {out_dir}/report.html  ({', '.join(written)})")

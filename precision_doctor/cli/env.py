@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from precision_doctor.cli import app, console
+from precision_doctor.cli import app, console, styled
 
 
 @app.command()
@@ -11,4 +11,4 @@ def env() -> None:
     from precision_doctor.environment import describe
 
     for key, value in describe().items():
-        console.print(f"[bold]{key}[/]: {value}", highlight=False)
+        console.print(styled(key, "bold", f": {value}"), soft_wrap=True)

@@ -31,6 +31,7 @@ FLAGS: dict[str, str] = {
     "inputs.allow_nonfinite": "--allow-nonfinite-inputs",
     "inputs.validate_files": "--validate-inputs",
     "inputs.validation_split": "--validation-split",
+    "inputs.reference_outputs": "--reference-outputs",
     "tolerance.atol": "--atol",
     "tolerance.rtol": "--rtol",
     "tolerance.check_error_stat": "--check-error-stat",
@@ -50,6 +51,7 @@ FLAGS: dict[str, str] = {
     "out_dir": "--out",
     "force": "--force",
     "resume": "--resume",
+    "rerun": "--rerun",
     "jobs": "--jobs",
     "executor": "--executor",
     "ray_address": "--ray-address",
@@ -91,6 +93,9 @@ INPUTS = (
     _opt("input_shapes", "inputs.input_shapes", list[str] | None,
          "Shape for dynamic inputs: NAME:[d0,d1,...].", default=None),
     _opt("allow_nonfinite_inputs", "inputs.allow_nonfinite", bool, "Accept NaN/Inf in input samples."),
+    _opt("reference_outputs", "inputs.reference_outputs", Path | None,
+         "FP32 reference outputs saved by polygraphy (run --save-outputs FILE, with --load-inputs of the same "
+         "--inputs): used instead of ONNX Runtime's FP32 outputs.", default=None),
 )
 GENERATED = (SAMPLES, SEED)  # batch: the default sample recipe
 HELD_OUT = (
@@ -142,6 +147,7 @@ ARTIFACTS = (
     ENGINE_TARGETS,
 )
 CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),)
+DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, ARTIFACTS, CAPTURE)  # diagnose's and submit's
 RUN_DIR = (
     Opt("out", None, Path | None,
         typer.Option(None, "--out", help="Run directory (default: reports/<model>-<command>-<time>).")),
@@ -150,14 +156,21 @@ RUN_DIR = (
 
 
 class Options:
-    """The values of a command's grouped options: RunSpec settings and run options."""
+    """The values of a command's grouped options: RunSpec settings and run options; `given` holds the
+    parameters the user typed (the others took their defaults)."""
 
-    def __init__(self, opts: Iterable[Opt], values: dict[str, Any]):
+    def __init__(self, opts: Iterable[Opt], values: dict[str, Any], given: Iterable[str] = ()):
         self._opts = list(opts)
         self._values = values
+        self.given = set(given)
 
     def __getitem__(self, param: str) -> Any:
         return self._values[param]
+
+    def given_settings(self) -> dict[str, Any]:
+        """{setting path: value} of the setting options the user typed."""
+        return {k: v for k, v in self.settings().items() if any(o.setting == k and o.param in self.given
+                                                                for o in self._opts)}
 
     def settings(self) -> dict[str, Any]:
         """{setting path: value} of the options that set RunSpec settings (unset list options left out)."""
@@ -187,12 +200,47 @@ def with_options(*groups: tuple[Opt, ...]) -> Callable[[Callable[..., Any]], Cal
 
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
+            ctx = kwargs.pop(_CTX)
             grouped = {o.param: kwargs.pop(o.param) for o in opts}
-            return fn(**kwargs, options=Options(opts, grouped))
+            given = [o.param for o in opts if _typed(ctx, o.param)]
+            return fn(**kwargs, options=Options(opts, grouped, given))
 
-        params = own + extra
+        params = own + extra + [inspect.Parameter(_CTX, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
         command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
 
     return decorate
+
+
+_CTX = "pd_click_context"  # the parameter through which typer hands a command its context
+
+
+def _typed(ctx: Any, param: str) -> bool:
+    """Whether the user gave `param` (on the command line or through the environment), not its default."""
+    source = ctx.get_parameter_source(param) if ctx is not None else None
+    return source is not None and getattr(source, "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
+
+
+def command_line(command: str, model: str | Path | None, spec: RunSpec, *extra: str) -> str:
+    """The command that runs `spec` (only the settings that differ from the defaults are spelled out),
+    with `extra` arguments at the end; quoted for a POSIX shell."""
+    import shlex
+
+    base = RunSpec(model="").flat()
+    args = ["precision-doctor", command, *([str(model)] if model is not None else [])]
+    for path, value in spec.flat().items():
+        if path != "model" and path in FLAGS and value != base[path] and value is not None:
+            args += _flag_args(path, value)
+    return shlex.join([*args, *extra])
+
+
+def _flag_args(path: str, value: Any) -> list[str]:
+    name = FLAGS[path]
+    if path == "search.keep_io_types":
+        return ["--keep-io-types" if value else "--no-keep-io-types"]
+    if isinstance(value, bool):
+        return [name] if value else []
+    if isinstance(value, list):
+        return [a for v in value for a in (name, str(v))]
+    return [name, f"{value:g}" if isinstance(value, float) else str(value)]

@@ -5,6 +5,7 @@ Layout:
     /<run>/<escaped> one dataset per tensor, shape (samples, *tensor_shape), chunked, compressed;
                      attr `onnx_name` holds the tensor's real name
     /<run>           attr `tensor_names`: JSON list of real names in capture (topological) order
+    /analysis        (optional) the analysis of the runs below, kept so that it is not computed twice
 Runs: `reference` (FP32, graph inputs and every node output), `lowp` (emulated low precision,
 floating tensors), `local` (each node's outputs computed in low precision from exact inputs).
 """
@@ -99,6 +100,12 @@ class ActivationStore:
             )
         ds[sample] = value
 
+    def write_text(self, key: str, text: str) -> None:
+        """A text dataset `key` at the root (not a run), replaced if present."""
+        if key in self.file:
+            del self.file[key]
+        self.file[key] = text
+
     def flush_names(self) -> None:
         for run, names in self._names.items():
             self.file[run].attrs["tensor_names"] = json.dumps(names)
@@ -123,6 +130,13 @@ class ActivationStore:
     def read(self, run: str, name: str, sample: int | None = None) -> np.ndarray:
         ds = self.dataset(run, name)
         return np.asarray(ds[()] if sample is None else ds[sample])  # 0-d stays an array for ORT
+
+    def read_text(self, key: str) -> str | None:
+        """The text dataset `key` at the root, or None."""
+        if key not in self.file or isinstance(self.file[key], h5py.Group):
+            return None
+        value = self.file[key][()]
+        return value.decode() if isinstance(value, bytes) else str(value)
 
     def n_samples(self) -> int:
         return int(self.file.attrs.get("samples", 0))

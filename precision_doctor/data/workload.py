@@ -12,6 +12,7 @@ from precision_doctor.data.inputs import (
     parse_val_ranges,
     validate_samples,
 )
+from precision_doctor.data.references import Outputs, load_reference_outputs
 from precision_doctor.errors import UserError
 from precision_doctor.graph.model import Model, load_model
 from precision_doctor.spec import InputSpec, RunSpec
@@ -19,11 +20,15 @@ from precision_doctor.spec import InputSpec, RunSpec
 
 @dataclass
 class Workload:
-    """The loaded model, its search samples, and how the samples were obtained."""
+    """The loaded model, its search samples, and how the samples were obtained. `references` are the FP32
+    outputs of `inputs.reference_outputs` (None: ONNX Runtime computes them), one per sample of the files;
+    once held-out samples are split off (`pipeline.heldout`), `held_references` pairs with those."""
 
     model: Model
     samples: list[Sample]
     inputs: InputSpec = field(default_factory=InputSpec)
+    references: list[Outputs] | None = None
+    held_references: list[Outputs] | None = None
 
 
 def load_workload(spec: RunSpec) -> Workload:
@@ -37,4 +42,5 @@ def load_workload(spec: RunSpec) -> Workload:
         model, opts.samples, opts.seed, parse_val_ranges(opts.val_ranges)
     )
     validate_samples(model, samples, opts.allow_nonfinite)
-    return Workload(model, samples, opts)
+    refs = load_reference_outputs(opts.reference_outputs, model) if opts.reference_outputs else None
+    return Workload(model, samples, opts, refs)

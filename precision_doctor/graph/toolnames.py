@@ -78,6 +78,10 @@ def save_model(proto: onnx.ModelProto, path: Path) -> Path:
         large = proto.ByteSize() >= 2**31 - 2**20
     except Exception:
         large = True
+    from precision_doctor.results.manifest import note_written
+
+    for p in (path, path.with_name(path.name + ".data"), path.with_name(f".{path.name}.partial")):
+        note_written(p)
     if large:
         copy = onnx.ModelProto()
         copy.CopyFrom(proto)  # saving with external data empties the tensors of the proto it is given

@@ -7,16 +7,19 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
+from precision_doctor.fingerprint import code_fingerprint
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check, merge
 
+MEMO = "analysis"  # a dataset at the store's root: the analysis without its verdict (JSON), see keep_analysis
 DIVERGENCE_ROUNDOFFS = 16.0  # a tensor diverges when its relative error exceeds this many unit roundoffs
 INPUT_SENSITIVITY = 8.0  # local error this many times the output's own rounding error: inputs matter
 
@@ -320,12 +323,48 @@ def score(local: ErrorStats, input_absmax: float, fmt: Format) -> float:
     return float(local.rel_l2)
 
 
-def output_verdict(store: ActivationStore, outputs: list[str], tol: Tolerance) -> dict[str, OutputCheck]:
-    """Graph outputs of the low-precision run against the reference, per sample, under `tol`."""
+def output_verdict(store: ActivationStore, outputs: list[str], tol: Tolerance,
+                   references: list[dict[str, np.ndarray]] | None = None) -> dict[str, OutputCheck]:
+    """Graph outputs of the low-precision run against the reference (the stored FP32 run, or `references`:
+    one dict of outputs per sample), per sample, under `tol`."""
     verdict = {}
     for name in outputs:
         if not store.has(LOWP, name):
             continue
-        checks = [check(o, r, tol) for o, r in zip(store.iter_samples(LOWP, name), store.iter_samples(REFERENCE, name))]
+        refs = (r[name] for r in references) if references is not None else store.iter_samples(REFERENCE, name)
+        checks = [check(o, r, tol) for o, r in zip(store.iter_samples(LOWP, name), refs)]
         verdict[name] = merge(checks)
     return verdict
+
+
+def keep_analysis(store: ActivationStore, analysis: Analysis) -> None:
+    """Keep `analysis` in the store (`store` open for writing) so that a later `kept_analysis` skips the
+    work: everything but the verdict, the one part that depends on the tolerance."""
+    memo = {"version": code_fingerprint(), "precision": analysis.precision, "first_divergence": analysis.first_divergence,
+            "first_divergence_node": analysis.first_divergence_node,
+            "divergence_threshold": analysis.divergence_threshold, "layers": [asdict(r) for r in analysis.layers],
+            "tensors": [asdict(t) for t in analysis.tensors]}
+    store.write_text(MEMO, json.dumps(memo))  # non-finite floats as Infinity/NaN: json reads them back exactly
+
+
+def kept_analysis(store: ActivationStore, tolerance: Tolerance) -> Analysis | None:
+    """The analysis `keep_analysis` stored, with its verdict under `tolerance`: what `analyse` would
+    return. None when the store has none, or one written by other code (`code_fingerprint`) or with other
+    fields."""
+    text = store.read_text(MEMO)
+    if text is None:
+        return None
+    memo = json.loads(text)
+    if memo.get("version") != code_fingerprint() or not _fields_match(memo.get("layers"), LayerRow) or \
+            not _fields_match([t["stats"] for t in memo.get("tensors", [])], ErrorStats):
+        return None
+    layers = [LayerRow(**r) for r in memo["layers"]]
+    tensors = [TensorRow(**{**t, "stats": ErrorStats(**t["stats"])}) for t in memo["tensors"]]
+    verdict = output_verdict(store, [str(o) for o in store.attr("model_outputs", [])], tolerance)
+    return Analysis(memo["precision"], layers, tensors, memo["first_divergence"], memo["first_divergence_node"],
+                    memo["divergence_threshold"], verdict)
+
+
+def _fields_match(rows: list[dict] | None, cls: type) -> bool:
+    names = {f.name for f in fields(cls)}
+    return rows is not None and all(set(r) == names for r in rows)

@@ -17,7 +17,7 @@ import numpy as np
 from onnx import helper
 
 from precision_doctor import __version__
-from precision_doctor.backends.ort_session import make_session, with_outputs
+from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
@@ -77,7 +77,7 @@ def capture_run(
         sess = make_session(with_outputs(proto, group, model.tensor_types), optimize=False)
         for i, s in enumerate(samples):
             check(stop)
-            for name, value in zip(group, sess.run(group, {**s, **extra_feed})):
+            for name, value in zip(group, run_session(sess, group, {**s, **extra_feed}, model)):
                 store.write(run, name, i, len(samples), value)
         del sess
         _release_heap()
@@ -157,7 +157,7 @@ def capture_local(
         for i in range(samples_n):
             check(stop)
             feed = {t: store.read(REFERENCE, t, i) for t in feeds}
-            for oname, value in zip(outputs, sess.run(outputs, feed)):
+            for oname, value in zip(outputs, run_session(sess, outputs, feed, model)):
                 store.write(LOCAL, _strip_local(oname), i, samples_n, value)
         del sess
         done += len(group)

@@ -15,6 +15,7 @@ both: it is checked as given and does not count in `tol_used`.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -38,11 +39,12 @@ class Tolerance:
         if self.check_error_stat not in ERROR_STATS:
             raise SpecError("tolerance.check_error_stat", "{tolerance.check_error_stat} must be one of "
                             f"{', '.join(ERROR_STATS)}, got '{self.check_error_stat}'")
-        if self.atol < 0 or self.rtol < 0:
-            setting = "tolerance.atol" if self.atol < 0 else "tolerance.rtol"
-            raise SpecError(setting, "{tolerance.atol} and {tolerance.rtol} must be non-negative")
+        for setting, value in (("tolerance.atol", self.atol), ("tolerance.rtol", self.rtol)):
+            if not (math.isfinite(value) and value >= 0):
+                raise SpecError(setting, f"{{{setting}}} must be a non-negative finite number, got {value}")
         if self.cosine_floor is not None and not -1.0 <= self.cosine_floor <= 1.0:
-            raise SpecError("tolerance.cosine_floor", "{tolerance.cosine_floor} must lie in [-1, 1]")
+            raise SpecError("tolerance.cosine_floor", f"{{tolerance.cosine_floor}} must lie in [-1, 1], "
+                            f"got {self.cosine_floor}")
 
     def to_dict(self) -> dict:
         return asdict(self)

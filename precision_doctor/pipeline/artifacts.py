@@ -16,6 +16,7 @@ from precision_doctor.graph.mixed import build_mixed, forced_fp32_nodes
 from precision_doctor.graph.toolnames import NAMED_ONNX, model_for_tools
 from precision_doctor.results import emit
 from precision_doctor.results.jsonio import write_text_atomic
+from precision_doctor.results.manifest import note_written
 from precision_doctor.spec import RunSpec
 
 # report.json's `artifacts` entries a passing run adds (key -> file name)
@@ -44,6 +45,8 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
     settings the commands then carry)."""
     model = work.model
     fixed = build_mixed(model, fallback, spec.precision, keep_io_types=spec.search.keep_io_types)
+    for name in (".fixed.onnx.partial", ".fixed.onnx.partial.data", "fixed.onnx"):
+        note_written(out_dir / name)
     onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
     (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
     save_polygraphy_io(out_dir, work.samples, refs)
@@ -84,6 +87,8 @@ def save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) -
 
     G_LOGGER.module_severity = G_LOGGER.ERROR  # polygraphy's own progress lines are noise here
 
+    note_written(out_dir / "inputs.json")
+    note_written(out_dir / "reference_outputs.json")
     save_json([dict(s) for s in samples], str(out_dir / "inputs.json"))
     results = RunResults()
     name = "onnxrt-fp32-reference"

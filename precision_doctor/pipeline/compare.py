@@ -7,16 +7,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from precision_doctor.control import ProgressSink, StopToken
-from precision_doctor.data.activations import ActivationStore
+from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
+from precision_doctor.data.references import check_count, check_shapes
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
-from precision_doctor.measure.analysis import Analysis, analyse, tensor_error
+from precision_doctor.measure.analysis import Analysis, analyse, keep_analysis, kept_analysis, output_verdict, tensor_error
 from precision_doctor.measure.capture import capture, capture_run
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.results.jsonio import write_json, write_text_atomic
+from precision_doctor.results.manifest import note_written
 from precision_doctor.spec import CaptureSpec
 
 ACTIVATIONS = "activations.h5"
@@ -39,15 +41,27 @@ def capture_and_analyse(
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
 ) -> Analysis:
-    """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed)."""
+    """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed) and analyse
+    it; the analysis is kept in the file (`reanalyse` reads it back)."""
     fmt = get_format(precision)
     final = out_dir / ACTIVATIONS
     tmp = out_dir / f".{ACTIVATIONS}.partial"
     attrs = {"tolerance": tolerance.to_dict(), "input_source": work.inputs.describe()}
+    note_written(tmp)
+    note_written(final)
     capture(work.model, work.samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress, stop=stop)
+    with ActivationStore(tmp, "a") as store:
+        analysis = analyse(store, tolerance=tolerance, model=work.model)
+        keep_analysis(store, analysis)
     tmp.replace(final)
-    with ActivationStore(final) as store:
-        return analyse(store, tolerance=tolerance, model=work.model)
+    if work.references is not None:  # the verdict is against the user's reference, not ORT's
+        with ActivationStore(final) as store:
+            path = work.inputs.reference_outputs
+            check_count(path, work.references, len(work.samples), "{inputs.files}")
+            check_shapes(path, work.references, {o: store.read(REFERENCE, o, 0) for o in work.model.outputs
+                                                 if store.has(REFERENCE, o)})
+            analysis.verdict = output_verdict(store, work.model.outputs, tolerance, work.references)
+    return analysis
 
 
 def write_layer_tables(out_dir: Path, analysis: Analysis) -> None:
@@ -70,10 +84,11 @@ def run_compare(
 
 
 def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis:
-    """Analyse a stored capture again, without the model."""
+    """Analyse a stored capture again, without the model (the analysis kept in it when there is one:
+    only its verdict is computed, under `tolerance`)."""
     with ActivationStore(activations) as store:
         tol = tolerance or Tolerance(**store.attr("tolerance", {}))
-        return analyse(store, tolerance=tol)
+        return kept_analysis(store, tol) or analyse(store, tolerance=tol)
 
 
 def capture_fixed(

@@ -18,6 +18,7 @@ from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
 from precision_doctor.pipeline.artifacts import write_artifacts
+from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
 from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
 from precision_doctor.pipeline.confirmation import confirm
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
@@ -41,16 +42,19 @@ def run_diagnose(
     resume: bool = False,
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
+    capture_cache: CaptureCache | None = None,
 ) -> Report:
     """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
-    Backends opened here are closed here, also when the run fails."""
+    Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
+    same model, samples and capture-deciding settings is taken from it (and one made here is put there)."""
     spec.validate()
     with contextlib.ExitStack() as owned:
-        return _run(work, validation, spec, out_dir, resume, progress, stop, owned)
+        return _run(work, validation, spec, out_dir, resume, progress, stop, owned, capture_cache)
 
 
 def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path, resume: bool,
-         progress: ProgressSink | None, stop: StopToken | None, owned: contextlib.ExitStack) -> Report:
+         progress: ProgressSink | None, stop: StopToken | None, owned: contextlib.ExitStack,
+         capture_cache: CaptureCache | None) -> Report:
     t0 = time.monotonic()
     fmt = get_format(spec.precision)
     model = work.model
@@ -60,20 +64,24 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     confirm_backend = owned.enter_context(contextlib.closing(
         make_backend(b.confirm_backend, model, spec.precision, model.outputs, "backends.confirm_backend")
     )) if b.confirm_backend else None
-    check_run_settings(out_dir, run_settings(work, spec, validation), resume)
+    check_run_settings(out_dir, run_settings(work, spec, validation, _all_references(work)), resume)
     notify(progress, PhaseEvent("capture"))
     if resume and (out_dir / ACTIVATIONS).exists():
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:
-        analysis = capture_and_analyse(work, spec.precision, spec.tolerance, out_dir, settings=spec.capture,
-                                       progress=progress, stop=stop)
+        with shared_capture(capture_cache, spec, work, out_dir) as reused:
+            analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
+                work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop)
     write_layer_tables(out_dir, analysis)
     space = build_space(model, analysis, fmt, spec.search.cost)
 
     notify(progress, PhaseEvent("reference"))
-    ref = ReferenceRunner(model)
-    refs = [ref.run(s) for s in work.samples]
-    val_refs = [ref.run(s) for s in validation]
+    if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
+        refs, val_refs = work.references, work.held_references or []
+    else:
+        ref = ReferenceRunner(model)
+        refs = [ref.run(s) for s in work.samples]
+        val_refs = [ref.run(s) for s in validation]
 
     budget = budget_of(spec.search)
     oracle = Oracle(
@@ -142,6 +150,10 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
         knobs=knob_outcome.result if knob_outcome else None, knob_verdict=knob_outcome.verdict if knob_outcome else None,
     )
     return write_report(out_dir, report)
+
+
+def _all_references(work: Workload) -> list[dict] | None:
+    return None if work.references is None else work.references + (work.held_references or [])
 
 
 def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:

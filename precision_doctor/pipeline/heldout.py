@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from precision_doctor.data.inputs import Sample, generate_samples, load_samples, parse_val_ranges, validate_samples
+from precision_doctor.data.references import check_count
 from precision_doctor.data.workload import Workload
 from precision_doctor.errors import SpecError
 
@@ -27,9 +28,20 @@ def held_out_samples(work: Workload) -> list[Sample]:
     if inputs.validate_files:
         held = load_samples(inputs.validate_files)
         validate_samples(work.model, held, inputs.allow_nonfinite)
+        if work.references is not None:
+            n = len(work.samples)
+            check_count(inputs.reference_outputs, work.references, n + len(held),
+                        "{inputs.files} and {inputs.validate_files}")
+            work.references, work.held_references = work.references[:n], work.references[n:]
         return held
     if inputs.files:
+        if work.references is not None:
+            check_count(inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
+        n_all = len(work.samples)
         work.samples, held = split_validation(work.samples, 0.25 if split is None else split)
+        if work.references is not None:
+            k = n_all - len(held)
+            work.references, work.held_references = work.references[:k], work.references[k:]
         return held
     if split == 0:
         return []

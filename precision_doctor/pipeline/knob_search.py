@@ -23,6 +23,7 @@ from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.model import Model
 from precision_doctor.pipeline.strategy import evaluation_events, remaining, user_share
+from precision_doctor.results import manifest
 from precision_doctor.results.report import Confirm, KnobsResult, KnobTrial
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Verdict
@@ -78,8 +79,9 @@ class _Oracles:
         self.by_config: dict[knobs.KnobConfig, Oracle] = {}
         self.dir.mkdir(exist_ok=True)
         if not resume:
-            for old in self.dir.glob("*.jsonl"):  # our own files from an earlier forced run
-                old.unlink()
+            for old in self.dir.glob("*.jsonl"):  # our own files from an earlier forced run (nobody else's)
+                if manifest.ours(old):
+                    old.unlink()
 
     def __getitem__(self, config: knobs.KnobConfig) -> Oracle:
         if config not in self.by_config:

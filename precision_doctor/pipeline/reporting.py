@@ -97,7 +97,7 @@ def build_report(
         first_divergence_node=analysis.first_divergence_node,
         ranking=analysis.ranking[:50],
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
-        layers=_layers(analysis, fixed_rel, final),
+        layers=_layers(analysis, fixed_rel, final, _producers(work)),
         format_limits=FormatLimits(max=fmt.max, smallest_normal=fmt.smallest_normal),
         artifacts={
             "activations": ACTIVATIONS, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
@@ -118,14 +118,21 @@ def _checks(v: Verdict | None) -> Checks | None:
     return Checks(v.passed, dict(v.outputs)) if v else None
 
 
-def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[str]) -> list[Layer]:
+def _producers(work: Workload) -> dict[str, list[str]]:
+    """Node name -> the nodes that compute its floating inputs (in the model's order)."""
+    made_by = {t: n.name for n in work.model.nodes for t in n.outputs if t}
+    return {n.name: list(dict.fromkeys(made_by[t] for t in n.float_inputs if t in made_by)) for n in work.model.nodes}
+
+
+def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[str],
+            producers: dict[str, list[str]]) -> list[Layer]:
     return [
         Layer(
             index=r.index, name=r.name, op_type=r.op_type, flops=r.flops, local_rel_l2=r.local_rel_l2,
             rounding_rel_l2=r.rounding_rel_l2, lowp_rel_l2=r.lowp_rel_l2, fixed_rel_l2=fixed_rel.get(r.name),
             ref_absmax=r.ref_absmax, input_ref_absmax=r.input_ref_absmax, frac_above_max=r.frac_above_max,
             frac_below_normal=r.frac_below_normal, score=r.score, rank=r.rank, fallback=r.name in final,
-            input_sensitive=r.input_sensitive,
+            input_sensitive=r.input_sensitive, producers=producers.get(r.name, []),
         )
         for r in sorted(analysis.layers, key=lambda r: r.index)
     ]

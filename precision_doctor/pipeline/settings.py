@@ -1,5 +1,11 @@
-"""run_settings.json: what decides the checkpointed verdicts of a run, so that `resume` refuses a run
-directory made with other settings (its memoized verdicts would not hold)."""
+"""run_settings.json: a run's settings, recorded when it starts, so that `resume` continues with them and
+refuses a run directory made with other settings (its memoized verdicts would not hold).
+
+It holds what decides the checkpointed verdicts (model hash, precision, backends, tolerance, margin, a
+hash of the samples and of the reference outputs) and the whole RunSpec (`spec`, paths made absolute):
+a front end resumes a run without repeating its flags (`recorded_spec`) and, when they differ, shows
+the command that continues it (`SettingsDiffer.recorded`).
+"""
 
 from __future__ import annotations
 
@@ -10,25 +16,40 @@ import numpy as np
 
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
-from precision_doctor.errors import SpecError
+from precision_doctor.errors import SpecError, UserError
 from precision_doctor.results.jsonio import jsonable, read_json, write_json
 from precision_doctor.spec import RunSpec
 
 RUN_SETTINGS = "run_settings.json"
+VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "confirm_backend", "samples",
+                "validation_samples", "samples_hash", "reference_hash")
 
 
-def run_settings(work: Workload, spec: RunSpec, validation: list[Sample]) -> dict:
-    """What decides the verdicts in the checkpoints: a resumed run must have the same."""
+class SettingsDiffer(SpecError):
+    """`resume` of a run made with other settings; `recorded` is the RunSpec it was made with (None for a
+    run of an older version, which recorded only the verdict settings)."""
+
+    def __init__(self, out_dir: Path, shown: str, recorded: RunSpec | None):
+        self.out_dir, self.recorded = Path(out_dir), recorded
+        super().__init__("resume", f"{{resume}}: {out_dir} was run with other settings ({shown}); continue it with "
+                         "its own settings, or choose another {out_dir}")
+
+
+def run_settings(work: Workload, spec: RunSpec, validation: list[Sample],
+                 references: list[dict] | None = None) -> dict:
+    """What decides the verdicts in the checkpoints (a resumed run must have the same), and the RunSpec."""
     return jsonable({
         "model_hash": work.model.model_hash, "precision": spec.precision, "backend": spec.backends.backend,
         "tolerance": spec.tolerance.to_dict(), "margin": spec.search.margin,
         "confirm_backend": spec.backends.confirm_backend,
         "samples": len(work.samples), "validation_samples": len(validation),
         "samples_hash": samples_hash(work.samples + validation),
+        "reference_hash": samples_hash(references) if references else None,
+        "spec": RunSpec.from_json(spec.to_json(), base_dir=Path.cwd()).to_json(),
     })
 
 
-def samples_hash(samples: list[Sample]) -> str:
+def samples_hash(samples: list[Sample] | list[dict]) -> str:
     h = hashlib.sha256()
     for s in samples:
         for name in sorted(s):
@@ -38,14 +59,26 @@ def samples_hash(samples: list[Sample]) -> str:
     return h.hexdigest()[:16]
 
 
+def recorded_spec(out_dir: Path) -> RunSpec | None:
+    """The RunSpec a run directory was made with; None when it records none (no run, an older version)."""
+    path = Path(out_dir) / RUN_SETTINGS
+    if not path.is_file():
+        return None
+    try:
+        data = read_json(path)
+        return RunSpec.from_json(data["spec"]) if isinstance(data, dict) and "spec" in data else None
+    except (UserError, ValueError, KeyError, TypeError):
+        return None
+
+
 def check_run_settings(out_dir: Path, settings: dict, resume: bool) -> None:
-    """Record the settings of a run; refuse to resume one made with other settings. Runs from before
-    this file existed resume unchecked."""
+    """Record the settings of a run; refuse to resume one made with other settings (SettingsDiffer). Runs
+    from before this file existed resume unchecked; keys an older version did not record are not compared."""
     path = out_dir / RUN_SETTINGS
     if resume and path.exists():
         old = read_json(path)
-        diff = [k for k in settings if old.get(k) != settings[k]]
+        diff = [k for k in VERDICT_KEYS if k in old and old.get(k) != settings.get(k)]
         if diff:
-            shown = ", ".join(f"{k} {old.get(k)!r} then, {settings[k]!r} now" for k in diff)
-            raise SpecError("resume", f"{{resume}}: {out_dir} was run with other settings ({shown}); use another {{out_dir}}")
+            shown = ", ".join(f"{k} {old.get(k)!r} then, {settings.get(k)!r} now" for k in diff)
+            raise SettingsDiffer(out_dir, shown, recorded_spec(out_dir))
     write_json(path, settings)

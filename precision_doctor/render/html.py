@@ -9,17 +9,19 @@ from typing import Any
 
 from precision_doctor.render import plots
 from precision_doctor.render.markdown import (
-    ARTIFACT_TITLES,
     COMMAND_TITLES,
     INPUT_SENSITIVE_WHY,
+    artifact_title,
     confirm_sentence,
     fmt,
     fmt_flops,
     fmt_pct,
     fmt_time,
     headroom_sentence,
+    held_out_sentence,
     layers_by_name,
     layers_in_order,
+    next_steps,
     num,
     output_run_labels,
     precision_name,
@@ -319,7 +321,9 @@ def _header(report: Report) -> str:
     size = int(report.fallback_size)
     cands = model.candidates if report.model is not None else None
     memo = report.memo_hits
-    if validation is not None:
+    if validation is not None and not validation.passed and validation.passed_after_research:
+        val = f"first answer failed, second holds ({validation.samples} samples)"
+    elif validation is not None:
         val = f"{'passed' if validation.passed else 'FAILED'} ({validation.samples} samples)"
     else:
         val = "not run"
@@ -395,7 +399,8 @@ def _outputs_section(report: Report) -> str:
     out = ['<section id="outputs"><h2>Outputs</h2>']
     if validation is not None:
         samples = _e(validation.samples)
-        out.append(f"<p>Held-out validation on {samples} samples: {_pass_span(validation.passed)}.</p>")
+        out.append(f"<p>Held-out validation on {samples} samples: {_pass_span(validation.passed)}. "
+                   f"{_e(held_out_sentence(report))}</p>")
     else:
         out.append('<p class="muted">Held-out validation: not run.</p>')
     if not names:
@@ -528,9 +533,19 @@ def _commands_section(report: Report) -> str:
             )
         out.append("</section>")
     if arts:
-        items = "".join(f"<li><code>{_e(p)}</code>: {_e(ARTIFACT_TITLES.get(k, k))}</li>" for k, p in arts.items())
+        items = "".join(f"<li><code>{_e(p)}</code>: {_e(artifact_title(k))}</li>" for k, p in arts.items())
         out.append(f'<section id="artifacts"><h2>Artifacts</h2><ul>{items}</ul></section>')
     return "".join(out)
+
+
+def _next_steps_section(report: Report) -> str:
+    items = []
+    for text, cmd in next_steps(report):
+        block = f"<pre>{_e(cmd)}</pre>" if cmd else ""
+        items.append(f"<li>{_e(text)}{block}</li>")
+    return (f'<section id="next-steps"><h2>Next steps</h2><ol>{"".join(items)}</ol><p class="muted">RUN_DIR is the '
+            "directory that holds this report; the commands use its relative paths (fixed.onnx, inputs.json), so "
+            "run them from there.</p></section>")
 
 
 def _settings_section(report: Report) -> str:
@@ -587,6 +602,7 @@ def render_html(report: Report) -> str:
     body = "".join(
         [
             _header(report),
+            _next_steps_section(report),
             _fallback_section(report),
             html_sections(report),
             _outputs_section(report),

@@ -33,23 +33,31 @@ INPUT_SENSITIVE_WHY = (f"its error comes from its rounded inputs (local error > 
                        "its own output)")
 
 ARTIFACT_TITLES = {
-    "fixed_onnx": "mixed-precision model (FP32 islands, Casts at the borders)",
-    "activations": "captured per-layer activations",
-    "layer_precisions": "per-node precisions, one per line",
-    "trtexec": "trtexec build script",
-    "report_md": "this report",
-    "report_html": "interactive report with plots",
-    "layers_csv": "per-layer error table (CSV)",
-    "layers_json": "per-layer error table (JSON)",
-    "checkpoint": "every evaluation of the search, one JSON line each (what --resume replays)",
-    "inputs": "the search samples in polygraphy's --load-inputs format",
-    "reference_outputs": "FP32 reference outputs in polygraphy's --load-outputs format",
-    "autocast_nodes": "nodes ModelOpt AutoCast must keep in FP32 (--nodes_to_exclude), one per line",
-    "tensorrt_rtx": "TensorRT-RTX build script: polygraphy convert, ahead of time, no GPU needed",
-    "named_onnx": "the model with the node names this report uses; every command reads it",
+    "fixed_onnx": "the fixed model: your model in low precision with the FP32 nodes kept in FP32 (Casts only at "
+                  "the borders of FP32 regions); build it with TensorRT 11, or strongly typed on 10",
+    "activations": "every layer's activations in FP32, in low precision and after the fix (HDF5), for your own "
+                   "analysis",
+    "layers_csv": "the per-layer error table (one row per node: local error, rounding, propagated error, ranges)",
+    "layers_json": "the same per-layer table with per-tensor statistics, as JSON",
+    "checkpoint": "every evaluation of the search, one JSON line each (what --resume continues from)",
+    "layer_precisions": "the FP32 nodes as trtexec's --layerPrecisions entries, one per line",
+    "trtexec": "a script that builds the fixed engine with trtexec; it detects TensorRT 10 or 11 (TRT_MAJOR overrides)",
+    "tensorrt_rtx": "a script that builds the fixed engine with TensorRT-RTX ahead of time, without a GPU",
+    "inputs": "the samples searched, in polygraphy's --load-inputs format",
+    "reference_outputs": "the FP32 reference outputs of those samples, in polygraphy's --load-outputs format",
+    "autocast_nodes": "the FP32 nodes for ModelOpt AutoCast's --nodes_to_exclude",
+    "report_md": "this report as Markdown",
+    "report_html": "this report as one self-contained page with plots and a sortable layer table",
+    "named_onnx": "the model with the node names this report uses (the tool named unnamed nodes); every command "
+                  "reads it",
     "engine": "the fixed TensorRT engine built from fixed.onnx",
     "knob_checkpoints": "the knob search's evaluations, one JSON-lines file per configuration",
 }
+
+
+def artifact_title(key: str) -> str:
+    """What an artifact of report.json's `artifacts` is, in words."""
+    return ARTIFACT_TITLES.get(key, key.replace("_", " "))
 
 
 # ---------------------------------------------------------------- numbers
@@ -145,20 +153,107 @@ def is_nonfinite(v: Any) -> bool:
 
 
 def verdict(report: Report) -> tuple[str, str]:
-    """(label, kind) with kind one of "pass", "warn", "fail"."""
+    """(label, kind) with kind one of "pass", "warn", "fail": the headline of the report and the CLI. It
+    never contradicts the run: an answer that failed on the held-out samples and was searched again says
+    so, and what came of it (`held_out_sentence` says it in words)."""
     status = report.status or "complete"
     passed = bool(report.passed)
     validation = report.validation
+    researched = validation is not None and not validation.passed and validation.research is not None
     if status == "no_solution":
-        return "NO SOLUTION", "fail"
+        return ("NO SOLUTION (after a second search with the held-out samples)" if researched else "NO SOLUTION"), "fail"
     if status in ("interrupted", "budget_exhausted"):
         what = "interrupted" if status == "interrupted" else "budget exhausted"
         return (f"PASSED (search {what})", "warn") if passed else (f"INCOMPLETE ({what})", "fail")
     if not passed:
         return "FAILED", "fail"
+    if researched and validation.passed_after_research:
+        return "PASSED (on every sample, after a second search with the held-out samples)", "pass"
     if validation is not None and not validation.passed:
         return "PASSED ON SEARCH SAMPLES, FAILED VALIDATION", "warn"
     return "PASSED", "pass"
+
+
+def next_steps(report: Report) -> list[tuple[str, str | None]]:
+    """What to do next, in order: (what and why, the command or None). Commands run from the run directory
+    (the one holding this report): they use its relative paths."""
+    cmds = report.commands
+    model = report.model.path if report.model is not None and report.model.path else "MODEL"
+    if report.interrupted or report.status == "budget_exhausted":
+        steps = [("The search did not finish. Continue it where it stopped (its settings are recorded in the run "
+                  "directory; a larger --max-evaluations or --time-budget lets it go further):",
+                  f"precision-doctor diagnose {model} --resume --out RUN_DIR")]
+        return steps if not report.passed else steps + _build_steps(report, cmds)
+    if not report.passed:
+        base = report.baseline
+        if base is not None and not base.passed and report.status == "no_solution":
+            return [("Even with every candidate node in FP32 the outputs miss the reference: the tolerance is "
+                     "tighter than FP32 itself reproduces (or the model is nondeterministic). Check the reference "
+                     "(--reference-outputs) or loosen --atol/--rtol, then run diagnose again.", None)]
+        return [("No set met the tolerance. Loosen --atol/--rtol (or use --check-error-stat mean) if your task "
+                 "allows it, give more representative --inputs, or try --strategy linear.", None)]
+    return _build_steps(report, cmds)
+
+
+def _build_steps(report: Report, cmds: dict[str, str]) -> list[tuple[str, str | None]]:
+    steps: list[tuple[str, str | None]] = []
+    check = (cmds.get("polygraphy") or "").splitlines()
+    if check:
+        steps.append(("Check the fixed model on the target GPU with TensorRT, from this report's directory: "
+                      "polygraphy runs it there and compares its outputs with the FP32 reference at your tolerance.",
+                      check[-1]))
+    if cmds.get("trtexec_trt11"):
+        steps.append(("Build the engine with TensorRT 11 (strongly typed: fixed.onnx carries the precisions):",
+                      cmds["trtexec_trt11"]))
+    if cmds.get("trtexec_trt10"):
+        steps.append(("Or with TensorRT 10 (the original model, FP32 layers pinned); ./trtexec.sh picks the right "
+                      "build for the TensorRT installed (PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x too):",
+                      "./trtexec.sh"))
+    if cmds.get("tensorrt_rtx") or "tensorrt_rtx" in report.artifacts:
+        steps.append(("Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
+                      "compute capability 9.0):", "./tensorrt_rtx.sh"))
+    c = report.confirm
+    if c is not None and c.passed:
+        steps.append((f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
+                      "that is another one.", None))
+    else:
+        model = report.model.path if report.model is not None else "MODEL"
+        steps.append(("The emulator can underestimate a GPU's FP16 error: let precision-doctor confirm (and repair) "
+                      "the answer on the target GPU itself, with the same inputs and tolerance:",
+                      f"precision-doctor diagnose {model} {_inputs_args(report)} --precision {report.precision} "
+                      f"--atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} --confirm-backend ort-cuda "
+                      "--out RUN_DIR-gpu"))
+    return steps
+
+
+def _inputs_args(report: Report) -> str:
+    import shlex
+
+    files = report.inputs.get("files") if isinstance(report.inputs, dict) else None
+    if files:
+        return " ".join(f"--inputs {shlex.quote(str(f))}" for f in files)
+    n = report.inputs.get("generated") if isinstance(report.inputs, dict) else None
+    seed = report.inputs.get("seed", 0) if isinstance(report.inputs, dict) else 0
+    return f"--samples {n or report.samples.search} --seed {seed}"
+
+
+def held_out_sentence(report: Report) -> str | None:
+    """What the held-out samples said about the answer, in words; None when there were none."""
+    v = report.validation
+    if v is None:
+        return None
+    n = f"{v.samples} held-out sample{'s' if v.samples != 1 else ''}"
+    of = " (of the searched answer, before the confirmation changed it)" if v.of else ""
+    if v.passed:
+        return f"The answer holds on {n}{of}."
+    first = len(v.first_candidate or [])
+    if v.research is None:
+        return f"The answer FAILED on {n}{of}: do not rely on it (more samples of your data may help)."
+    if v.passed_after_research:
+        return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found "
+                f"this answer, which passes on every sample.")
+    return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found no "
+            f"set that passes on every sample.")
 
 
 def verdict_sentence(report: Report) -> str:
@@ -237,36 +332,12 @@ def headroom_sentence(report: Report) -> str | None:
 
 
 def why(layer: Layer, report: Report) -> list[str]:
-    """Short reasons a layer hurts in low precision, from its recorded facts."""
-    prec = precision_name(report)
+    """Why a layer hurts in low precision, in words (measure/explain.py, from its recorded facts)."""
+    from precision_doctor.measure.explain import Limits, explain
+
     limits = report.format_limits
-    fmax, fmin = num(limits.max), num(limits.smallest_normal)
-    out: list[str] = []
-    local, rounding = num(layer.local_rel_l2), num(layer.rounding_rel_l2)
-    above, below = num(layer.frac_above_max), num(layer.frac_below_normal)
-    ref, inp = num(layer.ref_absmax), num(layer.input_ref_absmax)
-    if math.isinf(local):
-        out.append(f"output overflows in {prec} (local error inf)")
-    elif math.isnan(local):
-        out.append(f"output becomes NaN in {prec}")
-    if above > 0:
-        out.append(f"{fmt_pct(above)} of outputs above {prec} max (|max| {fmt(ref)} > {fmt(fmax)})")
-    elif math.isfinite(fmax) and ref > fmax:
-        out.append(f"output |max| {fmt(ref)} > {prec} max {fmt(fmax)}")
-    if math.isfinite(fmax) and inp > fmax:
-        out.append(f"input |max| {fmt(inp)} > {prec} max: overflows when rounded")
-    if below >= 0.1:
-        out.append(f"{fmt_pct(below, 0)} of outputs below smallest normal {fmt(fmin)} (underflow)")
-    if math.isfinite(local) and local > 0:
-        if rounding > 0 and local > 10 * rounding:
-            out.append(f"local error {fmt(local)} ({local / rounding:.0f}x plain rounding)")
-        elif not out:
-            out.append(f"local error {fmt(local)}")
-    if layer.input_sensitive:
-        out.append(INPUT_SENSITIVE_WHY)
-    if not out:
-        out.append("needed to meet the tolerance (found by the search)")
-    return out
+    fmt = Limits(precision_name(report), num(limits.max), num(limits.smallest_normal))
+    return [r.text for r in explain(layer, fmt, layer.producers)]
 
 
 def layers_by_name(report: Report) -> dict[str, Layer]:
@@ -355,8 +426,7 @@ def render_markdown(report: Report) -> str:
             "checked (removing any one of them was evaluated and fails)." if report.one_minimal_checked else
             "not checked for every member against the final set (it holds if adding FP16 nodes never reduces the error)."))
     if validation is not None:
-        res = "passed" if validation.passed else "**FAILED**"
-        L.append(f"- Validation on {validation.samples} held-out samples: {res}.")
+        L.append(f"- Validation: {held_out_sentence(report)}")
     else:
         L.append("- Validation: not run (no held-out samples).")
     for line in (confirm_sentence(report), headroom_sentence(report)):
@@ -389,6 +459,15 @@ def render_markdown(report: Report) -> str:
     tool = f"{report.tool} {report.version}".strip()
     L.append(f"| Created | {report.created or '?'} by {tool} |")
     L.append("")
+
+    # next steps
+    L += ["## Next steps", ""]
+    for i, (text, cmd) in enumerate(next_steps(report), 1):
+        L.append(f"{i}. {text}")
+        if cmd:
+            L += ["", "   ```bash", *(f"   {line}" for line in cmd.splitlines()), "   ```"]
+    L += ["", "RUN_DIR is the directory that holds this report; the commands use its relative paths "
+          "(fixed.onnx, inputs.json), so run them from there.", ""]
 
     # fallback nodes
     L += [f"## FP32 fallback nodes ({len(fallback)})", ""]
@@ -521,7 +600,7 @@ def render_markdown(report: Report) -> str:
     arts = report.artifacts
     if arts:
         L += ["## Artifacts", ""]
-        L += [f"- {_code(path)}: {ARTIFACT_TITLES.get(key, key)}" for key, path in arts.items() if path]
+        L += [f"- {_code(path)}: {artifact_title(key)}" for key, path in arts.items() if path]
         L.append("")
     renamed = model.renamed_nodes
     if renamed:

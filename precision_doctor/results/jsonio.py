@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from precision_doctor.errors import UserError
+from precision_doctor.results.manifest import note_written
 
 
 class InvalidJSON(UserError, ValueError):
@@ -51,8 +52,10 @@ def as_float(v: Any) -> float:
 
 
 def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename: readers never see half a file."""
+    """Write via a temporary file in the same directory and rename: readers never see half a file. In a run
+    directory the file is recorded in its manifest first (and a file there that is not ours is refused)."""
     path = Path(path)
+    note_written(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as exc:

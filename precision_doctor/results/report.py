@@ -264,6 +264,7 @@ class Layer:
     rank: int | None = None
     fallback: bool = False
     input_sensitive: bool = False
+    producers: list[str] = field(default_factory=list)  # the nodes that compute its floating inputs
 
 
 @dataclass
@@ -551,7 +552,8 @@ def _layer(v: Any, path: str) -> Layer:
         op_type=_get(d, "op_type", path, _str, default=""), flops=_get(d, "flops", path, _int, default=0),
         rank=_get(d, "rank", path, _int, default=None, optional=True),
         fallback=_get(d, "fallback", path, _bool, default=False),
-        input_sensitive=_get(d, "input_sensitive", path, _bool, default=False), **floats,
+        input_sensitive=_get(d, "input_sensitive", path, _bool, default=False),
+        producers=_get(d, "producers", path, _list(_str), default=[]), **floats,
     )
 
 

@@ -1,14 +1,41 @@
-"""Run directories: fresh or empty (never overwrite what a user made), files written atomically."""
+"""Run directories: fresh or empty (never overwrite what a user made), locked while a run works there,
+files written atomically and listed in a manifest as they are written (`manifest`).
+
+`open_run_dir` is what api.diagnose, api.compare (and a service) use: it refuses a directory that holds
+the model or an input file, a non-empty one unless `force` (which removes only the files our manifest
+lists) or `resume`, and one another run holds (`runlock`, naming that run's process); it creates the
+directory, holds its lock while the run works, and when the run fails, removes a directory it created
+itself unless what is there can be resumed.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
+import os
 import re
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from precision_doctor.errors import SpecError
+from precision_doctor.results import manifest
+from precision_doctor.results.manifest import MANIFEST
+from precision_doctor.results.runlock import LOCK, RunDirLocked, RunLock, lock_owner
 
 DEFAULT_ROOT = Path("reports")
+SETTINGS_FILE = "run_settings.json"  # pipeline/settings.py writes it
+# Every file a diagnose or compare run writes (a test checks a real run against this list); `--force`
+# refuses a directory where one of these exists and the manifest does not list it.
+RUN_OUTPUTS = (
+    "report.json", "report.md", "report.html", "activations.h5", ".activations.h5.partial", "layers.csv",
+    "layers.json", "search.jsonl", "confirm.jsonl", SETTINGS_FILE, "fixed.onnx", ".fixed.onnx.partial",
+    ".fixed.onnx.partial.data",
+    "named.onnx", ".named.onnx.partial", "inputs.json", "reference_outputs.json", "layer_precisions.txt",
+    "trtexec.sh", "tensorrt_rtx.sh", "autocast_nodes_to_exclude.txt", "precision-doctor-error.log",
+    "named.onnx.data", "fixed.plan", ".fixed.plan.partial", "timing.cache", ".timing.cache.partial", "runtime.cache",
+    ".runtime.cache.partial", "knobs",  # knobs/: the knob search's checkpoints, listed as knobs/<name>
+)
+BOOKKEEPING = (LOCK, MANIFEST)  # in every run directory; not what "empty" is about
 
 
 def default_run_dir(model_path: Path, command: str) -> Path:
@@ -21,16 +48,135 @@ def default_run_dir(model_path: Path, command: str) -> Path:
     return path
 
 
-def prepare_run_dir(path: Path, force: bool = False, resume: bool = False) -> Path:
-    """Create `path`; refuse a non-empty one unless `force` (files are then replaced one by one,
-    nothing else is deleted) or `resume` (continue a checkpointed run)."""
+def contents(path: Path) -> list[str]:
+    """The names in a directory, without our bookkeeping files (lock, manifest, manifest temporaries)."""
+    return sorted(p.name for p in Path(path).iterdir() if p.name not in BOOKKEEPING and not p.name.startswith(MANIFEST))
+
+
+def resumable(path: Path) -> bool:
+    """Whether `path` holds a run that `resume` can continue (its settings, and its capture or checkpoint)."""
+    p = Path(path)
+    return (p / SETTINGS_FILE).is_file() and ((p / "activations.h5").is_file() or (p / "search.jsonl").is_file())
+
+
+def interrupted(path: Path) -> bool:
+    """Whether `path` holds a run cut off before its report (or one whose report says it was interrupted)."""
+    p = Path(path)
+    if not resumable(p):
+        return False
+    report = p / "report.json"
+    if not report.is_file():
+        return True
+    try:
+        import json
+
+        return json.loads(report.read_text(encoding="utf-8")).get("status") == "interrupted"
+    except (OSError, ValueError, AttributeError):
+        return True
+
+
+def check_protected(path: Path, protect: Sequence[str | Path], setting: str = "out_dir",
+                    also: Sequence[str] = ()) -> None:
+    """Refuse a run directory that holds (at any depth) one of the user's files (the model, an input file),
+    or `also` (names of files there that we did not write)."""
+    root = Path(path).resolve()
+    found = []
+    for f in protect:
+        p = Path(f).resolve() if f else None
+        if p is not None and (p == root or root in p.parents):
+            found.append(f"{'the model' if str(f).endswith('.onnx') else 'the input file'} {f}")
+    if also:
+        found.append(f"{', '.join(also)}, which precision-doctor did not write (it is not in {MANIFEST})")
+    if found:
+        raise SpecError(setting, f"{{{setting}}} {path} holds {' and '.join(found)}: a run writes its files there; "
+                        f"choose another {{{setting}}} (a new or empty directory)")
+
+
+def not_ours(path: Path) -> list[str]:
+    """Files in `path` with names a run writes that its manifest does not list (someone else's)."""
+    mine = manifest.listed(path) or set()
+    folders = {m.split("/", 1)[0] for m in mine if "/" in m}
+    return [n for n in contents(path) if n in RUN_OUTPUTS and n not in mine and n not in folders]
+
+
+def check_reusable(path: Path, force: bool, resume: bool) -> None:
+    """Refuse a non-empty directory unless `force` (and then one where a file we would write is not ours)
+    or `resume`."""
+    names = contents(path)
+    if not names or resume:
+        return
+    if not force:
+        if interrupted(path):
+            raise SpecError("out_dir", f"{{out_dir}} {path} holds an interrupted run: add {{resume}} to continue "
+                            "it, {force} to start over, or choose another {out_dir}")
+        ours = "a finished run" if (Path(path) / "report.json").is_file() else "files"
+        raise SpecError("out_dir", f"{{out_dir}} {path} exists and is not empty (it holds {ours}): pass {{force}} "
+                        "to replace what precision-doctor wrote there, or choose another {out_dir}")
+    if theirs := not_ours(path):
+        check_protected(path, (), also=theirs)
+
+
+def prepare_run_dir(path: Path, force: bool = False, resume: bool = False,
+                    protect: Sequence[str | Path] = ()) -> bool:
+    """Check `path` and create it (with its manifest); returns whether it was created. With `force` the
+    files of an earlier run that the manifest lists are removed; nothing else is."""
     path = Path(path)
+    if str(path) == "":
+        raise SpecError("out_dir", "{out_dir} must name a directory")
     if path.exists() and not path.is_dir():
         raise SpecError("out_dir", f"{{out_dir}} {path} exists and is not a directory")
-    if path.exists() and any(path.iterdir()) and not (force or resume):
-        raise SpecError("out_dir", f"{{out_dir}} {path} exists and is not empty "
-                        "(pass {force} to write into it, or choose another)")
-    if resume and not path.exists():
+    if resume and not path.is_dir():
         raise SpecError("resume", f"{{resume}}: {path} does not exist")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+    created = not path.exists()
+    if not created and (owner := lock_owner(path)):
+        raise RunDirLocked(path, owner)
+    check_protected(path, protect, also=not_ours(path) if force and not resume and not created else ())
+    if not created:
+        check_reusable(path, force, resume)
+    if resume and contents(path) and not (path / SETTINGS_FILE).is_file():
+        raise SpecError("resume", f"{{resume}}: {path} holds no run to continue (no {SETTINGS_FILE}); choose "
+                        "the --out of an interrupted run")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        # a run of a version that kept no manifest: its files are ours
+        manifest.start(path, adopt=RUN_OUTPUTS if resume and (path / SETTINGS_FILE).is_file() else ())
+    except OSError as exc:
+        raise SpecError("out_dir", f"cannot write {{out_dir}} {path}: {exc.strerror or exc}") from None
+    if force and not resume:
+        manifest.remove_ours(path, keep=tuple(n for n in manifest.listed(path) or () if n not in RUN_OUTPUTS))
+    return created
+
+
+@contextlib.contextmanager
+def open_run_dir(path: Path, *, force: bool = False, resume: bool = False, protect: Sequence[str | Path] = (),
+                 command: str | None = None) -> Iterator[Path]:
+    """A run directory, checked and created (`prepare_run_dir`), locked while the block runs. When the block
+    fails, a directory created here is removed, unless it holds a run that `resume` can continue."""
+    path = Path(path)
+    created = prepare_run_dir(path, force=force, resume=resume, protect=protect)
+    try:
+        lock = RunLock(path, command).acquire()
+    except BaseException:
+        if created:
+            _remove_created(path)
+        raise
+    try:
+        yield path
+    except BaseException:
+        lock.release()
+        if created and not resumable(path):
+            _remove_created(path)
+        raise
+    lock.release()
+
+
+def _remove_created(path: Path) -> None:
+    """Remove a directory this run created: our files, then the directory if nothing else is there."""
+    manifest.remove_ours(path)
+    for name in BOOKKEEPING:
+        (path / name).unlink(missing_ok=True)
+    for p in path.iterdir():  # temporaries of our atomic writes
+        if p.is_file() and any(p.name.startswith(f".{n}.") for n in (*RUN_OUTPUTS, MANIFEST)):
+            p.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):
+        os.rmdir(path)

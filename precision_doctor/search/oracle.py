@@ -20,6 +20,7 @@ from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all, merge
 from precision_doctor.results.jsonio import as_float, jsonable
+from precision_doctor.results.manifest import note_written
 
 
 class BudgetExhausted(Exception):
@@ -116,6 +117,7 @@ class Oracle:
         self.order = list(range(len(self.samples)))
         self.started = time.monotonic()
         self.phase = ""
+        self._noted = False
 
     # -- checkpoint --------------------------------------------------------------------------
     def load_checkpoint(self) -> int:
@@ -148,6 +150,9 @@ class Oracle:
         ev = Evaluation(self.evaluations, fb, verdict, phase, float(self.cost_of(fb)), time.monotonic() - self.started)
         self.trajectory.append(ev)
         if write and self.checkpoint:
+            if not self._noted:
+                note_written(self.checkpoint)  # the run directory's manifest lists it
+                self._noted = True
             with self.checkpoint.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(jsonable(ev.to_dict())) + "\n")
         if self.on_evaluation:

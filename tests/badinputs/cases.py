@@ -14,7 +14,7 @@ import signal
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from badinputs.fixtures import GOOD_ARGS, RUN_OK_ARGS
+from badinputs.fixtures import GOOD_ARGS, GOOD_OUTPUT, RUN_OK_ARGS
 from badinputs.harness import Case, Result, Step, case
 
 V = (0, 1)  # a verdict: pass or fail, both fine
@@ -449,6 +449,9 @@ def batch_cases() -> list[Case]:
 
 def interrupt_cases() -> list[Case]:
     slow = ["diagnose", "slow.onnx", "--strategy", "linear", "--samples", "2", "--max-evaluations", "40", "--out", "r"]
+    # Runs that a signal must catch while they work: long enough (up to ~80 evaluations of 4 samples) that a
+    # harness starved of CPU on a loaded machine still catches them (the signal cuts them short).
+    slow_long = ["diagnose", "slow.onnx", "--strategy", "linear", "--samples", "4", "--out", "r"]
     ok_args = RUN_OK_ARGS
 
     def tear(root: Path) -> None:
@@ -476,19 +479,19 @@ def interrupt_cases() -> list[Case]:
         Case("resume/other-settings", [Step([*D, "--out", "r", "--resume", "--atol", "0.5"], frozenset({2}),
                                             names=["--resume"])],
              prep=[Step([*D, "--out", "r"], frozenset({0}))], owned=["r/*"]),
-        Case("interrupt/diagnose-ctrl-c", [Step(slow, frozenset({130}), names=["--resume"],
+        Case("interrupt/diagnose-ctrl-c", [Step(slow_long, frozenset({130}), names=["--resume"],
                                                 signal_when="r/search.jsonl")],
              where="cli/diagnose.py print_outcome: an interrupted search says how to continue (--resume --out DIR) "
              "and lists only the artifacts written"),
-        Case("interrupt/rerun-without-resume", [Step(slow, frozenset({2}), names=["--resume"])],
-             prep=[Step(slow, frozenset({130}), signal_when="r/search.jsonl")], owned=["r/*"],
+        Case("interrupt/rerun-without-resume", [Step(slow_long, frozenset({2}), names=["--resume"])],
+             prep=[Step(slow_long, frozenset({130}), signal_when="r/search.jsonl")], owned=["r/*"],
              where="results/rundir.py: a non-empty --out holding an interrupted run suggests --resume"),
         Case("interrupt/stale-lock-after-kill", [Step([*slow, "--resume"], frozenset({0, 1}))],
              prep=[Step(slow, frozenset({-9}), signal_when="r/search.jsonl", signal=signal.SIGKILL)], owned=["r/*"],
              check=checkpoint_intact("r/search.jsonl"), where=W_LOCK),
         Case("interrupt/batch-hint-keeps-flags",
-             [Step(["batch", "slowzoo", "--out", "b", "--strategy", "linear", "--atol", "1e-6", "--samples", "2"],
-                   frozenset({130}), names=["--strategy linear", "--atol", "--samples 2"],
+             [Step(["batch", "slowzoo", "--out", "b", "--strategy", "linear", "--atol", "1e-6", "--samples", "4"],
+                   frozenset({130}), names=["--strategy linear", "--atol", "--samples 4"],
                    signal_when="b/slow/search.jsonl")],
              setup=moved("slow.onnx", "slowzoo/slow.onnx"), use=["slow.onnx"], where=W_HINT),
         Case("resume/batch-rerun-without-flags-keeps-results",
@@ -508,7 +511,38 @@ def interrupt_cases() -> list[Case]:
         Case("failed-run/rerun-after-runtime-failure",
              [Step(["compare", "dyn_fails.onnx", "--out", "r"], frozenset({2})),
               Step(["compare", "dyn_fails.onnx", "--out", "r", "--input-shapes", "x:[1,16]"], frozenset(V))],
-             check=no_dir("r"), where=W_RUN + "; " + W_CLEAN),
+             where=W_RUN + "; " + W_CLEAN),  # the second run is refused if the first left r/ behind
+    ]
+
+
+def reference_cases() -> list[Case]:
+    """--reference-outputs: polygraphy --save-outputs files of good.onnx on ok0..ok3.npz, good and broken."""
+    W_REF = "data/references.py: one-line refusals naming the file (iteration, output)"
+    ins = [a for i in range(4) for a in ("--inputs", f"ok{i}.npz")]
+
+    def ref(id: str, f: str, names, expect=(2,), cmd=("compare", "good.onnx"), inputs=ins, extra=()) -> Case:
+        return case(f"refs/{id}", *cmd, *inputs, "--reference-outputs", f, *extra, expect=expect, names=names,
+                    where=W_REF)
+
+    return [
+        ref("ok-compare", "refs.json", [], expect=V),
+        ref("ok-diagnose", "refs.json", [], expect=(0,), cmd=("diagnose", "good.onnx", *GOOD_ARGS)),
+        ref("other-values-fail", "refs_other.json", [], expect=(1,)),
+        ref("missing-file", "nope.json", ["nope.json", "--reference-outputs"]),
+        ref("directory", "dir.npz", ["dir.npz", "--reference-outputs"]),
+        ref("inputs-file-not-outputs", "ok.json", ["ok.json", "--save-outputs"]),
+        ref("text", "text.json", ["text.json"]),
+        ref("truncated", "refs_truncated.json", ["refs_truncated.json"]),
+        ref("count-mismatch", "refs.json", ["refs.json", "--inputs"], inputs=["--inputs", "ok0.npz"]),
+        ref("count-mismatch-diagnose", "refs.json", ["refs.json"], cmd=("diagnose", "good.onnx"),
+            inputs=["--inputs", "ok0.npz", "--inputs", "ok1.npz"]),
+        ref("missing-output", "refs_noy.json", ["refs_noy.json", f"'{GOOD_OUTPUT}'"]),
+        ref("wrong-shape", "refs_shape.json", ["refs_shape.json", f"'{GOOD_OUTPUT}'"]),
+        ref("wrong-dtype", "refs_int.json", ["refs_int.json", f"'{GOOD_OUTPUT}'"]),
+        ref("two-runners", "refs_two.json", ["refs_two.json", "trt-runner"]),
+        ref("without-inputs", "refs.json", ["--reference-outputs", "--inputs"], inputs=["--samples", "2"]),
+        ref("validate-inputs-count", "refs.json", ["refs.json", "--validate-inputs"], cmd=("diagnose", "good.onnx"),
+            inputs=[*ins, "--validate-inputs", "ok0.npz"]),
     ]
 
 
@@ -523,9 +557,49 @@ def zoo_cases() -> list[Case]:
     ]
 
 
+def more_cases() -> list[Case]:
+    """Flags, locks and settings added with phase 2 (issue #11)."""
+    import socket
+
+    stale = json.dumps({"pid": 2**22 + 12345, "host": socket.gethostname(), "command": "precision-doctor diagnose x",
+                        "started": "2026-01-01T00:00:00"})
+    ok_args = RUN_OK_ARGS
+
+    def drop_report(root: Path) -> None:
+        (root / "r" / "report.json").unlink()  # as if cut off before its report
+
+    zoo_tol = ["batch", "zoo", "--out", "b", "--atol", "1e-2", "--rtol", "1e-2"]
+    return [
+        *_flag_cases("compare", C, [("--top", "0", (2,)), ("--group-mb", "inf", (2,)), ("--rtol", "inf", (2,))]),
+        *_flag_cases("diagnose", D, [("--seed", "-1", (2,)), ("--max-evaluations", "1.5", (2,)),
+                                     ("--time-budget", "inf", (2,)), ("--cosine-floor", "inf", (2,))]),
+        case("out/stale-lock-of-dead-process", *D, "--out", "r", expect=(0,),
+             setup=files(**{"r__.precision-doctor.lock": stale}), owned=["r/*"], where=W_LOCK),
+        case("out/force-into-inputs-dir-names-both", "diagnose", "good.onnx", "--inputs", "w/ok0.npz", "--inputs",
+             "w/ok1.npz", *GOOD_ARGS, "--out", "w", "--force", names=["w/ok0.npz", "report.md"],
+             setup=both(moved("ok0.npz", "w/ok0.npz"), moved("ok1.npz", "w/ok1.npz"),
+                        files(**{"w__report.md": "# mine\n"})), use=["ok0.npz", "ok1.npz", "good.onnx"], where=W_FORCE),
+        Case("resume/without-flags-continues-recorded-settings",
+             [Step(["diagnose", "good.onnx", "--resume", "--out", "r"], frozenset({0}))],
+             use=["ok0.npz", "ok1.npz", "ok2.npz", "ok3.npz"], prep=[Step([*ok_args, "--out", "r"], frozenset({0}))],
+             after_prep=drop_report, owned=["r/*"], check=report_parses("r/report.json"), where=W_SETTINGS),
+        Case("resume/other-flags-print-the-command",
+             [Step(["diagnose", "good.onnx", "--resume", "--out", "r", "--rtol", "0.5"], frozenset({2}),
+                   names=["--atol 0.01", "--resume --out r"])],
+             use=["ok0.npz", "ok1.npz", "ok2.npz", "ok3.npz"], prep=[Step([*ok_args, "--out", "r"], frozenset({0}))],
+             after_prep=drop_report, owned=["r/*"], where=W_SETTINGS),
+        Case("resume/batch-other-flags-need-rerun", [Step([*zoo_tol[:4], "--atol", "0.5"], frozenset({2}),
+                                                          names=["--rerun", "--atol 0.01"])],
+             prep=[Step(zoo_tol, frozenset({0}))], use=["zoo"], owned=["b/.locks/*"], where=W_SETTINGS),
+        Case("resume/batch-rerun-replaces-when-asked", [Step([*zoo_tol[:4], "--atol", "0.5", "--rerun"],
+                                                             frozenset({0}))],
+             prep=[Step(zoo_tol, frozenset({0}))], use=["zoo"], owned=["b/*", "b/good/*", "b/.locks/*"]),
+    ]
+
+
 def catalogue() -> list[Case]:
     cases = [*model_cases(), *input_cases(), *flag_cases(), *shape_range_cases(), *outdir_cases(),
-             *rundir_cases(), *batch_cases(), *interrupt_cases(), *zoo_cases()]
+             *rundir_cases(), *batch_cases(), *interrupt_cases(), *zoo_cases(), *reference_cases(), *more_cases()]
     ids = [c.id for c in cases]
     dup = {i for i in ids if ids.count(i) > 1}
     assert not dup, f"duplicate case ids: {dup}"

@@ -23,7 +23,8 @@ from precision_doctor import planted
 
 OPSET = planted.OPSET
 IR = planted.IR_VERSION
-GOOD_ARGS = ["--atol", "1e-2", "--rtol", "1e-2"]  # the planted model's tolerance: a search of a few evaluations
+GOOD_ARGS = ["--atol", "1e-2", "--rtol", "1e-2"]
+GOOD_OUTPUT = "post_out"  # good.onnx's output  # the planted model's tolerance: a search of a few evaluations
 
 
 def _model(nodes, inputs, outputs, inits=(), opsets=None, name: str = "g", ir: int = IR) -> onnx.ModelProto:
@@ -160,6 +161,38 @@ def input_files(root: Path) -> None:
     (root / "dir.npz").mkdir()
 
 
+def reference_files(root: Path) -> None:
+    """Reference outputs of good.onnx for ok0..ok3.npz as polygraphy's `run --save-outputs` writes them (its
+    own RunResults.save), good and broken."""
+    from precision_doctor.backends.reference import ReferenceRunner
+    from precision_doctor.data.inputs import load_samples
+    from precision_doctor.graph.model import load_model
+
+    runner = ReferenceRunner(load_model(root / "good.onnx"))
+    refs = [runner.run(s) for s in load_samples([root / f"ok{i}.npz" for i in range(4)])]
+    _polygraphy_outputs(root / "refs.json", refs)
+    _polygraphy_outputs(root / "refs_other.json", [{k: v + 10 for k, v in r.items()} for r in refs])
+    y = GOOD_OUTPUT
+    _polygraphy_outputs(root / "refs_noy.json", [{"z": r[y]} for r in refs])
+    _polygraphy_outputs(root / "refs_shape.json", [{y: r[y][:1]} for r in refs])
+    _polygraphy_outputs(root / "refs_int.json", [{y: r[y].astype(np.int32)} for r in refs])
+    _polygraphy_outputs(root / "refs_two.json", refs, runners=("onnxrt-runner", "trt-runner"))
+    text = (root / "refs.json").read_text()
+    (root / "refs_truncated.json").write_text(text[: len(text) // 2])
+
+
+def _polygraphy_outputs(path: Path, outputs: list[dict], runners=("onnxrt-runner",)) -> None:
+    from polygraphy.comparator import IterationResult, RunResults
+    from polygraphy.logger import G_LOGGER
+
+    G_LOGGER.module_severity = G_LOGGER.ERROR
+
+    results = RunResults()
+    for name in runners:
+        results.append((name, [IterationResult(dict(o), runner_name=name) for o in outputs]))
+    results.save(str(path))
+
+
 def _polygraphy_json(path: Path, samples: list[dict]) -> None:
     from polygraphy.json import save_json
 
@@ -192,6 +225,7 @@ def build(root: Path) -> None:
     (root / "empty.onnx").write_bytes(b"")
     (root / "text.onnx").write_text("this is not a model\n")
     input_files(root)
+    reference_files(root)
     shutil.copy(root / "ok0.npz", root / "zip.onnx")
     m = models()["good.onnx"]
     onnx.save(m, str(root / "extdata.onnx"), save_as_external_data=True, location="extdata.onnx.data",

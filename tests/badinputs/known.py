@@ -1,4 +1,4 @@
-"""Cases that fail on today's code after the phase-1 fixes, and how each fails now.
+"""Cases that fail on today's code, and how each fails now (none since phase 2 of issue #11).
 
 Generated from a replay (`python tests/badinputs --json out.json`), then kept by hand: a fix that
 makes a case pass must remove it here (the full replay, PD_REPLAY=full, and the representative
@@ -6,57 +6,4 @@ cases in tests/test_bad_inputs.py fail until it does). The module that must chan
 the case's `where` in cases.py; the replay's table prints both.
 """
 
-KNOWN_FAILING: dict[str, str] = {
-    "model/dynamic-dim-fails-at-run-time": "traceback: ORT MatMul dimension mismatch at run time; exit 1",
-    "model/dynamic-dim-fails-diagnose": "traceback: ORT MatMul dimension mismatch at run time; exit 1",
-    "compare/atol=nan": "exit 0, expected 2",
-    "compare/atol=inf": "exit 0, expected 2",
-    "compare/rtol=nan": "exit 0, expected 2",
-    "compare/group-mb=0": "exit 1, expected 2",
-    "compare/group-mb=-5": "exit 1, expected 2",
-    "compare/group-mb=nan": "traceback ValueError: cannot convert float NaN to integ; exit 1, expected 2",
-    "compare/precision=fp8": "does not name '--precision'",
-    "compare/top=-1": "exit 1, expected 2",
-    "diagnose/atol=nan": "exit 0, expected 2",
-    "diagnose/atol=inf": "exit 0, expected 2",
-    "diagnose/group-mb=0": "exit 0, expected 2",
-    "diagnose/max-evaluations=0": "exit 1, expected 2",
-    "diagnose/max-evaluations=-3": "exit 1, expected 2",
-    "diagnose/time-budget=-1": "exit 1, expected 2",
-    "diagnose/time-budget=0": "exit 1, expected 2",
-    "diagnose/time-budget=nan": "exit 0, expected 2",
-    "diagnose/strategy=fastest": "does not name '--strategy'",
-    "diagnose/backend=cuda": "does not name '--backend'",
-    "diagnose/confirm-backend=gpu": "does not name '--confirm-backend'",
-    "diagnose/backend=ort-cuda-no-gpu": "does not name '--backend|ort-cuda'; the failed run left r/ behind",
-    "batch/max-evaluations=0": "exit 0, expected 2",
-    "batch/time-budget=-1": "exit 0, expected 2",
-    "batch/atol=nan": "exit 0, expected 2",
-    "batch/margin=2": "exit 1, expected 2",
-    "batch/samples=0": "exit 0, expected 2",
-    "batch/precision=fp8": "exit 1, expected 2",
-    "batch/strategy=fastest": "exit 1, expected 2",
-    "usage/unknown-command": "3 lines on stderr",
-    "usage/compare-no-model": "3 lines on stderr; does not name 'MODEL'",
-    "usage/unknown-option": "3 lines on stderr",
-    "usage/samples-not-int": "3 lines on stderr",
-    "usage/atol-not-number": "3 lines on stderr",
-    "usage/env-extra-arg": "3 lines on stderr",
-    "usage/zoo-unknown-subcommand": "3 lines on stderr",
-    "out/parent-is-a-file": "traceback NotADirectoryError: [Errno 20] Not a director; exit 1, expected 2",
-    "out/read-only-parent": "traceback PermissionError: [Errno 13] Permission denied; exit 1, expected 2",
-    "out/cwd-with-user-inputs-json": "exit 0, expected 2; inputs.json was overwritten",
-    "out/model-dir-force": "exit 0, expected 2",
-    "out/model-named-fixed-onnx": "exit 0, expected 2; w/fixed.onnx was overwritten",
-    "out/user-report-md-force": "exit 0, expected 2; w/report.md was overwritten",
-    "out/user-layers-csv-compare": "exit 1, expected 2; w/layers.csv was overwritten",
-    "out/inputs-file-in-out-force": "exit 0, expected 2",
-    "batch/out-is-the-zoo": "exit 0, expected 2",
-    "batch/recipe-atol-nan": "exit 0, expected 1/2",
-    "batch/recipe-negative-budget": "exit 0, expected 1/2",
-    "interrupt/rerun-without-resume": "does not name '--resume'",
-    "interrupt/batch-hint-keeps-flags": "hint wrapped on 2 lines; omits --strategy, --atol, --samples",
-    "resume/batch-rerun-without-flags-keeps-results": "b/good/activations.h5 was overwritten",
-    "concurrency/two-diagnoses-one-out": "no run lock: the second run goes ahead, the two corrupt each other",
-    "failed-run/rerun-after-runtime-failure": "traceback: ORT MatMul dimension mismatch at run time; exit 1",
-}
+KNOWN_FAILING: dict[str, str] = {}

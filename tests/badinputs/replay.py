@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +25,7 @@ def select(cases: Sequence[Case], only: Sequence[str] = ()) -> list[Case]:
 def replay(only: Sequence[str] = (), jobs: int = 2, keep: Path | None = None, verbose: bool = False,
            ids: Sequence[str] | None = None) -> list[Outcome]:
     """Run the cases whose id contains one of `only` (all by default), or exactly `ids`."""
+    _sigint_reaches_children()
     with tempfile.TemporaryDirectory(prefix="pd-bad-fixtures-") as tmp:
         root = Path(tmp)
         fixtures.build(root)
@@ -37,6 +40,13 @@ def replay(only: Sequence[str] = (), jobs: int = 2, keep: Path | None = None, ve
                 print(f"{mark} {o.case.id:<45} {o.elapsed_s:5.1f} s", flush=True)
 
         return run_all(cases, root, jobs=jobs, on_done=show, keep=keep)
+
+
+def _sigint_reaches_children() -> None:
+    """A shell starts a background job with SIGINT ignored, and the CLI processes would inherit that: the
+    Ctrl-C cases then see a run that never stops. Give SIGINT its default handling, as in a terminal."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def compare_known(outcomes: Sequence[Outcome]) -> tuple[list[str], list[str]]:

@@ -1,0 +1,201 @@
+"""The daemon's clients: `submit` (the options of `diagnose`), `jobs`, `status`, `wait`, `cancel`, each
+against `--server URL` (default $PRECISION_DOCTOR_SERVER or the local daemon) with `--token` (default
+$PRECISION_DOCTOR_TOKEN)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import typer
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from precision_doctor.cli import app, console, err, fail
+from precision_doctor.cli.options import DIAGNOSIS, Options, flag, with_options
+from precision_doctor.cli.serve import needs_service_extra
+
+ServerOpt = typer.Option(None, "--server", help="The daemon's URL (default: $PRECISION_DOCTOR_SERVER or http://127.0.0.1:8765).")
+TokenOpt = typer.Option(None, "--token", help="The daemon's token (default: $PRECISION_DOCTOR_TOKEN).")
+EXIT_PASSED, EXIT_NO_SET, EXIT_FAILED, EXIT_TIMEOUT = 0, 1, 3, 4
+REACH_S = 30.0  # `wait`: how long a daemon that cannot be reached at first may take to come (back) up
+
+
+def _client(server: str | None, token: str | None):
+    needs_service_extra()
+    from precision_doctor.service.client import Client
+
+    return Client(server, token)
+
+
+@app.command()
+@with_options(*DIAGNOSIS)
+def submit(
+    model: Path = typer.Argument(..., help="ONNX model (uploaded; with --remote, a path on the server)."),
+    name: str | None = typer.Option(None, "--name", help="The job's name (default: the model's file name)."),
+    remote: bool = typer.Option(False, "--remote", help="MODEL, --inputs and --validate-inputs are paths on the server "
+                                "(within its --allow-root directories), not uploaded."),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    options: Options = None,
+) -> None:
+    """Queue a diagnosis on the daemon (the options of `diagnose`); prints the job id as the last line."""
+    from precision_doctor.service.client import ClientError
+
+    spec = options.spec(model)
+    settings = spec.to_json()
+    del settings["model"]
+    files, held = [Path(f) for f in spec.inputs.files], [Path(f) for f in spec.inputs.validate_files]
+    if not remote:  # uploaded, not named
+        settings["inputs"].update(files=[], validate_files=[])
+        for setting, paths in (("model", [model]), ("inputs.files", files), ("inputs.validate_files", held)):
+            for p in paths:
+                if not p.is_file():
+                    fail(f"{flag(setting)} {p}: no such file")
+    with _client(server, token) as client:
+        try:
+            if remote:
+                job = client.submit(settings, model_path=str(model), name=name)
+            else:
+                job = client.submit(settings, model=model, inputs=files, validate_inputs=held, name=name)
+        except ClientError as exc:
+            if exc.setting:  # the daemon names the setting; say the flag
+                raise ClientError(str(exc).replace(exc.setting, flag(exc.setting)), exc.status) from None
+            raise
+    err.print(f"queued job {job.id} ({job.name}) on {client.server}; follow it: precision-doctor wait {job.id}",
+              highlight=False, soft_wrap=True)
+    console.print(job.id, highlight=False)
+
+
+@app.command()
+def jobs(
+    state: str | None = typer.Option(None, "--state", help="Only jobs in this state (queued, running, done, failed, cancelled)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the jobs as JSON."),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """The daemon's jobs, newest first."""
+    with _client(server, token) as client:
+        rows = client.jobs(state)
+    if as_json:
+        console.print_json(json.dumps([j.to_json() for j in rows]))
+        return
+    table = Table(title=f"{len(rows)} job(s)", title_justify="left")
+    for col in ("id", "name", "state", "phase", "evals", "FP32 nodes", "passed", "submitted", "message"):
+        table.add_column(col, justify="right" if col in ("evals", "FP32 nodes") else "left")
+    for j in rows:
+        r = j.result
+        table.add_row(
+            j.id, j.name, j.state, j.progress.phase if j.state == "running" else "", str(j.progress.evaluations),
+            "" if r is None or r.fallback_size is None else str(r.fallback_size),
+            "" if r is None else ("yes" if r.passed else "no"), (j.created or "")[:19],
+            j.error or (r.reason if r else None) or "",
+        )
+    console.print(table)
+
+
+@app.command()
+def status(
+    job_id: str = typer.Argument(..., help="The job's id."),
+    as_json: bool = typer.Option(False, "--json", help="The job as JSON: state, progress and, when done, the report."),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """One job's state and progress (and its report's contents with --json)."""
+    with _client(server, token) as client:
+        job = client.job(job_id)
+        if as_json:
+            out = job.to_json()
+            out["report"] = client.report(job_id) if job.state in ("done", "cancelled") else None
+            console.print_json(json.dumps(out))
+            return
+    console.print(describe(job, client.server), highlight=False, soft_wrap=True)
+
+
+def describe(job, server: str) -> str:
+    """One line about a job (a `service.schema.JobView`)."""
+    p, r = job.progress, job.result
+    head = f"job {job.id} ({job.name}): {job.state}"
+    if job.state == "running":
+        best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
+        return f"{head}, {p.phase}, {p.evaluations} evaluations{best}"
+    if job.state == "done" and r is not None:
+        what = (f"passed keeping {r.fallback_size} node(s) in FP32" if r.passed
+                else f"no passing set ({r.reason or r.status})")
+        return f"{head}: {what}, {r.evaluations} evaluations; report: {server}/jobs/{job.id}/report"
+    return head + (f": {job.error}" if job.error else "")
+
+
+@app.command()
+def wait(
+    job_id: str = typer.Argument(..., help="The job's id."),
+    timeout: float | None = typer.Option(None, "--timeout", help="Give up after this many seconds (exit 4)."),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Follow a job to its end with a progress bar. Exit 0: done and passed; 1: done without a passing set;
+    3: failed or cancelled; 4: --timeout. Rides out a restart of the daemon."""
+    from precision_doctor.service.client import ClientError
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+    bar = Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed:>5.0f} evaluations"),
+                   TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
+    with _client(server, token) as client, bar:
+        task = bar.add_task("waiting", total=None)
+        job = _fetch(client, job_id, patience_s=REACH_S)
+        while job is None or not job.terminal:
+            if deadline is not None and time.monotonic() > deadline:
+                err.print(f"job {job_id} is still {job.state if job else 'unknown'} after {timeout:g} s", highlight=False)
+                raise typer.Exit(EXIT_TIMEOUT)
+            if job is not None:
+                try:
+                    for event, seen in client.events(job_id):
+                        job = seen
+                        bar.update(task, description=f"{seen.state} {seen.progress.phase}"[:28],
+                                   completed=seen.progress.evaluations)
+                        if event == "end" or (deadline is not None and time.monotonic() > deadline):
+                            break
+                except ClientError as exc:
+                    if exc.status:  # the daemon answered: no such job, wrong token, ...
+                        raise
+            latest = _fetch(client, job_id)
+            if latest is None:
+                time.sleep(1.0)  # the daemon is (re)starting: try again
+            job = latest or job
+    console.print(describe(job, client.server), highlight=False, soft_wrap=True)
+    if job.state != "done":
+        raise typer.Exit(EXIT_FAILED)
+    raise typer.Exit(EXIT_PASSED if job.result is not None and job.result.passed else EXIT_NO_SET)
+
+
+def _fetch(client, job_id: str, patience_s: float = 0.0):
+    """The job (a JobView), or None while the daemon cannot be reached (it may be restarting); with
+    `patience_s`, tried that long before the daemon's absence is an error."""
+    from precision_doctor.service.client import ClientError
+
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return client.job(job_id)
+        except ClientError as exc:
+            if exc.status:
+                raise
+            if not patience_s:
+                return None
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(1.0)
+
+
+@app.command()
+def cancel(
+    job_id: str = typer.Argument(..., help="The job's id."),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+) -> None:
+    """Cancel a job: a queued one at once, a running one at its next safe point (its partial report stays)."""
+    with _client(server, token) as client:
+        job = client.cancel(job_id)
+    what = "cancelled" if job.state == "cancelled" else "asked to stop (it ends at its next safe point)"
+    console.print(f"job {job_id}: {what}", highlight=False)

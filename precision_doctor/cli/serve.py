@@ -1,0 +1,49 @@
+"""`precision-doctor serve`: the diagnosis daemon (HTTP API, job queue, workers, pages)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from precision_doctor.cli import app
+from precision_doctor.errors import UserError
+
+
+def needs_service_extra() -> None:
+    """One line instead of an ImportError when the `service` extra is not installed."""
+    try:
+        import fastapi  # noqa: F401
+        import httpx  # noqa: F401
+        import multipart  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise UserError(f"the service commands need the 'service' extra ({exc.name} is missing): "
+                        "pip install 'precision-doctor[service]'") from None
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to listen on (other than loopback: needs --token)."),
+    port: int = typer.Option(8765, "--port", help="Port."),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help="Job store, run directories and capture cache "
+                                          "(default: $PRECISION_DOCTOR_STATE or ~/.local/state/precision-doctor)."),
+    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: one per GPU, one without)."),
+    token: str | None = typer.Option(None, "--token", envvar="PRECISION_DOCTOR_TOKEN",
+                                     help="Require this token of every request (Authorization: Bearer ...)."),
+    allow_root: list[Path] | None = typer.Option(None, "--allow-root", help="A directory whose models and sample files "
+                                                 "jobs may name by server path; repeatable (default: none, uploads only)."),
+    max_upload_mb: float = typer.Option(512.0, "--max-upload-mb", help="Largest request (uploads) in MiB; larger: 413."),
+    cache_mb: float = typer.Option(4096.0, "--cache-mb", help="Disk for captures shared across jobs, MiB (0: no cache)."),
+) -> None:
+    """Run the diagnosis daemon: HTTP API, job queue, workers and pages (Ctrl-C stops it; running jobs resume later)."""
+    needs_service_extra()
+    from precision_doctor.service.config import ServiceConfig, default_state_dir
+    from precision_doctor.service.daemon import serve as run
+    from precision_doctor.service.supervisor import gpu_count
+
+    run(ServiceConfig(
+        state_dir=state_dir or default_state_dir(), host=host, port=port,
+        workers=workers if workers is not None else max(1, gpu_count()), token=token or None,
+        allow_roots=list(allow_root or []), max_upload_mb=max_upload_mb, cache_mb=cache_mb,
+    ))

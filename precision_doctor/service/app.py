@@ -1,0 +1,161 @@
+"""The HTTP API and pages (routes only; the work is in jobs, store, workers, pages, events)."""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+
+from precision_doctor import __version__
+from precision_doctor.service import pages
+from precision_doctor.service.auth import COOKIE, Guard, token_ok
+from precision_doctor.service.config import ServiceConfig, StateDir
+from precision_doctor.service.events import job_events
+from precision_doctor.service.jobs import create_job
+from precision_doctor.service.schema import STATES
+from precision_doctor.service.store import Job, Store, view
+from precision_doctor.service.supervisor import Supervisor
+from precision_doctor.service.uploads import Refused, artifact, list_artifacts, read_submission
+
+log = logging.getLogger("precision_doctor.service")
+
+
+def create_app(config: ServiceConfig, supervise: bool = True) -> FastAPI:
+    """The app for `config`; with `supervise` its lifespan runs the workers."""
+    state = StateDir(config.state_dir)
+    store = Store(state.db)
+    supervisor = Supervisor(config, store)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI):
+        if supervise:
+            supervisor.start()
+        try:
+            yield
+        finally:
+            if supervise:
+                supervisor.close()
+
+    app = FastAPI(title="precision-doctor", version=__version__, lifespan=lifespan,
+                  description="Diagnose why an ONNX model loses accuracy in FP16/BF16: submit jobs, follow them, "
+                  "read their reports. Job settings are the RunSpec JSON sections (inputs, tolerance, search, capture, "
+                  "backends).")
+    app.add_middleware(Guard, token=config.token, max_bytes=config.max_upload_bytes)
+
+    @app.exception_handler(Refused)
+    async def refused(_: Request, exc: Refused) -> JSONResponse:
+        body: dict[str, Any] = {"detail": exc.detail}
+        if exc.setting:
+            body["setting"] = exc.setting
+        return JSONResponse(body, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(x) for x in first.get("loc", ()) if x != "query")
+        return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        log.error("%s %s failed:\n%s", request.method, request.url.path, traceback.format_exc())
+        return JSONResponse({"detail": "internal error (the daemon's log has the details)"}, status_code=500)
+
+    def get_job(job_id: str) -> Job:
+        job = store.get(job_id)
+        if job is None:
+            raise Refused(404, f"no job '{job_id}'")
+        return job
+
+    @app.get("/healthz", summary="Liveness: workers alive and jobs by state")
+    def healthz() -> dict:
+        return {"ok": True, "version": __version__, "workers": supervisor.alive() if supervise else 0,
+                "worker_deaths": supervisor.deaths, "jobs": store.counts(), "max_upload_mb": config.max_upload_mb}
+
+    @app.post("/jobs", status_code=201, summary="Submit a job",
+              description="JSON `{model: server path, settings, name}`, or multipart with `model` (file) or `model_path`, "
+              "`inputs` / `validate_inputs` (files, repeatable), `settings` (JSON), `name`. 201 with the job.")
+    async def submit(request: Request) -> JSONResponse:
+        job = create_job(await read_submission(request), config, state, store)
+        if supervise:
+            supervisor.wake()
+        return JSONResponse(view(job).to_json(), status_code=201, headers={"location": f"/jobs/{job.id}"})
+
+    @app.get("/jobs", summary="Jobs, newest first")
+    def list_jobs(state_: str | None = Query(None, alias="state"), limit: int = Query(200, ge=1, le=5000)) -> dict:
+        if state_ is not None and state_ not in STATES:
+            raise Refused(400, f"state must be one of {', '.join(STATES)}")
+        return {"jobs": [view(j, detail=False).to_json() for j in store.list(state_, limit)]}
+
+    @app.get("/jobs/{job_id}", summary="One job: state, progress, result")
+    def get(job_id: str) -> dict:
+        return view(get_job(job_id)).to_json()
+
+    @app.delete("/jobs/{job_id}", summary="Cancel a job",
+                description="A queued job is cancelled at once (200); a running one stops at its next safe point (202).")
+    def cancel(job_id: str) -> JSONResponse:
+        job = get_job(job_id)
+        if job.terminal:
+            raise Refused(409, f"job {job_id} is already {job.state}")
+        job = store.request_cancel(job_id) or job
+        return JSONResponse(view(job).to_json(), status_code=200 if job.terminal else 202)
+
+    @app.get("/jobs/{job_id}/report", summary="The HTML report", response_class=HTMLResponse)
+    def report(job_id: str) -> FileResponse:
+        job = get_job(job_id)
+        path = state.run_dir(job_id) / "report.html"
+        if not path.is_file():
+            raise Refused(404, f"job {job_id} has no report yet (it is {job.state})")
+        return FileResponse(path, media_type="text/html")
+
+    @app.get("/jobs/{job_id}/artifacts", summary="The files of a job's run directory")
+    def artifacts(job_id: str) -> dict:
+        get_job(job_id)
+        return {"artifacts": list_artifacts(state.run_dir(job_id))}
+
+    @app.get("/jobs/{job_id}/artifacts/{name:path}", summary="One file of a job's run directory")
+    def get_artifact(job_id: str, name: str) -> FileResponse:
+        get_job(job_id)
+        path = artifact(state.run_dir(job_id), name)
+        return FileResponse(path, headers={"x-content-type-options": "nosniff"})
+
+    @app.get("/jobs/{job_id}/events", summary="Progress as server-sent events (`job` on each change, `end` at the end)")
+    def events(job_id: str, request: Request) -> StreamingResponse:
+        get_job(job_id)
+        return StreamingResponse(job_events(store, job_id, request), media_type="text/event-stream",
+                                 headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+    @app.get("/", include_in_schema=False)
+    def root() -> RedirectResponse:
+        return RedirectResponse("/ui", status_code=303)
+
+    @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
+    def ui_jobs() -> HTMLResponse:
+        return HTMLResponse(pages.job_list_page(store.list(limit=200), store.counts()))
+
+    @app.get("/ui/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
+    def ui_job(job_id: str) -> HTMLResponse:
+        return HTMLResponse(pages.job_page(get_job(job_id)))
+
+    @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
+    def login_form() -> HTMLResponse:
+        return HTMLResponse(pages.login_page())
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request) -> Response:
+        if config.token is None:
+            return RedirectResponse("/ui", status_code=303)
+        form = await request.form()
+        given = form.get("token")
+        if not isinstance(given, str) or not token_ok(given, config.token):
+            return HTMLResponse(pages.login_page(failed=True), status_code=401)
+        resp = RedirectResponse("/ui", status_code=303)
+        resp.set_cookie(COOKIE, given, httponly=True, samesite="strict")
+        return resp
+
+    app.state.store, app.state.supervisor, app.state.config = store, supervisor, config
+    return app

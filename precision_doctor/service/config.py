@@ -1,0 +1,81 @@
+"""The daemon's settings and the layout of its state directory."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TOKEN_ENV = "PRECISION_DOCTOR_TOKEN"
+STATE_ENV = "PRECISION_DOCTOR_STATE"
+DEFAULT_PORT = 8765
+
+
+def default_state_dir() -> Path:
+    """$PRECISION_DOCTOR_STATE, else $XDG_STATE_HOME/precision-doctor (~/.local/state/precision-doctor)."""
+    if os.environ.get(STATE_ENV):
+        return Path(os.environ[STATE_ENV])
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "precision-doctor"
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class ServiceConfig:
+    """What `precision-doctor serve` was started with."""
+
+    state_dir: Path
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    workers: int = 1
+    token: str | None = None
+    allow_roots: list[Path] = field(default_factory=list)
+    max_upload_mb: float = 512.0
+    cache_mb: float = 4096.0
+    lease_s: float = 20.0
+    max_crashes: int = 3
+    cancel_grace_s: float = 10.0
+    max_jobs_per_worker: int = 200
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return int(self.max_upload_mb * (1 << 20))
+
+
+@dataclass(frozen=True)
+class StateDir:
+    """`root/jobs.db` (the store), `root/jobs/<id>/` (a job: `inputs/` its uploads, `run/` its run
+    directory, `job.lock` its owner, `runs.log` one line per attempt, `job.log` tracebacks),
+    `root/capture-cache/`, `root/daemon.lock`."""
+
+    root: Path
+
+    @property
+    def db(self) -> Path:
+        return self.root / "jobs.db"
+
+    @property
+    def cache(self) -> Path:
+        return self.root / "capture-cache"
+
+    @property
+    def daemon_lock(self) -> Path:
+        return self.root / "daemon.lock"
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.root / "jobs" / job_id
+
+    def run_dir(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / "run"
+
+    def inputs_dir(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / "inputs"

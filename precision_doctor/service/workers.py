@@ -1,0 +1,284 @@
+"""Worker processes: claim a job, run it, record it; one job at a time.
+
+`run_claimed_job(state_dir, job_id, token, spec)` runs one job that a worker has claimed, start to end,
+and records the outcome in the store: its arguments are plain strings and the spec's JSON, so a Ray
+task (or any other executor) can call it as well as the process worker's loop (`Worker`) does.
+
+A process worker (`python -m precision_doctor.service.workers`, started by the supervisor) reads its
+daemon's pipe on stdin: a line wakes it (a job was submitted), end-of-file means the daemon is gone
+(killed, or shutting down). The job in hand then stops at the core's next safe point (its checkpoint
+is on disk) and goes back to the queue, and the worker exits (after ORPHAN_GRACE_S at the latest). A
+side thread (`Pulse`) renews the job's lease, writes its progress, and turns a cancel or a lost lease
+into a stop. A job's run directory is owned by one worker at a time: `jobs/<id>/job.lock` (an flock
+naming the owner's pid).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import datetime as _dt
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from precision_doctor.control import CaptureEvent, EvaluationEvent, PhaseEvent, ProgressEvent, StopToken
+from precision_doctor.errors import UserError, one_line
+from precision_doctor.service.config import StateDir
+from precision_doctor.service.schema import CaptureProgress, Progress, Result
+from precision_doctor.service.store import Store
+
+ORPHAN_GRACE_S = 20.0  # after the daemon is gone: the job's time to reach a safe point
+LOCK_WAIT_S = 60.0  # how long a worker waits for a job's run directory (a worker of a killed daemon may hold it)
+PROGRESS_EVERY_S = 0.25
+LEASE_S = 20.0
+CACHE_MB = 4096.0
+_LOG_PREFIX = "precision-doctor worker"
+
+
+class Pulse(threading.Thread):
+    """The side thread of one running job: heartbeat and progress into the store; a cancel, a lost lease
+    or a vanished daemon (`daemon_gone`, where there is one) stop the job at the core's next safe point."""
+
+    def __init__(self, store: Store, job_id: str, token: str, lease_s: float, stop: StopToken,
+                 daemon_gone: threading.Event | None):
+        super().__init__(name="pd-pulse", daemon=True)
+        self.store, self.job_id, self.token, self.lease_s = store, job_id, token, lease_s
+        self.stop_token, self.daemon_gone = stop, daemon_gone
+        self.progress = Progress(phase="claimed")
+        self.phase_started = time.monotonic()
+        self.lock = threading.Lock()
+        self.dirty = True
+        self.done = threading.Event()
+        self.stop_deadline: float | None = None
+
+    def on_progress(self, event: ProgressEvent) -> None:
+        """The run's progress sink (called in the job's thread): cheap, no I/O."""
+        with self.lock:
+            p = self.progress
+            if isinstance(event, PhaseEvent):
+                self._close_phase()
+                p.phase = event.phase
+            elif isinstance(event, CaptureEvent):
+                p.capture = CaptureProgress(event.stage, event.done, event.total)
+            elif isinstance(event, EvaluationEvent):
+                p.evaluations, p.search_phase, p.last_size = event.step, event.phase, event.size
+                p.last_passed, p.best_size = event.passed, event.best_size
+            self.dirty = True
+
+    def _close_phase(self) -> None:
+        """Add the time since the phase began to its total in `phase_s` (under the lock)."""
+        now, spent = time.monotonic(), self.progress.phase_s
+        phase = self.progress.phase
+        spent[phase] = round(spent.get(phase, 0.0) + now - self.phase_started, 3)
+        self.phase_started = now
+
+    def snapshot(self, final: bool = False) -> Progress:
+        with self.lock:
+            if final:
+                self._close_phase()
+            self.dirty = False
+            return dataclasses.replace(self.progress, phase_s=dict(self.progress.phase_s))
+
+    def run(self) -> None:
+        last_beat = 0.0
+        while not self.done.wait(PROGRESS_EVERY_S):
+            now = time.monotonic()
+            gone = self.daemon_gone is not None and self.daemon_gone.is_set()
+            if gone and not self.stop_token.stopped:
+                self.stop_token.stop("shutdown")
+            if self.stop_token.stopped and self.stop_deadline is None:
+                self.stop_deadline = now + ORPHAN_GRACE_S
+            if gone and self.stop_deadline is not None and now > self.stop_deadline:
+                _log(f"job {self.job_id} did not stop within {ORPHAN_GRACE_S:.0f} s of the daemon's end; exiting")
+                os._exit(3)
+            if not self.dirty and now - last_beat < self.lease_s / 4:
+                try:
+                    if not self.stop_token.stopped and self.store.cancel_requested(self.job_id):
+                        self.stop_token.stop("cancel")
+                except Exception as exc:  # a locked or vanished database: try again next tick
+                    _log(f"reading job {self.job_id} failed: {exc}")
+                continue
+            try:
+                ours, cancel = self.store.heartbeat(self.job_id, self.token, self.lease_s,
+                                                    self.snapshot() if self.dirty else None)
+            except Exception as exc:  # a locked or vanished database: try again next tick
+                _log(f"heartbeat of job {self.job_id} failed: {exc}")
+                continue
+            last_beat = now
+            if not ours:
+                self.stop_token.stop("lost")
+            elif cancel:
+                self.stop_token.stop("cancel")
+
+    def close(self) -> None:
+        self.done.set()
+        self.join(5)
+
+
+@contextlib.contextmanager
+def job_lock(path: Path, give_up: Callable[[], bool], wait_s: float = LOCK_WAIT_S) -> Iterator[bool]:
+    """The job's run-directory lock (batch's flock, naming this pid), waiting up to `wait_s` or until
+    `give_up()`; yields whether it is held."""
+    from precision_doctor.batch.jobs import file_lock
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        with file_lock(path, min(1.0, wait_s)) as held:
+            if held or give_up() or time.monotonic() > deadline:
+                yield held
+                return
+
+
+def run_claimed_job(state_dir: str | Path, job_id: str, token: str, spec: dict, *, worker: str = "",
+                    lease_s: float = LEASE_S, cache_mb: float = CACHE_MB,
+                    daemon_gone: threading.Event | None = None) -> str:
+    """Run the job `job_id` that this caller claimed (lease `token`) with its settings `spec` (the RunSpec's
+    JSON) in its run directory under `state_dir`, and record the outcome in the store. Returns the state it
+    left the job in: done, failed, cancelled, or queued (given back: the daemon went away or the run
+    directory was busy; the next attempt resumes), or "lost" (another owner has it now)."""
+    from precision_doctor.service.cache import DirectoryCaptureCache
+
+    state = StateDir(Path(state_dir))
+    store = Store(state.db)
+    if not store.heartbeat(job_id, token, lease_s)[0]:  # a stale claim (a retried task, say) touches nothing
+        return "lost"
+    cache = DirectoryCaptureCache(state.cache, cache_mb) if cache_mb > 0 else None
+    stop = StopToken()
+    pulse = Pulse(store, job_id, token, lease_s, stop, daemon_gone)
+    pulse.start()
+    try:
+        with job_lock(state.job_dir(job_id) / "job.lock", lambda: stop.stopped) as held:
+            if not held:  # another process still works in its directory, or we are stopping
+                if stop.reason == "lost":
+                    return "lost"
+                store.release(job_id, token, delay_s=0.0 if stop.stopped else 2.0)
+                return "queued"
+            _record_attempt(state, store, job_id, worker)
+            outcome, result, error = _execute(state, job_id, spec, stop, pulse, cache)
+        return _conclude(store, job_id, token, stop, pulse, outcome, result, error)
+    finally:
+        pulse.close()
+
+
+def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: Pulse,
+             cache) -> tuple[str, Result | None, str | None]:
+    """Run the job: ("done", result, None), ("failed", None, message), or ("stopped", result?, None)."""
+    from precision_doctor.service.engine import can_resume, run_job
+
+    run_dir = state.run_dir(job_id)
+    attempts = ("resume", "fresh") if can_resume(run_dir) else ("fresh",)
+    for attempt in attempts:
+        try:
+            result = run_job(spec, run_dir, progress=pulse.on_progress, stop=stop, resume=attempt == "resume",
+                             cache=cache)
+        except UserError as exc:
+            return "failed", None, one_line(exc)
+        except KeyboardInterrupt:  # a SIGINT from outside (the daemon forwards none): give the job back
+            stop.stop("shutdown")
+            return "stopped", None, None
+        except Exception as exc:
+            _log_traceback(state, job_id)
+            if attempt == "resume" and not stop.stopped:
+                continue  # what the cut-off attempt left cannot be continued: start over, once
+            return "failed", None, one_line(exc)
+        if result.status in ("interrupted", "stopped"):
+            if not stop.stopped:  # a SIGINT from outside: give the job back
+                stop.stop("shutdown")
+            return "stopped", result, None
+        return "done", result, None
+    raise AssertionError("unreachable")
+
+
+def _conclude(store: Store, job_id: str, token: str, stop: StopToken, pulse: Pulse, outcome: str,
+              result: Result | None, error: str | None) -> str:
+    progress = pulse.snapshot(final=True)
+    if outcome == "stopped" and stop.reason == "cancel":
+        progress.phase = "cancelled"
+        store.finish(job_id, token, "cancelled", result, "cancelled while running", progress)
+        return "cancelled"
+    if outcome == "stopped":  # shutdown or lost: the next attempt resumes from the checkpoint
+        return "queued" if store.release(job_id, token) else "lost"
+    progress.phase = outcome
+    return outcome if store.finish(job_id, token, outcome, result, error, progress) else "lost"
+
+
+def _record_attempt(state: StateDir, store: Store, job_id: str, worker: str) -> None:
+    job = store.get(job_id)
+    line = {"attempt": job.attempts if job else None, "pid": os.getpid(), "worker": worker,
+            "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")}
+    with open(state.job_dir(job_id) / "runs.log", "a", encoding="utf-8") as f:
+        f.write(json.dumps(line) + "\n")
+
+
+def _log_traceback(state: StateDir, job_id: str) -> None:
+    with open(state.job_dir(job_id) / "job.log", "a", encoding="utf-8") as f:
+        f.write(f"pid {os.getpid()}:\n{traceback.format_exc()}\n")
+
+
+def _log(msg: str) -> None:
+    print(f"{_LOG_PREFIX} {os.getpid()}: {msg}", file=sys.stderr, flush=True)
+
+
+class Worker:
+    """A process worker's loop: claim, run, until the daemon goes or `max_jobs` ran."""
+
+    def __init__(self, state: StateDir, worker_id: str, lease_s: float, max_jobs: int, cache_mb: float):
+        self.state, self.id, self.lease_s, self.max_jobs, self.cache_mb = state, worker_id, lease_s, max_jobs, cache_mb
+        self.store = Store(state.db)
+        self.daemon_gone = threading.Event()
+        self.wake = threading.Event()
+
+    def listen(self, stream) -> None:
+        """Read the daemon's pipe: a line is a wake-up, end-of-file the daemon's end."""
+
+        def read() -> None:
+            try:
+                while stream.readline():
+                    self.wake.set()
+            except (OSError, ValueError):
+                pass
+            self.daemon_gone.set()
+            self.wake.set()
+
+        threading.Thread(target=read, name="pd-daemon-pipe", daemon=True).start()
+
+    def serve(self) -> None:
+        ran = 0
+        while not self.daemon_gone.is_set() and ran < self.max_jobs:
+            job = self.store.claim(self.id, os.getpid(), self.lease_s)
+            if job is None:
+                self.wake.wait(1.0)
+                self.wake.clear()
+                continue
+            run_claimed_job(self.state.root, job.id, job.token or "", job.spec, worker=self.id, lease_s=self.lease_s,
+                            cache_mb=self.cache_mb, daemon_gone=self.daemon_gone)
+            ran += 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="precision_doctor.service.workers", description="A precision-doctor worker "
+                                "(started by `precision-doctor serve`; reads its daemon's pipe on stdin).")
+    p.add_argument("--state-dir", type=Path, required=True)
+    p.add_argument("--worker-id", required=True)
+    p.add_argument("--lease-s", type=float, default=LEASE_S)
+    p.add_argument("--max-jobs", type=int, default=200)
+    p.add_argument("--cache-mb", type=float, default=CACHE_MB)
+    a = p.parse_args(argv)
+    worker = Worker(StateDir(a.state_dir), a.worker_id, a.lease_s, a.max_jobs, a.cache_mb)
+    worker.listen(sys.stdin.buffer)
+    try:
+        worker.serve()
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
