@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 
+import httpx
 import onnx
 import pytest
 from test_batch import _mtimes, _status, _wait_until, zoo  # noqa: F401 (zoo: the planted zoo fixture)
@@ -189,3 +190,69 @@ def test_executor_ray_without_ray_is_one_line(tmp_path, run_cli, monkeypatch, zo
                        (("--executor", "ray", "--ray-cpus", "0"), "--ray-cpus must be positive")):
         code, _, stderr = run_cli("batch", root, *args, "--out", out)
         assert code == 2 and says in stderr and len(stderr.strip().splitlines()) == 1, stderr
+
+
+# -- serve --executor ray ---------------------------------------------------------------------------------
+
+
+def test_serve_on_ray_same_report_as_local_workers_cancel_and_a_dead_task(cluster, tmp_path):
+    """A daemon whose jobs run as Ray tasks: a job's report is the local workers' report, a cancel stops a
+    running job at its next safe point, and a job whose task's worker process is killed is re-queued and
+    resumes from its checkpoint (the process worker's semantics)."""
+    from service_helpers import Daemon, assert_resumed_once, planted_job_files, slow_model
+
+    files = tmp_path / "files"
+    model, samples, settings = planted_job_files(files / "three")
+    body = {"model": str(model), "settings": {**settings, "inputs": {"files": [str(f) for f in samples]}}}
+    local = Daemon(tmp_path / "local", "--allow-root", str(files), workers=1).start()
+    d = Daemon(tmp_path / "ray", "--allow-root", str(files), "--executor", "ray", "--ray-address", cluster,
+               workers=2).start(timeout=120)
+    try:
+        assert d.worker_pids() == []  # no worker processes: the jobs run as Ray tasks
+        ids = [httpx.post(f"{x.url}/jobs", json=body, timeout=30).json()["id"] for x in (local, d)]
+        ends = [x.wait_for(i, lambda j: j["state"] in ("done", "failed"), timeout=300, what="an end")
+                for x, i in zip((local, d), ids)]
+        assert [e["state"] for e in ends] == ["done", "done"], ends
+        reports = [httpx.get(f"{x.url}/jobs/{i}/artifacts/report.json", timeout=30).json() for x, i in zip((local, d), ids)]
+        same = ("passed", "status", "fallback_nodes", "evaluations", "fp32_flop_share")
+        assert [{k: r[k] for k in same} for r in reports][0] == [{k: r[k] for k in same} for r in reports][1]
+        runs = [json.loads(x) for x in (d.state_dir / "jobs" / ids[1] / "runs.log").read_text().splitlines()]
+        assert runs[0]["pid"] != d.proc.pid  # run in a Ray worker process, not in the daemon
+
+        slow, slow_settings = slow_model(files / "slow.onnx", blocks=24, iterations=4000)
+        cancel, dies = (httpx.post(f"{d.url}/jobs", json={"model": str(slow), "settings": slow_settings},
+                                   timeout=30).json()["id"] for _ in range(2))
+        running = [d.wait_for(j, lambda j: (j["progress"].get("evaluations") or 0) >= 2, timeout=300,
+                              what="two evaluations") for j in (cancel, dies)]
+        assert all(r["state"] == "running" for r in running)
+        assert httpx.delete(f"{d.url}/jobs/{cancel}", timeout=30).status_code == 202
+        task_pid = json.loads((d.state_dir / "jobs" / dies / "runs.log").read_text().splitlines()[-1])["pid"]
+        run_dir = d.state_dir / "jobs" / dies / "run"
+        os.kill(task_pid, signal.SIGKILL)
+        before = (run_dir / "search.jsonl").read_text().splitlines()
+
+        cancelled = d.wait_for(cancel, lambda j: j["state"] != "running", timeout=120, what="the cancel")
+        assert cancelled["state"] == "cancelled" and cancelled["attempts"] == 1, cancelled
+        partial = httpx.get(f"{d.url}/jobs/{cancel}/artifacts/report.json", timeout=30).json()
+        assert partial["status"] == "interrupted" and partial["evaluations"] < 25
+
+        resumed = d.wait_for(dies, lambda j: j["state"] in ("done", "failed"), timeout=300, what="an end")
+        assert resumed["state"] == "done" and resumed["attempts"] == 2, resumed
+        runs = [json.loads(x) for x in (d.state_dir / "jobs" / dies / "runs.log").read_text().splitlines()]
+        assert [r["attempt"] for r in runs] == [1, 2] and runs[0]["pid"] == task_pid != runs[1]["pid"]
+        assert_resumed_once(run_dir, before)
+        assert httpx.get(f"{d.url}/healthz", timeout=10).json()["workers"] == 2  # the dead task's slot was refilled
+    finally:
+        d.stop()
+        local.stop()
+    assert d.proc.returncode == local.proc.returncode, d.log.read_text()[-3000:]  # SIGTERM ends both alike
+
+
+def test_serve_executor_flags_are_checked_before_the_server_starts(tmp_path, run_cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if not installed
+    for args, says in ((("--executor", "ray"), "--executor ray needs Ray"),
+                       (("--executor", "dask"), "unknown --executor 'dask'"),
+                       (("--ray-cpus", "2"), "--ray-cpus needs --executor ray")):
+        code, _, stderr = run_cli("serve", "--state-dir", tmp_path / "state", "--port", "1", *args)
+        assert code == 2 and says in stderr and len(stderr.strip().splitlines()) == 1, stderr
+        assert "Traceback" not in stderr and not (tmp_path / "state").exists()

@@ -147,17 +147,23 @@ class LocalExecutor:
 EXECUTORS = ("local", "ray")
 
 
-def make_executor(jobs: int, executor: str = "local", ray_address: str | None = None,
-                  ray_cpus: float | None = None) -> Executor:
-    """The executor a batch asked for, its options checked before any work: `local` runs `jobs` worker
-    processes (0: this process); `ray` one Ray task per model (`ray_cpus` each) on the cluster at
-    `ray_address`, or on a local Ray instance (SpecError naming --executor when Ray is not installed)."""
+def check_executor(executor: str, ray_address: str | None, ray_cpus: float | None) -> None:
+    """SpecError for an unknown executor or Ray settings without `ray` (batch and serve share these flags)."""
     if executor not in EXECUTORS:
         raise SpecError("executor", f"unknown {{executor}} '{executor}'; choose local or ray")
     if executor == "local":
         for setting, value in (("ray_address", ray_address), ("ray_cpus", ray_cpus)):
             if value is not None:
                 raise SpecError(setting, f"{{{setting}}} needs {{executor}} ray")
+
+
+def make_executor(jobs: int, executor: str = "local", ray_address: str | None = None,
+                  ray_cpus: float | None = None) -> Executor:
+    """The executor a batch asked for, its options checked before any work: `local` runs `jobs` worker
+    processes (0: this process); `ray` one Ray task per model (`ray_cpus` each) on the cluster at
+    `ray_address`, or on a local Ray instance (SpecError naming --executor when Ray is not installed)."""
+    check_executor(executor, ray_address, ray_cpus)
+    if executor == "local":
         return InlineExecutor() if jobs == 0 else LocalExecutor(jobs)
     if jobs != 1:
         raise SpecError("jobs", "{jobs} sets local worker processes; with {executor} ray each model is a Ray task "

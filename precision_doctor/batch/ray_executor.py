@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -47,10 +49,51 @@ class PathProblem:
     message: str
 
 
+class RayConnection:
+    """A connection to the Ray cluster at `address` or, without one, to a local Ray instance that this
+    object starts and shuts down. An already connected process (`ray.is_initialized()`) is used as it is
+    and left connected. The batch's `RayExecutor` and the daemon's `RayLauncher` both hold one."""
+
+    def __init__(self, address: str | None = None):
+        self.address = address
+        self._ray = import_ray()
+        self._owner = False  # whether start() connected (then close() disconnects)
+
+    def start(self) -> None:
+        """Connect to the cluster (or start the local instance); a one-line UserError when that fails."""
+        ray = self._ray
+        if ray.is_initialized():
+            return
+        quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
+        unreachable = _unreachable(self.address) if self.address else None
+        if unreachable:
+            raise SpecError("ray_address", f"cannot reach the Ray cluster at {self.address} ({{ray_address}}): "
+                            f"{unreachable}")
+        sigterm = signal.getsignal(signal.SIGTERM)
+        try:
+            if self.address:
+                ray.init(address=self.address, **quiet)
+            else:  # "local": a fresh instance, never one found in RAY_ADDRESS or /tmp/ray
+                ray.init(address="local", include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+                         **quiet)
+        except Exception as exc:
+            where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
+            raise SpecError("ray_address", f"cannot connect to {where} ({{ray_address}}): {one_line(exc)}") from None
+        finally:  # ray.init replaces SIGTERM's handler with a sys.exit(15): the process keeps its own
+            if threading.current_thread() is threading.main_thread():
+                signal.signal(signal.SIGTERM, sigterm)
+        self._owner = True
+
+    def close(self) -> None:
+        """Disconnect (and stop the local instance) if `start` connected."""
+        if self._owner:
+            self._owner = False
+            self._ray.shutdown()
+
+
 class RayExecutor:
     """One Ray task per item, on the cluster at `address` or, without one, on a local Ray instance that
-    this executor starts and shuts down. An already connected process (`ray.is_initialized()`) is used
-    as it is and left connected.
+    this executor starts and shuts down (`RayConnection`).
 
     `cpus` is what each task requests (and the ONNX Runtime threads it uses); `needs(item)` says which
     items need a GPU (`num_gpus=1`) and which files every node must see (`batch.jobs.task_needs` for a
@@ -66,36 +109,17 @@ class RayExecutor:
         self.cpus = cpus
         self.threads = max(1, int(cpus))
         self.needs = needs or (lambda item: ItemNeeds())
+        self._connection = RayConnection(address)
         self._ray = import_ray()
-        self._owner = False  # whether start() connected (then close() disconnects)
 
     # -- connection -----------------------------------------------------------------------------------
     def start(self) -> None:
         """Connect to the cluster (or start the local instance); a one-line UserError when that fails."""
-        ray = self._ray
-        if ray.is_initialized():
-            return
-        quiet = {"logging_level": logging.ERROR, "log_to_driver": False}
-        unreachable = _unreachable(self.address) if self.address else None
-        if unreachable:
-            raise SpecError("ray_address", f"cannot reach the Ray cluster at {self.address} ({{ray_address}}): "
-                            f"{unreachable}")
-        try:
-            if self.address:
-                ray.init(address=self.address, **quiet)
-            else:  # "local": a fresh instance, never one found in RAY_ADDRESS or /tmp/ray
-                ray.init(address="local", include_dashboard=False, object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-                         **quiet)
-        except Exception as exc:
-            where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
-            raise SpecError("ray_address", f"cannot connect to {where} ({{ray_address}}): {one_line(exc)}") from None
-        self._owner = True
+        self._connection.start()
 
     def close(self) -> None:
         """Disconnect (and stop the local instance) if `start` connected."""
-        if self._owner:
-            self._owner = False
-            self._ray.shutdown()
+        self._connection.close()
 
     def __enter__(self) -> RayExecutor:
         self.start()
@@ -177,28 +201,33 @@ class RayExecutor:
                 pass
 
     def check_paths(self, needs: list[ItemNeeds]) -> PathProblem | None:
-        """The first file a node that runs tasks cannot read or directory it cannot write, asked of a
-        tiny task on each such node (nodes with neither CPUs nor GPUs, such as a bare head, are left out)."""
-        reads = sorted({p for n in needs for p in n.reads})
-        writes = sorted({p for n in needs for p in n.writes})
-        if not reads and not writes:
-            return None
-        ray = self._ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        """The first file a node that runs tasks cannot read or directory it cannot write."""
+        return check_node_paths(sorted({p for n in needs for p in n.reads}),
+                                sorted({p for n in needs for p in n.writes}))
 
-        probe = ray.remote(num_cpus=0, max_retries=0)(_path_problem)
-        nodes = [n for n in ray.nodes() if n.get("Alive") and
-                 (n.get("Resources", {}).get("CPU", 0) > 0 or n.get("Resources", {}).get("GPU", 0) > 0)]
-        refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
-                .remote(reads, writes) for n in nodes]
-        try:
-            found = ray.get(refs, timeout=PATH_CHECK_TIMEOUT_S)
-        except Exception as exc:
-            raise UserError(f"the Ray cluster did not run the path check: {one_line(exc)}") from None
-        for node, message in zip(nodes, found):
-            if message:
-                return PathProblem(str(node.get("NodeManagerAddress") or node["NodeID"]), message)
+
+def check_node_paths(reads: list[str], writes: list[str]) -> PathProblem | None:
+    """The first path of `reads` that a node which runs tasks cannot read or of `writes` (directories)
+    it cannot write in, asked of a tiny task on each such node (nodes with neither CPUs nor GPUs, such
+    as a bare head, are left out); needs a connected Ray."""
+    if not reads and not writes:
         return None
+    ray = import_ray()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    probe = ray.remote(num_cpus=0, max_retries=0)(_path_problem)
+    nodes = [n for n in ray.nodes() if n.get("Alive") and
+             (n.get("Resources", {}).get("CPU", 0) > 0 or n.get("Resources", {}).get("GPU", 0) > 0)]
+    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False))
+            .remote(reads, writes) for n in nodes]
+    try:
+        found = ray.get(refs, timeout=PATH_CHECK_TIMEOUT_S)
+    except Exception as exc:
+        raise UserError(f"the Ray cluster did not run the path check: {one_line(exc)}") from None
+    for node, message in zip(nodes, found):
+        if message:
+            return PathProblem(str(node.get("NodeManagerAddress") or node["NodeID"]), message)
+    return None
 
 
 def _ray_main(fn: Work, item: Any) -> tuple[str, Any]:
