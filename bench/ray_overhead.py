@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/ray_overhead.py --zoo zoo --rounds 2 # the fetched zoo (zoo fetch --dest zoo)
     .venv/bin/python bench/ray_overhead.py --quick              # planted models instead, 10 trivial tasks
+    .venv/bin/python bench/ray_overhead.py --zoo zoo --only silero-vad-16k --only ppocr-mobile-cls  # a subset
 
 Needs Ray (`pip install '.[ray]'`). Results: bench/out/ray_overhead.json and the tables printed.
 
@@ -56,20 +57,20 @@ def planted_zoo(root: Path) -> Path:
     return root
 
 
-def batch_local(zoo: Path, out: Path, jobs: int) -> dict:
+def batch_local(zoo: Path, out: Path, jobs: int, only: list[str]) -> dict:
     t0 = time.monotonic()
-    res = run_batch(zoo, out, executor=LocalExecutor(jobs))
+    res = run_batch(zoo, out, executor=LocalExecutor(jobs), only=only)
     return {"wall_s": time.monotonic() - t0, "rows": res.rows}
 
 
-def batch_ray(zoo: Path, out: Path) -> dict:
+def batch_ray(zoo: Path, out: Path, only: list[str]) -> dict:
     from precision_doctor.batch.executors import make_executor
 
     executor = make_executor(1, "ray")
     t0 = time.monotonic()
     executor.start()
     t1 = time.monotonic()
-    res = run_batch(zoo, out, executor=executor)
+    res = run_batch(zoo, out, executor=executor, only=only)
     t2 = time.monotonic()
     executor.close()
     t3 = time.monotonic()
@@ -103,6 +104,7 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="planted models instead of the zoo; 10 trivial tasks")
     ap.add_argument("--tasks", type=int, default=None, help="trivial tasks for the overhead (default 40; 10 quick)")
     ap.add_argument("--rounds", type=int, default=1, help="batches per executor, in the order ABBA... (default 1)")
+    ap.add_argument("--only", action="append", default=[], help="batch only this model of the zoo; repeatable")
     ap.add_argument("--name", default="ray_overhead", help="results: bench/out/NAME.json")
     args = ap.parse_args()
     try:
@@ -118,10 +120,10 @@ def main() -> None:
         for k in range(args.rounds):
             for which in (("local", "ray") if k % 2 == 0 else ("ray", "local")):
                 if which == "local":
-                    locals_.append(batch_local(zoo, Path(tmp) / f"local{k}", cores))
+                    locals_.append(batch_local(zoo, Path(tmp) / f"local{k}", cores, args.only))
                     print(f"local: {locals_[-1]['wall_s']:.1f} s (load {loadavg()})", flush=True)
                 else:
-                    rays.append(r := batch_ray(zoo, Path(tmp) / f"ray{k}"))
+                    rays.append(r := batch_ray(zoo, Path(tmp) / f"ray{k}", args.only))
                     print(f"ray: {r['wall_s']:.1f} s (start {r['start_s']:.1f} s, shutdown {r['shutdown_s']:.1f} s; "
                           f"load {loadavg()})", flush=True)
         t0 = time.monotonic()
@@ -143,17 +145,22 @@ def main() -> None:
         print(table(["model", "status local", "status Ray", "FP32 nodes local", "FP32 nodes Ray", "evals local",
                      "evals Ray", "model s local", "model s Ray"], models))
     print()
-    print(table(["executor", "wall s", "of which Ray start", "of which Ray shutdown"],
-                [[f"local --jobs {cores}", r["wall_s"], None, None] for r in locals_] +
-                [[f"Ray, local instance ({cores} CPUs)", r["wall_s"], r["start_s"], r["shutdown_s"]] for r in rays]))
+    base = sum(r["wall_s"] for r in locals_) / len(locals_)
+    print(table(["executor", "wall s", "/ local (mean)", "of which Ray start", "of which Ray shutdown"],
+                [[f"local --jobs {cores}", r["wall_s"], r["wall_s"] / base, None, None] for r in locals_] +
+                [[f"Ray, local instance ({cores} CPUs)", r["wall_s"], r["wall_s"] / base, r["start_s"], r["shutdown_s"]]
+                 for r in rays]))
     print(f"\nsame summary rows (model, status, FP32 nodes, evaluations, message): {'yes' if same else 'NO'}")
     print()
     print(table([f"{n} trivial items", "wall s", "per item s", f"per item x {cores} slots s"],
                 [[k, v, v / n, v * cores / n] for k, v in trivial.items()]))
-    print(f"\nray.init of a local instance: {init_s:.1f} s")
+    extra = (trivial["ray_executor"] - trivial["local_executor"]) * cores / n
+    print(f"\nRay's overhead per task over the local executor's (a slot held this much longer): {extra:.2f} s")
+    print(f"ray.init of a local instance: {init_s:.1f} s")
     path = write_results(args.name, {
-        "zoo": str(zoo) if not args.quick else "planted (quick)", "jobs": cores, "tasks": n, "local": locals_,
+        "zoo": str(zoo) if not args.quick else "planted (quick)", "only": args.only, "jobs": cores, "tasks": n, "local": locals_,
         "ray": rays, "same_summary": same, "trivial_wall_s": trivial, "ray_init_s": init_s,
+        "ray_wall_over_local": [r["wall_s"] / base for r in rays], "ray_extra_per_task_s": extra,
     })
     print(f"results: {path}")
 

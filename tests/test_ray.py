@@ -128,17 +128,26 @@ def test_path_check_names_what_a_worker_cannot_see(cluster, zoo, tmp_path):  # n
 
 
 def _slow_zoo(root) -> list[str]:
-    """One quick model and two that take seconds (many samples), so that an interruption lands mid-batch."""
+    """A quick model and one whose search takes seconds (a linear search of ~25 evaluations, each a safe
+    point), so that an interruption lands mid-search."""
+    from service_helpers import slow_model
+
     root.mkdir()
-    names = ["cancellation", "deep_stack_one_bad", "overflow_island"]
-    for name in names:
-        case = planted.CASES[name]()
-        onnx.save(case.model, str(root / f"{name}.onnx"))
-        (root / f"{name}.json").write_text(json.dumps({
-            "inputs": {"samples": 2 if name == names[0] else 32, "seed": 0},
-            "tolerance": {"atol": case.atol, "rtol": case.rtol},
-        }))
-    return names
+    case = planted.CASES["cancellation"]()
+    onnx.save(case.model, str(root / "cancellation.onnx"))
+    (root / "cancellation.json").write_text(json.dumps({
+        "inputs": {"samples": 2, "seed": 0}, "tolerance": {"atol": case.atol, "rtol": case.rtol}}))
+    _, settings = slow_model(root / "slow.onnx", blocks=24, iterations=4000)
+    recipe = {"inputs": settings["inputs"], "tolerance": settings["tolerance"], "strategy": settings["search"]["strategy"]}
+    (root / "slow.json").write_text(json.dumps(recipe))
+    return ["cancellation", "slow"]
+
+
+def _searching(run_dir, evaluations: int) -> bool:
+    try:
+        return len((run_dir / "search.jsonl").read_text().splitlines()) >= evaluations
+    except OSError:
+        return False
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="signals")
@@ -152,7 +161,10 @@ def test_cli_batch_on_ray_interrupted_and_resumed(cluster, tmp_path, run_cli):
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
-        _wait_until(lambda: _status(out, names[0]) == "passed", proc, f"{names[0]} finished")
+        # once the first model is done and a slow one is in its search, where every evaluation is a safe point
+        # (a capture under load can outlast the grace before a forced cancel)
+        _wait_until(lambda: _status(out, names[0]) == "passed" and _searching(out / names[1], 2), proc,
+                    f"{names[0]} finished and {names[1]} searching")
         os.kill(proc.pid, signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     finally:

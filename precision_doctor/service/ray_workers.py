@@ -4,10 +4,13 @@ Imported only when asked for (Ray is the optional extra). A `RayWorker` is a `Wo
 loop is a thread of the daemon: it claims a job from the store, as a process worker does, and runs it
 as one Ray task, `workers.run_claimed_job` on the job's plain arguments (a fresh Ray worker process per
 job: `max_calls=1`; no Ray retries: `max_retries=0`). Everything else is the process worker's: the
-task heartbeats, writes progress, honours a cancel and records the outcome in the store itself, in
-the job's run directory under the state directory. So every node that runs tasks needs the state
-directory (and the `--allow-root`s) at the same path and SQLite's locking on it; `RayLauncher.connect`
-checks with a tiny task per node that it can see and write it.
+task heartbeats, writes progress, honours a cancel and records the outcome itself, and runs in the
+job's run directory under the state directory. The job store stays on the daemon's machine (SQLite's
+WAL works within one machine only): tasks reach it through `RemoteStore`, calls to a Ray actor
+holding the `Store`, pinned to the daemon's node. The files are shared: every node that runs tasks
+needs the state directory (run directories, uploads, job locks, the capture cache) and the
+`--allow-root`s at the same path; `RayLauncher.connect` checks with a tiny task per node that it
+can see and write them.
 
 What the supervisor sees is unchanged: a task that dies (its worker process or node is gone, or
 something escaped `run_claimed_job`) ends its handle with exit code 1, so the job is re-queued and
@@ -35,8 +38,20 @@ from precision_doctor.service.store import Job, Store
 POLL_S = 0.5
 
 
+class RemoteStore:
+    """The daemon's `Store` as a task on any node sees it: each call is a call of the store actor."""
+
+    def __init__(self, actor: Any):
+        self.actor = actor
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.actor, name)
+        ray = import_ray()
+        return lambda *args, **kwargs: ray.get(method.remote(*args, **kwargs))
+
+
 def _ray_job(state_dir: str, job_id: str, token: str, spec: dict, worker: str, lease_s: float, cache_mb: float,
-             threads: int) -> str:
+             threads: int, store: Any) -> str:
     """A Ray task: run one claimed job (`run_claimed_job`); a SIGINT (a plain `ray.cancel`) gives it back to
     the queue as a vanished daemon does for a process worker."""
     from precision_doctor.batch.jobs import ORT_THREADS_ENV
@@ -46,7 +61,7 @@ def _ray_job(state_dir: str, job_id: str, token: str, spec: dict, worker: str, l
     given_back = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: given_back.set())
     return run_claimed_job(state_dir, job_id, token, spec, worker=worker, lease_s=lease_s, cache_mb=cache_mb,
-                           daemon_gone=given_back)
+                           daemon_gone=given_back, store=RemoteStore(store))
 
 
 def needs_gpu(spec: dict) -> bool:
@@ -100,7 +115,7 @@ class RayWorker:
             return True
         self.ref = launcher.task.options(num_cpus=launcher.cpus, num_gpus=1 if gpu else 0).remote(
             str(launcher.state.root), job.id, token, job.spec, self.id, lease_s, launcher.config.cache_mb,
-            launcher.threads)
+            launcher.threads, launcher.store)
         cancelled, renewed = False, time.monotonic()
         while not ray.wait([self.ref], timeout=POLL_S)[0]:
             if self.closing.is_set() and not cancelled:
@@ -155,6 +170,7 @@ class RayLauncher:
         self.connection = RayConnection(config.ray_address)
         self.gpus = 0.0
         self.task: Any = None
+        self.store: Any = None  # the store actor
 
     def connect(self) -> None:
         """Connect, check that every node sees the state directory and the allowed roots, and size the
@@ -171,6 +187,11 @@ class RayLauncher:
         resources = self.ray.cluster_resources()
         self.gpus = resources.get("GPU", 0.0)
         self.task = self.ray.remote(max_calls=1, max_retries=0)(_ray_job)
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(self.ray.get_runtime_context().get_node_id(), soft=False)
+        self.store = self.ray.remote(num_cpus=0, max_restarts=-1)(Store).options(scheduling_strategy=here).remote(
+            self.state.db)
 
     def default_workers(self) -> int:
         """One worker per GPU of the cluster, else as many as its CPUs allow at `ray_cpus` each."""
