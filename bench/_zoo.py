@@ -53,3 +53,33 @@ def batch_answer(batch_dir: Path, work: ZooWork) -> frozenset[str] | None:
     """The fallback set a `precision-doctor batch` run found for this model (BATCH_DIR/<model>/report.json)."""
     report = batch_dir / work.name.removeprefix("zoo:") / "report.json"
     return frozenset(json.loads(report.read_text())["fallback_nodes"]) if report.is_file() else None
+
+
+UNSEEN_SEED_OFFSET = 20_000  # generated unseen samples: the recipe's seed + this (held-out ones use + 7919)
+
+
+def unseen_samples(name: str, spec: RunSpec, model: Model, n: int) -> list:
+    """`n` samples from the same recipe that neither the search nor the held-out check saw: generated
+    with another seed, or (file inputs rendered at fetch time, `zoo.synthetic`) rendered afresh: text
+    pages with the seeds after the recipe's, direction-classifier crops chosen by the FP32 model as the
+    recipe's were, after them. None where the recipe's inputs cannot be made again here."""
+    from precision_doctor.data.inputs import generate_samples, parse_val_ranges
+    from precision_doctor.zoo import synthetic
+    from precision_doctor.zoo.registry import registry
+
+    inputs = spec.inputs
+    if not inputs.files:
+        return generate_samples(model, n, inputs.seed + UNSEEN_SEED_OFFSET, parse_val_ranges(inputs.val_ranges))
+    known = {m.name: m for m in registry()}
+    entry = known.get(name)
+    if entry is None or entry.synthetic is None:
+        return None
+    kind, done, h, w = entry.synthetic
+    x = model.inputs[0]
+    if kind == "text_page":
+        return [{x: synthetic._to_ppocr(synthetic.text_image(h, w, seed=done + i))} for i in range(n)]
+    if kind == "cls_crops":
+        prob = synthetic.cls_prob_180(Path(spec.model), h, w)
+        picks = synthetic.select_cls_crops(done + n, h, w, prob)[done:]
+        return [{x: synthetic.text_crop(seed, hard, h, w)} for seed, hard, _ in picks]
+    return None

@@ -14,11 +14,17 @@ evaluation of the gated backend against one new mixed-graph session per set.
     PYTHONPATH=/tmp/site:. timeout -s INT 560 python3 bench/gpu_nodewise.py --zoo zoo --planted --out $OUT  # GPU
     python bench/gpu_nodewise.py --zoo zoo --planted --cpu --out DIR      # plumbing check, CPU only
 
+Fused patterns (graph/fusions.py: QuickGelu, Conv+BN folding, FusedMatMul, Gemm): each site of the
+`ort-cuda` profile is also run alone on the provider as the real FP16 pattern with its graph
+optimizations on (`capture_patterns`), and that output, the fused kernel's, replaces the anchor's
+node-alone output in `gpu_local`; those rows are grouped under the fusion's name.
+
 Writes to --out: nodewise.json (every node row, per-op tables, per-set checks and timings; rewritten
 after each model; on SIGINT the model in progress is dropped and the rest is written),
-nodewise.md (the tables), fixture.npz (a few Conv/ReduceMean/HardSigmoid/...
-nodes' exact inputs and the provider's FP16 outputs, for tests/test_gpu_rules.py). Imports no
-polygraphy. `measure_model` and `check_sets` are the library entry points.
+nodewise.md (the tables), fixture.npz (a few Conv/ReduceMean/HardSigmoid/... nodes' and fused
+patterns' exact inputs and the provider's FP16 outputs, for tests/test_gpu_rules.py). Imports no
+polygraphy. `measure_model` and `check_sets` are the library entry points. `--answers-json` takes
+the answers of bench/gpu_session_b.py's pipeline step ({model: {set name: [nodes]}}).
 """
 
 from __future__ import annotations
@@ -56,15 +62,17 @@ from precision_doctor.measure.fidelity import (
     by_op,
     capture_graph,
     capture_local_with,
+    capture_patterns,
     effective,
     node_rows,
     run_name,
     with_observed_shapes,
 )
-from precision_doctor.measure.fidelity_fixture import fixture_entries, write_fixture
+from precision_doctor.measure.fidelity_fixture import fixture_entries, pattern_entries, write_fixture
 from precision_doctor.measure.tolerance import Tolerance, check_all, merge
 
-DEFAULT_RULES = ",".join([STANDARD, *RULES, "ort-cuda"])
+DEFAULT_RULES = ",".join([STANDARD, *RULES, "ort-cuda-nodes", "ort-cuda"])
+PATTERN_RULES = "ort-cuda"  # the fusions whose patterns are run on the provider
 FIXTURE_OPS = ("Conv", "ConvTranspose", "ReduceMean", "GlobalAveragePool", "HardSigmoid", "LeakyRelu")
 
 
@@ -99,14 +107,17 @@ def measure_model(
         obs = with_observed_shapes(model, store)
         for lab in labels:
             rs = resolve_rules(lab)
+            anchors = rs.sites(obs, fmt)
             nodes = cands if lab == STANDARD else [
-                c for c in cands if rs.for_node(obs, obs.proto.graph.node[c.index], c) is not None]
+                c for c in cands if rs.for_node(obs, obs.proto.graph.node[c.index], c) is not None or c.name in anchors]
             if nodes:
                 times[f"local {lab}"] = capture_local_with(
                     store, run_name(LOCAL, lab), obs, lambda g, rs=rs: local_graph(obs, fmt, g, rs), nodes, n, budget)
         placement: dict[str, str] = {}
         times["gpu local"] = capture_local_with(store, GPU_LOCAL, obs, lambda g: native_local_graph(obs, fmt, g),
                                                 cands, n, budget, providers, placement)
+        sites = resolve_rules(PATTERN_RULES).sites(obs, fmt)
+        times["gpu patterns"] = capture_patterns(store, GPU_LOCAL, obs, list(sites.values()), n, providers)
         names = [t for nd in cands for t in nd.float_outputs]
         t = time.perf_counter()
         capture_graph(store, GPU_LOWP, build_mixed(model, frozenset(), "fp16"), names, samples, budget, providers,
@@ -119,13 +130,16 @@ def measure_model(
                         budget, None)
             times[f"lowp {lab}"] = time.perf_counter() - t
         t = time.perf_counter()
-        rows = node_rows(store, obs, fmt, labels, metric, forced_fp32(model), placement, lowp_labels)
+        rows = node_rows(store, obs, fmt, labels, metric, forced_fp32(model), placement, lowp_labels,
+                         {a: site.fusion for a, site in sites.items()})
         times["analysis"] = time.perf_counter() - t
         for r in rows:
             r["model"] = label
-        entries = fixture_entries(store, obs, _fixture_nodes(obs, rows, fixture_per_op), label,
-                                  {"provider_set": [p if isinstance(p, str) else p[0] for p in providers],
-                                   "onnxruntime": ort.__version__})
+        meta = {"provider_set": [p if isinstance(p, str) else p[0] for p in providers], "onnxruntime": ort.__version__}
+        fused = set(sites)
+        entries = fixture_entries(store, obs, [c for c in _fixture_nodes(obs, rows, fixture_per_op) if c.name not in fused],
+                                  label, meta)
+        entries += pattern_entries(store, obs, _fixture_sites(obs, sites, fixture_per_op), GPU_LOCAL, label, meta)
     return {"model": label, "samples": n, "nodes": rows, "by_op": by_op(rows, labels), "seconds": times}, entries, obs
 
 
@@ -142,6 +156,29 @@ def _fixture_nodes(model: Model, rows: list[dict], per_op: int) -> list:
     return chosen
 
 
+def _fixture_sites(model: Model, sites: dict, per_fusion: int) -> list:
+    """Up to `per_fusion` sites of each fusion, those reading the fewest input elements first."""
+    chosen = []
+    for fusion in sorted({s.fusion for s in sites.values()}):
+        mine = [s for s in sites.values() if s.fusion == fusion]
+        size = {s.anchor: sum(int(np.prod([d or 1 for d in model.tensor_shapes.get(t) or (1 << 20,)])) for t in s.reads)
+                for s in mine}
+        chosen += sorted(mine, key=lambda s: size[s.anchor])[:per_fusion]
+    return chosen
+
+
+def warm_gated(model: Model, sample: dict, providers: list) -> tuple[OrtGatedBackend, float, float]:
+    """The gated native backend, its build time, and the time of its first runs (all-FP16 and all-FP32:
+    they pick kernels and convolution algorithms)."""
+    t = time.perf_counter()
+    gated = OrtGatedBackend(model, "fp16", providers)
+    build = time.perf_counter() - t
+    t = time.perf_counter()
+    for fb in (frozenset(), frozenset(gated.graph.candidates)):
+        gated.prepare(fb).run(sample)
+    return gated, build, time.perf_counter() - t
+
+
 def check_sets(
     label: str, model: Model, samples: list, tol: Tolerance, sets: dict[str, frozenset[str]], providers: list,
     profiles: list[str],
@@ -151,13 +188,7 @@ def check_sets(
     emulator per rules profile; the gated outputs against the mixed ones; the time of each evaluation
     (mixed: session and runs; gated: runs)."""
     refs = [ReferenceRunner(model).run(s) for s in samples]
-    t = time.perf_counter()
-    gated = OrtGatedBackend(model, "fp16", providers)
-    build = time.perf_counter() - t
-    t = time.perf_counter()
-    for fb in (frozenset(), frozenset(gated.graph.candidates)):  # first runs pick kernels and algorithms
-        gated.prepare(fb).run(samples[0])
-    warmup = time.perf_counter() - t
+    gated, build, warmup = warm_gated(model, samples[0], providers)
     mixed = OrtBackend(model, "fp16", providers, cache_size=1)
     emus = {p: EmulateBackend(model, "fp16", rules=p) for p in profiles}
     rows = []
@@ -219,11 +250,16 @@ def works(args) -> list[tuple[str, Model, list, Tolerance, dict]]:
     """(label, model, samples, tolerance, answers) for the zoo's models, then the planted cases."""
     out = []
     only = set(args.only.split(",")) if args.only else None
+    listed: dict[str, dict] = {}
+    for path in getattr(args, "answers_json", []):
+        for model, sets in json.loads(path.read_text()).items():
+            listed.setdefault(model, {}).update({name: frozenset(nodes) for name, nodes in sets.items()})
     if args.zoo:
         from _zoo import batch_answer, zoo_works
 
         for w in zoo_works(args.zoo, only):
             answers = {f"answer {d.name}": a for d in args.answers if (a := batch_answer(d, w)) is not None}
+            answers.update(listed.get(w.name, {}))
             out.append((w.name, w.model, w.samples, w.tol, answers))
     if args.planted:
         for name, make in planted.CASES.items():
@@ -313,10 +349,13 @@ def main() -> None:
     ap.add_argument("--planted", action="store_true", help="the planted suite too")
     ap.add_argument("--planted-samples", type=int, default=4)
     ap.add_argument("--rules", default=DEFAULT_RULES, help="emulation rules and profiles to measure, comma-separated")
-    ap.add_argument("--lowp-rules", default="standard,ort-cuda", help="profiles for the whole all-FP16 graph and the set checks")
+    ap.add_argument("--lowp-rules", default="standard,ort-cuda-nodes,ort-cuda",
+                    help="profiles for the whole all-FP16 graph and the set checks")
     ap.add_argument("--samples", type=int, default=2, help="samples per model for the node-wise part (the set checks use all)")
     ap.add_argument("--metric", default="max_abs", choices=["max_rel", "max_ulp", "max_abs", "rel_l2"])
     ap.add_argument("--answers", type=Path, action="append", default=[], help="a batch output folder (repeatable)")
+    ap.add_argument("--answers-json", type=Path, action="append", default=[],
+                    help="answers as JSON {model: {set name: [nodes]}} (bench/gpu_session_b.py pipeline; repeatable)")
     ap.add_argument("--random-sets", type=int, default=2, help="random fallback sets per model in the set checks")
     ap.add_argument("--no-sets", action="store_true", help="skip the set checks and timings")
     ap.add_argument("--fixture-per-op", type=int, default=2)

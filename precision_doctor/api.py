@@ -63,7 +63,8 @@ def compare(
     _loaded(spec, work, [], progress)
     with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
         notify(progress, PhaseEvent("capture"))
-        return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop)
+        return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
+                           rules=spec.backends.rules)
 
 
 def rerender(run_dir: str | Path) -> Report:

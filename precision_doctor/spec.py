@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from precision_doctor.errors import SpecError
+from precision_doctor.errors import SpecError, UserError
 from precision_doctor.measure.tolerance import Tolerance
 
 COSTS = ("nodes", "flops")
@@ -72,10 +72,14 @@ class CaptureSpec:
 
 @dataclass(frozen=True)
 class BackendSpec:
-    """Where candidate sets run, and where the answer is confirmed (None: not confirmed)."""
+    """Where candidate sets run, where the answer is confirmed (None: not confirmed; `auto` confirms on
+    ort-cuda where a CUDA GPU is), and the emulator's rules: `ort-cuda` (what ONNX Runtime's CUDA
+    kernels and graph optimizer do in FP16, measured on an H100) or `standard` (round the inputs and
+    outputs of each node, compute in FP32 between), or rule names (graph/rules.py)."""
 
-    backend: str = "emulate"
+    backend: str = "auto"
     confirm_backend: str | None = None
+    rules: str = "ort-cuda"
 
 
 @dataclass(frozen=True)
@@ -162,6 +166,16 @@ class RunSpec:
                 "--confirm-backend", "{backends.confirm_backend}"))
         if b.confirm_backend is not None:
             check_backend_name(b.confirm_backend, "backends.confirm_backend")
+        if b.backend == "auto" and b.confirm_backend == "emulate":
+            raise SpecError("backends.confirm_backend", "{backends.backend} auto searches with the emulator: "
+                            "{backends.confirm_backend} must be another backend")
+        from precision_doctor.graph.rules import SETTING_CHOICES, resolve_rules
+
+        try:
+            resolve_rules(b.rules)
+        except UserError as exc:
+            raise SpecError("backends.rules", f"{{backends.rules}}: {exc} (the usual choices: "
+                            f"{', '.join(SETTING_CHOICES)})") from None
         self._validate_tensorrt()
         i = self.inputs
         if i.samples < 1:
@@ -210,6 +224,12 @@ class RunSpec:
             raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs (it rounds explicitly: no "
                             "kernels to pick, no TF32); knobs are tried on ort-cuda or trt, as {backends.backend} or "
                             "{backends.confirm_backend}")
+        if self.search.knobs and b.backend == "auto" and b.confirm_backend is None:
+            from precision_doctor.backends.registry import plan_backends
+
+            if (why := plan_backends("auto", None).no_gpu) is not None:
+                raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs, and {backends.backend} "
+                                f"auto confirms nowhere here ({why}); knobs are tried on ort-cuda or trt")
         a = self.artifacts
         if a.engine_targets and not a.engine:
             raise SpecError("artifacts.engine_targets", "{artifacts.engine_targets} is a setting of the fixed engine: "

@@ -34,7 +34,8 @@ class EmulateBackend(ClosingBackend):
     def __init__(self, model: Model, precision: str = "fp16", outputs: Sequence[str] | None = None, rules=None):
         self.model = model
         self.precision = precision
-        self.graph: GatedGraph = gated_graph(model, get_format(precision), rules=rules)  # rules: precision.rules
+        self.graph: GatedGraph = gated_graph(model, get_format(precision), rules=rules)  # rules: graph.rules
+        self.rules = self.graph.rules  # the rules' label (a profile name, or rule names)
         self.output_names = list(outputs) if outputs is not None else model.outputs
         proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
         self.session = make_session(proto, optimize=False)

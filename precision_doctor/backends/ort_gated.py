@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from precision_doctor.backends.base import Feeds
+from precision_doctor.backends.base import ClosingBackend, Feeds
 from precision_doctor.backends.ort import CUDA, OrtBackend
 from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.errors import UserError
@@ -36,7 +36,7 @@ class OrtGatedRunner:
         return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
 
 
-class OrtGatedBackend:
+class OrtGatedBackend(ClosingBackend):
     """One session over the gated native graph; each `prepare` costs nothing.
 
     Arguments as `OrtBackend` (providers, `tf32`, `optimize`); `mixed` is an `OrtBackend` with the
@@ -66,3 +66,8 @@ class OrtGatedBackend:
 
     def prepare(self, fallback: frozenset[str]) -> OrtGatedRunner:
         return OrtGatedRunner(self, frozenset(fallback))
+
+    def close(self) -> None:
+        """Release the session and the mixed backend's cached ones."""
+        self.session = None
+        self.mixed.close()

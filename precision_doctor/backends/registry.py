@@ -1,29 +1,65 @@
-"""Backends by name: which names exist, which can run here, and building one."""
+"""Backends by name: which names exist, which can run here, building one, and what `auto` means here."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from precision_doctor.backends.base import Backend
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.model import Model
 
 # Names a RunSpec may use; "ort" and "tensorrt" are accepted as aliases of "ort-cuda"/"ort-cpu" and "trt".
-BACKENDS = ("emulate", "ort-cuda", "ort-cpu", "trt", "auto")
+BACKENDS = ("emulate", "ort-cuda", "ort-cuda-gated", "ort-cpu", "trt", "auto")
 _ALIASES = ("ort", "tensorrt")
+AUTO_CONFIRM = "ort-cuda"  # where `auto` lets a CUDA machine's GPU have the last word
+
+
+CHECK_ONLY = ("ort-cpu",)  # its FP16 verdicts are not FP16's (backends/ort.py): it may check an answer, never shrink it
+
+
+def check_only(name: str) -> bool:
+    """Whether the backend called `name` (as it names itself: OrtBackend.name) may only check an answer:
+    add nodes to a failing one (more FP32 is the safe direction), never remove one, never certify it."""
+    return name in CHECK_ONLY
 
 
 def check_backend_name(name: str, setting: str = "backends.backend") -> None:
     """SpecError (naming `setting`) for a backend name that does not exist."""
     if name not in BACKENDS and name not in _ALIASES:
-        raise SpecError(setting, f"{{{setting}}}: unknown backend '{name}'; choose emulate, ort-cuda, ort-cpu, trt or auto")
+        raise SpecError(setting, f"{{{setting}}}: unknown backend '{name}'; choose emulate, ort-cuda, ort-cuda-gated, "
+                        "ort-cpu, trt or auto")
+
+
+@functools.lru_cache(maxsize=1)
+def cuda_machine() -> bool:
+    """Whether ONNX Runtime runs on a CUDA GPU here: its CUDA provider is installed and a session of a
+    one-node graph keeps it (a GPU and its libraries are present)."""
+    try:
+        import onnxruntime as ort
+        from onnx import TensorProto, helper
+    except ImportError:
+        return False
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return False
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "probe", [vi("x", TensorProto.FLOAT, [1])],
+                          [vi("y", TensorProto.FLOAT, [1])])
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        sess = ort.InferenceSession(proto.SerializeToString(), so, providers=["CUDAExecutionProvider"])
+    except Exception:
+        return False
+    return "CUDAExecutionProvider" in sess.get_providers()
 
 
 def available_backends() -> list[str]:
     """Backends that can search here, best first (`trt` only where its engines run on this GPU; never
     ort-cpu: see backends/ort.py)."""
     from precision_doctor.backends.tensorrt.library import find_library
-    from precision_doctor.environment import ort_providers
 
     names = []
     try:
@@ -32,36 +68,65 @@ def available_backends() -> list[str]:
         lib = None
     if lib is not None and lib.runtime().can_run:
         names.append("trt")
-    if "CUDAExecutionProvider" in ort_providers():
-        names.append("ort-cuda")
+    if cuda_machine():
+        names += ["ort-cuda", "ort-cuda-gated"]
     names.append("emulate")
     return names
 
 
-def make_backend(name: str, model: Model, precision: str, outputs: Sequence[str], setting: str = "backends.backend") -> Backend:
-    """The backend called `name`; `auto` picks the best one available here. The caller closes it. A backend
-    that cannot run here is a SpecError naming `setting` (the flag that asked for it)."""
+@dataclass(frozen=True)
+class BackendPlan:
+    """What a run's backend settings mean on this machine: the search backend, the confirm backend (None:
+    none), and, where `auto` found no GPU to confirm on, why (the report says the answer was not checked
+    on a GPU)."""
+
+    search: str
+    confirm: str | None
+    no_gpu: str | None = None
+
+
+def plan_backends(backend: str, confirm: str | None, gpu: bool | None = None) -> BackendPlan:
+    """`auto` searches with the emulator and confirms on ort-cuda where a CUDA GPU is (`gpu`: None asks
+    `cuda_machine()`), unless another confirm backend is named; other names are taken as they are."""
+    if backend != "auto":
+        return BackendPlan(backend, confirm)
+    if confirm is not None:
+        return BackendPlan("emulate", confirm)
+    if gpu if gpu is not None else cuda_machine():
+        return BackendPlan("emulate", AUTO_CONFIRM)
+    return BackendPlan("emulate", None, "no CUDA GPU here (ONNX Runtime's CUDA provider and a GPU are needed)")
+
+
+def make_backend(
+    name: str, model: Model, precision: str, outputs: Sequence[str], setting: str = "backends.backend",
+    rules: str | None = None,
+) -> Backend:
+    """The backend called `name` (`auto`: the emulator, its search side); `rules`: the emulator's rules
+    (`backends.rules`). The caller closes it. A backend that cannot run here is a SpecError naming
+    `setting` (the flag that asked for it)."""
     check_backend_name(name, setting)
     try:
-        return _make(name, model, precision, outputs)
+        return _make(name, model, precision, outputs, rules)
     except SpecError:
         raise
     except UserError as exc:
         raise SpecError(setting, f"{{{setting}}} {name}: {exc}") from None
 
 
-def _make(name: str, model: Model, precision: str, outputs: Sequence[str]) -> Backend:
-    if name == "auto":
-        name = available_backends()[0]
-    if name == "emulate":
+def _make(name: str, model: Model, precision: str, outputs: Sequence[str], rules: str | None) -> Backend:
+    if name in ("auto", "emulate"):
         from precision_doctor.backends.emulate import EmulateBackend
 
-        return EmulateBackend(model, precision, outputs)
+        return EmulateBackend(model, precision, outputs, rules=rules)
     if name in ("ort", "ort-cuda", "ort-cpu"):
         from precision_doctor.backends.ort import OrtBackend
 
         providers = {"ort-cpu": ["CPUExecutionProvider"], "ort-cuda": ["CUDAExecutionProvider"]}.get(name)
         return OrtBackend(model, precision, providers=providers, outputs=outputs)
+    if name == "ort-cuda-gated":
+        from precision_doctor.backends.ort_gated import OrtGatedBackend
+
+        return OrtGatedBackend(model, precision, providers=["CUDAExecutionProvider"], outputs=outputs)
     from precision_doctor.backends.tensorrt import TrtBackend
 
     return TrtBackend(model, precision=precision)

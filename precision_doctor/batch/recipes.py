@@ -9,7 +9,7 @@ same settings. A recipe (every key optional; unknown keys are refused):
                 files: [a.npz, ...], validate_files: [...], validation_split, allow_nonfinite,
                 reference_outputs: polygraphy --save-outputs JSON of `files`}
     tolerance: {atol, rtol, check_error_stat, cosine_floor, margin}
-    precision, backend, confirm_backend, strategy, cost, max_evaluations, time_budget
+    precision, backend, confirm_backend, emulation_rules, strategy, cost, max_evaluations, time_budget
     about:     free-form notes (provenance, why the tolerance is fair); not read by the batch
 
 Paths in a recipe are relative to the recipe (or the manifest). A manifest is `{"defaults": {...},
@@ -51,6 +51,7 @@ RECIPE_KEYS: dict[str, str] = {
     "precision": "precision",
     "backend": "backends.backend",
     "confirm_backend": "backends.confirm_backend",
+    "emulation_rules": "backends.rules",
     "strategy": "search.strategy",
     "cost": "search.cost",
     "max_evaluations": "search.max_evaluations",
@@ -59,7 +60,7 @@ RECIPE_KEYS: dict[str, str] = {
 _SETTING_KEYS = {setting: key for key, setting in RECIPE_KEYS.items()}
 _TOP_KEYS = {k for k in RECIPE_KEYS if "." not in k} | {"inputs", "tolerance", "about"}
 _SECTION_KEYS = {s: {k.split(".", 1)[1] for k in RECIPE_KEYS if k.startswith(s + ".")} for s in ("inputs", "tolerance")}
-_STRINGIFIED = {"precision", "backend", "strategy", "cost", "tolerance.check_error_stat"}  # str() of any value
+_STRINGIFIED = {"precision", "backend", "emulation_rules", "strategy", "cost", "tolerance.check_error_stat"}  # str() of any value
 
 
 def recipe_key(setting: str) -> str:

@@ -12,6 +12,7 @@ from rich.table import Table
 from precision_doctor.cli import app, console, err, error_text, progress_bar
 from precision_doctor.cli.options import (
     BACKENDS,
+    EMULATION,
     GENERATED,
     PRECISION,
     SEARCH,
@@ -25,7 +26,7 @@ from precision_doctor.errors import UserError
 
 
 @app.command()
-@with_options(PRECISION, BACKENDS, SEARCH, TOLERANCE, GENERATED)
+@with_options(PRECISION, BACKENDS, EMULATION, SEARCH, TOLERANCE, GENERATED)
 def batch(
     zoo: Path = typer.Argument(..., help="A directory of .onnx files (recipes beside them) or a JSON/YAML manifest."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=0, help="Local worker processes (0: run in this process)."),

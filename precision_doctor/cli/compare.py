@@ -9,14 +9,14 @@ import typer
 from rich.table import Table
 
 from precision_doctor.cli import announce_renamed, app, console, progress_bar, stops_on_interrupt, uses_run_dir
-from precision_doctor.cli.options import CAPTURE, INPUTS, PRECISION, RUN_DIR, TOLERANCE, Options, with_options
+from precision_doctor.cli.options import CAPTURE, EMULATION, INPUTS, PRECISION, RUN_DIR, TOLERANCE, Options, with_options
 from precision_doctor.control import CaptureEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.measure.tolerance import Tolerance
 
 
 @app.command()
-@with_options(INPUTS, PRECISION, TOLERANCE, RUN_DIR, CAPTURE)
+@with_options(INPUTS, PRECISION, TOLERANCE, EMULATION, RUN_DIR, CAPTURE)
 def compare(
     model: Path = typer.Argument(..., help="ONNX model."),
     top: int = typer.Option(10, "--top", min=1, help="Rows of the offenders table."),

@@ -100,7 +100,13 @@ def settings_refusal(exc, model: Path, out_dir: Path) -> str:
 
 
 def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None) -> None:
-    from precision_doctor.render.markdown import confirm_sentence, headroom_sentence, held_out_sentence
+    from precision_doctor.render.markdown import (
+        certified_sentence,
+        confirm_sentence,
+        emulation_note_lines,
+        headroom_sentence,
+        held_out_sentence,
+    )
     from precision_doctor.render.tensorrt import outcome_lines
 
     def say(text) -> None:
@@ -127,8 +133,9 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
                                  "tolerance"))
     else:
         say(styled("NO PASSING SET", "bold red", f": {report.reason or report.status}"))
-    for note in (held_out_sentence(report), *((confirm_sentence(report), headroom_sentence(report))
-                                               if report.passed else ())):
+    passed_notes = (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),
+                    *emulation_note_lines(report))
+    for note in (held_out_sentence(report), *(passed_notes if report.passed else ())):
         if note:
             say(note.replace("`", ""))
     for note, loud in outcome_lines(report) if report.passed else ():

@@ -48,6 +48,7 @@ FLAGS: dict[str, str] = {
     "capture.group_mb": "--group-mb",
     "backends.backend": "--backend",
     "backends.confirm_backend": "--confirm-backend",
+    "backends.rules": "--emulation-rules",
     "out_dir": "--out",
     "force": "--force",
     "resume": "--resume",
@@ -126,16 +127,25 @@ SEARCH = (
     _opt("knobs", "search.knobs", bool,
          "Also try the answer's backend under its knob configurations (ort-cuda: cudnn_conv_algo_search x use_tf32; "
          "trt: tactic sources, TF32), alone and with the answer less one node; the cheapest passing one is kept and "
-         "its settings go into the commands. Refused with the emulator (no knobs).", "--knobs/--no-knobs"),
+         "its settings go into the commands. Refused with the emulator (no knobs; --backend auto tries them on its "
+         "confirm backend, ort-cuda where a GPU is).", "--knobs/--no-knobs"),
 )
 BACKENDS = (
-    _opt("backend", "backends.backend", str, "emulate, ort-cuda, trt, or auto (best here). ort-cpu is refused: "
-         "ONNX Runtime's CPU provider computes FP16 chains in FP32."),
+    _opt("backend", "backends.backend", str, "auto (default: search with the emulator, then let a CUDA GPU have the "
+         "last word: confirm on ort-cuda where one is), emulate, ort-cuda (the real mixed graph, one session per "
+         "set), ort-cuda-gated (real FP16 in one session, a set is a feed; no kernel fusions), trt. ort-cpu is "
+         "refused: ONNX Runtime's CPU provider computes FP16 chains in FP32."),
     _opt("confirm_backend", "backends.confirm_backend", str | None,
          "Carry the answer over to this backend (ort-cuda, trt, ort-cpu) on every sample: kept if it passes "
          "there, else grown until it does, then pruned to 1-minimal there. Search with the fast emulator, "
          "finish on the GPU. ort-cpu is a plumbing check only (fixed.onnx loads and runs; ONNX Runtime's CPU "
-         "provider computes FP16 chains in FP32, so its verdict is not FP16's)."),
+         "provider computes FP16 chains in FP32, so its verdict is not FP16's): it may add nodes, never removes "
+         "one, and never certifies the answer."),
+)
+EMULATION = (
+    _opt("emulation_rules", "backends.rules", str, "How the emulator rounds: ort-cuda (default: ONNX Runtime's CUDA "
+         "kernels and graph fusions in FP16, measured on an H100) or standard (round each node's inputs and output, "
+         "FP32 between); or rule names (docs/ARCHITECTURE.md). TensorRT's kernels were not measured."),
 )
 ENGINE_TARGETS = _opt("engine_targets", "artifacts.engine_targets", list[str] | None,
                       "TensorRT-RTX compute capabilities to build fixed.plan for, e.g. 8.6,8.9 (default: its portable set "
@@ -147,7 +157,7 @@ ARTIFACTS = (
     ENGINE_TARGETS,
 )
 CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),)
-DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, ARTIFACTS, CAPTURE)  # diagnose's and submit's
+DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE)  # diagnose's and submit's
 RUN_DIR = (
     Opt("out", None, Path | None,
         typer.Option(None, "--out", help="Run directory (default: reports/<model>-<command>-<time>).")),

@@ -26,10 +26,16 @@ skips the roundings that cannot change a value, with the same result bit for bit
 Rounding happens only where it can change something: at each low-precision node that computes new
 values, and at each edge from an FP32 (or non-candidate) producer into a low-precision node.
 
-Both graphs take `rules` (`precision.rules`: a profile such as `ort-cuda`, or rule names): a rule
+Both graphs take `rules` (`graph.rules`: a profile such as `ort-cuda`, or rule names): a rule
 replaces how a low-precision node of its op computes between its rounded inputs and its rounded
 output (e.g. a convolution rounded before its bias is added, as ONNX Runtime's CUDA Conv does). The
 default, `standard`, is the rule above. The FP32 side of every node is never changed.
+
+Fusion rules (`graph.fusions`) span nodes: at a site, the anchor's then branch also branches on the
+gates of the pattern's other nodes, and where they are low precision too it computes the fused
+kernel (reading the pattern's inputs, rounded); the Where form selects among the same variants with
+Where on those gates; the local graph computes the anchor fused (every node of the pattern low
+precision) from the pattern's exact inputs.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import Format
+from precision_doctor.graph.fusions import FUSIONS, Site
 from precision_doctor.graph.model import Model, NodeInfo
 from precision_doctor.graph.rules import Rule, RuleSet, resolve_rules
 from precision_doctor.graph.saturate import constant_tensors, float_value, saturate_round
@@ -88,6 +95,8 @@ class _Builder:
         self._inits = {i.name: i for i in model.proto.graph.initializer}
         self._consts = constant_tensors(model)  # Constant outputs: rounded copies too, like initializers
         self._counter = 0
+        self.sites: dict[str, Site] = rules.sites(model, fmt)  # anchor node name -> its fusion site
+        self._scalar_gates: dict[str, str] = {}
 
     def uid(self, base: str) -> str:
         self._counter += 1
@@ -120,6 +129,34 @@ class _Builder:
     def is_const(self, name: str) -> bool:
         """An initializer or a Constant's output: rounded (saturated) once, ahead of time."""
         return name in self._inits or name in self._consts
+
+    def reader(self, rounded: dict[str, str], known: frozenset[str] = frozenset()):
+        """A `read` for fusions: a tensor's rounded copy (those in `rounded`, constants' rounded copies,
+        tensors in `known` as they are, else a new Cast pair, made once)."""
+        made = dict(rounded)
+
+        def read(t: str) -> str:
+            if t not in made:
+                if self.is_const(t):
+                    made[t] = self._rounded_initializer(t)
+                elif t in known:
+                    made[t] = t
+                else:
+                    made[t] = self.uid(t + "_in")
+                    self.cast_pair(t, made[t], self.model.tensor_types[t])
+            return made[t]
+
+        return read
+
+    def scalar_gate(self, index: int) -> str:
+        """A scalar boolean: candidate `index`'s element of the mask (for Where gates)."""
+        key = str(index)
+        if key not in self._scalar_gates:
+            name = self.uid(f"pd_gate_{index}_s")
+            idx = self.const(name + "_idx", np.array(index, dtype=np.int64))
+            self.nodes.append(helper.make_node("Gather", [MASK_INPUT, idx], [name], axis=0, name=name))
+            self._scalar_gates[key] = name
+        return self._scalar_gates[key]
 
     def _rounded_initializer(self, name: str) -> str:
         if name not in self._rounded_inits:
@@ -182,6 +219,9 @@ def _is_exact(node: onnx.NodeProto) -> bool:
     return node.op_type in _EXACT_OPS
 
 
+is_exact = _is_exact  # public: what coverage.py reads
+
+
 def _gate_nodes(model: Model, n: int) -> tuple[list[onnx.NodeProto], list[str]]:
     """One Split of the mask into n one-element gates `pd_gate_<i>` (shape [1]: fine for If, not for Where)."""
     gates = [f"pd_gate_{i}" for i in range(n)]
@@ -208,26 +248,32 @@ class _GatedBuilder(_Builder):
     def node_if(self, node: onnx.NodeProto, info: NodeInfo) -> onnx.NodeProto:
         outs = [t for t in node.output if t]
         by_gate: dict[str, list[str]] = {}  # gate of a producing candidate -> its outputs read here
+        site = self.sites.get(info.name)
+        partners = [self.gates[p] for p in (site.gates if site else ()) if p in self.gates]
+        for gate in partners:  # a fusion's other nodes: always branched on
+            by_gate.setdefault(gate, [])
         for t in info.float_inputs:
             p = self.producer.get(t)
             if not self.is_const(t) and p in self.gates:
                 by_gate.setdefault(self.gates[p], []).append(t)
-        nested = list(by_gate.items())[:_MAX_NESTED]
+        nested = list(by_gate.items())[: max(_MAX_NESTED, len(partners))]
         then_g = self._low(node, info, outs, frozenset(), nested, "then")
         f32 = {t: self.uid(t + "_f32") for t in outs}
         else_g = self._graph([self._copy(node, {}, f32)], "else", [f32[t] for t in outs], outs)
         gate = self.gates[info.name]
         return helper.make_node("If", [gate], outs, name=self.uid(info.name), then_branch=then_g, else_branch=else_g)
 
-    def _low(self, node, info, outs, as_is: frozenset[str], nested, label: str) -> onnx.GraphProto:
-        """The low-precision computation; `as_is`: inputs known rounded; `nested`: gates still to branch on."""
+    def _low(self, node, info, outs, as_is: frozenset[str], nested, label: str,
+             on: frozenset[str] = frozenset()) -> onnx.GraphProto:
+        """The low-precision computation; `as_is`: inputs known rounded; `nested`: gates still to branch
+        on; `on`: gates known True here."""
         if nested:
             (gate, tensors), rest = nested[0], nested[1:]
             inner_outs = [self.uid(t + "_v") for t in outs]
             inner = helper.make_node(
                 "If", [gate], inner_outs, name=self.uid(info.name),
-                then_branch=self._low(node, info, outs, as_is | set(tensors), rest, "asis"),
-                else_branch=self._low(node, info, outs, as_is, rest, "round"),
+                then_branch=self._low(node, info, outs, as_is | set(tensors), rest, "asis", on | {gate}),
+                else_branch=self._low(node, info, outs, as_is, rest, "round", on),
             )
             return self._graph([inner], label, inner_outs, outs)
         nodes, self.nodes = self.nodes, []
@@ -242,7 +288,14 @@ class _GatedBuilder(_Builder):
                 self.cast_pair(t, imap[t], self.model.tensor_types[t])
         raw = {t: self.uid(t + "_raw") for t in outs}
         rule = self.rules.for_node(self.model, node, info)
-        if rule is not None:  # the rule computes from the rounded inputs and rounds its own output
+        site = self.sites.get(info.name)
+        fused = {t: self.uid(t + "_fused") for t in outs}
+        if site is not None and FUSIONS[site.fusion].emit(
+            self, site, frozenset(p for p in site.gates if self.gates.get(p) in on), self.reader(imap, as_is),
+            fused[outs[0]],
+        ):
+            result, rule = fused, site  # rounded by the fused computation
+        elif rule is not None:  # the rule computes from the rounded inputs and rounds its own output
             result = {t: self.uid(t + "_rt") for t in outs}
             rule.emit(self, node, info, imap, result[outs[0]])
         else:
@@ -299,9 +352,10 @@ def gated_graph(model: Model, fmt: Format, where_gates: bool = False, rules=None
             b.nodes.append(helper.make_node("Gather", [MASK_INPUT, gate + "_idx"], [gate], axis=0, name=gate))
             raw = {t: f"{t}__pd_raw" for t in info.float_outputs}
             rule = ruleset.for_node(model, node, info)
-            if rule is not None:  # both sides computed: the FP32 node and the rule on rounded inputs
+            site = b.sites.get(info.name)
+            if rule is not None or site is not None:  # both sides computed: the FP32 node, the low one rounded
                 b.nodes.append(_rewire(node, info, b, None, lambda t, raw=raw: raw.get(t, t), round_inputs=False))
-                low = _rule_outputs(b, rule, node, info)
+                low = _site_outputs(b, site, rule, node, info, index) if site else _rule_outputs(b, rule, node, info)
                 for t in info.float_outputs:
                     b.nodes.append(helper.make_node("Where", [gate, low[t], raw[t]], [t], name=b.uid("gate")))
             else:
@@ -315,16 +369,67 @@ def gated_graph(model: Model, fmt: Format, where_gates: bool = False, rules=None
     return GatedGraph(proto=proto, candidates=cands, fmt=fmt, rules=ruleset.label)
 
 
-def _rule_outputs(b: _Builder, rule: Rule, node: onnx.NodeProto, info: NodeInfo) -> dict[str, str]:
-    """The node's low-precision output under `rule`, from its floating inputs rounded (always)."""
+def _rounded_inputs(b: _Builder, info: NodeInfo) -> dict[str, str]:
     rounded = {}
     for t in info.float_inputs:
         rounded[t] = b.uid(t + "_in")
         b.round_tensor(t, rounded[t], None)
+    return rounded
+
+
+def _rule_outputs(b: _Builder, rule: Rule | None, node: onnx.NodeProto, info: NodeInfo,
+                  rounded: dict[str, str] | None = None) -> dict[str, str]:
+    """The node's low-precision output under `rule` (None: the standard rule), from its floating inputs
+    rounded (always)."""
+    rounded = _rounded_inputs(b, info) if rounded is None else rounded
     out = node.output[0]
     low = {out: b.uid(out + "_rule")}
-    rule.emit(b, node, info, rounded, low[out])
+    if rule is not None:
+        rule.emit(b, node, info, rounded, low[out])
+        return low
+    raw = {t: b.uid(t + "_raw") for t in node.output if t}
+    new = onnx.NodeProto()
+    new.CopyFrom(node)
+    new.name = b.uid(node.name)
+    for i, t in enumerate(node.input):
+        new.input[i] = rounded.get(t, t)
+    for i, t in enumerate(node.output):
+        new.output[i] = raw.get(t, t)
+    b.nodes.append(_saturated_fill(new, b.fmt))
+    if _is_exact(node):
+        b.nodes.append(helper.make_node("Identity", [raw[out]], [low[out]], name=b.uid("id")))
+    else:
+        b.cast_pair(raw[out], low[out], b.model.tensor_types[out])
     return low
+
+
+def _site_outputs(b: _Builder, site: Site, rule: Rule | None, node: onnx.NodeProto, info: NodeInfo,
+                  index: dict[str, int] | None) -> dict[str, str]:
+    """The anchor's low-precision output at a fusion site, inputs rounded (always): one variant per
+    state of the site's other nodes, selected by Where on their gates (`index`: candidate -> mask
+    position; None: every node of the pattern low precision, as in the local graph)."""
+    rounded = _rounded_inputs(b, info)
+    read = b.reader(rounded)
+    out = node.output[0]
+    gates = list(site.gates) if index is not None else []
+    always = frozenset(site.gates) if index is None else frozenset()  # the local graph: the whole pattern low
+    variants: dict[frozenset[str], str] = {}
+    for k in range(1 << len(gates)):
+        low = frozenset(g for j, g in enumerate(gates) if k >> j & 1)
+        name = b.uid(out + "_fused")
+        if not FUSIONS[site.fusion].emit(b, site, low | always, read, name):
+            name = _rule_outputs(b, rule, node, info, rounded)[out]
+        variants[low] = name
+
+    def pick(j: int, low: frozenset[str]) -> str:  # Where over gates[j:], the earlier ones decided
+        if j == len(gates):
+            return variants[low]
+        sel = b.uid(out + "_sel")
+        b.nodes.append(helper.make_node("Where", [b.scalar_gate(index[gates[j]]), pick(j + 1, low | {gates[j]}),
+                                                  pick(j + 1, low)], [sel], name=b.uid("gate")))
+        return sel
+
+    return {out: pick(0, frozenset())}
 
 
 def local_output(tensor: str) -> str:
@@ -349,10 +454,17 @@ def local_graph(
     for idx in sorted(by_index):
         info = by_index[idx]
         node = model.proto.graph.node[idx]
-        for t in info.inputs + info.implicit_inputs:
+        site = b.sites.get(info.name)
+        for t in info.inputs + info.implicit_inputs + (site.reads if site else ()):
             if t and t not in model.initializers:
                 feeds[t] = None
         rule = b.rules.for_node(model, node, info)
+        if site is not None:  # the fused kernel on the pattern's exact inputs
+            low = _site_outputs(b, site, rule, node, info, None)
+            for t in info.float_outputs:
+                b.nodes.append(helper.make_node("Identity", [low[t]], [local_output(t)], name=b.uid("id")))
+                outputs.append(t)
+            continue
         if rule is not None:
             low = _rule_outputs(b, rule, node, info)
             for t in info.float_outputs:

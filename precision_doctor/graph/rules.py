@@ -23,8 +23,12 @@ The rules model what ONNX Runtime's CUDA kernels do in FP16 (onnxruntime 1.2x-1.
   the exact `alpha_h * x + beta_h`), as nvcc contracts `__hmul`/`__hadd` without `_rn`.
 - `leakyrelu-fp16`: `x > 0 ? x : (T)alpha * x`: alpha rounded to FP16.
 
-`PROFILES` name sets of rules: `standard` (none), `ort-cuda` (the rules above that the sources
-say ORT's CUDA provider follows; to be confirmed against the GPU with bench/gpu_nodewise.py).
+Fusion rules (`graph/fusions.py`) model what ONNX Runtime's graph optimizer makes of neighbouring
+low-precision nodes (QuickGelu, Conv+BatchNormalization folding, FusedMatMul, Gemm).
+
+`PROFILES` name sets of rules: `standard` (none), `ort-cuda` (what ORT's CUDA provider does with a
+mixed graph at ORT_ENABLE_ALL: the node rules it follows, measured on an H100 in GPU session A, and its
+fusions), `ort-cuda-nodes` (the node rules alone, phase 1's `ort-cuda`: for before/after comparisons).
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ import onnx
 from onnx import TensorProto, helper
 
 from precision_doctor.errors import UserError
+from precision_doctor.graph.formats import Format
+from precision_doctor.graph.fusions import FUSIONS, Fusion, Site, emit_op, emit_rounded, emit_scalar, find_sites, lowp_value
 from precision_doctor.graph.model import Model, NodeInfo
 
 if TYPE_CHECKING:  # the builder of precision.emulate (which imports this module)
@@ -71,6 +77,7 @@ class Rule:
     name = ""
     ops: frozenset[str] = frozenset()
     summary = ""
+    rounds_before_bias = False  # a Conv rule that rounds the convolution before adding the bias
 
     def applies(self, model: Model, node: onnx.NodeProto, info: NodeInfo) -> bool:
         return node.op_type in self.ops and _single_float_output(model, node, info)
@@ -80,30 +87,15 @@ class Rule:
         rounded floating inputs `inputs` (original name -> rounded name; other inputs keep their names)."""
         raise NotImplementedError
 
-    # helpers for subclasses
-    @staticmethod
-    def rounded(b: _Builder, src: str, like: str) -> str:
-        """A new tensor: `src` rounded to the format, with the element type of tensor `like`."""
-        dst = b.uid(like + "_rt")
-        b.cast_pair(src, dst, b.model.tensor_types[like])
-        return dst
-
-    @staticmethod
-    def op(b: _Builder, op: str, inputs: list[str], base: str, **attrs) -> str:
-        """A new node `op` on `inputs`; returns the name of its (one) output."""
-        out = b.uid(base)
-        b.nodes.append(helper.make_node(op, inputs, [out], name=b.uid(op.lower()), **attrs))
-        return out
-
-    @staticmethod
-    def scalar(b: _Builder, base: str, value: float, like: str) -> str:
-        """A scalar constant of the element type of tensor `like`."""
-        return b.const(base, np.array(value, dtype=helper.tensor_dtype_to_np_dtype(b.model.tensor_types[like])))
+    # helpers for subclasses (graph.fusions' emission helpers)
+    rounded = staticmethod(emit_rounded)
+    op = staticmethod(emit_op)
+    scalar = staticmethod(emit_scalar)
 
     @staticmethod
     def lowp_value(b: _Builder, value: float) -> float:
         """`value` rounded to the format (an attribute the kernel casts to T)."""
-        return float(b.fmt.round(np.array(value, dtype=np.float32)))
+        return lowp_value(b.fmt, value)
 
 
 def _read(node: onnx.NodeProto, inputs: dict[str, str], k: int) -> str:
@@ -151,6 +143,7 @@ class _ConvBase(Rule):
 
 class ConvBiasFp16(_ConvBase):
     name = "conv-bias-fp16"
+    rounds_before_bias = True  # what a fused Conv (conv-bn-fold) does with its folded bias too
     summary = "round(round(conv(x, w)) + b): the convolution rounded to FP16 before the bias is added"
 
     def applies(self, model, node, info) -> bool:
@@ -167,6 +160,7 @@ class ConvSplitK2(_ConvBase):
     name = "conv-splitk2"
     summary = "input channels in two halves, each partial convolution rounded to FP16, then summed (and the bias added) in FP16"
     ops = frozenset({"Conv"})
+    rounds_before_bias = True
 
     def channels(self, model: Model, node: onnx.NodeProto) -> int | None:
         w = _shape(model, node.input[1])
@@ -351,28 +345,40 @@ RULES: dict[str, Rule] = {
         HardSigmoidFp16(), HardSigmoidFp16(fused=True), LeakyReluFp16(),
     )
 }  # fmt: skip
+ORT_CUDA_NODES = ("conv-bias-fp16", "reducemean-fp16-sum", "hardsigmoid-fma", "leakyrelu-fp16")
 PROFILES: dict[str, tuple[str, ...]] = {
     STANDARD: (),
-    "ort-cuda": ("conv-bias-fp16", "reducemean-fp16-sum", "hardsigmoid-fma", "leakyrelu-fp16"),
+    "ort-cuda": (*ORT_CUDA_NODES, *FUSIONS),
+    "ort-cuda-nodes": ORT_CUDA_NODES,
 }
+# Choices of the `backends.rules` setting (spec.py): the profiles a user picks between.
+SETTING_CHOICES = ("ort-cuda", STANDARD)
 
 
 @dataclass(frozen=True)
 class RuleSet:
-    """Rules in force (at most one per op type): `for_node` picks the one that applies, if any."""
+    """Rules in force (at most one node rule per op type; fusions): `for_node` picks the node rule
+    that applies, if any; `sites` finds where the fusions apply in a model."""
 
     rules: tuple[Rule, ...] = ()
+    fusions: tuple[Fusion, ...] = ()
 
     @property
     def names(self) -> tuple[str, ...]:
-        return tuple(r.name for r in self.rules)
+        return tuple(r.name for r in self.rules) + tuple(f.name for f in self.fusions)
 
     @property
     def label(self) -> str:
-        return ",".join(self.names) or STANDARD
+        """The profile these rules are, else the rule names joined by commas."""
+        names = self.names
+        return next((p for p, members in PROFILES.items() if members == names), None) or ",".join(names) or STANDARD
 
     def for_node(self, model: Model, node: onnx.NodeProto, info: NodeInfo) -> Rule | None:
         return next((r for r in self.rules if r.applies(model, node, info)), None)
+
+    def sites(self, model: Model, fmt: Format) -> dict[str, Site]:
+        """Anchor node name -> where a fusion applies (`fusions.find_sites`)."""
+        return find_sites(model, fmt, self.fusions)
 
 
 def resolve_rules(spec: str | Iterable[str] | RuleSet | None) -> RuleSet:
@@ -387,16 +393,17 @@ def resolve_rules(spec: str | Iterable[str] | RuleSet | None) -> RuleSet:
     for item in items:
         if item in PROFILES:
             names += PROFILES[item]
-        elif item in RULES:
+        elif item in RULES or item in FUSIONS:
             names.append(item)
         else:
-            choices = ", ".join([*PROFILES, *RULES])
+            choices = ", ".join([*PROFILES, *RULES, *FUSIONS])
             raise UserError(f"unknown emulation rule or profile '{item}'; choose from: {choices}")
-    rules = tuple(RULES[n] for n in dict.fromkeys(names))
+    names = list(dict.fromkeys(names))
+    rules = tuple(RULES[n] for n in names if n in RULES)
     seen: dict[str, str] = {}
     for r in rules:
         for op in r.ops:
             if op in seen:
                 raise UserError(f"emulation rules '{seen[op]}' and '{r.name}' both change {op}; pick one")
             seen[op] = r.name
-    return RuleSet(rules)
+    return RuleSet(rules, tuple(FUSIONS[n] for n in names if n in FUSIONS))

@@ -24,6 +24,7 @@ from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
+from precision_doctor.graph.rules import resolve_rules
 from precision_doctor.spec import CaptureSpec
 
 _UNKNOWN_BYTES = 1 << 20
@@ -103,8 +104,10 @@ def capture(
     attrs: dict | None = None,
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
+    rules: str | None = None,
 ) -> Path:
-    """Capture reference, low-precision and local runs of `model` on `samples` into `out_path`."""
+    """Capture reference, low-precision and local runs of `model` on `samples` into `out_path`, the
+    low-precision ones under the emulation `rules` (`backends.rules`; None: standard)."""
     budget = int(settings.group_mb * (1 << 20))
     node_outputs = [t for n in model.nodes for t in n.outputs if t]
     float_outputs = [t for t in node_outputs if model.is_float(t)]
@@ -120,16 +123,18 @@ def capture(
             nodes=model.node_records(),
             model_outputs=model.outputs,
             inputs=[{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in samples[0].items()],
+            rules=resolve_rules(rules).label,
             **(attrs or {}),
         )
         for i, s in enumerate(samples):
             for name, value in s.items():
                 store.write(REFERENCE, name, i, len(samples), value)
         capture_run(store, REFERENCE, model.proto, model, node_outputs, samples, {}, budget, progress, stop)
-        gated = gated_graph(model, fmt)
+        gated = gated_graph(model, fmt, rules=rules)
         mask = {MASK_INPUT: gated.mask(fallback)}
         capture_run(store, LOWP, gated.proto, model, float_outputs, samples, mask, budget, progress, stop)
-        capture_local(store, model, fmt, samples_n=len(samples), budget=budget, progress=progress, stop=stop)
+        capture_local(store, model, fmt, samples_n=len(samples), budget=budget, progress=progress, stop=stop,
+                      rules=rules)
     return out_path
 
 
@@ -145,13 +150,15 @@ def capture_local(
     budget: int,
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
+    rules: str | None = None,
 ) -> None:
-    """Each candidate node computed in low precision from the stored exact reference inputs."""
+    """Each candidate node computed in low precision from the stored exact reference inputs (under the
+    emulation `rules`: at a fusion site, the fused kernel from the pattern's exact inputs)."""
     nodes = model.candidates
     groups = group_by_bytes(nodes, lambda n: _node_bytes(model, n), budget)
     done = 0
     for group in groups:
-        proto, feeds = local_graph(model, fmt, group)
+        proto, feeds = local_graph(model, fmt, group, rules)
         sess = make_session(proto, optimize=False)
         outputs = [o.name for o in proto.graph.output]
         for i in range(samples_n):

@@ -30,7 +30,9 @@ from precision_doctor.control import StopToken
 from precision_doctor.data.activations import LOCAL, REFERENCE, ActivationStore
 from precision_doctor.graph.emulate import local_output
 from precision_doctor.graph.formats import Format
-from precision_doctor.graph.model import Model, NodeInfo, tensor_types_and_shapes
+from precision_doctor.graph.fusions import Site, pattern_model
+from precision_doctor.graph.mixed import build_mixed
+from precision_doctor.graph.model import Model, NodeInfo, from_proto, tensor_types_and_shapes
 from precision_doctor.measure.capture import _node_bytes, _tensor_bytes, group_by_bytes
 
 GPU_LOCAL, GPU_LOWP = "gpu_local", "gpu_lowp"
@@ -118,6 +120,35 @@ def capture_graph(
             feed = {k: v.astype(np.float16) if want.get(k) == "tensor(float16)" else v for k, v in s.items()}
             for name, value in zip(group, sess.run(group, feed)):
                 store.write(run, name, i, len(samples), _f32(value))
+        del sess
+    return time.perf_counter() - t0
+
+
+def capture_patterns(
+    store: ActivationStore,
+    run: str,
+    model: Model,
+    sites: Sequence[Site],
+    samples_n: int,
+    providers: Sequence = ("CPUExecutionProvider",),
+    precision: str = "fp16",
+    stop: StopToken | None = None,
+) -> float:
+    """Each fusion site's anchor output as the provider computes the real low-precision pattern
+    (`fusions.pattern_model` made mixed, all of it low precision, graph optimizations on: the provider
+    fuses it as it would in the whole graph), fed the stored exact reference inputs, into `run` (it
+    replaces the anchor's node-alone output there). Returns seconds."""
+    t0 = time.perf_counter()
+    for site in sites:
+        pattern = from_proto(pattern_model(model, site))
+        proto = build_mixed(pattern, frozenset(), precision)
+        sess = make_session(proto, providers, optimize=True)
+        ins = [i.name for i in sess.get_inputs()]
+        y = proto.graph.output[0].name
+        for i in range(samples_n):
+            control.check(stop)
+            feed = {t: store.read(REFERENCE, t, i) for t in ins}
+            store.write(run, y, i, samples_n, _f32(sess.run([y], feed)[0]))
         del sess
     return time.perf_counter() - t0
 
@@ -278,6 +309,7 @@ def node_rows(
     forced: set[str] | None = None,
     placement: dict[str, str] | None = None,
     lowp_labels: Sequence[str] = (),
+    fused: dict[str, str] | None = None,
 ) -> list[dict]:
     """One row per candidate node measured in `gpu_local`: its worst floating output's error in the
     provider's run and in each emulator run `labels` that holds it (`standard` holds every node), the
@@ -313,7 +345,8 @@ def node_rows(
         _, t, numel, worst = max(per_out, key=lambda x: x[0])
         ratios = {k: ratio(worst["gpu"][metric], v[metric]) for k, v in worst["emulated"].items()}
         rows.append({
-            "node": info.name, "op_type": info.op_type, "output": t, "numel": numel,
+            "node": info.name, "op_type": info.op_type, "group": (fused or {}).get(info.name, info.op_type),
+            "output": t, "numel": numel,
             "forced_fp32": bool(forced and info.name in forced),
             "provider": (placement or {}).get(info.name),
             "gpu": worst["gpu"], "emulated": worst["emulated"], "ratio": ratios,
@@ -331,12 +364,14 @@ def effective(row: dict, label: str, key: str):
 
 
 def by_op(rows: Sequence[dict], labels: Sequence[str]) -> dict[str, dict]:
-    """Per op type and rules label: nodes, nodes the label changes, ratio median/min/max, mismatches,
-    median and minimum share of bit-exact elements, largest difference in units of the spacing."""
+    """Per op type (or fusion, for fused anchors) and rules label: nodes, nodes the label changes, ratio
+    median/min/max, mismatches, median and minimum share of bit-exact elements, largest difference in
+    units of the spacing."""
     out: dict[str, dict] = {}
-    for op in sorted({r["op_type"] for r in rows}):
-        mine = [r for r in rows if r["op_type"] == op and not r["forced_fp32"]]
-        entry: dict = {"nodes": len(mine), "forced_fp32": sum(r["forced_fp32"] for r in rows if r["op_type"] == op)}
+    group = lambda r: r.get("group", r["op_type"])  # noqa: E731  an op type, or a fusion's name
+    for op in sorted({group(r) for r in rows}):
+        mine = [r for r in rows if group(r) == op and not r["forced_fp32"]]
+        entry: dict = {"nodes": len(mine), "forced_fp32": sum(r["forced_fp32"] for r in rows if group(r) == op)}
         for label in labels:
             vals = [(effective(r, label, "ratio"), effective(r, label, "agree")) for r in mine]
             vals = [(x, a) for x, a in vals if x is not None]

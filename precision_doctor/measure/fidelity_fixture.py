@@ -4,7 +4,10 @@
 Layout: `index` holds a JSON list of entries (key, model, node, op_type, provider, input and output
 names, where they came from); for entry `k`, `k.onnx` is a one-node ONNX model (the node and the
 initializers it reads, FP32), `k.in<i>` its i-th fed input (float32) and `k.out<j>` the provider's
-j-th output (float16 where that is lossless, as the provider's FP16 values are).
+j-th output (float16 where that is lossless, as the provider's FP16 values are). A fusion's entry
+(`fusion` set in its record) holds the pattern instead of one node (`pattern_model`): its inputs are
+the pattern's, its output the anchor's, computed by the provider on the real FP16 pattern with its
+graph optimizations on (so the provider fuses it as it would in the whole graph).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from precision_doctor.backends.ort_session import make_session
+from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.errors import UserError
 from precision_doctor.graph.emulate import local_graph, local_output
 from precision_doctor.graph.formats import Format
+from precision_doctor.graph.fusions import Site, pattern_model
 from precision_doctor.graph.model import Model, NodeInfo, from_proto
 from precision_doctor.measure.fidelity import GPU_LOCAL, agreement
 
@@ -41,6 +45,27 @@ def node_model(model: Model, info: NodeInfo) -> onnx.ModelProto:
     )
     out = helper.make_model(g, opset_imports=list(model.proto.opset_import), ir_version=model.proto.ir_version)
     out.producer_name = "precision-doctor-fixture"
+    return out
+
+
+def pattern_entries(
+    store: ActivationStore, model: Model, sites: Iterable[Site], run: str, label: str, meta: dict | None = None,
+) -> list[tuple[dict, dict[str, np.ndarray]]]:
+    """Entries (index record, arrays) for fusion sites from sample 0 of a store holding `reference` and the
+    provider's anchor outputs in `run`."""
+    out = []
+    for site in sites:
+        proto = pattern_model(model, site)
+        ins = [i.name for i in proto.graph.input]
+        y = proto.graph.output[0].name
+        if not store.has(run, y) or not all(store.has(REFERENCE, t) for t in ins):
+            continue
+        arrays = {"onnx": np.frombuffer(proto.SerializeToString(), dtype=np.uint8)}
+        arrays.update({f"in{i}": store.read(REFERENCE, t, 0) for i, t in enumerate(ins)})
+        arrays["out0"] = _lossless16(store.read(run, y, 0))
+        record = {"model": label, "node": site.anchor, "op_type": model.node(site.anchor).op_type, "fusion": site.fusion,
+                  "pattern": [site.anchor, *site.gates], "inputs": ins, "outputs": [y], **(meta or {})}
+        out.append((record, arrays))
     return out
 
 
@@ -98,12 +123,17 @@ def read_fixture(path: Path) -> list[tuple[dict, dict[str, np.ndarray]]]:
 
 
 def replay(record: dict, arrays: dict[str, np.ndarray], fmt: Format, rules=None) -> dict[str, np.ndarray]:
-    """The emulator's local output of the fixture's node under `rules`, on ORT's CPU provider."""
+    """The emulator's local output of the fixture's node (or pattern's anchor) under `rules`, on ORT's
+    CPU provider; a pattern's inner tensors are fed exact, from its FP32 run."""
     model = from_proto(onnx.load_from_string(arrays["onnx"].tobytes()))
+    exact = {t: arrays[f"in{i}"] for i, t in enumerate(record["inputs"])}
+    inner = [t for n in model.nodes for t in n.outputs if t and t not in record["outputs"]]
+    if inner:
+        sess = make_session(with_outputs(model.proto, inner, model.tensor_types), optimize=False)
+        exact.update(zip(inner, sess.run(inner, exact)))
     proto, feeds = local_graph(model, fmt, model.candidates, rules)
-    inputs = {t: arrays[f"in{i}"] for i, t in enumerate(record["inputs"])}
     names = [local_output(t) for t in record["outputs"]]
-    res = make_session(proto, optimize=False).run(names, {t: inputs[t] for t in feeds})
+    res = make_session(proto, optimize=False).run(names, {t: exact[t] for t in feeds})
     return dict(zip(record["outputs"], res))
 
 

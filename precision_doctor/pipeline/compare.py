@@ -40,16 +40,19 @@ def capture_and_analyse(
     settings: CaptureSpec = CaptureSpec(),
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
+    rules: str | None = None,
 ) -> Analysis:
     """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed) and analyse
-    it; the analysis is kept in the file (`reanalyse` reads it back)."""
+    it; the analysis is kept in the file (`reanalyse` reads it back). The low-precision runs follow the
+    emulation `rules` (`backends.rules`)."""
     fmt = get_format(precision)
     final = out_dir / ACTIVATIONS
     tmp = out_dir / f".{ACTIVATIONS}.partial"
     attrs = {"tolerance": tolerance.to_dict(), "input_source": work.inputs.describe()}
     note_written(tmp)
     note_written(final)
-    capture(work.model, work.samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress, stop=stop)
+    capture(work.model, work.samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress, stop=stop,
+            rules=rules)
     with ActivationStore(tmp, "a") as store:
         analysis = analyse(store, tolerance=tolerance, model=work.model)
         keep_analysis(store, analysis)
@@ -77,8 +80,10 @@ def run_compare(
     settings: CaptureSpec = CaptureSpec(),
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
+    rules: str | None = None,
 ) -> CompareResult:
-    analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress, stop=stop)
+    analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress, stop=stop,
+                                   rules=rules)
     write_layer_tables(out_dir, analysis)
     return CompareResult(out_dir, analysis)
 
@@ -93,11 +98,11 @@ def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis
 
 def capture_fixed(
     path: Path, model: Model, fmt: Format, samples: list[Sample], fallback: frozenset[str], settings: CaptureSpec,
-    progress: ProgressSink | None = None, stop: StopToken | None = None,
+    progress: ProgressSink | None = None, stop: StopToken | None = None, rules: str | None = None,
 ) -> dict[str, float]:
-    """Capture the emulated run with the fallback set (run `fixed` of the store at `path`); returns each
-    candidate's worst relative L2 error after the fix."""
-    gated = gated_graph(model, fmt)
+    """Capture the emulated run with the fallback set (run `fixed` of the store at `path`, under the
+    emulation `rules`); returns each candidate's worst relative L2 error after the fix."""
+    gated = gated_graph(model, fmt, rules=rules)
     names = [t for n in model.nodes for t in n.float_outputs]
     with ActivationStore(path, "a") as store:
         if FIXED_RUN in store.file:

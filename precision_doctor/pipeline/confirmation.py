@@ -1,14 +1,20 @@
-"""`backends.confirm_backend`: carry the searched answer over to another backend on every sample."""
+"""`backends.confirm_backend`: carry the searched answer over to another backend on every sample; and
+which backend certified the final answer (`certified_by`), with what the emulator does not model."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from precision_doctor.backends.base import Backend
+from precision_doctor.backends.registry import BackendPlan, check_only
 from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
+from precision_doctor.graph.coverage import EmulationNote, emulation_notes
+from precision_doctor.graph.formats import Format
+from precision_doctor.graph.mixed import lowp_nodes
+from precision_doctor.graph.model import Model
 from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, trajectory_row, user_share
-from precision_doctor.results.report import Confirm
+from precision_doctor.results.report import Certification, Confirm, KnobsResult, Validation
 from precision_doctor.search import Oracle
 from precision_doctor.search.auto import repair
 from precision_doctor.search.oracle import Budget, Verdict
@@ -35,7 +41,8 @@ def confirm(
         oracle.load_checkpoint()
     elif (out_dir / CONFIRM_CHECKPOINT).exists():
         (out_dir / CONFIRM_CHECKPOINT).unlink()
-    status, reason, confirmed = run_strategy(oracle, space, lambda o, sp: repair(o, sp, found), stop)
+    prune_after = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
+    status, reason, confirmed = run_strategy(oracle, space, lambda o, sp: repair(o, sp, found, prune_after), stop)
     as_is = oracle.known(found)
     passed: bool | None = confirmed is not None
     if status == "complete" and confirmed is None:
@@ -53,8 +60,40 @@ def confirm(
         status=status,
         evaluations=oracle.evaluations,
         memo_hits=oracle.memo_hits,
-        one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed else None,
+        one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and prune_after else None,
         tolerance_used=user_share(spec, final),
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )
     return status, reason, confirmed, report, final
+
+
+GPU_BACKENDS = ("ort-cuda", "ort-cuda-gated", "trt")  # real low precision on a GPU
+
+
+def certification(
+    plan: BackendPlan, search: Backend, confirmed: Confirm | None, validation: Validation | None, n_search: int,
+    passed: bool, rules: str, knobs: KnobsResult | None = None,
+) -> Certification | None:
+    """The backend that last checked the final answer on every sample: the knob search's where it changed
+    the answer (`knobs`), the confirm backend where the answer passed there, else the search backend (on
+    the search samples, and the held-out ones where they were checked or searched with). None when there
+    is no answer."""
+    if not passed:
+        return None
+    if knobs is not None and knobs.changed_answer:
+        return Certification(knobs.backend, "knobs", knobs.samples, knobs.backend in GPU_BACKENDS)
+    if confirmed is not None and confirmed.passed and not check_only(confirmed.backend):
+        return Certification(confirmed.backend, "confirmation", confirmed.samples or 0, confirmed.backend in GPU_BACKENDS)
+    held = validation is not None and (validation.passed or bool(validation.passed_after_research))
+    samples = n_search + (validation.samples if held else 0)
+    how = "validation" if validation is not None and validation.passed else "search"
+    name = search.name
+    return Certification(name, how, samples, name in GPU_BACKENDS, rules if name == "emulate" else None, plan.no_gpu)
+
+
+def notes_for(model: Model, fmt: Format, search: Backend, final: frozenset[str]) -> list[EmulationNote]:
+    """Where the emulator searched: the nodes of the final answer's low-precision part that it does not
+    model (`graph.coverage`); none for other search backends."""
+    if search.name != "emulate":
+        return []
+    return emulation_notes(model, fmt, lowp_nodes(model, final))

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.backends.registry import make_backend
+from precision_doctor.backends.registry import make_backend, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
@@ -20,7 +20,7 @@ from precision_doctor.graph.formats import get_format
 from precision_doctor.pipeline.artifacts import write_artifacts
 from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
 from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
-from precision_doctor.pipeline.confirmation import confirm
+from precision_doctor.pipeline.confirmation import certification, confirm, notes_for
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
 from precision_doctor.pipeline.reporting import CHECKPOINT, build_report, write_report
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
@@ -60,10 +60,12 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     model = work.model
     b = spec.backends
 
-    backend = owned.enter_context(contextlib.closing(make_backend(b.backend, model, spec.precision, model.outputs)))
+    plan = plan_backends(b.backend, b.confirm_backend)  # auto: the emulator, confirmed on ort-cuda where a GPU is
+    backend = owned.enter_context(contextlib.closing(
+        make_backend(plan.search, model, spec.precision, model.outputs, rules=b.rules)))
     confirm_backend = owned.enter_context(contextlib.closing(
-        make_backend(b.confirm_backend, model, spec.precision, model.outputs, "backends.confirm_backend")
-    )) if b.confirm_backend else None
+        make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend", rules=b.rules)
+    )) if plan.confirm else None
     check_run_settings(out_dir, run_settings(work, spec, validation, _all_references(work)), resume)
     notify(progress, PhaseEvent("capture"))
     if resume and (out_dir / ACTIVATIONS).exists():
@@ -71,7 +73,8 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     else:
         with shared_capture(capture_cache, spec, work, out_dir) as reused:
             analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
-                work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop)
+                work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
+                rules=b.rules)
     write_layer_tables(out_dir, analysis)
     space = build_space(model, analysis, fmt, spec.search.cost)
 
@@ -135,8 +138,8 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
 
     notify(progress, PhaseEvent("artifacts"))
     final = found if found is not None else frozenset()
-    fixed_rel = capture_fixed(out_dir / ACTIVATIONS, model, fmt, work.samples, final, spec.capture, progress, stop) \
-        if passed else {}
+    fixed_rel = capture_fixed(out_dir / ACTIVATIONS, model, fmt, work.samples, final, spec.capture, progress, stop,
+                              rules=b.rules) if passed else {}
     written = write_artifacts(out_dir, work, refs, final, spec, knob_outcome.emitted if knob_outcome else None) \
         if passed else None
     trt_check, engine = tensorrt_steps(out_dir, model, final, spec, written, knob_outcome, work.samples) \
@@ -148,6 +151,9 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
         artifacts=written.commands if written else {}, elapsed=time.monotonic() - t0, confirm=confirmed,
         confirm_verdict=confirm_verdict, written=written, trt_check=trt_check, engine=engine,
         knobs=knob_outcome.result if knob_outcome else None, knob_verdict=knob_outcome.verdict if knob_outcome else None,
+        certified_by=certification(plan, backend, confirmed, validation_report, len(work.samples), passed, b.rules,
+                                   knob_outcome.result if knob_outcome else None),
+        emulation_rules=b.rules, emulation_notes=notes_for(model, fmt, backend, final) if passed else [],
     )
     return write_report(out_dir, report)
 

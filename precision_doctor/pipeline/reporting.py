@@ -6,7 +6,9 @@ import datetime as _dt
 from pathlib import Path
 
 from precision_doctor import __version__
+from precision_doctor.backends.registry import check_only
 from precision_doctor.data.workload import Workload
+from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import Format
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.pipeline.artifacts import FILES, Written
@@ -16,6 +18,7 @@ from precision_doctor.pipeline.strategy import trajectory_row, user_share
 from precision_doctor.results.jsonio import write_json
 from precision_doctor.results.report import (
     REPORT,
+    Certification,
     Checks,
     Confirm,
     EngineResult,
@@ -43,6 +46,8 @@ def build_report(
     n_validation: int, fixed_rel: dict[str, float], artifacts: dict, elapsed: float, confirm: Confirm | None = None,
     confirm_verdict: Verdict | None = None, written: Written | None = None, trt_check: TrtCheckResult | None = None,
     engine: EngineResult | None = None, knobs: KnobsResult | None = None, knob_verdict: Verdict | None = None,
+    certified_by: Certification | None = None, emulation_rules: str | None = None,
+    emulation_notes: list[EmulationNote] | None = None,
 ) -> Report:
     model = work.model
     final = fallback or frozenset()
@@ -77,6 +82,9 @@ def build_report(
             confirm=confirm.tolerance_used if confirm is not None and not by_knobs else None,
         ),
         confirm=confirm,
+        certified_by=certified_by,
+        emulation_rules=emulation_rules,
+        emulation_notes=list(emulation_notes or []),
         status=status,
         reason=reason,
         passed=fallback is not None and held_out_ok,
@@ -86,6 +94,7 @@ def build_report(
         evaluations=oracle.evaluations,
         memo_hits=oracle.memo_hits,
         one_minimal_checked=False if by_knobs else confirm.one_minimal_checked if confirm is not None and confirm.passed
+        and not check_only(confirm.backend)
         else oracle.one_minimal_checked(fallback),
         elapsed_s=elapsed,
         samples=SampleCounts(search=len(work.samples), validation=n_validation),

@@ -21,7 +21,7 @@ from precision_doctor.results.jsonio import jsonable, read_json, write_json
 from precision_doctor.spec import RunSpec
 
 RUN_SETTINGS = "run_settings.json"
-VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "confirm_backend", "samples",
+VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "confirm_backend", "rules", "samples",
                 "validation_samples", "samples_hash", "reference_hash")
 
 
@@ -41,7 +41,7 @@ def run_settings(work: Workload, spec: RunSpec, validation: list[Sample],
     return jsonable({
         "model_hash": work.model.model_hash, "precision": spec.precision, "backend": spec.backends.backend,
         "tolerance": spec.tolerance.to_dict(), "margin": spec.search.margin,
-        "confirm_backend": spec.backends.confirm_backend,
+        "confirm_backend": spec.backends.confirm_backend, "rules": spec.backends.rules,
         "samples": len(work.samples), "validation_samples": len(validation),
         "samples_hash": samples_hash(work.samples + validation),
         "reference_hash": samples_hash(references) if references else None,

@@ -12,7 +12,9 @@ from precision_doctor.render.markdown import (
     COMMAND_TITLES,
     INPUT_SENSITIVE_WHY,
     artifact_title,
+    certified_sentence,
     confirm_sentence,
+    emulation_note_lines,
     fmt,
     fmt_flops,
     fmt_pct,
@@ -342,7 +344,8 @@ def _header(report: Report) -> str:
         _kpi(tol_txt, "tolerance"),
     ]
     reason = ""
-    for line in (confirm_sentence(report), headroom_sentence(report), engine_sentence(report), knobs_sentence(report)):
+    for line in (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),
+                 engine_sentence(report), knobs_sentence(report), *emulation_note_lines(report)):
         if line:
             reason += f'<div class="headroom">{_e(line.replace("`", ""))}</div>'
     if check := trt_check_sentence(report):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from precision_doctor.backends.registry import check_only
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.render.tensorrt import (
@@ -213,7 +214,7 @@ def _build_steps(report: Report, cmds: dict[str, str]) -> list[tuple[str, str | 
         steps.append(("Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
                       "compute capability 9.0):", "./tensorrt_rtx.sh"))
     c = report.confirm
-    if c is not None and c.passed:
+    if c is not None and c.passed and not check_only(c.backend):
         steps.append((f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
                       "that is another one.", None))
     else:
@@ -304,11 +305,45 @@ def confirm_sentence(report: Report) -> str | None:
         return (f"Not confirmed on {c.backend}: the confirmation stopped early ({c.status}) after "
                 f"{_q(c.evaluations)} evaluations; the answer is the searched one ({searched} nodes).")
     held = {True: "held as is", False: "failed there"}.get(c.searched_answer_passed, "was not run there")
+    if check_only(c.backend):
+        return (f"Checked on {c.backend} over {_q(c.samples)} samples (a plumbing check: fixed.onnx loads and runs; "
+                f"its FP16 verdicts are not FP16's, so it never removes a node): the searched answer ({searched} "
+                f"nodes) {held}; the answer is {len(report.fallback_nodes)} nodes.")
     head = f"Confirmed on {c.backend} over {_q(c.samples)} samples: the searched answer ({searched} nodes) {held}"
     if not c.passed:
         return head + f"; no passing set was found there ({_q(c.evaluations)} evaluations)."
     final = len(report.fallback_nodes)
     return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes."
+
+
+def certified_sentence(report: Report) -> str | None:
+    """Which backend certified the final answer, in words (report.json's `certified_by`); None without one."""
+    c = report.certified_by
+    if c is None:
+        return None
+    where = {"confirmation": "confirmation", "validation": "search and held-out samples", "search": "search",
+             "knobs": "knob search"}.get(c.how, c.how)
+    if c.backend == "emulate":
+        who = f"the emulator (`{c.rules or 'standard'}` rules)"
+    else:
+        who = f"`{c.backend}`" + (" (real low precision on the GPU)" if c.gpu else "")
+    text = f"Certified by {who}: the final answer passes there on all {c.samples} samples ({where})"
+    if not c.gpu:
+        text += "; not checked on a GPU"
+        if c.not_on_gpu:
+            text += f": {c.not_on_gpu} (`--backend auto` confirms on ort-cuda where one is)"
+    return text + "."
+
+
+def emulation_note_lines(report: Report) -> list[str]:
+    """One line per group of nodes whose behaviour on the target the emulator does not model."""
+    out = []
+    for n in report.emulation_notes:
+        shown = ", ".join(_code(x) for x in n.nodes)
+        more = f" and {n.count - len(n.nodes)} more" if n.count > len(n.nodes) else ""
+        what = f"{n.count} {n.op_type} node(s) ({shown}{more})" if n.op_type else f"{n.count} node(s)"
+        out.append(f"Not modelled ({n.kind}): {what}: {n.detail}.")
+    return out
 
 
 def headroom_sentence(report: Report) -> str | None:
@@ -429,7 +464,8 @@ def render_markdown(report: Report) -> str:
         L.append(f"- Validation: {held_out_sentence(report)}")
     else:
         L.append("- Validation: not run (no held-out samples).")
-    for line in (confirm_sentence(report), headroom_sentence(report)):
+    for line in (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),
+                 *emulation_note_lines(report)):
         if line:
             L.append(f"- {line}")
     for line in (trt_check_sentence(report), engine_sentence(report), knobs_sentence(report)):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from precision_doctor.errors import UserError
+from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.results.jsonio import jsonable
 
@@ -119,6 +120,21 @@ class Confirm:
             "evaluations": self.evaluations, "memo_hits": self.memo_hits, "one_minimal_checked": self.one_minimal_checked,
             "tolerance_used": self.tolerance_used, "trajectory": [asdict(t) for t in self.trajectory],
         }
+
+
+@dataclass
+class Certification:
+    """Which backend last checked the final answer on every sample, and how: `search` (on the search
+    samples, no held-out ones), `validation` (search and held-out samples) or `confirmation` (on the
+    confirm backend). `gpu`: real low precision on a GPU; `rules`: the emulator's rules when the
+    emulator certified; `not_on_gpu`: why the answer was not checked on a GPU, where `auto` had none."""
+
+    backend: str
+    how: str
+    samples: int
+    gpu: bool = False
+    rules: str | None = None
+    not_on_gpu: str | None = None
 
 
 @dataclass
@@ -308,6 +324,9 @@ class Report:
     model: ModelInfo | None = None
     tolerance_used: ToleranceUsed | None = None
     confirm: Confirm | None = None
+    certified_by: Certification | None = None
+    emulation_rules: str | None = None
+    emulation_notes: list[EmulationNote] = field(default_factory=list)
     samples: SampleCounts = field(default_factory=SampleCounts)
     inputs: dict[str, Any] = field(default_factory=dict)
     baseline: Checks | None = None
@@ -353,6 +372,9 @@ class Report:
             "margin": self.margin,
             "tolerance_used": used,
             "confirm": None if self.confirm is None else self.confirm.to_json(),
+            "certified_by": None if self.certified_by is None else asdict(self.certified_by),
+            "emulation_rules": self.emulation_rules,
+            "emulation_notes": [asdict(n) for n in self.emulation_notes],
             "status": self.status,
             "reason": self.reason,
             "passed": self.passed,
@@ -587,6 +609,24 @@ def _confirm(v: Any, path: str) -> Confirm:
     )
 
 
+def _certification(v: Any, path: str) -> Certification:
+    d = _mapping(v, path)
+    return Certification(
+        backend=_get(d, "backend", path, _str), how=_get(d, "how", path, _str), samples=_get(d, "samples", path, _int),
+        gpu=_get(d, "gpu", path, _bool, default=False),
+        rules=_get(d, "rules", path, _str, default=None, optional=True),
+        not_on_gpu=_get(d, "not_on_gpu", path, _str, default=None, optional=True),
+    )
+
+
+def _emulation_note(v: Any, path: str) -> EmulationNote:
+    d = _mapping(v, path)
+    return EmulationNote(
+        kind=_get(d, "kind", path, _str), op_type=_get(d, "op_type", path, _str), count=_get(d, "count", path, _int),
+        nodes=_get(d, "nodes", path, _list(_str), default=[]), detail=_get(d, "detail", path, _str, default=""),
+    )
+
+
 def _tolerance_used(v: Any, path: str) -> ToleranceUsed:
     d = _mapping(v, path)
     return ToleranceUsed(**{k: _get(d, k, path, _num, default=None, optional=True)
@@ -672,6 +712,9 @@ def _report(data: Any) -> Report:
         margin=_get(d, "margin", "", _num, default=0.0, optional=True) or 0.0,
         tolerance_used=_get(d, "tolerance_used", "", _tolerance_used, default=None, optional=True),
         confirm=_get(d, "confirm", "", _confirm, default=None, optional=True),
+        certified_by=_get(d, "certified_by", "", _certification, default=None, optional=True),
+        emulation_rules=_get(d, "emulation_rules", "", _str, default=None, optional=True),
+        emulation_notes=_get(d, "emulation_notes", "", _list(_emulation_note), default=[]),
         status=_get(d, "status", "", _str),
         reason=_get(d, "reason", "", _str, default=None, optional=True),
         passed=_get(d, "passed", "", _bool),

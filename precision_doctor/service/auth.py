@@ -5,7 +5,8 @@
 - Without a token the daemon listens on loopback only, and refuses Host headers other than
   localhost / 127.0.0.1 / [::1] (a web page cannot reach it through DNS rebinding).
 - Request bodies above the upload limit get 413: at once from Content-Length, or as soon as a
-  streamed body passes the limit.
+  streamed body passes the limit. The rest of the body is read and discarded first (up to
+  DRAIN_LIMIT bytes), so the client, still sending, reads the 413 instead of a reset connection.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from fastapi import HTTPException
 COOKIE = "pd_token"
 OPEN_PATHS = ("/healthz", "/login")
 _LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]", "::1")
+DRAIN_LIMIT = 64 << 20  # bytes of an over-limit body read (and dropped) before the 413; beyond: close
 
 
 def token_ok(given: str | None, token: str) -> bool:
@@ -65,6 +67,7 @@ class Guard:
                                 [(b"www-authenticate", b"Bearer")])
         length = headers.get("content-length")
         if length and length.isdigit() and int(length) > self.max_bytes:
+            await _drain(receive, 0)
             return await _reply(send, 413, f"the request is {int(length)} bytes; the limit is {self.max_bytes} "
                                 "(--max-upload-mb)", close=True)
         seen = 0
@@ -75,10 +78,23 @@ class Guard:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
+                    if message.get("more_body", False):
+                        await _drain(receive, seen)
                     raise HTTPException(413, f"the request body passed the limit of {self.max_bytes} bytes (--max-upload-mb)")
             return message
 
         await self.app(scope, counted, send)
+
+
+async def _drain(receive: Any, seen: int) -> None:
+    """Read and drop the rest of a request body, up to DRAIN_LIMIT bytes in all."""
+    while seen <= DRAIN_LIMIT:
+        message = await receive()
+        if message["type"] != "http.request":
+            return
+        seen += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            return
 
 
 async def _reply(send: Any, status: int, detail: str, extra: list | None = None, close: bool = False) -> None:

@@ -1,0 +1,124 @@
+"""`--backend auto`, the emulation rules as a setting, and who certified the answer (`certified_by`),
+with the nodes the emulator does not model (`emulation_notes`). CPU here; the GPU test skips without one."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from precision_doctor import api
+from precision_doctor.backends import registry
+from precision_doctor.backends.registry import plan_backends
+from precision_doctor.errors import SpecError
+from precision_doctor.graph.coverage import emulation_notes
+from precision_doctor.graph.formats import BF16, FP16
+from precision_doctor.graph.model import from_proto
+from precision_doctor.results.report import Report
+from precision_doctor.spec import RunSpec
+
+
+def test_auto_plans_emulation_and_a_gpu_confirmation_where_there_is_a_gpu():
+    assert plan_backends("auto", None, gpu=True) == registry.BackendPlan("emulate", "ort-cuda")
+    plan = plan_backends("auto", None, gpu=False)
+    assert (plan.search, plan.confirm) == ("emulate", None) and "no CUDA GPU" in plan.no_gpu
+    assert plan_backends("auto", "trt", gpu=False) == registry.BackendPlan("emulate", "trt")
+    assert plan_backends("ort-cuda", None) == registry.BackendPlan("ort-cuda", None)
+    assert plan_backends("emulate", "ort-cuda") == registry.BackendPlan("emulate", "ort-cuda")
+
+
+def test_rules_setting_is_checked_and_keyed():
+    spec = RunSpec(model="m.onnx")
+    assert spec.backends.rules == "ort-cuda" and spec.backends.backend == "auto"
+    with pytest.raises(SpecError) as e:
+        spec.with_settings({"backends.rules": "cuda-ish"}).validate()
+    assert e.value.setting == "backends.rules"
+    with pytest.raises(SpecError) as e:
+        spec.with_settings({"backends.confirm_backend": "emulate"}).validate()
+    assert e.value.setting == "backends.confirm_backend"
+    assert spec.with_settings({"backends.rules": "standard"}).key() != spec.key()  # a cached capture is keyed by it
+    assert RunSpec.from_json({"model": "m.onnx", "backends": {"rules": "standard"}}).backends.rules == "standard"
+
+
+@pytest.mark.parametrize("rules", ["ort-cuda", "standard"])
+def test_auto_on_a_cpu_machine_says_the_answer_was_not_checked_on_a_gpu(planted_file, tmp_path, monkeypatch, rules):
+    monkeypatch.setattr(registry, "cuda_machine", lambda: False)
+    case, path, files = planted_file("deep_stack_one_bad", 4)
+    spec = RunSpec(model=str(path)).with_settings({
+        "inputs.files": [str(f) for f in files], "tolerance.atol": case.atol, "tolerance.rtol": case.rtol,
+        "backends.rules": rules})
+    report = api.diagnose(spec, tmp_path / "run")
+    assert report.passed and set(report.fallback_nodes) == case.expected
+    c = report.certified_by
+    assert (c.backend, c.how, c.samples, c.gpu, c.rules) == ("emulate", "validation", 4, False, rules)
+    assert "no CUDA GPU" in c.not_on_gpu
+    data = json.loads((tmp_path / "run" / "report.json").read_text())
+    assert data["certified_by"]["backend"] == "emulate" and data["emulation_rules"] == rules
+    assert Report.from_json(data).certified_by == c
+    md = (tmp_path / "run" / "report.md").read_text()
+    assert "not checked on a GPU" in md and f"`{rules}` rules" in md
+    settings = json.loads((tmp_path / "run" / "run_settings.json").read_text())
+    assert settings["rules"] == rules and settings["backend"] == "auto"
+    with pytest.raises(SpecError) as e:  # resuming under other rules: its verdicts would not hold
+        api.diagnose(spec.with_settings({"backends.rules": "ort-cuda-nodes"}), tmp_path / "run", resume=True)
+    assert e.value.setting == "resume"
+
+
+def test_auto_with_a_gpu_lets_the_confirm_backend_certify(planted_file, tmp_path, monkeypatch):
+    """What `auto` does on a CUDA machine, with ORT's CPU provider standing in for the GPU (plumbing): it
+    confirms, but a check-only backend (ort-cpu: its FP16 verdicts are not FP16's) never certifies the
+    answer nor removes a node from it; the emulator's validation does."""
+    monkeypatch.setattr(registry, "cuda_machine", lambda: True)
+    monkeypatch.setattr(registry, "AUTO_CONFIRM", "ort-cpu")
+    case, path, files = planted_file("three_defects", 4)
+    spec = RunSpec(model=str(path)).with_settings({
+        "inputs.files": [str(f) for f in files], "tolerance.atol": case.atol, "tolerance.rtol": case.rtol})
+    report = api.diagnose(spec, tmp_path / "run")
+    assert report.confirm is not None and report.confirm.backend == "ort-cpu"
+    c = report.certified_by
+    assert report.confirm.passed and set(report.fallback_nodes) == set(report.confirm.searched_answer)
+    assert (c.backend, c.how, c.gpu) == ("emulate", "validation", False) and c.samples == 4
+
+
+def test_cli_names_the_rules_flag(run_cli, planted_file, tmp_path):
+    _, path, files = planted_file("clean", 2)
+    code, out, err = run_cli("diagnose", path, "--inputs", files[0], "--emulation-rules", "nope", "--out", tmp_path / "r")
+    assert code == 2 and "--emulation-rules" in err and "Traceback" not in err
+
+
+def _notes_model(opset: int):
+    node = helper.make_node
+    vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, [4])  # noqa: E731
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", 0.0), ("hi", 6.0))]
+    clip = node("Clip", ["x", "lo", "hi"], ["c"], name="clip") if opset >= 11 else node("Clip", ["x"], ["c"], name="clip")
+    nodes = [clip, node("Softplus", ["c"], ["s"], name="softplus"), node("Erf", ["s"], ["e"], name="erf"),
+             node("Reshape", ["e", "shape"], ["y"], name="reshape"), node("Relu", ["y"], ["z"], name="relu")]
+    inits.append(numpy_helper.from_array(np.array([4], np.int64), "shape"))
+    g = helper.make_graph(nodes, "notes", [vi("x")], [vi("z")], inits)
+    return from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=7))
+
+
+def test_emulation_notes_name_what_is_not_modelled():
+    """Clip-11 runs on the CPU in ORT CUDA (no FP16 kernel); Softplus and Erf were never measured; Reshape
+    and Relu only move values; nodes in FP32 need no note."""
+    model = _notes_model(11)
+    notes = {(n.kind, n.op_type): n for n in emulation_notes(model, FP16, {n.name for n in model.nodes})}
+    assert set(notes) == {("cpu-placement", "Clip"), ("unmeasured-op", "Softplus"), ("unmeasured-op", "Erf")}
+    assert notes[("cpu-placement", "Clip")].nodes == ["clip"]
+    assert {(n.kind, n.op_type) for n in emulation_notes(model, FP16, {"relu", "reshape", "clip"})} == {("cpu-placement", "Clip")}
+    assert not [n for n in emulation_notes(_notes_model(13), FP16, {"clip"})]  # Clip-13 has an FP16 CUDA kernel
+    assert any(n.kind == "unmeasured-format" for n in emulation_notes(model, BF16, {"relu"}))
+
+
+@pytest.mark.gpu
+def test_auto_confirms_on_the_gpu(planted_file, tmp_path):
+    if not registry.cuda_machine():
+        pytest.skip("no CUDA GPU with onnxruntime-gpu here")
+    case, path, files = planted_file("three_defects", 4)
+    spec = RunSpec(model=str(path)).with_settings({
+        "inputs.files": [str(f) for f in files], "tolerance.atol": case.atol, "tolerance.rtol": case.rtol})
+    report = api.diagnose(spec, tmp_path / "run")
+    c = report.certified_by
+    assert report.passed and (c.backend, c.how, c.gpu) == ("ort-cuda", "confirmation", True)
