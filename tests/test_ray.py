@@ -86,30 +86,34 @@ def _work(item: str, stop) -> object:
 def test_failed_tasks_are_recorded_and_the_rest_runs(cluster):
     from precision_doctor.batch.ray_executor import RayExecutor
 
-    needs = {"gpu": ItemNeeds(gpu=True)}
+    needs = {"gpu": ItemNeeds(gpu="needs"), "auto": ItemNeeds(gpu="wants")}
     executor = RayExecutor(cpus=1, needs=lambda it: needs.get(it, ItemNeeds()))
-    done = {d.item: d for d in executor.map(_work, ["a", "die", "raise", "gpu", "b"])}
-    assert sorted(done) == ["a", "b", "die", "gpu", "raise"]
+    done = {d.item: d for d in executor.map(_work, ["a", "die", "raise", "gpu", "auto", "b"])}
+    assert sorted(done) == ["a", "auto", "b", "die", "gpu", "raise"]
     assert done["die"].error and "worker died" in done["die"].error
     assert done["raise"].error == "RuntimeError: boom"
     assert done["a"].result == ("a", {"CPU": 1.0}) and done["b"].error is None
     assert done["gpu"].result == ("gpu", {"CPU": 1.0, "GPU": 1.0})  # a GPU model asks for one
+    assert done["auto"].result == ("auto", {"CPU": 1.0, "GPU": 1.0})  # auto confirms on the cluster's GPU
 
 
 def test_a_gpu_task_on_a_cluster_without_gpus_fails_at_once(cluster, monkeypatch):
     from precision_doctor.batch.ray_executor import RayExecutor
 
     monkeypatch.setattr(ray, "cluster_resources", lambda: {"CPU": 2.0})  # the driver's view of a CPU-only cluster
-    executor = RayExecutor(needs=lambda it: ItemNeeds(gpu=it == "gpu"))
-    done = {d.item: d for d in executor.map(_work, ["gpu", "a"])}
+    executor = RayExecutor(needs=lambda it: ItemNeeds(gpu={"gpu": "needs", "auto": "wants"}.get(it)))
+    done = {d.item: d for d in executor.map(_work, ["gpu", "auto", "a"])}
     assert "the Ray cluster has none" in done["gpu"].error and done["a"].error is None
+    assert done["auto"].result == ("auto", {"CPU": 1.0})  # auto runs without one (and says it did not confirm)
 
 
 def test_task_needs_of_a_model():
     spec = RunSpec("/z/m.onnx").with_settings({"inputs.files": ("/z/a.npz",), "backends.confirm_backend": "ort-cuda"})
     task = ModelTask("m", "/out/m", spec, "key", "hash")
-    assert task_needs(task) == ItemNeeds(gpu=True, reads=("/z/m.onnx", "/z/a.npz"), writes=("/out",))
-    assert not task_needs(ModelTask("m", "/out/m", RunSpec("/z/m.onnx"), "key", "hash")).gpu
+    assert task_needs(task) == ItemNeeds(gpu="needs", reads=("/z/m.onnx", "/z/a.npz"), writes=("/out",))
+    assert task_needs(ModelTask("m", "/out/m", RunSpec("/z/m.onnx"), "key", "hash")).gpu == "wants"  # auto
+    emulated = RunSpec("/z/m.onnx").with_settings({"backends.backend": "emulate"})
+    assert task_needs(ModelTask("m", "/out/m", emulated, "key", "hash")).gpu is None
     assert task_needs(ModelTask("m", "/out/m", spec, "key", None, error="model file not found")) == ItemNeeds()
 
 
@@ -232,6 +236,7 @@ def test_serve_on_ray_same_report_as_local_workers_cancel_and_a_dead_task(cluste
         assert runs[0]["pid"] != d.proc.pid  # run in a Ray worker process, not in the daemon
 
         slow, slow_settings = slow_model(files / "slow.onnx", blocks=24, iterations=4000)
+        slow_settings["backends"] = {"backend": "emulate"}  # no GPU wanted: both run at once on the 1-GPU cluster
         cancel, dies = (httpx.post(f"{d.url}/jobs", json={"model": str(slow), "settings": slow_settings},
                                    timeout=30).json()["id"] for _ in range(2))
         running = [d.wait_for(j, lambda j: (j["progress"].get("evaluations") or 0) >= 2, timeout=300,

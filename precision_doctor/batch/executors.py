@@ -30,9 +30,15 @@ class ItemNeeds:
     """What one item needs from the machine it runs on (the Ray executor's resources and path check;
     local executors run where the batch runs and ignore it)."""
 
-    gpu: bool = False
+    gpu: str | None = None  # "needs" or "wants" a GPU (backends.registry.gpu_use), or None
     reads: tuple[str, ...] = ()  # files the item reads
     writes: tuple[str, ...] = ()  # directories it writes into
+
+    def gpus(self, cluster_gpus: float) -> int | None:
+        """GPUs its Ray task asks for on a cluster with `cluster_gpus`; None: it needs one, there is none."""
+        if self.gpu == "needs":
+            return 1 if cluster_gpus else None
+        return 1 if self.gpu == "wants" and cluster_gpus else 0
 
 
 @dataclass

@@ -51,13 +51,13 @@ def task_needs(task: ModelTask) -> ItemNeeds:
     """What diagnosing `task` needs where it runs: a GPU when it searches or confirms on a GPU backend,
     its model and input files, and the batch directory (the run directory's parent) to write in. A task
     already known to be an error needs nothing."""
-    from precision_doctor.backends.registry import GPU_BACKENDS
+    from precision_doctor.backends.registry import gpu_use
 
     if task.error:
         return ItemNeeds()
     spec = task.spec
     return ItemNeeds(
-        gpu=spec.backends.backend in GPU_BACKENDS or spec.backends.confirm_backend in GPU_BACKENDS,
+        gpu=gpu_use(spec.backends.backend, spec.backends.confirm_backend),
         reads=(spec.model, *spec.inputs.files, *spec.inputs.validate_files),
         writes=(str(Path(task.run_dir).parent),),
     )

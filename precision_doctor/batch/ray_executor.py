@@ -29,6 +29,7 @@ from precision_doctor.errors import SpecError, UserError, one_line
 INSTALL_HINT = "install with pip install '.[ray]'"
 LOCAL_OBJECT_STORE_BYTES = 128 * 1024**2  # tasks pass paths and small rows: a small object store suffices
 PATH_CHECK_TIMEOUT_S = 120.0
+NO_GPU = "needs a GPU (its backend runs on one) and the Ray cluster has none"
 CONNECT_TIMEOUT_S = 10.0  # ray.init retries an unreachable address for ever: a TCP probe first
 
 
@@ -151,11 +152,12 @@ class RayExecutor:
         finished = False
         try:
             for item, need in zip(items, needs):
-                if need.gpu and not gpus:
-                    yield Done(item, error="needs a GPU (its backend runs on one) and the Ray cluster has none")
+                num_gpus = need.gpus(gpus)
+                if num_gpus is None:
+                    yield Done(item, error=NO_GPU)
                     continue
                 try:
-                    ref = task.options(num_cpus=self.cpus, num_gpus=1 if need.gpu else 0).remote(fn, item)
+                    ref = task.options(num_cpus=self.cpus, num_gpus=num_gpus).remote(fn, item)
                 except Exception as exc:  # e.g. an item that cannot be pickled: that item fails
                     yield Done(item, error=f"could not submit a Ray task: {one_line(exc)}")
                     continue

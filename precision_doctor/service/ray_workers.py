@@ -30,7 +30,8 @@ import threading
 import time
 from typing import Any
 
-from precision_doctor.batch.ray_executor import RayConnection, check_node_paths, import_ray
+from precision_doctor.batch.executors import ItemNeeds
+from precision_doctor.batch.ray_executor import NO_GPU, RayConnection, check_node_paths, import_ray
 from precision_doctor.errors import SpecError, UserError, one_line
 from precision_doctor.service.config import ServiceConfig, StateDir
 from precision_doctor.service.store import Job, Store
@@ -64,13 +65,13 @@ def _ray_job(state_dir: str, job_id: str, token: str, spec: dict, worker: str, l
                            daemon_gone=given_back, store=RemoteStore(store))
 
 
-def needs_gpu(spec: dict) -> bool:
-    """Whether a job searches or confirms on a GPU backend (its task then asks Ray for one GPU)."""
-    from precision_doctor.backends.registry import GPU_BACKENDS
+def job_needs(spec: dict) -> ItemNeeds:
+    """What a job's task needs of its node: a GPU where its backends run on one (`gpu_use`)."""
+    from precision_doctor.backends.registry import gpu_use
     from precision_doctor.spec import RunSpec
 
     backends = RunSpec.from_json(spec).backends
-    return backends.backend in GPU_BACKENDS or backends.confirm_backend in GPU_BACKENDS
+    return ItemNeeds(gpu=gpu_use(backends.backend, backends.confirm_backend))
 
 
 class RayWorker:
@@ -108,12 +109,11 @@ class RayWorker:
         """Run `job` as a Ray task to its end; False when the task died (its job is then re-queued)."""
         ray, launcher, token = self.launcher.ray, self.launcher, job.token or ""
         lease_s = launcher.config.lease_s
-        gpu = needs_gpu(job.spec)
-        if gpu and not launcher.gpus:
-            store.finish(job.id, token, "failed", None, "needs a GPU (its backend runs on one) and the Ray cluster "
-                         "has none")
+        gpus = job_needs(job.spec).gpus(launcher.gpus)
+        if gpus is None:
+            store.finish(job.id, token, "failed", None, NO_GPU)
             return True
-        self.ref = launcher.task.options(num_cpus=launcher.cpus, num_gpus=1 if gpu else 0).remote(
+        self.ref = launcher.task.options(num_cpus=launcher.cpus, num_gpus=gpus).remote(
             str(launcher.state.root), job.id, token, job.spec, self.id, lease_s, launcher.config.cache_mb,
             launcher.threads, launcher.store)
         cancelled, renewed = False, time.monotonic()
