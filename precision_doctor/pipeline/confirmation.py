@@ -67,8 +67,6 @@ def confirm(
     return status, reason, confirmed, report, final
 
 
-
-
 def certification(
     plan: BackendPlan, search: Backend, confirmed: Confirm | None, validation: Validation | None, n_search: int,
     passed: bool, rules: str, knobs: KnobsResult | None = None,
