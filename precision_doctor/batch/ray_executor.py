@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +68,6 @@ class RayConnection:
         if unreachable:
             raise SpecError("ray_address", f"cannot reach the Ray cluster at {self.address} ({{ray_address}}): "
                             f"{unreachable}")
-        sigterm = signal.getsignal(signal.SIGTERM)
         try:
             if self.address:
                 ray.init(address=self.address, **quiet)
@@ -80,9 +77,6 @@ class RayConnection:
         except Exception as exc:
             where = f"the Ray cluster at {self.address}" if self.address else "a local Ray instance"
             raise SpecError("ray_address", f"cannot connect to {where} ({{ray_address}}): {one_line(exc)}") from None
-        finally:  # ray.init replaces SIGTERM's handler with a sys.exit(15): the process keeps its own
-            if threading.current_thread() is threading.main_thread():
-                signal.signal(signal.SIGTERM, sigterm)
         self._owner = True
 
     def close(self) -> None:

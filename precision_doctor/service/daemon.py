@@ -6,6 +6,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -110,7 +111,28 @@ def worker_launcher(config: ServiceConfig):
 
     print("precision-doctor daemon: " + (f"connecting to the Ray cluster at {config.ray_address}" if config.ray_address
           else "starting a local Ray instance"), file=sys.stderr, flush=True)
+    terminated = False
     with RayLauncher(config) as launcher:
         if config.workers == WORKERS_FROM_CLUSTER:
             config.workers = launcher.default_workers()
-        yield launcher
+        # uvicorn ends on SIGTERM by re-raising it to the handler it found (ray.init's: sys.exit(15)): make
+        # it an exception, so that a local Ray instance is shut down on the way out, then end by SIGTERM
+        # as the daemon does without Ray
+        previous = signal.signal(signal.SIGTERM, _terminated)
+        try:
+            yield launcher
+        except Terminated:
+            terminated = True
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    if terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (raised by `_terminated`)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated()
