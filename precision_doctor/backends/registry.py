@@ -130,3 +130,15 @@ def _make(name: str, model: Model, precision: str, outputs: Sequence[str], rules
     from precision_doctor.backends.tensorrt import TrtBackend
 
     return TrtBackend(model, precision=precision)
+
+
+GPU_BACKENDS = ("ort-cuda", "ort-cuda-gated", "trt")  # real low precision on a GPU
+
+
+def gpu_use(backend: str, confirm: str | None) -> str | None:
+    """Whether a run with these backends runs on a GPU: "needs" (it searches or confirms on one), "wants"
+    (`auto` without a confirm backend: it confirms on a GPU where there is one), or None. A Ray task asks
+    for one GPU when it needs one, or wants one and the cluster has GPUs."""
+    if backend in GPU_BACKENDS or confirm in GPU_BACKENDS:
+        return "needs"
+    return "wants" if backend == "auto" and confirm is None else None

@@ -54,6 +54,9 @@ FLAGS: dict[str, str] = {
     "resume": "--resume",
     "rerun": "--rerun",
     "jobs": "--jobs",
+    "executor": "--executor",
+    "ray_address": "--ray-address",
+    "ray_cpus": "--ray-cpus",
     "only": "--only",
 }
 

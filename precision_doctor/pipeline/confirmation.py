@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from precision_doctor.backends.base import Backend
-from precision_doctor.backends.registry import BackendPlan, check_only
+from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan, check_only
 from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes
@@ -65,9 +65,6 @@ def confirm(
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )
     return status, reason, confirmed, report, final
-
-
-GPU_BACKENDS = ("ort-cuda", "ort-cuda-gated", "trt")  # real low precision on a GPU
 
 
 def certification(
