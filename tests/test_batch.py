@@ -412,4 +412,4 @@ def test_batch_with_confirm_backend_from_a_recipe(tmp_path):
     row = res.rows[0]
     rep = json.loads((tmp_path / "out" / "m" / "report.json").read_text())
     assert row["status"] == "passed" and rep["confirm"]["backend"] == "ort-cpu" and rep["confirm"]["passed"]
-    assert "Confirmed on ort-cpu" in row["message"]
+    assert "Checked on ort-cpu" in row["message"]

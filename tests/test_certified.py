@@ -67,7 +67,9 @@ def test_auto_on_a_cpu_machine_says_the_answer_was_not_checked_on_a_gpu(planted_
 
 
 def test_auto_with_a_gpu_lets_the_confirm_backend_certify(planted_file, tmp_path, monkeypatch):
-    """What `auto` does on a CUDA machine, with ORT's CPU provider standing in for the GPU (plumbing)."""
+    """What `auto` does on a CUDA machine, with ORT's CPU provider standing in for the GPU (plumbing): it
+    confirms, but a check-only backend (ort-cpu: its FP16 verdicts are not FP16's) never certifies the
+    answer nor removes a node from it; the emulator's validation does."""
     monkeypatch.setattr(registry, "cuda_machine", lambda: True)
     monkeypatch.setattr(registry, "AUTO_CONFIRM", "ort-cpu")
     case, path, files = planted_file("three_defects", 4)
@@ -76,7 +78,8 @@ def test_auto_with_a_gpu_lets_the_confirm_backend_certify(planted_file, tmp_path
     report = api.diagnose(spec, tmp_path / "run")
     assert report.confirm is not None and report.confirm.backend == "ort-cpu"
     c = report.certified_by
-    assert (c.backend, c.how, c.samples, c.gpu, c.not_on_gpu) == ("ort-cpu", "confirmation", 4, False, None)
+    assert report.confirm.passed and set(report.fallback_nodes) == set(report.confirm.searched_answer)
+    assert (c.backend, c.how, c.gpu) == ("emulate", "validation", False) and c.samples == 4
 
 
 def test_cli_names_the_rules_flag(run_cli, planted_file, tmp_path):

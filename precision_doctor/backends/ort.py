@@ -5,7 +5,8 @@ them and drops the Cast pairs between neighbours, so a chain of FP16 nodes runs 
 rounding at its end (or none, before an FP32 output). Its verdicts are not FP16's: on
 examples/three_defects.onnx all-FP16 is within 4e-4 of FP32 there, where FP16 overflows to NaN.
 So `ort-cpu` never searches (`search_refusal`); it stays a plumbing check that a `fixed.onnx` loads
-and runs (`--confirm-backend ort-cpu`, tests).
+and runs (`--confirm-backend ort-cpu`, tests), which may add nodes to a failing answer (more FP32 is
+the safe direction) but never removes one (`check_only`) and never certifies the answer.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import onnxruntime as ort
 
 from precision_doctor.backends.base import ClosingBackend, Feeds
 from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
+from precision_doctor.backends.registry import check_only
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.mixed import build_mixed
@@ -40,7 +42,7 @@ ORT_CPU_REFUSAL = (
 def search_refusal(name: str) -> str | None:
     """Why backend `name` may not search here (None: it may): ONNX Runtime on the CPU provider, named
     `ort-cpu` or `ort` without a CUDA provider."""
-    cpu_only = name == "ort-cpu" or (name == "ort" and CUDA not in ort.get_available_providers())
+    cpu_only = check_only(name) or (name == "ort" and CUDA not in ort.get_available_providers())
     return ORT_CPU_REFUSAL if cpu_only else None
 
 

@@ -16,6 +16,15 @@ _ALIASES = ("ort", "tensorrt")
 AUTO_CONFIRM = "ort-cuda"  # where `auto` lets a CUDA machine's GPU have the last word
 
 
+CHECK_ONLY = ("ort-cpu",)  # its FP16 verdicts are not FP16's (backends/ort.py): it may check an answer, never shrink it
+
+
+def check_only(name: str) -> bool:
+    """Whether the backend called `name` (as it names itself: OrtBackend.name) may only check an answer:
+    add nodes to a failing one (more FP32 is the safe direction), never remove one, never certify it."""
+    return name in CHECK_ONLY
+
+
 def check_backend_name(name: str, setting: str = "backends.backend") -> None:
     """SpecError (naming `setting`) for a backend name that does not exist."""
     if name not in BACKENDS and name not in _ALIASES:
@@ -121,3 +130,15 @@ def _make(name: str, model: Model, precision: str, outputs: Sequence[str], rules
     from precision_doctor.backends.tensorrt import TrtBackend
 
     return TrtBackend(model, precision=precision)
+
+
+GPU_BACKENDS = ("ort-cuda", "ort-cuda-gated", "trt")  # real low precision on a GPU
+
+
+def gpu_use(backend: str, confirm: str | None) -> str | None:
+    """Whether a run with these backends runs on a GPU: "needs" (it searches or confirms on one), "wants"
+    (`auto` without a confirm backend: it confirms on a GPU where there is one), or None. A Ray task asks
+    for one GPU when it needs one, or wants one and the cluster has GPUs."""
+    if backend in GPU_BACKENDS or confirm in GPU_BACKENDS:
+        return "needs"
+    return "wants" if backend == "auto" and confirm is None else None

@@ -1,7 +1,7 @@
 """Where the work of a batch runs: an `Executor` maps a function over items and yields each result.
 
 `InlineExecutor` runs in this process (tests, debugging, `--jobs 0`); `LocalExecutor` runs local worker
-processes. A Ray executor is a small class of the same shape (see `Executor`).
+processes; `batch.ray_executor.RayExecutor` (imported only for `--executor ray`) runs each item as a Ray task.
 """
 
 from __future__ import annotations
@@ -25,6 +25,22 @@ _WATCHING = False
 Work = Callable[[Any, StopToken], Any]
 
 
+@dataclass(frozen=True)
+class ItemNeeds:
+    """What one item needs from the machine it runs on (the Ray executor's resources and path check;
+    local executors run where the batch runs and ignore it)."""
+
+    gpu: str | None = None  # "needs" or "wants" a GPU (backends.registry.gpu_use), or None
+    reads: tuple[str, ...] = ()  # files the item reads
+    writes: tuple[str, ...] = ()  # directories it writes into
+
+    def gpus(self, cluster_gpus: float) -> int | None:
+        """GPUs its Ray task asks for on a cluster with `cluster_gpus`; None: it needs one, there is none."""
+        if self.gpu == "needs":
+            return 1 if cluster_gpus else None
+        return 1 if self.gpu == "wants" and cluster_gpus else 0
+
+
 @dataclass
 class Done:
     """One finished item: `result` of `fn(item, stop)`, or `error` when the executor could not run it
@@ -43,16 +59,13 @@ class Executor(Protocol):
     further item starts and running ones are stopped (they checkpoint). Each item gets the StopToken
     of the process it runs in (the caller's in-process; a fresh one, stopped by SIGINT, in a worker).
 
-    A Ray executor is a small class of this shape: `refs = {ray.remote(_ray_main).remote(fn, it): it
-    for it in items}` with `_ray_main(fn, it)` calling `fn(it, StopToken())` under `sigint_stops`
-    (ray.cancel sends the task a KeyboardInterrupt), then loop on `ready, _ = ray.wait(list(refs),
-    num_returns=1, timeout=POLL_S)`, `check(stop)` between waits (ray.cancel the rest on a stop), and
-    yield `Done(refs.pop(r), ray.get(r))` (or `Done(item, error=...)` on `ray.exceptions.RayError`).
-    Nothing else in the batch changes, since the tasks carry absolute paths and write their own run
-    directories.
+    `threads` is the number of ONNX Runtime intra-op threads each item should use (0: ORT's default).
+    `batch.ray_executor.RayExecutor` has the same shape: the tasks carry absolute paths and write their
+    own run directories, so nothing else in the batch changes.
     """
 
     jobs: int
+    threads: int
 
     def map(self, fn: Work, items: Iterable[Any], stop: StopToken | None = None) -> Iterator[Done]: ...
 
@@ -61,6 +74,7 @@ class InlineExecutor:
     """Runs every item in this process, one after another (tests, debugging, `--jobs 0`)."""
 
     jobs = 1
+    threads = 0
 
     def map(self, fn: Work, items: Iterable[Any], stop: StopToken | None = None) -> Iterator[Done]:
         token = stop or StopToken()
@@ -85,6 +99,7 @@ class LocalExecutor:
         if jobs < 1:
             raise SpecError("jobs", "{jobs} must be at least 1")
         self.jobs = jobs
+        self.threads = threads_per_worker(jobs)
 
     def map(self, fn: Work, items: Iterable[Any], stop: StopToken | None = None) -> Iterator[Done]:
         from multiprocessing.connection import wait as wait_ready
@@ -135,8 +150,34 @@ class LocalExecutor:
                 recv.close()
 
 
-def make_executor(jobs: int) -> Executor:
-    return InlineExecutor() if jobs == 0 else LocalExecutor(jobs)
+EXECUTORS = ("local", "ray")
+
+
+def check_executor(executor: str, ray_address: str | None, ray_cpus: float | None) -> None:
+    """SpecError for an unknown executor or Ray settings without `ray` (batch and serve share these flags)."""
+    if executor not in EXECUTORS:
+        raise SpecError("executor", f"unknown {{executor}} '{executor}'; choose local or ray")
+    if executor == "local":
+        for setting, value in (("ray_address", ray_address), ("ray_cpus", ray_cpus)):
+            if value is not None:
+                raise SpecError(setting, f"{{{setting}}} needs {{executor}} ray")
+
+
+def make_executor(jobs: int, executor: str = "local", ray_address: str | None = None,
+                  ray_cpus: float | None = None) -> Executor:
+    """The executor a batch asked for, its options checked before any work: `local` runs `jobs` worker
+    processes (0: this process); `ray` one Ray task per model (`ray_cpus` each) on the cluster at
+    `ray_address`, or on a local Ray instance (SpecError naming --executor when Ray is not installed)."""
+    check_executor(executor, ray_address, ray_cpus)
+    if executor == "local":
+        return InlineExecutor() if jobs == 0 else LocalExecutor(jobs)
+    if jobs != 1:
+        raise SpecError("jobs", "{jobs} sets local worker processes; with {executor} ray each model is a Ray task "
+                        "({ray_cpus} sets its CPUs)")
+    from precision_doctor.batch.jobs import task_needs
+    from precision_doctor.batch.ray_executor import RayExecutor
+
+    return RayExecutor(ray_address, cpus=1.0 if ray_cpus is None else ray_cpus, needs=task_needs)
 
 
 def threads_per_worker(jobs: int) -> int:
@@ -156,16 +197,22 @@ def _mp_context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
+def run_item(fn: Work, item: Any, token: StopToken) -> tuple[str, Any]:
+    """In a worker: `("ok", fn(item, token))` with SIGINT stopping `token`, or `("error", one line)` for
+    whatever escaped `fn`."""
+    try:
+        with sigint_stops(token):
+            return ("ok", fn(item, token))
+    except BaseException as exc:  # fn handles its own failures; report whatever escapes it
+        return ("error", one_line(exc) or type(exc).__name__)
+
+
 def _child_main(fn: Work, item: Any, conn: Any) -> None:
     """A worker process: `fn(item, stop)` with a StopToken that SIGINT and the death of the batch process
     stop, and its result (or what it raised, in one line) sent on `conn`."""
     token = StopToken()
     _stop_with_parent(token)
-    try:
-        with sigint_stops(token):
-            msg: tuple[str, Any] = ("ok", fn(item, token))
-    except BaseException as exc:  # fn handles its own failures; report whatever escapes it
-        msg = ("error", one_line(exc) or type(exc).__name__)
+    msg = run_item(fn, item, token)
     try:
         conn.send(msg)
     finally:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from precision_doctor.batch.executors import ItemNeeds
 from precision_doctor.batch.recipes import recipe_key
 from precision_doctor.control import StopToken
 from precision_doctor.errors import UserError, one_line
@@ -44,6 +45,22 @@ class ModelTask:
     threads: int = 0
     error: str | None = None  # known before running: the row is an error without loading anything
     rerun: bool = False  # diagnose again even if the run directory holds a finished run
+
+
+def task_needs(task: ModelTask) -> ItemNeeds:
+    """What diagnosing `task` needs where it runs: a GPU when it searches or confirms on a GPU backend,
+    its model and input files, and the batch directory (the run directory's parent) to write in. A task
+    already known to be an error needs nothing."""
+    from precision_doctor.backends.registry import gpu_use
+
+    if task.error:
+        return ItemNeeds()
+    spec = task.spec
+    return ItemNeeds(
+        gpu=gpu_use(spec.backends.backend, spec.backends.confirm_backend),
+        reads=(spec.model, *spec.inputs.files, *spec.inputs.validate_files),
+        writes=(str(Path(task.run_dir).parent),),
+    )
 
 
 def run_model(task: ModelTask, stop: StopToken | None = None) -> dict:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from precision_doctor.batch.executors import Executor, InlineExecutor, threads_per_worker
+from precision_doctor.batch.executors import Executor, InlineExecutor
 from precision_doctor.batch.jobs import (
     LOCK_DIR,
     ModelTask,
@@ -157,7 +157,7 @@ def _run_batch_locked(
     t0: float, stop: StopToken | None, defaults: RunSpec,
 ) -> BatchResult:
     executor = executor or InlineExecutor()
-    threads = threads_per_worker(executor.jobs)
+    threads = executor.threads
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     try:
         created = read_json(out_dir / MARKER).get("created", now)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 from pathlib import Path
 
@@ -29,6 +30,15 @@ from precision_doctor.errors import UserError
 def batch(
     zoo: Path = typer.Argument(..., help="A directory of .onnx files (recipes beside them) or a JSON/YAML manifest."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=0, help="Local worker processes (0: run in this process)."),
+    executor_name: str = typer.Option("local", "--executor", help="local: worker processes here (--jobs); ray: one "
+                                      "Ray task per model (pip install '.[ray]'; every node needs the files at "
+                                      "the same paths)."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster to use (host:port or "
+                                           "ray://host:port); without it a local Ray instance is started and "
+                                           "shut down."),
+    ray_cpus: float | None = typer.Option(None, "--ray-cpus", help="CPUs each model's Ray task asks for, and its "
+                                          "ONNX Runtime threads (default 1); a model on ort-cuda or trt also asks "
+                                          "for one GPU."),
     out: Path | None = typer.Option(None, "--out", help="Batch directory (default: reports/batch-<time>); "
                                     "an earlier batch directory is resumed."),
     only: list[str] | None = typer.Option(None, "--only", help="Run only this model (by name); repeatable."),
@@ -45,16 +55,21 @@ def batch(
     recorded = recorded_defaults(out_dir) if out is not None and Path(out).is_dir() else None
     # A batch directory continues with the settings it was started with; flags given go on top of them.
     defaults = (recorded.with_settings(options.given_settings()) if recorded else options.spec("")).validate()
-    executor = make_executor(jobs)
+    executor = make_executor(jobs, executor_name, ray_address, ray_cpus)
+    where = "on Ray" if executor_name == "ray" else f"{jobs} job(s)"
     progress = progress_bar("{task.description}")
     token = StopToken()
-    with sigint_stops(token), progress:
+    session = executor if hasattr(executor, "__enter__") else contextlib.nullcontext()
+    if executor_name == "ray":
+        err.print(f"connecting to the Ray cluster at {ray_address}" if ray_address else "starting a local Ray instance",
+                  highlight=False)
+    with sigint_stops(token), session, progress:
         task = progress.add_task("models", total=None)
 
         def on_start(names: list[str], skipped: list[str]) -> None:
             if skipped:
                 err.print(f"{len(skipped)} model(s) finished earlier, not redone: {', '.join(skipped)}")
-            progress.update(task, total=len(names), description=f"diagnosing {len(names)} model(s), {jobs} job(s)")
+            progress.update(task, total=len(names), description=f"diagnosing {len(names)} model(s), {where}")
 
         def on_done(row: dict) -> None:
             progress.advance(task)

@@ -55,6 +55,9 @@ FLAGS: dict[str, str] = {
     "resume": "--resume",
     "rerun": "--rerun",
     "jobs": "--jobs",
+    "executor": "--executor",
+    "ray_address": "--ray-address",
+    "ray_cpus": "--ray-cpus",
     "only": "--only",
 }
 
@@ -141,7 +144,8 @@ BACKENDS = (
          "Carry the answer over to this backend (ort-cuda, trt, ort-cpu) on every sample: kept if it passes "
          "there, else grown until it does, then pruned to 1-minimal there. Search with the fast emulator, "
          "finish on the GPU. ort-cpu is a plumbing check only (fixed.onnx loads and runs; ONNX Runtime's CPU "
-         "provider computes FP16 chains in FP32, so its verdict is not FP16's)."),
+         "provider computes FP16 chains in FP32, so its verdict is not FP16's): it may add nodes, never removes "
+         "one, and never certifies the answer."),
 )
 EMULATION = (
     _opt("emulation_rules", "backends.rules", str, "How the emulator rounds: ort-cuda (default: ONNX Runtime's CUDA "

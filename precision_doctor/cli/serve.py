@@ -28,22 +28,37 @@ def serve(
     port: int = typer.Option(8765, "--port", help="Port."),
     state_dir: Path | None = typer.Option(None, "--state-dir", help="Job store, run directories and capture cache "
                                           "(default: $PRECISION_DOCTOR_STATE or ~/.local/state/precision-doctor)."),
-    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: one per GPU, one without)."),
+    workers: int | None = typer.Option(None, "--workers", help="Worker processes (default: one per GPU, one without); "
+                                       "with --executor ray, jobs run at once (default: the cluster's GPUs, else "
+                                       "its CPUs / --ray-cpus)."),
     token: str | None = typer.Option(None, "--token", envvar="PRECISION_DOCTOR_TOKEN",
                                      help="Require this token of every request (Authorization: Bearer ...)."),
     allow_root: list[Path] | None = typer.Option(None, "--allow-root", help="A directory whose models and sample files "
                                                  "jobs may name by server path; repeatable (default: none, uploads only)."),
     max_upload_mb: float = typer.Option(512.0, "--max-upload-mb", help="Largest request (uploads) in MiB; larger: 413."),
     cache_mb: float = typer.Option(4096.0, "--cache-mb", help="Disk for captures shared across jobs, MiB (0: no cache)."),
+    executor: str = typer.Option("local", "--executor", help="local: worker processes here; ray: each job runs as a "
+                                 "Ray task (pip install '.[ray]'; every node needs --state-dir at the same path)."),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster (host:port or ray://host:port); "
+                                           "without it a local Ray instance is started and shut down with the daemon."),
+    ray_cpus: float | None = typer.Option(None, "--ray-cpus", help="CPUs each job's Ray task asks for, and its ONNX "
+                                          "Runtime threads (default 1); a job on ort-cuda or trt also asks for a GPU."),
 ) -> None:
     """Run the diagnosis daemon: HTTP API, job queue, workers and pages (Ctrl-C stops it; running jobs resume later)."""
     needs_service_extra()
+    from precision_doctor.batch.executors import check_executor
     from precision_doctor.service.config import ServiceConfig, default_state_dir
+    from precision_doctor.service.daemon import WORKERS_FROM_CLUSTER
     from precision_doctor.service.daemon import serve as run
     from precision_doctor.service.supervisor import gpu_count
 
+    check_executor(executor, ray_address, ray_cpus)  # the rest of --executor ray is checked before the server starts
+    if workers is not None and workers < 1:
+        raise UserError("--workers must be at least 1")
+    default_workers = WORKERS_FROM_CLUSTER if executor == "ray" else max(1, gpu_count())
     run(ServiceConfig(
         state_dir=state_dir or default_state_dir(), host=host, port=port,
-        workers=workers if workers is not None else max(1, gpu_count()), token=token or None,
+        workers=workers if workers is not None else default_workers, token=token or None,
         allow_roots=list(allow_root or []), max_upload_mb=max_upload_mb, cache_mb=cache_mb,
+        executor=executor, ray_address=ray_address, ray_cpus=1.0 if ray_cpus is None else ray_cpus,
     ))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from precision_doctor.backends.base import Backend
-from precision_doctor.backends.registry import BackendPlan
+from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan, check_only
 from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes
@@ -41,7 +41,8 @@ def confirm(
         oracle.load_checkpoint()
     elif (out_dir / CONFIRM_CHECKPOINT).exists():
         (out_dir / CONFIRM_CHECKPOINT).unlink()
-    status, reason, confirmed = run_strategy(oracle, space, lambda o, sp: repair(o, sp, found), stop)
+    prune_after = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
+    status, reason, confirmed = run_strategy(oracle, space, lambda o, sp: repair(o, sp, found, prune_after), stop)
     as_is = oracle.known(found)
     passed: bool | None = confirmed is not None
     if status == "complete" and confirmed is None:
@@ -59,14 +60,11 @@ def confirm(
         status=status,
         evaluations=oracle.evaluations,
         memo_hits=oracle.memo_hits,
-        one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed else None,
+        one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and prune_after else None,
         tolerance_used=user_share(spec, final),
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )
     return status, reason, confirmed, report, final
-
-
-GPU_BACKENDS = ("ort-cuda", "ort-cuda-gated", "trt")  # real low precision on a GPU
 
 
 def certification(
@@ -81,7 +79,7 @@ def certification(
         return None
     if knobs is not None and knobs.changed_answer:
         return Certification(knobs.backend, "knobs", knobs.samples, knobs.backend in GPU_BACKENDS)
-    if confirmed is not None and confirmed.passed:
+    if confirmed is not None and confirmed.passed and not check_only(confirmed.backend):
         return Certification(confirmed.backend, "confirmation", confirmed.samples or 0, confirmed.backend in GPU_BACKENDS)
     held = validation is not None and (validation.passed or bool(validation.passed_after_research))
     samples = n_search + (validation.samples if held else 0)

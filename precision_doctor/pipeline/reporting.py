@@ -6,6 +6,7 @@ import datetime as _dt
 from pathlib import Path
 
 from precision_doctor import __version__
+from precision_doctor.backends.registry import check_only
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import Format
@@ -94,6 +95,7 @@ def build_report(
         evaluations=oracle.evaluations,
         memo_hits=oracle.memo_hits,
         one_minimal_checked=False if by_knobs else confirm.one_minimal_checked if confirm is not None and confirm.passed
+        and not check_only(confirm.backend)
         else oracle.one_minimal_checked(fallback),
         elapsed_s=elapsed,
         samples=SampleCounts(search=len(work.samples), validation=n_validation),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from precision_doctor.backends.registry import check_only
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.render.tensorrt import (
@@ -222,7 +223,7 @@ def _build_steps(report: Report, cmds: dict[str, str]) -> list[tuple[str, str | 
         steps.append(("Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
                       "compute capability 9.0):", "./tensorrt_rtx.sh"))
     c = report.confirm
-    if c is not None and c.passed:
+    if c is not None and c.passed and not check_only(c.backend):
         steps.append((f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
                       "that is another one.", None))
     else:
@@ -316,6 +317,10 @@ def confirm_sentence(report: Report) -> str | None:
         return (f"Not confirmed on {c.backend}: the confirmation stopped early ({c.status}) after "
                 f"{_q(c.evaluations)} evaluations; the answer is the searched one ({searched} nodes).")
     held = {True: "held as is", False: "failed there"}.get(c.searched_answer_passed, "was not run there")
+    if check_only(c.backend):
+        return (f"Checked on {c.backend} over {_q(c.samples)} samples (a plumbing check: fixed.onnx loads and runs; "
+                f"its FP16 verdicts are not FP16's, so it never removes a node): the searched answer ({searched} "
+                f"nodes) {held}; the answer is {len(report.fallback_nodes)} nodes.")
     head = f"Confirmed on {c.backend} over {_q(c.samples)} samples: the searched answer ({searched} nodes) {held}"
     if not c.passed:
         return head + f"; no passing set was found there ({_q(c.evaluations)} evaluations)."

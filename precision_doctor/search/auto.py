@@ -88,10 +88,11 @@ def shortest_passing(
     return make(hi)
 
 
-def repair(oracle: Oracle, space: SearchSpace, start: frozenset[str]) -> frozenset[str] | None:
+def repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_after: bool = True) -> frozenset[str] | None:
     """Carry a set found with another oracle (the emulator) over to this one (a real backend): keep it
     if it passes here, else add the fewest further nodes that make it pass (ranked islands when the
-    ranking is informative, else topological order); then prune to a 1-minimal set on this oracle."""
+    ranking is informative, else topological order); then prune to a 1-minimal set on this oracle
+    (`prune_after`; off where this oracle may only check, never remove a node)."""
     oracle.phase = "confirm"
     if not oracle.passes(start):
         order = (list(space.ranking) + list(space.universe)) if space.informative else list(space.universe)
@@ -100,7 +101,7 @@ def repair(oracle: Oracle, space: SearchSpace, start: frozenset[str]) -> frozens
         if grown is None:
             return None
         start = grown
-    return prune(oracle, space, start)
+    return prune(oracle, space, start) if prune_after else start
 
 
 def prune(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:

@@ -19,17 +19,18 @@ from precision_doctor.service.events import job_events
 from precision_doctor.service.jobs import create_job
 from precision_doctor.service.schema import STATES
 from precision_doctor.service.store import Job, Store, view
-from precision_doctor.service.supervisor import Supervisor
+from precision_doctor.service.supervisor import Supervisor, WorkerLauncher
 from precision_doctor.service.uploads import Refused, artifact, list_artifacts, read_submission
 
 log = logging.getLogger("precision_doctor.service")
 
 
-def create_app(config: ServiceConfig, supervise: bool = True) -> FastAPI:
-    """The app for `config`; with `supervise` its lifespan runs the workers."""
+def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLauncher | None = None) -> FastAPI:
+    """The app for `config`; with `supervise` its lifespan runs the workers (through `launcher`, by default
+    worker processes here)."""
     state = StateDir(config.state_dir)
     store = Store(state.db)
-    supervisor = Supervisor(config, store)
+    supervisor = Supervisor(config, store, launcher)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):

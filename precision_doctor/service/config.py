@@ -45,6 +45,9 @@ class ServiceConfig:
     max_crashes: int = 3
     cancel_grace_s: float = 10.0
     max_jobs_per_worker: int = 200
+    executor: str = "local"  # local: worker processes here; ray: each job a Ray task (service/ray_workers.py)
+    ray_address: str | None = None  # with executor ray: the cluster (None: a local Ray instance)
+    ray_cpus: float = 1.0  # with executor ray: CPUs (and ONNX Runtime threads) of each job's task
 
     @property
     def max_upload_bytes(self) -> int:

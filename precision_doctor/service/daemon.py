@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
 
 from precision_doctor.errors import UserError
 from precision_doctor.service.config import ServiceConfig, StateDir, is_loopback
+
+WORKERS_FROM_CLUSTER = 0  # --executor ray without --workers: as many as the cluster holds (RayLauncher)
 
 
 def check(config: ServiceConfig) -> None:
@@ -20,8 +24,12 @@ def check(config: ServiceConfig) -> None:
                         "so that requests without it are refused")
     if config.token is not None and len(config.token) < 8:
         raise UserError("--token must be at least 8 characters")
-    if config.workers < 1:
+    if config.workers < 1 and not (config.executor == "ray" and config.workers == WORKERS_FROM_CLUSTER):
         raise UserError("--workers must be at least 1")
+    if config.executor == "ray":
+        from precision_doctor.service.ray_workers import RayLauncher
+
+        RayLauncher(config)  # Ray installed, --ray-cpus positive (SpecError naming the flag)
     if config.max_upload_mb <= 0:
         raise UserError("--max-upload-mb must be positive")
     if config.state_dir.exists() and not config.state_dir.is_dir():
@@ -78,13 +86,53 @@ def serve(config: ServiceConfig) -> None:
     config.allow_roots = [Path(r).resolve() for r in config.allow_roots]
     lock = hold_state_dir(StateDir(config.state_dir))
     sock = listen(config.host, config.port)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    app = create_app(config)
-    where = f"http://{'[' + config.host + ']' if ':' in config.host else config.host}:{config.port}"
-    print(f"precision-doctor daemon on {where} (state {config.state_dir}, {config.workers} worker(s)"
-          f"{', token required' if config.token else ''})", file=sys.stderr, flush=True)
     try:
-        uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)).run(sockets=[sock])
+        with worker_launcher(config) as launcher:
+            logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+            app = create_app(config, launcher=launcher)
+            where = f"http://{'[' + config.host + ']' if ':' in config.host else config.host}:{config.port}"
+            on = " as Ray tasks" if config.executor == "ray" else ""
+            print(f"precision-doctor daemon on {where} (state {config.state_dir}, {config.workers} worker(s){on}"
+                  f"{', token required' if config.token else ''})", file=sys.stderr, flush=True)
+            uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)).run(sockets=[sock])
     finally:
         sock.close()
         lock.close()
+
+
+@contextlib.contextmanager
+def worker_launcher(config: ServiceConfig):
+    """None (the supervisor's worker processes) or, for `--executor ray`, a connected `RayLauncher`
+    (a local Ray instance is shut down on exit); sets the worker count the cluster decides."""
+    if config.executor != "ray":
+        yield None
+        return
+    from precision_doctor.service.ray_workers import RayLauncher
+
+    print("precision-doctor daemon: " + (f"connecting to the Ray cluster at {config.ray_address}" if config.ray_address
+          else "starting a local Ray instance"), file=sys.stderr, flush=True)
+    terminated = False
+    with RayLauncher(config) as launcher:
+        if config.workers == WORKERS_FROM_CLUSTER:
+            config.workers = launcher.default_workers()
+        # uvicorn ends on SIGTERM by re-raising it to the handler it found (ray.init's: sys.exit(15)): make
+        # it an exception, so that a local Ray instance is shut down on the way out, then end by SIGTERM
+        # as the daemon does without Ray
+        previous = signal.signal(signal.SIGTERM, _terminated)
+        try:
+            yield launcher
+        except Terminated:
+            terminated = True
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    if terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.raise_signal(signal.SIGTERM)
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived (raised by `_terminated`)."""
+
+
+def _terminated(signum: int, frame: object) -> None:
+    raise Terminated()

@@ -138,15 +138,16 @@ def job_lock(path: Path, give_up: Callable[[], bool], wait_s: float = LOCK_WAIT_
 
 def run_claimed_job(state_dir: str | Path, job_id: str, token: str, spec: dict, *, worker: str = "",
                     lease_s: float = LEASE_S, cache_mb: float = CACHE_MB,
-                    daemon_gone: threading.Event | None = None) -> str:
+                    daemon_gone: threading.Event | None = None, store: Store | None = None) -> str:
     """Run the job `job_id` that this caller claimed (lease `token`) with its settings `spec` (the RunSpec's
     JSON) in its run directory under `state_dir`, and record the outcome in the store. Returns the state it
     left the job in: done, failed, cancelled, or queued (given back: the daemon went away or the run
-    directory was busy; the next attempt resumes), or "lost" (another owner has it now)."""
+    directory was busy; the next attempt resumes), or "lost" (another owner has it now). `store`: the job
+    store if not the one in `state_dir` (a Ray task on another machine reaches the daemon's through Ray)."""
     from precision_doctor.service.cache import DirectoryCaptureCache
 
     state = StateDir(Path(state_dir))
-    store = Store(state.db)
+    store = store or Store(state.db)
     if not store.heartbeat(job_id, token, lease_s)[0]:  # a stale claim (a retried task, say) touches nothing
         return "lost"
     cache = DirectoryCaptureCache(state.cache, cache_mb) if cache_mb > 0 else None
