@@ -32,7 +32,7 @@ def _pid_alive(pid: int) -> bool:
 def test_sigkill_mid_job_then_restart_resumes_and_completes_once(tmp_path) -> None:
     files = tmp_path / "files"
     files.mkdir()
-    model, settings = slow_model(files / "slow.onnx")
+    model, settings = slow_model(files / "slow.onnx", blocks=24)  # ~25 evaluations: the kill lands mid-search
     quick, samples, quick_settings = planted_job_files(files / "quick")
     quick_settings["inputs"] = {"files": [str(f) for f in samples]}
     d = Daemon(tmp_path / "state", "--allow-root", str(files)).start()
