@@ -211,7 +211,7 @@ def test_events_stream_the_job_to_its_end(env) -> None:
 
 def test_a_dead_worker_is_replaced_and_its_job_resumes(env) -> None:
     d, files = env
-    model, settings = slow_model(files / "slow_worker.onnx")
+    model, settings = slow_model(files / "slow_worker.onnx", blocks=24)
     job = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": settings}, timeout=30).json()
     running = d.wait_for(job["id"], lambda j: (j["progress"].get("evaluations") or 0) >= 3, what="three evaluations")
     pid = running["worker_pid"]

@@ -30,7 +30,7 @@ def test_job_page_follows_a_running_job(chromium: str, daemon, tmp_path: Path) -
     from PIL import Image
 
     d, root = daemon
-    model, settings = slow_model(root / "slow.onnx")
+    model, settings = slow_model(root / "slow.onnx", blocks=24)  # ~25 evaluations: the page sees them rise
     job = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": settings}, timeout=30).json()
     browser = Browser(chromium, tmp_path / "profile")
     try:
