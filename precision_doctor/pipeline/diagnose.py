@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.backends.registry import make_backend, plan_backends
+from precision_doctor.backends.registry import check_only, make_backend, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
@@ -142,6 +142,15 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
         else:
             confirmed = Confirm(confirm_backend.name, sorted(found), passed=None,
                                 skipped=f"the search ended early ({status}); the answer is the searched one, not confirmed")
+    if headroom is not None and probe and confirmed is not None and confirmed.passed and found is not None \
+            and not check_only(confirm_backend.name):
+        # The confirm backend (the GPU) has the last word on the probe too: its shares of the final answer.
+        # The held-out samples are not unseen there (the confirmation ran on them).
+        headroom = expected_headroom(
+            searched=len(work.samples), search_copies=len(copies), share_searched=user_share(spec, confirm_verdict),
+            probe=sample_shares(confirm_backend, found, probe, probe_refs, spec.tolerance),
+            validation=validation_report, held_out_unseen=False,
+            held_out_from_user=headroom.held_out_from_user, researched=headroom.researched, backend=confirm_backend.name)
     knob_outcome = None
     if spec.search.knobs and found is not None and status == "complete":
         knob_outcome = search_knobs(

@@ -42,7 +42,7 @@ def perturbed_copies(samples: list[Sample], copies: int, seed: int,
 
 def expected_headroom(*, searched: int, search_copies: int, share_searched: float | None,
                       probe: list[SampleShare], validation: Validation | None, held_out_unseen: bool,
-                      held_out_from_user: bool, researched: bool) -> ExpectedHeadroom:
+                      held_out_from_user: bool, researched: bool, backend: str | None = None) -> ExpectedHeadroom:
     """report.json's figures: the answer's shares on the probe's copies and (while the search has not
     seen them, `held_out_unseen`) on the held-out samples, and whether it is predicted to hold."""
     shares = [p.share for p in probe]
@@ -58,5 +58,5 @@ def expected_headroom(*, searched: int, search_copies: int, share_searched: floa
         held_out_from_user=held_out_from_user, share_searched=share_searched, share_unseen=unseen,
         headroom=None if unseen is None else 1.0 - unseen, failing_copies=failing_copies,
         failing_held_out=failing_held, researched=researched,
-        holds=failing_copies == 0 and (failing_held == 0 if held_out_unseen else True),
+        holds=failing_copies == 0 and (failing_held == 0 if held_out_unseen else True), backend=backend,
     )

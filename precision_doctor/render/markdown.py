@@ -346,8 +346,12 @@ def generalization_sentence(report: Report) -> str | None:
     held = f", {h.held_out} held out {'of your data' if h.held_out_from_user else '(generated)'}" if h.held_out else ""
     text = (f"Checked on {h.searched + h.unseen} samples ({h.searched} searched{copies}, {h.perturbed_copies} fresh "
             f"perturbed copies{held})")
+    unseen = f"{h.unseen} unseen ones"
+    if h.backend:  # the confirm backend checked the held-out samples and ran the fresh copies
+        text += f"; the fresh copies run on {h.backend}, which also confirmed the answer on every other sample"
+        unseen = f"{h.perturbed_copies} fresh copies"
     if h.share_unseen is not None and h.headroom is not None:
-        text += (f": the largest share of the tolerance on the {h.unseen} unseen ones is {100 * h.share_unseen:.1f}%, "
+        text += (f": the largest share of the tolerance on the {unseen} is {100 * h.share_unseen:.1f}%, "
                  f"headroom {100 * h.headroom:.1f}%")
     if not h.holds:
         again = " even after a second search that included the failing ones" if h.researched else ""

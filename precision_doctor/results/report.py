@@ -82,7 +82,8 @@ class ExpectedHeadroom:
     user's data, not generated). `share_unseen`: the largest share of the tolerance among them; `headroom`
     = 1 - that (negative: the answer fails there). `failing_copies`/`failing_held_out` count the unseen
     samples the answer fails on; `researched`: they were added to a second search (once), and the counts
-    are of its answer; `holds`: predicted to hold on new inputs (no unseen sample fails)."""
+    are of its answer; `holds`: predicted to hold on new inputs (no unseen sample fails); `backend`: where
+    the unseen shares were measured (None: the search backend; the confirm backend when it certified)."""
 
     searched: int
     search_copies: int
@@ -96,6 +97,7 @@ class ExpectedHeadroom:
     failing_held_out: int = 0
     researched: bool = False
     holds: bool = True
+    backend: str | None = None
 
     @property
     def unseen(self) -> int:
@@ -628,7 +630,7 @@ def _expected_headroom(v: Any, path: str) -> ExpectedHeadroom:
     shares = {k: _opt(d, k, path, _num) for k in ("share_searched", "share_unseen", "headroom")}
     flags = {k: _get(d, k, path, _bool, default=default) for k, default in
              (("held_out_from_user", False), ("researched", False), ("holds", True))}
-    return ExpectedHeadroom(**counts, **shares, **flags)
+    return ExpectedHeadroom(**counts, **shares, **flags, backend=_get(d, "backend", path, _str, default=None, optional=True))
 
 
 def _confirm(v: Any, path: str) -> Confirm:
