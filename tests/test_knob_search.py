@@ -166,11 +166,11 @@ def test_the_commands_carry_the_configuration_found():
 def test_knobs_are_refused_on_the_emulator_before_any_work(run_cli, planted_file, tmp_path):
     case, path, files = planted_file("cancellation", n=2)
     out = tmp_path / "run"
-    code, _, err = run_cli("diagnose", *_args(case, path, files), "--knobs", "--out", out)
+    code, _, err = run_cli("diagnose", *_args(case, path, files), "--backend", "emulate", "--knobs", "--out", out)
     assert code == 2 and err.count("\n") == 1 and "--knobs: the emulate backend has no knobs" in err
     assert not out.exists()
     with pytest.raises(Exception, match="search.knobs: the emulate backend has no knobs"):
-        api.diagnose(RunSpec(model=str(path)).with_settings({"search.knobs": True}), tmp_path / "api")
+        api.diagnose(RunSpec(model=str(path)).with_settings({"search.knobs": True, "backends.backend": "emulate"}), tmp_path / "api")
     assert not (tmp_path / "api").exists()
 
 
