@@ -170,7 +170,8 @@ def test_knobs_are_refused_on_the_emulator_before_any_work(run_cli, planted_file
     assert code == 2 and err.count("\n") == 1 and "--knobs: the emulate backend has no knobs" in err
     assert not out.exists()
     with pytest.raises(Exception, match="search.knobs: the emulate backend has no knobs"):
-        api.diagnose(RunSpec(model=str(path)).with_settings({"search.knobs": True, "backends.backend": "emulate"}), tmp_path / "api")
+        spec = RunSpec(model=str(path)).with_settings({"search.knobs": True, "backends.backend": "emulate"})
+        api.diagnose(spec, tmp_path / "api")
     assert not (tmp_path / "api").exists()
 
 
