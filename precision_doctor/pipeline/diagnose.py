@@ -17,18 +17,25 @@ from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
-from precision_doctor.measure.headroom import sample_shares
 from precision_doctor.pipeline.artifacts import write_artifacts
 from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
 from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
 from precision_doctor.pipeline.confirmation import certification, confirm, notes_for
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
-from precision_doctor.pipeline.probe import PROBE_COPIES, PROBE_SEED, SEARCH_SEED, expected_headroom, perturbed_copies
+from precision_doctor.pipeline.probe import (
+    PROBE_COPIES,
+    PROBE_SEED,
+    SEARCH_SEED,
+    Unseen,
+    check_unseen,
+    confirmed_headroom,
+    perturbed_copies,
+    search_headroom,
+)
 from precision_doctor.pipeline.reporting import CHECKPOINT, build_report, write_report
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, run_strategy, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
-from precision_doctor.pipeline.validation import check_on_samples
 from precision_doctor.results.report import Confirm, Report
 from precision_doctor.search import Oracle
 from precision_doctor.search.space import SearchSpace, build_space
@@ -101,36 +108,13 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
 
     notify(progress, PhaseEvent("search"))
     status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
-    validation_report = headroom = None
     probe, probe_refs = perturbed_copies(work.samples, PROBE_COPIES if spec.search.augment else 0, PROBE_SEED, ref.run)
-    if found is not None and (validation or probe):
-        notify(progress, PhaseEvent("validate"))
-        validation_report = check_on_samples(backend, found, validation, val_refs, spec.tolerance) if validation else None
-        shares = sample_shares(backend, found, probe, probe_refs, spec.tolerance)
-        held_failed = validation_report is not None and not validation_report.passed
-        failing = [i for i, p in enumerate(shares) if not p.passed]
-        researched = (held_failed or bool(failing)) and status == "complete"
-        if researched:
-            # Not presented as the answer: search again (once) with the failing unseen samples included.
-            added = ([*validation], [*val_refs]) if held_failed else ([], [])
-            oracle.samples = oracle.samples + added[0] + [probe[i] for i in failing]
-            oracle.references = oracle.references + added[1] + [probe_refs[i] for i in failing]
-            oracle.order = list(range(len(oracle.samples)))
-            oracle.memo = {k: v for k, v in oracle.memo.items() if not v.passed}
-            first = sorted(found)
-            status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
-            if held_failed:
-                validation_report.first_candidate = first
-                validation_report.research = "searched again with the held-out samples included"
-                validation_report.passed_after_research = found is not None
-            if found is not None:
-                shares = sample_shares(backend, found, probe, probe_refs, spec.tolerance)
-        if found is not None:
-            headroom = expected_headroom(
-                searched=len(work.samples), search_copies=len(copies),
-                share_searched=user_share(spec, oracle.known(found)), probe=shares, validation=validation_report,
-                held_out_unseen=not (researched and held_failed),
-                held_out_from_user=bool(work.inputs.files or work.inputs.validate_files), researched=researched)
+    unseen = Unseen(validation, val_refs, probe, probe_refs)
+    checked = check_unseen(backend, oracle, space, spec, status, reason, found, unseen, progress, stop)
+    status, reason, found, validation_report = checked.status, checked.reason, checked.found, checked.validation
+    headroom = search_headroom(checked, len(work.samples), len(copies),
+                               user_share(spec, oracle.known(found)) if found is not None else None,
+                               held_out_from_user=bool(work.inputs.files or work.inputs.validate_files))
     confirmed = confirm_verdict = None
     if confirm_backend is not None and found is not None:
         if status == "complete":
@@ -144,13 +128,7 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
                                 skipped=f"the search ended early ({status}); the answer is the searched one, not confirmed")
     if headroom is not None and probe and confirmed is not None and confirmed.passed and found is not None \
             and not check_only(confirm_backend.name):
-        # The confirm backend (the GPU) has the last word on the probe too: its shares of the final answer.
-        # The held-out samples are not unseen there (the confirmation ran on them).
-        headroom = expected_headroom(
-            searched=len(work.samples), search_copies=len(copies), share_searched=user_share(spec, confirm_verdict),
-            probe=sample_shares(confirm_backend, found, probe, probe_refs, spec.tolerance),
-            validation=validation_report, held_out_unseen=False,
-            held_out_from_user=headroom.held_out_from_user, researched=headroom.researched, backend=confirm_backend.name)
+        headroom = confirmed_headroom(headroom, confirm_backend, found, unseen, validation_report, spec, confirm_verdict)
     knob_outcome = None
     if spec.search.knobs and found is not None and status == "complete":
         knob_outcome = search_knobs(
