@@ -108,7 +108,8 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
 
     notify(progress, PhaseEvent("search"))
     status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
-    probe, probe_refs = perturbed_copies(work.samples, PROBE_COPIES if spec.search.augment else 0, PROBE_SEED, ref.run)
+    n_probe = PROBE_COPIES if spec.search.augment and found is not None else 0  # no answer: nothing to probe
+    probe, probe_refs = perturbed_copies(work.samples, n_probe, PROBE_SEED, ref.run)
     unseen = Unseen(validation, val_refs, probe, probe_refs)
     checked = check_unseen(backend, oracle, space, spec, status, reason, found, unseen, progress, stop)
     status, reason, found, validation_report = checked.status, checked.reason, checked.found, checked.validation
