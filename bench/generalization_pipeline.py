@@ -57,7 +57,8 @@ def run_split(case, model_path: Path, tmp: Path, idx: tuple[int, ...], name: str
     return {"size": len(rep.fallback_nodes), "evaluations": rep.evaluations, "passed": rep.passed, "verdict": label,
             "verdict_kind": kind, "holds": holds, "probe_holds": None if h is None else h.holds,
             "researched": None if h is None else h.researched, "share_unseen_probe": None if h is None else h.share_unseen,
-            "wall_s": wall}
+            "predicted_share": None if h is None else h.predicted_share,
+            "research_margin": None if h is None else h.research_margin, "wall_s": wall}
 
 
 def render(records: list[dict]) -> str:
@@ -107,7 +108,9 @@ def main() -> None:
     ap.add_argument("--sizes", default="2,4")
     ap.add_argument("--splits", type=int, default=5)
     ap.add_argument("--n", type=int, default=12)
-    ap.add_argument("--append", action="store_true", help=f"add to {RAW} instead of starting it again")
+    ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings to run")
+    ap.add_argument("--out", type=Path, default=RAW, help="the raw records (jsonl)")
+    ap.add_argument("--append", action="store_true", help="add to --out instead of starting it again")
     ap.add_argument("--render", type=Path, default=None)
     args = ap.parse_args()
     if args.render:
@@ -117,9 +120,11 @@ def main() -> None:
     if args.only:
         wanted = args.only.split(",")
         cases = [c for c in cases if any(c.name == w or c.name.startswith(w + ":") for w in wanted)]
-    RAW.parent.mkdir(parents=True, exist_ok=True)
-    with RAW.open("a" if args.append else "w") as f:
-        f.write(json.dumps({"machine": machine(), "args": vars(args) | {"zoo": str(args.zoo), "render": None}}) + "\n")
+    settings = {k: SETTINGS[k] for k in args.settings.split(",")}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("a" if args.append else "w") as f:
+        f.write(json.dumps({"machine": machine(), "args": vars(args) | {"zoo": str(args.zoo), "out": str(args.out),
+                                                                       "render": None}}) + "\n")
         for case in cases:
             with tempfile.TemporaryDirectory(prefix="pd-genp-") as tmp:
                 tmp = Path(tmp)
@@ -130,14 +135,14 @@ def main() -> None:
                 with EmulateBackend(case.model) as backend:
                     for size in [int(s) for s in args.sizes.split(",")]:
                         for r, idx in enumerate(splits(case, size, args.splits)):
-                            for name, search in SETTINGS.items():
+                            for name, search in settings.items():
                                 res = run_split(case, model_path, tmp, idx, name, search, backend, refs)
                                 rec = {"case": case.name, "kind": case.kind, "n": size, "split": r, "setting": name, **res}
                                 f.write(json.dumps(rec) + "\n")
                                 f.flush()
                                 print(f"{case.name:26s} n={size} r={r} {name:8s} {res['verdict'][:40]:40s} size "
                                       f"{res['size']} holds {res['holds']} {res['wall_s']:.1f} s", file=sys.stderr)
-    print(render([json.loads(line) for line in RAW.read_text().splitlines() if line.strip()]))
+    print(render([json.loads(line) for line in args.out.read_text().splitlines() if line.strip()]))
 
 
 if __name__ == "__main__":

@@ -101,5 +101,5 @@ def test_verdict_is_not_pass_when_predicted_not_to_hold(tmp_path):
     assert "predicted NOT to hold on new inputs" in words and "--inputs" in words and "--margin" in words
     assert "headroom -30.0%" in words
     (text, cmd), = next_steps(bad)
-    assert "--margin 0.1" in cmd and "searched samples" in text
+    assert f"--margin {round(bad.margin + 0.1, 2):g}" in cmd and "searched samples" in text
     assert "NOT TO HOLD" in render_markdown(Report.from_json(bad.to_json()))

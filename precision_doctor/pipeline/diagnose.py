@@ -25,6 +25,7 @@ from precision_doctor.pipeline.knob_search import budget_after, search_knobs
 from precision_doctor.pipeline.probe import (
     PROBE_COPIES,
     PROBE_SEED,
+    RECHECK_SEED,
     SEARCH_SEED,
     Unseen,
     check_unseen,
@@ -110,11 +111,13 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
     n_probe = PROBE_COPIES if spec.search.augment and found is not None else 0  # no answer: nothing to probe
     probe, probe_refs = perturbed_copies(work.samples, n_probe, PROBE_SEED, ref.run)
-    unseen = Unseen(validation, val_refs, probe, probe_refs)
+    unseen = Unseen(validation, val_refs, probe, probe_refs,
+                    recheck=lambda: perturbed_copies(work.samples, n_probe, RECHECK_SEED, ref.run))
     checked = check_unseen(backend, oracle, space, spec, status, reason, found, unseen, progress, stop)
     status, reason, found, validation_report = checked.status, checked.reason, checked.found, checked.validation
+    if checked.margin != spec.search.margin:  # the second search's larger margin: confirm and report at it
+        spec = spec.with_settings({"search.margin": checked.margin})
     headroom = search_headroom(checked, len(work.samples), len(copies),
-                               user_share(spec, oracle.known(found)) if found is not None else None,
                                held_out_from_user=bool(work.inputs.files or work.inputs.validate_files))
     confirmed = confirm_verdict = None
     if confirm_backend is not None and found is not None:
@@ -129,7 +132,8 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
                                 skipped=f"the search ended early ({status}); the answer is the searched one, not confirmed")
     if headroom is not None and probe and confirmed is not None and confirmed.passed and found is not None \
             and not check_only(confirm_backend.name):
-        headroom = confirmed_headroom(headroom, confirm_backend, found, unseen, validation_report, spec, confirm_verdict)
+        headroom = confirmed_headroom(headroom, confirm_backend, found, checked, validation_report, spec,
+                                      user_share(spec, confirm_verdict))
     knob_outcome = None
     if spec.search.knobs and found is not None and status == "complete":
         knob_outcome = search_knobs(

@@ -188,7 +188,7 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
                   f"precision-doctor diagnose {model} --resume --out RUN_DIR")]
         return steps if not report.passed else steps + _build_steps(report, cmds)
     if not_holding(report):
-        margin = min(0.5, float(report.margin or 0.0) + 0.1)
+        margin = round(min(0.9, float(report.margin or 0.0) + 0.1), 2)
         return [("The answer meets the tolerance on the searched samples but fails on samples the search did not see: "
                  "give more --inputs of your data (from 4 on, some are held out to check it), or search with more room "
                  "to spare (a larger --margin, more --augment copies):",
@@ -353,14 +353,18 @@ def generalization_sentence(report: Report) -> str | None:
     if h.share_unseen is not None and h.headroom is not None:
         text += (f": the largest share of the tolerance on the {unseen} is {100 * h.share_unseen:.1f}%, "
                  f"headroom {100 * h.headroom:.1f}%")
-    if not h.holds:
-        again = " even after a second search that included the failing ones" if h.researched else ""
-        return (text + f". The answer meets the tolerance on the searched samples but fails on {h.failing_copies} "
-                f"perturbed cop{'y' if h.failing_copies == 1 else 'ies'} and {h.failing_held_out} held-out sample(s)"
-                f"{again}: it is predicted NOT to hold on new inputs. Give more --inputs (some are then held out) or "
-                "search with a larger --margin.")
+    if h.predicted_share is not None and h.risk is not None:
+        text += (f"; from their spread, a new input is predicted to use up to {100 * h.predicted_share:.0f}% of the "
+                 f"tolerance (exceeded with probability {100 * h.risk:g}%)")
     if h.researched:
-        text += "; the first answer failed on some of them, a second search with those included found this one"
+        text += (f". The first answer was predicted not to hold; a second search at margin {h.research_margin or 0:g} "
+                 "with the unseen samples it missed found this one, checked on fresh copies no search had seen")
+    if not h.holds:
+        fails = (f"fails on {h.failing_copies} perturbed cop{'y' if h.failing_copies == 1 else 'ies'} and "
+                 f"{h.failing_held_out} held-out sample(s)") if h.failing_copies or h.failing_held_out else \
+            "is predicted to exceed the tolerance on some new inputs"
+        return (text + f". The answer meets the tolerance on the searched samples but {fails}: it is predicted NOT "
+                "to hold on new inputs. Give more --inputs (some are then held out) or search with a larger --margin.")
     if not (h.held_out and h.held_out_from_user):
         text += ("; not validated on your data (no held-out sample of it): the perturbed copies predict the answer "
                  "holds, give 4 or more --inputs (or --validate-inputs) to check it on your data")

@@ -81,9 +81,12 @@ class ExpectedHeadroom:
     perturbed copies of the `searched` samples and `held_out` held-out samples (`held_out_from_user`: of the
     user's data, not generated). `share_unseen`: the largest share of the tolerance among them; `headroom`
     = 1 - that (negative: the answer fails there). `failing_copies`/`failing_held_out` count the unseen
-    samples the answer fails on; `researched`: they were added to a second search (once), and the counts
-    are of its answer; `holds`: predicted to hold on new inputs (no unseen sample fails); `backend`: where
-    the unseen shares were measured (None: the search backend; the confirm backend when it certified)."""
+    samples the answer fails on; `predicted_share`: the share a new input exceeds with probability `risk`
+    (a log-normal fitted to the unseen shares; None with fewer than two positive ones); `researched`: the
+    answer was predicted not to hold and a second search ran (once) with the unseen samples it missed, at
+    `research_margin`, and the figures are of its answer on fresh copies no search saw; `holds`: predicted
+    to hold on new inputs (no unseen sample fails and `predicted_share` <= 1); `backend`: where the unseen
+    shares were measured (None: the search backend; the confirm backend when it certified)."""
 
     searched: int
     search_copies: int
@@ -98,6 +101,9 @@ class ExpectedHeadroom:
     researched: bool = False
     holds: bool = True
     backend: str | None = None
+    predicted_share: float | None = None
+    risk: float | None = None
+    research_margin: float | None = None
 
     @property
     def unseen(self) -> int:
@@ -627,7 +633,8 @@ def _expected_headroom(v: Any, path: str) -> ExpectedHeadroom:
     d = _mapping(v, path)
     counts = {k: _get(d, k, path, _int, default=0) for k in
               ("searched", "search_copies", "perturbed_copies", "held_out", "failing_copies", "failing_held_out")}
-    shares = {k: _opt(d, k, path, _num) for k in ("share_searched", "share_unseen", "headroom")}
+    shares = {k: _opt(d, k, path, _num) for k in
+              ("share_searched", "share_unseen", "headroom", "predicted_share", "risk", "research_margin")}
     flags = {k: _get(d, k, path, _bool, default=default) for k, default in
              (("held_out_from_user", False), ("researched", False), ("holds", True))}
     return ExpectedHeadroom(**counts, **shares, **flags, backend=_get(d, "backend", path, _str, default=None, optional=True))
