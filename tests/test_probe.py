@@ -103,3 +103,63 @@ def test_verdict_is_not_pass_when_predicted_not_to_hold(tmp_path):
     (text, cmd), = next_steps(bad)
     assert f"--margin {round(bad.margin + 0.1, 2):g}" in cmd and "searched samples" in text
     assert "NOT TO HOLD" in render_markdown(Report.from_json(bad.to_json()))
+
+
+def test_an_answer_holds_only_when_the_predicted_share_is_within_the_tolerance():
+    """No unseen sample fails, but shares spread from 0.2 to 0.95: a new input is predicted to exceed the
+    tolerance, so the answer is not predicted to hold; tightly spread shares far from 1 are."""
+    from precision_doctor.measure.headroom import SampleShare
+    from precision_doctor.pipeline.probe import expected_headroom
+
+    def headroom(shares):
+        return expected_headroom(searched=2, search_copies=6, share_searched=0.9,
+                                 probe=[SampleShare(v, True) for v in shares], held=[], validation=None,
+                                 held_out_unseen=True, held_out_from_user=False, researched=False)
+    wide = headroom([0.2, 0.95, 0.4, 0.7, 0.3, 0.9, 0.5, 0.6])
+    assert wide.failing_copies == 0 and wide.predicted_share > 1 and not wide.holds and wide.risk == 0.005
+    tight = headroom([0.50, 0.52, 0.49, 0.51, 0.50, 0.53, 0.48, 0.50])
+    assert tight.holds and tight.predicted_share < 0.6
+    assert "predicted to use up to" in generalization_sentence(replace(_report_stub(), expected_headroom=tight))
+    assert headroom([0.0] * 8).holds and headroom([0.0] * 8).predicted_share is None  # exact: nothing to fit
+
+
+def _report_stub() -> Report:
+    return Report(expected_headroom=None)
+
+
+def test_research_margin_brings_the_predicted_share_to_the_target():
+    from precision_doctor.pipeline.probe import MAX_MARGIN, PREDICT_TARGET, research_margin
+    assert research_margin(0.1, 0.9, 0.8) == 0.1  # predicted to hold: the first margin
+    m = research_margin(0.1, 0.9, 1.8)  # shares scale together: searched 0.9 -> 1 - m, predicted 1.8 -> TARGET
+    assert abs(1.8 * (1 - m) / 0.9 - PREDICT_TARGET) < 1e-9
+    assert research_margin(0.1, 0.9, 1e6) == MAX_MARGIN and research_margin(0.7, 0.5, 1.1) == 0.7
+
+
+def test_second_answer_is_checked_on_copies_no_search_saw(tmp_path, monkeypatch):
+    """The second search's answer is probed on recheck copies (their own seed), never on the copies that
+    sent it there and that it then searched with."""
+    from precision_doctor.pipeline import diagnose as pipeline
+    from precision_doctor.pipeline.probe import PROBE_SEED, RECHECK_SEED, SEARCH_SEED
+
+    seeds = []
+    real = pipeline.perturbed_copies
+
+    def spy(samples, copies, seed, reference):
+        seeds.append(seed)
+        return real(samples, copies, seed, reference)
+    monkeypatch.setattr(pipeline, "perturbed_copies", spy)
+    rep = _diagnose(tmp_path, 3, augment=1, margin=0.0)
+    h = rep.expected_headroom
+    assert h.researched and seeds == [SEARCH_SEED, PROBE_SEED, RECHECK_SEED] and h.perturbed_copies == 8
+    assert h.research_margin is not None and h.research_margin >= 0.0 and rep.margin == h.research_margin
+
+
+def test_saturated_samples_stay_out_of_the_prediction():
+    """A classifier sure of one sample's class uses 1e-9 of the tolerance there: that sample must not make
+    the spread, and so the predicted share, astronomical for the samples that do use the tolerance."""
+    from precision_doctor.measure.headroom import predicted_share
+    from precision_doctor.pipeline.probe import PREDICT_FLOOR
+
+    shares = [1e-9, 2e-9, 0.30, 0.32, 0.31, 0.29]
+    assert predicted_share(shares) > 1e3
+    assert predicted_share(shares, floor=PREDICT_FLOOR) < 0.5

@@ -81,10 +81,12 @@ def margin_from_spread(shares: Sequence[float], n_searched: int, risk: float = D
     return float(min(cap, max(0.0, 1.0 - np.exp(-spread[1] * z_gap))))
 
 
-def predicted_share(shares: Sequence[float], risk: float = DEFAULT_RISK) -> float | None:
+def predicted_share(shares: Sequence[float], risk: float = DEFAULT_RISK, floor: float = 0.0) -> float | None:
     """The share a new input exceeds with probability `risk`, from the log-normal fitted to `shares` of
-    inputs the search did not see (held-out samples, fresh perturbed copies); None without two."""
-    spread = log_spread(shares)
+    inputs the search did not see (held-out samples, fresh perturbed copies); None without two. Shares
+    below `floor` stay out of the fit: an input whose outputs saturate (a classifier sure of its class)
+    uses next to none of the tolerance whatever runs in FP16, and says nothing about the inputs that do."""
+    spread = log_spread([v for v in shares if v >= floor])
     if spread is None:
         return None
     mean, sd = spread

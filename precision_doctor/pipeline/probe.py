@@ -44,6 +44,7 @@ PROBE_SEED = 1  # the probe's copies: never the oracle's
 PROBE_COPIES = 4  # fresh copies per search sample in the probe (with search.augment > 0)
 RECHECK_SEED = 2  # the copies that check the second search's answer: seen by no search
 PREDICT_RISK = DEFAULT_RISK  # a new input may exceed the predicted share with this probability
+PREDICT_FLOOR = 1e-3  # shares below this (saturated outputs) stay out of the prediction's fit
 PREDICT_TARGET = 0.85  # the second search aims the predicted share here, not at the edge of the tolerance
 MAX_MARGIN = 0.8  # the second search's margin is at most this
 
@@ -70,7 +71,7 @@ def expected_headroom(*, searched: int, search_copies: int, share_searched: floa
     shares = [p.share for p in unseen]
     failing_held = len(validation.failing_samples) if validation is not None and held_out_unseen else 0
     failing_copies = sum(not p.passed for p in probe)
-    predicted = predicted_share(shares, PREDICT_RISK)
+    predicted = predicted_share(shares, PREDICT_RISK, PREDICT_FLOOR)
     worst = max(shares, default=None)
     return ExpectedHeadroom(
         searched=searched, search_copies=search_copies, perturbed_copies=len(probe),
@@ -144,7 +145,7 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
     held = sample_shares(backend, found, unseen.held_out, unseen.held_out_refs, tol)
     shares = sample_shares(backend, found, unseen.copies, unseen.copy_refs, tol)
     held_failed = validation is not None and not validation.passed
-    predicted = predicted_share([p.share for p in shares + held], PREDICT_RISK)
+    predicted = predicted_share([p.share for p in shares + held], PREDICT_RISK, PREDICT_FLOOR)
     failing = any(not p.passed for p in shares) or (predicted is not None and predicted > 1.0)
     done = UnseenCheck(status, reason, found, margin, _share(oracle, found, margin), validation, shares, held,
                        unseen.copies, unseen.copy_refs, ran=True)
