@@ -7,6 +7,10 @@ that a PASS should hold, and an answer that will not hold should not be called P
     .venv/bin/python bench/generalization_pipeline.py --only planted --splits 5
     .venv/bin/python bench/generalization_pipeline.py --zoo /work/main/zoo --only zoo:silero-vad-16k --splits 3
     .venv/bin/python bench/generalization_pipeline.py --render bench/out/generalization_pipeline.jsonl
+
+On a GPU machine (onnxruntime-gpu), `--check-backend ort-cuda` checks the final answers on the unseen
+samples with ONNX Runtime's CUDA provider (the real mixed graph, as deployed) instead of the emulator;
+the pipeline itself runs its default `--backend auto` there (emulator search, confirmed on ort-cuda).
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from _common import OUT, machine, table
 from generalization import planted_cases, splits, zoo_cases
 
 from precision_doctor import api
-from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.backends.registry import make_backend
 from precision_doctor.pipeline.validation import check_on_samples
 from precision_doctor.render.markdown import verdict
 from precision_doctor.spec import InputSpec, RunSpec, SearchSpec
@@ -35,7 +39,7 @@ SETTINGS = {"bare": SearchSpec(augment=0, margin=0.0), "default": SearchSpec()}
 
 
 def run_split(case, model_path: Path, tmp: Path, idx: tuple[int, ...], name: str, search: SearchSpec,
-              backend: EmulateBackend, refs: list[dict]) -> dict:
+              backend, refs: list[dict]) -> dict:
     files = []
     for i in idx:
         files.append(tmp / f"s{i}.npz")
@@ -58,7 +62,9 @@ def run_split(case, model_path: Path, tmp: Path, idx: tuple[int, ...], name: str
             "verdict_kind": kind, "holds": holds, "probe_holds": None if h is None else h.holds,
             "researched": None if h is None else h.researched, "share_unseen_probe": None if h is None else h.share_unseen,
             "predicted_share": None if h is None else h.predicted_share,
-            "research_margin": None if h is None else h.research_margin, "wall_s": wall}
+            "research_margin": None if h is None else h.research_margin,
+            "certified_by": None if rep.certified_by is None else rep.certified_by.backend,
+            "fp32_flop_share": rep.fp32_flop_share, "wall_s": wall}
 
 
 def render(records: list[dict]) -> str:
@@ -108,6 +114,7 @@ def main() -> None:
     ap.add_argument("--sizes", default="2,4")
     ap.add_argument("--splits", type=int, default=5)
     ap.add_argument("--n", type=int, default=12)
+    ap.add_argument("--check-backend", default="emulate", help="where answers are checked on unseen samples")
     ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings to run")
     ap.add_argument("--out", type=Path, default=RAW, help="the raw records (jsonl)")
     ap.add_argument("--append", action="store_true", help="add to --out instead of starting it again")
@@ -132,12 +139,13 @@ def main() -> None:
                 onnx.save(case.model.proto, str(model_path))
                 ref = ReferenceRunner(case.model)
                 refs = [ref.run(s) for s in case.samples]
-                with EmulateBackend(case.model) as backend:
+                with make_backend(args.check_backend, case.model, "fp16", case.model.outputs) as backend:
                     for size in [int(s) for s in args.sizes.split(",")]:
                         for r, idx in enumerate(splits(case, size, args.splits)):
                             for name, search in settings.items():
                                 res = run_split(case, model_path, tmp, idx, name, search, backend, refs)
-                                rec = {"case": case.name, "kind": case.kind, "n": size, "split": r, "setting": name, **res}
+                                rec = {"case": case.name, "kind": case.kind, "n": size, "split": r, "setting": name,
+                                       "check_backend": args.check_backend, **res}
                                 f.write(json.dumps(rec) + "\n")
                                 f.flush()
                                 print(f"{case.name:26s} n={size} r={r} {name:8s} {res['verdict'][:40]:40s} size "
