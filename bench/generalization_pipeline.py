@@ -39,14 +39,14 @@ SETTINGS = {"bare": SearchSpec(augment=0, margin=0.0), "default": SearchSpec()}
 
 
 def run_split(case, model_path: Path, tmp: Path, idx: tuple[int, ...], name: str, search: SearchSpec,
-              backend, refs: list[dict]) -> dict:
+              backend, refs: list[dict], search_backend: str = "auto") -> dict:
     files = []
     for i in idx:
         files.append(tmp / f"s{i}.npz")
         if not files[-1].exists():
             np.savez(files[-1], **case.samples[i])
     spec = RunSpec(str(model_path), inputs=InputSpec(files=tuple(map(str, files)), validation_split=0.0),
-                   tolerance=case.tol, search=search)
+                   tolerance=case.tol, search=search).with_settings({"backends.backend": search_backend})
     t0 = time.monotonic()
     rep = api.diagnose(spec, tmp / f"run-{name}", force=True)
     wall = time.monotonic() - t0
@@ -115,6 +115,7 @@ def main() -> None:
     ap.add_argument("--splits", type=int, default=5)
     ap.add_argument("--n", type=int, default=12)
     ap.add_argument("--check-backend", default="emulate", help="where answers are checked on unseen samples")
+    ap.add_argument("--backend", default="auto", help="the pipeline's --backend (auto: emulate, confirmed on a GPU)")
     ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings to run")
     ap.add_argument("--out", type=Path, default=RAW, help="the raw records (jsonl)")
     ap.add_argument("--append", action="store_true", help="add to --out instead of starting it again")
@@ -143,9 +144,9 @@ def main() -> None:
                     for size in [int(s) for s in args.sizes.split(",")]:
                         for r, idx in enumerate(splits(case, size, args.splits)):
                             for name, search in settings.items():
-                                res = run_split(case, model_path, tmp, idx, name, search, backend, refs)
+                                res = run_split(case, model_path, tmp, idx, name, search, backend, refs, args.backend)
                                 rec = {"case": case.name, "kind": case.kind, "n": size, "split": r, "setting": name,
-                                       "check_backend": args.check_backend, **res}
+                                       "backend": args.backend, "check_backend": args.check_backend, **res}
                                 f.write(json.dumps(rec) + "\n")
                                 f.flush()
                                 print(f"{case.name:26s} n={size} r={r} {name:8s} {res['verdict'][:40]:40s} size "
