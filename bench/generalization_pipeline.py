@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from statistics import median
 
 import numpy as np
 import onnx
@@ -30,6 +31,7 @@ from generalization import planted_cases, splits, zoo_cases
 from precision_doctor import api
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import make_backend
+from precision_doctor.pipeline import probe
 from precision_doctor.pipeline.validation import check_on_samples
 from precision_doctor.render.markdown import verdict
 from precision_doctor.spec import InputSpec, RunSpec, SearchSpec
@@ -82,7 +84,7 @@ def render(records: list[dict]) -> str:
 def summary(runs: list[dict]) -> str:
     """Per setting: how often the answer holds on the unseen samples, and what the verdict said."""
     rows = []
-    for name in SETTINGS:
+    for name in dict.fromkeys(r["setting"] for r in runs):
         rs = [r for r in runs if r["setting"] == name]
         if not rs:
             continue
@@ -94,9 +96,16 @@ def summary(runs: list[dict]) -> str:
                      sum(r["verdict_kind"] != "pass" and r["holds"] is False for r in rs),
                      sum(bool(r.get("researched")) for r in rs),
                      _ratio(sum(r["size"] for r, _ in paired), sum(b["size"] for _, b in paired)),
-                     _ratio(sum(r["evaluations"] for r, _ in paired), sum(b["evaluations"] for _, b in paired))])
+                     _ratio(sum(r["evaluations"] for r, _ in paired), sum(b["evaluations"] for _, b in paired)),
+                     f"{median(r['size'] for r in rs):g}",
+                     _flops([r["fp32_flop_share"] for r in rs if r.get("fp32_flop_share") is not None])])
     return table(["setting", "splits", "answer holds %", "verdict PASS", "holds % when PASS", "verdict not PASS",
-                  "... and would not have held", "second searches", "size / bare", "evals / bare"], rows)
+                  "... and would not have held", "second searches", "size / bare", "evals / bare", "median size",
+                  "median FP32 FLOP %"], rows)
+
+
+def _flops(shares: list[float]) -> str:
+    return f"{100 * median(shares):.3g}" if shares else "-"
 
 
 def _pct(xs: list[bool]) -> str:
@@ -116,6 +125,9 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=12)
     ap.add_argument("--check-backend", default="emulate", help="where answers are checked on unseen samples")
     ap.add_argument("--backend", default="auto", help="the pipeline's --backend (auto: emulate, confirmed on a GPU)")
+    ap.add_argument("--label", default=None, help="record the default setting under this name (variants)")
+    ap.add_argument("--predict-risk", type=float, default=None, help="variant: pipeline.probe.PREDICT_RISK")
+    ap.add_argument("--predict-target", type=float, default=None, help="variant: pipeline.probe.PREDICT_TARGET")
     ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings to run")
     ap.add_argument("--out", type=Path, default=RAW, help="the raw records (jsonl)")
     ap.add_argument("--append", action="store_true", help="add to --out instead of starting it again")
@@ -129,6 +141,12 @@ def main() -> None:
         wanted = args.only.split(",")
         cases = [c for c in cases if any(c.name == w or c.name.startswith(w + ":") for w in wanted)]
     settings = {k: SETTINGS[k] for k in args.settings.split(",")}
+    if args.predict_risk is not None:
+        probe.PREDICT_RISK = args.predict_risk
+    if args.predict_target is not None:
+        probe.PREDICT_TARGET = args.predict_target
+    if args.label:
+        settings = {args.label if k == "default" else k: v for k, v in settings.items()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("a" if args.append else "w") as f:
         f.write(json.dumps({"machine": machine(), "args": vars(args) | {"zoo": str(args.zoo), "out": str(args.out),
