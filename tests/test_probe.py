@@ -35,6 +35,7 @@ def _knife_edge() -> onnx.ModelProto:
 
 
 def _diagnose(tmp_path, seed: int, **search) -> Report:
+    tmp_path.mkdir(parents=True, exist_ok=True)
     model = tmp_path / "knife.onnx"
     onnx.save(_knife_edge(), str(model))
     rng = np.random.default_rng(seed)
@@ -163,3 +164,32 @@ def test_saturated_samples_stay_out_of_the_prediction():
     shares = [1e-9, 2e-9, 0.30, 0.32, 0.31, 0.29]
     assert predicted_share(shares) > 1e3
     assert predicted_share(shares, floor=PREDICT_FLOOR) < 0.5
+
+
+def test_run_interrupted_in_the_second_search_resumes_to_the_same_answer(tmp_path):
+    """The second search records its (stricter) evaluations in their own checkpoint: a run stopped there
+    resumes, replays the first search unchanged, and ends where an uninterrupted run ends."""
+    from precision_doctor.control import EvaluationEvent, PhaseEvent, StopToken
+
+    whole = _diagnose(tmp_path / "whole", 3, augment=1, margin=0.0)
+    assert whole.expected_headroom.researched
+    model, rng = tmp_path / "knife.onnx", np.random.default_rng(3)
+    onnx.save(_knife_edge(), str(model))
+    files = []
+    for i in range(2):
+        files.append(tmp_path / f"r{i}.npz")
+        np.savez(files[-1], x=rng.uniform(0, 100, (1, WIDTH)).astype(np.float32))
+    spec = RunSpec(str(model), inputs=InputSpec(files=tuple(map(str, files))), tolerance=Tolerance(atol=0.97, rtol=0.0),
+                   search=SearchSpec(augment=1, margin=0.0)).with_settings({"backends.backend": "emulate"})
+    stop, seen = StopToken(), []
+
+    def sink(event):
+        seen.append(event)
+        if isinstance(event, EvaluationEvent) and any(isinstance(e, PhaseEvent) and e.phase == "validate" for e in seen):
+            stop.stop()  # the first evaluation of the second search
+    out = tmp_path / "run"
+    cut = api.diagnose(spec, out, progress=sink, stop=stop)
+    assert cut.status == "interrupted" and (out / "search-again.jsonl").exists()
+    resumed = api.diagnose(spec, out, resume=True)
+    assert resumed.status == "complete" and resumed.fallback_nodes == whole.fallback_nodes
+    assert resumed.evaluations == whole.evaluations and resumed.expected_headroom == whole.expected_headroom

@@ -113,7 +113,7 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     probe, probe_refs = perturbed_copies(work.samples, n_probe, PROBE_SEED, ref.run)
     unseen = Unseen(validation, val_refs, probe, probe_refs,
                     recheck=lambda: perturbed_copies(work.samples, n_probe, RECHECK_SEED, ref.run))
-    checked = check_unseen(backend, oracle, space, spec, status, reason, found, unseen, progress, stop)
+    checked = check_unseen(backend, oracle, space, spec, status, reason, found, unseen, progress, stop, resume)
     status, reason, found, validation_report = checked.status, checked.reason, checked.found, checked.validation
     if checked.margin != spec.search.margin:  # the second search's larger margin: confirm and report at it
         spec = spec.with_settings({"search.margin": checked.margin})

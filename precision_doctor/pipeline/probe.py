@@ -47,6 +47,7 @@ PREDICT_RISK = DEFAULT_RISK  # a new input may exceed the predicted share with t
 PREDICT_FLOOR = 1e-3  # shares below this (saturated outputs) stay out of the prediction's fit
 PREDICT_TARGET = 0.85  # the second search aims the predicted share here, not at the edge of the tolerance
 MAX_MARGIN = 0.8  # the second search's margin is at most this
+RESEARCH_CHECKPOINT = "search-again.jsonl"  # the second search's evaluations (stricter checks, more samples)
 
 
 def perturbed_copies(samples: list[Sample], copies: int, seed: int,
@@ -131,11 +132,13 @@ def research_margin(margin: float, share_searched: float | None, predicted: floa
 
 def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: RunSpec, status: str, reason: str | None,
                  found: frozenset[str] | None, unseen: Unseen, progress: ProgressSink | None = None,
-                 stop: StopToken | None = None) -> UnseenCheck:
+                 stop: StopToken | None = None, resume: bool = False) -> UnseenCheck:
     """Check the answer on the held-out samples and the probe's copies. When it is predicted not to hold
     (a sample fails, or the predicted share exceeds 1) and the search had completed, search again once:
     the failing held-out samples and every copy above the new search tolerance join the oracle, whose
-    margin grows as `research_margin` says; the second answer is checked on fresh recheck copies."""
+    margin grows as `research_margin` says; the second answer is checked on fresh recheck copies. Its
+    evaluations go to their own checkpoint (RESEARCH_CHECKPOINT): a resumed run replays the first search
+    from the first one unchanged by the second's stricter verdicts."""
     margin = spec.search.margin
     if found is None or not (unseen.held_out or unseen.copies):
         return UnseenCheck(status, reason, found, margin)
@@ -162,6 +165,8 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
     oracle.order = list(range(len(oracle.samples)))
     oracle.tolerance = tol.scaled(limit) if again else tol
     oracle.memo = {k: v for k, v in oracle.memo.items() if not v.passed}  # a failure stays one: stricter, more samples
+    if oracle.checkpoint is not None:
+        oracle.switch_checkpoint(oracle.checkpoint.with_name(RESEARCH_CHECKPOINT), resume)
     first = sorted(found)
     status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
     if held_failed:
