@@ -31,7 +31,9 @@ from _zoo import zoo_works
 
 from precision_doctor import planted
 from precision_doctor.graph.model import from_proto
+from precision_doctor.measure.headroom import predicted_share
 from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.probe import PREDICT_FLOOR
 from precision_doctor.search import STRATEGIES
 
 RAW = OUT / "generalization.jsonl"
@@ -188,7 +190,9 @@ def render(records: list[dict]) -> str:
     names = list(dict.fromkeys(r["candidate"] for r in runs))
     out = ["All cases:", summary(runs, full, names), "Zoo models only:",
            summary([r for r in runs if r["kind"] == "zoo"], full, names), "Per case:", per_case(runs, full, names),
-           "The probe (4 fresh perturbed copies of each search sample) against the unseen samples:", calibration(runs)]
+           "The probe (4 fresh perturbed copies of each search sample) against the unseen samples:", calibration(runs),
+           "Rules that call an answer predicted to hold, on the probe's shares (all cases; zoo in brackets):",
+           prediction_rules(runs)]
     return "\n\n".join(out)
 
 
@@ -252,6 +256,31 @@ def calibration(runs: list[dict]) -> str:
                      _median([max(r["unseen_shares"]) / max(r["probe_shares"]) for r in rs if max(r["probe_shares"]) > 0])])
     return table(["candidate", "splits", "probe <= 1", "probe <= 1 and holds", "probe <= 1 but fails",
                   "probe > 1 but holds", "median unseen max / probe max"], rows)
+
+
+RULES = {"probe max <= 1": None, "predicted share <= 1, risk 5%": 0.05, "predicted share <= 1, risk 2%": 0.02,
+         "predicted share <= 1, risk 0.5% (the pipeline's)": 0.005}
+
+
+def prediction_rules(runs: list[dict]) -> str:
+    """How often an answer a rule calls predicted-to-hold held on every unseen sample (its precision, what
+    a PASS verdict's honesty rests on), and how many answers that held it did not call so. The pipeline's
+    rule: no probe sample fails and the log-normal prediction (pipeline/probe.py) is within the tolerance."""
+    rows = []
+    for c in ("baseline", "aug3-m0.1", "aug7-m0.1", "aug3-spread"):
+        rs = [r for r in runs if r["candidate"] == c and r.get("probe_shares") and r.get("unseen_shares")]
+        for rule, risk in RULES.items():
+            def says(r, risk=risk):
+                if max(r["probe_shares"]) > 1.0:
+                    return False
+                p = None if risk is None else predicted_share(r["probe_shares"], risk, PREDICT_FLOOR)
+                return p is None or p <= 1.0
+            cells = []
+            for sel in (rs, [r for r in rs if r["kind"] == "zoo"]):
+                yes = [r for r in sel if says(r)]
+                cells.append((len(yes), sum(r["holds"] for r in yes), sum(r["holds"] and not says(r) for r in sel)))
+            rows.append([c, rule] + [f"{a} ({z})" for a, z in zip(cells[0], cells[1])])
+    return table(["candidate", "rule", "predicted to hold", "... and held", "held, not predicted"], rows)
 
 
 def _pct(xs: list[bool]) -> str:

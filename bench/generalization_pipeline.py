@@ -82,10 +82,11 @@ def render(records: list[dict]) -> str:
 
 
 def summary(runs: list[dict]) -> str:
-    """Per setting: how often the answer holds on the unseen samples, and what the verdict said."""
+    """Per setting: how often the answer holds on the unseen samples, and what the verdict said (runs a
+    time limit interrupted are left out: they have no final answer)."""
     rows = []
     for name in dict.fromkeys(r["setting"] for r in runs):
-        rs = [r for r in runs if r["setting"] == name]
+        rs = [r for r in runs if r["setting"] == name and "interrupted" not in r["verdict"]]  # a time limit cut it
         if not rs:
             continue
         base = {(r["case"], r["n"], r["split"]): r for r in runs if r["setting"] == "bare"}

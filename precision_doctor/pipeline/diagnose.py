@@ -123,8 +123,11 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     if confirm_backend is not None and found is not None:
         if status == "complete":
             notify(progress, PhaseEvent("confirm"))
+            # the samples the final search checked (its perturbed copies too: a prune on the GPU must not
+            # undo what they bought) and the held-out samples it did not search with
+            held, held_refs = (validation, val_refs) if checked.held_out_unseen else ([], [])
             status, reason, found, confirmed, confirm_verdict = confirm(
-                confirm_backend, found, work.samples + validation, refs + val_refs, space, spec, out_dir,
+                confirm_backend, found, oracle.samples + held, oracle.references + held_refs, space, spec, out_dir,
                 remaining(budget, oracle), resume, progress, stop,
             )
         else:
