@@ -138,7 +138,7 @@ def test_research_margin_brings_the_predicted_share_to_the_target():
 
 def test_second_answer_is_checked_on_copies_no_search_saw(tmp_path, monkeypatch):
     """The second search's answer is probed on recheck copies (their own seed), never on the copies that
-    sent it there and that it then searched with."""
+    sent it there and that it then searched with: here the recheck makes 3 copies, the probe 8."""
     from precision_doctor.pipeline import diagnose as pipeline
     from precision_doctor.pipeline.probe import PROBE_SEED, RECHECK_SEED, SEARCH_SEED
 
@@ -147,12 +147,45 @@ def test_second_answer_is_checked_on_copies_no_search_saw(tmp_path, monkeypatch)
 
     def spy(samples, copies, seed, reference):
         seeds.append(seed)
-        return real(samples, copies, seed, reference)
+        made, refs = real(samples, copies, seed, reference)
+        return (made[:3], refs[:3]) if seed == RECHECK_SEED else (made, refs)
     monkeypatch.setattr(pipeline, "perturbed_copies", spy)
     rep = _diagnose(tmp_path, 3, augment=1, margin=0.0)
     h = rep.expected_headroom
-    assert h.researched and seeds == [SEARCH_SEED, PROBE_SEED, RECHECK_SEED] and h.perturbed_copies == 8
+    assert h.researched and seeds == [SEARCH_SEED, PROBE_SEED, RECHECK_SEED] and h.perturbed_copies == 3
     assert h.research_margin is not None and h.research_margin >= 0.0 and rep.margin == h.research_margin
+
+
+def test_next_steps_say_why_when_no_unseen_sample_failed(tmp_path):
+    """Not predicted to hold only from the spread (no unseen sample failed): the advice says so."""
+    rep = _diagnose(tmp_path, 3, augment=1, margin=0.0)
+    spread_only = replace(rep.expected_headroom, holds=False, failing_copies=0, failing_held_out=0, predicted_share=1.4)
+    bad = replace(rep, passed=False, expected_headroom=spread_only)
+    (text, _), = next_steps(bad)
+    assert "predicted to exceed it on some new inputs" in text and "fails on samples" not in text
+    assert "predicted to exceed the tolerance on some new inputs" in generalization_sentence(bad)
+
+
+def test_stop_after_the_search_ends_the_run_before_the_second_search(tmp_path):
+    """A stop that arrives once the search is done (the probe is running) ends the run as interrupted,
+    not as a finished one with the first answer; the resumed run ends where an uninterrupted one does."""
+    from precision_doctor.control import PhaseEvent, StopToken
+
+    whole = _diagnose(tmp_path / "whole", 3, augment=1, margin=0.0)
+    model = tmp_path / "whole" / "knife.onnx"
+    files = sorted((tmp_path / "whole").glob("s3_*.npz"))
+    spec = RunSpec(str(model), inputs=InputSpec(files=tuple(map(str, files))), tolerance=Tolerance(atol=0.97, rtol=0.0),
+                   search=SearchSpec(augment=1, margin=0.0)).with_settings({"backends.backend": "emulate"})
+    stop = StopToken()
+
+    def sink(event):
+        if isinstance(event, PhaseEvent) and event.phase == "validate":
+            stop.stop()
+    cut = api.diagnose(spec, tmp_path / "run", progress=sink, stop=stop)
+    assert cut.status == "interrupted" and not cut.passed and "second search" in cut.reason
+    resumed = api.diagnose(spec, tmp_path / "run", resume=True)
+    assert resumed.status == "complete" and resumed.fallback_nodes == whole.fallback_nodes
+    assert resumed.expected_headroom == whole.expected_headroom
 
 
 def test_saturated_samples_stay_out_of_the_prediction():
@@ -193,3 +226,21 @@ def test_run_interrupted_in_the_second_search_resumes_to_the_same_answer(tmp_pat
     resumed = api.diagnose(spec, out, resume=True)
     assert resumed.status == "complete" and resumed.fallback_nodes == whole.fallback_nodes
     assert resumed.evaluations == whole.evaluations and resumed.expected_headroom == whole.expected_headroom
+
+
+def test_held_out_check_is_of_the_second_answer(tmp_path):
+    """Seed 7, 4 --inputs (2 held out): the first answer passes the held-out samples but not the probe's
+    copies; the second search (without the held-out samples) finds another answer, and the held-out check
+    in the report is of that one, not of the discarded first (both nodes in FP32: exact)."""
+    model = tmp_path / "knife.onnx"
+    onnx.save(_knife_edge(), str(model))
+    rng, files = np.random.default_rng(7), []
+    for i in range(4):
+        files.append(tmp_path / f"s{i}.npz")
+        np.savez(files[-1], x=rng.uniform(0, 100, (1, WIDTH)).astype(np.float32))
+    spec = RunSpec(str(model), inputs=InputSpec(files=tuple(map(str, files))), tolerance=Tolerance(atol=0.97, rtol=0.0),
+                   search=SearchSpec(augment=1, margin=0.0)).with_settings({"backends.backend": "emulate"})
+    rep = api.diagnose(spec, tmp_path / "run")
+    h, v = rep.expected_headroom, rep.validation
+    assert h.researched and h.held_out == 2 and v.research is None and v.passed
+    assert rep.fallback_nodes == ["add_offset", "sub_offset"] and v.tol_used == 0.0 and rep.tolerance_used.validation == 0.0

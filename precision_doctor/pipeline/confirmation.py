@@ -27,10 +27,11 @@ CONFIRM_CHECKPOINT = "confirm.jsonl"
 def confirm(
     backend: Backend, found: frozenset[str], samples: list[Sample], refs: list[dict], space: SearchSpace,
     spec: RunSpec, out_dir: Path, budget: Budget, resume: bool = False, progress: ProgressSink | None = None,
-    stop: StopToken | None = None,
+    stop: StopToken | None = None, copies: int = 0,
 ) -> tuple[str, str | None, frozenset[str] | None, Confirm, Verdict | None]:
-    """Carry the searched answer over to `backend` on every sample (search and held-out): keep it if it
-    passes there, else grow it until it does; then prune it to 1-minimal there (`search.auto.repair`).
+    """Carry the searched answer over to `backend` on every sample (search and held-out, and the `copies`
+    perturbed copies among `samples`): keep it if it passes there, else grow it until it does; then prune
+    it to 1-minimal there (`search.auto.repair`).
     Returns (status, reason, final set, the report's `confirm` section, the verdict on the final set there).
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
     oracle = Oracle(
@@ -53,7 +54,8 @@ def confirm(
     final = oracle.known(confirmed) if passed else None
     report = Confirm(
         backend=backend.name,
-        samples=len(samples),
+        samples=len(samples) - copies,
+        perturbed_copies=copies,
         searched_answer=sorted(found),
         searched_answer_passed=None if as_is is None else as_is.passed,
         passed=passed,

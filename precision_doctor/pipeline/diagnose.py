@@ -119,16 +119,18 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
         spec = spec.with_settings({"search.margin": checked.margin})
     headroom = search_headroom(checked, len(work.samples), len(copies),
                                held_out_from_user=bool(work.inputs.files or work.inputs.validate_files))
+    # What the confirmation and the knob search run on: the samples the final search checked (its perturbed
+    # copies too: a prune on the GPU must not undo what they bought) and the held-out ones it did not search with.
+    held, held_refs = (validation, val_refs) if checked.held_out_unseen else ([], [])
+    final_samples, final_refs = oracle.samples + held, oracle.references + held_refs
+    n_copies = len(final_samples) - len(work.samples) - len(validation)
     confirmed = confirm_verdict = None
     if confirm_backend is not None and found is not None:
         if status == "complete":
             notify(progress, PhaseEvent("confirm"))
-            # the samples the final search checked (its perturbed copies too: a prune on the GPU must not
-            # undo what they bought) and the held-out samples it did not search with
-            held, held_refs = (validation, val_refs) if checked.held_out_unseen else ([], [])
             status, reason, found, confirmed, confirm_verdict = confirm(
-                confirm_backend, found, oracle.samples + held, oracle.references + held_refs, space, spec, out_dir,
-                remaining(budget, oracle), resume, progress, stop,
+                confirm_backend, found, final_samples, final_refs, space, spec, out_dir,
+                remaining(budget, oracle), resume, progress, stop, copies=n_copies,
             )
         else:
             confirmed = Confirm(confirm_backend.name, sorted(found), passed=None,
@@ -140,9 +142,9 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
     knob_outcome = None
     if spec.search.knobs and found is not None and status == "complete":
         knob_outcome = search_knobs(
-            confirm_backend or backend, [n.name for n in model.nodes if n.name in found], model, work.samples + validation,
-            refs + val_refs, space, spec, out_dir, budget_after(budget, oracle, confirmed), owned, resume=resume,
-            progress=progress, stop=stop,
+            confirm_backend or backend, [n.name for n in model.nodes if n.name in found], model, final_samples,
+            final_refs, space, spec, out_dir, budget_after(budget, oracle, confirmed), owned, resume=resume,
+            progress=progress, stop=stop, copies=n_copies,
         )
         found, status, reason = knob_outcome.fallback, knob_outcome.status, knob_outcome.reason or reason
     passed = found is not None

@@ -107,10 +107,11 @@ class _Oracles:
 def search_knobs(
     backend: Backend, answer: list[str], model: Model, samples: list[Sample], refs: list[dict], space: SearchSpace,
     spec: RunSpec, out_dir: Path, budget: Budget, owned: contextlib.ExitStack, *, resume: bool = False,
-    progress: ProgressSink | None = None, stop: StopToken | None = None,
+    progress: ProgressSink | None = None, stop: StopToken | None = None, copies: int = 0,
 ) -> KnobOutcome:
     """Run the knob plan around `answer` (node names in graph order) on `backend`'s family; see the module
-    docstring. `budget` is what the run has left (evaluations over all configurations, seconds)."""
+    docstring. `budget` is what the run has left (evaluations over all configurations, seconds); `copies`:
+    how many of `samples` are the search's perturbed copies (not counted as the user's samples)."""
     family = knobs.knob_family(backend.name)
     if family is None:
         note = f"the {backend.name} backend has no knobs: nothing was tried"
@@ -153,7 +154,7 @@ def search_knobs(
     order = [n.name for n in model.nodes if n.name in final]
     result = KnobsResult(
         backend=backend.name, configurations=[c.label for c in configs], searched_answer=list(answer), status=status,
-        note=knobs.ORT_CPU_NOTE if family == knobs.ORT_CPU else None, samples=len(samples),
+        note=knobs.ORT_CPU_NOTE if family == knobs.ORT_CPU else None, samples=len(samples) - copies,
         evaluations=oracles.evaluations, memo_hits=oracles.memo_hits, trials=trials,
         best=config.label if verdict is not None and verdict.passed else None,
         best_settings=dict(config.settings) if verdict is not None and verdict.passed else {},

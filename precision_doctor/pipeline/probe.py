@@ -24,7 +24,7 @@ elements are worst changes with every input (docs/BENCHMARKS.md, "Generalization
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from precision_doctor.backends.base import Backend
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
@@ -152,8 +152,12 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
     failing = any(not p.passed for p in shares) or (predicted is not None and predicted > 1.0)
     done = UnseenCheck(status, reason, found, margin, _share(oracle, found, margin), validation, shares, held,
                        unseen.copies, unseen.copy_refs, ran=True)
-    if not (held_failed or failing) or status != "complete" or (stop is not None and stop.stopped):
+    if not (held_failed or failing) or status != "complete":
         return done
+    if stop is not None and stop.stopped:  # asked to stop after the search: the run ends here, and resumes here
+        stop.handled()
+        return replace(done, status="interrupted",
+                       reason="interrupted before the second search the probe asked for; resume continues there")
     # Not presented as the answer: search again (once), stricter, with the unseen samples it missed.
     again = research_margin(margin, _share(oracle, found, margin), predicted)
     limit = 1.0 - again
@@ -169,10 +173,14 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
         oracle.switch_checkpoint(oracle.checkpoint.with_name(RESEARCH_CHECKPOINT), resume)
     first = sorted(found)
     status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
+    if found is None and status != "complete":  # stopped before any set passed: the first answer stays, flagged
+        return replace(done, status=status, reason=reason)
     if held_failed:
         validation.first_candidate = first
         validation.research = "searched again with the held-out samples included"
         validation.passed_after_research = found is not None
+    elif validation is not None and found is not None:  # still unseen: the new answer is checked on them afresh
+        validation = check_on_samples(backend, found, unseen.held_out, unseen.held_out_refs, tol)
     copies, refs = unseen.recheck() if found is not None else ([], [])
     return UnseenCheck(
         status, reason, found, again, _share(oracle, found, again) if found is not None else None, validation,

@@ -189,7 +189,10 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
         return steps if not report.passed else steps + _build_steps(report, cmds)
     if not_holding(report):
         margin = round(min(0.9, float(report.margin or 0.0) + 0.1), 2)
-        return [("The answer meets the tolerance on the searched samples but fails on samples the search did not see: "
+        h = report.expected_headroom
+        why = "fails on samples the search did not see" if h.failing_copies or h.failing_held_out else \
+            "is predicted to exceed it on some new inputs (from how much its share varies between samples)"
+        return [(f"The answer meets the tolerance on the searched samples but {why}: "
                  "give more --inputs of your data (from 4 on, some are held out to check it), or search with more room "
                  "to spare (a larger --margin, more --augment copies):",
                  f"precision-doctor diagnose {model} {_inputs_args(report)} --precision {report.precision} "
@@ -357,8 +360,10 @@ def generalization_sentence(report: Report) -> str | None:
         text += (f"; from their spread, a new input is predicted to use up to {100 * h.predicted_share:.0f}% of the "
                  f"tolerance (exceeded with probability {100 * h.risk:g}%)")
     if h.researched:
-        text += (f". The first answer was predicted not to hold; a second search at margin {h.research_margin or 0:g} "
-                 "with the unseen samples it missed found this one, checked on fresh copies no search had seen")
+        again = (f"a second search at margin {h.research_margin or 0:g} with the unseen samples it missed found this "
+                 "one")
+        text += (f". The first answer was predicted not to hold; {again}" +
+                 (", checked on fresh copies no search had seen" if h.perturbed_copies else ""))
     if not h.holds:
         fails = (f"fails on {h.failing_copies} perturbed cop{'y' if h.failing_copies == 1 else 'ies'} and "
                  f"{h.failing_held_out} held-out sample(s)") if h.failing_copies or h.failing_held_out else \

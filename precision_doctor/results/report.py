@@ -130,7 +130,9 @@ class TrajectoryRow:
 @dataclass
 class Confirm:
     """The searched answer carried over to `backend` (`backends.confirm_backend`). `skipped` says why it
-    did not run (the search ended early); then only backend, searched_answer and passed (None) are set."""
+    did not run (the search ended early); then only backend, searched_answer and passed (None) are set.
+    `samples`: the user's (search and held-out) samples it ran on; `perturbed_copies`: the search's
+    perturbed copies it ran on besides them."""
 
     backend: str
     searched_answer: list[str]
@@ -144,14 +146,16 @@ class Confirm:
     one_minimal_checked: bool | None = None
     tolerance_used: float | None = None
     trajectory: list[TrajectoryRow] = field(default_factory=list)
+    perturbed_copies: int | None = None
 
     def to_json(self) -> dict:
         if self.skipped is not None:
             return {"backend": self.backend, "searched_answer": self.searched_answer, "passed": self.passed,
                     "skipped": self.skipped}
         return {
-            "backend": self.backend, "samples": self.samples, "searched_answer": self.searched_answer,
-            "searched_answer_passed": self.searched_answer_passed, "passed": self.passed, "status": self.status,
+            "backend": self.backend, "samples": self.samples, "perturbed_copies": self.perturbed_copies,
+            "searched_answer": self.searched_answer, "searched_answer_passed": self.searched_answer_passed,
+            "passed": self.passed, "status": self.status,
             "evaluations": self.evaluations, "memo_hits": self.memo_hits, "one_minimal_checked": self.one_minimal_checked,
             "tolerance_used": self.tolerance_used, "trajectory": [asdict(t) for t in self.trajectory],
         }
@@ -654,6 +658,7 @@ def _confirm(v: Any, path: str) -> Confirm:
         one_minimal_checked=_get(d, "one_minimal_checked", path, _bool, default=None, optional=True),
         tolerance_used=_get(d, "tolerance_used", path, _num, default=None, optional=True),
         trajectory=_get(d, "trajectory", path, _list(_trajectory_row), default=[]),
+        perturbed_copies=_get(d, "perturbed_copies", path, _int, default=None, optional=True),
     )
 
 
