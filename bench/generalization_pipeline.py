@@ -31,8 +31,8 @@ from generalization import planted_cases, splits, zoo_cases
 from precision_doctor import api
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import make_backend
+from precision_doctor.measure.headroom import sample_shares
 from precision_doctor.pipeline import probe
-from precision_doctor.pipeline.validation import check_on_samples
 from precision_doctor.render.markdown import verdict
 from precision_doctor.spec import InputSpec, RunSpec, SearchSpec
 
@@ -54,10 +54,10 @@ def run_split(case, model_path: Path, tmp: Path, idx: tuple[int, ...], name: str
     wall = time.monotonic() - t0
     unseen = [i for i in range(len(case.samples)) if i not in idx]
     found = frozenset(rep.fallback_nodes) if rep.status == "complete" and rep.fallback_nodes is not None else None
-    holds = None
+    holds, shares = None, None
     if found is not None and (rep.passed or rep.expected_headroom is not None):
-        v = check_on_samples(backend, found, [case.samples[i] for i in unseen], [refs[i] for i in unseen], case.tol)
-        holds = v.passed
+        per = sample_shares(backend, found, [case.samples[i] for i in unseen], [refs[i] for i in unseen], case.tol)
+        holds, shares = all(p.passed for p in per), [p.share for p in per]
     h = rep.expected_headroom
     label, kind = verdict(rep)
     return {"size": len(rep.fallback_nodes), "evaluations": rep.evaluations, "passed": rep.passed, "verdict": label,
@@ -66,7 +66,8 @@ def run_split(case, model_path: Path, tmp: Path, idx: tuple[int, ...], name: str
             "predicted_share": None if h is None else h.predicted_share,
             "research_margin": None if h is None else h.research_margin,
             "certified_by": None if rep.certified_by is None else rep.certified_by.backend,
-            "fp32_flop_share": rep.fp32_flop_share, "wall_s": wall}
+            "fp32_flop_share": rep.fp32_flop_share, "unseen_shares": shares, "fallback": rep.fallback_nodes,
+            "wall_s": wall}
 
 
 def render(records: list[dict]) -> str:

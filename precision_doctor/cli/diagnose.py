@@ -108,6 +108,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         headroom_sentence,
         held_out_sentence,
         not_holding,
+        validated_on_user_data,
     )
     from precision_doctor.render.tensorrt import outcome_lines
 
@@ -125,6 +126,9 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         say(f"first diverging tensor (all {report.precision}): {report.first_divergence}")
     if report.passed:
         share = 100 * report.fp32_flop_share
+        if not validated_on_user_data(report):
+            say(styled("NOT VALIDATED ON YOUR DATA", "bold yellow", ": no held-out sample of your data checked this "
+                       "answer (give 4 or more --inputs, or --validate-inputs); it passes on the searched samples:"))
         if fb:
             say(styled("PASS", "bold green", f" keeping {len(fb)} node(s) in FP32 ({share:.2f}% of FLOPs) "
                                  f"meets atol={tol.atol:g} rtol={tol.rtol:g} ({tol.check_error_stat}):"))

@@ -174,7 +174,18 @@ def verdict(report: Report) -> tuple[str, str]:
         return "PASSED (on every sample, after a second search with the held-out samples)", "pass"
     if validation is not None and not validation.passed:
         return "PASSED ON SEARCH SAMPLES, FAILED VALIDATION", "warn"
+    if not validated_on_user_data(report):
+        return "PASSED (NOT VALIDATED ON YOUR DATA)", "pass"
     return "PASSED", "pass"
+
+
+def validated_on_user_data(report: Report) -> bool:
+    """Whether held-out samples of the user's data (not generated ones, not copies) checked the answer and
+    it passed: only then may a PASS be read as holding on the user's next inputs. Without them the probe's
+    prediction is all there is, and on 2 images of a detector it was wrong (docs/BENCHMARKS.md)."""
+    v, h = report.validation, report.expected_headroom
+    ok = v is not None and (v.passed or bool(v.passed_after_research))
+    return ok and (h is None or h.held_out_from_user)
 
 
 def next_steps(report: Report) -> list[tuple[str, str | None]]:
