@@ -22,7 +22,7 @@ from statistics import NormalDist
 
 import numpy as np
 
-from precision_doctor.measure.tolerance import Tolerance, check_all
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all
 
 # A new input may exceed the tolerance with this probability: 0.5% keeps ten new inputs inside it
 # together in 95% of cases (0.995^10).
@@ -38,16 +38,26 @@ class SampleShare:
     passed: bool
 
 
+def sample_checks(backend, fallback: frozenset[str], samples: Sequence[dict], refs: Sequence[dict],
+                  tol: Tolerance) -> list[dict[str, OutputCheck]]:
+    """Each sample checked with `fallback` in FP32, output by output, every sample run (no early stop);
+    nothing is prepared when there are no samples."""
+    if not samples:
+        return []
+    runner = backend.prepare(frozenset(fallback))
+    return [check_all(runner.run(s, list(r)), r, tol) for s, r in zip(samples, refs)]
+
+
+def shares_of(checks: Sequence[dict[str, OutputCheck]]) -> list[SampleShare]:
+    """Each sample's share (its worst output) and whether every output passed, from `sample_checks`."""
+    return [SampleShare(max((c.tol_used for c in per.values()), default=0.0), all(c.passed for c in per.values()))
+            for per in checks]
+
+
 def sample_shares(backend, fallback: frozenset[str], samples: Sequence[dict], refs: Sequence[dict],
                   tol: Tolerance) -> list[SampleShare]:
-    """Each sample checked with `fallback` in FP32, every sample run (no early stop)."""
-    runner = backend.prepare(frozenset(fallback))
-    out = []
-    for s, r in zip(samples, refs):
-        checks = check_all(runner.run(s, list(r)), r, tol)
-        out.append(SampleShare(max((c.tol_used for c in checks.values()), default=0.0),
-                               all(c.passed for c in checks.values())))
-    return out
+    """Each sample's share with `fallback` in FP32, every sample run (no early stop)."""
+    return shares_of(sample_checks(backend, fallback, samples, refs, tol))
 
 
 def log_spread(shares: Sequence[float]) -> tuple[float, float] | None:

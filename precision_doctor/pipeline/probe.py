@@ -30,9 +30,17 @@ from precision_doctor.backends.base import Backend
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.augment import Augment, augment, perturbable
 from precision_doctor.data.inputs import Sample
-from precision_doctor.measure.headroom import DEFAULT_RISK, SampleShare, predicted_share, sample_shares
+from precision_doctor.measure.headroom import (
+    DEFAULT_RISK,
+    SampleShare,
+    predicted_share,
+    sample_checks,
+    sample_shares,
+    shares_of,
+)
+from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.strategy import run_strategy
-from precision_doctor.pipeline.validation import check_on_samples
+from precision_doctor.pipeline.validation import validation_of
 from precision_doctor.results.report import ExpectedHeadroom, Validation
 from precision_doctor.search import Oracle
 from precision_doctor.search.space import SearchSpace
@@ -144,14 +152,14 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
         return UnseenCheck(status, reason, found, margin)
     notify(progress, PhaseEvent("validate"))
     tol = spec.tolerance
-    validation = check_on_samples(backend, found, unseen.held_out, unseen.held_out_refs, tol) if unseen.held_out else None
-    held = sample_shares(backend, found, unseen.held_out, unseen.held_out_refs, tol)
+    validation, held = _held_out(backend, found, unseen, tol)
     shares = sample_shares(backend, found, unseen.copies, unseen.copy_refs, tol)
     held_failed = validation is not None and not validation.passed
     predicted = predicted_share([p.share for p in shares + held], PREDICT_RISK, PREDICT_FLOOR)
     failing = any(not p.passed for p in shares) or (predicted is not None and predicted > 1.0)
-    done = UnseenCheck(status, reason, found, margin, _share(oracle, found, margin), validation, shares, held,
-                       unseen.copies, unseen.copy_refs, ran=True)
+    share = _share(oracle, found, margin)
+    done = UnseenCheck(status, reason, found, margin, share, validation, shares, held, unseen.copies, unseen.copy_refs,
+                       ran=True)
     if not (held_failed or failing) or status != "complete":
         return done
     if stop is not None and stop.stopped:  # asked to stop after the search: the run ends here, and resumes here
@@ -159,7 +167,7 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
         return replace(done, status="interrupted",
                        reason="interrupted before the second search the probe asked for; resume continues there")
     # Not presented as the answer: search again (once), stricter, with the unseen samples it missed.
-    again = research_margin(margin, _share(oracle, found, margin), predicted)
+    again = research_margin(margin, share, predicted)
     limit = 1.0 - again
     added = [(s, r) for s, r, p in zip(unseen.copies, unseen.copy_refs, shares) if not p.passed or p.share > limit]
     if held_failed:
@@ -175,18 +183,25 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
     status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
     if found is None and status != "complete":  # stopped before any set passed: the first answer stays, flagged
         return replace(done, status=status, reason=reason)
+    held = []  # after a search with them, the held-out samples are not unseen: their shares do not count
+    if found is not None and not held_failed:  # still unseen: the new answer is checked on them afresh
+        validation, held = _held_out(backend, found, unseen, tol)
     if held_failed:
         validation.first_candidate = first
         validation.research = "searched again with the held-out samples included"
         validation.passed_after_research = found is not None
-    elif validation is not None and found is not None:  # still unseen: the new answer is checked on them afresh
-        validation = check_on_samples(backend, found, unseen.held_out, unseen.held_out_refs, tol)
     copies, refs = unseen.recheck() if found is not None else ([], [])
     return UnseenCheck(
         status, reason, found, again, _share(oracle, found, again) if found is not None else None, validation,
-        sample_shares(backend, found, copies, refs, tol) if copies else [],
-        sample_shares(backend, found, unseen.held_out, unseen.held_out_refs, tol) if found is not None else [],
+        sample_shares(backend, found, copies, refs, tol), held,
         copies, refs, researched=True, research_margin=again, held_out_unseen=not held_failed, ran=True)
+
+
+def _held_out(backend: Backend, found: frozenset[str], unseen: Unseen,
+              tol: Tolerance) -> tuple[Validation | None, list[SampleShare]]:
+    """The answer on the held-out samples, run once: their Validation (None without any) and shares."""
+    checks = sample_checks(backend, found, unseen.held_out, unseen.held_out_refs, tol)
+    return (validation_of(checks) if unseen.held_out else None), shares_of(checks)
 
 
 def _share(oracle: Oracle, found: frozenset[str], margin: float) -> float | None:

@@ -371,10 +371,10 @@ def generalization_sentence(report: Report) -> str | None:
         text += (f"; from their spread, a new input is predicted to use up to {100 * h.predicted_share:.0f}% of the "
                  f"tolerance (exceeded with probability {100 * h.risk:g}%)")
     if h.researched:
-        again = (f"a second search at margin {h.research_margin or 0:g} with the unseen samples it missed found this "
-                 "one")
-        text += (f". The first answer was predicted not to hold; {again}" +
-                 (", checked on fresh copies no search had seen" if h.perturbed_copies else ""))
+        text += (f". The first answer was predicted not to hold; a second search at margin {h.research_margin or 0:g} "
+                 "with the unseen samples it missed found this one")
+        if h.perturbed_copies:
+            text += ", checked on fresh copies no search had seen"
     if not h.holds:
         fails = (f"fails on {h.failing_copies} perturbed cop{'y' if h.failing_copies == 1 else 'ies'} and "
                  f"{h.failing_held_out} held-out sample(s)") if h.failing_copies or h.failing_held_out else \

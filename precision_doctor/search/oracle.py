@@ -120,17 +120,14 @@ class Oracle:
         self._noted = False
 
     # -- checkpoint --------------------------------------------------------------------------
-    def switch_checkpoint(self, path: Path, resume: bool) -> int:
+    def switch_checkpoint(self, path: Path, resume: bool) -> None:
         """Record further evaluations in `path` (a later search on this oracle, under other checks):
-        on `resume` its earlier records count as done (returns how many); otherwise an old file of
-        ours there is removed."""
+        on `resume` its earlier records count as done; otherwise an old file of ours there is removed."""
         self.checkpoint, self._noted = path, False
         if resume:
-            before = self.evaluations
-            return self.load_checkpoint() - before
-        if path.exists():
+            self.load_checkpoint()
+        elif path.exists():
             path.unlink()
-        return 0
 
     def load_checkpoint(self) -> int:
         """Read earlier evaluations of this run; they count as done. Returns how many.
