@@ -61,6 +61,28 @@ def test_perturbed_copies_never_touch_integer_inputs():
     assert not np.array_equal(other[0]["x"], copies[0]["x"])  # the probe's seed gives other copies
 
 
+def test_image_copies_change_exposure_and_white_balance_other_inputs_only_noise():
+    """An image-like input (NCHW or NHWC, 1-4 channels, sides >= 16) gets a photometric change per copy:
+    every channel moves by its own gain and offset, far more than 1% noise, within the samples' range; a
+    sequence of the same size, a mask and token ids get what they got before (noise, nothing, nothing)."""
+    from precision_doctor.data.augment import Augment, augment, channel_axis
+
+    rng = np.random.default_rng(0)
+    img = rng.uniform(0.2, 0.8, (1, 3, 32, 32)).astype(np.float32)
+    samples = [{"img": img, "nhwc": img.transpose(0, 2, 3, 1).copy(), "seq": img.reshape(1, -1),
+                "mask": (rng.uniform(size=(1, 3, 32, 32)) > 0.5).astype(np.float32), "ids": np.arange(4)}]
+    assert [channel_axis(samples[0][k]) for k in ("img", "nhwc", "seq", "mask")] == [1, 3, None, 1]
+    assert channel_axis(np.zeros((1, 3, 8, 32))) is None and channel_axis(np.zeros((1, 8, 32, 32))) is None
+    copy = augment(samples, Augment(1, 0.01, 0))[0]
+    for key, axis in (("img", (0, 2, 3)), ("nhwc", (0, 1, 2))):
+        moved = (copy[key] - samples[0][key]).mean(axis=axis)
+        assert np.abs(moved).max() > 0.02 and np.ptp(moved) > 0.01  # channels moved, each its own way
+        assert copy[key].min() >= 0.2 - 1e-6 and copy[key].max() <= 0.8 + 1e-6
+    seq_moved = np.abs(copy["seq"] - samples[0]["seq"])
+    assert 0 < seq_moved.mean() < 0.01  # noise of 1% of its std only
+    assert np.array_equal(copy["mask"], samples[0]["mask"]) and np.array_equal(copy["ids"], samples[0]["ids"])
+
+
 def test_probe_failure_searches_again_with_the_failing_copies(tmp_path):
     """Seed 3: the all-FP16 answer passes both samples and their search copies, fails on fresh copies; the
     second search includes them and finds the two nodes, which hold on every copy."""

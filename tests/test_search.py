@@ -192,3 +192,44 @@ def test_repair_gives_none_when_nothing_passes_there(tmp_path):
     assert repair(wrong, s.space, found) is None
     assert not wrong.known(s.space.universe).passed
 
+
+
+
+def test_repair_keeping_the_start_prunes_only_what_it_added(tmp_path):
+    """`keep_start` (a confirmation of a large answer): the searched members stay, what was added to make
+    it pass is pruned, and an answer that passes costs one evaluation."""
+    from precision_doctor.search.auto import repair
+
+    s = Setup("three_defects", tmp_path)
+    found = STRATEGIES["auto"](s.oracle(), s.space)
+    strict = s.oracle(samples=s.case.samples(8, seed=123))
+    fixed = repair(strict, s.space, found, keep_start=True)
+    assert fixed is not None and found < fixed and strict.passes(fixed)
+    assert all(not strict.passes(fixed - {x}) for x in fixed - found)
+    assert not any(e.fallback == fixed - {x} for e in strict.trajectory for x in found)  # never tried there
+    again = s.oracle()
+    assert repair(again, s.space, found, keep_start=True) == found and again.evaluations == 1
+
+
+def test_confirmation_keeps_the_members_of_a_large_answer(tmp_path, monkeypatch):
+    """Above PRUNE_MAX members the confirm backend (here the emulator on 8 other samples, where the
+    answer fails) keeps the searched members, prunes only what it added, and the report says so."""
+    from precision_doctor.pipeline import confirmation
+    from precision_doctor.render.markdown import confirm_sentence
+    from precision_doctor.results.report import Report
+    from precision_doctor.spec import RunSpec
+
+    s = Setup("three_defects", tmp_path / "cap")
+    found = STRATEGIES["auto"](s.oracle(), s.space)
+    others = s.case.samples(8, seed=123)
+    spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
+                                                  "search.margin": 0.0})
+    monkeypatch.setattr(confirmation, "PRUNE_MAX", len(found) - 1)
+    status, _, final, rep, _ = confirmation.confirm(
+        s.backend, found, others, [s.ref.run(x) for x in others], s.space, spec, tmp_path, Budget(None, None))
+    assert status == "complete" and rep.passed and not rep.searched_answer_passed and rep.pruned_searched is False
+    assert found < final and rep.to_json()["pruned_searched"] is False
+    strict = s.oracle(samples=others)
+    assert all(not strict.passes(final - {x}) for x in final - found)
+    text = confirm_sentence(Report(model="m.onnx", fallback_nodes=sorted(final), confirm=rep))
+    assert f"its own {len(found)} members were kept" in text

@@ -16,12 +16,16 @@ from precision_doctor.graph.model import Model
 from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, trajectory_row, user_share
 from precision_doctor.results.report import Certification, Confirm, KnobsResult, Validation
 from precision_doctor.search import Oracle
-from precision_doctor.search.auto import repair
+from precision_doctor.search.auto import CERTIFY_MAX, repair
 from precision_doctor.search.oracle import Budget, Verdict
 from precision_doctor.search.space import SearchSpace
 from precision_doctor.spec import RunSpec
 
 CONFIRM_CHECKPOINT = "confirm.jsonl"
+# Above this many members the searched answer's own members are not pruned on the confirm backend: each
+# removal tried there is a new session (1.4-2.9 s on nudenet's detector on an H100), hundreds for an answer
+# of hundreds of nodes; what a failing answer needed added there is still pruned.
+PRUNE_MAX = CERTIFY_MAX
 
 
 def confirm(
@@ -31,7 +35,8 @@ def confirm(
 ) -> tuple[str, str | None, frozenset[str] | None, Confirm, Verdict | None]:
     """Carry the searched answer over to `backend` on every sample (search and held-out, and the `copies`
     perturbed copies among `samples`): keep it if it passes there, else grow it until it does; then prune
-    it to 1-minimal there (`search.auto.repair`).
+    it to 1-minimal there (`search.auto.repair`; an answer of more than PRUNE_MAX members keeps its own
+    members, and only what was added there is pruned).
     Returns (status, reason, final set, the report's `confirm` section, the verdict on the final set there).
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
     oracle = Oracle(
@@ -43,7 +48,8 @@ def confirm(
     elif (out_dir / CONFIRM_CHECKPOINT).exists():
         (out_dir / CONFIRM_CHECKPOINT).unlink()
     prune_after = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
-    status, reason, confirmed = run_strategy(oracle, space, lambda o, sp: repair(o, sp, found, prune_after), stop)
+    keep = len(found) > PRUNE_MAX
+    status, reason, confirmed = run_strategy(oracle, space, lambda o, sp: repair(o, sp, found, prune_after, keep), stop)
     as_is = oracle.known(found)
     passed: bool | None = confirmed is not None
     if status == "complete" and confirmed is None:
@@ -63,6 +69,7 @@ def confirm(
         evaluations=oracle.evaluations,
         memo_hits=oracle.memo_hits,
         one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and prune_after else None,
+        pruned_searched=prune_after and not keep,
         tolerance_used=user_share(spec, final),
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )

@@ -132,7 +132,8 @@ class Confirm:
     """The searched answer carried over to `backend` (`backends.confirm_backend`). `skipped` says why it
     did not run (the search ended early); then only backend, searched_answer and passed (None) are set.
     `samples`: the user's (search and held-out) samples it ran on; `perturbed_copies`: the search's
-    perturbed copies it ran on besides them."""
+    perturbed copies it ran on besides them; `pruned_searched`: whether it tried removing the searched
+    answer's own members (not above pipeline.confirmation.PRUNE_MAX of them, nor on a check-only backend)."""
 
     backend: str
     searched_answer: list[str]
@@ -147,6 +148,7 @@ class Confirm:
     tolerance_used: float | None = None
     trajectory: list[TrajectoryRow] = field(default_factory=list)
     perturbed_copies: int | None = None
+    pruned_searched: bool | None = None
 
     def to_json(self) -> dict:
         if self.skipped is not None:
@@ -155,7 +157,7 @@ class Confirm:
         return {
             "backend": self.backend, "samples": self.samples, "perturbed_copies": self.perturbed_copies,
             "searched_answer": self.searched_answer, "searched_answer_passed": self.searched_answer_passed,
-            "passed": self.passed, "status": self.status,
+            "pruned_searched": self.pruned_searched, "passed": self.passed, "status": self.status,
             "evaluations": self.evaluations, "memo_hits": self.memo_hits, "one_minimal_checked": self.one_minimal_checked,
             "tolerance_used": self.tolerance_used, "trajectory": [asdict(t) for t in self.trajectory],
         }
@@ -659,6 +661,7 @@ def _confirm(v: Any, path: str) -> Confirm:
         tolerance_used=_get(d, "tolerance_used", path, _num, default=None, optional=True),
         trajectory=_get(d, "trajectory", path, _list(_trajectory_row), default=[]),
         perturbed_copies=_get(d, "perturbed_copies", path, _int, default=None, optional=True),
+        pruned_searched=_get(d, "pruned_searched", path, _bool, default=None, optional=True),
     )
 
 

@@ -88,47 +88,57 @@ def shortest_passing(
     return make(hi)
 
 
-def repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_after: bool = True) -> frozenset[str] | None:
+def repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_after: bool = True,
+           keep_start: bool = False) -> frozenset[str] | None:
     """Carry a set found with another oracle (the emulator) over to this one (a real backend): keep it
-    if it passes here, else add the fewest further nodes that make it pass (ranked islands when the
-    ranking is informative, else topological order); then prune to a 1-minimal set on this oracle
-    (`prune_after`; off where this oracle may only check, never remove a node)."""
+    if it passes here, else add the fewest further nodes that make it pass (`grow`); then prune to a
+    1-minimal set on this oracle (`prune_after`; off where this oracle may only check, never remove a node),
+    only what was added when `keep_start` (each removal tried costs one evaluation there)."""
     oracle.phase = "confirm"
+    current = start
     if not oracle.passes(start):
-        order = (list(space.ranking) + list(space.universe)) if space.informative else list(space.universe)
-        rest = list(dict.fromkeys(n for n in order if n not in start))
-        grown = shortest_passing(oracle, lambda k: start | _prefix(space, rest, k), len(rest), ("grow", "bisect-grow"))
-        if grown is None:
+        current = grow(oracle, space, start)
+        if current is None:
             return None
-        start = grown
-    return prune(oracle, space, start) if prune_after else start
+    if not prune_after or (keep_start and current == start):
+        return current
+    return prune(oracle, space, current, keep=start if keep_start else frozenset())
 
 
-def prune(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:
-    """Remove members while the set still passes, until every member is needed (1-minimal)."""
+def grow(oracle: Oracle, space: SearchSpace, start: frozenset[str]) -> frozenset[str] | None:
+    """`start` plus the shortest passing prefix of the other nodes (ranked islands when the ranking is
+    informative, else topological order); None when even every node added fails."""
+    order = (list(space.ranking) + list(space.universe)) if space.informative else list(space.universe)
+    rest = list(dict.fromkeys(n for n in order if n not in start))
+    return shortest_passing(oracle, lambda k: start | _prefix(space, rest, k), len(rest), ("grow", "bisect-grow"))
+
+
+def prune(oracle: Oracle, space: SearchSpace, current: frozenset[str], keep: frozenset[str] = frozenset()) -> frozenset[str]:
+    """Remove members (never those in `keep`) while the set still passes, until every member that may go is
+    needed (1-minimal over them)."""
     oracle.phase = "prune"
-    noise = [x for x in current if space.scores.get(x, float("inf")) <= space.noise]
+    noise = [x for x in current - keep if space.scores.get(x, float("inf")) <= space.noise]
     if len(noise) >= 2 and len(noise) < len(current) and oracle.passes(current - set(noise)):
         current = current - set(noise)
     if len(set(space.costs.values())) > 1:
-        return _prune_by_cost(oracle, space, current)
+        return _prune_by_cost(oracle, space, current, keep)
     oracle.phase = "coarse"
-    current = coarse(oracle, space, current)
+    current = coarse(oracle, space, current, keep)
     oracle.phase = "sweep"
-    current, removed = sweep(oracle, space, current)
+    current, removed = sweep(oracle, space, current, keep=keep)
     oracle.phase = "certify"
     while removed and len(current) <= CERTIFY_MAX:  # a removal can make an earlier member removable
-        current, removed = sweep(oracle, space, current, grow=False)
+        current, removed = sweep(oracle, space, current, grow=False, keep=keep)
     return current
 
 
-def coarse(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:
+def coarse(oracle: Oracle, space: SearchSpace, current: frozenset[str], keep: frozenset[str] = frozenset()) -> frozenset[str]:
     """Segment order on large blocks: halve every failing block, level by level, converting what passes.
 
     Levels of blocks at least COARSE_ALWAYS long are always tried; shorter ones only while the level
     before converted something; no block is shorter than COARSE_MIN.
     """
-    failing = [space.in_order(current)]
+    failing = [space.in_order(current - keep)]
     while True:
         level = [half for b in failing if len(b) >= 2 * COARSE_MIN for half in (b[: len(b) // 2], b[len(b) // 2 :])]
         if not level:
@@ -143,10 +153,12 @@ def coarse(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> froze
             return current
 
 
-def sweep(oracle: Oracle, space: SearchSpace, current: frozenset[str], grow: bool = True) -> tuple[frozenset[str], int]:
-    """Walk the members in topological order removing runs: a run doubles after GROW_AFTER removals in a
-    row and halves on failure; a single member that cannot go is kept. Returns the set and how many went."""
-    pending = space.in_order(current)
+def sweep(oracle: Oracle, space: SearchSpace, current: frozenset[str], grow: bool = True,
+          keep: frozenset[str] = frozenset()) -> tuple[frozenset[str], int]:
+    """Walk the members (not those in `keep`) in topological order removing runs: a run doubles after
+    GROW_AFTER removals in a row and halves on failure; a single member that cannot go is kept. Returns the
+    set and how many went."""
+    pending = space.in_order(current - keep)
     run, streak, removed = 1, 0, 0
     while pending:
         run = min(run, len(pending))
@@ -163,8 +175,10 @@ def sweep(oracle: Oracle, space: SearchSpace, current: frozenset[str], grow: boo
     return current, removed
 
 
-def _prune_by_cost(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:
-    """With a cost model: try to drop the expensive members first, one at a time, until stable."""
+def _prune_by_cost(oracle: Oracle, space: SearchSpace, current: frozenset[str],
+                   keep: frozenset[str] = frozenset()) -> frozenset[str]:
+    """With a cost model: try to drop the expensive members (not those in `keep`) first, one at a time,
+    until stable."""
 
     def order(x: str) -> tuple:
         return (-space.costs.get(x, 1.0), space.scores.get(x, 0.0), x)
@@ -172,7 +186,7 @@ def _prune_by_cost(oracle: Oracle, space: SearchSpace, current: frozenset[str]) 
     changed = True
     while changed:
         changed = False
-        for x in sorted(current, key=order):
+        for x in sorted(current - keep, key=order):
             if x in current and oracle.passes(current - {x}):
                 current = current - {x}
                 changed = True
