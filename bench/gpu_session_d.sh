@@ -6,14 +6,14 @@
 # samples on ort-cuda, the real mixed graph as deployed (bench/generalization_pipeline.py). Carry
 # .stage/pN (the last part), .whl and zoo in the last staging call (bench/gpu_install.sh).
 #
-#   bash bench/gpu_session_d.sh a   # GPU-marked tests, silero-vad (5 splits of 2 and of 4), ppocr-v4-det
+#   bash bench/gpu_session_d.sh a   # GPU-marked tests, silero-vad (3 splits of 2 and of 4), ppocr-v4-det and
+#                                   # ppocr-mobile-cls (a split of 2)
 #   bash bench/gpu_session_d.sh b   # nudenet's YOLOv8n at atol = rtol = 1e-3, one split of 2 images
-#   bash bench/gpu_session_d.sh c   # ppocr-mobile-cls, splits of 2 crops
 #
 # Results in $OUT/genp-gpu-<part>.jsonl, rendered in $OUT/genp-gpu-<part>.md. Each model runs under its own
 # time limit (SIGINT interrupts the split in progress, SIGKILL 10 s later; finished splits stay in the jsonl).
 set -uo pipefail
-part=${1:?a, b or c}
+part=${1:?a or b}
 source bench/gpu_install.sh || exit 1
 RAW="$OUT/genp-gpu-$part.jsonl"
 run() {  # run LIMIT_S ARGS...: one model's splits, appended to $RAW
@@ -25,10 +25,10 @@ run() {  # run LIMIT_S ARGS...: one model's splits, appended to $RAW
 case $part in
   a) python3 -c "import onnxruntime as o; print('onnxruntime', o.__version__, o.get_available_providers())"
      timeout -k 10 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -5 | tee "$OUT/gpu-tests.log"
-     run 200 --only zoo:silero-vad-16k --splits 5
-     run 150 --only zoo:ppocr-v4-det --sizes 2 --splits 2 ;;
+     run 130 --only zoo:silero-vad-16k --splits 3
+     run 80 --only zoo:ppocr-v4-det --sizes 2 --splits 1
+     run 200 --only zoo:ppocr-mobile-cls --sizes 2 --splits 1 ;;
   b) run 570 --only "zoo:nudenet-320n strict" --sizes 2 --splits 1 ;;
-  c) run 570 --only zoo:ppocr-mobile-cls --sizes 2 --splits 2 ;;
 esac
 python3 bench/generalization_pipeline.py --render "$RAW" > "$OUT/genp-gpu-$part.md"
 cat "$OUT/genp-gpu-$part.md"
