@@ -124,6 +124,7 @@ def main() -> None:
     ap.add_argument("--only", default=None, help="comma-separated case names, or `planted` / `zoo`")
     ap.add_argument("--sizes", default="2,4")
     ap.add_argument("--splits", type=int, default=5)
+    ap.add_argument("--first-split", type=int, default=0, help="skip the splits before this one (a device call each)")
     ap.add_argument("--n", type=int, default=12)
     ap.add_argument("--check-backend", default="emulate", help="where answers are checked on unseen samples")
     ap.add_argument("--backend", default="auto", help="the pipeline's --backend (auto: emulate, confirmed on a GPU)")
@@ -163,6 +164,8 @@ def main() -> None:
                 with make_backend(args.check_backend, case.model, "fp16", case.model.outputs) as backend:
                     for size in [int(s) for s in args.sizes.split(",")]:
                         for r, idx in enumerate(splits(case, size, args.splits)):
+                            if r < args.first_split:
+                                continue
                             for name, search in settings.items():
                                 res = run_split(case, model_path, tmp, idx, name, search, backend, refs, args.backend)
                                 rec = {"case": case.name, "kind": case.kind, "n": size, "split": r, "setting": name,

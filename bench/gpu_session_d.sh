@@ -8,14 +8,14 @@
 #
 #   bash bench/gpu_session_d.sh a   # GPU-marked tests, silero-vad (3 splits of 2 and of 4), ppocr-v4-det and
 #                                   # ppocr-mobile-cls (a split of 2)
-#   bash bench/gpu_session_d.sh b   # nudenet's YOLOv8n at atol = rtol = 1e-3, one split of 2 images
+#   bash bench/gpu_session_d.sh b K # nudenet's YOLOv8n at atol = rtol = 1e-3, split K (default 0) of 2 images
 #
 # Results in $OUT/genp-gpu-<part>.jsonl, rendered in $OUT/genp-gpu-<part>.md. Each model runs under its own
 # time limit (SIGINT interrupts the split in progress, SIGKILL 10 s later; finished splits stay in the jsonl).
 set -uo pipefail
 part=${1:?a or b}
 source bench/gpu_install.sh || exit 1
-RAW="$OUT/genp-gpu-$part.jsonl"
+RAW="$OUT/genp-gpu-$part${2:-}.jsonl"
 run() {  # run LIMIT_S ARGS...: one model's splits, appended to $RAW
   local limit=$1; shift
   timeout -k 10 -s INT "$limit" python3 bench/generalization_pipeline.py --zoo zoo --settings default \
@@ -28,7 +28,7 @@ case $part in
      run 130 --only zoo:silero-vad-16k --splits 3
      run 80 --only zoo:ppocr-v4-det --sizes 2 --splits 1
      run 200 --only zoo:ppocr-mobile-cls --sizes 2 --splits 1 ;;
-  b) run 570 --only "zoo:nudenet-320n strict" --sizes 2 --splits 1 ;;
+  b) run 570 --only "zoo:nudenet-320n strict" --sizes 2 --splits $((${2:-0} + 1)) --first-split "${2:-0}" ;;
 esac
-python3 bench/generalization_pipeline.py --render "$RAW" > "$OUT/genp-gpu-$part.md"
-cat "$OUT/genp-gpu-$part.md"
+python3 bench/generalization_pipeline.py --render "$RAW" > "$OUT/genp-gpu-$part${2:-}.md"
+cat "$OUT/genp-gpu-$part${2:-}.md"
