@@ -96,6 +96,8 @@ def test_probe_failure_searches_again_with_the_failing_copies(tmp_path):
     words = generalization_sentence(rep)
     assert "2 searched with 2 perturbed copies, 8 fresh perturbed copies" in words
     assert "second search" in words and "not validated on your data" in words
+    assert h.first_answer_size == 0 and h.first_predicted_share is not None and h.first_predicted_share > 1.0
+    assert f"The first answer (0 nodes, a new input predicted to use up to {100 * h.first_predicted_share:.0f}%" in words
     data = json.loads((tmp_path / "run3-{'augment': 1, 'margin': 0.0}" / "report.json").read_text())
     assert data["expected_headroom"]["researched"] is True and data["expected_headroom"]["perturbed_copies"] == 8
     assert Report.from_json(data).expected_headroom == h

@@ -72,10 +72,12 @@ def perturbed_copies(samples: list[Sample], copies: int, seed: int,
 def expected_headroom(*, searched: int, search_copies: int, share_searched: float | None,
                       probe: list[SampleShare], held: list[SampleShare], validation: Validation | None,
                       held_out_unseen: bool, held_out_from_user: bool, researched: bool,
-                      research_margin: float | None = None, backend: str | None = None) -> ExpectedHeadroom:
+                      research_margin: float | None = None, backend: str | None = None,
+                      first: tuple[int, float | None] | None = None) -> ExpectedHeadroom:
     """report.json's figures: the answer's shares on the probe's copies and (while the search has not
     seen them, `held_out_unseen`) on the held-out samples (`held`, one share per sample), the share a new
-    input is predicted to exceed with probability PREDICT_RISK, and whether it is predicted to hold."""
+    input is predicted to exceed with probability PREDICT_RISK, and whether it is predicted to hold; `first`:
+    the first answer's size and predicted share, after a second search."""
     unseen = probe + (held if held_out_unseen else [])
     shares = [p.share for p in unseen]
     failing_held = len(validation.failing_samples) if validation is not None and held_out_unseen else 0
@@ -89,6 +91,7 @@ def expected_headroom(*, searched: int, search_copies: int, share_searched: floa
         failing_copies=failing_copies, failing_held_out=failing_held, researched=researched,
         holds=failing_copies == 0 and failing_held == 0 and (predicted is None or predicted <= 1.0),
         backend=backend, predicted_share=predicted, risk=PREDICT_RISK, research_margin=research_margin,
+        first_answer_size=None if first is None else first[0], first_predicted_share=None if first is None else first[1],
     )
 
 
@@ -111,7 +114,8 @@ class UnseenCheck:
     samples (a second search after one of them failed has); `copies`/`copy_refs`: the fresh copies no
     search has seen (the recheck copies after a second search), `shares`/`held` the answer's shares on
     them and on the held-out samples; `margin`: the margin of the search that found the answer, and
-    `share_searched` the answer's share of the user's tolerance on the samples that search checked."""
+    `share_searched` the answer's share of the user's tolerance on the samples that search checked; `first`:
+    after a second search, the first answer's size and the share a new input was predicted to exceed with it."""
 
     status: str
     reason: str | None
@@ -127,6 +131,7 @@ class UnseenCheck:
     research_margin: float | None = None
     held_out_unseen: bool = True
     ran: bool = False
+    first: tuple[int, float | None] | None = None
 
 
 def research_margin(margin: float, share_searched: float | None, predicted: float | None) -> float:
@@ -194,7 +199,8 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
     return UnseenCheck(
         status, reason, found, again, _share(oracle, found, again) if found is not None else None, validation,
         sample_shares(backend, found, copies, refs, tol), held,
-        copies, refs, researched=True, research_margin=again, held_out_unseen=not held_failed, ran=True)
+        copies, refs, researched=True, research_margin=again, held_out_unseen=not held_failed, ran=True,
+        first=(len(first), None if held_failed else predicted))
 
 
 def _held_out(backend: Backend, found: frozenset[str], unseen: Unseen,
@@ -217,7 +223,7 @@ def search_headroom(check: UnseenCheck, searched: int, search_copies: int, held_
     return expected_headroom(
         searched=searched, search_copies=search_copies, share_searched=check.share_searched, probe=check.shares, held=check.held,
         validation=check.validation, held_out_unseen=check.held_out_unseen, held_out_from_user=held_out_from_user,
-        researched=check.researched, research_margin=check.research_margin)
+        researched=check.researched, research_margin=check.research_margin, first=check.first)
 
 
 def confirmed_headroom(searched: ExpectedHeadroom, backend: Backend, final: frozenset[str], check: UnseenCheck,
@@ -228,4 +234,5 @@ def confirmed_headroom(searched: ExpectedHeadroom, backend: Backend, final: froz
         searched=searched.searched, search_copies=searched.search_copies, share_searched=share_confirmed,
         probe=sample_shares(backend, final, check.copies, check.copy_refs, spec.tolerance), held=[],
         validation=validation, held_out_unseen=False, held_out_from_user=searched.held_out_from_user,
-        researched=searched.researched, research_margin=searched.research_margin, backend=backend.name)
+        researched=searched.researched, research_margin=searched.research_margin, backend=backend.name,
+        first=None if searched.first_answer_size is None else (searched.first_answer_size, searched.first_predicted_share))

@@ -374,8 +374,11 @@ def generalization_sentence(report: Report) -> str | None:
         text += (f"; from their spread, a new input is predicted to use up to {100 * h.predicted_share:.0f}% of the "
                  f"tolerance (exceeded with probability {100 * h.risk:g}%)")
     if h.researched:
-        text += (f". The first answer was predicted not to hold; a second search at margin {h.research_margin or 0:g} "
-                 "with the unseen samples it missed found this one")
+        first = "" if h.first_answer_size is None else f" ({h.first_answer_size} nodes"
+        if first and h.first_predicted_share is not None:
+            first += f", a new input predicted to use up to {100 * h.first_predicted_share:.0f}% of the tolerance"
+        text += (f". The first answer{first + ')' if first else ''} was predicted not to hold; a second search at margin "
+                 f"{h.research_margin or 0:g} with the unseen samples it missed found this one")
         if h.perturbed_copies:
             text += ", checked on fresh copies no search had seen"
     if not h.holds:

@@ -86,7 +86,10 @@ class ExpectedHeadroom:
     answer was predicted not to hold and a second search ran (once) with the unseen samples it missed, at
     `research_margin`, and the figures are of its answer on fresh copies no search saw; `holds`: predicted
     to hold on new inputs (no unseen sample fails and `predicted_share` <= 1); `backend`: where the unseen
-    shares were measured (None: the search backend; the confirm backend when it certified)."""
+    shares were measured (None: the search backend; the confirm backend when it certified);
+    `first_answer_size`/`first_predicted_share`: after a second search, the first answer's size and the share
+    a new input was predicted to exceed with it (None when not predicted: a held-out sample failed it), so the
+    price of the larger answer can be weighed."""
 
     searched: int
     search_copies: int
@@ -104,6 +107,8 @@ class ExpectedHeadroom:
     predicted_share: float | None = None
     risk: float | None = None
     research_margin: float | None = None
+    first_answer_size: int | None = None
+    first_predicted_share: float | None = None
 
     @property
     def unseen(self) -> int:
@@ -640,10 +645,12 @@ def _expected_headroom(v: Any, path: str) -> ExpectedHeadroom:
     counts = {k: _get(d, k, path, _int, default=0) for k in
               ("searched", "search_copies", "perturbed_copies", "held_out", "failing_copies", "failing_held_out")}
     shares = {k: _opt(d, k, path, _num) for k in
-              ("share_searched", "share_unseen", "headroom", "predicted_share", "risk", "research_margin")}
+              ("share_searched", "share_unseen", "headroom", "predicted_share", "risk", "research_margin",
+               "first_predicted_share")}
     flags = {k: _get(d, k, path, _bool, default=default) for k, default in
              (("held_out_from_user", False), ("researched", False), ("holds", True))}
-    return ExpectedHeadroom(**counts, **shares, **flags, backend=_get(d, "backend", path, _str, default=None, optional=True))
+    return ExpectedHeadroom(**counts, **shares, **flags, backend=_get(d, "backend", path, _str, default=None, optional=True),
+                            first_answer_size=_get(d, "first_answer_size", path, _int, default=None, optional=True))
 
 
 def _confirm(v: Any, path: str) -> Confirm:
