@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor import api
@@ -73,6 +74,7 @@ def test_image_copies_change_exposure_and_white_balance_other_inputs_only_noise(
                 "mask": (rng.uniform(size=(1, 3, 32, 32)) > 0.5).astype(np.float32), "ids": np.arange(4)}]
     assert [channel_axis(samples[0][k]) for k in ("img", "nhwc", "seq", "mask")] == [1, 3, None, 1]
     assert channel_axis(np.zeros((1, 3, 8, 32))) is None and channel_axis(np.zeros((1, 8, 32, 32))) is None
+    assert channel_axis(np.zeros((1, 64, 64, 2))) is None  # a GridSample grid or a flow field: not an image
     copy = augment(samples, Augment(1, 0.01, 0))[0]
     for key, axis in (("img", (0, 2, 3)), ("nhwc", (0, 1, 2))):
         moved = (copy[key] - samples[0][key]).mean(axis=axis)
@@ -81,6 +83,30 @@ def test_image_copies_change_exposure_and_white_balance_other_inputs_only_noise(
     seq_moved = np.abs(copy["seq"] - samples[0]["seq"])
     assert 0 < seq_moved.mean() < 0.01  # noise of 1% of its std only
     assert np.array_equal(copy["mask"], samples[0]["mask"]) and np.array_equal(copy["ids"], samples[0]["ids"])
+
+
+def test_resume_refuses_a_run_whose_image_copies_had_noise_only(tmp_path):
+    """run_settings.json records how the copies are made (`copies`): a run recorded before image copies got
+    their photometric change (no `copies` key, `augment` 3) does not resume on image inputs, whose copies
+    differ now, and resumes on other inputs, whose copies are the same."""
+    from precision_doctor.data.augment import recipe
+    from precision_doctor.pipeline.settings import RUN_SETTINGS, SettingsDiffer, check_run_settings
+
+    image = [{"x": np.random.default_rng(0).uniform(size=(1, 3, 32, 32)).astype(np.float32)}]
+    audio = [{"x": np.random.default_rng(0).uniform(size=(1, 576)).astype(np.float32)}]
+    assert (recipe(image), recipe(audio)) == ("photometric+noise", "noise")
+    for samples, refused in ((image, True), (audio, False)):
+        run = tmp_path / recipe(samples)
+        run.mkdir()
+        (run / RUN_SETTINGS).write_text(json.dumps({"augment": 3, "margin": 0.1}))  # an older version's record
+        now = {"augment": 3, "margin": 0.1, "copies": recipe(samples)}
+        if refused:
+            with pytest.raises(SettingsDiffer) as e:
+                check_run_settings(run, now, resume=True)
+            assert "copies 'noise' then, 'photometric+noise' now" in str(e.value)
+        else:
+            check_run_settings(run, now, resume=True)
+            assert json.loads((run / RUN_SETTINGS).read_text())["copies"] == "noise"
 
 
 def test_probe_failure_searches_again_with_the_failing_copies(tmp_path):

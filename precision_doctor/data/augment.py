@@ -9,7 +9,7 @@ as much as a new image, crop or audio chunk does (nudenet's YOLOv8n: 0.99 on the
 cannot tune its answer to one rounding pattern; a check on fresh copies measures how far the answer
 is from the tolerance on inputs it has not seen.
 
-Image-like inputs (4-D floating tensors with 1-4 channels first or last, at least 16 x 16) are also
+Image-like inputs (4-D floating tensors with 1, 3 or 4 channels first or last, at least 16 x 16) are also
 changed as a new photo differs from the last in exposure and white balance, before the noise: contrast
 x U(0.8, 1.2) about the image's mean, then per channel a gain U(0.7, 1.1) and an offset of U(-0.1, 0.1)
 of the input's range. Noise alone does not show how much more of the tolerance such a photo can use:
@@ -31,7 +31,8 @@ import numpy as np
 
 Sample = dict[str, np.ndarray]
 CATEGORICAL_LEVELS = 8  # a float input with at most this many distinct values (over all samples) is a mask
-IMAGE_MIN_SIDE = 16  # a 4-D input with 1-4 channels is an image when both its sides are at least this long
+IMAGE_CHANNELS = (1, 3, 4)  # grey, RGB/BGR, RGBA: 2 channels are a sampling grid or a flow field, not an image
+IMAGE_MIN_SIDE = 16  # a 4-D input with such channels is an image when both its sides are at least this long
 CONTRAST = (0.8, 1.2)  # photometric change of an image-like input: contrast about its mean,
 GAIN = (0.7, 1.1)  # a gain per channel,
 OFFSET = (-0.1, 0.1)  # and an offset per channel, as a share of the input's range
@@ -70,11 +71,19 @@ def channel_axis(x: np.ndarray) -> int | None:
     """The channel axis of an image-like input (NCHW: 1, NHWC: 3), None for any other input."""
     if x.ndim != 4:
         return None
-    if 1 <= x.shape[1] <= 4 and min(x.shape[2:]) >= IMAGE_MIN_SIDE:
+    if x.shape[1] in IMAGE_CHANNELS and min(x.shape[2:]) >= IMAGE_MIN_SIDE:
         return 1
-    if 1 <= x.shape[3] <= 4 and min(x.shape[1:3]) >= IMAGE_MIN_SIDE:
+    if x.shape[3] in IMAGE_CHANNELS and min(x.shape[1:3]) >= IMAGE_MIN_SIDE:
         return 3
     return None
+
+
+def recipe(samples: Sequence[Sample]) -> str:
+    """How the copies of these samples are made: "photometric+noise" when an input is image-like, else
+    "noise" (run_settings.json records it: a resume must make the copies its checkpoint's verdicts were of)."""
+    ranges = perturbable(samples) if samples else {}
+    images = any(channel_axis(np.asarray(samples[0][name])) is not None for name in ranges)
+    return "photometric+noise" if images else "noise"
 
 
 def photometric(sample: Sample, ranges: dict[str, tuple[float, float]], rng: np.random.Generator) -> Sample:

@@ -68,7 +68,7 @@ def confirm(
         status=status,
         evaluations=oracle.evaluations,
         memo_hits=oracle.memo_hits,
-        one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and prune_after else None,
+        one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and prune_after and not keep else None,
         pruned_searched=prune_after and not keep,
         tolerance_used=user_share(spec, final),
         trajectory=[trajectory_row(e) for e in oracle.trajectory],

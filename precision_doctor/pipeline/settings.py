@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from precision_doctor.data.augment import recipe
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.errors import SpecError, UserError
@@ -21,8 +22,8 @@ from precision_doctor.results.jsonio import jsonable, read_json, write_json
 from precision_doctor.spec import RunSpec
 
 RUN_SETTINGS = "run_settings.json"
-VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "confirm_backend", "rules",
-                "samples", "validation_samples", "samples_hash", "reference_hash")
+VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "copies", "confirm_backend",
+                "rules", "samples", "validation_samples", "samples_hash", "reference_hash")
 
 
 class SettingsDiffer(SpecError):
@@ -41,7 +42,7 @@ def run_settings(work: Workload, spec: RunSpec, validation: list[Sample],
     return jsonable({
         "model_hash": work.model.model_hash, "precision": spec.precision, "backend": spec.backends.backend,
         "tolerance": spec.tolerance.to_dict(), "margin": spec.search.margin,
-        "augment": spec.search.augment,
+        "augment": spec.search.augment, "copies": recipe(work.samples) if spec.search.augment else None,
         "confirm_backend": spec.backends.confirm_backend, "rules": spec.backends.rules,
         "samples": len(work.samples), "validation_samples": len(validation),
         "samples_hash": samples_hash(work.samples + validation),
@@ -74,10 +75,13 @@ def recorded_spec(out_dir: Path) -> RunSpec | None:
 
 def check_run_settings(out_dir: Path, settings: dict, resume: bool) -> None:
     """Record the settings of a run; refuse to resume one made with other settings (SettingsDiffer). Runs
-    from before this file existed resume unchecked; keys an older version did not record are not compared."""
+    from before this file existed resume unchecked; keys an older version did not record are not compared,
+    but for `copies` (how perturbed copies are made), which is "noise" where it recorded `augment`."""
     path = out_dir / RUN_SETTINGS
     if resume and path.exists():
         old = read_json(path)
+        if "augment" in old and "copies" not in old:  # recorded before image copies changed: its copies had noise only
+            old["copies"] = "noise" if old["augment"] else None
         diff = [k for k in VERDICT_KEYS if k in old and old.get(k) != settings.get(k)]
         if diff:
             shown = ", ".join(f"{k} {old.get(k)!r} then, {settings.get(k)!r} now" for k in diff)

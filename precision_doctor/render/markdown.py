@@ -339,9 +339,9 @@ def confirm_sentence(report: Report) -> str | None:
     if not c.passed:
         return head + f"; no passing set was found there ({_q(c.evaluations)} evaluations)."
     final = len(report.fallback_nodes)
-    kept = "" if c.pruned_searched is not False else (
+    kept = "" if c.pruned_searched is not False or check_only(c.backend) else (
         f" (its own {searched} members were kept, not pruned there: each removal tried is a new session on "
-        f"{c.backend}; only what was added there was pruned)")
+        f"{c.backend}{'' if c.searched_answer_passed else '; only what was added there was pruned'})")
     return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}."
 
 
@@ -375,7 +375,7 @@ def generalization_sentence(report: Report) -> str | None:
                  f"tolerance (exceeded with probability {100 * h.risk:g}%)")
     if h.researched:
         first = "" if h.first_answer_size is None else f" ({h.first_answer_size} nodes"
-        if first and h.first_predicted_share is not None:
+        if first and h.first_predicted_share is not None and h.first_predicted_share > 1.0:
             first += f", a new input predicted to use up to {100 * h.first_predicted_share:.0f}% of the tolerance"
         text += (f". The first answer{first + ')' if first else ''} was predicted not to hold; a second search at margin "
                  f"{h.research_margin or 0:g} with the unseen samples it missed found this one")

@@ -137,8 +137,9 @@ class Confirm:
     """The searched answer carried over to `backend` (`backends.confirm_backend`). `skipped` says why it
     did not run (the search ended early); then only backend, searched_answer and passed (None) are set.
     `samples`: the user's (search and held-out) samples it ran on; `perturbed_copies`: the search's
-    perturbed copies it ran on besides them; `pruned_searched`: whether it tried removing the searched
-    answer's own members (not above pipeline.confirmation.PRUNE_MAX of them, nor on a check-only backend)."""
+    perturbed copies it ran on besides them; `pruned_searched`: whether it may remove the searched answer's
+    own members (not above pipeline.confirmation.PRUNE_MAX of them, nor on a check-only backend); when it may
+    not, `one_minimal_checked` is None (they were pruned on the search backend only)."""
 
     backend: str
     searched_answer: list[str]
