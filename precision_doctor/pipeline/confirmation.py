@@ -49,6 +49,7 @@ def confirm(
         (out_dir / CONFIRM_CHECKPOINT).unlink()
     prune_after = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
     keep = len(found) > PRUNE_MAX
+    pruned_searched = prune_after and not keep
     status, reason, confirmed = run_strategy(oracle, space, lambda o, sp: repair(o, sp, found, prune_after, keep), stop)
     as_is = oracle.known(found)
     passed: bool | None = confirmed is not None
@@ -68,8 +69,8 @@ def confirm(
         status=status,
         evaluations=oracle.evaluations,
         memo_hits=oracle.memo_hits,
-        one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and prune_after and not keep else None,
-        pruned_searched=prune_after and not keep,
+        one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and pruned_searched else None,
+        pruned_searched=pruned_searched,
         tolerance_used=user_share(spec, final),
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )

@@ -234,5 +234,4 @@ def confirmed_headroom(searched: ExpectedHeadroom, backend: Backend, final: froz
         searched=searched.searched, search_copies=searched.search_copies, share_searched=share_confirmed,
         probe=sample_shares(backend, final, check.copies, check.copy_refs, spec.tolerance), held=[],
         validation=validation, held_out_unseen=False, held_out_from_user=searched.held_out_from_user,
-        researched=searched.researched, research_margin=searched.research_margin, backend=backend.name,
-        first=None if searched.first_answer_size is None else (searched.first_answer_size, searched.first_predicted_share))
+        researched=searched.researched, research_margin=searched.research_margin, backend=backend.name, first=check.first)

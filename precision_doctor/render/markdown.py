@@ -339,7 +339,7 @@ def confirm_sentence(report: Report) -> str | None:
     if not c.passed:
         return head + f"; no passing set was found there ({_q(c.evaluations)} evaluations)."
     final = len(report.fallback_nodes)
-    kept = "" if c.pruned_searched is not False or check_only(c.backend) else (
+    kept = "" if c.pruned_searched is not False else (
         f" (its own {searched} members were kept, not pruned there: each removal tried is a new session on "
         f"{c.backend}{'' if c.searched_answer_passed else '; only what was added there was pruned'})")
     return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}."
