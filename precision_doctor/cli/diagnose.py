@@ -20,6 +20,7 @@ from precision_doctor.cli import (
 from precision_doctor.cli.options import DIAGNOSIS, RUN_DIR, Options, command_line, with_options
 from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
 from precision_doctor.errors import UserError
+from precision_doctor.outcome import RunStatus
 from precision_doctor.results.report import Report
 from precision_doctor.spec import RunSpec
 
@@ -151,7 +152,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
             say(note.replace("`", ""))
     for note, loud in outcome_lines(report) if report.passed else ():
         say(styled(note, "bold red") if loud else note)
-    if report.status not in ("complete", "no_solution"):
+    if report.status not in (RunStatus.COMPLETE, RunStatus.NO_SOLUTION):
         say(f"status: {report.status}: {report.reason}")
     if report.interrupted:
         path = model or (report.model.path if report.model is not None else "MODEL")

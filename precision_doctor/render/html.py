@@ -7,6 +7,7 @@ import math
 from html import escape
 from typing import Any
 
+from precision_doctor.outcome import RunStatus
 from precision_doctor.render import plots
 from precision_doctor.render.markdown import (
     COMMAND_TITLES,
@@ -353,7 +354,7 @@ def _header(report: Report) -> str:
     if check := trt_check_sentence(report):
         cls = "reason" if check.startswith("WARNING") else "headroom"
         reason += f'<div class="{cls}" id="trt-check-line">{_e(check.replace("`", ""))}</div>'
-    if report.reason or report.status not in (None, "complete"):
+    if report.reason or report.status not in (None, RunStatus.COMPLETE):
         reason += f'<div class="reason">Status <code>{_e(report.status)}</code>'
         reason += f": {_e(report.reason)}</div>" if report.reason else "</div>"
     return (

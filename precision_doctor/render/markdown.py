@@ -8,6 +8,7 @@ from typing import Any
 from precision_doctor.backends.registry import check_only
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
+from precision_doctor.outcome import RunStatus
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     knobs_sentence,
@@ -157,7 +158,7 @@ def verdict(report: Report) -> tuple[str, str]:
     """(label, kind) with kind one of "pass", "warn", "fail": the headline of the report and the CLI. It
     never contradicts the run: an answer that failed on the held-out samples and was searched again says
     so, and what came of it (`held_out_sentence` says it in words)."""
-    status = report.status or "complete"
+    status = report.status or RunStatus.COMPLETE
     passed = bool(report.passed)
     validation = report.validation
     researched = validation is not None and not validation.passed and validation.research is not None
@@ -193,7 +194,7 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
     (the one holding this report): they use its relative paths."""
     cmds = report.commands
     model = report.model.path if report.model is not None and report.model.path else "MODEL"
-    if report.interrupted or report.status == "budget_exhausted":
+    if report.status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
         steps = [("The search did not finish. Continue it where it stopped (its settings are recorded in the run "
                   "directory; a larger --max-evaluations or --time-budget lets it go further):",
                   f"precision-doctor diagnose {model} --resume --out RUN_DIR")]
@@ -210,7 +211,7 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
                  f"--atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} --margin {margin:g} --out RUN_DIR")]
     if not report.passed:
         base = report.baseline
-        if base is not None and not base.passed and report.status == "no_solution":
+        if base is not None and not base.passed and report.status == RunStatus.NO_SOLUTION:
             return [("Even with every candidate node in FP32 the outputs miss the reference: the tolerance is "
                      "tighter than FP32 itself reproduces (or the model is nondeterministic). Check the reference "
                      "(--reference-outputs) or loosen --atol/--rtol, then run diagnose again.", None)]
@@ -349,7 +350,7 @@ def not_holding(report: Report) -> bool:
     """Whether an answer that meets the tolerance on the searched samples fails on unseen ones (the probe,
     after its second search): the verdict must not be PASS."""
     h = report.expected_headroom
-    return h is not None and not h.holds and report.status == "complete" \
+    return h is not None and not h.holds and report.status == RunStatus.COMPLETE \
         and (report.validation is None or report.validation.passed or bool(report.validation.passed_after_research))
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from precision_doctor import api
 from precision_doctor.control import PhaseEvent, ProgressEvent, ProgressSink, StopToken
+from precision_doctor.outcome import RunStatus
 from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.settings import RUN_SETTINGS
 from precision_doctor.results.report import Report
@@ -71,7 +72,7 @@ def run_job(spec_json: dict, out_dir: Path, *, progress: ProgressSink, stop: Sto
     except KeyboardInterrupt:  # control.Stopped outside the search
         if not stop.stopped:
             raise
-        return Result("stopped", False, reason=f"stopped ({stop.reason}) outside the search")
+        return Result(RunStatus.STOPPED, False, reason=f"stopped ({stop.reason}) outside the search")
     return summary(report, reused=bool(job_cache and job_cache.reused), capture_s=clock.capture_s)
 
 

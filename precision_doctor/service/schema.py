@@ -8,8 +8,10 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-STATES = ("queued", "running", "done", "failed", "cancelled")
-TERMINAL = ("done", "failed", "cancelled")
+from precision_doctor.outcome import JobState, RunStatus
+
+STATES = tuple(JobState)
+TERMINAL = tuple(s for s in JobState if s.terminal)
 
 
 def _known(cls: type, data: Any) -> dict[str, Any]:
@@ -62,7 +64,7 @@ class Result:
     the capture (and its analysis) came from the daemon's cache; `capture_s`: seconds of the capture phase
     (capture and analysis, or the copy)."""
 
-    status: str
+    status: RunStatus | str  # a RunStatus (a newer daemon's unknown status stays a string)
     passed: bool
     fallback_size: int | None = None
     fp32_flop_share: float | None = None
@@ -78,7 +80,11 @@ class Result:
     @classmethod
     def from_json(cls, data: Any) -> Result | None:
         values = _known(cls, data)
-        return cls(**values) if "status" in values and "passed" in values else None
+        if "status" not in values or "passed" not in values:
+            return None
+        if values["status"] in tuple(RunStatus):
+            values["status"] = RunStatus(values["status"])
+        return cls(**values)
 
 
 @dataclass
