@@ -68,6 +68,19 @@ class JobState(_Value):
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
 
+class Verdict(_Value):
+    """What a run came to, one name for each kind of result (render/wording.py derives it from the Report and
+    gives its words)."""
+
+    PASSED = "passed"  # passes on every sample, held-out samples of the user's data included
+    PASSED_UNVALIDATED = "passed_unvalidated"  # passes; no held-out sample of the user's data checked it
+    PASSED_SO_FAR = "passed_so_far"  # the search ended early (budget, stop); its best set so far passes
+    NOT_PREDICTED_TO_HOLD = "not_predicted_to_hold"  # passes on the searched samples only
+    FAILED_HELD_OUT = "failed_held_out"  # fails on held-out samples
+    INCOMPLETE = "incomplete"  # the search ended early without a passing set
+    NO_SOLUTION = "no_solution"  # no set meets the tolerance
+
+
 @dataclass(frozen=True)
 class Outcome:
     """Where a diagnose run stands after a step: its status, why (None: nothing to say) and the answer so far

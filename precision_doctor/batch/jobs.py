@@ -137,8 +137,10 @@ def _diagnose(task: ModelTask, run_dir: Path, stop: StopToken | None) -> Report:
 
 
 def row_from_report(name: str, report: Report) -> SummaryRow:
-    """The summary row of a finished model."""
+    """The summary row of a finished model; its message is the verdict's headline, then why the run stopped
+    (its reason) or what the confirmation did."""
     from precision_doctor.render.markdown import confirm_sentence
+    from precision_doctor.render.wording import headline
 
     return SummaryRow(
         model=name,
@@ -149,7 +151,7 @@ def row_from_report(name: str, report: Report) -> SummaryRow:
         evaluations=report.evaluations,
         elapsed_s=report.elapsed_s,
         report=f"{name}/report.html",
-        message=report.reason or confirm_sentence(report) or "",
+        message=" ".join(x for x in (headline(report), report.reason or confirm_sentence(report)) if x),
         model_hash=report.model.hash if report.model is not None else None,
     )
 

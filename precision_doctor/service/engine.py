@@ -77,8 +77,12 @@ def run_job(spec_json: dict, out_dir: Path, *, progress: ProgressSink, stop: Sto
 
 
 def summary(report: Report, reused: bool, capture_s: float | None) -> Result:
+    from precision_doctor.render.wording import headline, verdict, verdict_of
+
+    label, tone = verdict(report)
     return Result(
         status=report.status, passed=report.passed, fallback_size=report.fallback_size,
         fp32_flop_share=report.fp32_flop_share, evaluations=report.evaluations, elapsed_s=report.elapsed_s,
         reason=report.reason, capture_reused=reused, capture_s=None if capture_s is None else round(capture_s, 4),
+        verdict=verdict_of(report), label=label, tone=tone, headline=headline(report),
     )

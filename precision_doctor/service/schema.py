@@ -62,7 +62,9 @@ class Result:
     """What a job's run came to (report.json has the rest). `status` is the report's (complete,
     no_solution, budget_exhausted, interrupted) or "stopped": cut off outside the search. `capture_reused`:
     the capture (and its analysis) came from the daemon's cache; `capture_s`: seconds of the capture phase
-    (capture and analysis, or the copy)."""
+    (capture and analysis, or the copy). `verdict`, `label`, `tone`, `headline`: the report's verdict (an
+    `outcome.Verdict`), its label and tone (pass, warn, fail) and headline sentence, as render/wording.py says them
+    (None: no report)."""
 
     status: RunStatus | str  # a RunStatus (a newer daemon's unknown status stays a string)
     passed: bool
@@ -73,6 +75,10 @@ class Result:
     reason: str | None = None
     capture_reused: bool = False
     capture_s: float | None = None
+    verdict: str | None = None
+    label: str | None = None
+    tone: str | None = None
+    headline: str | None = None
 
     def to_json(self) -> dict:
         return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in asdict(self).items()}
