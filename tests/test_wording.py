@@ -4,6 +4,7 @@ name, every front end says it in the same words, and the enums' JSON is the stri
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -68,6 +69,11 @@ def test_the_headline_gives_the_all_fp16_error_as_a_multiple_of_the_tolerance():
     overflow = _report(baseline=Checks(False, {"y": OutputCheck(False, *[float("nan")] * 7, 10, 10, float("inf"))}))
     assert "overflow (inf or NaN)" in headline(overflow)
     assert lowp_multiple(_report(baseline=None)) is None and "All in" not in headline(_report(baseline=None))
+    # after a second search that started from a non-empty answer the baseline's margin is not in the report
+    researched = replace(_headroom(True), researched=True, first_answer_size=3)
+    assert lowp_multiple(_report(baseline=Checks(False, {"y": check}), expected_headroom=researched)) is None
+    again = replace(researched, first_answer_size=0)  # the baseline passed first: the second search evaluated it
+    assert lowp_multiple(_report(baseline=Checks(False, {"y": check}), expected_headroom=again)) == pytest.approx(3.6)
 
 
 def test_statuses_serialize_as_the_strings_they_always_were():

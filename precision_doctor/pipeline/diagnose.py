@@ -142,10 +142,10 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
                     recheck=lambda: perturbed_copies(samples, n_probe, RECHECK_SEED, run))
     checked = check_unseen(ctx, outcome, backend=ctx.backends.search, oracle=ctx.oracle, unseen=unseen)
     ctx.raise_margin(checked.margin)  # the second search's larger margin: confirm and report at it
-    found = ctx.findings
-    found.unseen, found.probed = checked, bool(probe)
-    found.headroom = search_headroom(checked, len(samples), ctx.copies,
-                                     held_out_from_user=bool(ctx.work.inputs.files or ctx.work.inputs.validate_files))
+    f = ctx.findings
+    f.unseen, f.probed = checked, bool(probe)
+    f.headroom = search_headroom(checked, len(samples), ctx.copies,
+                                 held_out_from_user=bool(ctx.work.inputs.files or ctx.work.inputs.validate_files))
     return checked.outcome
 
 
@@ -161,7 +161,7 @@ def _final_samples(ctx: RunContext) -> tuple[list[Sample], list[dict], int]:
 
 def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
     """Carry the answer over to the confirm backend (when there is one and the search completed)."""
-    backend, found = ctx.backends.confirm, ctx.findings
+    backend, f = ctx.backends.confirm, ctx.findings
     if backend is None or outcome.found is None:
         return outcome
     if outcome.complete:
@@ -169,14 +169,14 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         samples, refs, n_copies = _final_samples(ctx)
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies)
-        outcome, found.confirmed, found.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
+        outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
     else:
-        found.confirmed = Confirm(backend.name, sorted(outcome.found), passed=None, skipped=(
+        f.confirmed = Confirm(backend.name, sorted(outcome.found), passed=None, skipped=(
             f"the search ended early ({outcome.status}); the answer is the searched one, not confirmed"))
-    if found.headroom is not None and found.probed and found.confirmed.passed and outcome.found is not None \
+    if f.headroom is not None and f.probed and f.confirmed.passed and outcome.found is not None \
             and not check_only(backend.name):
-        found.headroom = confirmed_headroom(found.headroom, backend, outcome.found, found.unseen, found.validation,
-                                            ctx.spec, user_share(ctx.spec, found.confirm_verdict))
+        f.headroom = confirmed_headroom(f.headroom, backend, outcome.found, f.unseen, f.validation, ctx.spec,
+                                        user_share(ctx.spec, f.confirm_verdict))
     return outcome
 
 
@@ -207,7 +207,7 @@ def _settle(ctx: RunContext, outcome: Outcome) -> Outcome:
 def _write(ctx: RunContext, outcome: Outcome) -> Report:
     """The fixed capture, the artifacts and the TensorRT steps (for an answer), then the report, written."""
     notify(ctx.progress, PhaseEvent("artifacts"))
-    spec, work, out_dir, found, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
+    spec, work, out_dir, f, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
     fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search
     passed = outcome.found is not None
     final = outcome.found if outcome.found is not None else frozenset()
@@ -218,11 +218,11 @@ def _write(ctx: RunContext, outcome: Outcome) -> Report:
         written = write_artifacts(out_dir, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None)
         trt_check, engine = tensorrt_steps(out_dir, work.model, final, spec, written, knobs, work.samples)
         produced = Produced(fixed_rel, written, trt_check, engine)
-    validation, headroom = found.validation, found.headroom
+    validation, headroom = f.validation, f.headroom
     checks = AnswerChecks(
-        validation=validation, headroom=headroom, confirm=found.confirmed, confirm_verdict=found.confirm_verdict,
+        validation=validation, headroom=headroom, confirm=f.confirmed, confirm_verdict=f.confirm_verdict,
         knobs=knobs.result if knobs else None, knob_verdict=knobs.verdict if knobs else None,
-        certified_by=certification(ctx.backends.plan, backend, found.confirmed, validation, len(work.samples),
+        certified_by=certification(ctx.backends.plan, backend, f.confirmed, validation, len(work.samples),
                                    passed and (headroom is None or headroom.holds), rules,
                                    knobs.result if knobs else None),
         emulation_notes=notes_for(work.model, fmt, backend, final) if passed else [],

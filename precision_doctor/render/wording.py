@@ -196,8 +196,12 @@ def verdict_sentence(report: Report) -> str:
 def lowp_multiple(report: Report) -> float | None:
     """How many times the tolerance the whole model in low precision uses (its worst output; inf: inf or NaN),
     from the search's all-low-precision evaluation (report.json's `baseline`, whose shares are of the search
-    tolerance, the user's scaled by 1 - margin); None when it was not evaluated or recorded."""
-    base = report.baseline
+    tolerance: the user's scaled by 1 - margin). None when it was not evaluated, or when it comes from a first
+    search that a second one followed: the report keeps only the second search's margin. (The baseline passed
+    in the first search when its answer was empty; then the second search evaluated it again, at its margin.)"""
+    base, h = report.baseline, report.expected_headroom
+    if h is not None and h.researched and h.first_answer_size != 0:
+        return None
     used = [num(o.tol_used) for o in base.outputs.values()] if base is not None else []
     used = [u for u in used if not math.isnan(u)]
     if not used:
@@ -206,17 +210,14 @@ def lowp_multiple(report: Report) -> float | None:
 
 
 def lowp_sentence(report: Report) -> str | None:
-    """The whole model in low precision as a multiple of the tolerance, in words; None when not known. After a
-    second search (a larger margin) the report keeps only that margin, so the multiple is a lower bound."""
+    """The whole model in low precision as a multiple of the tolerance, in words; None when not known."""
     m = lowp_multiple(report)
     if m is None:
         return None
     prec = precision_name(report)
     if math.isinf(m):
         return f"All in {prec}, the model's outputs overflow (inf or NaN)."
-    h = report.expected_headroom
-    bound = "at least " if h is not None and h.researched else ""
-    return f"All in {prec}, the model uses {bound}{m:.3g}x the tolerance."
+    return f"All in {prec}, the model uses {m:.3g}x the tolerance."
 
 
 def headline(report: Report) -> str:
