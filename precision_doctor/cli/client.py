@@ -122,8 +122,8 @@ def describe(job, server: str) -> str:
         best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
         return f"{head}, {p.phase}, {p.evaluations} evaluations{best}"
     if job.state == JobState.DONE and r is not None:
-        what = r.headline or (f"passed keeping {r.fallback_size} node(s) in FP32" if r.passed
-                              else f"no passing set ({r.reason or r.status})")
+        what = r.headline.rstrip(".") if r.headline else (
+            f"passed keeping {r.fallback_size} node(s) in FP32" if r.passed else f"no passing set ({r.reason or r.status})")
         return f"{head}: {what}, {r.evaluations} evaluations; report: {server}/jobs/{job.id}/report"
     return head + (f": {job.error}" if job.error else "")
 
