@@ -4,7 +4,8 @@
 #        --name ppocr-mobile-cls`; default /tmp/pdzoo). The commit's code is unpacked into /tmp/pd-<commit>.
 set -e
 COMMIT=$1; OUT=$(realpath -m "$2"); ZOO=${3:-/tmp/pdzoo}
-V=$(realpath .venv/bin/python); CODE=/tmp/pd-$(git rev-parse --short "$COMMIT")
+V=$(pwd)/.venv/bin/python  # not realpath: the venv's python is a link to its base python
+CODE=/tmp/pd-$(git rev-parse --short "$COMMIT")
 rm -rf "$CODE" "$OUT"; mkdir -p "$CODE" "$OUT"
 git archive "$COMMIT" | tar -x -C "$CODE"
 cd "$CODE"
