@@ -299,9 +299,9 @@ def _fill_shapes(proto: onnx.ModelProto, sample: dict, static: bool) -> None:
 
 
 class Builder:
-    """Writes probes into `dest` and collects their manifest entries."""
+    """Writes probes into `dest` and collects their manifest entries (`wheels`: where `cut`'s models come from)."""
 
-    def __init__(self, dest: Path, wheels: Wheels):
+    def __init__(self, dest: Path, wheels: Wheels | None = None):
         self.dest, self.wheels, self.probes = dest, wheels, []
 
     def write(self, probe: Probe, proto: onnx.ModelProto, samples: list[dict]) -> None:
@@ -494,9 +494,11 @@ def build(dest: Path, wheels: Wheels) -> list[Probe]:
     return b.probes
 
 
-def write_manifest(dest: Path, probes: list[Probe], wheels: Wheels) -> Path:
-    used = sorted({p.source for p in probes if p.source} | {"page.png", "text.png"})
-    sources = {k: {**asdict(SOURCES[k]), "wheel_licence": wheels.licence(k)} for k in used}
+def write_manifest(dest: Path, probes: list[Probe], wheels: Wheels | None) -> Path:
+    """manifest.json: the probes and the wheel members they come from (with the wheels' METADATA licence
+    fields where `wheels` downloaded them)."""
+    used = sorted({p.source for p in probes if p.source} | ({"page.png", "text.png"} if wheels else set()))
+    sources = {k: {**asdict(SOURCES[k]), **({"wheel_licence": wheels.licence(k)} if wheels else {})} for k in used}
     path = dest / MANIFEST
     path.write_text(json.dumps({"sources": sources, "probes": [asdict(p) for p in probes]}, indent=1))
     return path
