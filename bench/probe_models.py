@@ -528,11 +528,15 @@ def load_samples(path: Path, preprocess: str | None = None) -> list[dict]:
 
 
 def load_probes(dest: Path, only: set[str] | None = None) -> list[LoadedProbe]:
-    """The probes of `dest` (manifest order), or those named in `only`."""
+    """The probes of `dest` (manifest order), or those named in `only`; a probe whose files were removed is
+    skipped with a note."""
     manifest = json.loads((dest / MANIFEST).read_text())
     out = []
     for p in manifest["probes"]:
         if only and p["name"] not in only:
+            continue
+        if not all((dest / f"{p['name']}{e}").is_file() for e in (".onnx.xz", ".npz")):
+            print(f"{p['name']}: not in {dest} (removed to save space?); skipped", file=sys.stderr)
             continue
         model = from_proto(onnx.load_from_string(lzma.decompress((dest / f"{p['name']}.onnx.xz").read_bytes())))
         out.append(LoadedProbe(p["name"], p["kind"], model, load_samples(dest / f"{p['name']}.npz", p["preprocess"]),
