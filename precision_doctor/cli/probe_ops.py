@@ -18,8 +18,8 @@ def probe_ops(
     model: Path = typer.Argument(..., help="ONNX model."),
     provider: str = typer.Option("cuda", "--provider", help="cuda (ONNX Runtime's CUDA provider, TF32 off) or cpu "
                                  "(a plumbing check: ONNX Runtime's CPU provider computes FP16 in FP32)."),
-    threshold: float = typer.Option(1.1, "--threshold", min=1.0,
-                                    help="Flag op types whose error on the provider exceeds the rule's by more than this."),
+    threshold: float | None = typer.Option(None, "--threshold", min=1.0, help="Flag op types whose error on the "
+                                           "provider exceeds the rule's by more than this (default 1.1)."),
     options: Options = None,
 ) -> None:
     """Run every node alone in low precision on the GPU and compare it with the emulation rule."""

@@ -32,6 +32,7 @@ from precision_doctor.measure.fidelity import GPU_LOCAL, by_op, capture_local_wi
 
 CUDA = "CUDAExecutionProvider"
 PROVIDERS = {"cuda": CUDA, "cpu": "CPUExecutionProvider"}
+THRESHOLD = 1.1  # an op type whose largest provider/rule error ratio exceeds this is flagged (fidelity.MISMATCH's bound)
 NO_CUDA = ("no CUDA GPU here: this ONNX Runtime has no CUDAExecutionProvider (probe-ops needs onnxruntime-gpu and a "
            "CUDA GPU; --provider cpu runs it on the CPU as a plumbing check, whose FP16 is FP32 inside)")
 
@@ -96,7 +97,7 @@ def providers_for(provider: str) -> list:
 
 def probe_ops(
     model: Model, samples: Sequence[dict], fmt: Format, provider: str = "cuda", rules: str = "ort-cuda",
-    threshold: float = 1.1, budget_mb: float = 256.0, stop: StopToken | None = None,
+    threshold: float = THRESHOLD, budget_mb: float = 256.0, stop: StopToken | None = None,
 ) -> OpProbe:
     """Every candidate node alone on `provider` against the emulator under `rules` (see the module docstring)."""
     providers = providers_for(provider)
