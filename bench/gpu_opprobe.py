@@ -11,13 +11,14 @@ real activations), optionally the planted suite (`--planted`) and the fetched zo
 Per model (`gpu_nodewise.measure_model`): every low-precision-able node alone on the exact FP32 reference
 inputs, computed by the provider's own FP16 kernels (`graph.native.native_local_graph`) and by the emulator
 under the standard rule, every node rule (the opt-in candidates included) and the profiles; per node and per
-op type (or fused pattern) the ratio of the provider's error to each rule's and the share of elements a rule
-reproduces bit for bit; which kernels the provider ran for each node (a function op ORT expanded into its
-body shows as its body's kernels). Then the whole graph all-FP16 per sample: on the provider at
-ORT_ENABLE_ALL (what a user runs) and at ORT_DISABLE_ALL (no fusions), on ONNX Runtime's CPU provider
-running the same converted FP16 graph (ALL and DISABLE), and on the emulator under each profile: the share of
-the tolerance used where the probe has one (the whole models), else the largest relative error of the
-outputs; and the op types of ORT's optimized all-FP16 graph on each provider (which fusions it made).
+op type (or fused pattern) the ratio of the provider's error to each rule's (`--metric`, default the largest
+relative error; every metric is in the JSON) and the share of elements a rule reproduces bit for bit; which
+kernels the provider ran for each node (a function op ORT expanded into its body shows as its body's
+kernels). Then the whole graph all-FP16 per sample: on the provider at ORT_ENABLE_ALL (what a user runs)
+and at ORT_DISABLE_ALL (no fusions), on ONNX Runtime's CPU provider running the same converted FP16 graph
+(ALL and DISABLE), and on the emulator under each profile: the share of the tolerance used where the probe
+has one (the whole models), else the largest relative error of the outputs; and the op types of ORT's
+optimized all-FP16 graph on each provider (which fusions it made).
 
 Writes to --out (3 files): opprobe.json (everything; rewritten after each model; on SIGINT the model in
 progress is dropped and the rest is written), opprobe.md (the tables), fixture.npz (a few nodes of every op
@@ -168,7 +169,7 @@ def markdown(result: dict) -> str:
     rows = [r for m in result["models"] for r in m["nodes"]]
     pooled = by_op(rows, NODE_LABELS)
     lines = [f"# Op probe ({result['device']}; onnxruntime {result['onnxruntime']})", "",
-             "Node alone on the exact FP32 inputs: ratio = provider's error / the rule's (max abs error; median / max "
+             f"Node alone on the exact FP32 inputs: ratio = provider's error / the rule's ({result['metric']}; median / max "
              "over nodes), mismatch = ratio outside [0.9, 1.1], bit-exact = median share of elements the rule "
              "reproduces. Best = the rule with the fewest mismatches, then the highest bit-exact share.", "",
              "| op (or fused pattern) | nodes | models | standard | ort-cuda | best rule |", "|---|---|---|---|---|---|"]
@@ -214,6 +215,8 @@ def main() -> None:
     ap.add_argument("--fixture-mb", type=float, default=4.0)
     ap.add_argument("--fixture-per-op", type=int, default=2)
     ap.add_argument("--group-mb", type=float, default=256.0)
+    ap.add_argument("--metric", default="max_rel", choices=["max_rel", "max_abs", "max_ulp", "rel_l2"],
+                    help="the error whose provider/rule ratio the tables show (every one is in opprobe.json)")
     args = ap.parse_args()
     for lab in NODE_LABELS:
         resolve_rules(lab)
@@ -221,7 +224,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     todo = todo_list(args)
     device = "CPU (plumbing check)" if args.cpu else _device()
-    result = {"device": device, "onnxruntime": ort.__version__, "labels": NODE_LABELS, "profiles": dict(PROFILES),
+    result = {"device": device, "onnxruntime": ort.__version__, "metric": args.metric, "labels": NODE_LABELS,
+              "profiles": dict(PROFILES),
               "candidates": list(CANDIDATES), "models": [], "skipped": [], "errors": []}
     entries: list = []
     for label, kind, model, samples, tol, about in todo:
@@ -234,7 +238,7 @@ def main() -> None:
             kernels: list[dict] = []
             with tempfile.TemporaryDirectory(prefix="pd-opprobe-") as tmp:
                 res, ents, obs = measure_model(label, model, samples, NODE_LABELS, [], providers,
-                                               Path(tmp) / "store.h5", "max_abs", args.group_mb, args.fixture_per_op,
+                                               Path(tmp) / "store.h5", args.metric, args.group_mb, args.fixture_per_op,
                                                fixture_ops=None, kernels=kernels, pattern_rules=PATTERNS)
             res.update(kind=kind, about=about, kernels=kernels)
             result["models"].append(res)  # kept even if the whole-graph part fails

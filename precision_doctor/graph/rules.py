@@ -397,7 +397,8 @@ class LstmFp16(Rule):
             return False
         a = _attrs(node)
         ins = list(node.input) + [""] * (8 - len(node.input))
-        if ins[4] or ins[7] or a.get("clip") is not None or int(a.get("input_forget", 0)) or int(a.get("layout", 0)):
+        if "hidden_size" not in a or ins[4] or ins[7] or a.get("clip") is not None or int(a.get("input_forget", 0)) \
+                or int(a.get("layout", 0)):
             return False
         acts = [x.decode() if isinstance(x, bytes) else x for x in a.get("activations", [])]
         if acts and acts != ["Sigmoid", "Tanh", "Tanh"] * (len(acts) // 3):
