@@ -143,3 +143,6 @@ def test_probe_ops_without_a_gpu_says_so_in_one_line(tmp_path):
     assert not (tmp_path / "run").exists()
     bad = _cli("probe-ops", str(model), "--provider", "tpu", "--out", str(tmp_path / "run2"))
     assert bad.returncode == 2 and "--provider tpu: choose cuda or cpu" in bad.stderr
+    bf16 = _cli("probe-ops", str(model), "--provider", "cpu", "--precision", "bf16", "--samples", "1", "--out",
+                str(tmp_path / "run3"))  # ORT's CPU provider has no BF16 kernels
+    assert bf16.returncode == 2 and "ONNX Runtime has no BF16 kernel" in bf16.stderr and bf16.stderr.count("\n") == 1

@@ -116,8 +116,15 @@ def probe_ops(
         capture_local_with(store, run_name(LOCAL, label), obs, lambda g: local_graph(obs, fmt, g, label), cands, n, budget,
                            stop=stop)
         placement: dict[str, str] = {}
-        capture_local_with(store, GPU_LOCAL, obs, lambda g: native_local_graph(obs, fmt, g), cands, n, budget, providers,
-                           placement, stop)
+        try:
+            capture_local_with(store, GPU_LOCAL, obs, lambda g: native_local_graph(obs, fmt, g), cands, n, budget,
+                               providers, placement, stop)
+        except Exception as exc:  # ORT without a kernel for a low-precision node: the user's setup, one line
+            if "Could not find an implementation" not in str(exc):
+                raise
+            detail = str(exc).split("NOT_IMPLEMENTED :")[-1].strip().splitlines()[0][:200]
+            raise UserError(f"--provider {provider} --precision {fmt.name}: ONNX Runtime has no {fmt.name.upper()} kernel "
+                            f"for a node of this model there ({detail})") from exc
         rows = node_rows(store, obs, fmt, [label], "max_abs", forced_fp32(model), placement)
     if provider == "cuda" and placement and "CUDA" not in set(placement.values()):
         raise UserError(NO_CUDA.replace("this ONNX Runtime has no CUDAExecutionProvider",
