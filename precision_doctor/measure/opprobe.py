@@ -119,10 +119,11 @@ def probe_ops(
         try:
             capture_local_with(store, GPU_LOCAL, obs, lambda g: native_local_graph(obs, fmt, g), cands, n, budget,
                                providers, placement, stop)
-        except Exception as exc:  # ORT without a kernel for a low-precision node: the user's setup, one line
-            if "Could not find an implementation" not in str(exc):
+        except Exception as exc:  # no kernel (or no ONNX type) for a node in this format: the user's setup, one line
+            text = str(exc)
+            if "Could not find an implementation" not in text and "Type Error" not in text:
                 raise
-            detail = str(exc).split("NOT_IMPLEMENTED :")[-1].strip().splitlines()[0][:200]
+            detail = text.split(" : ")[-1].strip().splitlines()[0][:200]
             raise UserError(f"--provider {provider} --precision {fmt.name}: ONNX Runtime has no {fmt.name.upper()} kernel "
                             f"for a node of this model there ({detail})") from exc
         rows = node_rows(store, obs, fmt, [label], "max_abs", forced_fp32(model), placement)
