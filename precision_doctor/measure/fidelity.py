@@ -164,7 +164,7 @@ def _session(proto: onnx.ModelProto, providers: Sequence, profile_dir: Path | No
         return make_session(proto, providers, optimize=False)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # errors reach us as exceptions; ORT logs nothing of its own
     so.enable_profiling = True
     so.profile_file_prefix = str(profile_dir / "prof")
     return ort.InferenceSession(proto.SerializeToString(), so, providers=list(providers))
