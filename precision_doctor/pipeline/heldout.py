@@ -6,15 +6,16 @@ from precision_doctor.data.inputs import Sample, generate_samples, load_samples,
 from precision_doctor.data.references import check_count
 from precision_doctor.data.workload import Workload
 from precision_doctor.pipeline.heldout_policy import plan_held_out
+from precision_doctor.results.report import HeldOutChoice
 
 HELD_OUT_SEED_OFFSET = 7919  # generated held-out samples use seed + this
 
 
 def held_out_samples(work: Workload) -> list[Sample]:
     """Held-out samples, by the workload's InputSpec: from `validate_files`, split off the sample files
-    as heldout_policy.plan_held_out says (a quarter, at least 2, spread over the list, from 4 files on;
-    none below; `validation_split` overrides), or generated with another seed (`validation_split` times as
-    many as the search samples, half by default). `work.samples` may shrink."""
+    as heldout_policy.plan_held_out says (a fifth, at least 2, at least 10 where that is at most a quarter,
+    spread over the list, from 4 files on; none below; `validation_split` overrides), or generated with another
+    seed (`validation_split` times as many as the search samples, half by default). `work.samples` may shrink."""
     inputs = work.inputs
     split = inputs.validation_split
     if inputs.validate_files:
@@ -40,3 +41,15 @@ def held_out_samples(work: Workload) -> list[Sample]:
         return []
     n = max(1, int(round(len(work.samples) * (split or 0.5))))
     return generate_samples(work.model, n, inputs.seed + HELD_OUT_SEED_OFFSET, parse_val_ranges(inputs.val_ranges))
+
+
+def held_out_choice(work: Workload, held: list[Sample]) -> HeldOutChoice:
+    """What `held_out_samples` chose and why, for the report (after it split `held` off `work.samples`)."""
+    inputs = work.inputs
+    n = len(work.samples) + len(held)
+    if inputs.validate_files:
+        plan = plan_held_out(len(work.samples), generated=False, n_validate=len(held))
+    else:
+        plan = plan_held_out(n if inputs.files else len(work.samples), generated=not inputs.files,
+                             split=inputs.validation_split)
+    return HeldOutChoice(plan.source, len(held), plan.reason)

@@ -23,7 +23,7 @@ elements are worst changes with every input (docs/BENCHMARKS.md, "Generalization
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from precision_doctor.backends.base import Backend
@@ -41,6 +41,7 @@ from precision_doctor.measure.headroom import (
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.context import StepContext
+from precision_doctor.pipeline.search_loop import Loop, grow_from, run_loop
 from precision_doctor.pipeline.strategy import run_strategy
 from precision_doctor.pipeline.validation import validation_of
 from precision_doctor.results.report import ExpectedHeadroom, Validation
@@ -59,26 +60,47 @@ MAX_MARGIN = 0.8  # the second search's margin is at most this
 RESEARCH_CHECKPOINT = "search-again.jsonl"  # the second search's evaluations (stricter checks, more samples)
 
 
-def perturbed_copies(samples: list[Sample], copies: int, seed: int,
-                     reference: Callable[[Sample], dict]) -> tuple[list[Sample], list[dict]]:
-    """`copies` perturbed copies of each sample (sample 0's first) and their FP32 reference outputs
-    (`reference`); none when `copies` is 0 or no input is a continuous float (all integer, masks)."""
-    ranges = perturbable(samples) if copies and samples else {}
-    if not ranges:
+def perturbed_copies(samples: Sequence[Sample], copies: int, seed: int, reference: Callable[[Sample], dict],
+                     ids: Sequence[int] | None = None,
+                     ranges: dict[str, tuple[float, float]] | None = None) -> tuple[list[Sample], list[dict]]:
+    """`copies` perturbed copies of each sample (the first sample's first) and their FP32 reference outputs
+    (`reference`); none when `copies` is 0 or no input is a continuous float (all integer, masks). Copy c of the
+    sample with id i (`ids`: the search samples' indices; default their positions) is the same whichever others
+    are asked for; `ranges`: what the perturbed values are clipped to (default: what `samples` span)."""
+    if ranges is None:
+        ranges = perturbable(samples) if copies and samples else {}
+    if not copies or not samples or not ranges:
         return [], []
-    out = augment(samples, Augment(copies, NOISE, seed), ranges)
+    out = augment(samples, Augment(copies, NOISE, seed), ranges, ids=ids)
     return out, [reference(s) for s in out]
+
+
+def copy_maker(samples: Sequence[Sample], copies: int, seed: int,
+               reference: Callable[[Sample], dict]) -> Callable[[list[int], list[int]], tuple[list[Sample], list[dict]]]:
+    """`make(indices, start)`: `copies` perturbed copies of the search samples `indices` (ids: those indices),
+    clipped to the ranges that the samples `start` (the working set the search started with) span, so a sample's
+    copies are the same whenever it joins the working set."""
+    ranges: dict[tuple[int, ...], dict[str, tuple[float, float]]] = {}
+
+    def make(indices: list[int], start: list[int]) -> tuple[list[Sample], list[dict]]:
+        key = tuple(start)
+        if key not in ranges:
+            ranges[key] = perturbable([samples[i] for i in start]) if copies and start else {}
+        return perturbed_copies([samples[i] for i in indices], copies, seed, reference, ids=indices, ranges=ranges[key])
+
+    return make
 
 
 def expected_headroom(*, searched: int, search_copies: int, share_searched: float | None,
                       probe: list[SampleShare], held: list[SampleShare], validation: Validation | None,
                       held_out_unseen: bool, held_out_from_user: bool, researched: bool,
                       research_margin: float | None = None, backend: str | None = None,
-                      first: tuple[int, float | None] | None = None) -> ExpectedHeadroom:
+                      first: tuple[int, float | None] | None = None, prediction_decides: bool = True) -> ExpectedHeadroom:
     """report.json's figures: the answer's shares on the probe's copies and (while the search has not
     seen them, `held_out_unseen`) on the held-out samples (`held`, one share per sample), the share a new
-    input is predicted to exceed with probability PREDICT_RISK, and whether it is predicted to hold; `first`:
-    the first answer's size and predicted share, after a second search."""
+    input is predicted to exceed with probability PREDICT_RISK, and whether it is predicted to hold (a
+    prediction above 1 counts only where it decides: not where enough held-out samples do, `prediction_decides`);
+    `first`: the first answer's size and predicted share, after a second search."""
     unseen = probe + (held if held_out_unseen else [])
     shares = [p.share for p in unseen]
     failing_held = len(validation.failing_samples) if validation is not None and held_out_unseen else 0
@@ -90,7 +112,7 @@ def expected_headroom(*, searched: int, search_copies: int, share_searched: floa
         held_out=validation.samples if validation is not None else 0, held_out_from_user=held_out_from_user,
         share_searched=share_searched, share_unseen=worst, headroom=None if worst is None else 1.0 - worst,
         failing_copies=failing_copies, failing_held_out=failing_held, researched=researched,
-        holds=failing_copies == 0 and failing_held == 0 and (predicted is None or predicted <= 1.0),
+        holds=failing_copies == 0 and failing_held == 0 and (predicted is None or predicted <= 1.0 or not prediction_decides),
         backend=backend, predicted_share=predicted, risk=PREDICT_RISK, research_margin=research_margin,
         first_answer_size=None if first is None else first[0], first_predicted_share=None if first is None else first[1],
     )
@@ -131,6 +153,7 @@ class UnseenCheck:
     held_out_unseen: bool = True
     ran: bool = False
     first: tuple[int, float | None] | None = None
+    prediction_decides: bool = True
 
 
 def research_margin(margin: float, share_searched: float | None, predicted: float | None) -> float:
@@ -143,27 +166,31 @@ def research_margin(margin: float, share_searched: float | None, predicted: floa
 
 
 def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle: Oracle,
-                 unseen: Unseen) -> UnseenCheck:
+                 unseen: Unseen, loop: Loop | None = None, prediction_decides: bool = True) -> UnseenCheck:
     """Check the answer of `outcome` on the held-out samples and the probe's copies (on `backend`; `oracle`:
     the search's, which a second search continues with). When it is predicted not to hold
-    (a sample fails, or the predicted share exceeds 1) and the search had completed, search again once:
+    (a sample fails, or the predicted share exceeds 1 where the prediction decides: `prediction_decides`) and
+    the search had completed, search again once:
     the failing held-out samples and every copy above the new search tolerance join the oracle, whose
-    margin grows as `research_margin` says; the second answer is checked on fresh recheck copies. Its
+    margin grows as `research_margin` says; the second answer is checked on fresh recheck copies. With `loop`
+    (the counterexample-guided search's), the second search is such a loop too: its answers are checked on
+    every search sample at the new margin. Its
     evaluations go to their own checkpoint (RESEARCH_CHECKPOINT): a resumed run replays the first search
     from the first one unchanged by the second's stricter verdicts."""
     spec, stop, found = ctx.spec, ctx.stop, outcome.found
     margin = spec.search.margin
     if found is None or not (unseen.held_out or unseen.copies):
-        return UnseenCheck(outcome, margin)
+        return UnseenCheck(outcome, margin, prediction_decides=prediction_decides)
     notify(ctx.progress, PhaseEvent("validate"))
     tol = spec.tolerance
     validation, held = _held_out(backend, found, unseen, tol)
     shares = sample_shares(backend, found, unseen.copies, unseen.copy_refs, tol)
     held_failed = validation is not None and not validation.passed
     predicted = predicted_share([p.share for p in shares + held], PREDICT_RISK, PREDICT_FLOOR)
-    failing = any(not p.passed for p in shares) or (predicted is not None and predicted > 1.0)
+    failing = any(not p.passed for p in shares) or (prediction_decides and predicted is not None and predicted > 1.0)
     share = _share(oracle, found, margin)
-    done = UnseenCheck(outcome, margin, share, validation, shares, held, unseen.copies, unseen.copy_refs, ran=True)
+    done = UnseenCheck(outcome, margin, share, validation, shares, held, unseen.copies, unseen.copy_refs, ran=True,
+                       prediction_decides=prediction_decides)
     if not (held_failed or failing) or not outcome.complete:
         return done
     if stop is not None and stop.stopped:  # asked to stop after the search: the run ends here, and resumes here
@@ -177,15 +204,19 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     added = [(s, r) for s, r, p in zip(unseen.copies, unseen.copy_refs, shares) if not p.passed or p.share > limit]
     if held_failed:
         added = list(zip(unseen.held_out, unseen.held_out_refs)) + added
-    oracle.samples = oracle.samples + [s for s, _ in added]
-    oracle.references = oracle.references + [r for _, r in added]
-    oracle.order = list(range(len(oracle.samples)))
-    oracle.tolerance = tol.scaled(limit) if again else tol
-    oracle.memo = {k: v for k, v in oracle.memo.items() if not v.passed}  # a failure stays one: stricter, more samples
+    # a failure stays one (stricter, more samples); the added samples are checked first
+    oracle.tighten([s for s, _ in added], [r for _, r in added], tol.scaled(limit) if again else tol)
+    if loop is not None and held_failed:
+        loop.user_samples += len(unseen.held_out)
     if oracle.checkpoint is not None:
         oracle.switch_checkpoint(oracle.checkpoint.with_name(RESEARCH_CHECKPOINT), ctx.resume)
     first = sorted(found)
-    again_outcome = run_strategy(oracle, ctx.space, spec.search.strategy, stop)
+    strategy = spec.search.strategy
+    if loop is not None:
+        again_outcome = run_loop(loop, oracle, ctx.space, strategy, lambda prev: grow_from(strategy, prev),
+                                 search="second", stop=stop)
+    else:
+        again_outcome = run_strategy(oracle, ctx.space, strategy, stop)
     found = again_outcome.found
     if found is None and not again_outcome.complete:  # stopped before any set passed: the first answer stays, flagged
         return replace(done, outcome=outcome.but(status=again_outcome.status, reason=again_outcome.reason))
@@ -201,7 +232,7 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
         again_outcome, again, _share(oracle, found, again) if found is not None else None, validation,
         sample_shares(backend, found, copies, refs, tol), held,
         copies, refs, researched=True, research_margin=again, held_out_unseen=not held_failed, ran=True,
-        first=(len(first), None if held_failed else predicted))
+        first=(len(first), None if held_failed else predicted), prediction_decides=prediction_decides)
 
 
 def _held_out(backend: Backend, found: frozenset[str], unseen: Unseen,
@@ -224,7 +255,8 @@ def search_headroom(check: UnseenCheck, searched: int, search_copies: int, held_
     return expected_headroom(
         searched=searched, search_copies=search_copies, share_searched=check.share_searched, probe=check.shares, held=check.held,
         validation=check.validation, held_out_unseen=check.held_out_unseen, held_out_from_user=held_out_from_user,
-        researched=check.researched, research_margin=check.research_margin, first=check.first)
+        researched=check.researched, research_margin=check.research_margin, first=check.first,
+        prediction_decides=check.prediction_decides)
 
 
 def confirmed_headroom(searched: ExpectedHeadroom, backend: Backend, final: frozenset[str], check: UnseenCheck,
@@ -235,4 +267,5 @@ def confirmed_headroom(searched: ExpectedHeadroom, backend: Backend, final: froz
         searched=searched.searched, search_copies=searched.search_copies, share_searched=share_confirmed,
         probe=sample_shares(backend, final, check.copies, check.copy_refs, spec.tolerance), held=[],
         validation=validation, held_out_unseen=False, held_out_from_user=searched.held_out_from_user,
-        researched=searched.researched, research_margin=searched.research_margin, backend=backend.name, first=check.first)
+        researched=searched.researched, research_margin=searched.research_margin, backend=backend.name, first=check.first,
+        prediction_decides=check.prediction_decides)

@@ -12,7 +12,8 @@ from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import get_format
 from precision_doctor.measure.analysis import Analysis
-from precision_doctor.outcome import Outcome
+from precision_doctor.outcome import Decider, Outcome
+from precision_doctor.pipeline.answers import flop_share, held_out_measure
 from precision_doctor.pipeline.artifacts import Written
 from precision_doctor.pipeline.compare import ACTIVATIONS
 from precision_doctor.pipeline.knob_search import KNOBS_DIR
@@ -26,13 +27,16 @@ from precision_doctor.results.report import (
     EngineResult,
     ExpectedHeadroom,
     FormatLimits,
+    HeldOutChoice,
     KnobsResult,
     Layer,
     ModelInfo,
     Report,
     SampleCounts,
+    SearchRounds,
     ToleranceUsed,
     TrtCheckResult,
+    TwoAnswers,
     Validation,
 )
 from precision_doctor.search import Oracle
@@ -46,12 +50,23 @@ CHECKPOINT = "search.jsonl"
 @dataclass(frozen=True)
 class Searched:
     """What the search leaves the report: the analysis, the search space, the oracle (its evaluations and
-    trajectory) and the search backend's name."""
+    trajectory), the search backend's name and the counterexample-guided search's rounds."""
 
     analysis: Analysis
     space: SearchSpace
     oracle: Oracle
     backend: str
+    rounds: SearchRounds | None = None
+
+
+@dataclass(frozen=True)
+class Promise:
+    """What the verdict promises and on what: which samples were held out and why, which check decided, and the
+    two answers when the run grew its answer."""
+
+    held_out_choice: HeldOutChoice | None = None
+    decided_by: Decider | None = None
+    answers: TwoAnswers | None = None
 
 
 @dataclass(frozen=True)
@@ -82,8 +97,9 @@ class Produced:
 
 
 def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validation: int, elapsed: float,
-                 searched: Searched, checks: AnswerChecks, produced: Produced) -> Report:
-    """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any)."""
+                 searched: Searched, checks: AnswerChecks, produced: Produced, promise: Promise = Promise()) -> Report:
+    """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any).
+    An answer known to fail search samples (the counterexample-guided search stopped first) is not a pass."""
     model, oracle, confirm, knobs, validation = work.model, searched.oracle, checks.confirm, checks.knobs, checks.validation
     fallback = outcome.found
     final = fallback or frozenset()
@@ -96,7 +112,9 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
     if validation is not None and not same_as_searched:
         validation.of = "searched answer"
     fmt = get_format(spec.precision)
-    flops = {n.name: n.flops for n in model.nodes}
+    rounds = searched.rounds
+    from_user = bool(work.inputs.files or work.inputs.validate_files)
+    changed = None if same_as_searched else (f"the confirmation on {confirm.backend}" if not by_knobs else "the knob search")
     return Report(
         tool="precision-doctor",
         version=__version__,
@@ -118,10 +136,11 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         confirm=confirm, certified_by=checks.certified_by, emulation_rules=spec.backends.rules,
         emulation_notes=list(checks.emulation_notes),
         status=outcome.status, reason=outcome.reason,
-        passed=fallback is not None and held_out_ok and (checks.headroom is None or checks.headroom.holds),
+        passed=fallback is not None and held_out_ok and (checks.headroom is None or checks.headroom.holds)
+        and (rounds is None or not rounds.failing),
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
-        fp32_flop_share=sum(flops.get(n, 0) for n in final) / max(model.total_flops, 1),
+        fp32_flop_share=flop_share(model, final),
         evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
         one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, by_knobs),
         elapsed_s=elapsed,
@@ -140,6 +159,9 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         commands=produced.written.commands if produced.written is not None else {},
         forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
         trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
+        held_out_choice=promise.held_out_choice,
+        held_out_bound=held_out_measure(validation, from_user, changed) if fallback is not None else None,
+        decided_by=promise.decided_by, search_rounds=rounds, answers=promise.answers,
     )
 
 
