@@ -89,8 +89,9 @@ class Findings:
 class RunContext(StepContext):
     """One diagnose run, as its steps see it once the search can start: the workload, the analysis, the
     backends, the references, the search's oracle (its samples: the counterexample-guided search's working set
-    and `copies` perturbed copies of them) and budget, that search's `loop` (the search samples, the working
-    set, the rounds), which samples were held out and why (`held_choice`), what closes what the run opened
+    and their perturbed copies) and budget, that search's `loop` (the search samples, the working set, how many
+    of the oracle's samples are the user's, the rounds), which samples were held out and why (`held_choice`),
+    what closes what the run opened
     (`owned`), when it started (`t0`, monotonic), and what the steps found (`findings`)."""
 
     work: Workload
@@ -99,7 +100,6 @@ class RunContext(StepContext):
     references: References
     oracle: Oracle
     budget: Budget
-    copies: int
     loop: Loop
     owned: contextlib.ExitStack
     t0: float

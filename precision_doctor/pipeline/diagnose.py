@@ -139,8 +139,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     return RunContext(
         spec=spec, out_dir=out_dir, space=space, progress=progress, stop=stop, resume=resume, work=work,
         analysis=analysis, backends=Backends(plan, backend, confirm_backend),
-        references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget,
-        copies=len(samples) - len(loop.working), loop=loop, owned=owned, t0=t0,
+        references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget, loop=loop, owned=owned,
+        t0=t0,
     )
 
 
@@ -165,6 +165,7 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
     decides = decider(len(held), from_user, probe=bool(ctx.spec.search.augment) and found)
     n_probe = PROBE_COPIES if decides == Decider.PROBE else 0  # no answer, or the held-out samples decide: no probe
     working = list(ctx.loop.working)
+    search_copies = len(ctx.oracle.samples) - ctx.loop.user_samples  # the working set's, before a second search
     make = copy_maker(samples, n_probe, PROBE_SEED, run)
     probe, probe_refs = make(working, working)
     unseen = Unseen(held, ctx.references.held_refs, probe, probe_refs,
@@ -174,7 +175,7 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
     ctx.raise_margin(checked.margin)  # the second search's larger margin: confirm and report at it
     f = ctx.findings
     f.unseen, f.probed, f.decided_by = checked, bool(probe), decides
-    f.headroom = search_headroom(checked, len(samples), ctx.copies, held_out_from_user=from_user)
+    f.headroom = search_headroom(checked, len(samples), search_copies, held_out_from_user=from_user)
     return checked.outcome
 
 
@@ -266,7 +267,8 @@ def _write(ctx: RunContext, outcome: Outcome) -> Report:
     checks = AnswerChecks(
         validation=validation, headroom=headroom, confirm=f.confirmed, confirm_verdict=f.confirm_verdict,
         knobs=knobs.result if knobs else None, knob_verdict=knobs.verdict if knobs else None,
-        certified_by=certification(ctx.backends.plan, backend, f.confirmed, validation, len(work.samples),
+        certified_by=certification(ctx.backends.plan, backend, f.confirmed, validation,
+                                   len(work.samples) if ctx.loop.verified else ctx.loop.user_samples,
                                    passed and (headroom is None or headroom.holds), rules,
                                    knobs.result if knobs else None),
         emulation_notes=notes_for(work.model, fmt, backend, final) if passed else [],

@@ -146,5 +146,6 @@ def held_out_bound(samples: int, failures: int, of: str = "final answer") -> Hel
     return HeldOutBound(
         samples=samples, failures=failures, confidence=CONFIDENCE,
         failure_rate=failure_rate_upper(failures, samples, CONFIDENCE), method=METHOD, useful_rate=USEFUL_RATE,
-        samples_for_useful=samples_for_bound(USEFUL_RATE, CONFIDENCE), of=of,
+        samples_for_useful=(k := samples_for_bound(USEFUL_RATE, CONFIDENCE)), inputs_for_useful=inputs_for_held_out(k),
+        of=of,
     )

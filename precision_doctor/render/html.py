@@ -32,16 +32,20 @@ from precision_doctor.render.tensorrt import (
     trt_check_sentence,
 )
 from precision_doctor.render.wording import (
+    answers_sentence,
+    bound_sentence,
+    decided_sentence,
     fmt,
     fmt_flops,
     fmt_pct,
+    fmt_rate,
     fmt_time,
+    headline_text,
     held_out_sentence,
-    lowp_sentence,
     num,
     precision_name,
+    rounds_sentence,
     verdict,
-    verdict_sentence,
 )
 from precision_doctor.results.report import ModelInfo, Report
 
@@ -334,6 +338,8 @@ def _header(report: Report) -> str:
         val = f"{'passed' if validation.passed else 'FAILED'} ({validation.samples} samples)"
     else:
         val = "not run"
+    if (b := report.held_out_bound) is not None:
+        val += f" · {b.failures}/{b.samples} failed · ≤ {fmt_rate(b.failure_rate)} of inputs ({b.confidence:.0%})"
     tol = report.tolerance
     tol_txt = f"atol {fmt(tol.atol)} · rtol {fmt(tol.rtol)} · {tol.check_error_stat}"
     if tol.cosine_floor is not None:
@@ -349,7 +355,8 @@ def _header(report: Report) -> str:
         _kpi(tol_txt, "tolerance"),
     ]
     reason = ""
-    for line in (generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
+    for line in (bound_sentence(report), decided_sentence(report), rounds_sentence(report), answers_sentence(report),
+                 generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
                  headroom_sentence(report), engine_sentence(report), knobs_sentence(report),
                  *emulation_note_lines(report)):
         if line:
@@ -363,7 +370,7 @@ def _header(report: Report) -> str:
     return (
         f"<header><h1>precision-doctor report: <code>{_e(model.path)}</code></h1>"
         f'<div class="verdict"><span class="badge {kind}" id="verdict">{_e(label)}</span>'
-        f'<span class="sentence">{_e(" ".join(x for x in (verdict_sentence(report), lowp_sentence(report)) if x))}'
+        f'<span class="sentence">{_e(headline_text(report))}'
         f'</span></div>{reason}'
         f'<div class="kpis">{"".join(kpis)}</div></header>'
     )

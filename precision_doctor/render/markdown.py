@@ -17,17 +17,20 @@ from precision_doctor.render.tensorrt import (
     trt_check_sentence,
 )
 from precision_doctor.render.wording import (
+    answers_sentence,
+    bound_sentence,
+    decided_sentence,
     fmt,
     fmt_flops,
     fmt_pct,
     fmt_time,
+    headline_text,
     held_out_sentence,
-    lowp_sentence,
     not_holding,
     num,
     precision_name,
+    rounds_sentence,
     verdict,
-    verdict_sentence,
 )
 from precision_doctor.results.report import Layer, ModelInfo, Report
 
@@ -370,7 +373,7 @@ def render_markdown(report: Report) -> str:
     L: list[str] = []
 
     L += [f"# precision-doctor report: {_code(model.path)}", ""]
-    L += [" ".join(x for x in (f"**Verdict: {label}.**", verdict_sentence(report), lowp_sentence(report)) if x), ""]
+    L += [f"**Verdict: {label}.** {headline_text(report)}", ""]
     if report.reason:
         L += [f"> Status `{report.status}`: {report.reason}", ""]
     memo = report.memo_hits
@@ -387,6 +390,11 @@ def render_markdown(report: Report) -> str:
         L.append(f"- Validation: {held_out_sentence(report)}")
     else:
         L.append("- Validation: not run (no held-out samples).")
+    if report.held_out_choice is not None:
+        L.append(f"- Held out: {report.held_out_choice.reason}.")
+    for line in (bound_sentence(report), decided_sentence(report), rounds_sentence(report), answers_sentence(report)):
+        if line:
+            L.append(f"- {line}")
     for line in (generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
                  headroom_sentence(report), *emulation_note_lines(report)):
         if line:

@@ -121,7 +121,7 @@ class HeldOutBound:
     """What held-out samples of the user's data, which no search saw, measure about an answer (`of`): `failures`
     of `samples` failed, so on data like theirs it fails on at most `failure_rate` of inputs at `confidence`
     (`method`: one-sided Clopper-Pearson, measure/bound.py); `samples_for_useful` passing samples would bound
-    it at `useful_rate`."""
+    it at `useful_rate`, as many as the default split holds out of `inputs_for_useful` `--inputs` samples."""
 
     samples: int
     failures: int
@@ -130,6 +130,7 @@ class HeldOutBound:
     method: str
     useful_rate: float
     samples_for_useful: int
+    inputs_for_useful: int = 0
     of: str = "final answer"
 
     @property
@@ -886,7 +887,9 @@ def _held_out_bound(v: Any, path: str) -> HeldOutBound:
         samples=_get(d, "samples", path, _int), failures=_get(d, "failures", path, _int),
         confidence=_get(d, "confidence", path, _num), failure_rate=_get(d, "failure_rate", path, _num),
         method=_get(d, "method", path, _str), useful_rate=_get(d, "useful_rate", path, _num),
-        samples_for_useful=_get(d, "samples_for_useful", path, _int), of=_get(d, "of", path, _str, default="final answer"),
+        samples_for_useful=_get(d, "samples_for_useful", path, _int),
+        inputs_for_useful=_get(d, "inputs_for_useful", path, _int, default=0),
+        of=_get(d, "of", path, _str, default="final answer"),
     )
 
 
