@@ -77,6 +77,7 @@ def test_counterexamples_join_the_working_set_and_the_answer_grows(tmp_path):
     r = rep.search_rounds
     first = [x for x in r.rounds if x.search == "first"]
     assert r.search_samples == 9 and r.start == 4 and r.verified and r.failing == 0 and len(first) == 2
+    assert len(r.captured) == 8  # the capture ran on the 8 hardest
     search_ids = [i for i in range(12) if i not in (2, 6, 10)]  # search-sample index -> file index
     assert not {search_ids[i] for i in first[0].working} & set(DEFECT)
     assert first[0].answer == ["add_big", "sub_big"] and sorted(search_ids[i] for i in first[0].counterexamples) == [4, 8]

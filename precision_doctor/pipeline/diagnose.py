@@ -11,6 +11,7 @@ and the report; the work of each step lives in its own module of this package.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 from pathlib import Path
 
@@ -116,12 +117,13 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
 
     notify(progress, PhaseEvent("capture"))
+    captured = _captured(work, loop.captured)
     if resume and (out_dir / ACTIVATIONS).exists():
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:
-        with shared_capture(capture_cache, spec, work, out_dir) as reused:
+        with shared_capture(capture_cache, spec, captured, out_dir) as reused:
             analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
-                work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
+                captured, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
                 rules=b.rules)
     write_layer_tables(out_dir, analysis)
     space = build_space(model, analysis, get_format(spec.precision), spec.search.cost)
@@ -258,7 +260,8 @@ def _write(ctx: RunContext, outcome: Outcome) -> Report:
     final = outcome.found if outcome.found is not None else frozenset()
     produced = Produced()
     if passed:
-        fixed_rel = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.samples, final, spec.capture,
+        fixed_rel = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, _captured(work, ctx.loop.captured).samples,
+                                  final, spec.capture,
                                   ctx.progress, ctx.stop, rules=rules)
         written = write_artifacts(out_dir, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None)
         trt_check, engine = tensorrt_steps(out_dir, work.model, final, spec, written, knobs, work.samples)
@@ -279,6 +282,15 @@ def _write(ctx: RunContext, outcome: Outcome) -> Report:
         produced=produced, promise=Promise(ctx.held_choice, f.decided_by, f.answers),
     )
     return write_report(out_dir, report)
+
+
+def _captured(work: Workload, indices: list[int]) -> Workload:
+    """The workload of the search samples the capture runs on (`indices`)."""
+    if len(indices) == len(work.samples):
+        return work
+    refs = work.references
+    return dataclasses.replace(work, samples=[work.samples[i] for i in indices],
+                               references=None if refs is None else [refs[i] for i in indices])
 
 
 def _all_references(work: Workload) -> list[dict] | None:

@@ -47,6 +47,9 @@ from precision_doctor.search.oracle import BudgetExhausted
 from precision_doctor.search.space import SearchSpace
 
 ROUNDS_LOG = "search_rounds.jsonl"
+# The capture (every activation, three times) runs on at most this many search samples: the hardest, spread like
+# the working set. (Issue 20's data part adds `capture.max_samples` for it; until then this constant.)
+CAPTURED = 8
 
 
 @dataclass
@@ -123,6 +126,7 @@ class Loop:
     working: list[int]
     log: RoundLog
     user_samples: int = -1
+    captured: list[int] = field(default_factory=list)  # the search samples the capture ran on
     rounds: list[SearchRound] = field(default_factory=list)
     verified: bool = False
     failing: int = 0
@@ -136,7 +140,7 @@ class Loop:
     def record(self) -> SearchRounds:
         return SearchRounds(search_samples=len(self.pool.samples), start=min(START, len(self.pool.samples)),
                             rounds=list(self.rounds), verified=self.verified, failing=self.failing,
-                            stopped=self.stopped, checked=self.checked)
+                            stopped=self.stopped, checked=self.checked, captured=list(self.captured))
 
     def first_answer(self, search: str = "first") -> frozenset[str] | None:
         """The answer of the first round of `search` (None: none)."""
@@ -150,19 +154,21 @@ def start_loop(backend: Backend, samples: Sequence[Sample], refs: Sequence[dict]
     """The loop's start: with more than cegis.START search samples, each is scored once on `backend` (or the
     scores are read back from `log` on resume) and the working set is the START hardest, spread over shape
     groups and worst outputs; with fewer, every sample, in order (the search of 2-4 samples is as it was).
+    The capture runs on the CAPTURED hardest (all of them when there are no more).
     `copies(indices, start)`: the perturbed copies of those search samples, made alike for the start's samples
     and for counterexamples that join later (`start`: the starting working set, which fixes their ranges)."""
     n = len(samples)
     if n <= START:
-        order = working = list(range(n))
+        order = working = captured = list(range(n))
     else:
         scores = log.scores()
         if scores is None or len(scores) != n:
             scores = score_samples(backend, samples, refs, tol, check=None if stop is None else stop.check)
             log.write_scores(scores)
-        order, working = hardness_order(scores), hardest(scores, START)
+        order, working, captured = hardness_order(scores), hardest(scores, START), sorted(hardest(scores, CAPTURED))
     start = list(working)
-    return Loop(SamplePool(samples, refs, order, lambda idx: copies(idx, start)), list(working), log)
+    return Loop(SamplePool(samples, refs, order, lambda idx: copies(idx, start)), list(working), log,
+                captured=list(captured))
 
 
 def grow_from(strategy: str | StrategyFn, previous: frozenset[str]) -> StrategyFn:

@@ -182,6 +182,7 @@ class SearchRounds:
     failing: int = 0
     stopped: str | None = None
     checked: int = 0  # sample runs spent checking answers outside the working set
+    captured: list[int] = field(default_factory=list)  # the search samples the capture and its ranking ran on
 
     @property
     def working(self) -> int:
@@ -916,6 +917,7 @@ def _search_rounds(v: Any, path: str) -> SearchRounds:
         rounds=_get(d, "rounds", path, _list(_search_round), default=[]),
         verified=_get(d, "verified", path, _bool, default=False), failing=_get(d, "failing", path, _int, default=0),
         stopped=_opt(d, "stopped", path, _str), checked=_get(d, "checked", path, _int, default=0),
+        captured=_get(d, "captured", path, _list(_int), default=[]),
     )
 
 
