@@ -158,9 +158,10 @@ def _search(ctx: RunContext) -> Outcome:
 
 
 def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
-    """Check the answer on held-out samples and (unless enough held-out samples of the user's data decide alone)
-    fresh perturbed copies of the working set's samples; search again (once, at a larger margin, which the steps
-    after take over) when it is predicted not to hold."""
+    """Check the answer on held-out samples and (unless there are enough held-out samples of the user's data to
+    decide: `heldout_policy.decider`) fresh perturbed copies of the working set's samples; search again (once, at
+    a larger margin, which the steps after take over) when a sample fails or the spread of their shares predicts
+    that new inputs will exceed the tolerance."""
     samples, run, held = ctx.work.samples, ctx.references.runner.run, ctx.references.held
     from_user = bool(ctx.work.inputs.files or ctx.work.inputs.validate_files)
     found = outcome.found is not None
@@ -172,8 +173,7 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
     probe, probe_refs = make(working, working)
     unseen = Unseen(held, ctx.references.held_refs, probe, probe_refs,
                     recheck=lambda: copy_maker(samples, n_probe, RECHECK_SEED, run)(working, working))
-    checked = check_unseen(ctx, outcome, backend=ctx.backends.search, oracle=ctx.oracle, unseen=unseen, loop=ctx.loop,
-                           prediction_decides=decides == Decider.PROBE)
+    checked = check_unseen(ctx, outcome, backend=ctx.backends.search, oracle=ctx.oracle, unseen=unseen, loop=ctx.loop)
     ctx.raise_margin(checked.margin)  # the second search's larger margin: confirm and report at it
     f = ctx.findings
     f.unseen, f.probed, f.decided_by = checked, bool(probe), decides

@@ -19,8 +19,9 @@ distribution can say it holds *on the user's data*:
   for the search.
 
 Which check decides (`decider`): at least HELD_OUT_DECIDES held-out samples of the user's data that no
-search saw decide alone (any failure fails the answer; the perturbed-copy probe does not run); with fewer,
-the probe decides as a second signal for small data, and a held-out failure still fails the answer.
+search saw decide without the perturbed-copy probe (any failure fails the answer, and the spread of their
+shares predicts new inputs: pipeline/probe.py); with fewer, the probe's copies join them, as a second signal
+for small data, and a held-out failure still fails the answer.
 `held_out_bound` is what the held-out samples measure: failures, and the one-sided Clopper-Pearson upper
 bound on the failure rate at CONFIDENCE, with how many passing samples a USEFUL_RATE bound needs.
 """

@@ -95,12 +95,11 @@ def expected_headroom(*, searched: int, search_copies: int, share_searched: floa
                       probe: list[SampleShare], held: list[SampleShare], validation: Validation | None,
                       held_out_unseen: bool, held_out_from_user: bool, researched: bool,
                       research_margin: float | None = None, backend: str | None = None,
-                      first: tuple[int, float | None] | None = None, prediction_decides: bool = True) -> ExpectedHeadroom:
+                      first: tuple[int, float | None] | None = None) -> ExpectedHeadroom:
     """report.json's figures: the answer's shares on the probe's copies and (while the search has not
     seen them, `held_out_unseen`) on the held-out samples (`held`, one share per sample), the share a new
-    input is predicted to exceed with probability PREDICT_RISK, and whether it is predicted to hold (a
-    prediction above 1 counts only where it decides: not where enough held-out samples do, `prediction_decides`);
-    `first`: the first answer's size and predicted share, after a second search."""
+    input is predicted to exceed with probability PREDICT_RISK, and whether it is predicted to hold; `first`:
+    the first answer's size and predicted share, after a second search."""
     unseen = probe + (held if held_out_unseen else [])
     shares = [p.share for p in unseen]
     failing_held = len(validation.failing_samples) if validation is not None and held_out_unseen else 0
@@ -112,7 +111,7 @@ def expected_headroom(*, searched: int, search_copies: int, share_searched: floa
         held_out=validation.samples if validation is not None else 0, held_out_from_user=held_out_from_user,
         share_searched=share_searched, share_unseen=worst, headroom=None if worst is None else 1.0 - worst,
         failing_copies=failing_copies, failing_held_out=failing_held, researched=researched,
-        holds=failing_copies == 0 and failing_held == 0 and (predicted is None or predicted <= 1.0 or not prediction_decides),
+        holds=failing_copies == 0 and failing_held == 0 and (predicted is None or predicted <= 1.0),
         backend=backend, predicted_share=predicted, risk=PREDICT_RISK, research_margin=research_margin,
         first_answer_size=None if first is None else first[0], first_predicted_share=None if first is None else first[1],
     )
@@ -153,7 +152,6 @@ class UnseenCheck:
     held_out_unseen: bool = True
     ran: bool = False
     first: tuple[int, float | None] | None = None
-    prediction_decides: bool = True
 
 
 def research_margin(margin: float, share_searched: float | None, predicted: float | None) -> float:
@@ -166,11 +164,10 @@ def research_margin(margin: float, share_searched: float | None, predicted: floa
 
 
 def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle: Oracle,
-                 unseen: Unseen, loop: Loop | None = None, prediction_decides: bool = True) -> UnseenCheck:
+                 unseen: Unseen, loop: Loop | None = None) -> UnseenCheck:
     """Check the answer of `outcome` on the held-out samples and the probe's copies (on `backend`; `oracle`:
     the search's, which a second search continues with). When it is predicted not to hold
-    (a sample fails, or the predicted share exceeds 1 where the prediction decides: `prediction_decides`) and
-    the search had completed, search again once:
+    (a sample fails, or the predicted share exceeds 1) and the search had completed, search again once:
     the failing held-out samples and every copy above the new search tolerance join the oracle, whose
     margin grows as `research_margin` says; the second answer is checked on fresh recheck copies. With `loop`
     (the counterexample-guided search's), the second search is such a loop too: its answers are checked on
@@ -180,17 +177,16 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     spec, stop, found = ctx.spec, ctx.stop, outcome.found
     margin = spec.search.margin
     if found is None or not (unseen.held_out or unseen.copies):
-        return UnseenCheck(outcome, margin, prediction_decides=prediction_decides)
+        return UnseenCheck(outcome, margin)
     notify(ctx.progress, PhaseEvent("validate"))
     tol = spec.tolerance
     validation, held = _held_out(backend, found, unseen, tol)
     shares = sample_shares(backend, found, unseen.copies, unseen.copy_refs, tol)
     held_failed = validation is not None and not validation.passed
     predicted = predicted_share([p.share for p in shares + held], PREDICT_RISK, PREDICT_FLOOR)
-    failing = any(not p.passed for p in shares) or (prediction_decides and predicted is not None and predicted > 1.0)
+    failing = any(not p.passed for p in shares) or (predicted is not None and predicted > 1.0)
     share = _share(oracle, found, margin)
-    done = UnseenCheck(outcome, margin, share, validation, shares, held, unseen.copies, unseen.copy_refs, ran=True,
-                       prediction_decides=prediction_decides)
+    done = UnseenCheck(outcome, margin, share, validation, shares, held, unseen.copies, unseen.copy_refs, ran=True)
     if not (held_failed or failing) or not outcome.complete:
         return done
     if stop is not None and stop.stopped:  # asked to stop after the search: the run ends here, and resumes here
@@ -232,7 +228,7 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
         again_outcome, again, _share(oracle, found, again) if found is not None else None, validation,
         sample_shares(backend, found, copies, refs, tol), held,
         copies, refs, researched=True, research_margin=again, held_out_unseen=not held_failed, ran=True,
-        first=(len(first), None if held_failed else predicted), prediction_decides=prediction_decides)
+        first=(len(first), None if held_failed else predicted))
 
 
 def _held_out(backend: Backend, found: frozenset[str], unseen: Unseen,
@@ -255,8 +251,7 @@ def search_headroom(check: UnseenCheck, searched: int, search_copies: int, held_
     return expected_headroom(
         searched=searched, search_copies=search_copies, share_searched=check.share_searched, probe=check.shares, held=check.held,
         validation=check.validation, held_out_unseen=check.held_out_unseen, held_out_from_user=held_out_from_user,
-        researched=check.researched, research_margin=check.research_margin, first=check.first,
-        prediction_decides=check.prediction_decides)
+        researched=check.researched, research_margin=check.research_margin, first=check.first)
 
 
 def confirmed_headroom(searched: ExpectedHeadroom, backend: Backend, final: frozenset[str], check: UnseenCheck,
@@ -267,5 +262,4 @@ def confirmed_headroom(searched: ExpectedHeadroom, backend: Backend, final: froz
         searched=searched.searched, search_copies=searched.search_copies, share_searched=share_confirmed,
         probe=sample_shares(backend, final, check.copies, check.copy_refs, spec.tolerance), held=[],
         validation=validation, held_out_unseen=False, held_out_from_user=searched.held_out_from_user,
-        researched=searched.researched, research_margin=searched.research_margin, backend=backend.name, first=check.first,
-        prediction_decides=check.prediction_decides)
+        researched=searched.researched, research_margin=searched.research_margin, backend=backend.name, first=check.first)

@@ -271,8 +271,9 @@ def decided_sentence(report: Report) -> str | None:
     if d == Decider.HELD_OUT:
         n = v.samples if v is not None else 0
         if report.held_out_bound is not None and n >= 10:
-            return (f"Decided by the {n} held-out samples of your data, which no search saw (10 or more decide alone; "
-                    "the perturbed-copy probe did not run).")
+            return (f"Decided by the {n} held-out samples of your data, which no search saw: a failure there fails the "
+                    "answer, and the spread of their shares of the tolerance predicts new inputs (10 or more decide "
+                    "without the perturbed-copy probe).")
         return f"Decided by the {n} held-out sample{'s' if n != 1 else ''} (a failure there fails the answer)."
     if d == Decider.PROBE:
         return ("Decided by the perturbed-copy probe (fewer than 10 held-out samples of your data), as a second "
