@@ -68,6 +68,17 @@ def test_the_working_set_takes_the_hardest_spread_over_shapes_and_outputs():
     assert hardest(s, 5) == [4, 3, 2, 1, 5] and hardest(s, 10) == [4, 3, 2, 1, 5, 0]
 
 
+def test_scores_survive_the_round_log_with_non_finite_shares(tmp_path):
+    from precision_doctor.pipeline.search_loop import RoundLog
+
+    scores = [SampleScore(0, float("inf"), "y", "x:1x8"), SampleScore(1, float("nan"), None, "x:1x8"),
+              SampleScore(2, 0.5, "y", "x:1x9")]
+    RoundLog(tmp_path / "r.jsonl", resume=False).write_scores(scores)
+    back = RoundLog(tmp_path / "r.jsonl", resume=True).scores()
+    assert hardness_order(back) == hardness_order(scores) == [0, 1, 2] and back[0] == scores[0] and back[2] == scores[2]
+    assert RoundLog(tmp_path / "r.jsonl", resume=False).scores() is None and not (tmp_path / "r.jsonl").exists()
+
+
 def test_counterexamples_join_the_working_set_and_the_answer_grows(tmp_path):
     """12 samples, 3 held out (2, 6, 10), 9 searched: the first round searches on the 4 hardest, whose answer
     (path 0 in FP32) fails the DEFECT samples among the other search samples; they join and the second round's

@@ -27,7 +27,7 @@ from precision_doctor.data.inputs import Sample
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.strategy import StrategyFn, run_strategy
-from precision_doctor.results.jsonio import jsonable
+from precision_doctor.results.jsonio import as_float, jsonable
 from precision_doctor.results.manifest import note_written
 from precision_doctor.results.report import SearchRound, SearchRounds
 from precision_doctor.search import STRATEGIES, Oracle
@@ -94,7 +94,9 @@ class RoundLog:
 
     def scores(self) -> list[SampleScore] | None:
         rec = next((r for r in self.records if "scores" in r), None)
-        return None if rec is None else [SampleScore(**s) for s in rec["scores"]]
+        if rec is None:
+            return None
+        return [SampleScore(s["index"], float(as_float(s["share"])), s["worst_output"], s["group"]) for s in rec["scores"]]
 
     def write_scores(self, scores: list[SampleScore]) -> None:
         self._append({"scores": [asdict(s) for s in scores]})
