@@ -134,9 +134,11 @@ def engine_for_run(run_dir: Path, targets: Sequence[str] | None) -> EngineResult
         if k is not None and k.best_settings and knobs.knob_family(k.backend) == knobs.TRT else None
     shapes = {}
     if dynamic_inputs(fixed) and (run_dir / "inputs.json").is_file():
-        from polygraphy.json import load_json
+        from precision_doctor.data.arrayfiles import MAX_ELEMENTS, read_polygraphy_json
 
-        shapes = dynamic_input_shapes(fixed, (load_json(str(run_dir / "inputs.json")) or [None])[0])
+        samples = read_polygraphy_json(run_dir / "inputs.json", MAX_ELEMENTS, where=str(run_dir / "inputs.json"))
+        shapes = dynamic_input_shapes(fixed, samples[0] if isinstance(samples, list) and samples
+                                      and isinstance(samples[0], dict) else None)
     result = build_fixed(run_dir, targets, config, shapes)
     report.engine = result
     if result.built and result.plan:
