@@ -35,7 +35,7 @@ def compare(
 
         def sink(ev: ProgressEvent) -> None:
             if isinstance(ev, LoadedEvent):
-                announce_renamed(ev.renamed_nodes)
+                announce_renamed(ev.renamed_nodes, ev.unsafe_names)
             elif isinstance(ev, PhaseEvent):
                 started[0] = True  # the run directory is prepared
             elif isinstance(ev, CaptureEvent):

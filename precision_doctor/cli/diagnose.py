@@ -49,7 +49,7 @@ def diagnose(
 
         def sink(ev: ProgressEvent) -> None:
             if isinstance(ev, LoadedEvent):
-                announce_renamed(ev.renamed_nodes)
+                announce_renamed(ev.renamed_nodes, ev.unsafe_names)
             elif isinstance(ev, PhaseEvent) and ev.phase != "load":
                 started[0] = True  # the run directory is prepared
                 prog.update(task, description=ev.phase)

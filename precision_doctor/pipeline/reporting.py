@@ -68,6 +68,7 @@ def build_report(
         model=ModelInfo(
             path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes), candidates=len(space.universe),
             total_flops=model.total_flops, renamed_nodes=list(model.renamed_nodes),
+            unsafe_names=dict(model.unsafe_names),
         ),
         precision=spec.precision,
         backend=backend_name,

@@ -41,6 +41,7 @@ class ModelInfo:
     candidates: int = 0
     total_flops: int = 0
     renamed_nodes: list[str] = field(default_factory=list)
+    unsafe_names: dict[str, str] = field(default_factory=dict)  # renamed node -> its name in the file, escaped
 
 
 @dataclass
@@ -595,6 +596,7 @@ def _model(v: Any, path: str) -> ModelInfo:
         nodes=_get(d, "nodes", path, _int, default=0), candidates=_get(d, "candidates", path, _int, default=0),
         total_flops=_get(d, "total_flops", path, _int, default=0),
         renamed_nodes=_get(d, "renamed_nodes", path, _list(_str), default=[]),
+        unsafe_names=_get(d, "unsafe_names", path, _str_map, default={}),
     )
 
 

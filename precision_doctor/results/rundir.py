@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from precision_doctor.errors import SpecError
+from precision_doctor.errors import SpecError, UserError
 from precision_doctor.results import manifest
 from precision_doctor.results.manifest import MANIFEST
 from precision_doctor.results.runlock import LOCK, RunDirLocked, RunLock, lock_owner
@@ -180,3 +180,31 @@ def _remove_created(path: Path) -> None:
             p.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         os.rmdir(path)
+
+
+@contextlib.contextmanager
+def updating(run_dir: Path, writes: Sequence[str], command: str | None = None) -> Iterator[Path]:
+    """A finished run's directory that a later command writes into (`report` renders report.md and report.html
+    again; `emit --format engine` builds fixed.plan and rewrites the reports): refused when a file of
+    `writes` exists there and the manifest does not list it (someone else's; in a folder without a manifest,
+    any that exists) or when another run holds the directory; its lock is held meanwhile. These commands
+    take the directory as their argument, so the messages name it (no --out)."""
+    run_dir = Path(run_dir)
+    mine = manifest.listed(run_dir)
+    theirs = [n for n in dict.fromkeys(writes) if (run_dir / n).exists() and n not in (mine or set())]
+    if theirs:
+        it = "them" if len(theirs) > 1 else "it"
+        why = (f"{'they are' if len(theirs) > 1 else 'it is'} not in {MANIFEST}" if mine is not None else
+               f"the folder has no {MANIFEST}, so precision-doctor cannot tell that it wrote {it}")
+        raise UserError(f"{run_dir}: {', '.join(theirs)} would be replaced, but {why}; move {it} away first")
+    try:
+        lock = RunLock(run_dir, command).acquire()
+    except RunDirLocked as exc:
+        who = exc.owner.describe() if exc.owner else "a process that has not recorded itself yet"
+        raise UserError(f"{run_dir}: another run is using it ({who}); wait for it to end") from None
+    try:
+        if mine is None:
+            manifest.start(run_dir)  # from now on its writes are recorded
+        yield run_dir
+    finally:
+        lock.release()
