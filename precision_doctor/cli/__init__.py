@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from precision_doctor import storage
 from precision_doctor.errors import SpecError, UserError
 
 app = typer.Typer(
@@ -173,6 +174,9 @@ def main() -> None:
             say_error(f"internal error ({what}); this is a bug in precision-doctor: please report it; {where}")
             code = INTERNAL_ERROR
     sys.stdout.flush()
+    if storage.abandoned:  # an HDF5 file whose write failed: closing it, even at exit, crashes HDF5 (storage.py)
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else 0)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -22,6 +22,7 @@ from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, P
 from precision_doctor.errors import UserError
 from precision_doctor.results.report import Report
 from precision_doctor.spec import RunSpec
+from precision_doctor.storage import DiskFull
 
 
 @app.command()
@@ -60,6 +61,12 @@ def diagnose(
             report = api.diagnose(spec, out_dir, progress=sink, stop=token, resume=resume, force=options["force"])
         except SettingsDiffer as exc:
             raise UserError(settings_refusal(exc, model, out_dir)) from None
+        except DiskFull as exc:
+            from precision_doctor.results.rundir import resumable
+
+            then = (f"continue with: {resume_command(model, out_dir)}" if resumable(out_dir)
+                    else "run the command again")
+            raise UserError(f"{exc}; {exc.advice}, then {then}") from None
     print_outcome(report, out_dir, model)
     if report.interrupted:
         raise typer.Exit(130)

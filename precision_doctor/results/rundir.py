@@ -5,7 +5,7 @@ files written atomically and listed in a manifest as they are written (`manifest
 the model or an input file, a non-empty one unless `force` (which removes only the files our manifest
 lists) or `resume`, and one another run holds (`runlock`, naming that run's process); it creates the
 directory, holds its lock while the run works, and when the run fails, removes a directory it created
-itself unless what is there can be resumed.
+itself unless what is there can be resumed; a failure for lack of room becomes `storage.DiskFull`.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from precision_doctor import storage
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.results import manifest
 from precision_doctor.results.manifest import MANIFEST
@@ -162,10 +163,14 @@ def open_run_dir(path: Path, *, force: bool = False, resume: bool = False, prote
         raise
     try:
         yield path
-    except BaseException:
+    except BaseException as exc:
         lock.release()
         if created and not resumable(path):
-            _remove_created(path)
+            with contextlib.suppress(OSError):  # on a full disk too: removing comes before any write
+                _remove_created(path)
+        full = storage.as_disk_full(exc, path) if isinstance(exc, Exception) else None
+        if full is not None and full is not exc:
+            raise full from exc  # one line naming the run directory and what ran out
         raise
     lock.release()
 
