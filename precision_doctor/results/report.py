@@ -477,7 +477,12 @@ class Report:
             raise ReportError(f"{path}: cannot read: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise ReportError(f"{path}: not valid JSON ({str(exc).splitlines()[0][:150]})") from None
-        return cls.from_json(data, str(path))
+        except RecursionError:
+            raise ReportError(f"{path}: not a report (JSON nested too deeply)") from None
+        try:
+            return cls.from_json(data, str(path))
+        except RecursionError:
+            raise ReportError(f"{path}: not a report (values nested too deeply)") from None
 
 
 def _checks_json(checks: dict[str, OutputCheck]) -> dict:

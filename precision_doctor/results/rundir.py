@@ -124,6 +124,12 @@ def prepare_run_dir(path: Path, force: bool = False, resume: bool = False,
     path = Path(path)
     if str(path) == "":
         raise SpecError("out_dir", "{out_dir} must name a directory")
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # a new directory; a file in its way is named below
+    except OSError as exc:  # a loop of symbolic links, a name too long, no permission to look
+        raise SpecError("out_dir", f"{{out_dir}} {path}: {exc.strerror or exc}") from None
     if path.exists() and not path.is_dir():
         raise SpecError("out_dir", f"{{out_dir}} {path} exists and is not a directory")
     if resume and not path.is_dir():
