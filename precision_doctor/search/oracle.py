@@ -78,6 +78,14 @@ class Evaluation:
         }
 
 
+def _number(x: object) -> bool | int | float:
+    """A number of a checkpoint record (non-finite ones are written as strings); ValueError otherwise."""
+    value = as_float(x) if isinstance(x, str) else x
+    if not isinstance(value, (bool, int, float)):
+        raise ValueError(x)
+    return value
+
+
 def _verdict_of(rec: object) -> tuple[frozenset[str], Verdict, str]:
     """A checkpoint record as (fallback, verdict, phase); ValueError saying what is wrong with it."""
     if not isinstance(rec, dict):
@@ -94,9 +102,10 @@ def _verdict_of(rec: object) -> tuple[frozenset[str], Verdict, str]:
     for k, v in outputs.items():
         if not set(v) <= names or "passed" not in v or not isinstance(v["passed"], bool):
             raise ValueError(f"output '{k}' is not an output check")
-        values = {f: (as_float(x) if isinstance(x, str) else x) for f, x in v.items()}
-        if any(not isinstance(x, (bool, int, float)) for x in values.values()):
-            raise ValueError(f"output '{k}' holds a value that is not a number")
+        try:
+            values = {f: _number(x) for f, x in v.items()}
+        except ValueError:
+            raise ValueError(f"output '{k}' holds a value that is not a number") from None
         outs[str(k)] = OutputCheck(**values)
     failed, elapsed, phase = rec.get("failed_sample"), rec.get("elapsed_s", 0.0), rec.get("phase", "resumed")
     if failed is not None and (not isinstance(failed, int) or isinstance(failed, bool)):
