@@ -12,8 +12,9 @@ A sample file can come from anyone (a colleague, a download, a daemon's upload),
   are read from its header (the .npy header inside the zip member, the HDF5 dataset's shape, dtype and
   chunk shape) and an array with more elements than the model's input of that name holds (or, where a
   dimension is dynamic, `MAX_ELEMENTS`) is refused before any data is read or decompressed. A JSON
-  array's data is its payload: a .npy payload must hold the bytes its header declares; the old .npz
-  payloads (compressed) may inflate to `MAX_ELEMENTS` elements per file in all.
+  array's data is its payload: a .npy payload must hold the bytes its header declares (it cannot be larger
+  than the file; its shape is checked against the model after reading), while the old .npz payloads
+  (compressed) are bounded like .npz files and may inflate to `MAX_ELEMENTS` elements per file in all.
 
 Every refusal is a UserError naming the file and the array (exit 2).
 """
@@ -223,8 +224,9 @@ def _check_filters(ds, where: str) -> None:
 
 def read_polygraphy_json(path: Path, limit: int, where: str | None = None, holder: str = "") -> object:
     """A polygraphy JSON file (`--save-inputs`, `--save-outputs`): its objects decoded by polygraphy's
-    decoder, but its arrays by this module (each checked before it is read: at most `limit` elements;
-    a .npy payload holds its own data, .npz payloads inflate to MAX_ELEMENTS per file at most). `where`
+    decoder, but its arrays by this module (each checked before it is read: a .npy payload must hold the
+    data it declares, up to MAX_ELEMENTS; an .npz payload at most `limit` elements, and all of them together
+    MAX_ELEMENTS). `where`
     begins every message (default "inputs file PATH"); `holder` says whose size `limit` is ("" for MAX_ELEMENTS)."""
     from polygraphy import constants
     from polygraphy.json import Decoder, from_json
@@ -273,19 +275,19 @@ def _decode_array(payload: object, where: str, limit: int, holder: str, budget: 
         pass
     for data in candidates:
         if data.startswith(npy.MAGIC_PREFIX):
-            return _npy_payload(data, where, limit, holder)
+            return _npy_payload(data, where)
         if data.startswith(_ZIP_MAGIC):
             return _npz_payload(data, where, limit, holder, budget)
     raise UserError(f"{where}: an array's payload is neither a .npy nor an .npz array")
 
 
-def _npy_payload(data: bytes, where: str, limit: int, holder: str) -> np.ndarray:
+def _npy_payload(data: bytes, where: str) -> np.ndarray:
     f = io.BytesIO(data)
     try:
         shape, dtype = _npy_header(f)
     except ValueError as exc:
         raise UserError(f"{where}: an array's .npy header cannot be read ({exc})") from exc
-    check_array(where, None, shape, dtype, limit, holder)
+    check_array(where, None, shape, dtype, MAX_ELEMENTS)
     need = math.prod(int(d) for d in shape) * dtype.itemsize
     if need > len(data) - f.tell():
         raise UserError(f"{where}: an array declares shape {list(shape)} ({need:,} bytes) but its payload holds "
