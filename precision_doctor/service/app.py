@@ -97,6 +97,7 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
              "(workers missing, the store locked by another process, the state directory's disk full).")
     def healthz() -> dict:
         problems = supervisor.problems() if supervise else []
+        store_problem = supervisor.store_problem if supervise else store.write_problem(0.1)
         try:
             counts: dict[str, int] | None = store.counts()
         except StoreError as exc:
@@ -105,10 +106,11 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
         disk = disk_use(state.root)
         if disk is not None and (full := disk.problem()):
             problems.append(full)
+        problems = list(dict.fromkeys(problems))  # the supervisor may have said it too
         return {"ok": not problems, "problems": problems, "version": __version__,
                 "workers": supervisor.alive() if supervise else 0, "workers_wanted": config.workers if supervise else 0,
                 "worker_deaths": supervisor.deaths, "jobs": counts,
-                "store": {"path": str(state.db), "writable": supervisor.store_problem is None},
+                "store": {"path": str(state.db), "writable": store_problem is None},
                 "disk": disk.to_json() if disk is not None else None, "max_upload_mb": config.max_upload_mb}
 
     @app.post("/jobs", status_code=201, summary="Submit a job",
@@ -116,7 +118,12 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
               "`inputs` / `validate_inputs` (files, repeatable), `settings` (JSON), `name`. 201 with the job.")
     async def submit(request: Request) -> JSONResponse:
         submission = await read_submission(request)
-        job = await run_in_threadpool(create_job, submission, config, state, store)  # files and SQLite: off the loop
+        try:
+            job = await run_in_threadpool(create_job, submission, config, state, store)  # files, SQLite: off the loop
+        except OSError as exc:
+            if not out_of_space(exc):
+                raise
+            raise Refused(507, f"the disk of the state directory {state.root} is full ({one_line(exc)})") from None
         if supervise:
             supervisor.wake()
         return JSONResponse(view(job).to_json(), status_code=201, headers={"location": f"/jobs/{job.id}"})

@@ -68,9 +68,8 @@ def hold_state_dir(state: StateDir):
         f.truncate()
         f.write(f"{os.getpid()}\n")
         f.flush()
-    except OSError as exc:
-        print(f"precision-doctor daemon: {state.daemon_lock} does not name this daemon's pid ({exc.strerror})",
-              file=sys.stderr, flush=True)
+    except OSError:
+        pass
     return f
 
 

@@ -23,6 +23,7 @@ a hung one; Ray itself reports a dead task.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -220,4 +221,5 @@ class RayLauncher:
 
 
 def _log(msg: str) -> None:
-    print(f"precision-doctor daemon {os.getpid()}: {msg}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):  # a log on a full disk must not end the caller
+        print(f"precision-doctor daemon {os.getpid()}: {msg}", file=sys.stderr, flush=True)

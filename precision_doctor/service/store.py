@@ -14,6 +14,7 @@ writers (WAL), so a held write lock stops submissions and heartbeats, not the pa
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sqlite3
@@ -149,12 +150,18 @@ def _job(row: sqlite3.Row) -> Job:
 
 class Store:
     """The job store at `path`. Each call opens a short-lived connection, so an instance can be shared
-    by threads; processes open their own instance on the same file."""
+    by threads; processes open their own instance on the same file. An instance also keeps one idle
+    connection open (see `__init__`)."""
 
     def __init__(self, path: Path, busy_timeout_s: float = 30.0):
         self.path = Path(path)
         self.busy_ms = int(busy_timeout_s * 1000)
         self._setup()
+        # one idle connection for the store's life: SQLite removes the WAL and shrinks its index when the last
+        # connection closes, and then cannot open the store again on a full disk, not even to read it
+        self._keeper = sqlite3.connect(self.path, check_same_thread=False)
+        with contextlib.suppress(sqlite3.Error):  # a first read opens the WAL and its index, which it then keeps
+            self._keeper.execute("SELECT COUNT(*) FROM sqlite_master").fetchall()
 
     @_guarded
     def _setup(self) -> None:

@@ -12,7 +12,7 @@ The store may refuse writes for a while (another process holds its lock, its dis
 worker is replaced at once all the same, and re-queueing its job is retried each tick until the store
 takes it. A lease that ran out while the store refused writes says nothing about the worker (it could
 not renew it), so a worker counts as hung only when its lease ran out although the store took writes
-for a whole lease. Workers start with a minimal environment (`worker_base_environment`): no token, no
+for a whole lease (and its disk was not full). Workers start with a minimal environment (`worker_base_environment`): no token, no
 other secret of the daemon's environment.
 """
 
@@ -29,6 +29,7 @@ from typing import Protocol
 
 from precision_doctor.errors import one_line
 from precision_doctor.service.config import TOKEN_ENV, ServiceConfig, StateDir
+from precision_doctor.service.health import disk_use
 from precision_doctor.service.store import Store, StoreError
 
 ORPHAN_GRACE_S = 20.0  # at shutdown: the workers' time to give their jobs back
@@ -166,6 +167,7 @@ class Supervisor:
         self.earlier_running = True  # jobs left running by an earlier daemon wait to be re-queued
         self.store_problem: str | None = None  # why the store refused a write at the last probe (None: it took one)
         self.writable_since: float | None = None  # since when (monotonic) the store has taken writes
+        self.troubles: dict[str, str] = {}  # what failed -> the last message logged for it (logged once, not per tick)
         self.lock = threading.Lock()
         self.closing = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="pd-supervisor", daemon=True)
@@ -239,11 +241,9 @@ class Supervisor:
         self._probe()
         self._requeue_earlier()
         self._requeue_orphaned()
-        try:
-            expired = self.store.expired()
-            overdue = self.store.cancel_overdue(self.config.cancel_grace_s)
-        except StoreError as exc:
-            _log(f"reading the store failed: {one_line(exc)}")
+        expired = self._attempt("reading the running jobs", self.store.expired)
+        overdue = self._attempt("reading the cancelled jobs", self.store.cancel_overdue, self.config.cancel_grace_s)
+        if expired is None or overdue is None:
             return
         # a lease that ran out while the store refused writes says nothing of its worker
         renewable = self.writable_since is not None and time.monotonic() - self.writable_since >= self.config.lease_s
@@ -259,8 +259,10 @@ class Supervisor:
                 self._kill(job.worker, f"job {job.id} did not stop within {self.config.cancel_grace_s:.0f} s of its cancel")
 
     def _probe(self) -> None:
-        """Whether the store takes writes now (its write lock, held for an instant)."""
+        """Whether the store takes writes now: its write lock (held for an instant) and the disk under it."""
         problem = self.store.write_problem(PROBE_WAIT_S)
+        if problem is None and (disk := disk_use(self.config.state_dir)) is not None:
+            problem = disk.problem()
         if problem is None and self.writable_since is None:
             self.writable_since = time.monotonic()
             if self.store_problem:
@@ -271,24 +273,27 @@ class Supervisor:
             self.writable_since = None
         self.store_problem = problem
 
-    def _attempt(self, what: str, call, *args) -> bool:
-        """Call the store; False (logged) when it refuses now: the caller tries again next tick."""
+    def _attempt(self, what: str, call, *args):
+        """call(*args); None (logged once) when the store refuses now: the caller tries again next tick."""
         try:
-            call(*args)
-            return True
+            out = call(*args)
         except StoreError as exc:
-            _log(f"{what} failed, will retry: {one_line(exc)}")
-            return False
+            message = f"{what} failed, will retry: {one_line(exc)}"
+            if self.troubles.get(what) != message:
+                _log(message)
+            self.troubles[what] = message
+            return None
+        if self.troubles.pop(what, None):
+            _log(f"{what}: done")
+        return out
 
     def _requeue_earlier(self) -> None:
         """Re-queue the jobs an earlier daemon left running (its workers are gone), not this daemon's."""
         if not self.earlier_running:
             return
-        try:
-            requeued = self.store.requeue_running("worker IS NULL OR worker NOT LIKE ?", (f"%-{self.tag}-%",), False,
-                                                  1 << 30)
-        except StoreError as exc:
-            _log(f"re-queueing the jobs left running by an earlier daemon failed, will retry: {one_line(exc)}")
+        requeued = self._attempt("re-queueing the jobs left running by an earlier daemon", self.store.requeue_running,
+                                 "worker IS NULL OR worker NOT LIKE ?", (f"%-{self.tag}-%",), False, 1 << 30)
+        if requeued is None:
             return
         self.earlier_running = False
         if requeued:
@@ -298,10 +303,9 @@ class Supervisor:
         with self.lock:
             orphaned = dict(self.orphaned)
         for wid, crashed in orphaned.items():
-            try:
-                jobs = self.store.requeue_worker(wid, crashed=crashed, max_crashes=self.config.max_crashes)
-            except StoreError as exc:
-                _log(f"re-queueing the job(s) of worker {wid} failed, will retry: {one_line(exc)}")
+            jobs = self._attempt(f"re-queueing the job(s) of worker {wid}", self.store.requeue_worker, wid, crashed,
+                                 self.config.max_crashes)
+            if jobs is None:
                 continue
             with self.lock:
                 self.orphaned.pop(wid, None)
@@ -338,4 +342,5 @@ class Supervisor:
 
 
 def _log(msg: str) -> None:
-    print(f"precision-doctor daemon {os.getpid()}: {msg}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):  # a log on a full disk must not end the caller
+        print(f"precision-doctor daemon {os.getpid()}: {msg}", file=sys.stderr, flush=True)

@@ -36,6 +36,7 @@ from pathlib import Path
 from precision_doctor.control import CaptureEvent, EvaluationEvent, PhaseEvent, ProgressEvent, StopToken
 from precision_doctor.errors import UserError, one_line
 from precision_doctor.service.config import StateDir
+from precision_doctor.service.health import out_of_space
 from precision_doctor.service.schema import CaptureProgress, Progress, Result
 from precision_doctor.service.store import Store, StoreError
 
@@ -211,6 +212,8 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
             return "stopped", None, None
         except Exception as exc:
             _log_traceback(state, job_id)
+            if out_of_space(exc):  # not the job's fault, and starting over would not help
+                return "failed", None, f"no space left on the disk of {state.root} ({one_line(exc)})"
             if attempt == "resume" and not stop.stopped:
                 continue  # what the cut-off attempt left cannot be continued: start over, once
             return "failed", None, one_line(exc)
@@ -281,7 +284,8 @@ def _log_traceback(state: StateDir, job_id: str) -> None:
 
 
 def _log(msg: str) -> None:
-    print(f"{_LOG_PREFIX} {os.getpid()}: {msg}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):  # a log on a full disk must not end the caller
+        print(f"{_LOG_PREFIX} {os.getpid()}: {msg}", file=sys.stderr, flush=True)
 
 
 class Worker:
