@@ -110,7 +110,7 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
         return {"ok": not problems, "problems": problems, "version": __version__,
                 "workers": supervisor.alive() if supervise else 0, "workers_wanted": config.workers if supervise else 0,
                 "worker_deaths": supervisor.deaths, "jobs": counts,
-                "store": {"path": str(state.db), "writable": store_problem is None},
+                "store": {"writable": store_problem is None},
                 "disk": disk.to_json() if disk is not None else None, "max_upload_mb": config.max_upload_mb}
 
     @app.post("/jobs", status_code=201, summary="Submit a job",

@@ -97,6 +97,7 @@ def serve(config: ServiceConfig) -> None:
     from precision_doctor.service.store import StoreError
 
     check(config)
+    os.umask(0o077)  # the state directory (uploads, run directories, the store) is the daemon user's alone
     os.environ.pop(TOKEN_ENV, None)  # held in config; nothing started from here (a local Ray instance) inherits it
     config.state_dir = config.state_dir.resolve()
     config.allow_roots = [Path(r).resolve() for r in config.allow_roots]

@@ -26,14 +26,16 @@ class DiskUse:
         return self.free_bytes < LOW_DISK_BYTES
 
     def to_json(self) -> dict:
-        return {**asdict(self), "used_share": round(self.used_bytes / self.total_bytes, 4) if self.total_bytes else None,
+        """As /healthz shows it (no path: /healthz needs no token)."""
+        out = {k: v for k, v in asdict(self).items() if k != "path"}
+        return {**out, "used_share": round(self.used_bytes / self.total_bytes, 4) if self.total_bytes else None,
                 "full": self.full}
 
     def problem(self) -> str | None:
         if not self.full:
             return None
-        return (f"the disk of the state directory {self.path} is full ({self.free_bytes >> 10} KiB free): jobs cannot "
-                "be stored or run until space is freed")
+        return (f"the disk of the state directory is full ({self.free_bytes >> 10} KiB free): jobs cannot be stored or "
+                "run until space is freed")
 
 
 def disk_use(path: Path) -> DiskUse | None:

@@ -63,7 +63,7 @@ class StoreError(Exception):
     """The job store cannot do what was asked now (one line; `reason` says why)."""
 
     def __init__(self, path: Path, reason: str):
-        super().__init__(f"the job store {path} {reason}")
+        super().__init__(f"the job store ({path.name} in the state directory) {reason}")
         self.reason = reason
 
 
