@@ -1,9 +1,9 @@
 """Server paths a job names (`model`, `inputs.files`, `inputs.validate_files`, `inputs.reference_outputs`):
 confined to the allowed roots and pinned into the job's directory at submission.
 
-A file is opened first and checked after: the inode opened must be the one at the real path (symlinks
-resolved) and that path must lie under an `--allow-root`, so a symlink swapped in between the check and
-the open changes nothing. The opened file is then pinned as `STATE/jobs/ID/inputs/...`: a hard link to
+A file is checked before it is opened (its real path, symlinks resolved, is a regular file under an
+`--allow-root`: nothing outside the roots is ever opened) and again after: the inode opened must be the
+one at that real path now, so a symlink swapped in between changes nothing. The opened file is then pinned as `STATE/jobs/ID/inputs/...`: a hard link to
 the opened inode where the filesystem allows one (`/proc/self/fd`), else a copy read from the open
 descriptor. The job's settings name the pinned files only, and the worker refuses a job whose settings
 name a file outside its directory (`check_pinned`): a file swapped after the submission (a symlink to
@@ -116,6 +116,8 @@ def pin_model(path: str, roots: list[Path], what: str, dest_dir: Path) -> Path:
         rel = PurePosixPath(location)
         if rel.is_absolute() or ".." in rel.parts or not rel.parts:
             raise Refused(400, f"{what}: '{path}' names external data '{location}' outside its directory")
+        if (dest_dir / rel).exists():
+            raise Refused(400, f"{what}: '{path}' names external data '{location}' that is not a file of its own")
         pin_confined(str(real.parent / rel), roots, f"{what} (its external data '{location}')", dest_dir / rel)
     return dest
 
