@@ -10,7 +10,7 @@ from precision_doctor.errors import SpecError, UserError
 from precision_doctor.service.config import ServiceConfig, StateDir
 from precision_doctor.service.paths import pin_confined, pin_model
 from precision_doctor.service.store import Job, Store, new_id
-from precision_doctor.service.uploads import MODEL_SUFFIXES, SAMPLE_SUFFIXES, Refused, Submission, safe_filename, save_upload
+from precision_doctor.service.uploads import MODEL_SUFFIXES, SAMPLE_SUFFIXES, Refused, Submission, save_upload
 from precision_doctor.spec import RunSpec
 
 _UPLOADED = "uploaded.onnx"  # the model's path while the settings are checked, before the upload is stored
@@ -58,17 +58,15 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
         changes: dict[str, object] = {"model": str(model)}
         for key, uploads in (("files", sub.inputs), ("validate_files", sub.validate_inputs)):
             where, named = inputs_dir / SAMPLE_DIRS[key], getattr(spec.inputs, key)
-            pinned = []
-            for i, path in enumerate(named):
-                pinned.append(str(where / _numbered(i, path)))
-                pin_confined(path, roots, f"inputs.{key}", Path(pinned[-1]), setting=f"inputs.{key}")
+            pinned = [str(pin_confined(path, roots, f"inputs.{key}", where, f"{i:03d}-", setting=f"inputs.{key}"))
+                      for i, path in enumerate(named)]
             stored = [str(save_upload(up, where, len(named) + i, SAMPLE_SUFFIXES, key.rstrip("s")))
                       for i, up in enumerate(uploads)]
             changes[f"inputs.{key}"] = pinned + stored
         if (ref := spec.inputs.reference_outputs) is not None:
-            dest = inputs_dir / REFERENCE_DIR / safe_filename(Path(ref).name, "reference.json")
-            pin_confined(ref, roots, "inputs.reference_outputs", dest, setting="inputs.reference_outputs")
-            changes["inputs.reference_outputs"] = str(dest)
+            changes["inputs.reference_outputs"] = str(pin_confined(ref, roots, "inputs.reference_outputs",
+                                                                   inputs_dir / REFERENCE_DIR,
+                                                                   setting="inputs.reference_outputs"))
         spec = spec.with_settings(changes)
         name = sub.name or Path(sub.model_path or model.name).stem
         return store.create(name, spec.to_json(), job_id=job_id)
@@ -76,7 +74,3 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
         shutil.rmtree(state.job_dir(job_id), ignore_errors=True)
         raise
 
-
-def _numbered(index: int, path: str) -> str:
-    """The pinned name of the `index`-th sample file `path`: `003-name.npz` (uploads are numbered after)."""
-    return f"{index:03d}-{safe_filename(Path(path).name, 'sample.npz')}"

@@ -3,12 +3,13 @@ confined to the allowed roots and pinned into the job's directory at submission.
 
 A file is checked before it is opened (its real path, symlinks resolved, is a regular file under an
 `--allow-root`: nothing outside the roots is ever opened) and again after: the inode opened must be the
-one at that real path now, so a symlink swapped in between changes nothing. The opened file is then pinned as `STATE/jobs/ID/inputs/...`: a hard link to
-the opened inode where the filesystem allows one (`/proc/self/fd`), else a copy read from the open
-descriptor. The job's settings name the pinned files only, and the worker refuses a job whose settings
-name a file outside its directory (`check_pinned`): a file swapped after the submission (a symlink to
-`/etc/shadow` in place of the model) is never read. A model's external data files (the `location`s of its
-tensors, which ONNX keeps inside the model's directory) are pinned beside it.
+one at that real path now, so a symlink swapped in between changes nothing. The opened file is then
+pinned as `STATE/jobs/ID/inputs/...`: a hard link to the opened inode where the filesystem allows one
+(`/proc/self/fd`), else a copy read from the open descriptor. The job's settings name the pinned files
+only, and the worker refuses a job whose settings name a file outside its directory (`check_pinned`): a
+file swapped after the submission (a symlink to `/etc/shadow` in place of the model) is never read. A
+model's external data files (the `location`s of its tensors, which ONNX keeps inside the model's
+directory) are pinned beside it.
 
 A missing file, a forbidden one and one that is not a regular file get the same answer: a submitter
 learns nothing about files outside the roots.
@@ -24,7 +25,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from precision_doctor.errors import UserError
-from precision_doctor.service.uploads import Refused
+from precision_doctor.service.uploads import Refused, safe_filename
 
 
 def unavailable(what: str, path: str, setting: str | None = None) -> Refused:
@@ -93,22 +94,25 @@ def pin(fd: int, dest: Path) -> None:
         shutil.copyfileobj(src, out, 1 << 20)
 
 
-def pin_confined(path: str, roots: list[Path], what: str, dest: Path, setting: str | None = None) -> Path:
-    """Pin the server file `path` (confined to `roots`) as `dest`; returns its real path."""
+def pin_confined(path: str, roots: list[Path], what: str, dest_dir: Path, prefix: str = "",
+                 setting: str | None = None) -> Path:
+    """Pin the server file `path` (confined to `roots`) as `dest_dir/<prefix><its real name>` (the real name
+    keeps the suffix that says its format); returns the pinned path."""
     fd, real = open_confined(path, roots, what, setting)
     try:
+        dest = dest_dir / f"{prefix}{safe_filename(real.name, 'file')}"
         pin(fd, dest)
     finally:
         os.close(fd)
-    return real
+    return dest
 
 
 def pin_model(path: str, roots: list[Path], what: str, dest_dir: Path) -> Path:
-    """Pin the server model `path` and its external data files into `dest_dir` (same names, same layout);
-    returns the pinned model's path."""
+    """Pin the server model `path` and its external data files into `dest_dir` (the model under its real
+    name, its data files at the `location`s it names); returns the pinned model's path."""
     fd, real = open_confined(path, roots, what)
-    dest = dest_dir / real.name
     try:
+        dest = dest_dir / safe_filename(real.name, "model.onnx")
         pin(fd, dest)
     finally:
         os.close(fd)
@@ -118,7 +122,11 @@ def pin_model(path: str, roots: list[Path], what: str, dest_dir: Path) -> Path:
             raise Refused(400, f"{what}: '{path}' names external data '{location}' outside its directory")
         if (dest_dir / rel).exists():
             raise Refused(400, f"{what}: '{path}' names external data '{location}' that is not a file of its own")
-        pin_confined(str(real.parent / rel), roots, f"{what} (its external data '{location}')", dest_dir / rel)
+        fd, _ = open_confined(str(real.parent / rel), roots, f"{what} (its external data '{location}')")
+        try:
+            pin(fd, dest_dir / rel)
+        finally:
+            os.close(fd)
     return dest
 
 
