@@ -26,7 +26,8 @@ def _two_paths() -> onnx.ModelProto:
     0.1). At atol 0.01 the all-FP16 model fails every sample on y0, and the samples in DEFECT also on y1, where
     they use less of the tolerance than the others do on y0: the hardest samples do not show the second
     defect."""
-    c = [numpy_helper.from_array(np.array(2048.0, np.float32), "big"), numpy_helper.from_array(np.array(256.0, np.float32), "small")]
+    c = [numpy_helper.from_array(np.array(2048.0, np.float32), "big"),
+         numpy_helper.from_array(np.array(256.0, np.float32), "small")]
     nodes = [helper.make_node("Add", ["x0", "big"], ["a0"], name="add_big"),
              helper.make_node("Sub", ["a0", "big"], ["y0"], name="sub_big"),
              helper.make_node("Add", ["x1", "small"], ["a1"], name="add_small"),
