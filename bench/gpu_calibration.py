@@ -3,7 +3,7 @@ the defaults (`--backend auto`: on a CUDA machine ort-cuda-gated searches and or
 an H100, its answer then checked on unseen samples there (the real mixed graph, ort-cuda).
 
     python3 bench/gpu_calibration.py --zoo zoo --out $OUT                       # on the GPU machine
-    .venv/bin/python bench/gpu_calibration.py --zoo zoo --samples 6 --unseen 4 --out /tmp/gc   # CPU plumbing
+    .venv/bin/python bench/gpu_calibration.py --zoo zoo --samples 6 --unseen 4 --max-evaluations 20 --out /tmp/gc  # CPU
 
 Samples: natural-image-like renders (`zoo/natural_images.py`, seed 2026: the first `--samples` are the user's, the
 next `--unseen` never seen by the run). Tolerance and input shape: the zoo recipe's (atol 1e-3, rtol 1e-2). Writes
@@ -41,6 +41,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=32)
     ap.add_argument("--unseen", type=int, default=100)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--max-evaluations", type=int, default=None, help="a budget (plumbing runs on the CPU)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     spec = {s.name: s for s in discover(args.zoo, RunSpec(model=""))}[args.model].spec
@@ -51,7 +52,8 @@ def main() -> None:
     for i, x in enumerate(images[: args.samples]):
         files.append(str(folder / f"s{i:03d}.npz"))
         np.savez(files[-1], images=x)
-    spec = spec.with_settings({"inputs.files": files, "search.max_evaluations": None, "search.time_budget": None})
+    spec = spec.with_settings({"inputs.files": files, "search.max_evaluations": args.max_evaluations,
+                               "search.time_budget": None})
     marks: list[tuple[str, float]] = []
     t0 = time.monotonic()
     rep = api.diagnose(spec, args.out / "run", force=True,

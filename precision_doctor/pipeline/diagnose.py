@@ -98,7 +98,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     search samples (the counterexample-guided search's start), capture (or reuse the capture) and analyse, build
     the search space and set up the search's oracle on the working set."""
     model, b = work.model, spec.backends
-    plan = plan_backends(b.backend, b.confirm_backend)  # auto: the emulator, confirmed on ort-cuda where a GPU is
+    plan = plan_backends(b.backend, b.confirm_backend)  # auto: on a CUDA GPU ort-cuda-gated, confirmed on ort-cuda
     backend = owned.enter_context(contextlib.closing(
         make_backend(plan.search, model, spec.precision, model.outputs, rules=b.rules)))
     confirm_backend = owned.enter_context(contextlib.closing(
