@@ -129,6 +129,7 @@ class Loop:
     log: RoundLog
     user_samples: int = -1
     captured: list[int] = field(default_factory=list)  # the search samples the capture ran on
+    scores: list[SampleScore] | None = None  # each search sample's score (None: 4 or fewer, not scored)
     rounds: list[SearchRound] = field(default_factory=list)
     verified: bool = False
     failing: int = 0
@@ -160,6 +161,7 @@ def start_loop(backend: Backend, samples: Sequence[Sample], refs: Sequence[dict]
     `copies(indices, start)`: the perturbed copies of those search samples, made alike for the start's samples
     and for counterexamples that join later (`start`: the starting working set, which fixes their ranges)."""
     n = len(samples)
+    scores = None
     if n <= START:
         order = working = captured = list(range(n))
     else:
@@ -170,7 +172,7 @@ def start_loop(backend: Backend, samples: Sequence[Sample], refs: Sequence[dict]
         order, working, captured = hardness_order(scores), hardest(scores, START), sorted(hardest(scores, CAPTURED))
     start = list(working)
     return Loop(SamplePool(samples, refs, order, lambda idx: copies(idx, start)), list(working), log,
-                captured=list(captured))
+                captured=list(captured), scores=scores)
 
 
 def grow_from(strategy: str | StrategyFn, previous: frozenset[str]) -> StrategyFn:
