@@ -7,12 +7,14 @@ evaluations, rounds, wall time, held-out bound, and whether it held.
     nice .venv/bin/python bench/calibration.py --zoo zoo                          # all four zoo models
     nice .venv/bin/python bench/calibration.py --zoo zoo --quick                  # silero-vad and ppocr-mobile-cls
     nice .venv/bin/python bench/calibration.py --zoo zoo --only ppocr-mobile-cls --exhaustive   # + no CEGIS at 40
+    nice .venv/bin/python bench/calibration.py --planted                          # the planted suite (minutes)
     .venv/bin/python bench/calibration.py --render bench/out/calibration.jsonl    # the tables again
 
 Samples per model (the first 50 are the user's, the next 100 unseen): nudenet-320n natural-image-like renders
 (`zoo/natural_images.py`: its recipe's uniform noise is no image); ppocr-v4-det rendered text pages and
 ppocr-mobile-cls near-threshold text crops made as their recipes make them (`zoo/synthetic.py`), silero-vad-16k
-its recipe's generated inputs. A run searching with s samples gets the first n as `--inputs` files, n the fewest
+its recipe's generated inputs; the planted suite (`--planted`, `precision_doctor/planted.py`) its cases' own
+generators at their own tolerances. A run searching with s samples gets the first n as `--inputs` files, n the fewest
 whose default split leaves s to search, the recipe's tolerance and precision, `--backend emulate` (what `auto` is on a
 CPU machine) and, instead of the recipe's budget, MAX_EVALUATIONS evaluations and no time budget, so that the
 budget does not end a search before its rounds do. An answer *holds* when it passes every unseen sample at the
@@ -60,8 +62,12 @@ QUICK = ("silero-vad-16k", "ppocr-mobile-cls")
 
 def make_samples(name: str, spec: RunSpec, model: Model, n: int) -> list[dict]:
     """n samples of the model's kind (see the module docstring), deterministic."""
+    from precision_doctor import planted
     from precision_doctor.zoo import synthetic
     from precision_doctor.zoo.natural_images import natural_images_nchw
+
+    if name.startswith("planted:"):
+        return planted.CASES[name.removeprefix("planted:")]().samples(n, SEED)
 
     x = model.inputs[0]
     if name == "nudenet-320n":
@@ -300,11 +306,33 @@ def _ratio(a, b):
     return None if a is None or not b else a / b
 
 
+def planted_specs(tmp: Path, only: str | None) -> tuple[list[str], dict]:
+    """The planted cases as (name, ModelSpec-like) pairs: their models written to `tmp`, their tolerances."""
+    from types import SimpleNamespace
+
+    import onnx
+
+    from precision_doctor import planted
+
+    out = {}
+    for key, make in planted.CASES.items():
+        name = f"planted:{key}"
+        if only and key not in only.split(",") and name not in only.split(","):
+            continue
+        case = make()
+        path = tmp / f"{key}.onnx"
+        onnx.save(case.model, str(path))
+        spec = RunSpec(model=str(path)).with_settings({"tolerance.atol": case.atol, "tolerance.rtol": case.rtol})
+        out[name] = SimpleNamespace(name=name, spec=spec, error=None)
+    return list(out), out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--zoo", type=Path, default=Path("zoo"), help="the fetched zoo (precision-doctor zoo fetch)")
     ap.add_argument("--only", default=None, help="comma-separated model names")
     ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+    ap.add_argument("--planted", action="store_true", help="the planted suite instead of the zoo")
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--exhaustive", action="store_true", help="also the largest size without the loop")
     ap.add_argument("--no-hindsight", action="store_true")
@@ -321,9 +349,12 @@ def main() -> None:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     if not args.resume:
         args.out.write_text(json.dumps({"machine": machine(), "args": {k: str(v) for k, v in vars(args).items()}}) + "\n")
-    specs = {s.name: s for s in discover(args.zoo, RunSpec(model=""))}
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pd-calib-") as tmp, args.out.open("a") as f:
+        if args.planted:
+            names, specs = planted_specs(Path(tmp), args.only)
+        else:
+            specs = {s.name: s for s in discover(args.zoo, RunSpec(model=""))}
         def write(rec: dict) -> None:
             f.write(json.dumps(rec) + "\n")
             f.flush()
