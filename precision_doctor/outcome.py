@@ -93,7 +93,7 @@ class Growth(_Value):
     """What grew the answer from a smaller one the run found first (report.json's `answers.grown_by`)."""
 
     COUNTEREXAMPLES = "counterexamples"  # search samples outside the working set failed it (search/cegis.py)
-    PROBE = "probe"  # the probe predicted it would not hold: a second, stricter search
+    PREDICTION = "prediction"  # unseen samples (copies, held-out) predicted it would not hold: a stricter search
     HELD_OUT = "held_out"  # held-out samples failed it: a second search with them included
 
 

@@ -123,10 +123,10 @@ def test_the_headline_names_both_answers():
     from precision_doctor.render.wording import answers_sentence
     from precision_doctor.results.report import AnswerSummary, TwoAnswers
 
-    two = TwoAnswers([Growth.PROBE], AnswerSummary(["a"], 1, 0.01, held_out_bound(10, 2)),
+    two = TwoAnswers([Growth.PREDICTION], AnswerSummary(["a"], 1, 0.01, held_out_bound(10, 2)),
                      AnswerSummary(["a", "b"], 2, 0.25, held_out_bound(10, 0)))
     rep = _report(answers=two)
     assert "A smaller answer (1 node, 1.00 % of FLOPs) failed 2 of 10 held-out samples" in headline(rep)
     words = answers_sentence(rep)
-    assert "the safe one (2 nodes, 25.00 % of FLOPs) is the answer" in words and "second, stricter search" in words
+    assert "the safe one (2 nodes, 25.00 % of FLOPs) is the answer" in words and "a second, stricter search" in words
     assert "up to 51% of inputs" in words  # 2 of 10: the one-sided 95% Clopper-Pearson bound is 50.7%

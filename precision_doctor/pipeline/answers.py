@@ -47,7 +47,7 @@ def two_answers(ctx: RunContext, final: frozenset[str] | None, *, backend: Backe
         grown.append(Growth.COUNTEREXAMPLES)
     unseen = f.unseen
     if unseen is not None and unseen.researched:
-        grown.append(Growth.PROBE if unseen.held_out_unseen else Growth.HELD_OUT)
+        grown.append(Growth.PREDICTION if unseen.held_out_unseen else Growth.HELD_OUT)
     if not grown:  # changed elsewhere (a confirmation, knobs): the report says so there
         return None
     model, inputs = ctx.work.model, ctx.work.inputs

@@ -286,7 +286,8 @@ def _answer_words(a: AnswerSummary) -> str:
 
 
 _GROWN = {Growth.COUNTEREXAMPLES: "search samples outside the working set failed it",
-          Growth.PROBE: "the probe predicted it would not hold on new inputs (a second, stricter search)",
+          Growth.PREDICTION: ("a perturbed copy no search saw failed it, or the spread of the unseen samples' shares "
+                              "predicted that new inputs would exceed the tolerance (a second, stricter search)"),
           Growth.HELD_OUT: "held-out samples failed it (a second search with them)"}
 
 
