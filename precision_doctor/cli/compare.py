@@ -12,9 +12,11 @@ from rich.table import Table
 from precision_doctor.cli import announce_renamed, app, console, progress_bar, stops_on_interrupt, uses_run_dir
 from precision_doctor.cli.options import CAPTURE, EMULATION, INPUTS, PRECISION, RUN_DIR, TOLERANCE, Options, with_options
 from precision_doctor.control import CaptureEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
+from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.storage import DiskFull
 
 
 @app.command()
@@ -37,7 +39,7 @@ def compare(
 
         def sink(ev: ProgressEvent) -> None:
             if isinstance(ev, LoadedEvent):
-                announce_renamed(ev.renamed_nodes)
+                announce_renamed(ev.renamed_nodes, ev.unsafe_names)
             elif isinstance(ev, PhaseEvent):
                 started[0] = True  # the run directory is prepared
             elif isinstance(ev, CaptureEvent):
@@ -45,7 +47,10 @@ def compare(
                     tasks[ev.stage] = prog.add_task(ev.stage, total=ev.total)
                 prog.update(tasks[ev.stage], completed=ev.done)
 
-        result = api.compare(spec, out_dir, progress=sink, stop=token, force=options["force"])
+        try:
+            result = api.compare(spec, out_dir, progress=sink, stop=token, force=options["force"])
+        except DiskFull as exc:
+            raise UserError(f"{exc}; {exc.advice}, then run the command again") from None
     print_layer_table(result.analysis, top)
     console.print(verdict_line(result.analysis, spec.tolerance, result.notes), soft_wrap=True)
     console.print(f"wrote {out_dir}/activations.h5, layers.csv, layers.json", soft_wrap=True)

@@ -564,9 +564,16 @@ def render_markdown(report: Report) -> str:
         L += ["## Artifacts", ""]
         L += [f"- {_code(path)}: {artifact_title(key)}" for key, path in arts.items() if path]
         L.append("")
-    renamed = model.renamed_nodes
+    unsafe = model.unsafe_names
+    renamed = [n for n in model.renamed_nodes if n not in unsafe]
     if renamed:
         listed = ", ".join(_code(n) for n in renamed[:20]) + (", …" if len(renamed) > 20 else "")
         L += [f"Note: {len(renamed)} node(s) had missing or duplicate names and were renamed: {listed}"]
+        L.append("")
+    if unsafe:
+        listed = ", ".join(f"{_code(new)} (was {_code(old)})" for new, old in list(unsafe.items())[:20]) \
+            + (", …" if len(unsafe) > 20 else "")
+        L += [f"Warning: {len(unsafe)} node name(s) held control characters or bytes that are not UTF-8, which "
+              f"scripts and lists cannot carry safely, and were renamed (shown escaped): {listed}"]
         L.append("")
     return "\n".join(L).rstrip() + "\n"

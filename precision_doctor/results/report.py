@@ -42,6 +42,7 @@ class ModelInfo:
     candidates: int = 0
     total_flops: int = 0
     renamed_nodes: list[str] = field(default_factory=list)
+    unsafe_names: dict[str, str] = field(default_factory=dict)  # renamed node -> its name in the file, escaped
 
 
 @dataclass
@@ -480,7 +481,12 @@ class Report:
             raise ReportError(f"{path}: cannot read: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise ReportError(f"{path}: not valid JSON ({str(exc).splitlines()[0][:150]})") from None
-        return cls.from_json(data, str(path))
+        except RecursionError:
+            raise ReportError(f"{path}: not a report (JSON nested too deeply)") from None
+        try:
+            return cls.from_json(data, str(path))
+        except RecursionError:
+            raise ReportError(f"{path}: not a report (values nested too deeply)") from None
 
 
 def _checks_json(checks: dict[str, OutputCheck]) -> dict:
@@ -606,6 +612,7 @@ def _model(v: Any, path: str) -> ModelInfo:
         nodes=_get(d, "nodes", path, _int, default=0), candidates=_get(d, "candidates", path, _int, default=0),
         total_flops=_get(d, "total_flops", path, _int, default=0),
         renamed_nodes=_get(d, "renamed_nodes", path, _list(_str), default=[]),
+        unsafe_names=_get(d, "unsafe_names", path, _str_map, default={}),
     )
 
 
