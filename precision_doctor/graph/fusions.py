@@ -35,7 +35,7 @@ are low precision, or returns False when nothing fuses for that set.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,9 @@ if TYPE_CHECKING:  # the builder of graph.emulate (which imports this module thr
     from precision_doctor.graph.emulate import _Builder
 
 Read = Callable[[str], str]  # a tensor name -> the name of its rounded copy in the branch being built
+# What of a site's gates the fused computation depends on: ("all", names), every one of them low precision, or
+# ("any", names), at least one. The emulator branches on these (2**len variants), not on each gate.
+Condition = tuple[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,16 @@ class Fusion:
         """Append to `b.nodes` the fused computation of the anchor's output into `output` (rounded),
         given the gates `low` that are low precision; False (nothing appended) where nothing fuses."""
         raise NotImplementedError
+
+    def conditions(self, site: Site) -> tuple[Condition, ...]:
+        """The conditions on the gates `emit` depends on (default: each gate on its own)."""
+        return tuple(("all", (g,)) for g in site.gates)
+
+
+def representative(conditions: Sequence[Condition], holds: Sequence[bool]) -> frozenset[str]:
+    """A set of low-precision gates under which exactly the conditions marked in `holds` hold: the nodes of
+    those that hold, none of the others' (a site's conditions do not share nodes)."""
+    return frozenset(n for (_, names), h in zip(conditions, holds) if h for n in names)
 
 
 # -- emission helpers (graph.rules' node rules use them too) ------------------------------------------
@@ -609,6 +622,10 @@ class LayerNormFusion(Fusion):
         return Site(self.name, add.name, core + (others if removable else ()), (x, scale, bias),
                     _Norm(axes, epsilon, core, others if removable else None))
 
+    def conditions(self, site: Site) -> tuple[Condition, ...]:
+        norm: _Norm = site.data
+        return (("all", norm.core),) + ((("any", norm.others),) if norm.others else ())
+
     def emit(self, b, site, low, read, output) -> bool:
         norm: _Norm = site.data
         if not set(norm.core) <= low:
@@ -679,6 +696,9 @@ class GeluFusion(Fusion):
             if k is not None and _expected(g, k, 0.5):
                 out.append(Site(self.name, last.name, (div.name, erf.name, add.name, mul.name), (x,)))
         return out
+
+    def conditions(self, site: Site) -> tuple[Condition, ...]:
+        return (("all", site.gates),)
 
     def emit(self, b, site, low, read, output) -> bool:
         if not set(site.gates) <= low:
