@@ -251,6 +251,9 @@ def certified_sentence(report: Report) -> str | None:
     else:
         who = f"`{c.backend}`" + (" (real low precision on the GPU)" if c.gpu else "")
     text = f"Certified by {who}: the final answer passes there on all {c.samples} samples ({where})"
+    if c.unconfirmed:
+        text += (f", except for what the emulator does not model on a GPU ({', '.join(c.unconfirmed)}; "
+                 "below): confirm it there")
     if not c.gpu:
         text += "; not checked on a GPU"
         if c.not_on_gpu:

@@ -176,7 +176,9 @@ class Certification:
     """Which backend last checked the final answer on every sample, and how: `search` (on the search
     samples, no held-out ones), `validation` (search and held-out samples) or `confirmation` (on the
     confirm backend). `gpu`: real low precision on a GPU; `rules`: the emulator's rules when the
-    emulator certified; `not_on_gpu`: why the answer was not checked on a GPU, where `auto` had none."""
+    emulator certified; `not_on_gpu`: why the answer was not checked on a GPU, where `auto` had none;
+    `unconfirmed`: where the emulator certified, the op types, patterns or format of the answer's low-precision
+    part whose GPU behaviour it does not model (`emulation_notes`): the certificate does not cover them."""
 
     backend: str
     how: str
@@ -184,6 +186,7 @@ class Certification:
     gpu: bool = False
     rules: str | None = None
     not_on_gpu: str | None = None
+    unconfirmed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -695,6 +698,7 @@ def _certification(v: Any, path: str) -> Certification:
         gpu=_get(d, "gpu", path, _bool, default=False),
         rules=_get(d, "rules", path, _str, default=None, optional=True),
         not_on_gpu=_get(d, "not_on_gpu", path, _str, default=None, optional=True),
+        unconfirmed=_get(d, "unconfirmed", path, _list(_str), default=[]),
     )
 
 
@@ -703,6 +707,7 @@ def _emulation_note(v: Any, path: str) -> EmulationNote:
     return EmulationNote(
         kind=_get(d, "kind", path, _str), op_type=_get(d, "op_type", path, _str), count=_get(d, "count", path, _int),
         nodes=_get(d, "nodes", path, _list(_str), default=[]), detail=_get(d, "detail", path, _str, default=""),
+        factor=_get(d, "factor", path, _num, default=None, optional=True),
     )
 
 
