@@ -17,9 +17,9 @@ from precision_doctor.backends import knobs
 from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.model import load_model
+from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.context import StepContext
 from precision_doctor.pipeline.knob_search import KNOBS_DIR, checkpoint_name, search_knobs
-from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.results import emit
 from precision_doctor.results.report import KnobsResult, KnobTrial, Report
 from precision_doctor.search.oracle import Budget

@@ -151,9 +151,49 @@ CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one cap
 DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE)  # diagnose's and submit's
 RUN_DIR = (
     Opt("out", None, Path | None,
-        typer.Option(None, "--out", help="Run directory (default: reports/<model>-<command>-<time>).")),
+        typer.Option(None, "--out", help="Run directory (default: reports/MODEL-COMMAND-TIME).")),
     Opt("force", None, bool, typer.Option(False, "--force", help="Write into a non-empty --out (replaces our files only).")),
 )
+
+# -- help panels: `--help` shows each command's options in these groups ------------------------------------
+GROUP_PANELS = ((INPUTS, "Inputs"), (HELD_OUT, "Held-out samples"), (PRECISION, "Precision and tolerance"),
+                (TOLERANCE, "Precision and tolerance"), (SEARCH, "Search"), (BACKENDS, "Backends"),
+                (EMULATION, "Backends"), (ARTIFACTS, "Engine"), (CAPTURE, "Capture"), (RUN_DIR, "Run directory"))
+# the commands' own options, by flag ("command flag" where one flag means different things in two commands)
+PANELS: dict[str, str] = {
+    "--resume": "Run directory", "--rerun": "Run directory", "--out": "Run directory", "--force": "Run directory",
+    "zoo fetch --force": "Zoo", "--dest": "Zoo", "zoo fetch --name": "Zoo",
+    "--jobs": "Batch", "--executor": "Batch", "--only": "Batch", "serve --executor": "Workers",
+    "--ray-address": "Ray", "--ray-cpus": "Ray",
+    "--format": "Output", "--top": "Output", "--json": "Output", "--state": "Output",
+    "--engine-targets": "Engine", "--provider": "Probe", "--threshold": "Probe",
+    "--server": "Service", "--token": "Service", "--host": "Service", "--port": "Service", "--state-dir": "Service",
+    "--allow-root": "Service", "--max-upload-mb": "Service", "--workers": "Workers", "--cache-mb": "Workers",
+    "--name": "Job", "--remote": "Job", "--timeout": "Job",
+}
+for _group, _panel in GROUP_PANELS:
+    for _o in _group:
+        _o.info.rich_help_panel = _panel
+
+
+def assign_panels(app: typer.Typer) -> list[str]:
+    """Put every option of every command of `app` without a help panel into its panel from `PANELS`; the
+    options left without one ("command --flag"), for a test to catch."""
+    left = []
+    groups = [(app, "")] + [(g.typer_instance, f"{g.name} ") for g in app.registered_groups]
+    for group, prefix in groups:
+        for cmd in group.registered_commands:
+            name = prefix + (cmd.name or cmd.callback.__name__.replace("_", "-"))
+            for param in inspect.signature(cmd.callback).parameters.values():
+                info = param.default
+                if not isinstance(info, typer.models.OptionInfo) or info.rich_help_panel:
+                    continue
+                decl = next((d for d in info.param_decls or () if d.startswith("--")), None)
+                panel = PANELS.get(f"{name} {decl}") or PANELS.get(decl or "")
+                if panel is None:
+                    left.append(f"{name} {decl}")
+                info.rich_help_panel = panel
+    return left
 
 
 class Options:
