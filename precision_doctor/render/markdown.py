@@ -90,8 +90,17 @@ def layers_in_order(report: Report) -> list[Layer]:
 
 
 def next_steps(report: Report) -> list[tuple[str, str | None]]:
-    """What to do next, in order: (what and why, the command or None). Commands run from the run directory
-    (the one holding this report): they use paths relative to it (render/commands.py)."""
+    """What to do next, in order: (what and why, the command or None), the last one the command that runs this
+    diagnosis again. Commands run from the run directory (the one holding this report): they use paths relative to
+    it (render/commands.py)."""
+    steps = _steps(report)
+    if report.invocation is not None and not report.interrupted:
+        steps.append(("To run this diagnosis again (after changing the model or the samples; add flags for other "
+                      "settings), into a new directory beside this one:", rerun_command(report, "again")))
+    return steps
+
+
+def _steps(report: Report) -> list[tuple[str, str | None]]:
     cmds = report.commands
     if report.status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
         steps = [("The search did not finish. Continue it where it stopped (its settings are recorded in the run "
