@@ -1,6 +1,6 @@
 """The typed report of a diagnose run: what report.json holds, and what the renderers read.
 
-`Report.to_json()` gives the keys and values report.json has always had (README's contract:
+`Report.to_json()` gives the keys and values report.json has always had (docs/guide.md's contract:
 `fallback_nodes`, `passed`, `evaluations`, `elapsed_s`, `strategy`, `precision`, `backend`,
 `tolerance`, ...), plus `schema_version`; non-finite numbers become "inf", "-inf", "nan".
 `Report.from_json()` reads those files, also ones written before `schema_version` existed (absent
