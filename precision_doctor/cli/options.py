@@ -168,8 +168,8 @@ PANELS: dict[str, str] = {
     "--format": "Output", "--top": "Output", "--json": "Output", "--state": "Output",
     "--engine-targets": "Engine", "--provider": "Probe", "--threshold": "Probe",
     "--server": "Service", "--token": "Service", "--host": "Service", "--port": "Service", "--state-dir": "Service",
-    "--allow-root": "Service", "--max-upload-mb": "Service", "--workers": "Workers", "--cache-mb": "Workers", "--lease-s": "Workers",
-    "--name": "Job", "--remote": "Job", "--timeout": "Job",
+    "--allow-root": "Service", "--max-upload-mb": "Service", "--workers": "Workers", "--cache-mb": "Workers",
+    "--lease-s": "Workers", "--name": "Job", "--remote": "Job", "--timeout": "Job",
 }
 for _group, _panel in GROUP_PANELS:
     for _o in _group:
