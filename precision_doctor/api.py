@@ -16,7 +16,7 @@ from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.compare import CompareResult, run_compare
 from precision_doctor.pipeline.diagnose import run_diagnose
 from precision_doctor.pipeline.heldout import held_out_samples
-from precision_doctor.results.report import Report
+from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.rundir import open_run_dir
 from precision_doctor.spec import RunSpec
 
@@ -31,19 +31,21 @@ def diagnose(
     force: bool = False,
     capture_cache: CaptureCache | None = None,
     command: str | None = None,
+    service_job: ServiceJob | None = None,
 ) -> Report:
     """Find the smallest set of nodes to keep in FP32 and write every artifact into `out_dir` (fresh or
     empty; `force` replaces the files an earlier run wrote there, `resume` continues a run there from its
     checkpoint). The directory is locked while the run works (`command` names the run to others).
     `capture_cache` shares captures across runs (pipeline/capture_cache.py): a second diagnosis of the
-    same model and samples skips the capture and its analysis."""
+    same model and samples skips the capture and its analysis. `service_job`: the daemon's job this run is
+    (the report then says how to submit it again)."""
     spec.validate()
     work = _load(spec, progress)
     validation = held_out_samples(work)
     _loaded(spec, work, validation, progress)
     with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
         return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop,
-                            capture_cache=capture_cache)
+                            capture_cache=capture_cache, service_job=service_job)
 
 
 def compare(

@@ -47,6 +47,7 @@ FLAGS: dict[str, str] = {
     "artifacts.engine": "--engine",
     "artifacts.engine_targets": "--engine-targets",
     "capture.group_mb": "--group-mb",
+    "capture.keep": "--keep-activations",
     "backends.backend": "--backend",
     "backends.confirm_backend": "--confirm-backend",
     "backends.rules": "--emulation-rules",
@@ -162,7 +163,13 @@ ARTIFACTS = (
     ENGINE_TARGETS,
 )
 CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),)
-DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE)  # diagnose's and submit's
+KEEP = (_opt("keep_activations", "capture.keep", str,
+             "What activations.h5 keeps once the report is written: summary (default: the per-tensor error statistics "
+             "and the graph outputs, a size proportional to the node count), all (every tensor of every sample: "
+             "samples x the model's activations x 4 runs), none (no file; --resume then captures again). A run that "
+             "stopped early keeps it all until it completes."),)
+# diagnose's and submit's
+DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE, KEEP)
 RUN_DIR = (
     Opt("out", None, Path | None,
         typer.Option(None, "--out", help="Run directory (default: reports/<model>-<command>-<time>).")),

@@ -52,6 +52,9 @@ ARTIFACT_TITLES = {
                   "the borders of FP32 regions); build it with TensorRT 11, or strongly typed on 10",
     "activations": "every layer's activations in FP32, in low precision and after the fix (HDF5), for your own "
                    "analysis",
+    "activations_summary": "the per-layer analysis (error statistics of every tensor) and the graph outputs in FP32, in "
+                           "low precision and after the fix (HDF5; --keep-activations all keeps every layer's "
+                           "activations)",
     "layers_csv": "the per-layer error table (one row per node: local error, rounding, propagated error, ranges)",
     "layers_json": "the same per-layer table with per-tensor statistics, as JSON",
     "checkpoint": "every evaluation of the search, one JSON line each (what --resume continues from)",
@@ -88,6 +91,10 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
     (the one holding this report): they use its relative paths."""
     cmds = report.commands
     model = report.model.path if report.model is not None and report.model.path else "MODEL"
+    if report.status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED) and report.service_job is not None:
+        steps = [("The search did not finish. Submit it again with a larger --max-evaluations or --time-budget:",
+                  _rerun(report, _tolerance_args(report), "RUN_DIR"))]
+        return steps if not report.passed else steps + _build_steps(report, cmds)
     if report.status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
         steps = [("The search did not finish. Continue it where it stopped (its settings are recorded in the run "
                   "directory; a larger --max-evaluations or --time-budget lets it go further):",
@@ -101,8 +108,7 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
         return [(f"The answer meets the tolerance on the searched samples but {why}: "
                  "give more --inputs of your data (from 4 on, some are held out to check it), or search with more room "
                  "to spare (a larger --margin, more --augment copies):",
-                 f"precision-doctor diagnose {model} {_inputs_args(report)} --precision {report.precision} "
-                 f"--atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} --margin {margin:g} --out RUN_DIR")]
+                 _rerun(report, f"{_tolerance_args(report)} --margin {margin:g}", "RUN_DIR"))]
     if not report.passed:
         base = report.baseline
         if base is not None and not base.passed and report.status == RunStatus.NO_SOLUTION:
@@ -136,13 +142,30 @@ def _build_steps(report: Report, cmds: dict[str, str]) -> list[tuple[str, str | 
         steps.append((f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
                       "that is another one.", None))
     else:
-        model = report.model.path if report.model is not None else "MODEL"
         steps.append(("The emulator can underestimate a GPU's FP16 error: let precision-doctor confirm (and repair) "
                       "the answer on the target GPU itself, with the same inputs and tolerance:",
-                      f"precision-doctor diagnose {model} {_inputs_args(report)} --precision {report.precision} "
-                      f"--atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} --confirm-backend ort-cuda "
-                      "--out RUN_DIR-gpu"))
+                      _rerun(report, f"{_tolerance_args(report)} --confirm-backend ort-cuda", "RUN_DIR-gpu")))
     return steps
+
+
+def _tolerance_args(report: Report) -> str:
+    return f"--precision {report.precision} --atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g}"
+
+
+def _rerun(report: Report, flags: str, out: str) -> str:
+    """The command that runs this diagnosis again with `flags`: `diagnose` into `out`, or, for a service job
+    (report.json's `service_job`), the `submit` of its files as the submitter named them."""
+    import shlex
+
+    job = report.service_job
+    if job is None:
+        model = report.model.path if report.model is not None and report.model.path else "MODEL"
+        return f"precision-doctor diagnose {model} {_inputs_args(report)} {flags} --out {out}"
+    files = [*((f"--inputs {shlex.quote(f)}" for f in job.inputs) if job.inputs else [_inputs_args(report)]),
+             *(f"--validate-inputs {shlex.quote(f)}" for f in job.validate_inputs),
+             *([f"--reference-outputs {shlex.quote(job.reference_outputs)}"] if job.reference_outputs else [])]
+    where = ["--remote"] * job.remote + ([f"--server {shlex.quote(job.server)}"] if job.server else [])
+    return " ".join(["precision-doctor submit", shlex.quote(job.model), *files, flags, *where])
 
 
 def _inputs_args(report: Report) -> str:
