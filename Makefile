@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean-venv badinputs
+.PHONY: demo test lint bench clean-venv badinputs screenshots
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,9 @@ test: $(STAMP)
 
 badinputs: $(STAMP)  # the bad-input replay (issue #11): a table of failures by class, ~3 min on 2 cores
 	$(BIN)/python tests/badinputs --jobs 2
+
+screenshots: $(STAMP)  # docs/img/*.png: report.html, /ui and job pages in headless Chromium (needs `chromium`)
+	$(BIN)/python bench/screenshots.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check precision_doctor tests bench examples

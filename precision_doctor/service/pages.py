@@ -25,7 +25,7 @@ _CSS = """
 :root{--pass:#1a7f37;--warn:#b7791f;--fail:#c62828;--bd:#d0d7de;--mut:#57606a;--bg:#f6f8fa;--run:#0969da}
 *{box-sizing:border-box}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif;color:#1f2328;margin:0;background:#fff}
-main{max-width:1100px;margin:0 auto;padding:18px 24px 48px}
+main{max-width:1100px;margin:0 auto;padding:18px 24px 48px} main.wide{max-width:1400px}
 h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 8px;border-bottom:1px solid var(--bd);padding-bottom:3px}
 p.sub{color:var(--mut);margin:0 0 12px} a{color:var(--run)}
 code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"Liberation Mono",monospace;font-size:12.5px}
@@ -34,7 +34,8 @@ th,td{border-bottom:1px solid #e5e7eb;padding:5px 8px;text-align:left;vertical-a
 th{background:var(--bg);font-weight:600;white-space:nowrap}
 td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 td.file{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px;white-space:nowrap}
-td.when{white-space:nowrap} td.model{overflow-wrap:break-word} td.msg{overflow-wrap:anywhere;min-width:32ch;width:38%}
+td.when{white-space:nowrap} td.model{overflow-wrap:break-word} td.msg{overflow-wrap:anywhere;min-width:24ch;width:36%}
+td.about{width:62%} main.wide th{white-space:normal}
 .st{font-weight:600;border-radius:10px;padding:1px 8px;font-size:12.5px;white-space:nowrap}
 .st-done,.st-pass{background:#dafbe1;color:var(--pass)}.st-failed,.st-cancelled,.st-fail{background:#ffebe9;color:var(--fail)}
 .st-running{background:#ddf4ff;color:var(--run)}.st-queued{background:var(--bg);color:var(--mut)}
@@ -179,7 +180,8 @@ _JOB_JS = """
     ia=ia<0?1e9:ia;ib=ib<0?1e9:ib;return ia-ib||(a.name<b.name?-1:1);});
    list.forEach(function(a){var tr=document.createElement('tr'),td=el('td',null,'file'),link=el('a',a.name);
     link.href='/jobs/'+encodeURIComponent(job.id)+'/artifacts/'+a.name.split('/').map(encodeURIComponent).join('/');
-    td.appendChild(link);tr.appendChild(td);tr.appendChild(el('td',a.size_text,'n'));tr.appendChild(el('td',about[a.name]||'','msg'));
+    td.appendChild(link);tr.appendChild(td);tr.appendChild(el('td',a.size_text,'n'));
+    tr.appendChild(el('td',about[a.name]||'','msg about'));
     rows.push(tr);});
    var tb=$('artifacts');tb.replaceChildren.apply(tb,rows);show('files',rows.length>0);
    document.body.setAttribute('data-artifacts',String(rows.length));}).catch(function(){});}
@@ -197,13 +199,14 @@ _JOB_JS = """
 """
 
 
-def _page(title: str, body: str, data: dict | list, script: str, csrf: str = "") -> str:
+def _page(title: str, body: str, data: dict | list, script: str, csrf: str = "", wide: bool = False) -> str:
     blob = json.dumps(data).replace("<", "\\u003c")  # nothing in the JSON can close the script element
+    main = "<main class=\"wide\">" if wide else "<main>"
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
         f"<meta name=\"pd-csrf\" content=\"{escape(csrf)}\">"
-        f"<title>{escape(title)}</title><link rel=\"icon\" href=\"data:,\"><style>{_CSS}</style></head><body><main>{body}</main>"
+        f"<title>{escape(title)}</title><link rel=\"icon\" href=\"data:,\"><style>{_CSS}</style></head><body>{main}{body}</main>"
         f"<script type=\"application/json\" id=\"initial\">{blob}</script><script>{script}</script></body></html>\n"
     )
 
@@ -218,7 +221,7 @@ def job_list_page(jobs: list[Job], counts: dict[str, int], csrf: str = "") -> st
             f"<table><thead><tr>{head}</tr></thead><tbody id=\"jobs\"></tbody></table>"
             "<p id=\"none\" class=\"muted\" hidden>No jobs yet: submit one with <code>precision-doctor submit MODEL "
             "--inputs SAMPLE.npz</code>.</p>")
-    return _page("precision-doctor jobs", body, [view(j, detail=False).to_json() for j in jobs], _LIST_JS, csrf)
+    return _page("precision-doctor jobs", body, [view(j, detail=False).to_json() for j in jobs], _LIST_JS, csrf, wide=True)
 
 
 def job_page(job: Job, summary: dict | None = None, csrf: str = "") -> str:
