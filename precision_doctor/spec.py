@@ -79,7 +79,7 @@ class CaptureSpec:
     """Mark-all capture: the memory budget of one group of tensors, the HDF5 compression, and what `diagnose`
     keeps of activations.h5 once its report is written (`keep`, pipeline/keep.py): `summary` the analysis
     (per-tensor error statistics) and the graph outputs of every run, `all` every captured tensor, `none`
-    nothing. A run that may be continued (interrupted, budget exhausted) keeps it all. `compare`, whose
+    nothing. A run that was cut off (interrupted) keeps it all. `compare`, whose
     product is the capture, always keeps it all."""
 
     group_mb: float = 256.0

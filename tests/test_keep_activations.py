@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from precision_doctor import api
+from precision_doctor.control import EvaluationEvent, StopToken
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore, whole
 from precision_doctor.measure.analysis import MEMO
 from precision_doctor.measure.tolerance import Tolerance
@@ -80,14 +81,30 @@ def test_summary_keeps_the_analysis_and_every_runs_outputs(planted_file, tmp_pat
     assert kept == every  # (as JSON: NaN where the outputs overflow)
 
 
-def test_a_run_that_may_be_continued_keeps_its_whole_capture(planted_file, tmp_path):
+def test_a_run_cut_off_keeps_its_whole_capture_until_it_completes(planted_file, tmp_path):
+    """Interrupted (a stop after two evaluations): the whole capture stays and --resume uses it; the run that
+    completes then keeps what `keep` says. A run whose budget ran out keeps what `keep` says and, continued with
+    a larger budget, captures again."""
     case, path, files = planted_file("three_defects", n=4)
     run = tmp_path / "run"
-    report = api.diagnose(_spec(case, path, files, "none", max_evaluations=2), run)
-    assert report.status == "budget_exhausted"
+    stop = StopToken()
+
+    def progress(event) -> None:
+        if isinstance(event, EvaluationEvent) and event.step >= 2:
+            stop.stop("test")
+
+    report = api.diagnose(_spec(case, path, files, "none"), run, progress=progress, stop=stop)
+    assert report.status == "interrupted"
     assert whole(run / "activations.h5") and "activations" in report.artifacts
-    finished = api.diagnose(_spec(case, path, files, "none", max_evaluations=500), run, resume=True)
+    finished = api.diagnose(_spec(case, path, files, "none"), run, resume=True)
     assert finished.status == "complete" and not (run / "activations.h5").exists()
+
+    budget = tmp_path / "budget"
+    short = api.diagnose(_spec(case, path, files, "summary", max_evaluations=2), budget)
+    assert short.status == "budget_exhausted" and not whole(budget / "activations.h5")
+    evaluations = _evaluations(budget)
+    more = api.diagnose(_spec(case, path, files, "summary", max_evaluations=500), budget, resume=True)
+    assert more.status == "complete" and more.passed and _evaluations(budget) > evaluations
 
 
 def test_bad_value_is_one_line_naming_the_flag(planted_file, run_cli, tmp_path):

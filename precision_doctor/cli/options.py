@@ -166,8 +166,8 @@ CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one cap
 KEEP = (_opt("keep_activations", "capture.keep", str,
              "What activations.h5 keeps once the report is written: summary (default: the per-tensor error statistics "
              "and the graph outputs, a size proportional to the node count), all (every tensor of every sample: "
-             "samples x the model's activations x 4 runs), none (no file; --resume then captures again). A run that "
-             "stopped early keeps it all until it completes."),)
+             "samples x the model's activations x 4 runs), none (no file). A run cut off (Ctrl-C) keeps it all until "
+             "it completes; --resume of a run without it captures again."),)
 # diagnose's and submit's
 DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE, KEEP)
 RUN_DIR = (

@@ -6,9 +6,10 @@ in it (`measure/analysis.keep_analysis`: per-layer rows and per-tensor error sta
 of every run: a size that grows with the node count, not with the activations. `none` removes the file.
 
 Nothing after the report reads the capture: `report`/`rerender` read report.json, `compare` writes its own
-capture. A run that may be continued (interrupted, budget exhausted) keeps it all, so that `--resume` goes on
-without capturing again; a resumed run whose capture is a summary or gone captures again (pipeline/diagnose.py)
-and replays its search from the checkpoint.
+capture. A run that was cut off (interrupted: Ctrl-C, a stop, a daemon's shutdown) keeps it all, so that
+`--resume` goes on without capturing again; any other resumed run whose capture is a summary or gone (one whose
+budget ran out, say, continued with a larger one) captures again (pipeline/diagnose.py) and replays its search
+from the checkpoint: no evaluation is repeated.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from precision_doctor.outcome import RunStatus
 from precision_doctor.pipeline.compare import ACTIVATIONS
 from precision_doctor.results.manifest import note_written
 
-CONTINUABLE = (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED)
+CONTINUABLE = (RunStatus.INTERRUPTED,)  # runs cut off: the ones resumed as a rule (a service job given back)
 ARTIFACT_KEYS = {"all": "activations", "summary": "activations_summary"}  # report.json's `artifacts` key per kept form
 
 
