@@ -157,3 +157,11 @@ def test_daemon_prunes_at_its_pass_and_says_so(tmp_path: Path) -> None:
         assert health["ok"], health
     finally:
         d.stop()
+
+
+@pytest.mark.parametrize("flags, message", [(["--keep-jobs", "-1"], "--keep-jobs must be 0 or more, got -1"),
+                                            (["--keep-days", "nan"], "--keep-days must be a number of days")])
+def test_bad_retention_flags_are_one_line(run_cli, tmp_path: Path, flags, message) -> None:
+    code, _, err = run_cli("serve", "--state-dir", tmp_path / "state", *flags)
+    assert code == 2 and message in err and "Traceback" not in err, err
+    assert not (tmp_path / "state").exists()
