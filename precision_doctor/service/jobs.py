@@ -88,9 +88,9 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
         raise
 
 
-
 def _as_submitted(job_id: str, sub: Submission, spec: RunSpec, server: str | None) -> ServiceJob:
     """The job's files as the submitter named them: server paths as given, uploads by their file names."""
+
     def uploaded(ups: list) -> list[str]:
         return [safe_filename(u.filename, "sample") for u in ups]
 
