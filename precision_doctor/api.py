@@ -16,7 +16,7 @@ from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.compare import CompareResult, run_compare
 from precision_doctor.pipeline.diagnose import run_diagnose
 from precision_doctor.pipeline.heldout import held_out_samples
-from precision_doctor.results.report import Report
+from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.rundir import open_run_dir
 from precision_doctor.spec import RunSpec
 
@@ -32,6 +32,7 @@ def diagnose(
     capture_cache: CaptureCache | None = None,
     command: str | None = None,
     origin: str = "api",
+    service_job: ServiceJob | None = None,
 ) -> Report:
     """Find the smallest set of nodes to keep in FP32 and write every artifact into `out_dir` (fresh or
     empty; `force` replaces the files an earlier run wrote there, `resume` continues a run there from its
@@ -39,14 +40,15 @@ def diagnose(
     `capture_cache` shares captures across runs (pipeline/capture_cache.py): a second diagnosis of the
     same model and samples skips the capture and its analysis. `origin` names the front end that started the
     run (`results.report.ORIGINS`): the report prints the command that runs it again in that front end's words
-    (a service passes "service": its report then prints a `submit` command)."""
+    (a service passes "service" and its `service_job`: its report then prints a `submit` command naming
+    the files as the submitter did)."""
     spec.validate()
     work = _load(spec, progress)
     validation = held_out_samples(work)
     _loaded(spec, work, validation, progress)
     with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
         return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop,
-                            capture_cache=capture_cache, origin=origin)
+                            capture_cache=capture_cache, origin=origin, service_job=service_job)
 
 
 def compare(

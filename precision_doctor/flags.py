@@ -43,6 +43,7 @@ FLAGS: dict[str, str] = {
     "artifacts.engine": "--engine",
     "artifacts.engine_targets": "--engine-targets",
     "capture.group_mb": "--group-mb",
+    "capture.keep": "--keep-activations",
     "backends.backend": "--backend",
     "backends.confirm_backend": "--confirm-backend",
     "backends.rules": "--emulation-rules",

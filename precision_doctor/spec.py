@@ -26,6 +26,7 @@ from precision_doctor.measure.tolerance import Tolerance
 
 COSTS = ("nodes", "flops")
 COMPRESSIONS = ("lzf", "gzip", None)
+KEEPS = ("none", "summary", "all")  # capture.keep: what diagnose keeps of activations.h5 (pipeline/keep.py)
 MAX_AUGMENT = 32  # perturbed copies per search sample, at most
 # Upper bounds: far beyond any real run, low enough that no arithmetic on them overflows (a setting
 # outside is refused in one line naming it, never accepted to fail later in a job).
@@ -75,10 +76,15 @@ class SearchSpec:
 
 @dataclass(frozen=True)
 class CaptureSpec:
-    """Mark-all capture: the memory budget of one group of tensors, and the HDF5 compression."""
+    """Mark-all capture: the memory budget of one group of tensors, the HDF5 compression, and what `diagnose`
+    keeps of activations.h5 once its report is written (`keep`, pipeline/keep.py): `summary` the analysis
+    (per-tensor error statistics) and the graph outputs of every run, `all` every captured tensor, `none`
+    nothing. A run that was cut off (interrupted) keeps it all. `compare`, whose
+    product is the capture, always keeps it all."""
 
     group_mb: float = 256.0
     compression: str | None = "lzf"
+    keep: str = "summary"
 
 
 @dataclass(frozen=True)
@@ -170,6 +176,8 @@ class RunSpec:
         if c.compression not in COMPRESSIONS:
             raise SpecError("capture.compression", f"{{capture.compression}} must be one of "
                             f"{', '.join(map(str, COMPRESSIONS))}, got {c.compression!r}")
+        if c.keep not in KEEPS:
+            raise SpecError("capture.keep", f"{{capture.keep}} must be one of {', '.join(KEEPS)}, got {c.keep!r}")
         b = self.backends
         if b.confirm_backend is not None and b.confirm_backend == b.backend:
             raise SpecError("backends.confirm_backend", "{backends.confirm_backend} must differ from {backends.backend}")

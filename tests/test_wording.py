@@ -112,3 +112,10 @@ def test_a_summary_row_round_trips_and_refuses_what_is_not_one():
     assert "model_hash" not in SummaryRow("m", RowStatus.ERROR, message="x").to_json()
     assert SummaryRow.from_json({"model": "m", "status": "weird"}) is None and SummaryRow.from_json(None) is None
     assert SummaryRow.from_json({"model": "m", "status": "running"}) == SummaryRow("m", RowStatus.RUNNING)
+
+
+def test_sizes_in_words():
+    from precision_doctor.render.wording import fmt_bytes
+
+    assert [fmt_bytes(n) for n in (0, 812, 2458, 202419, 276487757, 3 << 30)] == [
+        "0 B", "812 B", "2.4 KiB", "198 KiB", "264 MiB", "3 GiB"]

@@ -148,7 +148,13 @@ ARTIFACTS = (
     ENGINE_TARGETS,
 )
 CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),)
-DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE)  # diagnose's and submit's
+KEEP = (_opt("keep_activations", "capture.keep", str,
+             "What activations.h5 keeps once the report is written: summary (default: the per-tensor error statistics "
+             "and the graph outputs, a size proportional to the node count), all (every tensor of every sample: "
+             "samples x the model's activations x 4 runs), none (no file). A run cut off (Ctrl-C) keeps it all until "
+             "it completes; --resume of a run without it captures again."),)
+# diagnose's and submit's
+DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE, KEEP)
 RUN_DIR = (
     Opt("out", None, Path | None,
         typer.Option(None, "--out", help="Run directory (default: reports/MODEL-COMMAND-TIME).")),
@@ -158,7 +164,8 @@ RUN_DIR = (
 # -- help panels: `--help` shows each command's options in these groups ------------------------------------
 GROUP_PANELS = ((INPUTS, "Inputs"), (HELD_OUT, "Held-out samples"), (PRECISION, "Precision and tolerance"),
                 (TOLERANCE, "Precision and tolerance"), (SEARCH, "Search"), (BACKENDS, "Backends"),
-                (EMULATION, "Backends"), (ARTIFACTS, "Engine"), (CAPTURE, "Capture"), (RUN_DIR, "Run directory"))
+                (EMULATION, "Backends"), (ARTIFACTS, "Engine"), (CAPTURE, "Capture"), (KEEP, "Capture"),
+                (RUN_DIR, "Run directory"))
 # the commands' own options, by flag ("command flag" where one flag means different things in two commands)
 PANELS: dict[str, str] = {
     "--resume": "Run directory", "--rerun": "Run directory", "--out": "Run directory", "--force": "Run directory",
@@ -169,7 +176,8 @@ PANELS: dict[str, str] = {
     "--engine-targets": "Engine", "--provider": "Probe", "--threshold": "Probe",
     "--server": "Service", "--token": "Service", "--host": "Service", "--port": "Service", "--state-dir": "Service",
     "--allow-root": "Service", "--max-upload-mb": "Service", "--workers": "Workers", "--cache-mb": "Workers",
-    "--lease-s": "Workers", "--name": "Job", "--remote": "Job", "--timeout": "Job",
+    "--lease-s": "Workers", "--keep-jobs": "Service", "--keep-days": "Service",
+    "--name": "Job", "--remote": "Job", "--timeout": "Job",
 }
 for _group, _panel in GROUP_PANELS:
     for _o in _group:

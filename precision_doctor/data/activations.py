@@ -8,6 +8,8 @@ Layout:
     /analysis        (optional) the analysis of the runs below, kept so that it is not computed twice
 Runs: `reference` (FP32, graph inputs and every node output), `lowp` (emulated low precision,
 floating tensors), `local` (each node's outputs computed in low precision from exact inputs).
+A summary (`summarize`, root attr `kept` = "summary") holds the root attributes and datasets and, of each run,
+only the tensors named; `whole` says whether a store still holds every captured tensor.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from precision_doctor.errors import UserError
 
 FORMAT_VERSION = 1
 REFERENCE, LOWP, LOCAL = "reference", "lowp", "local"
+KEPT = "kept"  # root attribute of a summary
 _CHUNK_BYTES = 4 << 20
 
 
@@ -180,3 +183,49 @@ class ActivationStore:
         ds = self.dataset(run, name)
         for i in range(ds.shape[0]):
             yield ds[i]
+
+
+def whole(path: Path) -> bool:
+    """Whether `path` is a store holding every captured tensor (not a summary)."""
+    try:
+        with h5py.File(path, "r") as f:
+            return f.attrs.get("format") == "precision-doctor-activations" and KEPT not in f.attrs
+    except OSError:
+        return False
+
+
+def summarize(path: Path, tensors: list[str]) -> None:
+    """Rewrite the store at `path` as a summary: its attributes, its root datasets and, of each run, the
+    `tensors` it holds. Written beside it and renamed over it (HDF5 does not give freed space back)."""
+    tmp = summary_path(path)
+    try:
+        _summarize(path, tmp, tensors)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(path)
+
+
+def summary_path(path: Path) -> Path:
+    """Where `summarize` writes the summary of `path` before renaming it over `path`."""
+    return path.with_name(f".{path.name}.summary")
+
+
+def _summarize(path: Path, tmp: Path, tensors: list[str]) -> None:
+    with h5py.File(path, "r") as src:
+        runs = {k: [n for n in tensors if escape(n) in g] for k, g in src.items() if isinstance(g, h5py.Group)}
+        need = sum(src[k][escape(n)].id.get_storage_size() for k, names in runs.items() for n in names)
+        with ActivationStore(tmp, "w") as dst, dst._writing(need + (1 << 20)):
+            for k, v in src.attrs.items():
+                dst.file.attrs[k] = v
+            dst.file.attrs[KEPT] = "summary"
+            for k, obj in src.items():
+                if isinstance(obj, h5py.Dataset):
+                    src.copy(obj, dst.file, name=k)
+            for run, names in runs.items():
+                grp = dst.file.create_group(run)
+                for k, v in src[run].attrs.items():
+                    grp.attrs[k] = v
+                grp.attrs["tensor_names"] = json.dumps(names)
+                for n in names:
+                    src.copy(src[run][escape(n)], grp, name=escape(n))

@@ -55,6 +55,7 @@ NOT_IN_KEY: dict[str, str] = {
     "backends.confirm_backend": "the confirmation runs after the search",
     "artifacts.engine": "the engine is built after the search",
     "artifacts.engine_targets": "the engine is built after the search",
+    "capture.keep": "what a run keeps of its capture is decided after its report; the cache keeps a whole copy",
 }
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import check_only, make_backend, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.data.activations import whole
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
@@ -26,6 +27,7 @@ from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
 from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
 from precision_doctor.pipeline.confirmation import certification, confirm, notes_for
 from precision_doctor.pipeline.context import Backends, References, RunContext
+from precision_doctor.pipeline.keep import keep_capture
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
 from precision_doctor.pipeline.probe import (
     PROBE_COPIES,
@@ -42,7 +44,7 @@ from precision_doctor.pipeline.reporting import CHECKPOINT, AnswerChecks, Produc
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, run_strategy, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
-from precision_doctor.results.report import Confirm, Invocation, Report
+from precision_doctor.results.report import Confirm, Invocation, Report, ServiceJob
 from precision_doctor.search import Oracle
 from precision_doctor.search.space import SearchSpace, build_space
 from precision_doctor.spec import RunSpec
@@ -59,11 +61,13 @@ def run_diagnose(
     stop: StopToken | None = None,
     capture_cache: CaptureCache | None = None,
     origin: str = "api",
+    service_job: ServiceJob | None = None,
 ) -> Report:
     """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
     Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
     same model, samples and capture-deciding settings is taken from it (and one made here is put there).
-    `origin`: the front end that started the run (the report's re-run command is one for it)."""
+    `origin`: the front end that started the run (the report's re-run command is one for it); `service_job`: the
+    daemon's job this run is, for the report."""
     spec.validate()
     t0 = time.monotonic()
     with contextlib.ExitStack() as owned:
@@ -72,7 +76,7 @@ def run_diagnose(
         outcome = _search(ctx)
         for step in (_probe, _confirm, _knobs, _settle):
             outcome = step(ctx, outcome)
-        return _write(ctx, outcome, origin)
+        return _write(ctx, outcome, origin, service_job)
 
 
 # -- before the search: backends, capture, analysis, references, the oracle ----------------------------------
@@ -92,7 +96,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     )) if plan.confirm else None
     check_run_settings(out_dir, run_settings(work, spec, held, _all_references(work)), resume)
     notify(progress, PhaseEvent("capture"))
-    if resume and (out_dir / ACTIVATIONS).exists():
+    if resume and whole(out_dir / ACTIVATIONS):  # a summary (pipeline/keep.py) or no capture: capture again
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:
         with shared_capture(capture_cache, spec, work, out_dir) as reused:
@@ -207,8 +211,9 @@ def _settle(ctx: RunContext, outcome: Outcome) -> Outcome:
 # -- after the steps: artifacts and the report ----------------------------------------------------------------
 
 
-def _write(ctx: RunContext, outcome: Outcome, origin: str) -> Report:
-    """The fixed capture, the artifacts and the TensorRT steps (for an answer), then the report, written."""
+def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJob | None = None) -> Report:
+    """The fixed capture, the artifacts and the TensorRT steps (for an answer), then the report, written; then
+    the capture reduced to what `capture.keep` keeps."""
     notify(ctx.progress, PhaseEvent("artifacts"))
     spec, work, out_dir, f, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
     fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search
@@ -238,7 +243,10 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str) -> Report:
         searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name), checks=checks, produced=produced,
         shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin),
     )
-    return write_report(out_dir, report)
+    report.service_job = service_job
+    report = write_report(out_dir, report)
+    keep_capture(out_dir, spec.capture.keep, outcome.status, work.model.outputs)
+    return report
 
 
 def _all_references(work: Workload) -> list[dict] | None:

@@ -15,7 +15,7 @@ from precision_doctor.graph.shapes import InputShape
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.outcome import Outcome
 from precision_doctor.pipeline.artifacts import Written
-from precision_doctor.pipeline.compare import ACTIVATIONS
+from precision_doctor.pipeline.keep import capture_artifact
 from precision_doctor.pipeline.knob_search import KNOBS_DIR
 from precision_doctor.pipeline.strategy import trajectory_row, user_share
 from precision_doctor.results.jsonio import write_json
@@ -142,7 +142,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
         layers=_layers(searched.analysis, produced.fixed_rel, final, _producers(work)),
         format_limits=FormatLimits(max=fmt.max, smallest_normal=fmt.smallest_normal),
-        artifacts=_artifacts(produced, knobs),
+        artifacts=_artifacts(produced, knobs, capture_artifact(spec.capture.keep, outcome.status)),
         commands=produced.written.commands if produced.written is not None else {},
         forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
         trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
@@ -161,11 +161,11 @@ def _one_minimal_checked(oracle: Oracle, fallback: frozenset[str] | None, confir
     return oracle.one_minimal_checked(fallback)
 
 
-def _artifacts(produced: Produced, knobs: KnobsResult | None) -> dict[str, str]:
-    """report.json's `artifacts`: what the run directory holds, by key."""
+def _artifacts(produced: Produced, knobs: KnobsResult | None, capture: dict[str, str]) -> dict[str, str]:
+    """report.json's `artifacts`: what the run directory holds, by key (`capture`: what is kept of the capture)."""
     engine = produced.engine
     return {
-        "activations": ACTIVATIONS, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
+        **capture, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
         **(produced.written.files if produced.written is not None else {}),
         **({"engine": engine.plan} if engine is not None and engine.built and engine.plan else {}),
         **({"knob_checkpoints": KNOBS_DIR} if knobs is not None and knobs.configurations else {}),

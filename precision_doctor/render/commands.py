@@ -27,12 +27,7 @@ def rerun_command(report: Report, suffix: str, changes: dict[str, Any] | None = 
         return _legacy(report, changes or {}, f"RUN_DIR-{suffix}")
     spec = inv.spec.with_settings(changes or {})
     if inv.origin == "service":
-        files = {"inputs.files": [Path(f).name for f in spec.inputs.files],
-                 "inputs.validate_files": [Path(f).name for f in spec.inputs.validate_files]}
-        if spec.inputs.reference_outputs:
-            files["inputs.reference_outputs"] = Path(spec.inputs.reference_outputs).name
-        spec = spec.with_settings(files)
-        return command_line("submit", Path(spec.model).name, spec)
+        return _submit(report, spec)
     return command_line("diagnose", spec.model, spec, "--out", f"../{inv.directory}-{suffix}")
 
 
@@ -42,8 +37,25 @@ def resume_command(report: Report) -> str:
     if inv is None:
         return _legacy(report, None, "RUN_DIR")
     if inv.origin == "service":
-        return "precision-doctor wait JOB_ID  # the service resumes its jobs itself"
+        job = report.service_job.id if report.service_job is not None else "JOB_ID"
+        return shlex.join(["precision-doctor", "wait", job]) + "  # the service resumes its jobs itself"
     return shlex.join(["precision-doctor", "diagnose", inv.spec.model, "--resume", "--out", HERE])
+
+
+def _submit(report: Report, spec) -> str:
+    """A service job's `submit`: its files as the submitter named them (report.json's `service_job`: upload names,
+    or paths on the server with `--remote`) and the daemon it reached; without that record, the file names."""
+    job = report.service_job
+    named = (lambda f: f) if job is not None and job.remote else (lambda f: Path(f).name)
+    files = {"inputs.files": [named(f) for f in (job.inputs if job and job.inputs else spec.inputs.files)],
+             "inputs.validate_files": [named(f) for f in (job.validate_inputs if job else spec.inputs.validate_files)]}
+    ref = job.reference_outputs if job is not None else spec.inputs.reference_outputs
+    if ref:
+        files["inputs.reference_outputs"] = named(ref)
+    model = named(job.model if job is not None and job.model else spec.model)
+    where = (["--remote"] if job is not None and job.remote else []) + (
+        ["--server", job.server] if job is not None and job.server else [])
+    return command_line("submit", model, spec.with_settings(files), *where)
 
 
 def _legacy(report: Report, changes: dict[str, Any] | None, out: str) -> str:

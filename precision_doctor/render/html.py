@@ -7,8 +7,8 @@ import math
 from html import escape
 from typing import Any
 
-from precision_doctor.outcome import RunStatus
 from precision_doctor.render import plots
+from precision_doctor.render.digest import figures, status_line
 from precision_doctor.render.markdown import (
     COMMAND_TITLES,
     INPUT_SENSITIVE_WHY,
@@ -44,7 +44,6 @@ from precision_doctor.render.wording import (
     precision_name,
     shapes_text,
     shapes_warning,
-    tolerance_text,
     verdict,
     verdict_sentence,
 )
@@ -93,7 +92,7 @@ table{border-collapse:collapse;width:100%}
 th,td{border-bottom:1px solid #e5e7eb;padding:4px 7px;text-align:left;vertical-align:top}
 th{background:var(--bg);font-weight:600;white-space:nowrap}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-td.name{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
+td.name{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;word-break:break-all;min-width:16ch}
 tr.fb td{background:var(--fbbg)} tr.fb td.name{color:var(--fb);font-weight:600}
 .ok{color:var(--pass);font-weight:600} .bad{color:var(--fail);font-weight:600} .nf{color:var(--fail);font-weight:600}
 .muted{color:var(--mut)}
@@ -118,6 +117,8 @@ tr.flash td{animation:flash 1.6s ease-out}
  white-space:pre-wrap;word-break:break-all}
 .cmd button{position:absolute;right:8px;top:28px;font-size:12px;padding:2px 8px;border-radius:4px;border:1px solid #8b949e;
  background:#21262d;color:#e6edf3;cursor:pointer}
+#next-steps pre{background:var(--bg);border:1px solid var(--bd);border-radius:6px;padding:6px 10px;margin:4px 0;
+ white-space:pre-wrap;word-break:break-all}
 details summary{cursor:pointer;color:var(--mut)}
 #js-errors{background:#fdecea;border:1px solid var(--fail);color:var(--fail);padding:6px 10px;white-space:pre-wrap}
 footer{margin-top:30px;color:var(--mut);font-size:12px}
@@ -328,29 +329,7 @@ def _figure_html(plot: plots.Plot | None, kind: str, title: str, caption: str, e
 def _header(report: Report) -> str:
     model = report.model or ModelInfo(path="?")
     label, kind = verdict(report)
-    prec = precision_name(report)
-    validation = report.validation
-    size = int(report.fallback_size)
-    cands = model.candidates if report.model is not None else None
-    memo = report.memo_hits
-    if validation is not None and not validation.passed and validation.passed_after_research:
-        val = f"first answer failed, second holds ({validation.samples} samples)"
-    elif validation is not None:
-        val = f"{'passed' if validation.passed else 'FAILED'} ({validation.samples} samples)"
-    else:
-        val = "not run"
-    tol = report.tolerance
-    tol_txt = tolerance_text(tol, sep=" · ")
-    kpis = [
-        _kpi(f"{size}" + (f" / {cands}" if cands is not None else ""), "nodes kept in FP32 (of candidates)"),
-        _kpi(fmt_pct(report.fp32_flop_share), "FP32 share of FLOPs"),
-        _kpi(f"{report.evaluations}", "evaluations" + (f" (+{memo} memo hits)" if memo else "")),
-        _kpi(fmt_time(report.elapsed_s), "search time"),
-        _kpi(val, "held-out validation"),
-        _kpi(f"{prec} · {report.backend}", "precision · backend"),
-        _kpi(f"{report.strategy} · {report.cost}", "strategy · cost"),
-        _kpi(tol_txt, "tolerance"),
-    ]
+    kpis = [_kpi(f.value, f.label) for f in figures(report)]
     reason = ""
     for line in (generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
                  headroom_sentence(report), engine_sentence(report), knobs_sentence(report),
@@ -365,9 +344,8 @@ def _header(report: Report) -> str:
     for line in (shapes_text(report), model_file_sentence(report)):
         if line:
             reason += f'<div class="headroom">{_e(line if line.endswith(".") else "Input shapes: " + line + ".")}</div>'
-    if report.reason or report.status not in (None, RunStatus.COMPLETE):
-        reason += f'<div class="reason">Status <code>{_e(report.status)}</code>'
-        reason += f": {_e(report.reason)}</div>" if report.reason else "</div>"
+    if status := status_line(report):
+        reason += f'<div class="reason">{_e(status)}</div>'
     return (
         f"<header><h1>precision-doctor report: <code>{_e(model.path)}</code></h1>"
         f'<div class="verdict"><span class="badge {kind}" id="verdict">{_e(label)}</span>'

@@ -105,6 +105,17 @@ def tolerance_text(tol: Tolerance, sep: str = ", ", code: str = "") -> str:
     return sep.join(parts) + ("; " + "; ".join(own) if own else "")
 
 
+def fmt_bytes(v: Any) -> str:
+    """A size in bytes with a binary prefix: "812 B", "2.4 KiB", "199 MiB", "1.03 GiB"."""
+    x = num(v)
+    if not math.isfinite(x):
+        return fmt(x)
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
 def precision_name(report: Report) -> str:
     return str(report.precision or "low precision").upper()
 

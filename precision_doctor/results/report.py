@@ -394,6 +394,33 @@ class FormatLimits:
     smallest_normal: float | None = None
 
 
+@dataclass
+class ServiceJob:
+    """The daemon's job a run was (report.json's `service_job`; None for other runs): its id, the daemon's URL
+    as the submitter reached it, and the files as the submitter named them (uploads: their file names;
+    `remote`: paths on the server), so that a report can give the `submit` that runs it again rather than
+    the daemon's own paths."""
+
+    id: str
+    server: str | None = None
+    model: str = ""
+    inputs: list[str] = field(default_factory=list)
+    validate_inputs: list[str] = field(default_factory=list)
+    reference_outputs: str | None = None
+    remote: bool = False
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "service_job") -> ServiceJob:
+        """A ServiceJob from its JSON; ReportError naming the key when malformed."""
+        try:
+            return _service_job(data, source)
+        except _Bad as exc:
+            raise ReportError(str(exc)) from None
+
+
 # -- the report ----------------------------------------------------------------------------------------
 
 
@@ -446,6 +473,7 @@ class Report:
     knobs: KnobsResult | None = None
     input_shapes: list[InputShape] = field(default_factory=list)  # the model's inputs: declared, and as the samples ran
     invocation: Invocation | None = None
+    service_job: ServiceJob | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -508,6 +536,7 @@ class Report:
             "knobs": None if self.knobs is None else self.knobs.to_json(),
             "input_shapes": [s.to_json() for s in self.input_shapes],
             "invocation": None if self.invocation is None else self.invocation.to_json(),
+            "service_job": None if self.service_job is None else self.service_job.to_json(),
         })
 
     @classmethod
@@ -851,6 +880,16 @@ def _invocation(v: Any, path: str) -> Invocation:
     return Invocation(spec=spec, directory=_get(d, "directory", path, _str), origin=origin)
 
 
+def _service_job(v: Any, path: str) -> ServiceJob:
+    d = _mapping(v, path)
+    return ServiceJob(
+        id=_get(d, "id", path, _str), server=_opt(d, "server", path, _str), model=_get(d, "model", path, _str, default=""),
+        inputs=_get(d, "inputs", path, _list(_str), default=[]),
+        validate_inputs=_get(d, "validate_inputs", path, _list(_str), default=[]),
+        reference_outputs=_opt(d, "reference_outputs", path, _str), remote=_get(d, "remote", path, _bool, default=False),
+    )
+
+
 def _report(data: Any) -> Report:
     if not isinstance(data, dict):
         raise _Bad(f"not a report (expected a JSON object, got {type(data).__name__})")
@@ -909,4 +948,5 @@ def _report(data: Any) -> Report:
         knobs=_opt(d, "knobs", "", _knobs),
         input_shapes=_get(d, "input_shapes", "", _list(_input_shape), default=[]),
         invocation=_opt(d, "invocation", "", _invocation),
+        service_job=_opt(d, "service_job", "", _service_job),
     )

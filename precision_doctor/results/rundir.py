@@ -29,7 +29,8 @@ SETTINGS_FILE = "run_settings.json"  # pipeline/settings.py writes it
 # Every file a diagnose or compare run writes (a test checks a real run against this list); `--force`
 # refuses a directory where one of these exists and the manifest does not list it.
 RUN_OUTPUTS = (
-    "report.json", "report.md", "report.html", "activations.h5", ".activations.h5.partial", "layers.csv",
+    "report.json", "report.md", "report.html", "activations.h5", ".activations.h5.partial", ".activations.h5.summary",
+    "layers.csv",
     "layers.json", "search.jsonl", "search-again.jsonl", "confirm.jsonl", SETTINGS_FILE, "fixed.onnx", ".fixed.onnx.partial",
     ".fixed.onnx.partial.data",
     "named.onnx", ".named.onnx.partial", "inputs.json", "reference_outputs.json", "layer_precisions.txt",

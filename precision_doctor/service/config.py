@@ -48,6 +48,8 @@ class ServiceConfig:
     executor: str = "local"  # local: worker processes here; ray: each job a Ray task (service/ray_workers.py)
     ray_address: str | None = None  # with executor ray: the cluster (None: a local Ray instance)
     ray_cpus: float = 1.0  # with executor ray: CPUs (and ONNX Runtime threads) of each job's task
+    keep_jobs: int | None = None  # the retention (service/retention.py): files of the newest N finished jobs kept
+    keep_days: float | None = None  # ... and of those finished within D days (None: no bound)
 
     @property
     def max_upload_bytes(self) -> int:
@@ -57,8 +59,8 @@ class ServiceConfig:
 @dataclass(frozen=True)
 class StateDir:
     """`root/jobs.db` (the store), `root/jobs/<id>/` (a job: `inputs/` its uploads, `run/` its run
-    directory, `job.lock` its owner, `runs.log` one line per attempt, `job.log` tracebacks),
-    `root/capture-cache/`, `root/daemon.lock`."""
+    directory, `submitted.json` its files as the submitter named them, `job.lock` its owner, `runs.log` one
+    line per attempt, `job.log` tracebacks), `root/capture-cache/`, `root/daemon.lock`."""
 
     root: Path
 
@@ -82,3 +84,6 @@ class StateDir:
 
     def inputs_dir(self, job_id: str) -> Path:
         return self.job_dir(job_id) / "inputs"
+
+    def submitted(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / "submitted.json"
