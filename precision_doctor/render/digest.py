@@ -5,6 +5,7 @@ functions make both), as plain strings."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 from precision_doctor.outcome import RunStatus
 from precision_doctor.render.markdown import artifact_title, next_steps
@@ -109,10 +110,14 @@ def digest(report: Report) -> Digest:
 
 FIRST = ("report_html", "fixed_onnx")  # the files a reader wants first
 OTHER_FILES = {"report.json": "this report's data: the verdict, the FP32 nodes and every figure, as JSON",
-               "run_settings.json": "the run's settings (what --resume continues with)"}
+               "run_settings.json": "the run's settings (what --resume continues with)",
+               "references.h5": "the FP32 reference outputs of the samples, computed once (HDF5)",
+               "loader_samples.h5": "the samples your --data-loader-script yielded, kept so that --resume reads the same"}
 
 
 def files(report: Report) -> dict[str, str]:
     """The run directory's files the report knows, file name -> what it is: the report and fixed.onnx first."""
     keys = sorted(report.artifacts, key=lambda k: (FIRST.index(k) if k in FIRST else len(FIRST)))
-    return {**{str(report.artifacts[k]): artifact_title(k) for k in keys if report.artifacts[k]}, **OTHER_FILES}
+    named = {str(report.artifacts[k]): artifact_title(k) for k in keys if report.artifacts[k]}
+    folders = {f"{name.rstrip('/')}/": about for name, about in named.items() if "." not in Path(name).name}
+    return {**named, **folders, **OTHER_FILES}

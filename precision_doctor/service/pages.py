@@ -174,6 +174,9 @@ _JOB_JS = """
   else if(!done)renderSummary(null);}
  function loadSummary(){fetch('/jobs/'+encodeURIComponent(job.id)+'/summary').then(function(r){return r.ok?r.json():null;})
   .then(function(d){summary=d;renderSummary(job.result);render(job);}).catch(function(){renderSummary(job.result);});}
+ function kind(n){var x=n.split('.').pop();return {jsonl:'evaluations of the run, one JSON line each',
+  h5:'data of the run (HDF5)',json:'data of the run (JSON)',onnx:'a model of the run (ONNX)',
+  sh:'a script of the run',raw:'raw tensor data',txt:'text written by the run'}[x]||'a file of the run';}
  function loadArtifacts(){fetch('/jobs/'+encodeURIComponent(job.id)+'/artifacts').then(function(r){return r.json();})
   .then(function(d){var about=(summary&&summary.artifacts)||{},list=d.artifacts||[],rows=[];
    list.sort(function(a,b){var ia=Object.keys(about).indexOf(a.name),ib=Object.keys(about).indexOf(b.name);
@@ -181,7 +184,7 @@ _JOB_JS = """
    list.forEach(function(a){var tr=document.createElement('tr'),td=el('td',null,'file'),link=el('a',a.name);
     link.href='/jobs/'+encodeURIComponent(job.id)+'/artifacts/'+a.name.split('/').map(encodeURIComponent).join('/');
     td.appendChild(link);tr.appendChild(td);tr.appendChild(el('td',a.size_text,'n'));
-    tr.appendChild(el('td',about[a.name]||'','msg about'));
+    tr.appendChild(el('td',about[a.name]||about[a.name.split('/')[0]+'/']||kind(a.name),'msg about'));
     rows.push(tr);});
    var tb=$('artifacts');tb.replaceChildren.apply(tb,rows);show('files',rows.length>0);
    document.body.setAttribute('data-artifacts',String(rows.length));}).catch(function(){});}
