@@ -38,7 +38,7 @@ def diagnose(
     `capture_cache` shares captures across runs (pipeline/capture_cache.py): a second diagnosis of the
     same model and samples skips the capture and its analysis."""
     spec.validate()
-    work = _load(spec, progress)
+    work = _load(spec, progress, run_dir=Path(out_dir) if resume else None)
     validation = held_out_samples(work)
     _loaded(spec, work, validation, progress)
     with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
@@ -112,9 +112,9 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
     return report
 
 
-def _load(spec: RunSpec, progress: ProgressSink | None) -> Workload:
+def _load(spec: RunSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:
     notify(progress, PhaseEvent("load"))
-    return load_workload(spec)
+    return load_workload(spec, run_dir)
 
 
 def _loaded(spec: RunSpec, work: Workload, held_out: list, progress: ProgressSink | None) -> None:

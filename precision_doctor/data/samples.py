@@ -30,6 +30,7 @@ import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, TypeVar, overload
 
 import numpy as np
@@ -176,6 +177,10 @@ class SampleSet(Sequence[Sample]):
             out.setdefault(e.group, []).append(i)
         return out
 
+    def files(self) -> list[Path]:
+        """The files the samples are read from, each once, in order (samples in memory or spilled have none)."""
+        return list(dict.fromkeys(e.path for e in self.entries if isinstance(getattr(e, "path", None), Path)))
+
     @property
     def nbytes(self) -> int:
         """The bytes all samples take once loaded (from their headers)."""
@@ -281,6 +286,17 @@ def _shares(sizes: Mapping[ShapeGroup, int], k: int) -> dict[ShapeGroup, int]:
         g = max((g for g in order if out[g] < sizes[g]), key=lambda g: sizes[g] * k / total - out[g])
         out[g] += 1
     return out
+
+
+def grouped(groups: Mapping[ShapeGroup, Sequence[int]], indices: Iterable[int] | None = None) -> list[int]:
+    """`indices` (default: every sample) ordered so that each shape group's samples are consecutive: the groups
+    in the order they first appear among `indices`, each group's samples in their order."""
+    group_of = {i: g for g, v in groups.items() for i in v}
+    wanted = list(indices) if indices is not None else sorted(group_of)
+    order: dict[ShapeGroup, list[int]] = {}
+    for i in wanted:
+        order.setdefault(group_of[i], []).append(i)
+    return [i for v in order.values() for i in v]
 
 
 def capture_choice(scores: Sequence[float] | None, groups: Mapping[ShapeGroup, Sequence[int]], k: int) -> list[int]:

@@ -4,6 +4,7 @@ named.onnx where the tool named nodes (the commands then point at it, so every t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +40,7 @@ class Written:
     forced: dict[str, str]
 
 
-def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: frozenset[str], spec: RunSpec,
+def write_artifacts(out_dir: Path, work: Workload, refs: Sequence[dict], fallback: frozenset[str], spec: RunSpec,
                     knob: KnobConfig | None = None) -> Written:
     """Write every artifact of the answer `fallback` (`knob`: the knob configuration it was found under, whose
     settings the commands then carry)."""
@@ -49,7 +50,8 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
         note_written(out_dir / name)
     onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
     (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
-    save_polygraphy_io(out_dir, work.samples, refs)
+    kept = work.capture if work.capture is not None else range(len(work.samples))  # the captured samples
+    save_polygraphy_io(out_dir, work.samples.subset(kept), [refs[i] for i in kept])
     order = [n.name for n in model.nodes if n.name in fallback]
     forced = forced_fp32_nodes(model, fallback)
     tools_model = model_for_tools(model, out_dir)  # named.onnx where we named nodes: the tools see our names
@@ -79,8 +81,9 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
     return Written({k: v for k, v in texts.items() if k not in SCRIPTS}, files, forced)
 
 
-def save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) -> None:
-    """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs)."""
+def save_polygraphy_io(out_dir: Path, samples: Sequence[Sample], refs: Sequence[dict]) -> None:
+    """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs): the
+    samples the capture ran on (at most `capture.max_samples`, every shape group), not thousands."""
     from polygraphy.comparator import IterationResult, RunResults
     from polygraphy.json import save_json
     from polygraphy.logger import G_LOGGER

@@ -127,7 +127,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, by_knobs),
         elapsed_s=elapsed,
         samples=SampleCounts(search=len(work.samples), validation=n_validation),
-        inputs=work.inputs.describe(),
+        inputs=work.describe(),
         baseline=_checks(oracle.known(())),
         outputs=dict(final_verdict.outputs) if final_verdict else {},
         validation=validation, expected_headroom=checks.headroom,
