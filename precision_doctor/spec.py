@@ -234,6 +234,17 @@ class RunSpec:
         return [self.model, *map(static_root, i.files), *map(static_root, i.validate_files), *script,
                 *([i.reference_outputs] if i.reference_outputs else [])]
 
+    def read_files(self) -> list[str]:
+        """Every file this run reads: `user_files` with directories and globs expanded to the sample files in
+        them (a batch's fingerprint, the paths every Ray node must see)."""
+        from precision_doctor.data.loader_script import parse_script
+        from precision_doctor.data.sources import expanded_or_given
+
+        i = self.inputs
+        script = [str(parse_script(i.data_loader_script)[0])] if i.data_loader_script else []
+        return [self.model, *expanded_or_given([*i.files, *i.validate_files]), *script,
+                *([i.reference_outputs] if i.reference_outputs else [])]
+
     def _validate_tensorrt(self) -> None:
         """The TensorRT, knob and engine settings: `trt` refused in one line where its engines cannot run
         (before any work, so no run directory is made), knobs refused on the emulator, engine targets
@@ -310,12 +321,11 @@ class RunSpec:
     # -- identity -------------------------------------------------------------------------------------
     def key(self) -> str:
         """A stable fingerprint: the settings (sorted JSON, model path left out) plus the SHA-256 of the
-        model file and of every input file named (None for a missing one)."""
-        from precision_doctor.data.sources import expanded_or_given
-
+        model file and of every file the run reads (`read_files`: directories and globs expanded; None for a
+        missing one)."""
         settings = self.to_json()
         del settings["model"]
-        files = expanded_or_given(self.user_files())
+        files = self.read_files()
         hashes = [file_sha256(Path(f)) if Path(f).is_file() else None for f in files]
         text = json.dumps({"settings": settings, "file_hashes": hashes}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -21,26 +21,35 @@ import numpy as np
 from precision_doctor import storage
 from precision_doctor.data.activations import escape
 from precision_doctor.data.arrayfiles import Bounds, h5_datasets
-from precision_doctor.data.samples import CACHE_SAMPLES, Concat, Sample
+from precision_doctor.data.samples import CACHE_SAMPLES, Concat, HeapTrim, Sample
 from precision_doctor.errors import UserError
 from precision_doctor.results.manifest import note_written
 
 REFERENCES = "references.h5"
+_CLOSED = "closed"  # attribute: True once the file was closed after its last write
 Outputs = dict[str, np.ndarray]
 
 
 class ReferenceFile:
-    """The run directory's references.h5, opened once for all the sets that keep outputs there. A file that
-    cannot be opened (cut short by a kill) is ours (in the manifest): it is started again."""
+    """The run directory's references.h5, opened once for all the sets that keep outputs there. It is marked
+    unfinished while open and finished when closed: a file left unfinished (a kill: HDF5 writes its metadata
+    when it closes, so such a file cannot be trusted) or that cannot be opened is ours (in the manifest) and
+    is started again."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         note_written(self.path)
         try:
             self.file = h5py.File(self.path, "a")
+            if self.file.attrs.get(_CLOSED) is not True and self.file.attrs.get(_CLOSED) != 1:
+                raise OSError("not closed")
         except OSError:
+            if getattr(self, "file", None) is not None and self.file.id.valid:
+                self.file.close()
             self.path.unlink(missing_ok=True)
-            self.file = h5py.File(self.path, "a")
+            self.file = h5py.File(self.path, "w")
+        self.file.attrs[_CLOSED] = False
+        self.file.flush()
 
     def read(self, key: str) -> Outputs | None:
         if key not in self.file:
@@ -62,13 +71,13 @@ class ReferenceFile:
                 ds = grp.create_dataset(escape(name), data=np.asarray(value))
                 ds.attrs["onnx_name"] = name
             self.file.move(tmp, key)
-            self.file.flush()
         except OSError as exc:
             full = storage.as_disk_full(exc, self.path.parent)
             raise (full or UserError(f"cannot write {self.path}: {exc}")) from exc
 
     def close(self) -> None:
         if self.file.id.valid:
+            self.file.attrs[_CLOSED] = True
             self.file.close()
 
 
@@ -79,6 +88,7 @@ class ReferenceSet(Sequence[Outputs]):
                  name: str = "search"):
         self.samples, self.run, self.file, self.name = samples, run, file, name
         self._memory: OrderedDict[int, Outputs] = OrderedDict()
+        self._trim = HeapTrim()
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -96,6 +106,7 @@ class ReferenceSet(Sequence[Outputs]):
             return hit
         key = f"{self.name}/{index:07d}"
         outputs = self.file.read(key) if self.file is not None else None
+        self._trim.tick()
         if outputs is None:
             outputs = self.run(self.samples[index])
             if self.file is not None:

@@ -26,6 +26,7 @@ Choosing samples:
 
 from __future__ import annotations
 
+import ctypes
 import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -97,6 +98,48 @@ class MemoryEntry:
         return self.sample
 
 
+MMAP_THRESHOLD = 64 << 10  # arrays from this size get their own mapping once samples cycle through the cache
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+_heap_bounded = [False]
+
+
+def release_heap() -> None:
+    """Give freed heap memory back to the OS (glibc's `malloc_trim`)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def bound_heap() -> None:
+    """Once per process, when samples start cycling through memory: arrays of MMAP_THRESHOLD bytes or more are
+    mapped and unmapped by themselves (glibc's mallopt M_MMAP_THRESHOLD; it also stops glibc from raising the
+    threshold as it frees large blocks). Reading, checking and dropping thousands of 64 KiB samples between
+    HDF5's and ONNX Runtime's own allocations otherwise fragments the heap: one pass over 800 such samples (FP32
+    reference, emulated run, tolerance check) grew the peak RSS by 250 MiB; with this and `release_heap` every
+    CACHE_SAMPLES samples, by 19 MiB (bench numbers in docs/ARCHITECTURE.md)."""
+    if _heap_bounded[0]:
+        return
+    _heap_bounded[0] = True
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+    except (OSError, AttributeError):
+        pass
+
+
+class HeapTrim:
+    """Calls `release_heap` once every `every` calls of `tick()`."""
+
+    def __init__(self, every: int = CACHE_SAMPLES):
+        self.every, self.count = every, 0
+
+    def tick(self) -> None:
+        self.count += 1
+        if self.count % self.every == 0:
+            bound_heap()
+            release_heap()
+
+
 class _Cache:
     """The last samples loaded, by entry, at most CACHE_SAMPLES of them and CACHE_BYTES in all."""
 
@@ -104,6 +147,7 @@ class _Cache:
         self.limit, self.byte_limit = samples, nbytes
         self.items: OrderedDict[int, tuple[Entry, FileSample]] = OrderedDict()
         self.bytes = 0
+        self.trim = HeapTrim()
 
     def get(self, entry: Entry, make: Callable[[], FileSample]) -> FileSample:
         key = id(entry)
@@ -112,6 +156,7 @@ class _Cache:
             self.items.move_to_end(key)
             return hit[1]
         sample = make()
+        self.trim.tick()
         size = sum(int(v.nbytes) for v in sample.values())
         if size <= self.byte_limit:
             self.items[key] = (entry, sample)

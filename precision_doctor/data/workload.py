@@ -76,12 +76,13 @@ class Workload:
         """The samples the capture runs on (all search samples until `capture` is chosen)."""
         return self.samples if self.capture is None else self.samples.subset(self.capture)
 
-    def shape_groups(self) -> list[tuple[ShapeGroup, int, int]]:
-        """Each shape group with its number of search and held-out samples, the largest group first."""
+    def shape_groups(self) -> list[tuple[ShapeGroup, int, int, int]]:
+        """Each shape group with its numbers of search, held-out and captured samples, the largest first."""
         held = self.held.groups() if self.held is not None else {}
         search = self.samples.groups()
+        captured = self.captured().groups() if self.capture is not None else {}
         groups = list(search) + [g for g in held if g not in search]
-        rows = [(g, len(search.get(g, ())), len(held.get(g, ()))) for g in groups]
+        rows = [(g, len(search.get(g, ())), len(held.get(g, ())), len(captured.get(g, ()))) for g in groups]
         return sorted(rows, key=lambda r: -(r[1] + r[2]))
 
     def keep_in(self, run_dir: Path) -> None:

@@ -8,7 +8,6 @@ holds more than one group's outputs at once.
 
 from __future__ import annotations
 
-import ctypes
 import datetime as _dt
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ from precision_doctor.backends.ort_session import make_session, run_session, wit
 from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
-from precision_doctor.data.samples import ShapeGroup, groups_of
+from precision_doctor.data.samples import ShapeGroup, groups_of, release_heap
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
@@ -82,17 +81,9 @@ def capture_run(
             for name, value in zip(group, run_session(sess, group, {**s, **extra_feed}, model)):
                 store.write(run, name, i, len(samples), value)
         del sess
-        _release_heap()
+        release_heap()  # between groups: glibc keeps freed heap otherwise (see BENCHMARKS)
         done += len(group)
         notify(progress, CaptureEvent(run, done, len(names)))
-
-
-def _release_heap() -> None:
-    """Give freed heap back to the OS between groups (glibc keeps it otherwise; see BENCHMARKS)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
 
 
 def capture(

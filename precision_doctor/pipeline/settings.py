@@ -78,6 +78,19 @@ def changed_files(old: list[dict], new: list[dict]) -> list[str]:
     return out
 
 
+def _same_sources(old: dict, new: dict) -> bool:
+    """Whether two records name the same inputs (files, directories, globs, loader script, held-out files) and
+    both list the files found: then what changed is the files, not the settings."""
+    def sources(d: dict) -> list | None:
+        spec = d.get("spec")
+        inputs = spec.get("inputs") if isinstance(spec, dict) else None
+        if not isinstance(inputs, dict) or not isinstance(d.get("input_files"), list):
+            return None
+        return [inputs.get(k) for k in ("files", "data_loader_script", "validate_files")]
+
+    return sources(old) is not None and sources(old) == sources(new)
+
+
 def samples_hash(samples: Sequence[Sample] | Sequence[dict]) -> str:
     h = hashlib.sha256()
     for i in range(len(samples)):
@@ -138,8 +151,7 @@ def check_run_settings(out_dir: Path, settings: dict, resume: bool) -> None:
     path = out_dir / RUN_SETTINGS
     if resume and path.exists():
         old = _recorded(path)
-        if isinstance(old.get("input_files"), list) and (changed := changed_files(old["input_files"],
-                                                                                  settings.get("input_files", []))):
+        if _same_sources(old, settings) and (changed := changed_files(old["input_files"], settings["input_files"])):
             shown = ", ".join(changed[:SHOWN_CHANGES]) + (f" and {len(changed) - SHOWN_CHANGES} more"
                                                           if len(changed) > SHOWN_CHANGES else "")
             raise SpecError("resume", f"{{resume}}: the input files of {out_dir} changed since the run started "

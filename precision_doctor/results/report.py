@@ -338,6 +338,17 @@ class SampleCounts:
     validation: int = 0
 
 
+@dataclass(frozen=True)
+class ShapeGroupInfo:
+    """One shape group of the samples (every input's shape): how many samples of it searched, were held out,
+    and were captured layer by layer."""
+
+    shapes: dict[str, list[int]]
+    samples: int = 0
+    held_out: int = 0
+    captured: int = 0
+
+
 @dataclass
 class FormatLimits:
     max: float | None = None
@@ -394,6 +405,7 @@ class Report:
     trt_check: TrtCheckResult | None = None
     engine: EngineResult | None = None
     knobs: KnobsResult | None = None
+    shape_groups: list[ShapeGroupInfo] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -454,6 +466,7 @@ class Report:
             "trt_check": None if self.trt_check is None else self.trt_check.to_json(),
             "engine": None if self.engine is None else self.engine.to_json(),
             "knobs": None if self.knobs is None else self.knobs.to_json(),
+            "shape_groups": [asdict(g) for g in self.shape_groups],
         })
 
     @classmethod
@@ -698,6 +711,12 @@ def _certification(v: Any, path: str) -> Certification:
     )
 
 
+def _shape_group(v: Any, path: str) -> ShapeGroupInfo:
+    d = _mapping(v, path)
+    shapes = {str(k): _list(_int)(x, f"{path}.shapes.{k}") for k, x in _get(d, "shapes", path, _mapping).items()}
+    return ShapeGroupInfo(shapes, *(_get(d, k, path, _int, default=0) for k in ("samples", "held_out", "captured")))
+
+
 def _emulation_note(v: Any, path: str) -> EmulationNote:
     d = _mapping(v, path)
     return EmulationNote(
@@ -826,4 +845,5 @@ def _report(data: Any) -> Report:
         trt_check=_opt(d, "trt_check", "", _trt_check),
         engine=_opt(d, "engine", "", _engine),
         knobs=_opt(d, "knobs", "", _knobs),
+        shape_groups=_get(d, "shape_groups", "", _list(_shape_group), default=[]),
     )
