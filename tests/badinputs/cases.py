@@ -711,10 +711,36 @@ def security_cases() -> list[Case]:
     ]
 
 
+def service_cases() -> list[Case]:
+    """`serve` settings refused before the daemon starts, and `submit` settings refused before it sends
+    anything (issue 19); the API's own refusals are tests/test_service_security.py's."""
+    W_SERVE = "service/daemon.py check (+ service/auth.py token_problem): one line, exit 2, before the state dir"
+    serve = ["serve", "--state-dir", "s"]
+    out = [case(f"serve/{flag.lstrip('-')}={value}", *serve, flag, value, names=[flag], check=no_dir("s"),
+                where=W_SERVE)
+           for flag, value in [("--max-upload-mb", "nan"), ("--max-upload-mb", "inf"), ("--max-upload-mb", "0"),
+                               ("--cache-mb", "nan"), ("--cache-mb", "-1"), ("--lease-s", "0"), ("--port", "99999"),
+                               ("--port", "0"), ("--workers", "100000")]]
+    out += [case(f"serve/token-{label}", *serve, "--token", token, names=["--token"], absent=[token], check=no_dir("s"),
+                 where=W_SERVE)
+            for label, token in [("space", "has space 123"), ("semicolon", "semi;colon;123"),
+                                 ("quote", 'quo"te"12345'), ("newline", "new\nline1234")]]
+    huge = "1" + "0" * 30
+    out += _flag_cases("submit", ["submit", "good.onnx", "--server", "http://127.0.0.1:9"], [
+        ("--group-mb", "1e400", (2,)), ("--seed", huge, (2,)), ("--max-evaluations", huge, (2,)),
+        ("--samples", huge, (2,))])
+    out += _flag_cases("diagnose", D, [("--group-mb", "1e308", (2,)), ("--seed", huge, (2,)),
+                                       ("--max-evaluations", huge, (2,)), ("--samples", "1000000", (2,)),
+                                       ("--time-budget", "1e300", (2,))])
+    out += _flag_cases("compare", C, [("--group-mb", "1e308", (2,)), ("--seed", huge, (2,))])
+    return out
+
+
 def catalogue() -> list[Case]:
     cases = [*model_cases(), *input_cases(), *flag_cases(), *shape_range_cases(), *outdir_cases(),
              *rundir_cases(), *batch_cases(), *interrupt_cases(), *zoo_cases(), *reference_cases(), *more_cases(),
-             *security_cases()]
+             *security_cases(),
+             *service_cases()]
     ids = [c.id for c in cases]
     dup = {i for i in ids if ids.count(i) > 1}
     assert not dup, f"duplicate case ids: {dup}"
