@@ -68,8 +68,7 @@ def expand_inputs(values: Sequence[str | Path], setting: str = FILES) -> list[Pa
     for value in map(str, values):
         path = Path(value)
         if path.is_dir():
-            found = sorted(p for p in path.iterdir() if p.suffix.lower() in SAMPLE_SUFFIXES
-                           and not p.name.startswith(".") and p.is_file())
+            found = sample_files_in(path)
             if not found:
                 raise UserError(f"inputs {path} is a directory with no sample files in it ({SUFFIXES_SHOWN}; "
                                 "subdirectories are not read)")
@@ -87,6 +86,18 @@ def expand_inputs(values: Sequence[str | Path], setting: str = FILES) -> list[Pa
         else:
             raise UserError(f"inputs file not found: {path}")
     return files
+
+
+def sample_files_in(directory: Path) -> list[Path]:
+    """The sample files of a directory, sorted: regular files with a SAMPLE_SUFFIXES suffix, not hidden, not in
+    subdirectories."""
+    return sorted(p for p in Path(directory).iterdir() if p.suffix.lower() in SAMPLE_SUFFIXES
+                  and not p.name.startswith(".") and p.is_file())
+
+
+def is_glob(value: str) -> bool:
+    """Whether an `--inputs` value is a pattern (a wildcard in a value that names no file)."""
+    return bool(_GLOB.search(value)) and not Path(value).exists() and not looks_like_shape(value)
 
 
 def static_root(value: str | Path) -> str:
