@@ -149,16 +149,17 @@ def input_bounds(model: Model) -> Bounds:
                    for name, spec in model_inputs(model).items()})
 
 
-def load_samples(paths: Sequence[str | Path], bounds: Bounds | None = None, model: Model | None = None) -> SampleSet:
+def load_samples(paths: Sequence[str | Path], bounds: Bounds | None = None, model: Model | None = None,
+                 setting: str = "inputs.files") -> SampleSet:
     """The samples of `paths` (files, directories, globs: data/sources.py), found from the files' headers and
     loaded on demand, each array checked against `bounds` before it is read (default `input_bounds(model)`;
     `data/arrayfiles.py`). With `model`, multi-sample .npz/.npy files are recognised by the model's input ranks
     and each sample is cast to the model's dtypes where numpy casts within a kind (float64 -> float32). An
-    unreadable file is a UserError naming it and what it holds."""
+    unreadable file is a UserError naming it and what it holds (`setting`: the setting `paths` came from)."""
     if bounds is None:
         bounds = input_bounds(model) if model is not None else Bounds()
     inputs = model_inputs(model) if model is not None else None
-    entries = file_entries(expand_inputs(paths), bounds, {n: s.shape for n, s in inputs.items()} if inputs else None)
+    entries = file_entries(expand_inputs(paths, setting), bounds, {n: s.shape for n, s in inputs.items()} if inputs else None)
     return SampleSet(entries, conform_to(inputs) if inputs else None)
 
 

@@ -42,11 +42,6 @@ def parse_script(value: str) -> tuple[Path, str]:
     return Path(value), DEFAULT_FUNC
 
 
-def shown(value: str) -> str:
-    path, func = parse_script(value)
-    return f"data loader script {path}:{func}"
-
-
 def run_loader(value: str, bounds: Bounds, spill: Spill | None = None) -> list[SpillEntry]:
     """Every sample `FUNC()` of the script `value` yields, checked and spilled to `spill` (a new temporary
     one by default); labelled "SCRIPT:FUNC (sample i)"."""

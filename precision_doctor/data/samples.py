@@ -73,12 +73,11 @@ class ShapeGroup:
 
 
 class Entry(Protocol):
-    """Where one sample lives: its label, its shape group (known before loading), the bytes it takes once
-    loaded, whether loading it is worth caching, and `load()`."""
+    """Where one sample lives: its label, its shape group (known before loading), whether loading it is worth
+    caching, and `load()`."""
 
     label: str
     group: ShapeGroup
-    nbytes: int
     cached: bool
 
     def load(self) -> Mapping[str, np.ndarray]: ...
@@ -92,7 +91,6 @@ class MemoryEntry:
     def __init__(self, sample: Mapping[str, np.ndarray], label: str):
         self.sample, self.label = sample, label
         self.group = ShapeGroup.of_sample(sample)
-        self.nbytes = sum(int(np.asarray(v).nbytes) for v in sample.values())
 
     def load(self) -> Mapping[str, np.ndarray]:
         return self.sample
@@ -225,11 +223,6 @@ class SampleSet(Sequence[Sample]):
     def files(self) -> list[Path]:
         """The files the samples are read from, each once, in order (samples in memory or spilled have none)."""
         return list(dict.fromkeys(e.path for e in self.entries if isinstance(getattr(e, "path", None), Path)))
-
-    @property
-    def nbytes(self) -> int:
-        """The bytes all samples take once loaded (from their headers)."""
-        return sum(e.nbytes for e in self.entries)
 
     # -- new sets -------------------------------------------------------------------------------------
     def subset(self, indices: Iterable[int]) -> SampleSet:

@@ -25,7 +25,6 @@ decoded whole once and spilled to disk (data/spill.py), then read one sample at 
 from __future__ import annotations
 
 import glob
-import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -206,8 +205,8 @@ class WholeFile:
 
     cached = True
 
-    def __init__(self, path: Path, bounds: Bounds, group: ShapeGroup, nbytes: int, single_input: str | None = None):
-        self.path, self.bounds, self.group, self.nbytes = path, bounds, group, nbytes
+    def __init__(self, path: Path, bounds: Bounds, group: ShapeGroup, single_input: str | None = None):
+        self.path, self.bounds, self.group = path, bounds, group
         self.label = str(path)
         self.single_input = single_input  # a .npy: the model input it feeds
 
@@ -230,9 +229,9 @@ class FileRow:
     cached = True
 
     def __init__(self, path: Path, index: int, readers: Mapping[str, ArrayRows], rows: Mapping[str, int],
-                 layout_: Layout, group: ShapeGroup, nbytes: int):
+                 layout_: Layout, group: ShapeGroup):
         self.path, self.index, self.readers, self.rows, self.layout = path, index, readers, rows, layout_
-        self.group, self.nbytes = group, nbytes
+        self.group = group
         self.label = f"{path} (sample {index})"
 
     def load(self) -> dict[str, np.ndarray]:
@@ -265,8 +264,7 @@ def file_entries(paths: Sequence[Path], bounds: Bounds, inputs: Mapping[str, tup
                 entries += _json_file(path, bounds, spill)
             elif suffix in (".h5", ".hdf5"):
                 shapes = h5_shapes(path, bounds)
-                entries.append(WholeFile(path, bounds, ShapeGroup.of({k: v[0] for k, v in shapes.items()}),
-                                         sum(math.prod(s) * d.itemsize for s, d in shapes.values())))
+                entries.append(WholeFile(path, bounds, ShapeGroup.of({k: v[0] for k, v in shapes.items()})))
             else:
                 raise UserError(f"inputs file {path}: unknown format (use {SUFFIXES_SHOWN})")
         except UserError:
@@ -293,9 +291,8 @@ def _array_file(path: Path, bounds: Bounds, inputs: Mapping[str, tuple[int | Non
         for name, (shape, dtype) in arrays.items():
             bounds.check(where, name, shape, dtype)
         group = ShapeGroup.of({k: v[0] for k, v in arrays.items()})
-        nbytes = sum(math.prod(s) * d.itemsize for s, d in arrays.values())
         single = next(iter(arrays)) if path.suffix.lower() == ".npy" else None
-        return [WholeFile(path, bounds, group, nbytes, single)]
+        return [WholeFile(path, bounds, group, single)]
     shapes = {}
     for name, (shape, dtype) in arrays.items():
         b = found.rows.get(name)
@@ -308,8 +305,7 @@ def _array_file(path: Path, bounds: Bounds, inputs: Mapping[str, tuple[int | Non
     single_npy = path.suffix.lower() == ".npy"
     readers = {name: ArrayRows(path, None if single_npy else name) for name in shapes}
     group = ShapeGroup.of(shapes)
-    nbytes = sum(math.prod(shapes[n]) * arrays[n][1].itemsize for n in shapes)
-    return [FileRow(path, i, readers, found.rows, found.layout, group, nbytes) for i in range(found.count)]
+    return [FileRow(path, i, readers, found.rows, found.layout, group) for i in range(found.count)]
 
 
 def _json_file(path: Path, bounds: Bounds, spill: Spill) -> list[Entry]:

@@ -11,7 +11,6 @@ directory it lives in a temporary directory removed with the Spill.
 
 from __future__ import annotations
 
-import math
 import shutil
 import tempfile
 import weakref
@@ -56,7 +55,7 @@ class Spill:
             shapes = {name: ds.shape for name, ds in h5_datasets(f, key, spill.path, bounds)}
             label = f[key].attrs.get("label", f"{path} (sample {int(key)})")
             label = label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label)
-            entries.append(SpillEntry(spill, key, label, ShapeGroup.of(shapes), _nbytes(f, key)))
+            entries.append(SpillEntry(spill, key, label, ShapeGroup.of(shapes)))
         spill.count = len(entries)
         return spill, entries
 
@@ -77,7 +76,7 @@ class Spill:
             full = storage.as_disk_full(exc, self.path.parent)
             raise (full or UserError(f"cannot write samples to {self.path}: {exc}")) from exc
         self.count += 1
-        return SpillEntry(self, key, label, ShapeGroup.of_sample(sample), nbytes, source)
+        return SpillEntry(self, key, label, ShapeGroup.of_sample(sample), source)
 
     def finish(self) -> None:
         """Writing done: the file is closed and read from now on."""
@@ -115,17 +114,13 @@ class Spill:
         self._writer = self._reader = None
 
 
-def _nbytes(f: h5py.File, key: str) -> int:
-    return sum(math.prod(ds.shape) * ds.dtype.itemsize for ds in f[key].values() if isinstance(ds, h5py.Dataset))
-
-
 class SpillEntry:
     """One sample of a Spill; `path`: the file it was read from (a polygraphy JSON file), None for a loader's."""
 
     cached = True
 
-    def __init__(self, spill: Spill, key: str, label: str, group: ShapeGroup, nbytes: int, path: Path | None = None):
-        self.spill, self.key, self.label, self.group, self.nbytes, self.path = spill, key, label, group, nbytes, path
+    def __init__(self, spill: Spill, key: str, label: str, group: ShapeGroup, path: Path | None = None):
+        self.spill, self.key, self.label, self.group, self.path = spill, key, label, group, path
 
     def load(self) -> dict[str, np.ndarray]:
         return self.spill.read(self.key)
