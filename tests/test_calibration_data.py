@@ -18,7 +18,7 @@ import pytest
 
 from precision_doctor.data.inputs import load_samples, validate_samples
 from precision_doctor.data.loader_script import run_loader
-from precision_doctor.data.samples import SampleSet, ShapeGroup, capture_choice, grouped, spread_choice
+from precision_doctor.data.samples import SampleSet, ShapeGroup, _Cache, capture_choice, grouped, spread_choice
 from precision_doctor.data.workload import load_workload
 from precision_doctor.errors import UserError
 from precision_doctor.graph.model import from_proto
@@ -116,6 +116,23 @@ def test_a_multi_sample_npz_is_read_one_sample_at_a_time(tmp_path, dyn, save):
         assert np.array_equal(samples[i]["x"], stacked[i])
     assert samples.shape_group(2) == ShapeGroup.of({"x": (3, 16)})
     validate_samples(model, samples)
+
+
+def test_many_multi_sample_files_keep_few_files_open(tmp_path, dyn):
+    from precision_doctor.data import arrayfiles
+
+    _, model = dyn
+    rng = np.random.default_rng(3)
+    arrays = [rng.standard_normal((2, 1, 16)).astype(np.float32) for _ in range(3 * arrayfiles.MAX_OPEN_ARRAYS)]
+    for i, a in enumerate(arrays):
+        (np.savez_compressed if i % 2 else np.savez)(tmp_path / f"m{i:03d}.npz", x=a)
+    loaded = load_samples([tmp_path], model=model)
+    samples = SampleSet(loaded.entries, loaded.conform, _Cache(samples=0))  # no cache: the file is read every time
+    order = list(range(len(samples)))
+    for indices in (order, order[::-1], order[::7]):
+        for i in indices:
+            assert np.array_equal(samples[i]["x"], arrays[i // 2][i % 2])
+            assert len(arrayfiles._open_rows) <= arrayfiles.MAX_OPEN_ARRAYS
 
 
 def test_npy_files_and_modelopts_concatenated_layout(tmp_path):

@@ -28,6 +28,7 @@ import json
 import math
 import os
 import zipfile
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,12 +199,18 @@ def _check_zip_magic(path: Path) -> None:
         raise UserError(f"inputs file {path} is not an .npz archive (no zip inside): save the sample with np.savez")
 
 
+MAX_OPEN_ARRAYS = 16  # ArrayRows holding a file open at once (the least recently read is closed first)
+_open_rows: OrderedDict[int, ArrayRows] = OrderedDict()
+
+
 class ArrayRows:
     """Stretches of one array along its first axis (a .npy file, or an .npz member when `member` is given),
     read on demand without reading the rest: `read(start, count)` -> the array's rows [start, start+count).
     The array's header was checked by the caller; what its header declares must be in the file (checked when
     opened: the bytes of a .npy file or a stored member, the declared size of a compressed one). A compressed
-    member is read forward from the last position (reading in order costs one pass)."""
+    member is read forward from the last position (reading in order costs one pass). At most MAX_OPEN_ARRAYS
+    stay open across all of them (a directory of thousands of multi-sample files must not run out of file
+    descriptors); a closed one opens again when read."""
 
     def __init__(self, path: Path, member: str | None = None):
         self.path, self.member = Path(path), member
@@ -216,7 +223,7 @@ class ArrayRows:
         self.dtype = np.dtype("f4")
 
     def _open(self) -> None:
-        if self._file is not None or self._stream is not None:
+        if self._file is not None or self._zip is not None:
             return
         try:
             if self.member is None:
@@ -256,6 +263,11 @@ class ArrayRows:
 
     def read(self, start: int, count: int) -> np.ndarray:
         self._open()
+        _open_rows[id(self)] = self
+        _open_rows.move_to_end(id(self))
+        while len(_open_rows) > MAX_OPEN_ARRAYS:
+            _, oldest = _open_rows.popitem(last=False)
+            oldest.close()
         out = np.empty((count, *self.shape[1:]), dtype=self.dtype)
         view = memoryview(out).cast("B") if out.nbytes else memoryview(b"")
         offset = start * self.row_bytes
@@ -295,6 +307,8 @@ class ArrayRows:
             if f is not None:
                 f.close()
         self._file = self._zip = self._stream = None
+        if _open_rows.get(id(self)) is self:
+            del _open_rows[id(self)]
 
 
 def _full_header(f) -> tuple[tuple[int, ...], np.dtype, bool]:
