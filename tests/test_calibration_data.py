@@ -90,7 +90,7 @@ def test_a_glob_is_expanded_sorted(tmp_path, dyn):
         np.savez(tmp_path / name, x=_x(rng, 2))
     samples = load_samples([str(tmp_path / "s*.npz")], model=model)
     assert _labels(samples) == ["s1.npz", "s10.npz", "s2.npz"]
-    with pytest.raises(UserError, match=r"inputs pattern .*q\*\.npz matches no file"):
+    with pytest.raises(UserError, match=r"inputs.files .*q\*\.npz: the pattern matches no file"):
         load_samples([str(tmp_path / "q*.npz")], model=model)
 
 

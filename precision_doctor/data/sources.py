@@ -80,10 +80,10 @@ def expand_inputs(values: Sequence[str | Path], setting: str = FILES) -> list[Pa
         elif _GLOB.search(value):
             matched = sorted(Path(p) for p in glob.glob(value) if Path(p).is_file())
             if not matched:
-                raise UserError(f"inputs pattern {value} matches no file")
+                raise SpecError(setting, f"{{{setting}}} {value}: the pattern matches no file")
             files += matched
         else:
-            raise UserError(f"inputs file not found: {path}")
+            raise SpecError(setting, f"{{{setting}}} {path}: file not found")
     return files
 
 
