@@ -15,7 +15,7 @@ from precision_doctor.data.arrayfiles import MAX_ELEMENTS, MAX_SHOWN, Bounds, un
 from precision_doctor.data.samples import FileSample, Sample, SampleSet
 from precision_doctor.data.sources import expand_inputs, file_entries
 from precision_doctor.errors import SpecError, UserError
-from precision_doctor.graph.model import Model
+from precision_doctor.graph.model import Model, declared_dims
 
 __all__ = ["FileSample", "Sample", "SampleSet"]  # where the rest of the code has always found them
 
@@ -42,7 +42,7 @@ def model_inputs(model: Model) -> dict[str, ModelInput]:
             continue
         tt = vi.type.tensor_type
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim)
+        shape = declared_dims(tt.shape)
         specs[vi.name] = ModelInput(vi.name, dtype, shape)
     return specs
 

@@ -72,6 +72,13 @@ class ShapeGroup:
         return ";".join(f"{k}:{'x'.join(map(str, v))}" for k, v in self.shapes)
 
 
+@dataclass(frozen=True)
+class Shaped:
+    """An array's shape without its data (`np.shape(Shaped((1, 3)))` is (1, 3))."""
+
+    shape: tuple[int, ...]
+
+
 class Entry(Protocol):
     """Where one sample lives: its label, its shape group (known before loading), whether loading it is worth
     caching, and `load()`."""
@@ -212,6 +219,11 @@ class SampleSet(Sequence[Sample]):
 
     def shape_group(self, index: int) -> ShapeGroup:
         return self.entries[index].group
+
+    def shapes(self) -> list[dict[str, Shaped]]:
+        """Each sample's arrays as their shapes only (`np.shape` reads them), from the headers: for code that
+        needs every sample's shapes without their data."""
+        return [{name: Shaped(shape) for name, shape in e.group.shapes} for e in self.entries]
 
     def groups(self) -> dict[ShapeGroup, list[int]]:
         """The sample indices of each shape group, groups in the order they first appear."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from precision_doctor import storage
@@ -14,6 +14,7 @@ from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.references import check_count, check_shapes
 from precision_doctor.data.workload import Workload
+from precision_doctor.graph.coverage import EmulationNote, emulation_notes
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
@@ -30,8 +31,12 @@ FIXED_RUN = "fixed"
 
 @dataclass
 class CompareResult:
+    """The analysis of a compare run, and what of the all-low-precision model the emulator does not model on a
+    GPU (`graph.coverage`)."""
+
     out_dir: Path
     analysis: Analysis
+    notes: list[EmulationNote] = field(default_factory=list)
 
 
 def capture_and_analyse(
@@ -94,7 +99,8 @@ def run_compare(
     analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress, stop=stop,
                                    rules=rules)
     write_layer_tables(out_dir, analysis)
-    return CompareResult(out_dir, analysis)
+    notes = emulation_notes(work.model, get_format(precision), [n.name for n in work.model.candidates])
+    return CompareResult(out_dir, analysis, notes)
 
 
 def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis:

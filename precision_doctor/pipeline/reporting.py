@@ -11,6 +11,7 @@ from precision_doctor.backends.registry import check_only
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.shapes import InputShape
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.outcome import Outcome
 from precision_doctor.pipeline.artifacts import Written
@@ -26,6 +27,7 @@ from precision_doctor.results.report import (
     EngineResult,
     ExpectedHeadroom,
     FormatLimits,
+    Invocation,
     KnobsResult,
     Layer,
     ModelInfo,
@@ -83,8 +85,10 @@ class Produced:
 
 
 def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validation: int, elapsed: float,
-                 searched: Searched, checks: AnswerChecks, produced: Produced) -> Report:
-    """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any)."""
+                 searched: Searched, checks: AnswerChecks, produced: Produced, shapes: list[InputShape] | None = None,
+                 invocation: Invocation | None = None) -> Report:
+    """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any);
+    `shapes`: the inputs' shapes as the samples ran; `invocation`: how the run was started."""
     model, oracle, confirm, knobs, validation = work.model, searched.oracle, checks.confirm, checks.knobs, checks.validation
     fallback = outcome.found
     final = fallback or frozenset()
@@ -107,6 +111,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
             candidates=len(searched.space.universe), total_flops=model.total_flops,
             renamed_nodes=list(model.renamed_nodes),
             unsafe_names=dict(model.unsafe_names),
+            link=produced.written.link if produced.written is not None else None,
         ),
         precision=spec.precision, backend=searched.backend, strategy=spec.search.strategy, cost=spec.search.cost,
         tolerance=spec.tolerance, margin=spec.search.margin,
@@ -143,6 +148,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         commands=produced.written.commands if produced.written is not None else {},
         forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
         trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
+        input_shapes=list(shapes or []), invocation=invocation,
     )
 
 

@@ -1,6 +1,6 @@
 """The typed report of a diagnose run: what report.json holds, and what the renderers read.
 
-`Report.to_json()` gives the keys and values report.json has always had (README's contract:
+`Report.to_json()` gives the keys and values report.json has always had (docs/guide.md's contract:
 `fallback_nodes`, `passed`, `evaluations`, `elapsed_s`, `strategy`, `precision`, `backend`,
 `tolerance`, ...), plus `schema_version`; non-finite numbers become "inf", "-inf", "nan".
 `Report.from_json()` reads those files, also ones written before `schema_version` existed (absent
@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
+from precision_doctor.graph.shapes import InputShape
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import RunStatus
 from precision_doctor.results.jsonio import jsonable
+from precision_doctor.spec import RunSpec
 
 SCHEMA_VERSION = 1
 REPORT = "report.json"
@@ -43,6 +46,50 @@ class ModelInfo:
     total_flops: int = 0
     renamed_nodes: list[str] = field(default_factory=list)
     unsafe_names: dict[str, str] = field(default_factory=dict)  # renamed node -> its name in the file, escaped
+    # how `model.onnx` in the run directory stands for the model the commands read: "symlink" (a relative link),
+    # "copy", or None (no model.onnx: the commands read named.onnx, or the model by its absolute path)
+    link: str | None = None
+
+
+ORIGINS = ("cli", "batch", "service", "api")
+NEAR = 3  # a file at most this many directories up from the run directory is named relative to it
+
+
+def near_path(path: str | Path, run_dir: str | Path) -> str:
+    """`path` as a command run from `run_dir` names it: relative where the two are near (at most NEAR folders up,
+    below a common folder other than the root), else absolute."""
+    target, run_dir = Path(path).resolve(), Path(run_dir).resolve()
+    try:
+        common = Path(os.path.commonpath([target, run_dir]))
+        rel = Path(os.path.relpath(target, run_dir))
+    except ValueError:  # another drive
+        return str(target)
+    near = common != Path(common.anchor) and rel.parts.count("..") <= NEAR
+    return str(rel) if near else str(target)
+
+
+@dataclass
+class Invocation:
+    """How the run was started, so that the reports can print a command that runs it again: the settings with
+    their paths relative to the run directory (absolute for files far from it), the run directory's name, and
+    the front end that started it (`ORIGINS`: a service job's report prints a `submit` command)."""
+
+    spec: RunSpec
+    directory: str
+    origin: str = "api"
+
+    @classmethod
+    def of(cls, spec: RunSpec, run_dir: str | Path, origin: str) -> Invocation:
+        """The invocation of a run of `spec` (its relative paths: from the current directory) in `run_dir`."""
+        run_dir = Path(run_dir).resolve()
+        i = spec.inputs
+        paths = {"model": near_path(spec.model, run_dir), "inputs.files": [near_path(f, run_dir) for f in i.files],
+                 "inputs.validate_files": [near_path(f, run_dir) for f in i.validate_files],
+                 "inputs.reference_outputs": near_path(i.reference_outputs, run_dir) if i.reference_outputs else None}
+        return cls(spec.with_settings(paths), run_dir.name, origin)
+
+    def to_json(self) -> dict:
+        return {"origin": self.origin, "directory": self.directory, "spec": self.spec.to_json()}
 
 
 @dataclass
@@ -176,7 +223,9 @@ class Certification:
     """Which backend last checked the final answer on every sample, and how: `search` (on the search
     samples, no held-out ones), `validation` (search and held-out samples) or `confirmation` (on the
     confirm backend). `gpu`: real low precision on a GPU; `rules`: the emulator's rules when the
-    emulator certified; `not_on_gpu`: why the answer was not checked on a GPU, where `auto` had none."""
+    emulator certified; `not_on_gpu`: why the answer was not checked on a GPU, where `auto` had none;
+    `unconfirmed`: where the emulator certified, the op types, patterns or format of the answer's low-precision
+    part whose GPU behaviour it does not model (`emulation_notes`): the certificate does not cover them."""
 
     backend: str
     how: str
@@ -184,6 +233,7 @@ class Certification:
     gpu: bool = False
     rules: str | None = None
     not_on_gpu: str | None = None
+    unconfirmed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -405,6 +455,8 @@ class Report:
     trt_check: TrtCheckResult | None = None
     engine: EngineResult | None = None
     knobs: KnobsResult | None = None
+    input_shapes: list[InputShape] = field(default_factory=list)  # the model's inputs: declared, and as the samples ran
+    invocation: Invocation | None = None
     shape_groups: list[ShapeGroupInfo] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
@@ -466,6 +518,8 @@ class Report:
             "trt_check": None if self.trt_check is None else self.trt_check.to_json(),
             "engine": None if self.engine is None else self.engine.to_json(),
             "knobs": None if self.knobs is None else self.knobs.to_json(),
+            "input_shapes": [s.to_json() for s in self.input_shapes],
+            "invocation": None if self.invocation is None else self.invocation.to_json(),
             "shape_groups": [asdict(g) for g in self.shape_groups],
         })
 
@@ -610,6 +664,8 @@ def _tolerance(v: Any, path: str) -> Tolerance:
             rtol=_get(d, "rtol", path, _num, default=Tolerance.rtol),
             check_error_stat=_get(d, "check_error_stat", path, _str, default=Tolerance.check_error_stat),
             cosine_floor=_get(d, "cosine_floor", path, _num, default=None, optional=True),
+            output_atol=tuple(_get(d, "output_atol", path, _list(_str), default=[])),
+            output_rtol=tuple(_get(d, "output_rtol", path, _list(_str), default=[])),
         )
     except UserError as exc:
         raise _Bad(f"bad key '{path}': {exc}") from None
@@ -623,6 +679,7 @@ def _model(v: Any, path: str) -> ModelInfo:
         total_flops=_get(d, "total_flops", path, _int, default=0),
         renamed_nodes=_get(d, "renamed_nodes", path, _list(_str), default=[]),
         unsafe_names=_get(d, "unsafe_names", path, _str_map, default={}),
+        link=_opt(d, "link", path, _str),
     )
 
 
@@ -708,6 +765,7 @@ def _certification(v: Any, path: str) -> Certification:
         gpu=_get(d, "gpu", path, _bool, default=False),
         rules=_get(d, "rules", path, _str, default=None, optional=True),
         not_on_gpu=_get(d, "not_on_gpu", path, _str, default=None, optional=True),
+        unconfirmed=_get(d, "unconfirmed", path, _list(_str), default=[]),
     )
 
 
@@ -722,6 +780,7 @@ def _emulation_note(v: Any, path: str) -> EmulationNote:
     return EmulationNote(
         kind=_get(d, "kind", path, _str), op_type=_get(d, "op_type", path, _str), count=_get(d, "count", path, _int),
         nodes=_get(d, "nodes", path, _list(_str), default=[]), detail=_get(d, "detail", path, _str, default=""),
+        factor=_get(d, "factor", path, _num, default=None, optional=True),
     )
 
 
@@ -789,6 +848,28 @@ def _knobs(v: Any, path: str) -> KnobsResult:
     )
 
 
+def _dims(v: Any, path: str) -> tuple[int | None, ...]:
+    return tuple(None if x is None else _int(x, f"{path}[{i}]") for i, x in enumerate(_list(lambda y, p: y)(v, path)))
+
+
+def _input_shape(v: Any, path: str) -> InputShape:
+    d = _mapping(v, path)
+    ints = {k: tuple(_get(d, k, path, _list(_int))) for k in ("min", "opt", "max")}
+    return InputShape(name=_get(d, "name", path, _str), declared=_get(d, "declared", path, _dims), **ints)
+
+
+def _invocation(v: Any, path: str) -> Invocation:
+    d = _mapping(v, path)
+    origin = _get(d, "origin", path, _str, default="api")
+    if origin not in ORIGINS:
+        raise _Bad(f"bad key '{path}.origin': expected one of {', '.join(ORIGINS)}, got {origin!r:.60}")
+    try:
+        spec = RunSpec.from_json(_get(d, "spec", path, _mapping))
+    except UserError as exc:
+        raise _Bad(f"bad key '{path}.spec': {exc}") from None
+    return Invocation(spec=spec, directory=_get(d, "directory", path, _str), origin=origin)
+
+
 def _report(data: Any) -> Report:
     if not isinstance(data, dict):
         raise _Bad(f"not a report (expected a JSON object, got {type(data).__name__})")
@@ -845,5 +926,7 @@ def _report(data: Any) -> Report:
         trt_check=_opt(d, "trt_check", "", _trt_check),
         engine=_opt(d, "engine", "", _engine),
         knobs=_opt(d, "knobs", "", _knobs),
+        input_shapes=_get(d, "input_shapes", "", _list(_input_shape), default=[]),
+        invocation=_opt(d, "invocation", "", _invocation),
         shape_groups=_get(d, "shape_groups", "", _list(_shape_group), default=[]),
     )
