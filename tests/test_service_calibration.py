@@ -50,9 +50,9 @@ def test_a_directory_and_a_glob_under_a_root_are_pinned_file_by_file(daemon_stat
         with pytest.raises(Refused) as info:
             _submit(state, store, root, model, settings, {"files": [value]})
         assert info.value.status_code == 403 and "is not a file this server may read" in info.value.detail
-    with pytest.raises(Refused) as info:
+    with pytest.raises(Refused) as info:  # no file: the answer a missing or forbidden file gets
         _submit(state, store, root, model, settings, {"files": [str(root / "case" / "*.h5")]})
-    assert info.value.status_code == 422 and "holds no sample files" in info.value.detail
+    assert info.value.status_code == 403 and "is not a file this server may read" in info.value.detail
     with pytest.raises(Refused) as info:
         _submit(state, store, root, model, settings, {"files": ["x:[1,16]"]})
     assert info.value.status_code == 422 and "looks like a shape" in info.value.detail

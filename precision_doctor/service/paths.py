@@ -138,7 +138,8 @@ def expand_confined(value: str, roots: list[Path], what: str, setting: str | Non
     files (sorted, as `data/sources.py` reads a directory); a glob whose fixed leading directories lie under a
     root -> the files it matches (sorted); any other value as it is (`pin_confined` checks it). Matches and
     directory entries whose real path is not a regular file under a root are left out, so a listing says
-    nothing about files outside the roots; a directory or glob outside them gets `unavailable`'s answer."""
+    nothing about files outside the roots; a directory or glob outside them, or one that leaves no file, gets
+    `unavailable`'s answer."""
     from precision_doctor.data.sources import is_glob, sample_files_in, static_root
 
     if "\x00" in value or not Path(value).is_absolute() or not roots:
@@ -157,8 +158,8 @@ def expand_confined(value: str, roots: list[Path], what: str, setting: str | Non
     else:
         found = sample_files_in(Path(value))
     kept = [str(p) for p in found if _real_regular_file(str(p), real_roots) is not None]
-    if not kept:
-        raise Refused(422, f"{what}: '{value}' holds no sample files this server may read", setting=setting)
+    if not kept:  # the one answer: an empty directory says no more than a missing file
+        raise unavailable(what, value, setting)
     return kept
 
 
