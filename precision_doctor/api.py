@@ -43,7 +43,7 @@ def diagnose(
     (a service passes "service" and its `service_job`: its report then prints a `submit` command naming
     the files as the submitter did)."""
     spec.validate()
-    work = _load(spec, progress)
+    work = _load(spec, progress, run_dir=Path(out_dir) if resume else None)
     validation = held_out_samples(work)
     _loaded(spec, work, validation, progress)
     with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
@@ -85,7 +85,8 @@ def probe_ops(
 ):
     """Every node of the model alone in low precision on `provider` against the emulation rules
     (`measure/opprobe.py`; `threshold` None: its THRESHOLD); writes `probe_ops.json` and `probe_ops.md` into
-    `out_dir`. Returns the OpProbe."""
+    `out_dir`. Returns the OpProbe. It runs on at most `capture.max_samples` samples of the largest shape group."""
+    from precision_doctor.data.samples import spread_choice
     from precision_doctor.graph.formats import get_format
     from precision_doctor.measure.opprobe import THRESHOLD, providers_for, table
     from precision_doctor.measure.opprobe import probe_ops as run_probe
@@ -97,7 +98,9 @@ def probe_ops(
     _loaded(spec, work, [], progress)
     with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
         notify(progress, PhaseEvent("probe"))
-        result = run_probe(work.model, work.samples, get_format(spec.precision), provider, spec.backends.rules,
+        group, largest = max(work.samples.groups().items(), key=lambda kv: len(kv[1]))  # shapes observed on one group
+        samples = work.samples.subset(spread_choice({group: largest}, spec.capture.max_samples, spec.inputs.seed))
+        result = run_probe(work.model, samples, get_format(spec.precision), provider, spec.backends.rules,
                            THRESHOLD if threshold is None else threshold, spec.capture.group_mb, stop)
         write_json(out / "probe_ops.json", result.to_json())
         write_text_atomic(out / "probe_ops.md", f"# probe-ops: {Path(spec.model).name}\n\n" + table(result))
@@ -117,9 +120,9 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
     return report
 
 
-def _load(spec: RunSpec, progress: ProgressSink | None) -> Workload:
+def _load(spec: RunSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:
     notify(progress, PhaseEvent("load"))
-    work = load_workload(spec)
+    work = load_workload(spec, run_dir)
     _check_output_names(spec, work)
     return work
 

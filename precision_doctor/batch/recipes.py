@@ -6,7 +6,8 @@ same settings. A recipe (every key optional; unknown keys are refused):
 
     inputs:    {samples, seed, val_range: ["name:[lo,hi]", ...] or {name: [lo, hi]},
                 input_shapes: ["name:[d0,...]", ...] or {name: [d0, ...]},
-                files: [a.npz, ...], validate_files: [...], validation_split, allow_nonfinite,
+                files: [a.npz, data/, "calib/*.npz", ...] (files, directories, globs), validate_files: [...],
+                data_loader_script: "loader.py[:FUNC]", max_samples, validation_split, allow_nonfinite,
                 reference_outputs: polygraphy --save-outputs JSON of `files`}
     tolerance: {atol, rtol, check_error_stat, cosine_floor, margin,
                 output_atol / output_rtol: {output name: value} or ["name:value", ...] (polygraphy's --atol NAME:V)}
@@ -40,6 +41,8 @@ RECIPE_KEYS: dict[str, str] = {
     "inputs.val_range": "inputs.val_ranges",
     "inputs.input_shapes": "inputs.input_shapes",
     "inputs.files": "inputs.files",
+    "inputs.data_loader_script": "inputs.data_loader_script",
+    "inputs.max_samples": "inputs.max_samples",
     "inputs.validate_files": "inputs.validate_files",
     "inputs.validation_split": "inputs.validation_split",
     "inputs.allow_nonfinite": "inputs.allow_nonfinite",

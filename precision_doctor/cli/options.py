@@ -66,11 +66,22 @@ def _tolerances(kind: str) -> Callable[[list[str] | None], dict[str, Any]]:
 
 # -- the groups ------------------------------------------------------------------------------------------
 FILES = _opt("inputs", "inputs.files", list[Path] | None,
-             "Input sample file (.npz, polygraphy JSON, .h5); repeatable.", default=None)
+             "Input samples: a file (.npz, .npy, polygraphy JSON, .h5), a directory of them (sorted, not recursive) or a "
+             "quoted glob ('data/*.npz'); repeatable. An .npz/.npy array with one more axis than the model's input holds "
+             "samples stacked on its first axis; with the model's rank and a fixed batch b, a first dimension k*b holds k "
+             "samples (ModelOpt's calibration layout); otherwise a file is one sample. Alias: --load-inputs.",
+             "--inputs", "--load-inputs", default=None)
+LOADER = _opt("data_loader_script", "inputs.data_loader_script", str | None,
+              "Python script FILE[:FUNC] whose FUNC() (default load_data) yields feed dicts (polygraphy's "
+              "convention); run once, its samples kept in the run directory. Runs your code: give only your own.",
+              default=None)
+MAX_SAMPLES = _opt("max_samples", "inputs.max_samples", int | None,
+                   "Use at most N of the samples found: a seeded (--seed) choice spread over the list and over the "
+                   "shapes; report.json's inputs say which.")
 SAMPLES = _opt("samples", "inputs.samples", int, "Number of generated samples when no --inputs are given.")
-SEED = _opt("seed", "inputs.seed", int, "Seed for generated samples.")
+SEED = _opt("seed", "inputs.seed", int, "Seed for generated samples and for --max-samples' choice.")
 INPUTS = (
-    FILES, SAMPLES, SEED,
+    FILES, LOADER, MAX_SAMPLES, SAMPLES, SEED,
     _opt("val_range", "inputs.val_ranges", list[str] | None,
          "Value range of generated inputs: NAME:[lo,hi] or [lo,hi].", default=None),
     _opt("input_shapes", "inputs.input_shapes", list[str] | None,
@@ -84,7 +95,8 @@ INPUTS = (
 GENERATED = (SAMPLES, SEED)  # batch: the default sample recipe
 HELD_OUT = (
     _opt("validate_inputs", "inputs.validate_files", list[Path] | None,
-         "Held-out sample files to confirm the answer on; repeatable.", default=None),
+         "Held-out samples to confirm the answer on (files, directories, globs, as --inputs); repeatable.",
+         default=None),
     _opt("validation_split", "inputs.validation_split", float | None,
          "Hold out this fraction of the samples for confirmation (default: 0.25 of --inputs files; "
          "generated runs draw as many held-out samples with another seed)."),
@@ -147,7 +159,11 @@ ARTIFACTS = (
          "the GPU present; caches in the run directory. A model that does not build is reported, not an error."),
     ENGINE_TARGETS,
 )
-CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),)
+CAPTURE = (
+    _opt("capture_samples", "capture.max_samples", int,
+         "Samples the layer-by-layer capture runs on (the hardest, spread over shape groups)."),
+    _opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),
+)
 KEEP = (_opt("keep_activations", "capture.keep", str,
              "What activations.h5 keeps once the report is written: summary (default: the per-tensor error statistics "
              "and the graph outputs, a size proportional to the node count), all (every tensor of every sample: "
@@ -175,9 +191,9 @@ PANELS: dict[str, str] = {
     "--format": "Output", "--top": "Output", "--json": "Output", "--state": "Output",
     "--engine-targets": "Engine", "--provider": "Probe", "--threshold": "Probe",
     "--server": "Service", "--token": "Service", "--host": "Service", "--port": "Service", "--state-dir": "Service",
-    "--allow-root": "Service", "--max-upload-mb": "Service", "--workers": "Workers", "--cache-mb": "Workers",
-    "--lease-s": "Workers", "--keep-jobs": "Service", "--keep-days": "Service",
-    "--name": "Job", "--remote": "Job", "--timeout": "Job",
+    "--allow-root": "Service", "--allow-loader-scripts": "Service", "--max-upload-mb": "Service",
+    "--workers": "Workers", "--cache-mb": "Workers", "--lease-s": "Workers", "--keep-jobs": "Service",
+    "--keep-days": "Service", "--name": "Job", "--remote": "Job", "--timeout": "Job",
 }
 for _group, _panel in GROUP_PANELS:
     for _o in _group:

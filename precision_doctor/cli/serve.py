@@ -35,6 +35,9 @@ def serve(
                                      help="Require this token of every request (Authorization: Bearer ...)."),
     allow_root: list[Path] | None = typer.Option(None, "--allow-root", help="A directory whose models and sample files "
                                                  "jobs may name by server path; repeatable (default: none, uploads only)."),
+    allow_loader_scripts: bool = typer.Option(False, "--allow-loader-scripts", help="Let jobs name a data loader "
+                                              "script under an --allow-root (inputs.data_loader_script): it runs as "
+                                              "the daemon's user, so only where whoever writes there is trusted."),
     max_upload_mb: float = typer.Option(512.0, "--max-upload-mb", help="Largest request (uploads) in MiB; larger: 413."),
     cache_mb: float = typer.Option(4096.0, "--cache-mb", help="Disk for captures shared across jobs, MiB (0: no cache)."),
     lease_s: float = typer.Option(20.0, "--lease-s", help="A running job's lease, seconds: a worker that does not renew "
@@ -70,7 +73,8 @@ def serve(
     run(ServiceConfig(
         state_dir=state_dir or default_state_dir(), host=host, port=port,
         workers=workers if workers is not None else default_workers, token=token or None,
-        allow_roots=list(allow_root or []), max_upload_mb=max_upload_mb, cache_mb=cache_mb, lease_s=lease_s,
+        allow_roots=list(allow_root or []), loader_scripts=allow_loader_scripts, max_upload_mb=max_upload_mb,
+        cache_mb=cache_mb, lease_s=lease_s,
         executor=executor, ray_address=ray_address, ray_cpus=1.0 if ray_cpus is None else ray_cpus,
         keep_jobs=keep_jobs, keep_days=keep_days,
     ))

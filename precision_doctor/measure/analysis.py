@@ -254,7 +254,7 @@ def analyse(
                 continue
             st = tensor_error(store, LOWP, t, fmt)
             lowp_by_tensor[t] = st
-            shape = list(store.dataset(REFERENCE, t).shape[1:])
+            shape = store.shape(REFERENCE, t)  # -1 where shape groups differ
             tensors.append(TensorRow(t, nd["name"], nd["index"], shape, st))
             if first is None and (st.nonfinite > 0 or st.rel_l2 > threshold):
                 first, first_node = t, nd["name"]

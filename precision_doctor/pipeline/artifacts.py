@@ -7,7 +7,9 @@ the model (or a copy), so that every command runs from the run directory with re
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +50,7 @@ class Written:
     link: str | None = None  # how model.onnx stands for the model: "symlink", "copy" (None: no model.onnx)
 
 
-def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: frozenset[str], spec: RunSpec,
+def write_artifacts(out_dir: Path, work: Workload, refs: Sequence[dict], fallback: frozenset[str], spec: RunSpec,
                     knob: KnobConfig | None = None, shapes: list[InputShape] | None = None) -> Written:
     """Write every artifact of the answer `fallback` (`knob`: the knob configuration it was found under, whose
     settings the commands then carry; `shapes`: the inputs' shapes as the samples ran, for the commands)."""
@@ -58,7 +60,9 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
         note_written(out_dir / name)
     onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
     (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
-    save_polygraphy_io(out_dir, work.samples, refs)
+    kept = work.capture if work.capture is not None else range(len(work.samples))  # the captured samples
+    kept_samples, kept_refs = work.samples.subset(kept), [refs[i] for i in kept]
+    save_polygraphy_io(out_dir, kept_samples, kept_refs)
     order = [n.name for n in model.nodes if n.name in fallback]
     forced = forced_fp32_nodes(model, fallback)
     placed = place_model(model_for_tools(model, out_dir), out_dir)  # named.onnx where we named nodes, else model.onnx
@@ -66,7 +70,7 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
     write_text_atomic(out_dir / FILES["ort_node_block_list"], json.dumps(excluded, indent=1) + "\n")
     texts = emit.emit_all(
         placed.name, "fixed.onnx", order, spec.precision, tolerance=spec.tolerance, shapes=shapes or [],
-        check_pairs=write_trtexec_io(out_dir, fixed, work.samples, refs), block_list=FILES["ort_node_block_list"],
+        check_pairs=write_trtexec_io(out_dir, fixed, kept_samples, kept_refs), block_list=FILES["ort_node_block_list"],
         forced_fp32=forced, compute_capabilities=spec.artifacts.targets or emit.PORTABLE_TARGETS, knob=knob,
     )
     for key, name in SCRIPTS.items():
@@ -84,7 +88,8 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
     return Written({k: v for k, v in texts.items() if k not in SCRIPTS}, files, forced, placed.link)
 
 
-def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: list[Sample], refs: list[dict]) -> list[emit.IOPair]:
+def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: Sequence[Sample],
+                     refs: Sequence[dict]) -> list[emit.IOPair]:
     """The raw files of trtexec's accuracy check (`trtexec_io/s<i>.in<j>.bin`, `.out<k>.bin`: each array's bytes
     in the type fixed.onnx gives the tensor, as `numpy.ndarray.tofile` writes them) for the first
     `emit.TRTEXEC_CHECK_SAMPLES` samples; the pairs that name them."""
@@ -95,7 +100,7 @@ def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: list[Sample
     dynamic = {i.name for i in fixed.graph.input if None in declared_dims(i.type.tensor_type.shape)}
     folder = out_dir / TRTEXEC_IO
     pairs = []
-    for i, (sample, ref) in enumerate(list(zip(samples, refs))[:emit.TRTEXEC_CHECK_SAMPLES]):
+    for i, (sample, ref) in enumerate(islice(zip(samples, refs), emit.TRTEXEC_CHECK_SAMPLES)):
         folder.mkdir(exist_ok=True)
         files: dict[str, dict[str, str]] = {"in": {}, "out": {}}
         for kind, arrays in (("in", sample), ("out", ref)):
@@ -109,8 +114,9 @@ def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: list[Sample
     return pairs
 
 
-def save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) -> None:
-    """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs)."""
+def save_polygraphy_io(out_dir: Path, samples: Sequence[Sample], refs: Sequence[dict]) -> None:
+    """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs): the
+    samples the capture ran on (at most `capture.max_samples`, every shape group), not thousands."""
     from polygraphy.comparator import IterationResult, RunResults
     from polygraphy.json import save_json
     from polygraphy.logger import G_LOGGER

@@ -33,6 +33,8 @@ NOT_IN_KEY: dict[str, str] = {
     "model": "the hash of the model stands for its path (the same model under another path shares the capture)",
     "inputs.files": _SAMPLES,
     "inputs.samples": _SAMPLES,
+    "inputs.data_loader_script": _SAMPLES,
+    "inputs.max_samples": _SAMPLES,
     "inputs.seed": _SAMPLES,
     "inputs.val_ranges": _SAMPLES,
     "inputs.validate_files": "held-out samples are not captured",
@@ -84,7 +86,7 @@ def capture_key(spec: RunSpec, work: Workload) -> str:
         else:
             del settings[section]
     text = json.dumps({"settings": settings, "model_hash": work.model.model_hash,
-                       "samples_hash": samples_hash(work.samples), "code": code_fingerprint()}, sort_keys=True)
+                       "samples_hash": samples_hash(work.captured()), "code": code_fingerprint()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -103,7 +105,7 @@ def shared_capture(cache: CaptureCache | None, spec: RunSpec, work: Workload, ou
         if cache.get(key, path):
             with ActivationStore(path, "a") as store:  # this run's own names, as a capture made here has them
                 store.set_attrs(model_path=str(work.model.path or ""), tolerance=spec.tolerance.to_dict(),
-                                input_source=work.inputs.describe())
+                                input_source=work.describe())
             yield True
             return
         yield False

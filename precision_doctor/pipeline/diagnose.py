@@ -18,6 +18,8 @@ from precision_doctor.backends.registry import check_only, make_backend, plan_ba
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.activations import whole
 from precision_doctor.data.inputs import Sample
+from precision_doctor.data.reference_cache import REFERENCES, ReferenceFile, ReferenceSet
+from precision_doctor.data.samples import as_sample_set
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.shapes import input_shapes
@@ -95,7 +97,9 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend", rules=b.rules)
     )) if plan.confirm else None
     check_run_settings(out_dir, run_settings(work, spec, held, _all_references(work)), resume)
+    work.keep_in(out_dir)  # a data loader script's samples: a resumed run reads them there
     notify(progress, PhaseEvent("capture"))
+    work.choose_capture(spec.capture.max_samples)
     if resume and whole(out_dir / ACTIVATIONS):  # a summary (pipeline/keep.py) or no capture: capture again
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:
@@ -110,9 +114,9 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     ref = ReferenceRunner(model)
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, held_refs = work.references, work.held_references or []
-    else:
-        refs = [ref.run(s) for s in work.samples]
-        held_refs = [ref.run(s) for s in held]
+    else:  # computed when first needed, kept in references.h5
+        ref_file = owned.enter_context(contextlib.closing(ReferenceFile(out_dir / REFERENCES)))
+        refs, held_refs = ReferenceSet(work.samples, ref.run, ref_file), ReferenceSet(held, ref.run, ref_file, "held")
     copies, copy_refs = perturbed_copies(work.samples, spec.search.augment, SEARCH_SEED, ref.run)
     budget = budget_of(spec.search)
     oracle = Oracle(
@@ -219,10 +223,10 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search
     passed = outcome.found is not None
     final = outcome.found if outcome.found is not None else frozenset()
-    shapes = input_shapes(work.model.declared_shapes, [*work.samples, *ctx.references.held])
+    shapes = input_shapes(work.model.declared_shapes, [*work.samples.shapes(), *as_sample_set(ctx.references.held).shapes()])
     produced = Produced()
     if passed:
-        fixed_rel = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.samples, final, spec.capture,
+        fixed_rel = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
                                   ctx.progress, ctx.stop, rules=rules)
         written = write_artifacts(out_dir, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
                                   shapes)

@@ -62,7 +62,7 @@ ARTIFACT_TITLES = {
     "layer_precisions": "the FP32 nodes as trtexec's --layerPrecisions entries, one per line",
     "trtexec": "a script that builds the fixed engine with trtexec; it detects TensorRT 10 or 11 (TRT_MAJOR overrides)",
     "tensorrt_rtx": "a script that builds the fixed engine with TensorRT-RTX ahead of time, without a GPU",
-    "inputs": "the samples searched, in polygraphy's --load-inputs format",
+    "inputs": "the samples the capture ran on (at most capture.max_samples), in polygraphy's --load-inputs format",
     "reference_outputs": "the FP32 reference outputs of those samples, in polygraphy's --load-outputs format",
     "autocast_nodes": "the FP32 nodes for ModelOpt AutoCast's --nodes_to_exclude",
     "report_md": "this report as Markdown",

@@ -388,6 +388,17 @@ class SampleCounts:
     validation: int = 0
 
 
+@dataclass(frozen=True)
+class ShapeGroupInfo:
+    """One shape group of the samples (every input's shape): how many samples of it searched, were held out,
+    and were captured layer by layer."""
+
+    shapes: dict[str, list[int]]
+    samples: int = 0
+    held_out: int = 0
+    captured: int = 0
+
+
 @dataclass
 class FormatLimits:
     max: float | None = None
@@ -474,6 +485,7 @@ class Report:
     input_shapes: list[InputShape] = field(default_factory=list)  # the model's inputs: declared, and as the samples ran
     invocation: Invocation | None = None
     service_job: ServiceJob | None = None
+    shape_groups: list[ShapeGroupInfo] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -537,6 +549,7 @@ class Report:
             "input_shapes": [s.to_json() for s in self.input_shapes],
             "invocation": None if self.invocation is None else self.invocation.to_json(),
             "service_job": None if self.service_job is None else self.service_job.to_json(),
+            "shape_groups": [asdict(g) for g in self.shape_groups],
         })
 
     @classmethod
@@ -785,6 +798,12 @@ def _certification(v: Any, path: str) -> Certification:
     )
 
 
+def _shape_group(v: Any, path: str) -> ShapeGroupInfo:
+    d = _mapping(v, path)
+    shapes = {str(k): _list(_int)(x, f"{path}.shapes.{k}") for k, x in _get(d, "shapes", path, _mapping).items()}
+    return ShapeGroupInfo(shapes, *(_get(d, k, path, _int, default=0) for k in ("samples", "held_out", "captured")))
+
+
 def _emulation_note(v: Any, path: str) -> EmulationNote:
     d = _mapping(v, path)
     return EmulationNote(
@@ -949,4 +968,5 @@ def _report(data: Any) -> Report:
         input_shapes=_get(d, "input_shapes", "", _list(_input_shape), default=[]),
         invocation=_opt(d, "invocation", "", _invocation),
         service_job=_opt(d, "service_job", "", _service_job),
+        shape_groups=_get(d, "shape_groups", "", _list(_shape_group), default=[]),
     )

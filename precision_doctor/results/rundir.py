@@ -38,6 +38,7 @@ RUN_OUTPUTS = (
     "named.onnx.data", "fixed.plan", ".fixed.plan.partial", "timing.cache", ".timing.cache.partial", "runtime.cache",
     ".runtime.cache.partial", "knobs",  # knobs/: the knob search's checkpoints, listed as knobs/<name>
     "ort_node_block_list.json", "model.onnx", "trtexec_io",  # trtexec_io/: the trtexec check's raw files
+    "references.h5", "loader_samples.h5",  # FP32 outputs computed so far; a data loader script's samples
 )
 BOOKKEEPING = (LOCK, MANIFEST)  # in every run directory; not what "empty" is about
 

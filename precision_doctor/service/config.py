@@ -39,6 +39,7 @@ class ServiceConfig:
     workers: int = 1
     token: str | None = None
     allow_roots: list[Path] = field(default_factory=list)
+    loader_scripts: bool = False  # run data loader scripts found under an allowed root (code, as the daemon's user)
     max_upload_mb: float = 512.0
     cache_mb: float = 4096.0
     lease_s: float = 20.0

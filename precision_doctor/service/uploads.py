@@ -14,12 +14,13 @@ from typing import Any
 from fastapi import HTTPException, Request
 from starlette.datastructures import UploadFile
 
+from precision_doctor.data.sources import SAMPLE_SUFFIXES as SAMPLE_FILE_SUFFIXES
 from precision_doctor.errors import SpecError
 from precision_doctor.render.wording import fmt_bytes
 from precision_doctor.spec import load_json
 
 MODEL_SUFFIXES = (".onnx",)
-SAMPLE_SUFFIXES = (".npz", ".json", ".h5", ".hdf5")
+SAMPLE_SUFFIXES = SAMPLE_FILE_SUFFIXES  # what --inputs reads (data/sources.py)
 _FIELDS = {"settings", "model_path", "model", "inputs", "validate_inputs", "name"}
 _REPEATABLE = {"inputs", "validate_inputs"}
 MAX_SETTINGS_BYTES = 1 << 20  # a settings document sent as a file part
