@@ -295,7 +295,7 @@ def test_samples_of_two_shapes_through_diagnose(run_cli, dyn, tmp_path):
         np.savez(data / f"s{i:02d}.npz", x=_x(rng, 4 if i % 3 else 2))
     out = tmp_path / "run"
     code, stdout, err = run_cli("diagnose", path, "--inputs", data, "--max-samples", "10", "--capture-samples", "4",
-                                *TOL, "--out", out)
+                                "--keep-activations", "all", *TOL, "--out", out)
     assert code == 0, err + stdout
     report = json.loads((out / "report.json").read_text())
     assert set(report["fallback_nodes"]) == {"exp", "sum", "normalize"} and report["passed"]
