@@ -15,6 +15,7 @@ from typing import Any
 
 from precision_doctor.flags import command_line
 from precision_doctor.results.report import Report
+from precision_doctor.spec import RunSpec
 
 HERE = "."  # a run directory, as a command run from it names it
 
@@ -23,10 +24,10 @@ def rerun_command(report: Report, suffix: str, changes: dict[str, Any] | None = 
     """The command that runs this diagnosis again with `changes` ({setting path: value}) into a new directory
     beside this one, named after it with `suffix`; a `submit` command for a service job."""
     inv = report.invocation
-    if inv is None:
+    if inv is None and report.service_job is None:
         return _legacy(report, changes or {}, f"RUN_DIR-{suffix}")
-    spec = inv.spec.with_settings(changes or {})
-    if inv.origin == "service":
+    spec = (inv.spec if inv is not None else _legacy_spec(report)).with_settings(changes or {})
+    if report.service_job is not None or inv.origin == "service":
         return _submit(report, spec)
     return command_line("diagnose", spec.model, spec, "--out", f"../{inv.directory}-{suffix}")
 
@@ -56,6 +57,11 @@ def _submit(report: Report, spec) -> str:
     where = (["--remote"] if job is not None and job.remote else []) + (
         ["--server", job.server] if job is not None and job.server else [])
     return command_line("submit", model, spec.with_settings(files), *where)
+
+
+def _legacy_spec(report: Report) -> RunSpec:
+    """The settings a report without an invocation (an older version's) still tells: precision and tolerance."""
+    return RunSpec(model="", precision=report.precision, tolerance=report.tolerance)
 
 
 def _legacy(report: Report, changes: dict[str, Any] | None, out: str) -> str:
