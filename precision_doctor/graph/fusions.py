@@ -65,8 +65,9 @@ class Site:
     data: Any = field(default=None, compare=False, hash=False)
 
 
-class _Graph:
-    """What pattern matching needs to know of a model: producers, edges into consumers, constants."""
+class PatternGraph:
+    """What pattern matching needs to know of a model: producers, edges into consumers, constants
+    (here and in `graph/groups.py`)."""
 
     def __init__(self, model: Model, fmt: Format):
         self.model = model
@@ -111,6 +112,10 @@ class _Graph:
             return False
         return version in since
 
+    def is_constant(self, tensor: str) -> bool:
+        """An initializer (not a graph input) or a Constant's output."""
+        return tensor in self._inits or tensor in self._consts
+
     def constant(self, tensor: str) -> np.ndarray | None:
         """The value of an initializer (not a graph input) or a Constant's output, else None."""
         if tensor in self._inits:
@@ -147,7 +152,7 @@ class Fusion:
     level = ""  # ORT's optimization level that applies it: basic or extended
     summary = ""
 
-    def sites(self, g: _Graph) -> list[Site]:
+    def sites(self, g: PatternGraph) -> list[Site]:
         raise NotImplementedError
 
     def emit(self, b: _Builder, site: Site, low: frozenset[str], read: Read, output: str) -> bool:
@@ -183,7 +188,7 @@ def lowp_value(fmt: Format, value: float) -> float:
     return float(fmt.round(np.float32(value)))
 
 
-def _scalar_constant(g: _Graph, tensor: str, max_rank: int | None) -> float | None:
+def _scalar_constant(g: PatternGraph, tensor: str, max_rank: int | None) -> float | None:
     """A scalar constant's value (one element, rank at most `max_rank`) as the low-precision graph holds it."""
     v = g.lowp_constant(tensor)
     if v is None or v.size != 1 or v.ndim > (max_rank or 0):
@@ -200,7 +205,7 @@ class QuickGeluFp16(Fusion):
     summary = ("x * Sigmoid(alpha * x) fused into QuickGelu: half arithmetic, v = x*alpha, q = 1/(1 + exp(-|v|)), "
                "sigmoid q or 1 - q, then x * sigmoid, each step rounded")
 
-    def sites(self, g: _Graph) -> list[Site]:
+    def sites(self, g: PatternGraph) -> list[Site]:
         out = []
         for name, (node, _) in g.nodes.items():
             if not g.is_op(node, "Mul", (7, 13, 14)) or len(node.input) != 2:
@@ -223,7 +228,7 @@ class QuickGeluFp16(Fusion):
         return out
 
     @staticmethod
-    def _alpha_mul(g: _Graph, node: onnx.NodeProto, x: str) -> float | None:
+    def _alpha_mul(g: PatternGraph, node: onnx.NodeProto, x: str) -> float | None:
         """alpha where `node` is Mul(alpha, x) or Mul(x, alpha) with a scalar constant alpha feeding only the Sigmoid."""
         if not g.is_op(node, "Mul", (7, 13, 14)) or len(node.input) != 2 or not g.only_reader(node.output[0]):
             return None
@@ -286,7 +291,7 @@ class ConvBnFold(Fusion):
     summary = ("Conv + BatchNormalization folded into the Conv's FP16 weights and bias, each folding step rounded "
                "to FP16; then the Conv with the folded weights")
 
-    def sites(self, g: _Graph) -> list[Site]:
+    def sites(self, g: PatternGraph) -> list[Site]:
         out = []
         for name, (bn, _) in g.nodes.items():
             if not g.is_op(bn, "BatchNormalization", (7, 9, 14)) or len([t for t in bn.output if t]) != 1:
@@ -354,7 +359,7 @@ class MatMulScaleFp16(Fusion):
     level = "extended"
     summary = "Mul/Div by a scalar constant before or after a MatMul fused into FusedMatMul: round(alpha * (a @ b))"
 
-    def sites(self, g: _Graph) -> list[Site]:
+    def sites(self, g: PatternGraph) -> list[Site]:
         out = []
         for name, (mm, _) in g.nodes.items():
             if not g.is_op(mm, "MatMul", (9, 13)) or len(mm.input) != 2:
@@ -377,7 +382,7 @@ class MatMulScaleFp16(Fusion):
         return out
 
     @staticmethod
-    def _scale(g: _Graph, node: onnx.NodeProto, scaled: str | None = None) -> tuple[str, float] | None:
+    def _scale(g: PatternGraph, node: onnx.NodeProto, scaled: str | None = None) -> tuple[str, float] | None:
         """(the unscaled input, the factor) where `node` is Mul/Div by a scalar constant (of `scaled`, if given)."""
         if len(node.input) != 2:
             return None
@@ -427,7 +432,7 @@ class MatMulAddGemm(Fusion):
     level = "basic"
     summary = "MatMul + Add of a bias fused into Gemm: the bias added in FP32 before the one rounding, round(a @ b + c)"
 
-    def sites(self, g: _Graph) -> list[Site]:
+    def sites(self, g: PatternGraph) -> list[Site]:
         out = []
         for name, (mm, _) in g.nodes.items():
             if not g.is_op(mm, "MatMul", (1, 9, 13)) or len(mm.input) != 2 or not g.only_reader(mm.output[0]):
@@ -442,7 +447,7 @@ class MatMulAddGemm(Fusion):
         return out
 
     @staticmethod
-    def _fits(g: _Graph, a: str, w: str, c: str) -> bool:
+    def _fits(g: PatternGraph, a: str, w: str, c: str) -> bool:
         """Gemm's shape conditions: B of rank 2; A of rank 2, or of a known static shape (reshaped);
         the bias (N), or with A of rank 2 also (1, N), (M, 1), (M, N)."""
         sa, sw, sc, rank_a = g.shape(a), g.shape(w), g.shape(c), g.rank(a)
@@ -509,7 +514,7 @@ def find_sites(model: Model, fmt: Format, fusions: tuple[Fusion, ...]) -> dict[s
     that node, whose output nothing reads then."""
     if not fusions:
         return {}
-    g = _Graph(model, fmt)
+    g = PatternGraph(model, fmt)
     order = sorted(fusions, key=lambda f: (f.level != "basic", list(FUSIONS).index(f.name)))
     out: dict[str, Site] = {}
     for f in order:

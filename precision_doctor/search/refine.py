@@ -1,0 +1,173 @@
+"""After a search over fusion groups (`search.cost = "deploy"`): split the groups where part of them is proven
+not to matter, and close the FP16 gaps whose Casts cost more than their FP32 arithmetic. Every change is
+verified by the oracle and taken only where the cost model says it pays.
+
+- Split. A group is kept whole unless a member alone is proven to matter: the group's members whose own
+  error is above rounding noise, with their islands inside the group (`Grouping.node_units`), are `needed`;
+  the answer with only those kept passes (proven: the others may run in low precision) while the answer
+  without the group failed (the search's 1-minimality over units, where it was evaluated).
+  Taken where it lowers the deployment cost or the FP32 FLOPs (a split adds Casts inside the group and
+  breaks its kernel; on a model too small for FP16 to pay, the cost model may prefer the whole group).
+- Gaps. A connected run of at most GAP_MAX low-precision nodes, none of them a MatMul, Gemm or convolution
+  (FP16 pays there: tensor cores), is moved to FP32 where that removes more Cast cost than it adds FP32 cost:
+  a single FP16 node between FP32 neighbours is the typical case.
+
+Changes are applied together and, where that fails, by halves (a failing single change is dropped), so a
+set of k changes of which f fail costs about 1 + 2 f log2(k) evaluations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from precision_doctor.search.oracle import BudgetExhausted, Oracle
+from precision_doctor.search.space import SearchSpace
+
+GAP_MAX = 4  # low-precision nodes in a gap worth closing, at most
+HEAVY_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "Attention", "MultiHeadAttention",
+                       "Einsum"})  # never moved to FP32 to close a gap
+
+
+@dataclass(frozen=True)
+class GroupSplit:
+    """A fusion group of the answer that was split: the members kept in FP32 and those let go."""
+
+    kind: str
+    kept: tuple[str, ...]
+    released: tuple[str, ...]
+
+
+@dataclass
+class Refinement:
+    """What the steps after the search did: `answer` (nodes), the groups split, the gaps closed (nodes added)
+    and the evaluations they took; `stopped` says why they ended early (the budget), if they did."""
+
+    answer: frozenset[str]
+    splits: list[GroupSplit] = field(default_factory=list)
+    gaps_closed: list[tuple[str, ...]] = field(default_factory=list)
+    evaluations: int = 0
+    stopped: str | None = None
+
+
+@dataclass(frozen=True)
+class _Move:
+    remove: frozenset[str] = frozenset()
+    add: frozenset[str] = frozenset()
+
+
+def refine(oracle: Oracle, space: SearchSpace, answer: frozenset[str]) -> Refinement:
+    """Split groups and close gaps of `answer` (a passing set of nodes) where it pays (module docstring)."""
+    out = Refinement(answer)
+    if space.grouping is None or space.cost_model is None or not answer:
+        return out
+    before = oracle.evaluations
+    try:
+        oracle.phase = "split"
+        splits = _split_moves(space, out.answer)
+        current, taken = apply_moves(oracle, out.answer, [m for m, _ in splits])
+        out.answer = current
+        out.splits = [s for i, (_, s) in enumerate(splits) if i in taken]
+        oracle.phase = "gaps"
+        gaps = _gap_moves(space, out.answer)
+        current, taken = apply_moves(oracle, out.answer, gaps)
+        out.answer = current
+        order = [n.name for n in space.cost_model.model.nodes]
+        out.gaps_closed = [tuple(n for n in order if n in gaps[i].add) for i in sorted(taken)]
+    except BudgetExhausted as exc:
+        out.stopped = str(exc)
+    out.evaluations = oracle.evaluations - before
+    return out
+
+
+def apply_moves(oracle: Oracle, current: frozenset[str], moves: list[_Move]) -> tuple[frozenset[str], set[int]]:
+    """Apply the moves whose result passes: all together, and where that fails, each half (down to single
+    moves, dropped when they fail). Returns the set and the indices of the moves taken."""
+    taken: set[int] = set()
+
+    def attempt(block: list[int]) -> None:
+        nonlocal current
+        if not block:
+            return
+        remove = frozenset().union(*(moves[i].remove for i in block))
+        add = frozenset().union(*(moves[i].add for i in block))
+        trial = (current - remove) | add
+        if trial != current and oracle.passes(trial):
+            current = trial
+            taken.update(block)
+        elif len(block) > 1:
+            attempt(block[: len(block) // 2])
+            attempt(block[len(block) // 2:])
+
+    attempt(list(range(len(moves))))
+    return current, taken
+
+
+def _split_moves(space: SearchSpace, answer: frozenset[str]) -> list[tuple[_Move, GroupSplit]]:
+    """For each group wholly in `answer`: keep only its needed members, where that lowers the cost."""
+    grouping, cm = space.grouping, space.cost_model
+    assert grouping is not None and cm is not None
+    base = cm.deploy_us(answer)
+    out = []
+    for group in grouping.groups.values():
+        members = set(group.members)
+        if not members <= answer:
+            continue
+        needed: set[str] = set()
+        for m in group.members:
+            if grouping.node_scores.get(m, 0.0) > space.noise:
+                needed |= (grouping.node_units.get(m, frozenset({m})) & members) | {m}
+        released = members - needed
+        if not needed or not released:
+            continue
+        if cm.deploy_us(answer - released) >= base and cm.fp32_flops(answer - released) >= cm.fp32_flops(answer):
+            continue
+        kept = tuple(m for m in group.members if m in needed)
+        out.append((_Move(remove=frozenset(released)),
+                    GroupSplit(group.kind, kept, tuple(m for m in group.members if m in released))))
+    return out
+
+
+def _gap_moves(space: SearchSpace, answer: frozenset[str]) -> list[_Move]:
+    """Connected runs of at most GAP_MAX low-precision candidates whose move to FP32 lowers the cost."""
+    cm = space.cost_model
+    assert cm is not None
+    model = cm.model
+    fp32 = cm.fp32_nodes(answer)
+    low = {n.name for n in model.candidates} - fp32
+    made_by = {t: n.name for n in model.nodes for t in n.float_outputs}
+    neighbours: dict[str, set[str]] = {n: set() for n in low}
+    for n in model.nodes:
+        if n.name not in low:
+            continue
+        for t in n.float_inputs:
+            p = made_by.get(t)
+            if p in low and p != n.name:
+                neighbours[n.name].add(p)
+                neighbours[p].add(n.name)
+    base = cm.deploy_us(answer)
+    seen: set[str] = set()
+    moves = []
+    for start in (n.name for n in model.nodes if n.name in low):
+        if start in seen:
+            continue
+        comp, stack = {start}, [start]
+        while stack and len(comp) <= GAP_MAX:
+            for q in neighbours[stack.pop()]:
+                if q not in comp:
+                    comp.add(q)
+                    stack.append(q)
+        if len(comp) > GAP_MAX:  # part of a larger low-precision region: mark it all seen
+            stack = list(comp)
+            while stack:
+                for q in neighbours[stack.pop()]:
+                    if q not in comp:
+                        comp.add(q)
+                        stack.append(q)
+            seen |= comp
+            continue
+        seen |= comp
+        if any(model.node(n).op_type in HEAVY_OPS for n in comp):
+            continue
+        if cm.deploy_us(answer | comp) < base:
+            moves.append(_Move(add=frozenset(comp)))
+    return moves

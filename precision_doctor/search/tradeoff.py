@@ -1,0 +1,155 @@
+"""The trade-off a user chooses from: the FP32 cost of a passing set against the tolerance, not only one point.
+
+A set whose worst element uses a share s of the tolerance passes at any multiple m >= s of it and fails below
+(for every check statistic: an element fails at m x (atol, rtol) exactly when min(abs/atol, rel/rtol) > m;
+`measure/tolerance.py`). So the search's own evaluations already give points for free: every passing set,
+with its share, is a set that holds from `s` x the tolerance up (`frontier`: the cheapest of them at each
+share). A failing verdict says only that the set fails at multiples below its share on the sample it stopped at.
+
+For the multipliers a user is likely to weigh (0.5x, 2x, 4x) the answer is also pruned again at that
+tolerance: a fresh oracle on the same backend and samples with the tolerance scaled, its memo seeded with
+what the search's verdicts decide at that multiple (not counted as evaluations), starting from the answer
+(2x, 4x: it passes there) or from the cheapest known set that passes at 0.5x (else the answer grown), each
+on a small evaluation budget. A point whose prune ran out of budget is an upper bound (`complete` false).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from precision_doctor.search.auto import grow, prune
+from precision_doctor.search.oracle import Budget, BudgetExhausted, Oracle, Verdict
+from precision_doctor.search.space import SearchSpace
+from precision_doctor.search.units import UnitOracle
+
+MULTIPLIERS = (0.5, 2.0, 4.0)
+BUDGET_EACH = 12  # evaluations for each multiplier's prune
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    """The cheapest set found that passes at `multiplier` x the search's tolerance: its size, FP32 FLOP share
+    and deployment cost (`graph/cost.py`; None where no cost model). `complete`: its prune finished (else an
+    upper bound); `evaluations`: what it took beyond the search; `fallback`: the set (node names)."""
+
+    multiplier: float
+    found: bool
+    fallback_size: int | None = None
+    fp32_flop_share: float | None = None
+    deploy_us: float | None = None
+    complete: bool = True
+    evaluations: int = 0
+    fallback: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """A set the search evaluated and saw pass, using `share` of the tolerance: it holds from `share` x up."""
+
+    share: float
+    fallback_size: int
+    fp32_flop_share: float | None
+    deploy_us: float | None
+
+
+@dataclass(frozen=True)
+class Tradeoff:
+    """report.json's `tradeoff`: the answer's own point (multiplier 1), the pruned points and the frontier."""
+
+    points: list[TradeoffPoint]
+    frontier: list[FrontierPoint]
+    evaluations: int = 0
+
+    def at(self, multiplier: float) -> TradeoffPoint | None:
+        return next((p for p in self.points if p.multiplier == multiplier), None)
+
+
+def seeded_verdict(v: Verdict, multiplier: float) -> Verdict | None:
+    """What a verdict at the tolerance decides at `multiplier` x it: pass, fail, or None (not decided)."""
+    share = v.tol_used
+    if share != share:  # NaN: not recorded
+        return None
+    if v.passed:  # every sample was checked: the share is exact
+        return Verdict(share <= multiplier, {}, None if share <= multiplier else v.failed_sample)
+    if share > multiplier:  # the sample it stopped at fails at the multiple too
+        return Verdict(False, {}, v.failed_sample)
+    return None
+
+
+def frontier(oracle: Oracle, space: SearchSpace) -> list[FrontierPoint]:
+    """The passing sets of a search, cheapest first at each share: each point is cheaper than every point
+    with a smaller share (the cost is the space's objective)."""
+    passing = sorted(((v.tol_used, space.cost(fb), fb) for fb, v in oracle.memo.items()
+                      if v.passed and v.tol_used == v.tol_used), key=lambda x: (x[0], x[1]))
+    out, best = [], float("inf")
+    cm = space.cost_model
+    for share, cost, fb in passing:
+        if cost < best:
+            best = cost
+            out.append(FrontierPoint(share, len(fb), cm.fp32_flop_share(fb) if cm else None,
+                                     cm.deploy_us(fb) if cm else None))
+    return out
+
+
+def tradeoff(searched: Oracle, space: SearchSpace, answer: frozenset[str],
+             multipliers: tuple[float, ...] = MULTIPLIERS, budget_each: int = BUDGET_EACH) -> Tradeoff:
+    """The trade-off around `answer`, a passing set of the oracle `searched` (its backend, samples, references
+    and tolerance are used again; its verdicts seed each multiple's memo)."""
+    points = [_point(1.0, answer, space, True, 0)]
+    spent = 0
+    for m in multipliers:
+        o = Oracle(searched.backend, searched.samples, searched.references, searched.tolerance.scaled(m),
+                   cost_of=space.cost, budget=Budget(max_evaluations=budget_each), stop=searched.stop)
+        for fb, v in searched.memo.items():
+            seeded = seeded_verdict(v, m)
+            if seeded is not None:
+                o.memo[fb] = seeded
+        complete, found = True, None
+        try:
+            found = _search_at(o, space, answer, m)
+        except BudgetExhausted:
+            complete, found = False, o.best()
+        spent += o.evaluations
+        points.append(_point(m, found, space, complete, o.evaluations) if found is not None
+                      else TradeoffPoint(m, False, complete=complete, evaluations=o.evaluations))
+    return Tradeoff(sorted(points, key=lambda p: p.multiplier), frontier(searched, space), spent)
+
+
+def _search_at(o: Oracle, space: SearchSpace, answer: frozenset[str], m: float) -> frozenset[str] | None:
+    """Prune from the answer (m >= 1) or from the cheapest known set passing at m (else the answer grown)."""
+    o.phase = f"tradeoff-{m:g}x"
+    grouping = space.grouping
+    view = UnitOracle(o, space) if grouping is not None else o
+    start = answer if m >= 1 else o.best()
+    units = grouping.units(start if start is not None else answer) if grouping is not None else \
+        frozenset(start if start is not None else answer)
+    if start is None or not view.passes(units):
+        units = grow(view, space, units)  # type: ignore[arg-type]
+        if units is None:
+            return None
+    return space.expand(prune(view, space, units))  # type: ignore[arg-type]
+
+
+def _point(m: float, fb: frozenset[str], space: SearchSpace, complete: bool, evaluations: int) -> TradeoffPoint:
+    cm = space.cost_model
+    return TradeoffPoint(m, True, len(fb), cm.fp32_flop_share(fb) if cm else None, cm.deploy_us(fb) if cm else None,
+                         complete, evaluations, sorted(fb))
+
+
+def sentence(t: Tradeoff, multiplier: float = 2.0) -> str | None:
+    """"at 2x this tolerance the answer would keep 3% of the FLOPs in FP32 instead of 41%" (None: nothing to say)."""
+    here, there = t.at(1.0), t.at(multiplier)
+    if here is None or there is None or here.fp32_flop_share is None:
+        return None
+    what = f"at {multiplier:g}x this tolerance"
+    if not there.found:
+        return f"{what} no set was found within {there.evaluations} evaluations"
+    bound = "at most " if not there.complete else ""
+    return (f"{what} the answer would keep {bound}{_pct(there.fp32_flop_share)} of the FLOPs in FP32 "
+            f"({there.fallback_size} nodes) instead of {_pct(here.fp32_flop_share)} ({here.fallback_size})")
+
+
+def _pct(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{100 * v:.0f}%" if v >= 0.01 or v == 0 else f"{100 * v:.2f}%"
