@@ -17,7 +17,6 @@ from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.compare import capture_and_analyse
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted
-from precision_doctor.search.refine import refine
 from precision_doctor.search.space import build_space
 from precision_doctor.spec import InputSpec
 
@@ -71,9 +70,8 @@ class SearchBench:
         except BudgetExhausted as exc:
             capped = str(exc)
             found = oracle.best()
-        if found and self.space.grouping is not None and capped is None:
-            refined = refine(oracle, self.space, found)
-            found = refined.answer
+        if found and self.space.grouping is not None and capped is None and self.space.refinements:
+            refined = self.space.refinements[-1]  # the strategy's answer was refined (search/units.py)
             capped = refined.stopped
         wall = time.perf_counter() - t0
         cpu = time.process_time() - c0

@@ -33,6 +33,7 @@ from onnx import TensorProto
 from precision_doctor.graph.mixed import FP32_OPS, BorderCast, border_casts, forced_fp32
 from precision_doctor.graph.model import Model, estimate_flops, infer_shapes, set_input_shapes, tensor_types_and_shapes
 from precision_doctor.graph.saturate import constant_tensors
+from precision_doctor.results.report import AnswerCost
 
 FP32_BYTES, LOWP_BYTES = 4, 2
 _ITEMSIZE = {TensorProto.DOUBLE: 8, TensorProto.INT64: 8, TensorProto.INT32: 4, TensorProto.UINT8: 1, TensorProto.INT8: 1,
@@ -53,30 +54,6 @@ class DeviceProfile:
 # An H100 (SXM) as dense FP32 (CUDA cores) and FP16 tensor-core work sustain it: about 3/4 of the FP32 and 2/5
 # of the FP16 data-sheet peaks, 3/4 of HBM3 bandwidth. An assumption, not a measurement.
 H100_ESTIMATE = DeviceProfile("h100-estimate", fp32_flops=50e12, lowp_flops=400e12, bandwidth=2.5e12)
-
-
-@dataclass(frozen=True)
-class AnswerCost:
-    """One set's price (report.json's `cost_of_answer`): FP32 share of the FLOPs (the set and the nodes
-    fixed.onnx keeps in FP32 anyway), the Casts fixed.onnx has and how many more than the all-low-precision
-    model, bytes moved per inference (weights and activations, Casts included) by fixed.onnx, all-FP32 and
-    all-low-precision, and the deployment objective (`deploy_us`) with the estimated share of the low-precision
-    speed-up kept. `batch`: the batch the figures are for; `shapes_from`: "capture" or "inference"."""
-
-    fp32_flop_share: float
-    fp32_flops: int
-    total_flops: int
-    casts: int
-    casts_added: int
-    cast_bytes: int
-    bytes_fixed: int
-    bytes_fp32: int
-    bytes_lowp: int
-    deploy_us: float
-    estimated_speedup_kept: float | None
-    batch: int
-    shapes_from: str
-    profile: str
 
 
 @dataclass
@@ -183,6 +160,11 @@ def shapes_that_ran(model: Model, input_shapes: Mapping[str, tuple[int, ...]],
     shapes the capture stored in `activations` (exact) where given; and where they came from."""
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
+    del proto.graph.value_info[:]  # inferred from the declared dims, they would contradict the concrete ones
+    for out in proto.graph.output:
+        for d in out.type.tensor_type.shape.dim:
+            if d.HasField("dim_value") and d.dim_value <= 0:
+                d.ClearField("dim_value")
     dynamic = {k: list(v) for k, v in input_shapes.items() if k in model.inputs}
     set_input_shapes(proto, dynamic)
     _, inferred = tensor_types_and_shapes(infer_shapes(proto))

@@ -153,7 +153,9 @@ class _Matcher:
         if r is not None and self.op(r) in ACTIVATION_OPS and self.const_operand(r, x):
             return [r]
         found = self.closure(x, _ACT_PARTS)
-        if found and len(found) >= 2 and any(self.op(n) in _ACT_NONLINEAR for n in found):
+        readers = [r for r in self.g.readers.get(x, []) if r in (found or [])]
+        # x * f(x): x is read twice (SiLU, HardSwish, GELU, Mish); a chain that reads it once is no activation
+        if found and len(readers) >= 2 and any(self.op(n) in _ACT_NONLINEAR for n in found):
             return found
         return []
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -20,32 +19,10 @@ import onnxruntime as ort
 
 from precision_doctor.graph.mixed import build_mixed
 from precision_doctor.graph.model import Model
+from precision_doctor.results.report import DeployLatency
 
 WARMUP, RUNS = 10, 50
 _PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
-
-
-@dataclass(frozen=True)
-class DeployLatency:
-    """Median milliseconds of one inference at `batch` (and the 90th percentile), each model on `device`."""
-
-    batch: int
-    device: str
-    runs: int
-    fp32_ms: float
-    lowp_ms: float
-    fixed_ms: float
-    fp32_p90_ms: float
-    lowp_p90_ms: float
-    fixed_p90_ms: float
-
-    @property
-    def latency_kept(self) -> float | None:
-        gain = self.fp32_ms - self.lowp_ms
-        return (self.fp32_ms - self.fixed_ms) / gain if gain > 0 else None
-
-    def to_json(self) -> dict:
-        return {**{k: getattr(self, k) for k in self.__dataclass_fields__}, "latency_kept": self.latency_kept}
 
 
 def batched(model: Model, feeds: Mapping[str, np.ndarray], batch: int) -> dict[str, np.ndarray]:

@@ -22,6 +22,7 @@ from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
 from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
 from precision_doctor.pipeline.confirmation import certification, confirm, notes_for
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
+from precision_doctor.pipeline.pricing import price, run_cost_model
 from precision_doctor.pipeline.probe import (
     PROBE_COPIES,
     PROBE_SEED,
@@ -86,7 +87,8 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
                 work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
                 rules=b.rules)
     write_layer_tables(out_dir, analysis)
-    space = build_space(model, analysis, fmt, spec.search.cost)
+    cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
+    space = build_space(model, analysis, fmt, spec.search.cost, cost_model=cm)
 
     notify(progress, PhaseEvent("reference"))
     ref = ReferenceRunner(model)
@@ -152,6 +154,8 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
         status = "no_solution"
         reason = reason or _no_solution_reason(oracle, space)
 
+    pricing = price(space, oracle, found if passed else None, cm, spec, work, checked.first_answer, stop,
+                    with_tradeoff=status == "complete")
     notify(progress, PhaseEvent("artifacts"))
     final = found if found is not None else frozenset()
     fixed_rel = capture_fixed(out_dir / ACTIVATIONS, model, fmt, work.samples, final, spec.capture, progress, stop,
@@ -171,7 +175,7 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
                                    passed and (headroom is None or headroom.holds), b.rules,
                                    knob_outcome.result if knob_outcome else None),
         emulation_rules=b.rules, emulation_notes=notes_for(model, fmt, backend, final) if passed else [],
-        expected_headroom=headroom,
+        expected_headroom=headroom, cost_model=cm, pricing=pricing,
     )
     return write_report(out_dir, report)
 

@@ -8,6 +8,7 @@ from pathlib import Path
 from precision_doctor import __version__
 from precision_doctor.backends.registry import check_only
 from precision_doctor.data.workload import Workload
+from precision_doctor.graph.cost import CostModel
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import Format
 from precision_doctor.measure.analysis import Analysis
@@ -27,6 +28,7 @@ from precision_doctor.results.report import (
     KnobsResult,
     Layer,
     ModelInfo,
+    Pricing,
     Report,
     SampleCounts,
     ToleranceUsed,
@@ -49,11 +51,13 @@ def build_report(
     engine: EngineResult | None = None, knobs: KnobsResult | None = None, knob_verdict: Verdict | None = None,
     certified_by: Certification | None = None, emulation_rules: str | None = None,
     emulation_notes: list[EmulationNote] | None = None, expected_headroom: ExpectedHeadroom | None = None,
+    cost_model: CostModel | None = None, pricing: Pricing | None = None,
 ) -> Report:
+    """The report; FLOPs are the cost model's (the shapes that ran) where it is given, else the declared shapes'."""
     model = work.model
     final = fallback or frozenset()
-    total = max(model.total_flops, 1)
-    flops = {n.name: n.flops for n in model.nodes}
+    flops = cost_model.flops if cost_model is not None else {n.name: n.flops for n in model.nodes}
+    total_flops = sum(flops.values())
     by_knobs = knobs is not None and knobs.changed_answer  # a knob configuration made the answer smaller
     searched = oracle.known(final) if fallback is not None else None
     same_as_searched = (confirm is None or confirm.searched_answer == sorted(final)) and not by_knobs
@@ -67,7 +71,7 @@ def build_report(
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         model=ModelInfo(
             path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes), candidates=len(space.universe),
-            total_flops=model.total_flops, renamed_nodes=list(model.renamed_nodes),
+            total_flops=total_flops, renamed_nodes=list(model.renamed_nodes),
         ),
         precision=spec.precision,
         backend=backend_name,
@@ -91,7 +95,8 @@ def build_report(
         passed=fallback is not None and held_out_ok and (expected_headroom is None or expected_headroom.holds),
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
-        fp32_flop_share=sum(flops.get(n, 0) for n in final) / total,
+        fp32_flop_share=cost_model.fp32_flop_share(final) if cost_model is not None
+        else sum(flops.get(n, 0) for n in final) / max(total_flops, 1),
         evaluations=oracle.evaluations,
         memo_hits=oracle.memo_hits,
         one_minimal_checked=False if by_knobs else confirm.one_minimal_checked if confirm is not None and confirm.passed
@@ -108,7 +113,7 @@ def build_report(
         first_divergence_node=analysis.first_divergence_node,
         ranking=analysis.ranking[:50],
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
-        layers=_layers(analysis, fixed_rel, final, _producers(work)),
+        layers=_layers(analysis, fixed_rel, final, _producers(work), flops),
         format_limits=FormatLimits(max=fmt.max, smallest_normal=fmt.smallest_normal),
         artifacts={
             "activations": ACTIVATIONS, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
@@ -122,6 +127,7 @@ def build_report(
         trt_check=trt_check,
         engine=engine,
         knobs=knobs,
+        pricing=pricing,
     )
 
 
@@ -136,10 +142,10 @@ def _producers(work: Workload) -> dict[str, list[str]]:
 
 
 def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[str],
-            producers: dict[str, list[str]]) -> list[Layer]:
+            producers: dict[str, list[str]], flops: dict[str, int]) -> list[Layer]:
     return [
         Layer(
-            index=r.index, name=r.name, op_type=r.op_type, flops=r.flops, local_rel_l2=r.local_rel_l2,
+            index=r.index, name=r.name, op_type=r.op_type, flops=flops.get(r.name, r.flops), local_rel_l2=r.local_rel_l2,
             rounding_rel_l2=r.rounding_rel_l2, lowp_rel_l2=r.lowp_rel_l2, fixed_rel_l2=fixed_rel.get(r.name),
             ref_absmax=r.ref_absmax, input_ref_absmax=r.input_ref_absmax, frac_above_max=r.frac_above_max,
             frac_below_normal=r.frac_below_normal, score=r.score, rank=r.rank, fallback=r.name in final,

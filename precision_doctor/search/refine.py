@@ -3,9 +3,11 @@ not to matter, and close the FP16 gaps whose Casts cost more than their FP32 ari
 verified by the oracle and taken only where the cost model says it pays.
 
 - Split. A group is kept whole unless a member alone is proven to matter: the group's members whose own
-  error is above rounding noise, with their islands inside the group (`Grouping.node_units`), are `needed`;
+  error is above rounding noise, with their islands inside the group (`Grouping.node_units`), are `needed`
+  (where that is none or all of them: the members other than its MatMul or convolution, where FP16 pays);
   the answer with only those kept passes (proven: the others may run in low precision) while the answer
-  without the group failed (the search's 1-minimality over units, where it was evaluated).
+  without the group fails (known from the search's 1-minimality over units, else evaluated here; where it
+  passes, the group goes whole).
   Taken where it lowers the deployment cost or the FP32 FLOPs (a split adds Casts inside the group and
   breaks its kernel; on a model too small for FP16 to pay, the cost model may prefer the whole group).
 - Gaps. A connected run of at most GAP_MAX low-precision nodes, none of them a MatMul, Gemm or convolution
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from precision_doctor.results.report import GroupUse
 from precision_doctor.search.oracle import BudgetExhausted, Oracle
 from precision_doctor.search.space import SearchSpace
 
@@ -28,22 +31,13 @@ HEAVY_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul",
                        "Einsum"})  # never moved to FP32 to close a gap
 
 
-@dataclass(frozen=True)
-class GroupSplit:
-    """A fusion group of the answer that was split: the members kept in FP32 and those let go."""
-
-    kind: str
-    kept: tuple[str, ...]
-    released: tuple[str, ...]
-
-
 @dataclass
 class Refinement:
     """What the steps after the search did: `answer` (nodes), the groups split, the gaps closed (nodes added)
     and the evaluations they took; `stopped` says why they ended early (the budget), if they did."""
 
     answer: frozenset[str]
-    splits: list[GroupSplit] = field(default_factory=list)
+    splits: list[GroupUse] = field(default_factory=list)
     gaps_closed: list[tuple[str, ...]] = field(default_factory=list)
     evaluations: int = 0
     stopped: str | None = None
@@ -63,7 +57,13 @@ def refine(oracle: Oracle, space: SearchSpace, answer: frozenset[str]) -> Refine
     before = oracle.evaluations
     try:
         oracle.phase = "split"
-        splits = _split_moves(space, out.answer)
+        splits = []
+        for move, use in _split_moves(space, out.answer):
+            whole = move.remove | frozenset(use.kept)
+            if oracle.passes(out.answer - whole):  # the group is not needed at all: it goes whole
+                out.answer = out.answer - whole
+                continue
+            splits.append((move, use))
         current, taken = apply_moves(oracle, out.answer, [m for m, _ in splits])
         out.answer = current
         out.splits = [s for i, (_, s) in enumerate(splits) if i in taken]
@@ -102,7 +102,7 @@ def apply_moves(oracle: Oracle, current: frozenset[str], moves: list[_Move]) -> 
     return current, taken
 
 
-def _split_moves(space: SearchSpace, answer: frozenset[str]) -> list[tuple[_Move, GroupSplit]]:
+def _split_moves(space: SearchSpace, answer: frozenset[str]) -> list[tuple[_Move, GroupUse]]:
     """For each group wholly in `answer`: keep only its needed members, where that lowers the cost."""
     grouping, cm = space.grouping, space.cost_model
     assert grouping is not None and cm is not None
@@ -116,14 +116,15 @@ def _split_moves(space: SearchSpace, answer: frozenset[str]) -> list[tuple[_Move
         for m in group.members:
             if grouping.node_scores.get(m, 0.0) > space.noise:
                 needed |= (grouping.node_units.get(m, frozenset({m})) & members) | {m}
+        if not needed or needed == members:  # no member stands out: try the group without its heavy op
+            needed = {m for m in members if cm.model.node(m).op_type not in HEAVY_OPS}
         released = members - needed
         if not needed or not released:
             continue
         if cm.deploy_us(answer - released) >= base and cm.fp32_flops(answer - released) >= cm.fp32_flops(answer):
             continue
-        kept = tuple(m for m in group.members if m in needed)
-        out.append((_Move(remove=frozenset(released)),
-                    GroupSplit(group.kind, kept, tuple(m for m in group.members if m in released))))
+        out.append((_Move(remove=frozenset(released)), GroupUse(
+            group.kind, [m for m in group.members if m in needed], [m for m in group.members if m in released])))
     return out
 
 

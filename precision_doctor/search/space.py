@@ -58,6 +58,8 @@ class SearchSpace:
     objective: str = "nodes"
     grouping: Grouping | None = None  # with `deploy`: the universe is units, not nodes
     cost_model: CostModel | None = None
+    # what the steps after each search over units did (search/refine.py), the latest last
+    refinements: list = field(default_factory=list)
 
     def cost(self, fallback: Iterable[str]) -> float:
         """The objective of a set of nodes (what an oracle evaluates): its node count, its FP32 FLOPs, or its

@@ -10,13 +10,14 @@ For the multipliers a user is likely to weigh (0.5x, 2x, 4x) the answer is also 
 tolerance: a fresh oracle on the same backend and samples with the tolerance scaled, its memo seeded with
 what the search's verdicts decide at that multiple (not counted as evaluations), starting from the answer
 (2x, 4x: it passes there) or from the cheapest known set that passes at 0.5x (else the answer grown), each
-on a small evaluation budget. A point whose prune ran out of budget is an upper bound (`complete` false).
+on a small evaluation budget, then refined as the answer was (`search/refine.py`). At 2x and 4x the answer
+itself stands where the pruned set costs more. A point whose prune ran out of budget is an upper bound
+(`complete` false).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from precision_doctor.results.report import FrontierPoint, Tradeoff, TradeoffPoint
 from precision_doctor.search.auto import grow, prune
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Oracle, Verdict
 from precision_doctor.search.space import SearchSpace
@@ -24,44 +25,6 @@ from precision_doctor.search.units import UnitOracle
 
 MULTIPLIERS = (0.5, 2.0, 4.0)
 BUDGET_EACH = 12  # evaluations for each multiplier's prune
-
-
-@dataclass(frozen=True)
-class TradeoffPoint:
-    """The cheapest set found that passes at `multiplier` x the search's tolerance: its size, FP32 FLOP share
-    and deployment cost (`graph/cost.py`; None where no cost model). `complete`: its prune finished (else an
-    upper bound); `evaluations`: what it took beyond the search; `fallback`: the set (node names)."""
-
-    multiplier: float
-    found: bool
-    fallback_size: int | None = None
-    fp32_flop_share: float | None = None
-    deploy_us: float | None = None
-    complete: bool = True
-    evaluations: int = 0
-    fallback: list[str] = field(default_factory=list)
-
-
-@dataclass(frozen=True)
-class FrontierPoint:
-    """A set the search evaluated and saw pass, using `share` of the tolerance: it holds from `share` x up."""
-
-    share: float
-    fallback_size: int
-    fp32_flop_share: float | None
-    deploy_us: float | None
-
-
-@dataclass(frozen=True)
-class Tradeoff:
-    """report.json's `tradeoff`: the answer's own point (multiplier 1), the pruned points and the frontier."""
-
-    points: list[TradeoffPoint]
-    frontier: list[FrontierPoint]
-    evaluations: int = 0
-
-    def at(self, multiplier: float) -> TradeoffPoint | None:
-        return next((p for p in self.points if p.multiplier == multiplier), None)
 
 
 def seeded_verdict(v: Verdict, multiplier: float) -> Verdict | None:
@@ -109,6 +72,8 @@ def tradeoff(searched: Oracle, space: SearchSpace, answer: frozenset[str],
             found = _search_at(o, space, answer, m)
         except BudgetExhausted:
             complete, found = False, o.best()
+        if found is not None and m >= 1 and space.cost(answer) < space.cost(found):
+            found = answer  # a prune over units may end costlier than the answer's split groups and closed gaps
         spent += o.evaluations
         points.append(_point(m, found, space, complete, o.evaluations) if found is not None
                       else TradeoffPoint(m, False, complete=complete, evaluations=o.evaluations))
@@ -127,7 +92,12 @@ def _search_at(o: Oracle, space: SearchSpace, answer: frozenset[str], m: float) 
         units = grow(view, space, units)  # type: ignore[arg-type]
         if units is None:
             return None
-    return space.expand(prune(view, space, units))  # type: ignore[arg-type]
+    found = space.expand(prune(view, space, units))  # type: ignore[arg-type]
+    if grouping is not None:  # split groups and close gaps as the search's answer did
+        from precision_doctor.search.refine import refine
+
+        found = refine(o, space, found).answer
+    return found
 
 
 def _point(m: float, fb: frozenset[str], space: SearchSpace, complete: bool, evaluations: int) -> TradeoffPoint:

@@ -2,7 +2,9 @@
 
 A strategy sees the search space's universe (units) and an oracle; `UnitOracle` evaluates a set of units
 as the nodes they stand for, on the real oracle (which memoizes, counts and checkpoints node sets). The
-strategy's answer is expanded back to nodes. Strategies themselves never know.
+strategy's answer is expanded back to nodes and refined (`search/refine.py`: groups split where a member
+alone is proven to matter, FP16 gaps closed where their Casts cost more), before anything validates it;
+what the refinement did is appended to `space.refinements`. Strategies themselves never know.
 """
 
 from __future__ import annotations
@@ -49,8 +51,14 @@ def on_units(strategy: Strategy) -> Strategy:
     def run(oracle: Oracle, space: SearchSpace) -> frozenset[str] | None:
         if space.grouping is None:
             return strategy(oracle, space)
+        from precision_doctor.search.refine import refine
+
         found = strategy(UnitOracle(oracle, space), space)  # type: ignore[arg-type]
-        return None if found is None else space.expand(found)
+        if found is None:
+            return None
+        refined = refine(oracle, space, space.expand(found))
+        space.refinements.append(refined)
+        return refined.answer
 
     run.__doc__ = strategy.__doc__
     return run
