@@ -284,10 +284,15 @@ def child_modelopt(wd: Path, out: Path, model_path: Path | None = None) -> None:
     t0 = time.perf_counter()
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            mconv.convert_to_mixed_precision(
+            converted = mconv.convert_to_mixed_precision(
                 onnx_path=str(model_path or wd / "model.onnx"), low_precision_type="fp16", keep_io_types=True,
                 calibration_data=str(wd / "samples"), providers=["cpu"],
             )
+        if converted is not None:  # its own Casts: those in its model beyond the input model's
+            import onnx
+
+            before = sum(n.op_type == "Cast" for n in onnx.load(str(model_path or wd / "model.onnx")).graph.node)
+            rec["casts"] = sum(n.op_type == "Cast" for n in converted.graph.node) - before
     except Exception as exc:
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:2000] if str(exc) else ''}"
     wall = time.perf_counter() - t0
@@ -296,6 +301,7 @@ def child_modelopt(wd: Path, out: Path, model_path: Path | None = None) -> None:
         "ok": error is None and high is not None, "error": error, "wall_s": wall, "import_s": import_s,
         "high": high, "classifier_high": rec.get("classifier_high"), "classified_nodes": rec.get("classified_nodes"),
         "settings": rec.get("classifier_settings"), "reasons": reasons, "version": modelopt.__version__,
+        "casts": rec.get("casts"),
         "conversion_failed_after_classification": error is not None and "classifier_high" in rec,
         "model_file": "ours" if model_path is None else str(model_path),
     }), encoding="utf-8")

@@ -86,13 +86,20 @@ def price(space: SearchSpace, oracle: Oracle, answer: frozenset[str] | None, cm:
         except BudgetExhausted:
             pass
     if measure_latency:
-        out.latency = _latency(cm, answer, spec, work)
+        out.latency, out.latency_note = _latency(cm, answer, spec, work)
     return out
 
 
-def _latency(cm: CostModel, answer: frozenset[str], spec: RunSpec, work: Workload) -> DeployLatency | None:
-    """Measured on ONNX Runtime's CUDA provider where it has a GPU here, else None."""
+def _latency(cm: CostModel, answer: frozenset[str], spec: RunSpec, work: Workload) -> tuple[DeployLatency | None, str]:
+    """Measured on ONNX Runtime's CUDA provider where it has a GPU here; else None and why. A failure to measure
+    never fails the run: it is said instead."""
     from precision_doctor.measure.latency import deploy_latency
 
-    return deploy_latency(cm.model, answer, spec.precision, work.samples[0], spec.search.batch,
-                          spec.search.keep_io_types)
+    try:
+        got = deploy_latency(cm.model, answer, spec.precision, work.samples[0], spec.search.batch,
+                             spec.search.keep_io_types)
+    except Exception as exc:  # ORT's errors have many types; the report says it in one line
+        return None, f"not measured: {type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+    if got is None:
+        return None, "not measured: no CUDA GPU here (ONNX Runtime's CUDA provider and a GPU are needed)"
+    return got, f"measured on ONNX Runtime's CUDA provider with I/O binding, median of {got.runs} runs"

@@ -420,6 +420,7 @@ class Pricing:
     gaps_closed: list[list[str]] = field(default_factory=list)
     refine_evaluations: int = 0
     latency: DeployLatency | None = None
+    latency_note: str | None = None  # how the latency was measured, or why not
     tradeoff: Tradeoff | None = None
 
     def to_json(self) -> dict:
@@ -430,6 +431,7 @@ class Pricing:
             "groups": [asdict(g) for g in self.groups], "gaps_closed": self.gaps_closed,
             "refine_evaluations": self.refine_evaluations,
             "latency": None if self.latency is None else self.latency.to_json(),
+            "latency_note": self.latency_note,
             "tradeoff": None if self.tradeoff is None else asdict(self.tradeoff),
         }
 
@@ -939,7 +941,8 @@ def _pricing(v: Any, path: str) -> Pricing:
         groups=_get(d, "groups", path, _list(_group_use), default=[]),
         gaps_closed=_get(d, "gaps_closed", path, _list(_list(_str)), default=[]),
         refine_evaluations=_get(d, "refine_evaluations", path, _int, default=0),
-        latency=_opt(d, "latency", path, _latency), tradeoff=_opt(d, "tradeoff", path, _tradeoff),
+        latency=_opt(d, "latency", path, _latency), latency_note=_opt(d, "latency_note", path, _str),
+        tradeoff=_opt(d, "tradeoff", path, _tradeoff),
     )
 
 
