@@ -32,7 +32,8 @@ def bench_case(name: str, bench: SearchBench, expected, check_minimal: bool, str
                time_s: float | None = None, minimal_up_to: int | None = None) -> dict:
     """Run each strategy on a fresh oracle; check 1-minimality (one evaluation per member, not counted)
     when asked, for sets of at most `minimal_up_to` members if given."""
-    out = {"case": name, "candidates": len(bench.space.universe), "capture_s": bench.capture_s,
+    out = {"case": name, "candidates": len(bench.model.candidates), "units": len(bench.space.universe),
+           "capture_s": bench.capture_s,
            "expected": sorted(expected) if expected is not None else None, "runs": {}}
     for strat in strategies:
         r = bench.run(strat, time_s=time_s)
@@ -125,14 +126,14 @@ def main() -> None:
 
 
 def per_case_table(cases: list[dict]) -> str:
-    headers = ["case", "nodes"] + [f"{s} evals" for s in STRATEGIES] + [f"{s} size" for s in STRATEGIES]
+    headers = ["case", "candidates", "units"] + [f"{s} evals" for s in STRATEGIES] + [f"{s} size" for s in STRATEGIES]
     headers += ["expected size", "auto/segment evals", "auto FP32 FLOP %", "segment FP32 FLOP %",
                 "auto Casts added", "auto deploy us"]
     rows = []
     for c in cases:
         runs = c["runs"]
         seg = runs.get("segment")
-        row = [c["case"], c["candidates"]]
+        row = [c["case"], c["candidates"], c.get("units", c["candidates"])]
         row += [str(runs[s]["evaluations"]) + ("+" if runs[s]["capped"] else "") for s in STRATEGIES]
         row += [_size(runs[s]) for s in STRATEGIES]
         row += [len(c["expected"]) if c["expected"] is not None else "-",

@@ -188,3 +188,18 @@ def test_tensorrt_rtx_fuses_our_conv_groups(tmp_path):
         pytest.skip("this TensorRT-RTX release logs no layer list (kernels.py reads it)")
     group = group_of(fusion_groups(model))["conv1"].members
     assert any(set(group) <= set(k.nodes) for k in kernels), [k.nodes for k in kernels]
+
+
+def test_repair_over_units_keeps_a_passing_split_answer_and_grows_whole_groups():
+    """The confirmation's repair with the deploy objective: a passing answer whose group was split stays as it is
+    where it may not be pruned; a failing one grows by whole groups until it passes."""
+    from precision_doctor.search.auto import repair
+
+    case = planted.CASES["softmax_no_max"]()
+    model, space, oracle, found = _search(case.model, case.samples(4, 0), Tolerance(case.atol, case.rtol))
+    group = next(g for g in space.grouping.groups.values() if g.kind == "softmax")
+    assert set(group.members) - found  # split: logit_scale released
+    assert repair(oracle, space, found, prune_after=False) == found
+    assert repair(oracle, space, found, keep_start=True) == found
+    grown = repair(oracle, space, frozenset({"exp"}))
+    assert grown is not None and oracle.known(grown).passed and set(group.members) <= grown

@@ -70,7 +70,7 @@ def build_report(
         version=__version__,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         model=ModelInfo(
-            path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes), candidates=len(space.universe),
+            path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes), candidates=len(model.candidates),
             total_flops=total_flops, renamed_nodes=list(model.renamed_nodes),
         ),
         precision=spec.precision,
