@@ -14,9 +14,10 @@ from precision_doctor.graph.formats import FP16
 from precision_doctor.graph.model import from_proto
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.compare import capture_and_analyse
+from precision_doctor.render.pricing import tradeoff_sentence
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.space import build_space
-from precision_doctor.search.tradeoff import seeded_verdict, sentence, tradeoff
+from precision_doctor.search.tradeoff import seeded_verdict, tradeoff
 from precision_doctor.spec import InputSpec
 
 
@@ -68,8 +69,8 @@ def test_tradeoff_points_hold_at_their_tolerance_and_cost_less_when_looser(searc
     front = t.frontier
     assert front and [f.share for f in front] == sorted(f.share for f in front)
     assert all(a.deploy_us > b.deploy_us for a, b in zip(front, front[1:]))
-    text = sentence(t)
-    assert text.startswith("at 2x this tolerance the answer would keep ") and "instead of 100%" in text
+    text = tradeoff_sentence(t)
+    assert text.startswith("At 2x this tolerance the answer would keep ") and "instead of 100%" in text
 
 
 def test_a_tradeoff_budget_gives_an_upper_bound(searched):
@@ -80,4 +81,4 @@ def test_a_tradeoff_budget_gives_an_upper_bound(searched):
     assert point.found and not point.complete and point.evaluations == 0
     check = Oracle(oracle.backend, oracle.samples, oracle.references, oracle.tolerance.scaled(2.0))
     assert check.passes(point.fallback)
-    assert "would keep at most" in sentence(t)
+    assert "would keep at most" in tradeoff_sentence(t)

@@ -110,6 +110,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         not_holding,
         validated_on_user_data,
     )
+    from precision_doctor.render.pricing import cost_sentence, tradeoff_sentence
     from precision_doctor.render.tensorrt import outcome_lines
 
     def say(text) -> None:
@@ -134,6 +135,10 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
                                  f"meets atol={tol.atol:g} rtol={tol.rtol:g} ({tol.check_error_stat}):"))
             for name in fb:
                 say(f"  {name}")
+            if cost := cost_sentence(report, with_share=False):
+                say(f"{cost[0].upper()}{cost[1:]}")
+            if (tradeoff := tradeoff_sentence(report.pricing.tradeoff if report.pricing else None)) is not None:
+                say(tradeoff)
         else:
             say(styled("PASS", "bold green", f" the whole model in {report.precision} already meets the "
                                  "tolerance"))

@@ -7,7 +7,7 @@ import math
 from html import escape
 from typing import Any
 
-from precision_doctor.render import plots
+from precision_doctor.render import plots, pricing
 from precision_doctor.render.markdown import (
     COMMAND_TITLES,
     INPUT_SENSITIVE_WHY,
@@ -359,7 +359,8 @@ def _header(report: Report) -> str:
     return (
         f"<header><h1>precision-doctor report: <code>{_e(model.path)}</code></h1>"
         f'<div class="verdict"><span class="badge {kind}" id="verdict">{_e(label)}</span>'
-        f'<span class="sentence">{_e(verdict_sentence(report))}</span></div>{reason}'
+        f'<span class="sentence">{_e(verdict_sentence(report))}'
+        f'{_e(" " + cost) if (cost := pricing.cost_sentence(report, with_share=False)) else ""}</span></div>{reason}'
         f'<div class="kpis">{"".join(kpis)}</div></header>'
     )
 
@@ -596,6 +597,11 @@ def _page_data(report: Report) -> dict[str, Any]:
     }
 
 
+def _cost_section(report: Report) -> str:
+    plot = plots.plot_tradeoff(report)
+    return pricing.html_section(report, plot.svg if plot is not None else None)
+
+
 def render_html(report: Report) -> str:
     """report.html: a single offline page with verdict, tables, three inline-SVG plots and a sortable layer table.
 
@@ -609,6 +615,7 @@ def render_html(report: Report) -> str:
             _header(report),
             _next_steps_section(report),
             _fallback_section(report),
+            _cost_section(report),
             html_sections(report),
             _outputs_section(report),
             _plots_section(report),

@@ -8,6 +8,8 @@ from typing import Any
 from precision_doctor.backends.registry import check_only
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
+from precision_doctor.render.pricing import cost_sentence
+from precision_doctor.render.pricing import markdown_lines as pricing_lines
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     knobs_sentence,
@@ -524,7 +526,8 @@ def render_markdown(report: Report) -> str:
     L: list[str] = []
 
     L += [f"# precision-doctor report: {_code(model.path)}", ""]
-    L += [f"**Verdict: {label}.** {verdict_sentence(report)}", ""]
+    cost = cost_sentence(report, with_share=False)
+    L += [f"**Verdict: {label}.** {verdict_sentence(report)}" + (f" {cost[0].upper()}{cost[1:]}" if cost else ""), ""]
     if report.reason:
         L += [f"> Status `{report.status}`: {report.reason}", ""]
     memo = report.memo_hits
@@ -720,4 +723,5 @@ def render_markdown(report: Report) -> str:
         listed = ", ".join(_code(n) for n in renamed[:20]) + (", …" if len(renamed) > 20 else "")
         L += [f"Note: {len(renamed)} node(s) had missing or duplicate names and were renamed: {listed}"]
         L.append("")
+    L += pricing_lines(report)
     return "\n".join(L).rstrip() + "\n"

@@ -355,15 +355,15 @@ def plot_tradeoff(report: Report) -> Plot | None:
     fig = _figure(8, 3.6)
     ax = fig.add_subplot()
     front = sorted((num(f.share), 100 * num(f.fp32_flop_share)) for f in t.frontier
-                   if f.fp32_flop_share is not None and math.isfinite(num(f.share)) and num(f.share) > 0)
+                   if f.fp32_flop_share is not None and math.isfinite(num(f.share)) and num(f.share) >= 0)
     if front:  # the cheapest seen passing set at each multiple: a step down at each share
+        lo = max(min(lo, front[0][0] / 1.3), 1 / 16)  # a set that holds at 0x starts at the left edge
         xs, ys, best = [], [], math.inf
         for share, y in front:
             if y < best:
                 xs.append(max(share, lo))
                 ys.append(y)
                 best = y
-        lo = min(lo, xs[0] / 1.3)
         ax.step(xs + [hi], ys + [ys[-1]], where="post", color="#9aa5b1", lw=1.4, zorder=2,
                 label="cheapest set the search saw pass")
     full = [p for p in pts if p.complete and p.multiplier != 1]

@@ -2,12 +2,12 @@
 not to matter, and close the FP16 gaps whose Casts cost more than their FP32 arithmetic. Every change is
 verified by the oracle and taken only where the cost model says it pays.
 
-- Split. A group is kept whole unless a member alone is proven to matter: the group's members whose own
-  error is above rounding noise, with their islands inside the group (`Grouping.node_units`), are `needed`
-  (where that is none or all of them: the members other than its MatMul or convolution, where FP16 pays);
-  the answer with only those kept passes (proven: the others may run in low precision) while the answer
-  without the group fails (known from the search's 1-minimality over units, else evaluated here; where it
-  passes, the group goes whole).
+- Split. A group is kept whole unless a member alone is proven to matter: the answer with only some of its
+  members kept passes (proven: the others may run in low precision) while the answer without the group fails
+  (known from the search's 1-minimality over units, else evaluated here; where it passes, the group goes
+  whole). The kept sets tried, boldest first, in rounds over all groups: the members whose own error is above
+  rounding noise with their islands inside the group (`Grouping.node_units`) but without the group's MatMul or
+  convolution (where FP16 pays), then with it, then every member but the MatMul or convolution.
   Taken where it lowers the deployment cost or the FP32 FLOPs (a split adds Casts inside the group and
   breaks its kernel; on a model too small for FP16 to pay, the cost model may prefer the whole group).
 - Gaps. A connected run of at most GAP_MAX low-precision nodes, none of them a MatMul, Gemm or convolution
@@ -57,16 +57,7 @@ def refine(oracle: Oracle, space: SearchSpace, answer: frozenset[str]) -> Refine
     before = oracle.evaluations
     try:
         oracle.phase = "split"
-        splits = []
-        for move, use in _split_moves(space, out.answer):
-            whole = move.remove | frozenset(use.kept)
-            if oracle.passes(out.answer - whole):  # the group is not needed at all: it goes whole
-                out.answer = out.answer - whole
-                continue
-            splits.append((move, use))
-        current, taken = apply_moves(oracle, out.answer, [m for m, _ in splits])
-        out.answer = current
-        out.splits = [s for i, (_, s) in enumerate(splits) if i in taken]
+        out.answer, out.splits = _split(oracle, space, out.answer)
         oracle.phase = "gaps"
         gaps = _gap_moves(space, out.answer)
         current, taken = apply_moves(oracle, out.answer, gaps)
@@ -77,6 +68,25 @@ def refine(oracle: Oracle, space: SearchSpace, answer: frozenset[str]) -> Refine
         out.stopped = str(exc)
     out.evaluations = oracle.evaluations - before
     return out
+
+
+def _split(oracle: Oracle, space: SearchSpace, answer: frozenset[str]) -> tuple[frozenset[str], list[GroupUse]]:
+    """Each group wholly in the answer, split as far as it is proven: its candidate kept sets (`_split_options`,
+    boldest first) tried in rounds, all groups of a round together (`apply_moves`); a group whose removal passes
+    goes whole."""
+    options: dict[str, list[GroupUse]] = {}
+    for unit, uses in _split_options(space, answer).items():
+        members = frozenset(space.grouping.groups[unit].members)
+        if oracle.passes(answer - members):  # the group is not needed at all (its proof fails): it goes whole
+            answer = answer - members
+            continue
+        options[unit] = uses
+    done: dict[str, GroupUse] = {}
+    for r in range(max((len(v) for v in options.values()), default=0)):
+        round_ = [(u, uses[r]) for u, uses in options.items() if u not in done and r < len(uses)]
+        answer, taken = apply_moves(oracle, answer, [_Move(remove=frozenset(use.released)) for _, use in round_])
+        done.update({round_[i][0]: round_[i][1] for i in taken})
+    return answer, list(done.values())
 
 
 def apply_moves(oracle: Oracle, current: frozenset[str], moves: list[_Move]) -> tuple[frozenset[str], set[int]]:
@@ -102,13 +112,15 @@ def apply_moves(oracle: Oracle, current: frozenset[str], moves: list[_Move]) -> 
     return current, taken
 
 
-def _split_moves(space: SearchSpace, answer: frozenset[str]) -> list[tuple[_Move, GroupUse]]:
-    """For each group wholly in `answer`: keep only its needed members, where that lowers the cost."""
+def _split_options(space: SearchSpace, answer: frozenset[str]) -> dict[str, list[GroupUse]]:
+    """For each group wholly in `answer`, the kept sets worth a try, boldest first: the members whose own error is
+    above noise (with their islands inside the group) without the group's MatMul or convolution, then with it,
+    then every member but those; each only where it lowers the deployment cost or the FP32 FLOPs."""
     grouping, cm = space.grouping, space.cost_model
     assert grouping is not None and cm is not None
-    base = cm.deploy_us(answer)
-    out = []
-    for group in grouping.groups.values():
+    base, base_flops = cm.deploy_us(answer), cm.fp32_flops(answer)
+    out: dict[str, list[GroupUse]] = {}
+    for unit, group in grouping.groups.items():
         members = set(group.members)
         if not members <= answer:
             continue
@@ -116,15 +128,18 @@ def _split_moves(space: SearchSpace, answer: frozenset[str]) -> list[tuple[_Move
         for m in group.members:
             if grouping.node_scores.get(m, 0.0) > space.noise:
                 needed |= (grouping.node_units.get(m, frozenset({m})) & members) | {m}
-        if not needed or needed == members:  # no member stands out: try the group without its heavy op
-            needed = {m for m in members if cm.model.node(m).op_type not in HEAVY_OPS}
-        released = members - needed
-        if not needed or not released:
-            continue
-        if cm.deploy_us(answer - released) >= base and cm.fp32_flops(answer - released) >= cm.fp32_flops(answer):
-            continue
-        out.append((_Move(remove=frozenset(released)), GroupUse(
-            group.kind, [m for m in group.members if m in needed], [m for m in group.members if m in released])))
+        light = {m for m in members if cm.model.node(m).op_type not in HEAVY_OPS}
+        uses = []
+        for kept in (needed & light, needed, light):
+            released = members - kept
+            if not kept or not released or any(set(u.kept) == kept for u in uses):
+                continue
+            if cm.deploy_us(answer - released) >= base and cm.fp32_flops(answer - released) >= base_flops:
+                continue
+            uses.append(GroupUse(group.kind, [m for m in group.members if m in kept],
+                                 [m for m in group.members if m in released]))
+        if uses:
+            out[unit] = uses
     return out
 
 

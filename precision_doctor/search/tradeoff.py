@@ -104,22 +104,3 @@ def _point(m: float, fb: frozenset[str], space: SearchSpace, complete: bool, eva
     cm = space.cost_model
     return TradeoffPoint(m, True, len(fb), cm.fp32_flop_share(fb) if cm else None, cm.deploy_us(fb) if cm else None,
                          complete, evaluations, sorted(fb))
-
-
-def sentence(t: Tradeoff, multiplier: float = 2.0) -> str | None:
-    """"at 2x this tolerance the answer would keep 3% of the FLOPs in FP32 instead of 41%" (None: nothing to say)."""
-    here, there = t.at(1.0), t.at(multiplier)
-    if here is None or there is None or here.fp32_flop_share is None:
-        return None
-    what = f"at {multiplier:g}x this tolerance"
-    if not there.found:
-        return f"{what} no set was found within {there.evaluations} evaluations"
-    bound = "at most " if not there.complete else ""
-    return (f"{what} the answer would keep {bound}{_pct(there.fp32_flop_share)} of the FLOPs in FP32 "
-            f"({there.fallback_size} nodes) instead of {_pct(here.fp32_flop_share)} ({here.fallback_size})")
-
-
-def _pct(v: float | None) -> str:
-    if v is None:
-        return "-"
-    return f"{100 * v:.0f}%" if v >= 0.01 or v == 0 else f"{100 * v:.2f}%"
