@@ -34,6 +34,7 @@ import json
 import tempfile
 import time
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -88,10 +89,14 @@ def providers_for(model: Model, cpu: bool) -> list:
 def measure_model(
     label: str, model: Model, samples: list, labels: list[str], lowp_labels: list[str], providers: list,
     store_path: Path, metric: str = "max_abs", budget_mb: float = 256.0, fixture_per_op: int = 3,
+    fixture_ops: Iterable[str] | None = FIXTURE_OPS, kernels: list[dict] | None = None, pattern_rules: str = PATTERN_RULES,
 ) -> tuple[dict, list, Model]:
-    """Node rows, per-op table and timings of one model (see the module docstring), its fixture entries,
-    and the model with the shapes the samples fix (rules that need static shapes apply there). Every
-    run is captured into the activation store `store_path` (runs: precision_doctor.measure.fidelity)."""
+    """Node rows, per-op table and timings of one model (see the module docstring), its fixture entries
+    (nodes of `fixture_ops` and of op types with a standard-rule mismatch; None: every op type), and the
+    model with the shapes the samples fix (rules that need static shapes apply there). Every run is
+    captured into the activation store `store_path` (runs: precision_doctor.measure.fidelity); `kernels`
+    receives the provider's kernels for the node-alone graphs (`capture_local_with`); the sites of the
+    fusions in `pattern_rules` run on the provider as real FP16 patterns."""
     fmt, budget, n = FP16, int(budget_mb * (1 << 20)), len(samples)
     times: dict[str, float] = {}
     cands = model.candidates
@@ -115,8 +120,8 @@ def measure_model(
                     store, run_name(LOCAL, lab), obs, lambda g, rs=rs: local_graph(obs, fmt, g, rs), nodes, n, budget)
         placement: dict[str, str] = {}
         times["gpu local"] = capture_local_with(store, GPU_LOCAL, obs, lambda g: native_local_graph(obs, fmt, g),
-                                                cands, n, budget, providers, placement)
-        sites = resolve_rules(PATTERN_RULES).sites(obs, fmt)
+                                                cands, n, budget, providers, placement, kernels=kernels)
+        sites = resolve_rules(pattern_rules).sites(obs, fmt)
         times["gpu patterns"] = capture_patterns(store, GPU_LOCAL, obs, list(sites.values()), n, providers)
         names = [t for nd in cands for t in nd.float_outputs]
         t = time.perf_counter()
@@ -137,16 +142,18 @@ def measure_model(
             r["model"] = label
         meta = {"provider_set": [p if isinstance(p, str) else p[0] for p in providers], "onnxruntime": ort.__version__}
         fused = set(sites)
-        entries = fixture_entries(store, obs, [c for c in _fixture_nodes(obs, rows, fixture_per_op) if c.name not in fused],
+        chosen = _fixture_nodes(obs, rows, fixture_per_op, fixture_ops)
+        entries = fixture_entries(store, obs, [c for c in chosen if c.name not in fused],
                                   label, meta)
         entries += pattern_entries(store, obs, _fixture_sites(obs, sites, fixture_per_op), GPU_LOCAL, label, meta)
     return {"model": label, "samples": n, "nodes": rows, "by_op": by_op(rows, labels), "seconds": times}, entries, obs
 
 
-def _fixture_nodes(model: Model, rows: list[dict], per_op: int) -> list:
-    """Up to `per_op` nodes of each op type a rule is about (and of any op type with a standard-rule
-    mismatch), the smallest first."""
-    ops = set(FIXTURE_OPS) | {r["op_type"] for r in rows if r["mismatch"].get(STANDARD)}
+def _fixture_nodes(model: Model, rows: list[dict], per_op: int, fixture_ops: Iterable[str] | None = FIXTURE_OPS) -> list:
+    """Up to `per_op` nodes of each op type in `fixture_ops` (None: every op type measured) and of any op
+    type with a standard-rule mismatch, the smallest first."""
+    every = {r["op_type"] for r in rows}
+    ops = (every if fixture_ops is None else set(fixture_ops)) | {r["op_type"] for r in rows if r["mismatch"].get(STANDARD)}
     measured = {r["node"] for r in rows if not r["forced_fp32"]}
     chosen = []
     for op in sorted(ops):

@@ -60,7 +60,7 @@ def planted_zoo(root: Path) -> Path:
 def batch_local(zoo: Path, out: Path, jobs: int, only: list[str]) -> dict:
     t0 = time.monotonic()
     res = run_batch(zoo, out, executor=LocalExecutor(jobs), only=only)
-    return {"wall_s": time.monotonic() - t0, "rows": res.rows}
+    return {"wall_s": time.monotonic() - t0, "rows": [r.columns() for r in res.rows]}
 
 
 def batch_ray(zoo: Path, out: Path, only: list[str]) -> dict:
@@ -74,7 +74,8 @@ def batch_ray(zoo: Path, out: Path, only: list[str]) -> dict:
     t2 = time.monotonic()
     executor.close()
     t3 = time.monotonic()
-    return {"wall_s": t3 - t0, "start_s": t1 - t0, "batch_s": t2 - t1, "shutdown_s": t3 - t2, "rows": res.rows}
+    return {"wall_s": t3 - t0, "start_s": t1 - t0, "batch_s": t2 - t1, "shutdown_s": t3 - t2,
+            "rows": [r.columns() for r in res.rows]}
 
 
 def overhead(n: int, jobs: int) -> dict:

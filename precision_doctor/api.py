@@ -1,4 +1,4 @@
-"""The one entry for the CLI, batch, a service and the benchmarks: diagnose, compare, rerender.
+"""The one entry for the CLI, batch, a service and the benchmarks: diagnose, compare, probe_ops, rerender.
 
 Each call checks its RunSpec before any work (SpecError names the setting), loads the model and
 samples, prepares the run directory and runs. `progress` receives typed events (control.py);
@@ -65,6 +65,38 @@ def compare(
         notify(progress, PhaseEvent("capture"))
         return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
                            rules=spec.backends.rules)
+
+
+def probe_ops(
+    spec: RunSpec,
+    out_dir: str | Path,
+    *,
+    provider: str = "cuda",
+    threshold: float | None = None,
+    progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+    force: bool = False,
+    command: str | None = None,
+):
+    """Every node of the model alone in low precision on `provider` against the emulation rules
+    (`measure/opprobe.py`; `threshold` None: its THRESHOLD); writes `probe_ops.json` and `probe_ops.md` into
+    `out_dir`. Returns the OpProbe."""
+    from precision_doctor.graph.formats import get_format
+    from precision_doctor.measure.opprobe import THRESHOLD, providers_for, table
+    from precision_doctor.measure.opprobe import probe_ops as run_probe
+    from precision_doctor.results.jsonio import write_json, write_text_atomic
+
+    spec.validate()
+    providers_for(provider)  # no CUDA here: one line before any work
+    work = _load(spec, progress)
+    _loaded(spec, work, [], progress)
+    with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
+        notify(progress, PhaseEvent("probe"))
+        result = run_probe(work.model, work.samples, get_format(spec.precision), provider, spec.backends.rules,
+                           THRESHOLD if threshold is None else threshold, spec.capture.group_mb, stop)
+        write_json(out / "probe_ops.json", result.to_json())
+        write_text_atomic(out / "probe_ops.md", f"# probe-ops: {Path(spec.model).name}\n\n" + table(result))
+    return result
 
 
 def rerender(run_dir: str | Path) -> Report:

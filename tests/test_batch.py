@@ -60,17 +60,17 @@ def test_batch_summary_error_and_rerun_skips(zoo, tmp_path):
     root, expected = zoo
     out = tmp_path / "out"
     res = run_batch(root, out, executor=InlineExecutor())
-    rows = {r["model"]: r for r in res.rows}
+    rows = {r.model: r for r in res.rows}
     assert list(rows) == ["broken", "large_reducesum", "overflow_island"]
-    assert [r["model"] for r in res.errors] == ["broken"]
-    err = rows["broken"]["message"]
+    assert [r.model for r in res.errors] == ["broken"]
+    err = rows["broken"].message
     assert "not a readable ONNX model" in err and "\n" not in err
     for name, want in expected.items():
         r = rows[name]
-        assert r["status"] == "passed" and r["passed"] is True
+        assert r.status == "passed" and r.passed is True
         rep = json.loads((out / name / "report.json").read_text())
         assert set(rep["fallback_nodes"]) == want
-        assert r["fallback_size"] == len(want) and r["evaluations"] >= 1
+        assert r.fallback_size == len(want) and r.evaluations >= 1
         assert (out / name / "report.html").is_file() and (out / name / ENTRY).is_file()
     # The recipes were applied: files for one, generated samples (seed 1) for the other.
     rep = json.loads((out / "large_reducesum" / "report.json").read_text())
@@ -92,7 +92,7 @@ def test_batch_summary_error_and_rerun_skips(zoo, tmp_path):
     again = run_batch(root, out, executor=InlineExecutor())
     assert sorted(again.skipped) == sorted(expected) and again.ran == ["broken"]
     assert _mtimes(out, expected) == before
-    assert [r["status"] for r in again.rows] == ["error", "passed", "passed"]
+    assert [r.status for r in again.rows] == ["error", "passed", "passed"]
 
     # A changed recipe (settings) makes that one model run again, and only that one.
     (root / "large_reducesum.yaml").write_text("inputs:\n  samples: 2\n  seed: 2\n  val_range: {x: [20, 40]}\n"
@@ -107,7 +107,7 @@ def test_interrupted_batch_resumes(zoo, tmp_path, monkeypatch):
     # "Interrupted" after the first model: only it ran; the summary shows the others pending.
     first = run_batch(root, out, executor=InlineExecutor(), only=["overflow_island"])
     assert first.ran == ["overflow_island"]
-    statuses = {r["model"]: r["status"] for r in first.rows}
+    statuses = {r.model: r.status for r in first.rows}
     assert statuses == {"broken": "pending", "large_reducesum": "pending", "overflow_island": "passed"}
     before = _mtimes(out, ["overflow_island"])
     second = run_batch(root, out, executor=InlineExecutor())
@@ -137,7 +137,7 @@ def test_interrupted_batch_resumes(zoo, tmp_path, monkeypatch):
     (run_dir / "report.json").unlink()
     (run_dir / "activations.h5").write_bytes(b"truncated")
     fourth = run_batch(root, out, executor=InlineExecutor(), only=["large_reducesum"])
-    assert fourth.ran == ["large_reducesum"] and {r["model"]: r["status"] for r in fourth.rows}["large_reducesum"] == "passed"
+    assert fourth.ran == ["large_reducesum"] and {r.model: r.status for r in fourth.rows}["large_reducesum"] == "passed"
 
 
 def test_cli_batch_with_two_worker_processes(zoo, tmp_path, run_cli):
@@ -214,8 +214,8 @@ def test_recipes_manifest_and_names(tmp_path):
     assert specs[0].spec.tolerance.atol == 0.1 and specs[0].spec.search.max_evaluations == 5
     assert specs[1].spec.precision == "bf16"
     res = run_batch(manifest, tmp_path / "out", executor=InlineExecutor(), only=["missing"])
-    row = {r["model"]: r for r in res.rows}["missing"]
-    assert row["status"] == "error" and "not found" in row["message"]
+    row = {r.model: r for r in res.rows}["missing"]
+    assert row.status == "error" and "not found" in row.message
     with pytest.raises(UserError, match="unknown model"):
         run_batch(manifest, tmp_path / "out", executor=InlineExecutor(), only=["nope"])
     (tmp_path / "empty").mkdir()
@@ -390,7 +390,7 @@ def test_second_batch_on_the_same_out_is_refused(tmp_path):
     with file_lock(out / LOCK_DIR / "m.lock", 0), pytest.MonkeyPatch.context() as mp:
         mp.setattr(jobs, "LOCK_WAIT_S", 0.3)
         res = run_batch(root, out, executor=InlineExecutor(), rerun=True)
-    assert res.rows[0]["status"] == "error" and "still diagnosing" in res.rows[0]["message"]
+    assert res.rows[0].status == "error" and "still diagnosing" in res.rows[0].message
 
 
 def test_local_executor_reports_an_item_it_cannot_start():
@@ -411,5 +411,5 @@ def test_batch_with_confirm_backend_from_a_recipe(tmp_path):
     res = run_batch(tmp_path, tmp_path / "out", executor=InlineExecutor())
     row = res.rows[0]
     rep = json.loads((tmp_path / "out" / "m" / "report.json").read_text())
-    assert row["status"] == "passed" and rep["confirm"]["backend"] == "ort-cpu" and rep["confirm"]["passed"]
-    assert "Checked on ort-cpu" in row["message"]
+    assert row.status == "passed" and rep["confirm"]["backend"] == "ort-cpu" and rep["confirm"]["passed"]
+    assert "Checked on ort-cpu" in row.message

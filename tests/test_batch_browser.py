@@ -40,7 +40,7 @@ def batch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "broken.onnx").write_bytes(b"not an onnx model <script>alert(1)</script>")
     out = tmp_path_factory.mktemp("batch") / "out"
     res = run_batch(root, out, executor=InlineExecutor())
-    assert [r["model"] for r in res.rows] == sorted([*CASES, "broken"])
+    assert [r.model for r in res.rows] == sorted([*CASES, "broken"])
     return out
 
 

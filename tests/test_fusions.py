@@ -14,7 +14,7 @@ from precision_doctor.graph import emulate
 from precision_doctor.graph.formats import FP16
 from precision_doctor.graph.fusions import FUSIONS, find_sites
 from precision_doctor.graph.model import from_proto
-from precision_doctor.graph.rules import PROFILES, resolve_rules
+from precision_doctor.graph.rules import CANDIDATES, PROFILES, resolve_rules
 from precision_doctor.planted import IR_VERSION
 
 h = np.float16
@@ -105,10 +105,12 @@ def test_sites_follow_onnxruntimes_conditions():
 
 
 def test_sites_respect_opsets_and_outputs():
-    """BatchNormalization-15 is not folded (ConvBNFusion takes versions 7, 9, 14); a Sigmoid whose output
-    is also a graph output is not fused."""
+    """BatchNormalization-15 is not folded by `conv-bn-fold` (versions 7, 9, 14) but by the opt-in candidate
+    `conv-bn-fold-15`, which folds nothing else; a Sigmoid whose output is also a graph output is not fused."""
     proto = _fusion_model(opset=15)
     assert "bn1" not in find_sites(from_proto(proto), FP16, (FUSIONS["conv-bn-fold"],))
+    assert "bn1" in find_sites(from_proto(proto), FP16, (FUSIONS["conv-bn-fold-15"],))
+    assert not find_sites(from_proto(_fusion_model()), FP16, (FUSIONS["conv-bn-fold-15"],))
     proto = _fusion_model()
     proto.graph.output.append(_vi("s1", [1, 4, 2, 2]))
     assert "silu_mul" not in find_sites(from_proto(proto), FP16, (FUSIONS["quickgelu-fp16"],))
@@ -117,7 +119,8 @@ def test_sites_respect_opsets_and_outputs():
 def test_profiles_and_labels():
     assert resolve_rules("ort-cuda").label == "ort-cuda"
     assert resolve_rules("ort-cuda-nodes").label == "ort-cuda-nodes"
-    assert set(PROFILES["ort-cuda"]) == set(PROFILES["ort-cuda-nodes"]) | set(FUSIONS)
+    assert set(PROFILES["ort-cuda"]) == set(PROFILES["ort-cuda-nodes"]) | set(FUSIONS) - set(CANDIDATES)
+    assert not any(set(CANDIDATES) & set(members) for members in PROFILES.values())
     assert resolve_rules("quickgelu-fp16").label == "quickgelu-fp16"
 
 
@@ -246,7 +249,7 @@ def test_matmul_fusions_round_once():
 def test_each_fusion_changes_only_its_anchors(fusion):
     """All low precision under one fusion: the tensors that differ from the node rules alone are outputs
     of that fusion's anchors and what they feed."""
-    model = from_proto(_fusion_model())
+    model = from_proto(_fusion_model(opset=15) if fusion == "conv-bn-fold-15" else _fusion_model())
     s = _samples(np.random.default_rng(7), 1)[0]
     base = _all_lowp(model, "ort-cuda-nodes").run(s)
     got = _all_lowp(model, f"ort-cuda-nodes,{fusion}").run(s)

@@ -58,6 +58,13 @@ def _rule_model(opset: int):
     ]
     vi = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
     outs = [vi("y", [1, 6, 1, 1]), vi("m2", [1, 6, 7]), vi("hs", [1, 6, 5, 7]), vi("lr", [1, 6, 5, 7]), vi("ct", [1, 3, 10, 14])]
+    if opset >= 14:  # HardSwish (opset 14) and a bidirectional LSTM over the 7 columns of m2
+        inits += [f32("lw", rng.standard_normal((2, 12, 6)) * 0.5), f32("lrw", rng.standard_normal((2, 12, 3)) * 0.5),
+                  f32("lb", rng.standard_normal((2, 24)) * 0.3)]
+        nodes += [node("HardSwish", ["c1"], ["hsw"], name="hswish"),
+                  node("Transpose", ["m2"], ["seq"], name="to_seq", perm=[2, 0, 1]),
+                  node("LSTM", ["seq", "lw", "lrw", "lb"], ["lstm_y"], name="lstm", hidden_size=3, direction="bidirectional")]
+        outs += [vi("hsw", [1, 6, 5, 7]), vi("lstm_y", [7, 2, 1, 3])]
     g = helper.make_graph(nodes, "rules", [vi("x", [1, 4, 5, 7])], outs, inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=7 if opset < 13 else IR_VERSION)
 
@@ -88,6 +95,9 @@ def test_every_rule_applies_where_it_should(opset):
     assert applied["globalavgpool-fp16-sum"] == ["gap"]
     assert applied["hardsigmoid-fp16"] == applied["hardsigmoid-fma"] == ["hsig"]
     assert applied["leakyrelu-fp16"] == ["leaky"]
+    hardswish = ["hswish"] if opset >= 14 else []
+    assert applied["hardswish-inline-fma"] == applied["hardswish-inline"] == applied["hardswish-fp16-steps"] == hardswish
+    assert applied["lstm-fp16-steps"] == applied["lstm-fp16-state"] == (["lstm"] if opset >= 14 else [])
 
 
 @pytest.mark.parametrize("opset", [11, 18])
@@ -185,7 +195,7 @@ def _synthetic_provider(kind: str, rng) -> tuple[dict, dict]:
     node = helper.make_node
     vi = lambda n, s: helper.make_tensor_value_info(n, TensorProto.FLOAT, s)  # noqa: E731
     x = (rng.standard_normal((1, 8, 6, 6)) * 3).astype(np.float32)
-    inits, attrs = [], {}
+    inits, attrs, opset = [], {}, 17
     if kind.startswith("conv"):
         w = (rng.standard_normal((5, 8, 3, 3)) * 0.4).astype(np.float32)
         b = (rng.standard_normal(5) * 7).astype(np.float32)
@@ -205,6 +215,24 @@ def _synthetic_provider(kind: str, rng) -> tuple[dict, dict]:
             n = node("GlobalAveragePool", ["x"], ["y"], name=kind)
         y = _r(_r(_r(x).sum(axis=(2, 3), keepdims=True)) / _r(36))
         shape = [1, 8, 1, 1]
+    elif kind.startswith("hardswish"):
+        n = node("HardSwish", ["x"], ["y"], name=kind)
+        xr, a, half = _r(x), _r(1 / 6), 0.5
+        if kind == "hardswish-fp16-steps":
+            y = _r(_r(xr * np.clip(_r(xr + 3), 0, 6)) / 6)
+        else:
+            hs = _r(a * xr + half) if kind == "hardswish-inline-fma" else _r(_r(a * xr) + half)
+            y = _r(xr * np.clip(hs, 0, 1))
+        shape = list(x.shape)
+        opset = 14
+    elif kind.startswith("lstm"):
+        x = (rng.standard_normal((10, 4, 4)) * 2).astype(np.float32)
+        w = (rng.standard_normal((1, 16, 4)) * 0.7).astype(np.float32)
+        r = (rng.standard_normal((1, 16, 4)) * 0.7).astype(np.float32)
+        bias = (rng.standard_normal((1, 32)) * 0.5).astype(np.float32)
+        inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r"), numpy_helper.from_array(bias, "b")]
+        n = node("LSTM", ["x", "w", "r", "b"], ["y"], name=kind, hidden_size=4)
+        y, shape, opset = _lstm(kind, _r(x), _r(w)[0], _r(r)[0], _r(bias)[0]), [10, 1, 4, 4], 14
     elif kind.startswith("hardsigmoid"):
         attrs = dict(alpha=0.2, beta=0.5)
         n = node("HardSigmoid", ["x"], ["y"], name=kind, **attrs)
@@ -217,10 +245,30 @@ def _synthetic_provider(kind: str, rng) -> tuple[dict, dict]:
         y = np.where(xr > 0, xr, _r(_r(0.1) * xr))
         shape = list(x.shape)
     g = helper.make_graph([n], kind, [vi("x", list(x.shape))], [vi("y", shape)], inits)
-    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=IR_VERSION)
+    proto = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION)
     record = {"model": "synthetic", "node": kind, "op_type": n.op_type, "inputs": ["x"], "outputs": ["y"]}
     arrays = {"onnx": np.frombuffer(proto.SerializeToString(), np.uint8), "in0": x, "out0": y.astype(h)}
     return record, arrays
+
+
+def _lstm(kind: str, x, w, r, b):
+    """A forward LSTM (ONNX gate order i, o, f, c; no initial state) in float64 with the roundings of `kind`."""
+    steps = kind == "lstm-fp16-steps"
+    q = _r if steps else (lambda v: v)
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    hidden = r.shape[1]
+    xw = q(x @ w.T)
+    h = c = None
+    ys = []
+    for t in range(x.shape[0]):
+        g = xw[t] + (q(h @ r.T) if h is not None else 0) + (b[:4 * hidden] + b[4 * hidden:])
+        g = q(g)
+        i, o, f, cc = (g[:, k * hidden:(k + 1) * hidden] for k in range(4))
+        i, o, f, cc = q(sig(i)), q(sig(o)), q(sig(f)), q(np.tanh(cc))
+        c = _r(q(i * cc) if c is None else q(f * c) + q(i * cc))
+        h = _r(o * q(np.tanh(c)))
+        ys.append(h)
+    return np.stack(ys)[:, None]
 
 
 @pytest.fixture(scope="module")
@@ -234,11 +282,13 @@ def synthetic_fixture(tmp_path_factory):
 def test_each_rule_reproduces_its_synthetic_provider(synthetic_fixture, rule):
     """The node the synthetic provider computed with `rule`'s arithmetic: the rule gives the same FP16
     values (the FP32 sums of ORT's CPU kernels may round a tie the other way: at most 1 unit apart); the
-    standard rule does not."""
+    standard rule does not (an LSTM's FP32 activations and sums may differ from numpy's float64 by an FP16
+    unit at a tie, carried on by the recurrence: 95% of its elements must be exact)."""
     mine = [r for r in check_rules(synthetic_fixture, FP16, rule) if r["node"] == rule]
     std = [r for r in check_rules(synthetic_fixture, FP16, None) if r["node"] == rule]
     assert mine and std
-    assert all(r["exact"] >= 0.99 and r["max_ulp_diff"] <= 1 for r in mine), mine
+    floor = 0.95 if rule.startswith("lstm") else 0.99
+    assert all(r["exact"] >= floor and r["max_ulp_diff"] <= 1 for r in mine), mine
     assert all(r["exact"] < 0.99 for r in std), std
 
 

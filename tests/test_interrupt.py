@@ -142,6 +142,6 @@ def test_a_stopped_token_ends_an_inline_batch_after_its_item(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         run_batch(tmp_path, tmp_path / "out", executor=InlineExecutor(), on_done=on_done, stop=stop)
-    assert [r["model"] for r in rows] == ["cancellation"]
+    assert [r.model for r in rows] == ["cancellation"]
     again = run_batch(tmp_path, tmp_path / "out", executor=InlineExecutor())
     assert again.skipped == ["cancellation"] and again.ran == ["clean"]

@@ -17,6 +17,7 @@ from precision_doctor.backends import knobs
 from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.model import load_model
+from precision_doctor.pipeline.context import StepContext
 from precision_doctor.pipeline.knob_search import KNOBS_DIR, checkpoint_name, search_knobs
 from precision_doctor.results import emit
 from precision_doctor.results.report import KnobsResult, KnobTrial, Report
@@ -107,7 +108,8 @@ def test_a_configuration_with_fewer_nodes_replaces_the_answer(tmp_path):
     answer = [n.name for n in model.nodes if n.name in case.expected]
     with contextlib.ExitStack() as owned:
         backend = owned.enter_context(contextlib.closing(OrtBackend(model, "fp16", providers=["CPUExecutionProvider"])))
-        outcome = search_knobs(backend, answer, model, samples, refs, space, spec, tmp_path, Budget(), owned)
+        outcome = search_knobs(StepContext(spec=spec, out_dir=tmp_path, space=space), answer, backend=backend,
+                               model=model, samples=samples, refs=refs, budget=Budget(), owned=owned)
     k = outcome.result
     assert outcome.fallback == frozenset() and k.answer == [] and k.changed_answer and k.best == "default"
     assert outcome.verdict is not None and outcome.verdict.passed and outcome.emitted is None

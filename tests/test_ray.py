@@ -51,7 +51,7 @@ def cluster():
 
 
 def _rows(result) -> list[dict]:
-    return [{k: v for k, v in r.items() if k != "elapsed_s"} for r in result.rows]
+    return [{k: v for k, v in r.columns().items() if k != "elapsed_s"} for r in result.rows]
 
 
 def test_ray_batch_has_the_local_summary_and_skips_finished_models(cluster, zoo, tmp_path):  # noqa: F811
@@ -59,9 +59,9 @@ def test_ray_batch_has_the_local_summary_and_skips_finished_models(cluster, zoo,
     local = run_batch(root, tmp_path / "local", executor=LocalExecutor(2))
     on_ray = run_batch(root, tmp_path / "ray", executor=make_executor(1, "ray"))
     assert _rows(on_ray) == _rows(local)
-    assert [(r["model"], r["status"]) for r in on_ray.rows] == \
+    assert [(r.model, r.status) for r in on_ray.rows] == \
         [("broken", "error"), ("large_reducesum", "passed"), ("overflow_island", "passed")]
-    assert "not a readable ONNX model" in on_ray.rows[0]["message"]  # the broken model is recorded, the batch went on
+    assert "not a readable ONNX model" in on_ray.rows[0].message  # the broken model is recorded, the batch went on
     for name, want in expected.items():
         assert set(json.loads((tmp_path / "ray" / name / "report.json").read_text())["fallback_nodes"]) == want
     local_csv = (tmp_path / "local" / "summary.csv").read_text().splitlines()

@@ -214,7 +214,9 @@ def test_repair_keeping_the_start_prunes_only_what_it_added(tmp_path):
 def test_confirmation_keeps_the_members_of_a_large_answer(tmp_path, monkeypatch):
     """Above PRUNE_MAX members the confirm backend (here the emulator on 8 other samples, where the
     answer fails) keeps the searched members, prunes only what it added, and the report says so."""
+    from precision_doctor.outcome import Outcome, RunStatus
     from precision_doctor.pipeline import confirmation
+    from precision_doctor.pipeline.context import StepContext
     from precision_doctor.render.markdown import confirm_sentence
     from precision_doctor.results.report import Report
     from precision_doctor.spec import RunSpec
@@ -225,8 +227,10 @@ def test_confirmation_keeps_the_members_of_a_large_answer(tmp_path, monkeypatch)
     spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
                                                   "search.margin": 0.0})
     monkeypatch.setattr(confirmation, "PRUNE_MAX", len(found) - 1)
-    status, _, final, rep, _ = confirmation.confirm(
-        s.backend, found, others, [s.ref.run(x) for x in others], s.space, spec, tmp_path, Budget(None, None))
+    ctx = StepContext(spec=spec, out_dir=tmp_path, space=s.space)
+    confirmed = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, found), backend=s.backend, samples=others,
+                                     refs=[s.ref.run(x) for x in others], budget=Budget(None, None))
+    status, final, rep = confirmed.outcome.status, confirmed.outcome.found, confirmed.report
     assert status == "complete" and rep.passed and not rep.searched_answer_passed and rep.pruned_searched is False
     assert found < final and rep.to_json()["pruned_searched"] is False and rep.one_minimal_checked is None
     strict = s.oracle(samples=others)

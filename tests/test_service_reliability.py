@@ -66,7 +66,7 @@ def test_sigkill_mid_job_then_restart_resumes_and_completes_once(tmp_path) -> No
             assert j["state"] == "done" and j["attempts"] == 1 and j["result"]["passed"], j
         out, errs = waiter.communicate(timeout=120)
         assert waiter.returncode == 0, out + errs  # the client waited through the restart
-        assert slow["id"] in out and "passed" in out
+        assert slow["id"] in out and "PASSED" in out
     finally:
         d.stop()
 

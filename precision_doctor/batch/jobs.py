@@ -16,12 +16,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from precision_doctor.batch.executors import ItemNeeds
 from precision_doctor.batch.recipes import recipe_key
 from precision_doctor.control import StopToken
 from precision_doctor.errors import UserError, one_line
+from precision_doctor.outcome import RowStatus, RunStatus, SummaryRow
 from precision_doctor.results.jsonio import read_json, write_json
 from precision_doctor.results.report import REPORT, Report
 from precision_doctor.spec import RunSpec
@@ -63,8 +63,8 @@ def task_needs(task: ModelTask) -> ItemNeeds:
     )
 
 
-def run_model(task: ModelTask, stop: StopToken | None = None) -> dict:
-    """Diagnose one model into its run directory; never raises: failures become an "error" row.
+def run_model(task: ModelTask, stop: StopToken | None = None) -> SummaryRow:
+    """Diagnose one model into its run directory; never raises: failures become an error row.
 
     A top-level function so that spawn and forkserver workers can import it; `stop` is the token of
     the process it runs in. The model's lock (OUT/.locks/<model>.lock) is held while it runs: a worker
@@ -82,20 +82,19 @@ def run_model(task: ModelTask, stop: StopToken | None = None) -> dict:
             if not task.error and not task.rerun:
                 done = finished_row(run_dir, task.file_hash, task.spec_key, repair=True)
                 if done is not None:  # finished by a worker of an earlier batch while this one waited
-                    return {**done, "reused": True}
+                    return replace(done, reused=True)
                 task = replace(task, resume=can_resume(run_dir, task.file_hash, task.spec_key))
             return _run_model_locked(task, run_dir, t0, stop)
     except KeyboardInterrupt:
-        return {**error_row(task.name, "interrupted", time.monotonic() - t0), "status": "interrupted"}
+        return interrupted_row(task.name, time.monotonic() - t0)
 
 
-def _run_model_locked(task: ModelTask, run_dir: Path, t0: float, stop: StopToken | None) -> dict:
-    row: dict[str, Any]
+def _run_model_locked(task: ModelTask, run_dir: Path, t0: float, stop: StopToken | None) -> SummaryRow:
     try:
         if task.error:
             raise UserError(task.error)
         _fresh_run_dir(run_dir, keep=task.resume)
-        write_entry(run_dir, task, {"model": task.name, "status": "running"})
+        write_entry(run_dir, task, SummaryRow(task.name, RowStatus.RUNNING))
         try:
             report = _diagnose(task, run_dir, stop)
         except Exception:
@@ -104,14 +103,13 @@ def _run_model_locked(task: ModelTask, run_dir: Path, t0: float, stop: StopToken
             # What the cut-off run left cannot be continued (a file cut short): start over, once.
             task = replace(task, resume=False)
             _fresh_run_dir(run_dir, keep=False)
-            write_entry(run_dir, task, {"model": task.name, "status": "running"})
+            write_entry(run_dir, task, SummaryRow(task.name, RowStatus.RUNNING))
             report = _diagnose(task, run_dir, stop)
         row = row_from_report(task.name, report)
     except Exception as exc:
         row = error_row(task.name, one_line(exc, recipe_key), time.monotonic() - t0)
     except KeyboardInterrupt:
-        row = error_row(task.name, "interrupted", time.monotonic() - t0)
-        row["status"] = "interrupted"
+        row = interrupted_row(task.name, time.monotonic() - t0)
     if run_dir.is_dir():
         write_entry(run_dir, task, row)
     return row
@@ -138,54 +136,54 @@ def _diagnose(task: ModelTask, run_dir: Path, stop: StopToken | None) -> Report:
     return api.diagnose(task.spec, run_dir, stop=stop, resume=task.resume, force=True)
 
 
-def row_from_report(name: str, report: Report) -> dict:
-    """The summary row of a finished model."""
+def row_from_report(name: str, report: Report) -> SummaryRow:
+    """The summary row of a finished model; its message is the verdict's headline, then why the run stopped
+    (its reason) or what the confirmation did."""
     from precision_doctor.render.markdown import confirm_sentence
+    from precision_doctor.render.wording import headline
 
-    status = report.status
-    if status == "complete":
-        status = "passed" if report.passed else "failed"
-    return {
-        "model": name,
-        "status": status,
-        "passed": report.passed,
-        "fallback_size": report.fallback_size,
-        "fp32_flop_share": report.fp32_flop_share,
-        "evaluations": report.evaluations,
-        "elapsed_s": report.elapsed_s,
-        "report": f"{name}/report.html",
-        "message": report.reason or confirm_sentence(report) or "",
-        "model_hash": report.model.hash if report.model is not None else None,
-    }
+    return SummaryRow(
+        model=name,
+        status=RowStatus.of_run(RunStatus(report.status), report.passed),
+        passed=report.passed,
+        fallback_size=report.fallback_size,
+        fp32_flop_share=report.fp32_flop_share,
+        evaluations=report.evaluations,
+        elapsed_s=report.elapsed_s,
+        report=f"{name}/report.html",
+        message=" ".join(x for x in (headline(report), report.reason or confirm_sentence(report)) if x),
+        model_hash=report.model.hash if report.model is not None else None,
+    )
 
 
-def error_row(name: str, message: str, elapsed: float | None = None) -> dict:
-    return {
-        "model": name, "status": "error", "passed": False, "fallback_size": None, "fp32_flop_share": None,
-        "evaluations": None, "elapsed_s": elapsed, "report": "", "message": message,
-    }
+def error_row(name: str, message: str, elapsed: float | None = None) -> SummaryRow:
+    return SummaryRow(name, RowStatus.ERROR, elapsed_s=elapsed, message=message)
 
 
-def pending_row(name: str) -> dict:
-    return {**error_row(name, ""), "status": "pending"}
+def interrupted_row(name: str, elapsed: float | None = None) -> SummaryRow:
+    return SummaryRow(name, RowStatus.INTERRUPTED, elapsed_s=elapsed, message="interrupted")
 
 
-def write_entry(run_dir: Path, task: ModelTask, row: dict) -> None:
+def pending_row(name: str) -> SummaryRow:
+    return SummaryRow(name, RowStatus.PENDING)
+
+
+def write_entry(run_dir: Path, task: ModelTask, row: SummaryRow) -> None:
     write_json(run_dir / ENTRY, {
-        "row": row, "file_hash": task.file_hash, "settings_key": task.spec_key,
+        "row": row.to_json(), "file_hash": task.file_hash, "settings_key": task.spec_key,
         "settings": task.spec.to_json(), "model_path": task.spec.model,
         "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     })
 
 
-def earlier_row(run_dir: Path) -> dict | None:
+def earlier_row(run_dir: Path) -> SummaryRow | None:
     try:
-        return read_json(run_dir / ENTRY).get("row")
-    except (OSError, ValueError):
+        return SummaryRow.from_json(read_json(run_dir / ENTRY).get("row"))
+    except (OSError, ValueError, AttributeError):
         return None
 
 
-def finished_row(run_dir: Path, file_hash: str | None, spec_key: str, repair: bool = False) -> dict | None:
+def finished_row(run_dir: Path, file_hash: str | None, spec_key: str, repair: bool = False) -> SummaryRow | None:
     """The stored row if `run_dir` holds a finished run of this very file and these settings.
 
     A run cut off after its final report.json was written (while report.md/report.html were
@@ -198,26 +196,26 @@ def finished_row(run_dir: Path, file_hash: str | None, spec_key: str, repair: bo
         e, r = read_json(entry), Report.load(report)
     except (OSError, ValueError, UserError):
         return None
-    row = e.get("row") or {}
     if e.get("file_hash") != file_hash or e.get("settings_key") != spec_key:
         return None
-    if r.status == "interrupted":
+    if r.status == RunStatus.INTERRUPTED:
         return None
-    if row.get("status") in ("running", "interrupted"):
+    row = SummaryRow.from_json(e.get("row"))
+    if row is not None and row.status in (RowStatus.RUNNING, RowStatus.INTERRUPTED):
         # The directory belongs to the attempt that wrote this entry (a fresh attempt empties it;
         # a resumed one finds only an interrupted report there), so this report.json is its result.
-        row = row_from_report(str(row.get("model") or run_dir.name), r)
+        row = row_from_report(row.model or run_dir.name, r)
         if repair:
             _repair_finished(run_dir, e, r, row)
         return row
-    if row.get("status") in (None, "error"):
+    if row is None or row.status == RowStatus.ERROR:
         return None
-    if (r.model.hash if r.model is not None else None) != row.get("model_hash"):
+    if (r.model.hash if r.model is not None else None) != row.model_hash:
         return None
     return row
 
 
-def _repair_finished(run_dir: Path, entry: dict, report: Report, row: dict) -> None:
+def _repair_finished(run_dir: Path, entry: dict, report: Report, row: SummaryRow) -> None:
     """Render the reports a cut-off run did not write (report.json stays as it is), and record its
     row in the entry."""
     try:
@@ -225,7 +223,7 @@ def _repair_finished(run_dir: Path, entry: dict, report: Report, row: dict) -> N
             from precision_doctor.render import write_reports
 
             write_reports(report, run_dir)
-        write_json(run_dir / ENTRY, {**entry, "row": row,
+        write_json(run_dir / ENTRY, {**entry, "row": row.to_json(),
                                      "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
     except Exception:  # the row stands; the next run tries again
         pass
@@ -241,10 +239,10 @@ def can_resume(run_dir: Path, file_hash: str | None, spec_key: str) -> bool:
         e = read_json(entry)
     except (OSError, ValueError):
         return False
-    status = (e.get("row") or {}).get("status")
+    row = SummaryRow.from_json(e.get("row"))
     return (
         e.get("file_hash") == file_hash and e.get("settings_key") == spec_key
-        and status in ("running", "interrupted")
+        and row is not None and row.status in (RowStatus.RUNNING, RowStatus.INTERRUPTED)
         and (run_dir / "activations.h5").is_file()
     )
 

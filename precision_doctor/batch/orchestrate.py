@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from precision_doctor.batch.executors import Executor, InlineExecutor
@@ -36,6 +36,7 @@ from precision_doctor.batch.jobs import (
 from precision_doctor.batch.recipes import MARKER, RESERVED_NAMES, ModelSpec, discover, recipe_key
 from precision_doctor.control import StopToken
 from precision_doctor.errors import SpecError
+from precision_doctor.outcome import RowStatus, SummaryRow
 from precision_doctor.render.summary import write_summary
 from precision_doctor.results.jsonio import read_json, write_json
 from precision_doctor.results.runlock import RunLock
@@ -45,14 +46,14 @@ from precision_doctor.spec import RunSpec, file_sha256
 @dataclass
 class BatchResult:
     out_dir: Path
-    rows: list[dict]
+    rows: list[SummaryRow]
     ran: list[str] = field(default_factory=list)  # models diagnosed in this call
     skipped: list[str] = field(default_factory=list)  # finished earlier, not redone
     elapsed_s: float = 0.0
 
     @property
-    def errors(self) -> list[dict]:
-        return [r for r in self.rows if r["status"] == "error"]
+    def errors(self) -> list[SummaryRow]:
+        return [r for r in self.rows if r.status == RowStatus.ERROR]
 
 
 def default_batch_dir() -> Path:
@@ -129,7 +130,7 @@ def run_batch(
     rerun: bool = False,
     force: bool = False,
     on_start: Callable[[list[str], list[str]], None] | None = None,
-    on_done: Callable[[dict], None] | None = None,
+    on_done: Callable[[SummaryRow], None] | None = None,
     stop: StopToken | None = None,
 ) -> BatchResult:
     """Diagnose every model of `source` into `out_dir`. `defaults` are the settings a recipe overrides
@@ -153,7 +154,7 @@ def run_batch(
 
 def _run_batch_locked(
     specs: list[ModelSpec], source: Path, out_dir: Path, executor: Executor | None, only: list[str] | None,
-    rerun: bool, on_start: Callable[[list[str], list[str]], None] | None, on_done: Callable[[dict], None] | None,
+    rerun: bool, on_start: Callable[[list[str], list[str]], None] | None, on_done: Callable[[SummaryRow], None] | None,
     t0: float, stop: StopToken | None, defaults: RunSpec,
 ) -> BatchResult:
     executor = executor or InlineExecutor()
@@ -168,7 +169,7 @@ def _run_batch_locked(
         "jobs": executor.jobs, "models": [s.name for s in specs],
         "defaults": RunSpec.from_json(defaults.to_json(), base_dir=Path.cwd()).to_json(),
     })
-    rows: dict[str, dict] = {}
+    rows: dict[str, SummaryRow] = {}
     tasks: list[ModelTask] = []
     skipped: list[str] = []
     for s in specs:
@@ -199,11 +200,11 @@ def _run_batch_locked(
     ran = []
     for done in executor.map(run_model, tasks, stop):
         task = done.item
-        row = dict(done.result) if done.error is None else error_row(task.name, done.error)
+        row = done.result if done.error is None else error_row(task.name, done.error)
         if done.error is not None and Path(task.run_dir).is_dir():
             write_entry(Path(task.run_dir), task, row)
-        (skipped if row.pop("reused", False) else ran).append(task.name)
-        rows[task.name] = row
+        (skipped if row.reused else ran).append(task.name)
+        rows[task.name] = row = replace(row, reused=False)
         write_summary(out_dir, [rows[n] for n in order])
         if on_done:
             on_done(row)

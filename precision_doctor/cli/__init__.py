@@ -190,5 +190,5 @@ def _parser_error(exc: Exception) -> int | None:
 
 # The commands register themselves on `app`.
 # The daemon's commands come last in --help.
-from precision_doctor.cli import batch, compare, diagnose, emit, env, report, zoo  # noqa: E402, F401, I001
+from precision_doctor.cli import batch, compare, diagnose, emit, env, probe_ops, report, zoo  # noqa: E402, F401, I001
 from precision_doctor.cli import serve, client  # noqa: E402, F401

@@ -23,6 +23,7 @@ from precision_doctor.cli.options import (
 )
 from precision_doctor.control import StopToken, sigint_stops
 from precision_doctor.errors import UserError
+from precision_doctor.outcome import RowStatus, SummaryRow
 
 
 @app.command()
@@ -71,10 +72,10 @@ def batch(
                 err.print(f"{len(skipped)} model(s) finished earlier, not redone: {', '.join(skipped)}")
             progress.update(task, total=len(names), description=f"diagnosing {len(names)} model(s), {where}")
 
-        def on_done(row: dict) -> None:
+        def on_done(row: SummaryRow) -> None:
             progress.advance(task)
-            detail = row["message"] if row["status"] == "error" else _row_brief(row)
-            err.print(f"{row['model']}: {row['status']} {detail}")
+            detail = row.message if row.status == RowStatus.ERROR else _row_brief(row)
+            err.print(f"{row.model}: {row.status} {detail}")
 
         try:
             result = run_batch(zoo, out_dir, defaults, executor=executor, only=list(only or []), rerun=rerun,
@@ -101,27 +102,27 @@ def continue_command(out_dir: Path, add_out: bool) -> str:
     return this_command() + (f" --out {shlex.quote(str(out_dir))}" if add_out else "")
 
 
-def _row_brief(row: dict) -> str:
-    if row.get("fallback_size") is None:
+def _row_brief(row: SummaryRow) -> str:
+    if row.fallback_size is None:
         return ""
     from precision_doctor.render.summary import fmt_share
 
-    share = fmt_share(row.get("fp32_flop_share"))
-    return f"({row['fallback_size']} node(s) in FP32, {share} of FLOPs, {row['evaluations']} evaluations)"
+    share = fmt_share(row.fp32_flop_share)
+    return f"({row.fallback_size} node(s) in FP32, {share} of FLOPs, {row.evaluations} evaluations)"
 
 
-def print_summary(rows: list[dict]) -> None:
+def print_summary(rows: list[SummaryRow]) -> None:
     from precision_doctor.render.summary import fmt_share
 
     table = Table(title="Batch summary", title_justify="left")
     for col in ("model", "status", "FP32 nodes", "FP32 FLOPs", "evals", "time", "report / message"):
         table.add_column(col, justify="right" if col in ("FP32 nodes", "FP32 FLOPs", "evals", "time") else "left")
     for r in rows:
-        share = fmt_share(r.get("fp32_flop_share"))
+        share = fmt_share(r.fp32_flop_share)
         table.add_row(
-            r["model"], r["status"], "" if r.get("fallback_size") is None else str(r["fallback_size"]), share,
-            "" if r.get("evaluations") is None else str(r["evaluations"]),
-            "" if r.get("elapsed_s") is None else f"{float(r['elapsed_s']):.1f} s",
-            r["message"] if r["status"] == "error" else (r.get("report") or ""),
+            r.model, str(r.status), "" if r.fallback_size is None else str(r.fallback_size), share,
+            "" if r.evaluations is None else str(r.evaluations),
+            "" if r.elapsed_s is None else f"{float(r.elapsed_s):.1f} s",
+            r.message if r.status == RowStatus.ERROR else (r.report or ""),
         )
     console.print(table)

@@ -15,6 +15,7 @@ from rich.table import Table
 from precision_doctor.cli import app, console, err, fail
 from precision_doctor.cli.options import DIAGNOSIS, Options, flag, with_options
 from precision_doctor.cli.serve import needs_service_extra
+from precision_doctor.outcome import JobState
 
 ServerOpt = typer.Option(None, "--server", help="The daemon's URL (default: $PRECISION_DOCTOR_SERVER or http://127.0.0.1:8765).")
 TokenOpt = typer.Option(None, "--token", help="The daemon's token (default: $PRECISION_DOCTOR_TOKEN).")
@@ -87,7 +88,7 @@ def jobs(
     for j in rows:
         r = j.result
         table.add_row(
-            j.id, j.name, j.state, j.progress.phase if j.state == "running" else "", str(j.progress.evaluations),
+            j.id, j.name, j.state, j.progress.phase if j.state == JobState.RUNNING else "", str(j.progress.evaluations),
             "" if r is None or r.fallback_size is None else str(r.fallback_size),
             "" if r is None else ("yes" if r.passed else "no"), (j.created or "")[:19],
             j.error or (r.reason if r else None) or "",
@@ -107,7 +108,7 @@ def status(
         job = client.job(job_id)
         if as_json:
             out = job.to_json()
-            out["report"] = client.report(job_id) if job.state in ("done", "cancelled") else None
+            out["report"] = client.report(job_id) if job.state in (JobState.DONE, JobState.CANCELLED) else None
             console.print_json(json.dumps(out))
             return
     console.print(describe(job, client.server), highlight=False, soft_wrap=True)
@@ -117,12 +118,12 @@ def describe(job, server: str) -> str:
     """One line about a job (a `service.schema.JobView`)."""
     p, r = job.progress, job.result
     head = f"job {job.id} ({job.name}): {job.state}"
-    if job.state == "running":
+    if job.state == JobState.RUNNING:
         best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
         return f"{head}, {p.phase}, {p.evaluations} evaluations{best}"
-    if job.state == "done" and r is not None:
-        what = (f"passed keeping {r.fallback_size} node(s) in FP32" if r.passed
-                else f"no passing set ({r.reason or r.status})")
+    if job.state == JobState.DONE and r is not None:
+        what = r.headline.rstrip(".") if r.headline else (
+            f"passed keeping {r.fallback_size} node(s) in FP32" if r.passed else f"no passing set ({r.reason or r.status})")
         return f"{head}: {what}, {r.evaluations} evaluations; report: {server}/jobs/{job.id}/report"
     return head + (f": {job.error}" if job.error else "")
 
@@ -164,7 +165,7 @@ def wait(
                 time.sleep(1.0)  # the daemon is (re)starting: try again
             job = latest or job
     console.print(describe(job, client.server), highlight=False, soft_wrap=True)
-    if job.state != "done":
+    if job.state != JobState.DONE:
         raise typer.Exit(EXIT_FAILED)
     raise typer.Exit(EXIT_PASSED if job.result is not None and job.result.passed else EXIT_NO_SET)
 
@@ -197,5 +198,5 @@ def cancel(
     """Cancel a job: a queued one at once, a running one at its next safe point (its partial report stays)."""
     with _client(server, token) as client:
         job = client.cancel(job_id)
-    what = "cancelled" if job.state == "cancelled" else "asked to stop (it ends at its next safe point)"
+    what = "cancelled" if job.state == JobState.CANCELLED else "asked to stop (it ends at its next safe point)"
     console.print(f"job {job_id}: {what}", highlight=False)

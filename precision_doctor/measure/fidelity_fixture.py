@@ -32,18 +32,38 @@ from precision_doctor.measure.fidelity import GPU_LOCAL, agreement
 
 def node_model(model: Model, info: NodeInfo) -> onnx.ModelProto:
     """A model of the node alone: its initializers inside, its other inputs as graph inputs."""
-    node = model.proto.graph.node[info.index]
-    inits = [i for i in model.proto.graph.initializer if i.name in set(node.input)]
+    return subgraph_model(model, [info.name], name=f"node_{info.index}")
+
+
+def subgraph_model(model: Model, nodes: Iterable[str], outputs: Iterable[str] | None = None,
+                   name: str = "subgraph") -> onnx.ModelProto:
+    """A model of `nodes` (names) cut out of `model`: the initializers they read and the Constant nodes
+    whose values they read inside, the other tensors they read as graph inputs (with the model's types and
+    shapes); outputs: `outputs`, else every tensor they make that none of them reads."""
+    g = model.proto.graph
+    wanted = {model.node(n).index for n in nodes}
+    made_by = {t: i for i, n in enumerate(g.node) for t in n.output if t}
+    for i in sorted(wanted):
+        for t in g.node[i].input:
+            j = made_by.get(t)
+            if j is not None and j not in wanted and g.node[j].op_type == "Constant":
+                wanted.add(j)
+    picked = [g.node[i] for i in sorted(wanted)]
+    made = {t for n in picked for t in n.output if t}
+    read = list(dict.fromkeys(t for n in picked for t in n.input if t))
+    inits = [i for i in g.initializer if i.name in set(read)]
     init_names = {i.name for i in inits}
-    ins = [t for t in dict.fromkeys(node.input) if t and t not in init_names]
+    ins = [t for t in read if t not in made and t not in init_names]
+    if outputs is None:
+        outputs = [t for n in picked for t in n.output if t and (t not in set(read) or t in model.outputs)]
     types, shapes = model.tensor_types, model.tensor_shapes
-    g = helper.make_graph(
-        [node], f"node_{info.index}",
+    graph = helper.make_graph(
+        picked, name,
         [helper.make_tensor_value_info(t, types[t], shapes.get(t)) for t in ins],
-        [helper.make_tensor_value_info(t, types[t], shapes.get(t)) for t in node.output if t],
+        [helper.make_tensor_value_info(t, types[t], shapes.get(t)) for t in outputs],
         inits,
     )
-    out = helper.make_model(g, opset_imports=list(model.proto.opset_import), ir_version=model.proto.ir_version)
+    out = helper.make_model(graph, opset_imports=list(model.proto.opset_import), ir_version=model.proto.ir_version)
     out.producer_name = "precision-doctor-fixture"
     return out
 

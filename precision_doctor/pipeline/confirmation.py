@@ -3,23 +3,22 @@ which backend certified the final answer (`certified_by`), with what the emulato
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import dataclass
 
 from precision_doctor.backends.base import Backend
 from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan, check_only
-from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.mixed import lowp_nodes
 from precision_doctor.graph.model import Model
+from precision_doctor.outcome import Outcome, RunStatus
+from precision_doctor.pipeline.context import StepContext
 from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, trajectory_row, user_share
 from precision_doctor.results.report import Certification, Confirm, KnobsResult, Validation
 from precision_doctor.search import Oracle
 from precision_doctor.search.auto import CERTIFY_MAX, repair
 from precision_doctor.search.oracle import Budget, Verdict
-from precision_doctor.search.space import SearchSpace
-from precision_doctor.spec import RunSpec
 
 CONFIRM_CHECKPOINT = "confirm.jsonl"
 # Above this many members the searched answer's own members are not pruned on the confirm backend: each
@@ -28,34 +27,43 @@ CONFIRM_CHECKPOINT = "confirm.jsonl"
 PRUNE_MAX = CERTIFY_MAX
 
 
-def confirm(
-    backend: Backend, found: frozenset[str], samples: list[Sample], refs: list[dict], space: SearchSpace,
-    spec: RunSpec, out_dir: Path, budget: Budget, resume: bool = False, progress: ProgressSink | None = None,
-    stop: StopToken | None = None, copies: int = 0,
-) -> tuple[str, str | None, frozenset[str] | None, Confirm, Verdict | None]:
-    """Carry the searched answer over to `backend` on every sample (search and held-out, and the `copies`
-    perturbed copies among `samples`): keep it if it passes there, else grow it until it does; then prune
-    it to 1-minimal there (`search.auto.repair`; an answer of more than PRUNE_MAX members keeps its own
+@dataclass(frozen=True)
+class Confirmed:
+    """What the confirmation came to: the run's outcome after it, the report's `confirm` section, and the
+    verdict on the final set there (None: no set passed there)."""
+
+    outcome: Outcome
+    report: Confirm
+    verdict: Verdict | None
+
+
+def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: list[Sample], refs: list[dict],
+            budget: Budget, copies: int = 0) -> Confirmed:
+    """Carry the searched answer (`searched.found`, not None) over to `backend` on every sample (search and
+    held-out, and the `copies` perturbed copies among `samples`): keep it if it passes there, else grow it
+    until it does; then prune it to 1-minimal there (`search.auto.repair`; an answer of more than PRUNE_MAX members keeps its own
     members, and only what was added there is pruned).
-    Returns (status, reason, final set, the report's `confirm` section, the verdict on the final set there).
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
+    spec, out_dir, found = ctx.spec, ctx.out_dir, searched.found
+    assert found is not None
     oracle = Oracle(
-        backend, samples, refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
-        checkpoint=out_dir / CONFIRM_CHECKPOINT, on_evaluation=evaluation_events(progress), stop=stop,
+        backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, budget=budget,
+        checkpoint=out_dir / CONFIRM_CHECKPOINT, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop,
     )
-    if resume:
+    if ctx.resume:
         oracle.load_checkpoint()
     elif (out_dir / CONFIRM_CHECKPOINT).exists():
         (out_dir / CONFIRM_CHECKPOINT).unlink()
     prune_after = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
     keep = len(found) > PRUNE_MAX
     pruned_searched = prune_after and not keep
-    status, reason, confirmed = run_strategy(oracle, space, lambda o, sp: repair(o, sp, found, prune_after, keep), stop)
+    result = run_strategy(oracle, ctx.space, lambda o, sp: repair(o, sp, found, prune_after, keep), ctx.stop)
+    status, reason, confirmed = result.status, result.reason, result.found
     as_is = oracle.known(found)
     passed: bool | None = confirmed is not None
-    if status == "complete" and confirmed is None:
+    if status == RunStatus.COMPLETE and confirmed is None:
         reason = f"no set passes on {backend.name}, not even with every candidate in FP32 added to the searched answer"
-    elif status != "complete" and confirmed is None:
+    elif status != RunStatus.COMPLETE and confirmed is None:
         passed, confirmed = None, found
         reason = f"confirmation on {backend.name} stopped early ({reason}); the answer is the searched one, not confirmed"
     final = oracle.known(confirmed) if passed else None
@@ -74,7 +82,7 @@ def confirm(
         tolerance_used=user_share(spec, final),
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )
-    return status, reason, confirmed, report, final
+    return Confirmed(Outcome(status, reason, confirmed), report, final)
 
 
 def certification(

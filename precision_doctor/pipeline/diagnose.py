@@ -2,7 +2,9 @@
 
 Data flows one way: workload -> capture + analysis -> search space -> oracle + strategy ->
 validation + probe (pipeline/probe.py) -> [confirmation on another backend] -> "fixed" capture -> artifacts and report.
-This module only orchestrates; each step lives in its own module of this package.
+This module only orchestrates: `_prepare` builds the run's `RunContext` (pipeline/context.py), then each step
+(search, probe, confirm, knobs, settle) is `step(ctx, outcome) -> Outcome` and `_write` makes the artifacts and the
+report; the work of each step lives in its own module of this package.
 """
 
 from __future__ import annotations
@@ -17,10 +19,12 @@ from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
+from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.artifacts import write_artifacts
 from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
 from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
 from precision_doctor.pipeline.confirmation import certification, confirm, notes_for
+from precision_doctor.pipeline.context import Backends, References, RunContext
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
 from precision_doctor.pipeline.pricing import price, run_cost_model
 from precision_doctor.pipeline.probe import (
@@ -34,7 +38,7 @@ from precision_doctor.pipeline.probe import (
     perturbed_copies,
     search_headroom,
 )
-from precision_doctor.pipeline.reporting import CHECKPOINT, build_report, write_report
+from precision_doctor.pipeline.reporting import CHECKPOINT, AnswerChecks, Produced, Searched, build_report, write_report
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, run_strategy, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
@@ -59,25 +63,32 @@ def run_diagnose(
     Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
     same model, samples and capture-deciding settings is taken from it (and one made here is put there)."""
     spec.validate()
-    with contextlib.ExitStack() as owned:
-        return _run(work, validation, spec, out_dir, resume, progress, stop, owned, capture_cache)
-
-
-def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path, resume: bool,
-         progress: ProgressSink | None, stop: StopToken | None, owned: contextlib.ExitStack,
-         capture_cache: CaptureCache | None) -> Report:
     t0 = time.monotonic()
-    fmt = get_format(spec.precision)
-    model = work.model
-    b = spec.backends
+    with contextlib.ExitStack() as owned:
+        ctx = _prepare(work, validation, spec, out_dir, resume=resume, progress=progress, stop=stop, owned=owned,
+                       capture_cache=capture_cache, t0=t0)
+        outcome = _search(ctx)
+        for step in (_probe, _confirm, _knobs, _settle):
+            outcome = step(ctx, outcome)
+        return _write(ctx, outcome)
 
+
+# -- before the search: backends, capture, analysis, references, the oracle ----------------------------------
+
+
+def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *, resume: bool,
+             progress: ProgressSink | None, stop: StopToken | None, owned: contextlib.ExitStack,
+             capture_cache: CaptureCache | None, t0: float) -> RunContext:
+    """Open the backends, check the run's settings against a resumed run's, capture (or reuse the capture) and
+    analyse, build the search space, compute the references and set up the search's oracle."""
+    model, b = work.model, spec.backends
     plan = plan_backends(b.backend, b.confirm_backend)  # auto: the emulator, confirmed on ort-cuda where a GPU is
     backend = owned.enter_context(contextlib.closing(
         make_backend(plan.search, model, spec.precision, model.outputs, rules=b.rules)))
     confirm_backend = owned.enter_context(contextlib.closing(
         make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend", rules=b.rules)
     )) if plan.confirm else None
-    check_run_settings(out_dir, run_settings(work, spec, validation, _all_references(work)), resume)
+    check_run_settings(out_dir, run_settings(work, spec, held, _all_references(work)), resume)
     notify(progress, PhaseEvent("capture"))
     if resume and (out_dir / ACTIVATIONS).exists():
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
@@ -88,17 +99,16 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
                 rules=b.rules)
     write_layer_tables(out_dir, analysis)
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
-    space = build_space(model, analysis, fmt, spec.search.cost, cost_model=cm)
+    space = build_space(model, analysis, get_format(spec.precision), spec.search.cost, cost_model=cm)
 
     notify(progress, PhaseEvent("reference"))
     ref = ReferenceRunner(model)
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
-        refs, val_refs = work.references, work.held_references or []
+        refs, held_refs = work.references, work.held_references or []
     else:
         refs = [ref.run(s) for s in work.samples]
-        val_refs = [ref.run(s) for s in validation]
+        held_refs = [ref.run(s) for s in held]
     copies, copy_refs = perturbed_copies(work.samples, spec.search.augment, SEARCH_SEED, ref.run)
-
     budget = budget_of(spec.search)
     oracle = Oracle(
         backend, work.samples + copies, refs + copy_refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
@@ -108,74 +118,124 @@ def _run(work: Workload, validation: list[Sample], spec: RunSpec, out_dir: Path,
         oracle.load_checkpoint()
     elif (out_dir / CHECKPOINT).exists():
         (out_dir / CHECKPOINT).unlink()  # our own file from an earlier forced run
+    return RunContext(
+        spec=spec, out_dir=out_dir, space=space, progress=progress, stop=stop, resume=resume, work=work,
+        analysis=analysis, backends=Backends(plan, backend, confirm_backend),
+        references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget, copies=len(copies),
+        owned=owned, t0=t0,
+    )
 
-    notify(progress, PhaseEvent("search"))
-    status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
-    n_probe = PROBE_COPIES if spec.search.augment and found is not None else 0  # no answer: nothing to probe
-    probe, probe_refs = perturbed_copies(work.samples, n_probe, PROBE_SEED, ref.run)
-    unseen = Unseen(validation, val_refs, probe, probe_refs,
-                    recheck=lambda: perturbed_copies(work.samples, n_probe, RECHECK_SEED, ref.run))
-    checked = check_unseen(backend, oracle, space, spec, status, reason, found, unseen, progress, stop, resume)
-    status, reason, found, validation_report = checked.status, checked.reason, checked.found, checked.validation
-    if checked.margin != spec.search.margin:  # the second search's larger margin: confirm and report at it
-        spec = spec.with_settings({"search.margin": checked.margin})
-    headroom = search_headroom(checked, len(work.samples), len(copies),
-                               held_out_from_user=bool(work.inputs.files or work.inputs.validate_files))
-    # What the confirmation and the knob search run on: the samples the final search checked (its perturbed
-    # copies too: a prune on the GPU must not undo what they bought) and the held-out ones it did not search with.
-    held, held_refs = (validation, val_refs) if checked.held_out_unseen else ([], [])
-    final_samples, final_refs = oracle.samples + held, oracle.references + held_refs
-    n_copies = len(final_samples) - len(work.samples) - len(validation)
-    confirmed = confirm_verdict = None
-    if confirm_backend is not None and found is not None:
-        if status == "complete":
-            notify(progress, PhaseEvent("confirm"))
-            status, reason, found, confirmed, confirm_verdict = confirm(
-                confirm_backend, found, final_samples, final_refs, space, spec, out_dir,
-                remaining(budget, oracle), resume, progress, stop, copies=n_copies,
-            )
-        else:
-            confirmed = Confirm(confirm_backend.name, sorted(found), passed=None,
-                                skipped=f"the search ended early ({status}); the answer is the searched one, not confirmed")
-    if headroom is not None and probe and confirmed is not None and confirmed.passed and found is not None \
-            and not check_only(confirm_backend.name):
-        headroom = confirmed_headroom(headroom, confirm_backend, found, checked, validation_report, spec,
-                                      user_share(spec, confirm_verdict))
-    knob_outcome = None
-    if spec.search.knobs and found is not None and status == "complete":
-        knob_outcome = search_knobs(
-            confirm_backend or backend, [n.name for n in model.nodes if n.name in found], model, final_samples,
-            final_refs, space, spec, out_dir, budget_after(budget, oracle, confirmed), owned, resume=resume,
-            progress=progress, stop=stop, copies=n_copies,
-        )
-        found, status, reason = knob_outcome.fallback, knob_outcome.status, knob_outcome.reason or reason
-    passed = found is not None
-    if status == "complete" and not passed:
-        status = "no_solution"
-        reason = reason or _no_solution_reason(oracle, space)
 
-    pricing = price(space, oracle, found if passed else None, cm, spec, work, checked.first_answer, stop,
-                    with_tradeoff=status == "complete")
-    notify(progress, PhaseEvent("artifacts"))
-    final = found if found is not None else frozenset()
-    fixed_rel = capture_fixed(out_dir / ACTIVATIONS, model, fmt, work.samples, final, spec.capture, progress, stop,
-                              rules=b.rules) if passed else {}
-    written = write_artifacts(out_dir, work, refs, final, spec, knob_outcome.emitted if knob_outcome else None) \
-        if passed else None
-    trt_check, engine = tensorrt_steps(out_dir, model, final, spec, written, knob_outcome, work.samples) \
-        if written else (None, None)
+# -- the steps: each takes the run's outcome so far and returns it ------------------------------------------
+
+
+def _search(ctx: RunContext) -> Outcome:
+    notify(ctx.progress, PhaseEvent("search"))
+    return run_strategy(ctx.oracle, ctx.space, ctx.spec.search.strategy, ctx.stop)
+
+
+def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
+    """Check the answer on held-out samples and fresh perturbed copies; search again (once, at a larger margin,
+    which the steps after take over) when it is predicted not to hold."""
+    samples, run = ctx.work.samples, ctx.references.runner.run
+    n_probe = PROBE_COPIES if ctx.spec.search.augment and outcome.found is not None else 0  # no answer: no probe
+    probe, probe_refs = perturbed_copies(samples, n_probe, PROBE_SEED, run)
+    unseen = Unseen(ctx.references.held, ctx.references.held_refs, probe, probe_refs,
+                    recheck=lambda: perturbed_copies(samples, n_probe, RECHECK_SEED, run))
+    checked = check_unseen(ctx, outcome, backend=ctx.backends.search, oracle=ctx.oracle, unseen=unseen)
+    ctx.raise_margin(checked.margin)  # the second search's larger margin: confirm and report at it
+    f = ctx.findings
+    f.unseen, f.probed = checked, bool(probe)
+    f.headroom = search_headroom(checked, len(samples), ctx.copies,
+                                 held_out_from_user=bool(ctx.work.inputs.files or ctx.work.inputs.validate_files))
+    return checked.outcome
+
+
+def _final_samples(ctx: RunContext) -> tuple[list[Sample], list[dict], int]:
+    """What the confirmation and the knob search run on: the samples the final search checked (its perturbed
+    copies too: a prune on the GPU must not undo what they bought) and the held-out ones it did not search
+    with; and how many of them are perturbed copies."""
+    r, unseen = ctx.references, ctx.findings.unseen
+    held, held_refs = (r.held, r.held_refs) if unseen is None or unseen.held_out_unseen else ([], [])
+    samples, refs = ctx.oracle.samples + held, ctx.oracle.references + held_refs
+    return samples, refs, len(samples) - len(ctx.work.samples) - len(r.held)
+
+
+def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
+    """Carry the answer over to the confirm backend (when there is one and the search completed)."""
+    backend, f = ctx.backends.confirm, ctx.findings
+    if backend is None or outcome.found is None:
+        return outcome
+    if outcome.complete:
+        notify(ctx.progress, PhaseEvent("confirm"))
+        samples, refs, n_copies = _final_samples(ctx)
+        confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
+                            budget=remaining(ctx.budget, ctx.oracle), copies=n_copies)
+        outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
+    else:
+        f.confirmed = Confirm(backend.name, sorted(outcome.found), passed=None, skipped=(
+            f"the search ended early ({outcome.status}); the answer is the searched one, not confirmed"))
+    if f.headroom is not None and f.probed and f.confirmed.passed and outcome.found is not None \
+            and not check_only(backend.name):
+        f.headroom = confirmed_headroom(f.headroom, backend, outcome.found, f.unseen, f.validation, ctx.spec,
+                                        user_share(ctx.spec, f.confirm_verdict))
+    return outcome
+
+
+def _knobs(ctx: RunContext, outcome: Outcome) -> Outcome:
+    """`search.knobs`: try the answer under the final backend's knob configurations."""
+    if not ctx.spec.search.knobs or outcome.found is None or not outcome.complete:
+        return outcome
+    samples, refs, n_copies = _final_samples(ctx)
+    model = ctx.work.model
+    knobs = ctx.findings.knobs = search_knobs(
+        ctx, [n.name for n in model.nodes if n.name in outcome.found], backend=ctx.backends.confirm or ctx.backends.search,
+        model=model, samples=samples, refs=refs, budget=budget_after(ctx.budget, ctx.oracle, ctx.findings.confirmed),
+        owned=ctx.owned, copies=n_copies,
+    )
+    return Outcome(knobs.status, knobs.reason or outcome.reason, knobs.fallback)
+
+
+def _settle(ctx: RunContext, outcome: Outcome) -> Outcome:
+    """A run that completed without a passing set has no solution, and says why."""
+    if outcome.complete and outcome.found is None:
+        return Outcome(RunStatus.NO_SOLUTION, outcome.reason or _no_solution_reason(ctx.oracle, ctx.space), None)
+    return outcome
+
+
+# -- after the steps: artifacts and the report ----------------------------------------------------------------
+
+
+def _write(ctx: RunContext, outcome: Outcome) -> Report:
+    """The fixed capture, the artifacts and the TensorRT steps (for an answer), then the report, written."""
+    notify(ctx.progress, PhaseEvent("artifacts"))
+    spec, work, out_dir, f, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
+    fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search
+    passed = outcome.found is not None
+    final = outcome.found if outcome.found is not None else frozenset()
+    produced = Produced()
+    if passed:
+        fixed_rel = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.samples, final, spec.capture,
+                                  ctx.progress, ctx.stop, rules=rules)
+        written = write_artifacts(out_dir, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None)
+        trt_check, engine = tensorrt_steps(out_dir, work.model, final, spec, written, knobs, work.samples)
+        produced = Produced(fixed_rel, written, trt_check, engine)
+    validation, headroom = f.validation, f.headroom
+    checks = AnswerChecks(
+        validation=validation, headroom=headroom, confirm=f.confirmed, confirm_verdict=f.confirm_verdict,
+        knobs=knobs.result if knobs else None, knob_verdict=knobs.verdict if knobs else None,
+        certified_by=certification(ctx.backends.plan, backend, f.confirmed, validation, len(work.samples),
+                                   passed and (headroom is None or headroom.holds), rules,
+                                   knobs.result if knobs else None),
+        emulation_notes=notes_for(work.model, fmt, backend, final) if passed else [],
+    )
+    unseen = f.unseen
+    pricing = price(ctx.space, ctx.oracle, outcome.found, ctx.space.cost_model, spec, work,
+                    unseen.first_answer if unseen is not None else None, ctx.stop, with_tradeoff=outcome.complete)
     report = build_report(
-        work=work, analysis=analysis, space=space, oracle=oracle, spec=spec, fmt=fmt,
-        backend_name=backend.name, status=status, reason=reason, fallback=found,
-        validation=validation_report, n_validation=len(validation), fixed_rel=fixed_rel,
-        artifacts=written.commands if written else {}, elapsed=time.monotonic() - t0, confirm=confirmed,
-        confirm_verdict=confirm_verdict, written=written, trt_check=trt_check, engine=engine,
-        knobs=knob_outcome.result if knob_outcome else None, knob_verdict=knob_outcome.verdict if knob_outcome else None,
-        certified_by=certification(plan, backend, confirmed, validation_report, len(work.samples),
-                                   passed and (headroom is None or headroom.holds), b.rules,
-                                   knob_outcome.result if knob_outcome else None),
-        emulation_rules=b.rules, emulation_notes=notes_for(model, fmt, backend, final) if passed else [],
-        expected_headroom=headroom, cost_model=cm, pricing=pricing,
+        outcome, work=work, spec=spec, n_validation=len(ctx.references.held), elapsed=time.monotonic() - ctx.t0,
+        searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name), checks=checks, produced=produced,
+        pricing=pricing,
     )
     return write_report(out_dir, report)
 
@@ -185,7 +245,7 @@ def _all_references(work: Workload) -> list[dict] | None:
 
 
 def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:
-    everything = oracle.known(space.universe)
+    everything = oracle.known(space.expand(space.universe))
     if everything is not None and not everything.passed:
         name, err = everything.worst
         return (

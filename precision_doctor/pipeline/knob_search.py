@@ -15,20 +15,19 @@ import contextlib
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 from precision_doctor.backends import knobs
 from precision_doctor.backends.base import Backend
-from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.control import PhaseEvent, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.model import Model
+from precision_doctor.outcome import RunStatus
+from precision_doctor.pipeline.context import StepContext
 from precision_doctor.pipeline.strategy import evaluation_events, remaining, user_share
 from precision_doctor.results import manifest
 from precision_doctor.results.report import Confirm, KnobsResult, KnobTrial
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Verdict
-from precision_doctor.search.space import SearchSpace
-from precision_doctor.spec import RunSpec
 
 KNOBS_DIR = "knobs"
 
@@ -42,7 +41,7 @@ class KnobOutcome:
     fallback: frozenset[str]
     config: knobs.KnobConfig | None
     verdict: Verdict | None
-    status: str = "complete"
+    status: RunStatus = RunStatus.COMPLETE
     reason: str | None = None
 
     @property
@@ -70,15 +69,14 @@ class _Oracles:
     """One oracle per configuration, made when first needed; the default configuration reuses the run's
     backend, the others get a backend of their own (closed by `owned`)."""
 
-    def __init__(self, family: str, backend: Backend, model: Model, samples: list[Sample], refs: list[dict],
-                 spec: RunSpec, space: SearchSpace, out_dir: Path, resume: bool, progress: ProgressSink | None,
-                 stop: StopToken | None, owned: contextlib.ExitStack):
-        self.family, self.backend, self.model = family, backend, model
-        self.samples, self.refs, self.spec, self.space = samples, refs, spec, space
-        self.dir, self.resume, self.progress, self.stop, self.owned = out_dir / KNOBS_DIR, resume, progress, stop, owned
+    def __init__(self, ctx: StepContext, family: str, backend: Backend, model: Model, samples: list[Sample],
+                 refs: list[dict], owned: contextlib.ExitStack):
+        self.ctx, self.family, self.backend, self.model = ctx, family, backend, model
+        self.samples, self.refs, self.owned = samples, refs, owned
+        self.dir = ctx.out_dir / KNOBS_DIR
         self.by_config: dict[knobs.KnobConfig, Oracle] = {}
         self.dir.mkdir(exist_ok=True)
-        if not resume:
+        if not ctx.resume:
             for old in self.dir.glob("*.jsonl"):  # our own files from an earlier forced run (nobody else's)
                 if manifest.ours(old):
                     old.unlink()
@@ -86,11 +84,11 @@ class _Oracles:
     def __getitem__(self, config: knobs.KnobConfig) -> Oracle:
         if config not in self.by_config:
             backend = self.backend if config.is_default else self.owned.enter_context(contextlib.closing(
-                knobs.knob_backend(self.family, self.model, self.spec.precision, self.model.outputs, config)))
-            oracle = Oracle(backend, self.samples, self.refs, self.spec.search_tolerance, cost_of=self.space.cost,
-                            checkpoint=self.dir / checkpoint_name(config), on_evaluation=evaluation_events(self.progress),
-                            stop=self.stop)
-            if self.resume:
+                knobs.knob_backend(self.family, self.model, self.ctx.spec.precision, self.model.outputs, config)))
+            oracle = Oracle(backend, self.samples, self.refs, self.ctx.spec.search_tolerance,
+                            cost_of=self.ctx.space.cost, checkpoint=self.dir / checkpoint_name(config),
+                            on_evaluation=evaluation_events(self.ctx.progress), stop=self.ctx.stop)
+            if self.ctx.resume:
                 oracle.load_checkpoint()
             self.by_config[config] = oracle
         return self.by_config[config]
@@ -105,25 +103,26 @@ class _Oracles:
 
 
 def search_knobs(
-    backend: Backend, answer: list[str], model: Model, samples: list[Sample], refs: list[dict], space: SearchSpace,
-    spec: RunSpec, out_dir: Path, budget: Budget, owned: contextlib.ExitStack, *, resume: bool = False,
-    progress: ProgressSink | None = None, stop: StopToken | None = None, copies: int = 0,
+    ctx: StepContext, answer: list[str], *, backend: Backend, model: Model, samples: list[Sample], refs: list[dict],
+    budget: Budget, owned: contextlib.ExitStack, copies: int = 0,
 ) -> KnobOutcome:
-    """Run the knob plan around `answer` (node names in graph order) on `backend`'s family; see the module
-    docstring. `budget` is what the run has left (evaluations over all configurations, seconds); `copies`:
-    how many of `samples` are the search's perturbed copies (not counted as the user's samples)."""
+    """Run the knob plan around `answer` (node names in graph order) on `backend`'s family (configurations'
+    own backends are closed by `owned`); see the module docstring. `budget` is what the run has left
+    (evaluations over all configurations, seconds); `copies`: how many of `samples` are the search's perturbed
+    copies (not counted as the user's samples)."""
     family = knobs.knob_family(backend.name)
     if family is None:
         note = f"the {backend.name} backend has no knobs: nothing was tried"
-        result = KnobsResult(backend.name, [], list(answer), status="skipped", note=note, answer=list(answer))
-        return KnobOutcome(result, frozenset(answer), None, None, "complete")
-    notify(progress, PhaseEvent("knobs"))
+        result = KnobsResult(backend.name, [], list(answer), status=RunStatus.SKIPPED, note=note, answer=list(answer))
+        return KnobOutcome(result, frozenset(answer), None, None, RunStatus.COMPLETE)
+    notify(ctx.progress, PhaseEvent("knobs"))
+    spec, stop = ctx.spec, ctx.stop
     configs = knobs.knob_configs(family)
     plan = knobs.knob_plan(answer, configs)
-    oracles = _Oracles(family, backend, model, samples, refs, spec, space, out_dir, resume, progress, stop, owned)
+    oracles = _Oracles(ctx, family, backend, model, samples, refs, owned)
     started = time.monotonic()
     evaluated: list[tuple[knobs.Trial, Verdict]] = []
-    status, reason = "complete", None
+    status, reason = RunStatus.COMPLETE, None
     try:
         for trial in plan:
             best = knobs.best_trial([(t, v.passed) for t, v in evaluated])
@@ -133,11 +132,12 @@ def search_knobs(
             oracle = oracles[trial.knobs]
             evaluated.append((trial, oracle.evaluate(trial.fallback, phase=f"knobs {trial.knobs.label}: {trial.why}")))
     except BudgetExhausted as exc:
-        status, reason = "budget_exhausted", f"{exc} during the knob search; the cheapest passing trial so far is reported"
+        status = RunStatus.BUDGET_EXHAUSTED
+        reason = f"{exc} during the knob search; the cheapest passing trial so far is reported"
     except KeyboardInterrupt:
         if stop is not None:
             stop.handled()
-        status = "interrupted"
+        status = RunStatus.INTERRUPTED
         reason = "interrupted by the user during the knob search; the cheapest passing trial so far is reported"
     verdicts = {(t.knobs, t.fallback): v for t, v in evaluated}
     best = knobs.best_trial([(t, v.passed) for t, v in evaluated])

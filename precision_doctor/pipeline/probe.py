@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from precision_doctor.backends.base import Backend
-from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.control import PhaseEvent, notify
 from precision_doctor.data.augment import Augment, augment, perturbable
 from precision_doctor.data.inputs import Sample
 from precision_doctor.measure.headroom import (
@@ -39,11 +39,12 @@ from precision_doctor.measure.headroom import (
     shares_of,
 )
 from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.outcome import Outcome, RunStatus
+from precision_doctor.pipeline.context import StepContext
 from precision_doctor.pipeline.strategy import run_strategy
 from precision_doctor.pipeline.validation import validation_of
 from precision_doctor.results.report import ExpectedHeadroom, Validation
 from precision_doctor.search import Oracle
-from precision_doctor.search.space import SearchSpace
 from precision_doctor.spec import RunSpec
 
 NOISE = 0.01  # noise std, as a share of each input's own std in that sample
@@ -109,17 +110,15 @@ class Unseen:
 
 @dataclass
 class UnseenCheck:
-    """The search's answer after the check on unseen samples (and the one second search a failure sends
-    them into). `ran`: there was something to check; `held_out_unseen`: no search has seen the held-out
+    """The search's answer (`outcome`) after the check on unseen samples (and the one second search a failure
+    sends them into). `ran`: there was something to check; `held_out_unseen`: no search has seen the held-out
     samples (a second search after one of them failed has); `copies`/`copy_refs`: the fresh copies no
     search has seen (the recheck copies after a second search), `shares`/`held` the answer's shares on
     them and on the held-out samples; `margin`: the margin of the search that found the answer, and
     `share_searched` the answer's share of the user's tolerance on the samples that search checked; `first`:
     after a second search, the first answer's size and the share a new input was predicted to exceed with it."""
 
-    status: str
-    reason: str | None
-    found: frozenset[str] | None
+    outcome: Outcome
     margin: float = 0.0
     share_searched: float | None = None
     validation: Validation | None = None
@@ -144,19 +143,20 @@ def research_margin(margin: float, share_searched: float | None, predicted: floa
     return float(min(MAX_MARGIN, max(margin, 1.0 - PREDICT_TARGET * share_searched / predicted)))
 
 
-def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: RunSpec, status: str, reason: str | None,
-                 found: frozenset[str] | None, unseen: Unseen, progress: ProgressSink | None = None,
-                 stop: StopToken | None = None, resume: bool = False) -> UnseenCheck:
-    """Check the answer on the held-out samples and the probe's copies. When it is predicted not to hold
+def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle: Oracle,
+                 unseen: Unseen) -> UnseenCheck:
+    """Check the answer of `outcome` on the held-out samples and the probe's copies (on `backend`; `oracle`:
+    the search's, which a second search continues with). When it is predicted not to hold
     (a sample fails, or the predicted share exceeds 1) and the search had completed, search again once:
     the failing held-out samples and every copy above the new search tolerance join the oracle, whose
     margin grows as `research_margin` says; the second answer is checked on fresh recheck copies. Its
     evaluations go to their own checkpoint (RESEARCH_CHECKPOINT): a resumed run replays the first search
     from the first one unchanged by the second's stricter verdicts."""
+    spec, stop, found = ctx.spec, ctx.stop, outcome.found
     margin = spec.search.margin
     if found is None or not (unseen.held_out or unseen.copies):
-        return UnseenCheck(status, reason, found, margin)
-    notify(progress, PhaseEvent("validate"))
+        return UnseenCheck(outcome, margin)
+    notify(ctx.progress, PhaseEvent("validate"))
     tol = spec.tolerance
     validation, held = _held_out(backend, found, unseen, tol)
     shares = sample_shares(backend, found, unseen.copies, unseen.copy_refs, tol)
@@ -164,14 +164,14 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
     predicted = predicted_share([p.share for p in shares + held], PREDICT_RISK, PREDICT_FLOOR)
     failing = any(not p.passed for p in shares) or (predicted is not None and predicted > 1.0)
     share = _share(oracle, found, margin)
-    done = UnseenCheck(status, reason, found, margin, share, validation, shares, held, unseen.copies, unseen.copy_refs,
-                       ran=True)
-    if not (held_failed or failing) or status != "complete":
+    done = UnseenCheck(outcome, margin, share, validation, shares, held, unseen.copies, unseen.copy_refs, ran=True)
+    if not (held_failed or failing) or not outcome.complete:
         return done
     if stop is not None and stop.stopped:  # asked to stop after the search: the run ends here, and resumes here
         stop.handled()
-        return replace(done, status="interrupted",
-                       reason="interrupted before the second search the probe asked for; resume continues there")
+        return replace(done, outcome=outcome.but(
+            status=RunStatus.INTERRUPTED,
+            reason="interrupted before the second search the probe asked for; resume continues there"))
     # Not presented as the answer: search again (once), stricter, with the unseen samples it missed.
     again = research_margin(margin, share, predicted)
     limit = 1.0 - again
@@ -184,11 +184,12 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
     oracle.tolerance = tol.scaled(limit) if again else tol
     oracle.memo = {k: v for k, v in oracle.memo.items() if not v.passed}  # a failure stays one: stricter, more samples
     if oracle.checkpoint is not None:
-        oracle.switch_checkpoint(oracle.checkpoint.with_name(RESEARCH_CHECKPOINT), resume)
+        oracle.switch_checkpoint(oracle.checkpoint.with_name(RESEARCH_CHECKPOINT), ctx.resume)
     first = sorted(found)
-    status, reason, found = run_strategy(oracle, space, spec.search.strategy, stop)
-    if found is None and status != "complete":  # stopped before any set passed: the first answer stays, flagged
-        return replace(done, status=status, reason=reason)
+    again_outcome = run_strategy(oracle, ctx.space, spec.search.strategy, stop)
+    found = again_outcome.found
+    if found is None and not again_outcome.complete:  # stopped before any set passed: the first answer stays, flagged
+        return replace(done, outcome=outcome.but(status=again_outcome.status, reason=again_outcome.reason))
     held = []  # after a search with them, the held-out samples are not unseen: their shares do not count
     if found is not None and not held_failed:  # still unseen: the new answer is checked on them afresh
         validation, held = _held_out(backend, found, unseen, tol)
@@ -198,7 +199,7 @@ def check_unseen(backend: Backend, oracle: Oracle, space: SearchSpace, spec: Run
         validation.passed_after_research = found is not None
     copies, refs = unseen.recheck() if found is not None else ([], [])
     return UnseenCheck(
-        status, reason, found, again, _share(oracle, found, again) if found is not None else None, validation,
+        again_outcome, again, _share(oracle, found, again) if found is not None else None, validation,
         sample_shares(backend, found, copies, refs, tol), held,
         copies, refs, researched=True, research_margin=again, held_out_unseen=not held_failed, ran=True,
         first=(len(first), None if held_failed else predicted), first_answer=frozenset(first))
@@ -219,7 +220,7 @@ def _share(oracle: Oracle, found: frozenset[str], margin: float) -> float | None
 
 def search_headroom(check: UnseenCheck, searched: int, search_copies: int, held_out_from_user: bool) -> ExpectedHeadroom | None:
     """report.json's figures for the search's answer (None: nothing was checked, or no answer)."""
-    if not check.ran or check.found is None:
+    if not check.ran or check.outcome.found is None:
         return None
     return expected_headroom(
         searched=searched, search_copies=search_copies, share_searched=check.share_searched, probe=check.shares, held=check.held,

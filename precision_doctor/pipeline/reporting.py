@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import datetime as _dt
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from precision_doctor import __version__
 from precision_doctor.backends.registry import check_only
 from precision_doctor.data.workload import Workload
-from precision_doctor.graph.cost import CostModel
 from precision_doctor.graph.coverage import EmulationNote
-from precision_doctor.graph.formats import Format
+from precision_doctor.graph.formats import get_format
 from precision_doctor.measure.analysis import Analysis
-from precision_doctor.pipeline.artifacts import FILES, Written
+from precision_doctor.outcome import Outcome
+from precision_doctor.pipeline.artifacts import Written
 from precision_doctor.pipeline.compare import ACTIVATIONS
 from precision_doctor.pipeline.knob_search import KNOBS_DIR
 from precision_doctor.pipeline.strategy import trajectory_row, user_share
@@ -43,92 +44,131 @@ from precision_doctor.spec import RunSpec
 CHECKPOINT = "search.jsonl"
 
 
-def build_report(
-    *, work: Workload, analysis: Analysis, space: SearchSpace, oracle: Oracle, spec: RunSpec, fmt: Format,
-    backend_name: str, status: str, reason: str | None, fallback: frozenset[str] | None, validation: Validation | None,
-    n_validation: int, fixed_rel: dict[str, float], artifacts: dict, elapsed: float, confirm: Confirm | None = None,
-    confirm_verdict: Verdict | None = None, written: Written | None = None, trt_check: TrtCheckResult | None = None,
-    engine: EngineResult | None = None, knobs: KnobsResult | None = None, knob_verdict: Verdict | None = None,
-    certified_by: Certification | None = None, emulation_rules: str | None = None,
-    emulation_notes: list[EmulationNote] | None = None, expected_headroom: ExpectedHeadroom | None = None,
-    cost_model: CostModel | None = None, pricing: Pricing | None = None,
-) -> Report:
-    """The report; FLOPs are the cost model's (the shapes that ran) where it is given, else the declared shapes'."""
-    model = work.model
+@dataclass(frozen=True)
+class Searched:
+    """What the search leaves the report: the analysis, the search space, the oracle (its evaluations and
+    trajectory) and the search backend's name."""
+
+    analysis: Analysis
+    space: SearchSpace
+    oracle: Oracle
+    backend: str
+
+
+@dataclass(frozen=True)
+class AnswerChecks:
+    """How the answer was checked after the search: on the held-out samples (`validation`), on unseen samples
+    (`headroom`), on the confirm backend (`confirm`, with the verdict on the final set there), by the knob
+    search (with its verdict), who certified it and what the emulator does not model in it."""
+
+    validation: Validation | None = None
+    headroom: ExpectedHeadroom | None = None
+    confirm: Confirm | None = None
+    confirm_verdict: Verdict | None = None
+    knobs: KnobsResult | None = None
+    knob_verdict: Verdict | None = None
+    certified_by: Certification | None = None
+    emulation_notes: list[EmulationNote] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Produced:
+    """What the run wrote for the answer: the fixed capture's per-layer errors, the artifacts and commands, the
+    TensorRT check of fixed.onnx and the engine (all empty without an answer)."""
+
+    fixed_rel: dict[str, float] = field(default_factory=dict)
+    written: Written | None = None
+    trt_check: TrtCheckResult | None = None
+    engine: EngineResult | None = None
+
+
+def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validation: int, elapsed: float,
+                 searched: Searched, checks: AnswerChecks, produced: Produced, pricing: Pricing | None = None) -> Report:
+    """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any).
+    FLOPs are the search space's cost model's (the shapes that ran) where it has one, else the declared shapes'."""
+    model, oracle, confirm, knobs, validation = work.model, searched.oracle, checks.confirm, checks.knobs, checks.validation
+    fallback = outcome.found
     final = fallback or frozenset()
-    flops = cost_model.flops if cost_model is not None else {n.name: n.flops for n in model.nodes}
-    total_flops = sum(flops.values())
     by_knobs = knobs is not None and knobs.changed_answer  # a knob configuration made the answer smaller
-    searched = oracle.known(final) if fallback is not None else None
+    searched_verdict = oracle.known(final) if fallback is not None else None
     same_as_searched = (confirm is None or confirm.searched_answer == sorted(final)) and not by_knobs
-    final_verdict = knob_verdict if by_knobs else confirm_verdict or (searched if same_as_searched else None)
+    final_verdict = checks.knob_verdict if by_knobs else checks.confirm_verdict or (
+        searched_verdict if same_as_searched else None)
     held_out_ok = validation is None or validation.passed or bool(validation.passed_after_research)
     if validation is not None and not same_as_searched:
         validation.of = "searched answer"
+    fmt = get_format(spec.precision)
+    cm = searched.space.cost_model
+    flops = cm.flops if cm is not None else {n.name: n.flops for n in model.nodes}
+    total_flops = sum(flops.values())
     return Report(
         tool="precision-doctor",
         version=__version__,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         model=ModelInfo(
-            path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes), candidates=len(model.candidates),
-            total_flops=total_flops, renamed_nodes=list(model.renamed_nodes),
+            path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes),
+            candidates=len(model.candidates), total_flops=total_flops,
+            renamed_nodes=list(model.renamed_nodes),
         ),
-        precision=spec.precision,
-        backend=backend_name,
-        strategy=spec.search.strategy,
-        cost=spec.search.cost,
-        tolerance=spec.tolerance,
-        margin=spec.search.margin,
+        precision=spec.precision, backend=searched.backend, strategy=spec.search.strategy, cost=spec.search.cost,
+        tolerance=spec.tolerance, margin=spec.search.margin,
         # shares of the user's tolerance (the oracle checked against the tolerance scaled by 1 - margin);
         # search and validation: of the searched answer, None when the confirmation changed it
         tolerance_used=ToleranceUsed(
-            search=user_share(spec, searched) if same_as_searched else None,
+            search=user_share(spec, searched_verdict) if same_as_searched else None,
             validation=validation.tol_used if validation is not None and same_as_searched else None,
             confirm=confirm.tolerance_used if confirm is not None and not by_knobs else None,
         ),
-        confirm=confirm,
-        certified_by=certified_by,
-        emulation_rules=emulation_rules,
-        emulation_notes=list(emulation_notes or []),
-        status=status,
-        reason=reason,
-        passed=fallback is not None and held_out_ok and (expected_headroom is None or expected_headroom.holds),
+        confirm=confirm, certified_by=checks.certified_by, emulation_rules=spec.backends.rules,
+        emulation_notes=list(checks.emulation_notes),
+        status=outcome.status, reason=outcome.reason,
+        passed=fallback is not None and held_out_ok and (checks.headroom is None or checks.headroom.holds),
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
-        fp32_flop_share=cost_model.fp32_flop_share(final) if cost_model is not None
-        else sum(flops.get(n, 0) for n in final) / max(total_flops, 1),
-        evaluations=oracle.evaluations,
-        memo_hits=oracle.memo_hits,
-        one_minimal_checked=False if by_knobs else confirm.one_minimal_checked if confirm is not None and confirm.passed
-        and not check_only(confirm.backend)
-        else oracle.one_minimal_checked(fallback),
+        fp32_flop_share=cm.fp32_flop_share(final) if cm is not None else sum(flops.get(n, 0) for n in final) / max(
+            total_flops, 1),
+        evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
+        one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, by_knobs),
         elapsed_s=elapsed,
         samples=SampleCounts(search=len(work.samples), validation=n_validation),
         inputs=work.inputs.describe(),
         baseline=_checks(oracle.known(())),
         outputs=dict(final_verdict.outputs) if final_verdict else {},
-        validation=validation,
-        expected_headroom=expected_headroom,
-        first_divergence=analysis.first_divergence,
-        first_divergence_node=analysis.first_divergence_node,
-        ranking=analysis.ranking[:50],
+        validation=validation, expected_headroom=checks.headroom,
+        first_divergence=searched.analysis.first_divergence,
+        first_divergence_node=searched.analysis.first_divergence_node,
+        ranking=searched.analysis.ranking[:50],
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
-        layers=_layers(analysis, fixed_rel, final, _producers(work), flops),
+        layers=_layers(searched.analysis, produced.fixed_rel, final, _producers(work), flops),
         format_limits=FormatLimits(max=fmt.max, smallest_normal=fmt.smallest_normal),
-        artifacts={
-            "activations": ACTIVATIONS, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
-            **(written.files if written is not None else FILES if artifacts else {}),
-            **({"engine": engine.plan} if engine is not None and engine.built and engine.plan else {}),
-            **({"knob_checkpoints": KNOBS_DIR} if knobs is not None and knobs.configurations else {}),
-            "report_md": "report.md", "report_html": "report.html",
-        },
-        commands=artifacts,
-        forced_fp32_nodes=dict(written.forced) if written is not None else {},
-        trt_check=trt_check,
-        engine=engine,
-        knobs=knobs,
-        pricing=pricing,
+        artifacts=_artifacts(produced, knobs),
+        commands=produced.written.commands if produced.written is not None else {},
+        forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
+        trt_check=produced.trt_check, engine=produced.engine, knobs=knobs, pricing=pricing,
     )
+
+
+def _one_minimal_checked(oracle: Oracle, fallback: frozenset[str] | None, confirm: Confirm | None,
+                         by_knobs: bool) -> bool | None:
+    """Whether removing any one member was evaluated and fails: on the backend that last changed the answer
+    (a knob search's answer: not checked; a confirmation that passed on a backend that decides: its own)."""
+    if by_knobs:
+        return False
+    if confirm is not None and confirm.passed and not check_only(confirm.backend):
+        return confirm.one_minimal_checked
+    return oracle.one_minimal_checked(fallback)
+
+
+def _artifacts(produced: Produced, knobs: KnobsResult | None) -> dict[str, str]:
+    """report.json's `artifacts`: what the run directory holds, by key."""
+    engine = produced.engine
+    return {
+        "activations": ACTIVATIONS, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
+        **(produced.written.files if produced.written is not None else {}),
+        **({"engine": engine.plan} if engine is not None and engine.built and engine.plan else {}),
+        **({"knob_checkpoints": KNOBS_DIR} if knobs is not None and knobs.configurations else {}),
+        "report_md": "report.md", "report_html": "report.html",
+    }
 
 
 def _checks(v: Verdict | None) -> Checks | None:
@@ -141,8 +181,8 @@ def _producers(work: Workload) -> dict[str, list[str]]:
     return {n.name: list(dict.fromkeys(made_by[t] for t in n.float_inputs if t in made_by)) for n in work.model.nodes}
 
 
-def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[str],
-            producers: dict[str, list[str]], flops: dict[str, int]) -> list[Layer]:
+def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[str], producers: dict[str, list[str]],
+            flops: dict[str, int]) -> list[Layer]:
     return [
         Layer(
             index=r.index, name=r.name, op_type=r.op_type, flops=flops.get(r.name, r.flops), local_rel_l2=r.local_rel_l2,

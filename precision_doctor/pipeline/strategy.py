@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable
 
 from precision_doctor.control import EvaluationEvent, ProgressSink, StopToken, notify
+from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.results.report import TrajectoryRow
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Evaluation, Verdict
@@ -18,20 +19,20 @@ StrategyFn = Callable[[Oracle, SearchSpace], Found]
 
 
 def run_strategy(oracle: Oracle, space: SearchSpace, strategy: str | StrategyFn,
-                 stop: StopToken | None = None) -> tuple[str, str | None, Found]:
-    """(status, reason, set) of a strategy (a name in STRATEGIES, or the strategy itself); a budget and a
-    stop end it early with the best passing set found so far."""
+                 stop: StopToken | None = None) -> Outcome:
+    """The outcome of a strategy (a name in STRATEGIES, or the strategy itself); a budget and a stop end it
+    early with the best passing set found so far."""
     try:
         found = (STRATEGIES[strategy] if isinstance(strategy, str) else strategy)(oracle, space)
-        return "complete", None, found
+        return Outcome(RunStatus.COMPLETE, None, found)
     except BudgetExhausted as exc:
-        best = oracle.best()
-        return "budget_exhausted", f"{exc}; the best passing set found so far is reported", best
+        return Outcome(RunStatus.BUDGET_EXHAUSTED, f"{exc}; the best passing set found so far is reported",
+                       oracle.best())
     except KeyboardInterrupt:  # Ctrl-C, or the run's StopToken (control.Stopped)
         if stop is not None:
             stop.handled()
-        best = oracle.best()
-        return "interrupted", "interrupted by the user; the best passing set found so far is reported", best
+        return Outcome(RunStatus.INTERRUPTED, "interrupted by the user; the best passing set found so far is reported",
+                       oracle.best())
 
 
 def budget_of(search: SearchSpec) -> Budget:

@@ -7,6 +7,7 @@ import math
 from html import escape
 from typing import Any
 
+from precision_doctor.outcome import RunStatus
 from precision_doctor.render import plots, pricing
 from precision_doctor.render.markdown import (
     COMMAND_TITLES,
@@ -15,21 +16,12 @@ from precision_doctor.render.markdown import (
     certified_sentence,
     confirm_sentence,
     emulation_note_lines,
-    fmt,
-    fmt_flops,
-    fmt_pct,
-    fmt_time,
     generalization_sentence,
     headroom_sentence,
-    held_out_sentence,
     layers_by_name,
     layers_in_order,
     next_steps,
-    num,
     output_run_labels,
-    precision_name,
-    verdict,
-    verdict_sentence,
     why,
 )
 from precision_doctor.render.tensorrt import (
@@ -38,6 +30,18 @@ from precision_doctor.render.tensorrt import (
     knobs_sentence,
     named_onnx_sentence,
     trt_check_sentence,
+)
+from precision_doctor.render.wording import (
+    fmt,
+    fmt_flops,
+    fmt_pct,
+    fmt_time,
+    held_out_sentence,
+    lowp_sentence,
+    num,
+    precision_name,
+    verdict,
+    verdict_sentence,
 )
 from precision_doctor.results.report import ModelInfo, Report
 
@@ -353,14 +357,15 @@ def _header(report: Report) -> str:
     if check := trt_check_sentence(report):
         cls = "reason" if check.startswith("WARNING") else "headroom"
         reason += f'<div class="{cls}" id="trt-check-line">{_e(check.replace("`", ""))}</div>'
-    if report.reason or report.status not in (None, "complete"):
+    if report.reason or report.status not in (None, RunStatus.COMPLETE):
         reason += f'<div class="reason">Status <code>{_e(report.status)}</code>'
         reason += f": {_e(report.reason)}</div>" if report.reason else "</div>"
+    cost = pricing.cost_sentence(report, with_share=False) if report.passed else None
     return (
         f"<header><h1>precision-doctor report: <code>{_e(model.path)}</code></h1>"
         f'<div class="verdict"><span class="badge {kind}" id="verdict">{_e(label)}</span>'
-        f'<span class="sentence">{_e(verdict_sentence(report))}'
-        f'{_e(" " + cost) if (cost := pricing.cost_sentence(report, with_share=False)) else ""}</span></div>{reason}'
+        f'<span class="sentence">{_e(" ".join(x for x in (verdict_sentence(report), lowp_sentence(report), cost) if x))}'
+        f'</span></div>{reason}'
         f'<div class="kpis">{"".join(kpis)}</div></header>'
     )
 

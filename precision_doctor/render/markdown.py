@@ -8,6 +8,7 @@ from typing import Any
 from precision_doctor.backends.registry import check_only
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
+from precision_doctor.outcome import RunStatus
 from precision_doctor.render.pricing import cost_sentence
 from precision_doctor.render.pricing import markdown_lines as pricing_lines
 from precision_doctor.render.tensorrt import (
@@ -16,6 +17,19 @@ from precision_doctor.render.tensorrt import (
     markdown_sections,
     named_onnx_sentence,
     trt_check_sentence,
+)
+from precision_doctor.render.wording import (
+    fmt,
+    fmt_flops,
+    fmt_pct,
+    fmt_time,
+    held_out_sentence,
+    lowp_sentence,
+    not_holding,
+    num,
+    precision_name,
+    verdict,
+    verdict_sentence,
 )
 from precision_doctor.results.report import Layer, ModelInfo, Report
 
@@ -63,131 +77,12 @@ def artifact_title(key: str) -> str:
     return ARTIFACT_TITLES.get(key, key.replace("_", " "))
 
 
-# ---------------------------------------------------------------- numbers
-
-
-def num(v: Any) -> float:
-    """A report number as float: "inf"/"-inf"/"nan" strings and None (-> nan) included."""
-    if v is None or isinstance(v, bool):
-        return float(v) if isinstance(v, bool) else math.nan
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def layers_in_order(report: Report) -> list[Layer]:
     """The report's layer rows in topological order."""
     return sorted(report.layers, key=lambda lay: num(lay.index))
 
 
-def fmt(v: Any, digits: int = 3) -> str:
-    """Compact number: "inf", "nan", "0", 0.0123, 1.23e-05, 65504."""
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return str(v)
-    x = num(v)
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == 0:
-        return "0"
-    ax = abs(x)
-    if 1e3 <= ax < 1e6:
-        return f"{x:.0f}"
-    if 1e-3 <= ax < 1e3:
-        return f"{x:.{digits}g}"
-    mant, _, exp = f"{x:.{max(digits - 1, 0)}e}".partition("e")
-    if "." in mant:
-        mant = mant.rstrip("0").rstrip(".")
-    return f"{mant}e{exp}"
-
-
-def fmt_pct(v: Any, digits: int = 2) -> str:
-    """Fraction 0..1 as a percentage; tiny non-zero shares stay visible ("<0.01 %")."""
-    x = num(v)
-    if math.isnan(x):
-        return "nan"
-    if x == 0:
-        return "0 %"
-    p = 100 * x
-    floor = 10.0**-digits
-    if 0 < p < floor:
-        return f"<{floor:g} %"
-    return f"{p:.{digits}f} %"
-
-
-def fmt_flops(v: Any) -> str:
-    """FLOPs with an SI prefix."""
-    x = num(v)
-    if not math.isfinite(x):
-        return fmt(x)
-    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.0f} FLOP"
-
-
-def fmt_time(v: Any) -> str:
-    """Seconds as "0.42 s", "12.3 s", "4 min 05 s", "2 h 03 min"."""
-    s = num(v)
-    if not math.isfinite(s):
-        return fmt(s)
-    if s < 60:
-        return f"{s:.3g} s"
-    if s < 3600:
-        return f"{int(s // 60)} min {int(s % 60):02d} s"
-    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
-
-
-def precision_name(report: Report) -> str:
-    return str(report.precision or "low precision").upper()
-
-
-def is_nonfinite(v: Any) -> bool:
-    return not math.isfinite(num(v))
-
-
 # ---------------------------------------------------------------- verdict and reasons
-
-
-def verdict(report: Report) -> tuple[str, str]:
-    """(label, kind) with kind one of "pass", "warn", "fail": the headline of the report and the CLI. It
-    never contradicts the run: an answer that failed on the held-out samples and was searched again says
-    so, and what came of it (`held_out_sentence` says it in words)."""
-    status = report.status or "complete"
-    passed = bool(report.passed)
-    validation = report.validation
-    researched = validation is not None and not validation.passed and validation.research is not None
-    if status == "no_solution":
-        return ("NO SOLUTION (after a second search with the held-out samples)" if researched else "NO SOLUTION"), "fail"
-    if status in ("interrupted", "budget_exhausted"):
-        what = "interrupted" if status == "interrupted" else "budget exhausted"
-        return (f"PASSED (search {what})", "warn") if passed else (f"INCOMPLETE ({what})", "fail")
-    if not passed and not_holding(report):
-        return "PASSES ON THE SEARCHED SAMPLES ONLY: PREDICTED NOT TO HOLD ON NEW INPUTS", "warn"
-    if not passed:
-        return "FAILED", "fail"
-    if researched and validation.passed_after_research:
-        return "PASSED (on every sample, after a second search with the held-out samples)", "pass"
-    if validation is not None and not validation.passed:
-        return "PASSED ON SEARCH SAMPLES, FAILED VALIDATION", "warn"
-    if not validated_on_user_data(report):
-        return "PASSED (NOT VALIDATED ON YOUR DATA)", "pass"
-    return "PASSED", "pass"
-
-
-def validated_on_user_data(report: Report) -> bool:
-    """Whether held-out samples of the user's data (not generated ones, not copies) checked the answer and
-    it passed: only then may a PASS be read as holding on the user's next inputs. Without them the probe's
-    prediction is all there is, and on 2 images of a detector it was wrong (docs/BENCHMARKS.md)."""
-    v, h = report.validation, report.expected_headroom
-    ok = v is not None and (v.passed or bool(v.passed_after_research))
-    return ok and (h is None or h.held_out_from_user)
 
 
 def next_steps(report: Report) -> list[tuple[str, str | None]]:
@@ -195,7 +90,7 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
     (the one holding this report): they use its relative paths."""
     cmds = report.commands
     model = report.model.path if report.model is not None and report.model.path else "MODEL"
-    if report.interrupted or report.status == "budget_exhausted":
+    if report.status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
         steps = [("The search did not finish. Continue it where it stopped (its settings are recorded in the run "
                   "directory; a larger --max-evaluations or --time-budget lets it go further):",
                   f"precision-doctor diagnose {model} --resume --out RUN_DIR")]
@@ -212,7 +107,7 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
                  f"--atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} --margin {margin:g} --out RUN_DIR")]
     if not report.passed:
         base = report.baseline
-        if base is not None and not base.passed and report.status == "no_solution":
+        if base is not None and not base.passed and report.status == RunStatus.NO_SOLUTION:
             return [("Even with every candidate node in FP32 the outputs miss the reference: the tolerance is "
                      "tighter than FP32 itself reproduces (or the model is nondeterministic). Check the reference "
                      "(--reference-outputs) or loosen --atol/--rtol, then run diagnose again.", None)]
@@ -263,47 +158,6 @@ def _inputs_args(report: Report) -> str:
     return f"--samples {n or report.samples.search} --seed {seed}"
 
 
-def held_out_sentence(report: Report) -> str | None:
-    """What the held-out samples said about the answer, in words; None when there were none."""
-    v = report.validation
-    if v is None:
-        return None
-    n = f"{v.samples} held-out sample{'s' if v.samples != 1 else ''}"
-    of = " (of the searched answer, before the confirmation changed it)" if v.of else ""
-    h = report.expected_headroom
-    if v.passed and h is not None and not h.held_out_from_user:
-        return f"The answer passes on {n}{of}, generated like the search samples: not your data."
-    if v.passed:
-        return f"The answer holds on {n}{of}."
-    first = len(v.first_candidate or [])
-    if v.research is None:
-        return f"The answer FAILED on {n}{of}: do not rely on it (more samples of your data may help)."
-    if v.passed_after_research:
-        return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found "
-                f"this answer, which passes on every sample.")
-    return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found no "
-            f"set that passes on every sample.")
-
-
-def verdict_sentence(report: Report) -> str:
-    """One plain-text sentence saying what the run found."""
-    prec = precision_name(report)
-    size = int(report.fallback_size)
-    cands = report.model.candidates if report.model is not None else None
-    of = f" of {cands} candidate" if cands is not None else ""
-    share = fmt_pct(report.fp32_flop_share)
-    status = report.status or "complete"
-    if status == "no_solution":
-        return f"No FP32 fallback set made the model meet the tolerance in {prec}."
-    if not report.passed:
-        return f"The best fallback set found ({size}{of} nodes in FP32) does not meet the tolerance in {prec}."
-    if size == 0:
-        return f"The model meets the tolerance entirely in {prec}: no node needs FP32."
-    lead = "The model meets the tolerance" if status == "complete" else "The best set so far meets the tolerance"
-    nodes = "node" if size == 1 else "nodes"
-    return f"{lead} in {prec} with {size}{of} {nodes} kept in FP32 ({share} of FLOPs)."
-
-
 def output_run_labels(report: Report) -> tuple[str, str]:
     """Labels of the answer's output checks and of the held-out ones (which may be of the searched
     answer, when the confirmation on another backend changed it)."""
@@ -345,14 +199,6 @@ def confirm_sentence(report: Report) -> str | None:
         f" (its own {searched} members were kept, not pruned there: each removal tried is a new session on "
         f"{c.backend}{'' if c.searched_answer_passed else '; only what was added there was pruned'})")
     return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}."
-
-
-def not_holding(report: Report) -> bool:
-    """Whether an answer that meets the tolerance on the searched samples fails on unseen ones (the probe,
-    after its second search): the verdict must not be PASS."""
-    h = report.expected_headroom
-    return h is not None and not h.holds and report.status == "complete" \
-        and (report.validation is None or report.validation.passed or bool(report.validation.passed_after_research))
 
 
 def generalization_sentence(report: Report) -> str | None:
@@ -527,7 +373,8 @@ def render_markdown(report: Report) -> str:
 
     L += [f"# precision-doctor report: {_code(model.path)}", ""]
     cost = cost_sentence(report, with_share=False)
-    L += [f"**Verdict: {label}.** {verdict_sentence(report)}" + (f" {cost[0].upper()}{cost[1:]}" if cost else ""), ""]
+    L += [" ".join(x for x in (f"**Verdict: {label}.**", verdict_sentence(report), lowp_sentence(report),
+                               f"{cost[0].upper()}{cost[1:]}" if cost and report.passed else None) if x), ""]
     if report.reason:
         L += [f"> Status `{report.status}`: {report.reason}", ""]
     memo = report.memo_hits

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from precision_doctor.render.markdown import fmt, layers_in_order, num, precision_name
+from precision_doctor.render.markdown import layers_in_order
+from precision_doctor.render.wording import fmt, num, precision_name
 from precision_doctor.results.report import Layer, Report, TrajectoryRow
 
 BEFORE = "#e6862e"  # all low precision

@@ -9,28 +9,24 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from precision_doctor.outcome import SUMMARY_COLUMNS, RowStatus, SummaryRow
 from precision_doctor.results.jsonio import write_json, write_text_atomic
 
-SUMMARY_COLUMNS = (
-    "model", "status", "passed", "fallback_size", "fp32_flop_share", "evaluations", "elapsed_s", "report", "message",
-)
 
-
-def write_summary(out_dir: Path, rows: list[dict]) -> None:
+def write_summary(out_dir: Path, rows: list[SummaryRow]) -> None:
     """summary.csv, summary.json and summary.html, each written atomically."""
     write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
-    write_json(out_dir / "summary.json", {"models": [{k: r.get(k) for k in SUMMARY_COLUMNS} for r in rows]})
+    write_json(out_dir / "summary.json", {"models": [r.columns() for r in rows]})
     write_text_atomic(out_dir / "summary.html", summary_html(rows))
 
 
-def summary_csv(rows: list[dict]) -> str:
+def summary_csv(rows: list[SummaryRow]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(SUMMARY_COLUMNS)
     for r in rows:
         vals = []
-        for k in SUMMARY_COLUMNS:
-            v = r.get(k)
+        for v in r.columns().values():
             if isinstance(v, bool):
                 v = "yes" if v else "no"
             elif isinstance(v, float):
@@ -49,7 +45,8 @@ def _fmt_time(v: Any) -> str:
     return "" if v is None else f"{float(v):.1f} s"
 
 
-_STATUS_CLASS = {"passed": "ok", "error": "bad", "failed": "bad", "no_solution": "bad", "pending": "mut"}
+_STATUS_CLASS = {RowStatus.PASSED: "ok", RowStatus.ERROR: "bad", RowStatus.FAILED: "bad", RowStatus.NO_SOLUTION: "bad",
+                 RowStatus.PENDING: "mut"}
 
 _CSS = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif;color:#1f2328;margin:0}
@@ -73,32 +70,31 @@ document.querySelectorAll('th').forEach(function(th,i){th.addEventListener('clic
 """
 
 
-def summary_html(rows: list[dict], title: str = "precision-doctor batch") -> str:
+def summary_html(rows: list[SummaryRow], title: str = "precision-doctor batch") -> str:
     """One self-contained page (inline CSS and JS, no URLs but relative links to each report)."""
     counts: dict[str, int] = {}
     for r in rows:
-        counts[r["status"]] = counts.get(r["status"], 0) + 1
+        counts[r.status] = counts.get(r.status, 0) + 1
     sub = ", ".join(f"{v} {k}" for k, v in sorted(counts.items()))
     head = "".join(f"<th>{h}</th>" for h in (
         "Model", "Status", "Passed", "FP32 nodes", "FP32 FLOP share", "Evaluations", "Time", "Report", "Message"))
     body = []
     for r in rows:
-        st = r["status"]
-        cls = _STATUS_CLASS.get(st, "warn")
-        link = f'<a href="{escape(r["report"], quote=True)}">report</a>' if r.get("report") else ""
-        passed = "" if st in ("error", "pending") else ("yes" if r.get("passed") else "no")
+        cls = _STATUS_CLASS.get(r.status, "warn")
+        link = f'<a href="{escape(r.report, quote=True)}">report</a>' if r.report else ""
+        passed = "" if r.status in (RowStatus.ERROR, RowStatus.PENDING) else ("yes" if r.passed else "no")
 
         def n(v: Any, text: str) -> str:
             return f'<td class="n" data-v="{"" if v is None else escape(str(v), quote=True)}">{escape(text)}</td>'
 
         body.append(
             "<tr>"
-            f"<td>{escape(r['model'])}</td><td class=\"{cls}\">{escape(st)}</td><td>{passed}</td>"
-            + n(r.get("fallback_size"), "" if r.get("fallback_size") is None else str(r["fallback_size"]))
-            + n(r.get("fp32_flop_share"), fmt_share(r.get("fp32_flop_share")))
-            + n(r.get("evaluations"), "" if r.get("evaluations") is None else str(r["evaluations"]))
-            + n(r.get("elapsed_s"), _fmt_time(r.get("elapsed_s")))
-            + f"<td>{link}</td><td class=\"msg\">{escape(r.get('message') or '')}</td></tr>"
+            f"<td>{escape(r.model)}</td><td class=\"{cls}\">{escape(r.status)}</td><td>{passed}</td>"
+            + n(r.fallback_size, "" if r.fallback_size is None else str(r.fallback_size))
+            + n(r.fp32_flop_share, fmt_share(r.fp32_flop_share))
+            + n(r.evaluations, "" if r.evaluations is None else str(r.evaluations))
+            + n(r.elapsed_s, _fmt_time(r.elapsed_s))
+            + f"<td>{link}</td><td class=\"msg\">{escape(r.message or '')}</td></tr>"
         )
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
     return (

@@ -3,6 +3,7 @@ fixed.onnx, the fixed engine, the knob search, named.onnx and the nodes fixed.on
 
 from __future__ import annotations
 
+from precision_doctor.outcome import RunStatus
 from precision_doctor.results.report import Report
 
 SHOWN_MISMATCHES = 3
@@ -62,7 +63,7 @@ def knobs_sentence(report: Report) -> str | None:
         return f"Knobs: {k.note}."
     head = (f"Knobs on {k.backend} ({len(k.configurations)} configurations, {k.evaluations} evaluations over "
             f"{k.samples} samples")
-    head += ")" if k.status == "complete" else f", stopped early: {k.status})"
+    head += ")" if k.status == RunStatus.COMPLETE else f", stopped early: {k.status})"
     if k.best is None:
         text = f"{head}: no trial passed, not even the answer under the default configuration; the answer is kept"
     elif k.changed_answer:

@@ -18,6 +18,7 @@ from typing import Any
 from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
+from precision_doctor.outcome import RunStatus
 from precision_doctor.results.jsonio import jsonable
 
 SCHEMA_VERSION = 1
@@ -147,7 +148,7 @@ class Confirm:
     skipped: str | None = None
     samples: int | None = None
     searched_answer_passed: bool | None = None
-    status: str | None = None
+    status: RunStatus | None = None
     evaluations: int | None = None
     memo_hits: int | None = None
     one_minimal_checked: bool | None = None
@@ -286,7 +287,7 @@ class KnobsResult:
     backend: str
     configurations: list[str]
     searched_answer: list[str]
-    status: str = "complete"
+    status: RunStatus = RunStatus.COMPLETE
     note: str | None = None
     samples: int = 0
     evaluations: int = 0
@@ -478,7 +479,7 @@ class FormatLimits:
 class Report:
     """Everything a diagnose run found. `status`: complete, no_solution, budget_exhausted or interrupted."""
 
-    status: str = "complete"
+    status: RunStatus = RunStatus.COMPLETE
     passed: bool = False
     precision: str = ""
     backend: str = ""
@@ -526,7 +527,7 @@ class Report:
 
     @property
     def interrupted(self) -> bool:
-        return self.status == "interrupted"
+        return self.status == RunStatus.INTERRUPTED
 
     # -- JSON ------------------------------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -653,6 +654,13 @@ def _str(v: Any, path: str) -> str:
     if not isinstance(v, str):
         raise _Bad(f"bad key '{path}': expected a string, got {v!r:.60}")
     return v
+
+
+def _status(v: Any, path: str) -> RunStatus:
+    try:
+        return RunStatus(_str(v, path))
+    except ValueError:
+        raise _Bad(f"bad key '{path}': expected one of {', '.join(s.value for s in RunStatus)}, got {v!r:.60}") from None
 
 
 def _bool(v: Any, path: str) -> bool:
@@ -793,7 +801,7 @@ def _confirm(v: Any, path: str) -> Confirm:
         skipped=_get(d, "skipped", path, _str, default=None, optional=True),
         samples=_get(d, "samples", path, _int, default=None, optional=True),
         searched_answer_passed=_get(d, "searched_answer_passed", path, _bool, default=None, optional=True),
-        status=_get(d, "status", path, _str, default=None, optional=True),
+        status=_get(d, "status", path, _status, default=None, optional=True),
         evaluations=_get(d, "evaluations", path, _int, default=None, optional=True),
         memo_hits=_get(d, "memo_hits", path, _int, default=None, optional=True),
         one_minimal_checked=_get(d, "one_minimal_checked", path, _bool, default=None, optional=True),
@@ -877,7 +885,7 @@ def _knobs(v: Any, path: str) -> KnobsResult:
     return KnobsResult(
         backend=_get(d, "backend", path, _str), configurations=_get(d, "configurations", path, _list(_str), default=[]),
         searched_answer=_get(d, "searched_answer", path, _list(_str), default=[]),
-        status=_get(d, "status", path, _str, default="complete"), note=_opt(d, "note", path, _str),
+        status=_get(d, "status", path, _status, default=RunStatus.COMPLETE), note=_opt(d, "note", path, _str),
         samples=_get(d, "samples", path, _int, default=0), evaluations=_get(d, "evaluations", path, _int, default=0),
         memo_hits=_get(d, "memo_hits", path, _int, default=0),
         trials=_get(d, "trials", path, _list(_knob_trial), default=[]), best=_opt(d, "best", path, _str),
@@ -970,7 +978,7 @@ def _report(data: Any) -> Report:
         certified_by=_get(d, "certified_by", "", _certification, default=None, optional=True),
         emulation_rules=_get(d, "emulation_rules", "", _str, default=None, optional=True),
         emulation_notes=_get(d, "emulation_notes", "", _list(_emulation_note), default=[]),
-        status=_get(d, "status", "", _str),
+        status=_get(d, "status", "", _status),
         reason=_get(d, "reason", "", _str, default=None, optional=True),
         passed=_get(d, "passed", "", _bool),
         fallback_nodes=_get(d, "fallback_nodes", "", _list(_str)),

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from precision_doctor.errors import SpecError
+from precision_doctor.outcome import RunStatus
 from precision_doctor.results import manifest
 from precision_doctor.results.manifest import MANIFEST
 from precision_doctor.results.runlock import LOCK, RunDirLocked, RunLock, lock_owner
@@ -70,7 +71,7 @@ def interrupted(path: Path) -> bool:
     try:
         import json
 
-        return json.loads(report.read_text(encoding="utf-8")).get("status") == "interrupted"
+        return json.loads(report.read_text(encoding="utf-8")).get("status") == RunStatus.INTERRUPTED
     except (OSError, ValueError, AttributeError):
         return True
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from precision_doctor import api
 from precision_doctor.control import PhaseEvent, ProgressEvent, ProgressSink, StopToken
+from precision_doctor.outcome import RunStatus
 from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.settings import RUN_SETTINGS
 from precision_doctor.results.report import Report
@@ -71,13 +72,17 @@ def run_job(spec_json: dict, out_dir: Path, *, progress: ProgressSink, stop: Sto
     except KeyboardInterrupt:  # control.Stopped outside the search
         if not stop.stopped:
             raise
-        return Result("stopped", False, reason=f"stopped ({stop.reason}) outside the search")
+        return Result(RunStatus.STOPPED, False, reason=f"stopped ({stop.reason}) outside the search")
     return summary(report, reused=bool(job_cache and job_cache.reused), capture_s=clock.capture_s)
 
 
 def summary(report: Report, reused: bool, capture_s: float | None) -> Result:
+    from precision_doctor.render.wording import headline, verdict, verdict_of
+
+    label, tone = verdict(report)
     return Result(
         status=report.status, passed=report.passed, fallback_size=report.fallback_size,
         fp32_flop_share=report.fp32_flop_share, evaluations=report.evaluations, elapsed_s=report.elapsed_s,
         reason=report.reason, capture_reused=reused, capture_s=None if capture_s is None else round(capture_s, 4),
+        verdict=verdict_of(report), label=label, tone=tone, headline=headline(report),
     )

@@ -18,10 +18,11 @@ th{background:#f6f8fa;font-weight:600} td.n{text-align:right;font-variant-numeri
 .st{font-weight:600;border-radius:10px;padding:1px 8px;font-size:12.5px}
 .st-done{background:#dafbe1;color:#1a7f37}.st-failed,.st-cancelled{background:#ffebe9;color:#c62828}
 .st-running{background:#ddf4ff;color:#0969da}.st-queued{background:#f6f8fa;color:#57606a}
+.st-pass{background:#dafbe1;color:#1a7f37}.st-warn{background:#fff8c5;color:#9a6700}.st-fail{background:#ffebe9;color:#c62828}
 dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;margin:14px 0}dt{color:#57606a}dd{margin:0}
 .bar{height:10px;background:#eaeef2;border-radius:5px;overflow:hidden;margin:10px 0 16px;max-width:520px}
 .bar>div{height:100%;width:0;background:#0969da;transition:width .2s}
-.bar.ok>div{background:#1a7f37}.bar.bad>div{background:#c62828}
+.bar.pass>div{background:#1a7f37}.bar.warn>div{background:#bf8700}.bar.fail>div{background:#c62828}
 .msg{color:#57606a} button{font:inherit;padding:3px 12px;cursor:pointer}
 """
 
@@ -35,13 +36,13 @@ _LIST_JS = """
   jobs.forEach(function(j){
    var tr=document.createElement('tr'),a=document.createElement('a'),td=document.createElement('td');
    a.href='/ui/jobs/'+encodeURIComponent(j.id);a.textContent=j.id;td.appendChild(a);tr.appendChild(td);
-   cell(tr,j.name);var s=cell(tr,'');var sp=document.createElement('span');sp.className='st st-'+j.state;
-   sp.textContent=j.state;s.appendChild(sp);
-   var p=j.progress||{},r=j.result||{};
+   var p=j.progress||{},r=j.result||{},v=j.state==='done'&&r.label;
+   cell(tr,j.name);var s=cell(tr,'');var sp=document.createElement('span');sp.className='st st-'+(v?r.tone:j.state);
+   sp.textContent=v?r.label:j.state;s.appendChild(sp);
    cell(tr,j.state==='running'?(p.phase||''):'');cell(tr,p.evaluations,'n');
    cell(tr,r.fallback_size!=null?r.fallback_size:(p.best_size!=null?p.best_size:''),'n');
    cell(tr,j.result?(r.passed?'yes':'no'):'');cell(tr,(j.created||'').replace('T',' ').slice(0,19));
-   cell(tr,j.error||r.reason||'','msg');rows.push(tr);});
+   cell(tr,j.error||r.headline||r.reason||'','msg');rows.push(tr);});
   body.replaceChildren.apply(body,rows);
   document.getElementById('count').textContent=jobs.length+' job(s)';
   document.body.setAttribute('data-refreshed',String(Date.now()));}
@@ -57,15 +58,16 @@ _JOB_JS = """
  function set(id,text){document.getElementById(id).textContent=text==null?'':String(text);}
  function render(j){
   var p=j.progress||{},r=j.result||{},max=(j.spec&&j.spec.search&&j.spec.search.max_evaluations)||null;
-  var st=document.getElementById('state');st.textContent=j.state;st.className='st st-'+j.state;
+  var v=j.state==='done'&&r.label,st=document.getElementById('state');
+  st.textContent=v?r.label:j.state;st.className='st st-'+(v?r.tone:j.state);
   set('phase',p.phase);set('evals',p.evaluations);set('best',p.best_size);set('attempts',j.attempts);
-  set('result',j.result?(r.passed?'passed: keep '+r.fallback_size+' node(s) in FP32':'no passing set')+
+  set('result',j.result?(r.headline||(r.passed?'passed: keep '+r.fallback_size+' node(s) in FP32':'no passing set'))+
    ' ('+r.evaluations+' evaluations'+(r.capture_reused?', capture reused':'')+')':'');
   set('error',j.error||r.reason||'');
   var bar=document.getElementById('bar'),done=['done','failed','cancelled'].indexOf(j.state)>=0;
   var frac=done?1:(max&&p.evaluations?Math.min(p.evaluations/max,1):(p.evaluations?1-1/(1+p.evaluations/10):0));
   bar.firstElementChild.style.width=(100*frac).toFixed(1)+'%';
-  bar.className='bar'+(j.state==='done'&&r.passed?' ok':(done&&!(j.state==='done'&&r.passed)?' bad':''));
+  bar.className='bar'+(v?' '+r.tone:(done?' fail':''));
   if(p.evaluations!=null&&seen[seen.length-1]!==p.evaluations)seen.push(p.evaluations);
   document.body.setAttribute('data-state',j.state);document.body.setAttribute('data-seen',seen.join(','));
   document.getElementById('report').hidden=!(j.state==='done'||(j.state==='cancelled'&&j.result));

@@ -33,6 +33,7 @@ from typing import Any
 from precision_doctor.batch.executors import ItemNeeds
 from precision_doctor.batch.ray_executor import NO_GPU, RayConnection, check_node_paths, import_ray
 from precision_doctor.errors import SpecError, UserError, one_line
+from precision_doctor.outcome import JobState
 from precision_doctor.service.config import ServiceConfig, StateDir
 from precision_doctor.service.store import Job, Store
 
@@ -111,7 +112,7 @@ class RayWorker:
         lease_s = launcher.config.lease_s
         gpus = job_needs(job.spec).gpus(launcher.gpus)
         if gpus is None:
-            store.finish(job.id, token, "failed", None, NO_GPU)
+            store.finish(job.id, token, JobState.FAILED, None, NO_GPU)
             return True
         self.ref = launcher.task.options(num_cpus=launcher.cpus, num_gpus=gpus).remote(
             str(launcher.state.root), job.id, token, job.spec, self.id, lease_s, launcher.config.cache_mb,

@@ -8,8 +8,10 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-STATES = ("queued", "running", "done", "failed", "cancelled")
-TERMINAL = ("done", "failed", "cancelled")
+from precision_doctor.outcome import JobState, RunStatus
+
+STATES = tuple(JobState)
+TERMINAL = tuple(s for s in JobState if s.terminal)
 
 
 def _known(cls: type, data: Any) -> dict[str, Any]:
@@ -60,9 +62,11 @@ class Result:
     """What a job's run came to (report.json has the rest). `status` is the report's (complete,
     no_solution, budget_exhausted, interrupted) or "stopped": cut off outside the search. `capture_reused`:
     the capture (and its analysis) came from the daemon's cache; `capture_s`: seconds of the capture phase
-    (capture and analysis, or the copy)."""
+    (capture and analysis, or the copy). `verdict`, `label`, `tone`, `headline`: the report's verdict (an
+    `outcome.Verdict`), its label and tone (pass, warn, fail) and headline sentence, as render/wording.py says them
+    (None: no report)."""
 
-    status: str
+    status: RunStatus | str  # a RunStatus (a newer daemon's unknown status stays a string)
     passed: bool
     fallback_size: int | None = None
     fp32_flop_share: float | None = None
@@ -71,6 +75,10 @@ class Result:
     reason: str | None = None
     capture_reused: bool = False
     capture_s: float | None = None
+    verdict: str | None = None
+    label: str | None = None
+    tone: str | None = None
+    headline: str | None = None
 
     def to_json(self) -> dict:
         return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in asdict(self).items()}
@@ -78,7 +86,11 @@ class Result:
     @classmethod
     def from_json(cls, data: Any) -> Result | None:
         values = _known(cls, data)
-        return cls(**values) if "status" in values and "passed" in values else None
+        if "status" not in values or "passed" not in values:
+            return None
+        if values["status"] in tuple(RunStatus):
+            values["status"] = RunStatus(values["status"])
+        return cls(**values)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from precision_doctor.outcome import JobState
 from precision_doctor.service.schema import STATES, TERMINAL, JobView, Progress, Result
 
 SCHEMA_VERSION = 1
@@ -253,11 +254,12 @@ class Store:
             for job_id, crashes, cancel in rows:
                 crashes += 1 if crashed else 0
                 if cancel:
-                    state, error = "cancelled", "cancelled (its worker stopped)"
+                    state, error = JobState.CANCELLED, "cancelled (its worker stopped)"
                 elif crashes >= max_crashes:
-                    state, error = "failed", f"its worker process died {crashes} times running it (a crash or out of memory)"
+                    state = JobState.FAILED
+                    error = f"its worker process died {crashes} times running it (a crash or out of memory)"
                 else:
-                    state, error = "queued", None
+                    state, error = JobState.QUEUED, None
                 con.execute(
                     "UPDATE jobs SET state = ?, error = ?, crashes = ?, token = NULL, lease_until = NULL, worker = NULL, "
                     "pid = NULL, not_before = 0, updated = ?, version = version + 1, "
@@ -300,7 +302,7 @@ def view(job: Job, detail: bool = True) -> JobView:
              "page": f"/ui/jobs/{job.id}"}
     return JobView(
         id=job.id, state=job.state, name=job.name, created=_iso(job.created), started=_iso(job.started),
-        finished=_iso(job.finished), attempts=job.attempts, worker_pid=job.pid if job.state == "running" else None,
+        finished=_iso(job.finished), attempts=job.attempts, worker_pid=job.pid if job.state == JobState.RUNNING else None,
         cancel_requested=job.cancel_requested, progress=job.progress, result=job.result, error=job.error, links=links,
         spec=job.spec if detail else None,
     )

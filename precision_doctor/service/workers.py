@@ -30,6 +30,7 @@ from pathlib import Path
 
 from precision_doctor.control import CaptureEvent, EvaluationEvent, PhaseEvent, ProgressEvent, StopToken
 from precision_doctor.errors import UserError, one_line
+from precision_doctor.outcome import JobState, RunStatus
 from precision_doctor.service.config import StateDir
 from precision_doctor.service.schema import CaptureProgress, Progress, Result
 from precision_doctor.service.store import Store
@@ -40,6 +41,17 @@ PROGRESS_EVERY_S = 0.25
 LEASE_S = 20.0
 CACHE_MB = 4096.0
 _LOG_PREFIX = "precision-doctor worker"
+LOST = "lost"  # what `run_claimed_job` returns when another owner has the job now (not a state of the job)
+
+
+@dataclasses.dataclass(frozen=True)
+class Ran:
+    """How running a job ended: `state` DONE with its result or FAILED with a message (`error`), or None when it
+    was stopped (a cancel, a shutdown, a lost lease) with the result so far, if any."""
+
+    state: JobState | None
+    result: Result | None = None
+    error: str | None = None
 
 
 class Pulse(threading.Thread):
@@ -113,7 +125,7 @@ class Pulse(threading.Thread):
                 continue
             last_beat = now
             if not ours:
-                self.stop_token.stop("lost")
+                self.stop_token.stop(LOST)
             elif cancel:
                 self.stop_token.stop("cancel")
 
@@ -149,7 +161,7 @@ def run_claimed_job(state_dir: str | Path, job_id: str, token: str, spec: dict, 
     state = StateDir(Path(state_dir))
     store = store or Store(state.db)
     if not store.heartbeat(job_id, token, lease_s)[0]:  # a stale claim (a retried task, say) touches nothing
-        return "lost"
+        return LOST
     cache = DirectoryCaptureCache(state.cache, cache_mb) if cache_mb > 0 else None
     stop = StopToken()
     pulse = Pulse(store, job_id, token, lease_s, stop, daemon_gone)
@@ -157,20 +169,20 @@ def run_claimed_job(state_dir: str | Path, job_id: str, token: str, spec: dict, 
     try:
         with job_lock(state.job_dir(job_id) / "job.lock", lambda: stop.stopped) as held:
             if not held:  # another process still works in its directory, or we are stopping
-                if stop.reason == "lost":
-                    return "lost"
+                if stop.reason == LOST:
+                    return LOST
                 store.release(job_id, token, delay_s=0.0 if stop.stopped else 2.0)
-                return "queued"
+                return JobState.QUEUED
             _record_attempt(state, store, job_id, worker)
-            outcome, result, error = _execute(state, job_id, spec, stop, pulse, cache)
-        return _conclude(store, job_id, token, stop, pulse, outcome, result, error)
+            ran = _execute(state, job_id, spec, stop, pulse, cache)
+        return _conclude(store, job_id, token, stop, pulse, ran)
     finally:
         pulse.close()
 
 
 def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: Pulse,
-             cache) -> tuple[str, Result | None, str | None]:
-    """Run the job: ("done", result, None), ("failed", None, message), or ("stopped", result?, None)."""
+             cache) -> Ran:
+    """Run the job: done with its result, failed with a message, or stopped (with its result, if any)."""
     from precision_doctor.service.engine import can_resume, run_job
 
     run_dir = state.run_dir(job_id)
@@ -180,34 +192,33 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
             result = run_job(spec, run_dir, progress=pulse.on_progress, stop=stop, resume=attempt == "resume",
                              cache=cache)
         except UserError as exc:
-            return "failed", None, one_line(exc)
+            return Ran(JobState.FAILED, error=one_line(exc))
         except KeyboardInterrupt:  # a SIGINT from outside (the daemon forwards none): give the job back
             stop.stop("shutdown")
-            return "stopped", None, None
+            return Ran(None)
         except Exception as exc:
             _log_traceback(state, job_id)
             if attempt == "resume" and not stop.stopped:
                 continue  # what the cut-off attempt left cannot be continued: start over, once
-            return "failed", None, one_line(exc)
-        if result.status in ("interrupted", "stopped"):
+            return Ran(JobState.FAILED, error=one_line(exc))
+        if result.status in (RunStatus.INTERRUPTED, RunStatus.STOPPED):
             if not stop.stopped:  # a SIGINT from outside: give the job back
                 stop.stop("shutdown")
-            return "stopped", result, None
-        return "done", result, None
+            return Ran(None, result)
+        return Ran(JobState.DONE, result)
     raise AssertionError("unreachable")
 
 
-def _conclude(store: Store, job_id: str, token: str, stop: StopToken, pulse: Pulse, outcome: str,
-              result: Result | None, error: str | None) -> str:
+def _conclude(store: Store, job_id: str, token: str, stop: StopToken, pulse: Pulse, ran: Ran) -> str:
     progress = pulse.snapshot(final=True)
-    if outcome == "stopped" and stop.reason == "cancel":
-        progress.phase = "cancelled"
-        store.finish(job_id, token, "cancelled", result, "cancelled while running", progress)
-        return "cancelled"
-    if outcome == "stopped":  # shutdown or lost: the next attempt resumes from the checkpoint
-        return "queued" if store.release(job_id, token) else "lost"
-    progress.phase = outcome
-    return outcome if store.finish(job_id, token, outcome, result, error, progress) else "lost"
+    if ran.state is None and stop.reason == "cancel":
+        progress.phase = JobState.CANCELLED
+        store.finish(job_id, token, JobState.CANCELLED, ran.result, "cancelled while running", progress)
+        return JobState.CANCELLED
+    if ran.state is None:  # shutdown or lost: the next attempt resumes from the checkpoint
+        return JobState.QUEUED if store.release(job_id, token) else LOST
+    progress.phase = ran.state
+    return ran.state if store.finish(job_id, token, ran.state, ran.result, ran.error, progress) else LOST
 
 
 def _record_attempt(state: StateDir, store: Store, job_id: str, worker: str) -> None:

@@ -1,0 +1,110 @@
+"""What the steps of one diagnose run share: `StepContext` (what every step reads) and `RunContext` (the whole
+run: workload, backends, references, the oracle), plus `Findings`, what the steps after the search found.
+
+The settings can change once mid-run: when the probe's second search ran at a larger margin, the
+confirmation, the knob search and the report work at that margin (`RunContext.raise_margin`); `given`
+keeps the settings as the run was given them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from precision_doctor.backends.base import Backend
+from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.backends.registry import BackendPlan
+from precision_doctor.control import ProgressSink, StopToken
+from precision_doctor.data.inputs import Sample
+from precision_doctor.data.workload import Workload
+from precision_doctor.measure.analysis import Analysis
+from precision_doctor.results.report import Confirm, ExpectedHeadroom, Validation
+from precision_doctor.search import Oracle
+from precision_doctor.search.oracle import Budget, Verdict
+from precision_doctor.search.space import SearchSpace
+from precision_doctor.spec import RunSpec
+
+if TYPE_CHECKING:  # the steps' own types; those modules import this one
+    from precision_doctor.pipeline.knob_search import KnobOutcome
+    from precision_doctor.pipeline.probe import UnseenCheck
+
+
+@dataclass(kw_only=True)
+class StepContext:
+    """What every step reads: the settings (`spec`: those the verdict is checked at), the run directory, the
+    search space, and how the caller follows (`progress`), stops (`stop`) and resumes (`resume`) the run."""
+
+    spec: RunSpec
+    out_dir: Path
+    space: SearchSpace
+    progress: ProgressSink | None = None
+    stop: StopToken | None = None
+    resume: bool = False
+
+
+@dataclass(frozen=True)
+class Backends:
+    """The run's backends (opened and closed by the run): what `plan_backends` decided, the search backend
+    and the confirm backend (None: none)."""
+
+    plan: BackendPlan
+    search: Backend
+    confirm: Backend | None
+
+
+@dataclass(frozen=True)
+class References:
+    """The FP32 reference outputs of the search samples and of the held-out ones (`held`, with `held_refs`),
+    and the runner that computes those of new samples (perturbed copies)."""
+
+    refs: list[dict]
+    held: list[Sample]
+    held_refs: list[dict]
+    runner: ReferenceRunner
+
+
+@dataclass
+class Findings:
+    """What the steps after the search found, for the report; each field is set by one step."""
+
+    unseen: UnseenCheck | None = None  # probe
+    probed: bool = False  # probe: fresh perturbed copies checked the answer
+    headroom: ExpectedHeadroom | None = None  # probe (the confirmation replaces it)
+    confirmed: Confirm | None = None  # confirm
+    confirm_verdict: Verdict | None = None  # confirm: the verdict on the final set there
+    knobs: KnobOutcome | None = None  # knobs
+
+    @property
+    def validation(self) -> Validation | None:
+        return self.unseen.validation if self.unseen is not None else None
+
+
+@dataclass(kw_only=True)
+class RunContext(StepContext):
+    """One diagnose run, as its steps see it once the search can start: the workload, the analysis, the
+    backends, the references, the search's oracle (its samples: the search samples and `copies` perturbed
+    copies of them) and budget, what closes what the run opened (`owned`), when it started (`t0`, monotonic),
+    and what the steps found (`findings`)."""
+
+    work: Workload
+    analysis: Analysis
+    backends: Backends
+    references: References
+    oracle: Oracle
+    budget: Budget
+    copies: int
+    owned: contextlib.ExitStack
+    t0: float
+    findings: Findings = field(default_factory=Findings)
+    given: RunSpec = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.given = self.spec
+
+    def raise_margin(self, margin: float) -> None:
+        """The probe's second search ran at `margin`: from here on `spec` (what the confirmation, the knob
+        search and the report use) has it; `given` keeps the margin the run was given."""
+        if margin != self.spec.search.margin:
+            self.spec = self.spec.with_settings({"search.margin": margin})

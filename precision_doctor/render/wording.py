@@ -1,0 +1,252 @@
+"""The words the reports, the CLI, the service and the batch summary share: number formats, and the verdict of a
+run (`Verdict`, one name for each kind of result) with its label, tone and headline sentence.
+
+The verdict is derived from the typed Report only (`verdict_of`), so every front end says the same thing about
+the same run: `verdict(report)` is its label and tone, `headline(report)` one sentence (label, what was found,
+and the all-low-precision error as a multiple of the tolerance).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from precision_doctor.outcome import RunStatus, Verdict, _Value
+from precision_doctor.results.report import Report
+
+
+def num(v: Any) -> float:
+    """A report number as float: "inf"/"-inf"/"nan" strings and None (-> nan) included."""
+    if v is None or isinstance(v, bool):
+        return float(v) if isinstance(v, bool) else math.nan
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def fmt(v: Any, digits: int = 3) -> str:
+    """Compact number: "inf", "nan", "0", 0.0123, 1.23e-05, 65504."""
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return str(v)
+    x = num(v)
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf" if x > 0 else "-inf"
+    if x == 0:
+        return "0"
+    ax = abs(x)
+    if 1e3 <= ax < 1e6:
+        return f"{x:.0f}"
+    if 1e-3 <= ax < 1e3:
+        return f"{x:.{digits}g}"
+    mant, _, exp = f"{x:.{max(digits - 1, 0)}e}".partition("e")
+    if "." in mant:
+        mant = mant.rstrip("0").rstrip(".")
+    return f"{mant}e{exp}"
+
+
+def fmt_pct(v: Any, digits: int = 2) -> str:
+    """Fraction 0..1 as a percentage; tiny non-zero shares stay visible ("<0.01 %")."""
+    x = num(v)
+    if math.isnan(x):
+        return "nan"
+    if x == 0:
+        return "0 %"
+    p = 100 * x
+    floor = 10.0**-digits
+    if 0 < p < floor:
+        return f"<{floor:g} %"
+    return f"{p:.{digits}f} %"
+
+
+def fmt_flops(v: Any) -> str:
+    """FLOPs with an SI prefix."""
+    x = num(v)
+    if not math.isfinite(x):
+        return fmt(x)
+    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.0f} FLOP"
+
+
+def fmt_time(v: Any) -> str:
+    """Seconds as "0.42 s", "12.3 s", "4 min 05 s", "2 h 03 min"."""
+    s = num(v)
+    if not math.isfinite(s):
+        return fmt(s)
+    if s < 60:
+        return f"{s:.3g} s"
+    if s < 3600:
+        return f"{int(s // 60)} min {int(s % 60):02d} s"
+    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+def precision_name(report: Report) -> str:
+    return str(report.precision or "low precision").upper()
+
+
+def is_nonfinite(v: Any) -> bool:
+    return not math.isfinite(num(v))
+
+
+# ---------------------------------------------------------------- the verdict
+
+
+class Tone(_Value):
+    """How a verdict is shown: its badge and bar colour (CSS classes of the reports and the service pages)."""
+
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+
+
+_LABELS: dict[Verdict, tuple[str, Tone]] = {
+    Verdict.PASSED: ("PASSED", Tone.PASS),
+    Verdict.PASSED_UNVALIDATED: ("PASSED (NOT VALIDATED ON YOUR DATA)", Tone.PASS),
+    Verdict.PASSED_SO_FAR: ("PASSED (search {stopped})", Tone.WARN),
+    Verdict.NOT_PREDICTED_TO_HOLD: ("PREDICTED NOT TO HOLD ON NEW INPUTS", Tone.WARN),
+    Verdict.FAILED_HELD_OUT: ("FAILED ON HELD-OUT SAMPLES", Tone.FAIL),
+    Verdict.INCOMPLETE: ("INCOMPLETE ({stopped})", Tone.FAIL),
+    Verdict.NO_SOLUTION: ("NO SOLUTION", Tone.FAIL),
+}
+AFTER_RESEARCH = "after a second search with the held-out samples"
+
+
+def verdict_of(report: Report) -> Verdict:
+    """What the run came to, in one word. It never contradicts the run: an answer that fails on unseen samples
+    is not a pass, one that no held-out sample of the user's data checked says so."""
+    status = report.status or RunStatus.COMPLETE
+    v = report.validation
+    if status == RunStatus.NO_SOLUTION:
+        return Verdict.NO_SOLUTION
+    if status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
+        return Verdict.PASSED_SO_FAR if report.passed else Verdict.INCOMPLETE
+    if not report.passed:
+        return Verdict.NOT_PREDICTED_TO_HOLD if not_holding(report) else Verdict.FAILED_HELD_OUT
+    if v is not None and not v.passed and not v.passed_after_research:
+        return Verdict.FAILED_HELD_OUT
+    return Verdict.PASSED if validated_on_user_data(report) else Verdict.PASSED_UNVALIDATED
+
+
+def _researched(report: Report) -> bool:
+    v = report.validation
+    return v is not None and not v.passed and v.research is not None
+
+
+def verdict(report: Report) -> tuple[str, Tone]:
+    """The verdict's label (as the reports' badge, the CLI, the service and the batch summary show it) and tone."""
+    kind = verdict_of(report)
+    label, tone = _LABELS[kind]
+    label = label.format(stopped="interrupted" if report.status == RunStatus.INTERRUPTED else "budget exhausted")
+    if _researched(report) and kind == Verdict.NO_SOLUTION:
+        label += f" ({AFTER_RESEARCH})"
+    elif _researched(report) and kind == Verdict.PASSED:
+        label = f"PASSED (on every sample, {AFTER_RESEARCH})"
+    return label, tone
+
+
+def validated_on_user_data(report: Report) -> bool:
+    """Whether held-out samples of the user's data (not generated ones, not copies) checked the answer and
+    it passed: only then may a PASS be read as holding on the user's next inputs. Without them the probe's
+    prediction is all there is, and on 2 images of a detector it was wrong (docs/BENCHMARKS.md)."""
+    v, h = report.validation, report.expected_headroom
+    ok = v is not None and (v.passed or bool(v.passed_after_research))
+    return ok and (h is None or h.held_out_from_user)
+
+
+def not_holding(report: Report) -> bool:
+    """Whether an answer that meets the tolerance on the searched samples fails on unseen ones (the probe,
+    after its second search): the verdict must not be PASS."""
+    h = report.expected_headroom
+    return h is not None and not h.holds and report.status == RunStatus.COMPLETE \
+        and (report.validation is None or report.validation.passed or bool(report.validation.passed_after_research))
+
+
+def verdict_sentence(report: Report) -> str:
+    """One plain-text sentence saying what the run found."""
+    prec = precision_name(report)
+    size = int(report.fallback_size)
+    cands = report.model.candidates if report.model is not None else None
+    of = f" of {cands} candidate" if cands is not None else ""
+    nodes = f"{size}{of} {'node' if size == 1 else 'nodes'}"
+    share = fmt_pct(report.fp32_flop_share)
+    kind = verdict_of(report)
+    if kind == Verdict.NO_SOLUTION:
+        return f"No FP32 fallback set made the model meet the tolerance in {prec}."
+    if kind == Verdict.INCOMPLETE:
+        return f"The search stopped before any FP32 fallback set made the model meet the tolerance in {prec}."
+    if kind == Verdict.NOT_PREDICTED_TO_HOLD:
+        return (f"Keeping {nodes} in FP32 ({share} of FLOPs) meets the tolerance in {prec} on the searched samples "
+                "only: it is predicted not to hold on new inputs.")
+    if kind == Verdict.FAILED_HELD_OUT:
+        return f"The fallback set found ({nodes} in FP32) does not meet the tolerance in {prec} on the held-out samples."
+    if size == 0:
+        return f"The model meets the tolerance entirely in {prec}: no node needs FP32."
+    lead = "The model meets the tolerance" if kind != Verdict.PASSED_SO_FAR else "The best set so far meets the tolerance"
+    return f"{lead} in {prec} with {nodes} kept in FP32 ({share} of FLOPs)."
+
+
+def lowp_multiple(report: Report) -> float | None:
+    """How many times the tolerance the whole model in low precision uses (its worst output; inf: inf or NaN),
+    from the search's all-low-precision evaluation (report.json's `baseline`, whose shares are of the search
+    tolerance: the user's scaled by 1 - margin). None when it was not evaluated, or when it comes from a first
+    search that a second one followed: the report keeps only the second search's margin. (The baseline passed
+    in the first search when its answer was empty; then the second search evaluated it again, at its margin.)"""
+    base, h = report.baseline, report.expected_headroom
+    if h is not None and h.researched and h.first_answer_size != 0:
+        return None
+    used = [num(o.tol_used) for o in base.outputs.values()] if base is not None else []
+    used = [u for u in used if not math.isnan(u)]
+    if not used:
+        return None
+    return max(used) * (1.0 - float(report.margin or 0.0))
+
+
+def lowp_sentence(report: Report) -> str | None:
+    """The whole model in low precision as a multiple of the tolerance, in words; None when not known."""
+    m = lowp_multiple(report)
+    if m is None:
+        return None
+    prec = precision_name(report)
+    if math.isinf(m):
+        return f"All in {prec}, the model's outputs overflow (inf or NaN)."
+    return f"All in {prec}, the model uses {m:.3g}x the tolerance."
+
+
+def headline(report: Report) -> str:
+    """The verdict in one line: its label, what the run found, and the whole model in low precision as a
+    multiple of the tolerance."""
+    label, _ = verdict(report)
+    return " ".join(x for x in (f"{label}:", verdict_sentence(report), lowp_sentence(report)) if x)
+
+
+def held_out_sentence(report: Report) -> str | None:
+    """What the held-out samples said about the answer, in words; None when there were none. An answer
+    predicted not to hold "passes" on them, it does not "hold"."""
+    v = report.validation
+    if v is None:
+        return None
+    n = f"{v.samples} held-out sample{'s' if v.samples != 1 else ''}"
+    of = " (of the searched answer, before the confirmation changed it)" if v.of else ""
+    h = report.expected_headroom
+    if v.passed and h is not None and not h.held_out_from_user:
+        return f"The answer passes on {n}{of}, generated like the search samples: not your data."
+    if v.passed and not_holding(report):
+        return f"The answer passes on {n}{of}, but fails (or is predicted to fail) on other unseen samples."
+    if v.passed:
+        return f"The answer holds on {n}{of}."
+    first = len(v.first_candidate or [])
+    if v.research is None:
+        return f"The answer FAILED on {n}{of}: do not rely on it (more samples of your data may help)."
+    if v.passed_after_research:
+        return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found "
+                f"this answer, which passes on every sample.")
+    return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found no "
+            f"set that passes on every sample.")

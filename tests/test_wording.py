@@ -1,0 +1,94 @@
+"""One verdict vocabulary (render/wording.py) and the typed outcomes (outcome.py): each kind of result has one
+name, every front end says it in the same words, and the enums' JSON is the strings report.json always held."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from precision_doctor.measure.tolerance import OutputCheck
+from precision_doctor.outcome import RowStatus, RunStatus, SummaryRow, Verdict
+from precision_doctor.render.wording import Tone, headline, held_out_sentence, lowp_multiple, verdict, verdict_of
+from precision_doctor.results.report import Checks, ExpectedHeadroom, ModelInfo, Report, Validation
+
+
+def _headroom(holds: bool, from_user: bool = True) -> ExpectedHeadroom:
+    return ExpectedHeadroom(searched=2, search_copies=6, perturbed_copies=8, held_out=2, held_out_from_user=from_user,
+                            share_searched=0.5, share_unseen=1.4 if not holds else 0.6, headroom=None,
+                            failing_copies=0 if holds else 2, holds=holds)
+
+
+def _report(**kw) -> Report:
+    base = dict(status=RunStatus.COMPLETE, passed=True, precision="fp16", fallback_nodes=["a", "b"], fallback_size=2,
+                fp32_flop_share=0.25, model=ModelInfo(path="m.onnx", candidates=9), margin=0.1,
+                validation=Validation(passed=True, samples=2), expected_headroom=_headroom(True))
+    return Report(**{**base, **kw})
+
+
+CASES = {
+    Verdict.PASSED: dict(),
+    Verdict.PASSED_UNVALIDATED: dict(validation=None, expected_headroom=None),
+    Verdict.PASSED_SO_FAR: dict(status=RunStatus.BUDGET_EXHAUSTED),
+    Verdict.NOT_PREDICTED_TO_HOLD: dict(passed=False, expected_headroom=_headroom(False)),
+    Verdict.FAILED_HELD_OUT: dict(passed=False, validation=Validation(passed=False, samples=2, failing_samples=[1])),
+    Verdict.INCOMPLETE: dict(status=RunStatus.INTERRUPTED, passed=False, fallback_nodes=[], fallback_size=0),
+    Verdict.NO_SOLUTION: dict(status=RunStatus.NO_SOLUTION, passed=False, fallback_nodes=[], fallback_size=0),
+}
+
+
+@pytest.mark.parametrize("kind", list(Verdict))
+def test_each_kind_of_result_has_one_verdict_and_one_label(kind):
+    rep = _report(**CASES[kind])
+    assert verdict_of(rep) == kind
+    label, tone = verdict(rep)
+    assert headline(rep).startswith(f"{label}: ")
+    assert tone == (Tone.PASS if kind in (Verdict.PASSED, Verdict.PASSED_UNVALIDATED) else
+                    Tone.WARN if kind in (Verdict.PASSED_SO_FAR, Verdict.NOT_PREDICTED_TO_HOLD) else Tone.FAIL)
+    # read back from its JSON (what rerender and the service see), the report says the same
+    assert verdict(Report.from_json(json.loads(json.dumps(rep.to_json())))) == (label, tone)
+
+
+def test_an_answer_predicted_not_to_hold_never_holds_in_words():
+    """The issue-22 case: the held-out samples pass, fresh copies fail. Label, sentence and the held-out line
+    agree: it passes on the searched (and held-out) samples only, and nothing says it holds."""
+    rep = _report(**CASES[Verdict.NOT_PREDICTED_TO_HOLD])
+    label, _ = verdict(rep)
+    text = headline(rep) + " " + held_out_sentence(rep)
+    assert label == "PREDICTED NOT TO HOLD ON NEW INPUTS" and "on the searched samples only" in text
+    assert "holds" not in text and "does not meet" not in text
+
+
+def test_the_headline_gives_the_all_fp16_error_as_a_multiple_of_the_tolerance():
+    """report.json's baseline shares are of the search tolerance (the user's scaled by 1 - margin)."""
+    check = OutputCheck(False, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.9, 3, 10, tol_used=4.0)
+    rep = _report(baseline=Checks(False, {"y": check}))
+    assert lowp_multiple(rep) == pytest.approx(3.6)
+    assert "All in FP16, the model uses 3.6x the tolerance." in headline(rep)
+    overflow = _report(baseline=Checks(False, {"y": OutputCheck(False, *[float("nan")] * 7, 10, 10, float("inf"))}))
+    assert "overflow (inf or NaN)" in headline(overflow)
+    assert lowp_multiple(_report(baseline=None)) is None and "All in" not in headline(_report(baseline=None))
+    # after a second search that started from a non-empty answer the baseline's margin is not in the report
+    researched = replace(_headroom(True), researched=True, first_answer_size=3)
+    assert lowp_multiple(_report(baseline=Checks(False, {"y": check}), expected_headroom=researched)) is None
+    again = replace(researched, first_answer_size=0)  # the baseline passed first: the second search evaluated it
+    assert lowp_multiple(_report(baseline=Checks(False, {"y": check}), expected_headroom=again)) == pytest.approx(3.6)
+
+
+def test_statuses_serialize_as_the_strings_they_always_were():
+    assert json.dumps([RunStatus.COMPLETE, RowStatus.PASSED, Verdict.NO_SOLUTION]) == \
+        '["complete", "passed", "no_solution"]'
+    assert f"{RunStatus.BUDGET_EXHAUSTED}" == "budget_exhausted" and RunStatus("interrupted") is RunStatus.INTERRUPTED
+    assert RowStatus.of_run(RunStatus.COMPLETE, False) == "failed" and RowStatus.of_run(RunStatus.NO_SOLUTION, False) \
+        == "no_solution"
+
+
+def test_a_summary_row_round_trips_and_refuses_what_is_not_one():
+    row = SummaryRow("m", RowStatus.PASSED, True, 2, 0.25, 10, 1.5, "m/report.html", "PASSED: ...", "abc")
+    assert SummaryRow.from_json(json.loads(json.dumps(row.to_json()))) == row
+    assert list(row.columns()) == ["model", "status", "passed", "fallback_size", "fp32_flop_share", "evaluations",
+                                   "elapsed_s", "report", "message"]
+    assert "model_hash" not in SummaryRow("m", RowStatus.ERROR, message="x").to_json()
+    assert SummaryRow.from_json({"model": "m", "status": "weird"}) is None and SummaryRow.from_json(None) is None
+    assert SummaryRow.from_json({"model": "m", "status": "running"}) == SummaryRow("m", RowStatus.RUNNING)
