@@ -10,12 +10,15 @@ For the multipliers a user is likely to weigh (0.5x, 2x, 4x) the answer is also 
 tolerance: a fresh oracle on the same backend and samples with the tolerance scaled, its memo seeded with
 what the search's verdicts decide at that multiple (not counted as evaluations), starting from the answer
 (2x, 4x: it passes there) or from the cheapest known set that passes at 0.5x (else the answer grown), each
-on a small evaluation budget, then refined as the answer was (`search/refine.py`). At 2x and 4x the answer
+on a small evaluation and time budget (BUDGET_EACH evaluations; all of them together at most TIME_SHARE of
+the search's time), then refined as the answer was (`search/refine.py`). At 2x and 4x the answer
 itself stands where the pruned set costs more. A point whose prune ran out of budget is an upper bound
 (`complete` false).
 """
 
 from __future__ import annotations
+
+import time
 
 from precision_doctor.results.report import FrontierPoint, Tradeoff, TradeoffPoint
 from precision_doctor.search.auto import grow, prune
@@ -25,6 +28,8 @@ from precision_doctor.search.units import UnitOracle
 
 MULTIPLIERS = (0.5, 2.0, 4.0)
 BUDGET_EACH = 12  # evaluations for each multiplier's prune
+TIME_SHARE = 0.25  # all the prunes together take at most this share of the search's time (at least MIN_TIME_S)
+MIN_TIME_S = 10.0
 
 
 def seeded_verdict(v: Verdict, multiplier: float) -> Verdict | None:
@@ -55,14 +60,19 @@ def frontier(oracle: Oracle, space: SearchSpace) -> list[FrontierPoint]:
 
 
 def tradeoff(searched: Oracle, space: SearchSpace, answer: frozenset[str],
-             multipliers: tuple[float, ...] = MULTIPLIERS, budget_each: int = BUDGET_EACH) -> Tradeoff:
+             multipliers: tuple[float, ...] = MULTIPLIERS, budget_each: int = BUDGET_EACH,
+             time_s: float | None = None) -> Tradeoff:
     """The trade-off around `answer`, a passing set of the oracle `searched` (its backend, samples, references
-    and tolerance are used again; its verdicts seed each multiple's memo)."""
+    and tolerance are used again; its verdicts seed each multiple's memo). `time_s`: the prunes' time in all
+    (default: TIME_SHARE of the time since the search began, at least MIN_TIME_S), shared out equally."""
     points = [_point(1.0, answer, space, True, 0)]
     spent = 0
+    if time_s is None:
+        time_s = max(MIN_TIME_S, TIME_SHARE * (time.monotonic() - searched.started))
     for m in multipliers:
+        budget = Budget(max_evaluations=budget_each, time_s=time_s / max(len(multipliers), 1))
         o = Oracle(searched.backend, searched.samples, searched.references, searched.tolerance.scaled(m),
-                   cost_of=space.cost, budget=Budget(max_evaluations=budget_each), stop=searched.stop)
+                   cost_of=space.cost, budget=budget, stop=searched.stop)
         for fb, v in searched.memo.items():
             seeded = seeded_verdict(v, m)
             if seeded is not None:
