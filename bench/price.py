@@ -6,6 +6,7 @@ CPU part (here; the peers as bench/peers.py drives them, ModelOpt in bench/out/m
 
     .venv/bin/python bench/price.py --zoo zoo            # planted suite + zoo/
     .venv/bin/python bench/price.py --no-zoo             # planted suite only
+    .venv/bin/python bench/price.py --render bench/out/price.json   # the tables of a saved run
 
 writes bench/out/price.json and .md, and bench/price_sets.json: every tool's FP32 set per model, which the
 GPU part reads (commit it with the results).
@@ -229,13 +230,17 @@ def price_model(work: Work, root: Path, args: argparse.Namespace, modelopt: bool
 
 
 def targets(case: dict) -> dict:
-    """The issue's target on one model: precision-doctor's FP32 FLOP share no more than the smallest holding peer's."""
+    """The issue's target on one model: precision-doctor's FP32 FLOP share no more than the smallest holding peer's
+    (`verdict`: "met", "missed", "no peer holds", or "it does not hold" where its own answer fails an unseen sample)."""
     tools = case["tools"]
     pd = tools["pd"]
     holding = [tools[p]["fp32_flop_share"] for p in PEERS if tools.get(p, {}).get("holds")]
-    if not pd.get("holds") or not holding:
-        return {"met": None if holding or not pd.get("holds") else True, "smallest_peer": min(holding) if holding else None}
-    return {"met": pd["fp32_flop_share"] <= min(holding) + 1e-12, "smallest_peer": min(holding)}
+    smallest = min(holding) if holding else None
+    if not pd.get("holds"):
+        return {"verdict": "it does not hold", "smallest_peer": smallest}
+    if smallest is None:
+        return {"verdict": "no peer holds", "smallest_peer": None}
+    return {"verdict": "met" if pd["fp32_flop_share"] <= smallest + 1e-12 else "missed", "smallest_peer": smallest}
 
 
 def _pct(v) -> str:
@@ -258,17 +263,19 @@ def render(payload: dict) -> str:
             held = f"{r['passed_unseen']}/{r['unseen']}" if "unseen" in r else "-"
             own = r.get("casts") if tool in PEERS else r["casts_borders"]
             note = ""
-            if tool == "pd" and t["met"] is not None:
-                note = "target met" if t["met"] else f"target missed (smallest holding peer {_pct(t['smallest_peer'])}%)"
+            if tool == "pd":
+                note = f"target: {t['verdict']}" + (f" (smallest holding peer {_pct(t['smallest_peer'])}%)"
+                                                    if t["verdict"] == "missed" else "")
             rows.append([c["case"], label, r["size"], _pct(r["fp32_flop_share"]), r["casts_borders"], own,
                          r.get("evaluations"), held, note])
     summary = table(["model", "tool", "nodes in FP32", "FP32 FLOP %", "Casts (borders only)", "Casts (the tool's model)",
                      "evaluations", "holds on unseen", "note"], rows)
-    met = [targets(c)["met"] for c in payload["cases"]]
+    verdicts = [targets(c)["verdict"] for c in payload["cases"]]
+    counts = ", ".join(f"{k} on {verdicts.count(k)}" for k in ("met", "missed", "no peer holds", "it does not hold"))
     lines = [f"Run: {payload['machine']['date']}, commit {payload['machine'].get('git_commit')}, loadavg {payload['loadavg']}, "
              f"{payload['wall_s']:.0f} s. ModelOpt: {payload['modelopt']}.", "",
-             f"Target (precision-doctor's FP32 FLOP share <= the smallest holding peer's): met on {met.count(True)}, "
-             f"missed on {met.count(False)}, not decided on {met.count(None)} of {len(met)} models.", "", summary, ""]
+             f"Target (precision-doctor's FP32 FLOP share <= the smallest holding peer's), of {len(verdicts)} models: "
+             f"{counts}.", "", summary, ""]
     trows = [[c["case"], ", ".join(f"{m:g}x: {n} nodes {_pct(s)}%{'' if done else ' (at most)'}" for m, n, s, done
                                     in (c["tools"]["pd"].get("tradeoff") or []) if n is not None)]
              for c in payload["cases"]]
@@ -485,7 +492,11 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30, help="--gpu: timed runs per model and batch")
     ap.add_argument("--budget-s", type=float, default=200.0, help="--gpu: start no model after this many seconds")
     ap.add_argument("--out", default=str(HERE / "out"), help="--gpu: where price_gpu.json and .md go")
+    ap.add_argument("--render", type=Path, default=None, help="print the tables of a saved price.json and exit")
     args = ap.parse_args()
+    if args.render is not None:
+        print(render(json.loads(args.render.read_text())))
+        return
     (gpu_main if args.gpu else fusions_main if args.fusions else cpu_main)(args)
 
 

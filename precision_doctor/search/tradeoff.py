@@ -9,11 +9,11 @@ share). A failing verdict says only that the set fails at multiples below its sh
 For the multipliers a user is likely to weigh (0.5x, 2x, 4x) the answer is also pruned again at that
 tolerance: a fresh oracle on the same backend and samples with the tolerance scaled, its memo seeded with
 what the search's verdicts decide at that multiple (not counted as evaluations), starting from the answer
-(2x, 4x: it passes there) or from the cheapest known set that passes at 0.5x (else the answer grown), each
-on a small evaluation and time budget (BUDGET_EACH evaluations; all of them together at most TIME_SHARE of
-the search's time), then refined as the answer was (`search/refine.py`). At 2x and 4x the answer
-itself stands where the pruned set costs more. A point whose prune ran out of budget is an upper bound
-(`complete` false).
+(2x, 4x: it passes there) or from the known set with the fewest FP32 FLOPs that passes at 0.5x (else the
+answer grown), each on a small evaluation and time budget (BUDGET_EACH evaluations; all of them together at
+most TIME_SHARE of the search's time), then refined as the answer was (`search/refine.py`). The trade-off
+ranks sets by what it shows, their FP32 FLOPs: at 2x and 4x the answer itself stands where the pruned set
+keeps more. A point whose prune ran out of budget is an upper bound (`complete` false).
 """
 
 from __future__ import annotations
@@ -44,10 +44,17 @@ def seeded_verdict(v: Verdict, multiplier: float) -> Verdict | None:
     return None
 
 
+def _flops_of(space: SearchSpace):
+    """What the trade-off ranks sets by: the FLOPs they keep in FP32 (what it shows), else their size."""
+    cm = space.cost_model
+    return (lambda fb: float(cm.fp32_flops(fb))) if cm is not None else (lambda fb: float(len(fb)))
+
+
 def frontier(oracle: Oracle, space: SearchSpace) -> list[FrontierPoint]:
-    """The passing sets of a search, cheapest first at each share: each point is cheaper than every point
-    with a smaller share (the cost is the space's objective)."""
-    passing = sorted(((v.tol_used, space.cost(fb), fb) for fb, v in oracle.memo.items()
+    """The passing sets of a search, cheapest first at each share: each point keeps fewer FP32 FLOPs than every
+    point with a smaller share."""
+    cost = _flops_of(space)
+    passing = sorted(((v.tol_used, cost(fb), fb) for fb, v in oracle.memo.items()
                       if v.passed and v.tol_used == v.tol_used), key=lambda x: (x[0], x[1]))
     out, best = [], float("inf")
     cm = space.cost_model
@@ -72,7 +79,7 @@ def tradeoff(searched: Oracle, space: SearchSpace, answer: frozenset[str],
     for m in multipliers:
         budget = Budget(max_evaluations=budget_each, time_s=time_s / max(len(multipliers), 1))
         o = Oracle(searched.backend, searched.samples, searched.references, searched.tolerance.scaled(m),
-                   cost_of=space.cost, budget=budget, stop=searched.stop)
+                   cost_of=_flops_of(space), budget=budget, stop=searched.stop)
         for fb, v in searched.memo.items():
             seeded = seeded_verdict(v, m)
             if seeded is not None:
@@ -82,8 +89,8 @@ def tradeoff(searched: Oracle, space: SearchSpace, answer: frozenset[str],
             found = _search_at(o, space, answer, m)
         except BudgetExhausted:
             complete, found = False, o.best()
-        if found is not None and m >= 1 and space.cost(answer) < space.cost(found):
-            found = answer  # a prune over units may end costlier than the answer's split groups and closed gaps
+        if found is not None and m >= 1 and _flops_of(space)(answer) < _flops_of(space)(found):
+            found = answer  # a prune over units may end costlier than the answer (its split groups, a spent budget)
         spent += o.evaluations
         points.append(_point(m, found, space, complete, o.evaluations) if found is not None
                       else TradeoffPoint(m, False, complete=complete, evaluations=o.evaluations))
