@@ -68,14 +68,21 @@ class CostModel:
     shapes_from: str
     keep_io_types: bool = True
     profile: DeviceProfile = H100_ESTIMATE
-    _constants: dict = field(default_factory=dict, repr=False)
-    _forced: frozenset[str] = field(default=frozenset(), repr=False)
-    _empty: tuple[float, list[BorderCast]] | None = field(default=None, repr=False)
+    _constants: dict = field(init=False, repr=False)
+    _forced: frozenset[str] = field(init=False, repr=False)
+    _candidates: list[str] = field(init=False, repr=False)
+    _time: dict[tuple[str, bool], float] = field(init=False, repr=False)  # (node, in FP32) -> seconds
+    _bytes: dict[tuple[str, bool], int] = field(init=False, repr=False)
+    _empty: tuple[float, list[BorderCast]] | None = field(init=False, repr=False, default=None)
 
     def __post_init__(self):
         self._constants = constant_tensors(self.model)
         self._forced = frozenset(forced_fp32(self.model, FP32_OPS))
-        self._candidates = [n for n in self.model.nodes if n.is_candidate]
+        self._candidates = [n.name for n in self.model.nodes if n.is_candidate]
+        p = self.profile
+        self._bytes = {(n, fp32): self._node_bytes(n, fp32) for n in self._candidates for fp32 in (True, False)}
+        self._time = {(n, fp32): self.flops.get(n, 0) / (p.fp32_flops if fp32 else p.lowp_flops)
+                      + self._bytes[n, fp32] / p.bandwidth for n in self._candidates for fp32 in (True, False)}
 
     @property
     def total_flops(self) -> int:
@@ -96,6 +103,7 @@ class CostModel:
         return border_casts(self.model, frozenset(fallback), self.precision, self.keep_io_types, FP32_OPS, self._constants)
 
     def _node_bytes(self, name: str, fp32: bool) -> int:
+        """The bytes a node reads and writes: its floating tensors (weights too) in its precision, the others as they are."""
         info = self.model.node(name)
         size = FP32_BYTES if fp32 else LOWP_BYTES
         floats = set(info.float_inputs) | set(info.float_outputs)
@@ -107,11 +115,6 @@ class CostModel:
             total += n * (size if t in floats else _ITEMSIZE.get(self.model.tensor_types.get(t, 0), 4))
         return total
 
-    def _node_time(self, name: str, fp32: bool) -> float:
-        p = self.profile
-        peak = p.fp32_flops if fp32 else p.lowp_flops
-        return self.flops.get(name, 0) / peak + self._node_bytes(name, fp32) / p.bandwidth
-
     def _cast_bytes(self, casts: list[BorderCast]) -> int:
         return sum(self.numel.get(c.tensor, 0) * (FP32_BYTES + LOWP_BYTES) for c in casts)
 
@@ -119,7 +122,7 @@ class CostModel:
         """Estimated seconds of `fixed.onnx` for `fallback` (its nodes and Casts, launches left out), and its Casts."""
         fp32 = self.fp32_nodes(fallback)
         casts = self.casts(fallback)
-        t = sum(self._node_time(n.name, n.name in fp32) for n in self._candidates)
+        t = sum(self._time[n, n in fp32] for n in self._candidates)
         return t + self._cast_bytes(casts) / self.profile.bandwidth, casts
 
     def _empty_estimate(self) -> tuple[float, list[BorderCast]]:
@@ -134,20 +137,18 @@ class CostModel:
     def bytes_moved(self, fallback: Iterable[str]) -> int:
         """Bytes one inference of fixed.onnx reads and writes: every candidate's tensors in its precision, and the Casts."""
         fp32 = self.fp32_nodes(fallback)
-        return sum(self._node_bytes(n.name, n.name in fp32) for n in self._candidates) + \
-            self._cast_bytes(self.casts(fallback))
+        return sum(self._bytes[n, n in fp32] for n in self._candidates) + self._cast_bytes(self.casts(fallback))
 
     def answer_cost(self, fallback: Iterable[str]) -> AnswerCost:
         fb = frozenset(fallback)
         t, casts = self._estimate(fb)
         t_empty, empty_casts = self._empty_estimate()
-        everything = frozenset(n.name for n in self._candidates)
-        t_fp32 = sum(self._node_time(n.name, True) for n in self._candidates)
+        t_fp32 = sum(self._time[n, True] for n in self._candidates)
         gain = t_fp32 - t_empty
         return AnswerCost(
             fp32_flop_share=self.fp32_flop_share(fb), fp32_flops=self.fp32_flops(fb), total_flops=self.total_flops,
             casts=len(casts), casts_added=len(casts) - len(empty_casts), cast_bytes=self._cast_bytes(casts),
-            bytes_fixed=self.bytes_moved(fb), bytes_fp32=sum(self._node_bytes(n, True) for n in everything),
+            bytes_fixed=self.bytes_moved(fb), bytes_fp32=sum(self._bytes[n, True] for n in self._candidates),
             bytes_lowp=self.bytes_moved(frozenset()), deploy_us=(t - t_empty) * 1e6,
             estimated_speedup_kept=(t_fp32 - t) / gain if gain > 0 else None, batch=self.batch,
             shapes_from=self.shapes_from, profile=self.profile.name,

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from precision_doctor.graph.cost import CostModel
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.groups import FusionGroup, fusion_groups
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.analysis import Analysis
+
+if TYPE_CHECKING:  # search/refine.py imports this module
+    from precision_doctor.search.refine import Refinement
 
 OBJECTIVES = ("deploy", "nodes", "flops")
 
@@ -59,7 +63,7 @@ class SearchSpace:
     grouping: Grouping | None = None  # with `deploy`: the universe is units, not nodes
     cost_model: CostModel | None = None
     # what the steps after each search over units did (search/refine.py), the latest last
-    refinements: list = field(default_factory=list)
+    refinements: list[Refinement] = field(default_factory=list)
 
     def cost(self, fallback: Iterable[str]) -> float:
         """The objective of a set of nodes (what an oracle evaluates): its node count, its FP32 FLOPs, or its
