@@ -99,12 +99,16 @@ def probe_ops(
     return result
 
 
-def rerender(run_dir: str | Path) -> Report:
-    """Render report.md and report.html again from a run directory's report.json (which stays as it is)."""
-    from precision_doctor.render import write_reports
+def rerender(run_dir: str | Path, command: str | None = None) -> Report:
+    """Render report.md and report.html again from a run directory's report.json (which stays as it is). Files
+    there that precision-doctor did not write are not replaced, and the directory is locked meanwhile
+    (`results.rundir.updating`)."""
+    from precision_doctor.render import report_files, write_reports
+    from precision_doctor.results.rundir import updating
 
     report = Report.load(Path(run_dir))
-    write_reports(report, Path(run_dir))
+    with updating(Path(run_dir), list(report_files(report).values()), command) as run:
+        write_reports(report, run)
     return report
 
 
@@ -116,4 +120,4 @@ def _load(spec: RunSpec, progress: ProgressSink | None) -> Workload:
 def _loaded(spec: RunSpec, work: Workload, held_out: list, progress: ProgressSink | None) -> None:
     model = work.model
     notify(progress, LoadedEvent(spec.model, len(model.nodes), tuple(model.renamed_nodes), len(work.samples),
-                                 len(held_out)))
+                                 len(held_out), tuple(model.unsafe_names.items())))

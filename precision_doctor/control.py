@@ -75,13 +75,15 @@ class PhaseEvent:
 
 @dataclass(frozen=True)
 class LoadedEvent:
-    """The model and samples are loaded (`renamed_nodes`: nodes that had no name or a duplicate one)."""
+    """The model and samples are loaded (`renamed_nodes`: nodes that had no name, a duplicate one or an unsafe
+    one; `unsafe_names`: (new name, old name escaped) of those whose names could not be written safely)."""
 
     model: str
     nodes: int
     renamed_nodes: tuple[str, ...]
     samples: int
     held_out: int
+    unsafe_names: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

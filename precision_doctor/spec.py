@@ -9,6 +9,7 @@ own words (a CLI flag, a recipe key, a JSON path).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -20,12 +21,20 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from precision_doctor.errors import SpecError, UserError
+from precision_doctor.errors import SpecError, UserError, one_line
 from precision_doctor.measure.tolerance import Tolerance
 
 COSTS = ("deploy", "nodes", "flops")  # search/space.py says what each means
 COMPRESSIONS = ("lzf", "gzip", None)
 MAX_AUGMENT = 32  # perturbed copies per search sample, at most
+# Upper bounds: far beyond any real run, low enough that no arithmetic on them overflows (a setting
+# outside is refused in one line naming it, never accepted to fail later in a job).
+MAX_INT = 2**63 - 1  # any integer setting (a 64-bit integer in JSON, SQLite, numpy)
+MAX_SAMPLES = 100_000  # generated samples
+MAX_EVALUATIONS = 10**9
+MAX_TIME_BUDGET_S = 10**9
+MAX_GROUP_MB = float(1 << 20)  # 1 TiB in one capture group
+MAX_JSON_DEPTH = 32  # nesting of a settings document (a RunSpec's JSON is 3 deep)
 
 
 @dataclass(frozen=True)
@@ -151,14 +160,16 @@ class RunSpec:
             raise SpecError("search.margin", f"{{search.margin}} must lie in [0, 1), got {s.margin}")
         if not 0 <= s.augment <= MAX_AUGMENT:
             raise SpecError("search.augment", f"{{search.augment}} must lie in [0, {MAX_AUGMENT}], got {s.augment}")
-        if s.max_evaluations is not None and s.max_evaluations < 1:
-            raise SpecError("search.max_evaluations", f"{{search.max_evaluations}} must be at least 1, got {s.max_evaluations}")
-        if s.time_budget is not None and not (math.isfinite(s.time_budget) and s.time_budget > 0):
-            raise SpecError("search.time_budget", f"{{search.time_budget}} must be a positive number of seconds, "
-                            f"got {s.time_budget}")
+        if s.max_evaluations is not None and not 1 <= s.max_evaluations <= MAX_EVALUATIONS:
+            raise SpecError("search.max_evaluations", f"{{search.max_evaluations}} must lie in [1, {MAX_EVALUATIONS}], "
+                            f"got {s.max_evaluations}")
+        if s.time_budget is not None and not (math.isfinite(s.time_budget) and 0 < s.time_budget <= MAX_TIME_BUDGET_S):
+            raise SpecError("search.time_budget", f"{{search.time_budget}} must be a positive number of seconds (at most "
+                            f"{MAX_TIME_BUDGET_S:g}), got {s.time_budget}")
         c = self.capture
-        if not (math.isfinite(c.group_mb) and c.group_mb > 0):
-            raise SpecError("capture.group_mb", f"{{capture.group_mb}} must be a positive number of MiB, got {c.group_mb}")
+        if not (math.isfinite(c.group_mb) and 0 < c.group_mb <= MAX_GROUP_MB):
+            raise SpecError("capture.group_mb", f"{{capture.group_mb}} must be a positive number of MiB (at most "
+                            f"{MAX_GROUP_MB:.0f}), got {c.group_mb:g}")
         if c.compression not in COMPRESSIONS:
             raise SpecError("capture.compression", f"{{capture.compression}} must be one of "
                             f"{', '.join(map(str, COMPRESSIONS))}, got {c.compression!r}")
@@ -187,6 +198,8 @@ class RunSpec:
         i = self.inputs
         if i.samples < 1:
             raise SpecError("inputs.samples", f"{{inputs.samples}} must be at least 1, got {i.samples}")
+        if i.samples > MAX_SAMPLES:
+            raise SpecError("inputs.samples", f"{{inputs.samples}} must be at most {MAX_SAMPLES}, got {i.samples}")
         if i.seed < 0:
             raise SpecError("inputs.seed", f"{{inputs.seed}} must be a non-negative integer, got {i.seed}")
         if i.validation_split is not None and not 0 <= i.validation_split < 1:
@@ -258,6 +271,7 @@ class RunSpec:
         Relative paths (model, input files) are resolved against `base_dir` when given."""
         if not isinstance(data, Mapping):
             raise SpecError("spec", f"a run spec must be a JSON object, got {type(data).__name__}")
+        check_depth(data, "spec")
         changes: dict[str, Any] = {}
         for key, value in data.items():
             if key in SECTIONS:
@@ -329,6 +343,30 @@ def settings() -> list[str]:
     return out
 
 
+def check_depth(data: Any, setting: str, limit: int = MAX_JSON_DEPTH) -> None:
+    """SpecError naming `setting` when `data` (parsed JSON) nests lists and objects deeper than `limit`."""
+    level, depth = [data], 0
+    while level:
+        depth += 1
+        if depth > limit:
+            raise SpecError(setting, f"{{{setting}}} nests more than {limit} levels of lists and objects")
+        level = [v for x in level if isinstance(x, (list, tuple, Mapping))
+                 for v in (x.values() if isinstance(x, Mapping) else x)]
+
+
+def load_json(text: str | bytes, setting: str) -> Any:
+    """JSON text as a settings document: SpecError naming `setting` (one line) when it is not JSON or nests
+    deeper than MAX_JSON_DEPTH (Python's parser gives up near 1,000 levels with a RecursionError)."""
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        raise SpecError(setting, f"{{{setting}}} nests more than {MAX_JSON_DEPTH} levels of lists and objects") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise SpecError(setting, f"{{{setting}}} is not valid JSON: {one_line(exc)}") from None
+    check_depth(data, setting)
+    return data
+
+
 def file_sha256(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -348,7 +386,9 @@ def _resolve(value: Any, base: Path) -> Any:
 
 
 def _coerce(path: str, hint: Any, value: Any) -> Any:
-    """`value` as the setting's type: bool, int, float, str, tuple[str, ...], each possibly optional."""
+    """`value` as the setting's type: bool, int, float, str, tuple[str, ...], each possibly optional.
+    Strings may not hold NUL characters (no path, name or range has one); numbers must be finite and
+    integers fit in 64 bits."""
     args = typing.get_args(hint)
     optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
     if optional:
@@ -361,26 +401,57 @@ def _coerce(path: str, hint: Any, value: Any) -> Any:
         if isinstance(value, (str, Path)):
             value = [value]
         if not isinstance(value, (list, tuple)) or not all(isinstance(v, (str, Path)) for v in value):
-            raise SpecError(path, f"{{{path}}}: expected a list of strings, got {value!r}")
-        return tuple(str(v) for v in value)
+            raise SpecError(path, f"{{{path}}}: expected a list of strings, got {_shown(value)}")
+        return tuple(_text(path, v) for v in value)
     if hint is bool:
         if isinstance(value, bool):
             return value
-        raise SpecError(path, f"{{{path}}}: expected true or false, got {value!r}")
+        raise SpecError(path, f"{{{path}}}: expected true or false, got {_shown(value)}")
     if hint is str:
         if isinstance(value, (str, Path)):
-            return str(value)
-        raise SpecError(path, f"{{{path}}}: expected a string, got {value!r}")
+            return _text(path, value)
+        raise SpecError(path, f"{{{path}}}: expected a string, got {_shown(value)}")
     return _number(path, hint, value)
 
 
-def _number(path: str, typ: type, value: Any) -> int | float:
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise SpecError(path, f"{{{path}}}: expected a number, got {value!r}")
+def _text(path: str, value: str | Path) -> str:
+    text = str(value)
+    if "\x00" in text:
+        raise SpecError(path, f"{{{path}}} must not contain NUL characters, got {_shown(text)}")
+    return text
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters (a message stays one short line whatever was sent)."""
     try:
-        out = typ(value)
-    except (TypeError, ValueError):
-        raise SpecError(path, f"{{{path}}}: expected a number, got {value!r}") from None
-    if typ is int and float(value) != out:
-        raise SpecError(path, f"{{{path}}}: expected an integer, got {value!r}")
-    return out
+        text = repr(value)
+    except RecursionError:
+        text = f"a deeply nested {type(value).__name__}"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _number(path: str, typ: type, value: Any) -> int | float:
+    """`value` (a number, or its text) as `typ`: finite; an integer exactly, within 64 bits."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (isinstance(value, str) and len(value) > 40):
+        raise SpecError(path, f"{{{path}}}: expected a number, got {_shown(value)}")  # (int() of 10**5 digits is slow)
+    exact: int | None = value if isinstance(value, int) else None
+    if isinstance(value, str) and typ is int:
+        with contextlib.suppress(ValueError):
+            exact = int(value)
+    try:
+        number = float(value)
+    except ValueError:
+        raise SpecError(path, f"{{{path}}}: expected a number, got {_shown(value)}") from None
+    except OverflowError:  # an integer beyond any float
+        raise SpecError(path, f"{{{path}}}: {_shown(value, 40)} is out of range (at most {MAX_INT})") from None
+    if not math.isfinite(number):
+        raise SpecError(path, f"{{{path}}}: expected a finite number, got {_shown(value)}")
+    if typ is not int:
+        return number
+    if exact is None:
+        if not number.is_integer():
+            raise SpecError(path, f"{{{path}}}: expected an integer, got {_shown(value)}")
+        exact = int(number)
+    if abs(exact) > MAX_INT:
+        raise SpecError(path, f"{{{path}}}: {_shown(value, 40)} is out of range (at most {MAX_INT})")
+    return exact

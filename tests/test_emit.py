@@ -314,5 +314,5 @@ def test_tensorrt_rtx_script_is_valid_bash():
     assert tokens[:6] == ["polygraphy", "convert", "fixed model.onnx", "--convert-to", "trt", "--strongly-typed"]
     assert tokens[tokens.index("--tactic-sources") + 1] == "EDGE_MASK_CONVOLUTIONS"
     assert "--input-shapes" in tokens and "x:[1,3]" in tokens
-    assert 'PD_COMPUTE_CAPABILITIES:-8.6 12.0' in script
+    assert "default_ccs='8.6 12.0'" in script and 'PD_COMPUTE_CAPABILITIES:-$default_ccs' in script
     assert "clear_flag" in script  # polygraphy's TensorRT-RTX config leaves TF32 on

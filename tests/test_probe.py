@@ -98,8 +98,10 @@ def test_resume_refuses_a_run_whose_image_copies_had_noise_only(tmp_path):
     for samples, refused in ((image, True), (audio, False)):
         run = tmp_path / recipe(samples)
         run.mkdir()
-        (run / RUN_SETTINGS).write_text(json.dumps({"augment": 3, "margin": 0.1}))  # an older version's record
-        now = {"augment": 3, "margin": 0.1, "copies": recipe(samples)}
+        base = {"model_hash": "h", "precision": "fp16", "backend": "emulate", "tolerance": {"atol": 1e-3},
+                "margin": 0.1, "confirm_backend": None, "samples": 1, "validation_samples": 0}  # every version's keys
+        (run / RUN_SETTINGS).write_text(json.dumps({**base, "augment": 3}))  # an older version's record
+        now = {**base, "augment": 3, "copies": recipe(samples)}
         if refused:
             with pytest.raises(SettingsDiffer) as e:
                 check_run_settings(run, now, resume=True)

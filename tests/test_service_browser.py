@@ -64,3 +64,41 @@ def test_job_page_follows_a_running_job(chromium: str, daemon, tmp_path: Path) -
         assert not browser.problems(), browser.problems()
     finally:
         browser.close()
+
+
+def test_signed_in_page_cancels_with_its_csrf_token(chromium: str, tmp_path_factory: pytest.TempPathFactory,
+                                                     tmp_path: Path) -> None:
+    """A daemon with a token: the browser signs in through the form (a same-origin POST), opens a running
+    job's page and cancels it with the button (a DELETE that carries the page's X-CSRF-Token)."""
+    root = tmp_path_factory.mktemp("svc-browser-token")
+    token = "browser-token-123"
+    d = Daemon(root / "state", "--allow-root", str(root), "--token", token).start()
+    auth = {"authorization": f"Bearer {token}"}
+    browser = Browser(chromium, tmp_path / "profile")
+    try:
+        model, settings = slow_model(root / "slow.onnx", blocks=24, iterations=4000)
+        job = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": settings}, headers=auth,
+                         timeout=30).json()
+        browser.goto(f"{d.url}/ui/jobs/{job['id']}")  # not signed in: the sign-in form
+        _until(browser, "document.querySelector('input[name=token]') !== null")
+        browser.eval(f"document.querySelector('input[name=token]').value = {token!r}; document.forms[0].submit()")
+        _until(browser, "location.pathname === '/ui' && document.getElementById('jobs') !== null")
+        browser.goto(f"{d.url}/ui/jobs/{job['id']}")
+        _until(browser, "document.body && document.body.dataset.state === 'running'")
+        browser.eval("document.getElementById('cancel').click()")
+        _until(browser, "document.body.dataset.state === 'cancelled'", timeout=60)
+        final = httpx.get(f"{d.url}/jobs/{job['id']}", headers=auth).json()
+        assert final["state"] == "cancelled" and final["cancel_requested"], final
+        assert not browser.problems(), browser.problems()
+    finally:
+        browser.close()
+        d.stop()
+
+
+def _until(browser: Browser, expression: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if browser.eval(expression):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"not true within {timeout} s: {expression} (page: {browser.eval('location.href')})")

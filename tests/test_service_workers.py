@@ -15,22 +15,27 @@ from pathlib import Path
 from service_helpers import planted_job_files
 
 from precision_doctor.service.config import ServiceConfig, StateDir
-from precision_doctor.service.store import Store
+from precision_doctor.service.jobs import create_job
+from precision_doctor.service.store import Job, Store
 from precision_doctor.service.supervisor import Supervisor
+from precision_doctor.service.uploads import Submission
 from precision_doctor.service.workers import run_claimed_job
-from precision_doctor.spec import RunSpec
 
 
-def _job_spec(files: Path, name: str) -> dict:
+def _queue(state: StateDir, store: Store, files: Path, name: str) -> Job:
+    """A planted case queued as the daemon queues it (`create_job`: its files pinned into the job's directory,
+    which is all a worker reads)."""
     model, samples, settings = planted_job_files(files / name, name=name)
-    return RunSpec.from_json({"model": str(model), **settings, "inputs": {"files": [str(f) for f in samples]}}).to_json()
+    config = ServiceConfig(state_dir=state.root, allow_roots=[files])
+    sub = Submission(name, {**settings, "inputs": {"files": [str(f) for f in samples]}}, model_path=str(model))
+    return create_job(sub, config, state, store)
 
 
 def test_a_claimed_job_runs_from_picklable_arguments_in_another_process(tmp_path) -> None:
     state = StateDir(tmp_path / "state")
     state.root.mkdir()
     store = Store(state.db)
-    job = store.create("three", _job_spec(tmp_path / "files", "three_defects"))
+    job = _queue(state, store, tmp_path / "files", "three_defects")
     claimed = store.claim("task-1", os.getpid(), 30.0)
     assert claimed is not None and claimed.id == job.id
     args = (str(state.root), claimed.id, claimed.token, claimed.spec)
@@ -101,8 +106,7 @@ def test_the_supervisor_runs_workers_through_any_launcher(tmp_path) -> None:
     supervisor.start()
     try:
         assert supervisor.alive() == 2 and len(launcher.started) == 2
-        ids = [store.create(name, _job_spec(tmp_path / "files", name)).id
-               for name in ("clean", "overflow_island", "three_defects")]
+        ids = [_queue(state, store, tmp_path / "files", name).id for name in ("clean", "overflow_island", "three_defects")]
         supervisor.wake()
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline and not all(store.get(i).terminal for i in ids):

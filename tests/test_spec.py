@@ -111,3 +111,34 @@ def test_stop_token():
     t.stop()
     with pytest.raises(KeyboardInterrupt):
         t.check()
+
+
+@pytest.mark.parametrize("data, setting, words", [
+    ({"inputs": {"samples": float("inf")}}, "inputs.samples", "finite"),
+    ({"inputs": {"seed": 10**400}}, "inputs.seed", "out of range"),
+    ({"inputs": {"seed": 2**64}}, "inputs.seed", "out of range"),
+    ({"search": {"max_evaluations": 1e300}}, "search.max_evaluations", "out of range"),
+    ({"search": {"max_evaluations": 10**10}}, "search.max_evaluations", "must lie in [1, 1000000000]"),
+    ({"search": {"time_budget": 1e300}}, "search.time_budget", "at most"),
+    ({"capture": {"group_mb": 1e308}}, "capture.group_mb", "at most"),
+    ({"inputs": {"samples": 10**6}}, "inputs.samples", "at most"),
+    ({"tolerance": {"atol": float("nan")}}, "tolerance.atol", "finite"),
+    ({"inputs": {"files": ["a\x00.npz"]}}, "inputs.files", "NUL"),
+    ({"inputs": {"samples": "9" * 100}}, "inputs.samples", "expected a number"),
+])
+def test_numbers_and_strings_out_of_bounds_are_refused_naming_the_setting(data, setting, words):
+    with pytest.raises(SpecError) as exc:
+        RunSpec.from_json({"model": "m", **data}).validate()
+    assert exc.value.setting == setting and words in str(exc.value)
+    assert len(str(exc.value)) < 200  # one short line whatever was sent
+
+
+def test_integers_keep_their_exact_value_and_settings_documents_their_depth():
+    assert RunSpec("m").with_settings({"inputs.seed": 2**53 + 1}).inputs.seed == 2**53 + 1
+    assert RunSpec("m").with_settings({"inputs.seed": "9007199254740993"}).inputs.seed == 2**53 + 1
+    assert RunSpec("m").with_settings({"inputs.samples": 2.0}).inputs.samples == 2
+    assert specs.load_json('{"inputs": {"files": ["a.npz"]}}', "settings") == {"inputs": {"files": ["a.npz"]}}
+    for text in ("[" * 100_000 + "]" * 100_000, "[" * 40 + "]" * 40, "{not json"):
+        with pytest.raises(SpecError) as exc:
+            specs.load_json(text, "settings")
+        assert exc.value.setting == "settings" and "\n" not in str(exc.value)

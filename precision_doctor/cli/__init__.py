@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from precision_doctor import storage
 from precision_doctor.errors import SpecError, UserError
 
 app = typer.Typer(
@@ -96,10 +97,17 @@ def progress_bar(description: str = "{task.description:<12}") -> Progress:
     )
 
 
-def announce_renamed(renamed: tuple[str, ...] | list[str]) -> None:
-    if renamed:
-        shown = ", ".join(renamed[:5]) + (" ..." if len(renamed) > 5 else "")
-        err.print(f"note: {len(renamed)} unnamed nodes were given names: {shown}")
+def announce_renamed(renamed: tuple[str, ...] | list[str], unsafe: tuple[tuple[str, str], ...] = ()) -> None:
+    """A note for nodes that were given names; a warning (one line) for names that were not safe text."""
+    plain = [n for n in renamed if n not in dict(unsafe)]
+    if plain:
+        shown = ", ".join(plain[:5]) + (" ..." if len(plain) > 5 else "")
+        err.print(f"note: {len(plain)} unnamed or duplicate-named nodes were given names: {shown}")
+    if unsafe:
+        shown = ", ".join(f"{new} (was '{old[:60]}')" for new, old in unsafe[:3]) + (" ..." if len(unsafe) > 3 else "")
+        err.print(styled("warning:", "bold yellow", f" {len(unsafe)} node name(s) hold control characters or bytes "
+                         f"that are not UTF-8, which scripts and lists cannot carry safely; renamed (named.onnx, the "
+                         f"report): {shown}"))
 
 
 def usage_line(exc: Exception) -> str:
@@ -166,6 +174,9 @@ def main() -> None:
             say_error(f"internal error ({what}); this is a bug in precision-doctor: please report it; {where}")
             code = INTERNAL_ERROR
     sys.stdout.flush()
+    if storage.abandoned:  # an HDF5 file whose write failed: closing it, even at exit, crashes HDF5 (storage.py)
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else 0)
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -23,6 +23,7 @@ from precision_doctor.errors import UserError
 from precision_doctor.outcome import RunStatus
 from precision_doctor.results.report import Report
 from precision_doctor.spec import RunSpec
+from precision_doctor.storage import DiskFull
 
 
 @app.command()
@@ -50,7 +51,7 @@ def diagnose(
 
         def sink(ev: ProgressEvent) -> None:
             if isinstance(ev, LoadedEvent):
-                announce_renamed(ev.renamed_nodes)
+                announce_renamed(ev.renamed_nodes, ev.unsafe_names)
             elif isinstance(ev, PhaseEvent) and ev.phase != "load":
                 started[0] = True  # the run directory is prepared
                 prog.update(task, description=ev.phase)
@@ -61,6 +62,12 @@ def diagnose(
             report = api.diagnose(spec, out_dir, progress=sink, stop=token, resume=resume, force=options["force"])
         except SettingsDiffer as exc:
             raise UserError(settings_refusal(exc, model, out_dir)) from None
+        except DiskFull as exc:
+            from precision_doctor.results.rundir import resumable
+
+            then = (f"continue with: {resume_command(model, out_dir)}" if resumable(out_dir)
+                    else "run the command again")
+            raise UserError(f"{exc}; {exc.advice}, then {then}") from None
     print_outcome(report, out_dir, model)
     if report.interrupted:
         raise typer.Exit(130)

@@ -37,6 +37,8 @@ def serve(
                                                  "jobs may name by server path; repeatable (default: none, uploads only)."),
     max_upload_mb: float = typer.Option(512.0, "--max-upload-mb", help="Largest request (uploads) in MiB; larger: 413."),
     cache_mb: float = typer.Option(4096.0, "--cache-mb", help="Disk for captures shared across jobs, MiB (0: no cache)."),
+    lease_s: float = typer.Option(20.0, "--lease-s", help="A running job's lease, seconds: a worker that does not renew "
+                                  "it for this long (while the job store takes writes) counts as hung and is replaced."),
     executor: str = typer.Option("local", "--executor", help="local: worker processes here; ray: each job runs as a "
                                  "Ray task (pip install '.[ray]'; every node needs --state-dir at the same path)."),
     ray_address: str | None = typer.Option(None, "--ray-address", help="The Ray cluster (host:port or ray://host:port); "
@@ -59,6 +61,6 @@ def serve(
     run(ServiceConfig(
         state_dir=state_dir or default_state_dir(), host=host, port=port,
         workers=workers if workers is not None else default_workers, token=token or None,
-        allow_roots=list(allow_root or []), max_upload_mb=max_upload_mb, cache_mb=cache_mb,
+        allow_roots=list(allow_root or []), max_upload_mb=max_upload_mb, cache_mb=cache_mb, lease_s=lease_s,
         executor=executor, ray_address=ray_address, ray_cpus=1.0 if ray_cpus is None else ray_cpus,
     ))

@@ -12,6 +12,7 @@ floating tensors), `local` (each node's outputs computed in low precision from e
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from urllib.parse import quote
 import h5py
 import numpy as np
 
+from precision_doctor import storage
 from precision_doctor.errors import UserError
 
 FORMAT_VERSION = 1
@@ -34,10 +36,14 @@ def escape(name: str) -> str:
 
 
 class ActivationStore:
-    """Read and write captured tensors. Use as a context manager."""
+    """Read and write captured tensors. Use as a context manager.
+
+    Writing stops with `storage.DiskFull` while `storage.RESERVE_BYTES` are still free (HDF5 cannot recover
+    from a failed write); a write that fails anyway abandons the file: it is never closed (`storage`)."""
 
     def __init__(self, path: str | Path, mode: str = "r", compression: str | None = "lzf"):
         self.path = Path(path)
+        self.broken = False
         try:
             self.file = h5py.File(self.path, mode)
         except OSError as exc:
@@ -54,16 +60,39 @@ class ActivationStore:
         self.close()
 
     def close(self) -> None:
-        if self.file.id.valid:
+        if self.broken or not self.file.id.valid:
+            return
+        if self.file.mode == "r":
+            self.file.close()
+            return
+        with self._writing(0):
             self.flush_names()
             self.file.close()
 
+    @contextlib.contextmanager
+    def _writing(self, nbytes: int) -> Iterator[None]:
+        """Around every write: room for `nbytes` checked first; a disk-full error abandons the file (it is
+        never touched again) and becomes `storage.DiskFull`."""
+        if self.broken:
+            raise UserError(f"{self.path}: an earlier write failed; the file is abandoned")
+        storage.check_room(self.path, nbytes)
+        try:
+            yield
+        except Exception as exc:
+            full = storage.as_disk_full(exc, self.path.parent)
+            if full is None:
+                raise
+            self.broken = True
+            storage.abandon(self.file)
+            raise full from exc
+
     # -- attributes -------------------------------------------------------------------------
     def set_attrs(self, **attrs) -> None:
-        self.file.attrs["format"] = "precision-doctor-activations"
-        self.file.attrs["format_version"] = FORMAT_VERSION
-        for k, v in attrs.items():
-            self.file.attrs[k] = v if isinstance(v, (str, int, float)) else json.dumps(v)
+        with self._writing(0):
+            self.file.attrs["format"] = "precision-doctor-activations"
+            self.file.attrs["format_version"] = FORMAT_VERSION
+            for k, v in attrs.items():
+                self.file.attrs[k] = v if isinstance(v, (str, int, float)) else json.dumps(v)
 
     def attr(self, key: str, default=None):
         v = self.file.attrs.get(key, default)
@@ -73,42 +102,48 @@ class ActivationStore:
 
     # -- writing ----------------------------------------------------------------------------
     def write(self, run: str, name: str, sample: int, n_samples: int, value: np.ndarray) -> None:
-        """Store `value` as sample `sample` of tensor `name` in `run`."""
-        grp = self.file.require_group(run)
-        key = escape(name)
+        """Store `value` as sample `sample` of tensor `name` in `run` (the dataset is closed right after, so
+        that its chunk reaches the disk here, where a failure can be seen, not when h5py frees it)."""
         value = np.asarray(value)
-        if key not in grp:
-            chunks = None
-            if value.size and value.nbytes <= _CHUNK_BYTES:
-                chunks = (1, *value.shape)
-            elif value.size:
-                chunks = True
-            ds = grp.create_dataset(
-                key,
-                shape=(n_samples, *value.shape),
-                dtype=value.dtype,
-                chunks=chunks,
-                compression=self.compression if chunks else None,
-            )
-            ds.attrs["onnx_name"] = name
-            self._names.setdefault(run, self.tensor_names(run)).append(name)
-        ds = grp[key]
-        if ds.shape[1:] != value.shape:
-            raise UserError(
-                f"tensor '{name}' has shape {list(value.shape)} in sample {sample} but {list(ds.shape[1:])} "
-                "in sample 0; capture needs samples of one shape"
-            )
-        ds[sample] = value
+        with self._writing(value.nbytes):
+            grp = self.file.require_group(run)
+            key = escape(name)
+            if key not in grp:
+                chunks = None
+                if value.size and value.nbytes <= _CHUNK_BYTES:
+                    chunks = (1, *value.shape)
+                elif value.size:
+                    chunks = True
+                ds = grp.create_dataset(
+                    key,
+                    shape=(n_samples, *value.shape),
+                    dtype=value.dtype,
+                    chunks=chunks,
+                    compression=self.compression if chunks else None,
+                )
+                ds.attrs["onnx_name"] = name
+                self._names.setdefault(run, self.tensor_names(run)).append(name)
+            else:
+                ds = grp[key]
+            if ds.shape[1:] != value.shape:
+                raise UserError(
+                    f"tensor '{name}' has shape {list(value.shape)} in sample {sample} but {list(ds.shape[1:])} "
+                    "in sample 0; capture needs samples of one shape"
+                )
+            ds[sample] = value
+            ds.id.close()
 
     def write_text(self, key: str, text: str) -> None:
         """A text dataset `key` at the root (not a run), replaced if present."""
-        if key in self.file:
-            del self.file[key]
-        self.file[key] = text
+        with self._writing(len(text.encode())):
+            if key in self.file:
+                del self.file[key]
+            self.file[key] = text
 
     def flush_names(self) -> None:
-        for run, names in self._names.items():
-            self.file[run].attrs["tensor_names"] = json.dumps(names)
+        with self._writing(0):
+            for run, names in self._names.items():
+                self.file[run].attrs["tensor_names"] = json.dumps(names)
 
     # -- reading ----------------------------------------------------------------------------
     def runs(self) -> list[str]:

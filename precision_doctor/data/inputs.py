@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import ast
-import zipfile
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import h5py
 import numpy as np
 from onnx import helper
 
+from precision_doctor.data.arrayfiles import (
+    MAX_ELEMENTS,
+    MAX_SHOWN,
+    Bounds,
+    read_h5,
+    read_npz,
+    read_polygraphy_json,
+    unknown_input,
+)
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.model import Model
 
 Sample = dict[str, np.ndarray]
 DEFAULT_DIM = 1  # polygraphy's value for dynamic dimensions
 VAL_RANGES, INPUT_SHAPES = "inputs.val_ranges", "inputs.input_shapes"  # the settings parsed here
-_ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")  # a zip archive (an .npz), or an empty one
-_NPY_MAGIC = b"\x93NUMPY"
 
 
 class FileSample(dict):
@@ -86,7 +92,11 @@ def parse_input_shapes(items: Sequence[str]) -> dict[str, list[int]]:
             raise SpecError(INPUT_SHAPES, f"{{{INPUT_SHAPES}}} needs NAME:[dims], got '{item}'")
         if any(not np.isfinite(v) or v < 1 or v != int(v) for v in vals):
             raise SpecError(INPUT_SHAPES, f"{{{INPUT_SHAPES}}} {item.strip()}: every dimension must be a positive integer")
-        out[name] = [int(v) for v in vals]
+        dims = [int(v) for v in vals]
+        if math.prod(dims) > MAX_ELEMENTS:
+            raise SpecError(INPUT_SHAPES, f"{{{INPUT_SHAPES}}} {item.strip()}: {math.prod(dims):,} elements, more than "
+                            f"the limit of {MAX_SHOWN} for one input")
+        out[name] = dims
     return out
 
 
@@ -108,6 +118,10 @@ def generate_samples(
         raise SpecError(VAL_RANGES, f"{{{VAL_RANGES}}} names unknown input '{unknown[0]}'; inputs are: {', '.join(specs)}")
     for name, spec in specs.items():
         _check_generable(spec, ranges.get(name, ranges.get(None, (0.0, 1.0))))
+        size = math.prod(DEFAULT_DIM if d is None else d for d in spec.shape)
+        if size > MAX_ELEMENTS:
+            raise UserError(f"input '{name}' of the model has {size:,} elements (shape {list(spec.shape)}), more than "
+                            f"the limit of {MAX_SHOWN} for one input: samples this large cannot be generated")
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(n):
@@ -141,9 +155,17 @@ def _check_generable(spec: ModelInput, value_range: tuple[float, float]) -> None
                         f"({dt}: {low:g} to {high:g})")
 
 
-def load_samples(paths: Sequence[str | Path]) -> list[Sample]:
-    """Samples from files: .npz (one sample), polygraphy JSON (a list of samples), HDF5 (one sample).
-    Each is a `FileSample` naming its file; an unreadable file is a UserError naming it and what it holds."""
+def input_bounds(model: Model) -> Bounds:
+    """How large each sample array may be, by the model's inputs (a static input's element count; dynamic
+    dimensions: `arrayfiles.MAX_ELEMENTS`), known before a file is read."""
+    return Bounds({name: None if any(d is None for d in spec.shape) else math.prod(spec.shape)
+                   for name, spec in model_inputs(model).items()})
+
+
+def load_samples(paths: Sequence[str | Path], bounds: Bounds = Bounds()) -> list[Sample]:
+    """Samples from files: .npz (one sample), polygraphy JSON (a list of samples), HDF5 (one sample), each
+    array checked against `bounds` before it is read (`input_bounds(model)`; `data/arrayfiles.py`). Each is
+    a `FileSample` naming its file; an unreadable file is a UserError naming it and what it holds."""
     samples: list[Sample] = []
     for p in map(Path, paths):
         if p.is_dir():
@@ -153,13 +175,13 @@ def load_samples(paths: Sequence[str | Path]) -> list[Sample]:
         suffix = p.suffix.lower()
         try:
             if suffix == ".npz":
-                samples.append(FileSample(_load_npz(p), str(p)))
+                samples.append(FileSample(read_npz(p, bounds), str(p)))
             elif suffix == ".json":
-                loaded = _load_polygraphy_json(p)
+                loaded = _load_polygraphy_json(p, bounds)
                 samples.extend(FileSample(s, str(p) if len(loaded) == 1 else f"{p} (sample {i})")
                                for i, s in enumerate(loaded))
             elif suffix in (".h5", ".hdf5"):
-                samples.append(FileSample(_load_h5(p), str(p)))
+                samples.append(FileSample(read_h5(p, bounds), str(p)))
             else:
                 raise UserError(f"inputs file {p}: unknown format (use .npz, polygraphy .json or .h5)")
         except UserError:
@@ -171,48 +193,8 @@ def load_samples(paths: Sequence[str | Path]) -> list[Sample]:
     return samples
 
 
-def _load_npz(path: Path) -> Sample:
-    """One .npz sample. np.load alone answers a non-zip file with advice to unpickle it: look first."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if not head:
-        raise UserError(f"inputs file {path} is empty")
-    if head.startswith(_NPY_MAGIC):
-        raise UserError(
-            f"inputs file {path} is a single .npy array, not an .npz archive: save the sample with "
-            "np.savez(path, input_name=array)"
-        )
-    if not head.startswith(_ZIP_MAGIC):
-        raise UserError(f"inputs file {path} is not an .npz archive (no zip inside): save the sample with np.savez")
-    try:
-        z = np.load(path, allow_pickle=False)
-    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
-        raise UserError(f"inputs file {path} is a damaged .npz archive (cut short?): {exc}") from exc
-    with z:
-        out = {}
-        for key in z.files:
-            try:
-                out[key] = z[key]
-            except ValueError as exc:
-                if "allow_pickle" in str(exc):
-                    raise UserError(
-                        f"inputs file {path}: array '{key}' holds Python objects; give numeric arrays"
-                    ) from exc
-                raise UserError(f"inputs file {path}: array '{key}' cannot be read: {exc}") from exc
-            except (zipfile.BadZipFile, EOFError, OSError) as exc:
-                raise UserError(f"inputs file {path}: array '{key}' is damaged (file cut short?): {exc}") from exc
-    return out
-
-
-def _load_polygraphy_json(path: Path) -> list[Sample]:
-    import json
-
-    from polygraphy.json import load_json
-
-    try:
-        data = load_json(str(path))
-    except json.JSONDecodeError as exc:
-        raise UserError(f"inputs file {path} is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg})") from exc
+def _load_polygraphy_json(path: Path, bounds: Bounds) -> list[Sample]:
+    data = read_polygraphy_json(path, bounds.largest, holder="the model's largest input" if bounds.sizes else "")
     if isinstance(data, dict):
         data = [data]
     if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
@@ -229,21 +211,9 @@ def _load_polygraphy_json(path: Path) -> list[Sample]:
                 arr = np.empty(0, dtype=object)
             if arr.dtype == object:
                 raise UserError(f"inputs file {path}: input '{k}' is not a numeric array (ragged or mixed lists?)")
+            bounds.check(f"inputs file {path}", str(k), arr.shape, arr.dtype)
             sample[k] = arr
         out.append(sample)
-    return out
-
-
-def _load_h5(path: Path) -> Sample:
-    out = {}
-    try:
-        f = h5py.File(path, "r")
-    except OSError as exc:
-        raise UserError(f"inputs file {path} is not a readable HDF5 file ({str(exc).split('(')[-1].rstrip(')')})") from exc
-    with f:
-        for key, ds in f.items():
-            if isinstance(ds, h5py.Dataset):
-                out[str(ds.attrs.get("onnx_name", key))] = ds[()]
     return out
 
 
@@ -260,7 +230,7 @@ def validate_samples(model: Model, samples: list[Sample], allow_nonfinite: bool 
         where = sample_name(s, i)
         unknown = sorted(set(s) - set(specs))
         if unknown:
-            raise UserError(f"{where}: unknown input '{unknown[0]}'; model inputs are: {', '.join(specs)}")
+            raise UserError(unknown_input(where, unknown[0], list(specs)))
         missing = sorted(set(specs) - set(s))
         if missing:
             raise UserError(f"{where}: missing input '{missing[0]}'")

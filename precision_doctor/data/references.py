@@ -9,11 +9,13 @@ is one line naming the file (and the iteration, the output).
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 
-from precision_doctor.errors import SpecError
+from precision_doctor.data.arrayfiles import MAX_ELEMENTS, read_polygraphy_json
+from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.model import Model
 
 SETTING = "inputs.reference_outputs"
@@ -30,7 +32,7 @@ def load_reference_outputs(path: str | Path, model: Model) -> list[Outputs]:
     path = Path(path)
     if not path.is_file():
         raise _refuse(path, "not found" if not path.exists() else "is not a file")
-    runs = _read(path)
+    runs = _read(path, model)
     if len(runs) != 1:
         names = ", ".join(str(n) for n, _ in runs) or "none"
         raise _refuse(path, f"holds the results of {len(runs)} runners ({names}); save one runner's outputs "
@@ -59,15 +61,18 @@ def check_shapes(path: str | Path, references: list[Outputs], computed: Outputs)
                                 "these inputs?")
 
 
-def _read(path: Path) -> list[tuple[str, list]]:
+def _read(path: Path, model: Model) -> list[tuple[str, list]]:
     from polygraphy.logger import G_LOGGER
 
     G_LOGGER.module_severity = G_LOGGER.ERROR  # polygraphy's own progress lines are noise here
     try:
         from polygraphy.comparator import RunResults
-        from polygraphy.json import load_json
 
-        data = load_json(str(path))
+        limit = _largest_output(model)
+        data = read_polygraphy_json(path, limit, where=str(path),
+                                    holder="the model's largest output" if limit < MAX_ELEMENTS else "")
+    except UserError as exc:  # arrays refused before reading (data/arrayfiles.py)
+        raise SpecError(SETTING, f"{{{SETTING}}} {exc}") from None
     except Exception as exc:  # noqa: BLE001 (polygraphy raises many kinds for a bad file)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:150]
         raise _refuse(path, f"is not a polygraphy outputs file ({first}); write one with polygraphy run "
@@ -76,6 +81,15 @@ def _read(path: Path) -> list[tuple[str, list]]:
         raise _refuse(path, f"is not a polygraphy outputs file (it holds a {type(data).__name__}, not RunResults); "
                             "write one with polygraphy run --save-outputs")
     return [(str(name), list(its)) for name, its in data.items()]
+
+
+def _largest_output(model: Model) -> int:
+    """The most elements one array of the file may hold: the largest output when every output's shape is
+    static, else `MAX_ELEMENTS` (checked before an array is read; its shape is checked after)."""
+    shapes = [model.tensor_shapes.get(o) for o in model.outputs]
+    if any(s is None or any(d is None for d in s) for s in shapes):
+        return MAX_ELEMENTS
+    return max((math.prod(s) for s in shapes if s is not None), default=0)
 
 
 def _outputs(path: Path, index: int, iteration, model: Model) -> Outputs:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from precision_doctor.data.inputs import (
     Sample,
     generate_samples,
+    input_bounds,
     load_samples,
     parse_input_shapes,
     parse_val_ranges,
@@ -38,7 +39,7 @@ def load_workload(spec: RunSpec) -> Workload:
     model = load_model(spec.model, input_shapes=shapes or None)
     if not any(n.is_candidate for n in model.nodes):
         raise UserError(f"{spec.model}: the model has no floating-point tensors to run in low precision")
-    samples = load_samples(opts.files) if opts.files else generate_samples(
+    samples = load_samples(opts.files, input_bounds(model)) if opts.files else generate_samples(
         model, opts.samples, opts.seed, parse_val_ranges(opts.val_ranges)
     )
     validate_samples(model, samples, opts.allow_nonfinite)

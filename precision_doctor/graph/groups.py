@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from precision_doctor.graph.formats import FP16
-from precision_doctor.graph.fusions import PatternGraph
+from precision_doctor.graph.fusions import _Graph
 from precision_doctor.graph.model import Model
 
 ACTIVATION_OPS = frozenset({
@@ -60,7 +60,7 @@ class FusionGroup:
 class _Matcher:
     def __init__(self, model: Model):
         self.model = model
-        self.g = PatternGraph(model, FP16)
+        self.g = _Graph(model, FP16)
         self.order = {n.name: n.index for n in model.nodes}
         self.candidates = {n.name for n in model.candidates}
         self.taken: set[str] = set()

@@ -15,6 +15,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.graph import names
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
 CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
@@ -58,6 +59,7 @@ class Model:
     outputs: list[str]
     model_hash: str
     renamed_nodes: list[str] = field(default_factory=list)
+    unsafe_names: dict[str, str] = field(default_factory=dict)  # renamed node -> its name in the file, escaped
 
     @property
     def candidates(self) -> list[NodeInfo]:
@@ -134,8 +136,10 @@ def from_proto(
     proto: onnx.ModelProto, path: Path | None = None, input_shapes: dict[str, list[int]] | None = None
 ) -> Model:
     """Build the inventory of an in-memory model (see `load_model`)."""
-    renamed = name_nodes(proto.graph)
     where = str(path) if path else "the model"
+    _check_text(proto.graph, where)
+    unsafe_names: dict[str, str] = {}
+    renamed = name_nodes(proto.graph, unsafe_names)
     _check_io_types(proto.graph, where)
     try:
         onnx.checker.check_model(proto, full_check=False) if proto.ByteSize() < _TWO_GB else None
@@ -179,6 +183,7 @@ def from_proto(
         outputs=[o.name for o in proto.graph.output],
         model_hash=model_hash,
         renamed_nodes=renamed,
+        unsafe_names=unsafe_names,
     )
 
 
@@ -240,20 +245,55 @@ def _ort_newest_opset() -> int:
     return max(s.since_version for s in ort_c.get_all_operator_schema() if s.domain in ("", "ai.onnx"))
 
 
-def name_nodes(graph: onnx.GraphProto) -> list[str]:
-    """Give unnamed (or duplicate-named) nodes stable names `<op>_<index>`; return the names given."""
+def name_nodes(graph: onnx.GraphProto, unsafe_names: dict[str, str] | None = None) -> list[str]:
+    """Give unnamed, duplicate-named and unsafely named nodes (`graph/names.py`: control characters, bytes
+    that are not UTF-8) stable names `<op>_<index>`; return the names given. `unsafe_names` receives each
+    unsafe name's new name -> the old one, escaped (`names.shown`)."""
     seen: set[str] = set()
     given = []
     for idx, node in enumerate(graph.node):
-        if not node.name or node.name in seen:
+        bad = bool(node.name) and names.unsafe(node.name) is not None
+        if not node.name or bad or node.name in seen:
             base = f"{node.op_type}_{idx}"
             name, k = base, 1
             while name in seen:
                 name, k = f"{base}_{k}", k + 1
+            if bad and unsafe_names is not None:
+                unsafe_names[name] = names.shown(node.name)
             node.name = name
             given.append(name)
         seen.add(node.name)
     return given
+
+
+def _check_text(graph: onnx.GraphProto, where: str) -> None:
+    """Refuse names protobuf hands over as bytes (not UTF-8) where renaming cannot help: op types, domains,
+    tensor names (graph inputs and outputs are the samples' keys), subgraph node names. The main graph's
+    node names are renamed instead (`name_nodes`)."""
+    def refuse(what: str, value: object) -> UserError:
+        return UserError(f"{where}: {what} is not valid UTF-8 text ({names.shown(value)}); ONNX names must be UTF-8")
+
+    def walk(g: onnx.GraphProto, top: bool) -> None:
+        for infos, kind in ((g.input, "graph input"), (g.output, "graph output"), (g.value_info, "tensor"),
+                            (g.initializer, "initializer")):
+            for vi in infos:
+                if not isinstance(vi.name, str):
+                    raise refuse(f"the name of a {kind}", vi.name)
+        for node in g.node:
+            label = f"node '{names.shown(node.name)}'"
+            if not top and not isinstance(node.name, str):
+                raise refuse("the name of a node inside a subgraph", node.name)
+            for what, value in (("op type", node.op_type), ("domain", node.domain)):
+                if not isinstance(value, str):
+                    raise refuse(f"the {what} of {label}", value)
+            for t in (*node.input, *node.output):
+                if not isinstance(t, str):
+                    raise refuse(f"a tensor name of {label}", t)
+            for attr in node.attribute:
+                for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
+                    walk(sub, False)
+
+    walk(graph, True)
 
 
 def hash_model(proto: onnx.ModelProto) -> str:

@@ -72,7 +72,7 @@ def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: f
         if name.endswith(".sh"):
             (out_dir / name).chmod(0o755)
     excluded = [*order, *forced]
-    write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", "\n".join(excluded) + ("\n" if excluded else ""))
+    write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", emit.name_list(excluded))
     files = dict(FILES)
     if tools_model.parent == out_dir and tools_model.name == NAMED_ONNX:
         files["named_onnx"] = NAMED_ONNX

@@ -3,15 +3,18 @@ capture of a fixed run (per-layer error after the fix) that `diagnose` adds."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from precision_doctor import storage
 from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.references import check_count, check_shapes
 from precision_doctor.data.workload import Workload
-from precision_doctor.graph.emulate import MASK_INPUT, gated_graph
+from precision_doctor.graph.coverage import EmulationNote, emulation_notes
+from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.analysis import Analysis, analyse, keep_analysis, kept_analysis, output_verdict, tensor_error
@@ -27,8 +30,12 @@ FIXED_RUN = "fixed"
 
 @dataclass
 class CompareResult:
+    """The analysis of a compare run, and what of the all-low-precision model the emulator does not model on a
+    GPU (`graph.coverage`)."""
+
     out_dir: Path
     analysis: Analysis
+    notes: list[EmulationNote] = field(default_factory=list)
 
 
 def capture_and_analyse(
@@ -85,7 +92,8 @@ def run_compare(
     analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress, stop=stop,
                                    rules=rules)
     write_layer_tables(out_dir, analysis)
-    return CompareResult(out_dir, analysis)
+    notes = emulation_notes(work.model, get_format(precision), [n.name for n in work.model.candidates])
+    return CompareResult(out_dir, analysis, notes)
 
 
 def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis:
@@ -101,9 +109,27 @@ def capture_fixed(
     progress: ProgressSink | None = None, stop: StopToken | None = None, rules: str | None = None,
 ) -> dict[str, float]:
     """Capture the emulated run with the fallback set (run `fixed` of the store at `path`, under the
-    emulation `rules`); returns each candidate's worst relative L2 error after the fix."""
+    emulation `rules`); returns each candidate's worst relative L2 error after the fix. The run is added to
+    a copy, renamed over `path` when complete: an interruption or a full disk leaves the store as it was
+    (a resumed run reads it)."""
     gated = gated_graph(model, fmt, rules=rules)
     names = [t for n in model.nodes for t in n.float_outputs]
+    tmp = path.with_name(f".{path.name}.partial")
+    note_written(tmp)
+    try:
+        storage.check_room(tmp, path.stat().st_size)
+        shutil.copyfile(path, tmp)
+        out = _capture_fixed(tmp, gated, model, fmt, names, samples, fallback, settings, progress, stop)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(path)
+    return out
+
+
+def _capture_fixed(path: Path, gated: GatedGraph, model: Model, fmt: Format, names: list[str], samples: list[Sample],
+                   fallback: frozenset[str], settings: CaptureSpec, progress: ProgressSink | None,
+                   stop: StopToken | None) -> dict[str, float]:
     with ActivationStore(path, "a") as store:
         if FIXED_RUN in store.file:
             del store.file[FIXED_RUN]

@@ -221,13 +221,14 @@ def _write(ctx: RunContext, outcome: Outcome) -> Report:
         trt_check, engine = tensorrt_steps(out_dir, work.model, final, spec, written, knobs, work.samples)
         produced = Produced(fixed_rel, written, trt_check, engine)
     validation, headroom = f.validation, f.headroom
+    notes = notes_for(work.model, fmt, backend, final) if passed else []
     checks = AnswerChecks(
         validation=validation, headroom=headroom, confirm=f.confirmed, confirm_verdict=f.confirm_verdict,
         knobs=knobs.result if knobs else None, knob_verdict=knobs.verdict if knobs else None,
         certified_by=certification(ctx.backends.plan, backend, f.confirmed, validation, len(work.samples),
                                    passed and (headroom is None or headroom.holds), rules,
-                                   knobs.result if knobs else None),
-        emulation_notes=notes_for(work.model, fmt, backend, final) if passed else [],
+                                   knobs.result if knobs else None, notes),
+        emulation_notes=notes,
     )
     unseen = f.unseen
     pricing = price(ctx.space, ctx.oracle, outcome.found, ctx.space.cost_model, spec, work,

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from precision_doctor.data.inputs import Sample, generate_samples, load_samples, parse_val_ranges, validate_samples
+from precision_doctor.data.inputs import (
+    Sample,
+    generate_samples,
+    input_bounds,
+    load_samples,
+    parse_val_ranges,
+    validate_samples,
+)
 from precision_doctor.data.references import check_count
 from precision_doctor.data.workload import Workload
 from precision_doctor.pipeline.heldout_policy import plan_held_out
@@ -18,7 +25,7 @@ def held_out_samples(work: Workload) -> list[Sample]:
     inputs = work.inputs
     split = inputs.validation_split
     if inputs.validate_files:
-        held = load_samples(inputs.validate_files)
+        held = load_samples(inputs.validate_files, input_bounds(work.model))
         validate_samples(work.model, held, inputs.allow_nonfinite)
         if work.references is not None:
             n = len(work.samples)

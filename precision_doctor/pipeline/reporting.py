@@ -109,6 +109,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
             path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes),
             candidates=len(model.candidates), total_flops=total_flops,
             renamed_nodes=list(model.renamed_nodes),
+            unsafe_names=dict(model.unsafe_names),
         ),
         precision=spec.precision, backend=searched.backend, strategy=spec.search.strategy, cost=spec.search.cost,
         tolerance=spec.tolerance, margin=spec.search.margin,

@@ -24,6 +24,9 @@ from precision_doctor.spec import RunSpec
 RUN_SETTINGS = "run_settings.json"
 VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "copies", "confirm_backend",
                 "rules", "samples", "validation_samples", "samples_hash", "reference_hash")
+# What every version of the file recorded, with its type: a file without one of them was not written by a run.
+RECORDED_ALWAYS = {"model_hash": str, "precision": str, "backend": str, "tolerance": dict, "margin": (int, float),
+                   "confirm_backend": (str, type(None)), "samples": int, "validation_samples": int}
 
 
 class SettingsDiffer(SpecError):
@@ -62,15 +65,45 @@ def samples_hash(samples: list[Sample] | list[dict]) -> str:
 
 
 def recorded_spec(out_dir: Path) -> RunSpec | None:
-    """The RunSpec a run directory was made with; None when it records none (no run, an older version)."""
+    """The RunSpec a run directory was made with; None when it records none (no run, an older version).
+    A settings file that cannot be read is refused (SpecError naming it): a resume never falls back to
+    defaults over a run made with other settings."""
     path = Path(out_dir) / RUN_SETTINGS
-    if not path.is_file():
+    if not path.exists():
+        return None
+    data = _recorded(path)
+    if "spec" not in data:
         return None
     try:
+        return RunSpec.from_json(data["spec"])
+    except (UserError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0][:150]
+        raise _unreadable(path, f"holds a 'spec' that cannot be read ({first})") from None
+
+
+def _unreadable(path: Path, why: str) -> SpecError:
+    return SpecError("resume", f"{{resume}}: {path} {why}, so the run's settings are unknown; start over with "
+                     "{force} instead of {resume}, or choose another {out_dir}")
+
+
+def _recorded(path: Path) -> dict:
+    """run_settings.json's contents, checked for what every version recorded (`RECORDED_ALWAYS`)."""
+    if not path.is_file():
+        raise _unreadable(path, "is not a file")
+    try:
         data = read_json(path)
-        return RunSpec.from_json(data["spec"]) if isinstance(data, dict) and "spec" in data else None
-    except (UserError, ValueError, KeyError, TypeError):
-        return None
+    except UserError as exc:
+        raise _unreadable(path, f"is not valid JSON ({str(exc).split('(', 1)[-1].rstrip(')')})") from None
+    except RecursionError:
+        raise _unreadable(path, "is not valid JSON (nested too deeply)") from None
+    if not isinstance(data, dict):
+        raise _unreadable(path, "is not a JSON object")
+    for key, kind in RECORDED_ALWAYS.items():
+        if key not in data:
+            raise _unreadable(path, f"lacks '{key}'")
+        if not isinstance(data[key], kind) or isinstance(data[key], bool):
+            raise _unreadable(path, f"has a '{key}' of the wrong type ({data[key]!r:.40})")
+    return data
 
 
 def check_run_settings(out_dir: Path, settings: dict, resume: bool) -> None:
@@ -79,7 +112,7 @@ def check_run_settings(out_dir: Path, settings: dict, resume: bool) -> None:
     but for `copies` (how perturbed copies are made), which is "noise" where it recorded `augment`."""
     path = out_dir / RUN_SETTINGS
     if resume and path.exists():
-        old = read_json(path)
+        old = _recorded(path)
         if "augment" in old and "copies" not in old:  # recorded before image copies changed: its copies had noise only
             old["copies"] = "noise" if old["augment"] else None
         diff = [k for k in VERDICT_KEYS if k in old and old.get(k) != settings.get(k)]

@@ -16,7 +16,7 @@ from precision_doctor.backends import knobs
 from precision_doctor.backends.tensorrt.availability import missing_library
 from precision_doctor.backends.tensorrt.library import LABELS
 from precision_doctor.errors import UserError
-from precision_doctor.results.report import EngineResult, TrtCheckResult, TrtLayerMismatch
+from precision_doctor.results.report import EngineResult, Report, TrtCheckResult, TrtLayerMismatch
 
 if TYPE_CHECKING:
     from precision_doctor.data.inputs import Sample
@@ -27,6 +27,10 @@ if TYPE_CHECKING:
 
 FIXED_ONNX = "fixed.onnx"
 FIXED_PLAN = "fixed.plan"
+REPORT_JSON = "report.json"
+# what building the engine may write in a run directory (the plan, TensorRT's caches, their temporaries)
+ENGINE_FILES = (FIXED_PLAN, f".{FIXED_PLAN}.partial", "timing.cache", ".timing.cache.partial", "runtime.cache",
+                ".runtime.cache.partial")
 
 
 def _library():
@@ -114,14 +118,23 @@ def engine_for_run(run_dir: Path, targets: Sequence[str] | None) -> EngineResult
     """`emit RUN_DIR --format engine`: build fixed.plan from a finished run's fixed.onnx (with the TensorRT knob
     configuration the run found, if any), record it in report.json and render the reports again. UserError
     (exit 2) where nothing can be tried: no passing set, no library, targets it does not build for; a model
-    the builder refuses comes back as a result that was not built."""
-    from precision_doctor.pipeline.reporting import write_report
-    from precision_doctor.results.report import Report
+    the builder refuses comes back as a result that was not built. Files there that precision-doctor did not
+    write are never replaced (`results.rundir.updating`)."""
+    from precision_doctor.render import report_files
+    from precision_doctor.results.rundir import updating
 
     report = Report.load(run_dir)
     fixed = run_dir / FIXED_ONNX
     if not report.passed or not fixed.is_file():
         raise UserError(f"{run_dir}: the run found no passing set (no fixed.onnx), so there is no engine to build")
+    writes = [REPORT_JSON, *report_files(report).values(), *ENGINE_FILES]
+    with updating(run_dir, writes):
+        return _engine_for_run(run_dir, report, fixed, targets)
+
+
+def _engine_for_run(run_dir: Path, report: Report, fixed: Path, targets: Sequence[str] | None) -> EngineResult:
+    from precision_doctor.pipeline.reporting import write_report
+
     lib, why = _library()
     if lib is None:
         raise UserError(f"cannot build {FIXED_PLAN}: {why}")
@@ -134,9 +147,11 @@ def engine_for_run(run_dir: Path, targets: Sequence[str] | None) -> EngineResult
         if k is not None and k.best_settings and knobs.knob_family(k.backend) == knobs.TRT else None
     shapes = {}
     if dynamic_inputs(fixed) and (run_dir / "inputs.json").is_file():
-        from polygraphy.json import load_json
+        from precision_doctor.data.arrayfiles import MAX_ELEMENTS, read_polygraphy_json
 
-        shapes = dynamic_input_shapes(fixed, (load_json(str(run_dir / "inputs.json")) or [None])[0])
+        samples = read_polygraphy_json(run_dir / "inputs.json", MAX_ELEMENTS, where=str(run_dir / "inputs.json"))
+        shapes = dynamic_input_shapes(fixed, samples[0] if isinstance(samples, list) and samples
+                                      and isinstance(samples[0], dict) else None)
     result = build_fixed(run_dir, targets, config, shapes)
     report.engine = result
     if result.built and result.plan:

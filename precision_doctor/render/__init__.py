@@ -8,6 +8,20 @@ from pathlib import Path
 from precision_doctor.results.report import Report
 
 
+def report_files(report: Report) -> dict[str, str]:
+    """The file names of report.md and report.html (`report.artifacts` may name them); UserError for a name
+    that is not a plain file name in the run directory (a report.json from elsewhere must not write elsewhere)."""
+    from precision_doctor.errors import UserError
+
+    out = {}
+    for key, default in (("report_md", "report.md"), ("report_html", "report.html")):
+        name = report.artifacts.get(key, default)
+        if Path(name).name != name or name in ("", ".", "..") or "\\" in name:
+            raise UserError(f"report.json: artifacts.{key} must be a file name in the run directory, got {name!r}")
+        out[key] = name
+    return out
+
+
 def write_reports(report: Report, run_dir: Path) -> dict[str, Path]:
     """Render report.md and report.html into `run_dir` (names from `report.artifacts`); returns the paths."""
     from precision_doctor.render.html import render_html
@@ -15,10 +29,7 @@ def write_reports(report: Report, run_dir: Path) -> dict[str, Path]:
     from precision_doctor.results.jsonio import write_text_atomic
 
     run_dir = Path(run_dir)
-    paths = {
-        "report_md": run_dir / report.artifacts.get("report_md", "report.md"),
-        "report_html": run_dir / report.artifacts.get("report_html", "report.html"),
-    }
+    paths = {key: run_dir / name for key, name in report_files(report).items()}
     write_text_atomic(paths["report_md"], render_markdown(report))
     write_text_atomic(paths["report_html"], render_html(report))
     return paths

@@ -574,9 +574,13 @@ def _settings_section(report: Report) -> str:
         ("Status", f"{report.status}" + (f": {report.reason}" if report.reason else "")),
         ("Created", f"{report.created or '?'} by {report.tool} {report.version}"),
     ]
-    renamed = model.renamed_nodes
+    renamed = [n for n in model.renamed_nodes if n not in model.unsafe_names]
     if renamed:
         rows.append(("Renamed nodes", ", ".join(str(n) for n in renamed[:50]) + (" …" if len(renamed) > 50 else "")))
+    if model.unsafe_names:
+        unsafe = list(model.unsafe_names.items())
+        rows.append(("Unsafe node names (renamed)", ", ".join(f"{new} (was '{old}')" for new, old in unsafe[:50])
+                     + (" …" if len(unsafe) > 50 else "")))
     body = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in rows)
     return f'<section id="settings"><h2>Run</h2><table>{body}</table></section>'
 

@@ -253,6 +253,9 @@ def certified_sentence(report: Report) -> str | None:
     else:
         who = f"`{c.backend}`" + (" (real low precision on the GPU)" if c.gpu else "")
     text = f"Certified by {who}: the final answer passes there on all {c.samples} samples ({where})"
+    if c.unconfirmed:
+        text += (f", except for what the emulator does not model on a GPU ({', '.join(c.unconfirmed)}; "
+                 "below): confirm it there")
     if not c.gpu:
         text += "; not checked on a GPU"
         if c.not_on_gpu:
@@ -565,10 +568,17 @@ def render_markdown(report: Report) -> str:
         L += ["## Artifacts", ""]
         L += [f"- {_code(path)}: {artifact_title(key)}" for key, path in arts.items() if path]
         L.append("")
-    renamed = model.renamed_nodes
+    unsafe = model.unsafe_names
+    renamed = [n for n in model.renamed_nodes if n not in unsafe]
     if renamed:
         listed = ", ".join(_code(n) for n in renamed[:20]) + (", …" if len(renamed) > 20 else "")
         L += [f"Note: {len(renamed)} node(s) had missing or duplicate names and were renamed: {listed}"]
+        L.append("")
+    if unsafe:
+        listed = ", ".join(f"{_code(new)} (was {_code(old)})" for new, old in list(unsafe.items())[:20]) \
+            + (", …" if len(unsafe) > 20 else "")
+        L += [f"Warning: {len(unsafe)} node name(s) held control characters or bytes that are not UTF-8, which "
+              f"scripts and lists cannot carry safely, and were renamed (shown escaped): {listed}"]
         L.append("")
     L += pricing_lines(report)
     return "\n".join(L).rstrip() + "\n"

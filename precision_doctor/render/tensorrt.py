@@ -84,7 +84,7 @@ def named_onnx_sentence(report: Report) -> str | None:
         return None
     renamed = len(report.model.renamed_nodes) if report.model is not None else 0
     return (f"Every command reads {report.artifacts['named_onnx']}, the model with the node names this report uses "
-            f"({renamed} node(s) had no name or a duplicate one): {NAMED_ONNX_WHY}.")
+            f"({renamed} node(s) had no name, a duplicate one or one unsafe in scripts): {NAMED_ONNX_WHY}.")
 
 
 def forced_intro(report: Report) -> str:

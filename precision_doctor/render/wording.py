@@ -9,8 +9,10 @@ and the all-low-precision error as a multiple of the tolerance).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
+from precision_doctor.graph.coverage import EmulationNote, NoteKind
 from precision_doctor.outcome import RunStatus, Verdict, _Value
 from precision_doctor.results.report import Report
 
@@ -110,6 +112,7 @@ class Tone(_Value):
 _LABELS: dict[Verdict, tuple[str, Tone]] = {
     Verdict.PASSED: ("PASSED", Tone.PASS),
     Verdict.PASSED_UNVALIDATED: ("PASSED (NOT VALIDATED ON YOUR DATA)", Tone.PASS),
+    Verdict.PASSED_UNCONFIRMED: ("PASSED ON THE EMULATOR (CONFIRM ON A GPU)", Tone.WARN),
     Verdict.PASSED_SO_FAR: ("PASSED (search {stopped})", Tone.WARN),
     Verdict.NOT_PREDICTED_TO_HOLD: ("PREDICTED NOT TO HOLD ON NEW INPUTS", Tone.WARN),
     Verdict.FAILED_HELD_OUT: ("FAILED ON HELD-OUT SAMPLES", Tone.FAIL),
@@ -132,7 +135,43 @@ def verdict_of(report: Report) -> Verdict:
         return Verdict.NOT_PREDICTED_TO_HOLD if not_holding(report) else Verdict.FAILED_HELD_OUT
     if v is not None and not v.passed and not v.passed_after_research:
         return Verdict.FAILED_HELD_OUT
+    if unconfirmed(report):
+        return Verdict.PASSED_UNCONFIRMED
     return Verdict.PASSED if validated_on_user_data(report) else Verdict.PASSED_UNVALIDATED
+
+
+def unconfirmed(report: Report) -> list[str]:
+    """What of the answer's low-precision part the emulator that certified it does not model on a GPU (op types,
+    patterns, the format: `certified_by.unconfirmed`); empty where a GPU certified it or the emulator models it all."""
+    c = report.certified_by
+    return list(c.unconfirmed) if c is not None and not c.gpu else []
+
+
+def coverage_clause(report: Report) -> str | None:
+    """Why an emulator's PASS is unconfirmed, in words ("28 HardSwish nodes behave on a GPU in a way never
+    measured; ..."); None when it is not."""
+    return notes_clause(report.emulation_notes, precision_name(report)) if unconfirmed(report) else None
+
+
+def notes_clause(notes: Iterable[EmulationNote], precision: str) -> str | None:
+    """The emulation notes that leave an emulator's verdict unconfirmed, in words; None without any."""
+    parts = []
+    for n in notes:
+        if not n.unconfirmed:
+            continue
+        one = n.count == 1
+        nodes = f"{n.count} {n.op_type} node{'' if one else 's'}"
+        if n.kind == NoteKind.MEASURED_MISMATCH:
+            parts.append(f"{nodes} {'errs' if one else 'err'} on a GPU up to {n.factor:.3g}x more than the emulator "
+                         "computes")
+        elif n.kind == NoteKind.UNMEASURED_PATTERN:
+            parts.append(f"{n.count} {n.op_type} pair{'' if one else 's'} that ONNX Runtime may fuse "
+                         f"{'was' if one else 'were'} never measured")
+        elif n.kind == NoteKind.UNMEASURED_FORMAT:
+            parts.append(f"{precision.upper()} was never measured on a GPU")
+        else:
+            parts.append(f"{nodes} {'behaves' if one else 'behave'} on a GPU in a way never measured")
+    return "; ".join(parts) or None
 
 
 def _researched(report: Report) -> bool:
@@ -187,8 +226,12 @@ def verdict_sentence(report: Report) -> str:
                 "only: it is predicted not to hold on new inputs.")
     if kind == Verdict.FAILED_HELD_OUT:
         return f"The fallback set found ({nodes} in FP32) does not meet the tolerance in {prec} on the held-out samples."
-    if size == 0:
+    if size == 0 and kind != Verdict.PASSED_UNCONFIRMED:
         return f"The model meets the tolerance entirely in {prec}: no node needs FP32."
+    if kind == Verdict.PASSED_UNCONFIRMED:
+        where = "entirely" if size == 0 else f"with {nodes} kept in FP32 ({share} of FLOPs)"
+        return (f"On the emulator, the model meets the tolerance in {prec} {where}; {coverage_clause(report)}: "
+                "confirm on the GPU (`--confirm-backend ort-cuda`, or `precision-doctor probe-ops` there).")
     lead = "The model meets the tolerance" if kind != Verdict.PASSED_SO_FAR else "The best set so far meets the tolerance"
     return f"{lead} in {prec} with {nodes} kept in FP32 ({share} of FLOPs)."
 

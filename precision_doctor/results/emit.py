@@ -48,6 +48,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from precision_doctor.backends import knobs
 from precision_doctor.backends.knobs import KnobConfig
+from precision_doctor.graph.names import shown
 
 PRECISION_FLAGS = {"fp16": "--fp16", "bf16": "--bf16"}
 # trtexec cannot express these in a layer name (see the module docstring).
@@ -330,12 +331,20 @@ def autocast_command(
 
 
 def forced_comment_lines(forced: Mapping[str, str] | None, prefix: str = "# ") -> list[str]:
-    """Comment lines naming the nodes fixed.onnx keeps FP32 beyond the answer, with why."""
+    """Comment lines naming the nodes fixed.onnx keeps FP32 beyond the answer, with why (names and reasons come
+    from the model: escaped, so that no line break ends the comment)."""
     if not forced:
         return []
     lines = [f"{prefix}fixed.onnx also keeps {len(forced)} node(s) in FP32 beyond the answer (listed with it here):"]
-    lines += [f"{prefix}  {name}: {why}" for name, why in forced.items()]
+    lines += [f"{prefix}  {shown(name)}: {shown(why)}" for name, why in forced.items()]
     return lines
+
+
+def name_list(names: Iterable[str]) -> str:
+    """A text list, one name per line (AutoCast's exclusions): each name escaped (`graph/names.py`), so that
+    none breaks a line; the model's unsafe names were renamed at load, so this changes nothing there."""
+    items = [shown(n) for n in _dedupe(names)]
+    return "".join(f"{n}\n" for n in items)
 
 
 def with_forced(names: Sequence[str], forced: Mapping[str, str] | None) -> list[str]:
@@ -512,9 +521,10 @@ def tensorrt_rtx_script(
         "set -euo pipefail",
         'cd "$(dirname "${BASH_SOURCE[0]}")"',
     ]
+    out.append(f"default_ccs={shlex.quote(ccs)}")
     if tf32:
         out += [
-            f'read -r -a ccs <<< "${{PD_COMPUTE_CAPABILITIES:-{ccs}}}"',
+            'read -r -a ccs <<< "${PD_COMPUTE_CAPABILITIES:-$default_ccs}"',
             f'POLYGRAPHY_USE_TENSORRT_RTX=1 {cmd} --compute-capabilities "${{ccs[@]}}" -o {shlex.quote(engine)}',
         ]
         return "\n".join(out) + "\n"
@@ -524,7 +534,7 @@ def tensorrt_rtx_script(
         "cat > \"$tmp/pd_no_tf32.py\" <<'PY'",
         NO_TF32_POSTPROCESS.rstrip("\n"),
         "PY",
-        f'read -r -a ccs <<< "${{PD_COMPUTE_CAPABILITIES:-{ccs}}}"',
+        'read -r -a ccs <<< "${PD_COMPUTE_CAPABILITIES:-$default_ccs}"',
         f'POLYGRAPHY_USE_TENSORRT_RTX=1 {cmd} --compute-capabilities "${{ccs[@]}}" \\',
         f'    --trt-config-postprocess-script "$tmp/pd_no_tf32.py" -o {shlex.quote(engine)}',
     ]

@@ -89,3 +89,5 @@ def read_json(path: Path) -> Any:
     except json.JSONDecodeError as exc:
         raise InvalidJSON(f"{path} is not valid JSON (line {exc.lineno} column {exc.colno}: {exc.msg}; "
                           "cut short or damaged?)") from exc
+    except RecursionError:
+        raise InvalidJSON(f"{path} is not valid JSON here (nested too deeply)") from None

@@ -42,6 +42,7 @@ class ModelInfo:
     candidates: int = 0
     total_flops: int = 0
     renamed_nodes: list[str] = field(default_factory=list)
+    unsafe_names: dict[str, str] = field(default_factory=dict)  # renamed node -> its name in the file, escaped
 
 
 @dataclass
@@ -175,7 +176,9 @@ class Certification:
     """Which backend last checked the final answer on every sample, and how: `search` (on the search
     samples, no held-out ones), `validation` (search and held-out samples) or `confirmation` (on the
     confirm backend). `gpu`: real low precision on a GPU; `rules`: the emulator's rules when the
-    emulator certified; `not_on_gpu`: why the answer was not checked on a GPU, where `auto` had none."""
+    emulator certified; `not_on_gpu`: why the answer was not checked on a GPU, where `auto` had none;
+    `unconfirmed`: where the emulator certified, the op types, patterns or format of the answer's low-precision
+    part whose GPU behaviour it does not model (`emulation_notes`): the certificate does not cover them."""
 
     backend: str
     how: str
@@ -183,6 +186,7 @@ class Certification:
     gpu: bool = False
     rules: str | None = None
     not_on_gpu: str | None = None
+    unconfirmed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -608,7 +612,12 @@ class Report:
             raise ReportError(f"{path}: cannot read: {exc.strerror or exc}") from None
         except ValueError as exc:
             raise ReportError(f"{path}: not valid JSON ({str(exc).splitlines()[0][:150]})") from None
-        return cls.from_json(data, str(path))
+        except RecursionError:
+            raise ReportError(f"{path}: not a report (JSON nested too deeply)") from None
+        try:
+            return cls.from_json(data, str(path))
+        except RecursionError:
+            raise ReportError(f"{path}: not a report (values nested too deeply)") from None
 
 
 def _checks_json(checks: dict[str, OutputCheck]) -> dict:
@@ -734,6 +743,7 @@ def _model(v: Any, path: str) -> ModelInfo:
         nodes=_get(d, "nodes", path, _int, default=0), candidates=_get(d, "candidates", path, _int, default=0),
         total_flops=_get(d, "total_flops", path, _int, default=0),
         renamed_nodes=_get(d, "renamed_nodes", path, _list(_str), default=[]),
+        unsafe_names=_get(d, "unsafe_names", path, _str_map, default={}),
     )
 
 
@@ -819,6 +829,7 @@ def _certification(v: Any, path: str) -> Certification:
         gpu=_get(d, "gpu", path, _bool, default=False),
         rules=_get(d, "rules", path, _str, default=None, optional=True),
         not_on_gpu=_get(d, "not_on_gpu", path, _str, default=None, optional=True),
+        unconfirmed=_get(d, "unconfirmed", path, _list(_str), default=[]),
     )
 
 
@@ -827,6 +838,7 @@ def _emulation_note(v: Any, path: str) -> EmulationNote:
     return EmulationNote(
         kind=_get(d, "kind", path, _str), op_type=_get(d, "op_type", path, _str), count=_get(d, "count", path, _int),
         nodes=_get(d, "nodes", path, _list(_str), default=[]), detail=_get(d, "detail", path, _str, default=""),
+        factor=_get(d, "factor", path, _num, default=None, optional=True),
     )
 
 

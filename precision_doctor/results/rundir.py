@@ -5,7 +5,7 @@ files written atomically and listed in a manifest as they are written (`manifest
 the model or an input file, a non-empty one unless `force` (which removes only the files our manifest
 lists) or `resume`, and one another run holds (`runlock`, naming that run's process); it creates the
 directory, holds its lock while the run works, and when the run fails, removes a directory it created
-itself unless what is there can be resumed.
+itself unless what is there can be resumed; a failure for lack of room becomes `storage.DiskFull`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from precision_doctor.errors import SpecError
+from precision_doctor import storage
+from precision_doctor.errors import SpecError, UserError
 from precision_doctor.outcome import RunStatus
 from precision_doctor.results import manifest
 from precision_doctor.results.manifest import MANIFEST
@@ -124,6 +125,12 @@ def prepare_run_dir(path: Path, force: bool = False, resume: bool = False,
     path = Path(path)
     if str(path) == "":
         raise SpecError("out_dir", "{out_dir} must name a directory")
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        pass  # a new directory; a file in its way is named below
+    except OSError as exc:  # a loop of symbolic links, a name too long, no permission to look
+        raise SpecError("out_dir", f"{{out_dir}} {path}: {exc.strerror or exc}") from None
     if path.exists() and not path.is_dir():
         raise SpecError("out_dir", f"{{out_dir}} {path} exists and is not a directory")
     if resume and not path.is_dir():
@@ -163,10 +170,14 @@ def open_run_dir(path: Path, *, force: bool = False, resume: bool = False, prote
         raise
     try:
         yield path
-    except BaseException:
+    except BaseException as exc:
         lock.release()
         if created and not resumable(path):
-            _remove_created(path)
+            with contextlib.suppress(OSError):  # on a full disk too: removing comes before any write
+                _remove_created(path)
+        full = storage.as_disk_full(exc, path) if isinstance(exc, Exception) else None
+        if full is not None and full is not exc:
+            raise full from exc  # one line naming the run directory and what ran out
         raise
     lock.release()
 
@@ -181,3 +192,31 @@ def _remove_created(path: Path) -> None:
             p.unlink(missing_ok=True)
     with contextlib.suppress(OSError):
         os.rmdir(path)
+
+
+@contextlib.contextmanager
+def updating(run_dir: Path, writes: Sequence[str], command: str | None = None) -> Iterator[Path]:
+    """A finished run's directory that a later command writes into (`report` renders report.md and report.html
+    again; `emit --format engine` builds fixed.plan and rewrites the reports): refused when a file of
+    `writes` exists there and the manifest does not list it (someone else's; in a folder without a manifest,
+    any that exists) or when another run holds the directory; its lock is held meanwhile. These commands
+    take the directory as their argument, so the messages name it (no --out)."""
+    run_dir = Path(run_dir)
+    mine = manifest.listed(run_dir)
+    theirs = [n for n in dict.fromkeys(writes) if (run_dir / n).exists() and n not in (mine or set())]
+    if theirs:
+        it = "them" if len(theirs) > 1 else "it"
+        why = (f"{'they are' if len(theirs) > 1 else 'it is'} not in {MANIFEST}" if mine is not None else
+               f"the folder has no {MANIFEST}, so precision-doctor cannot tell that it wrote {it}")
+        raise UserError(f"{run_dir}: {', '.join(theirs)} would be replaced, but {why}; move {it} away first")
+    try:
+        lock = RunLock(run_dir, command).acquire()
+    except RunDirLocked as exc:
+        who = exc.owner.describe() if exc.owner else "a process that has not recorded itself yet"
+        raise UserError(f"{run_dir}: another run is using it ({who}); wait for it to end") from None
+    try:
+        if mine is None:
+            manifest.start(run_dir)  # from now on its writes are recorded
+        yield run_dir
+    finally:
+        lock.release()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +18,7 @@ import numpy as np
 from precision_doctor.backends.base import Backend
 from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
+from precision_doctor.errors import UserError
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all, merge
 from precision_doctor.results.jsonio import as_float, jsonable
 from precision_doctor.results.manifest import note_written
@@ -75,6 +76,43 @@ class Evaluation:
             "failed_sample": self.verdict.failed_sample,
             "outputs": {k: v.to_dict() for k, v in self.verdict.outputs.items()},
         }
+
+
+def _number(x: object) -> bool | int | float:
+    """A number of a checkpoint record (non-finite ones are written as strings); ValueError otherwise."""
+    value = as_float(x) if isinstance(x, str) else x
+    if not isinstance(value, (bool, int, float)):
+        raise ValueError(x)
+    return value
+
+
+def _verdict_of(rec: object) -> tuple[frozenset[str], Verdict, str]:
+    """A checkpoint record as (fallback, verdict, phase); ValueError saying what is wrong with it."""
+    if not isinstance(rec, dict):
+        raise ValueError("not a JSON object")
+    fallback, passed, outputs = rec.get("fallback"), rec.get("passed"), rec.get("outputs", {})
+    if not isinstance(fallback, list) or not all(isinstance(n, str) for n in fallback):
+        raise ValueError("'fallback' is not a list of node names")
+    if not isinstance(passed, bool):
+        raise ValueError("'passed' is not true or false")
+    if not isinstance(outputs, dict) or not all(isinstance(v, dict) for v in outputs.values()):
+        raise ValueError("'outputs' is not an object of output checks")
+    names = {f.name for f in fields(OutputCheck)}
+    outs = {}
+    for k, v in outputs.items():
+        if not set(v) <= names or "passed" not in v or not isinstance(v["passed"], bool):
+            raise ValueError(f"output '{k}' is not an output check")
+        try:
+            values = {f: _number(x) for f, x in v.items()}
+        except ValueError:
+            raise ValueError(f"output '{k}' holds a value that is not a number") from None
+        outs[str(k)] = OutputCheck(**values)
+    failed, elapsed, phase = rec.get("failed_sample"), rec.get("elapsed_s", 0.0), rec.get("phase", "resumed")
+    if failed is not None and (not isinstance(failed, int) or isinstance(failed, bool)):
+        raise ValueError("'failed_sample' is not a sample index")
+    if not isinstance(elapsed, (int, float)) or isinstance(elapsed, bool) or not isinstance(phase, str):
+        raise ValueError("'elapsed_s' or 'phase' has the wrong type")
+    return frozenset(fallback), Verdict(passed, outs, failed, float(elapsed)), phase
 
 
 def _parse_record(line: str) -> dict | None:
@@ -137,20 +175,24 @@ class Oracle:
         recovered from the line."""
         if not self.checkpoint or not self.checkpoint.exists():
             return 0
+        if not self.checkpoint.is_file():
+            raise UserError(f"{self.checkpoint} is not a file (the run's checkpoint must be): move it away to continue")
         data = self.checkpoint.read_bytes()
         if data and not data.endswith(b"\n"):
             data = data[: data.rfind(b"\n") + 1]
             with self.checkpoint.open("r+b") as f:
                 f.truncate(len(data))
-        for line in data.decode("utf-8", errors="replace").splitlines():
-            rec = _parse_record(line)
-            if rec is None:
-                continue  # a fragment: its evaluation runs again
-            fb = frozenset(rec["fallback"])
-            outs = {k: OutputCheck(**{f: (as_float(x) if isinstance(x, str) else x) for f, x in v.items()})
-                    for k, v in rec.get("outputs", {}).items()}
-            verdict = Verdict(rec["passed"], outs, rec.get("failed_sample"), rec.get("elapsed_s", 0.0))
-            self._record(fb, verdict, rec.get("phase", "resumed"), write=False)
+        for i, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), 1):
+            try:
+                rec = _parse_record(line)
+                if rec is None:
+                    continue  # a fragment: its evaluation runs again
+                fb, verdict, phase = _verdict_of(rec)
+            except (ValueError, TypeError, RecursionError) as exc:
+                why = "JSON nested too deeply" if isinstance(exc, RecursionError) else exc
+                raise UserError(f"{self.checkpoint} line {i} is not a checkpoint record ({why}); it was not written "
+                                "by precision-doctor: move the file away to search again") from None
+            self._record(fb, verdict, phase, write=False)
         return self.evaluations
 
     def _record(self, fb: frozenset[str], verdict: Verdict, phase: str, write: bool = True) -> Evaluation:

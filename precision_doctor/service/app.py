@@ -10,26 +10,31 @@ from typing import Any
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 
 from precision_doctor import __version__
+from precision_doctor.errors import one_line
 from precision_doctor.service import pages
-from precision_doctor.service.auth import COOKIE, Guard, token_ok
+from precision_doctor.service.auth import COOKIE, Guard, csrf_value, session_value, token_ok
 from precision_doctor.service.config import ServiceConfig, StateDir
 from precision_doctor.service.events import job_events
+from precision_doctor.service.health import disk_use, out_of_space
 from precision_doctor.service.jobs import create_job
 from precision_doctor.service.schema import STATES
-from precision_doctor.service.store import Job, Store, view
+from precision_doctor.service.store import Job, Store, StoreBusy, StoreError, StoreFull, view
 from precision_doctor.service.supervisor import Supervisor, WorkerLauncher
 from precision_doctor.service.uploads import Refused, artifact, list_artifacts, read_submission
 
 log = logging.getLogger("precision_doctor.service")
+API_BUSY_S = 3.0  # how long a request waits for the store's lock before it is answered 503
+RETRY_AFTER_S = 5
 
 
 def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLauncher | None = None) -> FastAPI:
     """The app for `config`; with `supervise` its lifespan runs the workers (through `launcher`, by default
     worker processes here)."""
     state = StateDir(config.state_dir)
-    store = Store(state.db)
+    store = Store(state.db, busy_timeout_s=API_BUSY_S)
     supervisor = Supervisor(config, store, launcher)
 
     @asynccontextmanager
@@ -61,10 +66,25 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
         where = ".".join(str(x) for x in first.get("loc", ()) if x != "query")
         return JSONResponse({"detail": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
 
+    @app.exception_handler(StoreBusy)
+    async def busy(_: Request, exc: StoreBusy) -> JSONResponse:
+        return JSONResponse({"detail": f"try again later: {exc}"}, status_code=503,
+                            headers={"retry-after": str(RETRY_AFTER_S)})
+
+    @app.exception_handler(StoreFull)
+    async def store_full(_: Request, exc: StoreFull) -> JSONResponse:
+        return _no_space(str(exc))
+
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        if out_of_space(exc):
+            log.error("%s %s: %s", request.method, request.url.path, one_line(exc))
+            return _no_space(f"the disk of the state directory {state.root} is full ({one_line(exc)})")
         log.error("%s %s failed:\n%s", request.method, request.url.path, traceback.format_exc())
         return JSONResponse({"detail": "internal error (the daemon's log has the details)"}, status_code=500)
+
+    def _no_space(detail: str) -> JSONResponse:
+        return JSONResponse({"detail": detail}, status_code=507, headers={"retry-after": str(RETRY_AFTER_S * 12)})
 
     def get_job(job_id: str) -> Job:
         job = store.get(job_id)
@@ -72,16 +92,38 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
             raise Refused(404, f"no job '{job_id}'")
         return job
 
-    @app.get("/healthz", summary="Liveness: workers alive and jobs by state")
+    @app.get("/healthz", summary="Health: workers alive, jobs by state, the store and the disk",
+             description="`ok` is false when something keeps jobs from being stored or run: `problems` says what "
+             "(workers missing, the store locked by another process, the state directory's disk full).")
     def healthz() -> dict:
-        return {"ok": True, "version": __version__, "workers": supervisor.alive() if supervise else 0,
-                "worker_deaths": supervisor.deaths, "jobs": store.counts(), "max_upload_mb": config.max_upload_mb}
+        problems = supervisor.problems() if supervise else []
+        store_problem = supervisor.store_problem if supervise else store.write_problem(0.1)
+        try:
+            counts: dict[str, int] | None = store.counts()
+        except StoreError as exc:
+            counts = None
+            problems.append(str(exc))
+        disk = disk_use(state.root)
+        if disk is not None and (full := disk.problem()):
+            problems.append(full)
+        problems = list(dict.fromkeys(problems))  # the supervisor may have said it too
+        return {"ok": not problems, "problems": problems, "version": __version__,
+                "workers": supervisor.alive() if supervise else 0, "workers_wanted": config.workers if supervise else 0,
+                "worker_deaths": supervisor.deaths, "jobs": counts,
+                "store": {"writable": store_problem is None},
+                "disk": disk.to_json() if disk is not None else None, "max_upload_mb": config.max_upload_mb}
 
     @app.post("/jobs", status_code=201, summary="Submit a job",
               description="JSON `{model: server path, settings, name}`, or multipart with `model` (file) or `model_path`, "
               "`inputs` / `validate_inputs` (files, repeatable), `settings` (JSON), `name`. 201 with the job.")
     async def submit(request: Request) -> JSONResponse:
-        job = create_job(await read_submission(request), config, state, store)
+        submission = await read_submission(request)
+        try:
+            job = await run_in_threadpool(create_job, submission, config, state, store)  # files, SQLite: off the loop
+        except OSError as exc:
+            if not out_of_space(exc):
+                raise
+            raise Refused(507, f"the disk of the state directory {state.root} is full ({one_line(exc)})") from None
         if supervise:
             supervisor.wake()
         return JSONResponse(view(job).to_json(), status_code=201, headers={"location": f"/jobs/{job.id}"})
@@ -134,13 +176,15 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
     def root() -> RedirectResponse:
         return RedirectResponse("/ui", status_code=303)
 
+    csrf = csrf_value(config.token) if config.token else ""  # what the pages send with a cancel (auth.py)
+
     @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
     def ui_jobs() -> HTMLResponse:
-        return HTMLResponse(pages.job_list_page(store.list(limit=200), store.counts()))
+        return HTMLResponse(pages.job_list_page(store.list(limit=200), store.counts(), csrf))
 
     @app.get("/ui/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
     def ui_job(job_id: str) -> HTMLResponse:
-        return HTMLResponse(pages.job_page(get_job(job_id)))
+        return HTMLResponse(pages.job_page(get_job(job_id), csrf))
 
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_form() -> HTMLResponse:
@@ -155,7 +199,7 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
         if not isinstance(given, str) or not token_ok(given, config.token):
             return HTMLResponse(pages.login_page(failed=True), status_code=401)
         resp = RedirectResponse("/ui", status_code=303)
-        resp.set_cookie(COOKIE, given, httponly=True, samesite="strict")
+        resp.set_cookie(COOKIE, session_value(config.token), httponly=True, samesite="strict")
         return resp
 
     app.state.store, app.state.supervisor, app.state.config = store, supervisor, config

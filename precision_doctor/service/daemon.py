@@ -5,16 +5,20 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import math
 import os
 import signal
 import socket
 import sys
 from pathlib import Path
 
-from precision_doctor.errors import UserError
-from precision_doctor.service.config import ServiceConfig, StateDir, is_loopback
+from precision_doctor.errors import UserError, one_line
+from precision_doctor.service.auth import token_problem
+from precision_doctor.service.config import TOKEN_ENV, ServiceConfig, StateDir, is_loopback
 
 WORKERS_FROM_CLUSTER = 0  # --executor ray without --workers: as many as the cluster holds (RayLauncher)
+MAX_WORKERS = 1024
+MAX_MB = float(1 << 30)  # --max-upload-mb, --cache-mb (and --lease-s in seconds): beyond this, a typo
 
 
 def check(config: ServiceConfig) -> None:
@@ -22,16 +26,23 @@ def check(config: ServiceConfig) -> None:
     if not is_loopback(config.host) and not config.token:
         raise UserError(f"--host {config.host} is not a loopback address: give a --token (or set PRECISION_DOCTOR_TOKEN) "
                         "so that requests without it are refused")
-    if config.token is not None and len(config.token) < 8:
-        raise UserError("--token must be at least 8 characters")
+    if config.token is not None and (why := token_problem(config.token)):
+        raise UserError(f"--token (or PRECISION_DOCTOR_TOKEN) {why}")
+    if not 1 <= config.port <= 65535:
+        raise UserError(f"--port must lie in [1, 65535], got {config.port}")
     if config.workers < 1 and not (config.executor == "ray" and config.workers == WORKERS_FROM_CLUSTER):
         raise UserError("--workers must be at least 1")
+    if config.workers > MAX_WORKERS:
+        raise UserError(f"--workers must be at most {MAX_WORKERS}, got {config.workers}")
     if config.executor == "ray":
         from precision_doctor.service.ray_workers import RayLauncher
 
         RayLauncher(config)  # Ray installed, --ray-cpus positive (SpecError naming the flag)
-    if config.max_upload_mb <= 0:
-        raise UserError("--max-upload-mb must be positive")
+    for flag, value, lowest in (("--max-upload-mb", config.max_upload_mb, 0.0), ("--cache-mb", config.cache_mb, None),
+                                ("--lease-s", config.lease_s, 0.0)):
+        if not (math.isfinite(value) and (value > lowest if lowest is not None else value >= 0) and value <= MAX_MB):
+            kind = "a positive" if lowest is not None else "a non-negative"
+            raise UserError(f"{flag} must be {kind} number (at most {MAX_MB:g}), got {value:g}")
     if config.state_dir.exists() and not config.state_dir.is_dir():
         raise UserError(f"--state-dir {config.state_dir} is not a directory")
     for root in config.allow_roots:
@@ -52,10 +63,13 @@ def hold_state_dir(state: StateDir):
     except BlockingIOError:
         f.close()
         raise UserError(f"another daemon uses {state.root} (it holds {state.daemon_lock}); stop it or pick --state-dir") from None
-    f.seek(0)
-    f.truncate()
-    f.write(f"{os.getpid()}\n")
-    f.flush()
+    try:  # the pid is for people; the lock is the flock (a full disk takes the pid, not the lock)
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+    except OSError:
+        pass
     return f
 
 
@@ -80,8 +94,11 @@ def serve(config: ServiceConfig) -> None:
     import uvicorn
 
     from precision_doctor.service.app import create_app
+    from precision_doctor.service.store import StoreError
 
     check(config)
+    os.umask(0o077)  # the state directory (uploads, run directories, the store) is the daemon user's alone
+    os.environ.pop(TOKEN_ENV, None)  # held in config; nothing started from here (a local Ray instance) inherits it
     config.state_dir = config.state_dir.resolve()
     config.allow_roots = [Path(r).resolve() for r in config.allow_roots]
     lock = hold_state_dir(StateDir(config.state_dir))
@@ -89,7 +106,10 @@ def serve(config: ServiceConfig) -> None:
     try:
         with worker_launcher(config) as launcher:
             logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-            app = create_app(config, launcher=launcher)
+            try:
+                app = create_app(config, launcher=launcher)
+            except StoreError as exc:  # a new store on a full disk, or one another process keeps locked
+                raise UserError(f"--state-dir {config.state_dir}: {one_line(exc)}") from None
             where = f"http://{'[' + config.host + ']' if ':' in config.host else config.host}:{config.port}"
             on = " as Ray tasks" if config.executor == "ray" else ""
             print(f"precision-doctor daemon on {where} (state {config.state_dir}, {config.workers} worker(s){on}"

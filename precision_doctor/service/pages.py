@@ -1,6 +1,7 @@
 """Server-rendered pages: the job list and one job with live progress (server-sent events) and a link
 to its report. Self-contained HTML (inline CSS and JS, no external URLs); every value is escaped, and
-scripts fill the page through textContent only."""
+scripts fill the page through textContent only. A page carries the daemon's CSRF value (`auth.csrf_value`,
+empty without a token) and sends it as X-CSRF-Token with every request that changes something."""
 
 from __future__ import annotations
 
@@ -80,7 +81,9 @@ _JOB_JS = """
    link.textContent=a.name;li.appendChild(link);li.appendChild(document.createTextNode(' ('+a.size+' bytes)'));
    items.push(li);});ul.replaceChildren.apply(ul,items);}).catch(function(){});}
  document.getElementById('cancel').addEventListener('click',function(){
-  fetch('/jobs/'+encodeURIComponent(job.id),{method:'DELETE'}).then(function(r){return r.json();})
+  var csrf=document.querySelector('meta[name="pd-csrf"]').content;
+  fetch('/jobs/'+encodeURIComponent(job.id),{method:'DELETE',headers:csrf?{'X-CSRF-Token':csrf}:{}})
+  .then(function(r){return r.json();})
   .then(function(j){if(j&&j.id)render(j);});});
  render(job);
  if(['done','failed','cancelled'].indexOf(job.state)<0&&window.EventSource){
@@ -91,17 +94,18 @@ _JOB_JS = """
 """
 
 
-def _page(title: str, body: str, data: dict | list, script: str) -> str:
+def _page(title: str, body: str, data: dict | list, script: str, csrf: str = "") -> str:
     blob = json.dumps(data).replace("<", "\\u003c")  # nothing in the JSON can close the script element
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
+        f"<meta name=\"pd-csrf\" content=\"{escape(csrf)}\">"
         f"<title>{escape(title)}</title><link rel=\"icon\" href=\"data:,\"><style>{_CSS}</style></head><body><main>{body}</main>"
         f"<script type=\"application/json\" id=\"initial\">{blob}</script><script>{script}</script></body></html>\n"
     )
 
 
-def job_list_page(jobs: list[Job], counts: dict[str, int]) -> str:
+def job_list_page(jobs: list[Job], counts: dict[str, int], csrf: str = "") -> str:
     """Every job, newest first; the table refreshes itself every 2 s."""
     sub = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
     head = "".join(f"<th>{h}</th>" for h in ("Job", "Model", "State", "Phase", "Evaluations", "FP32 nodes", "Passed",
@@ -109,10 +113,10 @@ def job_list_page(jobs: list[Job], counts: dict[str, int]) -> str:
     body = (f"<h1>precision-doctor jobs</h1><p class=\"sub\"><span id=\"count\"></span> &middot; {escape(sub or 'none yet')}"
             " &middot; <a href=\"/docs\">API</a></p>"
             f"<table><thead><tr>{head}</tr></thead><tbody id=\"jobs\"></tbody></table>")
-    return _page("precision-doctor jobs", body, [view(j, detail=False).to_json() for j in jobs], _LIST_JS)
+    return _page("precision-doctor jobs", body, [view(j, detail=False).to_json() for j in jobs], _LIST_JS, csrf)
 
 
-def job_page(job: Job) -> str:
+def job_page(job: Job, csrf: str = "") -> str:
     """One job: state, phase, evaluations and best set so far, live; the report link when it is done."""
     rid = escape(job.id)
     body = (
@@ -126,7 +130,7 @@ def job_page(job: Job) -> str:
         "<button id=\"cancel\" type=\"button\" hidden>Cancel</button></p>"
         "<h2 style=\"font-size:16px\">Artifacts</h2><ul id=\"artifacts\"></ul>"
     )
-    return _page(f"precision-doctor job {job.id}", body, view(job).to_json(), _JOB_JS)
+    return _page(f"precision-doctor job {job.id}", body, view(job).to_json(), _JOB_JS, csrf)
 
 
 def login_page(failed: bool = False) -> str:

@@ -23,6 +23,7 @@ a hung one; Ray itself reports a dead task.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -35,7 +36,7 @@ from precision_doctor.batch.ray_executor import NO_GPU, RayConnection, check_nod
 from precision_doctor.errors import SpecError, UserError, one_line
 from precision_doctor.outcome import JobState
 from precision_doctor.service.config import ServiceConfig, StateDir
-from precision_doctor.service.store import Job, Store
+from precision_doctor.service.store import Job, Store, StoreError
 
 POLL_S = 0.5
 
@@ -97,7 +98,11 @@ class RayWorker:
         launcher = self.launcher
         store = Store(launcher.state.db)
         while not self.closing.is_set():
-            job = store.claim(self.id, os.getpid(), launcher.config.lease_s)
+            try:
+                job = store.claim(self.id, os.getpid(), launcher.config.lease_s)
+            except StoreError as exc:  # locked or full: wait, as for an empty queue, and try again
+                _log(f"worker {self.id}: claiming a job failed, will retry: {one_line(exc)}")
+                job = None
             if job is None:
                 self.woken.wait(1.0)
                 self.woken.clear()
@@ -123,8 +128,11 @@ class RayWorker:
                 ray.cancel(self.ref, force=False)  # SIGINT in the task: it gives its job back
                 cancelled = True
             if time.monotonic() - renewed > lease_s / 4:
-                store.heartbeat(job.id, token, lease_s)
-                renewed = time.monotonic()
+                try:
+                    store.heartbeat(job.id, token, lease_s)
+                    renewed = time.monotonic()
+                except StoreError as exc:  # the supervisor knows the store refuses writes: the lease waits
+                    _log(f"worker {self.id}: renewing the lease of job {job.id} failed: {one_line(exc)}")
         try:
             ray.get(self.ref)
         except ray.exceptions.RayError as exc:
@@ -214,4 +222,5 @@ class RayLauncher:
 
 
 def _log(msg: str) -> None:
-    print(f"precision-doctor daemon {os.getpid()}: {msg}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):  # a log on a full disk must not end the caller
+        print(f"precision-doctor daemon {os.getpid()}: {msg}", file=sys.stderr, flush=True)

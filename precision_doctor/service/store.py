@@ -6,15 +6,21 @@ job in one transaction and gets a *lease* (an owner token and an expiry it renew
 every later write of that worker names the token, so a worker that lost its job (the lease ran out,
 the daemon re-queued it after a restart) changes nothing. A job re-queued after a crash or a
 restart keeps its run directory and resumes from its checkpoint.
+
+Every call waits at most `busy_timeout_s` for a lock another connection (or process) holds, retrying
+within that time, then raises `StoreBusy`; a full disk raises `StoreFull`. Reads do not wait for
+writers (WAL), so a held write lock stops submissions and heartbeats, not the pages.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import sqlite3
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +56,57 @@ CREATE TABLE IF NOT EXISTS jobs (
 );
 CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, not_before, n);
 """
+_BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
+_FULL = {"SQLITE_FULL", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_SHMSIZE", "SQLITE_IOERR_TRUNCATE"}
+
+
+class StoreError(Exception):
+    """The job store cannot do what was asked now (one line; `reason` says why)."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"the job store ({path.name} in the state directory) {reason}")
+        self.reason = reason
+
+
+class StoreBusy(StoreError):
+    """Another connection or process holds the store's lock past the busy timeout."""
+
+
+class StoreFull(StoreError):
+    """The disk under the store is full."""
+
+
+def _translated(exc: sqlite3.Error, path: Path) -> Exception:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    text = str(exc)
+    if name.startswith(tuple(_BUSY)) or "locked" in text or "busy" in text:
+        return StoreBusy(path, f"is locked by another process or connection ({text})")
+    if name.startswith(tuple(_FULL)) or "disk is full" in text or "disk I/O error" in text:
+        return StoreFull(path, f"cannot be written: its disk is full or failing ({text})")
+    return exc
+
+
+def _guarded(method: Callable) -> Callable:
+    """Run a store call; while the store is busy, retry (with back-off) until the busy timeout has passed,
+    then raise StoreBusy; SQLite errors of a full disk become StoreFull."""
+
+    @functools.wraps(method)
+    def call(self: Store, *args, **kwargs):
+        deadline, delay = time.monotonic() + self.busy_ms / 1000, 0.02
+        while True:
+            try:
+                return method(self, *args, **kwargs)
+            except sqlite3.Error as exc:
+                err = _translated(exc, self.path)
+                if isinstance(err, StoreBusy) and time.monotonic() + delay < deadline:
+                    time.sleep(delay)
+                    delay = min(2 * delay, 0.5)
+                    continue
+                if err is exc:
+                    raise
+                raise err from None
+
+    return call
 
 
 @dataclass
@@ -94,26 +151,41 @@ def _job(row: sqlite3.Row) -> Job:
 
 class Store:
     """The job store at `path`. Each call opens a short-lived connection, so an instance can be shared
-    by threads; processes open their own instance on the same file."""
+    by threads; processes open their own instance on the same file. An instance also keeps one idle
+    connection open (see `__init__`)."""
 
     def __init__(self, path: Path, busy_timeout_s: float = 30.0):
         self.path = Path(path)
         self.busy_ms = int(busy_timeout_s * 1000)
+        self._setup()
+        # one idle connection for the store's life: SQLite removes the WAL and shrinks its index when the last
+        # connection closes, and then cannot open the store again on a full disk, not even to read it
+        self._keeper = sqlite3.connect(self.path, check_same_thread=False)
+        with contextlib.suppress(sqlite3.Error):  # a first read opens the WAL and its index, which it then keeps
+            self._keeper.execute("SELECT COUNT(*) FROM sqlite_master").fetchall()
+
+    @_guarded
+    def _setup(self) -> None:
+        """WAL, the schema and its version, each written only when missing (a store that exists opens on a
+        full disk or while another process holds its lock)."""
         with self._conn() as con:
-            con.execute("PRAGMA journal_mode=WAL")
+            if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                con.execute("PRAGMA journal_mode=WAL")
             version = con.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise RuntimeError(f"{self.path}: job store schema {version} is newer than this precision-doctor's "
                                    f"({SCHEMA_VERSION})")
-            con.executescript(_SCHEMA)
-            con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            if version < SCHEMA_VERSION or not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'jobs'").fetchone():
+                con.executescript(_SCHEMA)
+                con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
 
     @contextmanager
-    def _conn(self) -> Iterator[sqlite3.Connection]:
-        con = sqlite3.connect(self.path, timeout=self.busy_ms / 1000, isolation_level=None)
+    def _conn(self, busy_ms: int | None = None) -> Iterator[sqlite3.Connection]:
+        busy_ms = self.busy_ms if busy_ms is None else busy_ms
+        con = sqlite3.connect(self.path, timeout=busy_ms / 1000, isolation_level=None)
         try:
             con.row_factory = sqlite3.Row
-            con.execute(f"PRAGMA busy_timeout={self.busy_ms}")
+            con.execute(f"PRAGMA busy_timeout={busy_ms}")
             con.execute("PRAGMA synchronous=NORMAL")
             yield con
         finally:
@@ -132,11 +204,13 @@ class Store:
             con.execute("COMMIT")
 
     # -- reading ------------------------------------------------------------------------------------
+    @_guarded
     def get(self, job_id: str) -> Job | None:
         with self._conn() as con:
             row = con.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _job(row) if row else None
 
+    @_guarded
     def list(self, state: str | None = None, limit: int = 200) -> list[Job]:
         """Newest first."""
         q, args = "SELECT * FROM jobs", []
@@ -146,16 +220,19 @@ class Store:
             rows = con.execute(q + " ORDER BY n DESC LIMIT ?", (*args, limit)).fetchall()
         return [_job(r) for r in rows]
 
+    @_guarded
     def counts(self) -> dict[str, int]:
         with self._conn() as con:
             rows = con.execute("SELECT state, COUNT(*) FROM jobs GROUP BY state").fetchall()
         return {s: 0 for s in STATES} | {r[0]: r[1] for r in rows}
 
+    @_guarded
     def cancel_requested(self, job_id: str) -> bool:
         with self._conn() as con:
             row = con.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return bool(row and row[0])
 
+    @_guarded
     def version(self, job_id: str) -> tuple[int, str] | None:
         """(version, state): a cheap poll for the event stream."""
         with self._conn() as con:
@@ -163,6 +240,7 @@ class Store:
         return (row[0], row[1]) if row else None
 
     # -- the API's writes -----------------------------------------------------------------------------
+    @_guarded
     def create(self, name: str, spec: dict, job_id: str | None = None) -> Job:
         now = time.time()
         job_id = job_id or new_id()
@@ -171,10 +249,10 @@ class Store:
                 "INSERT INTO jobs (id, state, name, spec, created, updated, progress) VALUES (?, 'queued', ?, ?, ?, ?, '{}')",
                 (job_id, name, json.dumps(spec), now, now),
             )
-        job = self.get(job_id)
-        assert job is not None
-        return job
+            row = con.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _job(row)
 
+    @_guarded
     def request_cancel(self, job_id: str) -> Job | None:
         """A queued job is cancelled at once; a running one is asked to stop (its worker ends it)."""
         now = time.time()
@@ -186,6 +264,7 @@ class Store:
         return self.get(job_id)
 
     # -- a worker's writes ------------------------------------------------------------------------------
+    @_guarded
     def claim(self, worker: str, pid: int, lease_s: float) -> Job | None:
         """The oldest queued job that may start now, now running under a fresh lease of `worker`."""
         now = time.time()
@@ -200,8 +279,10 @@ class Store:
                 "started = COALESCE(started, ?), updated = ?, version = version + 1 WHERE id = ?",
                 (worker, pid, token, now + lease_s, now, now, row[0]),
             )
-        return self.get(row[0])
+            claimed = con.execute("SELECT * FROM jobs WHERE id = ?", (row[0],)).fetchone()
+        return _job(claimed)  # read in the claim's transaction: a retried call never claims twice
 
+    @_guarded
     def heartbeat(self, job_id: str, token: str, lease_s: float, progress: Progress | None = None) -> tuple[bool, bool]:
         """Renew the lease (and store `progress`). Returns (still ours, cancel requested)."""
         now = time.time()
@@ -217,6 +298,7 @@ class Store:
             row = con.execute("SELECT cancel_requested FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return cur.rowcount == 1, bool(row and row[0])
 
+    @_guarded
     def finish(self, job_id: str, token: str, state: str, result: Result | None, error: str | None,
                progress: Progress | None = None) -> bool:
         """End a running job (done, failed or cancelled) if it is still ours; False if it is not."""
@@ -232,6 +314,7 @@ class Store:
             )
         return cur.rowcount == 1
 
+    @_guarded
     def release(self, job_id: str, token: str, delay_s: float = 0.0) -> bool:
         """Give a running job back to the queue (its run directory is kept: the next attempt resumes)."""
         now = time.time()
@@ -244,6 +327,7 @@ class Store:
         return cur.rowcount == 1
 
     # -- the supervisor's writes --------------------------------------------------------------------------
+    @_guarded
     def requeue_running(self, where: str, args: tuple, crashed: bool, max_crashes: int) -> list[str]:
         """Re-queue the running jobs matching `where` (a crash counts against the job: after
         `max_crashes` it fails instead); cancel those whose cancel was asked. Returns their ids."""
@@ -268,13 +352,21 @@ class Store:
                 )
         return [r[0] for r in rows]
 
+    def write_problem(self, wait_s: float) -> str | None:
+        """Why a write could not start now (None: it could): takes the write lock, waiting up to `wait_s`,
+        and lets it go at once."""
+        try:
+            with self._conn(busy_ms=int(wait_s * 1000)) as con:
+                con.execute("BEGIN IMMEDIATE")
+                con.execute("ROLLBACK")
+        except sqlite3.Error as exc:
+            return str(_translated(exc, self.path))
+        return None
+
     def requeue_worker(self, worker: str, crashed: bool, max_crashes: int) -> list[str]:
         return self.requeue_running("worker = ?", (worker,), crashed, max_crashes)
 
-    def requeue_all_running(self) -> list[str]:
-        """At daemon start: every running job belonged to a worker of an earlier daemon."""
-        return self.requeue_running("1", (), False, 1 << 30)
-
+    @_guarded
     def expired(self, now: float | None = None) -> list[Job]:
         """Running jobs whose lease ran out (their worker hangs or is gone)."""
         with self._conn() as con:
@@ -282,6 +374,7 @@ class Store:
                                (now or time.time(),)).fetchall()
         return [_job(r) for r in rows]
 
+    @_guarded
     def cancel_overdue(self, grace_s: float) -> list[Job]:
         """Running jobs whose cancel was asked more than `grace_s` ago and that still run."""
         with self._conn() as con:

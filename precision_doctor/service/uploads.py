@@ -1,9 +1,9 @@
-"""What a submission may name and carry: server paths confined to the allowed roots, uploaded files
-(size-limited, sanitised names, known suffixes), and artifact names confined to a job's run directory."""
+"""What a submission may carry: its fields (each once, but the sample files), its settings (JSON of
+bounded depth), uploaded files (size-limited, sanitised names, known suffixes), and artifact names
+confined to a job's run directory. Server paths are `paths.py`'s."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
@@ -14,9 +14,14 @@ from typing import Any
 from fastapi import HTTPException, Request
 from starlette.datastructures import UploadFile
 
+from precision_doctor.errors import SpecError
+from precision_doctor.spec import load_json
+
 MODEL_SUFFIXES = (".onnx",)
 SAMPLE_SUFFIXES = (".npz", ".json", ".h5", ".hdf5")
 _FIELDS = {"settings", "model_path", "model", "inputs", "validate_inputs", "name"}
+_REPEATABLE = {"inputs", "validate_inputs"}
+MAX_SETTINGS_BYTES = 1 << 20  # a settings document sent as a file part
 
 
 class Refused(HTTPException):
@@ -46,10 +51,7 @@ async def read_submission(request: Request) -> Submission:
     `settings` (JSON text), `name`)."""
     kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if kind == "application/json":
-        try:
-            body = json.loads(await request.body() or b"null")
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise Refused(400, f"the request body is not valid JSON: {exc}") from None
+        body = _json(await request.body() or b"null", "the request body")
         if not isinstance(body, dict):
             raise Refused(400, "the request body must be a JSON object with 'model' and 'settings'")
         unknown = sorted(set(body) - {"model", "settings", "name"})
@@ -71,21 +73,46 @@ async def read_submission(request: Request) -> Submission:
     unknown = sorted(set(form.keys()) - _FIELDS)
     if unknown:
         raise Refused(400, f"unknown form field '{unknown[0]}' (known: {', '.join(sorted(_FIELDS))})")
-    text = form.get("settings")
-    try:
-        settings = json.loads(text) if isinstance(text, str) and text.strip() else {}
-    except ValueError as exc:
-        raise Refused(400, f"field 'settings' is not valid JSON: {exc}") from None
+    twice = sorted(k for k in set(form.keys()) - _REPEATABLE if len(form.getlist(k)) > 1)
+    if twice:
+        raise Refused(400, f"form field '{twice[0]}' given {len(form.getlist(twice[0]))} times; give it once")
+    settings = _settings_field(form.get("settings"))
     model = form.get("model")
     model_path = form.get("model_path")
     if isinstance(model, str) or (model_path is not None and not isinstance(model_path, str)):
         raise Refused(400, "'model' must be an uploaded file and 'model_path' a text field")
-    files = {k: [v for v in form.getlist(k) if not isinstance(v, str)] for k in ("inputs", "validate_inputs")}
-    if any(isinstance(v, str) for k in ("inputs", "validate_inputs") for v in form.getlist(k)):
+    files = {k: [v for v in form.getlist(k) if not isinstance(v, str)] for k in _REPEATABLE}
+    if any(isinstance(v, str) for k in _REPEATABLE for v in form.getlist(k)):
         raise Refused(400, "'inputs' and 'validate_inputs' must be uploaded files (server paths go in settings.inputs.files)")
     name = form.get("name")
-    return Submission(_name(name if isinstance(name, str) else None), settings, model_path=model_path,
-                      model_upload=model, inputs=files["inputs"], validate_inputs=files["validate_inputs"])
+    if name is not None and not isinstance(name, str):
+        raise Refused(400, "'name' must be a text field")
+    return Submission(_name(name), settings, model_path=model_path, model_upload=model, inputs=files["inputs"],
+                      validate_inputs=files["validate_inputs"])
+
+
+def _json(data: str | bytes, what: str) -> Any:
+    """Parsed JSON, or a 400 naming `what` (not JSON, or nested beyond spec.MAX_JSON_DEPTH)."""
+    try:
+        return load_json(data, "settings")
+    except SpecError as exc:
+        raise Refused(400, exc.render(lambda _: what)) from None
+
+
+def _settings_field(value: str | UploadFile | None) -> Any:
+    """The multipart field `settings`: JSON text, or a file part holding it (`curl -F settings=@s.json`)."""
+    if value is None:
+        return {}
+    if not isinstance(value, str):
+        value.file.seek(0)
+        raw = value.file.read(MAX_SETTINGS_BYTES + 1)
+        if len(raw) > MAX_SETTINGS_BYTES:
+            raise Refused(400, f"field 'settings': the file is larger than {MAX_SETTINGS_BYTES >> 20} MiB")
+        try:
+            value = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Refused(400, "field 'settings': the file is not UTF-8 JSON") from None
+    return _json(value, "field 'settings'") if value.strip() else {}
 
 
 def _name(v: Any) -> str | None:
@@ -94,24 +121,6 @@ def _name(v: Any) -> str | None:
     if not isinstance(v, str) or len(v) > 200:
         raise Refused(400, "'name' must be a string of at most 200 characters")
     return v
-
-
-def confined(path: str, roots: list[Path], what: str) -> Path:
-    """`path` resolved (symlinks followed) if it is a file under one of `roots`; else a 4xx."""
-    if not roots:
-        raise Refused(403, f"{what}: this server takes no paths on the server (start it with --allow-root DIR); upload the file")
-    p = Path(path)
-    if not p.is_absolute():
-        raise Refused(400, f"{what}: '{path}' must be an absolute path on the server")
-    try:
-        real = p.resolve(strict=True)
-    except (OSError, RuntimeError):
-        raise Refused(400, f"{what}: '{path}' does not exist on the server") from None
-    if not any(real.is_relative_to(r.resolve()) for r in roots):
-        raise Refused(403, f"{what}: '{path}' is outside the allowed roots")
-    if not real.is_file():
-        raise Refused(400, f"{what}: '{path}' is not a file")
-    return real
 
 
 def safe_filename(name: str | None, fallback: str) -> str:

@@ -11,6 +11,11 @@ is on disk) and goes back to the queue, and the worker exits (after ORPHAN_GRACE
 side thread (`Pulse`) renews the job's lease, writes its progress, and turns a cancel or a lost lease
 into a stop. A job's run directory is owned by one worker at a time: `jobs/<id>/job.lock` (an flock
 naming the owner's pid).
+
+The store may refuse writes for a while (another process holds its lock, the disk is full): a worker
+then keeps trying (claims every second, heartbeats every tick, its job's outcome for up to
+RECORD_PATIENCE_S) instead of ending, and logs the trouble once, not at every try. A job reads only
+the files pinned into its own directory (`paths.check_pinned`).
 """
 
 from __future__ import annotations
@@ -32,13 +37,15 @@ from precision_doctor.control import CaptureEvent, EvaluationEvent, PhaseEvent, 
 from precision_doctor.errors import UserError, one_line
 from precision_doctor.outcome import JobState, RunStatus
 from precision_doctor.service.config import StateDir
+from precision_doctor.service.health import out_of_space
 from precision_doctor.service.schema import CaptureProgress, Progress, Result
-from precision_doctor.service.store import Store
+from precision_doctor.service.store import Store, StoreError
 
 ORPHAN_GRACE_S = 20.0  # after the daemon is gone: the job's time to reach a safe point
 LOCK_WAIT_S = 60.0  # how long a worker waits for a job's run directory (a worker of a killed daemon may hold it)
 PROGRESS_EVERY_S = 0.25
 LEASE_S = 20.0
+RECORD_PATIENCE_S = 600.0  # how long a worker retries recording its job's outcome while the store refuses writes
 CACHE_MB = 4096.0
 _LOG_PREFIX = "precision-doctor worker"
 LOST = "lost"  # what `run_claimed_job` returns when another owner has the job now (not a state of the job)
@@ -69,6 +76,7 @@ class Pulse(threading.Thread):
         self.dirty = True
         self.done = threading.Event()
         self.stop_deadline: float | None = None
+        self.failing: str | None = None  # the store's last refusal (logged once until it takes writes again)
 
     def on_progress(self, event: ProgressEvent) -> None:
         """The run's progress sink (called in the job's thread): cheap, no I/O."""
@@ -115,19 +123,28 @@ class Pulse(threading.Thread):
                     if not self.stop_token.stopped and self.store.cancel_requested(self.job_id):
                         self.stop_token.stop("cancel")
                 except Exception as exc:  # a locked or vanished database: try again next tick
-                    _log(f"reading job {self.job_id} failed: {exc}")
+                    self._failed(f"reading job {self.job_id} failed: {one_line(exc)}")
                 continue
             try:
                 ours, cancel = self.store.heartbeat(self.job_id, self.token, self.lease_s,
                                                     self.snapshot() if self.dirty else None)
             except Exception as exc:  # a locked or vanished database: try again next tick
-                _log(f"heartbeat of job {self.job_id} failed: {exc}")
+                self.dirty = True
+                self._failed(f"heartbeat of job {self.job_id} failed: {one_line(exc)}")
                 continue
+            if self.failing is not None:
+                _log(f"job {self.job_id}: the store takes writes again")
+                self.failing = None
             last_beat = now
             if not ours:
                 self.stop_token.stop(LOST)
             elif cancel:
                 self.stop_token.stop("cancel")
+
+    def _failed(self, message: str) -> None:
+        if message != self.failing:
+            _log(message)
+        self.failing = message
 
     def close(self) -> None:
         self.done.set()
@@ -160,7 +177,9 @@ def run_claimed_job(state_dir: str | Path, job_id: str, token: str, spec: dict, 
 
     state = StateDir(Path(state_dir))
     store = store or Store(state.db)
-    if not store.heartbeat(job_id, token, lease_s)[0]:  # a stale claim (a retried task, say) touches nothing
+    gone = daemon_gone.is_set if daemon_gone is not None else lambda: False
+    beat = _persist(lambda: store.heartbeat(job_id, token, lease_s), f"the first heartbeat of job {job_id}", gone, lease_s)
+    if beat is None or not beat[0]:  # a stale claim (a retried task, say) touches nothing
         return LOST
     cache = DirectoryCaptureCache(state.cache, cache_mb) if cache_mb > 0 else None
     stop = StopToken()
@@ -171,11 +190,12 @@ def run_claimed_job(state_dir: str | Path, job_id: str, token: str, spec: dict, 
             if not held:  # another process still works in its directory, or we are stopping
                 if stop.reason == LOST:
                     return LOST
-                store.release(job_id, token, delay_s=0.0 if stop.stopped else 2.0)
-                return JobState.QUEUED
+                released = _persist(lambda: store.release(job_id, token, delay_s=0.0 if stop.stopped else 2.0),
+                                    f"giving job {job_id} back", gone)
+                return JobState.QUEUED if released else LOST
             _record_attempt(state, store, job_id, worker)
             ran = _execute(state, job_id, spec, stop, pulse, cache)
-        return _conclude(store, job_id, token, stop, pulse, ran)
+        return _conclude(store, job_id, token, stop, pulse, ran, gone)
     finally:
         pulse.close()
 
@@ -184,7 +204,13 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
              cache) -> Ran:
     """Run the job: done with its result, failed with a message, or stopped (with its result, if any)."""
     from precision_doctor.service.engine import can_resume, run_job
+    from precision_doctor.service.paths import check_pinned
+    from precision_doctor.spec import RunSpec
 
+    try:  # the job's files are its own pinned copies, nothing else
+        check_pinned(RunSpec.from_json(spec).user_files(), state.inputs_dir(job_id))
+    except UserError as exc:
+        return Ran(JobState.FAILED, error=one_line(exc))
     run_dir = state.run_dir(job_id)
     attempts = ("resume", "fresh") if can_resume(run_dir) else ("fresh",)
     for attempt in attempts:
@@ -198,6 +224,8 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
             return Ran(None)
         except Exception as exc:
             _log_traceback(state, job_id)
+            if out_of_space(exc):  # not the job's fault, and starting over would not help
+                return Ran(JobState.FAILED, error=f"no space left on the disk of {state.root} ({one_line(exc)})")
             if attempt == "resume" and not stop.stopped:
                 continue  # what the cut-off attempt left cannot be continued: start over, once
             return Ran(JobState.FAILED, error=one_line(exc))
@@ -209,33 +237,68 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
     raise AssertionError("unreachable")
 
 
-def _conclude(store: Store, job_id: str, token: str, stop: StopToken, pulse: Pulse, ran: Ran) -> str:
+def _conclude(store: Store, job_id: str, token: str, stop: StopToken, pulse: Pulse, ran: Ran,
+              gone: Callable[[], bool]) -> str:
+    """Record how the job ended (retried while the store refuses writes; given up after RECORD_PATIENCE_S, or
+    when the daemon is gone: the job's lease then runs out, it is re-queued and resumes from its checkpoint)."""
     progress = pulse.snapshot(final=True)
+    what = f"recording the end of job {job_id}"
     if ran.state is None and stop.reason == "cancel":
         progress.phase = JobState.CANCELLED
-        store.finish(job_id, token, JobState.CANCELLED, ran.result, "cancelled while running", progress)
-        return JobState.CANCELLED
+        done = _persist(lambda: store.finish(job_id, token, JobState.CANCELLED, ran.result, "cancelled while running",
+                                             progress), what, gone)
+        return JobState.CANCELLED if done else LOST
     if ran.state is None:  # shutdown or lost: the next attempt resumes from the checkpoint
-        return JobState.QUEUED if store.release(job_id, token) else LOST
+        return JobState.QUEUED if _persist(lambda: store.release(job_id, token), what, gone) else LOST
     progress.phase = ran.state
-    return ran.state if store.finish(job_id, token, ran.state, ran.result, ran.error, progress) else LOST
+    done = _persist(lambda: store.finish(job_id, token, ran.state, ran.result, ran.error, progress), what, gone)
+    return ran.state if done else LOST
+
+
+def _persist(call: Callable, what: str, gone: Callable[[], bool], patience_s: float = RECORD_PATIENCE_S):
+    """call() until the store takes it (None after `patience_s` or once `gone()`), logging the trouble once."""
+    deadline, delay, logged = time.monotonic() + patience_s, 0.2, False
+    while True:
+        try:
+            out = call()
+        except StoreError as exc:
+            if not logged:
+                _log(f"{what} failed, retrying for up to {patience_s:.0f} s: {one_line(exc)}")
+                logged = True
+            if gone() or time.monotonic() + delay > deadline:
+                _log(f"{what}: gave up ({one_line(exc)})")
+                return None
+            time.sleep(delay)
+            delay = min(2 * delay, 2.0)
+            continue
+        if logged:
+            _log(f"{what}: done")
+        return out
 
 
 def _record_attempt(state: StateDir, store: Store, job_id: str, worker: str) -> None:
-    job = store.get(job_id)
-    line = {"attempt": job.attempts if job else None, "pid": os.getpid(), "worker": worker,
-            "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")}
-    with open(state.job_dir(job_id) / "runs.log", "a", encoding="utf-8") as f:
-        f.write(json.dumps(line) + "\n")
+    """A line in the job's runs.log (best effort: a refusing store or a full disk does not stop the job)."""
+    try:
+        job = store.get(job_id)
+        line = {"attempt": job.attempts if job else None, "pid": os.getpid(), "worker": worker,
+                "at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="milliseconds")}
+        with open(state.job_dir(job_id) / "runs.log", "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+    except (StoreError, OSError) as exc:
+        _log(f"job {job_id}: runs.log not written ({one_line(exc)})")
 
 
 def _log_traceback(state: StateDir, job_id: str) -> None:
-    with open(state.job_dir(job_id) / "job.log", "a", encoding="utf-8") as f:
-        f.write(f"pid {os.getpid()}:\n{traceback.format_exc()}\n")
+    try:
+        with open(state.job_dir(job_id) / "job.log", "a", encoding="utf-8") as f:
+            f.write(f"pid {os.getpid()}:\n{traceback.format_exc()}\n")
+    except OSError as exc:  # a full disk: the daemon's log gets it
+        _log(f"job {job_id}: job.log not written ({one_line(exc)}):\n{traceback.format_exc()}")
 
 
 def _log(msg: str) -> None:
-    print(f"{_LOG_PREFIX} {os.getpid()}: {msg}", file=sys.stderr, flush=True)
+    with contextlib.suppress(OSError):  # a log on a full disk must not end the caller
+        print(f"{_LOG_PREFIX} {os.getpid()}: {msg}", file=sys.stderr, flush=True)
 
 
 class Worker:
@@ -263,8 +326,14 @@ class Worker:
 
     def serve(self) -> None:
         ran = 0
+        failing: str | None = None
         while not self.daemon_gone.is_set() and ran < self.max_jobs:
-            job = self.store.claim(self.id, os.getpid(), self.lease_s)
+            try:
+                job = self.store.claim(self.id, os.getpid(), self.lease_s)
+            except StoreError as exc:  # locked or full: wait, as for an empty queue, and try again
+                if one_line(exc) != failing:
+                    _log(f"claiming a job failed, will retry: {one_line(exc)}")
+                failing, job = one_line(exc), None
             if job is None:
                 self.wake.wait(1.0)
                 self.wake.clear()

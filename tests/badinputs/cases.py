@@ -597,9 +597,150 @@ def more_cases() -> list[Case]:
     ]
 
 
+def no_bare_command(glob: str, word: str) -> Callable[[Path, list[Result]], list[str]]:
+    """Check: no line of the files `glob` starts with `word` (a name printed bare into a script)."""
+
+    def check(root: Path, results: list[Result]) -> list[str]:
+        bad = [f"{p.relative_to(root)}: {ln[:80]!r}" for p in sorted(root.glob(glob))
+               for ln in p.read_text(errors="replace").splitlines() if ln.lstrip().startswith(word)]
+        return [f"a name became a command line: {bad[0]}"] if bad else []
+
+    return check
+
+
+def symlink_loop(a: str, b: str) -> Callable[[Path], None]:
+    def setup(root: Path) -> None:
+        (root / a).symlink_to(b)
+        (root / b).symlink_to(a)
+
+    return setup
+
+
+def resume_broken(change: Callable[[Path], None]) -> Callable[[Path], None]:
+    """After prep (a finished run in r/): its report gone (as if cut off), then `change(r)`."""
+
+    def after(root: Path) -> None:
+        (root / "r" / "report.json").unlink()
+        change(root / "r")
+
+    return after
+
+
+def _settings(change: Callable[[dict], object]) -> Callable[[Path], None]:
+    def apply(run: Path) -> None:
+        p = run / "run_settings.json"
+        p.write_text(json.dumps(change(json.loads(p.read_text()))))
+
+    return apply
+
+
+def _checkpoint_line(line: str) -> Callable[[Path], None]:
+    def apply(run: Path) -> None:
+        with (run / "search.jsonl").open("a") as f:
+            f.write(line + "\n")
+
+    return apply
+
+
+def _checkpoint_dir(run: Path) -> None:
+    (run / "search.jsonl").unlink()
+    (run / "search.jsonl").mkdir()
+
+
+def security_cases() -> list[Case]:
+    """Issue 19, the file and CLI side: sample files that read other files or bomb memory, names that are shell
+    lines or not UTF-8, files of the user's where report/emit write, wrong exits."""
+    W_FILES = "data/arrayfiles.py: sample files are data, bounded before reading"
+    W_NAMES = "graph/names.py + graph/model.py name_nodes: unsafe names renamed; results/emit.py quotes"
+    W_UPDATE = "results/rundir.updating: report/emit write only files the manifest lists"
+    W_RESUME = "search/oracle.py load_checkpoint + pipeline/settings.py: what a resume reads is checked"
+    one = lambda id, f, names, use=(), absent=(), model="good.onnx": case(  # noqa: E731
+        f"inputs/{id}", "compare", model, "--inputs", f, names=names, use=use, absent=absent, where=W_FILES)
+    refs = [a for i in range(4) for a in ("--inputs", f"ok{i}.npz")]
+    ok_args = RUN_OK_ARGS
+    resumed = ["diagnose", "good.onnx", "--resume", "--out", "r"]
+
+    def resume(id: str, change: Callable[[Path], None], names) -> Case:
+        return Case(f"resume/{id}", [Step(resumed, frozenset({2}), names)], use=["ok0.npz", "ok1.npz", "ok2.npz",
+                    "ok3.npz"], prep=[Step([*ok_args, "--out", "r"], frozenset({0}))], after_prep=resume_broken(change),
+                    owned=["r/*"], where=W_RESUME)
+
+    deep = report_json(lambda t: '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    return [
+        one("h5-external-storage", "ext_storage.h5", ["ext_storage.h5", "'x'", "external"], absent=("root:",)),
+        one("h5-external-link", "ext_link.h5", ["ext_link.h5", "'x'", "external link"], use=["target.h5"]),
+        one("h5-virtual-dataset", "virtual.h5", ["virtual.h5", "'x'", "virtual"], use=["target.h5"]),
+        one("h5-soft-link", "soft_link.h5", ["soft_link.h5", "'x'", "soft link"], use=["target.h5"]),
+        one("h5-bomb-2gib", "bomb.h5", ["bomb.h5", "'x'", "before reading"]),
+        one("npz-bomb-2gib", "bomb.npz", ["bomb.npz", "'x'", "before reading"]),
+        one("npz-bomb-dynamic-input", "bomb_small.npz", ["bomb_small.npz", "'x'"], model="dyn.onnx"),
+        one("npz-member-not-npy", "raw_member.npz", ["raw_member.npz", "x.npy"]),
+        one("json-torch-payload", "torch.json", ["torch.json", "torch"]),
+        case("refs/npz-payload-bomb", "compare", "good.onnx", *refs, "--reference-outputs", "refs_bomb.json",
+             names=["--reference-outputs", "refs_bomb.json", "before reading"], where=W_FILES),
+        case("shapes/huge-dim", "compare", "dyn.onnx", "--input-shapes", "x:[4000000000,16]",
+             names=["--input-shapes", "x:[4000000000,16]", "2**28"], where="data/inputs.py parse_input_shapes"),
+        case("shapes/huge-dim-beyond-int64", "compare", "dyn.onnx", "--input-shapes", "x:[99999999999999999999,16]",
+             names=["--input-shapes", "2**28"], where="data/inputs.py parse_input_shapes"),
+        case("model/node-name-injects-a-shell-line", "diagnose", "injected.onnx", "--samples", "2", "--augment", "0",
+             *GOOD_ARGS, "--out", "r", expect=(0,), names=["warning:", "Max_5", "maxnode\\ntouch"], owned=["r/*"],
+             check=all_of(no_bare_command("r/*.sh", "touch"), no_bare_command("r/*.txt", "touch")), where=W_NAMES),
+        case("model/node-name-not-utf8", "compare", "nonutf8_node.onnx", "--samples", "2", expect=V,
+             names=["Tanh_1", "bad\\xff"], where=W_NAMES),
+        case("model/tensor-name-not-utf8", "compare", "nonutf8_tensor.onnx", "--samples", "2",
+             names=["nonutf8_tensor.onnx", "not valid UTF-8", "pre_tanh"], where=W_NAMES),
+        case("report/users-own-reports-beside-report-json", "report", "mine", names=["mine", "report.md"],
+             absent=("--out",), use=["run_ok"], setup=lambda root: (
+                 (root / "mine").mkdir(), shutil.copy(root / "run_ok" / "report.json", root / "mine"),
+                 (root / "mine" / "report.md").write_text("# mine\n"),
+                 (root / "mine" / "report.html").write_text("<p>mine</p>\n")), where=W_UPDATE),
+        case("emit/engine-users-own-fixed-plan", "emit", "run_ok", "--format", "engine", names=["fixed.plan"],
+             absent=("--out",), setup=files(**{"run_ok__fixed.plan": "my engine"}), where=W_UPDATE),
+        case("report/deeply-nested-json", "report", "run_ok", names=["report.json", "nested"], setup=deep,
+             where=W_REPORT),
+        case("emit/deeply-nested-json", "emit", "run_ok", names=["report.json", "nested"], setup=deep, where=W_REPORT),
+        case("out/symlink-loop", *C, "--out", "loopA/sub", names=["--out", "loopA"], setup=symlink_loop("loopA", "loopB"),
+             where=W_RUNDIR),
+        resume("checkpoint-wrong-types", _checkpoint_line('{"step": 9, "fallback": "pre", "passed": "yes"}'),
+               ["search.jsonl", "line"]),
+        resume("checkpoint-is-a-directory", _checkpoint_dir, ["search.jsonl"]),
+        resume("settings-empty-object", _settings(lambda d: {}), ["run_settings.json", "--force"]),
+        resume("settings-missing-key", _settings(_drop("precision")), ["run_settings.json", "'precision'"]),
+        resume("settings-wrong-type", _settings(lambda d: {**d, "tolerance": "loose"}),
+               ["run_settings.json", "'tolerance'"]),
+    ]
+
+
+def service_cases() -> list[Case]:
+    """`serve` settings refused before the daemon starts, and `submit` settings refused before it sends
+    anything (issue 19); the API's own refusals are tests/test_service_security.py's."""
+    W_SERVE = "service/daemon.py check (+ service/auth.py token_problem): one line, exit 2, before the state dir"
+    serve = ["serve", "--state-dir", "s"]
+    out = [case(f"serve/{flag.lstrip('-')}={value}", *serve, flag, value, names=[flag], check=no_dir("s"),
+                where=W_SERVE)
+           for flag, value in [("--max-upload-mb", "nan"), ("--max-upload-mb", "inf"), ("--max-upload-mb", "0"),
+                               ("--cache-mb", "nan"), ("--cache-mb", "-1"), ("--lease-s", "0"), ("--port", "99999"),
+                               ("--port", "0"), ("--workers", "100000")]]
+    out += [case(f"serve/token-{label}", *serve, "--token", token, names=["--token"], absent=[token], check=no_dir("s"),
+                 where=W_SERVE)
+            for label, token in [("space", "has space 123"), ("semicolon", "semi;colon;123"),
+                                 ("quote", 'quo"te"12345'), ("newline", "new\nline1234")]]
+    huge = "1" + "0" * 30
+    out += _flag_cases("submit", ["submit", "good.onnx", "--server", "http://127.0.0.1:9"], [
+        ("--group-mb", "1e400", (2,)), ("--seed", huge, (2,)), ("--max-evaluations", huge, (2,)),
+        ("--samples", huge, (2,))])
+    out += _flag_cases("diagnose", D, [("--group-mb", "1e308", (2,)), ("--seed", huge, (2,)),
+                                       ("--max-evaluations", huge, (2,)), ("--samples", "1000000", (2,)),
+                                       ("--time-budget", "1e300", (2,))])
+    out += _flag_cases("compare", C, [("--group-mb", "1e308", (2,)), ("--seed", huge, (2,))])
+    return out
+
+
 def catalogue() -> list[Case]:
     cases = [*model_cases(), *input_cases(), *flag_cases(), *shape_range_cases(), *outdir_cases(),
-             *rundir_cases(), *batch_cases(), *interrupt_cases(), *zoo_cases(), *reference_cases(), *more_cases()]
+             *rundir_cases(), *batch_cases(), *interrupt_cases(), *zoo_cases(), *reference_cases(), *more_cases(),
+             *security_cases(),
+             *service_cases()]
     ids = [c.id for c in cases]
     dup = {i for i in ids if ids.count(i) > 1}
     assert not dup, f"duplicate case ids: {dup}"

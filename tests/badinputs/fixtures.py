@@ -7,8 +7,10 @@ real .npz/.json/.h5 files, broken in one way each.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -17,6 +19,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import onnx
+from evil_files import evil_h5, h5_bomb, injected_model, non_utf8_model, npz_bomb
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor import planted
@@ -94,6 +97,7 @@ def models() -> dict[str, onnx.ModelProto]:
     unnamed = [helper.make_node(n.op_type, n.input, n.output) for n in nodes]
     out["unnamed.onnx"] = _model(unnamed, [_vi("x", [2, 16])], [_vi("y", [2, 8])], inits)
     out["slow.onnx"] = _slow_model()
+    out["injected.onnx"] = injected_model(Path("PWNED"))  # a forced-FP32 Max named "maxnode\ntouch PWNED #"
     return out
 
 
@@ -159,6 +163,15 @@ def input_files(root: Path) -> None:
     shutil.copy(root / "ok0.npz", root / "npz_as.h5")
     (root / "data.txt").write_text("1 2 3\n")
     (root / "dir.npz").mkdir()
+    # issue 19: samples that read other files, an allocation bomb, payloads that are no plain arrays
+    evil_h5(root)  # ext_storage.h5, ext_link.h5, virtual.h5, soft_link.h5 (and target.h5, what they point to)
+    h5_bomb(root / "bomb.h5")  # 1,400 bytes declaring 2 GiB
+    npz_bomb(root / "bomb_small.npz", elements=2**26)  # 1 MB inflating to 256 MiB (bomb.npz: build_bomb)
+    import zipfile
+
+    with zipfile.ZipFile(root / "raw_member.npz", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x.npy", bytes(1 << 20))  # no .npy inside: numpy would hand over the inflated bytes
+    (root / "torch.json").write_text(json.dumps([{"x": {"tensor": "AA==", "polygraphy_class": "Tensor"}}]))
 
 
 def reference_files(root: Path) -> None:
@@ -179,6 +192,9 @@ def reference_files(root: Path) -> None:
     _polygraphy_outputs(root / "refs_two.json", refs, runners=("onnxrt-runner", "trt-runner"))
     text = (root / "refs.json").read_text()
     (root / "refs_truncated.json").write_text(text[: len(text) // 2])
+    # an old-style .npz array payload inflating to 256 MiB in place of the first output's array
+    bomb = base64.b64encode((root / "bomb_small.npz").read_bytes()).decode()
+    (root / "refs_bomb.json").write_text(re.sub(r'"array": "[^"]*"', lambda m: f'"array": "{bomb}"', text, count=1))
 
 
 def _polygraphy_outputs(path: Path, outputs: list[dict], runners=("onnxrt-runner",)) -> None:
@@ -226,6 +242,8 @@ def build(root: Path) -> None:
     (root / "text.onnx").write_text("this is not a model\n")
     input_files(root)
     reference_files(root)
+    (root / "nonutf8_node.onnx").write_bytes(non_utf8_model(node=True))
+    (root / "nonutf8_tensor.onnx").write_bytes(non_utf8_model(node=False))
     shutil.copy(root / "ok0.npz", root / "zip.onnx")
     m = models()["good.onnx"]
     onnx.save(m, str(root / "extdata.onnx"), save_as_external_data=True, location="extdata.onnx.data",
@@ -239,6 +257,11 @@ def build(root: Path) -> None:
     recipe = {"inputs": {"samples": 2}, "tolerance": {"atol": 1e-2, "rtol": 1e-2}, "max_evaluations": 40}
     (zoo / "good.json").write_text(json.dumps(recipe))
 
+
+
+def build_bomb(root: Path) -> None:
+    """The fixture `bomb.npz`: an .npz of about 9 MB inflating to 2 GiB (5 s to make: only when a case needs it)."""
+    npz_bomb(root / "bomb.npz")
 
 
 def build_run(root: Path) -> None:

@@ -33,6 +33,8 @@ def replay(only: Sequence[str] = (), jobs: int = 2, keep: Path | None = None, ve
         cases = [c for c in cases if c.id in ids] if ids is not None else select(cases, only)
         if any(uses(c, "run_ok") for c in cases):
             fixtures.build_run(root)
+        if any(uses(c, "bomb.npz") for c in cases):
+            fixtures.build_bomb(root)
 
         def show(o: Outcome) -> None:
             if verbose:

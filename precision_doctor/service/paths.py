@@ -1,0 +1,159 @@
+"""Server paths a job names (`model`, `inputs.files`, `inputs.validate_files`, `inputs.reference_outputs`):
+confined to the allowed roots and pinned into the job's directory at submission.
+
+A file is checked before it is opened (its real path, symlinks resolved, is a regular file under an
+`--allow-root`: nothing outside the roots is ever opened) and again after: the inode opened must be the
+one at that real path now, so a symlink swapped in between changes nothing. The opened file is then
+pinned as `STATE/jobs/ID/inputs/...`: a hard link to the opened inode where the filesystem allows one
+(`/proc/self/fd`), else a copy read from the open descriptor. The job's settings name the pinned files
+only, and the worker refuses a job whose settings name a file outside its directory (`check_pinned`): a
+file swapped after the submission (a symlink to `/etc/shadow` in place of the model) is never read. A
+model's external data files (the `location`s of its tensors, which ONNX keeps inside the model's
+directory) are pinned beside it.
+
+A missing file, a forbidden one and one that is not a regular file get the same answer: a submitter
+learns nothing about files outside the roots.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import mmap
+import os
+import shutil
+import stat
+from pathlib import Path, PurePosixPath
+
+from precision_doctor.errors import UserError
+from precision_doctor.service.uploads import Refused, safe_filename
+
+
+def unavailable(what: str, path: str, setting: str | None = None) -> Refused:
+    """The one answer for a path that is missing, outside the roots, or not a regular file."""
+    return Refused(403, f"{what}: '{path}' is not a file this server may read (it must exist under an --allow-root "
+                   "directory)", setting=setting)
+
+
+def open_confined(path: str, roots: list[Path], what: str, setting: str | None = None) -> tuple[int, Path]:
+    """(an open read-only descriptor, the real path) of `path`, a regular file under one of `roots`;
+    Refused otherwise (`what` names it in the message, `setting` is the RunSpec setting, if one). The
+    caller closes the descriptor."""
+    if not roots:
+        raise Refused(403, f"{what}: this server takes no paths on the server (start it with --allow-root DIR); "
+                      "upload the file")
+    roots = [Path(os.path.realpath(r)) for r in roots]
+    if "\x00" in path:
+        raise Refused(400, f"{what}: the path must not contain NUL characters", setting=setting)
+    if not Path(path).is_absolute():
+        raise Refused(400, f"{what}: '{path}' must be an absolute path on the server", setting=setting)
+    # checked before the open (nothing outside the roots is opened: opening a device can act) and after it
+    # (the inode opened is the one at the real path now: no swap in between)
+    real = _real_regular_file(path, roots)
+    if real is None:
+        raise unavailable(what, path, setting)
+    try:  # O_NOFOLLOW and O_NONBLOCK: a symlink or FIFO swapped in since is refused, not followed or waited on
+        fd = os.open(real, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOFOLLOW | getattr(os, "O_NOCTTY", 0))
+    except OSError:
+        raise unavailable(what, path, setting) from None
+    try:
+        opened = os.fstat(fd)
+        now = _real_regular_file(path, roots)
+        here = os.stat(now) if now is not None else None
+        if here is None or not stat.S_ISREG(opened.st_mode) or (here.st_dev, here.st_ino) != (opened.st_dev, opened.st_ino):
+            raise unavailable(what, path, setting)
+        os.set_blocking(fd, True)
+    except OSError:
+        os.close(fd)
+        raise unavailable(what, path, setting) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, real
+
+
+def _real_regular_file(path: str, roots: list[Path]) -> Path | None:
+    """The real path of `path` (symlinks resolved) if it is a regular file under one of `roots`."""
+    try:
+        real = Path(os.path.realpath(path, strict=True))
+        if any(real.is_relative_to(r) for r in roots) and stat.S_ISREG(os.stat(real).st_mode):
+            return real
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def pin(fd: int, dest: Path) -> None:
+    """Make `dest` the file open at `fd`: a hard link to its inode where the filesystem allows, else a copy."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    proc = f"/proc/self/fd/{fd}"
+    with contextlib.suppress(OSError, NotImplementedError):
+        os.link(proc, dest, follow_symlinks=True)  # linkat(AT_SYMLINK_FOLLOW): the open inode, not a path
+        return
+    with open(dest, "xb") as out, os.fdopen(os.dup(fd), "rb") as src:
+        src.seek(0)
+        shutil.copyfileobj(src, out, 1 << 20)
+
+
+def pin_confined(path: str, roots: list[Path], what: str, dest_dir: Path, prefix: str = "",
+                 setting: str | None = None) -> Path:
+    """Pin the server file `path` (confined to `roots`) as `dest_dir/<prefix><its real name>` (the real name
+    keeps the suffix that says its format); returns the pinned path."""
+    fd, real = open_confined(path, roots, what, setting)
+    try:
+        dest = dest_dir / f"{prefix}{safe_filename(real.name, 'file')}"
+        pin(fd, dest)
+    finally:
+        os.close(fd)
+    return dest
+
+
+def pin_model(path: str, roots: list[Path], what: str, dest_dir: Path) -> Path:
+    """Pin the server model `path` and its external data files into `dest_dir` (the model under its real
+    name, its data files at the `location`s it names); returns the pinned model's path."""
+    fd, real = open_confined(path, roots, what)
+    try:
+        dest = dest_dir / safe_filename(real.name, "model.onnx")
+        pin(fd, dest)
+    finally:
+        os.close(fd)
+    for location in external_data_locations(dest):
+        rel = PurePosixPath(location)
+        if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+            raise Refused(400, f"{what}: '{path}' names external data '{location}' outside its directory")
+        if (dest_dir / rel).exists():
+            raise Refused(400, f"{what}: '{path}' names external data '{location}' that is not a file of its own")
+        fd, _ = open_confined(str(real.parent / rel), roots, f"{what} (its external data '{location}')")
+        try:
+            pin(fd, dest_dir / rel)
+        finally:
+            os.close(fd)
+    return dest
+
+
+def external_data_locations(model: Path) -> list[str]:
+    """The external data files an ONNX model names (its tensors' `location`s), read without its weights;
+    [] for a model without (its bytes do not even hold the key "location", so it is not parsed)."""
+    with open(model, "rb") as f:
+        if os.fstat(f.fileno()).st_size == 0:
+            return []
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
+            if view.find(b"location") < 0:
+                return []
+    import onnx
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    try:
+        proto = onnx.load(str(model), load_external_data=False)
+    except Exception:  # not an ONNX model: the job says so when it loads it
+        return []
+    return sorted({ExternalDataInfo(t).location for t in _get_all_tensors(proto) if uses_external_data(t)})
+
+
+def check_pinned(paths: list[str], inputs_dir: Path) -> None:
+    """Refuse (UserError) a path that is not a regular file inside the job's own `inputs_dir` (a job stored
+    by another version, or edited in the store): the worker reads the job's pinned files only."""
+    root = Path(os.path.realpath(inputs_dir))
+    for p in paths:
+        real = Path(os.path.realpath(p))
+        if not (real.is_relative_to(root) and real.is_file()):
+            raise UserError(f"'{p}' is not one of the job's own files (under {inputs_dir}); submit the job again")
