@@ -31,19 +31,22 @@ def diagnose(
     force: bool = False,
     capture_cache: CaptureCache | None = None,
     command: str | None = None,
+    origin: str = "api",
 ) -> Report:
     """Find the smallest set of nodes to keep in FP32 and write every artifact into `out_dir` (fresh or
     empty; `force` replaces the files an earlier run wrote there, `resume` continues a run there from its
     checkpoint). The directory is locked while the run works (`command` names the run to others).
     `capture_cache` shares captures across runs (pipeline/capture_cache.py): a second diagnosis of the
-    same model and samples skips the capture and its analysis."""
+    same model and samples skips the capture and its analysis. `origin` names the front end that started the
+    run (`results.report.ORIGINS`): the report prints the command that runs it again in that front end's words
+    (a service passes "service": its report then prints a `submit` command)."""
     spec.validate()
     work = _load(spec, progress)
     validation = held_out_samples(work)
     _loaded(spec, work, validation, progress)
     with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
         return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop,
-                            capture_cache=capture_cache)
+                            capture_cache=capture_cache, origin=origin)
 
 
 def compare(
@@ -114,7 +117,23 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
 
 def _load(spec: RunSpec, progress: ProgressSink | None) -> Workload:
     notify(progress, PhaseEvent("load"))
-    return load_workload(spec)
+    work = load_workload(spec)
+    _check_output_names(spec, work)
+    return work
+
+
+def _check_output_names(spec: RunSpec, work: Workload) -> None:
+    """Per-output tolerances must name outputs of the model (a typo would silently use the plain tolerance)."""
+    from precision_doctor.errors import SpecError
+    from precision_doctor.graph.names import shown
+
+    tol, outputs = spec.tolerance, work.model.outputs
+    for kind in ("atol", "rtol"):
+        unknown = [n for n in tol.per_output(kind) if n not in outputs]
+        if unknown:
+            setting = f"tolerance.output_{kind}"
+            raise SpecError(setting, f"{{{setting}}} {shown(unknown[0])}: not an output of the model; its outputs are: "
+                            f"{', '.join(shown(o) for o in outputs[:8])}{' ...' if len(outputs) > 8 else ''}")
 
 
 def _loaded(spec: RunSpec, work: Workload, held_out: list, progress: ProgressSink | None) -> None:

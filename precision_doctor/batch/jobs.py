@@ -133,7 +133,7 @@ def _fresh_run_dir(run_dir: Path, keep: bool) -> None:
 def _diagnose(task: ModelTask, run_dir: Path, stop: StopToken | None) -> Report:
     from precision_doctor import api
 
-    return api.diagnose(task.spec, run_dir, stop=stop, resume=task.resume, force=True)
+    return api.diagnose(task.spec, run_dir, stop=stop, resume=task.resume, force=True, origin="batch")
 
 
 def row_from_report(name: str, report: Report) -> SummaryRow:

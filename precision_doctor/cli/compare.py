@@ -95,11 +95,14 @@ def verdict_line(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNo
     worst = max(analysis.verdict.items(), key=lambda kv: (not kv[1].passed, kv[1].max_abs), default=None)
     where = f"; first diverging tensor: {analysis.first_divergence}" if analysis.first_divergence else ""
     if analysis.passed:
+        from precision_doctor.render.wording import tolerance_text
+
         caveat = notes_clause(notes, analysis.precision)
         lead = f"PASS on the emulator ({caveat}: confirm on the GPU)" if caveat else "PASS"
-        return f"{lead}: all outputs within atol={tol.atol:g} rtol={tol.rtol:g} ({tol.check_error_stat}){where}"
+        return f"{lead}: all outputs within the tolerance ({tolerance_text(tol)}){where}"
     name, c = worst
+    own = tol.for_output(name)
     return (
         f"FAIL: output '{name}' max abs err {_fmt(c.max_abs)}, max rel err {_fmt(c.max_rel)}, "
-        f"{c.mismatches} of {c.size} elements outside atol={tol.atol:g} rtol={tol.rtol:g}{where}"
+        f"{c.mismatches} of {c.size} elements outside atol={own.atol:g} rtol={own.rtol:g}{where}"
     )

@@ -59,7 +59,8 @@ def diagnose(
                 prog.update(task, description=f"search ({ev.phase})", completed=ev.step)
 
         try:
-            report = api.diagnose(spec, out_dir, progress=sink, stop=token, resume=resume, force=options["force"])
+            report = api.diagnose(spec, out_dir, progress=sink, stop=token, resume=resume, force=options["force"],
+                                  origin="cli")
         except SettingsDiffer as exc:
             raise UserError(settings_refusal(exc, model, out_dir)) from None
         except DiskFull as exc:
@@ -75,6 +76,7 @@ def diagnose(
 
 
 PER_INVOCATION = ("search.max_evaluations", "search.time_budget")  # a resume's budget is its own
+SHOWN_NODES = 20  # the terminal lists this many FP32 nodes of an answer; the reports and files list them all
 
 
 def resumed_spec(model: Path, out_dir: Path, options: Options) -> RunSpec:
@@ -122,6 +124,8 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         held_out_sentence,
         lowp_sentence,
         not_holding,
+        shapes_warning,
+        tolerance_text,
         validated_on_user_data,
         verdict,
         verdict_sentence,
@@ -144,10 +148,15 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     say(styled(label, style, ": " + " ".join(x for x in (verdict_sentence(report), lowp_sentence(report)) if x)))
     if report.passed and not validated_on_user_data(report):
         say("No held-out sample of your data checked this answer (give 4 or more --inputs, or --validate-inputs).")
+    if (warning := shapes_warning(report)) is not None:
+        say(styled(warning, "bold yellow"))
     if (report.passed or not_holding(report)) and fb:
-        say(f"FP32 nodes (atol={tol.atol:g} rtol={tol.rtol:g}, {tol.check_error_stat}):")
-        for name in fb:
+        say(f"FP32 nodes ({tolerance_text(tol)}):")
+        for name in fb[:SHOWN_NODES]:
             say(f"  {name}")
+        if len(fb) > SHOWN_NODES:
+            listed = [p for p in ("report.html", "layer_precisions.txt") if (Path(out_dir) / p).is_file()]
+            say(f"  ... and {len(fb) - SHOWN_NODES} more: see {' / '.join(f'{out_dir}/{p}' for p in listed)}")
     if report.passed and (cost := cost_sentence(report, with_share=False)):
         say(f"{cost[0].upper()}{cost[1:]}")
     if report.passed and (tradeoff := tradeoff_sentence(report.pricing.tradeoff if report.pricing else None)):

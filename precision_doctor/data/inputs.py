@@ -21,7 +21,7 @@ from precision_doctor.data.arrayfiles import (
     unknown_input,
 )
 from precision_doctor.errors import SpecError, UserError
-from precision_doctor.graph.model import Model
+from precision_doctor.graph.model import Model, declared_dims
 
 Sample = dict[str, np.ndarray]
 DEFAULT_DIM = 1  # polygraphy's value for dynamic dimensions
@@ -55,7 +55,7 @@ def model_inputs(model: Model) -> dict[str, ModelInput]:
             continue
         tt = vi.type.tensor_type
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim)
+        shape = declared_dims(tt.shape)
         specs[vi.name] = ModelInput(vi.name, dtype, shape)
     return specs
 

@@ -332,7 +332,7 @@ def output_verdict(store: ActivationStore, outputs: list[str], tol: Tolerance,
         if not store.has(LOWP, name):
             continue
         refs = (r[name] for r in references) if references is not None else store.iter_samples(REFERENCE, name)
-        checks = [check(o, r, tol) for o, r in zip(store.iter_samples(LOWP, name), refs)]
+        checks = [check(o, r, tol.for_output(name)) for o, r in zip(store.iter_samples(LOWP, name), refs)]
         verdict[name] = merge(checks)
     return verdict
 

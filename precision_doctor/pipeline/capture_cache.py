@@ -42,6 +42,8 @@ NOT_IN_KEY: dict[str, str] = {
     "tolerance.rtol": _TOLERANCE,
     "tolerance.check_error_stat": _TOLERANCE,
     "tolerance.cosine_floor": _TOLERANCE,
+    "tolerance.output_atol": _TOLERANCE,
+    "tolerance.output_rtol": _TOLERANCE,
     "search.strategy": "the search runs after the capture",
     "search.cost": "the search runs after the capture",
     "search.batch": "only the cost model and the latency read it, after the capture",

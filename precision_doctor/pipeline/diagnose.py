@@ -19,6 +19,7 @@ from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.shapes import input_shapes
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.artifacts import write_artifacts
 from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
@@ -42,7 +43,7 @@ from precision_doctor.pipeline.reporting import CHECKPOINT, AnswerChecks, Produc
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, run_strategy, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
-from precision_doctor.results.report import Confirm, Report
+from precision_doctor.results.report import Confirm, Invocation, Report
 from precision_doctor.search import Oracle
 from precision_doctor.search.space import SearchSpace, build_space
 from precision_doctor.spec import RunSpec
@@ -58,10 +59,12 @@ def run_diagnose(
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
     capture_cache: CaptureCache | None = None,
+    origin: str = "api",
 ) -> Report:
     """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
     Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
-    same model, samples and capture-deciding settings is taken from it (and one made here is put there)."""
+    same model, samples and capture-deciding settings is taken from it (and one made here is put there).
+    `origin`: the front end that started the run (the report's re-run command is one for it)."""
     spec.validate()
     t0 = time.monotonic()
     with contextlib.ExitStack() as owned:
@@ -70,7 +73,7 @@ def run_diagnose(
         outcome = _search(ctx)
         for step in (_probe, _confirm, _knobs, _settle):
             outcome = step(ctx, outcome)
-        return _write(ctx, outcome)
+        return _write(ctx, outcome, origin)
 
 
 # -- before the search: backends, capture, analysis, references, the oracle ----------------------------------
@@ -206,19 +209,21 @@ def _settle(ctx: RunContext, outcome: Outcome) -> Outcome:
 # -- after the steps: artifacts and the report ----------------------------------------------------------------
 
 
-def _write(ctx: RunContext, outcome: Outcome) -> Report:
+def _write(ctx: RunContext, outcome: Outcome, origin: str) -> Report:
     """The fixed capture, the artifacts and the TensorRT steps (for an answer), then the report, written."""
     notify(ctx.progress, PhaseEvent("artifacts"))
     spec, work, out_dir, f, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
     fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search
     passed = outcome.found is not None
     final = outcome.found if outcome.found is not None else frozenset()
+    shapes = input_shapes(work.model.declared_shapes, [*work.samples, *ctx.references.held])
     produced = Produced()
     if passed:
         fixed_rel = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.samples, final, spec.capture,
                                   ctx.progress, ctx.stop, rules=rules)
-        written = write_artifacts(out_dir, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None)
-        trt_check, engine = tensorrt_steps(out_dir, work.model, final, spec, written, knobs, work.samples)
+        written = write_artifacts(out_dir, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
+                                  shapes)
+        trt_check, engine = tensorrt_steps(out_dir, work.model, final, spec, written, knobs, shapes)
         produced = Produced(fixed_rel, written, trt_check, engine)
     validation, headroom = f.validation, f.headroom
     notes = notes_for(work.model, fmt, backend, final) if passed else []
@@ -236,7 +241,7 @@ def _write(ctx: RunContext, outcome: Outcome) -> Report:
     report = build_report(
         outcome, work=work, spec=spec, n_validation=len(ctx.references.held), elapsed=time.monotonic() - ctx.t0,
         searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name), checks=checks, produced=produced,
-        pricing=pricing,
+        shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,
     )
     return write_report(out_dir, report)
 

@@ -11,6 +11,7 @@ from precision_doctor.backends.registry import check_only
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.shapes import InputShape
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.outcome import Outcome
 from precision_doctor.pipeline.artifacts import Written
@@ -26,6 +27,7 @@ from precision_doctor.results.report import (
     EngineResult,
     ExpectedHeadroom,
     FormatLimits,
+    Invocation,
     KnobsResult,
     Layer,
     ModelInfo,
@@ -83,9 +85,12 @@ class Produced:
 
 
 def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validation: int, elapsed: float,
-                 searched: Searched, checks: AnswerChecks, produced: Produced, pricing: Pricing | None = None) -> Report:
-    """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any).
-    FLOPs are the search space's cost model's (the shapes that ran) where it has one, else the declared shapes'."""
+                 searched: Searched, checks: AnswerChecks, produced: Produced, shapes: list[InputShape] | None = None,
+                 invocation: Invocation | None = None, pricing: Pricing | None = None) -> Report:
+    """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any);
+    `shapes`: the inputs' shapes as the samples ran; `invocation`: how the run was started; `pricing`: what the
+    answer costs (pipeline/pricing.py). FLOPs are the search space's cost model's (the shapes that ran) where it has
+    one, else the declared shapes'."""
     model, oracle, confirm, knobs, validation = work.model, searched.oracle, checks.confirm, checks.knobs, checks.validation
     fallback = outcome.found
     final = fallback or frozenset()
@@ -110,6 +115,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
             candidates=len(model.candidates), total_flops=total_flops,
             renamed_nodes=list(model.renamed_nodes),
             unsafe_names=dict(model.unsafe_names),
+            link=produced.written.link if produced.written is not None else None,
         ),
         precision=spec.precision, backend=searched.backend, strategy=spec.search.strategy, cost=spec.search.cost,
         tolerance=spec.tolerance, margin=spec.search.margin,
@@ -145,7 +151,8 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         artifacts=_artifacts(produced, knobs),
         commands=produced.written.commands if produced.written is not None else {},
         forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
-        trt_check=produced.trt_check, engine=produced.engine, knobs=knobs, pricing=pricing,
+        trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
+        input_shapes=list(shapes or []), invocation=invocation, pricing=pricing,
     )
 
 

@@ -12,6 +12,7 @@ from precision_doctor.render import plots, pricing
 from precision_doctor.render.markdown import (
     COMMAND_TITLES,
     INPUT_SENSITIVE_WHY,
+    RUN_FROM_HERE,
     artifact_title,
     certified_sentence,
     confirm_sentence,
@@ -38,8 +39,12 @@ from precision_doctor.render.wording import (
     fmt_time,
     held_out_sentence,
     lowp_sentence,
+    model_file_sentence,
     num,
     precision_name,
+    shapes_text,
+    shapes_warning,
+    tolerance_text,
     verdict,
     verdict_sentence,
 )
@@ -335,9 +340,7 @@ def _header(report: Report) -> str:
     else:
         val = "not run"
     tol = report.tolerance
-    tol_txt = f"atol {fmt(tol.atol)} · rtol {fmt(tol.rtol)} · {tol.check_error_stat}"
-    if tol.cosine_floor is not None:
-        tol_txt += f" · cos ≥ {fmt(tol.cosine_floor, 7)}"
+    tol_txt = tolerance_text(tol, sep=" · ")
     kpis = [
         _kpi(f"{size}" + (f" / {cands}" if cands is not None else ""), "nodes kept in FP32 (of candidates)"),
         _kpi(fmt_pct(report.fp32_flop_share), "FP32 share of FLOPs"),
@@ -357,6 +360,11 @@ def _header(report: Report) -> str:
     if check := trt_check_sentence(report):
         cls = "reason" if check.startswith("WARNING") else "headroom"
         reason += f'<div class="{cls}" id="trt-check-line">{_e(check.replace("`", ""))}</div>'
+    if warning := shapes_warning(report):
+        reason += f'<div class="reason" id="shapes-warning">{_e(warning)}</div>'
+    for line in (shapes_text(report), model_file_sentence(report)):
+        if line:
+            reason += f'<div class="headroom">{_e(line if line.endswith(".") else "Input shapes: " + line + ".")}</div>'
     if report.reason or report.status not in (None, RunStatus.COMPLETE):
         reason += f'<div class="reason">Status <code>{_e(report.status)}</code>'
         reason += f": {_e(report.reason)}</div>" if report.reason else "</div>"
@@ -554,9 +562,8 @@ def _next_steps_section(report: Report) -> str:
     for text, cmd in next_steps(report):
         block = f"<pre>{_e(cmd)}</pre>" if cmd else ""
         items.append(f"<li>{_e(text)}{block}</li>")
-    return (f'<section id="next-steps"><h2>Next steps</h2><ol>{"".join(items)}</ol><p class="muted">RUN_DIR is the '
-            "directory that holds this report; the commands use its relative paths (fixed.onnx, inputs.json), so "
-            "run them from there.</p></section>")
+    return (f'<section id="next-steps"><h2>Next steps</h2><ol>{"".join(items)}</ol><p class="muted">'
+            f"{escape(RUN_FROM_HERE)}</p></section>")
 
 
 def _settings_section(report: Report) -> str:

@@ -13,6 +13,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from precision_doctor.graph.coverage import EmulationNote, NoteKind
+from precision_doctor.graph.names import shown
+from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import RunStatus, Verdict, _Value
 from precision_doctor.results.report import Report
 
@@ -88,6 +90,19 @@ def fmt_time(v: Any) -> str:
     if s < 3600:
         return f"{int(s // 60)} min {int(s % 60):02d} s"
     return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+
+
+def tolerance_text(tol: Tolerance, sep: str = ", ", code: str = "") -> str:
+    """The tolerance in words: "atol 0.001, rtol 0.001, stat elemwise, cosine >= 0.999; output 'logits': atol
+    0.01" (`sep` between the parts, `code` around literal names: "`" in Markdown)."""
+    parts = [f"atol {fmt(tol.atol)}", f"rtol {fmt(tol.rtol)}", f"stat {code}{tol.check_error_stat}{code}"]
+    if tol.cosine_floor is not None:
+        parts.append(f"cosine ≥ {fmt(tol.cosine_floor, 7)}")
+    own = []
+    for name in tol.outputs_named:
+        t = tol.for_output(name)
+        own.append(f"output {code}{shown(name)}{code}: atol {fmt(t.atol)}, rtol {fmt(t.rtol)}")
+    return sep.join(parts) + ("; " + "; ".join(own) if own else "")
 
 
 def precision_name(report: Report) -> str:
@@ -293,3 +308,59 @@ def held_out_sentence(report: Report) -> str | None:
                 f"this answer, which passes on every sample.")
     return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found no "
             f"set that passes on every sample.")
+
+
+# ---------------------------------------------------------------- inputs and files
+
+
+def _dims(dims: tuple) -> str:
+    return "x".join("?" if d is None else str(d) for d in dims)
+
+
+def shapes_text(report: Report) -> str | None:
+    """The dynamic inputs' shapes as the samples ran them, against the model's declaration ("x: 1x3x48x192
+    (the model declares ?x3x?x?)"); None when no input is dynamic."""
+    parts = []
+    for s in report.input_shapes:
+        if not s.dynamic:
+            continue
+        ran = _dims(s.opt) if not s.varies else f"{_dims(s.min)} to {_dims(s.max)} (mostly {_dims(s.opt)})"
+        parts.append(f"{shown(s.name)}: {ran} (the model declares {_dims(s.declared)})")
+    return "; ".join(parts) or None
+
+
+def shapes_warning(report: Report) -> str | None:
+    """A warning when the samples' shapes are far from the model's use (`graph.shapes.ShapeConcern`): polygraphy's
+    1x1 placeholders for dynamic dimensions, or an image a few pixels wide. None when nothing says so."""
+    from precision_doctor.graph.shapes import ShapeConcern
+
+    worried = [s for s in report.input_shapes if s.concern is not None]
+    if not worried:
+        return None
+    s = worried[0]
+    name = shown(s.name)
+    if s.concern == ShapeConcern.PLACEHOLDER:
+        why = (f"every sample gives input '{name}' the shape {_dims(s.max)}, while the model leaves its dimensions "
+               f"{_dims(s.declared)} open: 1 is the placeholder polygraphy (and precision-doctor's generated samples) "
+               "put in an open dimension")
+    else:
+        why = (f"every sample gives the image input '{name}' at most {_dims(s.max)} pixels (the model declares "
+               f"{_dims(s.declared)}), far from any image it is used on")
+    base = report.baseline
+    said = (f' "The whole model in {precision_name(report)} meets the tolerance" is about these inputs only.'
+            if base is not None and base.passed else "")
+    more = f" ({len(worried) - 1} more input(s) alike)" if len(worried) > 1 else ""
+    example = ",".join(str(d) if d is not None else ("1" if i == 0 else "?") for i, d in enumerate(s.declared))
+    return (f"WARNING: {why}{more}. Low-precision errors depend on the inputs' size, so this verdict says little about "
+            f"real inputs.{said} Give samples of your data (--inputs), or their shape (--input-shapes "
+            f"{name}:[{example}] with your sizes for ?).")
+
+
+def model_file_sentence(report: Report) -> str | None:
+    """How the run directory's commands reach the model: model.onnx, a relative link or a copy; None otherwise."""
+    link = report.model.link if report.model is not None else None
+    if link == "symlink":
+        return "model.onnx here is a relative symbolic link to your model (nothing copied): keep the two where they are."
+    if link == "copy":
+        return "model.onnx here is a copy of your model (this file system takes no symbolic links)."
+    return None

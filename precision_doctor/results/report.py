@@ -1,6 +1,6 @@
 """The typed report of a diagnose run: what report.json holds, and what the renderers read.
 
-`Report.to_json()` gives the keys and values report.json has always had (README's contract:
+`Report.to_json()` gives the keys and values report.json has always had (docs/guide.md's contract:
 `fallback_nodes`, `passed`, `evaluations`, `elapsed_s`, `strategy`, `precision`, `backend`,
 `tolerance`, ...), plus `schema_version`; non-finite numbers become "inf", "-inf", "nan".
 `Report.from_json()` reads those files, also ones written before `schema_version` existed (absent
@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
+from precision_doctor.graph.shapes import InputShape
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import RunStatus
 from precision_doctor.results.jsonio import jsonable
+from precision_doctor.spec import RunSpec
 
 SCHEMA_VERSION = 1
 REPORT = "report.json"
@@ -43,6 +46,50 @@ class ModelInfo:
     total_flops: int = 0
     renamed_nodes: list[str] = field(default_factory=list)
     unsafe_names: dict[str, str] = field(default_factory=dict)  # renamed node -> its name in the file, escaped
+    # how `model.onnx` in the run directory stands for the model the commands read: "symlink" (a relative link),
+    # "copy", or None (no model.onnx: the commands read named.onnx, or the model by its absolute path)
+    link: str | None = None
+
+
+ORIGINS = ("cli", "batch", "service", "api")
+NEAR = 3  # a file at most this many directories up from the run directory is named relative to it
+
+
+def near_path(path: str | Path, run_dir: str | Path) -> str:
+    """`path` as a command run from `run_dir` names it: relative where the two are near (at most NEAR folders up,
+    below a common folder other than the root), else absolute."""
+    target, run_dir = Path(path).resolve(), Path(run_dir).resolve()
+    try:
+        common = Path(os.path.commonpath([target, run_dir]))
+        rel = Path(os.path.relpath(target, run_dir))
+    except ValueError:  # another drive
+        return str(target)
+    near = common != Path(common.anchor) and rel.parts.count("..") <= NEAR
+    return str(rel) if near else str(target)
+
+
+@dataclass
+class Invocation:
+    """How the run was started, so that the reports can print a command that runs it again: the settings with
+    their paths relative to the run directory (absolute for files far from it), the run directory's name, and
+    the front end that started it (`ORIGINS`: a service job's report prints a `submit` command)."""
+
+    spec: RunSpec
+    directory: str
+    origin: str = "api"
+
+    @classmethod
+    def of(cls, spec: RunSpec, run_dir: str | Path, origin: str) -> Invocation:
+        """The invocation of a run of `spec` (its relative paths: from the current directory) in `run_dir`."""
+        run_dir = Path(run_dir).resolve()
+        i = spec.inputs
+        paths = {"model": near_path(spec.model, run_dir), "inputs.files": [near_path(f, run_dir) for f in i.files],
+                 "inputs.validate_files": [near_path(f, run_dir) for f in i.validate_files],
+                 "inputs.reference_outputs": near_path(i.reference_outputs, run_dir) if i.reference_outputs else None}
+        return cls(spec.with_settings(paths), run_dir.name, origin)
+
+    def to_json(self) -> dict:
+        return {"origin": self.origin, "directory": self.directory, "spec": self.spec.to_json()}
 
 
 @dataclass
@@ -527,6 +574,8 @@ class Report:
     engine: EngineResult | None = None
     knobs: KnobsResult | None = None
     pricing: Pricing | None = None
+    input_shapes: list[InputShape] = field(default_factory=list)  # the model's inputs: declared, and as the samples ran
+    invocation: Invocation | None = None
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -588,6 +637,8 @@ class Report:
             "engine": None if self.engine is None else self.engine.to_json(),
             "knobs": None if self.knobs is None else self.knobs.to_json(),
             "pricing": None if self.pricing is None else self.pricing.to_json(),
+            "input_shapes": [s.to_json() for s in self.input_shapes],
+            "invocation": None if self.invocation is None else self.invocation.to_json(),
         })
 
     @classmethod
@@ -731,6 +782,8 @@ def _tolerance(v: Any, path: str) -> Tolerance:
             rtol=_get(d, "rtol", path, _num, default=Tolerance.rtol),
             check_error_stat=_get(d, "check_error_stat", path, _str, default=Tolerance.check_error_stat),
             cosine_floor=_get(d, "cosine_floor", path, _num, default=None, optional=True),
+            output_atol=tuple(_get(d, "output_atol", path, _list(_str), default=[])),
+            output_rtol=tuple(_get(d, "output_rtol", path, _list(_str), default=[])),
         )
     except UserError as exc:
         raise _Bad(f"bad key '{path}': {exc}") from None
@@ -744,6 +797,7 @@ def _model(v: Any, path: str) -> ModelInfo:
         total_flops=_get(d, "total_flops", path, _int, default=0),
         renamed_nodes=_get(d, "renamed_nodes", path, _list(_str), default=[]),
         unsafe_names=_get(d, "unsafe_names", path, _str_map, default={}),
+        link=_opt(d, "link", path, _str),
     )
 
 
@@ -964,6 +1018,26 @@ def _pricing(v: Any, path: str) -> Pricing:
         latency=_opt(d, "latency", path, _latency), latency_note=_opt(d, "latency_note", path, _str),
         tradeoff=_opt(d, "tradeoff", path, _tradeoff),
     )
+def _dims(v: Any, path: str) -> tuple[int | None, ...]:
+    return tuple(None if x is None else _int(x, f"{path}[{i}]") for i, x in enumerate(_list(lambda y, p: y)(v, path)))
+
+
+def _input_shape(v: Any, path: str) -> InputShape:
+    d = _mapping(v, path)
+    ints = {k: tuple(_get(d, k, path, _list(_int))) for k in ("min", "opt", "max")}
+    return InputShape(name=_get(d, "name", path, _str), declared=_get(d, "declared", path, _dims), **ints)
+
+
+def _invocation(v: Any, path: str) -> Invocation:
+    d = _mapping(v, path)
+    origin = _get(d, "origin", path, _str, default="api")
+    if origin not in ORIGINS:
+        raise _Bad(f"bad key '{path}.origin': expected one of {', '.join(ORIGINS)}, got {origin!r:.60}")
+    try:
+        spec = RunSpec.from_json(_get(d, "spec", path, _mapping))
+    except UserError as exc:
+        raise _Bad(f"bad key '{path}.spec': {exc}") from None
+    return Invocation(spec=spec, directory=_get(d, "directory", path, _str), origin=origin)
 
 
 def _report(data: Any) -> Report:
@@ -1023,4 +1097,6 @@ def _report(data: Any) -> Report:
         engine=_opt(d, "engine", "", _engine),
         knobs=_opt(d, "knobs", "", _knobs),
         pricing=_opt(d, "pricing", "", _pricing),
+        input_shapes=_get(d, "input_shapes", "", _list(_input_shape), default=[]),
+        invocation=_opt(d, "invocation", "", _invocation),
     )

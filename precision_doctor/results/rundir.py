@@ -36,6 +36,7 @@ RUN_OUTPUTS = (
     "trtexec.sh", "tensorrt_rtx.sh", "autocast_nodes_to_exclude.txt", "precision-doctor-error.log",
     "named.onnx.data", "fixed.plan", ".fixed.plan.partial", "timing.cache", ".timing.cache.partial", "runtime.cache",
     ".runtime.cache.partial", "knobs",  # knobs/: the knob search's checkpoints, listed as knobs/<name>
+    "ort_node_block_list.json", "model.onnx", "trtexec_io",  # trtexec_io/: the trtexec check's raw files
 )
 BOOKKEEPING = (LOCK, MANIFEST)  # in every run directory; not what "empty" is about
 
