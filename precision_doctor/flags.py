@@ -36,6 +36,7 @@ FLAGS: dict[str, str] = {
     "tolerance.cosine_floor": "--cosine-floor",
     "search.strategy": "--strategy",
     "search.cost": "--cost",
+    "search.batch": "--batch",
     "search.margin": "--margin",
     "search.augment": "--augment",
     "search.max_evaluations": "--max-evaluations",

@@ -24,7 +24,7 @@ from typing import Any
 from precision_doctor.errors import SpecError, UserError, one_line
 from precision_doctor.measure.tolerance import Tolerance
 
-COSTS = ("nodes", "flops")
+COSTS = ("deploy", "nodes", "flops")  # search/space.py says what each means
 COMPRESSIONS = ("lzf", "gzip", None)
 KEEPS = ("none", "summary", "all")  # capture.keep: what diagnose keeps of activations.h5 (pipeline/keep.py)
 MAX_AUGMENT = 32  # perturbed copies per search sample, at most
@@ -71,7 +71,8 @@ class SearchSpec:
     """How to search: the strategy, what "smallest" means, the margin and the budget."""
 
     strategy: str = "auto"
-    cost: str = "nodes"  # fewest nodes, or least FP32 "flops"
+    cost: str = "deploy"  # least estimated deployment cost (graph/cost.py), fewest "nodes", or least FP32 "flops"
+    batch: int | None = None  # the batch deployed: the cost model's and the GPU latency's (None: the samples')
     margin: float = 0.1  # search for a set that uses at most 1 - margin of the tolerance
     augment: int = 3  # perturbed copies of each search sample the oracle also checks (0: none, the bare search)
     max_evaluations: int | None = None
@@ -167,7 +168,9 @@ class RunSpec:
             raise SpecError("search.strategy", f"{{search.strategy}}: unknown strategy '{s.strategy}'; choose one of: "
                             f"{', '.join(STRATEGIES)}")
         if s.cost not in COSTS:
-            raise SpecError("search.cost", f"{{search.cost}} must be 'nodes' or 'flops', got '{s.cost}'")
+            raise SpecError("search.cost", f"{{search.cost}} must be one of {', '.join(COSTS)}, got '{s.cost}'")
+        if s.batch is not None and s.batch < 1:
+            raise SpecError("search.batch", f"{{search.batch}} must be at least 1, got {s.batch}")
         if not 0.0 <= s.margin < 1.0:
             raise SpecError("search.margin", f"{{search.margin}} must lie in [0, 1), got {s.margin}")
         if not 0 <= s.augment <= MAX_AUGMENT:

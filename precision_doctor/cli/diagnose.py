@@ -117,6 +117,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         generalization_sentence,
         headroom_sentence,
     )
+    from precision_doctor.render.pricing import cost_sentence, tradeoff_sentence
     from precision_doctor.render.tensorrt import outcome_lines
     from precision_doctor.render.wording import (
         Tone,
@@ -156,6 +157,10 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         if len(fb) > SHOWN_NODES:
             listed = [p for p in ("report.html", "layer_precisions.txt") if (Path(out_dir) / p).is_file()]
             say(f"  ... and {len(fb) - SHOWN_NODES} more: see {' / '.join(f'{out_dir}/{p}' for p in listed)}")
+    if report.passed and (cost := cost_sentence(report, with_share=False)):
+        say(f"{cost[0].upper()}{cost[1:]}")
+    if report.passed and (tradeoff := tradeoff_sentence(report.pricing.tradeoff if report.pricing else None)):
+        say(tradeoff)
     if report.status == RunStatus.NO_SOLUTION and report.reason:
         say(report.reason)
     passed_notes = (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),

@@ -122,7 +122,12 @@ SEARCH = (
          "that the search also checks, so the answer is not tuned to one rounding pattern; after the search 4 fresh "
          "copies per sample predict how it holds on new inputs. Default 3; 0 turns copies and that check off."),
     _opt("strategy", "search.strategy", str, "auto, bisect, bisect-reverse, linear, ddmin, segment."),
-    _opt("cost", "search.cost", str, "Smallest means fewest nodes, or least FP32 'flops'."),
+    _opt("cost", "search.cost", str,
+         "What the search minimizes: 'deploy' (default: the estimated time fixed.onnx spends above all-FP16, FLOPs and "
+         "bytes moved including Casts, with fusion groups kept whole unless a member alone is proven to matter), "
+         "'nodes' (fewest nodes) or 'flops' (least FP32 FLOPs)."),
+    _opt("batch", "search.batch", int | None,
+         "The batch you deploy: the cost model's and the GPU latency's (default: the samples' batch)."),
     _opt("max_evaluations", "search.max_evaluations", int | None, "Stop after this many evaluations."),
     _opt("time_budget", "search.time_budget", float | None, "Stop the search after this many seconds."),
     _opt("keep_io_types", "search.keep_io_types", bool, "fixed.onnx keeps FP32 I/O.",

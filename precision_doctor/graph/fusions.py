@@ -69,7 +69,8 @@ class Site:
 
 
 class _Graph:
-    """What pattern matching needs to know of a model: producers, edges into consumers, constants."""
+    """What pattern matching needs to know of a model: producers, edges into consumers, constants
+    (here and in `graph/groups.py`)."""
 
     def __init__(self, model: Model, fmt: Format):
         self.model = model
@@ -113,6 +114,10 @@ class _Graph:
         except onnx.defs.SchemaError:
             return False
         return version in since
+
+    def is_constant(self, tensor: str) -> bool:
+        """An initializer (not a graph input) or a Constant's output."""
+        return tensor in self._inits or tensor in self._consts
 
     def constant(self, tensor: str) -> np.ndarray | None:
         """The value of an initializer (not a graph input) or a Constant's output, else None."""

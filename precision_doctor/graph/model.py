@@ -425,11 +425,13 @@ def _free_names(graph: onnx.GraphProto) -> set[str]:
 
 
 def _numel(shape: Iterable | None) -> int | None:
+    """The element count; None when a dimension is unknown: dynamic, or negative (PaddlePaddle's exports
+    declare -1, which multiplied into negative FLOPs)."""
     if shape is None:
         return None
     n = 1
     for d in shape:
-        if d is None:
+        if d is None or int(d) < 0:
             return None
         n *= int(d)
     return n
@@ -437,7 +439,8 @@ def _numel(shape: Iterable | None) -> int | None:
 
 def estimate_flops(node: onnx.NodeProto, shapes: dict[str, tuple], proto: onnx.ModelProto) -> int:
     """Multiply-accumulate count x2 for Conv, ConvTranspose, MatMul, Gemm and attention; else the
-    output element count (one op per element) where the shape is known, else 0."""
+    output element count (one op per element) where the shape is known, else 0. With a model's declared
+    shapes a dynamic dimension makes it 0: `graph/cost.py` calls it with the shapes that ran."""
     out = shapes.get(node.output[0]) if node.output else None
     out_n = _numel(out)
     op = node.op_type
@@ -457,7 +460,7 @@ def estimate_flops(node: onnx.NodeProto, shapes: dict[str, tuple], proto: onnx.M
                 return 0
             trans_a = next((a_.i for a_ in node.attribute if a_.name == "transA"), 0)
             k = a[-2] if (op == "Gemm" and trans_a) else a[-1]
-            return 2 * out_n * int(k or 0)
+            return 2 * out_n * int(k) if k is not None and k > 0 else 0
         if op in ("Attention", "MultiHeadAttention", "GroupQueryAttention"):
             q = shapes.get(node.input[0])
             if not q or _numel(q) is None or len(q) < 3:

@@ -48,6 +48,7 @@ NOT_IN_KEY: dict[str, str] = {
     "tolerance.output_rtol": _TOLERANCE,
     "search.strategy": "the search runs after the capture",
     "search.cost": "the search runs after the capture",
+    "search.batch": "only the cost model and the latency read it, after the capture",
     "search.margin": "the search runs after the capture",
     "search.augment": "perturbed copies are made at search time and never captured",
     "search.max_evaluations": "the search runs after the capture",

@@ -31,6 +31,7 @@ from precision_doctor.pipeline.confirmation import certification, confirm, notes
 from precision_doctor.pipeline.context import Backends, References, RunContext
 from precision_doctor.pipeline.keep import keep_capture
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
+from precision_doctor.pipeline.pricing import price, run_cost_model
 from precision_doctor.pipeline.probe import (
     PROBE_COPIES,
     PROBE_SEED,
@@ -108,7 +109,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
                 work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
                 rules=b.rules)
     write_layer_tables(out_dir, analysis)
-    space = build_space(model, analysis, get_format(spec.precision), spec.search.cost)
+    cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
+    space = build_space(model, analysis, get_format(spec.precision), spec.search.cost, cost_model=cm)
 
     notify(progress, PhaseEvent("reference"))
     ref = ReferenceRunner(model)
@@ -242,10 +244,13 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
                                    knobs.result if knobs else None, notes),
         emulation_notes=notes,
     )
+    unseen = f.unseen
+    pricing = price(ctx.space, ctx.oracle, outcome.found, ctx.space.cost_model, spec, work,
+                    unseen.first_answer if unseen is not None else None, ctx.stop, with_tradeoff=outcome.complete)
     report = build_report(
         outcome, work=work, spec=spec, n_validation=len(ctx.references.held), elapsed=time.monotonic() - ctx.t0,
         searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name), checks=checks, produced=produced,
-        shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin),
+        shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,
     )
     report.service_job = service_job
     report = write_report(out_dir, report)
@@ -258,7 +263,7 @@ def _all_references(work: Workload) -> list[dict] | None:
 
 
 def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:
-    everything = oracle.known(space.universe)
+    everything = oracle.known(space.expand(space.universe))
     if everything is not None and not everything.passed:
         name, err = everything.worst
         return (

@@ -31,6 +31,7 @@ from precision_doctor.results.report import (
     KnobsResult,
     Layer,
     ModelInfo,
+    Pricing,
     Report,
     SampleCounts,
     ShapeGroupInfo,
@@ -86,9 +87,11 @@ class Produced:
 
 def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validation: int, elapsed: float,
                  searched: Searched, checks: AnswerChecks, produced: Produced, shapes: list[InputShape] | None = None,
-                 invocation: Invocation | None = None) -> Report:
+                 invocation: Invocation | None = None, pricing: Pricing | None = None) -> Report:
     """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any);
-    `shapes`: the inputs' shapes as the samples ran; `invocation`: how the run was started."""
+    `shapes`: the inputs' shapes as the samples ran; `invocation`: how the run was started; `pricing`: what the
+    answer costs (pipeline/pricing.py). FLOPs are the search space's cost model's (the shapes that ran) where it has
+    one, else the declared shapes'."""
     model, oracle, confirm, knobs, validation = work.model, searched.oracle, checks.confirm, checks.knobs, checks.validation
     fallback = outcome.found
     final = fallback or frozenset()
@@ -101,14 +104,16 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
     if validation is not None and not same_as_searched:
         validation.of = "searched answer"
     fmt = get_format(spec.precision)
-    flops = {n.name: n.flops for n in model.nodes}
+    cm = searched.space.cost_model
+    flops = cm.flops if cm is not None else {n.name: n.flops for n in model.nodes}
+    total_flops = sum(flops.values())
     return Report(
         tool="precision-doctor",
         version=__version__,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         model=ModelInfo(
             path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes),
-            candidates=len(searched.space.universe), total_flops=model.total_flops,
+            candidates=len(model.candidates), total_flops=total_flops,
             renamed_nodes=list(model.renamed_nodes),
             unsafe_names=dict(model.unsafe_names),
             link=produced.written.link if produced.written is not None else None,
@@ -128,7 +133,8 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         passed=fallback is not None and held_out_ok and (checks.headroom is None or checks.headroom.holds),
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
-        fp32_flop_share=sum(flops.get(n, 0) for n in final) / max(model.total_flops, 1),
+        fp32_flop_share=cm.fp32_flop_share(final) if cm is not None else sum(flops.get(n, 0) for n in final) / max(
+            total_flops, 1),
         evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
         one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, by_knobs),
         elapsed_s=elapsed,
@@ -142,13 +148,13 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         first_divergence_node=searched.analysis.first_divergence_node,
         ranking=searched.analysis.ranking[:50],
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
-        layers=_layers(searched.analysis, produced.fixed_rel, final, _producers(work)),
+        layers=_layers(searched.analysis, produced.fixed_rel, final, _producers(work), flops),
         format_limits=FormatLimits(max=fmt.max, smallest_normal=fmt.smallest_normal),
         artifacts=_artifacts(produced, knobs, capture_artifact(spec.capture.keep, outcome.status)),
         commands=produced.written.commands if produced.written is not None else {},
         forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
         trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
-        input_shapes=list(shapes or []), invocation=invocation,
+        input_shapes=list(shapes or []), invocation=invocation, pricing=pricing,
     )
 
 
@@ -185,11 +191,11 @@ def _producers(work: Workload) -> dict[str, list[str]]:
     return {n.name: list(dict.fromkeys(made_by[t] for t in n.float_inputs if t in made_by)) for n in work.model.nodes}
 
 
-def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[str],
-            producers: dict[str, list[str]]) -> list[Layer]:
+def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[str], producers: dict[str, list[str]],
+            flops: dict[str, int]) -> list[Layer]:
     return [
         Layer(
-            index=r.index, name=r.name, op_type=r.op_type, flops=r.flops, local_rel_l2=r.local_rel_l2,
+            index=r.index, name=r.name, op_type=r.op_type, flops=flops.get(r.name, r.flops), local_rel_l2=r.local_rel_l2,
             rounding_rel_l2=r.rounding_rel_l2, lowp_rel_l2=r.lowp_rel_l2, fixed_rel_l2=fixed_rel.get(r.name),
             ref_absmax=r.ref_absmax, input_ref_absmax=r.input_ref_absmax, frac_above_max=r.frac_above_max,
             frac_below_normal=r.frac_below_normal, score=r.score, rank=r.rank, fallback=r.name in final,

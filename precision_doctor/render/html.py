@@ -7,7 +7,7 @@ import math
 from html import escape
 from typing import Any
 
-from precision_doctor.render import plots
+from precision_doctor.render import plots, pricing
 from precision_doctor.render.digest import figures, status_line
 from precision_doctor.render.markdown import (
     COMMAND_TITLES,
@@ -346,10 +346,11 @@ def _header(report: Report) -> str:
             reason += f'<div class="headroom">{_e(line if line.endswith(".") else "Input shapes: " + line + ".")}</div>'
     if status := status_line(report):
         reason += f'<div class="reason">{_e(status)}</div>'
+    cost = pricing.cost_sentence(report, with_share=False) if report.passed else None
     return (
         f"<header><h1>precision-doctor report: <code>{_e(model.path)}</code></h1>"
         f'<div class="verdict"><span class="badge {kind}" id="verdict">{_e(label)}</span>'
-        f'<span class="sentence">{_e(" ".join(x for x in (verdict_sentence(report), lowp_sentence(report)) if x))}'
+        f'<span class="sentence">{_e(" ".join(x for x in (verdict_sentence(report), lowp_sentence(report), cost) if x))}'
         f'</span></div>{reason}'
         f'<div class="kpis">{"".join(kpis)}</div></header>'
     )
@@ -590,6 +591,11 @@ def _page_data(report: Report) -> dict[str, Any]:
     }
 
 
+def _cost_section(report: Report) -> str:
+    plot = plots.plot_tradeoff(report)
+    return pricing.html_section(report, plot.svg if plot is not None else None)
+
+
 def render_html(report: Report) -> str:
     """report.html: a single offline page with verdict, tables, three inline-SVG plots and a sortable layer table.
 
@@ -603,6 +609,7 @@ def render_html(report: Report) -> str:
             _header(report),
             _next_steps_section(report),
             _fallback_section(report),
+            _cost_section(report),
             html_sections(report),
             _outputs_section(report),
             _plots_section(report),

@@ -10,6 +10,8 @@ from precision_doctor.measure.analysis import INPUT_SENSITIVITY
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import RunStatus
 from precision_doctor.render.commands import rerun_command, resume_command
+from precision_doctor.render.pricing import cost_sentence
+from precision_doctor.render.pricing import markdown_lines as pricing_lines
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     knobs_sentence,
@@ -372,7 +374,9 @@ def render_markdown(report: Report) -> str:
     L: list[str] = []
 
     L += [f"# precision-doctor report: {_code(model.path)}", ""]
-    L += [" ".join(x for x in (f"**Verdict: {label}.**", verdict_sentence(report), lowp_sentence(report)) if x), ""]
+    cost = cost_sentence(report, with_share=False)
+    L += [" ".join(x for x in (f"**Verdict: {label}.**", verdict_sentence(report), lowp_sentence(report),
+                               f"{cost[0].upper()}{cost[1:]}" if cost and report.passed else None) if x), ""]
     if (warning := shapes_warning(report)) is not None:
         L += [f"> **{warning}**", ""]
     if report.reason:
@@ -580,4 +584,5 @@ def render_markdown(report: Report) -> str:
         L += [f"Warning: {len(unsafe)} node name(s) held control characters or bytes that are not UTF-8, which "
               f"scripts and lists cannot carry safely, and were renamed (shown escaped): {listed}"]
         L.append("")
+    L += pricing_lines(report)
     return "\n".join(L).rstrip() + "\n"

@@ -359,6 +359,135 @@ class KnobsResult:
         return out
 
 
+@dataclass(frozen=True)
+class AnswerCost:
+    """One set's price (`graph/cost.py`): FP32 share of the FLOPs (the set and the nodes fixed.onnx keeps in FP32
+    anyway) at the shapes that ran, the Casts fixed.onnx has and how many more than the all-low-precision model,
+    bytes moved per inference (weights and activations, Casts included) by fixed.onnx, all-FP32 and
+    all-low-precision, the deployment objective (`deploy_us`, microseconds above all-low-precision) and the
+    estimated share of the low-precision speed-up kept (None where that model estimates no speed-up). `batch`:
+    the batch the figures are for; `shapes_from`: "capture" or "inference"; `profile`: the device assumed."""
+
+    fp32_flop_share: float
+    fp32_flops: int
+    total_flops: int
+    casts: int
+    casts_added: int
+    cast_bytes: int
+    bytes_fixed: int
+    bytes_fp32: int
+    bytes_lowp: int
+    deploy_us: float
+    estimated_speedup_kept: float | None
+    batch: int
+    shapes_from: str
+    profile: str
+
+
+@dataclass(frozen=True)
+class DeployLatency:
+    """Measured median milliseconds of one inference at `batch` (and the 90th percentile), on `device` (ORT
+    with I/O binding, `measure/latency.py`), of the FP32 model, the all-low-precision one and fixed.onnx."""
+
+    batch: int
+    device: str
+    runs: int
+    fp32_ms: float
+    lowp_ms: float
+    fixed_ms: float
+    fp32_p90_ms: float
+    lowp_p90_ms: float
+    fixed_p90_ms: float
+
+    @property
+    def latency_kept(self) -> float | None:
+        """(t_fp32 - t_fixed) / (t_fp32 - t_lowp): the share of the low-precision speed-up kept; None without one."""
+        gain = self.fp32_ms - self.lowp_ms
+        return (self.fp32_ms - self.fixed_ms) / gain if gain > 0 else None
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "latency_kept": self.latency_kept}
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    """The cheapest set found that passes at `multiplier` x the search's tolerance (`search/tradeoff.py`): its
+    size, FP32 FLOP share and deployment cost (None without a cost model). `complete`: its prune finished (else
+    an upper bound); `evaluations`: what it took beyond the search; `fallback`: the set."""
+
+    multiplier: float
+    found: bool
+    fallback_size: int | None = None
+    fp32_flop_share: float | None = None
+    deploy_us: float | None = None
+    complete: bool = True
+    evaluations: int = 0
+    fallback: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """A set the search saw pass using `share` of the tolerance: it holds from `share` x the tolerance up."""
+
+    share: float
+    fallback_size: int
+    fp32_flop_share: float | None
+    deploy_us: float | None
+
+
+@dataclass
+class Tradeoff:
+    """FP32 cost against the tolerance a user could choose: the answer's point (multiplier 1), the points pruned
+    again at other multiples and the frontier of the search's own passing sets; `evaluations` beyond the search."""
+
+    points: list[TradeoffPoint] = field(default_factory=list)
+    frontier: list[FrontierPoint] = field(default_factory=list)
+    evaluations: int = 0
+
+    def at(self, multiplier: float) -> TradeoffPoint | None:
+        return next((p for p in self.points if p.multiplier == multiplier), None)
+
+
+@dataclass(frozen=True)
+class GroupUse:
+    """A fusion group (`graph/groups.py`) the answer keeps in FP32: whole (`released` empty), or split where its
+    other members were proven not to matter (`search/refine.py`)."""
+
+    kind: str
+    kept: list[str]
+    released: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Pricing:
+    """What the answer costs where it is deployed: the search objective (`search.cost`) and what it means, the
+    answer's cost, the first answer's where a second search replaced it, the fusion groups it keeps, the FP16
+    gaps closed, the measured latency (None without a CUDA GPU) and the trade-off against the tolerance."""
+
+    objective: str
+    objective_means: str
+    answer: AnswerCost | None = None
+    first_answer: AnswerCost | None = None
+    groups: list[GroupUse] = field(default_factory=list)
+    gaps_closed: list[list[str]] = field(default_factory=list)
+    refine_evaluations: int = 0
+    latency: DeployLatency | None = None
+    latency_note: str | None = None  # how the latency was measured, or why not
+    tradeoff: Tradeoff | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "objective": self.objective, "objective_means": self.objective_means,
+            "answer": None if self.answer is None else asdict(self.answer),
+            "first_answer": None if self.first_answer is None else asdict(self.first_answer),
+            "groups": [asdict(g) for g in self.groups], "gaps_closed": self.gaps_closed,
+            "refine_evaluations": self.refine_evaluations,
+            "latency": None if self.latency is None else self.latency.to_json(),
+            "latency_note": self.latency_note,
+            "tradeoff": None if self.tradeoff is None else asdict(self.tradeoff),
+        }
+
+
 @dataclass
 class Layer:
     """One candidate node's line of the layer table (errors are relative L2 against FP32)."""
@@ -482,6 +611,7 @@ class Report:
     trt_check: TrtCheckResult | None = None
     engine: EngineResult | None = None
     knobs: KnobsResult | None = None
+    pricing: Pricing | None = None
     input_shapes: list[InputShape] = field(default_factory=list)  # the model's inputs: declared, and as the samples ran
     invocation: Invocation | None = None
     service_job: ServiceJob | None = None
@@ -546,6 +676,7 @@ class Report:
             "trt_check": None if self.trt_check is None else self.trt_check.to_json(),
             "engine": None if self.engine is None else self.engine.to_json(),
             "knobs": None if self.knobs is None else self.knobs.to_json(),
+            "pricing": None if self.pricing is None else self.pricing.to_json(),
             "input_shapes": [s.to_json() for s in self.input_shapes],
             "invocation": None if self.invocation is None else self.invocation.to_json(),
             "service_job": None if self.service_job is None else self.service_job.to_json(),
@@ -877,6 +1008,64 @@ def _knobs(v: Any, path: str) -> KnobsResult:
     )
 
 
+def _answer_cost(v: Any, path: str) -> AnswerCost:
+    d = _mapping(v, path)
+    ints = {k: _get(d, k, path, _int) for k in ("fp32_flops", "total_flops", "casts", "casts_added", "cast_bytes",
+                                                  "bytes_fixed", "bytes_fp32", "bytes_lowp", "batch")}
+    return AnswerCost(fp32_flop_share=_get(d, "fp32_flop_share", path, _num), deploy_us=_get(d, "deploy_us", path, _num),
+                      estimated_speedup_kept=_opt(d, "estimated_speedup_kept", path, _num),
+                      shapes_from=_get(d, "shapes_from", path, _str), profile=_get(d, "profile", path, _str), **ints)
+
+
+def _latency(v: Any, path: str) -> DeployLatency:
+    d = _mapping(v, path)
+    return DeployLatency(batch=_get(d, "batch", path, _int), device=_get(d, "device", path, _str),
+                         runs=_get(d, "runs", path, _int),
+                         **{k: _get(d, k, path, _num) for k in ("fp32_ms", "lowp_ms", "fixed_ms", "fp32_p90_ms",
+                                                                 "lowp_p90_ms", "fixed_p90_ms")})
+
+
+def _tradeoff_point(v: Any, path: str) -> TradeoffPoint:
+    d = _mapping(v, path)
+    return TradeoffPoint(
+        multiplier=_get(d, "multiplier", path, _num), found=_get(d, "found", path, _bool),
+        fallback_size=_opt(d, "fallback_size", path, _int), fp32_flop_share=_opt(d, "fp32_flop_share", path, _num),
+        deploy_us=_opt(d, "deploy_us", path, _num), complete=_get(d, "complete", path, _bool, default=True),
+        evaluations=_get(d, "evaluations", path, _int, default=0),
+        fallback=_get(d, "fallback", path, _list(_str), default=[]),
+    )
+
+
+def _frontier_point(v: Any, path: str) -> FrontierPoint:
+    d = _mapping(v, path)
+    return FrontierPoint(share=_get(d, "share", path, _num), fallback_size=_get(d, "fallback_size", path, _int),
+                         fp32_flop_share=_opt(d, "fp32_flop_share", path, _num), deploy_us=_opt(d, "deploy_us", path, _num))
+
+
+def _tradeoff(v: Any, path: str) -> Tradeoff:
+    d = _mapping(v, path)
+    return Tradeoff(points=_get(d, "points", path, _list(_tradeoff_point), default=[]),
+                    frontier=_get(d, "frontier", path, _list(_frontier_point), default=[]),
+                    evaluations=_get(d, "evaluations", path, _int, default=0))
+
+
+def _group_use(v: Any, path: str) -> GroupUse:
+    d = _mapping(v, path)
+    return GroupUse(kind=_get(d, "kind", path, _str), kept=_get(d, "kept", path, _list(_str)),
+                    released=_get(d, "released", path, _list(_str), default=[]))
+
+
+def _pricing(v: Any, path: str) -> Pricing:
+    d = _mapping(v, path)
+    return Pricing(
+        objective=_get(d, "objective", path, _str), objective_means=_get(d, "objective_means", path, _str, default=""),
+        answer=_opt(d, "answer", path, _answer_cost), first_answer=_opt(d, "first_answer", path, _answer_cost),
+        groups=_get(d, "groups", path, _list(_group_use), default=[]),
+        gaps_closed=_get(d, "gaps_closed", path, _list(_list(_str)), default=[]),
+        refine_evaluations=_get(d, "refine_evaluations", path, _int, default=0),
+        latency=_opt(d, "latency", path, _latency), latency_note=_opt(d, "latency_note", path, _str),
+        tradeoff=_opt(d, "tradeoff", path, _tradeoff),
+    )
 def _dims(v: Any, path: str) -> tuple[int | None, ...]:
     return tuple(None if x is None else _int(x, f"{path}[{i}]") for i, x in enumerate(_list(lambda y, p: y)(v, path)))
 
@@ -965,6 +1154,7 @@ def _report(data: Any) -> Report:
         trt_check=_opt(d, "trt_check", "", _trt_check),
         engine=_opt(d, "engine", "", _engine),
         knobs=_opt(d, "knobs", "", _knobs),
+        pricing=_opt(d, "pricing", "", _pricing),
         input_shapes=_get(d, "input_shapes", "", _list(_input_shape), default=[]),
         invocation=_opt(d, "invocation", "", _invocation),
         service_job=_opt(d, "service_job", "", _service_job),

@@ -28,8 +28,12 @@ WEAK_PRECISION_FLAGS = {"fp16": "FP16", "bf16": "BF16"}
 ShapeRange = tuple[Sequence[int], Sequence[int], Sequence[int]]  # (min, opt, max) of a dynamic input
 
 
-def _logger(lib: TrtLibrary):
-    """An ILogger that keeps warnings and errors (the first error goes into our one-line messages)."""
+LAYER_DUMP = "Layers:"  # how the builder's verbose message listing the engine's layers starts
+
+
+def _logger(lib: TrtLibrary, keep_layer_dump: bool = False):
+    """An ILogger that keeps warnings and errors (the first error goes into our one-line messages), and with
+    `keep_layer_dump` the builder's verbose list of the engine's layers (`kernels.py` reads it)."""
     trt = lib.module
 
     class Logger(trt.ILogger):
@@ -38,7 +42,7 @@ def _logger(lib: TrtLibrary):
             self.messages: list[tuple[Any, str]] = []
 
         def log(self, severity, msg):
-            if severity <= trt.ILogger.Severity.WARNING:
+            if severity <= trt.ILogger.Severity.WARNING or (keep_layer_dump and str(msg).startswith(LAYER_DUMP)):
                 self.messages.append((severity, str(msg)))
 
         def first_error(self) -> str | None:
@@ -103,14 +107,16 @@ class ParsedNetwork:
         }
 
 
-def parse_onnx(lib: TrtLibrary, path: str | Path, strongly_typed: bool = True) -> ParsedNetwork:
+def parse_onnx(lib: TrtLibrary, path: str | Path, strongly_typed: bool = True,
+               keep_layer_dump: bool = False) -> ParsedNetwork:
     """Parse an ONNX file (external data beside it is read too) into a network; UserError naming the
-    file and the first parser error when TensorRT's parser refuses it."""
+    file and the first parser error when TensorRT's parser refuses it. `keep_layer_dump`: the logger keeps
+    the builder's list of the engine's layers (`kernels.engine_kernels`)."""
     trt = lib.module
     path = Path(path)
     if not path.is_file():
         raise UserError(f"ONNX file not found: {path}")
-    logger = _logger(lib)
+    logger = _logger(lib, keep_layer_dump)
     builder = trt.Builder(logger)
     if builder is None:
         raise UserError(f"{lib.label}: cannot create a builder ({logger.first_error() or 'no reason given'})")
