@@ -3,7 +3,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint bench clean-venv badinputs
+.PHONY: demo test lint bench clean-venv badinputs docs screenshots
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,12 @@ test: $(STAMP)
 
 badinputs: $(STAMP)  # the bad-input replay (issue #11): a table of failures by class, ~3 min on 2 cores
 	$(BIN)/python tests/badinputs --jobs 2
+
+docs: $(STAMP)  # docs/cli.md from the program (tests/test_cli_docs.py fails when it is stale)
+	$(BIN)/python -m precision_doctor.cli.docs > docs/cli.md
+
+screenshots: $(STAMP)  # docs/img/*.png: report.html, /ui and job pages in headless Chromium (needs `chromium`)
+	$(BIN)/python bench/screenshots.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check precision_doctor tests bench examples

@@ -10,6 +10,7 @@ from pathlib import Path
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.data.workload import Workload
+from precision_doctor.graph.cost import cost_model
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.tolerance import Tolerance
@@ -22,9 +23,11 @@ from precision_doctor.spec import InputSpec
 
 class SearchBench:
     """One model, its samples and tolerance: capture + analysis once, then any strategy on a fresh oracle
-    (same backend session, same samples, same FP32 references, empty memo)."""
+    (same backend session, same samples, same FP32 references, empty memo). `objective`: the search's
+    (`search.cost`); FLOP shares, Casts and the deployment cost come from the cost model (the shapes that ran)."""
 
-    def __init__(self, model: Model, samples: list, tol: Tolerance, precision: str = "fp16", workdir: Path | None = None):
+    def __init__(self, model: Model, samples: list, tol: Tolerance, precision: str = "fp16", workdir: Path | None = None,
+                 objective: str = "nodes"):
         self.model = model
         self.samples = samples
         self.tol = tol
@@ -39,32 +42,37 @@ class SearchBench:
         work = Workload(model, samples, InputSpec())
         self.analysis = capture_and_analyse(work, precision, tol, workdir)
         self.capture_s = time.perf_counter() - t0
-        self.space = build_space(model, self.analysis, self.fmt)
+        self.cost = cost_model(model, precision, {k: v.shape for k, v in samples[0].items()},
+                               workdir / "activations.h5")
+        self.objective = objective
+        self.space = build_space(model, self.analysis, self.fmt, objective, cost_model=self.cost)
         t0 = time.perf_counter()
         self.backend = EmulateBackend(model, precision)
         self.ref = ReferenceRunner(model)
         self.refs = [self.ref.run(s) for s in samples]
         self.setup_s = time.perf_counter() - t0
-        self.total_flops = max(model.total_flops, 1)
 
     def oracle(self, **kw) -> Oracle:
-        return Oracle(self.backend, self.samples, self.refs, self.tol, **kw)
+        return Oracle(self.backend, self.samples, self.refs, self.tol, cost_of=self.space.cost, **kw)
 
     def flop_share(self, fallback) -> float | None:
-        if fallback is None:
-            return None
-        return sum(self.model.node(n).flops for n in fallback) / self.total_flops
+        """FP32 share of the FLOPs at the shapes that ran (forced FP32 nodes included, as fixed.onnx runs them)."""
+        return None if fallback is None else self.cost.fp32_flop_share(fallback)
 
     def run(self, strategy: str, time_s: float | None = None, max_evaluations: int | None = None) -> dict:
         oracle = self.oracle(budget=Budget(max_evaluations=max_evaluations, time_s=time_s))
         t0 = time.perf_counter()
         c0 = time.process_time()
         capped = None
+        refined = None
         try:
             found = STRATEGIES[strategy](oracle, self.space)
         except BudgetExhausted as exc:
             capped = str(exc)
             found = oracle.best()
+        if found and self.space.grouping is not None and capped is None and self.space.refinements:
+            refined = self.space.refinements[-1]  # the strategy's answer was refined (search/units.py)
+            capped = refined.stopped
         wall = time.perf_counter() - t0
         cpu = time.process_time() - c0
         phases = Counter(e.phase for e in oracle.trajectory)
@@ -81,6 +89,10 @@ class SearchBench:
             "found": sorted(found) if found is not None else None,
             "size": len(found) if found is not None else None,
             "flop_share": self.flop_share(found),
+            "casts_added": None if found is None else self.cost.answer_cost(found).casts_added,
+            "deploy_us": None if found is None else self.cost.deploy_us(found),
+            "splits": None if refined is None else [[s.kind, list(s.kept), list(s.released)] for s in refined.splits],
+            "gaps_closed": None if refined is None else [list(g) for g in refined.gaps_closed],
             "one_minimal_checked": oracle.one_minimal_checked(found),
             "capped": capped,
             "phases": dict(phases),

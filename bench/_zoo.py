@@ -45,7 +45,7 @@ def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[ZooWork]:
         except Exception as exc:  # one model's trouble does not stop the others
             print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
-        out.append(ZooWork(name, spec.path, work.model, work.samples, spec.spec.tolerance))
+        out.append(ZooWork(name, spec.path, work.model, list(work.samples), spec.spec.tolerance))  # a few: in memory
     return out
 
 

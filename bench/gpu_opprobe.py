@@ -10,7 +10,7 @@ real activations), optionally the planted suite (`--planted`) and the fetched zo
 
 Per model (`gpu_nodewise.measure_model`): every low-precision-able node alone on the exact FP32 reference
 inputs, computed by the provider's own FP16 kernels (`graph.native.native_local_graph`) and by the emulator
-under the standard rule, every node rule (the opt-in candidates included) and the profiles; per node and per
+under the standard rule, every node rule and the profiles (standard, ort-cuda-nodes, ort-cuda); per node and per
 op type (or fused pattern) the ratio of the provider's error to each rule's (`--metric`, default the largest
 relative error; every metric is in the JSON) and the share of elements a rule reproduces bit for bit; which
 kernels the provider ran for each node (a function op ORT expanded into its body shows as its body's
@@ -23,7 +23,7 @@ optimized all-FP16 graph on each provider (which fusions it made).
 Writes to --out (3 files): opprobe.json (everything; rewritten after each model; on SIGINT the model in
 progress is dropped and the rest is written), opprobe.md (the tables), fixture.npz (a few nodes of every op
 type with their exact inputs and the provider's FP16 outputs, `measure/fidelity_fixture.py`'s format, so the
-candidate rules can be replayed offline: `check_rules(path, FP16, rule)`). Imports no polygraphy.
+rules can be replayed offline: `check_rules(path, FP16, rule)`). Imports no polygraphy.
 """
 
 from __future__ import annotations
@@ -50,30 +50,16 @@ from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.formats import FP16
 from precision_doctor.graph.mixed import build_mixed
 from precision_doctor.graph.model import Model, from_proto
-from precision_doctor.graph.rules import CANDIDATES, PROFILES, RULES, resolve_rules
+from precision_doctor.graph.rules import PROFILES, RULES, resolve_rules
 from precision_doctor.measure.fidelity import STANDARD, by_op, error_stats
 from precision_doctor.measure.fidelity_fixture import write_fixture
 from precision_doctor.measure.tolerance import Tolerance, check_all
 
-NODE_LABELS = [STANDARD, *RULES, "ort-cuda-nodes", "ort-cuda", "ort-cuda,conv-bn-fold-15"]
-PATTERNS = "ort-cuda,conv-bn-fold-15"  # the fusions whose sites run on the provider as real FP16 patterns
-BASE_PROFILES = [STANDARD, "ort-cuda"]
+NODE_LABELS = [STANDARD, *RULES, "ort-cuda-nodes", "ort-cuda"]
+PATTERNS = "ort-cuda"  # the fusions whose sites run on the provider as real FP16 patterns
+PROFILES_RUN = [STANDARD, "ort-cuda"]  # the whole-graph profiles
 LEVELS = {"all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL, "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL}
-PREDICTED = ("hardswish-inline-fma", "lstm-fp16-steps", "conv-bn-fold-15")  # what the ORT sources predict
 WITHIN = 0.10  # emulator and provider agree on a sample when their shares differ by at most 10%
-
-
-def profiles_for(model: Model) -> list[str]:
-    """The whole-graph profiles worth running: standard, ort-cuda, ort-cuda with each candidate rule that
-    changes a node of `model`, and ort-cuda with every predicted candidate (docs/fidelity-notes.md) that does."""
-    applied = []
-    for name in CANDIDATES:
-        rs = resolve_rules(name)
-        if any(rs.for_node(model, model.proto.graph.node[n.index], n) for n in model.candidates) or rs.sites(model, FP16):
-            applied.append(name)
-    predicted = [c for c in PREDICTED if c in applied]
-    return [*BASE_PROFILES, *(f"ort-cuda,{c}" for c in applied)] + (
-        [",".join(["ort-cuda", *predicted])] if len(predicted) > 1 else [])
 
 
 def _session(proto: onnx.ModelProto, providers: list, level: str, save: Path | None = None) -> ort.InferenceSession:
@@ -226,7 +212,7 @@ def main() -> None:
     device = "CPU (plumbing check)" if args.cpu else _device()
     result = {"device": device, "onnxruntime": ort.__version__, "metric": args.metric, "labels": NODE_LABELS,
               "profiles": dict(PROFILES),
-              "candidates": list(CANDIDATES), "models": [], "skipped": [], "errors": []}
+              "models": [], "skipped": [], "errors": []}
     entries: list = []
     for label, kind, model, samples, tol, about in todo:
         if time.perf_counter() - start > args.deadline:
@@ -244,7 +230,7 @@ def main() -> None:
             result["models"].append(res)  # kept even if the whole-graph part fails
             entries += ents
             try:
-                res["whole"] = whole_graph(obs, samples, tol, providers, profiles_for(obs))
+                res["whole"] = whole_graph(obs, samples, tol, providers, PROFILES_RUN)
             except KeyboardInterrupt:
                 raise
             except Exception as exc:

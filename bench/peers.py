@@ -5,6 +5,7 @@
     .venv/bin/python bench/peers.py --no-modelopt    # skip ModelOpt AutoCast
     .venv/bin/python bench/peers.py --render bench/out/peers.json   # print the tables of a saved run
     .venv/bin/python bench/peers.py --zoo zoo --only zoo:ppocr-mobile-cls --name peers_cls_recipe   # one zoo model
+    .venv/bin/python bench/peers.py --objective deploy --name peers_deploy   # precision-doctor's rows with --cost deploy
 
 Results: bench/out/NAME.json (everything) and bench/out/NAME.md (the tables). ModelOpt lives in its own venv
 (bench/out/modelopt-venv: `python3 -m venv` + `pip install 'nvidia-modelopt[onnx]'`); without it, or with
@@ -284,10 +285,15 @@ def child_modelopt(wd: Path, out: Path, model_path: Path | None = None) -> None:
     t0 = time.perf_counter()
     try:
         with contextlib.redirect_stdout(sys.stderr):
-            mconv.convert_to_mixed_precision(
+            converted = mconv.convert_to_mixed_precision(
                 onnx_path=str(model_path or wd / "model.onnx"), low_precision_type="fp16", keep_io_types=True,
                 calibration_data=str(wd / "samples"), providers=["cpu"],
             )
+        if converted is not None:  # its own Casts: those in its model beyond the input model's
+            import onnx
+
+            before = sum(n.op_type == "Cast" for n in onnx.load(str(model_path or wd / "model.onnx")).graph.node)
+            rec["casts"] = sum(n.op_type == "Cast" for n in converted.graph.node) - before
     except Exception as exc:
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:2000] if str(exc) else ''}"
     wall = time.perf_counter() - t0
@@ -296,6 +302,7 @@ def child_modelopt(wd: Path, out: Path, model_path: Path | None = None) -> None:
         "ok": error is None and high is not None, "error": error, "wall_s": wall, "import_s": import_s,
         "high": high, "classifier_high": rec.get("classifier_high"), "classified_nodes": rec.get("classified_nodes"),
         "settings": rec.get("classifier_settings"), "reasons": reasons, "version": modelopt.__version__,
+        "casts": rec.get("casts"),
         "conversion_failed_after_classification": error is not None and "classifier_high" in rec,
         "model_file": "ours" if model_path is None else str(model_path),
     }), encoding="utf-8")
@@ -347,7 +354,7 @@ def judge(bench: Any, names: list[str] | None) -> dict:
 
     if names is None:
         return {}
-    cand = set(bench.space.universe)
+    cand = {n.name for n in bench.model.candidates}
     known = {n.name for n in bench.model.nodes}
     fb = frozenset(n for n in names if n in cand)
     v = bench.oracle().evaluate(fb)
@@ -371,7 +378,7 @@ def bench_model(name: str, bench: Any, proto: Any, tol: Any, expected: set | Non
     """Every tool on one model, side by side."""
     wd = work_root / re.sub(r"[^A-Za-z0-9_.-]", "_", name)
     write_work(wd, proto, bench.samples, tol.atol, tol.rtol)
-    res: dict[str, Any] = {"case": name, "candidates": len(bench.space.universe), "nodes": len(bench.model.nodes),
+    res: dict[str, Any] = {"case": name, "candidates": len(bench.model.candidates), "nodes": len(bench.model.nodes),
                            "samples": len(bench.samples), "atol": tol.atol, "rtol": tol.rtol,
                            "expected": sorted(expected) if expected is not None else None,
                            "capture_s": bench.capture_s, "setup_s": bench.setup_s, "load": {"start": _load()}}
@@ -461,7 +468,7 @@ def _load() -> list[float]:
 # -- workloads -------------------------------------------------------------------------------------
 
 
-def planted_workloads(n: int, only: set[str] | None) -> list[tuple]:
+def planted_workloads(n: int, only: set[str] | None, objective: str = "nodes") -> list[tuple]:
     """(name, SearchBench maker, proto, tolerance, expected, original file) for each planted case."""
     from _search import SearchBench
 
@@ -476,18 +483,18 @@ def planted_workloads(n: int, only: set[str] | None) -> list[tuple]:
         case = make()
         model = from_proto(case.model)
         tol = Tolerance(case.atol, case.rtol)
-        out.append((name, lambda m=model, c=case, t=tol: SearchBench(m, c.samples(n, 0), t), model.proto, tol, case.expected,
-                    None))
+        out.append((name, lambda m=model, c=case, t=tol: SearchBench(m, c.samples(n, 0), t, objective=objective), model.proto,
+                    tol, case.expected, None))
     return out
 
 
-def zoo_workloads(zoo_dir: Path, only: set[str] | None) -> list[tuple]:
+def zoo_workloads(zoo_dir: Path, only: set[str] | None, objective: str = "nodes") -> list[tuple]:
     """The zoo's models with their recipes' samples and tolerances (as bench/search_efficiency.py --zoo)."""
     from _search import SearchBench
     from _zoo import zoo_works
 
-    return [(w.name, lambda w=w: SearchBench(w.model, w.samples, w.tol), w.model.proto, w.tol, None, w.path)
-            for w in zoo_works(zoo_dir, only)]
+    return [(w.name, lambda w=w: SearchBench(w.model, w.samples, w.tol, objective=objective), w.model.proto, w.tol, None,
+             w.path) for w in zoo_works(zoo_dir, only)]
 
 
 # -- tables ----------------------------------------------------------------------------------------
@@ -682,6 +689,8 @@ def main() -> None:
     ap.add_argument("--ac-variants", default=None, help="auto_convert variants: shipped,matched (--quick: shipped)")
     ap.add_argument("--render", type=Path, default=None, help="print the tables of a saved JSON result and exit")
     ap.add_argument("--name", default=None, help="results name under bench/out/ (default peers, peers_quick)")
+    ap.add_argument("--objective", default="nodes", choices=["nodes", "flops", "deploy"],
+                    help="precision-doctor's search objective (search.cost) in its rows")
     # child modes (internal)
     ap.add_argument("--child", choices=["autoconvert", "ortfp16", "modelopt"], help=argparse.SUPPRESS)
     ap.add_argument("--work", type=Path, help=argparse.SUPPRESS)
@@ -719,10 +728,10 @@ def run_all(args: argparse.Namespace) -> None:
     t_all = time.perf_counter()
     load_start = _load()
     commit_start = _git("rev-parse", "--short", "HEAD")
-    work = planted_workloads(n, only)
+    work = planted_workloads(n, only, args.objective)
     zoo = args.zoo or (None if args.quick else HERE / "out" / "zoo")
     if zoo is not None and not args.no_zoo:
-        work += zoo_workloads(zoo, only)
+        work += zoo_workloads(zoo, only, args.objective)
     cases = []
     work_root = Path(tempfile.mkdtemp(prefix="pd-peers-"))
     try:
@@ -735,7 +744,8 @@ def run_all(args: argparse.Namespace) -> None:
     finally:
         shutil.rmtree(work_root, ignore_errors=True)
     dirty = _git("status", "--porcelain", "--", "precision_doctor")
-    payload = {"quick": args.quick, "samples_planted": n, "timeout_s": args.timeout, "ac_variants": args.ac_variants,
+    payload = {"quick": args.quick, "samples_planted": n, "objective": args.objective, "timeout_s": args.timeout,
+               "ac_variants": args.ac_variants,
                "modelopt_status": mo_status, "package_dirty": bool(dirty), "package_status": dirty,
                "commit_start": commit_start,
                "cases": cases, "wall_s": time.perf_counter() - t_all, "loadavg": [load_start, _load()]}

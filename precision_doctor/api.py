@@ -16,7 +16,7 @@ from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.compare import CompareResult, run_compare
 from precision_doctor.pipeline.diagnose import run_diagnose
 from precision_doctor.pipeline.heldout import held_out_choice, held_out_samples
-from precision_doctor.results.report import Report
+from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.rundir import open_run_dir
 from precision_doctor.spec import RunSpec
 
@@ -31,20 +31,25 @@ def diagnose(
     force: bool = False,
     capture_cache: CaptureCache | None = None,
     command: str | None = None,
+    origin: str = "api",
+    service_job: ServiceJob | None = None,
 ) -> Report:
     """Find the smallest set of nodes to keep in FP32 and write every artifact into `out_dir` (fresh or
     empty; `force` replaces the files an earlier run wrote there, `resume` continues a run there from its
     checkpoint). The directory is locked while the run works (`command` names the run to others).
     `capture_cache` shares captures across runs (pipeline/capture_cache.py): a second diagnosis of the
-    same model and samples skips the capture and its analysis."""
+    same model and samples skips the capture and its analysis. `origin` names the front end that started the
+    run (`results.report.ORIGINS`): the report prints the command that runs it again in that front end's words
+    (a service passes "service" and its `service_job`: its report then prints a `submit` command naming
+    the files as the submitter did)."""
     spec.validate()
-    work = _load(spec, progress)
+    work = _load(spec, progress, run_dir=Path(out_dir) if resume else None)
     validation = held_out_samples(work)
     choice = held_out_choice(work, validation)
     _loaded(spec, work, validation, progress)
     with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
         return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop,
-                            capture_cache=capture_cache, held_choice=choice)
+                            capture_cache=capture_cache, held_choice=choice, origin=origin, service_job=service_job)
 
 
 def compare(
@@ -81,7 +86,8 @@ def probe_ops(
 ):
     """Every node of the model alone in low precision on `provider` against the emulation rules
     (`measure/opprobe.py`; `threshold` None: its THRESHOLD); writes `probe_ops.json` and `probe_ops.md` into
-    `out_dir`. Returns the OpProbe."""
+    `out_dir`. Returns the OpProbe. It runs on at most `capture.max_samples` samples of the largest shape group."""
+    from precision_doctor.data.samples import spread_choice
     from precision_doctor.graph.formats import get_format
     from precision_doctor.measure.opprobe import THRESHOLD, providers_for, table
     from precision_doctor.measure.opprobe import probe_ops as run_probe
@@ -93,7 +99,9 @@ def probe_ops(
     _loaded(spec, work, [], progress)
     with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
         notify(progress, PhaseEvent("probe"))
-        result = run_probe(work.model, work.samples, get_format(spec.precision), provider, spec.backends.rules,
+        group, largest = max(work.samples.groups().items(), key=lambda kv: len(kv[1]))  # shapes observed on one group
+        samples = work.samples.subset(spread_choice({group: largest}, spec.capture.max_samples, spec.inputs.seed))
+        result = run_probe(work.model, samples, get_format(spec.precision), provider, spec.backends.rules,
                            THRESHOLD if threshold is None else threshold, spec.capture.group_mb, stop)
         write_json(out / "probe_ops.json", result.to_json())
         write_text_atomic(out / "probe_ops.md", f"# probe-ops: {Path(spec.model).name}\n\n" + table(result))
@@ -113,9 +121,25 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
     return report
 
 
-def _load(spec: RunSpec, progress: ProgressSink | None) -> Workload:
+def _load(spec: RunSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:
     notify(progress, PhaseEvent("load"))
-    return load_workload(spec)
+    work = load_workload(spec, run_dir)
+    _check_output_names(spec, work)
+    return work
+
+
+def _check_output_names(spec: RunSpec, work: Workload) -> None:
+    """Per-output tolerances must name outputs of the model (a typo would silently use the plain tolerance)."""
+    from precision_doctor.errors import SpecError
+    from precision_doctor.graph.names import shown
+
+    tol, outputs = spec.tolerance, work.model.outputs
+    for kind in ("atol", "rtol"):
+        unknown = [n for n in tol.per_output(kind) if n not in outputs]
+        if unknown:
+            setting = f"tolerance.output_{kind}"
+            raise SpecError(setting, f"{{{setting}}} {shown(unknown[0])}: not an output of the model; its outputs are: "
+                            f"{', '.join(shown(o) for o in outputs[:8])}{' ...' if len(outputs) > 8 else ''}")
 
 
 def _loaded(spec: RunSpec, work: Workload, held_out: list, progress: ProgressSink | None) -> None:

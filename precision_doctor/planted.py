@@ -187,6 +187,28 @@ def clean() -> PlantedCase:
     return PlantedCase("clean", m, set(), None, _normal((2, 32)))
 
 
+def dynamic_image() -> PlantedCase:
+    """A text-line classifier with a dynamic batch (-1), height and width (`h`, `w`), as Paddle exports them:
+    an overflow after its first convolution (scaled up, doubled, scaled down), then pooling, a head and a
+    softmax whose output the model declares [-1, 2]. Not in CASES: its samples are 1x3x48x192 crops."""
+    g = _G(9)
+    w = g.rng.standard_normal((8, 3, 3, 3)).astype(np.float32) * np.float32(0.5)
+    conv = g.op("Relu", [g.op("Conv", ["x", g.const("conv_w", w)], "conv", pads=[1, 1, 1, 1])], "relu")
+    up = g.op("Mul", [conv, g.const("up", np.float32(2e4))], "scale_up")
+    sq = g.op("Add", [up, up], "double")  # beyond 65504 where the ReLU gives more than 1.64
+    down = g.op("Div", [sq, g.const("down", np.float32(4e4))], "scale_down")
+    pooled = g.op("Flatten", [g.op("GlobalAveragePool", [down], "pool")], "flat")
+    y = g.op("Softmax", [g.dense(pooled, 8, 2, "head", 1.0)], "softmax", axis=-1)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "h", "w"])
+    out = helper.make_tensor_value_info(y, TensorProto.FLOAT, [-1, 2])
+    graph = helper.make_graph(g.nodes, "dynamic_image", [x], [out], g.inits)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
+    m.producer_name = "precision-doctor-planted"
+    planted = {"double", "scale_down"}
+    mk = lambda rng: {"x": rng.uniform(0.0, 1.0, (1, 3, 48, 192)).astype(np.float32)}  # noqa: E731
+    return PlantedCase("dynamic_image", m, planted, "double_out", mk, planted={"double"})
+
+
 CASES: dict[str, Callable[[], PlantedCase]] = {
     "overflow_island": overflow_island,
     "softmax_no_max": softmax_no_max,

@@ -24,8 +24,9 @@ from typing import Any
 from precision_doctor.errors import SpecError, UserError, one_line
 from precision_doctor.measure.tolerance import Tolerance
 
-COSTS = ("nodes", "flops")
+COSTS = ("deploy", "nodes", "flops")  # search/space.py says what each means
 COMPRESSIONS = ("lzf", "gzip", None)
+KEEPS = ("none", "summary", "all")  # capture.keep: what diagnose keeps of activations.h5 (pipeline/keep.py)
 MAX_AUGMENT = 32  # perturbed copies per search sample, at most
 # Upper bounds: far beyond any real run, low enough that no arithmetic on them overflows (a setting
 # outside is refused in one line naming it, never accepted to fail later in a job).
@@ -41,7 +42,9 @@ MAX_JSON_DEPTH = 32  # nesting of a settings document (a RunSpec's JSON is 3 dee
 class InputSpec:
     """How to obtain the samples: files, or generated ones; and which are held out."""
 
-    files: tuple[str, ...] = ()  # .npz, polygraphy JSON or .h5 sample files
+    files: tuple[str, ...] = ()  # sample files, directories of them, globs (data/sources.py)
+    data_loader_script: str | None = None  # FILE[:FUNC], polygraphy's convention (data/loader_script.py)
+    max_samples: int | None = None  # at most this many of the samples found (a seeded, spread-out choice)
     samples: int = 4  # generated samples when no files are given
     seed: int = 0
     val_ranges: tuple[str, ...] = ()  # "name:[lo,hi]" or "[lo,hi]" (every input)
@@ -51,9 +54,18 @@ class InputSpec:
     validation_split: float | None = None  # held-out share of `files` (0.25) or of generated samples (0.5)
     reference_outputs: str | None = None  # polygraphy --save-outputs JSON: the FP32 reference instead of ORT
 
+    @property
+    def from_user(self) -> bool:
+        """Whether the samples are the user's data (files, a loader script) rather than generated."""
+        return bool(self.files or self.validate_files or self.data_loader_script)
+
     def describe(self) -> dict:
         """Where the samples came from, as report.json's `inputs` says it."""
         ref = {"reference_outputs": self.reference_outputs} if self.reference_outputs else {}
+        if self.max_samples is not None:
+            ref["max_samples"] = self.max_samples
+        if self.data_loader_script:
+            return {"data_loader_script": self.data_loader_script, **ref}
         if self.files:
             return {"files": [str(f) for f in self.files], **ref}
         return {"generated": self.samples, "seed": self.seed, "val_ranges": list(self.val_ranges), **ref}
@@ -64,7 +76,8 @@ class SearchSpec:
     """How to search: the strategy, what "smallest" means, the margin and the budget."""
 
     strategy: str = "auto"
-    cost: str = "nodes"  # fewest nodes, or least FP32 "flops"
+    cost: str = "deploy"  # least estimated deployment cost (graph/cost.py), fewest "nodes", or least FP32 "flops"
+    batch: int | None = None  # the batch deployed: the cost model's and the GPU latency's (None: the samples')
     margin: float = 0.1  # search for a set that uses at most 1 - margin of the tolerance
     augment: int = 3  # perturbed copies of each search sample the oracle also checks (0: none, the bare search)
     max_evaluations: int | None = None
@@ -75,10 +88,17 @@ class SearchSpec:
 
 @dataclass(frozen=True)
 class CaptureSpec:
-    """Mark-all capture: the memory budget of one group of tensors, and the HDF5 compression."""
+    """Mark-all capture: how many samples it runs on (the hardest, spread over shape groups:
+    data/samples.capture_choice), the memory budget of one group of tensors, the HDF5 compression, and what
+    `diagnose` keeps of activations.h5 once its report is written (`keep`, pipeline/keep.py): `summary` the
+    analysis (per-tensor error statistics) and the graph outputs of every run, `all` every captured tensor,
+    `none` nothing. A run that was cut off (interrupted) keeps it all. `compare`, whose product is the
+    capture, always keeps it all."""
 
+    max_samples: int = 8
     group_mb: float = 256.0
     compression: str | None = "lzf"
+    keep: str = "summary"
 
 
 @dataclass(frozen=True)
@@ -113,7 +133,8 @@ SECTIONS: dict[str, type] = {
     "inputs": InputSpec, "tolerance": Tolerance, "search": SearchSpec, "capture": CaptureSpec, "backends": BackendSpec,
     "artifacts": ArtifactSpec,
 }
-_PATH_SETTINGS = {"model", "inputs.files", "inputs.validate_files", "inputs.reference_outputs"}  # resolved against `base_dir`
+_PATH_SETTINGS = {  # resolved against `base_dir`
+    "model", "inputs.files", "inputs.validate_files", "inputs.reference_outputs", "inputs.data_loader_script"}
 
 
 @dataclass(frozen=True)
@@ -152,7 +173,9 @@ class RunSpec:
             raise SpecError("search.strategy", f"{{search.strategy}}: unknown strategy '{s.strategy}'; choose one of: "
                             f"{', '.join(STRATEGIES)}")
         if s.cost not in COSTS:
-            raise SpecError("search.cost", f"{{search.cost}} must be 'nodes' or 'flops', got '{s.cost}'")
+            raise SpecError("search.cost", f"{{search.cost}} must be one of {', '.join(COSTS)}, got '{s.cost}'")
+        if s.batch is not None and s.batch < 1:
+            raise SpecError("search.batch", f"{{search.batch}} must be at least 1, got {s.batch}")
         if not 0.0 <= s.margin < 1.0:
             raise SpecError("search.margin", f"{{search.margin}} must lie in [0, 1), got {s.margin}")
         if not 0 <= s.augment <= MAX_AUGMENT:
@@ -164,12 +187,17 @@ class RunSpec:
             raise SpecError("search.time_budget", f"{{search.time_budget}} must be a positive number of seconds (at most "
                             f"{MAX_TIME_BUDGET_S:g}), got {s.time_budget}")
         c = self.capture
+        if not 1 <= c.max_samples <= MAX_SAMPLES:
+            raise SpecError("capture.max_samples", f"{{capture.max_samples}} must lie in [1, {MAX_SAMPLES}], "
+                            f"got {c.max_samples}")
         if not (math.isfinite(c.group_mb) and 0 < c.group_mb <= MAX_GROUP_MB):
             raise SpecError("capture.group_mb", f"{{capture.group_mb}} must be a positive number of MiB (at most "
                             f"{MAX_GROUP_MB:.0f}), got {c.group_mb:g}")
         if c.compression not in COMPRESSIONS:
             raise SpecError("capture.compression", f"{{capture.compression}} must be one of "
                             f"{', '.join(map(str, COMPRESSIONS))}, got {c.compression!r}")
+        if c.keep not in KEEPS:
+            raise SpecError("capture.keep", f"{{capture.keep}} must be one of {', '.join(KEEPS)}, got {c.keep!r}")
         b = self.backends
         if b.confirm_backend is not None and b.confirm_backend == b.backend:
             raise SpecError("backends.confirm_backend", "{backends.confirm_backend} must differ from {backends.backend}")
@@ -202,10 +230,15 @@ class RunSpec:
         if i.validation_split is not None and not 0 <= i.validation_split < 1:
             raise SpecError("inputs.validation_split", f"{{inputs.validation_split}} must lie in [0, 1), "
                             f"got {i.validation_split}")
-        if i.reference_outputs is not None and not i.files:
+        if i.max_samples is not None and i.max_samples < 1:
+            raise SpecError("inputs.max_samples", f"{{inputs.max_samples}} must be at least 1, got {i.max_samples}")
+        if i.data_loader_script is not None and i.files:
+            raise SpecError("inputs.data_loader_script", "give the samples with {inputs.files} or "
+                            "{inputs.data_loader_script}, not both")
+        if i.reference_outputs is not None and not (i.files or i.data_loader_script):
             raise SpecError("inputs.reference_outputs", "{inputs.reference_outputs} needs the inputs they were "
                             "computed from: give them with {inputs.files} (polygraphy --save-inputs JSON or one "
-                            "file per sample)")
+                            "file per sample) or {inputs.data_loader_script}")
         parse_val_ranges(i.val_ranges)
         parse_input_shapes(i.input_shapes)
         return self
@@ -223,8 +256,24 @@ class RunSpec:
     def user_files(self) -> list[str]:
         """The user's files this run reads (model, inputs, held-out inputs, reference outputs): a run
         directory must not hold them."""
+        from precision_doctor.data.loader_script import parse_script
+        from precision_doctor.data.sources import static_root
+
         i = self.inputs
-        return [self.model, *i.files, *i.validate_files, *([i.reference_outputs] if i.reference_outputs else [])]
+        script = [str(parse_script(i.data_loader_script)[0])] if i.data_loader_script else []
+        return [self.model, *map(static_root, i.files), *map(static_root, i.validate_files), *script,
+                *([i.reference_outputs] if i.reference_outputs else [])]
+
+    def read_files(self) -> list[str]:
+        """Every file this run reads: `user_files` with directories and globs expanded to the sample files in
+        them (a batch's fingerprint, the paths every Ray node must see)."""
+        from precision_doctor.data.loader_script import parse_script
+        from precision_doctor.data.sources import expanded_or_given
+
+        i = self.inputs
+        script = [str(parse_script(i.data_loader_script)[0])] if i.data_loader_script else []
+        return [self.model, *expanded_or_given([*i.files, *i.validate_files]), *script,
+                *([i.reference_outputs] if i.reference_outputs else [])]
 
     def _validate_tensorrt(self) -> None:
         """The TensorRT, knob and engine settings: `trt` refused in one line where its engines cannot run
@@ -290,7 +339,7 @@ class RunSpec:
             hint = setting_type(path)
             value = _coerce(path, hint, value)
             if base_dir is not None and path in _PATH_SETTINGS:
-                value = _resolve(value, Path(base_dir))
+                value = _resolve(value, Path(base_dir), path)
             section, _, name = path.partition(".")
             if name:
                 sections.setdefault(section, {})[name] = value
@@ -303,10 +352,11 @@ class RunSpec:
     # -- identity -------------------------------------------------------------------------------------
     def key(self) -> str:
         """A stable fingerprint: the settings (sorted JSON, model path left out) plus the SHA-256 of the
-        model file and of every input file named (None for a missing one)."""
+        model file and of every file the run reads (`read_files`: directories and globs expanded; None for a
+        missing one)."""
         settings = self.to_json()
         del settings["model"]
-        files = self.user_files()
+        files = self.read_files()
         hashes = [file_sha256(Path(f)) if Path(f).is_file() else None for f in files]
         text = json.dumps({"settings": settings, "file_hashes": hashes}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -376,7 +426,12 @@ def _hints(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _resolve(value: Any, base: Path) -> Any:
+def _resolve(value: Any, base: Path, path: str = "") -> Any:
+    if path == "inputs.data_loader_script" and value:
+        from precision_doctor.data.loader_script import parse_script
+
+        file, func = parse_script(value)
+        return f"{(base / file).resolve()}:{func}"
     if isinstance(value, tuple):
         return tuple(str((base / f).resolve()) for f in value)
     return str((base / value).resolve()) if value else value

@@ -26,6 +26,8 @@ class Browser:
         def wire() -> None:  # in the child: its fd 3 reads our commands, fd 4 carries its answers
             os.dup2(to_child_r, 3)
             os.dup2(from_child_w, 4)
+            for fd in (3, 4):  # dup2 onto itself (a process with few files open) keeps close-on-exec
+                os.set_inheritable(fd, True)
 
         self.proc = subprocess.Popen(
             [binary, *FLAGS, "--remote-debugging-pipe", f"--user-data-dir={profile}", f"--window-size={width},{height}",

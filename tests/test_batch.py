@@ -22,7 +22,7 @@ from precision_doctor.batch.jobs import ENTRY
 from precision_doctor.batch.orchestrate import run_batch
 from precision_doctor.batch.recipes import discover
 from precision_doctor.errors import UserError
-from precision_doctor.spec import RunSpec
+from precision_doctor.spec import CaptureSpec, RunSpec
 
 
 @pytest.fixture
@@ -104,13 +104,15 @@ def test_batch_summary_error_and_rerun_skips(zoo, tmp_path):
 def test_interrupted_batch_resumes(zoo, tmp_path, monkeypatch):
     root, expected = zoo
     out = tmp_path / "out"
+    # the whole capture kept: below, a finished run is cut back to one cut off mid-search, which keeps it whole
+    keep = RunSpec(model="", capture=CaptureSpec(keep="all"))
     # "Interrupted" after the first model: only it ran; the summary shows the others pending.
-    first = run_batch(root, out, executor=InlineExecutor(), only=["overflow_island"])
+    first = run_batch(root, out, keep, executor=InlineExecutor(), only=["overflow_island"])
     assert first.ran == ["overflow_island"]
     statuses = {r.model: r.status for r in first.rows}
     assert statuses == {"broken": "pending", "large_reducesum": "pending", "overflow_island": "passed"}
     before = _mtimes(out, ["overflow_island"])
-    second = run_batch(root, out, executor=InlineExecutor())
+    second = run_batch(root, out, keep, executor=InlineExecutor())
     assert second.skipped == ["overflow_island"] and sorted(second.ran) == ["broken", "large_reducesum"]
     assert _mtimes(out, ["overflow_island"]) == before
 
@@ -126,7 +128,7 @@ def test_interrupted_batch_resumes(zoo, tmp_path, monkeypatch):
         raise AssertionError("captured again instead of resuming")
 
     monkeypatch.setattr("precision_doctor.pipeline.diagnose.capture_and_analyse", no_capture)
-    third = run_batch(root, out, executor=InlineExecutor())
+    third = run_batch(root, out, keep, executor=InlineExecutor())
     assert sorted(third.ran) == ["broken", "large_reducesum"]
     rep = json.loads((run_dir / "report.json").read_text())
     assert rep["passed"] and set(rep["fallback_nodes"]) == expected["large_reducesum"]
@@ -136,7 +138,7 @@ def test_interrupted_batch_resumes(zoo, tmp_path, monkeypatch):
     (run_dir / ENTRY).write_text(json.dumps(entry))
     (run_dir / "report.json").unlink()
     (run_dir / "activations.h5").write_bytes(b"truncated")
-    fourth = run_batch(root, out, executor=InlineExecutor(), only=["large_reducesum"])
+    fourth = run_batch(root, out, keep, executor=InlineExecutor(), only=["large_reducesum"])
     assert fourth.ran == ["large_reducesum"] and {r.model: r.status for r in fourth.rows}["large_reducesum"] == "passed"
 
 

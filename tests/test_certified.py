@@ -136,15 +136,78 @@ def _notes_model(opset: int):
 
 
 def test_emulation_notes_name_what_is_not_modelled():
-    """Clip-11 runs on the CPU in ORT CUDA (no FP16 kernel); Softplus and Erf were never measured; Reshape
-    and Relu only move values; nodes in FP32 need no note."""
+    """Clip-11 runs on the CPU in ORT CUDA (no FP16 kernel); Softplus was never measured (Erf was, on the H200);
+    Reshape and Relu only move values; nodes in FP32 need no note."""
     model = _notes_model(11)
     notes = {(n.kind, n.op_type): n for n in emulation_notes(model, FP16, {n.name for n in model.nodes})}
-    assert set(notes) == {("cpu-placement", "Clip"), ("unmeasured-op", "Softplus"), ("unmeasured-op", "Erf")}
+    assert set(notes) == {("cpu-placement", "Clip"), ("unmeasured-op", "Softplus")}
     assert notes[("cpu-placement", "Clip")].nodes == ["clip"]
     assert {(n.kind, n.op_type) for n in emulation_notes(model, FP16, {"relu", "reshape", "clip"})} == {("cpu-placement", "Clip")}
     assert not [n for n in emulation_notes(_notes_model(13), FP16, {"clip"})]  # Clip-13 has an FP16 CUDA kernel
     assert any(n.kind == "unmeasured-format" for n in emulation_notes(model, BF16, {"relu"}))
+
+
+def test_notes_name_measured_mismatches_and_unmeasured_fused_pairs():
+    """An LSTM (measured on the H200: the GPU errs 1.64x more than any rule) and an Add feeding a decomposed
+    LayerNorm (ORT's SkipLayerNormFusion, never measured) leave an emulator's PASS unconfirmed; the LayerNorm alone
+    (LayerNormFusion, measured) does not."""
+    node = helper.make_node
+    f32 = lambda n, v: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    rng = np.random.default_rng(0)
+    ln = [node("ReduceMean", ["a"], ["m"], name="mean", axes=[-1]), node("Sub", ["a", "m"], ["d"], name="sub"),
+          node("Pow", ["d", "two"], ["p"], name="pow"), node("ReduceMean", ["p"], ["v"], name="var", axes=[-1]),
+          node("Add", ["v", "eps"], ["e"], name="eps_add"), node("Sqrt", ["e"], ["sd"], name="sqrt"),
+          node("Div", ["d", "sd"], ["n"], name="div"), node("Mul", ["n", "g"], ["ng"], name="mul"),
+          node("Add", ["ng", "b"], ["y"], name="ln_out")]
+    nodes = [node("Add", ["x", "r"], ["a"], name="residual"), *ln,
+             node("LSTM", ["y", "W", "R"], ["h"], name="lstm", hidden_size=4)]
+    inits = [f32("r", rng.standard_normal((5, 1, 8))), f32("two", 2.0), f32("eps", 1e-5), f32("g", np.ones(8)),
+             f32("b", np.zeros(8)), f32("W", rng.standard_normal((1, 16, 8))), f32("R", rng.standard_normal((1, 16, 4)))]
+    vi = lambda n, shape: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)  # noqa: E731
+    g = helper.make_graph(nodes, "rnn", [vi("x", [5, 1, 8])], [vi("h", [5, 1, 1, 4])], inits)
+    model = from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)], ir_version=8))
+    everything = {n.name for n in model.nodes}
+    notes = {(n.kind, n.op_type): n for n in emulation_notes(model, FP16, everything)}
+    assert set(notes) == {("measured-mismatch", "LSTM"), ("unmeasured-pattern", "Add + LayerNormalization")}
+    assert notes[("measured-mismatch", "LSTM")].factor == pytest.approx(1.64)
+    assert notes[("unmeasured-pattern", "Add + LayerNormalization")].nodes == ["ln_out"]
+    assert all(n.unconfirmed for n in notes.values())
+    assert not emulation_notes(model, FP16, everything - {"residual", "lstm"})  # the LayerNorm alone: measured
+
+
+def test_a_pass_never_rests_on_an_unmeasured_op_without_saying_so(planted_file, tmp_path, monkeypatch):
+    """Issue 21: a model whose all-FP16 answer holds a Softplus (never measured on a GPU), certified by the
+    emulator on a machine without a GPU: report.json's certified_by.unconfirmed names it, the verdict is PASSED ON
+    THE EMULATOR and the headline and report.md say what to confirm; the same model with a Relu there says none
+    of it."""
+    import onnx
+
+    from precision_doctor.render.wording import headline, verdict_of
+
+    monkeypatch.setattr(registry, "cuda_machine", lambda: False)
+    case, path, files = planted_file("clean", 4)
+    proto = onnx.load(str(path))
+    relu = next(n for n in proto.graph.node if n.op_type == "Relu")
+    relu.op_type = "Softplus"
+    soft = tmp_path / "softplus.onnx"
+    onnx.save(proto, str(soft))
+    runs = {}
+    for label, model in (("relu", path), ("softplus", soft)):
+        spec = RunSpec(model=str(model)).with_settings({
+            "inputs.files": [str(f) for f in files], "tolerance.atol": case.atol, "tolerance.rtol": case.rtol})
+        runs[label] = api.diagnose(spec, tmp_path / label)
+    soft_report, relu_report = runs["softplus"], runs["relu"]
+    assert soft_report.passed and relu.name not in soft_report.fallback_nodes
+    data = json.loads((tmp_path / "softplus" / "report.json").read_text())
+    assert data["certified_by"]["backend"] == "emulate" and data["certified_by"]["unconfirmed"] == ["Softplus"]
+    assert verdict_of(soft_report) == "passed_unconfirmed"
+    text = headline(Report.from_json(data))
+    assert text.startswith("PASSED ON THE EMULATOR (CONFIRM ON A GPU)")
+    assert "1 Softplus node behaves on a GPU in a way never measured" in text and "confirm on the GPU" in text
+    md = (tmp_path / "softplus" / "report.md").read_text()
+    assert "Softplus" in md and "confirm it there" in md
+    assert relu_report.passed and relu_report.certified_by.unconfirmed == []
+    assert verdict_of(relu_report) != "passed_unconfirmed" and "never measured" not in headline(relu_report)
 
 
 @pytest.mark.gpu
@@ -160,3 +223,21 @@ def test_auto_confirms_on_the_gpu(planted_file, tmp_path):
     h = report.expected_headroom  # the GPU also ran the probe's fresh copies of the final answer
     assert h is not None and h.backend == "ort-cuda" and h.perturbed_copies > 0 and h.holds
     assert "fresh copies run on ort-cuda" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_compare_says_what_its_pass_rests_on(run_cli, planted_file, tmp_path):
+    """`compare` all low precision on the emulator: a PASS over a never-measured op says so; one over measured
+    ops does not."""
+    import onnx
+
+    case, path, files = planted_file("clean", 2)
+    proto = onnx.load(str(path))
+    next(n for n in proto.graph.node if n.op_type == "Relu").op_type = "Softplus"
+    soft = tmp_path / "softplus.onnx"
+    onnx.save(proto, str(soft))
+    tol = ("--atol", case.atol, "--rtol", case.rtol)
+    code, out, _ = run_cli("compare", soft, "--inputs", files[0], *tol, "--out", tmp_path / "c1")
+    assert code == 0 and "PASS on the emulator (1 Softplus node behaves on a GPU in a way never measured: confirm" \
+        in " ".join(out.split())
+    code, out, _ = run_cli("compare", path, "--inputs", files[0], *tol, "--out", tmp_path / "c2")
+    assert code == 0 and "PASS: all outputs" in out and "never measured" not in out

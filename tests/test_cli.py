@@ -202,17 +202,19 @@ def test_diagnose_no_solution_exits_1(run_cli, planted_file, tmp_path):
         assert not rep["passed"] and rep["reason"]
 
 
-def test_diagnose_resume_repeats_no_evaluation(run_cli, planted_file, tmp_path):
+@pytest.mark.parametrize("cost", ["nodes", "deploy"])
+def test_diagnose_resume_repeats_no_evaluation(run_cli, planted_file, tmp_path, cost):
     case, path, files = planted_file("three_defects")
     out = tmp_path / "r"
     base = ["diagnose", path, "--inputs", files[0], "--inputs", files[1], "--validation-split", "0",
-            "--atol", "1e-2", "--rtol", "1e-2", "--out", out]
+            "--atol", "1e-2", "--rtol", "1e-2", "--cost", cost, "--out", out]
     code, _, _ = run_cli(*base, "--max-evaluations", "4")
     rep = json.loads((out / "report.json").read_text())
     assert rep["status"] == "budget_exhausted" and rep["evaluations"] == 4
     code, _, _ = run_cli(*base, "--resume")
     rep2 = json.loads((out / "report.json").read_text())
     assert code == 0 and rep2["status"] == "complete"
-    assert sorted(rep2["fallback_nodes"]) == sorted(planted.three_defects().expected)
+    if cost == "nodes":  # the node-minimal answer is known; deploy keeps the softmax group and closes a gap
+        assert sorted(rep2["fallback_nodes"]) == sorted(planted.three_defects().expected)
     lines = (out / "search.jsonl").read_text().splitlines()
     assert len(lines) == rep2["evaluations"]  # nothing evaluated twice

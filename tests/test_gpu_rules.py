@@ -27,7 +27,8 @@ h = np.float16
 
 def _rule_model(opset: int):
     """Every op a rule knows, in one graph: Conv with and without bias, ConvTranspose, ReduceMean over
-    the trailing axes and over a middle one, GlobalAveragePool, HardSigmoid, LeakyRelu."""
+    the trailing axes and over a middle one, GlobalAveragePool, HardSigmoid, LeakyRelu, HardSwish (opset 14),
+    Gelu exact and tanh (opset 20)."""
     rng = np.random.default_rng(opset)
     f32 = lambda name, v: numpy_helper.from_array(np.asarray(v, np.float32), name)  # noqa: E731
     inits = [
@@ -58,13 +59,12 @@ def _rule_model(opset: int):
     ]
     vi = lambda name, shape: helper.make_tensor_value_info(name, TensorProto.FLOAT, shape)  # noqa: E731
     outs = [vi("y", [1, 6, 1, 1]), vi("m2", [1, 6, 7]), vi("hs", [1, 6, 5, 7]), vi("lr", [1, 6, 5, 7]), vi("ct", [1, 3, 10, 14])]
-    if opset >= 14:  # HardSwish (opset 14) and a bidirectional LSTM over the 7 columns of m2
-        inits += [f32("lw", rng.standard_normal((2, 12, 6)) * 0.5), f32("lrw", rng.standard_normal((2, 12, 3)) * 0.5),
-                  f32("lb", rng.standard_normal((2, 24)) * 0.3)]
-        nodes += [node("HardSwish", ["c1"], ["hsw"], name="hswish"),
-                  node("Transpose", ["m2"], ["seq"], name="to_seq", perm=[2, 0, 1]),
-                  node("LSTM", ["seq", "lw", "lrw", "lb"], ["lstm_y"], name="lstm", hidden_size=3, direction="bidirectional")]
-        outs += [vi("hsw", [1, 6, 5, 7]), vi("lstm_y", [7, 2, 1, 3])]
+    if opset >= 14:  # HardSwish (opset 14)
+        nodes.append(node("HardSwish", ["c1"], ["hsw"], name="hswish"))
+        outs.append(vi("hsw", [1, 6, 5, 7]))
+    if opset >= 20:  # Gelu (opset 20), exact and tanh
+        nodes += [node("Gelu", ["c2"], ["ge"], name="gelu"), node("Gelu", ["c2"], ["gt"], name="gelu_tanh", approximate="tanh")]
+        outs += [vi("ge", [1, 6, 5, 7]), vi("gt", [1, 6, 5, 7])]
     g = helper.make_graph(nodes, "rules", [vi("x", [1, 4, 5, 7])], outs, inits)
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=7 if opset < 13 else IR_VERSION)
 
@@ -82,7 +82,7 @@ def _samples(rng, n=3):
 RULE_SETS = [*RULES, "ort-cuda"]
 
 
-@pytest.mark.parametrize("opset", [11, 13, 18])
+@pytest.mark.parametrize("opset", [11, 13, 18, 20])
 def test_every_rule_applies_where_it_should(opset):
     model = from_proto(_rule_model(opset))
     applied = {}
@@ -95,12 +95,11 @@ def test_every_rule_applies_where_it_should(opset):
     assert applied["globalavgpool-fp16-sum"] == ["gap"]
     assert applied["hardsigmoid-fp16"] == applied["hardsigmoid-fma"] == ["hsig"]
     assert applied["leakyrelu-fp16"] == ["leaky"]
-    hardswish = ["hswish"] if opset >= 14 else []
-    assert applied["hardswish-inline-fma"] == applied["hardswish-inline"] == applied["hardswish-fp16-steps"] == hardswish
-    assert applied["lstm-fp16-steps"] == applied["lstm-fp16-state"] == (["lstm"] if opset >= 14 else [])
+    assert applied["hardswish-fp16"] == (["hswish"] if opset >= 14 else [])
+    assert applied["gelu-tanh-fp16"] == (["gelu_tanh"] if opset >= 20 else [])  # not the exact Gelu
 
 
-@pytest.mark.parametrize("opset", [11, 18])
+@pytest.mark.parametrize("opset", [11, 20])
 @pytest.mark.parametrize("rules", RULE_SETS)
 def test_rules_keep_if_and_where_forms_equal(opset, rules):
     """Every mask: the If-gated graph under a rule and its Where-gated form give the same tensors."""
@@ -113,7 +112,7 @@ def test_rules_keep_if_and_where_forms_equal(opset, rules):
 
 @pytest.mark.parametrize("rules", RULE_SETS)
 def test_rules_keep_all_fp32_the_reference(rules):
-    model = from_proto(_rule_model(18))
+    model = from_proto(_rule_model(20))
     names = list(dict.fromkeys([t for n in model.nodes for t in n.float_outputs]))
     ref = make_session(with_outputs(model.proto, names, model.tensor_types), optimize=False)
     be = EmulateBackend(model, "fp16", outputs=names, rules=rules)
@@ -126,7 +125,7 @@ def test_rules_keep_all_fp32_the_reference(rules):
 
 def test_rules_change_only_their_nodes():
     """All-FP16 under a rule differs from the standard rule in that rule's nodes (locally), nowhere else."""
-    model = from_proto(_rule_model(18))
+    model = from_proto(_rule_model(20))
     cands = model.candidates
     s = _samples(np.random.default_rng(1), 1)[0]
     names = list(dict.fromkeys([t for n in model.nodes for t in n.outputs if t]))
@@ -215,24 +214,17 @@ def _synthetic_provider(kind: str, rng) -> tuple[dict, dict]:
             n = node("GlobalAveragePool", ["x"], ["y"], name=kind)
         y = _r(_r(_r(x).sum(axis=(2, 3), keepdims=True)) / _r(36))
         shape = [1, 8, 1, 1]
-    elif kind.startswith("hardswish"):
+    elif kind == "hardswish-fp16":
         n = node("HardSwish", ["x"], ["y"], name=kind)
-        xr, a, half = _r(x), _r(1 / 6), 0.5
-        if kind == "hardswish-fp16-steps":
-            y = _r(_r(xr * np.clip(_r(xr + 3), 0, 6)) / 6)
-        else:
-            hs = _r(a * xr + half) if kind == "hardswish-inline-fma" else _r(_r(a * xr) + half)
-            y = _r(xr * np.clip(hs, 0, 1))
-        shape = list(x.shape)
-        opset = 14
-    elif kind.startswith("lstm"):
-        x = (rng.standard_normal((10, 4, 4)) * 2).astype(np.float32)
-        w = (rng.standard_normal((1, 16, 4)) * 0.7).astype(np.float32)
-        r = (rng.standard_normal((1, 16, 4)) * 0.7).astype(np.float32)
-        bias = (rng.standard_normal((1, 32)) * 0.5).astype(np.float32)
-        inits = [numpy_helper.from_array(w, "w"), numpy_helper.from_array(r, "r"), numpy_helper.from_array(bias, "b")]
-        n = node("LSTM", ["x", "w", "r", "b"], ["y"], name=kind, hidden_size=4)
-        y, shape, opset = _lstm(kind, _r(x), _r(w)[0], _r(r)[0], _r(bias)[0]), [10, 1, 4, 4], 14
+        xr = _r(x)
+        y = _r(xr * np.clip(_r(_r(xr / 6) + 0.5), 0, 1))
+        shape, opset = list(x.shape), 14
+    elif kind == "gelu-tanh-fp16":
+        n = node("Gelu", ["x"], ["y"], name=kind, approximate="tanh")
+        xr, b, c = _r(x), _r(np.sqrt(2 / np.pi)), _r(0.044715 * np.sqrt(2 / np.pi))
+        p = _r(xr * _r(_r(c * xr) * xr + b))
+        y = _r(xr * _r(0.5 + 0.5 * _r(np.tanh(p))))
+        shape, opset = list(x.shape), 20
     elif kind.startswith("hardsigmoid"):
         attrs = dict(alpha=0.2, beta=0.5)
         n = node("HardSigmoid", ["x"], ["y"], name=kind, **attrs)
@@ -251,26 +243,6 @@ def _synthetic_provider(kind: str, rng) -> tuple[dict, dict]:
     return record, arrays
 
 
-def _lstm(kind: str, x, w, r, b):
-    """A forward LSTM (ONNX gate order i, o, f, c; no initial state) in float64 with the roundings of `kind`."""
-    steps = kind == "lstm-fp16-steps"
-    q = _r if steps else (lambda v: v)
-    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
-    hidden = r.shape[1]
-    xw = q(x @ w.T)
-    h = c = None
-    ys = []
-    for t in range(x.shape[0]):
-        g = xw[t] + (q(h @ r.T) if h is not None else 0) + (b[:4 * hidden] + b[4 * hidden:])
-        g = q(g)
-        i, o, f, cc = (g[:, k * hidden:(k + 1) * hidden] for k in range(4))
-        i, o, f, cc = q(sig(i)), q(sig(o)), q(sig(f)), q(np.tanh(cc))
-        c = _r(q(i * cc) if c is None else q(f * c) + q(i * cc))
-        h = _r(o * q(np.tanh(c)))
-        ys.append(h)
-    return np.stack(ys)[:, None]
-
-
 @pytest.fixture(scope="module")
 def synthetic_fixture(tmp_path_factory):
     rng = np.random.default_rng(7)
@@ -282,20 +254,36 @@ def synthetic_fixture(tmp_path_factory):
 def test_each_rule_reproduces_its_synthetic_provider(synthetic_fixture, rule):
     """The node the synthetic provider computed with `rule`'s arithmetic: the rule gives the same FP16
     values (the FP32 sums of ORT's CPU kernels may round a tie the other way: at most 1 unit apart); the
-    standard rule does not (an LSTM's FP32 activations and sums may differ from numpy's float64 by an FP16
-    unit at a tie, carried on by the recurrence: 95% of its elements must be exact)."""
+    standard rule does not."""
     mine = [r for r in check_rules(synthetic_fixture, FP16, rule) if r["node"] == rule]
     std = [r for r in check_rules(synthetic_fixture, FP16, None) if r["node"] == rule]
     assert mine and std
-    floor = 0.95 if rule.startswith("lstm") else 0.99
-    assert all(r["exact"] >= floor and r["max_ulp_diff"] <= 1 for r in mine), mine
+    assert all(r["exact"] >= 0.99 and r["max_ulp_diff"] <= 1 for r in mine), mine
     assert all(r["exact"] < 0.99 for r in std), std
+
+
+# Where ORT's CPU kernels compute the FP32 op less accurately than the GPU's (not a rounding the rules model): the
+# share of elements bit for bit and the largest difference in FP16 units allowed. Gelu: ORT 1.32's FP32 Gelu on the
+# CPU is off by up to 100% for x < -3.5 (|y| < 1e-3, the erf tail), where the GPU's kernel gives the exactly rounded
+# value: 10% of the probe's elements, at most 2 units apart; InstanceNormalization: FP32 statistics in another order.
+FP32_ARITHMETIC = {"Gelu": (0.9, 2), "InstanceNormalization": (0.99, 2)}
 
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("gpu_nodes_*.npz")), ids=lambda p: p.stem)
 def test_ort_cuda_profile_reproduces_the_gpu(path):
-    """A node fixture from a real GPU (bench/gpu_nodewise.py's fixture.npz, committed as
-    tests/fixtures/gpu_nodes_<device>.npz): the ort-cuda profile reproduces the GPU's FP16 outputs."""
+    """A node fixture from a real GPU (bench/gpu_nodewise.py's or bench/gpu_opprobe.py's fixture.npz, a subset
+    committed as tests/fixtures/gpu_nodes_<device>.npz): the ort-cuda profile reproduces the GPU's FP16 outputs,
+    99% of the elements bit for bit and every element within 1 FP16 unit (FP32_ARITHMETIC says where less)."""
     rows = check_rules(path, FP16, "ort-cuda")
-    bad = [r for r in rows if not (r["exact"] >= 0.99 and r["max_ulp_diff"] <= 1)]
+    bad = [r for r in rows if not (r["exact"] >= FP32_ARITHMETIC.get(r["op_type"], (0.99, 1))[0]
+                                   and r["max_ulp_diff"] <= FP32_ARITHMETIC.get(r["op_type"], (0.99, 1))[1])]
     assert not bad, bad[:5]
+
+
+def test_h200_fixture_needs_the_session_e_rules():
+    """The H200 fixture (GPU session E) tells the rules apart: the standard rule misses HardSwish, Gelu's tanh form,
+    HardSigmoid and the fused patterns that ort-cuda reproduces."""
+    rows = {(r["model"], r["node"]): r for r in check_rules(FIXTURES / "gpu_nodes_h200.npz", FP16, "standard")}
+    missed = {r["op_type"] for r in rows.values() if r["exact"] < 0.9}
+    assert {"HardSwish", "Gelu", "HardSigmoid", "BatchNormalization"} <= missed, missed
+    assert rows[("gelu", "gelu_tanh")]["exact"] < 0.5 and rows[("gelu", "gelu_exact")]["exact"] > 0.9

@@ -17,6 +17,7 @@ from precision_doctor.backends import knobs
 from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.model import load_model
+from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.context import StepContext
 from precision_doctor.pipeline.knob_search import KNOBS_DIR, checkpoint_name, search_knobs
 from precision_doctor.results import emit
@@ -26,6 +27,8 @@ from precision_doctor.search.space import SearchSpace
 from precision_doctor.spec import RunSpec
 
 CONFIGS = knobs.ort_cuda_configs()
+
+TOL = Tolerance(atol=1e-3, rtol=1e-3)
 
 
 def _args(case, path, files):
@@ -147,11 +150,11 @@ def test_knobs_in_report_json_and_the_reports(changed):
 
 def test_the_commands_carry_the_configuration_found():
     ort = next(c for c in CONFIGS if c.label == "cudnn_conv_algo_search=HEURISTIC,use_tf32=1")
-    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], atol=1e-3, rtol=1e-3, knob=ort)
+    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], tolerance=TOL, knob=ort)
     assert eval(out["ort_cuda_providers"].removeprefix("providers="), {}) == knobs.ort_providers(ort)
     assert "--noTF32" in out["trtexec_trt11"]  # an ORT configuration does not change the TensorRT commands
     trt = knobs.KnobConfig(knobs.TRT, ((knobs.TACTICS, "-JIT_CONVOLUTIONS"), (knobs.TF32, "1")))
-    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], atol=1e-3, rtol=1e-3, knob=trt)
+    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], tolerance=TOL, knob=trt)
     assert "ort_cuda_providers" not in out
     for key in ("trtexec_trt10", "trtexec_trt11"):
         assert "--tacticSources=-JIT_CONVOLUTIONS" in out[key] and "--noTF32" not in out[key], key
@@ -160,7 +163,7 @@ def test_the_commands_carry_the_configuration_found():
     rtx = out["tensorrt_rtx_sh"]
     assert "--tactic-sources EDGE_MASK_CONVOLUTIONS" in rtx and "clear_flag" not in rtx and "TF32 stays on" in rtx
     added = knobs.KnobConfig(knobs.TRT, ((knobs.TACTICS, "+CUBLAS"),))
-    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], atol=1e-3, rtol=1e-3, knob=added)
+    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], tolerance=TOL, knob=added)
     assert "--tacticSources=+CUBLAS" in out["trtexec_trt10"] and "--tacticSources" not in out["trtexec_trt11"]
     assert "--tactic-sources EDGE_MASK_CONVOLUTIONS JIT_CONVOLUTIONS CUBLAS" in out["polygraphy_trt10"]
 
@@ -194,12 +197,14 @@ def test_every_ort_configuration_makes_its_own_backend(tmp_path):
 def test_emit_prints_the_provider_options_found(run_cli, tmp_path):
     rep = _report_with_knobs(True)
     config = knobs.config_of(knobs.ORT_CUDA, rep.knobs.best_settings)
-    rep.commands = emit.emit_all("m.onnx", "fixed.onnx", rep.fallback_nodes, atol=1e-3, rtol=1e-3, knob=config)
+    rep.commands = emit.emit_all("m.onnx", "fixed.onnx", rep.fallback_nodes, tolerance=TOL, knob=config)
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "report.json").write_text(json.dumps(rep.to_json()))
     code, out, err = run_cli("emit", tmp_path / "run", "--format", "ort-cuda")
     assert code == 0, err
-    assert out.strip() == knobs.ort_providers_text(config) and '"use_tf32": "1"' in out
+    label, text = out.strip().split("\n", 1)
+    assert label.startswith("# ONNX Runtime CUDA") and text == knobs.ort_providers_text(config)
+    assert '"use_tf32": "1"' in out
     rep.commands = {k: v for k, v in rep.commands.items() if k != "ort_cuda_providers"}
     (tmp_path / "run" / "report.json").write_text(json.dumps(rep.to_json()))
     code, _, err = run_cli("emit", tmp_path / "run", "--format", "ort-cuda")

@@ -153,8 +153,9 @@ def test_verdict_is_not_pass_when_predicted_not_to_hold(tmp_path):
     words = generalization_sentence(bad)
     assert "predicted NOT to hold on new inputs" in words and "--inputs" in words and "--margin" in words
     assert "headroom -30.0%" in words
-    (text, cmd), = next_steps(bad)
+    (text, cmd), (_, again) = next_steps(bad)  # what to do, then the command that runs it again
     assert f"--margin {round(bad.margin + 0.1, 2):g}" in cmd and "searched samples" in text
+    assert f"--margin {round(bad.margin + 0.1, 2):g}" not in again and "-again" in again  # the run's own settings
     assert "NOT TO HOLD" in render_markdown(Report.from_json(bad.to_json()))
 
 
@@ -213,7 +214,7 @@ def test_next_steps_say_why_when_no_unseen_sample_failed(tmp_path):
     rep = _diagnose(tmp_path, 3, augment=1, margin=0.0)
     spread_only = replace(rep.expected_headroom, holds=False, failing_copies=0, failing_held_out=0, predicted_share=1.4)
     bad = replace(rep, passed=False, expected_headroom=spread_only)
-    (text, _), = next_steps(bad)
+    (text, _), _ = next_steps(bad)
     assert "predicted to exceed it on some new inputs" in text and "fails on samples" not in text
     assert "predicted to exceed the tolerance on some new inputs" in generalization_sentence(bad)
 

@@ -212,3 +212,27 @@ def test_write_reports(tmp_path: Path, report: dict[str, Any]) -> None:
     paths = write_reports(R(report), tmp_path)
     assert paths["report_md"].read_text(encoding="utf-8").startswith("# precision-doctor report")
     assert "<svg" in paths["report_html"].read_text(encoding="utf-8")
+
+
+def test_a_service_jobs_rerun_commands_submit_its_files(report: dict[str, Any]) -> None:
+    """report.json's `service_job`: the re-run commands are `submit`s of the files as the submitter named them,
+    never the daemon's copies; `service_job` round-trips; a malformed one is refused naming the key."""
+    from precision_doctor.render.markdown import next_steps
+    from precision_doctor.results.report import ReportError, ServiceJob
+
+    server_paths = {**report, "inputs": {"files": ["/state/jobs/abc/inputs/samples/000-a.npz"]}, "confirm": None}
+    plain = [cmd for _, cmd in next_steps(R(server_paths)) if cmd and "precision-doctor" in cmd]
+    assert plain and all(cmd.startswith("precision-doctor diagnose ") for cmd in plain)
+    job = ServiceJob(id="abc", server="http://host:8765", model="my model.onnx", inputs=["a.npz", "b.npz"],
+                     validate_inputs=["held.npz"])
+    data = {**server_paths, "service_job": job.to_json()}
+    rep = R(data)
+    assert rep.service_job == job and R(rep.to_json()).service_job == job
+    cmds = [cmd for _, cmd in next_steps(rep) if cmd and "precision-doctor" in cmd]
+    assert cmds and all(c.startswith("precision-doctor submit 'my model.onnx' --inputs a.npz --inputs b.npz "
+                                     "--validate-inputs held.npz ") and c.endswith(" --server http://host:8765")
+                        for c in cmds), cmds
+    assert not any("/state/" in c or "--out" in c for c in cmds)
+    assert "precision-doctor submit 'my model.onnx'" in render_markdown(rep)
+    with pytest.raises(ReportError, match="service_job.id"):
+        R({**data, "service_job": {"model": "m.onnx"}})

@@ -397,7 +397,7 @@ def test_disk_full_during_the_run_leaves_it_resumable(tmp_path, small_disk):
     make, resize = small_disk
     model = _deep(tmp_path, depth=24)
     args = ["diagnose", model, "--samples", "8", *TOL]
-    assert cli(*args, "--out", tmp_path / "sized", cwd=tmp_path).returncode == 0
+    assert cli(*args, "--keep-activations", "all", "--out", tmp_path / "sized", cwd=tmp_path).returncode == 0
     size = (tmp_path / "sized" / "activations.h5").stat().st_size
     disk = make(str(storage.RESERVE_BYTES + size + size // 2))
     line = one_line(cli(*args, "--out", disk / "run", cwd=tmp_path))

@@ -34,7 +34,8 @@ def _settings_flags(settings: dict) -> list[str]:
 def test_submit_wait_status_and_the_shared_capture(env) -> None:
     d, files = env
     model, samples, settings = planted_job_files(files / "three")
-    sub = d.cli("submit", model, *[a for f in samples for a in ("--inputs", f)], *_settings_flags(settings))
+    sub = d.cli("submit", model, *[a for f in samples for a in ("--inputs", f)], *_settings_flags(settings),
+                "--cost", "nodes")  # the node-minimal answer's size is known
     assert sub.returncode == 0, sub.stderr
     job_id = sub.stdout.strip().splitlines()[-1]
     assert len(job_id) == 12 and job_id in sub.stderr  # the id alone on the last line of stdout
@@ -50,7 +51,8 @@ def test_submit_wait_status_and_the_shared_capture(env) -> None:
     assert job["result"]["capture_reused"] is False and job["result"]["evaluations"] == job["report"]["evaluations"]
 
     # the same model and samples again, this time named by server path: the capture is reused
-    again = d.cli("submit", model, "--remote", *[a for f in samples for a in ("--inputs", f)], *_settings_flags(settings))
+    again = d.cli("submit", model, "--remote", *[a for f in samples for a in ("--inputs", f)], *_settings_flags(settings),
+                  "--cost", "nodes")
     assert again.returncode == 0, again.stderr
     second = again.stdout.strip().splitlines()[-1]
     assert d.cli("wait", second).returncode == 0

@@ -6,6 +6,8 @@ Skipped without a `chromium` binary."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
@@ -35,20 +37,24 @@ def test_job_page_follows_a_running_job(chromium: str, daemon, tmp_path: Path) -
     browser = Browser(chromium, tmp_path / "profile")
     try:
         browser.goto(f"{d.url}/ui/jobs/{job['id']}")
-        deadline, seen = time.monotonic() + 120, ""
+        deadline, seen, phases = time.monotonic() + 120, "", set()
         while time.monotonic() < deadline:
             state = browser.eval("document.body && document.body.dataset.state") or ""
             seen = browser.eval("document.body && document.body.dataset.seen") or ""
+            phases.add(browser.eval("var n=document.querySelector('.seg.now .name');"
+                                    "(n?n.textContent:'')+' | '+document.getElementById('phase-text').textContent"))
             if state in ("done", "failed", "cancelled"):
                 break
             time.sleep(0.1)
         assert state == "done", (state, seen, d.job(job["id"]))
+        # the bar names its phase: the segment that fills now, and the line under it
+        assert any(p.startswith("search | Phase 2 of 5: search (") and "evaluations" in p for p in phases), phases
         counts = [int(x) for x in seen.split(",") if x]
         final = d.job(job["id"])["result"]["evaluations"]
         # the page saw the count rise while the job ran (not only the final number), and ended at the job's count
         assert len(counts) >= 3 and counts == sorted(counts) and counts[-1] == final, (counts, final)
         time.sleep(0.5)  # the artifact list loads once the job is done
-        assert browser.eval("document.getElementById('report').hidden") is False
+        assert browser.eval("document.getElementById('report-link').hidden") is False
         assert "report.html" in (browser.eval("document.getElementById('artifacts').textContent") or "")
         shot = browser.screenshot(tmp_path / "job.png")
         img = np.asarray(Image.open(shot).convert("RGB")).astype(np.int16)
@@ -102,3 +108,81 @@ def _until(browser: Browser, expression: str, timeout: float = 30.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"not true within {timeout} s: {expression} (page: {browser.eval('location.href')})")
+
+
+_VISIBLE_EMPTY = """(function(){
+ var out=[];
+ document.querySelectorAll('h2').forEach(function(h){if(h.offsetParent===null)return;
+  var rest=h.parentElement.textContent.length-h.textContent.length;if(rest<=0)out.push('heading '+h.textContent);});
+ document.querySelectorAll('main p, main dd, main td, main li, .badge').forEach(function(e){
+  if(e.offsetParent!==null&&!e.textContent.trim()&&!e.querySelector('a,button'))out.push(e.tagName+'#'+e.id);});
+ return out;})()"""
+
+
+def _terminal_page(browser: Browser, url: str) -> None:
+    browser.goto(url)
+    _until(browser, "['done','failed','cancelled'].indexOf(document.body.dataset.state) >= 0 && "
+           "document.body.dataset.artifacts !== undefined")
+    time.sleep(0.3)
+
+
+def test_finished_failed_and_cancelled_pages_say_what_the_report_says(chromium: str, daemon, tmp_path: Path) -> None:
+    """A finished job's page: the report's verdict, sentence and submit command (not the daemon's paths), files
+    with human sizes; a failed one: its message, no empty heading; a cancelled one: the phase it stopped in."""
+    from service_helpers import planted_job_files
+
+    from precision_doctor.render.wording import lowp_sentence, verdict, verdict_sentence
+    from precision_doctor.results.report import Report
+
+    d, root = daemon
+    model, samples, settings = planted_job_files(root / "pages")
+    files = [("model", (model.name, model.read_bytes()))] + [("inputs", (f.name, f.read_bytes())) for f in samples]
+    done = httpx.post(f"{d.url}/jobs", files=files, data={"settings": json.dumps(settings)}, timeout=30).json()["id"]
+    wrong = root / "pages" / "wrong_name.npz"
+    np.savez(wrong, y=np.zeros((2, 16), np.float32))
+    failed = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": {"inputs": {"files": [str(wrong)]}}},
+                        timeout=30).json()["id"]
+    slow, slow_settings = slow_model(root / "pages" / "slow.onnx", blocks=24, iterations=4000)
+    cancelled = httpx.post(f"{d.url}/jobs", json={"model": str(slow), "settings": slow_settings}, timeout=30).json()["id"]
+    d.wait_for(cancelled, lambda j: (j["progress"].get("evaluations") or 0) >= 2, what="two evaluations")
+    httpx.delete(f"{d.url}/jobs/{cancelled}", timeout=10)
+    for job_id in (done, failed, cancelled):
+        d.wait_for(job_id, lambda j: j["state"] in ("done", "failed", "cancelled"), timeout=180, what="its end")
+
+    browser = Browser(chromium, tmp_path / "profile")
+    try:
+        _terminal_page(browser, f"{d.url}/ui/jobs/{done}")
+        report = Report.load(d.state_dir / "jobs" / done / "run")
+        label, tone = verdict(report)
+        assert browser.eval("document.getElementById('verdict-label').textContent") == label
+        assert browser.eval("document.getElementById('verdict-label').className") == f"badge {tone}"
+        sentence = " ".join(x for x in (verdict_sentence(report), lowp_sentence(report)) if x)
+        assert browser.eval("document.querySelector('#verdict .sentence').textContent") == sentence
+        html = (d.state_dir / "jobs" / done / "run" / "report.html").read_text()
+        assert f'id="verdict">{label}</span>' in html  # the report's badge: the same words
+        sizes = browser.eval("Array.from(document.querySelectorAll('#artifacts td.n')).map(function(t){"
+                             "return t.textContent;})")
+        assert sizes and all(re.fullmatch(r"\d+(\.\d+)? (B|KiB|MiB)", t) for t in sizes), sizes
+        steps = browser.eval("document.getElementById('steps').textContent")
+        assert "precision-doctor submit three_defects.onnx --inputs three_defects_0.npz" in steps, steps
+        assert str(d.state_dir) not in steps and f"--server {d.url}" in steps
+        assert browser.eval(_VISIBLE_EMPTY) == []
+
+        _terminal_page(browser, f"{d.url}/ui/jobs/{failed}")
+        assert browser.eval("document.getElementById('state').textContent") == "failed"
+        message = browser.eval("document.getElementById('message').textContent")
+        assert message == d.job(failed)["error"] and "y" in message
+        assert browser.eval("document.getElementById('summary').hidden && document.getElementById('files').hidden")
+        assert browser.eval(_VISIBLE_EMPTY) == []
+
+        _terminal_page(browser, f"{d.url}/ui/jobs/{cancelled}")
+        assert browser.eval("document.getElementById('state').textContent") == "cancelled"
+        assert browser.eval("document.getElementById('phase-text').textContent") == (
+            "Cancelled during the search; the result below is what it had found by then.")
+        cut = Report.load(d.state_dir / "jobs" / cancelled / "run")  # its partial report: what the search found
+        _until(browser, "document.getElementById('verdict-label') !== null")
+        assert browser.eval("document.getElementById('verdict-label').textContent") == verdict(cut)[0]
+        assert browser.eval(_VISIBLE_EMPTY) == []
+        assert not browser.problems(), browser.problems()
+    finally:
+        browser.close()

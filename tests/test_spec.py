@@ -51,7 +51,8 @@ def test_from_json_refuses_with_the_setting_named(data, setting):
 @pytest.mark.parametrize("changes, setting, flag_text", [
     ({"search.margin": 1.0}, "search.margin", "--margin must lie in [0, 1), got 1.0"),
     ({"search.strategy": "nope"}, "search.strategy", "unknown strategy 'nope'"),
-    ({"search.cost": "watts"}, "search.cost", "--cost must be 'nodes' or 'flops'"),
+    ({"search.cost": "watts"}, "search.cost", "--cost must be one of deploy, nodes, flops"),
+    ({"search.batch": 0}, "search.batch", "--batch must be at least 1"),
     ({"precision": "fp8"}, "precision", "unknown precision 'fp8'"),
     ({"backends.backend": "nope"}, "backends.backend", "unknown backend 'nope'"),
     ({"backends.backend": "emulate", "backends.confirm_backend": "emulate"}, "backends.confirm_backend",

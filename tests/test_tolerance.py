@@ -90,3 +90,58 @@ def test_merge_keeps_the_worst_share():
     a = check(np.array([1.0005]), np.array([1.0]), tol)
     b = check(np.array([1.0009]), np.array([1.0]), tol)
     assert merge([a, b]).tol_used == pytest.approx(0.9, rel=1e-6)
+
+
+# -- per-output tolerances (polygraphy's --atol NAME:V) ----------------------------------------------------
+
+
+def test_an_output_gets_its_own_tolerance_and_the_others_the_plain_one():
+    from precision_doctor.errors import SpecError
+    from precision_doctor.measure.tolerance import check_all
+
+    tol = Tolerance(atol=1e-3, rtol=1e-3, output_atol=("logits:0.1",), output_rtol=("logits:0.2", "box:0"))
+    assert tol.for_output("logits") == Tolerance(atol=0.1, rtol=0.2)
+    assert tol.for_output("box") == Tolerance(atol=1e-3, rtol=0.0) and tol.for_output("other").atol == 1e-3
+    assert tol.outputs_named == ["logits", "box"]
+    ref = {"logits": np.array([1.0]), "other": np.array([1.0])}
+    out = {"logits": np.array([1.05]), "other": np.array([1.05])}  # 0.05 off: within logits' own atol only
+    checks = check_all(out, ref, tol)
+    assert checks["logits"].passed and not checks["other"].passed
+    # a margin scales every value, the per-output ones too; the dict form leaves them out when none are given
+    half = tol.scaled(0.5)
+    assert half.for_output("logits").atol == pytest.approx(0.05) and half.atol == pytest.approx(5e-4)
+    assert "output_atol" not in Tolerance().to_dict() and tol.to_dict()["output_atol"] == ["logits:0.1"]
+    for bad in ("logits", "logits:x", ":1e-3", "logits:-1", "logits:nan"):
+        with pytest.raises(SpecError, match="tolerance.output_atol.*NAME:VALUE"):
+            Tolerance(output_atol=(bad,))
+
+
+def test_cli_recipe_and_report_take_per_output_tolerances(run_cli, planted_file, tmp_path):
+    import json
+
+    from precision_doctor.batch.recipes import apply_recipe
+    from precision_doctor.results.report import Report
+    from precision_doctor.spec import RunSpec
+
+    case, path, files = planted_file("three_defects")
+    out = case.model.graph.output[0].name
+    inputs = [a for f in files for a in ("--inputs", str(f))]
+    code, _, err = run_cli("compare", path, *inputs, "--atol", "1e-2", "--atol", f"{out}:2e-2", "--rtol", "1e-2",
+                           "--out", tmp_path / "c")
+    assert code in (0, 1), err
+    # an output the model does not have is one line naming the flag
+    code, _, err = run_cli("compare", path, *inputs, "--atol", "nope:1e-2", "--out", tmp_path / "c2")
+    assert code == 2 and "--atol nope: not an output of the model" in err and not (tmp_path / "c2").exists()
+    code, _, err = run_cli("compare", path, *inputs, "--atol", "x", "--out", tmp_path / "c3")
+    assert code == 2 and "--atol" in err and "expected a number" in err
+    code, stdout, err = run_cli("diagnose", path, *inputs, "--atol", "1e-2", "--rtol", "1e-2", "--atol", f"{out}:2e-2",
+                                "--out", tmp_path / "d")
+    assert code == 0, err
+    assert f"output {out}: atol 0.02, rtol 0.01" in stdout
+    rep = Report.load(tmp_path / "d")
+    assert rep.tolerance == Tolerance(atol=1e-2, rtol=1e-2, output_atol=(f"{out}:2e-2",))
+    assert json.loads((tmp_path / "d" / "report.json").read_text())["tolerance"]["output_atol"] == [f"{out}:2e-2"]
+    assert f"--atol 0.01 {out}:0.02" in rep.commands["polygraphy"]  # polygraphy's own syntax
+    assert "one --atol/--rtol for every output" in rep.commands["trtexec_trt11_check"]
+    spec = apply_recipe(RunSpec(model=str(path)), {"tolerance": {"atol": 1e-3, "output_atol": {out: 1e-2}}}, tmp_path, "r")
+    assert spec.tolerance.for_output(out).atol == 1e-2 and spec.tolerance.atol == 1e-3

@@ -8,10 +8,11 @@ from dataclasses import replace
 
 import pytest
 
+from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.measure.tolerance import OutputCheck
 from precision_doctor.outcome import RowStatus, RunStatus, SummaryRow, Verdict
 from precision_doctor.render.wording import Tone, headline, held_out_sentence, lowp_multiple, verdict, verdict_of
-from precision_doctor.results.report import Checks, ExpectedHeadroom, ModelInfo, Report, Validation
+from precision_doctor.results.report import Certification, Checks, ExpectedHeadroom, ModelInfo, Report, Validation
 
 
 def _headroom(holds: bool, from_user: bool = True) -> ExpectedHeadroom:
@@ -30,6 +31,11 @@ def _report(**kw) -> Report:
 CASES = {
     Verdict.PASSED: dict(),
     Verdict.PASSED_UNVALIDATED: dict(validation=None, expected_headroom=None),
+    Verdict.PASSED_UNCONFIRMED: dict(
+        certified_by=Certification("emulate", "validation", 4, rules="ort-cuda", unconfirmed=["Softplus", "LSTM"]),
+        emulation_notes=[EmulationNote("unmeasured-op", "Softplus", 28, ["s0"], "never measured"),
+                         EmulationNote("measured-mismatch", "LSTM", 1, ["l"], "errs more", 1.64),
+                         EmulationNote("cpu-placement", "Clip", 2, ["c"], "on the CPU")]),
     Verdict.PASSED_SO_FAR: dict(status=RunStatus.BUDGET_EXHAUSTED),
     Verdict.NOT_PREDICTED_TO_HOLD: dict(passed=False, expected_headroom=_headroom(False)),
     Verdict.FAILED_HELD_OUT: dict(passed=False, validation=Validation(passed=False, samples=2, failing_samples=[1])),
@@ -45,9 +51,23 @@ def test_each_kind_of_result_has_one_verdict_and_one_label(kind):
     label, tone = verdict(rep)
     assert headline(rep).startswith(f"{label}: ")
     assert tone == (Tone.PASS if kind in (Verdict.PASSED, Verdict.PASSED_UNVALIDATED) else
-                    Tone.WARN if kind in (Verdict.PASSED_SO_FAR, Verdict.NOT_PREDICTED_TO_HOLD) else Tone.FAIL)
+                    Tone.WARN if kind in (Verdict.PASSED_SO_FAR, Verdict.NOT_PREDICTED_TO_HOLD, Verdict.PASSED_UNCONFIRMED)
+                    else Tone.FAIL)
     # read back from its JSON (what rerender and the service see), the report says the same
     assert verdict(Report.from_json(json.loads(json.dumps(rep.to_json())))) == (label, tone)
+
+
+def test_a_pass_resting_on_what_the_emulator_does_not_model_says_so():
+    """Issue 21: the emulator certified a PASS whose FP16 part holds ops never measured on a GPU (or measured to
+    err more there): the label and the headline say so and name them; a GPU's certificate needs no such words."""
+    rep = _report(**CASES[Verdict.PASSED_UNCONFIRMED])
+    text = headline(rep)
+    assert text.startswith("PASSED ON THE EMULATOR (CONFIRM ON A GPU): On the emulator, the model meets the tolerance")
+    assert "28 Softplus nodes behave on a GPU in a way never measured" in text
+    assert "1 LSTM node errs on a GPU up to 1.64x more than the emulator computes" in text and "Clip" not in text
+    assert "confirm on the GPU" in text
+    on_gpu = replace(rep, certified_by=Certification("ort-cuda", "confirmation", 4, gpu=True))
+    assert verdict_of(on_gpu) == Verdict.PASSED and "never measured" not in headline(on_gpu)
 
 
 def test_an_answer_predicted_not_to_hold_never_holds_in_words():
@@ -130,3 +150,10 @@ def test_the_headline_names_both_answers():
     words = answers_sentence(rep)
     assert "the safe one (2 nodes, 25.00 % of FLOPs) is the answer" in words and "a second, stricter search" in words
     assert "up to 51% of inputs" in words  # 2 of 10: the one-sided 95% Clopper-Pearson bound is 50.7%
+
+
+def test_sizes_in_words():
+    from precision_doctor.render.wording import fmt_bytes
+
+    assert [fmt_bytes(n) for n in (0, 812, 2458, 202419, 276487757, 3 << 30)] == [
+        "0 B", "812 B", "2.4 KiB", "198 KiB", "264 MiB", "3 GiB"]

@@ -49,8 +49,8 @@ class ModelTask:
 
 def task_needs(task: ModelTask) -> ItemNeeds:
     """What diagnosing `task` needs where it runs: a GPU when it searches or confirms on a GPU backend,
-    its model and input files, and the batch directory (the run directory's parent) to write in. A task
-    already known to be an error needs nothing."""
+    its model and input files (directories and globs expanded), and the batch directory (the run
+    directory's parent) to write in. A task already known to be an error needs nothing."""
     from precision_doctor.backends.registry import gpu_use
 
     if task.error:
@@ -58,7 +58,7 @@ def task_needs(task: ModelTask) -> ItemNeeds:
     spec = task.spec
     return ItemNeeds(
         gpu=gpu_use(spec.backends.backend, spec.backends.confirm_backend),
-        reads=(spec.model, *spec.inputs.files, *spec.inputs.validate_files),
+        reads=tuple(spec.read_files()),
         writes=(str(Path(task.run_dir).parent),),
     )
 
@@ -133,7 +133,7 @@ def _fresh_run_dir(run_dir: Path, keep: bool) -> None:
 def _diagnose(task: ModelTask, run_dir: Path, stop: StopToken | None) -> Report:
     from precision_doctor import api
 
-    return api.diagnose(task.spec, run_dir, stop=stop, resume=task.resume, force=True)
+    return api.diagnose(task.spec, run_dir, stop=stop, resume=task.resume, force=True, origin="batch")
 
 
 def row_from_report(name: str, report: Report) -> SummaryRow:

@@ -6,9 +6,11 @@ same settings. A recipe (every key optional; unknown keys are refused):
 
     inputs:    {samples, seed, val_range: ["name:[lo,hi]", ...] or {name: [lo, hi]},
                 input_shapes: ["name:[d0,...]", ...] or {name: [d0, ...]},
-                files: [a.npz, ...], validate_files: [...], validation_split, allow_nonfinite,
+                files: [a.npz, data/, "calib/*.npz", ...] (files, directories, globs), validate_files: [...],
+                data_loader_script: "loader.py[:FUNC]", max_samples, validation_split, allow_nonfinite,
                 reference_outputs: polygraphy --save-outputs JSON of `files`}
-    tolerance: {atol, rtol, check_error_stat, cosine_floor, margin}
+    tolerance: {atol, rtol, check_error_stat, cosine_floor, margin,
+                output_atol / output_rtol: {output name: value} or ["name:value", ...] (polygraphy's --atol NAME:V)}
     precision, backend, confirm_backend, emulation_rules, strategy, cost, augment, max_evaluations, time_budget
     about:     free-form notes (provenance, why the tolerance is fair); not read by the batch
 
@@ -39,6 +41,8 @@ RECIPE_KEYS: dict[str, str] = {
     "inputs.val_range": "inputs.val_ranges",
     "inputs.input_shapes": "inputs.input_shapes",
     "inputs.files": "inputs.files",
+    "inputs.data_loader_script": "inputs.data_loader_script",
+    "inputs.max_samples": "inputs.max_samples",
     "inputs.validate_files": "inputs.validate_files",
     "inputs.validation_split": "inputs.validation_split",
     "inputs.allow_nonfinite": "inputs.allow_nonfinite",
@@ -47,6 +51,8 @@ RECIPE_KEYS: dict[str, str] = {
     "tolerance.rtol": "tolerance.rtol",
     "tolerance.check_error_stat": "tolerance.check_error_stat",
     "tolerance.cosine_floor": "tolerance.cosine_floor",
+    "tolerance.output_atol": "tolerance.output_atol",
+    "tolerance.output_rtol": "tolerance.output_rtol",
     "tolerance.margin": "search.margin",
     "precision": "precision",
     "backend": "backends.backend",
@@ -98,6 +104,18 @@ def _named_list(value: Any, what: str) -> tuple[str, ...]:
     raise UserError(f"{what}: expected a list of 'name:[...]' strings or a mapping, got {value!r}")
 
 
+def _per_output(value: Any, what: str) -> tuple[str, ...]:
+    """`{name: value}` or `["name:value", ...]` -> "name:value" strings (checked as the tolerance is made)."""
+    if isinstance(value, dict):
+        return tuple(f"{k}:{v}" for k, v in value.items())
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise UserError(f"{what}: expected a mapping of output names to values or a list of 'name:value' strings, "
+                    f"got {value!r}")
+
+
 def _section(recipe: dict, key: str, where: str) -> dict:
     """A recipe's sub-mapping (empty when absent), with unknown keys refused."""
     value = recipe.get(key) or {}
@@ -124,6 +142,8 @@ def apply_recipe(base: RunSpec, recipe: dict, rel_to: Path, where: str) -> RunSp
     for key, value in given.items():
         if key in ("inputs.val_range", "inputs.input_shapes"):
             value = _named_list(value, f"{where}: {key}")
+        elif key in ("tolerance.output_atol", "tolerance.output_rtol"):
+            value = _per_output(value, f"{where}: {key}")
         elif key in ("inputs.files", "inputs.validate_files"):
             value = value or []
         elif key in _STRINGIFIED:

@@ -29,7 +29,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="Find which layers lose accuracy in FP16/BF16, and the smallest set to keep in FP32.",
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+    rich_markup_mode="markdown",  # --help in option groups (rich panels); help texts are plain, read as Markdown
 )
 # markup off: user text ("[bold]x", "data[1].npz", "x:[0,16]") is printed as it is; styles go through Text
 console = Console(width=None if sys.stdout.isatty() else 140, markup=False, highlight=False)
@@ -203,3 +203,6 @@ def _parser_error(exc: Exception) -> int | None:
 # The daemon's commands come last in --help.
 from precision_doctor.cli import batch, compare, diagnose, emit, env, probe_ops, report, zoo  # noqa: E402, F401, I001
 from precision_doctor.cli import serve, client  # noqa: E402, F401
+from precision_doctor.cli.options import assign_panels  # noqa: E402
+
+assign_panels(app)

@@ -40,15 +40,16 @@ def batch(
     ray_cpus: float | None = typer.Option(None, "--ray-cpus", help="CPUs each model's Ray task asks for, and its "
                                           "ONNX Runtime threads (default 1); a model on ort-cuda or trt also asks "
                                           "for one GPU."),
-    out: Path | None = typer.Option(None, "--out", help="Batch directory (default: reports/batch-<time>); "
+    out: Path | None = typer.Option(None, "--out", help="Batch directory (default: reports/batch-TIME); "
                                     "an earlier batch directory is resumed."),
     only: list[str] | None = typer.Option(None, "--only", help="Run only this model (by name); repeatable."),
     rerun: bool = typer.Option(False, "--rerun", help="Diagnose finished models again."),
     force: bool = typer.Option(False, "--force", help="Write into a non-empty --out that holds no earlier batch."),
     options: Options = None,
 ) -> None:
-    """Diagnose every model of a zoo; write OUT/<model>/ run directories and a summary table.
-    The options below --force are defaults that a model's recipe overrides."""
+    """Diagnose every model of a zoo; write OUT/MODEL/ run directories and a summary table.
+    The options of the Precision and tolerance, Backends, Search and Inputs panels are defaults that a model's
+    recipe overrides."""
     from precision_doctor.batch.executors import make_executor
     from precision_doctor.batch.orchestrate import BatchSettingsDiffer, default_batch_dir, recorded_defaults, run_batch
 

@@ -35,8 +35,9 @@ def _client(server: str | None, token: str | None):
 def submit(
     model: Path = typer.Argument(..., help="ONNX model (uploaded; with --remote, a path on the server)."),
     name: str | None = typer.Option(None, "--name", help="The job's name (default: the model's file name)."),
-    remote: bool = typer.Option(False, "--remote", help="MODEL, --inputs and --validate-inputs are paths on the server "
-                                "(within its --allow-root directories), not uploaded."),
+    remote: bool = typer.Option(False, "--remote", help="MODEL, --inputs and --validate-inputs (files, directories, "
+                                "globs) and --data-loader-script are paths on the server (within its --allow-root "
+                                "directories), not uploaded."),
     server: str | None = ServerOpt,
     token: str | None = TokenOpt,
     options: Options = None,
@@ -48,12 +49,16 @@ def submit(
     settings = spec.to_json()
     del settings["model"]
     files, held = [Path(f) for f in spec.inputs.files], [Path(f) for f in spec.inputs.validate_files]
-    if not remote:  # uploaded, not named
+    if not remote:  # uploaded, not named: directories and globs are expanded here, each file uploaded
+        from precision_doctor.data.sources import expand_inputs
+
+        if spec.inputs.data_loader_script:
+            fail(f"{flag('inputs.data_loader_script')} is not uploaded (a script runs code on the daemon): name one on "
+                 "the server with --remote (the daemon runs scripts under its --allow-root with --allow-loader-scripts)")
         settings["inputs"].update(files=[], validate_files=[])
-        for setting, paths in (("model", [model]), ("inputs.files", files), ("inputs.validate_files", held)):
-            for p in paths:
-                if not p.is_file():
-                    fail(f"{flag(setting)} {p}: no such file")
+        if not model.is_file():
+            fail(f"MODEL {model}: no such file")
+        files, held = expand_inputs(files), expand_inputs(held, "inputs.validate_files")
     with _client(server, token) as client:
         try:
             if remote:

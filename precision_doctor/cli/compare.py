@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
 import typer
@@ -12,6 +13,7 @@ from precision_doctor.cli import announce_renamed, app, console, progress_bar, s
 from precision_doctor.cli.options import CAPTURE, EMULATION, INPUTS, PRECISION, RUN_DIR, TOLERANCE, Options, with_options
 from precision_doctor.control import CaptureEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
 from precision_doctor.errors import UserError
+from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.storage import DiskFull
@@ -50,7 +52,7 @@ def compare(
         except DiskFull as exc:
             raise UserError(f"{exc}; {exc.advice}, then run the command again") from None
     print_layer_table(result.analysis, top)
-    console.print(verdict_line(result.analysis, spec.tolerance), soft_wrap=True)
+    console.print(verdict_line(result.analysis, spec.tolerance, result.notes), soft_wrap=True)
     console.print(f"wrote {out_dir}/activations.h5, layers.csv, layers.json", soft_wrap=True)
     raise typer.Exit(0 if result.analysis.passed else 1)
 
@@ -85,13 +87,22 @@ def print_layer_table(analysis: Analysis, top: int) -> None:
     console.print(table)
 
 
-def verdict_line(analysis: Analysis, tol: Tolerance) -> str:
+def verdict_line(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNote] = ()) -> str:
+    """PASS or FAIL of the emulated low-precision model; a PASS resting on nodes the emulator does not model on a
+    GPU (`notes`) says so."""
+    from precision_doctor.render.wording import notes_clause
+
     worst = max(analysis.verdict.items(), key=lambda kv: (not kv[1].passed, kv[1].max_abs), default=None)
     where = f"; first diverging tensor: {analysis.first_divergence}" if analysis.first_divergence else ""
     if analysis.passed:
-        return f"PASS: all outputs within atol={tol.atol:g} rtol={tol.rtol:g} ({tol.check_error_stat}){where}"
+        from precision_doctor.render.wording import tolerance_text
+
+        caveat = notes_clause(notes, analysis.precision)
+        lead = f"PASS on the emulator ({caveat}: confirm on the GPU)" if caveat else "PASS"
+        return f"{lead}: all outputs within the tolerance ({tolerance_text(tol)}){where}"
     name, c = worst
+    own = tol.for_output(name)
     return (
         f"FAIL: output '{name}' max abs err {_fmt(c.max_abs)}, max rel err {_fmt(c.max_rel)}, "
-        f"{c.mismatches} of {c.size} elements outside atol={tol.atol:g} rtol={tol.rtol:g}{where}"
+        f"{c.mismatches} of {c.size} elements outside atol={own.atol:g} rtol={own.rtol:g}{where}"
     )

@@ -59,7 +59,8 @@ def diagnose(
                 prog.update(task, description=f"search ({ev.phase})", completed=ev.step)
 
         try:
-            report = api.diagnose(spec, out_dir, progress=sink, stop=token, resume=resume, force=options["force"])
+            report = api.diagnose(spec, out_dir, progress=sink, stop=token, resume=resume, force=options["force"],
+                                  origin="cli")
         except SettingsDiffer as exc:
             raise UserError(settings_refusal(exc, model, out_dir)) from None
         except DiskFull as exc:
@@ -75,6 +76,7 @@ def diagnose(
 
 
 PER_INVOCATION = ("search.max_evaluations", "search.time_budget")  # a resume's budget is its own
+SHOWN_NODES = 20  # the terminal lists this many FP32 nodes of an answer; the reports and files list them all
 
 
 def resumed_spec(model: Path, out_dir: Path, options: Options) -> RunSpec:
@@ -115,6 +117,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         generalization_sentence,
         headroom_sentence,
     )
+    from precision_doctor.render.pricing import cost_sentence, tradeoff_sentence
     from precision_doctor.render.tensorrt import outcome_lines
     from precision_doctor.render.wording import (
         Tone,
@@ -125,6 +128,8 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         held_out_sentence,
         not_holding,
         rounds_sentence,
+        shapes_warning,
+        tolerance_text,
         validated_on_user_data,
         verdict,
     )
@@ -146,10 +151,19 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     say(styled(label, style, ": " + headline_text(report)))
     if report.passed and not validated_on_user_data(report):
         say("No held-out sample of your data checked this answer (give 4 or more --inputs, or --validate-inputs).")
+    if (warning := shapes_warning(report)) is not None:
+        say(styled(warning, "bold yellow"))
     if (report.passed or not_holding(report)) and fb:
-        say(f"FP32 nodes (atol={tol.atol:g} rtol={tol.rtol:g}, {tol.check_error_stat}):")
-        for name in fb:
+        say(f"FP32 nodes ({tolerance_text(tol)}):")
+        for name in fb[:SHOWN_NODES]:
             say(f"  {name}")
+        if len(fb) > SHOWN_NODES:
+            listed = [p for p in ("report.html", "layer_precisions.txt") if (Path(out_dir) / p).is_file()]
+            say(f"  ... and {len(fb) - SHOWN_NODES} more: see {' / '.join(f'{out_dir}/{p}' for p in listed)}")
+    if report.passed and (cost := cost_sentence(report, with_share=False)):
+        say(f"{cost[0].upper()}{cost[1:]}")
+    if report.passed and (tradeoff := tradeoff_sentence(report.pricing.tradeoff if report.pricing else None)):
+        say(tradeoff)
     if report.status == RunStatus.NO_SOLUTION and report.reason:
         say(report.reason)
     passed_notes = (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),

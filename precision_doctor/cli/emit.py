@@ -11,8 +11,9 @@ from precision_doctor.cli import app, console, fail
 from precision_doctor.cli.options import ENGINE_TARGETS
 
 FORMATS = {
-    "trtexec": ["trtexec_trt10", "trtexec_trt11"], "trtexec10": ["trtexec_trt10"], "trtexec11": ["trtexec_trt11"],
-    "polygraphy": ["polygraphy", "polygraphy_trt10"], "autocast": ["autocast"], "ort-cuda": ["ort_cuda_providers"],
+    "trtexec": ["trtexec_trt10", "trtexec_trt11", "trtexec_trt11_check"], "trtexec10": ["trtexec_trt10"],
+    "trtexec11": ["trtexec_trt11", "trtexec_trt11_check"], "polygraphy": ["polygraphy", "polygraphy_trt10"],
+    "autocast": ["autocast"], "ort": ["ort_node_block_list"], "ort-cuda": ["ort_cuda_providers"],
 }
 
 
@@ -20,12 +21,15 @@ FORMATS = {
 def emit(
     run_dir: Path = typer.Argument(..., help="A diagnose run directory."),
     format: str = typer.Option("trtexec", "--format",
-                               help="trtexec, trtexec10, trtexec11, polygraphy, autocast, ort-cuda (the provider options "
-                                    "--knobs found), json, or engine (builds RUN_DIR/fixed.plan with TensorRT-RTX or "
-                                    "TensorRT and records it in report.json)."),
+                               help="trtexec (TensorRT 10 and 11), trtexec10, trtexec11, polygraphy, autocast, ort "
+                                    "(onnxconverter-common's node_block_list), ort-cuda (the provider options --knobs "
+                                    "found), json, or engine (builds RUN_DIR/fixed.plan with TensorRT-RTX or TensorRT "
+                                    "and records it in report.json)."),
     engine_targets: list[str] | None = typer.Option(None, "--engine-targets", help=ENGINE_TARGETS.info.help),
 ) -> None:
-    """Print what to paste: trtexec flags, the polygraphy check, AutoCast's exclusions, or JSON; or build the engine."""
+    """Print what to paste, each command under a comment line naming the release it is for (run them from RUN_DIR:
+    they use paths relative to it): trtexec, the polygraphy check, AutoCast's exclusions, ONNX Runtime's
+    node_block_list, or JSON; or build the engine."""
     from precision_doctor.results.report import Report
 
     if engine_targets and format != "engine":
@@ -36,7 +40,11 @@ def emit(
     rep = Report.load(run_dir)
     cmds = rep.commands
     if format == "json":
-        console.print_json(json.dumps({"fallback_nodes": rep.fallback_nodes, "precision": rep.precision, **cmds}))
+        from precision_doctor.results.emit import LABELS
+
+        labels = {k: LABELS[k] for k in cmds if k in LABELS}
+        console.print_json(json.dumps({"fallback_nodes": rep.fallback_nodes, "precision": rep.precision, **cmds,
+                                       "labels": labels}))
         return
     if format not in FORMATS:
         fail(f"--format must be one of: {', '.join([*FORMATS, 'json', 'engine'])}")
@@ -44,9 +52,12 @@ def emit(
         fail(f"{run_dir}: the run found no passing set, so there is nothing to emit")
     if format == "ort-cuda" and "ort_cuda_providers" not in cmds:
         fail(f"{run_dir}: no ONNX Runtime provider options were found for this run (they come from --knobs on ort-cuda)")
-    for k in FORMATS[format]:
-        if k in cmds:
-            print(cmds[k])
+    from precision_doctor.results.emit import LABELS
+
+    shown = [k for k in FORMATS[format] if k in cmds]
+    for i, k in enumerate(shown):
+        print(f"# {LABELS.get(k, k)}")
+        print(cmds[k] + ("\n" if i < len(shown) - 1 else ""))
 
 
 def build_engine(run_dir: Path, engine_targets: list[str] | None) -> None:

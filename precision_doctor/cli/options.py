@@ -1,4 +1,4 @@
-"""Shared option groups and the one table between RunSpec settings and CLI flags.
+"""Shared option groups, built on the one table between RunSpec settings and CLI flags (`flags.py`).
 
 Each option names the setting it sets ("tolerance.atol"); its default is the RunSpec default. A command
 composes groups (`@with_options(INPUTS, TOLERANCE, ...)`) and receives their values as one `Options`,
@@ -17,79 +17,71 @@ from typing import Any
 import typer
 
 from precision_doctor import spec as specs
+from precision_doctor.flags import FLAGS, command_line, flag  # noqa: F401 (the flag table, re-exported)
 from precision_doctor.spec import RunSpec
-
-# RunSpec settings and run options -> the CLI's flags (SpecError messages are shown with these).
-FLAGS: dict[str, str] = {
-    "model": "MODEL",
-    "precision": "--precision",
-    "inputs.files": "--inputs",
-    "inputs.samples": "--samples",
-    "inputs.seed": "--seed",
-    "inputs.val_ranges": "--val-range",
-    "inputs.input_shapes": "--input-shapes",
-    "inputs.allow_nonfinite": "--allow-nonfinite-inputs",
-    "inputs.validate_files": "--validate-inputs",
-    "inputs.validation_split": "--validation-split",
-    "inputs.reference_outputs": "--reference-outputs",
-    "tolerance.atol": "--atol",
-    "tolerance.rtol": "--rtol",
-    "tolerance.check_error_stat": "--check-error-stat",
-    "tolerance.cosine_floor": "--cosine-floor",
-    "search.strategy": "--strategy",
-    "search.cost": "--cost",
-    "search.margin": "--margin",
-    "search.augment": "--augment",
-    "search.max_evaluations": "--max-evaluations",
-    "search.time_budget": "--time-budget",
-    "search.keep_io_types": "--keep-io-types",
-    "search.knobs": "--knobs",
-    "artifacts.engine": "--engine",
-    "artifacts.engine_targets": "--engine-targets",
-    "capture.group_mb": "--group-mb",
-    "backends.backend": "--backend",
-    "backends.confirm_backend": "--confirm-backend",
-    "backends.rules": "--emulation-rules",
-    "out_dir": "--out",
-    "force": "--force",
-    "resume": "--resume",
-    "rerun": "--rerun",
-    "jobs": "--jobs",
-    "executor": "--executor",
-    "ray_address": "--ray-address",
-    "ray_cpus": "--ray-cpus",
-    "only": "--only",
-}
-
-
-def flag(setting: str) -> str:
-    """The CLI flag of a setting (the setting's path where no flag sets it)."""
-    return FLAGS.get(setting, setting)
 
 
 @dataclass(frozen=True)
 class Opt:
     """One option: the command parameter it fills, the setting it sets (None: a run option), its typer
-    annotation and OptionInfo."""
+    annotation and OptionInfo; `expand` turns the option's value into several settings (`--atol 1e-3 --atol
+    out:1e-2` sets `tolerance.atol` and `tolerance.output_atol`)."""
 
     param: str
     setting: str | None
     annotation: Any
     info: Any
+    expand: Callable[[Any], dict[str, Any]] | None = None
+
+    def settings_of(self, value: Any) -> dict[str, Any]:
+        """{setting path: value} this option sets when it holds `value` (nothing for an unset list option)."""
+        if self.setting is None:
+            return {}
+        if self.expand is not None:
+            return self.expand(value)
+        if value is None and self.info.default is None and specs.default(self.setting) == ():
+            return {}  # a list option not given: the spec's empty default
+        return {self.setting: value}
 
 
-def _opt(param: str, setting: str, annotation: Any, help: str, *decls: str, default: Any = ...) -> Opt:
+def _opt(param: str, setting: str, annotation: Any, help: str, *decls: str, default: Any = ...,
+         expand: Callable[[Any], dict[str, Any]] | None = None) -> Opt:
     value = specs.default(setting) if default is ... else default
-    return Opt(param, setting, annotation, typer.Option(value, *(decls or (FLAGS[setting],)), help=help))
+    return Opt(param, setting, annotation, typer.Option(value, *(decls or (FLAGS[setting],)), help=help), expand)
+
+
+def _tolerances(kind: str) -> Callable[[list[str] | None], dict[str, Any]]:
+    """polygraphy's `--atol`/`--rtol` values: a number for every output (the last one given counts) and
+    NAME:VALUE for one output, in any order; as the settings `tolerance.<kind>` and `tolerance.output_<kind>`."""
+
+    def expand(values: list[str] | None) -> dict[str, Any]:
+        if not values:
+            return {}
+        named = tuple(v for v in values if ":" in v)
+        plain = [v for v in values if ":" not in v]
+        return {f"tolerance.output_{kind}": named, **({f"tolerance.{kind}": plain[-1]} if plain else {})}
+
+    return expand
 
 
 # -- the groups ------------------------------------------------------------------------------------------
 FILES = _opt("inputs", "inputs.files", list[Path] | None,
-             "Input sample file (.npz, polygraphy JSON, .h5); repeatable.", default=None)
+             "Input samples: a file (.npz, .npy, polygraphy JSON, .h5), a directory of them (sorted, not recursive) or a "
+             "quoted glob ('data/*.npz'); repeatable. An .npz/.npy array with one more axis than the model's input holds "
+             "samples stacked on its first axis; with the model's rank and a fixed batch b, a first dimension k*b holds k "
+             "samples (ModelOpt's calibration layout); otherwise a file is one sample. Alias: --load-inputs.",
+             "--inputs", "--load-inputs", default=None)
+LOADER = _opt("data_loader_script", "inputs.data_loader_script", str | None,
+              "Python script FILE[:FUNC] whose FUNC() (default load_data) yields feed dicts (polygraphy's "
+              "convention); run once, its samples kept in the run directory. Runs your code: give only your own.",
+              default=None)
+MAX_SAMPLES = _opt("max_samples", "inputs.max_samples", int | None,
+                   "Use at most N of the samples found: a seeded (--seed) choice spread over the list and over the "
+                   "shapes; report.json's inputs say which.")
 SAMPLES = _opt("samples", "inputs.samples", int, "Number of generated samples when no --inputs are given.")
-SEED = _opt("seed", "inputs.seed", int, "Seed for generated samples.")
+SEED = _opt("seed", "inputs.seed", int, "Seed for generated samples and for --max-samples' choice.")
 INPUTS = (
-    FILES, SAMPLES, SEED,
+    FILES, LOADER, MAX_SAMPLES, SAMPLES, SEED,
     _opt("val_range", "inputs.val_ranges", list[str] | None,
          "Value range of generated inputs: NAME:[lo,hi] or [lo,hi].", default=None),
     _opt("input_shapes", "inputs.input_shapes", list[str] | None,
@@ -97,20 +89,26 @@ INPUTS = (
     _opt("allow_nonfinite_inputs", "inputs.allow_nonfinite", bool, "Accept NaN/Inf in input samples."),
     _opt("reference_outputs", "inputs.reference_outputs", Path | None,
          "FP32 reference outputs saved by polygraphy (run --save-outputs FILE, with --load-inputs of the same "
-         "--inputs): used instead of ONNX Runtime's FP32 outputs.", default=None),
+         "--inputs): used instead of ONNX Runtime's FP32 outputs. --load-outputs is the same (polygraphy's name).",
+         "--reference-outputs", "--load-outputs", default=None),
 )
 GENERATED = (SAMPLES, SEED)  # batch: the default sample recipe
 HELD_OUT = (
     _opt("validate_inputs", "inputs.validate_files", list[Path] | None,
-         "Held-out sample files to confirm the answer on; repeatable.", default=None),
+         "Held-out samples to confirm the answer on (files, directories, globs, as --inputs); repeatable.",
+         default=None),
     _opt("validation_split", "inputs.validation_split", float | None,
          "Hold out this fraction of the samples for confirmation (default: 0.25 of --inputs files; "
          "generated runs draw as many held-out samples with another seed)."),
 )
 PRECISION = (_opt("precision", "precision", str, "Low precision to diagnose: fp16 or bf16."),)
 TOLERANCE = (
-    _opt("atol", "tolerance.atol", float, "Absolute tolerance (polygraphy's default 1e-5)."),
-    _opt("rtol", "tolerance.rtol", float, "Relative tolerance (polygraphy's default 1e-5)."),
+    _opt("atol", "tolerance.atol", list[str] | None,
+         "Absolute tolerance, as polygraphy's --atol: a number for every output (default 1e-5), NAME:VALUE for one "
+         "output; repeatable (--atol 1e-3 --atol logits:1e-2).", default=None, expand=_tolerances("atol")),
+    _opt("rtol", "tolerance.rtol", list[str] | None,
+         "Relative tolerance, as polygraphy's --rtol: a number for every output (default 1e-5), NAME:VALUE for one "
+         "output; repeatable.", default=None, expand=_tolerances("rtol")),
     _opt("check_error_stat", "tolerance.check_error_stat", str, "elemwise, max, mean or median (as polygraphy)."),
     _opt("cosine_floor", "tolerance.cosine_floor", float | None, "Also require cosine similarity >= this per output."),
 )
@@ -124,7 +122,12 @@ SEARCH = (
          "that the search also checks, so the answer is not tuned to one rounding pattern; after the search 4 fresh "
          "copies per sample predict how it holds on new inputs. Default 3; 0 turns copies and that check off."),
     _opt("strategy", "search.strategy", str, "auto, bisect, bisect-reverse, linear, ddmin, segment."),
-    _opt("cost", "search.cost", str, "Smallest means fewest nodes, or least FP32 'flops'."),
+    _opt("cost", "search.cost", str,
+         "What the search minimizes: 'deploy' (default: the estimated time fixed.onnx spends above all-FP16, FLOPs and "
+         "bytes moved including Casts, with fusion groups kept whole unless a member alone is proven to matter), "
+         "'nodes' (fewest nodes) or 'flops' (least FP32 FLOPs)."),
+    _opt("batch", "search.batch", int | None,
+         "The batch you deploy: the cost model's and the GPU latency's (default: the samples' batch)."),
     _opt("max_evaluations", "search.max_evaluations", int | None, "Stop after this many evaluations."),
     _opt("time_budget", "search.time_budget", float | None, "Stop the search after this many seconds."),
     _opt("keep_io_types", "search.keep_io_types", bool, "fixed.onnx keeps FP32 I/O.",
@@ -161,13 +164,65 @@ ARTIFACTS = (
          "the GPU present; caches in the run directory. A model that does not build is reported, not an error."),
     ENGINE_TARGETS,
 )
-CAPTURE = (_opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),)
-DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE)  # diagnose's and submit's
+CAPTURE = (
+    _opt("capture_samples", "capture.max_samples", int,
+         "Samples the layer-by-layer capture runs on (the hardest, spread over shape groups)."),
+    _opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),
+)
+KEEP = (_opt("keep_activations", "capture.keep", str,
+             "What activations.h5 keeps once the report is written: summary (default: the per-tensor error statistics "
+             "and the graph outputs, a size proportional to the node count), all (every tensor of every sample: "
+             "samples x the model's activations x 4 runs), none (no file). A run cut off (Ctrl-C) keeps it all until "
+             "it completes; --resume of a run without it captures again."),)
+# diagnose's and submit's
+DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE, KEEP)
 RUN_DIR = (
     Opt("out", None, Path | None,
-        typer.Option(None, "--out", help="Run directory (default: reports/<model>-<command>-<time>).")),
+        typer.Option(None, "--out", help="Run directory (default: reports/MODEL-COMMAND-TIME).")),
     Opt("force", None, bool, typer.Option(False, "--force", help="Write into a non-empty --out (replaces our files only).")),
 )
+
+# -- help panels: `--help` shows each command's options in these groups ------------------------------------
+GROUP_PANELS = ((INPUTS, "Inputs"), (HELD_OUT, "Held-out samples"), (PRECISION, "Precision and tolerance"),
+                (TOLERANCE, "Precision and tolerance"), (SEARCH, "Search"), (BACKENDS, "Backends"),
+                (EMULATION, "Backends"), (ARTIFACTS, "Engine"), (CAPTURE, "Capture"), (KEEP, "Capture"),
+                (RUN_DIR, "Run directory"))
+# the commands' own options, by flag ("command flag" where one flag means different things in two commands)
+PANELS: dict[str, str] = {
+    "--resume": "Run directory", "--rerun": "Run directory", "--out": "Run directory", "--force": "Run directory",
+    "zoo fetch --force": "Zoo", "--dest": "Zoo", "zoo fetch --name": "Zoo",
+    "--jobs": "Batch", "--executor": "Batch", "--only": "Batch", "serve --executor": "Workers",
+    "--ray-address": "Ray", "--ray-cpus": "Ray",
+    "--format": "Output", "--top": "Output", "--json": "Output", "--state": "Output",
+    "--engine-targets": "Engine", "--provider": "Probe", "--threshold": "Probe",
+    "--server": "Service", "--token": "Service", "--host": "Service", "--port": "Service", "--state-dir": "Service",
+    "--allow-root": "Service", "--allow-loader-scripts": "Service", "--max-upload-mb": "Service",
+    "--workers": "Workers", "--cache-mb": "Workers", "--lease-s": "Workers", "--keep-jobs": "Service",
+    "--keep-days": "Service", "--name": "Job", "--remote": "Job", "--timeout": "Job",
+}
+for _group, _panel in GROUP_PANELS:
+    for _o in _group:
+        _o.info.rich_help_panel = _panel
+
+
+def assign_panels(app: typer.Typer) -> list[str]:
+    """Put every option of every command of `app` without a help panel into its panel from `PANELS`; the
+    options left without one ("command --flag"), for a test to catch."""
+    left = []
+    groups = [(app, "")] + [(g.typer_instance, f"{g.name} ") for g in app.registered_groups]
+    for group, prefix in groups:
+        for cmd in group.registered_commands:
+            name = prefix + (cmd.name or cmd.callback.__name__.replace("_", "-"))
+            for param in inspect.signature(cmd.callback).parameters.values():
+                info = param.default
+                if not isinstance(info, typer.models.OptionInfo) or info.rich_help_panel:
+                    continue
+                decl = next((d for d in info.param_decls or () if d.startswith("--")), None)
+                panel = PANELS.get(f"{name} {decl}") or PANELS.get(decl or "")
+                if panel is None:
+                    left.append(f"{name} {decl}")
+                info.rich_help_panel = panel
+    return left
 
 
 class Options:
@@ -184,20 +239,11 @@ class Options:
 
     def given_settings(self) -> dict[str, Any]:
         """{setting path: value} of the setting options the user typed."""
-        return {k: v for k, v in self.settings().items() if any(o.setting == k and o.param in self.given
-                                                                for o in self._opts)}
+        return {k: v for o in self._opts if o.param in self.given for k, v in o.settings_of(self._values[o.param]).items()}
 
     def settings(self) -> dict[str, Any]:
         """{setting path: value} of the options that set RunSpec settings (unset list options left out)."""
-        out = {}
-        for o in self._opts:
-            if o.setting is None:
-                continue
-            value = self._values[o.param]
-            if value is None and o.info.default is None and specs.default(o.setting) == ():
-                continue  # a list option not given: the spec's empty default
-            out[o.setting] = value
-        return out
+        return {k: v for o in self._opts for k, v in o.settings_of(self._values[o.param]).items()}
 
     def spec(self, model: str | Path) -> RunSpec:
         return RunSpec(model=str(model)).with_settings(self.settings())
@@ -235,27 +281,3 @@ def _typed(ctx: Any, param: str) -> bool:
     """Whether the user gave `param` (on the command line or through the environment), not its default."""
     source = ctx.get_parameter_source(param) if ctx is not None else None
     return source is not None and getattr(source, "name", "DEFAULT") not in ("DEFAULT", "DEFAULT_MAP")
-
-
-def command_line(command: str, model: str | Path | None, spec: RunSpec, *extra: str) -> str:
-    """The command that runs `spec` (only the settings that differ from the defaults are spelled out),
-    with `extra` arguments at the end; quoted for a POSIX shell."""
-    import shlex
-
-    base = RunSpec(model="").flat()
-    args = ["precision-doctor", command, *([str(model)] if model is not None else [])]
-    for path, value in spec.flat().items():
-        if path != "model" and path in FLAGS and value != base[path] and value is not None:
-            args += _flag_args(path, value)
-    return shlex.join([*args, *extra])
-
-
-def _flag_args(path: str, value: Any) -> list[str]:
-    name = FLAGS[path]
-    if path == "search.keep_io_types":
-        return ["--keep-io-types" if value else "--no-keep-io-types"]
-    if isinstance(value, bool):
-        return [name] if value else []
-    if isinstance(value, list):
-        return [a for v in value for a in (name, str(v))]
-    return [name, f"{value:g}" if isinstance(value, float) else str(value)]

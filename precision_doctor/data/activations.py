@@ -1,13 +1,21 @@
-"""The HDF5 activation store: a group per run, a dataset per tensor with the sample axis first.
+"""The HDF5 activation store: a group per run, a dataset per tensor (per shape group) with the sample axis first.
 
 Layout:
-    /                attrs: format version, model hash and path, settings (JSON), inputs (JSON)
+    /                attrs: format version, model hash and path, settings (JSON), inputs (JSON),
+                     `shape_groups` (JSON: per shape group its input shapes and its number of samples)
     /<run>/<escaped> one dataset per tensor, shape (samples, *tensor_shape), chunked, compressed;
                      attr `onnx_name` holds the tensor's real name
+    /<run>/<escaped>@<k>  with several shape groups: one dataset per tensor and group k (k = 0, 1, ...),
+                     shape (samples of group k, *its shape); `@` never appears in an escaped name
     /<run>           attr `tensor_names`: JSON list of real names in capture (topological) order
     /analysis        (optional) the analysis of the runs below, kept so that it is not computed twice
 Runs: `reference` (FP32, graph inputs and every node output), `lowp` (emulated low precision,
 floating tensors), `local` (each node's outputs computed in low precision from exact inputs).
+Samples are numbered across the store (0 .. n-1); the samples of a shape group are consecutive (the capture
+orders them so), so reading every sample in order reads each group's datasets in turn.
+
+A summary (`summarize`, root attr `kept` = "summary") holds the root attributes and datasets and, of each run,
+only the tensors named; `whole` says whether a store still holds every captured tensor.
 """
 
 from __future__ import annotations
@@ -26,6 +34,7 @@ from precision_doctor.errors import UserError
 
 FORMAT_VERSION = 1
 REFERENCE, LOWP, LOCAL = "reference", "lowp", "local"
+KEPT = "kept"  # root attribute of a summary
 _CHUNK_BYTES = 4 << 20
 
 
@@ -50,8 +59,12 @@ class ActivationStore:
             raise UserError(f"cannot open activations file {self.path}: {exc}") from exc
         self.compression = compression
         self._names: dict[str, list[str]] = {}
+        self._sizes: list[int] = []  # samples per shape group (empty: one group of all samples)
         if mode == "r" and self.file.attrs.get("format") != "precision-doctor-activations":
             raise UserError(f"{self.path} is not a precision-doctor activations file")
+        groups = self.attr("shape_groups", None) if mode != "w" else None
+        if isinstance(groups, list) and len(groups) > 1:
+            self._sizes = [int(g["samples"]) for g in groups]
 
     def __enter__(self) -> ActivationStore:
         return self
@@ -94,6 +107,22 @@ class ActivationStore:
             for k, v in attrs.items():
                 self.file.attrs[k] = v if isinstance(v, (str, int, float)) else json.dumps(v)
 
+    def set_shape_groups(self, groups: list[tuple[dict[str, list[int]], int]]) -> None:
+        """The shape groups of the samples about to be written, in sample order: (input shapes, samples)."""
+        self.set_attrs(shape_groups=[{"shapes": shapes, "samples": n} for shapes, n in groups])
+        self._sizes = [n for _, n in groups] if len(groups) > 1 else []
+
+    def _where(self, sample: int) -> tuple[str, int, int]:
+        """(dataset key suffix, index within it, its number of samples) of a sample."""
+        start = 0
+        for k, n in enumerate(self._sizes):
+            if sample < start + n:
+                return f"@{k}", sample - start, n
+            start += n
+        if self._sizes:
+            raise IndexError(f"sample {sample} of {start}")
+        return "", sample, -1
+
     def attr(self, key: str, default=None):
         v = self.file.attrs.get(key, default)
         if isinstance(v, str) and v[:1] in "[{":
@@ -105,9 +134,10 @@ class ActivationStore:
         """Store `value` as sample `sample` of tensor `name` in `run` (the dataset is closed right after, so
         that its chunk reaches the disk here, where a failure can be seen, not when h5py frees it)."""
         value = np.asarray(value)
+        suffix, index, size = self._where(sample)
         with self._writing(value.nbytes):
             grp = self.file.require_group(run)
-            key = escape(name)
+            key = escape(name) + suffix
             if key not in grp:
                 chunks = None
                 if value.size and value.nbytes <= _CHUNK_BYTES:
@@ -116,21 +146,22 @@ class ActivationStore:
                     chunks = True
                 ds = grp.create_dataset(
                     key,
-                    shape=(n_samples, *value.shape),
+                    shape=(n_samples if size < 0 else size, *value.shape),
                     dtype=value.dtype,
                     chunks=chunks,
                     compression=self.compression if chunks else None,
                 )
                 ds.attrs["onnx_name"] = name
-                self._names.setdefault(run, self.tensor_names(run)).append(name)
+                if suffix in ("", "@0"):
+                    self._names.setdefault(run, self.tensor_names(run)).append(name)
             else:
                 ds = grp[key]
             if ds.shape[1:] != value.shape:
                 raise UserError(
-                    f"tensor '{name}' has shape {list(value.shape)} in sample {sample} but {list(ds.shape[1:])} "
-                    "in sample 0; capture needs samples of one shape"
+                    f"tensor '{name}' has shape {list(value.shape)} in sample {sample} but {list(ds.shape[1:])} in "
+                    "another sample of the same input shapes; the model's shapes depend on more than its inputs' shapes"
                 )
-            ds[sample] = value
+            ds[index] = value
             ds.id.close()
 
     def write_text(self, key: str, text: str) -> None:
@@ -157,14 +188,25 @@ class ActivationStore:
         return json.loads(self.file[run].attrs.get("tensor_names", "[]"))
 
     def has(self, run: str, name: str) -> bool:
-        return run in self.file and escape(name) in self.file[run]
+        return run in self.file and escape(name) + ("@0" if self._sizes else "") in self.file[run]
 
-    def dataset(self, run: str, name: str) -> h5py.Dataset:
-        return self.file[run][escape(name)]
+    def dataset(self, run: str, name: str, group: int = 0) -> h5py.Dataset:
+        """The dataset of tensor `name` in `run` for shape group `group`."""
+        return self.file[run][escape(name) + (f"@{group}" if self._sizes else "")]
+
+    def shape(self, run: str, name: str) -> list[int]:
+        """The tensor's shape (without the sample axis); -1 for a dimension that differs between shape groups."""
+        shapes = [self.dataset(run, name, k).shape[1:] for k in range(max(1, len(self._sizes)))]
+        if len({len(s) for s in shapes}) > 1:
+            return [-1] * max(len(s) for s in shapes)
+        return [int(d[0]) if len(set(d)) == 1 else -1 for d in zip(*shapes)] if shapes[0] else []
 
     def read(self, run: str, name: str, sample: int | None = None) -> np.ndarray:
-        ds = self.dataset(run, name)
-        return np.asarray(ds[()] if sample is None else ds[sample])  # 0-d stays an array for ORT
+        """Sample `sample` of the tensor (None: every sample stacked, with one shape group only)."""
+        if sample is None:
+            return np.asarray(self.dataset(run, name)[()])
+        suffix, index, _ = self._where(sample)
+        return np.asarray(self.file[run][escape(name) + suffix][index])  # 0-d stays an array for ORT
 
     def read_text(self, key: str) -> str | None:
         """The text dataset `key` at the root, or None."""
@@ -177,6 +219,62 @@ class ActivationStore:
         return int(self.file.attrs.get("samples", 0))
 
     def iter_samples(self, run: str, name: str) -> Iterator[np.ndarray]:
-        ds = self.dataset(run, name)
-        for i in range(ds.shape[0]):
-            yield ds[i]
+        """Every sample of the tensor in sample order (shape group after shape group)."""
+        for k in range(max(1, len(self._sizes))):
+            ds = self.dataset(run, name, k)
+            for i in range(ds.shape[0]):
+                yield ds[i]
+
+
+def whole(path: Path) -> bool:
+    """Whether `path` is a store holding every captured tensor (not a summary)."""
+    try:
+        with h5py.File(path, "r") as f:
+            return f.attrs.get("format") == "precision-doctor-activations" and KEPT not in f.attrs
+    except OSError:
+        return False
+
+
+def summarize(path: Path, tensors: list[str]) -> None:
+    """Rewrite the store at `path` as a summary: its attributes, its root datasets and, of each run, the
+    `tensors` it holds. Written beside it and renamed over it (HDF5 does not give freed space back)."""
+    tmp = summary_path(path)
+    try:
+        _summarize(path, tmp, tensors)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    tmp.replace(path)
+
+
+def summary_path(path: Path) -> Path:
+    """Where `summarize` writes the summary of `path` before renaming it over `path`."""
+    return path.with_name(f".{path.name}.summary")
+
+
+def _summarize(path: Path, tmp: Path, tensors: list[str]) -> None:
+    with h5py.File(path, "r") as src:
+        runs = {k: [d for n in tensors for d in _datasets_of(g, escape(n))] for k, g in src.items()
+                if isinstance(g, h5py.Group)}
+        need = sum(src[k][d].id.get_storage_size() for k, names in runs.items() for d in names)
+        with ActivationStore(tmp, "w") as dst, dst._writing(need + (1 << 20)):
+            for k, v in src.attrs.items():
+                dst.file.attrs[k] = v
+            dst.file.attrs[KEPT] = "summary"
+            for k, obj in src.items():
+                if isinstance(obj, h5py.Dataset):
+                    src.copy(obj, dst.file, name=k)
+            for run, names in runs.items():
+                grp = dst.file.create_group(run)
+                for k, v in src[run].attrs.items():
+                    grp.attrs[k] = v
+                grp.attrs["tensor_names"] = json.dumps([n for n in tensors if _datasets_of(src[run], escape(n))])
+                for d in names:
+                    src.copy(src[run][d], grp, name=d)
+
+
+def _datasets_of(group: h5py.Group, escaped: str) -> list[str]:
+    """The datasets of one tensor in a run's group: `escaped`, or one per shape group (`escaped@k`)."""
+    if escaped in group:
+        return [escaped]
+    return [k for k in group if k.startswith(f"{escaped}@")]

@@ -26,8 +26,10 @@ import binascii
 import io
 import json
 import math
+import os
 import zipfile
-from collections.abc import Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,15 +98,7 @@ def _dtype_words(dtype: np.dtype) -> str:
 def read_npz(path: Path, bounds: Bounds) -> dict[str, np.ndarray]:
     """One .npz sample: every member a .npy array, checked by its header, then read (numpy's reader,
     `allow_pickle=False`)."""
-    with open(path, "rb") as f:
-        head = f.read(8)
-    if not head:
-        raise UserError(f"inputs file {path} is empty")
-    if head.startswith(npy.MAGIC_PREFIX):
-        raise UserError(f"inputs file {path} is a single .npy array, not an .npz archive: save the sample with "
-                        "np.savez(path, input_name=array)")
-    if not head.startswith(_ZIP_MAGIC):
-        raise UserError(f"inputs file {path} is not an .npz archive (no zip inside): save the sample with np.savez")
+    _check_zip_magic(path)
     where = f"inputs file {path}"
     try:
         with zipfile.ZipFile(path) as zf:
@@ -156,6 +150,197 @@ def _npy_header(f) -> tuple[tuple, np.dtype]:
     return tuple(shape), dtype
 
 
+def npz_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """Every member of an .npz as name -> (shape, dtype), read from the .npy headers only (non-.npy members,
+    damaged archives and arrays that are not plain numbers refused); no data read. The caller bounds them."""
+    where = f"inputs file {path}"
+    _check_zip_magic(path)
+    out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                name = info.filename.removesuffix(".npy")
+                if name in out:
+                    raise UserError(f"{where}: array '{name}' is stored twice in the archive")
+                shape, dtype = _member_header(zf, info, where, name)
+                check_array(where, name, shape, dtype, math.inf)  # type: ignore[arg-type]
+                out[name] = (shape, dtype)
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
+        raise UserError(f"{where} is a damaged .npz archive (cut short?): {exc}") from exc
+    if not out:
+        raise UserError(f"{where} holds no arrays")
+    return out
+
+
+def npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype]:
+    """A .npy file's (shape, dtype) from its header; no data read."""
+    where = f"inputs file {path}"
+    with open(path, "rb") as f:
+        if not f.read(len(npy.MAGIC_PREFIX)).startswith(npy.MAGIC_PREFIX):
+            raise UserError(f"{where} is not a .npy array (save it with np.save)")
+        f.seek(0)
+        try:
+            shape, dtype = _npy_header(f)
+        except ValueError as exc:
+            raise UserError(f"{where}: its .npy header cannot be read ({exc})") from exc
+    check_array(where, None, shape, dtype, math.inf)  # type: ignore[arg-type]
+    return shape, dtype
+
+
+def _check_zip_magic(path: Path) -> None:
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if not head:
+        raise UserError(f"inputs file {path} is empty")
+    if head.startswith(npy.MAGIC_PREFIX):
+        raise UserError(f"inputs file {path} is a single .npy array, not an .npz archive: name it .npy, or save the "
+                        "sample with np.savez(path, input_name=array)")
+    if not head.startswith(_ZIP_MAGIC):
+        raise UserError(f"inputs file {path} is not an .npz archive (no zip inside): save the sample with np.savez")
+
+
+MAX_OPEN_ARRAYS = 16  # ArrayRows holding a file open at once (the least recently read is closed first)
+_open_rows: OrderedDict[int, ArrayRows] = OrderedDict()
+
+
+class ArrayRows:
+    """Stretches of one array along its first axis (a .npy file, or an .npz member when `member` is given),
+    read on demand without reading the rest: `read(start, count)` -> the array's rows [start, start+count).
+    The array's header was checked by the caller; what its header declares must be in the file (checked when
+    opened: the bytes of a .npy file or a stored member, the declared size of a compressed one). A compressed
+    member is read forward from the last position (reading in order costs one pass). At most MAX_OPEN_ARRAYS
+    stay open across all of them (a directory of thousands of multi-sample files must not run out of file
+    descriptors); a closed one opens again when read."""
+
+    def __init__(self, path: Path, member: str | None = None):
+        self.path, self.member = Path(path), member
+        self.where = f"inputs file {path}" + (f": array '{member}'" if member is not None else "")
+        self._file = None  # the raw file (a .npy, or the zip read at an offset)
+        self._zip = self._stream = None  # a compressed member: the archive and the open member
+        self._pos = 0  # position of `_stream` within the member's data
+        self._data = 0  # where the array's data starts (in the raw file, or in the member)
+        self.shape: tuple[int, ...] = ()
+        self.dtype = np.dtype("f4")
+
+    def _open(self) -> None:
+        if self._file is not None or self._zip is not None:
+            return
+        try:
+            if self.member is None:
+                self._file = open(self.path, "rb")
+                self.shape, self.dtype, fortran = _full_header(self._file)
+                self._data = self._file.tell()
+                available = os.fstat(self._file.fileno()).st_size - self._data
+            else:
+                zf = zipfile.ZipFile(self.path)
+                info = _member_info(zf, self.member)
+                with zf.open(info) as m:
+                    self.shape, self.dtype, fortran = _full_header(m)
+                    header = m.tell()
+                if info.compress_type == zipfile.ZIP_STORED:
+                    self._file = open(self.path, "rb")
+                    self._data = _stored_offset(self._file, info) + header
+                    available = info.file_size - header
+                    zf.close()
+                else:
+                    self._zip, self._data, available = zf, header, info.file_size - header
+        except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, ValueError, OSError) as exc:
+            self.close()
+            raise UserError(f"{self.where} cannot be read ({exc})") from exc
+        if fortran and len(self.shape) > 1:
+            self.close()
+            raise UserError(f"{self.where} is stored in Fortran order; save it with np.ascontiguousarray to read its "
+                            "samples one at a time")
+        need = math.prod(self.shape) * self.dtype.itemsize
+        if need > available:
+            self.close()
+            raise UserError(f"{self.where} declares shape {list(self.shape)} ({need:,} bytes) but holds {available:,} "
+                            "bytes (cut short?)")
+
+    @property
+    def row_bytes(self) -> int:
+        return math.prod(self.shape[1:]) * self.dtype.itemsize
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        self._open()
+        _open_rows[id(self)] = self
+        _open_rows.move_to_end(id(self))
+        while len(_open_rows) > MAX_OPEN_ARRAYS:
+            _, oldest = _open_rows.popitem(last=False)
+            oldest.close()
+        out = np.empty((count, *self.shape[1:]), dtype=self.dtype)
+        view = memoryview(out).cast("B") if out.nbytes else memoryview(b"")
+        offset = start * self.row_bytes
+        try:
+            if self._file is not None:
+                self._file.seek(self._data + offset)
+                got = self._file.readinto(view) if out.nbytes else 0
+            else:
+                got = self._read_member(self._data + offset, view)
+        except (zipfile.BadZipFile, EOFError, OSError) as exc:
+            raise UserError(f"{self.where} is damaged (file cut short?): {exc}") from exc
+        if got != out.nbytes:
+            raise UserError(f"{self.where} is cut short: rows {start} to {start + count - 1} are not all there")
+        return out
+
+    def _read_member(self, position: int, view: memoryview) -> int:
+        if self._stream is None or position < self._pos:
+            if self._stream is not None:
+                self._stream.close()
+            self._stream, self._pos = self._zip.open(_member_info(self._zip, self.member)), 0
+        while self._pos < position:  # forward: decompress and drop
+            skipped = len(self._stream.read(min(position - self._pos, 1 << 20)))
+            if not skipped:
+                return 0
+            self._pos += skipped
+        got = 0
+        while got < len(view):
+            n = self._stream.readinto(view[got:])
+            if not n:
+                break
+            got += n
+        self._pos += got
+        return got
+
+    def close(self) -> None:
+        for f in (self._stream, self._zip, self._file):
+            if f is not None:
+                f.close()
+        self._file = self._zip = self._stream = None
+        if _open_rows.get(id(self)) is self:
+            del _open_rows[id(self)]
+
+
+def _full_header(f) -> tuple[tuple[int, ...], np.dtype, bool]:
+    version = npy.read_magic(f)
+    if version == (1, 0):
+        shape, fortran, dtype = npy.read_array_header_1_0(f)
+    elif version == (2, 0):
+        shape, fortran, dtype = npy.read_array_header_2_0(f)
+    else:
+        raise ValueError(f".npy format version {version} (only 1.0 and 2.0 hold plain arrays)")
+    return tuple(shape), dtype, bool(fortran)
+
+
+def _member_info(zf: zipfile.ZipFile, member: str) -> zipfile.ZipInfo:
+    for name in (f"{member}.npy", member):
+        try:
+            return zf.getinfo(name)
+        except KeyError:
+            continue
+    raise ValueError(f"no array '{member}' in the archive")
+
+
+def _stored_offset(f, info: zipfile.ZipInfo) -> int:
+    """Where a stored (uncompressed) member's bytes start in the zip file: after its local header."""
+    f.seek(info.header_offset)
+    local = f.read(30)
+    if len(local) != 30 or local[:4] != b"PK\x03\x04":
+        raise ValueError("a member's local header is damaged")
+    name_len, extra_len = int.from_bytes(local[26:28], "little"), int.from_bytes(local[28:30], "little")
+    return info.header_offset + 30 + name_len + extra_len
+
+
 # -- HDF5 ---------------------------------------------------------------------------------------------
 
 
@@ -163,42 +348,62 @@ def read_h5(path: Path, bounds: Bounds) -> dict[str, np.ndarray]:
     """One HDF5 sample: each dataset at the file's root (its `onnx_name` attribute or its own name), checked
     before it is read; links other than hard links, external storage, virtual datasets and plugin filters
     are refused. Groups are not read."""
+    with open_h5(path) as f:
+        return {name: ds[()] for name, ds in h5_datasets(f, "/", path, bounds)}
+
+
+def h5_shapes(path: Path, bounds: Bounds) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
+    """What `read_h5` would read, by name: (shape, dtype), every check made, no data read."""
+    with open_h5(path) as f:
+        return {name: (tuple(ds.shape), ds.dtype) for name, ds in h5_datasets(f, "/", path, bounds)}
+
+
+def open_h5(path: Path):
+    """An HDF5 file opened for reading; a UserError naming it when it is not one."""
     import h5py
 
     try:
-        f = h5py.File(path, "r")
+        return h5py.File(path, "r")
     except OSError as exc:
         raise UserError(f"inputs file {path} is not a readable HDF5 file ({str(exc).split('(')[-1].rstrip(')')})") from exc
-    out = {}
-    with f:
-        for key in f:
-            link = f.get(key, getlink=True)
-            where = f"inputs file {path}: dataset '{key}'"
-            if isinstance(link, h5py.ExternalLink):
-                raise UserError(f"{where} is an external link to {link.filename}:{link.path}; a sample file must "
-                                "hold its data itself")
-            if isinstance(link, h5py.SoftLink):
-                raise UserError(f"{where} is a soft link to {link.path}; a sample file must hold its data itself "
-                                "(hard links only)")
-            if not isinstance(link, h5py.HardLink):
-                raise UserError(f"{where} is a {type(link).__name__}; a sample file must hold its data itself")
-            ds = f.get(key)
-            if not isinstance(ds, h5py.Dataset):
-                continue
-            if ds.is_virtual:
-                raise UserError(f"{where} is a virtual dataset (it maps other files); a sample file must hold its "
-                                "data itself")
-            if ds.external:
-                files = ", ".join(sorted({str(e[0]) for e in ds.external}))
-                raise UserError(f"{where} keeps its data in external file(s) ({files}); a sample file must hold its "
-                                "data itself")
-            name = _onnx_name(ds, key, where)
-            _check_filters(ds, where)
-            bounds.check(f"inputs file {path}", name, tuple(ds.shape), ds.dtype)
-            if ds.chunks is not None:  # a chunk is decompressed whole: its declared size counts too
-                bounds.check(f"inputs file {path}", name, tuple(ds.chunks), ds.dtype)
-            out[name] = ds[()]
-    return out
+
+
+def h5_datasets(f, group: str, path: Path, bounds: Bounds) -> Iterator[tuple[str, object]]:
+    """The datasets of `group` in the open file `f` as (onnx name, dataset), each checked before it is
+    yielded (hard links only, data in the file, built-in filters, within `bounds`)."""
+    import h5py
+
+    where_group = f"inputs file {path}" + (f": group '{group}'" if group != "/" else "")
+    grp = f.get(group, getlink=False)
+    if not isinstance(grp, h5py.Group):
+        raise UserError(f"{where_group} is not an HDF5 group")
+    for key in grp:
+        link = grp.get(key, getlink=True)
+        where = f"inputs file {path}: dataset '{key}'" if group == "/" else f"{where_group}: dataset '{key}'"
+        if isinstance(link, h5py.ExternalLink):
+            raise UserError(f"{where} is an external link to {link.filename}:{link.path}; a sample file must "
+                            "hold its data itself")
+        if isinstance(link, h5py.SoftLink):
+            raise UserError(f"{where} is a soft link to {link.path}; a sample file must hold its data itself "
+                            "(hard links only)")
+        if not isinstance(link, h5py.HardLink):
+            raise UserError(f"{where} is a {type(link).__name__}; a sample file must hold its data itself")
+        ds = grp.get(key)
+        if not isinstance(ds, h5py.Dataset):
+            continue
+        if ds.is_virtual:
+            raise UserError(f"{where} is a virtual dataset (it maps other files); a sample file must hold its "
+                            "data itself")
+        if ds.external:
+            files = ", ".join(sorted({str(e[0]) for e in ds.external}))
+            raise UserError(f"{where} keeps its data in external file(s) ({files}); a sample file must hold its "
+                            "data itself")
+        name = _onnx_name(ds, key, where)
+        _check_filters(ds, where)
+        bounds.check(where_group, name, tuple(ds.shape), ds.dtype)
+        if ds.chunks is not None:  # a chunk is decompressed whole: its declared size counts too
+            bounds.check(where_group, name, tuple(ds.chunks), ds.dtype)
+        yield name, ds
 
 
 def _onnx_name(ds, key: str, where: str) -> str:

@@ -24,6 +24,7 @@ are. Perturbed values stay within the range the user's samples span for that inp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -52,19 +53,47 @@ class Augment:
 
 def perturbable(samples: Sequence[Sample]) -> dict[str, tuple[float, float]]:
     """Inputs to perturb, with the [min, max] the samples span: floating, finite, more than
-    CATEGORICAL_LEVELS distinct values and not constant."""
-    out = {}
-    for name in samples[0]:
-        arrays = [np.asarray(s[name]) for s in samples]
-        if not all(np.issubdtype(a.dtype, np.floating) for a in arrays):
-            continue
-        flat = np.concatenate([a.ravel() for a in arrays])
-        if not np.isfinite(flat).all() or np.unique(flat[: 1 << 20]).size <= CATEGORICAL_LEVELS:
-            continue
-        lo, hi = float(flat.min()), float(flat.max())
-        if hi > lo:
-            out[name] = (lo, hi)
-    return out
+    CATEGORICAL_LEVELS distinct values (among the first UNIQUE_SCAN elements) and not constant. One pass over
+    the samples, one at a time (a SampleSet loads them on demand)."""
+    names = list(samples[0])
+    stats = {name: _Span() for name in names}
+    for i in range(len(samples)):
+        s = samples[i]
+        for name in names:
+            stats[name].add(np.asarray(s[name]))
+    return {name: span.range for name, span in stats.items() if span.range is not None}
+
+
+UNIQUE_SCAN = 1 << 20  # elements whose distinct values decide whether a float input is a mask
+
+
+class _Span:
+    """A float input's range over the samples, whether all its values are finite, and its distinct values
+    among the first UNIQUE_SCAN elements."""
+
+    def __init__(self):
+        self.floating, self.finite, self.lo, self.hi = True, True, math.inf, -math.inf
+        self.seen, self.levels = 0, np.empty(0)
+
+    def add(self, a: np.ndarray) -> None:
+        if not (self.floating and np.issubdtype(a.dtype, np.floating)):
+            self.floating = False
+            return
+        flat = a.ravel()
+        if not np.isfinite(flat).all():
+            self.finite = False
+            return
+        if self.seen < UNIQUE_SCAN:
+            self.levels = np.unique(np.concatenate([self.levels, flat[: UNIQUE_SCAN - self.seen]]))
+            self.seen += min(flat.size, UNIQUE_SCAN - self.seen)
+        if flat.size:
+            self.lo, self.hi = min(self.lo, float(flat.min())), max(self.hi, float(flat.max()))
+
+    @property
+    def range(self) -> tuple[float, float] | None:
+        if not (self.floating and self.finite) or self.levels.size <= CATEGORICAL_LEVELS or not self.hi > self.lo:
+            return None
+        return self.lo, self.hi
 
 
 def channel_axis(x: np.ndarray) -> int | None:

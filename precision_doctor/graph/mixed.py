@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -94,7 +95,8 @@ def _required(node: onnx.NodeProto, slot: int, lowp: bool) -> str:
 class _Plan:
     """Which precision each FLOAT tensor is produced in, needed in, and named as."""
 
-    def __init__(self, model: Model, lowp: set[str], fmt: Format, keep_io_types: bool):
+    def __init__(self, model: Model, lowp: set[str], fmt: Format, keep_io_types: bool,
+                 constants: dict[str, np.ndarray] | None = None):
         self.model, self.fmt = model, fmt
         g = model.proto.graph
         self.is32 = lambda t: bool(t) and model.tensor_types.get(t) == TensorProto.FLOAT
@@ -121,7 +123,8 @@ class _Plan:
                 free = not keep_io_types and i.name not in init_names
                 self.produced[i.name] = LOWP if (free and only_lowp) else FP32
         self.lowp_constants: set[str] = set()
-        self.constant_values = constant_tensors(model)  # a low version of these is a Constant, not a Cast
+        # a low version of these is a Constant, not a Cast
+        self.constant_values = constant_tensors(model) if constants is None else constants
         for node, info in zip(g.node, model.nodes):
             for t in node.output:
                 if not self.is32(t):
@@ -164,13 +167,21 @@ class _Plan:
             self._names[key] = new
         return self._names[key]
 
+    def other_versions(self, t: str) -> list[str]:
+        """The precisions besides its own that a produced tensor is needed in (each one Cast or converted Constant)."""
+        return sorted(self.needed[t] - {self.produced[t]})
+
+    def converted_ahead(self, t: str, p: str) -> bool:
+        """Whether version `p` of `t` is a constant converted ahead of time (it saturates; a Cast would overflow)."""
+        return p == LOWP and t in self.constant_values
+
     def casts(self, t: str) -> list[onnx.NodeProto]:
         """The border Casts of a produced tensor: one per other precision it is needed in."""
         src = self.produced[t]
         out = []
-        for p in sorted(self.needed[t] - {src}):
+        for p in self.other_versions(t):
             dst = self.name(t, p)
-            if p == LOWP and t in self.constant_values:  # converted ahead of time: saturates, a Cast would overflow
+            if self.converted_ahead(t, p):
                 out.append(lowp_constant_node(f"{dst}__const", dst, self.constant_values[t], self.fmt))
                 continue
             out.append(helper.make_node("Cast", [self.name(t, src)], [dst], name=f"{dst}__cast", to=self.elem_type(p)))
@@ -225,6 +236,29 @@ def _rename_in_subgraphs(node: onnx.NodeProto, mapping: dict[str, str]) -> None:
             for o in sub.output:
                 if o.name in todo:
                     o.name = todo[o.name]
+
+
+@dataclass(frozen=True)
+class BorderCast:
+    """One runtime Cast of `fixed.onnx`: tensor `tensor` made in precision `to` ("fp32" or "lowp")."""
+
+    tensor: str
+    to: str
+
+
+def border_casts(
+    model: Model,
+    fallback: frozenset[str] | set[str],
+    precision: str = "fp16",
+    keep_io_types: bool = True,
+    op_block_list: Iterable[str] = FP32_OPS,
+    constants: dict[str, np.ndarray] | None = None,
+) -> list[BorderCast]:
+    """The Cast nodes `build_mixed` puts in the model for `fallback` (the same plan; graph inputs first, then in
+    node order), without building it. Constants converted ahead of time are not Casts. `constants`: the model's
+    `constant_tensors`, when the caller has them (a cost model asks for many sets)."""
+    plan = _Plan(model, lowp_nodes(model, fallback, op_block_list), get_format(precision), keep_io_types, constants)
+    return [BorderCast(t, p) for t in plan.produced for p in plan.other_versions(t) if not plan.converted_ahead(t, p)]
 
 
 def build_mixed(

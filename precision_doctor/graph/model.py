@@ -60,6 +60,8 @@ class Model:
     model_hash: str
     renamed_nodes: list[str] = field(default_factory=list)
     unsafe_names: dict[str, str] = field(default_factory=dict)  # renamed node -> its name in the file, escaped
+    # the graph inputs' dimensions as the file declares them (None: dynamic), before `--input-shapes` fixed any
+    declared_shapes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
 
     @property
     def candidates(self) -> list[NodeInfo]:
@@ -147,6 +149,8 @@ def from_proto(
         raise UserError(f"{where}: invalid ONNX model: {str(exc).splitlines()[0][:200]}") from exc
     check_runtime_support(proto, where)
     model_hash = hash_model(proto)
+    inits = {i.name for i in proto.graph.initializer}
+    declared = {i.name: declared_dims(i.type.tensor_type.shape) for i in proto.graph.input if i.name not in inits}
     if input_shapes:
         set_input_shapes(proto, input_shapes)
     inferred = infer_shapes(proto)
@@ -154,7 +158,6 @@ def from_proto(
     missing = [t for n in proto.graph.node for t in n.output if t and t not in types]
     if missing:
         types.update(_types_from_ort(proto, missing))
-    inits = {i.name for i in proto.graph.initializer}
     graph_inputs = [i.name for i in proto.graph.input if i.name not in inits]
     nodes = []
     for idx, node in enumerate(proto.graph.node):
@@ -184,6 +187,7 @@ def from_proto(
         model_hash=model_hash,
         renamed_nodes=renamed,
         unsafe_names=unsafe_names,
+        declared_shapes=declared,
     )
 
 
@@ -311,6 +315,17 @@ def hash_model(proto: onnx.ModelProto) -> str:
     return h.hexdigest()
 
 
+def declared_dim(dim: onnx.TensorShapeProto.Dimension) -> int | None:
+    """A declared dimension's size, None where it is dynamic: a symbolic `dim_param`, no value, or a value
+    of 0 or below (exporters write -1 for "any"; polygraphy's outputs file then holds the size that ran)."""
+    return dim.dim_value if dim.HasField("dim_value") and dim.dim_value > 0 else None
+
+
+def declared_dims(shape: onnx.TensorShapeProto) -> tuple[int | None, ...]:
+    """Every dimension of a declared shape, None for the dynamic ones (`declared_dim`)."""
+    return tuple(declared_dim(d) for d in shape.dim)
+
+
 def set_input_shapes(proto: onnx.ModelProto, shapes: dict[str, list[int]]) -> None:
     """Fix the dims of graph inputs (dynamic dimensions) in place."""
     by_name = {i.name: i for i in proto.graph.input}
@@ -322,8 +337,8 @@ def set_input_shapes(proto: onnx.ModelProto, shapes: dict[str, list[int]]) -> No
         if len(shape.dim) and len(shape.dim) != len(dims):
             raise SpecError("inputs.input_shapes",
                             f"{{inputs.input_shapes}} {given}: model input '{name}' has rank {len(shape.dim)}, got {len(dims)}")
-        fixed = [d.dim_value if d.HasField("dim_value") else None for d in shape.dim]
-        clash = [i for i, (f, d) in enumerate(zip(fixed, dims)) if f is not None and f > 0 and f != int(d)]
+        fixed = list(declared_dims(shape))
+        clash = [i for i, (f, d) in enumerate(zip(fixed, dims)) if f is not None and f != int(d)]
         if clash:
             shown = "[" + ", ".join("?" if f is None else str(f) for f in fixed) + "]"
             raise SpecError(
@@ -373,7 +388,7 @@ def tensor_types_and_shapes(proto: onnx.ModelProto) -> tuple[dict[str, int], dic
         if tt.elem_type:
             types[vi.name] = tt.elem_type
             if tt.HasField("shape"):
-                shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+                shapes[vi.name] = declared_dims(tt.shape)
     for init in g.initializer:
         types[init.name] = init.data_type
         shapes[init.name] = tuple(init.dims)
@@ -410,11 +425,13 @@ def _free_names(graph: onnx.GraphProto) -> set[str]:
 
 
 def _numel(shape: Iterable | None) -> int | None:
+    """The element count; None when a dimension is unknown: dynamic, or negative (PaddlePaddle's exports
+    declare -1, which multiplied into negative FLOPs)."""
     if shape is None:
         return None
     n = 1
     for d in shape:
-        if d is None:
+        if d is None or int(d) < 0:
             return None
         n *= int(d)
     return n
@@ -422,7 +439,8 @@ def _numel(shape: Iterable | None) -> int | None:
 
 def estimate_flops(node: onnx.NodeProto, shapes: dict[str, tuple], proto: onnx.ModelProto) -> int:
     """Multiply-accumulate count x2 for Conv, ConvTranspose, MatMul, Gemm and attention; else the
-    output element count (one op per element) where the shape is known, else 0."""
+    output element count (one op per element) where the shape is known, else 0. With a model's declared
+    shapes a dynamic dimension makes it 0: `graph/cost.py` calls it with the shapes that ran."""
     out = shapes.get(node.output[0]) if node.output else None
     out_n = _numel(out)
     op = node.op_type
@@ -442,7 +460,7 @@ def estimate_flops(node: onnx.NodeProto, shapes: dict[str, tuple], proto: onnx.M
                 return 0
             trans_a = next((a_.i for a_ in node.attribute if a_.name == "transA"), 0)
             k = a[-2] if (op == "Gemm" and trans_a) else a[-1]
-            return 2 * out_n * int(k or 0)
+            return 2 * out_n * int(k) if k is not None and k > 0 else 0
         if op in ("Attention", "MultiHeadAttention", "GroupQueryAttention"):
             q = shapes.get(node.input[0])
             if not q or _numel(q) is None or len(q) < 3:

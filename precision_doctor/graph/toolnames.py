@@ -21,6 +21,7 @@ with AutoCast's rule above).
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -101,3 +102,61 @@ def model_for_tools(model: Model, out_dir: str | Path) -> Path:
         return Path(model.path)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     return save_model(model.proto, Path(out_dir) / NAMED_ONNX)
+
+
+MODEL_LINK = "model.onnx"  # the model as the run directory's commands name it
+COPY_LIMIT = 256 * 2**20  # where no link can be made, a model up to this size is copied (larger: named absolutely)
+
+
+@dataclass(frozen=True)
+class PlacedModel:
+    """The model file the run directory's commands read: `name` relative to the run directory (or absolute where
+    nothing could be placed there) and how it got there: "symlink" (relative), "copy", or None (named.onnx, which
+    the run wrote, or the absolute path)."""
+
+    name: str
+    link: str | None
+
+
+def place_model(model_file: Path, out_dir: Path) -> PlacedModel:
+    """`out_dir/model.onnx` standing for `model_file` (and its external data files beside it, under their own
+    names), so that commands run from `out_dir` name it relatively: a relative symbolic link, or a copy where
+    links cannot be made (up to COPY_LIMIT); else `model_file`'s absolute path. A model file inside `out_dir`
+    (named.onnx) is named as it is."""
+    from precision_doctor.results.manifest import note_written
+    from precision_doctor.results.report import near_path
+
+    model_file, out_dir = Path(model_file).resolve(), Path(out_dir).resolve()
+    if model_file.parent == out_dir:
+        return PlacedModel(model_file.name, None)
+    data = _external_data(model_file)
+    names = [MODEL_LINK, *data]
+    if data is None or any((out_dir / n).exists() or (out_dir / n).is_symlink() or "/" in n or n == MODEL_LINK
+                           for n in names[1:]) or (out_dir / MODEL_LINK).exists():
+        return PlacedModel(str(model_file), None)
+    for n in names:
+        note_written(out_dir / n)
+    sources = [model_file, *(model_file.parent / n for n in data)]
+    try:
+        for name, src in zip(names, sources):
+            (out_dir / name).symlink_to(near_path(src, out_dir))
+        return PlacedModel(MODEL_LINK, "symlink")
+    except OSError:
+        for name in names:
+            (out_dir / name).unlink(missing_ok=True)
+    if sum(s.stat().st_size for s in sources) > COPY_LIMIT:
+        return PlacedModel(str(model_file), None)
+    for name, src in zip(names, sources):
+        shutil.copyfile(src, out_dir / name)
+    return PlacedModel(MODEL_LINK, "copy")
+
+
+def _external_data(model_file: Path) -> list[str] | None:
+    """The external data files `model_file` names (relative to its folder); None when it cannot be read."""
+    try:
+        proto = onnx.load(str(model_file), load_external_data=False)
+    except Exception:  # noqa: BLE001 (the model was read before; a file changed since is named absolutely)
+        return None
+    found = {e.value for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL
+             for e in t.external_data if e.key == "location"}
+    return sorted(found)

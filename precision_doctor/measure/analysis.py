@@ -254,7 +254,7 @@ def analyse(
                 continue
             st = tensor_error(store, LOWP, t, fmt)
             lowp_by_tensor[t] = st
-            shape = list(store.dataset(REFERENCE, t).shape[1:])
+            shape = store.shape(REFERENCE, t)  # -1 where shape groups differ
             tensors.append(TensorRow(t, nd["name"], nd["index"], shape, st))
             if first is None and (st.nonfinite > 0 or st.rel_l2 > threshold):
                 first, first_node = t, nd["name"]
@@ -332,7 +332,7 @@ def output_verdict(store: ActivationStore, outputs: list[str], tol: Tolerance,
         if not store.has(LOWP, name):
             continue
         refs = (r[name] for r in references) if references is not None else store.iter_samples(REFERENCE, name)
-        checks = [check(o, r, tol) for o, r in zip(store.iter_samples(LOWP, name), refs)]
+        checks = [check(o, r, tol.for_output(name)) for o, r in zip(store.iter_samples(LOWP, name), refs)]
         verdict[name] = merge(checks)
     return verdict
 

@@ -8,7 +8,6 @@ holds more than one group's outputs at once.
 
 from __future__ import annotations
 
-import ctypes
 import datetime as _dt
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -21,6 +20,7 @@ from precision_doctor.backends.ort_session import make_session, run_session, wit
 from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
+from precision_doctor.data.samples import ShapeGroup, groups_of, release_heap
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
@@ -65,7 +65,7 @@ def capture_run(
     proto,
     model: Model,
     names: list[str],
-    samples: list[Sample],
+    samples: Sequence[Sample],
     extra_feed: dict[str, np.ndarray],
     budget: int,
     progress: ProgressSink | None = None,
@@ -81,22 +81,14 @@ def capture_run(
             for name, value in zip(group, run_session(sess, group, {**s, **extra_feed}, model)):
                 store.write(run, name, i, len(samples), value)
         del sess
-        _release_heap()
+        release_heap()  # between groups: glibc keeps freed heap otherwise (see BENCHMARKS)
         done += len(group)
         notify(progress, CaptureEvent(run, done, len(names)))
 
 
-def _release_heap() -> None:
-    """Give freed heap back to the OS between groups (glibc keeps it otherwise; see BENCHMARKS)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
-
-
 def capture(
     model: Model,
-    samples: list[Sample],
+    samples: Sequence[Sample],
     fmt: Format,
     out_path: Path,
     fallback: frozenset[str] = frozenset(),
@@ -107,8 +99,10 @@ def capture(
     rules: str | None = None,
 ) -> Path:
     """Capture reference, low-precision and local runs of `model` on `samples` into `out_path`, the
-    low-precision ones under the emulation `rules` (`backends.rules`; None: standard)."""
+    low-precision ones under the emulation `rules` (`backends.rules`; None: standard). The samples of one shape
+    group must be consecutive (`data.samples.grouped` orders them so)."""
     budget = int(settings.group_mb * (1 << 20))
+    groups = shape_runs(samples)
     node_outputs = [t for n in model.nodes for t in n.outputs if t]
     float_outputs = [t for t in node_outputs if model.is_float(t)]
     with ActivationStore(out_path, "w", compression=settings.compression) as store:
@@ -126,6 +120,7 @@ def capture(
             rules=resolve_rules(rules).label,
             **(attrs or {}),
         )
+        store.set_shape_groups([(g.as_dict(), n) for g, n in groups])
         for i, s in enumerate(samples):
             for name, value in s.items():
                 store.write(REFERENCE, name, i, len(samples), value)
@@ -136,6 +131,16 @@ def capture(
         capture_local(store, model, fmt, samples_n=len(samples), budget=budget, progress=progress, stop=stop,
                       rules=rules)
     return out_path
+
+
+def shape_runs(samples: Sequence[Sample]) -> list[tuple[ShapeGroup, int]]:
+    """The shape groups of `samples` with their sizes, in order; each group must be one run of consecutive
+    samples."""
+    groups = groups_of(samples)
+    for g, idx in groups.items():
+        if idx[-1] - idx[0] + 1 != len(idx):
+            raise ValueError(f"the samples of shape group {g} are not consecutive: order them with data.samples.grouped")
+    return [(g, len(idx)) for g, idx in sorted(groups.items(), key=lambda kv: kv[1][0])]
 
 
 def _node_bytes(model: Model, node: NodeInfo) -> int:

@@ -11,6 +11,11 @@ rel/rtol), so an output passes the atol/rtol check exactly when it is at most 1.
 passes on these samples and this machine and may fail on other hardware; a search `margin` m asks
 for at most 1 - m (the same check with atol and rtol scaled by 1 - m). The cosine floor is outside
 both: it is checked as given and does not count in `tol_used`.
+
+Per-output tolerances are polygraphy's: `--atol 1e-3 --atol out:1e-2` is atol 1e-3 for every output but
+`out`, which gets 1e-2 (`output_atol`, `output_rtol`: "NAME:VALUE" strings, as the other named settings;
+`for_output(name)` is the tolerance one output is checked with). Intermediate tensors (the analysis' first
+divergence) use the plain values.
 """
 
 from __future__ import annotations
@@ -28,14 +33,19 @@ ERROR_STATS = ("elemwise", "max", "mean", "median")
 
 @dataclass(frozen=True)
 class Tolerance:
-    """What "close enough" means. Defaults are polygraphy's."""
+    """What "close enough" means. Defaults are polygraphy's; `output_atol`/`output_rtol` ("NAME:VALUE") give
+    single outputs their own (polygraphy's `--atol NAME:VALUE`)."""
 
     atol: float = 1e-5
     rtol: float = 1e-5
     check_error_stat: str = "elemwise"
     cosine_floor: float | None = None
+    output_atol: tuple[str, ...] = ()
+    output_rtol: tuple[str, ...] = ()
 
     def __post_init__(self):
+        for key in ("output_atol", "output_rtol"):  # lists from JSON
+            object.__setattr__(self, key, tuple(str(v) for v in getattr(self, key)))
         if self.check_error_stat not in ERROR_STATS:
             raise SpecError("tolerance.check_error_stat", "{tolerance.check_error_stat} must be one of "
                             f"{', '.join(ERROR_STATS)}, got '{self.check_error_stat}'")
@@ -45,13 +55,55 @@ class Tolerance:
         if self.cosine_floor is not None and not -1.0 <= self.cosine_floor <= 1.0:
             raise SpecError("tolerance.cosine_floor", f"{{tolerance.cosine_floor}} must lie in [-1, 1], "
                             f"got {self.cosine_floor}")
+        self.per_output("atol")  # each "NAME:VALUE" checked here
+        self.per_output("rtol")
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """report.json's and run_settings.json's `tolerance` (the per-output keys only where given, so that
+        files written before they existed still compare equal)."""
+        out = asdict(self)
+        for key in ("output_atol", "output_rtol"):
+            if not out[key]:
+                del out[key]
+            else:
+                out[key] = list(out[key])
+        return out
+
+    def per_output(self, kind: str) -> dict[str, float]:
+        """{output name: its own atol (`kind` "atol") or rtol}; SpecError names the setting for a bad entry."""
+        setting = f"tolerance.output_{kind}"
+        out: dict[str, float] = {}
+        for item in getattr(self, f"output_{kind}"):
+            name, sep, value = str(item).rpartition(":")
+            try:
+                number = float(value)
+            except ValueError:
+                number = math.nan
+            if not sep or not name or not (math.isfinite(number) and number >= 0):
+                raise SpecError(setting, f"{{{setting}}}: expected NAME:VALUE with a non-negative number (polygraphy's "
+                                f"--{kind} out0:1e-3), got '{item}'")
+            out[name] = number
+        return out
+
+    @property
+    def outputs_named(self) -> list[str]:
+        """The outputs with a tolerance of their own."""
+        return list(dict.fromkeys([*self.per_output("atol"), *self.per_output("rtol")]))
+
+    def for_output(self, name: str) -> Tolerance:
+        """The tolerance `name` is checked with: its own atol/rtol where given, else the plain ones."""
+        if not self.output_atol and not self.output_rtol:
+            return self
+        return replace(self, atol=self.per_output("atol").get(name, self.atol),
+                       rtol=self.per_output("rtol").get(name, self.rtol), output_atol=(), output_rtol=())
 
     def scaled(self, factor: float) -> Tolerance:
-        """The same check with atol and rtol multiplied by `factor` (a search margin is 1 - factor)."""
-        return replace(self, atol=self.atol * factor, rtol=self.rtol * factor)
+        """The same check with every atol and rtol multiplied by `factor` (a search margin is 1 - factor)."""
+        def scale(kind: str) -> tuple[str, ...]:
+            return tuple(f"{n}:{v * factor!r}" for n, v in self.per_output(kind).items())
+
+        return replace(self, atol=self.atol * factor, rtol=self.rtol * factor, output_atol=scale("atol"),
+                       output_rtol=scale("rtol"))
 
 
 @dataclass(frozen=True)
@@ -154,8 +206,8 @@ def check(out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> OutputCheck:
 def check_all(
     outs: dict[str, np.ndarray], refs: dict[str, np.ndarray], tol: Tolerance
 ) -> dict[str, OutputCheck]:
-    """Check every reference output; a missing output fails."""
-    return {name: check(outs.get(name, np.empty(0)), ref, tol) for name, ref in refs.items()}
+    """Check every reference output (each with its own tolerance, `Tolerance.for_output`); a missing output fails."""
+    return {name: check(outs.get(name, np.empty(0)), ref, tol.for_output(name)) for name, ref in refs.items()}
 
 
 def merge(checks: list[OutputCheck]) -> OutputCheck:

@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from precision_doctor.backends.base import Backend
+from precision_doctor.graph.cost import CostModel
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.headroom import sample_shares
 from precision_doctor.outcome import Growth
@@ -19,8 +20,11 @@ from precision_doctor.pipeline.heldout_policy import held_out_bound
 from precision_doctor.results.report import AnswerSummary, HeldOutBound, TwoAnswers, Validation
 
 
-def flop_share(model: Model, nodes: frozenset[str] | list[str]) -> float:
-    """The share of the model's FLOPs that `nodes` compute."""
+def flop_share(model: Model, nodes: frozenset[str] | list[str], cost_model: CostModel | None = None) -> float:
+    """The share of the model's FLOPs that `nodes` compute: the cost model's (the shapes that ran) where there is
+    one, else the declared shapes'."""
+    if cost_model is not None:
+        return cost_model.fp32_flop_share(nodes)
     flops = {n.name: n.flops for n in model.nodes}
     return sum(flops.get(n, 0) for n in nodes) / max(model.total_flops, 1)
 
@@ -51,7 +55,7 @@ def two_answers(ctx: RunContext, final: frozenset[str] | None, *, backend: Backe
     if not grown:  # changed elsewhere (a confirmation, knobs): the report says so there
         return None
     model, inputs = ctx.work.model, ctx.work.inputs
-    from_user = bool(inputs.files or inputs.validate_files)
+    from_user = inputs.from_user
     held, held_refs = ctx.references.held, ctx.references.held_refs
     smaller_bound = None
     if held and from_user:
@@ -61,9 +65,9 @@ def two_answers(ctx: RunContext, final: frozenset[str] | None, *, backend: Backe
     changed = f.confirmed is not None and f.confirmed.passed and sorted(final) != f.confirmed.searched_answer
     return TwoAnswers(
         grown_by=grown,
-        smaller=AnswerSummary(sorted(first), len(first), flop_share(model, first), smaller_bound,
+        smaller=AnswerSummary(sorted(first), len(first), flop_share(model, first, ctx.space.cost_model), smaller_bound,
                               len(round0.counterexamples)),
-        safer=AnswerSummary(sorted(final), len(final), flop_share(model, final),
+        safer=AnswerSummary(sorted(final), len(final), flop_share(model, final, ctx.space.cost_model),
                             held_out_measure(f.validation, from_user,
                                              f"the confirmation on {f.confirmed.backend}" if changed else None)),
     )

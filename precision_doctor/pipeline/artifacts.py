@@ -1,19 +1,27 @@
 """What a passing run writes besides the report: fixed.onnx, the polygraphy input and reference files,
-the emitted commands (layer_precisions.txt, trtexec.sh, tensorrt_rtx.sh, AutoCast's exclusions), and
-named.onnx where the tool named nodes (the commands then point at it, so every tool sees our names)."""
+the emitted commands (layer_precisions.txt, trtexec.sh, tensorrt_rtx.sh, AutoCast's exclusions, ONNX Runtime's
+node_block_list), the raw files of trtexec's accuracy check (trtexec_io/), and the model the commands read:
+named.onnx where the tool named nodes (every tool then sees our names), else model.onnx, a relative link to
+the model (or a copy), so that every command runs from the run directory with relative paths."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from precision_doctor.backends.knobs import KnobConfig
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.mixed import build_mixed, forced_fp32_nodes
-from precision_doctor.graph.toolnames import NAMED_ONNX, model_for_tools
+from precision_doctor.graph.model import declared_dims
+from precision_doctor.graph.shapes import InputShape
+from precision_doctor.graph.toolnames import MODEL_LINK, NAMED_ONNX, model_for_tools, place_model
 from precision_doctor.results import emit
 from precision_doctor.results.jsonio import write_text_atomic
 from precision_doctor.results.manifest import note_written
@@ -24,7 +32,9 @@ FILES = {
     "fixed_onnx": "fixed.onnx", "layer_precisions": "layer_precisions.txt", "trtexec": "trtexec.sh",
     "inputs": "inputs.json", "reference_outputs": "reference_outputs.json",
     "autocast_nodes": "autocast_nodes_to_exclude.txt", "tensorrt_rtx": "tensorrt_rtx.sh",
+    "ort_node_block_list": "ort_node_block_list.json",
 }
+TRTEXEC_IO = "trtexec_io"  # the raw input and reference files of trtexec's accuracy check
 # emitted texts written as files (emit_all's key -> file name); the rest are report.json's `commands`
 SCRIPTS = {"layer_precisions_txt": "layer_precisions.txt", "trtexec_sh": "trtexec.sh", "tensorrt_rtx_sh": "tensorrt_rtx.sh"}
 
@@ -37,50 +47,76 @@ class Written:
     commands: dict[str, str]
     files: dict[str, str]
     forced: dict[str, str]
+    link: str | None = None  # how model.onnx stands for the model: "symlink", "copy" (None: no model.onnx)
 
 
-def write_artifacts(out_dir: Path, work: Workload, refs: list[dict], fallback: frozenset[str], spec: RunSpec,
-                    knob: KnobConfig | None = None) -> Written:
+def write_artifacts(out_dir: Path, work: Workload, refs: Sequence[dict], fallback: frozenset[str], spec: RunSpec,
+                    knob: KnobConfig | None = None, shapes: list[InputShape] | None = None) -> Written:
     """Write every artifact of the answer `fallback` (`knob`: the knob configuration it was found under, whose
-    settings the commands then carry)."""
+    settings the commands then carry; `shapes`: the inputs' shapes as the samples ran, for the commands)."""
     model = work.model
     fixed = build_mixed(model, fallback, spec.precision, keep_io_types=spec.search.keep_io_types)
     for name in (".fixed.onnx.partial", ".fixed.onnx.partial.data", "fixed.onnx"):
         note_written(out_dir / name)
     onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
     (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
-    save_polygraphy_io(out_dir, work.samples, refs)
+    kept = work.capture if work.capture is not None else range(len(work.samples))  # the captured samples
+    kept_samples, kept_refs = work.samples.subset(kept), [refs[i] for i in kept]
+    save_polygraphy_io(out_dir, kept_samples, kept_refs)
     order = [n.name for n in model.nodes if n.name in fallback]
     forced = forced_fp32_nodes(model, fallback)
-    tools_model = model_for_tools(model, out_dir)  # named.onnx where we named nodes: the tools see our names
-    tol = spec.tolerance
+    placed = place_model(model_for_tools(model, out_dir), out_dir)  # named.onnx where we named nodes, else model.onnx
+    excluded = [*order, *forced]
+    write_text_atomic(out_dir / FILES["ort_node_block_list"], json.dumps(excluded, indent=1) + "\n")
     texts = emit.emit_all(
-        tools_model.name if tools_model.parent == out_dir else str(tools_model.resolve()),
-        "fixed.onnx",
-        order,
-        spec.precision,
-        atol=tol.atol,
-        rtol=tol.rtol,
-        check_error_stat=tol.check_error_stat,
-        inputs="inputs.json",
-        forced_fp32=forced,
-        compute_capabilities=spec.artifacts.targets or emit.PORTABLE_TARGETS,
-        knob=knob,
+        placed.name, "fixed.onnx", order, spec.precision, tolerance=spec.tolerance, shapes=shapes or [],
+        check_pairs=write_trtexec_io(out_dir, fixed, kept_samples, kept_refs), block_list=FILES["ort_node_block_list"],
+        forced_fp32=forced, compute_capabilities=spec.artifacts.targets or emit.PORTABLE_TARGETS, knob=knob,
     )
     for key, name in SCRIPTS.items():
         write_text_atomic(out_dir / name, texts[key])
         if name.endswith(".sh"):
             (out_dir / name).chmod(0o755)
-    excluded = [*order, *forced]
     write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", emit.name_list(excluded))
     files = dict(FILES)
-    if tools_model.parent == out_dir and tools_model.name == NAMED_ONNX:
+    if placed.name == NAMED_ONNX:
         files["named_onnx"] = NAMED_ONNX
-    return Written({k: v for k, v in texts.items() if k not in SCRIPTS}, files, forced)
+    elif placed.name == MODEL_LINK:
+        files["model"] = MODEL_LINK
+    if (out_dir / TRTEXEC_IO).is_dir():
+        files["trtexec_io"] = TRTEXEC_IO
+    return Written({k: v for k, v in texts.items() if k not in SCRIPTS}, files, forced, placed.link)
 
 
-def save_polygraphy_io(out_dir: Path, samples: list[Sample], refs: list[dict]) -> None:
-    """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs)."""
+def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: Sequence[Sample],
+                     refs: Sequence[dict]) -> list[emit.IOPair]:
+    """The raw files of trtexec's accuracy check (`trtexec_io/s<i>.in<j>.bin`, `.out<k>.bin`: each array's bytes
+    in the type fixed.onnx gives the tensor, as `numpy.ndarray.tofile` writes them) for the first
+    `emit.TRTEXEC_CHECK_SAMPLES` samples; the pairs that name them."""
+    from onnx import helper
+
+    types = {v.name: helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)
+             for v in [*fixed.graph.input, *fixed.graph.output]}
+    dynamic = {i.name for i in fixed.graph.input if None in declared_dims(i.type.tensor_type.shape)}
+    folder = out_dir / TRTEXEC_IO
+    pairs = []
+    for i, (sample, ref) in enumerate(islice(zip(samples, refs), emit.TRTEXEC_CHECK_SAMPLES)):
+        folder.mkdir(exist_ok=True)
+        files: dict[str, dict[str, str]] = {"in": {}, "out": {}}
+        for kind, arrays in (("in", sample), ("out", ref)):
+            for j, (name, arr) in enumerate(arrays.items()):
+                path = folder / f"s{i}.{kind}{j}.bin"
+                note_written(path)
+                np.ascontiguousarray(np.asarray(arr).astype(types.get(name, np.asarray(arr).dtype))).tofile(path)
+                files[kind][name] = f"{TRTEXEC_IO}/{path.name}"
+        shapes = {n: tuple(int(d) for d in np.shape(a)) for n, a in sample.items() if n in dynamic}
+        pairs.append(emit.IOPair(files["in"], files["out"], shapes))
+    return pairs
+
+
+def save_polygraphy_io(out_dir: Path, samples: Sequence[Sample], refs: Sequence[dict]) -> None:
+    """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs): the
+    samples the capture ran on (at most `capture.max_samples`, every shape group), not thousands."""
     from polygraphy.comparator import IterationResult, RunResults
     from polygraphy.json import save_json
     from polygraphy.logger import G_LOGGER

@@ -33,6 +33,8 @@ NOT_IN_KEY: dict[str, str] = {
     "model": "the hash of the model stands for its path (the same model under another path shares the capture)",
     "inputs.files": _SAMPLES,
     "inputs.samples": _SAMPLES,
+    "inputs.data_loader_script": _SAMPLES,
+    "inputs.max_samples": _SAMPLES,
     "inputs.seed": _SAMPLES,
     "inputs.val_ranges": _SAMPLES,
     "inputs.validate_files": "held-out samples are not captured",
@@ -42,8 +44,11 @@ NOT_IN_KEY: dict[str, str] = {
     "tolerance.rtol": _TOLERANCE,
     "tolerance.check_error_stat": _TOLERANCE,
     "tolerance.cosine_floor": _TOLERANCE,
+    "tolerance.output_atol": _TOLERANCE,
+    "tolerance.output_rtol": _TOLERANCE,
     "search.strategy": "the search runs after the capture",
     "search.cost": "the search runs after the capture",
+    "search.batch": "only the cost model and the latency read it, after the capture",
     "search.margin": "the search runs after the capture",
     "search.augment": "perturbed copies are made at search time and never captured",
     "search.max_evaluations": "the search runs after the capture",
@@ -53,6 +58,7 @@ NOT_IN_KEY: dict[str, str] = {
     "backends.confirm_backend": "the confirmation runs after the search",
     "artifacts.engine": "the engine is built after the search",
     "artifacts.engine_targets": "the engine is built after the search",
+    "capture.keep": "what a run keeps of its capture is decided after its report; the cache keeps a whole copy",
 }
 
 
@@ -81,7 +87,7 @@ def capture_key(spec: RunSpec, work: Workload) -> str:
         else:
             del settings[section]
     text = json.dumps({"settings": settings, "model_hash": work.model.model_hash,
-                       "samples_hash": samples_hash(work.samples), "code": code_fingerprint()}, sort_keys=True)
+                       "samples_hash": samples_hash(work.captured()), "code": code_fingerprint()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
@@ -100,7 +106,7 @@ def shared_capture(cache: CaptureCache | None, spec: RunSpec, work: Workload, ou
         if cache.get(key, path):
             with ActivationStore(path, "a") as store:  # this run's own names, as a capture made here has them
                 store.set_attrs(model_path=str(work.model.path or ""), tolerance=spec.tolerance.to_dict(),
-                                input_source=work.inputs.describe())
+                                input_source=work.describe())
             yield True
             return
         yield False

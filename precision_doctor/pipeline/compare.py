@@ -4,7 +4,8 @@ capture of a fixed run (per-layer error after the fix) that `diagnose` adds."""
 from __future__ import annotations
 
 import shutil
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from precision_doctor import storage
@@ -13,6 +14,7 @@ from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.references import check_count, check_shapes
 from precision_doctor.data.workload import Workload
+from precision_doctor.graph.coverage import EmulationNote, emulation_notes
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
@@ -29,8 +31,12 @@ FIXED_RUN = "fixed"
 
 @dataclass
 class CompareResult:
+    """The analysis of a compare run, and what of the all-low-precision model the emulator does not model on a
+    GPU (`graph.coverage`)."""
+
     out_dir: Path
     analysis: Analysis
+    notes: list[EmulationNote] = field(default_factory=list)
 
 
 def capture_and_analyse(
@@ -45,15 +51,20 @@ def capture_and_analyse(
     rules: str | None = None,
 ) -> Analysis:
     """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed) and analyse
-    it; the analysis is kept in the file (`reanalyse` reads it back). The low-precision runs follow the
+    it; the analysis is kept in the file (`reanalyse` reads it back). The capture runs on `work.capture` (chosen
+    here when not yet: `capture.max_samples` spread over the shape groups). The low-precision runs follow the
     emulation `rules` (`backends.rules`)."""
     fmt = get_format(precision)
     final = out_dir / ACTIVATIONS
     tmp = out_dir / f".{ACTIVATIONS}.partial"
-    attrs = {"tolerance": tolerance.to_dict(), "input_source": work.inputs.describe()}
+    if work.capture is None:
+        work.choose_capture(settings.max_samples)
+    samples = work.captured()
+    attrs = {"tolerance": tolerance.to_dict(), "input_source": work.describe(),
+             "captured": [samples.label(i) for i in range(len(samples))]}
     note_written(tmp)
     note_written(final)
-    capture(work.model, work.samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress, stop=stop,
+    capture(work.model, samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress, stop=stop,
             rules=rules)
     with ActivationStore(tmp, "a") as store:
         analysis = analyse(store, tolerance=tolerance, model=work.model)
@@ -63,9 +74,10 @@ def capture_and_analyse(
         with ActivationStore(final) as store:
             path = work.inputs.reference_outputs
             check_count(path, work.references, len(work.samples), "{inputs.files}")
-            check_shapes(path, work.references, {o: store.read(REFERENCE, o, 0) for o in work.model.outputs
-                                                 if store.has(REFERENCE, o)})
-            analysis.verdict = output_verdict(store, work.model.outputs, tolerance, work.references)
+            refs = [work.references[i] for i in work.capture or range(len(work.samples))]
+            check_shapes(path, refs, {o: store.read(REFERENCE, o, 0) for o in work.model.outputs
+                                      if store.has(REFERENCE, o)})
+            analysis.verdict = output_verdict(store, work.model.outputs, tolerance, refs)
     return analysis
 
 
@@ -87,7 +99,8 @@ def run_compare(
     analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress, stop=stop,
                                    rules=rules)
     write_layer_tables(out_dir, analysis)
-    return CompareResult(out_dir, analysis)
+    notes = emulation_notes(work.model, get_format(precision), [n.name for n in work.model.candidates])
+    return CompareResult(out_dir, analysis, notes)
 
 
 def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis:
@@ -99,7 +112,7 @@ def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis
 
 
 def capture_fixed(
-    path: Path, model: Model, fmt: Format, samples: list[Sample], fallback: frozenset[str], settings: CaptureSpec,
+    path: Path, model: Model, fmt: Format, samples: Sequence[Sample], fallback: frozenset[str], settings: CaptureSpec,
     progress: ProgressSink | None = None, stop: StopToken | None = None, rules: str | None = None,
 ) -> dict[str, float]:
     """Capture the emulated run with the fallback set (run `fixed` of the store at `path`, under the
@@ -121,7 +134,7 @@ def capture_fixed(
     return out
 
 
-def _capture_fixed(path: Path, gated: GatedGraph, model: Model, fmt: Format, names: list[str], samples: list[Sample],
+def _capture_fixed(path: Path, gated: GatedGraph, model: Model, fmt: Format, names: list[str], samples: Sequence[Sample],
                    fallback: frozenset[str], settings: CaptureSpec, progress: ProgressSink | None,
                    stop: StopToken | None) -> dict[str, float]:
     with ActivationStore(path, "a") as store:

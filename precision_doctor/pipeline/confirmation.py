@@ -3,12 +3,13 @@ which backend certified the final answer (`certified_by`), with what the emulato
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from precision_doctor.backends.base import Backend
 from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan, check_only
 from precision_doctor.data.inputs import Sample
-from precision_doctor.graph.coverage import EmulationNote, emulation_notes
+from precision_doctor.graph.coverage import EmulationNote, emulation_notes, unconfirmed_parts
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.mixed import lowp_nodes
 from precision_doctor.graph.model import Model
@@ -104,12 +105,12 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
 
 def certification(
     plan: BackendPlan, search: Backend, confirmed: Confirm | None, validation: Validation | None, n_search: int,
-    passed: bool, rules: str, knobs: KnobsResult | None = None,
+    passed: bool, rules: str, knobs: KnobsResult | None = None, notes: Sequence[EmulationNote] = (),
 ) -> Certification | None:
     """The backend that last checked the final answer on every sample: the knob search's where it changed
     the answer (`knobs`), the confirm backend where the answer passed there, else the search backend (on
     the search samples, and the held-out ones where they were checked or searched with). None when there
-    is no answer."""
+    is no answer. Where the emulator certifies, what of its `notes` leaves the certificate incomplete."""
     if not passed:
         return None
     if knobs is not None and knobs.changed_answer:
@@ -120,7 +121,9 @@ def certification(
     samples = n_search + (validation.samples if held else 0)
     how = "validation" if validation is not None and validation.passed else "search"
     name = search.name
-    return Certification(name, how, samples, name in GPU_BACKENDS, rules if name == "emulate" else None, plan.no_gpu)
+    emulated = name == "emulate"
+    return Certification(name, how, samples, name in GPU_BACKENDS, rules if emulated else None, plan.no_gpu,
+                         unconfirmed_parts(notes) if emulated else [])
 
 
 def notes_for(model: Model, fmt: Format, search: Backend, final: frozenset[str]) -> list[EmulationNote]:

@@ -11,16 +11,19 @@ and the report; the work of each step lives in its own module of this package.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import time
 from pathlib import Path
 
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import check_only, make_backend, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.data.activations import whole
 from precision_doctor.data.inputs import Sample
+from precision_doctor.data.reference_cache import REFERENCES, ReferenceFile, ReferenceSet
+from precision_doctor.data.samples import as_sample_set
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.shapes import input_shapes
 from precision_doctor.outcome import Decider, Outcome, RunStatus
 from precision_doctor.pipeline.answers import two_answers
 from precision_doctor.pipeline.artifacts import write_artifacts
@@ -29,7 +32,9 @@ from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, 
 from precision_doctor.pipeline.confirmation import certification, confirm, notes_for
 from precision_doctor.pipeline.context import Backends, References, RunContext
 from precision_doctor.pipeline.heldout_policy import decider
+from precision_doctor.pipeline.keep import keep_capture
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
+from precision_doctor.pipeline.pricing import price, run_cost_model
 from precision_doctor.pipeline.probe import (
     PROBE_COPIES,
     PROBE_SEED,
@@ -54,7 +59,7 @@ from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_fro
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
-from precision_doctor.results.report import Confirm, HeldOutChoice, Report
+from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob
 from precision_doctor.search import Oracle
 from precision_doctor.search.space import SearchSpace, build_space
 from precision_doctor.spec import RunSpec
@@ -71,11 +76,15 @@ def run_diagnose(
     stop: StopToken | None = None,
     capture_cache: CaptureCache | None = None,
     held_choice: HeldOutChoice | None = None,
+    origin: str = "api",
+    service_job: ServiceJob | None = None,
 ) -> Report:
     """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
     Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
     same model, samples and capture-deciding settings is taken from it (and one made here is put there).
-    `held_choice`: which samples were held out (`validation`) and why, for the report."""
+    `held_choice`: which samples were held out (`validation`) and why, for the report. `origin`: the front end that
+    started the run (the report's re-run command is one for it); `service_job`: the daemon's job this run is, for the
+    report."""
     spec.validate()
     t0 = time.monotonic()
     with contextlib.ExitStack() as owned:
@@ -85,7 +94,7 @@ def run_diagnose(
         outcome = _search(ctx)
         for step in (_probe, _confirm, _knobs, _answers, _settle):
             outcome = step(ctx, outcome)
-        return _write(ctx, outcome)
+        return _write(ctx, outcome, origin, service_job)
 
 
 # -- before the search: backends, capture, analysis, references, the oracle ----------------------------------
@@ -105,30 +114,35 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend", rules=b.rules)
     )) if plan.confirm else None
     check_run_settings(out_dir, run_settings(work, spec, held, _all_references(work)), resume)
+    work.keep_in(out_dir)  # a data loader script's samples: a resumed run reads them there
 
     notify(progress, PhaseEvent("reference"))
     ref = ReferenceRunner(model)
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, held_refs = work.references, work.held_references or []
-    else:
-        refs = [ref.run(s) for s in work.samples]
-        held_refs = [ref.run(s) for s in held]
+    else:  # computed when first needed, kept in references.h5
+        ref_file = owned.enter_context(contextlib.closing(ReferenceFile(out_dir / REFERENCES)))
+        refs, held_refs = ReferenceSet(work.samples, ref.run, ref_file), ReferenceSet(held, ref.run, ref_file, "held")
     loop = start_loop(backend, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume),
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
 
     notify(progress, PhaseEvent("capture"))
-    captured = _captured(work, loop.captured)
-    if resume and (out_dir / ACTIVATIONS).exists():
+    # the capture's samples: the hardest by the loop's scores (a spread choice without them), shape groups in turn
+    loop.captured = work.choose_capture(spec.capture.max_samples,
+                                        None if loop.scores is None else [s.share for s in loop.scores])
+    if resume and whole(out_dir / ACTIVATIONS):  # a summary (pipeline/keep.py) or no capture: capture again
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:
-        with shared_capture(capture_cache, spec, captured, out_dir) as reused:
+        with shared_capture(capture_cache, spec, work, out_dir) as reused:
             analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
-                captured, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
+                work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
                 rules=b.rules)
     write_layer_tables(out_dir, analysis)
-    space = build_space(model, analysis, get_format(spec.precision), spec.search.cost)
+    cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
+    space = build_space(model, analysis, get_format(spec.precision), spec.search.cost, cost_model=cm)
 
     samples, sample_refs = loop.pool.working(loop.working)  # the working set, then its perturbed copies
+
     budget = budget_of(spec.search)
     oracle = Oracle(
         backend, samples, sample_refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
@@ -163,7 +177,7 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
     a larger margin, which the steps after take over) when a sample fails or the spread of their shares predicts
     that new inputs will exceed the tolerance."""
     samples, run, held = ctx.work.samples, ctx.references.runner.run, ctx.references.held
-    from_user = bool(ctx.work.inputs.files or ctx.work.inputs.validate_files)
+    from_user = ctx.work.inputs.from_user
     found = outcome.found is not None
     decides = decider(len(held), from_user, probe=bool(ctx.spec.search.augment) and found)
     n_probe = PROBE_COPIES if decides == Decider.PROBE else 0  # no answer, or the held-out samples decide: no probe
@@ -251,46 +265,47 @@ def _settle(ctx: RunContext, outcome: Outcome) -> Outcome:
 # -- after the steps: artifacts and the report ----------------------------------------------------------------
 
 
-def _write(ctx: RunContext, outcome: Outcome) -> Report:
-    """The fixed capture, the artifacts and the TensorRT steps (for an answer), then the report, written."""
+def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJob | None = None) -> Report:
+    """The fixed capture, the artifacts and the TensorRT steps (for an answer), then the report, written; then
+    the capture reduced to what `capture.keep` keeps."""
     notify(ctx.progress, PhaseEvent("artifacts"))
     spec, work, out_dir, f, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
     fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search
     passed = outcome.found is not None
     final = outcome.found if outcome.found is not None else frozenset()
+    shapes = input_shapes(work.model.declared_shapes, [*work.samples.shapes(), *as_sample_set(ctx.references.held).shapes()])
     produced = Produced()
     if passed:
-        fixed_rel = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, _captured(work, ctx.loop.captured).samples,
-                                  final, spec.capture,
+        fixed_rel = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
                                   ctx.progress, ctx.stop, rules=rules)
-        written = write_artifacts(out_dir, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None)
-        trt_check, engine = tensorrt_steps(out_dir, work.model, final, spec, written, knobs, work.samples)
+        written = write_artifacts(out_dir, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
+                                  shapes)
+        trt_check, engine = tensorrt_steps(out_dir, work.model, final, spec, written, knobs, shapes)
         produced = Produced(fixed_rel, written, trt_check, engine)
     validation, headroom = f.validation, f.headroom
+    notes = notes_for(work.model, fmt, backend, final) if passed else []
     checks = AnswerChecks(
         validation=validation, headroom=headroom, confirm=f.confirmed, confirm_verdict=f.confirm_verdict,
         knobs=knobs.result if knobs else None, knob_verdict=knobs.verdict if knobs else None,
         certified_by=certification(ctx.backends.plan, backend, f.confirmed, validation,
                                    len(work.samples) if ctx.loop.verified else ctx.loop.user_samples,
                                    passed and (headroom is None or headroom.holds), rules,
-                                   knobs.result if knobs else None),
-        emulation_notes=notes_for(work.model, fmt, backend, final) if passed else [],
+                                   knobs.result if knobs else None, notes),
+        emulation_notes=notes,
     )
+    unseen = f.unseen
+    pricing = price(ctx.space, ctx.oracle, outcome.found, ctx.space.cost_model, spec, work,
+                    unseen.first_answer if unseen is not None else None, ctx.stop, with_tradeoff=outcome.complete)
     report = build_report(
         outcome, work=work, spec=spec, n_validation=len(ctx.references.held), elapsed=time.monotonic() - ctx.t0,
         searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name, ctx.loop.record()), checks=checks,
         produced=produced, promise=Promise(ctx.held_choice, f.decided_by, f.answers),
+        shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,
     )
-    return write_report(out_dir, report)
-
-
-def _captured(work: Workload, indices: list[int]) -> Workload:
-    """The workload of the search samples the capture runs on (`indices`)."""
-    if len(indices) == len(work.samples):
-        return work
-    refs = work.references
-    return dataclasses.replace(work, samples=[work.samples[i] for i in indices],
-                               references=None if refs is None else [refs[i] for i in indices])
+    report.service_job = service_job
+    report = write_report(out_dir, report)
+    keep_capture(out_dir, spec.capture.keep, outcome.status, work.model.outputs)
+    return report
 
 
 def _all_references(work: Workload) -> list[dict] | None:
@@ -298,7 +313,7 @@ def _all_references(work: Workload) -> list[dict] | None:
 
 
 def _no_solution_reason(oracle: Oracle, space: SearchSpace) -> str:
-    everything = oracle.known(space.universe)
+    everything = oracle.known(space.expand(space.universe))
     if everything is not None and not everything.passed:
         name, err = everything.worst
         return (

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-from precision_doctor.data.inputs import (
-    Sample,
-    generate_samples,
-    input_bounds,
-    load_samples,
-    parse_val_ranges,
-    validate_samples,
-)
+from precision_doctor.data.inputs import generate_samples, load_samples, parse_val_ranges, validate_samples
 from precision_doctor.data.references import check_count
+from precision_doctor.data.samples import SampleSet
 from precision_doctor.data.workload import Workload
 from precision_doctor.pipeline.heldout_policy import plan_held_out
 from precision_doctor.results.report import HeldOutChoice
@@ -18,15 +12,22 @@ from precision_doctor.results.report import HeldOutChoice
 HELD_OUT_SEED_OFFSET = 7919  # generated held-out samples use seed + this
 
 
-def held_out_samples(work: Workload) -> list[Sample]:
+def held_out_samples(work: Workload) -> SampleSet:
     """Held-out samples, by the workload's InputSpec: from `validate_files`, split off the sample files
     as heldout_policy.plan_held_out says (a fifth, at least 2, at least 10 where that is at most a quarter,
     spread over the list, from 4 files on; none below; `validation_split` overrides), or generated with another
-    seed (`validation_split` times as many as the search samples, half by default). `work.samples` may shrink."""
+    seed (`validation_split` times as many as the search samples, half by default). `work.samples` may shrink;
+    `work.held` is set."""
+    held = _held_out(work)
+    work.held = held
+    return held
+
+
+def _held_out(work: Workload) -> SampleSet:
     inputs = work.inputs
     split = inputs.validation_split
     if inputs.validate_files:
-        held = load_samples(inputs.validate_files, input_bounds(work.model))
+        held = load_samples(inputs.validate_files, model=work.model, setting="inputs.validate_files")
         validate_samples(work.model, held, inputs.allow_nonfinite)
         if work.references is not None:
             n = len(work.samples)
@@ -34,29 +35,30 @@ def held_out_samples(work: Workload) -> list[Sample]:
                         "{inputs.files} and {inputs.validate_files}")
             work.references, work.held_references = work.references[:n], work.references[n:]
         return held
-    if inputs.files:
+    if inputs.files or inputs.data_loader_script:
         if work.references is not None:
             check_count(inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
         plan = plan_held_out(len(work.samples), generated=False, split=split)
-        held = [work.samples[i] for i in plan.held_out]
-        work.samples = [work.samples[i] for i in plan.search]
+        held = work.samples.subset(plan.held_out)
+        work.samples = work.samples.subset(plan.search)
         if work.references is not None:
             refs = work.references
             work.references, work.held_references = [refs[i] for i in plan.search], [refs[i] for i in plan.held_out]
         return held
     if split == 0:
-        return []
+        return SampleSet.of([])
     n = max(1, int(round(len(work.samples) * (split or 0.5))))
-    return generate_samples(work.model, n, inputs.seed + HELD_OUT_SEED_OFFSET, parse_val_ranges(inputs.val_ranges))
+    generated = generate_samples(work.model, n, inputs.seed + HELD_OUT_SEED_OFFSET, parse_val_ranges(inputs.val_ranges))
+    return SampleSet.of(generated, "held-out sample")
 
 
-def held_out_choice(work: Workload, held: list[Sample]) -> HeldOutChoice:
+def held_out_choice(work: Workload, held: SampleSet) -> HeldOutChoice:
     """What `held_out_samples` chose and why, for the report (after it split `held` off `work.samples`)."""
     inputs = work.inputs
-    n = len(work.samples) + len(held)
+    read = bool(inputs.files or inputs.data_loader_script)
     if inputs.validate_files:
         plan = plan_held_out(len(work.samples), generated=False, n_validate=len(held))
     else:
-        plan = plan_held_out(n if inputs.files else len(work.samples), generated=not inputs.files,
-                             split=inputs.validation_split)
+        n = len(work.samples) + len(held) if read else len(work.samples)
+        plan = plan_held_out(n, generated=not read, split=inputs.validation_split)
     return HeldOutChoice(plan.source, len(held), plan.reason)

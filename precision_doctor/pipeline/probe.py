@@ -152,6 +152,7 @@ class UnseenCheck:
     held_out_unseen: bool = True
     ran: bool = False
     first: tuple[int, float | None] | None = None
+    first_answer: frozenset[str] | None = None  # the first search's answer, where a second search replaced it
 
 
 def research_margin(margin: float, share_searched: float | None, predicted: float | None) -> float:
@@ -228,7 +229,7 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
         again_outcome, again, _share(oracle, found, again) if found is not None else None, validation,
         sample_shares(backend, found, copies, refs, tol), held,
         copies, refs, researched=True, research_margin=again, held_out_unseen=not held_failed, ran=True,
-        first=(len(first), None if held_failed else predicted))
+        first=(len(first), None if held_failed else predicted), first_answer=frozenset(first))
 
 
 def _held_out(backend: Backend, found: frozenset[str], unseen: Unseen,

@@ -11,11 +11,12 @@ from precision_doctor.backends.registry import check_only
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.shapes import InputShape
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.outcome import Decider, Outcome
 from precision_doctor.pipeline.answers import flop_share, held_out_measure
 from precision_doctor.pipeline.artifacts import Written
-from precision_doctor.pipeline.compare import ACTIVATIONS
+from precision_doctor.pipeline.keep import capture_artifact
 from precision_doctor.pipeline.knob_search import KNOBS_DIR
 from precision_doctor.pipeline.strategy import trajectory_row, user_share
 from precision_doctor.results.jsonio import write_json
@@ -28,12 +29,15 @@ from precision_doctor.results.report import (
     ExpectedHeadroom,
     FormatLimits,
     HeldOutChoice,
+    Invocation,
     KnobsResult,
     Layer,
     ModelInfo,
+    Pricing,
     Report,
     SampleCounts,
     SearchRounds,
+    ShapeGroupInfo,
     ToleranceUsed,
     TrtCheckResult,
     TwoAnswers,
@@ -97,9 +101,14 @@ class Produced:
 
 
 def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validation: int, elapsed: float,
-                 searched: Searched, checks: AnswerChecks, produced: Produced, promise: Promise = Promise()) -> Report:
+                 searched: Searched, checks: AnswerChecks, produced: Produced, promise: Promise = Promise(),
+                 shapes: list[InputShape] | None = None, invocation: Invocation | None = None,
+                 pricing: Pricing | None = None) -> Report:
     """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any).
-    An answer known to fail search samples (the counterexample-guided search stopped first) is not a pass."""
+    An answer known to fail search samples (the counterexample-guided search stopped first) is not a pass.
+    `shapes`: the inputs' shapes as the samples ran; `invocation`: how the run was started; `pricing`: what the
+    answer costs (pipeline/pricing.py). FLOPs are the search space's cost model's (the shapes that ran) where it has
+    one, else the declared shapes'."""
     model, oracle, confirm, knobs, validation = work.model, searched.oracle, checks.confirm, checks.knobs, checks.validation
     fallback = outcome.found
     final = fallback or frozenset()
@@ -113,17 +122,21 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         validation.of = "searched answer"
     fmt = get_format(spec.precision)
     rounds = searched.rounds
-    from_user = bool(work.inputs.files or work.inputs.validate_files)
+    from_user = work.inputs.from_user
     changed = None if same_as_searched else (f"the confirmation on {confirm.backend}" if not by_knobs else "the knob search")
+    cm = searched.space.cost_model
+    flops = cm.flops if cm is not None else {n.name: n.flops for n in model.nodes}
+    total_flops = sum(flops.values())
     return Report(
         tool="precision-doctor",
         version=__version__,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         model=ModelInfo(
             path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes),
-            candidates=len(searched.space.universe), total_flops=model.total_flops,
+            candidates=len(model.candidates), total_flops=total_flops,
             renamed_nodes=list(model.renamed_nodes),
             unsafe_names=dict(model.unsafe_names),
+            link=produced.written.link if produced.written is not None else None,
         ),
         precision=spec.precision, backend=searched.backend, strategy=spec.search.strategy, cost=spec.search.cost,
         tolerance=spec.tolerance, margin=spec.search.margin,
@@ -141,12 +154,13 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         and (rounds is None or not rounds.failing),
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
-        fp32_flop_share=flop_share(model, final),
+        fp32_flop_share=flop_share(model, final, searched.space.cost_model),
         evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
         one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, by_knobs),
         elapsed_s=elapsed,
         samples=SampleCounts(search=len(work.samples), validation=n_validation),
-        inputs=work.inputs.describe(),
+        inputs=work.describe(),
+        shape_groups=[ShapeGroupInfo(g.as_dict(), n, held, captured) for g, n, held, captured in work.shape_groups()],
         baseline=_checks(oracle.known(())),
         outputs=dict(final_verdict.outputs) if final_verdict else {},
         validation=validation, expected_headroom=checks.headroom,
@@ -154,15 +168,16 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         first_divergence_node=searched.analysis.first_divergence_node,
         ranking=searched.analysis.ranking[:50],
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
-        layers=_layers(searched.analysis, produced.fixed_rel, final, _producers(work)),
+        layers=_layers(searched.analysis, produced.fixed_rel, final, _producers(work), flops),
         format_limits=FormatLimits(max=fmt.max, smallest_normal=fmt.smallest_normal),
-        artifacts=_artifacts(produced, knobs),
+        artifacts=_artifacts(produced, knobs, capture_artifact(spec.capture.keep, outcome.status)),
         commands=produced.written.commands if produced.written is not None else {},
         forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
         trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
         held_out_choice=promise.held_out_choice,
         held_out_bound=held_out_measure(validation, from_user, changed) if fallback is not None else None,
         decided_by=promise.decided_by, search_rounds=rounds, answers=promise.answers,
+        input_shapes=list(shapes or []), invocation=invocation, pricing=pricing,
     )
 
 
@@ -177,11 +192,11 @@ def _one_minimal_checked(oracle: Oracle, fallback: frozenset[str] | None, confir
     return oracle.one_minimal_checked(fallback)
 
 
-def _artifacts(produced: Produced, knobs: KnobsResult | None) -> dict[str, str]:
-    """report.json's `artifacts`: what the run directory holds, by key."""
+def _artifacts(produced: Produced, knobs: KnobsResult | None, capture: dict[str, str]) -> dict[str, str]:
+    """report.json's `artifacts`: what the run directory holds, by key (`capture`: what is kept of the capture)."""
     engine = produced.engine
     return {
-        "activations": ACTIVATIONS, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
+        **capture, "layers_csv": "layers.csv", "layers_json": "layers.json", "checkpoint": CHECKPOINT,
         **(produced.written.files if produced.written is not None else {}),
         **({"engine": engine.plan} if engine is not None and engine.built and engine.plan else {}),
         **({"knob_checkpoints": KNOBS_DIR} if knobs is not None and knobs.configurations else {}),
@@ -199,11 +214,11 @@ def _producers(work: Workload) -> dict[str, list[str]]:
     return {n.name: list(dict.fromkeys(made_by[t] for t in n.float_inputs if t in made_by)) for n in work.model.nodes}
 
 
-def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[str],
-            producers: dict[str, list[str]]) -> list[Layer]:
+def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[str], producers: dict[str, list[str]],
+            flops: dict[str, int]) -> list[Layer]:
     return [
         Layer(
-            index=r.index, name=r.name, op_type=r.op_type, flops=r.flops, local_rel_l2=r.local_rel_l2,
+            index=r.index, name=r.name, op_type=r.op_type, flops=flops.get(r.name, r.flops), local_rel_l2=r.local_rel_l2,
             rounding_rel_l2=r.rounding_rel_l2, lowp_rel_l2=r.lowp_rel_l2, fixed_rel_l2=fixed_rel.get(r.name),
             ref_absmax=r.ref_absmax, input_ref_absmax=r.input_ref_absmax, frac_above_max=r.frac_above_max,
             frac_below_normal=r.frac_below_normal, score=r.score, rank=r.rank, fallback=r.name in final,

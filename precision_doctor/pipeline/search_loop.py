@@ -47,9 +47,6 @@ from precision_doctor.search.oracle import BudgetExhausted
 from precision_doctor.search.space import SearchSpace
 
 ROUNDS_LOG = "search_rounds.jsonl"
-# The capture (every activation, three times) runs on at most this many search samples: the hardest, spread like
-# the working set. (Issue 20's data part adds `capture.max_samples` for it; until then this constant.)
-CAPTURED = 8
 
 
 @dataclass
@@ -157,22 +154,22 @@ def start_loop(backend: Backend, samples: Sequence[Sample], refs: Sequence[dict]
     """The loop's start: with more than cegis.START search samples, each is scored once on `backend` (or the
     scores are read back from `log` on resume) and the working set is the START hardest, spread over shape
     groups and worst outputs; with fewer, every sample, in order (the search of 2-4 samples is as it was).
-    The capture runs on the CAPTURED hardest (all of them when there are no more).
+    The scores (`Loop.scores`) also choose the capture's samples (data.samples.capture_choice).
     `copies(indices, start)`: the perturbed copies of those search samples, made alike for the start's samples
     and for counterexamples that join later (`start`: the starting working set, which fixes their ranges)."""
     n = len(samples)
     scores = None
     if n <= START:
-        order = working = captured = list(range(n))
+        order = working = list(range(n))
     else:
         scores = log.scores()
         if scores is None or len(scores) != n:
             scores = score_samples(backend, samples, refs, tol, check=None if stop is None else stop.check)
             log.write_scores(scores)
-        order, working, captured = hardness_order(scores), hardest(scores, START), sorted(hardest(scores, CAPTURED))
+        order, working = hardness_order(scores), hardest(scores, START)
     start = list(working)
     return Loop(SamplePool(samples, refs, order, lambda idx: copies(idx, start)), list(working), log,
-                captured=list(captured), scores=scores)
+                scores=scores)
 
 
 def grow_from(strategy: str | StrategyFn, previous: frozenset[str]) -> StrategyFn:

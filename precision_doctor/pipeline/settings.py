@@ -10,22 +10,25 @@ and the whole RunSpec (`spec`, paths made absolute): a front end resumes a run w
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from precision_doctor.data.augment import recipe
 from precision_doctor.data.inputs import Sample
+from precision_doctor.data.loader_script import parse_script
+from precision_doctor.data.samples import SampleSet
 from precision_doctor.data.workload import Workload
 from precision_doctor.errors import SpecError, UserError
-from precision_doctor.pipeline.search_loop import CAPTURED
 from precision_doctor.results.jsonio import jsonable, read_json, write_json
 from precision_doctor.search.cegis import COUNTEREXAMPLES, MAX_ROUNDS, START
-from precision_doctor.spec import RunSpec
+from precision_doctor.spec import RunSpec, file_sha256
 
 RUN_SETTINGS = "run_settings.json"
+SHOWN_CHANGES = 5  # changed input files named in a refusal
 # How the counterexample-guided search picks its samples: a resumed run's checkpointed verdicts are of those.
-LOOP = {"start": START, "counterexamples": COUNTEREXAMPLES, "rounds": MAX_ROUNDS, "captured": CAPTURED}
+LOOP = {"start": START, "counterexamples": COUNTEREXAMPLES, "rounds": MAX_ROUNDS}
 VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "copies", "confirm_backend",
                 "rules", "samples", "validation_samples", "samples_hash", "reference_hash", "search_loop")
 # What every version of the file recorded, with its type: a file without one of them was not written by a run.
@@ -43,10 +46,12 @@ class SettingsDiffer(SpecError):
                          "its own settings, or choose another {out_dir}")
 
 
-def run_settings(work: Workload, spec: RunSpec, validation: list[Sample],
-                 references: list[dict] | None = None) -> dict:
-    """What decides the verdicts in the checkpoints (a resumed run must have the same), and the RunSpec."""
+def run_settings(work: Workload, spec: RunSpec, validation: Sequence[Sample],
+                 references: Sequence[dict] | None = None) -> dict:
+    """What decides the verdicts in the checkpoints (a resumed run must have the same), the files the samples
+    were read from with their SHA-256 (`input_files`: a resume names those that changed), and the RunSpec."""
     return jsonable({
+        "input_files": input_files(work, validation),
         "model_hash": work.model.model_hash, "precision": spec.precision, "backend": spec.backends.backend,
         "tolerance": spec.tolerance.to_dict(), "margin": spec.search.margin,
         "augment": spec.search.augment, "copies": recipe(work.samples) if spec.search.augment else None,
@@ -59,9 +64,41 @@ def run_settings(work: Workload, spec: RunSpec, validation: list[Sample],
     })
 
 
-def samples_hash(samples: list[Sample] | list[dict]) -> str:
+def input_files(work: Workload, validation: Sequence[Sample]) -> list[dict]:
+    """Every file the samples came from (directories and globs expanded; a data loader script itself) with its
+    SHA-256, in order."""
+    files = [*work.samples.files(), *(validation.files() if isinstance(validation, SampleSet) else [])]
+    if work.inputs.data_loader_script:
+        files.insert(0, parse_script(work.inputs.data_loader_script)[0])
+    return [{"path": str(Path(f).resolve()), "sha256": file_sha256(Path(f))} for f in dict.fromkeys(files)]
+
+
+def changed_files(old: list[dict], new: list[dict]) -> list[str]:
+    """What differs between two `input_files` records, in words ("x.npz added", "y.npz changed")."""
+    before, after = {f["path"]: f.get("sha256") for f in old}, {f["path"]: f.get("sha256") for f in new}
+    out = [f"{p} added" for p in after if p not in before]
+    out += [f"{p} removed" for p in before if p not in after]
+    out += [f"{p} changed" for p in after if p in before and before[p] != after[p]]
+    return out
+
+
+def _same_sources(old: dict, new: dict) -> bool:
+    """Whether two records name the same inputs (files, directories, globs, loader script, held-out files) and
+    both list the files found: then what changed is the files, not the settings."""
+    def sources(d: dict) -> list | None:
+        spec = d.get("spec")
+        inputs = spec.get("inputs") if isinstance(spec, dict) else None
+        if not isinstance(inputs, dict) or not isinstance(d.get("input_files"), list):
+            return None
+        return [inputs.get(k) for k in ("files", "data_loader_script", "validate_files")]
+
+    return sources(old) is not None and sources(old) == sources(new)
+
+
+def samples_hash(samples: Sequence[Sample] | Sequence[dict]) -> str:
     h = hashlib.sha256()
-    for s in samples:
+    for i in range(len(samples)):
+        s = samples[i]
         for name in sorted(s):
             a = np.ascontiguousarray(s[name])
             h.update(f"{name}:{a.dtype}:{a.shape};".encode())
@@ -118,6 +155,11 @@ def check_run_settings(out_dir: Path, settings: dict, resume: bool) -> None:
     path = out_dir / RUN_SETTINGS
     if resume and path.exists():
         old = _recorded(path)
+        if _same_sources(old, settings) and (changed := changed_files(old["input_files"], settings["input_files"])):
+            shown = ", ".join(changed[:SHOWN_CHANGES]) + (f" and {len(changed) - SHOWN_CHANGES} more"
+                                                          if len(changed) > SHOWN_CHANGES else "")
+            raise SpecError("resume", f"{{resume}}: the input files of {out_dir} changed since the run started "
+                            f"({shown}); restore them to continue, or start over with {{force}} instead of {{resume}}")
         if "augment" in old and "copies" not in old:  # recorded before image copies changed: its copies had noise only
             old["copies"] = "noise" if old["augment"] else None
         diff = [k for k in VERDICT_KEYS if k in old and old.get(k) != settings.get(k)]

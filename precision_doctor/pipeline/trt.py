@@ -19,8 +19,9 @@ from precision_doctor.errors import UserError
 from precision_doctor.results.report import EngineResult, Report, TrtCheckResult, TrtLayerMismatch
 
 if TYPE_CHECKING:
-    from precision_doctor.data.inputs import Sample
+    from precision_doctor.backends.tensorrt.build import ShapeRange
     from precision_doctor.graph.model import Model
+    from precision_doctor.graph.shapes import InputShape
     from precision_doctor.pipeline.artifacts import Written
     from precision_doctor.pipeline.knob_search import KnobOutcome
     from precision_doctor.spec import RunSpec
@@ -76,7 +77,7 @@ def engine_knobs(config: knobs.KnobConfig | None) -> dict:
 
 
 def build_fixed(run_dir: Path, targets: Sequence[str] | None, config: knobs.KnobConfig | None = None,
-                input_shapes: Mapping[str, Sequence[int]] | None = None) -> EngineResult:
+                input_shapes: Mapping[str, Sequence[int] | ShapeRange] | None = None) -> EngineResult:
     """Build `run_dir/fixed.plan` from `run_dir/fixed.onnx` (TensorRT-RTX: for `targets`, default its portable
     set; TensorRT: for the GPU present), caches in `run_dir`; the result, or why it was not built."""
     from precision_doctor.backends.tensorrt.build import build_engine
@@ -84,7 +85,9 @@ def build_fixed(run_dir: Path, targets: Sequence[str] | None, config: knobs.Knob
     lib, why = _library()
     if lib is None:
         return EngineResult(built=False, reason=why)
-    shapes = {k: [int(d) for d in v] for k, v in (input_shapes or {}).items()}
+    from precision_doctor.backends.tensorrt.build import shape_range
+
+    shapes = dict(input_shapes or {})
     try:
         b = build_engine(run_dir / FIXED_ONNX, run_dir / FIXED_PLAN, lib=lib, compute_capabilities=targets,
                          cache_dir=run_dir, input_shapes=shapes, **engine_knobs(config))
@@ -95,7 +98,8 @@ def build_fixed(run_dir: Path, targets: Sequence[str] | None, config: knobs.Knob
         built=True, plan=b.plan.name, library=LABELS[lib.family], version=b.version, targets=list(b.targets),
         seconds=round(b.seconds, 3), size_bytes=b.size_bytes, tf32=b.tf32,
         tactic_sources=list(b.tactic_sources) if b.tactic_sources is not None else None,
-        cache=cache.name if cache is not None else None, input_shapes=shapes,
+        cache=cache.name if cache is not None else None,
+        input_shapes={k: list(shape_range(v)[1]) for k, v in shapes.items()},  # the shape the profile is tuned for
     )
 
 
@@ -103,8 +107,10 @@ def dynamic_inputs(fixed_onnx: Path) -> list[str]:
     """fixed.onnx's inputs with a dynamic dimension."""
     import onnx
 
+    from precision_doctor.graph.model import declared_dims
+
     graph = onnx.load(str(fixed_onnx), load_external_data=False).graph
-    return [i.name for i in graph.input if any(not d.HasField("dim_value") for d in i.type.tensor_type.shape.dim)]
+    return [i.name for i in graph.input if None in declared_dims(i.type.tensor_type.shape)]
 
 
 def dynamic_input_shapes(fixed_onnx: Path, sample: Mapping[str, object] | None) -> dict[str, list[int]]:
@@ -145,8 +151,8 @@ def _engine_for_run(run_dir: Path, report: Report, fixed: Path, targets: Sequenc
     k = report.knobs
     config = knobs.config_of(knobs.knob_family(k.backend), k.best_settings) \
         if k is not None and k.best_settings and knobs.knob_family(k.backend) == knobs.TRT else None
-    shapes = {}
-    if dynamic_inputs(fixed) and (run_dir / "inputs.json").is_file():
+    shapes: dict = profile_shapes(fixed, report.input_shapes)
+    if not shapes and dynamic_inputs(fixed) and (run_dir / "inputs.json").is_file():  # a report of an older version
         from precision_doctor.data.arrayfiles import MAX_ELEMENTS, read_polygraphy_json
 
         samples = read_polygraphy_json(run_dir / "inputs.json", MAX_ELEMENTS, where=str(run_dir / "inputs.json"))
@@ -161,14 +167,20 @@ def _engine_for_run(run_dir: Path, report: Report, fixed: Path, targets: Sequenc
 
 
 def tensorrt_steps(out_dir: Path, model: Model, final: frozenset[str], spec: RunSpec, written: Written,
-                   knob_outcome: KnobOutcome | None, samples: Sequence[Sample]) -> tuple[TrtCheckResult, EngineResult | None]:
+                   knob_outcome: KnobOutcome | None, shapes: Sequence[InputShape]) -> tuple[TrtCheckResult, EngineResult | None]:
     """After the artifacts of a passing run: `trt_check` of fixed.onnx, then the fixed engine when
-    `artifacts.engine` asks for it (built with the knob configuration found, if a TensorRT one)."""
+    `artifacts.engine` asks for it (built with the knob configuration found, if a TensorRT one, and an
+    optimization profile spanning the shapes the samples gave the dynamic inputs)."""
     fixed = out_dir / FIXED_ONNX
     check = check_fixed(fixed, final, [n.name for n in model.candidates], spec.precision, written.forced)
     engine = None
     if spec.artifacts.engine:
         config = knob_outcome.emitted if knob_outcome is not None else None
-        shapes = dynamic_input_shapes(fixed, samples[0] if samples else None)
-        engine = build_fixed(out_dir, spec.artifacts.targets, config, shapes)
+        engine = build_fixed(out_dir, spec.artifacts.targets, config, profile_shapes(fixed, shapes))
     return check, engine
+
+
+def profile_shapes(fixed_onnx: Path, shapes: Sequence[InputShape]) -> dict[str, ShapeRange]:
+    """(min, opt, max) of each input of fixed.onnx with a dynamic dimension, from the samples' shapes."""
+    dynamic = set(dynamic_inputs(fixed_onnx))
+    return {s.name: (s.min, s.opt, s.max) for s in shapes if s.name in dynamic}

@@ -7,11 +7,12 @@ import math
 from html import escape
 from typing import Any
 
-from precision_doctor.outcome import RunStatus
-from precision_doctor.render import plots
+from precision_doctor.render import plots, pricing
+from precision_doctor.render.digest import figures, status_line
 from precision_doctor.render.markdown import (
     COMMAND_TITLES,
     INPUT_SENSITIVE_WHY,
+    RUN_FROM_HERE,
     artifact_title,
     certified_sentence,
     confirm_sentence,
@@ -38,13 +39,15 @@ from precision_doctor.render.wording import (
     fmt,
     fmt_flops,
     fmt_pct,
-    fmt_rate,
     fmt_time,
     headline_text,
     held_out_sentence,
+    model_file_sentence,
     num,
     precision_name,
     rounds_sentence,
+    shapes_text,
+    shapes_warning,
     verdict,
 )
 from precision_doctor.results.report import ModelInfo, Report
@@ -92,7 +95,7 @@ table{border-collapse:collapse;width:100%}
 th,td{border-bottom:1px solid #e5e7eb;padding:4px 7px;text-align:left;vertical-align:top}
 th{background:var(--bg);font-weight:600;white-space:nowrap}
 td.n,th.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
-td.name{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;word-break:break-all}
+td.name{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12px;word-break:break-all;min-width:16ch}
 tr.fb td{background:var(--fbbg)} tr.fb td.name{color:var(--fb);font-weight:600}
 .ok{color:var(--pass);font-weight:600} .bad{color:var(--fail);font-weight:600} .nf{color:var(--fail);font-weight:600}
 .muted{color:var(--mut)}
@@ -117,6 +120,8 @@ tr.flash td{animation:flash 1.6s ease-out}
  white-space:pre-wrap;word-break:break-all}
 .cmd button{position:absolute;right:8px;top:28px;font-size:12px;padding:2px 8px;border-radius:4px;border:1px solid #8b949e;
  background:#21262d;color:#e6edf3;cursor:pointer}
+#next-steps pre{background:var(--bg);border:1px solid var(--bd);border-radius:6px;padding:6px 10px;margin:4px 0;
+ white-space:pre-wrap;word-break:break-all}
 details summary{cursor:pointer;color:var(--mut)}
 #js-errors{background:#fdecea;border:1px solid var(--fail);color:var(--fail);padding:6px 10px;white-space:pre-wrap}
 footer{margin-top:30px;color:var(--mut);font-size:12px}
@@ -327,33 +332,7 @@ def _figure_html(plot: plots.Plot | None, kind: str, title: str, caption: str, e
 def _header(report: Report) -> str:
     model = report.model or ModelInfo(path="?")
     label, kind = verdict(report)
-    prec = precision_name(report)
-    validation = report.validation
-    size = int(report.fallback_size)
-    cands = model.candidates if report.model is not None else None
-    memo = report.memo_hits
-    if validation is not None and not validation.passed and validation.passed_after_research:
-        val = f"first answer failed, second holds ({validation.samples} samples)"
-    elif validation is not None:
-        val = f"{'passed' if validation.passed else 'FAILED'} ({validation.samples} samples)"
-    else:
-        val = "not run"
-    if (b := report.held_out_bound) is not None:
-        val += f" · {b.failures}/{b.samples} failed · ≤ {fmt_rate(b.failure_rate)} of inputs ({b.confidence:.0%})"
-    tol = report.tolerance
-    tol_txt = f"atol {fmt(tol.atol)} · rtol {fmt(tol.rtol)} · {tol.check_error_stat}"
-    if tol.cosine_floor is not None:
-        tol_txt += f" · cos ≥ {fmt(tol.cosine_floor, 7)}"
-    kpis = [
-        _kpi(f"{size}" + (f" / {cands}" if cands is not None else ""), "nodes kept in FP32 (of candidates)"),
-        _kpi(fmt_pct(report.fp32_flop_share), "FP32 share of FLOPs"),
-        _kpi(f"{report.evaluations}", "evaluations" + (f" (+{memo} memo hits)" if memo else "")),
-        _kpi(fmt_time(report.elapsed_s), "search time"),
-        _kpi(val, "held-out validation"),
-        _kpi(f"{prec} · {report.backend}", "precision · backend"),
-        _kpi(f"{report.strategy} · {report.cost}", "strategy · cost"),
-        _kpi(tol_txt, "tolerance"),
-    ]
+    kpis = [_kpi(f.value, f.label) for f in figures(report)]
     reason = ""
     for line in (bound_sentence(report), decided_sentence(report), rounds_sentence(report), answers_sentence(report),
                  generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
@@ -364,13 +343,18 @@ def _header(report: Report) -> str:
     if check := trt_check_sentence(report):
         cls = "reason" if check.startswith("WARNING") else "headroom"
         reason += f'<div class="{cls}" id="trt-check-line">{_e(check.replace("`", ""))}</div>'
-    if report.reason or report.status not in (None, RunStatus.COMPLETE):
-        reason += f'<div class="reason">Status <code>{_e(report.status)}</code>'
-        reason += f": {_e(report.reason)}</div>" if report.reason else "</div>"
+    if warning := shapes_warning(report):
+        reason += f'<div class="reason" id="shapes-warning">{_e(warning)}</div>'
+    for line in (shapes_text(report), model_file_sentence(report)):
+        if line:
+            reason += f'<div class="headroom">{_e(line if line.endswith(".") else "Input shapes: " + line + ".")}</div>'
+    if status := status_line(report):
+        reason += f'<div class="reason">{_e(status)}</div>'
+    cost = pricing.cost_sentence(report, with_share=False) if report.passed else None
     return (
         f"<header><h1>precision-doctor report: <code>{_e(model.path)}</code></h1>"
         f'<div class="verdict"><span class="badge {kind}" id="verdict">{_e(label)}</span>'
-        f'<span class="sentence">{_e(headline_text(report))}'
+        f'<span class="sentence">{_e(" ".join(x for x in (headline_text(report), cost) if x))}'
         f'</span></div>{reason}'
         f'<div class="kpis">{"".join(kpis)}</div></header>'
     )
@@ -560,9 +544,8 @@ def _next_steps_section(report: Report) -> str:
     for text, cmd in next_steps(report):
         block = f"<pre>{_e(cmd)}</pre>" if cmd else ""
         items.append(f"<li>{_e(text)}{block}</li>")
-    return (f'<section id="next-steps"><h2>Next steps</h2><ol>{"".join(items)}</ol><p class="muted">RUN_DIR is the '
-            "directory that holds this report; the commands use its relative paths (fixed.onnx, inputs.json), so "
-            "run them from there.</p></section>")
+    return (f'<section id="next-steps"><h2>Next steps</h2><ol>{"".join(items)}</ol><p class="muted">'
+            f"{escape(RUN_FROM_HERE)}</p></section>")
 
 
 def _settings_section(report: Report) -> str:
@@ -612,6 +595,11 @@ def _page_data(report: Report) -> dict[str, Any]:
     }
 
 
+def _cost_section(report: Report) -> str:
+    plot = plots.plot_tradeoff(report)
+    return pricing.html_section(report, plot.svg if plot is not None else None)
+
+
 def render_html(report: Report) -> str:
     """report.html: a single offline page with verdict, tables, three inline-SVG plots and a sortable layer table.
 
@@ -625,6 +613,7 @@ def render_html(report: Report) -> str:
             _header(report),
             _next_steps_section(report),
             _fallback_section(report),
+            _cost_section(report),
             html_sections(report),
             _outputs_section(report),
             _plots_section(report),

@@ -9,6 +9,9 @@ from precision_doctor.backends.registry import check_only
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import RunStatus
+from precision_doctor.render.commands import rerun_command, resume_command
+from precision_doctor.render.pricing import cost_sentence
+from precision_doctor.render.pricing import markdown_lines as pricing_lines
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     knobs_sentence,
@@ -26,25 +29,25 @@ from precision_doctor.render.wording import (
     fmt_time,
     headline_text,
     held_out_sentence,
+    model_file_sentence,
     not_holding,
     num,
     precision_name,
     rounds_sentence,
+    shapes_text,
+    shapes_warning,
+    tolerance_text,
     verdict,
 )
+from precision_doctor.results.emit import LABELS
 from precision_doctor.results.report import Layer, ModelInfo, Report
 
 TOP_OFFENDERS = 15
+RUN_FROM_HERE = ("Run these commands from the directory that holds this report: they name its files (fixed.onnx, "
+                 "inputs.json, model.onnx) and your model and inputs by paths relative to it.")
 MAX_TRAJECTORY_ROWS = 40
 
-COMMAND_TITLES = {
-    "trtexec_trt10": "TensorRT 10 (weakly typed: per-layer precisions)",
-    "trtexec_trt11": "TensorRT 11 (strongly typed: the fixed ONNX carries the precisions)",
-    "polygraphy": "Polygraphy: check the fixed model on the real backend",
-    "polygraphy_trt10": "Polygraphy on TensorRT 10 with the same per-layer precisions",
-    "autocast": "ModelOpt AutoCast with the same nodes excluded",
-    "ort_cuda_providers": "ONNX Runtime CUDA: the provider options of the knob configuration found",
-}
+COMMAND_TITLES = LABELS  # each command's release and what it reads and writes (results/emit.py)
 
 # what analysis.py's `input_sensitive` means
 INPUT_SENSITIVE_WHY = (f"its error comes from its rounded inputs (local error > {INPUT_SENSITIVITY:g}x the rounding of "
@@ -55,19 +58,27 @@ ARTIFACT_TITLES = {
                   "the borders of FP32 regions); build it with TensorRT 11, or strongly typed on 10",
     "activations": "every layer's activations in FP32, in low precision and after the fix (HDF5), for your own "
                    "analysis",
+    "activations_summary": "the per-layer analysis (error statistics of every tensor) and the graph outputs in FP32, in "
+                           "low precision and after the fix (HDF5; --keep-activations all keeps every layer's "
+                           "activations)",
     "layers_csv": "the per-layer error table (one row per node: local error, rounding, propagated error, ranges)",
     "layers_json": "the same per-layer table with per-tensor statistics, as JSON",
     "checkpoint": "every evaluation of the search, one JSON line each (what --resume continues from)",
     "layer_precisions": "the FP32 nodes as trtexec's --layerPrecisions entries, one per line",
     "trtexec": "a script that builds the fixed engine with trtexec; it detects TensorRT 10 or 11 (TRT_MAJOR overrides)",
     "tensorrt_rtx": "a script that builds the fixed engine with TensorRT-RTX ahead of time, without a GPU",
-    "inputs": "the samples searched, in polygraphy's --load-inputs format",
+    "inputs": "the samples the capture ran on (at most capture.max_samples), in polygraphy's --load-inputs format",
     "reference_outputs": "the FP32 reference outputs of those samples, in polygraphy's --load-outputs format",
     "autocast_nodes": "the FP32 nodes for ModelOpt AutoCast's --nodes_to_exclude",
     "report_md": "this report as Markdown",
     "report_html": "this report as one self-contained page with plots and a sortable layer table",
     "named_onnx": "the model with the node names this report uses (the tool named unnamed nodes); every command "
                   "reads it",
+    "model": "your model, as the commands here name it (a relative symbolic link to it, or a copy: see the model's "
+             "row above)",
+    "trtexec_io": "the samples and their FP32 reference outputs as raw files, for trtexec's accuracy check of the "
+                  "engine (TensorRT 11)",
+    "ort_node_block_list": "the FP32 nodes as a JSON list: onnxconverter-common's node_block_list",
     "engine": "the fixed TensorRT engine built from fixed.onnx",
     "knob_checkpoints": "the knob search's evaluations, one JSON-lines file per configuration",
 }
@@ -87,14 +98,22 @@ def layers_in_order(report: Report) -> list[Layer]:
 
 
 def next_steps(report: Report) -> list[tuple[str, str | None]]:
-    """What to do next, in order: (what and why, the command or None). Commands run from the run directory
-    (the one holding this report): they use its relative paths."""
+    """What to do next, in order: (what and why, the command or None), the last one the command that runs this
+    diagnosis again. Commands run from the run directory (the one holding this report): they use paths relative to
+    it (render/commands.py)."""
+    steps = _steps(report)
+    if report.invocation is not None and not report.interrupted:
+        steps.append(("To run this diagnosis again (after changing the model or the samples; add flags for other "
+                      "settings), into a new directory beside this one:", rerun_command(report, "again")))
+    return steps
+
+
+def _steps(report: Report) -> list[tuple[str, str | None]]:
     cmds = report.commands
-    model = report.model.path if report.model is not None and report.model.path else "MODEL"
     if report.status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
         steps = [("The search did not finish. Continue it where it stopped (its settings are recorded in the run "
                   "directory; a larger --max-evaluations or --time-budget lets it go further):",
-                  f"precision-doctor diagnose {model} --resume --out RUN_DIR")]
+                  resume_command(report))]
         return steps if not report.passed else steps + _build_steps(report, cmds)
     if not_holding(report):
         margin = round(min(0.9, float(report.margin or 0.0) + 0.1), 2)
@@ -104,8 +123,7 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
         return [(f"The answer meets the tolerance on the searched samples but {why}: "
                  "give more --inputs of your data (from 4 on, some are held out to check it), or search with more room "
                  "to spare (a larger --margin, more --augment copies):",
-                 f"precision-doctor diagnose {model} {_inputs_args(report)} --precision {report.precision} "
-                 f"--atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} --margin {margin:g} --out RUN_DIR")]
+                 rerun_command(report, f"margin{margin:g}", {"search.margin": margin}))]
     if not report.passed:
         base = report.baseline
         if base is not None and not base.passed and report.status == RunStatus.NO_SOLUTION:
@@ -139,24 +157,10 @@ def _build_steps(report: Report, cmds: dict[str, str]) -> list[tuple[str, str | 
         steps.append((f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
                       "that is another one.", None))
     else:
-        model = report.model.path if report.model is not None else "MODEL"
         steps.append(("The emulator can underestimate a GPU's FP16 error: let precision-doctor confirm (and repair) "
                       "the answer on the target GPU itself, with the same inputs and tolerance:",
-                      f"precision-doctor diagnose {model} {_inputs_args(report)} --precision {report.precision} "
-                      f"--atol {report.tolerance.atol:g} --rtol {report.tolerance.rtol:g} --confirm-backend ort-cuda "
-                      "--out RUN_DIR-gpu"))
+                      rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"})))
     return steps
-
-
-def _inputs_args(report: Report) -> str:
-    import shlex
-
-    files = report.inputs.get("files") if isinstance(report.inputs, dict) else None
-    if files:
-        return " ".join(f"--inputs {shlex.quote(str(f))}" for f in files)
-    n = report.inputs.get("generated") if isinstance(report.inputs, dict) else None
-    seed = report.inputs.get("seed", 0) if isinstance(report.inputs, dict) else 0
-    return f"--samples {n or report.samples.search} --seed {seed}"
 
 
 def output_run_labels(report: Report) -> tuple[str, str]:
@@ -254,6 +258,9 @@ def certified_sentence(report: Report) -> str | None:
     else:
         who = f"`{c.backend}`" + (" (real low precision on the GPU)" if c.gpu else "")
     text = f"Certified by {who}: the final answer passes there on all {c.samples} samples ({where})"
+    if c.unconfirmed:
+        text += (f", except for what the emulator does not model on a GPU ({', '.join(c.unconfirmed)}; "
+                 "below): confirm it there")
     if not c.gpu:
         text += "; not checked on a GPU"
         if c.not_on_gpu:
@@ -355,10 +362,7 @@ def _check_row(label: str, oc: OutputCheck) -> list[Any]:
 
 
 def _tolerance_text(tol: Tolerance) -> str:
-    parts = [f"atol {fmt(tol.atol)}", f"rtol {fmt(tol.rtol)}", f"stat `{tol.check_error_stat}`"]
-    if tol.cosine_floor is not None:
-        parts.append(f"cosine ≥ {fmt(tol.cosine_floor, 7)}")
-    return ", ".join(parts)
+    return tolerance_text(tol, code="`")
 
 
 def render_markdown(report: Report) -> str:
@@ -373,7 +377,11 @@ def render_markdown(report: Report) -> str:
     L: list[str] = []
 
     L += [f"# precision-doctor report: {_code(model.path)}", ""]
-    L += [f"**Verdict: {label}.** {headline_text(report)}", ""]
+    cost = cost_sentence(report, with_share=False)
+    L += [" ".join(x for x in (f"**Verdict: {label}.**", headline_text(report),
+                               f"{cost[0].upper()}{cost[1:]}" if cost and report.passed else None) if x), ""]
+    if (warning := shapes_warning(report)) is not None:
+        L += [f"> **{warning}**", ""]
     if report.reason:
         L += [f"> Status `{report.status}`: {report.reason}", ""]
     memo = report.memo_hits
@@ -417,6 +425,10 @@ def render_markdown(report: Report) -> str:
     )
     if model.hash:
         L.append(f"| Model hash | {_code(model.hash)} |")
+    if (linked := model_file_sentence(report)) is not None:
+        L.append(f"| Model in this directory | {_cell(linked)} |")
+    if (shapes := shapes_text(report)) is not None:
+        L.append(f"| Input shapes | {_cell(shapes)} |")
     L.append(
         f"| Precision | {prec} (max {fmt(limits.max)}, smallest normal {fmt(limits.smallest_normal)}) |"
     )
@@ -433,8 +445,7 @@ def render_markdown(report: Report) -> str:
         L.append(f"{i}. {text}")
         if cmd:
             L += ["", "   ```bash", *(f"   {line}" for line in cmd.splitlines()), "   ```"]
-    L += ["", "RUN_DIR is the directory that holds this report; the commands use its relative paths "
-          "(fixed.onnx, inputs.json), so run them from there.", ""]
+    L += ["", RUN_FROM_HERE, ""]
 
     # fallback nodes
     L += [f"## FP32 fallback nodes ({len(fallback)})", ""]
@@ -581,4 +592,5 @@ def render_markdown(report: Report) -> str:
         L += [f"Warning: {len(unsafe)} node name(s) held control characters or bytes that are not UTF-8, which "
               f"scripts and lists cannot carry safely, and were renamed (shown escaped): {listed}"]
         L.append("")
+    L += pricing_lines(report)
     return "\n".join(L).rstrip() + "\n"

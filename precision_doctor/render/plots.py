@@ -338,3 +338,61 @@ def plot_trajectory(report: Report) -> Plot | None:
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper right", bbox_to_anchor=(1.0, 0.9), framealpha=0.92)
     return _to_svg(fig, ax, "plot-trajectory")
+
+
+def plot_tradeoff(report: Report) -> Plot | None:
+    """FP32 share of the FLOPs against the tolerance a user could choose (a multiple of this run's): the
+    cheapest set the search saw pass at each multiple (a step line: a set holds from its share of the tolerance
+    up), the sets pruned again at 0.5x, 2x and 4x (hollow: an upper bound, the prune ran out of budget), and the
+    answer (a star at 1x)."""
+    t = report.pricing.tradeoff if report.pricing is not None else None
+    if t is None or not t.points:
+        return None
+    pts = [p for p in t.points if p.found and p.fp32_flop_share is not None]
+    if not pts:
+        return None
+    mults = [num(p.multiplier) for p in t.points]
+    lo, hi = min(mults + [1.0]) / 1.6, max(mults + [1.0]) * 1.6
+    fig = _figure(8, 3.6)
+    ax = fig.add_subplot()
+    front = sorted((num(f.share), 100 * num(f.fp32_flop_share)) for f in t.frontier
+                   if f.fp32_flop_share is not None and math.isfinite(num(f.share)) and num(f.share) >= 0)
+    if front:  # the cheapest seen passing set at each multiple: a step down at each share
+        lo = max(min(lo, front[0][0] / 1.3), 1 / 16)  # a set that holds at 0x starts at the left edge
+        xs, ys, best = [], [], math.inf
+        for share, y in front:
+            if y < best:
+                xs.append(max(share, lo))
+                ys.append(y)
+                best = y
+        ax.step(xs + [hi], ys + [ys[-1]], where="post", color="#9aa5b1", lw=1.4, zorder=2,
+                label="cheapest set the search saw pass")
+    full = [p for p in pts if p.complete and p.multiplier != 1]
+    bound = [p for p in pts if not p.complete and p.multiplier != 1]
+    ax.scatter([num(p.multiplier) for p in full], [100 * num(p.fp32_flop_share) for p in full], color=AFTER, s=46,
+               zorder=4, label="pruned again at that tolerance")
+    if bound:
+        ax.scatter([num(p.multiplier) for p in bound], [100 * num(p.fp32_flop_share) for p in bound], facecolor="none",
+                   edgecolor=AFTER, s=46, zorder=4, label="pruned again, budget spent (at most)")
+    here = t.at(1.0)
+    if here is not None and here.found and here.fp32_flop_share is not None:
+        ax.scatter([1.0], [100 * num(here.fp32_flop_share)], marker="*", s=240, color=FALLBACK, edgecolor="black",
+                   linewidths=0.8, zorder=5, label="the answer (this tolerance)")
+    missing = [p for p in t.points if not p.found]
+    _mark_edges(ax, [num(p.multiplier) for p in missing], 0.95, "^", FAIL, 50)
+    ax.set_xscale("log", base=2)
+    from matplotlib.ticker import FuncFormatter
+
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _p: f"{v:g}x"))
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(-3, 103)
+    ax.set_xlabel("tolerance, as a multiple of this run's (atol and rtol scaled together)")
+    ax.set_ylabel("FLOPs kept in FP32 (%)")
+    ax.grid(True, alpha=0.3)
+    extra = []
+    if missing:
+        from matplotlib.lines import Line2D
+
+        extra.append(Line2D([], [], ls="", marker="^", color=FAIL, label="no passing set found (drawn at the top)"))
+    _legend_above(fig, ax, extra)
+    return _to_svg(fig, ax, "plot-tradeoff")

@@ -9,8 +9,12 @@ and the all-low-precision error as a multiple of the tolerance).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from typing import Any
 
+from precision_doctor.graph.coverage import EmulationNote, NoteKind
+from precision_doctor.graph.names import shown
+from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus, Verdict, _Value
 from precision_doctor.results.report import AnswerSummary, Report
 
@@ -88,6 +92,30 @@ def fmt_time(v: Any) -> str:
     return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
 
 
+def tolerance_text(tol: Tolerance, sep: str = ", ", code: str = "") -> str:
+    """The tolerance in words: "atol 0.001, rtol 0.001, stat elemwise, cosine >= 0.999; output 'logits': atol
+    0.01" (`sep` between the parts, `code` around literal names: "`" in Markdown)."""
+    parts = [f"atol {fmt(tol.atol)}", f"rtol {fmt(tol.rtol)}", f"stat {code}{tol.check_error_stat}{code}"]
+    if tol.cosine_floor is not None:
+        parts.append(f"cosine ≥ {fmt(tol.cosine_floor, 7)}")
+    own = []
+    for name in tol.outputs_named:
+        t = tol.for_output(name)
+        own.append(f"output {code}{shown(name)}{code}: atol {fmt(t.atol)}, rtol {fmt(t.rtol)}")
+    return sep.join(parts) + ("; " + "; ".join(own) if own else "")
+
+
+def fmt_bytes(v: Any) -> str:
+    """A size in bytes with a binary prefix: "812 B", "2.4 KiB", "199 MiB", "1.03 GiB"."""
+    x = num(v)
+    if not math.isfinite(x):
+        return fmt(x)
+    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(x) >= scale:
+            return f"{x / scale:.3g} {unit}"
+    return f"{x:.0f} B"
+
+
 def precision_name(report: Report) -> str:
     return str(report.precision or "low precision").upper()
 
@@ -110,6 +138,7 @@ class Tone(_Value):
 _LABELS: dict[Verdict, tuple[str, Tone]] = {
     Verdict.PASSED: ("PASSED", Tone.PASS),
     Verdict.PASSED_UNVALIDATED: ("PASSED (NOT VALIDATED ON YOUR DATA)", Tone.PASS),
+    Verdict.PASSED_UNCONFIRMED: ("PASSED ON THE EMULATOR (CONFIRM ON A GPU)", Tone.WARN),
     Verdict.PASSED_SO_FAR: ("PASSED (search {stopped})", Tone.WARN),
     Verdict.NOT_PREDICTED_TO_HOLD: ("PREDICTED NOT TO HOLD ON NEW INPUTS", Tone.WARN),
     Verdict.FAILED_HELD_OUT: ("FAILED ON HELD-OUT SAMPLES", Tone.FAIL),
@@ -132,7 +161,43 @@ def verdict_of(report: Report) -> Verdict:
         return Verdict.NOT_PREDICTED_TO_HOLD if not_holding(report) else Verdict.FAILED_HELD_OUT
     if v is not None and not v.passed and not v.passed_after_research:
         return Verdict.FAILED_HELD_OUT
+    if unconfirmed(report):
+        return Verdict.PASSED_UNCONFIRMED
     return Verdict.PASSED if validated_on_user_data(report) else Verdict.PASSED_UNVALIDATED
+
+
+def unconfirmed(report: Report) -> list[str]:
+    """What of the answer's low-precision part the emulator that certified it does not model on a GPU (op types,
+    patterns, the format: `certified_by.unconfirmed`); empty where a GPU certified it or the emulator models it all."""
+    c = report.certified_by
+    return list(c.unconfirmed) if c is not None and not c.gpu else []
+
+
+def coverage_clause(report: Report) -> str | None:
+    """Why an emulator's PASS is unconfirmed, in words ("28 HardSwish nodes behave on a GPU in a way never
+    measured; ..."); None when it is not."""
+    return notes_clause(report.emulation_notes, precision_name(report)) if unconfirmed(report) else None
+
+
+def notes_clause(notes: Iterable[EmulationNote], precision: str) -> str | None:
+    """The emulation notes that leave an emulator's verdict unconfirmed, in words; None without any."""
+    parts = []
+    for n in notes:
+        if not n.unconfirmed:
+            continue
+        one = n.count == 1
+        nodes = f"{n.count} {n.op_type} node{'' if one else 's'}"
+        if n.kind == NoteKind.MEASURED_MISMATCH:
+            parts.append(f"{nodes} {'errs' if one else 'err'} on a GPU up to {n.factor:.3g}x more than the emulator "
+                         "computes")
+        elif n.kind == NoteKind.UNMEASURED_PATTERN:
+            parts.append(f"{n.count} {n.op_type} pair{'' if one else 's'} that ONNX Runtime may fuse "
+                         f"{'was' if one else 'were'} never measured")
+        elif n.kind == NoteKind.UNMEASURED_FORMAT:
+            parts.append(f"{precision.upper()} was never measured on a GPU")
+        else:
+            parts.append(f"{nodes} {'behaves' if one else 'behave'} on a GPU in a way never measured")
+    return "; ".join(parts) or None
 
 
 def _researched(report: Report) -> bool:
@@ -187,8 +252,12 @@ def verdict_sentence(report: Report) -> str:
                 "only: it is predicted not to hold on new inputs.")
     if kind == Verdict.FAILED_HELD_OUT:
         return f"The fallback set found ({nodes} in FP32) does not meet the tolerance in {prec} on the held-out samples."
-    if size == 0:
+    if size == 0 and kind != Verdict.PASSED_UNCONFIRMED:
         return f"The model meets the tolerance entirely in {prec}: no node needs FP32."
+    if kind == Verdict.PASSED_UNCONFIRMED:
+        where = "entirely" if size == 0 else f"with {nodes} kept in FP32 ({share} of FLOPs)"
+        return (f"On the emulator, the model meets the tolerance in {prec} {where}; {coverage_clause(report)}: "
+                "confirm on the GPU (`--confirm-backend ort-cuda`, or `precision-doctor probe-ops` there).")
     lead = "The model meets the tolerance" if kind != Verdict.PASSED_SO_FAR else "The best set so far meets the tolerance"
     return f"{lead} in {prec} with {nodes} kept in FP32 ({share} of FLOPs)."
 
@@ -364,3 +433,59 @@ def held_out_sentence(report: Report) -> str | None:
                 f"this answer, which passes on every sample.")
     return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found no "
             f"set that passes on every sample.")
+
+
+# ---------------------------------------------------------------- inputs and files
+
+
+def _dims(dims: tuple) -> str:
+    return "x".join("?" if d is None else str(d) for d in dims)
+
+
+def shapes_text(report: Report) -> str | None:
+    """The dynamic inputs' shapes as the samples ran them, against the model's declaration ("x: 1x3x48x192
+    (the model declares ?x3x?x?)"); None when no input is dynamic."""
+    parts = []
+    for s in report.input_shapes:
+        if not s.dynamic:
+            continue
+        ran = _dims(s.opt) if not s.varies else f"{_dims(s.min)} to {_dims(s.max)} (mostly {_dims(s.opt)})"
+        parts.append(f"{shown(s.name)}: {ran} (the model declares {_dims(s.declared)})")
+    return "; ".join(parts) or None
+
+
+def shapes_warning(report: Report) -> str | None:
+    """A warning when the samples' shapes are far from the model's use (`graph.shapes.ShapeConcern`): polygraphy's
+    1x1 placeholders for dynamic dimensions, or an image a few pixels wide. None when nothing says so."""
+    from precision_doctor.graph.shapes import ShapeConcern
+
+    worried = [s for s in report.input_shapes if s.concern is not None]
+    if not worried:
+        return None
+    s = worried[0]
+    name = shown(s.name)
+    if s.concern == ShapeConcern.PLACEHOLDER:
+        why = (f"every sample gives input '{name}' the shape {_dims(s.max)}, while the model leaves its dimensions "
+               f"{_dims(s.declared)} open: 1 is the placeholder polygraphy (and precision-doctor's generated samples) "
+               "put in an open dimension")
+    else:
+        why = (f"every sample gives the image input '{name}' at most {_dims(s.max)} pixels (the model declares "
+               f"{_dims(s.declared)}), far from any image it is used on")
+    base = report.baseline
+    said = (f' "The whole model in {precision_name(report)} meets the tolerance" is about these inputs only.'
+            if base is not None and base.passed else "")
+    more = f" ({len(worried) - 1} more input(s) alike)" if len(worried) > 1 else ""
+    example = ",".join(str(d) if d is not None else ("1" if i == 0 else "?") for i, d in enumerate(s.declared))
+    return (f"WARNING: {why}{more}. Low-precision errors depend on the inputs' size, so this verdict says little about "
+            f"real inputs.{said} Give samples of your data (--inputs), or their shape (--input-shapes "
+            f"{name}:[{example}] with your sizes for ?).")
+
+
+def model_file_sentence(report: Report) -> str | None:
+    """How the run directory's commands reach the model: model.onnx, a relative link or a copy; None otherwise."""
+    link = report.model.link if report.model is not None else None
+    if link == "symlink":
+        return "model.onnx here is a relative symbolic link to your model (nothing copied): keep the two where they are."
+    if link == "copy":
+        return "model.onnx here is a copy of your model (this file system takes no symbolic links)."
+    return None

@@ -1,5 +1,12 @@
 """What the user pastes: trtexec and polygraphy command lines, a trtexec build script, the
-layer-precision list and a ModelOpt AutoCast command, all from plain data.
+layer-precision list, a ModelOpt AutoCast command and ONNX Runtime's node_block_list, all from plain data.
+
+Every command is for one release and says which (`LABELS`: the reports and `emit` print the label above it),
+and runs from the run directory with paths relative to it (the model is `model.onnx` there, a link or a
+copy, or named.onnx; pipeline/artifacts.py). Dynamic inputs carry the shapes the samples gave them: trtexec
+`--minShapes/--optShapes/--maxShapes` (the samples' range; `--shapes` for the inference run trtexec does
+after a build), polygraphy `--trt-min-shapes/--trt-opt-shapes/--trt-max-shapes` (TensorRT's documentation,
+"Working with Dynamic Shapes", trtexec's README Example 3; `polygraphy run --help` of 0.53.6).
 
 Facts these commands rest on (see the report of the module's author for sources):
 
@@ -23,6 +30,19 @@ Facts these commands rest on (see the report of the module's author for sources)
   it with a `--trt-config-postprocess-script`.
 * TensorRT-RTX (PyPI ships the library, not trtexec) builds with `polygraphy convert` and
   `POLYGRAPHY_USE_TENSORRT_RTX=1`, ahead of time for `--compute-capabilities`, no GPU needed.
+* TensorRT 11's trtexec checks an engine against reference outputs itself (samples/trtexec/README.md of the
+  TensorRT 11 sources, "7.5: Accuracy-aware tuning", read 2026-11-26 in the kevinch-nv/TensorRT copy at
+  ca754f7; DESIGN.md's facts of 2026-11-26): `--loadInputs=name:file` and `--loadRefOutputs=name:file` take
+  raw binary files (`numpy.ndarray.tofile`, the same `name:file` form), `--accuracyThreshold` is required with
+  `--loadRefOutputs`, `--refPair=N` groups one input set with one reference set (several pairs),
+  `--accuracyAlgorithm=l0` (the default) is the fraction of elements outside `atol + rtol * |ref|`, with
+  `--atol`/`--rtol` (default 1e-5). That rule passes an element up to 2x further off than polygraphy's
+  elemwise check (an element fails only when both `|d| > atol` and `|d|/|ref| > rtol`), and trtexec has one
+  atol/rtol for every output: both are said in the emitted comment. Not run: no TensorRT 11 here.
+* ONNX Runtime: onnxconverter-common's `convert_float_to_float16(node_block_list=...)` takes node names; it
+  wraps each blocked node in its own Casts, so values passed between FP32 nodes still go through FP16
+  (DESIGN.md): fixed.onnx (Casts only at island borders) is the model to run, the list is for those who convert
+  themselves, and the emitted comment says so.
 * ModelOpt AutoCast `--nodes_to_exclude` takes regular expressions matched with `re.match`
   (a prefix match), so names are escaped and anchored. `--calibration_data` reads NPZ or
   polygraphy JSON inputs. AutoCast also keeps nodes in FP32 by its own rules (`--data_max`,
@@ -42,13 +62,17 @@ to the TRT 10 commands must be the file whose node names those are.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from precision_doctor.backends import knobs
 from precision_doctor.backends.knobs import KnobConfig
 from precision_doctor.graph.names import shown
+from precision_doctor.graph.shapes import InputShape, dims_text
+from precision_doctor.measure.tolerance import Tolerance
 
 PRECISION_FLAGS = {"fp16": "--fp16", "bf16": "--bf16"}
 # trtexec cannot express these in a layer name (see the module docstring).
@@ -60,6 +84,26 @@ PORTABLE_TARGETS = ("8.0", "8.6", "8.9", "12.0", "12.1")
 # Enabled by default in TensorRT 10 and 11 (10.x documents CUBLAS, CUBLAS_LT and CUDNN as
 # "Disabled by default"; 11.x has only these two).
 DEFAULT_TACTIC_SOURCES = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+# What each command of `emit_all` is for: the release, the file it reads and what it writes (the reports and
+# `emit` print these above the commands).
+LABELS = {
+    "trtexec_trt10": "TensorRT 10.x, weak typing: build the original model (model.onnx) in low precision with the FP32 "
+                     "layers pinned (--layerPrecisions, --layerOutputTypes, --precisionConstraints=obey) into fixed.plan",
+    "trtexec_trt11": "TensorRT 11, strongly typed (no precision flags: fixed.onnx carries the precisions): build "
+                     "fixed.onnx into fixed.plan (on 10.x the same with --stronglyTyped)",
+    "trtexec_trt11_check": "TensorRT 11: check fixed.plan against the FP32 reference outputs (trtexec's own accuracy "
+                           "check)",
+    "polygraphy": "polygraphy on TensorRT 11 (or 10.x, --strongly-typed): build fixed.onnx and check it against the FP32 "
+                  "reference outputs at your tolerance",
+    "polygraphy_trt10": "polygraphy on TensorRT 10.x, weak typing: the original model with the same FP32 layers, "
+                        "checked against the FP32 reference outputs",
+    "autocast": "ModelOpt AutoCast (for TensorRT 11): convert the original model itself, keeping the same nodes in FP32",
+    "ort_node_block_list": "ONNX Runtime: the same FP32 nodes as onnxconverter-common's node_block_list",
+    "ort_cuda_providers": "ONNX Runtime CUDA: the provider options of the knob configuration found",
+}
+# Samples whose raw files the trtexec check reads (each input and output of each sample is a file): enough to
+# see the engine fail where it does, few enough to keep the run directory small.
+TRTEXEC_CHECK_SAMPLES = 4
 
 
 def _check_precision(precision: str) -> None:
@@ -132,6 +176,40 @@ def _line(args: Sequence[str], multiline: bool = False) -> str:
     return (" \\\n    ").join([" ".join(quoted[:2]), *quoted[2:]])
 
 
+def _trtexec_name(name: str) -> str | None:
+    """An input name in trtexec's `name:value` lists: quoted ('name') where it holds `:` or `,`; None where it
+    cannot be written (a `'`)."""
+    if "'" in name:
+        return None
+    return f"'{name}'" if any(c in name for c in ":, ") else name
+
+
+def trtexec_shape_args(shapes: Sequence[InputShape] = ()) -> list[str]:
+    """trtexec's shape flags for the dynamic inputs: `--shapes` (the shape trtexec builds for and runs after the
+    build: the most common one), with `--minShapes/--optShapes/--maxShapes` where the samples' shapes vary (the
+    profile then spans their range)."""
+    dynamic = [s for s in shapes if s.dynamic and _trtexec_name(s.name) is not None]
+    if not dynamic:
+        return []
+
+    def spec(which: str) -> str:
+        return ",".join(f"{_trtexec_name(s.name)}:{dims_text(getattr(s, which))}" for s in dynamic)
+
+    ranges = [f"--minShapes={spec('min')}", f"--optShapes={spec('opt')}", f"--maxShapes={spec('max')}"]
+    return [*(ranges if any(s.varies for s in dynamic) else []), f"--shapes={spec('opt')}"]
+
+
+def polygraphy_shape_args(shapes: Sequence[InputShape] = ()) -> list[str]:
+    """polygraphy's TensorRT profile for the dynamic inputs (`--trt-min-shapes name:[d0,d1] ...`)."""
+    dynamic = [s for s in shapes if s.dynamic]
+    if not dynamic:
+        return []
+    out: list[str] = []
+    for which in ("min", "opt", "max"):
+        out += [f"--trt-{which}-shapes", *(f"{s.name}:[{dims_text(getattr(s, which), ',')}]" for s in dynamic)]
+    return out
+
+
 def _trtexec_trt10_args(
     model: str,
     layers: Sequence[str],
@@ -141,9 +219,10 @@ def _trtexec_trt10_args(
     timing_cache: str | None,
     no_tf32: bool,
     tactic_sources_add: Iterable[str] | None = None,
+    shapes: Sequence[InputShape] = (),
 ) -> list[str]:
     _check_precision(precision)
-    args = ["trtexec", f"--onnx={model}", PRECISION_FLAGS[precision]]
+    args = ["trtexec", f"--onnx={model}", *trtexec_shape_args(shapes), PRECISION_FLAGS[precision]]
     if no_tf32:
         args.append("--noTF32")
     spec = layer_precisions_spec(layers)
@@ -178,11 +257,12 @@ def trtexec_trt10(
     no_tf32: bool = True,
     multiline: bool = False,
     tactic_sources_add: Iterable[str] | None = None,
+    shapes: Sequence[InputShape] = (),
 ) -> str:
     """TensorRT 10 (weak typing): the original model in FP16/BF16, `layers` forced to FP32 with
     obeyed precision constraints. `layers`: TensorRT layer names, else the ONNX node names."""
     args = _trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, no_tf32,
-                               tactic_sources_add)
+                               tactic_sources_add, shapes)
     return _line(args, multiline)
 
 
@@ -195,8 +275,9 @@ def _trtexec_strong_args(
     trt_major: int,
     no_tf32: bool = True,
     tactic_sources_add: Iterable[str] | None = None,
+    shapes: Sequence[InputShape] = (),
 ) -> list[str]:
-    args = ["trtexec", f"--onnx={fixed_onnx}"]
+    args = ["trtexec", f"--onnx={fixed_onnx}", *trtexec_shape_args(shapes)]
     if strongly_typed_flag:
         args.append("--stronglyTyped")
     if no_tf32:
@@ -214,13 +295,14 @@ def trtexec_trt11(
     no_tf32: bool = True,
     multiline: bool = False,
     tactic_sources_add: Iterable[str] | None = None,
+    shapes: Sequence[InputShape] = (),
 ) -> str:
     """TensorRT 11 (always strongly typed): build the mixed-precision graph as it is. Set
     `strongly_typed_flag` to add `--stronglyTyped` (needed on TensorRT 10.x, where strong typing
     is opt-in; documented as no longer needed in 11). `--noTF32` keeps the FP32 islands in FP32
     (TF32 is on by default in 11.x)."""
     args = _trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, strongly_typed_flag, 11, no_tf32,
-                                tactic_sources_add)
+                                tactic_sources_add, shapes)
     return _line(args, multiline)
 
 
@@ -234,39 +316,39 @@ def _polygraphy_tactics(avoid: Iterable[str] | None, add: Iterable[str] | None =
     return args + (["--tf32"] if tf32 else [])
 
 
-def _tolerance_args(atol: float, rtol: float, check_error_stat: str) -> list[str]:
-    return ["--atol", repr(float(atol)), "--rtol", repr(float(rtol)), "--check-error-stat", check_error_stat]
+def _tolerance_args(tolerance: Tolerance) -> list[str]:
+    """polygraphy's tolerance flags: `--atol 0.001 out:0.01` (a value for every output, then per output, one
+    flag with several values: polygraphy reads the flag's values as one list), `--rtol`, `--check-error-stat`."""
+    def values(kind: str) -> list[str]:
+        return [repr(float(getattr(tolerance, kind))),
+                *(f"{n}:{v!r}" for n, v in tolerance.per_output(kind).items())]
+
+    return ["--atol", *values("atol"), "--rtol", *values("rtol"), "--check-error-stat", tolerance.check_error_stat]
 
 
 def polygraphy_verify(
-    model: str,
     fixed_onnx: str,
     *,
-    atol: float,
-    rtol: float,
-    check_error_stat: str = "elemwise",
-    inputs: str | None = None,
+    tolerance: Tolerance,
+    inputs: str = "inputs.json",
     reference_outputs: str = "reference_outputs.json",
+    shapes: Sequence[InputShape] = (),
     strongly_typed: bool = True,
     tactic_sources_avoid: Iterable[str] | None = None,
     multiline: bool = False,
     tactic_sources_add: Iterable[str] | None = None,
     tf32: bool = False,
 ) -> str:
-    """Two commands: FP32 reference outputs of the original model on ONNX Runtime, then the fixed
-    (mixed-precision) model on TensorRT, strongly typed, checked against them. (Running
-    `--onnxrt` on fixed.onnx itself would compare against a half-precision graph.)"""
-    ref = ["polygraphy", "run", model, "--onnxrt"]
-    trt = ["polygraphy", "run", fixed_onnx, "--trt"]
+    """The fixed (mixed-precision) model on TensorRT, strongly typed, checked against the run's FP32 reference
+    outputs (reference_outputs.json, of the samples in inputs.json). (Running `--onnxrt` on fixed.onnx
+    checks the same files on ONNX Runtime: the plumbing, not TensorRT's FP16.)"""
+    args = ["polygraphy", "run", fixed_onnx, "--trt"]
     if strongly_typed:
-        trt.append("--strongly-typed")
-    trt += _polygraphy_tactics(tactic_sources_avoid, tactic_sources_add, tf32)
-    if inputs:
-        ref += ["--load-inputs", inputs]
-        trt += ["--load-inputs", inputs]
-    ref += ["--save-outputs", reference_outputs]
-    trt += ["--load-outputs", reference_outputs, *_tolerance_args(atol, rtol, check_error_stat)]
-    return _line(ref, multiline) + "\n" + _line(trt, multiline)
+        args.append("--strongly-typed")
+    args += _polygraphy_tactics(tactic_sources_avoid, tactic_sources_add, tf32)
+    args += polygraphy_shape_args(shapes)
+    args += ["--load-inputs", inputs, "--load-outputs", reference_outputs, *_tolerance_args(tolerance)]
+    return _line(args, multiline)
 
 
 def polygraphy_trt10(
@@ -274,27 +356,92 @@ def polygraphy_trt10(
     layers: Sequence[str],
     precision: str = "fp16",
     *,
-    atol: float,
-    rtol: float,
-    check_error_stat: str = "elemwise",
-    inputs: str | None = None,
+    tolerance: Tolerance,
+    inputs: str = "inputs.json",
+    reference_outputs: str = "reference_outputs.json",
+    shapes: Sequence[InputShape] = (),
     tactic_sources_avoid: Iterable[str] | None = None,
     multiline: bool = False,
     tactic_sources_add: Iterable[str] | None = None,
     tf32: bool = False,
 ) -> str:
-    """TensorRT 10 (weak typing) check in one command: the original model on TensorRT in
-    FP16/BF16 with `layers` in FP32 (obeyed), against ONNX Runtime in FP32."""
+    """TensorRT 10 (weak typing) check in one command: the original model on TensorRT in FP16/BF16 with
+    `layers` in FP32 (obeyed), against the run's FP32 reference outputs."""
     _check_precision(precision)
     ok, _ = split_layer_names(layers, "polygraphy")
-    args = ["polygraphy", "run", model, "--trt", "--onnxrt", PRECISION_FLAGS[precision]]
+    args = ["polygraphy", "run", model, "--trt", PRECISION_FLAGS[precision]]
     if ok:
         args += ["--precision-constraints", "obey", "--layer-precisions", *(f"{n}:float32" for n in ok)]
     args += _polygraphy_tactics(tactic_sources_avoid, tactic_sources_add, tf32)
-    if inputs:
-        args += ["--load-inputs", inputs]
-    args += _tolerance_args(atol, rtol, check_error_stat)
+    args += polygraphy_shape_args(shapes)
+    args += ["--load-inputs", inputs, "--load-outputs", reference_outputs, *_tolerance_args(tolerance)]
     return _line(args, multiline)
+
+
+@dataclass(frozen=True)
+class IOPair:
+    """One sample for trtexec's accuracy check: each input's and each output's raw file (relative to the run
+    directory) and the shapes of the dynamic inputs in it."""
+
+    inputs: dict[str, str]
+    outputs: dict[str, str]
+    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
+
+
+def trtexec_trt11_check(pairs: Sequence[IOPair], tolerance: Tolerance, engine: str = "fixed.plan") -> str:
+    """TensorRT 11: run `engine` on the samples of `pairs` and check its outputs against the references with
+    trtexec's l0 rule (one command per input shape; `--refPair` where a command checks several samples).
+    Comment lines first say how the check differs from the report's."""
+    lines = ["# trtexec's l0 check passes an element when |out - ref| <= atol + rtol * |ref|: up to 2x looser than",
+             "# polygraphy's elemwise rule, which precision-doctor and its polygraphy check use."]
+    own = tolerance.outputs_named
+    if own:
+        lines.append(f"# trtexec has one --atol/--rtol for every output: the plain ones are used here, not the ones "
+                     f"for {', '.join(shown(n) for n in own)}.")
+    if tolerance.check_error_stat != "elemwise" or tolerance.cosine_floor is not None:
+        lines.append(f"# The run checked with --check-error-stat {tolerance.check_error_stat}"
+                     + (f" and a cosine floor {tolerance.cosine_floor:g}" if tolerance.cosine_floor is not None else "")
+                     + ": l0 counts elements instead.")
+    bad = sorted({n for p in pairs for n in [*p.inputs, *p.outputs] if _trtexec_name(n) is None})
+    if bad:
+        return "\n".join([*lines, f"# Not possible: trtexec's name:file lists cannot carry the name(s) "
+                                   f"{', '.join(shown(n) for n in bad)}."])
+    groups: dict[tuple, list[IOPair]] = {}
+    for pair in pairs:
+        groups.setdefault(tuple(sorted(pair.shapes.items())), []).append(pair)
+    for key, group in groups.items():
+        args = ["trtexec", f"--loadEngine={engine}"]
+        if key:
+            args.append("--shapes=" + ",".join(f"{_trtexec_name(n)}:{dims_text(d)}" for n, d in key))
+        for i, pair in enumerate(group):
+            if len(group) > 1:
+                args.append(f"--refPair={i}")
+            args.append("--loadInputs=" + ",".join(f"{_trtexec_name(n)}:{f}" for n, f in pair.inputs.items()))
+            args.append("--loadRefOutputs=" + ",".join(f"{_trtexec_name(n)}:{f}" for n, f in pair.outputs.items()))
+        # the threshold is a share of failing elements: any positive value below one element in the outputs
+        args += ["--accuracyAlgorithm=l0", f"--atol={tolerance.atol!r}", f"--rtol={tolerance.rtol!r}",
+                 "--accuracyThreshold=1e-12"]
+        lines.append(_line(args))
+    return "\n".join(lines)
+
+
+def ort_block_list_command(model: str, block_list: str, precision: str = "fp16",
+                           output: str = "fixed_onnxconverter.onnx") -> str:
+    """onnxconverter-common's FP16 conversion of `model` with the nodes of `block_list` (a JSON list of names)
+    kept FP32, with a comment saying why fixed.onnx is the better model for ONNX Runtime."""
+    if precision != "fp16":
+        return "# onnxconverter-common converts to FP16 only: for BF16 run fixed.onnx."
+    code = ("import json, onnx; from onnxconverter_common import float16; "
+            f"blocked = json.load(open({json.dumps(block_list)})); "
+            f"m = float16.convert_float_to_float16(onnx.load({json.dumps(model)}), keep_io_types=True, "
+            "node_block_list=blocked); "
+            f"onnx.save(m, {json.dumps(output)})")
+    return "\n".join([
+        f"# fixed.onnx is the model to run on ONNX Runtime: Casts only where FP32 regions begin and end. {block_list}",
+        "# lists the same nodes for onnxconverter-common, whose conversion casts around each blocked node on its own",
+        "# (values passed between two FP32 nodes still go through FP16), so its model can differ from fixed.onnx.",
+        _line(["python3", "-c", code]),
+    ])
 
 
 def autocast_regex(name: str) -> str:
@@ -392,6 +539,7 @@ def trtexec_script(
     forced: Mapping[str, str] | None = None,
     tactic_sources_add: Iterable[str] | None = None,
     tf32: bool = False,
+    shapes: Sequence[InputShape] = (),
 ) -> str:
     """trtexec.sh: picks the TensorRT 10 or 11 build by `$TRT_MAJOR`, else by the banner of
     `trtexec --version`, else by `python3 -c 'import tensorrt'`. Relative paths are relative to
@@ -402,12 +550,12 @@ def trtexec_script(
     ok, bad = split_layer_names(layers)
     n_nodes = len(_dedupe(nodes)) if nodes is not None else None
     add = tactic_sources_add
-    weak = _line(_trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, not tf32, add),
-                 True)
-    strong10 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, True, 10, not tf32, add),
-                     True)
-    strong11 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, False, 11, not tf32, add),
-                     True)
+    weak = _line(_trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, not tf32, add,
+                                     shapes), True)
+    strong10 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, True, 10, not tf32, add,
+                                          shapes), True)
+    strong11 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, False, 11, not tf32, add,
+                                          shapes), True)
     dropped11 = [t for t in [*_tactics(tactic_sources_avoid), *_tactics(add)] if t not in TRT11_TACTIC_SOURCES]
 
     def indent(text: str) -> str:
@@ -496,6 +644,7 @@ def tensorrt_rtx_script(
     forced: Mapping[str, str] | None = None,
     tactic_sources_add: Iterable[str] | None = None,
     tf32: bool = False,
+    shapes: Sequence[InputShape] = (),
 ) -> str:
     """tensorrt_rtx.sh: build the fixed engine with TensorRT-RTX through `polygraphy convert` (what PyPI's
     `tensorrt-rtx` and `polygraphy` give; no GPU needed), strongly typed, TF32 off, for the compute
@@ -507,6 +656,7 @@ def tensorrt_rtx_script(
         args += ["--tactic-sources", *dict.fromkeys([*(t for t in TRT11_TACTIC_SOURCES if t not in avoid), *added])]
     for name, shape in (input_shapes or {}).items():
         args += ["--input-shapes", f"{name}:[{','.join(str(int(d)) for d in shape)}]"]
+    args += polygraphy_shape_args(shapes)
     cmd = " ".join(shlex.quote(a) for a in args)
     tf32_text = (["# fixed.onnx holds the precisions (strongly typed); TF32 stays on (the knob configuration found)."] if tf32
                  else ["# fixed.onnx holds the precisions (strongly typed); TF32 is cleared, since polygraphy's TensorRT-RTX",
@@ -547,10 +697,12 @@ def emit_all(
     fallback_nodes: Sequence[str],
     precision: str = "fp16",
     *,
-    atol: float,
-    rtol: float,
-    check_error_stat: str = "elemwise",
-    inputs: str | None = None,
+    tolerance: Tolerance,
+    inputs: str = "inputs.json",
+    reference_outputs: str = "reference_outputs.json",
+    shapes: Sequence[InputShape] = (),
+    check_pairs: Sequence[IOPair] = (),
+    block_list: str = "ort_node_block_list.json",
     tactic_sources_avoid: Iterable[str] | None = None,
     layers: Sequence[str] | None = None,
     engine: str = "fixed.plan",
@@ -559,14 +711,17 @@ def emit_all(
     compute_capabilities: Sequence[str] = PORTABLE_TARGETS,
     knob: KnobConfig | None = None,
 ) -> dict[str, str]:
-    """Everything at once, for `emit --format trtexec|polygraphy|autocast|json`. `model`: the file
-    whose node names the report uses (`toolnames.model_for_tools`); `fallback_nodes`: ONNX node
-    names in topological order; `layers`: TensorRT layer names from a build, if known (else the node
-    names stand in for them); `forced_fp32`: nodes fixed.onnx keeps FP32 beyond the answer, with
-    why (`precision.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets;
-    `knob`: the knob configuration the answer was found under (`search.knobs`): a TensorRT one changes
-    the tactic sources and TF32 of every TensorRT command, an ONNX Runtime CUDA one adds
-    `ort_cuda_providers`, the provider options to run fixed.onnx with."""
+    """Everything at once, for `emit --format trtexec|polygraphy|autocast|ort|json`, each command labelled in
+    `LABELS`. `model`: the file whose node names the report uses, as the run directory names it (model.onnx,
+    named.onnx); `fallback_nodes`: ONNX node names in topological order; `tolerance`: the run's (per-output
+    values included); `shapes`: the inputs' shapes as the samples ran (dynamic ones get shape flags);
+    `check_pairs`: the raw files of trtexec's accuracy check (none: no check command); `block_list`: the JSON
+    list of node names for onnxconverter-common; `layers`: TensorRT layer names from a build, if known (else the
+    node names stand in for them); `forced_fp32`: nodes fixed.onnx keeps FP32 beyond the answer, with why
+    (`precision.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets; `knob`: the knob
+    configuration the answer was found under (`search.knobs`): a TensorRT one changes the tactic sources and
+    TF32 of every TensorRT command, an ONNX Runtime CUDA one adds `ort_cuda_providers`, the provider options to
+    run fixed.onnx with."""
     _check_precision(precision)
     avoid = list(tactic_sources_avoid) if tactic_sources_avoid else []
     add: list[str] = []
@@ -579,47 +734,23 @@ def emit_all(
     trt = {"tactic_sources_avoid": avoid or None, "tactic_sources_add": add or None}
     forced = dict(forced_fp32 or {})
     names = with_forced(list(layers) if layers is not None else list(fallback_nodes), forced)
+    checked = {"tolerance": tolerance, "inputs": inputs, "reference_outputs": reference_outputs, "shapes": shapes,
+               "tf32": tf32, **trt}
     out = {
-        "trtexec_trt10": trtexec_trt10(
-            model, names, precision, engine=engine, timing_cache=timing_cache, no_tf32=not tf32, **trt
-        ),
-        "trtexec_trt11": trtexec_trt11(fixed_onnx, engine=engine, timing_cache=timing_cache, no_tf32=not tf32, **trt),
-        "polygraphy": polygraphy_verify(
-            model,
-            fixed_onnx,
-            atol=atol,
-            rtol=rtol,
-            check_error_stat=check_error_stat,
-            inputs=inputs,
-            tf32=tf32,
-            **trt,
-        ),
-        "polygraphy_trt10": polygraphy_trt10(
-            model,
-            names,
-            precision,
-            atol=atol,
-            rtol=rtol,
-            check_error_stat=check_error_stat,
-            inputs=inputs,
-            tf32=tf32,
-            **trt,
-        ),
+        "trtexec_trt10": trtexec_trt10(model, names, precision, engine=engine, timing_cache=timing_cache,
+                                       no_tf32=not tf32, shapes=shapes, **trt),
+        "trtexec_trt11": trtexec_trt11(fixed_onnx, engine=engine, timing_cache=timing_cache, no_tf32=not tf32,
+                                       shapes=shapes, **trt),
+        **({"trtexec_trt11_check": trtexec_trt11_check(check_pairs, tolerance, engine)} if check_pairs else {}),
+        "polygraphy": polygraphy_verify(fixed_onnx, **checked),
+        "polygraphy_trt10": polygraphy_trt10(model, names, precision, **checked),
         "autocast": autocast_command(model, with_forced(fallback_nodes, forced), precision, inputs=inputs),
+        "ort_node_block_list": ort_block_list_command(model, block_list, precision),
         "layer_precisions_txt": layer_precisions_file(names, precision, from_build=layers is not None, forced=forced),
-        "trtexec_sh": trtexec_script(
-            model,
-            fixed_onnx,
-            names,
-            precision,
-            engine=engine,
-            timing_cache=timing_cache,
-            nodes=fallback_nodes,
-            forced=forced,
-            tf32=tf32,
-            **trt,
-        ),
-        "tensorrt_rtx_sh": tensorrt_rtx_script(fixed_onnx, compute_capabilities, engine=engine, forced=forced, tf32=tf32, **trt),
+        "trtexec_sh": trtexec_script(model, fixed_onnx, names, precision, engine=engine, timing_cache=timing_cache,
+                                     nodes=fallback_nodes, forced=forced, tf32=tf32, shapes=shapes, **trt),
+        "tensorrt_rtx_sh": tensorrt_rtx_script(fixed_onnx, compute_capabilities, engine=engine, forced=forced, tf32=tf32,
+                                               shapes=shapes, **trt),
     }
     if knob is not None and knob.backend == knobs.ORT_CUDA:
         out["ort_cuda_providers"] = knobs.ort_providers_text(knob)

@@ -1,6 +1,6 @@
 """The typed report of a diagnose run: what report.json holds, and what the renderers read.
 
-`Report.to_json()` gives the keys and values report.json has always had (README's contract:
+`Report.to_json()` gives the keys and values report.json has always had (docs/guide.md's contract:
 `fallback_nodes`, `passed`, `evaluations`, `elapsed_s`, `strategy`, `precision`, `backend`,
 `tolerance`, ...), plus `schema_version`; non-finite numbers become "inf", "-inf", "nan".
 `Report.from_json()` reads those files, also ones written before `schema_version` existed (absent
@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
+from precision_doctor.graph.shapes import InputShape
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus
 from precision_doctor.results.jsonio import jsonable
+from precision_doctor.spec import RunSpec
 
 SCHEMA_VERSION = 1
 REPORT = "report.json"
@@ -43,6 +46,50 @@ class ModelInfo:
     total_flops: int = 0
     renamed_nodes: list[str] = field(default_factory=list)
     unsafe_names: dict[str, str] = field(default_factory=dict)  # renamed node -> its name in the file, escaped
+    # how `model.onnx` in the run directory stands for the model the commands read: "symlink" (a relative link),
+    # "copy", or None (no model.onnx: the commands read named.onnx, or the model by its absolute path)
+    link: str | None = None
+
+
+ORIGINS = ("cli", "batch", "service", "api")
+NEAR = 3  # a file at most this many directories up from the run directory is named relative to it
+
+
+def near_path(path: str | Path, run_dir: str | Path) -> str:
+    """`path` as a command run from `run_dir` names it: relative where the two are near (at most NEAR folders up,
+    below a common folder other than the root), else absolute."""
+    target, run_dir = Path(path).resolve(), Path(run_dir).resolve()
+    try:
+        common = Path(os.path.commonpath([target, run_dir]))
+        rel = Path(os.path.relpath(target, run_dir))
+    except ValueError:  # another drive
+        return str(target)
+    near = common != Path(common.anchor) and rel.parts.count("..") <= NEAR
+    return str(rel) if near else str(target)
+
+
+@dataclass
+class Invocation:
+    """How the run was started, so that the reports can print a command that runs it again: the settings with
+    their paths relative to the run directory (absolute for files far from it), the run directory's name, and
+    the front end that started it (`ORIGINS`: a service job's report prints a `submit` command)."""
+
+    spec: RunSpec
+    directory: str
+    origin: str = "api"
+
+    @classmethod
+    def of(cls, spec: RunSpec, run_dir: str | Path, origin: str) -> Invocation:
+        """The invocation of a run of `spec` (its relative paths: from the current directory) in `run_dir`."""
+        run_dir = Path(run_dir).resolve()
+        i = spec.inputs
+        paths = {"model": near_path(spec.model, run_dir), "inputs.files": [near_path(f, run_dir) for f in i.files],
+                 "inputs.validate_files": [near_path(f, run_dir) for f in i.validate_files],
+                 "inputs.reference_outputs": near_path(i.reference_outputs, run_dir) if i.reference_outputs else None}
+        return cls(spec.with_settings(paths), run_dir.name, origin)
+
+    def to_json(self) -> dict:
+        return {"origin": self.origin, "directory": self.directory, "spec": self.spec.to_json()}
 
 
 @dataclass
@@ -274,7 +321,9 @@ class Certification:
     """Which backend last checked the final answer on every sample, and how: `search` (on the search
     samples, no held-out ones), `validation` (search and held-out samples) or `confirmation` (on the
     confirm backend). `gpu`: real low precision on a GPU; `rules`: the emulator's rules when the
-    emulator certified; `not_on_gpu`: why the answer was not checked on a GPU, where `auto` had none."""
+    emulator certified; `not_on_gpu`: why the answer was not checked on a GPU, where `auto` had none;
+    `unconfirmed`: where the emulator certified, the op types, patterns or format of the answer's low-precision
+    part whose GPU behaviour it does not model (`emulation_notes`): the certificate does not cover them."""
 
     backend: str
     how: str
@@ -282,6 +331,7 @@ class Certification:
     gpu: bool = False
     rules: str | None = None
     not_on_gpu: str | None = None
+    unconfirmed: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -407,6 +457,135 @@ class KnobsResult:
         return out
 
 
+@dataclass(frozen=True)
+class AnswerCost:
+    """One set's price (`graph/cost.py`): FP32 share of the FLOPs (the set and the nodes fixed.onnx keeps in FP32
+    anyway) at the shapes that ran, the Casts fixed.onnx has and how many more than the all-low-precision model,
+    bytes moved per inference (weights and activations, Casts included) by fixed.onnx, all-FP32 and
+    all-low-precision, the deployment objective (`deploy_us`, microseconds above all-low-precision) and the
+    estimated share of the low-precision speed-up kept (None where that model estimates no speed-up). `batch`:
+    the batch the figures are for; `shapes_from`: "capture" or "inference"; `profile`: the device assumed."""
+
+    fp32_flop_share: float
+    fp32_flops: int
+    total_flops: int
+    casts: int
+    casts_added: int
+    cast_bytes: int
+    bytes_fixed: int
+    bytes_fp32: int
+    bytes_lowp: int
+    deploy_us: float
+    estimated_speedup_kept: float | None
+    batch: int
+    shapes_from: str
+    profile: str
+
+
+@dataclass(frozen=True)
+class DeployLatency:
+    """Measured median milliseconds of one inference at `batch` (and the 90th percentile), on `device` (ORT
+    with I/O binding, `measure/latency.py`), of the FP32 model, the all-low-precision one and fixed.onnx."""
+
+    batch: int
+    device: str
+    runs: int
+    fp32_ms: float
+    lowp_ms: float
+    fixed_ms: float
+    fp32_p90_ms: float
+    lowp_p90_ms: float
+    fixed_p90_ms: float
+
+    @property
+    def latency_kept(self) -> float | None:
+        """(t_fp32 - t_fixed) / (t_fp32 - t_lowp): the share of the low-precision speed-up kept; None without one."""
+        gain = self.fp32_ms - self.lowp_ms
+        return (self.fp32_ms - self.fixed_ms) / gain if gain > 0 else None
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "latency_kept": self.latency_kept}
+
+
+@dataclass(frozen=True)
+class TradeoffPoint:
+    """The cheapest set found that passes at `multiplier` x the search's tolerance (`search/tradeoff.py`): its
+    size, FP32 FLOP share and deployment cost (None without a cost model). `complete`: its prune finished (else
+    an upper bound); `evaluations`: what it took beyond the search; `fallback`: the set."""
+
+    multiplier: float
+    found: bool
+    fallback_size: int | None = None
+    fp32_flop_share: float | None = None
+    deploy_us: float | None = None
+    complete: bool = True
+    evaluations: int = 0
+    fallback: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    """A set the search saw pass using `share` of the tolerance: it holds from `share` x the tolerance up."""
+
+    share: float
+    fallback_size: int
+    fp32_flop_share: float | None
+    deploy_us: float | None
+
+
+@dataclass
+class Tradeoff:
+    """FP32 cost against the tolerance a user could choose: the answer's point (multiplier 1), the points pruned
+    again at other multiples and the frontier of the search's own passing sets; `evaluations` beyond the search."""
+
+    points: list[TradeoffPoint] = field(default_factory=list)
+    frontier: list[FrontierPoint] = field(default_factory=list)
+    evaluations: int = 0
+
+    def at(self, multiplier: float) -> TradeoffPoint | None:
+        return next((p for p in self.points if p.multiplier == multiplier), None)
+
+
+@dataclass(frozen=True)
+class GroupUse:
+    """A fusion group (`graph/groups.py`) the answer keeps in FP32: whole (`released` empty), or split where its
+    other members were proven not to matter (`search/refine.py`)."""
+
+    kind: str
+    kept: list[str]
+    released: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Pricing:
+    """What the answer costs where it is deployed: the search objective (`search.cost`) and what it means, the
+    answer's cost, the first answer's where a second search replaced it, the fusion groups it keeps, the FP16
+    gaps closed, the measured latency (None without a CUDA GPU) and the trade-off against the tolerance."""
+
+    objective: str
+    objective_means: str
+    answer: AnswerCost | None = None
+    first_answer: AnswerCost | None = None
+    groups: list[GroupUse] = field(default_factory=list)
+    gaps_closed: list[list[str]] = field(default_factory=list)
+    refine_evaluations: int = 0
+    latency: DeployLatency | None = None
+    latency_note: str | None = None  # how the latency was measured, or why not
+    tradeoff: Tradeoff | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "objective": self.objective, "objective_means": self.objective_means,
+            "answer": None if self.answer is None else asdict(self.answer),
+            "first_answer": None if self.first_answer is None else asdict(self.first_answer),
+            "groups": [asdict(g) for g in self.groups], "gaps_closed": self.gaps_closed,
+            "refine_evaluations": self.refine_evaluations,
+            "latency": None if self.latency is None else self.latency.to_json(),
+            "latency_note": self.latency_note,
+            "tradeoff": None if self.tradeoff is None else asdict(self.tradeoff),
+        }
+
+
 @dataclass
 class Layer:
     """One candidate node's line of the layer table (errors are relative L2 against FP32)."""
@@ -436,10 +615,48 @@ class SampleCounts:
     validation: int = 0
 
 
+@dataclass(frozen=True)
+class ShapeGroupInfo:
+    """One shape group of the samples (every input's shape): how many samples of it searched, were held out,
+    and were captured layer by layer."""
+
+    shapes: dict[str, list[int]]
+    samples: int = 0
+    held_out: int = 0
+    captured: int = 0
+
+
 @dataclass
 class FormatLimits:
     max: float | None = None
     smallest_normal: float | None = None
+
+
+@dataclass
+class ServiceJob:
+    """The daemon's job a run was (report.json's `service_job`; None for other runs): its id, the daemon's URL
+    as the submitter reached it, and the files as the submitter named them (uploads: their file names;
+    `remote`: paths on the server), so that a report can give the `submit` that runs it again rather than
+    the daemon's own paths."""
+
+    id: str
+    server: str | None = None
+    model: str = ""
+    inputs: list[str] = field(default_factory=list)
+    validate_inputs: list[str] = field(default_factory=list)
+    reference_outputs: str | None = None
+    remote: bool = False
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "service_job") -> ServiceJob:
+        """A ServiceJob from its JSON; ReportError naming the key when malformed."""
+        try:
+            return _service_job(data, source)
+        except _Bad as exc:
+            raise ReportError(str(exc)) from None
 
 
 # -- the report ----------------------------------------------------------------------------------------
@@ -497,6 +714,11 @@ class Report:
     decided_by: Decider | None = None
     search_rounds: SearchRounds | None = None
     answers: TwoAnswers | None = None
+    pricing: Pricing | None = None
+    input_shapes: list[InputShape] = field(default_factory=list)  # the model's inputs: declared, and as the samples ran
+    invocation: Invocation | None = None
+    service_job: ServiceJob | None = None
+    shape_groups: list[ShapeGroupInfo] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     @property
@@ -562,6 +784,11 @@ class Report:
             "decided_by": self.decided_by,
             "search_rounds": None if self.search_rounds is None else asdict(self.search_rounds),
             "answers": None if self.answers is None else asdict(self.answers),
+            "pricing": None if self.pricing is None else self.pricing.to_json(),
+            "input_shapes": [s.to_json() for s in self.input_shapes],
+            "invocation": None if self.invocation is None else self.invocation.to_json(),
+            "service_job": None if self.service_job is None else self.service_job.to_json(),
+            "shape_groups": [asdict(g) for g in self.shape_groups],
         })
 
     @classmethod
@@ -705,6 +932,8 @@ def _tolerance(v: Any, path: str) -> Tolerance:
             rtol=_get(d, "rtol", path, _num, default=Tolerance.rtol),
             check_error_stat=_get(d, "check_error_stat", path, _str, default=Tolerance.check_error_stat),
             cosine_floor=_get(d, "cosine_floor", path, _num, default=None, optional=True),
+            output_atol=tuple(_get(d, "output_atol", path, _list(_str), default=[])),
+            output_rtol=tuple(_get(d, "output_rtol", path, _list(_str), default=[])),
         )
     except UserError as exc:
         raise _Bad(f"bad key '{path}': {exc}") from None
@@ -718,6 +947,7 @@ def _model(v: Any, path: str) -> ModelInfo:
         total_flops=_get(d, "total_flops", path, _int, default=0),
         renamed_nodes=_get(d, "renamed_nodes", path, _list(_str), default=[]),
         unsafe_names=_get(d, "unsafe_names", path, _str_map, default={}),
+        link=_opt(d, "link", path, _str),
     )
 
 
@@ -804,7 +1034,14 @@ def _certification(v: Any, path: str) -> Certification:
         gpu=_get(d, "gpu", path, _bool, default=False),
         rules=_get(d, "rules", path, _str, default=None, optional=True),
         not_on_gpu=_get(d, "not_on_gpu", path, _str, default=None, optional=True),
+        unconfirmed=_get(d, "unconfirmed", path, _list(_str), default=[]),
     )
+
+
+def _shape_group(v: Any, path: str) -> ShapeGroupInfo:
+    d = _mapping(v, path)
+    shapes = {str(k): _list(_int)(x, f"{path}.shapes.{k}") for k, x in _get(d, "shapes", path, _mapping).items()}
+    return ShapeGroupInfo(shapes, *(_get(d, k, path, _int, default=0) for k in ("samples", "held_out", "captured")))
 
 
 def _emulation_note(v: Any, path: str) -> EmulationNote:
@@ -812,6 +1049,7 @@ def _emulation_note(v: Any, path: str) -> EmulationNote:
     return EmulationNote(
         kind=_get(d, "kind", path, _str), op_type=_get(d, "op_type", path, _str), count=_get(d, "count", path, _int),
         nodes=_get(d, "nodes", path, _list(_str), default=[]), detail=_get(d, "detail", path, _str, default=""),
+        factor=_get(d, "factor", path, _num, default=None, optional=True),
     )
 
 
@@ -943,6 +1181,98 @@ def _two_answers(v: Any, path: str) -> TwoAnswers:
                       smaller=_get(d, "smaller", path, _answer_summary), safer=_get(d, "safer", path, _answer_summary))
 
 
+def _answer_cost(v: Any, path: str) -> AnswerCost:
+    d = _mapping(v, path)
+    ints = {k: _get(d, k, path, _int) for k in ("fp32_flops", "total_flops", "casts", "casts_added", "cast_bytes",
+                                                  "bytes_fixed", "bytes_fp32", "bytes_lowp", "batch")}
+    return AnswerCost(fp32_flop_share=_get(d, "fp32_flop_share", path, _num), deploy_us=_get(d, "deploy_us", path, _num),
+                      estimated_speedup_kept=_opt(d, "estimated_speedup_kept", path, _num),
+                      shapes_from=_get(d, "shapes_from", path, _str), profile=_get(d, "profile", path, _str), **ints)
+
+
+def _latency(v: Any, path: str) -> DeployLatency:
+    d = _mapping(v, path)
+    return DeployLatency(batch=_get(d, "batch", path, _int), device=_get(d, "device", path, _str),
+                         runs=_get(d, "runs", path, _int),
+                         **{k: _get(d, k, path, _num) for k in ("fp32_ms", "lowp_ms", "fixed_ms", "fp32_p90_ms",
+                                                                 "lowp_p90_ms", "fixed_p90_ms")})
+
+
+def _tradeoff_point(v: Any, path: str) -> TradeoffPoint:
+    d = _mapping(v, path)
+    return TradeoffPoint(
+        multiplier=_get(d, "multiplier", path, _num), found=_get(d, "found", path, _bool),
+        fallback_size=_opt(d, "fallback_size", path, _int), fp32_flop_share=_opt(d, "fp32_flop_share", path, _num),
+        deploy_us=_opt(d, "deploy_us", path, _num), complete=_get(d, "complete", path, _bool, default=True),
+        evaluations=_get(d, "evaluations", path, _int, default=0),
+        fallback=_get(d, "fallback", path, _list(_str), default=[]),
+    )
+
+
+def _frontier_point(v: Any, path: str) -> FrontierPoint:
+    d = _mapping(v, path)
+    return FrontierPoint(share=_get(d, "share", path, _num), fallback_size=_get(d, "fallback_size", path, _int),
+                         fp32_flop_share=_opt(d, "fp32_flop_share", path, _num), deploy_us=_opt(d, "deploy_us", path, _num))
+
+
+def _tradeoff(v: Any, path: str) -> Tradeoff:
+    d = _mapping(v, path)
+    return Tradeoff(points=_get(d, "points", path, _list(_tradeoff_point), default=[]),
+                    frontier=_get(d, "frontier", path, _list(_frontier_point), default=[]),
+                    evaluations=_get(d, "evaluations", path, _int, default=0))
+
+
+def _group_use(v: Any, path: str) -> GroupUse:
+    d = _mapping(v, path)
+    return GroupUse(kind=_get(d, "kind", path, _str), kept=_get(d, "kept", path, _list(_str)),
+                    released=_get(d, "released", path, _list(_str), default=[]))
+
+
+def _pricing(v: Any, path: str) -> Pricing:
+    d = _mapping(v, path)
+    return Pricing(
+        objective=_get(d, "objective", path, _str), objective_means=_get(d, "objective_means", path, _str, default=""),
+        answer=_opt(d, "answer", path, _answer_cost), first_answer=_opt(d, "first_answer", path, _answer_cost),
+        groups=_get(d, "groups", path, _list(_group_use), default=[]),
+        gaps_closed=_get(d, "gaps_closed", path, _list(_list(_str)), default=[]),
+        refine_evaluations=_get(d, "refine_evaluations", path, _int, default=0),
+        latency=_opt(d, "latency", path, _latency), latency_note=_opt(d, "latency_note", path, _str),
+        tradeoff=_opt(d, "tradeoff", path, _tradeoff),
+    )
+
+
+def _dims(v: Any, path: str) -> tuple[int | None, ...]:
+    return tuple(None if x is None else _int(x, f"{path}[{i}]") for i, x in enumerate(_list(lambda y, p: y)(v, path)))
+
+
+def _input_shape(v: Any, path: str) -> InputShape:
+    d = _mapping(v, path)
+    ints = {k: tuple(_get(d, k, path, _list(_int))) for k in ("min", "opt", "max")}
+    return InputShape(name=_get(d, "name", path, _str), declared=_get(d, "declared", path, _dims), **ints)
+
+
+def _invocation(v: Any, path: str) -> Invocation:
+    d = _mapping(v, path)
+    origin = _get(d, "origin", path, _str, default="api")
+    if origin not in ORIGINS:
+        raise _Bad(f"bad key '{path}.origin': expected one of {', '.join(ORIGINS)}, got {origin!r:.60}")
+    try:
+        spec = RunSpec.from_json(_get(d, "spec", path, _mapping))
+    except UserError as exc:
+        raise _Bad(f"bad key '{path}.spec': {exc}") from None
+    return Invocation(spec=spec, directory=_get(d, "directory", path, _str), origin=origin)
+
+
+def _service_job(v: Any, path: str) -> ServiceJob:
+    d = _mapping(v, path)
+    return ServiceJob(
+        id=_get(d, "id", path, _str), server=_opt(d, "server", path, _str), model=_get(d, "model", path, _str, default=""),
+        inputs=_get(d, "inputs", path, _list(_str), default=[]),
+        validate_inputs=_get(d, "validate_inputs", path, _list(_str), default=[]),
+        reference_outputs=_opt(d, "reference_outputs", path, _str), remote=_get(d, "remote", path, _bool, default=False),
+    )
+
+
 def _report(data: Any) -> Report:
     if not isinstance(data, dict):
         raise _Bad(f"not a report (expected a JSON object, got {type(data).__name__})")
@@ -1004,4 +1334,9 @@ def _report(data: Any) -> Report:
         decided_by=_opt(d, "decided_by", "", _enum(Decider)),
         search_rounds=_opt(d, "search_rounds", "", _search_rounds),
         answers=_opt(d, "answers", "", _two_answers),
+        pricing=_opt(d, "pricing", "", _pricing),
+        input_shapes=_get(d, "input_shapes", "", _list(_input_shape), default=[]),
+        invocation=_opt(d, "invocation", "", _invocation),
+        service_job=_opt(d, "service_job", "", _service_job),
+        shape_groups=_get(d, "shape_groups", "", _list(_shape_group), default=[]),
     )

@@ -29,14 +29,16 @@ SETTINGS_FILE = "run_settings.json"  # pipeline/settings.py writes it
 # Every file a diagnose or compare run writes (a test checks a real run against this list); `--force`
 # refuses a directory where one of these exists and the manifest does not list it.
 RUN_OUTPUTS = (
-    "report.json", "report.md", "report.html", "activations.h5", ".activations.h5.partial", "layers.csv",
-    "layers.json", "search.jsonl", "search-again.jsonl", "confirm.jsonl", "search_rounds.jsonl", SETTINGS_FILE,
-    "fixed.onnx", ".fixed.onnx.partial",
+    "report.json", "report.md", "report.html", "activations.h5", ".activations.h5.partial", ".activations.h5.summary",
+    "layers.csv", "layers.json", "search.jsonl", "search-again.jsonl", "confirm.jsonl", "search_rounds.jsonl",
+    SETTINGS_FILE, "fixed.onnx", ".fixed.onnx.partial",
     ".fixed.onnx.partial.data",
     "named.onnx", ".named.onnx.partial", "inputs.json", "reference_outputs.json", "layer_precisions.txt",
     "trtexec.sh", "tensorrt_rtx.sh", "autocast_nodes_to_exclude.txt", "precision-doctor-error.log",
     "named.onnx.data", "fixed.plan", ".fixed.plan.partial", "timing.cache", ".timing.cache.partial", "runtime.cache",
     ".runtime.cache.partial", "knobs",  # knobs/: the knob search's checkpoints, listed as knobs/<name>
+    "ort_node_block_list.json", "model.onnx", "trtexec_io",  # trtexec_io/: the trtexec check's raw files
+    "references.h5", "loader_samples.h5",  # FP32 outputs computed so far; a data loader script's samples
 )
 BOOKKEEPING = (LOCK, MANIFEST)  # in every run directory; not what "empty" is about
 

@@ -90,11 +90,26 @@ def shortest_passing(
 
 def repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_after: bool = True,
            keep_start: bool = False) -> frozenset[str] | None:
-    """Carry a set found with another oracle (the emulator) over to this one (a real backend): keep it
+    """Carry a set of nodes found with another oracle (the emulator) over to this one (a real backend): keep it
     if it passes here, else add the fewest further nodes that make it pass (`grow`); then prune to a
     1-minimal set on this oracle (`prune_after`; off where this oracle may only check, never remove a node),
-    only what was added when `keep_start` (each removal tried costs one evaluation there)."""
+    only what was added when `keep_start` (each removal tried costs one evaluation there). Over units (fusion
+    groups, search/units.py): a group partly in `start` stays as it is while `start` passes, and counts
+    whole once the set has to grow."""
     oracle.phase = "confirm"
+    if oracle.passes(start) and (not prune_after or keep_start):
+        return start
+    if space.grouping is not None:
+        from precision_doctor.search.units import UnitOracle
+
+        units = space.grouping.units(start)
+        found = _repair(UnitOracle(oracle, space), space, units, prune_after, keep_start)  # type: ignore[arg-type]
+        return None if found is None else space.expand(found)
+    return _repair(oracle, space, start, prune_after, keep_start)
+
+
+def _repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_after: bool,
+            keep_start: bool) -> frozenset[str] | None:
     current = start
     if not oracle.passes(start):
         current = grow(oracle, space, start)
@@ -120,7 +135,7 @@ def prune(oracle: Oracle, space: SearchSpace, current: frozenset[str], keep: fro
     noise = [x for x in current - keep if space.scores.get(x, float("inf")) <= space.noise]
     if len(noise) >= 2 and len(noise) < len(current) and oracle.passes(current - set(noise)):
         current = current - set(noise)
-    if len(set(space.costs.values())) > 1:
+    if space.objective == "flops":
         return _prune_by_cost(oracle, space, current, keep)
     oracle.phase = "coarse"
     current = coarse(oracle, space, current, keep)

@@ -94,7 +94,10 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
 
     @app.get("/healthz", summary="Health: workers alive, jobs by state, the store and the disk",
              description="`ok` is false when something keeps jobs from being stored or run: `problems` says what "
-             "(workers missing, the store locked by another process, the state directory's disk full).")
+             "(workers missing, the store locked by another process, the state directory's disk full). `storage`: "
+             "what the state directory holds (jobs' files, the finished jobs' share, the capture cache, the store) "
+             "and what the retention (`serve --keep-jobs`, `--keep-days`) removes at its next pass, as measured at "
+             "its last pass (every minute; null before the first).")
     def healthz() -> dict:
         problems = supervisor.problems() if supervise else []
         store_problem = supervisor.store_problem if supervise else store.write_problem(0.1)
@@ -111,7 +114,8 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
                 "workers": supervisor.alive() if supervise else 0, "workers_wanted": config.workers if supervise else 0,
                 "worker_deaths": supervisor.deaths, "jobs": counts,
                 "store": {"writable": store_problem is None},
-                "disk": disk.to_json() if disk is not None else None, "max_upload_mb": config.max_upload_mb}
+                "disk": disk.to_json() if disk is not None else None, "max_upload_mb": config.max_upload_mb,
+                "storage": supervisor.storage.to_json() if supervise and supervisor.storage is not None else None}
 
     @app.post("/jobs", status_code=201, summary="Submit a job",
               description="JSON `{model: server path, settings, name}`, or multipart with `model` (file) or `model_path`, "
@@ -119,7 +123,8 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
     async def submit(request: Request) -> JSONResponse:
         submission = await read_submission(request)
         try:
-            job = await run_in_threadpool(create_job, submission, config, state, store)  # files, SQLite: off the loop
+            job = await run_in_threadpool(create_job, submission, config, state, store,  # files, SQLite: off the loop
+                                          str(request.base_url).rstrip("/"))
         except OSError as exc:
             if not out_of_space(exc):
                 raise
@@ -151,11 +156,22 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
     def report(job_id: str) -> FileResponse:
         job = get_job(job_id)
         path = state.run_dir(job_id) / "report.html"
+        if job.files_removed:
+            raise Refused(410, job.files_removed)
         if not path.is_file():
             raise Refused(404, f"job {job_id} has no report yet (it is {job.state})")
         return FileResponse(path, media_type="text/html")
 
-    @app.get("/jobs/{job_id}/artifacts", summary="The files of a job's run directory")
+    @app.get("/jobs/{job_id}/summary", summary="The report in brief: verdict, key figures, held-out result, next steps",
+             description="What the job page shows of the report, in the report's words (404 while there is no report).")
+    def summary(job_id: str) -> dict:
+        job = get_job(job_id)
+        digest = pages.report_summary(state.run_dir(job_id))
+        if digest is None:
+            raise Refused(404, f"job {job_id} has no report (it is {job.state})")
+        return digest
+
+    @app.get("/jobs/{job_id}/artifacts", summary="The files of a job's run directory, with their sizes")
     def artifacts(job_id: str) -> dict:
         get_job(job_id)
         return {"artifacts": list_artifacts(state.run_dir(job_id))}
@@ -184,7 +200,9 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
 
     @app.get("/ui/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
     def ui_job(job_id: str) -> HTMLResponse:
-        return HTMLResponse(pages.job_page(get_job(job_id), csrf))
+        job = get_job(job_id)
+        summary = pages.report_summary(state.run_dir(job_id)) if job.terminal else None
+        return HTMLResponse(pages.job_page(job, summary, csrf))
 
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
     def login_form() -> HTMLResponse:

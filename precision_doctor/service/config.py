@@ -39,6 +39,7 @@ class ServiceConfig:
     workers: int = 1
     token: str | None = None
     allow_roots: list[Path] = field(default_factory=list)
+    loader_scripts: bool = False  # run data loader scripts found under an allowed root (code, as the daemon's user)
     max_upload_mb: float = 512.0
     cache_mb: float = 4096.0
     lease_s: float = 20.0
@@ -48,6 +49,8 @@ class ServiceConfig:
     executor: str = "local"  # local: worker processes here; ray: each job a Ray task (service/ray_workers.py)
     ray_address: str | None = None  # with executor ray: the cluster (None: a local Ray instance)
     ray_cpus: float = 1.0  # with executor ray: CPUs (and ONNX Runtime threads) of each job's task
+    keep_jobs: int | None = None  # the retention (service/retention.py): files of the newest N finished jobs kept
+    keep_days: float | None = None  # ... and of those finished within D days (None: no bound)
 
     @property
     def max_upload_bytes(self) -> int:
@@ -57,8 +60,8 @@ class ServiceConfig:
 @dataclass(frozen=True)
 class StateDir:
     """`root/jobs.db` (the store), `root/jobs/<id>/` (a job: `inputs/` its uploads, `run/` its run
-    directory, `job.lock` its owner, `runs.log` one line per attempt, `job.log` tracebacks),
-    `root/capture-cache/`, `root/daemon.lock`."""
+    directory, `submitted.json` its files as the submitter named them, `job.lock` its owner, `runs.log` one
+    line per attempt, `job.log` tracebacks), `root/capture-cache/`, `root/daemon.lock`."""
 
     root: Path
 
@@ -82,3 +85,6 @@ class StateDir:
 
     def inputs_dir(self, job_id: str) -> Path:
         return self.job_dir(job_id) / "inputs"
+
+    def submitted(self, job_id: str) -> Path:
+        return self.job_dir(job_id) / "submitted.json"

@@ -13,7 +13,7 @@ from precision_doctor.control import PhaseEvent, ProgressEvent, ProgressSink, St
 from precision_doctor.outcome import RunStatus
 from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.settings import RUN_SETTINGS
-from precision_doctor.results.report import Report
+from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.service.schema import Result
 from precision_doctor.spec import RunSpec
 
@@ -57,18 +57,19 @@ def can_resume(out_dir: Path) -> bool:
 
 
 def run_job(spec_json: dict, out_dir: Path, *, progress: ProgressSink, stop: StopToken, resume: bool = False,
-            cache: CaptureCache | None = None) -> Result:
+            cache: CaptureCache | None = None, job: ServiceJob | None = None) -> Result:
     """Diagnose the job (`spec_json`: the RunSpec's JSON, as stored) into `out_dir`. `resume` continues the
     run there from its checkpoint; otherwise `out_dir` is emptied first. A stop ends the run at a safe point:
     status "interrupted" (the search reports its best set so far) or "stopped" (outside the search).
-    UserError for bad input, as the core."""
+    `job`: the job as submitted (report.json's `service_job`). UserError for bad input, as the core."""
     spec = RunSpec.from_json(spec_json)
     if not resume and out_dir.exists():
         shutil.rmtree(out_dir)
     job_cache = _JobCache(cache) if cache is not None else None
     clock = _PhaseClock(progress)
     try:
-        report = api.diagnose(spec, out_dir, progress=clock, stop=stop, resume=resume, capture_cache=job_cache)
+        report = api.diagnose(spec, out_dir, progress=clock, stop=stop, resume=resume, capture_cache=job_cache,
+                              origin="service", service_job=job)
     except KeyboardInterrupt:  # control.Stopped outside the search
         if not stop.stopped:
             raise

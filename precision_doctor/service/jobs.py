@@ -3,19 +3,30 @@ into its directory (confined to the allowed roots), its uploads stored there."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
+from precision_doctor.data.loader_script import parse_script
+from precision_doctor.data.sources import looks_like_shape
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.results.report import ServiceJob
 from precision_doctor.service.config import ServiceConfig, StateDir
-from precision_doctor.service.paths import pin_confined, pin_model
+from precision_doctor.service.paths import expand_confined, pin_confined, pin_model
 from precision_doctor.service.store import Job, Store, new_id
-from precision_doctor.service.uploads import MODEL_SUFFIXES, SAMPLE_SUFFIXES, Refused, Submission, save_upload
+from precision_doctor.service.uploads import (
+    MODEL_SUFFIXES,
+    SAMPLE_SUFFIXES,
+    Refused,
+    Submission,
+    safe_filename,
+    save_upload,
+)
 from precision_doctor.spec import RunSpec
 
 _UPLOADED = "uploaded.onnx"  # the model's path while the settings are checked, before the upload is stored
 SAMPLE_DIRS = {"files": "samples", "validate_files": "validate"}  # inputs.<key> -> STATE/jobs/ID/inputs/<dir>
-MODEL_DIR, REFERENCE_DIR = "model", "reference"
+MODEL_DIR, REFERENCE_DIR, LOADER_DIR = "model", "reference", "loader"
 
 
 def check_settings(settings: object) -> RunSpec:
@@ -35,10 +46,12 @@ def check_settings(settings: object) -> RunSpec:
         raise Refused(422, str(exc), setting="settings") from None
 
 
-def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: Store) -> Job:
+def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: Store, server: str | None = None) -> Job:
     """Check the settings, pin every file the job names into its directory (`paths.py`: confined to the
     allowed roots, opened then checked), store the uploads there, queue the job. The job's settings name
-    only files of its own directory. Raises Refused (4xx) and leaves nothing behind when something is wrong."""
+    only files of its own directory; `submitted.json` keeps the files as the submitter named them and the
+    daemon's URL as they reached it (`server`), for the report's `submit` command. Raises Refused (4xx) and
+    leaves nothing behind when something is wrong."""
     spec = check_settings(sub.settings)
     if (sub.model_path is None) == (sub.model_upload is None):
         raise Refused(400, "give exactly one model: an uploaded file ('model') or a path on the server ('model_path')")
@@ -57,16 +70,20 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
             model = pin_model(sub.model_path, roots, sub.model_field, inputs_dir / MODEL_DIR)
         changes: dict[str, object] = {"model": str(model)}
         for key, uploads in (("files", sub.inputs), ("validate_files", sub.validate_inputs)):
-            where, named = inputs_dir / SAMPLE_DIRS[key], getattr(spec.inputs, key)
+            where, named = inputs_dir / SAMPLE_DIRS[key], _expanded(getattr(spec.inputs, key), roots, f"inputs.{key}")
             pinned = [str(pin_confined(path, roots, f"inputs.{key}", where, f"{i:03d}-", setting=f"inputs.{key}"))
                       for i, path in enumerate(named)]
             stored = [str(save_upload(up, where, len(named) + i, SAMPLE_SUFFIXES, key.rstrip("s")))
                       for i, up in enumerate(uploads)]
             changes[f"inputs.{key}"] = pinned + stored
+        if (script := spec.inputs.data_loader_script) is not None:
+            changes["inputs.data_loader_script"] = _pinned_script(script, config, inputs_dir / LOADER_DIR)
         if (ref := spec.inputs.reference_outputs) is not None:
             changes["inputs.reference_outputs"] = str(pin_confined(ref, roots, "inputs.reference_outputs",
                                                                    inputs_dir / REFERENCE_DIR,
                                                                    setting="inputs.reference_outputs"))
+        state.job_dir(job_id).mkdir(parents=True, exist_ok=True)
+        state.submitted(job_id).write_text(json.dumps(_as_submitted(job_id, sub, spec, server).to_json()))
         spec = spec.with_settings(changes)
         name = sub.name or Path(sub.model_path or model.name).stem
         return store.create(name, spec.to_json(), job_id=job_id)
@@ -74,3 +91,38 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
         shutil.rmtree(state.job_dir(job_id), ignore_errors=True)
         raise
 
+
+def _as_submitted(job_id: str, sub: Submission, spec: RunSpec, server: str | None) -> ServiceJob:
+    """The job's files as the submitter named them: server paths as given, uploads by their file names."""
+
+    def uploaded(ups: list) -> list[str]:
+        return [safe_filename(u.filename, "sample") for u in ups]
+
+    i = spec.inputs
+    model = sub.model_path if sub.model_path is not None else safe_filename(sub.model_upload.filename, "model.onnx")
+    return ServiceJob(id=job_id, server=server, model=model, inputs=[*i.files, *uploaded(sub.inputs)],
+                      validate_inputs=[*i.validate_files, *uploaded(sub.validate_inputs)],
+                      reference_outputs=i.reference_outputs, remote=sub.model_path is not None)
+
+def _expanded(values: tuple[str, ...], roots: list[Path], setting: str) -> list[str]:
+    """The server files `values` name (directories and globs under the roots expanded, `paths.expand_confined`);
+    a value that looks like a shape is refused with a pointer to inputs.input_shapes."""
+    out: list[str] = []
+    for value in values:
+        if looks_like_shape(value):
+            raise Refused(422, f"{setting}: '{value}' looks like a shape, not a file: did you mean inputs.input_shapes?",
+                          setting=setting)
+        out += expand_confined(value, roots, setting, setting=setting)
+    return out
+
+
+def _pinned_script(value: str, config: ServiceConfig, where: Path) -> str:
+    """A data loader script named on the server (`--allow-loader-scripts` only: it runs code as the daemon's
+    user), pinned into the job's directory; "PINNED:FUNC"."""
+    setting = "inputs.data_loader_script"
+    if not config.loader_scripts:
+        raise Refused(403, f"{setting}: this server does not run data loader scripts (it runs code as the daemon's "
+                      "user; start it with --allow-loader-scripts to allow scripts under its --allow-root); give the "
+                      "samples as files", setting=setting)
+    path, func = parse_script(value)
+    return f"{pin_confined(str(path), config.allow_roots, setting, where, setting=setting)}:{func}"

@@ -1,30 +1,65 @@
-"""Server-rendered pages: the job list and one job with live progress (server-sent events) and a link
-to its report. Self-contained HTML (inline CSS and JS, no external URLs); every value is escaped, and
-scripts fill the page through textContent only. A page carries the daemon's CSRF value (`auth.csrf_value`,
-empty without a token) and sends it as X-CSRF-Token with every request that changes something."""
+"""Server-rendered pages: the job list and one job with live progress (server-sent events), the report's
+summary once it is done (`render/digest.py`: the report's own words) and its files. Self-contained HTML (inline
+CSS and JS, no external URLs); every value is escaped, and scripts fill the page through textContent only. A
+page carries the daemon's CSRF value (`auth.csrf_value`, empty without a token) and sends it as X-CSRF-Token
+with every request that changes something."""
 
 from __future__ import annotations
 
 import json
 from html import escape
+from pathlib import Path
 
 from precision_doctor.service.store import Job, view
 
+# The phases a job's bar shows, in order, and the progress events' phases each covers (control.PhaseEvent).
+PHASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("capture", ("capture",), "every layer captured in FP32 and in low precision, then analysed"),
+    ("search", ("reference", "search"), "the smallest set of nodes to keep in FP32"),
+    ("validate", ("validate",), "the answer checked on held-out samples and perturbed copies"),
+    ("confirm", ("confirm", "knobs"), "the answer carried over to the confirm backend (when one is set)"),
+    ("artifacts", ("artifacts",), "fixed.onnx, the commands and the report written"),
+)
+
 _CSS = """
+:root{--pass:#1a7f37;--warn:#b7791f;--fail:#c62828;--bd:#d0d7de;--mut:#57606a;--bg:#f6f8fa;--run:#0969da}
+*{box-sizing:border-box}
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,Arial,sans-serif;color:#1f2328;margin:0;background:#fff}
-main{max-width:1100px;margin:0 auto;padding:18px 24px 48px}
-h1{font-size:20px;margin:0 0 4px} p.sub{color:#57606a;margin:0 0 14px} a{color:#0969da}
-table{border-collapse:collapse;width:100%} th,td{border-bottom:1px solid #e5e7eb;padding:5px 8px;text-align:left}
-th{background:#f6f8fa;font-weight:600} td.n{text-align:right;font-variant-numeric:tabular-nums}
-.st{font-weight:600;border-radius:10px;padding:1px 8px;font-size:12.5px}
-.st-done{background:#dafbe1;color:#1a7f37}.st-failed,.st-cancelled{background:#ffebe9;color:#c62828}
-.st-running{background:#ddf4ff;color:#0969da}.st-queued{background:#f6f8fa;color:#57606a}
-.st-pass{background:#dafbe1;color:#1a7f37}.st-warn{background:#fff8c5;color:#9a6700}.st-fail{background:#ffebe9;color:#c62828}
-dl{display:grid;grid-template-columns:max-content 1fr;gap:4px 16px;margin:14px 0}dt{color:#57606a}dd{margin:0}
-.bar{height:10px;background:#eaeef2;border-radius:5px;overflow:hidden;margin:10px 0 16px;max-width:520px}
-.bar>div{height:100%;width:0;background:#0969da;transition:width .2s}
-.bar.pass>div{background:#1a7f37}.bar.warn>div{background:#bf8700}.bar.fail>div{background:#c62828}
-.msg{color:#57606a} button{font:inherit;padding:3px 12px;cursor:pointer}
+main{max-width:1100px;margin:0 auto;padding:18px 24px 48px} main.wide{max-width:1400px}
+h1{font-size:20px;margin:0 0 4px} h2{font-size:16px;margin:22px 0 8px;border-bottom:1px solid var(--bd);padding-bottom:3px}
+p.sub{color:var(--mut);margin:0 0 12px} a{color:var(--run)}
+code,pre{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,"Liberation Mono",monospace;font-size:12.5px}
+table{border-collapse:collapse;width:100%}
+th,td{border-bottom:1px solid #e5e7eb;padding:5px 8px;text-align:left;vertical-align:top}
+th{background:var(--bg);font-weight:600;white-space:nowrap}
+td.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.file{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;font-size:12.5px;white-space:nowrap}
+td.when{white-space:nowrap} td.model{overflow-wrap:break-word} td.msg{overflow-wrap:anywhere;min-width:24ch;width:36%}
+td.about{width:62%} main.wide th{white-space:normal}
+.st{font-weight:600;border-radius:10px;padding:1px 8px;font-size:12.5px;white-space:nowrap}
+.st-done,.st-pass{background:#dafbe1;color:var(--pass)}.st-failed,.st-cancelled,.st-fail{background:#ffebe9;color:var(--fail)}
+.st-running{background:#ddf4ff;color:var(--run)}.st-queued{background:var(--bg);color:var(--mut)}
+.st-warn{background:#fff8c5;color:#7d4e00}
+.badge{font-weight:700;color:#fff;border-radius:6px;padding:4px 11px;font-size:14px;letter-spacing:.02em;background:var(--mut)}
+.badge.pass{background:var(--pass)}.badge.warn{background:var(--warn)}.badge.fail,.badge.failed,.badge.cancelled{background:var(--fail)}
+.badge.running{background:var(--run)}
+.verdict{display:flex;gap:12px;align-items:center;flex-wrap:wrap;margin:10px 0 6px}.sentence{font-size:15px}
+.kpis{display:grid;grid-template-columns:repeat(auto-fill,minmax(170px,1fr));gap:8px;margin:12px 0}
+.kpi{background:var(--bg);border:1px solid var(--bd);border-radius:6px;padding:7px 10px}
+.kpi b{display:block;font-size:17px}.kpi.wide{grid-column:span 2}.kpi.wide b{font-size:14px;padding:3px 0}
+.kpi span{color:var(--mut);font-size:12px}
+.phases{display:flex;gap:3px;margin:8px 0 4px;max-width:640px}
+.seg{flex:1;min-width:0}.seg .track{height:10px;background:#eaeef2;border-radius:3px;overflow:hidden}
+.seg .fill{height:100%;width:0;background:var(--run);transition:width .2s}
+.seg.skipped .track{background:repeating-linear-gradient(45deg,#eaeef2 0 4px,#f6f8fa 4px 8px)}
+.seg .name{font-size:12px;color:var(--mut);margin-top:2px;white-space:nowrap;overflow:hidden;text-overflow:ellipsis}
+.seg.now .name{color:#1f2328;font-weight:600}
+.phases.pass .fill{background:var(--pass)}.phases.warn .fill{background:var(--warn)}.phases.fail .fill{background:var(--fail)}
+.muted,.msg{color:var(--mut)} .note{font-size:12.5px;color:var(--mut);max-width:760px;margin:4px 0 0}
+.reason{background:#fff8e1;border:1px solid #f0d48a;border-radius:6px;padding:6px 10px;margin:8px 0}
+ol.steps li{margin:4px 0 10px} ol.steps pre{background:#0d1117;color:#e6edf3;border-radius:6px;padding:8px 10px;margin:4px 0;
+ white-space:pre-wrap;word-break:break-all}
+button{font:inherit;padding:3px 12px;cursor:pointer}
 """
 
 _LIST_JS = """
@@ -32,20 +67,28 @@ _LIST_JS = """
  var body=document.getElementById('jobs');
  function cell(tr,text,cls){var td=document.createElement('td');td.textContent=text==null?'':String(text);
   if(cls)td.className=cls;tr.appendChild(td);return td;}
+ function badge(td,text,cls){var sp=document.createElement('span');sp.className='st st-'+cls;sp.textContent=text;
+  td.appendChild(sp);}
  function render(jobs){
   var rows=[];
   jobs.forEach(function(j){
    var tr=document.createElement('tr'),a=document.createElement('a'),td=document.createElement('td');
    a.href='/ui/jobs/'+encodeURIComponent(j.id);a.textContent=j.id;td.appendChild(a);tr.appendChild(td);
    var p=j.progress||{},r=j.result||{},v=j.state==='done'&&r.label;
-   cell(tr,j.name);var s=cell(tr,'');var sp=document.createElement('span');sp.className='st st-'+(v?r.tone:j.state);
-   sp.textContent=v?r.label:j.state;s.appendChild(sp);
-   cell(tr,j.state==='running'?(p.phase||''):'');cell(tr,p.evaluations,'n');
-   cell(tr,r.fallback_size!=null?r.fallback_size:(p.best_size!=null?p.best_size:''),'n');
-   cell(tr,j.result?(r.passed?'yes':'no'):'');cell(tr,(j.created||'').replace('T',' ').slice(0,19));
-   cell(tr,j.error||r.headline||r.reason||'','msg');rows.push(tr);});
+   cell(tr,j.name,'model');
+   var s=cell(tr,'');badge(s,v?r.label:j.state,v?r.tone:j.state);
+   cell(tr,j.state==='running'?(p.phase||'')+(p.evaluations?' · '+p.evaluations+' evaluations':''):'');
+   var none=['no_solution','incomplete'].indexOf(r.verdict)>=0;
+   cell(tr,r.fallback_size!=null&&!none?r.fallback_size:(p.best_size!=null?p.best_size:''),'n');
+   cell(tr,j.result?r.evaluations:(p.evaluations||''),'n');
+   cell(tr,(j.created||'').replace('T',' ').slice(0,19),'when');
+   var sentence=r.headline&&r.label&&r.headline.indexOf(r.label+': ')===0?r.headline.slice(r.label.length+2):r.headline;
+   var text=j.error||sentence||r.reason||'',m=cell(tr,text.length>180?text.slice(0,179)+'…':text,'msg');m.title=text;
+   if(j.files_removed){var i=document.createElement('div');i.textContent='files removed';i.className='muted';m.appendChild(i);}
+   rows.push(tr);});
   body.replaceChildren.apply(body,rows);
   document.getElementById('count').textContent=jobs.length+' job(s)';
+  document.getElementById('none').hidden=jobs.length>0;
   document.body.setAttribute('data-refreshed',String(Date.now()));}
  function load(){fetch('/jobs?limit=200').then(function(r){return r.json();}).then(function(d){render(d.jobs);})
   .catch(function(){});}
@@ -55,82 +98,180 @@ _LIST_JS = """
 
 _JOB_JS = """
 (function(){
- var job=JSON.parse(document.getElementById('initial').textContent),seen=[];
- function set(id,text){document.getElementById(id).textContent=text==null?'':String(text);}
+ var init=JSON.parse(document.getElementById('initial').textContent),job=init.job,summary=init.summary,phases=init.phases;
+ var seen=[],TERMINAL=['done','failed','cancelled'],loaded=false;
+ function $(id){return document.getElementById(id);}
+ function el(tag,text,cls){var e=document.createElement(tag);if(text!=null)e.textContent=String(text);
+  if(cls)e.className=cls;return e;}
+ function show(id,on){$(id).hidden=!on;}
+ function phaseIndex(name){for(var i=0;i<phases.length;i++){if(phases[i].events.indexOf(name)>=0)return i;}return -1;}
+ function lastPhase(p){var keys=Object.keys(p.phase_s||{}),best=-1;
+  keys.forEach(function(k){best=Math.max(best,phaseIndex(k));});return best;}
+ function ran(p,i){return Object.keys(p.phase_s||{}).some(function(k){return phaseIndex(k)===i;});}
+ function spent(p,i){var t=0;Object.keys(p.phase_s||{}).forEach(function(k){if(phaseIndex(k)===i)t+=p.phase_s[k];});return t;}
+ function bar(j){
+  var p=j.progress||{},r=j.result||{},done=TERMINAL.indexOf(j.state)>=0;
+  var max=(j.spec&&j.spec.search&&j.spec.search.max_evaluations)||null;
+  var now=done?lastPhase(p):phaseIndex(p.phase),segs=$('phases').children,frac=0,detail='';
+  if(!done&&now===0&&p.capture){var stages=['reference','lowp','local'],k=stages.indexOf(p.capture.stage);
+   frac=((k<0?0:k)+(p.capture.total?p.capture.done/p.capture.total:0))/stages.length;
+   detail=p.capture.stage+' run: '+p.capture.done+' of '+p.capture.total+' tensors';}
+  else if(!done&&now===1){frac=max?Math.min(p.evaluations/max,1):(p.evaluations?1-1/(1+p.evaluations/20):0);
+   detail=(p.evaluations||0)+' evaluations'+(max?' of at most '+max:'')+
+    (p.best_size!=null?' · smallest passing set so far: '+p.best_size+' node(s)':'');}
+  else if(!done&&now===4&&p.capture&&p.capture.stage==='fixed'){frac=p.capture.total?p.capture.done/p.capture.total:0;
+   detail='capture with the answer in FP32: '+p.capture.done+' of '+p.capture.total+' tensors';}
+  else if(!done&&now>=0){frac=0.5;}
+  for(var i=0;i<segs.length;i++){
+   var f=segs[i].querySelector('.fill'),cls='seg',w=0,t=spent(p,i);
+   segs[i].querySelector('.name').textContent=phases[i].name+(t>=0.05&&(done||i<now)?' · '+fmtTime(t):'');
+   if(i<now||(done&&i===now)){w=100;if(!ran(p,i)){cls+=' skipped';w=0;}}else if(i===now){w=100*frac;cls+=' now';}
+   if(done&&i===now&&j.state!=='done')cls+=' now';
+   f.style.width=w.toFixed(1)+'%';segs[i].className=cls;}
+  var tone=j.state==='done'?(r.tone||'pass'):(done?'fail':'');$('phases').className='phases'+(tone?' '+tone:'');
+  var text;
+  if(j.state==='queued')text='Waiting for a worker.';
+  else if(j.state==='running'&&now<0)text=p.phase==='load'?'Loading the model and the samples.':'Starting.';
+  else if(j.state==='running')text='Phase '+(now+1)+' of '+phases.length+': '+phases[now].name+' ('+phases[now].about+')'+
+   (detail?' · '+detail:'');
+  else if(j.state==='done')text='Finished in '+fmtTime(Object.keys(p.phase_s||{}).reduce(function(a,k){
+   return a+p.phase_s[k];},0))+'. Hatched phases did not run for this job.';
+  else if(j.state==='cancelled'&&r.status==='interrupted')
+   text='Cancelled during the search; the result below is what it had found by then.';
+  else text=(j.state==='failed'?'Failed':'Cancelled')+(now>=0?' during '+phases[now].name:'')+'.';
+  $('phase-text').textContent=text;}
+ function fmtTime(s){return s<60?s.toFixed(s<10?1:0)+' s':Math.floor(s/60)+' min '+('0'+Math.round(s%60)).slice(-2)+' s';}
+ function renderSummary(r){
+  var box=$('summary');if(!summary&&!(job.state==='done'&&r&&r.label)){box.hidden=true;return;}
+  var s=summary||{label:r.label,tone:r.tone,sentence:r.headline&&r.headline.indexOf(r.label+': ')===0?
+   r.headline.slice(r.label.length+2):(r.headline||''),figures:[],next_steps:[]};
+  var v=$('verdict');v.replaceChildren(el('span',s.label,'badge '+s.tone),el('span',s.sentence,'sentence'));
+  v.firstChild.id='verdict-label';
+  $('status-line').textContent=s.status||'';show('status-line',!!s.status);
+  var k=$('figures'),items=[];(s.figures||[]).forEach(function(f){var d=el('div',null,'kpi'+(f.value.length>18?' wide':''));
+   d.appendChild(el('b',f.value));d.appendChild(el('span',f.label));items.push(d);});k.replaceChildren.apply(k,items);
+  $('held-out').textContent=s.held_out||'';show('held-out',!!s.held_out);
+  var fb=s.fallback_nodes||[];$('fallback').textContent=fb.length?'Kept in FP32: '+fb.join(', ')+
+   (s.fallback_size>fb.length?', … ('+(s.fallback_size-fb.length)+' more in the report)':''):'';show('fallback',fb.length>0);
+  var ol=$('steps'),steps=[];(s.next_steps||[]).forEach(function(st){var li=el('li',st.text);
+   if(st.command)li.appendChild(el('pre',st.command));steps.push(li);});ol.replaceChildren.apply(ol,steps);
+  show('next',steps.length>0);show('report-link',!!summary);box.hidden=false;}
  function render(j){
-  var p=j.progress||{},r=j.result||{},max=(j.spec&&j.spec.search&&j.spec.search.max_evaluations)||null;
-  var v=j.state==='done'&&r.label,st=document.getElementById('state');
-  st.textContent=v?r.label:j.state;st.className='st st-'+(v?r.tone:j.state);
-  set('phase',p.phase);set('evals',p.evaluations);set('best',p.best_size);set('attempts',j.attempts);
-  set('result',j.result?(r.headline||(r.passed?'passed: keep '+r.fallback_size+' node(s) in FP32':'no passing set'))+
-   ' ('+r.evaluations+' evaluations'+(r.capture_reused?', capture reused':'')+')':'');
-  set('error',j.error||r.reason||'');
-  var bar=document.getElementById('bar'),done=['done','failed','cancelled'].indexOf(j.state)>=0;
-  var frac=done?1:(max&&p.evaluations?Math.min(p.evaluations/max,1):(p.evaluations?1-1/(1+p.evaluations/10):0));
-  bar.firstElementChild.style.width=(100*frac).toFixed(1)+'%';
-  bar.className='bar'+(v?' '+r.tone:(done?' fail':''));
+  job=j;var p=j.progress||{},r=j.result||{},done=TERMINAL.indexOf(j.state)>=0,v=j.state==='done'&&r.label;
+  var st=$('state');st.textContent=v?r.label:j.state;st.className='badge '+(v?r.tone:j.state);
+  st.hidden=!!(v&&summary);show('bar-note',!done);
+  bar(j);
+  var bits=[];if(j.created)bits.push('submitted '+j.created.replace('T',' ').slice(0,19)+' UTC');
+  if(j.finished)bits.push('finished '+j.finished.replace('T',' ').slice(0,19)+' UTC');
+  if(j.attempts>1)bits.push(j.attempts+' attempts');$('when').textContent=bits.join(' · ');
+  var msg=j.error||(done&&!summary&&r.reason)||'';$('message').textContent=msg;show('message-box',!!msg);
+  $('removed').textContent=j.files_removed||'';show('removed',!!j.files_removed);
   if(p.evaluations!=null&&seen[seen.length-1]!==p.evaluations)seen.push(p.evaluations);
   document.body.setAttribute('data-state',j.state);document.body.setAttribute('data-seen',seen.join(','));
-  document.getElementById('report').hidden=!(j.state==='done'||(j.state==='cancelled'&&j.result));
-  document.getElementById('cancel').hidden=done;
-  if(done)loadArtifacts();}
+  show('cancel',!done);
+  if(done&&!loaded){loaded=true;
+   if(!summary&&r.label&&!j.files_removed)loadSummary();else renderSummary(r);loadArtifacts();}
+  else if(!done)renderSummary(null);}
+ function loadSummary(){fetch('/jobs/'+encodeURIComponent(job.id)+'/summary').then(function(r){return r.ok?r.json():null;})
+  .then(function(d){summary=d;renderSummary(job.result);render(job);}).catch(function(){renderSummary(job.result);});}
+ function kind(n){var x=n.split('.').pop();return {jsonl:'evaluations of the run, one JSON line each',
+  h5:'data of the run (HDF5)',json:'data of the run (JSON)',onnx:'a model of the run (ONNX)',
+  sh:'a script of the run',raw:'raw tensor data',txt:'text written by the run'}[x]||'a file of the run';}
  function loadArtifacts(){fetch('/jobs/'+encodeURIComponent(job.id)+'/artifacts').then(function(r){return r.json();})
-  .then(function(d){var ul=document.getElementById('artifacts'),items=[];(d.artifacts||[]).forEach(function(a){
-   var li=document.createElement('li'),link=document.createElement('a');
-   link.href='/jobs/'+encodeURIComponent(job.id)+'/artifacts/'+a.name.split('/').map(encodeURIComponent).join('/');
-   link.textContent=a.name;li.appendChild(link);li.appendChild(document.createTextNode(' ('+a.size+' bytes)'));
-   items.push(li);});ul.replaceChildren.apply(ul,items);}).catch(function(){});}
- document.getElementById('cancel').addEventListener('click',function(){
+  .then(function(d){var about=(summary&&summary.artifacts)||{},list=d.artifacts||[],rows=[];
+   list.sort(function(a,b){var ia=Object.keys(about).indexOf(a.name),ib=Object.keys(about).indexOf(b.name);
+    ia=ia<0?1e9:ia;ib=ib<0?1e9:ib;return ia-ib||(a.name<b.name?-1:1);});
+   list.forEach(function(a){var tr=document.createElement('tr'),td=el('td',null,'file'),link=el('a',a.name);
+    link.href='/jobs/'+encodeURIComponent(job.id)+'/artifacts/'+a.name.split('/').map(encodeURIComponent).join('/');
+    td.appendChild(link);tr.appendChild(td);tr.appendChild(el('td',a.size_text,'n'));
+    tr.appendChild(el('td',about[a.name]||about[a.name.split('/')[0]+'/']||kind(a.name),'msg about'));
+    rows.push(tr);});
+   var tb=$('artifacts');tb.replaceChildren.apply(tb,rows);show('files',rows.length>0);
+   document.body.setAttribute('data-artifacts',String(rows.length));}).catch(function(){});}
+ $('cancel').addEventListener('click',function(){
   var csrf=document.querySelector('meta[name="pd-csrf"]').content;
   fetch('/jobs/'+encodeURIComponent(job.id),{method:'DELETE',headers:csrf?{'X-CSRF-Token':csrf}:{}})
   .then(function(r){return r.json();})
   .then(function(j){if(j&&j.id)render(j);});});
  render(job);
- if(['done','failed','cancelled'].indexOf(job.state)<0&&window.EventSource){
+ if(TERMINAL.indexOf(job.state)<0&&window.EventSource){
   var es=new EventSource('/jobs/'+encodeURIComponent(job.id)+'/events');
-  es.addEventListener('job',function(e){job=JSON.parse(e.data);render(job);});
+  es.addEventListener('job',function(e){render(JSON.parse(e.data));});
   es.addEventListener('end',function(e){render(JSON.parse(e.data));es.close();});}
 })();
 """
 
 
-def _page(title: str, body: str, data: dict | list, script: str, csrf: str = "") -> str:
+def _page(title: str, body: str, data: dict | list, script: str, csrf: str = "", wide: bool = False) -> str:
     blob = json.dumps(data).replace("<", "\\u003c")  # nothing in the JSON can close the script element
+    main = "<main class=\"wide\">" if wide else "<main>"
     return (
         "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
         "<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\">"
         f"<meta name=\"pd-csrf\" content=\"{escape(csrf)}\">"
-        f"<title>{escape(title)}</title><link rel=\"icon\" href=\"data:,\"><style>{_CSS}</style></head><body><main>{body}</main>"
+        f"<title>{escape(title)}</title><link rel=\"icon\" href=\"data:,\"><style>{_CSS}</style></head><body>{main}{body}</main>"
         f"<script type=\"application/json\" id=\"initial\">{blob}</script><script>{script}</script></body></html>\n"
     )
 
 
 def job_list_page(jobs: list[Job], counts: dict[str, int], csrf: str = "") -> str:
-    """Every job, newest first; the table refreshes itself every 2 s."""
+    """Every job, newest first, with its verdict's badge (the report's label) once done; refreshes every 2 s."""
     sub = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
-    head = "".join(f"<th>{h}</th>" for h in ("Job", "Model", "State", "Phase", "Evaluations", "FP32 nodes", "Passed",
+    head = "".join(f"<th>{h}</th>" for h in ("Job", "Model", "Result", "Phase", "FP32 nodes", "Evaluations",
                                               "Submitted (UTC)", "Message"))
     body = (f"<h1>precision-doctor jobs</h1><p class=\"sub\"><span id=\"count\"></span> &middot; {escape(sub or 'none yet')}"
             " &middot; <a href=\"/docs\">API</a></p>"
-            f"<table><thead><tr>{head}</tr></thead><tbody id=\"jobs\"></tbody></table>")
-    return _page("precision-doctor jobs", body, [view(j, detail=False).to_json() for j in jobs], _LIST_JS, csrf)
+            f"<table><thead><tr>{head}</tr></thead><tbody id=\"jobs\"></tbody></table>"
+            "<p id=\"none\" class=\"muted\" hidden>No jobs yet: submit one with <code>precision-doctor submit MODEL "
+            "--inputs SAMPLE.npz</code>.</p>")
+    return _page("precision-doctor jobs", body, [view(j, detail=False).to_json() for j in jobs], _LIST_JS, csrf, wide=True)
 
 
-def job_page(job: Job, csrf: str = "") -> str:
-    """One job: state, phase, evaluations and best set so far, live; the report link when it is done."""
+def job_page(job: Job, summary: dict | None = None, csrf: str = "") -> str:
+    """One job: its state, a bar over the phases of a diagnosis (live), the report's summary once there is one
+    (`report_summary`), its message when it failed, and its files with their sizes."""
     rid = escape(job.id)
+    phases = [{"name": name, "events": list(events), "about": about} for name, events, about in PHASES]
+    segs = "".join(f"<div class=\"seg\" title=\"{escape(name)}: {escape(about)}\"><div class=\"track\"><div class=\"fill\">"
+                   f"</div></div><div class=\"name\">{escape(name)}</div></div>" for name, _, about in PHASES)
     body = (
         f"<p><a href=\"/ui\">&larr; all jobs</a></p><h1>Job {rid}: {escape(job.name)}</h1>"
-        "<p class=\"sub\"><span id=\"state\" class=\"st\"></span></p>"
-        "<div id=\"bar\" class=\"bar\"><div></div></div>"
-        "<dl><dt>Phase</dt><dd id=\"phase\"></dd><dt>Evaluations</dt><dd id=\"evals\"></dd>"
-        "<dt>Smallest passing set so far</dt><dd id=\"best\"></dd><dt>Attempts</dt><dd id=\"attempts\"></dd>"
-        "<dt>Result</dt><dd id=\"result\"></dd><dt>Message</dt><dd id=\"error\" class=\"msg\"></dd></dl>"
-        f"<p><a id=\"report\" href=\"/jobs/{rid}/report\" hidden>Open the report</a> "
-        "<button id=\"cancel\" type=\"button\" hidden>Cancel</button></p>"
-        "<h2 style=\"font-size:16px\">Artifacts</h2><ul id=\"artifacts\"></ul>"
+        "<p class=\"sub\"><span id=\"when\"></span></p>"
+        "<div class=\"verdict\"><span id=\"state\" class=\"badge\"></span>"
+        "<button id=\"cancel\" type=\"button\" hidden>Cancel</button></div>"
+        f"<section id=\"progress\"><div id=\"phases\" class=\"phases\">{segs}</div><p id=\"phase-text\"></p>"
+        "<p id=\"bar-note\" class=\"note\">The bar has one part per phase of a diagnosis, in order. The search's part fills with "
+        "the evaluations used of <code>--max-evaluations</code> (without one, ever more slowly; it completes when the "
+        "search ends, usually well before the budget); the capture's with the tensors written.</p></section>"
+        "<section id=\"message-box\" hidden><h2>Message</h2><p id=\"message\" class=\"reason\"></p></section>"
+        "<section id=\"summary\" hidden><h2>Result</h2><div id=\"verdict\" class=\"verdict\"></div>"
+        "<div id=\"status-line\" class=\"reason\" hidden></div><div id=\"figures\" class=\"kpis\"></div>"
+        "<p id=\"held-out\" hidden></p><p id=\"fallback\" class=\"name\" hidden></p>"
+        "<div id=\"next\" hidden><h2>Next steps</h2><ol id=\"steps\" class=\"steps\"></ol><p class=\"note\">The "
+        "commands read the job's files (below) by their names: download them into one directory and run them there."
+        "</p></div>"
+        f"<p id=\"report-link\" hidden><a id=\"report\" href=\"/jobs/{rid}/report\">Open the full report</a> "
+        "(per-layer tables, plots, every command)</p></section>"
+        "<p id=\"removed\" class=\"reason\" hidden></p>"
+        "<section id=\"files\" hidden><h2>Artifacts</h2><table><thead><tr><th>File</th><th>Size</th><th>What it is</th>"
+        "</tr></thead><tbody id=\"artifacts\"></tbody></table></section>"
     )
-    return _page(f"precision-doctor job {job.id}", body, view(job).to_json(), _JOB_JS, csrf)
+    data = {"job": view(job).to_json(), "summary": summary, "phases": phases}
+    return _page(f"precision-doctor job {job.id}", body, data, _JOB_JS, csrf)
+
+
+def report_summary(run_dir: Path) -> dict | None:
+    """The report's digest (`render/digest.py`) of the run in `run_dir` as JSON; None without a readable report."""
+    from precision_doctor.errors import UserError
+    from precision_doctor.render.digest import digest
+    from precision_doctor.results.report import Report
+
+    if not (run_dir / "report.json").is_file():
+        return None
+    try:
+        return digest(Report.load(run_dir)).to_json()
+    except UserError:
+        return None
 
 
 def login_page(failed: bool = False) -> str:

@@ -1,5 +1,8 @@
-"""Server paths a job names (`model`, `inputs.files`, `inputs.validate_files`, `inputs.reference_outputs`):
-confined to the allowed roots and pinned into the job's directory at submission.
+"""Server paths a job names (`model`, `inputs.files`, `inputs.validate_files`, `inputs.reference_outputs`,
+`inputs.data_loader_script`): confined to the allowed roots and pinned into the job's directory at submission.
+A directory or a glob in `inputs.files`/`inputs.validate_files` is expanded at submission (`expand_confined`:
+the directory, or the glob's fixed leading directories, must lie under a root; only matches whose real path
+does too are kept) and each file found is pinned.
 
 A file is checked before it is opened (its real path, symlinks resolved, is a regular file under an
 `--allow-root`: nothing outside the roots is ever opened) and again after: the inode opened must be the
@@ -128,6 +131,47 @@ def pin_model(path: str, roots: list[Path], what: str, dest_dir: Path) -> Path:
         finally:
             os.close(fd)
     return dest
+
+
+def expand_confined(value: str, roots: list[Path], what: str, setting: str | None = None) -> list[str]:
+    """The files to pin for one `inputs.files` value on the server: a directory under a root -> its sample
+    files (sorted, as `data/sources.py` reads a directory); a glob whose fixed leading directories lie under a
+    root -> the files it matches (sorted); any other value as it is (`pin_confined` checks it). Matches and
+    directory entries whose real path is not a regular file under a root are left out, so a listing says
+    nothing about files outside the roots; a directory or glob outside them, or one that leaves no file, gets
+    `unavailable`'s answer."""
+    from precision_doctor.data.sources import is_glob, sample_files_in, static_root
+
+    if "\x00" in value or not Path(value).is_absolute() or not roots:
+        return [value]  # pin_confined gives the answer
+    real_roots = [Path(os.path.realpath(r)) for r in roots]
+    glob_ = is_glob(value)
+    base = _real_dir(static_root(value) if glob_ else value, real_roots)
+    if base is None:
+        if glob_:
+            raise unavailable(what, value, setting)
+        return [value]  # a file (or nothing): pin_confined gives the answer
+    if glob_:
+        import glob
+
+        found = [Path(p) for p in sorted(glob.glob(value))]
+    else:
+        found = sample_files_in(Path(value))
+    kept = [str(p) for p in found if _real_regular_file(str(p), real_roots) is not None]
+    if not kept:  # the one answer: an empty directory says no more than a missing file
+        raise unavailable(what, value, setting)
+    return kept
+
+
+def _real_dir(path: str, roots: list[Path]) -> Path | None:
+    """The real path of `path` if it is a directory under one of `roots`."""
+    try:
+        real = Path(os.path.realpath(path, strict=True))
+        if any(real.is_relative_to(r) for r in roots) and stat.S_ISDIR(os.stat(real).st_mode):
+            return real
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def external_data_locations(model: Path) -> list[str]:

@@ -95,7 +95,8 @@ class Result:
 
 @dataclass
 class JobView:
-    """A job as GET /jobs/{id} shows it (`spec`: its settings, the RunSpec's JSON, in the detailed view)."""
+    """A job as GET /jobs/{id} shows it (`spec`: its settings, the RunSpec's JSON, in the detailed view;
+    `files_removed`: the retention's note once its run directory and uploads are gone)."""
 
     id: str
     state: str
@@ -111,6 +112,7 @@ class JobView:
     error: str | None = None
     links: dict[str, str] = field(default_factory=dict)
     spec: dict | None = None
+    files_removed: str | None = None
 
     @property
     def terminal(self) -> bool:

@@ -28,8 +28,8 @@ from pathlib import Path
 from precision_doctor.outcome import JobState
 from precision_doctor.service.schema import STATES, TERMINAL, JobView, Progress, Result
 
-SCHEMA_VERSION = 1
-_SCHEMA = """
+SCHEMA_VERSION = 2
+_SCHEMA = ("""
 CREATE TABLE IF NOT EXISTS jobs (
     n INTEGER PRIMARY KEY AUTOINCREMENT,
     id TEXT NOT NULL UNIQUE,
@@ -52,10 +52,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     progress TEXT,
     version INTEGER NOT NULL DEFAULT 0,
     result TEXT,
-    error TEXT
-);
-CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, not_before, n);
-"""
+    error TEXT,
+    files_removed TEXT
+)""", "CREATE INDEX IF NOT EXISTS jobs_queue ON jobs (state, not_before, n)")
+# what an older store (its user_version) lacks: the statements that bring it to each later version
+_MIGRATIONS = {2: ("ALTER TABLE jobs ADD COLUMN files_removed TEXT",)}  # 2: the retention's note (service/retention.py)
+_TERMINAL_SQL = ", ".join(f"'{s}'" for s in TERMINAL)
 _BUSY = {"SQLITE_BUSY", "SQLITE_LOCKED"}
 _FULL = {"SQLITE_FULL", "SQLITE_IOERR_WRITE", "SQLITE_IOERR_FSYNC", "SQLITE_IOERR_SHMSIZE", "SQLITE_IOERR_TRUNCATE"}
 
@@ -132,6 +134,7 @@ class Job:
     version: int
     result: Result | None
     error: str | None
+    files_removed: str | None = None  # the retention's note once the job's files are removed
 
     @property
     def terminal(self) -> bool:
@@ -145,7 +148,7 @@ def _job(row: sqlite3.Row) -> Job:
         crashes=row["crashes"], worker=row["worker"], pid=row["pid"], token=row["token"], lease_until=row["lease_until"],
         cancel_requested=bool(row["cancel_requested"]), progress=Progress.from_json(json.loads(row["progress"] or "{}")),
         version=row["version"], result=Result.from_json(json.loads(row["result"])) if row["result"] else None,
-        error=row["error"],
+        error=row["error"], files_removed=row["files_removed"],
     )
 
 
@@ -171,13 +174,31 @@ class Store:
         with self._conn() as con:
             if con.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 con.execute("PRAGMA journal_mode=WAL")
-            version = con.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise RuntimeError(f"{self.path}: job store schema {version} is newer than this precision-doctor's "
-                                   f"({SCHEMA_VERSION})")
-            if version < SCHEMA_VERSION or not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'jobs'").fetchone():
-                con.executescript(_SCHEMA)
-                con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            if not self._outdated(con):
+                return
+            con.execute("BEGIN IMMEDIATE")  # another process may be setting it up too: one does, the other sees it
+            try:
+                if self._outdated(con):
+                    version = con.execute("PRAGMA user_version").fetchone()[0]
+                    fresh = not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'jobs'").fetchone()
+                    for statement in _SCHEMA:
+                        con.execute(statement)
+                    for v in range(max(version, 1) + 1, SCHEMA_VERSION + 1):
+                        for statement in () if fresh else _MIGRATIONS[v]:
+                            con.execute(statement)
+                    con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            con.execute("COMMIT")
+
+    def _outdated(self, con: sqlite3.Connection) -> bool:
+        """Whether the schema must be created or migrated; RuntimeError when it is newer than this code's."""
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise RuntimeError(f"{self.path}: job store schema {version} is newer than this precision-doctor's "
+                               f"({SCHEMA_VERSION})")
+        return version < SCHEMA_VERSION or not con.execute("SELECT 1 FROM sqlite_master WHERE name = 'jobs'").fetchone()
 
     @contextmanager
     def _conn(self, busy_ms: int | None = None) -> Iterator[sqlite3.Connection]:
@@ -352,6 +373,31 @@ class Store:
                 )
         return [r[0] for r in rows]
 
+    # -- the retention's reads and writes (service/retention.py) -------------------------------------------------
+    @_guarded
+    def finished_with_files(self) -> list[Job]:
+        """Finished jobs whose files are still there, most recently finished first."""
+        with self._conn() as con:
+            rows = con.execute(f"SELECT * FROM jobs WHERE state IN ({_TERMINAL_SQL}) AND files_removed IS NULL "
+                               "ORDER BY finished DESC, n DESC").fetchall()
+        return [_job(r) for r in rows]
+
+    @_guarded
+    def newest_finished(self, limit: int) -> set[str]:
+        """The ids of the `limit` most recently finished jobs (their files removed or not)."""
+        with self._conn() as con:
+            rows = con.execute(f"SELECT id FROM jobs WHERE state IN ({_TERMINAL_SQL}) ORDER BY finished DESC, n DESC "
+                               "LIMIT ?", (limit,)).fetchall()
+        return {r[0] for r in rows}
+
+    @_guarded
+    def mark_files_removed(self, job_id: str, note: str) -> bool:
+        """Note on a finished job that its files were removed; False when it is not a finished job."""
+        with self._tx() as con:
+            cur = con.execute(f"UPDATE jobs SET files_removed = ?, updated = ?, version = version + 1 WHERE id = ? AND "
+                              f"state IN ({_TERMINAL_SQL})", (note, time.time(), job_id))
+        return cur.rowcount == 1
+
     def write_problem(self, wait_s: float) -> str | None:
         """Why a write could not start now (None: it could): takes the write lock, waiting up to `wait_s`,
         and lets it go at once."""
@@ -397,7 +443,7 @@ def view(job: Job, detail: bool = True) -> JobView:
         id=job.id, state=job.state, name=job.name, created=_iso(job.created), started=_iso(job.started),
         finished=_iso(job.finished), attempts=job.attempts, worker_pid=job.pid if job.state == JobState.RUNNING else None,
         cancel_requested=job.cancel_requested, progress=job.progress, result=job.result, error=job.error, links=links,
-        spec=job.spec if detail else None,
+        spec=job.spec if detail else None, files_removed=job.files_removed,
     )
 
 

@@ -30,6 +30,7 @@ from typing import Protocol
 from precision_doctor.errors import one_line
 from precision_doctor.service.config import TOKEN_ENV, ServiceConfig, StateDir
 from precision_doctor.service.health import disk_use
+from precision_doctor.service.retention import EVERY_S, Retention, Storage, prune, storage
 from precision_doctor.service.store import Store, StoreError
 
 ORPHAN_GRACE_S = 20.0  # at shutdown: the workers' time to give their jobs back
@@ -172,6 +173,9 @@ class Supervisor:
         self.closing = threading.Event()
         self.thread = threading.Thread(target=self._loop, name="pd-supervisor", daemon=True)
         self.tag = f"{os.getpid()}-{int(time.time())}"
+        self.retention = Retention(config.keep_jobs, config.keep_days)
+        self.storage: Storage | None = None  # what the state directory held at the last retention pass
+        self.keeper = threading.Thread(target=self._keep_loop, name="pd-retention", daemon=True)
 
     def start(self) -> None:
         self._requeue_earlier()
@@ -181,6 +185,7 @@ class Supervisor:
             for i in range(self.config.workers):
                 self._spawn(i)
         self.thread.start()
+        self.keeper.start()
 
     def _spawn(self, index: int) -> None:
         assert self.launcher is not None
@@ -219,6 +224,25 @@ class Supervisor:
                 self.tick()
             except Exception:  # the supervisor must outlive a bad tick
                 _log("supervisor tick failed:\n" + traceback.format_exc())
+
+    def _keep_loop(self) -> None:
+        """The retention's passes (service/retention.py), in their own thread: walking and removing directories
+        must not delay the workers' supervision."""
+        while True:
+            try:
+                self.keep_pass()
+            except Exception:
+                _log("retention pass failed:\n" + traceback.format_exc())
+            if self.closing.wait(EVERY_S):
+                return
+
+    def keep_pass(self) -> None:
+        """Remove the files of the finished jobs the retention no longer keeps, then measure the state directory."""
+        state = StateDir(self.config.state_dir)
+        removed = self._attempt("removing old jobs' files", prune, self.store, state, self.retention)
+        if removed:
+            _log(f"removed the files of {len(removed)} finished job(s) ({self.retention.flags()}): {', '.join(removed)}")
+        self.storage = self._attempt("measuring the state directory", storage, self.store, state, self.retention)
 
     def tick(self) -> None:
         with self.lock:
@@ -326,6 +350,8 @@ class Supervisor:
         self.closing.set()
         if self.thread.is_alive():
             self.thread.join(5)
+        if self.keeper.is_alive():
+            self.keeper.join(5)
         with self.lock:
             workers = {wid: w for wid, (_, w) in self.workers.items()}
         for worker in workers.values():

@@ -14,11 +14,13 @@ from typing import Any
 from fastapi import HTTPException, Request
 from starlette.datastructures import UploadFile
 
+from precision_doctor.data.sources import SAMPLE_SUFFIXES as SAMPLE_FILE_SUFFIXES
 from precision_doctor.errors import SpecError
+from precision_doctor.render.wording import fmt_bytes
 from precision_doctor.spec import load_json
 
 MODEL_SUFFIXES = (".onnx",)
-SAMPLE_SUFFIXES = (".npz", ".json", ".h5", ".hdf5")
+SAMPLE_SUFFIXES = SAMPLE_FILE_SUFFIXES  # what --inputs reads (data/sources.py)
 _FIELDS = {"settings", "model_path", "model", "inputs", "validate_inputs", "name"}
 _REPEATABLE = {"inputs", "validate_inputs"}
 MAX_SETTINGS_BYTES = 1 << 20  # a settings document sent as a file part
@@ -168,7 +170,7 @@ def artifact(run_dir: Path, name: str) -> Path:
 
 
 def list_artifacts(run_dir: Path) -> list[dict]:
-    """Regular files in the run directory (no hidden files, no symlinks), with sizes."""
+    """Regular files in the run directory (no hidden files, no symlinks), with sizes (bytes, and in words)."""
     if not run_dir.is_dir():
         return []
     out = []
@@ -178,5 +180,6 @@ def list_artifacts(run_dir: Path) -> list[dict]:
             p = Path(top) / f
             if f.startswith(".") or p.is_symlink() or not p.is_file():
                 continue
-            out.append({"name": p.relative_to(run_dir).as_posix(), "size": p.stat().st_size})
+            size = p.stat().st_size
+            out.append({"name": p.relative_to(run_dir).as_posix(), "size": size, "size_text": fmt_bytes(size)})
     return sorted(out, key=lambda a: a["name"])

@@ -213,10 +213,11 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
         return Ran(JobState.FAILED, error=one_line(exc))
     run_dir = state.run_dir(job_id)
     attempts = ("resume", "fresh") if can_resume(run_dir) else ("fresh",)
+    submitted = _submitted(state, job_id)
     for attempt in attempts:
         try:
             result = run_job(spec, run_dir, progress=pulse.on_progress, stop=stop, resume=attempt == "resume",
-                             cache=cache)
+                             cache=cache, job=submitted)
         except UserError as exc:
             return Ran(JobState.FAILED, error=one_line(exc))
         except KeyboardInterrupt:  # a SIGINT from outside (the daemon forwards none): give the job back
@@ -235,6 +236,17 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
             return Ran(None, result)
         return Ran(JobState.DONE, result)
     raise AssertionError("unreachable")
+
+
+def _submitted(state: StateDir, job_id: str):
+    """The job as submitted (a `results.report.ServiceJob`: `jobs.create_job` wrote it); None for a job of a
+    daemon that did not."""
+    from precision_doctor.results.report import ServiceJob
+
+    try:
+        return ServiceJob.from_json(json.loads(state.submitted(job_id).read_text(encoding="utf-8")))
+    except (OSError, ValueError, UserError):
+        return None
 
 
 def _conclude(store: Store, job_id: str, token: str, stop: StopToken, pulse: Pulse, ran: Ran,

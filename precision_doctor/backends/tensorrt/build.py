@@ -25,10 +25,15 @@ from precision_doctor.backends.tensorrt.tactics import TacticSpec, resolve_tacti
 from precision_doctor.errors import UserError
 
 WEAK_PRECISION_FLAGS = {"fp16": "FP16", "bf16": "BF16"}
+ShapeRange = tuple[Sequence[int], Sequence[int], Sequence[int]]  # (min, opt, max) of a dynamic input
 
 
-def _logger(lib: TrtLibrary):
-    """An ILogger that keeps warnings and errors (the first error goes into our one-line messages)."""
+LAYER_DUMP = "Layers:"  # how the builder's verbose message listing the engine's layers starts
+
+
+def _logger(lib: TrtLibrary, keep_layer_dump: bool = False):
+    """An ILogger that keeps warnings and errors (the first error goes into our one-line messages), and with
+    `keep_layer_dump` the builder's verbose list of the engine's layers (`kernels.py` reads it)."""
     trt = lib.module
 
     class Logger(trt.ILogger):
@@ -37,7 +42,7 @@ def _logger(lib: TrtLibrary):
             self.messages: list[tuple[Any, str]] = []
 
         def log(self, severity, msg):
-            if severity <= trt.ILogger.Severity.WARNING:
+            if severity <= trt.ILogger.Severity.WARNING or (keep_layer_dump and str(msg).startswith(LAYER_DUMP)):
                 self.messages.append((severity, str(msg)))
 
         def first_error(self) -> str | None:
@@ -102,14 +107,16 @@ class ParsedNetwork:
         }
 
 
-def parse_onnx(lib: TrtLibrary, path: str | Path, strongly_typed: bool = True) -> ParsedNetwork:
+def parse_onnx(lib: TrtLibrary, path: str | Path, strongly_typed: bool = True,
+               keep_layer_dump: bool = False) -> ParsedNetwork:
     """Parse an ONNX file (external data beside it is read too) into a network; UserError naming the
-    file and the first parser error when TensorRT's parser refuses it."""
+    file and the first parser error when TensorRT's parser refuses it. `keep_layer_dump`: the logger keeps
+    the builder's list of the engine's layers (`kernels.engine_kernels`)."""
     trt = lib.module
     path = Path(path)
     if not path.is_file():
         raise UserError(f"ONNX file not found: {path}")
-    logger = _logger(lib)
+    logger = _logger(lib, keep_layer_dump)
     builder = trt.Builder(logger)
     if builder is None:
         raise UserError(f"{lib.label}: cannot create a builder ({logger.first_error() or 'no reason given'})")
@@ -144,7 +151,7 @@ class BuildSettings:
     current_gpu: bool = False
     builder_optimization_level: int | None = None
     timing_cache: Path | None = None
-    input_shapes: Mapping[str, Sequence[int]] = field(default_factory=dict)
+    input_shapes: Mapping[str, Sequence[int] | ShapeRange] = field(default_factory=dict)
 
 
 def compute_capability_targets(lib: TrtLibrary, names: Sequence[str] | None) -> tuple[CC, ...] | None:
@@ -161,8 +168,18 @@ def compute_capability_targets(lib: TrtLibrary, names: Sequence[str] | None) -> 
     return ccs
 
 
-def _profile(parsed: ParsedNetwork, shapes: Mapping[str, Sequence[int]]):
-    """One optimization profile fixing every dynamic input (min = opt = max); None when all are static."""
+def shape_range(value: Sequence[int] | ShapeRange) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(min, opt, max) of an input: a shape is all three, a (min, opt, max) triple is itself."""
+    if len(value) == 3 and all(isinstance(v, (list, tuple)) for v in value):
+        lo, opt, hi = (tuple(int(d) for d in v) for v in value)  # type: ignore[union-attr]
+        return lo, opt, hi
+    fixed = tuple(int(d) for d in value)  # type: ignore[arg-type]
+    return fixed, fixed, fixed
+
+
+def _profile(parsed: ParsedNetwork, shapes: Mapping[str, Sequence[int] | ShapeRange]):
+    """One optimization profile for the dynamic inputs: a shape fixes an input (min = opt = max), a
+    (min, opt, max) triple spans a range; None when every input is static."""
     inputs = parsed.inputs()
     unknown = [n for n in shapes if n not in inputs]
     if unknown:
@@ -175,10 +192,11 @@ def _profile(parsed: ParsedNetwork, shapes: Mapping[str, Sequence[int]]):
         if name not in shapes:
             dims = "x".join("?" if d < 0 else str(d) for d in shape)
             raise UserError(f"{parsed.path.name}: input '{name}' has a dynamic shape [{dims}]; give its shape (input_shapes)")
-        fixed = tuple(int(d) for d in shapes[name])
-        if len(fixed) != len(shape) or any(d >= 0 and d != f for d, f in zip(shape, fixed)):
-            raise UserError(f"input shape {list(fixed)} for '{name}' does not fit the model's {list(shape)}")
-        profile.set_shape(name, fixed, fixed, fixed)
+        lo, opt, hi = shape_range(shapes[name])
+        for fixed in (lo, opt, hi):
+            if len(fixed) != len(shape) or any(d >= 0 and d != f for d, f in zip(shape, fixed)):
+                raise UserError(f"input shape {list(fixed)} for '{name}' does not fit the model's {list(shape)}")
+        profile.set_shape(name, lo, opt, hi)
     return profile
 
 
@@ -293,7 +311,7 @@ def build_engine(
     tactic_sources: TacticSpec | None = None,
     tf32: bool = False,
     cache_dir: str | Path | None = None,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
+    input_shapes: Mapping[str, Sequence[int] | ShapeRange] | None = None,
     builder_optimization_level: int | None = None,
 ) -> EngineBuild:
     """Build `onnx_path` (a strongly typed, mixed-precision graph such as fixed.onnx) into `plan_path`.

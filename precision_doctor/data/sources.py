@@ -1,0 +1,333 @@
+"""Sample files as users keep them: `--inputs` values expanded to files, and each file's samples found from
+its headers (how many, of which shapes) without reading their data.
+
+An `--inputs` value is
+- a file: `.npz`, `.npy`, polygraphy `.json` (`--save-inputs`), `.h5`/`.hdf5`;
+- a directory: every file in it with one of those suffixes, in sorted order (not recursive; hidden files
+  and other suffixes are skipped);
+- a glob (a value that names no file and holds `*`, `?` or `[`): the files it matches, sorted;
+- never a shape: `x:[1,3,48,192]` (polygraphy's `--inputs` of shapes) is refused with a pointer to
+  `--input-shapes`.
+
+How many samples a `.npz`/`.npy` holds is decided per array against the model input of its name (`layout`):
+- rank = the input's rank + 1, the other dimensions fitting the input's: samples stacked on a leading axis
+  (`np.stack`), one sample per index of that axis;
+- rank = the input's rank, the input's first dimension fixed at b and the array's a multiple k*b with k > 1:
+  k samples concatenated along the batch axis (the layout of ModelOpt's `--calibration_data_path`; ModelOpt
+  AutoCast's `--calibration_data` reads an .npz as one sample);
+- rank = the input's rank otherwise: the array is one sample (as every .npz always was);
+- anything else, or arrays of one file that disagree (one stacked, one not; other counts), is refused with
+  a one-line hint. A `.npy` holds one array: the model must have exactly one input.
+An HDF5 file is one sample (datasets at its root). A polygraphy JSON file holds a list of samples; it is
+decoded whole once and spilled to disk (data/spill.py), then read one sample at a time.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import numpy as np
+
+from precision_doctor.data.arrayfiles import (
+    ArrayRows,
+    Bounds,
+    h5_shapes,
+    npy_header,
+    npz_headers,
+    read_h5,
+    read_npz,
+    read_polygraphy_json,
+)
+from precision_doctor.data.samples import Entry, ShapeGroup
+from precision_doctor.data.spill import Spill
+from precision_doctor.errors import SpecError, UserError
+
+SAMPLE_SUFFIXES = (".npz", ".npy", ".json", ".h5", ".hdf5")
+SUFFIXES_SHOWN = ", ".join(SAMPLE_SUFFIXES)
+MAX_FILE_SAMPLES = 1 << 20  # samples one .npz/.npy may declare
+FILES = "inputs.files"
+_SHAPE = re.compile(r"^\s*(?:[^\s:/\\][^:/\\]*:)?\[\s*[-?\d]+(?:\s*,\s*[-?\d]+)*\s*\]\s*$")
+_GLOB = re.compile(r"[*?\[]")
+
+
+def looks_like_shape(value: str) -> bool:
+    """`x:[1,3,48,192]` or `[1,3]`: polygraphy's shape syntax, not a file."""
+    return bool(_SHAPE.match(value))
+
+
+def expand_inputs(values: Sequence[str | Path], setting: str = FILES) -> list[Path]:
+    """The sample files `values` name (files, directories, globs), in order; a one-line refusal naming the value
+    for a shape, a directory without sample files, a glob that matches nothing, a missing file."""
+    files: list[Path] = []
+    for value in map(str, values):
+        path = Path(value)
+        if path.is_dir():
+            found = sample_files_in(path)
+            if not found:
+                raise UserError(f"inputs {path} is a directory with no sample files in it ({SUFFIXES_SHOWN}; "
+                                "subdirectories are not read)")
+            files += found
+        elif path.exists():
+            files.append(path)
+        elif looks_like_shape(value):
+            raise SpecError(setting, f"{{{setting}}} {value.strip()} looks like a shape, not a file: did you mean "
+                            f"{{inputs.input_shapes}} {value.strip()}?")
+        elif _GLOB.search(value):
+            matched = sorted(Path(p) for p in glob.glob(value) if Path(p).is_file())
+            if not matched:
+                raise SpecError(setting, f"{{{setting}}} {value}: the pattern matches no file")
+            files += matched
+        else:
+            raise SpecError(setting, f"{{{setting}}} {path}: file not found")
+    return files
+
+
+def sample_files_in(directory: Path) -> list[Path]:
+    """The sample files of a directory, sorted: regular files with a SAMPLE_SUFFIXES suffix, not hidden, not in
+    subdirectories."""
+    return sorted(p for p in Path(directory).iterdir() if p.suffix.lower() in SAMPLE_SUFFIXES
+                  and not p.name.startswith(".") and p.is_file())
+
+
+def is_glob(value: str) -> bool:
+    """Whether an `--inputs` value is a pattern (a wildcard in a value that names no file)."""
+    return bool(_GLOB.search(value)) and not Path(value).exists() and not looks_like_shape(value)
+
+
+def static_root(value: str | Path) -> str:
+    """The part of an `--inputs` value that names something on disk: a glob's leading directories without a
+    wildcard (what a run directory must not hold), anything else as it is."""
+    text = str(value)
+    if Path(text).exists() or not _GLOB.search(text) or looks_like_shape(text):
+        return text
+    parts = Path(text).parts
+    fixed = [p for p in parts[: next(i for i, p in enumerate(parts) if _GLOB.search(p))]]
+    return str(Path(*fixed)) if fixed else "."
+
+
+def expanded_or_given(values: Sequence[str | Path]) -> list[str]:
+    """Each value's files where it is a directory or a glob (as `expand_inputs`), itself otherwise; never
+    refuses (for fingerprints: a missing file stays in the list as it is)."""
+    out: list[str] = []
+    for value in map(str, values):
+        try:
+            out += [str(p) for p in expand_inputs([value])] if Path(value).is_dir() or _GLOB.search(value) else [value]
+        except UserError:
+            out.append(value)
+    return out
+
+
+class Layout(str, Enum):
+    """How a file holds its samples."""
+
+    ONE = "one sample"
+    STACKED = "stacked"  # a leading sample axis
+    CONCATENATED = "concatenated"  # along the model's fixed batch axis (ModelOpt's calibration data)
+
+
+@dataclass(frozen=True)
+class FileSamples:
+    """The samples of one `.npz`/`.npy` by its headers: the layout, how many, and per array the rows of one
+    sample (1 for stacked arrays, whose leading axis is dropped; b for concatenated ones)."""
+
+    layout: Layout
+    count: int
+    rows: Mapping[str, int]
+
+
+def layout(path: Path, arrays: Mapping[str, tuple[tuple[int, ...], np.dtype]],
+           inputs: Mapping[str, tuple[int | None, ...]] | None) -> FileSamples:
+    """How the arrays of `path` (name -> (shape, dtype), from their headers) hold samples of a model with
+    `inputs` (name -> shape, None for a dynamic dimension); None: no model, one sample."""
+    if inputs is None:
+        return FileSamples(Layout.ONE, 1, {})
+    kinds: dict[str, tuple[Layout, int, int]] = {}
+    for name, (shape, _) in arrays.items():
+        if name not in inputs:
+            continue  # an unknown input is refused by name when the sample is read
+        want = inputs[name]
+        kinds[name] = _array_layout(path, name, tuple(shape), tuple(want))
+    multi = {n: k for n, k in kinds.items() if k[0] != Layout.ONE}
+    if not multi:
+        return FileSamples(Layout.ONE, 1, {})
+    single = sorted(set(kinds) - set(multi))
+    if single:
+        n, (kind, count, _) = next(iter(multi.items()))
+        raise UserError(f"inputs file {path}: array '{n}' holds {count} samples ({kind.value}, shape "
+                        f"{list(arrays[n][0])}) but array '{single[0]}' is one sample (shape {list(arrays[single[0]][0])}); "
+                        "give every input with the same number of samples")
+    counts = {k[1] for k in multi.values()}
+    if len(counts) > 1:
+        shown = ", ".join(f"'{n}' {k[1]}" for n, k in multi.items())
+        raise UserError(f"inputs file {path}: its arrays hold different numbers of samples ({shown}); give every "
+                        "input the same number")
+    count = counts.pop()
+    if count > MAX_FILE_SAMPLES:
+        raise UserError(f"inputs file {path} declares {count:,} samples, more than the {MAX_FILE_SAMPLES:,} one file "
+                        "may hold; refused before reading it")
+    kinds_seen = {k[0] for k in multi.values()}
+    return FileSamples(kinds_seen.pop() if len(kinds_seen) == 1 else Layout.STACKED, count,
+                       {n: k[2] for n, k in multi.items()})
+
+
+def _array_layout(path: Path, name: str, shape: tuple[int, ...], want: tuple[int | None, ...]) -> tuple[Layout, int, int]:
+    """(layout, samples, rows per sample) of one array against its model input's shape."""
+    shown = "[" + ",".join("?" if d is None else str(d) for d in want) + "]"
+
+    def fits(dims: tuple[int, ...], model: tuple[int | None, ...]) -> bool:
+        return len(dims) == len(model) and all(m is None or m == d for d, m in zip(dims, model))
+
+    if len(shape) == len(want) + 1:
+        if fits(shape[1:], want):
+            return Layout.STACKED, shape[0], 1
+        raise UserError(f"inputs file {path}: array '{name}' has shape {list(shape)}: read as samples stacked on its "
+                        f"first axis, each {list(shape[1:])} does not fit the model's input {shown}")
+    if len(shape) == len(want):
+        batch = want[0] if want else None
+        if batch and shape[0] != batch and shape[0] % batch == 0 and fits(shape[1:], want[1:]):
+            return Layout.CONCATENATED, shape[0] // batch, batch
+        return Layout.ONE, 1, 0  # one sample (a wrong shape is refused by name when it is checked)
+    raise UserError(f"inputs file {path}: array '{name}' has rank {len(shape)} (shape {list(shape)}) but the model's "
+                    f"input is {shown} (rank {len(want)}): give one sample of rank {len(want)}, or samples stacked on a "
+                    f"leading axis (rank {len(want) + 1})")
+
+
+# -- entries: where each sample lives ----------------------------------------------------------------------
+
+
+class WholeFile:
+    """A file that is one sample (.npz, .h5, .npy)."""
+
+    cached = True
+
+    def __init__(self, path: Path, bounds: Bounds, group: ShapeGroup, single_input: str | None = None):
+        self.path, self.bounds, self.group = path, bounds, group
+        self.label = str(path)
+        self.single_input = single_input  # a .npy: the model input it feeds
+
+    def load(self) -> dict[str, np.ndarray]:
+        suffix = self.path.suffix.lower()
+        if suffix == ".npz":
+            return read_npz(self.path, self.bounds)
+        if suffix == ".npy":
+            shape, dtype = npy_header(self.path)
+            name = str(self.single_input)
+            self.bounds.check(f"inputs file {self.path}", name, shape, dtype)
+            return {name: np.load(self.path, allow_pickle=False)}
+        return read_h5(self.path, self.bounds)
+
+
+class FileRow:
+    """Sample `index` of a multi-sample .npz/.npy: per array, its rows [index*b, (index+1)*b) (stacked arrays:
+    b = 1 and the sample axis dropped)."""
+
+    cached = True
+
+    def __init__(self, path: Path, index: int, readers: Mapping[str, ArrayRows], rows: Mapping[str, int],
+                 layout_: Layout, group: ShapeGroup):
+        self.path, self.index, self.readers, self.rows, self.layout = path, index, readers, rows, layout_
+        self.group = group
+        self.label = f"{path} (sample {index})"
+
+    def load(self) -> dict[str, np.ndarray]:
+        out = {}
+        for name, reader in self.readers.items():
+            b = self.rows[name]
+            arr = reader.read(self.index * b, b)
+            out[name] = arr[0] if self.layout == Layout.STACKED else arr
+        return out
+
+
+def file_entries(paths: Sequence[Path], bounds: Bounds, inputs: Mapping[str, tuple[int | None, ...]] | None,
+                 spill: Spill | None = None) -> list[Entry]:
+    """Every sample of `paths`, in order, found from the files' headers (polygraphy JSON files are decoded and
+    spilled to `spill`). Every array is bounded by `bounds` before any data is read; a file that cannot be read
+    is a UserError naming it."""
+    entries: list[Entry] = []
+    for path in paths:
+        if spill is None and path.suffix.lower() == ".json":
+            spill = Spill(bounds=bounds)  # one for every JSON file of the list
+        if path.is_dir():
+            raise UserError(f"inputs file {path} is a directory")
+        if not path.is_file():
+            raise UserError(f"inputs file not found: {path}")
+        suffix = path.suffix.lower()
+        try:
+            if suffix in (".npz", ".npy"):
+                entries += _array_file(path, bounds, inputs)
+            elif suffix == ".json":
+                entries += _json_file(path, bounds, spill)
+            elif suffix in (".h5", ".hdf5"):
+                shapes = h5_shapes(path, bounds)
+                entries.append(WholeFile(path, bounds, ShapeGroup.of({k: v[0] for k, v in shapes.items()})))
+            else:
+                raise UserError(f"inputs file {path}: unknown format (use {SUFFIXES_SHOWN})")
+        except UserError:
+            raise
+        except OSError as exc:
+            raise UserError(f"cannot read inputs file {path}: {exc.strerror or exc}") from exc
+        except Exception as exc:
+            raise UserError(f"cannot read inputs file {path}: {type(exc).__name__}: {str(exc)[:150]}") from exc
+    return entries
+
+
+def _array_file(path: Path, bounds: Bounds, inputs: Mapping[str, tuple[int | None, ...]] | None) -> list[Entry]:
+    where = f"inputs file {path}"
+    if path.suffix.lower() == ".npy":
+        names = list(inputs) if inputs is not None else list(bounds.sizes or [])
+        if len(names) != 1:
+            raise UserError(f"{where} is a single .npy array, but the model has {len(names)} inputs "
+                            f"({', '.join(names) or 'unknown'}): save the sample(s) with np.savez(path, input_name=array)")
+        arrays = {names[0]: npy_header(path)}
+    else:
+        arrays = npz_headers(path)
+    found = layout(path, arrays, inputs)
+    if found.layout == Layout.ONE:
+        for name, (shape, dtype) in arrays.items():
+            bounds.check(where, name, shape, dtype)
+        group = ShapeGroup.of({k: v[0] for k, v in arrays.items()})
+        single = next(iter(arrays)) if path.suffix.lower() == ".npy" else None
+        return [WholeFile(path, bounds, group, single)]
+    shapes = {}
+    for name, (shape, dtype) in arrays.items():
+        b = found.rows.get(name)
+        if b is None:
+            bounds.check(where, name, shape, dtype)  # an array of no model input: refused here by name
+            continue
+        one = shape[1:] if found.layout == Layout.STACKED else (b, *shape[1:])
+        bounds.check(where, name, one, dtype)
+        shapes[name] = one
+    single_npy = path.suffix.lower() == ".npy"
+    readers = {name: ArrayRows(path, None if single_npy else name) for name in shapes}
+    group = ShapeGroup.of(shapes)
+    return [FileRow(path, i, readers, found.rows, found.layout, group) for i in range(found.count)]
+
+
+def _json_file(path: Path, bounds: Bounds, spill: Spill) -> list[Entry]:
+    data = read_polygraphy_json(path, bounds.largest, holder="the model's largest input" if bounds.sizes else "")
+    if isinstance(data, dict):
+        data = [data]
+    if not isinstance(data, list) or not all(isinstance(d, dict) for d in data):
+        raise UserError(f"{path}: not a polygraphy inputs file (expected a list of feed dicts)")
+    if not data:
+        raise UserError(f"inputs file {path} holds no samples (an empty list)")
+    entries = []
+    for i in range(len(data)):
+        sample = {}
+        for k, v in data[i].items():
+            try:
+                arr = np.asarray(v)
+            except ValueError:  # ragged lists
+                arr = np.empty(0, dtype=object)
+            if arr.dtype == object:
+                raise UserError(f"inputs file {path}: input '{k}' is not a numeric array (ragged or mixed lists?)")
+            bounds.check(f"inputs file {path}", str(k), arr.shape, arr.dtype)
+            sample[str(k)] = arr
+        entries.append(spill.add(sample, str(path) if len(data) == 1 else f"{path} (sample {i})", path))
+        data[i] = None  # spilled: let it go
+    return entries
