@@ -58,7 +58,7 @@ def _spec(tmp_path, n: int = 12, **search) -> RunSpec:
         files.append(tmp_path / f"s{i:02d}.npz")
         np.savez(files[-1], **_sample(i))
     return RunSpec(str(model), inputs=InputSpec(files=tuple(map(str, files))), tolerance=Tolerance(atol=0.01, rtol=0.0),
-                   search=SearchSpec(**search)).with_settings({"backends.backend": "emulate"})
+                   search=SearchSpec(**{"cost": "nodes", **search})).with_settings({"backends.backend": "emulate"})
 
 
 def test_the_working_set_takes_the_hardest_spread_over_shapes_and_outputs():
