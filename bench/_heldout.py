@@ -118,7 +118,7 @@ class SharedOracle(Oracle):
         if fb in self.memo:
             self.memo_hits += 1
             return self.memo[fb]
-        self._check_budget()
+        self.check_budget()
         t0 = time.monotonic()
         per_output: dict[str, list[OutputCheck]] = {}
         failed = None

@@ -15,7 +15,7 @@ from precision_doctor.data.workload import Workload, load_workload
 from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.compare import CompareResult, run_compare
 from precision_doctor.pipeline.diagnose import run_diagnose
-from precision_doctor.pipeline.heldout import held_out_samples
+from precision_doctor.pipeline.heldout import held_out_choice, held_out_samples
 from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.rundir import open_run_dir
 from precision_doctor.spec import RunSpec
@@ -45,10 +45,11 @@ def diagnose(
     spec.validate()
     work = _load(spec, progress, run_dir=Path(out_dir) if resume else None)
     validation = held_out_samples(work)
+    choice = held_out_choice(work, validation)
     _loaded(spec, work, validation, progress)
     with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
         return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop,
-                            capture_cache=capture_cache, origin=origin, service_job=service_job)
+                            capture_cache=capture_cache, held_choice=choice, origin=origin, service_job=service_job)
 
 
 def compare(

@@ -54,6 +54,11 @@ class InputSpec:
     validation_split: float | None = None  # held-out share of `files` (0.25) or of generated samples (0.5)
     reference_outputs: str | None = None  # polygraphy --save-outputs JSON: the FP32 reference instead of ORT
 
+    @property
+    def from_user(self) -> bool:
+        """Whether the samples are the user's data (files, a loader script) rather than generated."""
+        return bool(self.files or self.validate_files or self.data_loader_script)
+
     def describe(self) -> dict:
         """Where the samples came from, as report.json's `inputs` says it."""
         ref = {"reference_outputs": self.reference_outputs} if self.reference_outputs else {}

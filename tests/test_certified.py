@@ -20,8 +20,12 @@ from precision_doctor.results.report import Report
 from precision_doctor.spec import RunSpec
 
 
-def test_auto_plans_emulation_and_a_gpu_confirmation_where_there_is_a_gpu():
-    assert plan_backends("auto", None, gpu=True) == registry.BackendPlan("emulate", "ort-cuda")
+def test_auto_searches_on_the_gpu_and_confirms_on_the_real_graph_where_there_is_a_gpu():
+    """On a CUDA machine the gated GPU graph searches and ort-cuda (the real mixed graph) has the last word; a
+    named confirm backend takes that place; elsewhere the emulator searches."""
+    assert plan_backends("auto", None, gpu=True) == registry.BackendPlan("ort-cuda-gated", "ort-cuda")
+    assert plan_backends("auto", "trt", gpu=True) == registry.BackendPlan("ort-cuda-gated", "trt")
+    assert plan_backends("auto", "ort-cuda-gated", gpu=True) == registry.BackendPlan("emulate", "ort-cuda-gated")
     plan = plan_backends("auto", None, gpu=False)
     assert (plan.search, plan.confirm) == ("emulate", None) and "no CUDA GPU" in plan.no_gpu
     assert plan_backends("auto", "trt", gpu=False) == registry.BackendPlan("emulate", "trt")
@@ -72,6 +76,7 @@ def test_auto_with_a_gpu_lets_the_confirm_backend_certify(planted_file, tmp_path
     answer nor removes a node from it; the emulator's validation does."""
     monkeypatch.setattr(registry, "cuda_machine", lambda: True)
     monkeypatch.setattr(registry, "AUTO_CONFIRM", "ort-cpu")
+    monkeypatch.setattr(registry, "AUTO_SEARCH_GPU", "emulate")  # the emulator's verdicts: the planted sets
     case, path, files = planted_file("three_defects", 4)
     spec = RunSpec(model=str(path)).with_settings({
         "inputs.files": [str(f) for f in files], "tolerance.atol": case.atol, "tolerance.rtol": case.rtol})
@@ -80,6 +85,36 @@ def test_auto_with_a_gpu_lets_the_confirm_backend_certify(planted_file, tmp_path
     c = report.certified_by
     assert report.confirm.passed and set(report.fallback_nodes) == set(report.confirm.searched_answer)
     assert (c.backend, c.how, c.gpu) == ("emulate", "validation", False) and c.samples == 4
+
+
+def test_auto_on_a_cuda_machine_runs_the_search_on_the_gated_graph(planted_file, tmp_path, monkeypatch):
+    """Plumbing of `auto` on a CUDA machine, with ORT's CPU provider standing in for the GPU: the search runs on
+    the gated native graph (one session, a set is a feed), the capture and ranking on the emulator, and the
+    confirmation (its counterexample-guided loop included) on the real mixed graph. On the CPU provider both
+    compute the FP16 nodes in FP32, so nothing fails here: only the path is checked, not FP16's verdicts."""
+    from precision_doctor.backends.ort import OrtBackend
+    from precision_doctor.backends.ort_gated import OrtGatedBackend
+
+    monkeypatch.setattr(registry, "cuda_machine", lambda: True)
+    real, made = registry._make, []
+
+    def on_cpu(name, model, precision, outputs, rules):
+        made.append(name)
+        cpu = ["CPUExecutionProvider"]
+        if name == "ort-cuda-gated":
+            return OrtGatedBackend(model, precision, providers=cpu, outputs=outputs)
+        if name == "ort-cuda":
+            return OrtBackend(model, precision, providers=cpu, outputs=outputs)
+        return real(name, model, precision, outputs, rules)
+    monkeypatch.setattr(registry, "_make", on_cpu)
+    case, path, files = planted_file("three_defects", 6)
+    spec = RunSpec(model=str(path)).with_settings({
+        "inputs.files": [str(f) for f in files], "tolerance.atol": case.atol, "tolerance.rtol": case.rtol})
+    report = api.diagnose(spec, tmp_path / "run")
+    assert made == ["ort-cuda-gated", "ort-cuda"] and report.backend == "ort-cpu-gated"
+    assert report.confirm is not None and report.confirm.backend == "ort-cpu" and report.confirm.passed
+    assert [r.search for r in report.search_rounds.rounds] == ["first", "confirm"] and report.search_rounds.verified
+    assert report.layers and report.emulation_notes == []  # the capture ran (on the emulator); no emulator verdicts
 
 
 def test_cli_names_the_rules_flag(run_cli, planted_file, tmp_path):

@@ -192,15 +192,15 @@ def test_research_margin_brings_the_predicted_share_to_the_target():
 def test_second_answer_is_checked_on_copies_no_search_saw(tmp_path, monkeypatch):
     """The second search's answer is probed on recheck copies (their own seed), never on the copies that
     sent it there and that it then searched with: here the recheck makes 3 copies, the probe 8."""
-    from precision_doctor.pipeline import diagnose as pipeline
+    from precision_doctor.pipeline import probe as pipeline
     from precision_doctor.pipeline.probe import PROBE_SEED, RECHECK_SEED, SEARCH_SEED
 
     seeds = []
     real = pipeline.perturbed_copies
 
-    def spy(samples, copies, seed, reference):
+    def spy(samples, copies, seed, reference, ids=None, ranges=None):
         seeds.append(seed)
-        made, refs = real(samples, copies, seed, reference)
+        made, refs = real(samples, copies, seed, reference, ids, ranges)
         return (made[:3], refs[:3]) if seed == RECHECK_SEED else (made, refs)
     monkeypatch.setattr(pipeline, "perturbed_copies", spy)
     rep = _diagnose(tmp_path, 3, augment=1, margin=0.0)

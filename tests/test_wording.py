@@ -114,6 +114,44 @@ def test_a_summary_row_round_trips_and_refuses_what_is_not_one():
     assert SummaryRow.from_json({"model": "m", "status": "running"}) == SummaryRow("m", RowStatus.RUNNING)
 
 
+def test_the_headline_states_what_the_held_out_samples_bound():
+    """Issue 20: the number of held-out samples, the failures and the bound, in the headline; with too few, the
+    reports say how many would give a useful bound; a failing sample says "up to"."""
+    from precision_doctor.outcome import Decider
+    from precision_doctor.pipeline.heldout_policy import held_out_bound
+    from precision_doctor.render.wording import bound_sentence, decided_sentence
+
+    many = _report(held_out_bound=held_out_bound(60, 0), decided_by=Decider.HELD_OUT,
+                   validation=Validation(passed=True, samples=60))
+    assert ("0 of 60 held-out samples failed: on data like yours the answer fails on at most 4.9% of inputs "
+            "(95% confidence).") in headline(many)
+    assert "Too few" not in bound_sentence(many) and "Clopper-Pearson" in bound_sentence(many)
+    assert decided_sentence(many).startswith("Decided by the 60 held-out samples of your data")
+    few = _report(held_out_bound=held_out_bound(2, 0), decided_by=Decider.PROBE)
+    assert "at most 78% of inputs" in headline(few) and "Too few" not in headline(few)
+    assert "59 passing held-out samples would bound it at 5.0%" in bound_sentence(few)
+    assert "perturbed-copy probe" in decided_sentence(few)
+    failed = _report(passed=False, held_out_bound=held_out_bound(100, 1),
+                     validation=Validation(passed=False, samples=100, failing_samples=[3]))
+    assert "1 of 100 held-out samples failed: on data like yours the answer fails on up to 4.7% of inputs" in headline(failed)
+    assert bound_sentence(_report()) is None and "held-out samples failed" not in headline(_report())
+
+
+def test_the_headline_names_both_answers():
+    from precision_doctor.outcome import Growth
+    from precision_doctor.pipeline.heldout_policy import held_out_bound
+    from precision_doctor.render.wording import answers_sentence
+    from precision_doctor.results.report import AnswerSummary, TwoAnswers
+
+    two = TwoAnswers([Growth.PREDICTION], AnswerSummary(["a"], 1, 0.01, held_out_bound(10, 2)),
+                     AnswerSummary(["a", "b"], 2, 0.25, held_out_bound(10, 0)))
+    rep = _report(answers=two)
+    assert "A smaller answer (1 node, 1.00 % of FLOPs) failed 2 of 10 held-out samples" in headline(rep)
+    words = answers_sentence(rep)
+    assert "the safe one (2 nodes, 25.00 % of FLOPs) is the answer" in words and "a second, stricter search" in words
+    assert "up to 51% of inputs" in words  # 2 of 10: the one-sided 95% Clopper-Pearson bound is 50.7%
+
+
 def test_sizes_in_words():
     from precision_doctor.render.wording import fmt_bytes
 

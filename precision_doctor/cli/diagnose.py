@@ -121,14 +121,17 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     from precision_doctor.render.tensorrt import outcome_lines
     from precision_doctor.render.wording import (
         Tone,
+        answers_sentence,
+        bound_sentence,
+        decided_sentence,
+        headline_text,
         held_out_sentence,
-        lowp_sentence,
         not_holding,
+        rounds_sentence,
         shapes_warning,
         tolerance_text,
         validated_on_user_data,
         verdict,
-        verdict_sentence,
     )
 
     def say(text) -> None:
@@ -145,7 +148,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         say(f"first diverging tensor (all {report.precision}): {report.first_divergence}")
     label, tone = verdict(report)
     style = {Tone.PASS: "bold green", Tone.WARN: "bold yellow"}.get(tone, "bold red")
-    say(styled(label, style, ": " + " ".join(x for x in (verdict_sentence(report), lowp_sentence(report)) if x)))
+    say(styled(label, style, ": " + headline_text(report)))
     if report.passed and not validated_on_user_data(report):
         say("No held-out sample of your data checked this answer (give 4 or more --inputs, or --validate-inputs).")
     if (warning := shapes_warning(report)) is not None:
@@ -165,7 +168,9 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         say(report.reason)
     passed_notes = (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),
                     *emulation_note_lines(report))
-    for note in (held_out_sentence(report), generalization_sentence(report), *(passed_notes if report.passed else ())):
+    promise = (bound_sentence(report), decided_sentence(report), rounds_sentence(report), answers_sentence(report))
+    for note in (held_out_sentence(report), *promise, generalization_sentence(report),
+                 *(passed_notes if report.passed else ())):
         if note:
             say(note.replace("`", ""))
     for note, loud in outcome_lines(report) if report.passed else ():

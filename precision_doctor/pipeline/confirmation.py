@@ -15,6 +15,7 @@ from precision_doctor.graph.mixed import lowp_nodes
 from precision_doctor.graph.model import Model
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.context import StepContext
+from precision_doctor.pipeline.search_loop import Loop, run_loop
 from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, trajectory_row, user_share
 from precision_doctor.results.report import Certification, Confirm, KnobsResult, Validation
 from precision_doctor.search import Oracle
@@ -36,14 +37,17 @@ class Confirmed:
     outcome: Outcome
     report: Confirm
     verdict: Verdict | None
+    loop: Loop | None = None
 
 
 def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: list[Sample], refs: list[dict],
-            budget: Budget, copies: int = 0) -> Confirmed:
-    """Carry the searched answer (`searched.found`, not None) over to `backend` on every sample (search and
-    held-out, and the `copies` perturbed copies among `samples`): keep it if it passes there, else grow it
+            budget: Budget, copies: int = 0, loop: Loop | None = None) -> Confirmed:
+    """Carry the searched answer (`searched.found`, not None) over to `backend` on `samples` (the working set and
+    the held-out samples, and the `copies` perturbed copies among them): keep it if it passes there, else grow it
     until it does; then prune it to 1-minimal there (`search.auto.repair`; an answer of more than PRUNE_MAX members keeps its own
-    members, and only what was added there is pruned).
+    members, and only what was added there is pruned). With `loop` (the search's counterexample-guided loop), the
+    answer is then checked there on every other search sample, and the failing ones join as in the search
+    (`Confirmed.loop`: that loop).
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
     spec, out_dir, found = ctx.spec, ctx.out_dir, searched.found
     assert found is not None
@@ -58,7 +62,15 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     prune_after = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
     keep = len(found) > PRUNE_MAX
     pruned_searched = prune_after and not keep
-    result = run_strategy(oracle, ctx.space, lambda o, sp: repair(o, sp, found, prune_after, keep), ctx.stop)
+    def carry(start: frozenset[str]):
+        return lambda o, sp: repair(o, sp, start, prune_after, keep)
+
+    there = None
+    if loop is None:
+        result = run_strategy(oracle, ctx.space, carry(found), ctx.stop)
+    else:
+        there = Loop(loop.pool, list(loop.working), loop.log, user_samples=len(samples) - copies)
+        result = run_loop(there, oracle, ctx.space, carry(found), carry, search="confirm", stop=ctx.stop)
     status, reason, confirmed = result.status, result.reason, result.found
     as_is = oracle.known(found)
     passed: bool | None = confirmed is not None
@@ -68,10 +80,15 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
         passed, confirmed = None, found
         reason = f"confirmation on {backend.name} stopped early ({reason}); the answer is the searched one, not confirmed"
     final = oracle.known(confirmed) if passed else None
+    # the user's samples it ran on: those in its oracle, and the other search samples once the loop checked them
+    users, n_copies = len(samples) - copies, copies
+    if there is not None:
+        users, n_copies = there.user_samples, len(oracle.samples) - there.user_samples
+        users += len(there.pool.outside(there.working)) if there.verified else 0
     report = Confirm(
         backend=backend.name,
-        samples=len(samples) - copies,
-        perturbed_copies=copies,
+        samples=users,
+        perturbed_copies=n_copies,
         searched_answer=sorted(found),
         searched_answer_passed=None if as_is is None else as_is.passed,
         passed=passed,
@@ -83,7 +100,7 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
         tolerance_used=user_share(spec, final),
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )
-    return Confirmed(Outcome(status, reason, confirmed), report, final)
+    return Confirmed(Outcome(status, reason, confirmed), report, final, there)
 
 
 def certification(

@@ -20,7 +20,9 @@ from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.measure.analysis import Analysis
-from precision_doctor.results.report import Confirm, ExpectedHeadroom, Validation
+from precision_doctor.outcome import Decider
+from precision_doctor.pipeline.search_loop import Loop
+from precision_doctor.results.report import Confirm, ExpectedHeadroom, HeldOutChoice, TwoAnswers, Validation
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, Verdict
 from precision_doctor.search.space import SearchSpace
@@ -75,6 +77,8 @@ class Findings:
     confirmed: Confirm | None = None  # confirm
     confirm_verdict: Verdict | None = None  # confirm: the verdict on the final set there
     knobs: KnobOutcome | None = None  # knobs
+    decided_by: Decider | None = None  # probe: which check decides whether the answer holds
+    answers: TwoAnswers | None = None  # answers: the smaller answer found first, and the final one
 
     @property
     def validation(self) -> Validation | None:
@@ -84,9 +88,11 @@ class Findings:
 @dataclass(kw_only=True)
 class RunContext(StepContext):
     """One diagnose run, as its steps see it once the search can start: the workload, the analysis, the
-    backends, the references, the search's oracle (its samples: the search samples and `copies` perturbed
-    copies of them) and budget, what closes what the run opened (`owned`), when it started (`t0`, monotonic),
-    and what the steps found (`findings`)."""
+    backends, the references, the search's oracle (its samples: the counterexample-guided search's working set
+    and their perturbed copies) and budget, that search's `loop` (the search samples, the working set, how many
+    of the oracle's samples are the user's, the rounds), which samples were held out and why (`held_choice`),
+    what closes what the run opened
+    (`owned`), when it started (`t0`, monotonic), and what the steps found (`findings`)."""
 
     work: Workload
     analysis: Analysis
@@ -94,9 +100,10 @@ class RunContext(StepContext):
     references: References
     oracle: Oracle
     budget: Budget
-    copies: int
+    loop: Loop
     owned: contextlib.ExitStack
     t0: float
+    held_choice: HeldOutChoice | None = None
     findings: Findings = field(default_factory=Findings)
     given: RunSpec = field(init=False)
 

@@ -1,10 +1,11 @@
 """`diagnose`: capture, rank, search, confirm on held-out samples, and write every artifact.
 
-Data flows one way: workload -> capture + analysis -> search space -> oracle + strategy ->
-validation + probe (pipeline/probe.py) -> [confirmation on another backend] -> "fixed" capture -> artifacts and report.
+Data flows one way: workload -> references + sample scores -> capture + analysis -> search space -> oracle on the
+working set + strategy, checked on every search sample (pipeline/search_loop.py) -> validation + probe
+(pipeline/probe.py) -> [confirmation on another backend] -> the two answers -> "fixed" capture -> artifacts and report.
 This module only orchestrates: `_prepare` builds the run's `RunContext` (pipeline/context.py), then each step
-(search, probe, confirm, knobs, settle) is `step(ctx, outcome) -> Outcome` and `_write` makes the artifacts and the
-report; the work of each step lives in its own module of this package.
+(search, probe, confirm, knobs, answers, settle) is `step(ctx, outcome) -> Outcome` and `_write` makes the artifacts
+and the report; the work of each step lives in its own module of this package.
 """
 
 from __future__ import annotations
@@ -23,12 +24,14 @@ from precision_doctor.data.samples import as_sample_set
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.shapes import input_shapes
-from precision_doctor.outcome import Outcome, RunStatus
+from precision_doctor.outcome import Decider, Outcome, RunStatus
+from precision_doctor.pipeline.answers import two_answers
 from precision_doctor.pipeline.artifacts import write_artifacts
 from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
 from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
 from precision_doctor.pipeline.confirmation import certification, confirm, notes_for
 from precision_doctor.pipeline.context import Backends, References, RunContext
+from precision_doctor.pipeline.heldout_policy import decider
 from precision_doctor.pipeline.keep import keep_capture
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
 from precision_doctor.pipeline.pricing import price, run_cost_model
@@ -40,14 +43,23 @@ from precision_doctor.pipeline.probe import (
     Unseen,
     check_unseen,
     confirmed_headroom,
-    perturbed_copies,
+    copy_maker,
     search_headroom,
 )
-from precision_doctor.pipeline.reporting import CHECKPOINT, AnswerChecks, Produced, Searched, build_report, write_report
+from precision_doctor.pipeline.reporting import (
+    CHECKPOINT,
+    AnswerChecks,
+    Produced,
+    Promise,
+    Searched,
+    build_report,
+    write_report,
+)
+from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_from, run_loop, start_loop
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
-from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, run_strategy, user_share
+from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
-from precision_doctor.results.report import Confirm, Invocation, Report, ServiceJob
+from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob
 from precision_doctor.search import Oracle
 from precision_doctor.search.space import SearchSpace, build_space
 from precision_doctor.spec import RunSpec
@@ -63,21 +75,24 @@ def run_diagnose(
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
     capture_cache: CaptureCache | None = None,
+    held_choice: HeldOutChoice | None = None,
     origin: str = "api",
     service_job: ServiceJob | None = None,
 ) -> Report:
     """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
     Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
     same model, samples and capture-deciding settings is taken from it (and one made here is put there).
-    `origin`: the front end that started the run (the report's re-run command is one for it); `service_job`: the
-    daemon's job this run is, for the report."""
+    `held_choice`: which samples were held out (`validation`) and why, for the report. `origin`: the front end that
+    started the run (the report's re-run command is one for it); `service_job`: the daemon's job this run is, for the
+    report."""
     spec.validate()
     t0 = time.monotonic()
     with contextlib.ExitStack() as owned:
         ctx = _prepare(work, validation, spec, out_dir, resume=resume, progress=progress, stop=stop, owned=owned,
                        capture_cache=capture_cache, t0=t0)
+        ctx.held_choice = held_choice
         outcome = _search(ctx)
-        for step in (_probe, _confirm, _knobs, _settle):
+        for step in (_probe, _confirm, _knobs, _answers, _settle):
             outcome = step(ctx, outcome)
         return _write(ctx, outcome, origin, service_job)
 
@@ -88,10 +103,11 @@ def run_diagnose(
 def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *, resume: bool,
              progress: ProgressSink | None, stop: StopToken | None, owned: contextlib.ExitStack,
              capture_cache: CaptureCache | None, t0: float) -> RunContext:
-    """Open the backends, check the run's settings against a resumed run's, capture (or reuse the capture) and
-    analyse, build the search space, compute the references and set up the search's oracle."""
+    """Open the backends, check the run's settings against a resumed run's, compute the references and score the
+    search samples (the counterexample-guided search's start), capture (or reuse the capture) and analyse, build
+    the search space and set up the search's oracle on the working set."""
     model, b = work.model, spec.backends
-    plan = plan_backends(b.backend, b.confirm_backend)  # auto: the emulator, confirmed on ort-cuda where a GPU is
+    plan = plan_backends(b.backend, b.confirm_backend)  # auto: on a CUDA GPU ort-cuda-gated, confirmed on ort-cuda
     backend = owned.enter_context(contextlib.closing(
         make_backend(plan.search, model, spec.precision, model.outputs, rules=b.rules)))
     confirm_backend = owned.enter_context(contextlib.closing(
@@ -99,8 +115,21 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     )) if plan.confirm else None
     check_run_settings(out_dir, run_settings(work, spec, held, _all_references(work)), resume)
     work.keep_in(out_dir)  # a data loader script's samples: a resumed run reads them there
+
+    notify(progress, PhaseEvent("reference"))
+    ref = ReferenceRunner(model)
+    if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
+        refs, held_refs = work.references, work.held_references or []
+    else:  # computed when first needed, kept in references.h5
+        ref_file = owned.enter_context(contextlib.closing(ReferenceFile(out_dir / REFERENCES)))
+        refs, held_refs = ReferenceSet(work.samples, ref.run, ref_file), ReferenceSet(held, ref.run, ref_file, "held")
+    loop = start_loop(backend, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume),
+                      copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
+
     notify(progress, PhaseEvent("capture"))
-    work.choose_capture(spec.capture.max_samples)
+    # the capture's samples: the hardest by the loop's scores (a spread choice without them), shape groups in turn
+    loop.captured = work.choose_capture(spec.capture.max_samples,
+                                        None if loop.scores is None else [s.share for s in loop.scores])
     if resume and whole(out_dir / ACTIVATIONS):  # a summary (pipeline/keep.py) or no capture: capture again
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:
@@ -112,17 +141,11 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
     space = build_space(model, analysis, get_format(spec.precision), spec.search.cost, cost_model=cm)
 
-    notify(progress, PhaseEvent("reference"))
-    ref = ReferenceRunner(model)
-    if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
-        refs, held_refs = work.references, work.held_references or []
-    else:  # computed when first needed, kept in references.h5
-        ref_file = owned.enter_context(contextlib.closing(ReferenceFile(out_dir / REFERENCES)))
-        refs, held_refs = ReferenceSet(work.samples, ref.run, ref_file), ReferenceSet(held, ref.run, ref_file, "held")
-    copies, copy_refs = perturbed_copies(work.samples, spec.search.augment, SEARCH_SEED, ref.run)
+    samples, sample_refs = loop.pool.working(loop.working)  # the working set, then its perturbed copies
+
     budget = budget_of(spec.search)
     oracle = Oracle(
-        backend, work.samples + copies, refs + copy_refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
+        backend, samples, sample_refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
         checkpoint=out_dir / CHECKPOINT, on_evaluation=evaluation_events(progress), stop=stop,
     )
     if resume:
@@ -132,8 +155,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     return RunContext(
         spec=spec, out_dir=out_dir, space=space, progress=progress, stop=stop, resume=resume, work=work,
         analysis=analysis, backends=Backends(plan, backend, confirm_backend),
-        references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget, copies=len(copies),
-        owned=owned, t0=t0,
+        references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget, loop=loop, owned=owned,
+        t0=t0,
     )
 
 
@@ -141,24 +164,34 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
 
 
 def _search(ctx: RunContext) -> Outcome:
+    """The counterexample-guided search: the strategy on the working set, its answers checked on every search
+    sample, the failing ones added, until an answer passes them all (pipeline/search_loop.py)."""
     notify(ctx.progress, PhaseEvent("search"))
-    return run_strategy(ctx.oracle, ctx.space, ctx.spec.search.strategy, ctx.stop)
+    strategy = ctx.spec.search.strategy
+    return run_loop(ctx.loop, ctx.oracle, ctx.space, strategy, lambda prev: grow_from(strategy, prev), stop=ctx.stop)
 
 
 def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
-    """Check the answer on held-out samples and fresh perturbed copies; search again (once, at a larger margin,
-    which the steps after take over) when it is predicted not to hold."""
-    samples, run = ctx.work.samples, ctx.references.runner.run
-    n_probe = PROBE_COPIES if ctx.spec.search.augment and outcome.found is not None else 0  # no answer: no probe
-    probe, probe_refs = perturbed_copies(samples, n_probe, PROBE_SEED, run)
-    unseen = Unseen(ctx.references.held, ctx.references.held_refs, probe, probe_refs,
-                    recheck=lambda: perturbed_copies(samples, n_probe, RECHECK_SEED, run))
-    checked = check_unseen(ctx, outcome, backend=ctx.backends.search, oracle=ctx.oracle, unseen=unseen)
+    """Check the answer on held-out samples and (unless there are enough held-out samples of the user's data to
+    decide: `heldout_policy.decider`) fresh perturbed copies of the working set's samples; search again (once, at
+    a larger margin, which the steps after take over) when a sample fails or the spread of their shares predicts
+    that new inputs will exceed the tolerance."""
+    samples, run, held = ctx.work.samples, ctx.references.runner.run, ctx.references.held
+    from_user = ctx.work.inputs.from_user
+    found = outcome.found is not None
+    decides = decider(len(held), from_user, probe=bool(ctx.spec.search.augment) and found)
+    n_probe = PROBE_COPIES if decides == Decider.PROBE else 0  # no answer, or the held-out samples decide: no probe
+    working = list(ctx.loop.working)
+    search_copies = len(ctx.oracle.samples) - ctx.loop.user_samples  # the working set's, before a second search
+    make = copy_maker(samples, n_probe, PROBE_SEED, run)
+    probe, probe_refs = make(working, working)
+    unseen = Unseen(held, ctx.references.held_refs, probe, probe_refs,
+                    recheck=lambda: copy_maker(samples, n_probe, RECHECK_SEED, run)(working, working))
+    checked = check_unseen(ctx, outcome, backend=ctx.backends.search, oracle=ctx.oracle, unseen=unseen, loop=ctx.loop)
     ctx.raise_margin(checked.margin)  # the second search's larger margin: confirm and report at it
     f = ctx.findings
-    f.unseen, f.probed = checked, bool(probe)
-    f.headroom = search_headroom(checked, len(samples), ctx.copies,
-                                 held_out_from_user=bool(ctx.work.inputs.files or ctx.work.inputs.validate_files))
+    f.unseen, f.probed, f.decided_by = checked, bool(probe), decides
+    f.headroom = search_headroom(checked, len(samples), search_copies, held_out_from_user=from_user)
     return checked.outcome
 
 
@@ -169,7 +202,7 @@ def _final_samples(ctx: RunContext) -> tuple[list[Sample], list[dict], int]:
     r, unseen = ctx.references, ctx.findings.unseen
     held, held_refs = (r.held, r.held_refs) if unseen is None or unseen.held_out_unseen else ([], [])
     samples, refs = ctx.oracle.samples + held, ctx.oracle.references + held_refs
-    return samples, refs, len(samples) - len(ctx.work.samples) - len(r.held)
+    return samples, refs, len(ctx.oracle.samples) - ctx.loop.user_samples
 
 
 def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
@@ -181,8 +214,14 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         notify(ctx.progress, PhaseEvent("confirm"))
         samples, refs, n_copies = _final_samples(ctx)
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
-                            budget=remaining(ctx.budget, ctx.oracle), copies=n_copies)
+                            budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop)
         outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
+        there = confirmed.loop
+        if there is not None:  # its rounds join the record; where it decided the answer, its verdict on the rest too
+            ctx.loop.rounds += there.rounds
+            ctx.loop.checked += there.checked
+            if confirmed.report.passed:
+                ctx.loop.verified, ctx.loop.failing, ctx.loop.stopped = there.verified, there.failing, there.stopped
     else:
         f.confirmed = Confirm(backend.name, sorted(outcome.found), passed=None, skipped=(
             f"the search ended early ({outcome.status}); the answer is the searched one, not confirmed"))
@@ -205,6 +244,15 @@ def _knobs(ctx: RunContext, outcome: Outcome) -> Outcome:
         owned=ctx.owned, copies=n_copies,
     )
     return Outcome(knobs.status, knobs.reason or outcome.reason, knobs.fallback)
+
+
+def _answers(ctx: RunContext, outcome: Outcome) -> Outcome:
+    """When the run grew its answer from a smaller one it found first (counterexamples, the probe's second search,
+    held-out failures), keep both: the smaller one checked on the held-out samples (its measured failure rate)."""
+    b, c = ctx.backends, ctx.findings.confirmed
+    there = b.confirm is not None and c is not None and c.passed and not check_only(b.confirm.name)
+    ctx.findings.answers = two_answers(ctx, outcome.found, backend=b.confirm if there else b.search)
+    return outcome
 
 
 def _settle(ctx: RunContext, outcome: Outcome) -> Outcome:
@@ -239,7 +287,8 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     checks = AnswerChecks(
         validation=validation, headroom=headroom, confirm=f.confirmed, confirm_verdict=f.confirm_verdict,
         knobs=knobs.result if knobs else None, knob_verdict=knobs.verdict if knobs else None,
-        certified_by=certification(ctx.backends.plan, backend, f.confirmed, validation, len(work.samples),
+        certified_by=certification(ctx.backends.plan, backend, f.confirmed, validation,
+                                   len(work.samples) if ctx.loop.verified else ctx.loop.user_samples,
                                    passed and (headroom is None or headroom.holds), rules,
                                    knobs.result if knobs else None, notes),
         emulation_notes=notes,
@@ -249,7 +298,8 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
                     unseen.first_answer if unseen is not None else None, ctx.stop, with_tradeoff=outcome.complete)
     report = build_report(
         outcome, work=work, spec=spec, n_validation=len(ctx.references.held), elapsed=time.monotonic() - ctx.t0,
-        searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name), checks=checks, produced=produced,
+        searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name, ctx.loop.record()), checks=checks,
+        produced=produced, promise=Promise(ctx.held_choice, f.decided_by, f.answers),
         shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,
     )
     report.service_job = service_job

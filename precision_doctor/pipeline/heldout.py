@@ -7,15 +7,17 @@ from precision_doctor.data.references import check_count
 from precision_doctor.data.samples import SampleSet
 from precision_doctor.data.workload import Workload
 from precision_doctor.pipeline.heldout_policy import plan_held_out
+from precision_doctor.results.report import HeldOutChoice
 
 HELD_OUT_SEED_OFFSET = 7919  # generated held-out samples use seed + this
 
 
 def held_out_samples(work: Workload) -> SampleSet:
     """Held-out samples, by the workload's InputSpec: from `validate_files`, split off the sample files
-    as heldout_policy.plan_held_out says (a quarter, at least 2, spread over the list, from 4 files on;
-    none below; `validation_split` overrides), or generated with another seed (`validation_split` times as
-    many as the search samples, half by default). `work.samples` may shrink; `work.held` is set."""
+    as heldout_policy.plan_held_out says (a fifth, at least 2, at least 10 where that is at most a quarter,
+    spread over the list, from 4 files on; none below; `validation_split` overrides), or generated with another
+    seed (`validation_split` times as many as the search samples, half by default). `work.samples` may shrink;
+    `work.held` is set."""
     held = _held_out(work)
     work.held = held
     return held
@@ -48,3 +50,15 @@ def _held_out(work: Workload) -> SampleSet:
     n = max(1, int(round(len(work.samples) * (split or 0.5))))
     generated = generate_samples(work.model, n, inputs.seed + HELD_OUT_SEED_OFFSET, parse_val_ranges(inputs.val_ranges))
     return SampleSet.of(generated, "held-out sample")
+
+
+def held_out_choice(work: Workload, held: SampleSet) -> HeldOutChoice:
+    """What `held_out_samples` chose and why, for the report (after it split `held` off `work.samples`)."""
+    inputs = work.inputs
+    read = bool(inputs.files or inputs.data_loader_script)
+    if inputs.validate_files:
+        plan = plan_held_out(len(work.samples), generated=False, n_validate=len(held))
+    else:
+        n = len(work.samples) + len(held) if read else len(work.samples)
+        plan = plan_held_out(n, generated=not read, split=inputs.validation_split)
+    return HeldOutChoice(plan.source, len(held), plan.reason)

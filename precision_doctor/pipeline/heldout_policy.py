@@ -1,21 +1,29 @@
-"""Which samples confirm the answer, and what may be said about it: a pure policy, no I/O.
+"""Which samples confirm the answer, what may be said about it, and which check decides: a pure policy, no I/O.
 
 A minimal FP32 set sits at the edge of the tolerance on the samples it was searched on, so only
 samples the search did not see can say whether it holds, and only samples from the user's own
 distribution can say it holds *on the user's data*:
 
 - `--validate-inputs` files: they are the held-out samples; every `--inputs` sample searches.
-- `--inputs` samples only: with at least HOLD_OUT_FROM of them, HOLD_OUT_FRACTION (at least
-  MIN_HELD_OUT) are held out, spread evenly over the list (files are often ordered: by class, by
-  time); with fewer, all of them search and the answer is *not validated*, and the words say so.
+- `--inputs` samples only: with at least HOLD_OUT_FROM of them, HOLD_OUT_FRACTION are held out, at least
+  MIN_HELD_OUT and at least HELD_OUT_TARGET where that is at most a quarter of the samples, spread evenly
+  over the list (files are often ordered: by class, by time); with fewer, all of them search and the answer
+  is *not validated*, and the words say so. Why these numbers: the held-out samples bound the failure rate
+  on new inputs (measure/bound.py: 0 failures in 10 samples bound it at 26%, in 59 at 5%), the search
+  gets the rest; a fifth keeps most of a large set searching while the bound tightens with the data, ten
+  is where the held-out samples decide instead of the perturbed-copy probe (HELD_OUT_DECIDES), and with 4-20
+  samples the split is the quarter it was (2-4 `--inputs` behave as before: 4 hold 2 out).
 - generated search samples (no `--inputs`): held-out samples are generated too (another seed), and
   the words say they are generated, not the user's data.
 - `--validation-split F` overrides the fraction (0: hold nothing out), leaving at least one sample
   for the search.
 
-`held_out_sentence` is the one sentence for the CLI and the report: "holds" only when samples of the
-user's data were held out and the answer passed on all of them, with what that many samples can rule
-out (a zero-failure 95% bound on the failure rate over new inputs).
+Which check decides (`decider`): at least HELD_OUT_DECIDES held-out samples of the user's data that no
+search saw decide without the perturbed-copy probe (any failure fails the answer, and the spread of their
+shares predicts new inputs: pipeline/probe.py); with fewer, the probe's copies join them, as a second signal
+for small data, and a held-out failure still fails the answer.
+`held_out_bound` is what the held-out samples measure: failures, and the one-sided Clopper-Pearson upper
+bound on the failure rate at CONFIDENCE, with how many passing samples a USEFUL_RATE bound needs.
 """
 
 from __future__ import annotations
@@ -23,12 +31,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from precision_doctor.errors import UserError
+from precision_doctor.measure.bound import METHOD, failure_rate_upper, samples_for_bound
+from precision_doctor.outcome import Decider
+from precision_doctor.results.report import HeldOutBound
 
 HOLD_OUT_FROM = 4  # user samples needed before some are held out by default
-HOLD_OUT_FRACTION = 0.25
+HOLD_OUT_FRACTION = 0.2
 MIN_HELD_OUT = 2  # when holding out by default, at least this many
+HELD_OUT_TARGET = 10  # ... and at least this many where that is at most a quarter of the samples
+HELD_OUT_DECIDES = 10  # this many unseen held-out samples of the user's data decide without the probe
 GENERATED_FRACTION = 0.5  # generated held-out samples per generated search sample
 CONFIDENCE = 0.95
+USEFUL_RATE = 0.05  # a bound on the failure rate is useful from here down (59 passing samples)
 
 VALIDATE_INPUTS, SPLIT, GENERATED, NONE = "validate-inputs", "split", "generated", "none"
 
@@ -81,7 +95,7 @@ def plan_held_out(
             return HeldOutPlan(NONE, everything, reason=(
                 f"only {n_samples} --inputs sample(s): all went to the search, none could be held out "
                 f"({HOLD_OUT_FROM} are needed to hold {MIN_HELD_OUT} out)"))
-        k = max(MIN_HELD_OUT, int(round(n_samples * HOLD_OUT_FRACTION)))
+        k = default_held_out(n_samples)
     else:
         k = int(round(n_samples * split))
     k = min(k, n_samples - 1)
@@ -89,8 +103,11 @@ def plan_held_out(
         return HeldOutPlan(NONE, everything, reason=f"--validation-split {split:g} of {n_samples} sample(s) holds none out")
     held = spread(n_samples, k)
     search = tuple(i for i in everything if i not in set(held))
+    why = (f"--validation-split {split:g}" if split is not None else
+           f"by default a fifth, at least {MIN_HELD_OUT}, at least {HELD_OUT_TARGET} where that is at most a quarter")
     return HeldOutPlan(SPLIT, search, held_out=held,
-                       reason=f"{k} of the {n_samples} --inputs samples are held out, spread over the list")
+                       reason=f"{k} of the {n_samples} --inputs samples are held out ({why}), spread over the list; "
+                       f"no search sees them")
 
 
 def spread(n: int, k: int) -> tuple[int, ...]:
@@ -98,30 +115,38 @@ def spread(n: int, k: int) -> tuple[int, ...]:
     return tuple(int((j + 0.5) * n / k) for j in range(k))
 
 
-def failure_rate_bound(k: int, confidence: float = CONFIDENCE) -> float:
-    """The failure rate on new inputs that k passing samples rule out at `confidence` (larger rates would
-    have shown a failure with that probability): 1 - (1 - confidence)^(1/k); 1.0 for k = 0."""
-    return 1.0 if k <= 0 else 1.0 - (1.0 - confidence) ** (1.0 / k)
+def default_held_out(n_samples: int) -> int:
+    """How many of `n_samples` `--inputs` samples are held out by default (HOLD_OUT_FROM of them or more):
+    a fifth, at least MIN_HELD_OUT, at least HELD_OUT_TARGET where that is at most a quarter."""
+    if n_samples < HOLD_OUT_FROM:
+        return 0
+    k = max(MIN_HELD_OUT, int(round(n_samples * HOLD_OUT_FRACTION)), min(HELD_OUT_TARGET, n_samples // 4))
+    return min(k, n_samples - 1)
 
 
-def held_out_sentence(plan: HeldOutPlan, failing: list[str] | None = None, labels: list[str] | None = None) -> str:
-    """What to print about the held-out check. `failing`: labels of the held-out samples the answer failed
-    on (None: not checked yet, [] passed on all); `labels`: names of the --inputs samples (files)."""
-    k = plan.n_held_out
-    if plan.source == NONE:
-        return (f"not validated: {plan.reason}; the answer is checked only on the samples it was searched on "
-                "(give more --inputs files, or --validate-inputs)")
-    if plan.source == SPLIT and labels:
-        which = f" ({', '.join(labels[i] for i in plan.held_out)})"
-    else:
-        which = ""
-    what = {VALIDATE_INPUTS: "--validate-inputs sample(s)", SPLIT: "held-out --inputs sample(s)",
-            GENERATED: "generated held-out sample(s)"}[plan.source]
-    if failing is None:
-        return f"{k} {what}{which} to check"
-    if failing:
-        return f"FAILED on {len(failing)} of the {k} {what}: {', '.join(failing)}"
-    bound = f"{k} sample(s) rule out only failure rates above {100 * failure_rate_bound(k):.0f}% ({CONFIDENCE:.0%} confidence)"
-    if plan.source == GENERATED:
-        return f"passes on {k} {what}: generated like the search samples, they say nothing about your data; {bound}"
-    return f"holds on the {k} {what}{which}; {bound}"
+def inputs_for_held_out(k: int) -> int:
+    """The fewest `--inputs` samples whose default split holds out at least `k`."""
+    n = HOLD_OUT_FROM
+    while default_held_out(n) < k:
+        n += 1
+    return n
+
+
+def decider(held_out_unseen: int, from_user: bool, probe: bool) -> Decider:
+    """Which check decides whether the answer holds: `held_out_unseen` held-out samples no search saw
+    (`from_user`: of the user's data), and whether the perturbed-copy probe can run (`probe`)."""
+    if from_user and held_out_unseen >= HELD_OUT_DECIDES:
+        return Decider.HELD_OUT
+    if probe:
+        return Decider.PROBE
+    return Decider.HELD_OUT if held_out_unseen else Decider.SEARCHED
+
+
+def held_out_bound(samples: int, failures: int, of: str = "final answer") -> HeldOutBound:
+    """What `failures` failures in `samples` held-out samples of the user's data bound (measure/bound.py)."""
+    return HeldOutBound(
+        samples=samples, failures=failures, confidence=CONFIDENCE,
+        failure_rate=failure_rate_upper(failures, samples, CONFIDENCE), method=METHOD, useful_rate=USEFUL_RATE,
+        samples_for_useful=(k := samples_for_bound(USEFUL_RATE, CONFIDENCE)), inputs_for_useful=inputs_for_held_out(k),
+        of=of,
+    )

@@ -23,7 +23,7 @@ elements are worst changes with every input (docs/BENCHMARKS.md, "Generalization
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from precision_doctor.backends.base import Backend
@@ -41,6 +41,7 @@ from precision_doctor.measure.headroom import (
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.context import StepContext
+from precision_doctor.pipeline.search_loop import Loop, grow_from, run_loop
 from precision_doctor.pipeline.strategy import run_strategy
 from precision_doctor.pipeline.validation import validation_of
 from precision_doctor.results.report import ExpectedHeadroom, Validation
@@ -59,15 +60,35 @@ MAX_MARGIN = 0.8  # the second search's margin is at most this
 RESEARCH_CHECKPOINT = "search-again.jsonl"  # the second search's evaluations (stricter checks, more samples)
 
 
-def perturbed_copies(samples: list[Sample], copies: int, seed: int,
-                     reference: Callable[[Sample], dict]) -> tuple[list[Sample], list[dict]]:
-    """`copies` perturbed copies of each sample (sample 0's first) and their FP32 reference outputs
-    (`reference`); none when `copies` is 0 or no input is a continuous float (all integer, masks)."""
-    ranges = perturbable(samples) if copies and samples else {}
-    if not ranges:
+def perturbed_copies(samples: Sequence[Sample], copies: int, seed: int, reference: Callable[[Sample], dict],
+                     ids: Sequence[int] | None = None,
+                     ranges: dict[str, tuple[float, float]] | None = None) -> tuple[list[Sample], list[dict]]:
+    """`copies` perturbed copies of each sample (the first sample's first) and their FP32 reference outputs
+    (`reference`); none when `copies` is 0 or no input is a continuous float (all integer, masks). Copy c of the
+    sample with id i (`ids`: the search samples' indices; default their positions) is the same whichever others
+    are asked for; `ranges`: what the perturbed values are clipped to (default: what `samples` span)."""
+    if ranges is None:
+        ranges = perturbable(samples) if copies and samples else {}
+    if not copies or not samples or not ranges:
         return [], []
-    out = augment(samples, Augment(copies, NOISE, seed), ranges)
+    out = augment(samples, Augment(copies, NOISE, seed), ranges, ids=ids)
     return out, [reference(s) for s in out]
+
+
+def copy_maker(samples: Sequence[Sample], copies: int, seed: int,
+               reference: Callable[[Sample], dict]) -> Callable[[list[int], list[int]], tuple[list[Sample], list[dict]]]:
+    """`make(indices, start)`: `copies` perturbed copies of the search samples `indices` (ids: those indices),
+    clipped to the ranges that the samples `start` (the working set the search started with) span, so a sample's
+    copies are the same whenever it joins the working set."""
+    ranges: dict[tuple[int, ...], dict[str, tuple[float, float]]] = {}
+
+    def make(indices: list[int], start: list[int]) -> tuple[list[Sample], list[dict]]:
+        key = tuple(start)
+        if key not in ranges:
+            ranges[key] = perturbable([samples[i] for i in start]) if copies and start else {}
+        return perturbed_copies([samples[i] for i in indices], copies, seed, reference, ids=indices, ranges=ranges[key])
+
+    return make
 
 
 def expected_headroom(*, searched: int, search_copies: int, share_searched: float | None,
@@ -144,12 +165,14 @@ def research_margin(margin: float, share_searched: float | None, predicted: floa
 
 
 def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle: Oracle,
-                 unseen: Unseen) -> UnseenCheck:
+                 unseen: Unseen, loop: Loop | None = None) -> UnseenCheck:
     """Check the answer of `outcome` on the held-out samples and the probe's copies (on `backend`; `oracle`:
     the search's, which a second search continues with). When it is predicted not to hold
     (a sample fails, or the predicted share exceeds 1) and the search had completed, search again once:
     the failing held-out samples and every copy above the new search tolerance join the oracle, whose
-    margin grows as `research_margin` says; the second answer is checked on fresh recheck copies. Its
+    margin grows as `research_margin` says; the second answer is checked on fresh recheck copies. With `loop`
+    (the counterexample-guided search's), the second search is such a loop too: its answers are checked on
+    every search sample at the new margin. Its
     evaluations go to their own checkpoint (RESEARCH_CHECKPOINT): a resumed run replays the first search
     from the first one unchanged by the second's stricter verdicts."""
     spec, stop, found = ctx.spec, ctx.stop, outcome.found
@@ -178,15 +201,19 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     added = [(s, r) for s, r, p in zip(unseen.copies, unseen.copy_refs, shares) if not p.passed or p.share > limit]
     if held_failed:
         added = list(zip(unseen.held_out, unseen.held_out_refs)) + added
-    oracle.samples = oracle.samples + [s for s, _ in added]
-    oracle.references = oracle.references + [r for _, r in added]
-    oracle.order = list(range(len(oracle.samples)))
-    oracle.tolerance = tol.scaled(limit) if again else tol
-    oracle.memo = {k: v for k, v in oracle.memo.items() if not v.passed}  # a failure stays one: stricter, more samples
+    # a failure stays one (stricter, more samples); the added samples are checked first
+    oracle.tighten([s for s, _ in added], [r for _, r in added], tol.scaled(limit) if again else tol)
+    if loop is not None and held_failed:
+        loop.user_samples += len(unseen.held_out)
     if oracle.checkpoint is not None:
         oracle.switch_checkpoint(oracle.checkpoint.with_name(RESEARCH_CHECKPOINT), ctx.resume)
     first = sorted(found)
-    again_outcome = run_strategy(oracle, ctx.space, spec.search.strategy, stop)
+    strategy = spec.search.strategy
+    if loop is not None:
+        again_outcome = run_loop(loop, oracle, ctx.space, strategy, lambda prev: grow_from(strategy, prev),
+                                 search="second", stop=stop)
+    else:
+        again_outcome = run_strategy(oracle, ctx.space, strategy, stop)
     found = again_outcome.found
     if found is None and not again_outcome.complete:  # stopped before any set passed: the first answer stays, flagged
         return replace(done, outcome=outcome.but(status=again_outcome.status, reason=again_outcome.reason))

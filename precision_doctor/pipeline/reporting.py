@@ -13,7 +13,8 @@ from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.measure.analysis import Analysis
-from precision_doctor.outcome import Outcome
+from precision_doctor.outcome import Decider, Outcome
+from precision_doctor.pipeline.answers import flop_share, held_out_measure
 from precision_doctor.pipeline.artifacts import Written
 from precision_doctor.pipeline.keep import capture_artifact
 from precision_doctor.pipeline.knob_search import KNOBS_DIR
@@ -27,6 +28,7 @@ from precision_doctor.results.report import (
     EngineResult,
     ExpectedHeadroom,
     FormatLimits,
+    HeldOutChoice,
     Invocation,
     KnobsResult,
     Layer,
@@ -34,9 +36,11 @@ from precision_doctor.results.report import (
     Pricing,
     Report,
     SampleCounts,
+    SearchRounds,
     ShapeGroupInfo,
     ToleranceUsed,
     TrtCheckResult,
+    TwoAnswers,
     Validation,
 )
 from precision_doctor.search import Oracle
@@ -50,12 +54,23 @@ CHECKPOINT = "search.jsonl"
 @dataclass(frozen=True)
 class Searched:
     """What the search leaves the report: the analysis, the search space, the oracle (its evaluations and
-    trajectory) and the search backend's name."""
+    trajectory), the search backend's name and the counterexample-guided search's rounds."""
 
     analysis: Analysis
     space: SearchSpace
     oracle: Oracle
     backend: str
+    rounds: SearchRounds | None = None
+
+
+@dataclass(frozen=True)
+class Promise:
+    """What the verdict promises and on what: which samples were held out and why, which check decided, and the
+    two answers when the run grew its answer."""
+
+    held_out_choice: HeldOutChoice | None = None
+    decided_by: Decider | None = None
+    answers: TwoAnswers | None = None
 
 
 @dataclass(frozen=True)
@@ -86,9 +101,11 @@ class Produced:
 
 
 def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validation: int, elapsed: float,
-                 searched: Searched, checks: AnswerChecks, produced: Produced, shapes: list[InputShape] | None = None,
-                 invocation: Invocation | None = None, pricing: Pricing | None = None) -> Report:
-    """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any);
+                 searched: Searched, checks: AnswerChecks, produced: Produced, promise: Promise = Promise(),
+                 shapes: list[InputShape] | None = None, invocation: Invocation | None = None,
+                 pricing: Pricing | None = None) -> Report:
+    """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any).
+    An answer known to fail search samples (the counterexample-guided search stopped first) is not a pass.
     `shapes`: the inputs' shapes as the samples ran; `invocation`: how the run was started; `pricing`: what the
     answer costs (pipeline/pricing.py). FLOPs are the search space's cost model's (the shapes that ran) where it has
     one, else the declared shapes'."""
@@ -104,6 +121,9 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
     if validation is not None and not same_as_searched:
         validation.of = "searched answer"
     fmt = get_format(spec.precision)
+    rounds = searched.rounds
+    from_user = work.inputs.from_user
+    changed = None if same_as_searched else (f"the confirmation on {confirm.backend}" if not by_knobs else "the knob search")
     cm = searched.space.cost_model
     flops = cm.flops if cm is not None else {n.name: n.flops for n in model.nodes}
     total_flops = sum(flops.values())
@@ -130,11 +150,11 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         confirm=confirm, certified_by=checks.certified_by, emulation_rules=spec.backends.rules,
         emulation_notes=list(checks.emulation_notes),
         status=outcome.status, reason=outcome.reason,
-        passed=fallback is not None and held_out_ok and (checks.headroom is None or checks.headroom.holds),
+        passed=fallback is not None and held_out_ok and (checks.headroom is None or checks.headroom.holds)
+        and (rounds is None or not rounds.failing),
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
-        fp32_flop_share=cm.fp32_flop_share(final) if cm is not None else sum(flops.get(n, 0) for n in final) / max(
-            total_flops, 1),
+        fp32_flop_share=flop_share(model, final, searched.space.cost_model),
         evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
         one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, by_knobs),
         elapsed_s=elapsed,
@@ -154,6 +174,9 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         commands=produced.written.commands if produced.written is not None else {},
         forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
         trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
+        held_out_choice=promise.held_out_choice,
+        held_out_bound=held_out_measure(validation, from_user, changed) if fallback is not None else None,
+        decided_by=promise.decided_by, search_rounds=rounds, answers=promise.answers,
         input_shapes=list(shapes or []), invocation=invocation, pricing=pricing,
     )
 

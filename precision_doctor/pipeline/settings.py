@@ -2,9 +2,9 @@
 refuses a run directory made with other settings (its memoized verdicts would not hold).
 
 It holds what decides the checkpointed verdicts (model hash, precision, backends, tolerance, margin, a
-hash of the samples and of the reference outputs) and the whole RunSpec (`spec`, paths made absolute):
-a front end resumes a run without repeating its flags (`recorded_spec`) and, when they differ, shows
-the command that continues it (`SettingsDiffer.recorded`).
+hash of the samples and of the reference outputs, how the counterexample-guided search picks its samples)
+and the whole RunSpec (`spec`, paths made absolute): a front end resumes a run without repeating its flags
+(`recorded_spec`) and, when they differ, shows the command that continues it (`SettingsDiffer.recorded`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,15 @@ from precision_doctor.data.samples import SampleSet
 from precision_doctor.data.workload import Workload
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.results.jsonio import jsonable, read_json, write_json
+from precision_doctor.search.cegis import COUNTEREXAMPLES, MAX_ROUNDS, START
 from precision_doctor.spec import RunSpec, file_sha256
 
 RUN_SETTINGS = "run_settings.json"
 SHOWN_CHANGES = 5  # changed input files named in a refusal
+# How the counterexample-guided search picks its samples: a resumed run's checkpointed verdicts are of those.
+LOOP = {"start": START, "counterexamples": COUNTEREXAMPLES, "rounds": MAX_ROUNDS}
 VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "copies", "confirm_backend",
-                "rules", "samples", "validation_samples", "samples_hash", "reference_hash")
+                "rules", "samples", "validation_samples", "samples_hash", "reference_hash", "search_loop")
 # What every version of the file recorded, with its type: a file without one of them was not written by a run.
 RECORDED_ALWAYS = {"model_hash": str, "precision": str, "backend": str, "tolerance": dict, "margin": (int, float),
                    "confirm_backend": (str, type(None)), "samples": int, "validation_samples": int}
@@ -56,6 +59,7 @@ def run_settings(work: Workload, spec: RunSpec, validation: Sequence[Sample],
         "samples": len(work.samples), "validation_samples": len(validation),
         "samples_hash": samples_hash(work.samples + validation),
         "reference_hash": samples_hash(references) if references else None,
+        "search_loop": LOOP,
         "spec": RunSpec.from_json(spec.to_json(), base_dir=Path.cwd()).to_json(),
     })
 

@@ -11,14 +11,14 @@ from precision_doctor.outcome import RunStatus
 from precision_doctor.render.markdown import artifact_title, next_steps
 from precision_doctor.render.wording import (
     fmt_pct,
+    fmt_rate,
     fmt_time,
+    headline_text,
     held_out_sentence,
-    lowp_sentence,
     precision_name,
     tolerance_text,
     verdict,
     verdict_of,
-    verdict_sentence,
 )
 from precision_doctor.results.report import Report
 
@@ -74,6 +74,8 @@ def figures(report: Report) -> list[Figure]:
         val = f"{'passed' if v.passed else 'FAILED'} ({v.samples} samples)"
     else:
         val = "not run"
+    if (b := report.held_out_bound) is not None:
+        val += f" · {b.failures}/{b.samples} failed · ≤ {fmt_rate(b.failure_rate)} of inputs ({b.confidence:.0%})"
     tol_txt = tolerance_text(report.tolerance, sep=" · ")
     memo = report.memo_hits
     return [
@@ -100,7 +102,7 @@ def digest(report: Report) -> Digest:
     label, tone = verdict(report)
     return Digest(
         verdict=str(verdict_of(report)), label=label, tone=str(tone),
-        sentence=" ".join(x for x in (verdict_sentence(report), lowp_sentence(report)) if x),
+        sentence=headline_text(report),
         figures=figures(report), held_out=held_out_sentence(report), status=status_line(report),
         fallback_nodes=[str(n) for n in report.fallback_nodes[:SHOWN_NODES]], fallback_size=int(report.fallback_size),
         next_steps=[Step(text, cmd) for text, cmd in next_steps(report)],

@@ -33,19 +33,22 @@ from precision_doctor.render.tensorrt import (
     trt_check_sentence,
 )
 from precision_doctor.render.wording import (
+    answers_sentence,
+    bound_sentence,
+    decided_sentence,
     fmt,
     fmt_flops,
     fmt_pct,
     fmt_time,
+    headline_text,
     held_out_sentence,
-    lowp_sentence,
     model_file_sentence,
     num,
     precision_name,
+    rounds_sentence,
     shapes_text,
     shapes_warning,
     verdict,
-    verdict_sentence,
 )
 from precision_doctor.results.report import ModelInfo, Report
 
@@ -331,7 +334,8 @@ def _header(report: Report) -> str:
     label, kind = verdict(report)
     kpis = [_kpi(f.value, f.label) for f in figures(report)]
     reason = ""
-    for line in (generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
+    for line in (bound_sentence(report), decided_sentence(report), rounds_sentence(report), answers_sentence(report),
+                 generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
                  headroom_sentence(report), engine_sentence(report), knobs_sentence(report),
                  *emulation_note_lines(report)):
         if line:
@@ -350,7 +354,7 @@ def _header(report: Report) -> str:
     return (
         f"<header><h1>precision-doctor report: <code>{_e(model.path)}</code></h1>"
         f'<div class="verdict"><span class="badge {kind}" id="verdict">{_e(label)}</span>'
-        f'<span class="sentence">{_e(" ".join(x for x in (verdict_sentence(report), lowp_sentence(report), cost) if x))}'
+        f'<span class="sentence">{_e(" ".join(x for x in (headline_text(report), cost) if x))}'
         f'</span></div>{reason}'
         f'<div class="kpis">{"".join(kpis)}</div></header>'
     )

@@ -20,21 +20,24 @@ from precision_doctor.render.tensorrt import (
     trt_check_sentence,
 )
 from precision_doctor.render.wording import (
+    answers_sentence,
+    bound_sentence,
+    decided_sentence,
     fmt,
     fmt_flops,
     fmt_pct,
     fmt_time,
+    headline_text,
     held_out_sentence,
-    lowp_sentence,
     model_file_sentence,
     not_holding,
     num,
     precision_name,
+    rounds_sentence,
     shapes_text,
     shapes_warning,
     tolerance_text,
     verdict,
-    verdict_sentence,
 )
 from precision_doctor.results.emit import LABELS
 from precision_doctor.results.report import Layer, ModelInfo, Report
@@ -375,7 +378,7 @@ def render_markdown(report: Report) -> str:
 
     L += [f"# precision-doctor report: {_code(model.path)}", ""]
     cost = cost_sentence(report, with_share=False)
-    L += [" ".join(x for x in (f"**Verdict: {label}.**", verdict_sentence(report), lowp_sentence(report),
+    L += [" ".join(x for x in (f"**Verdict: {label}.**", headline_text(report),
                                f"{cost[0].upper()}{cost[1:]}" if cost and report.passed else None) if x), ""]
     if (warning := shapes_warning(report)) is not None:
         L += [f"> **{warning}**", ""]
@@ -395,6 +398,11 @@ def render_markdown(report: Report) -> str:
         L.append(f"- Validation: {held_out_sentence(report)}")
     else:
         L.append("- Validation: not run (no held-out samples).")
+    if report.held_out_choice is not None:
+        L.append(f"- Held out: {report.held_out_choice.reason}.")
+    for line in (bound_sentence(report), decided_sentence(report), rounds_sentence(report), answers_sentence(report)):
+        if line:
+            L.append(f"- {line}")
     for line in (generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
                  headroom_sentence(report), *emulation_note_lines(report)):
         if line:

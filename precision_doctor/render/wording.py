@@ -15,8 +15,8 @@ from typing import Any
 from precision_doctor.graph.coverage import EmulationNote, NoteKind
 from precision_doctor.graph.names import shown
 from precision_doctor.measure.tolerance import Tolerance
-from precision_doctor.outcome import RunStatus, Verdict, _Value
-from precision_doctor.results.report import Report
+from precision_doctor.outcome import Decider, Growth, RunStatus, Verdict, _Value
+from precision_doctor.results.report import AnswerSummary, Report
 
 
 def num(v: Any) -> float:
@@ -290,10 +290,124 @@ def lowp_sentence(report: Report) -> str | None:
 
 
 def headline(report: Report) -> str:
-    """The verdict in one line: its label, what the run found, and the whole model in low precision as a
-    multiple of the tolerance."""
+    """The verdict in one line: its label, what the run found, what the held-out samples bound, the smaller answer
+    when the run grew its answer, and the whole model in low precision as a multiple of the tolerance."""
     label, _ = verdict(report)
-    return " ".join(x for x in (f"{label}:", verdict_sentence(report), lowp_sentence(report)) if x)
+    return f"{label}: {headline_text(report)}"
+
+
+def headline_text(report: Report) -> str:
+    """The headline after its label (the CLI styles the label itself)."""
+    return " ".join(x for x in (verdict_sentence(report), bound_sentence(report, short=True),
+                                smaller_answer_sentence(report), lowp_sentence(report)) if x)
+
+
+# ---------------------------------------------------------------- the measured promise
+
+
+def fmt_rate(rate: float) -> str:
+    """A failure rate as a percentage: "4.9%", "26%", "100%"."""
+    p = 100 * float(rate)
+    return f"{p:.1f}%" if p < 10 else f"{p:.0f}%"
+
+
+def bound_sentence(report: Report, short: bool = False) -> str | None:
+    """What the held-out samples of the user's data bound ("0 of 60 held-out samples failed: on data like yours
+    the answer fails on at most 4.9% of inputs (95% confidence)"); with too few, what it cannot claim and how
+    many more samples would; None without such samples. `short`: the headline's form (no method, no advice)."""
+    b = report.held_out_bound
+    if b is None:
+        return None
+    of = "" if b.of == "final answer" else f" (of the {b.of})"
+    conf = f"{b.confidence:.0%} confidence"
+    head = (f"{b.failures} of {b.samples} held-out sample{'s' if b.samples != 1 else ''} failed{of}: on data like yours "
+            f"the answer fails on {'at most' if not b.failures else 'up to'} {fmt_rate(b.failure_rate)} of inputs")
+    if short:
+        return f"{head} ({conf})."
+    text = f"{head} ({conf}, {b.method} bound)."
+    if not b.failures and not b.useful:
+        text += (f" Too few to promise more: {b.samples_for_useful} passing held-out samples would bound it at "
+                 f"{fmt_rate(b.useful_rate)} (give {b.inputs_for_useful} or more --inputs, of which the default split "
+                 f"holds out a fifth, or {b.samples_for_useful} --validate-inputs samples).")
+    return text
+
+
+def decided_sentence(report: Report) -> str | None:
+    """Which check decided whether the answer holds on new inputs."""
+    d, v = report.decided_by, report.validation
+    if d is None:
+        return None
+    if d == Decider.HELD_OUT:
+        n = v.samples if v is not None else 0
+        if report.held_out_bound is not None and n >= 10:
+            return (f"Decided by the {n} held-out samples of your data, which no search saw: a failure there fails the "
+                    "answer, and the spread of their shares of the tolerance predicts new inputs (10 or more decide "
+                    "without the perturbed-copy probe).")
+        return f"Decided by the {n} held-out sample{'s' if n != 1 else ''} (a failure there fails the answer)."
+    if d == Decider.PROBE:
+        return ("Decided by the perturbed-copy probe (fewer than 10 held-out samples of your data), as a second "
+                "signal for small data; a held-out failure fails the answer whatever the probe says.")
+    return "Checked on the searched samples only: no held-out sample, no probe."
+
+
+def _answer_words(a: AnswerSummary) -> str:
+    return f"{a.size} node{'s' if a.size != 1 else ''}, {fmt_pct(a.fp32_flop_share)} of FLOPs"
+
+
+_GROWN = {Growth.COUNTEREXAMPLES: "search samples outside the working set failed it",
+          Growth.PREDICTION: ("a perturbed copy no search saw failed it, or the spread of the unseen samples' shares "
+                              "predicted that new inputs would exceed the tolerance (a second, stricter search)"),
+          Growth.HELD_OUT: "held-out samples failed it (a second search with them)"}
+
+
+def smaller_answer_sentence(report: Report) -> str | None:
+    """The headline's note of the smaller answer the run found first, with its measured failures."""
+    two = report.answers
+    if two is None:
+        return None
+    small = two.smaller
+    b = small.held_out
+    seen = (f"failed {b.failures} of {b.samples} held-out samples" if b is not None else
+            f"failed {small.search_failures} search sample{'s' if small.search_failures != 1 else ''}"
+            if small.search_failures else "was predicted not to hold")
+    return f"A smaller answer ({_answer_words(small)}) {seen}; this one is the safe one."
+
+
+def answers_sentence(report: Report) -> str | None:
+    """Both answers, in words: the smaller one with its measured failure rate, the safe (final) one with its cost."""
+    two = report.answers
+    if two is None:
+        return None
+    small, safe = two.smaller, two.safer
+    facts = []
+    if small.search_failures:
+        facts.append(f"failed {small.search_failures} of the search samples (at least: the check stops after a few)")
+    if small.held_out is not None:
+        b = small.held_out
+        facts.append(f"failed {b.failures} of {b.samples} held-out samples (on data like yours it fails on "
+                     f"{'at most' if not b.failures else 'up to'} {fmt_rate(b.failure_rate)} of inputs, "
+                     f"{b.confidence:.0%} confidence)")
+    why = "; ".join(_GROWN[g] for g in two.grown_by)
+    measured = " and ".join(facts) if facts else "was not checked on held-out samples"
+    return (f"Two answers: the smaller one found first ({_answer_words(small)}) {measured}; the safe one "
+            f"({_answer_words(safe)}) is the answer, grown from it because {why}. Keep the smaller one only if "
+            "that failure rate is acceptable.")
+
+
+def rounds_sentence(report: Report) -> str | None:
+    """The counterexample-guided search in words; None when it had a single round on every search sample."""
+    r = report.search_rounds
+    if r is None or not r.rounds or (len(r.rounds) == 1 and r.search_samples <= r.start and not r.stopped):
+        return None
+    first = [x for x in r.rounds if x.search == "first"]
+    working = len(first[-1].working) if first else r.start
+    added = working - min(r.start, r.search_samples)
+    text = (f"Counterexample-guided search: {len(first)} round{'s' if len(first) != 1 else ''} on {working} of the "
+            f"{r.search_samples} search samples (the {min(r.start, r.search_samples)} hardest"
+            + (f", then {added} that failed an answer" if added else "") + ")")
+    if r.verified:
+        return text + f"; the answer passes all {r.search_samples} ({r.checked} checks outside the working sets)."
+    return text + f"; {r.stopped or 'the answer was not checked on every search sample'}."
 
 
 def held_out_sentence(report: Report) -> str | None:

@@ -20,7 +20,7 @@ from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
-from precision_doctor.outcome import RunStatus
+from precision_doctor.outcome import Decider, Growth, RunStatus
 from precision_doctor.results.jsonio import jsonable
 from precision_doctor.spec import RunSpec
 
@@ -165,6 +165,103 @@ class ExpectedHeadroom:
 
 
 @dataclass
+class HeldOutBound:
+    """What held-out samples of the user's data, which no search saw, measure about an answer (`of`): `failures`
+    of `samples` failed, so on data like theirs it fails on at most `failure_rate` of inputs at `confidence`
+    (`method`: one-sided Clopper-Pearson, measure/bound.py); `samples_for_useful` passing samples would bound
+    it at `useful_rate`, as many as the default split holds out of `inputs_for_useful` `--inputs` samples."""
+
+    samples: int
+    failures: int
+    confidence: float
+    failure_rate: float
+    method: str
+    useful_rate: float
+    samples_for_useful: int
+    inputs_for_useful: int = 0
+    of: str = "final answer"
+
+    @property
+    def useful(self) -> bool:
+        """Whether the bound is at most `useful_rate`."""
+        return self.failure_rate <= self.useful_rate
+
+
+@dataclass
+class HeldOutChoice:
+    """Which samples were held out and why (pipeline/heldout_policy.py): `source` (split, validate-inputs,
+    generated, none), how many, and the reason in words."""
+
+    source: str
+    samples: int
+    reason: str
+
+
+@dataclass
+class SearchRound:
+    """One round of the counterexample-guided search (search/cegis.py): the search samples in the working set
+    (`working`, indices of the search samples), the answer the strategy found on them (None: none), the
+    evaluations it took, how many other search samples the answer was then checked on (hardest first) and
+    those it failed (`counterexamples`, which join the next round), and the round's seconds. `search`: the
+    first search, or the probe's second one."""
+
+    round: int
+    working: list[int]
+    answer: list[str] | None
+    evaluations: int
+    checked: int
+    counterexamples: list[int]
+    seconds: float
+    search: str = "first"
+
+
+@dataclass
+class SearchRounds:
+    """The counterexample-guided search: `search_samples` samples, each scored once by the all-low-precision
+    share of the search tolerance; the working set started with the `start` hardest (spread over shape groups
+    and worst outputs) and their perturbed copies; `rounds`; `verified`: the final answer passed every search
+    sample; `failing`: search samples the final answer is known to fail (the loop ended first: `stopped` says
+    why)."""
+
+    search_samples: int
+    start: int
+    rounds: list[SearchRound] = field(default_factory=list)
+    verified: bool = False
+    failing: int = 0
+    stopped: str | None = None
+    checked: int = 0  # sample runs spent checking answers outside the working set
+    captured: list[int] = field(default_factory=list)  # the search samples the capture and its ranking ran on
+
+    @property
+    def working(self) -> int:
+        """How many search samples the last round's working set held."""
+        return len(self.rounds[-1].working) if self.rounds else self.start
+
+
+@dataclass
+class AnswerSummary:
+    """One answer of the run: its nodes, FP32 FLOP share, what the held-out samples measured of it, and the
+    search samples it was seen to fail (at least: the search stops looking after a few). The cost model's
+    record (issue 23, `graph/cost.py`) belongs beside `fp32_flop_share`."""
+
+    nodes: list[str]
+    size: int
+    fp32_flop_share: float
+    held_out: HeldOutBound | None = None
+    search_failures: int = 0
+
+
+@dataclass
+class TwoAnswers:
+    """The smaller answer the run found first and the safer one it grew into (`grown_by`, in order): both stay
+    in the report, never a silent switch. `safer` is the final answer (report.json's `fallback_nodes`)."""
+
+    grown_by: list[Growth]
+    smaller: AnswerSummary
+    safer: AnswerSummary
+
+
+@dataclass
 class TrajectoryRow:
     """One evaluation of a search."""
 
@@ -179,6 +276,7 @@ class TrajectoryRow:
     worst_output: str | None = None
     max_abs: float | None = None
     failed_sample: int | None = None
+    round: int = 0  # the oracle's round (search/oracle.py: samples added or the check made stricter)
 
 
 @dataclass
@@ -611,6 +709,11 @@ class Report:
     trt_check: TrtCheckResult | None = None
     engine: EngineResult | None = None
     knobs: KnobsResult | None = None
+    held_out_choice: HeldOutChoice | None = None
+    held_out_bound: HeldOutBound | None = None
+    decided_by: Decider | None = None
+    search_rounds: SearchRounds | None = None
+    answers: TwoAnswers | None = None
     pricing: Pricing | None = None
     input_shapes: list[InputShape] = field(default_factory=list)  # the model's inputs: declared, and as the samples ran
     invocation: Invocation | None = None
@@ -676,6 +779,11 @@ class Report:
             "trt_check": None if self.trt_check is None else self.trt_check.to_json(),
             "engine": None if self.engine is None else self.engine.to_json(),
             "knobs": None if self.knobs is None else self.knobs.to_json(),
+            "held_out_choice": None if self.held_out_choice is None else asdict(self.held_out_choice),
+            "held_out_bound": None if self.held_out_bound is None else asdict(self.held_out_bound),
+            "decided_by": self.decided_by,
+            "search_rounds": None if self.search_rounds is None else asdict(self.search_rounds),
+            "answers": None if self.answers is None else asdict(self.answers),
             "pricing": None if self.pricing is None else self.pricing.to_json(),
             "input_shapes": [s.to_json() for s in self.input_shapes],
             "invocation": None if self.invocation is None else self.invocation.to_json(),
@@ -853,6 +961,7 @@ def _trajectory_row(v: Any, path: str) -> TrajectoryRow:
         worst_output=_get(d, "worst_output", path, _str, default=None, optional=True),
         max_abs=_get(d, "max_abs", path, _num, default=None, optional=True),
         failed_sample=_get(d, "failed_sample", path, _int, default=None, optional=True),
+        round=_get(d, "round", path, _int, default=0),
     )
 
 
@@ -1008,6 +1117,70 @@ def _knobs(v: Any, path: str) -> KnobsResult:
     )
 
 
+def _enum(kind):
+    def read(v: Any, path: str):
+        try:
+            return kind(_str(v, path))
+        except ValueError:
+            raise _Bad(f"bad key '{path}': expected one of {', '.join(s.value for s in kind)}, got {v!r:.60}") from None
+
+    return read
+
+
+def _held_out_bound(v: Any, path: str) -> HeldOutBound:
+    d = _mapping(v, path)
+    return HeldOutBound(
+        samples=_get(d, "samples", path, _int), failures=_get(d, "failures", path, _int),
+        confidence=_get(d, "confidence", path, _num), failure_rate=_get(d, "failure_rate", path, _num),
+        method=_get(d, "method", path, _str), useful_rate=_get(d, "useful_rate", path, _num),
+        samples_for_useful=_get(d, "samples_for_useful", path, _int),
+        inputs_for_useful=_get(d, "inputs_for_useful", path, _int, default=0),
+        of=_get(d, "of", path, _str, default="final answer"),
+    )
+
+
+def _held_out_choice(v: Any, path: str) -> HeldOutChoice:
+    d = _mapping(v, path)
+    return HeldOutChoice(source=_get(d, "source", path, _str), samples=_get(d, "samples", path, _int),
+                         reason=_get(d, "reason", path, _str, default=""))
+
+
+def _search_round(v: Any, path: str) -> SearchRound:
+    d = _mapping(v, path)
+    return SearchRound(
+        round=_get(d, "round", path, _int), working=_get(d, "working", path, _list(_int)),
+        answer=_get(d, "answer", path, _list(_str), optional=True), evaluations=_get(d, "evaluations", path, _int),
+        checked=_get(d, "checked", path, _int), counterexamples=_get(d, "counterexamples", path, _list(_int)),
+        seconds=_get(d, "seconds", path, _num, default=0.0), search=_get(d, "search", path, _str, default="first"),
+    )
+
+
+def _search_rounds(v: Any, path: str) -> SearchRounds:
+    d = _mapping(v, path)
+    return SearchRounds(
+        search_samples=_get(d, "search_samples", path, _int), start=_get(d, "start", path, _int),
+        rounds=_get(d, "rounds", path, _list(_search_round), default=[]),
+        verified=_get(d, "verified", path, _bool, default=False), failing=_get(d, "failing", path, _int, default=0),
+        stopped=_opt(d, "stopped", path, _str), checked=_get(d, "checked", path, _int, default=0),
+        captured=_get(d, "captured", path, _list(_int), default=[]),
+    )
+
+
+def _answer_summary(v: Any, path: str) -> AnswerSummary:
+    d = _mapping(v, path)
+    return AnswerSummary(
+        nodes=_get(d, "nodes", path, _list(_str)), size=_get(d, "size", path, _int),
+        fp32_flop_share=_get(d, "fp32_flop_share", path, _num), held_out=_opt(d, "held_out", path, _held_out_bound),
+        search_failures=_get(d, "search_failures", path, _int, default=0),
+    )
+
+
+def _two_answers(v: Any, path: str) -> TwoAnswers:
+    d = _mapping(v, path)
+    return TwoAnswers(grown_by=_get(d, "grown_by", path, _list(_enum(Growth)), default=[]),
+                      smaller=_get(d, "smaller", path, _answer_summary), safer=_get(d, "safer", path, _answer_summary))
+
+
 def _answer_cost(v: Any, path: str) -> AnswerCost:
     d = _mapping(v, path)
     ints = {k: _get(d, k, path, _int) for k in ("fp32_flops", "total_flops", "casts", "casts_added", "cast_bytes",
@@ -1066,6 +1239,8 @@ def _pricing(v: Any, path: str) -> Pricing:
         latency=_opt(d, "latency", path, _latency), latency_note=_opt(d, "latency_note", path, _str),
         tradeoff=_opt(d, "tradeoff", path, _tradeoff),
     )
+
+
 def _dims(v: Any, path: str) -> tuple[int | None, ...]:
     return tuple(None if x is None else _int(x, f"{path}[{i}]") for i, x in enumerate(_list(lambda y, p: y)(v, path)))
 
@@ -1154,6 +1329,11 @@ def _report(data: Any) -> Report:
         trt_check=_opt(d, "trt_check", "", _trt_check),
         engine=_opt(d, "engine", "", _engine),
         knobs=_opt(d, "knobs", "", _knobs),
+        held_out_choice=_opt(d, "held_out_choice", "", _held_out_choice),
+        held_out_bound=_opt(d, "held_out_bound", "", _held_out_bound),
+        decided_by=_opt(d, "decided_by", "", _enum(Decider)),
+        search_rounds=_opt(d, "search_rounds", "", _search_rounds),
+        answers=_opt(d, "answers", "", _two_answers),
         pricing=_opt(d, "pricing", "", _pricing),
         input_shapes=_get(d, "input_shapes", "", _list(_input_shape), default=[]),
         invocation=_opt(d, "invocation", "", _invocation),

@@ -3,6 +3,11 @@
 One evaluation is one configuration tried, on however many samples it takes (samples that failed
 before go first; the first failure stops it). A memo hit is not an evaluation. Every evaluation is
 appended to a JSON-lines checkpoint, so a resumed run replays them without running again.
+
+The samples can grow and the check can get stricter mid-search (`tighten`: counterexamples joining the
+working set, a second search at a larger margin): a failing verdict stays one (more samples or a stricter
+check cannot make it pass), passing ones are forgotten, and each such step starts a new `round`, which the
+checkpoint records, so a resumed run replays each evaluation in the round it was made in.
 """
 
 from __future__ import annotations
@@ -59,11 +64,13 @@ class Evaluation:
     phase: str
     cost: float
     at_s: float
+    round: int = 0
 
     def to_dict(self) -> dict:
         worst, max_abs = self.verdict.worst
         return {
             "step": self.step,
+            "round": self.round,
             "size": len(self.fallback),
             "cost": self.cost,
             "passed": self.verdict.passed,
@@ -155,20 +162,24 @@ class Oracle:
         self.order = list(range(len(self.samples)))
         self.started = time.monotonic()
         self.phase = ""
+        self.round = 0
+        self._pending: dict[int, list[tuple[frozenset[str], Verdict, str]]] = {}
         self._noted = False
 
     # -- checkpoint --------------------------------------------------------------------------
     def switch_checkpoint(self, path: Path, resume: bool) -> None:
         """Record further evaluations in `path` (a later search on this oracle, under other checks):
         on `resume` its earlier records count as done; otherwise an old file of ours there is removed."""
-        self.checkpoint, self._noted = path, False
+        self.checkpoint, self._noted, self._pending = path, False, {}
         if resume:
             self.load_checkpoint()
         elif path.exists():
             path.unlink()
 
     def load_checkpoint(self) -> int:
-        """Read earlier evaluations of this run; they count as done. Returns how many.
+        """Read earlier evaluations of this run; they count as done. Returns how many. Those of the current
+        round (and records without one, from older versions) are replayed now, the failures of earlier rounds
+        too, those of later rounds when `tighten` reaches them.
 
         A last line cut short by a kill (no newline) is cut off the file, so that the next record
         starts a line of its own; a record appended onto such a fragment by an earlier version is
@@ -188,17 +199,42 @@ class Oracle:
                 if rec is None:
                     continue  # a fragment: its evaluation runs again
                 fb, verdict, phase = _verdict_of(rec)
+                r = rec.get("round", self.round)
+                if not isinstance(r, int) or isinstance(r, bool) or r < 0:
+                    raise ValueError("'round' is not a round number")
             except (ValueError, TypeError, RecursionError) as exc:
                 why = "JSON nested too deeply" if isinstance(exc, RecursionError) else exc
                 raise UserError(f"{self.checkpoint} line {i} is not a checkpoint record ({why}); it was not written "
                                 "by precision-doctor: move the file away to search again") from None
-            self._record(fb, verdict, phase, write=False)
+            if r > self.round:
+                self._pending.setdefault(r, []).append((fb, verdict, phase))
+            elif r == self.round or not verdict.passed:
+                self._record(fb, verdict, phase, write=False)
         return self.evaluations
+
+    def tighten(self, samples: list[Sample] | None = None, references: list[dict] | None = None,
+                tolerance: Tolerance | None = None) -> None:
+        """More samples (checked first from now on) and/or a stricter `tolerance`: passing verdicts are
+        forgotten, failing ones stay; a new round starts (a resumed run replays its evaluations here)."""
+        samples, references = samples or [], references or []
+        if len(samples) != len(references):
+            raise ValueError("tighten: one reference per sample")
+        start = len(self.samples)
+        self.samples = self.samples + list(samples)
+        self.references = self.references + list(references)
+        self.order = list(range(start, len(self.samples))) + self.order
+        if tolerance is not None:
+            self.tolerance = tolerance
+        self.memo = {k: v for k, v in self.memo.items() if not v.passed}
+        self.round += 1
+        for fb, verdict, phase in self._pending.pop(self.round, []):
+            self._record(fb, verdict, phase, write=False)
 
     def _record(self, fb: frozenset[str], verdict: Verdict, phase: str, write: bool = True) -> Evaluation:
         self.memo[fb] = verdict
         self.evaluations += 1
-        ev = Evaluation(self.evaluations, fb, verdict, phase, float(self.cost_of(fb)), time.monotonic() - self.started)
+        ev = Evaluation(self.evaluations, fb, verdict, phase, float(self.cost_of(fb)), time.monotonic() - self.started,
+                        self.round)
         self.trajectory.append(ev)
         if write and self.checkpoint:
             if not self._noted:
@@ -218,7 +254,7 @@ class Oracle:
             return self.memo[fb]
         if self.stop is not None:
             self.stop.check()
-        self._check_budget()
+        self.check_budget()
         t0 = time.monotonic()
         runner = self.backend.prepare(fb)
         per_output: dict[str, list[OutputCheck]] = {}
@@ -245,9 +281,11 @@ class Oracle:
     def passes(self, fallback: Iterable[str], phase: str | None = None) -> bool:
         return self.evaluate(fallback, phase).passed
 
-    def _check_budget(self) -> None:
+    def check_budget(self, evaluations: bool = True) -> None:
+        """BudgetExhausted when the evaluation budget (unless not `evaluations`: runs that are not evaluations)
+        or the time budget is spent."""
         b = self.budget
-        if b.max_evaluations is not None and self.evaluations >= b.max_evaluations:
+        if evaluations and b.max_evaluations is not None and self.evaluations >= b.max_evaluations:
             raise BudgetExhausted(f"evaluation budget of {b.max_evaluations} reached")
         if b.time_s is not None and time.monotonic() - self.started > b.time_s:
             raise BudgetExhausted(f"time budget of {b.time_s:g} s reached")
