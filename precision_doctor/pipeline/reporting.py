@@ -175,7 +175,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
         trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
         held_out_choice=promise.held_out_choice,
-        held_out_bound=held_out_measure(validation, from_user, changed) if fallback is not None else None,
+        held_out_bound=held_out_measure(validation, from_user, changed) if fallback is not None and outcome.complete else None,
         decided_by=promise.decided_by, search_rounds=rounds, answers=promise.answers,
         input_shapes=list(shapes or []), invocation=invocation, pricing=pricing,
     )
