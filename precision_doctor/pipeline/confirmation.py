@@ -41,13 +41,14 @@ class Confirmed:
 
 
 def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: list[Sample], refs: list[dict],
-            budget: Budget, copies: int = 0, loop: Loop | None = None) -> Confirmed:
+            budget: Budget, copies: int = 0, loop: Loop | None = None, searched_on_gpu: bool = False) -> Confirmed:
     """Carry the searched answer (`searched.found`, not None) over to `backend` on `samples` (the working set and
     the held-out samples, and the `copies` perturbed copies among them): keep it if it passes there, else grow it
-    until it does; then prune it to 1-minimal there (`search.auto.repair`; an answer of more than PRUNE_MAX members keeps its own
-    members, and only what was added there is pruned). With `loop` (the search's counterexample-guided loop), the
-    answer is then checked there on every other search sample, and the failing ones join as in the search
-    (`Confirmed.loop`: that loop).
+    until it does; then prune it to 1-minimal there (`search.auto.repair`; an answer of more than PRUNE_MAX members, or
+    one `searched_on_gpu` (1-minimal on the GPU's own FP16 kernels already: ort-cuda-gated), keeps its own members, and
+    only what was added there is pruned: each removal tried there is a new session, 1.4-2.9 s on a detector).
+    With `loop` (the search's counterexample-guided loop), the answer is then checked there on every other search
+    sample, and the failing ones join as in the search (`Confirmed.loop`: that loop).
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
     spec, out_dir, found = ctx.spec, ctx.out_dir, searched.found
     assert found is not None
@@ -60,7 +61,7 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     elif (out_dir / CONFIRM_CHECKPOINT).exists():
         (out_dir / CONFIRM_CHECKPOINT).unlink()
     prune_after = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
-    keep = len(found) > PRUNE_MAX
+    keep = len(found) > PRUNE_MAX or searched_on_gpu
     pruned_searched = prune_after and not keep
     def carry(start: frozenset[str]):
         return lambda o, sp: repair(o, sp, start, prune_after, keep)

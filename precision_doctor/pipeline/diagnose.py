@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.backends.registry import check_only, make_backend, plan_backends
+from precision_doctor.backends.registry import GPU_BACKENDS, check_only, make_backend, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.activations import whole
 from precision_doctor.data.inputs import Sample
@@ -214,7 +214,8 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         notify(ctx.progress, PhaseEvent("confirm"))
         samples, refs, n_copies = _final_samples(ctx)
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
-                            budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop)
+                            budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
+                            searched_on_gpu=ctx.backends.search.name in GPU_BACKENDS)
         outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
         there = confirmed.loop
         if there is not None:  # its rounds join the record; where it decided the answer, its verdict on the rest too
