@@ -10,7 +10,7 @@ Cases (each a decomposed pattern on real-looking random data):
   the FP16 constant (1.0002e-2, ONNX Runtime 1.32 on the CPU; what `layernorm-fusion` does) or the default 1e-5?
 - `ln-interior`: a LayerNorm reading a MatMul's FP16 output (no Cast to remove): one rounding from rounded x?
 - `skip-ln`: Add(x, MatMul(x)) then a LayerNorm: does SkipLayerNormFusion make one kernel (not modelled:
-  `graph.coverage.UNMEASURED_PAIRS`)?
+  `graph.coverage.FUSED_PAIRS`)?
 - `convtranspose-bn`: ConvTranspose + BatchNormalization: folded (the newest ConvBNFusion) or not?
 - `gelu-mul`: Gelu's Erf form multiplying by 1/sqrt(2) instead of dividing by sqrt(2): fused (newer sources) or not?
 - `bias-gelu`: Add of a bias then the Erf-form Gelu: BiasGelu?

@@ -175,6 +175,25 @@ def test_notes_name_measured_mismatches_and_unmeasured_fused_pairs():
     assert not emulation_notes(model, FP16, everything - {"residual", "lstm"})  # the LayerNorm alone: measured
 
 
+def test_a_folded_convtranspose_batchnorm_is_a_measured_mismatch():
+    """GPU session F (H100): ORT folds BatchNormalization into the ConvTranspose before it and the fused kernel errs
+    up to 2x the emulator's two nodes: a measured mismatch naming the fusion; the ConvTranspose alone needs no note."""
+    node = helper.make_node
+    rng = np.random.default_rng(0)
+    f32 = lambda n, v: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    inits = [f32("w", rng.standard_normal((4, 4, 3, 3))), *(f32(k, rng.random(4) + 0.5) for k in ("s", "b", "m", "v"))]
+    nodes = [node("ConvTranspose", ["x", "w"], ["c"], name="ct", strides=[2, 2]),
+             node("BatchNormalization", ["c", "s", "b", "m", "v"], ["y"], name="bn")]
+    vi = lambda n, shape: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)  # noqa: E731
+    g = helper.make_graph(nodes, "ctbn", [vi("x", [1, 4, 6, 6])], [vi("y", [1, 4, 13, 13])], inits)
+    model = from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 15)], ir_version=8))
+    notes = emulation_notes(model, FP16, {"ct", "bn"})
+    assert [(n.kind, n.op_type, n.nodes) for n in notes] == [
+        ("measured-mismatch", "ConvTranspose + BatchNormalization", ["bn"])]
+    assert notes[0].factor == pytest.approx(2.0) and "ConvBNFusion" in notes[0].detail and notes[0].unconfirmed
+    assert not emulation_notes(model, FP16, {"ct"})
+
+
 def test_a_pass_never_rests_on_an_unmeasured_op_without_saying_so(planted_file, tmp_path, monkeypatch):
     """Issue 21: a model whose all-FP16 answer holds a Softplus (never measured on a GPU), certified by the
     emulator on a machine without a GPU: report.json's certified_by.unconfirmed names it, the verdict is PASSED ON

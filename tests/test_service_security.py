@@ -451,9 +451,9 @@ def small_disk(tmp_path):
     subprocess.run(["umount", "-l", str(where)], capture_output=True)
 
 
-def _fill(disk: Path) -> Path:
+def _fill(disk: Path, name: str = "filler") -> Path:
     """Fill `disk` to the last byte; returns the filler file."""
-    filler = disk / "filler"
+    filler = disk / name
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     try:
         for size in (1 << 20, 4096, 512):
@@ -504,13 +504,16 @@ def test_a_disk_that_fills_under_the_daemon(tmp_path, small_disk) -> None:
         except RuntimeError:
             said = d.log.read_text()[seen:].strip().splitlines()
             assert d.proc.returncode == 2 and len(said) == 1 and str(d.state_dir) in said[0] and "full" in said[0], said
-        # a fresh state directory on the full disk: one line, exit 2
+        # a fresh state directory on the full disk: one line, exit 2 (full again first: a restart may have freed
+        # what the stopped job left behind)
+        refill = _fill(small_disk, "filler2")
         fresh = subprocess.run([*CLI, "serve", "--state-dir", str(small_disk / "fresh"), "--port", str(free_port())],
                                capture_output=True, text=True, timeout=60)
         assert fresh.returncode == 2 and "Traceback" not in fresh.stderr, fresh.stderr
         assert len(fresh.stderr.strip().splitlines()) == 1 and "full" in fresh.stderr, fresh.stderr
 
-        filler.unlink()  # space again: the job ends (it failed for want of space, or resumed and finished)
+        filler.unlink()
+        refill.unlink()  # space again: the job ends (it failed for want of space, or resumed and finished)
         if d.proc.poll() is not None:
             d.start()
         end = d.wait_for(job["id"], lambda j: j["state"] in TERMINAL, timeout=180, what="an end")

@@ -11,7 +11,8 @@ on them says so and names them in `certified_by.unconfirmed`).
 - `measured-mismatch`: op types measured on a GPU whose error there exceeds the emulator's by more than
   10% on some node (`Measured.factor`): the emulator underestimates them (cuDNN's half-math RNNs).
 - `unmeasured-pattern`: node pairs ONNX Runtime's CUDA graph optimizer fuses that were never measured
-  (`UNMEASURED_PAIRS`): the fused kernel may round differently from the two nodes.
+  (`FUSED_PAIRS` without a measurement): the fused kernel may round differently from the two nodes. A pair
+  measured to err more than the emulator (ConvTranspose + BatchNormalization, folded) is a `measured-mismatch`.
 - `unmeasured-format`: BF16 was never measured on a GPU; the rules are FP16 measurements.
 
 Every kind but `cpu-placement` leaves the emulator's verdict unconfirmed (`UNCONFIRMED`).
@@ -78,6 +79,7 @@ class Measured:
 
 SESSION_A = "H100, GPU session A (the zoo and the planted suite)"
 SESSION_E = "H200, GPU session E (bench/probe_models.py's probes)"
+SESSION_F = "H100, GPU session F (bench/gpu_fusion_checks.py)"
 BOTH = f"{SESSION_A}; {SESSION_E}"
 MISMATCH = 1.1  # above this factor an op type is a measured mismatch (probe-ops' threshold)
 
@@ -97,10 +99,15 @@ MEASURED: dict[str, Measured] = {
     "GRU": Measured(SESSION_E, 6.47),
 }  # fmt: skip
 MEASURED_OPS = frozenset(op for op, m in MEASURED.items() if m.factor <= MISMATCH)
-# (producer, consumer) op pairs that ONNX Runtime's CUDA graph optimizer may fuse into one kernel, never measured:
-# ConvTranspose + BatchNormalization (ConvBNFusion in its newest source), Add + LayerNormalization
-# (SkipLayerNormFusion; also a decomposed LayerNorm after an Add, which LayerNormFusion makes one first).
-UNMEASURED_PAIRS = {("ConvTranspose", "BatchNormalization"): "ConvBNFusion", ("Add", "LayerNormalization"): "SkipLayerNormFusion"}
+# (producer, consumer) op pairs that ONNX Runtime's CUDA graph optimizer may fuse into one kernel: the fusion, and
+# where it was measured (None: never). ConvTranspose + BatchNormalization: folded into the ConvTranspose on the H100
+# (ConvBNFusion), 41% of the elements bit-exact, the GPU's error 1.8-2.0x the emulator's (the emulator rounds the
+# two nodes); Add + LayerNormalization (SkipLayerNormFusion; also a decomposed LayerNorm after an Add, which
+# LayerNormFusion makes one first): ORT made the residual Add part of a Gemm there, so SkipLayerNorm stays unmeasured.
+FUSED_PAIRS: dict[tuple[str, str], tuple[str, Measured | None]] = {
+    ("ConvTranspose", "BatchNormalization"): ("ConvBNFusion", Measured(SESSION_F, 2.0)),
+    ("Add", "LayerNormalization"): ("SkipLayerNormFusion", None),
+}
 # (op type, its versions) that ONNX Runtime's CUDA provider runs only in FP32: placed on the CPU.
 CPU_PLACED = {("Clip", 6): "Clip-6", ("Clip", 11): "Clip-11"}
 _SHOWN = 5
@@ -115,7 +122,7 @@ def _since(model: Model, node: onnx.NodeProto) -> int | None:
 
 
 def _pairs(model: Model, fmt: Format, lowp: set[str]) -> dict[str, list[str]]:
-    """Pattern name ("Add + LayerNormalization") -> the consumers of UNMEASURED_PAIRS whose producer's output only
+    """Pattern name ("Add + LayerNormalization") -> the consumers of FUSED_PAIRS whose producer's output only
     they read, both low precision; a decomposed LayerNorm (a layernorm-fusion site) counts as LayerNormalization."""
     from precision_doctor.graph.fusions import FUSIONS, _Graph
 
@@ -130,7 +137,7 @@ def _pairs(model: Model, fmt: Format, lowp: set[str]) -> dict[str, list[str]]:
         if name not in lowp or not node.input:
             continue
         found = g.node_of(node.input[0])
-        if found is None or found[0].name not in lowp or (found[0].op_type, op) not in UNMEASURED_PAIRS:
+        if found is None or found[0].name not in lowp or (found[0].op_type, op) not in FUSED_PAIRS:
             continue
         t = node.input[0]
         readers = set(g.readers.get(t, []))
@@ -160,18 +167,27 @@ def emulation_notes(model: Model, fmt: Format, lowp: Iterable[str]) -> list[Emul
         elif node.op_type not in MEASURED and not is_exact(node):
             groups.setdefault((NoteKind.UNMEASURED_OP, node.op_type), []).append(info.name)
     for pattern, names in _pairs(model, fmt, lowp).items():
-        groups[(NoteKind.UNMEASURED_PATTERN, pattern)] = names
+        measured = _pair(pattern)[1]
+        if measured is None:
+            groups[(NoteKind.UNMEASURED_PATTERN, pattern)] = names
+        elif measured.factor > MISMATCH:
+            groups[(NoteKind.MEASURED_MISMATCH, pattern)] = names
     notes = []
     for (kind, op), names in groups.items():
-        factor = MEASURED[op].factor if kind == NoteKind.MEASURED_MISMATCH else None
+        measured = _pair(op)[1] if " + " in op else MEASURED.get(op)
+        factor = measured.factor if kind == NoteKind.MEASURED_MISMATCH and measured is not None else None
         if kind == NoteKind.CPU_PLACEMENT:
             detail = (f"ONNX Runtime's CUDA provider has no FP16 kernel for {op} at this opset: it runs on the CPU in FP32 "
                       "between Casts, where the emulator rounds it as an FP16 node")
+        elif kind == NoteKind.MEASURED_MISMATCH and " + " in op:
+            detail = (f"ONNX Runtime's CUDA graph optimizer fuses {op} into one kernel ({_pair(op)[0]}), which in "
+                      f"{fmt.name.upper()} errs up to {factor:.3g}x more than the emulator computes for the two nodes "
+                      f"(measured: {measured.where}); no rule reproduces it")
         elif kind == NoteKind.MEASURED_MISMATCH:
             detail = (f"{op} in {fmt.name.upper()} on ONNX Runtime's CUDA provider errs up to {factor:.3g}x more than the "
-                      f"emulator computes (measured: {MEASURED[op].where}); no rule reproduces it")
+                      f"emulator computes (measured: {measured.where}); no rule reproduces it")
         elif kind == NoteKind.UNMEASURED_PATTERN:
-            fusion = UNMEASURED_PAIRS[tuple(op.split(" + "))]
+            fusion = _pair(op)[0]
             detail = (f"ONNX Runtime's CUDA graph optimizer may fuse {op} into one kernel ({fusion}), never measured: "
                       "the emulator computes the two nodes")
         else:
@@ -181,6 +197,11 @@ def emulation_notes(model: Model, fmt: Format, lowp: Iterable[str]) -> list[Emul
         notes.append(EmulationNote(str(NoteKind.UNMEASURED_FORMAT), "", len(lowp), [], "BF16 was never measured on a "
                                    "GPU: the emulation rules are FP16 measurements applied to BF16"))
     return notes
+
+
+def _pair(pattern: str) -> tuple[str, Measured | None]:
+    producer, consumer = pattern.split(" + ")
+    return FUSED_PAIRS[(producer, consumer)]
 
 
 def unconfirmed_parts(notes: Iterable[EmulationNote]) -> list[str]:

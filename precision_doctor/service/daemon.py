@@ -117,7 +117,8 @@ def serve(config: ServiceConfig) -> None:
             uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)).run(sockets=[sock])
     finally:
         sock.close()
-        lock.close()
+        with contextlib.suppress(OSError):  # its owner line unflushed on a full disk: the error that ended us is the news
+            lock.close()
 
 
 @contextlib.contextmanager
