@@ -194,6 +194,28 @@ def test_a_folded_convtranspose_batchnorm_is_a_measured_mismatch():
     assert not emulation_notes(model, FP16, {"ct"})
 
 
+def test_a_bias_add_before_an_erf_gelu_is_a_measured_mismatch():
+    """GPU session F (H100): MatMul, a bias Add and the Erf form of Gelu ran as Gemm + Gelu, erring up to 1.37x the
+    emulator's nodes: a measured mismatch naming the Gelu; without the bias Add (the Gelu alone, modelled) none."""
+    node = helper.make_node
+    rng = np.random.default_rng(0)
+    f32 = lambda n, v: numpy_helper.from_array(np.asarray(v, np.float32), n)  # noqa: E731
+    gelu = [node("Div", ["hb", "sqrt2"], ["d"], name="div"), node("Erf", ["d"], ["e"], name="erf"),
+            node("Add", ["e", "one"], ["e1"], name="add1"), node("Mul", ["hb", "e1"], ["m"], name="mul"),
+            node("Mul", ["m", "half"], ["y"], name="gelu_out")]
+    nodes = [node("MatMul", ["x", "w"], ["h"], name="mm"), node("Add", ["h", "bias"], ["hb"], name="bias_add"), *gelu]
+    inits = [f32("w", rng.standard_normal((8, 8))), f32("bias", rng.standard_normal(8)), f32("sqrt2", np.sqrt(2)),
+             f32("one", 1.0), f32("half", 0.5)]
+    vi = lambda n, shape: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)  # noqa: E731
+    g = helper.make_graph(nodes, "bias_gelu", [vi("x", [2, 8])], [vi("y", [2, 8])], inits)
+    model = from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)], ir_version=8))
+    everything = {n.name for n in model.nodes}
+    notes = emulation_notes(model, FP16, everything)
+    assert [(n.kind, n.op_type, n.nodes) for n in notes] == [("measured-mismatch", "MatMul + Add + Gelu", ["gelu_out"])]
+    assert notes[0].factor == pytest.approx(1.37) and "Gemm + Gelu" in notes[0].detail
+    assert not emulation_notes(model, FP16, everything - {"bias_add"})
+
+
 def test_a_pass_never_rests_on_an_unmeasured_op_without_saying_so(planted_file, tmp_path, monkeypatch):
     """Issue 21: a model whose all-FP16 answer holds a Softplus (never measured on a GPU), certified by the
     emulator on a machine without a GPU: report.json's certified_by.unconfirmed names it, the verdict is PASSED ON

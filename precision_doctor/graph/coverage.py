@@ -12,7 +12,8 @@ on them says so and names them in `certified_by.unconfirmed`).
   10% on some node (`Measured.factor`): the emulator underestimates them (cuDNN's half-math RNNs).
 - `unmeasured-pattern`: node pairs ONNX Runtime's CUDA graph optimizer fuses that were never measured
   (`FUSED_PAIRS` without a measurement): the fused kernel may round differently from the two nodes. A pair
-  measured to err more than the emulator (ConvTranspose + BatchNormalization, folded) is a `measured-mismatch`.
+  measured to err more than the emulator (ConvTranspose + BatchNormalization, folded) is a `measured-mismatch`, as
+  is MatMul + bias Add + Gelu (`BIAS_GELU`), which ORT runs as Gemm + Gelu.
 - `unmeasured-format`: BF16 was never measured on a GPU; the rules are FP16 measurements.
 
 Every kind but `cpu-placement` leaves the emulator's verdict unconfirmed (`UNCONFIRMED`).
@@ -108,6 +109,10 @@ FUSED_PAIRS: dict[tuple[str, str], tuple[str, Measured | None]] = {
     ("ConvTranspose", "BatchNormalization"): ("ConvBNFusion", Measured(SESSION_F, 2.0)),
     ("Add", "LayerNormalization"): ("SkipLayerNormFusion", None),
 }
+# MatMul, an Add of a constant bias, then Gelu (the op, or its Erf form that GeluFusion makes one): on the H100 ORT
+# ran Gemm + Gelu, whose error reached 1.37x the emulator's three nodes (bench/gpu_fusion_checks.py, `bias-gelu`).
+BIAS_GELU = "MatMul + Add + Gelu"
+BIAS_GELU_MEASURED = Measured(SESSION_F, 1.37)
 # (op type, its versions) that ONNX Runtime's CUDA provider runs only in FP32: placed on the CPU.
 CPU_PLACED = {("Clip", 6): "Clip-6", ("Clip", 11): "Clip-11"}
 _SHOWN = 5
@@ -166,6 +171,8 @@ def emulation_notes(model: Model, fmt: Format, lowp: Iterable[str]) -> list[Emul
             groups.setdefault((NoteKind.MEASURED_MISMATCH, node.op_type), []).append(info.name)
         elif node.op_type not in MEASURED and not is_exact(node):
             groups.setdefault((NoteKind.UNMEASURED_OP, node.op_type), []).append(info.name)
+    if names := _bias_gelus(model, fmt, lowp):
+        groups[(NoteKind.MEASURED_MISMATCH, BIAS_GELU)] = names
     for pattern, names in _pairs(model, fmt, lowp).items():
         measured = _pair(pattern)[1]
         if measured is None:
@@ -174,11 +181,15 @@ def emulation_notes(model: Model, fmt: Format, lowp: Iterable[str]) -> list[Emul
             groups[(NoteKind.MEASURED_MISMATCH, pattern)] = names
     notes = []
     for (kind, op), names in groups.items():
-        measured = _pair(op)[1] if " + " in op else MEASURED.get(op)
+        measured = BIAS_GELU_MEASURED if op == BIAS_GELU else _pair(op)[1] if " + " in op else MEASURED.get(op)
         factor = measured.factor if kind == NoteKind.MEASURED_MISMATCH and measured is not None else None
         if kind == NoteKind.CPU_PLACEMENT:
             detail = (f"ONNX Runtime's CUDA provider has no FP16 kernel for {op} at this opset: it runs on the CPU in FP32 "
                       "between Casts, where the emulator rounds it as an FP16 node")
+        elif kind == NoteKind.MEASURED_MISMATCH and op == BIAS_GELU:
+            detail = (f"ONNX Runtime's CUDA graph optimizer runs {op} as Gemm + Gelu, which in {fmt.name.upper()} errs up "
+                      f"to {factor:.3g}x more than the emulator computes for the three nodes (measured: {measured.where}); "
+                      "no rule reproduces it")
         elif kind == NoteKind.MEASURED_MISMATCH and " + " in op:
             detail = (f"ONNX Runtime's CUDA graph optimizer fuses {op} into one kernel ({_pair(op)[0]}), which in "
                       f"{fmt.name.upper()} errs up to {factor:.3g}x more than the emulator computes for the two nodes "
@@ -197,6 +208,28 @@ def emulation_notes(model: Model, fmt: Format, lowp: Iterable[str]) -> list[Emul
         notes.append(EmulationNote(str(NoteKind.UNMEASURED_FORMAT), "", len(lowp), [], "BF16 was never measured on a "
                                    "GPU: the emulation rules are FP16 measurements applied to BF16"))
     return notes
+
+
+def _bias_gelus(model: Model, fmt: Format, lowp: set[str]) -> list[str]:
+    """The Gelus (the op, or the anchor of an Erf-form Gelu that GeluFusion makes one) of BIAS_GELU, every node in
+    low precision: the Gelu's input is an Add of a constant and a MatMul's output."""
+    from precision_doctor.graph.fusions import FUSIONS, _Graph
+
+    g = _Graph(model, fmt)
+    gelus = [(site.anchor, site.reads[0]) for site in FUSIONS["gelu-fusion"].sites(g)
+             if {site.anchor, *site.gates} <= lowp and site.reads]
+    gelus += [(name, node.input[0]) for name, (node, _) in g.nodes.items()
+              if node.op_type == "Gelu" and name in lowp and node.input]
+    out = []
+    for anchor, x in gelus:
+        add = g.node_of(x)
+        if add is None or add[0].op_type != "Add" or add[0].name not in lowp or len(add[0].input) != 2:
+            continue
+        a, b = add[0].input
+        matmul = g.node_of(b if g.is_constant(a) else a) if g.is_constant(a) or g.is_constant(b) else None
+        if matmul is not None and matmul[0].op_type == "MatMul" and matmul[0].name in lowp:
+            out.append(anchor)
+    return out
 
 
 def _pair(pattern: str) -> tuple[str, Measured | None]:
