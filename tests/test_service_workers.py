@@ -112,7 +112,8 @@ def test_the_supervisor_runs_workers_through_any_launcher(tmp_path) -> None:
         while time.monotonic() < deadline and not all(store.get(i).terminal for i in ids):
             time.sleep(0.2)
         jobs = [store.get(i) for i in ids]
-        assert all(j.state == "done" and j.attempts == 1 and j.result.passed for j in jobs), [(j.name, j.state, j.error) for j in jobs]
+        assert all(j.state == "done" and j.attempts == 1 and j.result.passed for j in jobs), [
+            (j.name, j.state, j.error) for j in jobs]
         assert {j.worker for j in jobs} <= set(launcher.started)
     finally:
         supervisor.close(grace_s=30)
