@@ -75,28 +75,39 @@ class _Acc:
         if not r.size:
             return
         finite_ref = np.isfinite(r)
+        finite_out = np.isfinite(o)
+        if finite_ref.all() and finite_out.all():  # the usual case: no masked copies (the same sums, in the same order)
+            self._add_finite(o, r)
+            return
         self.nan += int(np.count_nonzero(np.isnan(o) & ~np.isnan(r)))
         self.inf += int(np.count_nonzero(np.isinf(o) & ~np.isinf(r)))
-        if np.any(~np.isfinite(o) & finite_ref):
+        if np.any(~finite_out & finite_ref):
             self.new_nonfinite = True
+        both = finite_ref & finite_out
+        self._add_finite(o[both], r[both], np.abs(r[finite_ref]))
+
+    def _add_finite(self, ob: np.ndarray, rb: np.ndarray, a: np.ndarray | None = None) -> None:
+        """The sums over finite pairs (`ob`, `rb`: float64, flat); `a`: |ref| over every finite reference element
+        (None: `rb`'s)."""
         with np.errstate(invalid="ignore", over="ignore"):
-            both = finite_ref & np.isfinite(o)
-            d = np.abs(o[both] - r[both])
-            rb = r[both]
-            ob = o[both]
-            self.sum_abs += float(d.sum())
-            if d.size:
-                self.max_abs = max(self.max_abs, float(d.max()))
-                self.max_rel = max(self.max_rel, float((d / np.abs(np.where(rb == 0, 2.22e-16, rb))).max()))
-            self.sq_diff += float(np.dot(d, d))
-            self.sq_ref += float(np.dot(rb, rb))
-            self.sq_out += float(np.dot(ob, ob))
-            self.dot += float(np.dot(ob, rb))
-            a = np.abs(r[finite_ref])
+            absr = np.abs(rb)
+            a = absr if a is None else a
             if a.size:
                 self.ref_absmax = max(self.ref_absmax, float(a.max()))
             self.above += int(np.count_nonzero(a > self.fmt.max))
             self.below += int(np.count_nonzero((a > 0) & (a < self.fmt.smallest_normal)))
+            d = ob - rb
+            np.abs(d, out=d)
+            self.sum_abs += float(d.sum())
+            if d.size:
+                self.max_abs = max(self.max_abs, float(d.max()))
+                absr[absr == 0] = 2.22e-16  # `a` is used: a zero reference divides by float64's smallest step
+                np.divide(d, absr, out=absr)
+                self.max_rel = max(self.max_rel, float(absr.max()))
+            self.sq_diff += float(np.dot(d, d))
+            self.sq_ref += float(np.dot(rb, rb))
+            self.sq_out += float(np.dot(ob, ob))
+            self.dot += float(np.dot(ob, rb))
 
     def result(self) -> ErrorStats:
         if self.new_nonfinite:
