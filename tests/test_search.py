@@ -181,6 +181,21 @@ def test_repair_carries_an_answer_over_to_a_stricter_oracle(tmp_path):
     assert {e.phase for e in again.trajectory} == {"confirm", "sweep"}
 
 
+def test_repair_keeps_an_answer_from_like_kernels_that_passes_and_prunes_one_that_grew(tmp_path):
+    """`keep_if_passes` (an answer searched on the GPU's own kernels, confirmed on the real graph): passing as it is,
+    it is kept with one evaluation and no prune; failing, it grows and the whole set is pruned to 1-minimal."""
+    from precision_doctor.search.auto import repair
+
+    s = Setup("three_defects", tmp_path)
+    found = STRATEGIES["auto"](s.oracle(), s.space)
+    again = s.oracle()
+    assert repair(again, s.space, found, keep_if_passes=True) == found and again.evaluations == 1
+    strict = s.oracle(samples=s.case.samples(8, seed=123))
+    fixed = repair(strict, s.space, found, keep_if_passes=True)
+    assert fixed is not None and not strict.known(found).passed and strict.passes(fixed)
+    assert all(not strict.passes(fixed - {x}) for x in fixed)  # members too: the grown set is pruned whole
+
+
 def test_repair_gives_none_when_nothing_passes_there(tmp_path):
     """On an oracle where not even all-FP32 passes (references of other inputs), repair says so."""
     from precision_doctor.search.auto import repair

@@ -89,15 +89,16 @@ def shortest_passing(
 
 
 def repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_after: bool = True,
-           keep_start: bool = False) -> frozenset[str] | None:
+           keep_start: bool = False, keep_if_passes: bool = False) -> frozenset[str] | None:
     """Carry a set of nodes found with another oracle (the emulator) over to this one (a real backend): keep it
     if it passes here, else add the fewest further nodes that make it pass (`grow`); then prune to a
     1-minimal set on this oracle (`prune_after`; off where this oracle may only check, never remove a node),
-    only what was added when `keep_start` (each removal tried costs one evaluation there). Over units (fusion
-    groups, search/units.py): a group partly in `start` stays as it is while `start` passes, and counts
-    whole once the set has to grow."""
+    only what was added when `keep_start` (each removal tried costs one evaluation there); `keep_if_passes`:
+    a `start` that passes here as it is is not pruned (it is 1-minimal already on kernels like these), one that
+    had to grow is. Over units (fusion groups, search/units.py): a group partly in `start` stays as it is while
+    `start` passes, and counts whole once the set has to grow."""
     oracle.phase = "confirm"
-    if oracle.passes(start) and (not prune_after or keep_start):
+    if oracle.passes(start) and (not prune_after or keep_start or keep_if_passes):
         return start
     if space.grouping is not None:
         from precision_doctor.search.units import UnitOracle
