@@ -1,4 +1,4 @@
-"""ONNX Runtime on a real mixed-precision graph (`precision.mixed`): the CUDA provider when present.
+"""ONNX Runtime on a real mixed-precision graph (`graph.mixed`): the CUDA provider when present.
 
 On the CPU provider ONNX Runtime computes ops without FP16 kernels in FP32: it inserts Casts around
 them and drops the Cast pairs between neighbours, so a chain of FP16 nodes runs in FP32 with one

@@ -349,7 +349,7 @@ def gated_graph(model: Model, fmt: Format, where_gates: bool = False, rules=None
 
     `where_gates=True` builds the earlier form instead (each rounding gated by a Where, both sides
     computed; several times slower): the same values, kept as a reference for tests and benchmarks.
-    `rules`: the emulation rules (`precision.rules.resolve_rules`; None = standard).
+    `rules`: the emulation rules (`graph.rules.resolve_rules`; None = standard).
     """
     _check_opset(model, fmt)
     ruleset = resolve_rules(rules)

@@ -53,7 +53,7 @@ from precision_doctor.graph.formats import Format
 from precision_doctor.graph.fusions import FUSIONS, Fusion, Site, emit_op, emit_rounded, emit_scalar, find_sites, lowp_value
 from precision_doctor.graph.model import Model, NodeInfo
 
-if TYPE_CHECKING:  # the builder of precision.emulate (which imports this module)
+if TYPE_CHECKING:  # the builder of graph.emulate (which imports this module)
     from precision_doctor.graph.emulate import _Builder
 
 STANDARD = "standard"

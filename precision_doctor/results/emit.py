@@ -718,7 +718,7 @@ def emit_all(
     `check_pairs`: the raw files of trtexec's accuracy check (none: no check command); `block_list`: the JSON
     list of node names for onnxconverter-common; `layers`: TensorRT layer names from a build, if known (else the
     node names stand in for them); `forced_fp32`: nodes fixed.onnx keeps FP32 beyond the answer, with why
-    (`precision.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets; `knob`: the knob
+    (`graph.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets; `knob`: the knob
     configuration the answer was found under (`search.knobs`): a TensorRT one changes the tactic sources and
     TF32 of every TensorRT command, an ONNX Runtime CUDA one adds `ort_cuda_providers`, the provider options to
     run fixed.onnx with."""
