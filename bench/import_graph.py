@@ -1,7 +1,7 @@
 """The package's import graph, read with `ast`: import circles between modules and imports that run back up
 between layers (subpackages and top-level modules, in the order `LAYERS` gives).
 
-usage: python bench/import_graph.py [--edges]
+usage: python bench/import_graph.py [--edges]   (--edges: the imports inside each circle and every unit edge)
 
 Counted: every import of a `precision_doctor` module, at the top of a module or inside a function; imports under
 `if TYPE_CHECKING:` are counted apart (they never run, but a circle through them is still two modules that
@@ -186,6 +186,9 @@ def main() -> None:
     print(f"module circles (every import that runs): {len(all_circles)}")
     for c in all_circles:
         print(f"  {short(c)}")
+        if "--edges" in sys.argv:
+            inner = sorted(f"{a} -> {b}" for a in c for b in every[a] if b in c)
+            print("    " + "; ".join(x.replace(PKG + ".", "") for x in inner))
     print(f"module circles (top-level imports only): {len(top_circles)}")
     for c in top_circles:
         print(f"  {short(c)}")

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from precision_doctor import __version__
-from precision_doctor.backends.registry import check_only
+from precision_doctor.backends.base import check_only
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import get_format

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from precision_doctor.backends.registry import check_only
+from precision_doctor.backends.base import check_only
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import RunStatus
