@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from precision_doctor.batch.executors import ItemNeeds
 from precision_doctor.batch.recipes import recipe_key
+from precision_doctor.batch.work import ItemNeeds
 from precision_doctor.control import StopToken
 from precision_doctor.errors import UserError, one_line
 from precision_doctor.outcome import RowStatus, RunStatus, SummaryRow

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from precision_doctor.batch.executors import Executor, InlineExecutor
+from precision_doctor.batch.executors import InlineExecutor
 from precision_doctor.batch.jobs import (
     LOCK_DIR,
     ModelTask,
@@ -34,6 +34,7 @@ from precision_doctor.batch.jobs import (
     write_entry,
 )
 from precision_doctor.batch.recipes import MARKER, RESERVED_NAMES, ModelSpec, discover, recipe_key
+from precision_doctor.batch.work import Executor
 from precision_doctor.control import StopToken
 from precision_doctor.errors import SpecError
 from precision_doctor.outcome import RowStatus, SummaryRow
