@@ -24,7 +24,7 @@ PKG = "precision_doctor"
 
 # Lowest first: a unit may import units of its own layer and of the layers before it.
 LAYERS: list[list[str]] = [
-    ["errors", "storage", "control", "outcome", "fingerprint", "environment"],
+    ["errors", "storage", "control", "outcome", "costs", "fingerprint", "environment"],
     ["graph"],
     ["data"],
     ["measure"],

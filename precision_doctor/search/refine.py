@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from precision_doctor.results.report import GroupUse
+from precision_doctor.costs import GroupUse
 from precision_doctor.search.oracle import BudgetExhausted, Oracle
 from precision_doctor.search.space import SearchSpace
 
