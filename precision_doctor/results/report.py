@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from precision_doctor.costs import AnswerCost, DeployLatency, FrontierPoint, Gro
 from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.shapes import InputShape
+from precision_doctor.graph.toolnames import near_path
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus
 from precision_doctor.results.jsonio import jsonable
@@ -53,20 +53,6 @@ class ModelInfo:
 
 
 ORIGINS = ("cli", "batch", "service", "api")
-NEAR = 3  # a file at most this many directories up from the run directory is named relative to it
-
-
-def near_path(path: str | Path, run_dir: str | Path) -> str:
-    """`path` as a command run from `run_dir` names it: relative where the two are near (at most NEAR folders up,
-    below a common folder other than the root), else absolute."""
-    target, run_dir = Path(path).resolve(), Path(run_dir).resolve()
-    try:
-        common = Path(os.path.commonpath([target, run_dir]))
-        rel = Path(os.path.relpath(target, run_dir))
-    except ValueError:  # another drive
-        return str(target)
-    near = common != Path(common.anchor) and rel.parts.count("..") <= NEAR
-    return str(rel) if near else str(target)
 
 
 @dataclass
