@@ -1,6 +1,7 @@
 """What an answer costs where it is deployed, as records: `AnswerCost` (one set's price, `graph/cost.py`),
 `DeployLatency` (measured, `measure/latency.py`), `GroupUse` (a fusion group the answer keeps, `search/refine.py`),
-`Tradeoff` with its `TradeoffPoint`s and `FrontierPoint`s (FP32 cost against the tolerance, `search/tradeoff.py`).
+`Tradeoff` with its `TradeoffPoint`s and `FrontierPoint`s (FP32 cost against the tolerance, `search/tradeoff.py`),
+`Refinement` (what `search/refine.py` did to an answer: groups split, gaps closed; `SearchSpace.refinements`).
 The modules that compute them and the Report that keeps them (`results/report.py`'s `Pricing`) both import them
 from here, so nothing below the results climbs up to the Report for a type."""
 
@@ -106,3 +107,15 @@ class GroupUse:
     kind: str
     kept: list[str]
     released: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Refinement:
+    """What the steps after the search did: `answer` (nodes), the groups split, the gaps closed (nodes added)
+    and the evaluations they took; `stopped` says why they ended early (the budget), if they did."""
+
+    answer: frozenset[str]
+    splits: list[GroupUse] = field(default_factory=list)
+    gaps_closed: list[tuple[str, ...]] = field(default_factory=list)
+    evaluations: int = 0
+    stopped: str | None = None
