@@ -22,15 +22,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PKG = "precision_doctor"
 
-# Lowest first: a unit may import units of its own layer and of the layers before it.
+# Lowest first: a unit may import units of its own layer and of the layers before it. The order is the data flow
+# of docs/ARCHITECTURE.md: models (graph) run on backends, samples (data) are measured, searched, the settings
+# (spec) name them all, results keep what a run found, the pipeline runs the steps, the front ends call api.
 LAYERS: list[list[str]] = [
-    ["errors", "storage", "control", "outcome", "costs", "fingerprint", "environment"],
+    ["errors", "storage", "manifest", "jsonio", "control", "outcome", "costs", "fingerprint"],
     ["graph"],
+    ["backends"],
     ["data"],
     ["measure"],
-    ["backends"],
     ["search"],
-    ["spec", "flags", "planted"],
+    ["spec", "flags", "planted", "environment"],
     ["results"],
     ["render"],
     ["pipeline"],

@@ -50,7 +50,7 @@ def write_crash_log(exc: BaseException) -> Path | None:
             if path.parent.name == "precision-doctor-logs":
                 path.parent.mkdir(parents=True, exist_ok=True)
             else:
-                from precision_doctor.results.manifest import note_written
+                from precision_doctor.manifest import note_written
 
                 note_written(path)
             path.write_text(text, encoding="utf-8")

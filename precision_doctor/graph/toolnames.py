@@ -80,7 +80,7 @@ def save_model(proto: onnx.ModelProto, path: Path) -> Path:
         large = proto.ByteSize() >= 2**31 - 2**20
     except Exception:
         large = True
-    from precision_doctor.results.manifest import note_written
+    from precision_doctor.manifest import note_written
 
     for p in (path, path.with_name(path.name + ".data"), path.with_name(f".{path.name}.partial")):
         note_written(p)
@@ -138,7 +138,7 @@ def place_model(model_file: Path, out_dir: Path) -> PlacedModel:
     names), so that commands run from `out_dir` name it relatively: a relative symbolic link, or a copy where
     links cannot be made (up to COPY_LIMIT); else `model_file`'s absolute path. A model file inside `out_dir`
     (named.onnx) is named as it is."""
-    from precision_doctor.results.manifest import note_written
+    from precision_doctor.manifest import note_written
 
     model_file, out_dir = Path(model_file).resolve(), Path(out_dir).resolve()
     if model_file.parent == out_dir:

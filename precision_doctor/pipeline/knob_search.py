@@ -15,6 +15,7 @@ import contextlib
 import re
 import time
 
+from precision_doctor import manifest
 from precision_doctor.backends import knobs
 from precision_doctor.backends.base import Backend
 from precision_doctor.control import PhaseEvent, notify
@@ -23,7 +24,6 @@ from precision_doctor.graph.model import Model
 from precision_doctor.outcome import RunStatus
 from precision_doctor.pipeline.context import KnobOutcome, StepContext
 from precision_doctor.pipeline.strategy import evaluation_events, remaining, user_share
-from precision_doctor.results import manifest
 from precision_doctor.results.report import Confirm, KnobsResult, KnobTrial
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Verdict

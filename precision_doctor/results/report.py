@@ -20,9 +20,9 @@ from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.graph.toolnames import near_path
+from precision_doctor.jsonio import jsonable
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus
-from precision_doctor.results.jsonio import jsonable
 from precision_doctor.spec import RunSpec
 
 SCHEMA_VERSION = 1
