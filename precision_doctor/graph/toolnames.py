@@ -28,10 +28,19 @@ from pathlib import Path
 
 import onnx
 
-from precision_doctor.backends.tensorrt.layers import tensorrt_node_name
 from precision_doctor.graph.model import Model
 
+UNNAMED_PREFIX = "node_of_"  # what TensorRT's parser calls an unnamed node (and its first layer)
 NAMED_ONNX = "named.onnx"
+
+
+def tensorrt_node_name(node: onnx.NodeProto) -> str:
+    """The name TensorRT's ONNX parser gives a node's layers and metadata: the node's own name, or
+    `node_of_<first output>` when it has none."""
+    if node.name:
+        return node.name
+    first = next((o for o in node.output if o), "")
+    return UNNAMED_PREFIX + first
 
 
 def autocast_names(graph: onnx.GraphProto) -> list[str]:
