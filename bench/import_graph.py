@@ -197,7 +197,7 @@ def main() -> None:
     print(f"unit circles: {len(unit_circles)}")
     for c in unit_circles:
         print(f"  {' <-> '.join(c)}")
-    print(f"arrows running back up (unit edges to a later layer): {len(back)}")
+    print(f"arrows running back up (unit edges to a later layer): {len(back)} ({sum(map(len, back.values()))} module imports)")
     for (a, b), why in sorted(back.items()):
         print(f"  {a} -> {b}: {'; '.join(sorted(why))}")
     if "--edges" in sys.argv:
