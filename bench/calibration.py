@@ -11,7 +11,7 @@ evaluations, rounds, wall time, held-out bound, and whether it held.
     .venv/bin/python bench/calibration.py --render bench/out/calibration.jsonl    # the tables again
 
 Samples per model (the first 50 are the user's, the next 100 unseen): nudenet-320n natural-image-like renders
-(`zoo/natural_images.py`: its recipe's uniform noise is no image); ppocr-v4-det rendered text pages and
+(`bench/natural_images.py`: its recipe's uniform noise is no image); ppocr-v4-det rendered text pages and
 ppocr-mobile-cls near-threshold text crops made as their recipes make them (`zoo/synthetic.py`), silero-vad-16k
 its recipe's generated inputs; the planted suite (`--planted`, `precision_doctor/planted.py`) its cases' own
 generators at their own tolerances. A run searching with s samples gets the first n as `--inputs` files, n the fewest
@@ -62,9 +62,10 @@ QUICK = ("silero-vad-16k", "ppocr-mobile-cls")
 
 def make_samples(name: str, spec: RunSpec, model: Model, n: int) -> list[dict]:
     """n samples of the model's kind (see the module docstring), deterministic."""
+    from natural_images import natural_images_nchw
+
     from precision_doctor import planted
     from precision_doctor.zoo import synthetic
-    from precision_doctor.zoo.natural_images import natural_images_nchw
 
     if name.startswith("planted:"):
         return planted.CASES[name.removeprefix("planted:")]().samples(n, SEED)

@@ -1,4 +1,4 @@
-"""Speed of the gated emulation graph: the If-gated graph of precision/emulate.py against the
+"""Speed of the gated emulation graph: the If-gated graph of graph/emulate.py against the
 Where-gated graph it replaced, on nudenet's YOLOv8n (320x320, one sample), with the FP32 model for scale.
 
     .venv/bin/python bench/emulation_speed.py              # 15 interleaved runs per mask and graph
@@ -8,7 +8,7 @@ Where-gated graph it replaced, on nudenet's YOLOv8n (320x320, one sample), with 
 
 Results: bench/out/emulation_speed[_quick][_threadsN][_bf16].json.
 
-The Where-gated graph is built by precision/emulate.py as of --baseline-rev (git show), so the
+The Where-gated graph is built by the emulator of --baseline-rev (git show), so the
 comparison needs the git history; `--baseline-rev where` builds it with today's
 `gated_graph(..., where_gates=True)` instead (the same construction). Runs alternate between the
 graphs (the order flips every round) so that load from other processes hits both alike: compare
@@ -41,7 +41,7 @@ MODEL = OUT / "zoo" / "nudenet-320n.onnx"
 
 
 def load_baseline(rev: str):
-    """precision/emulate.py as of `rev`, imported as a separate module."""
+    """The emulator as of `rev` (then `precision_doctor/precision/emulate.py`), imported as a separate module."""
     src = subprocess.run(
         ["git", "show", f"{rev}:precision_doctor/precision/emulate.py"], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout

@@ -11,8 +11,7 @@ import io
 from pathlib import Path
 
 import numpy as np
-
-from precision_doctor.measure.fidelity_fixture import read_fixture, write_fixture
+from fidelity_fixture import read_fixture, write_fixture
 
 
 def _compressed(entry) -> int:

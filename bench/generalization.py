@@ -7,7 +7,7 @@ or 4, check the answer on all the others, for today's default and each candidate
 
 Every case has N samples of one distribution (planted: the case's generator; zoo: its recipe, with
 more samples made the recipe's way; nudenet's recipe is uniform noise, replaced here by smooth
-natural-image-like renders, `precision_doctor.zoo.natural_images`, and it also runs at the issue's strict
+natural-image-like renders, `bench/natural_images.py`, and it also runs at the issue's strict
 tolerance atol = rtol = 1e-3). For each search size n and split r, n samples are drawn (seeded) for
 the search and the N - n others are unseen. An answer *holds* when it meets the tolerance on every
 unseen sample (the emulator). Raw records (one per case, split and candidate) go to
@@ -69,8 +69,9 @@ def planted_cases(n: int) -> list[Case]:
 
 def zoo_cases(zoo_dir: Path, n: int) -> list[Case]:
     """The zoo's models with N samples made as their recipes make them (nudenet: natural-image renders)."""
+    from natural_images import natural_images_nchw
+
     from precision_doctor.data.inputs import generate_samples, parse_val_ranges
-    from precision_doctor.zoo.natural_images import natural_images_nchw
     from precision_doctor.zoo.registry import REGISTRY
     from precision_doctor.zoo.synthetic import make_synthetic
 

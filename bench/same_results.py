@@ -7,7 +7,7 @@ import re
 import sys
 from pathlib import Path
 
-TIMES = {"elapsed_s", "at_s", "created", "updated", "capture_s", "time_s", "wall_s", "phase_s"}
+TIMES = {"elapsed_s", "at_s", "created", "updated", "capture_s", "time_s", "wall_s", "phase_s", "seconds"}
 
 
 def clean(v, roots):
@@ -18,7 +18,7 @@ def clean(v, roots):
     if isinstance(v, str):
         for r in roots:
             v = v.replace(r, "OUT")
-        v = re.sub(r"/tmp/pd-[a-z0-9]+", "CODE", v)  # the checkout each run used (run.sh's CODE_DIR)
+        v = re.sub(r"(?:/tmp/|(?:\.\./)+)pd-[a-z0-9]+", "CODE", v)  # the checkout each run used (absolute or relative)
     return v
 
 

@@ -89,9 +89,9 @@ def probe_ops(
     `out_dir`. Returns the OpProbe. It runs on at most `capture.max_samples` samples of the largest shape group."""
     from precision_doctor.data.samples import spread_choice
     from precision_doctor.graph.formats import get_format
+    from precision_doctor.jsonio import write_json, write_text_atomic
     from precision_doctor.measure.opprobe import THRESHOLD, providers_for, table
     from precision_doctor.measure.opprobe import probe_ops as run_probe
-    from precision_doctor.results.jsonio import write_json, write_text_atomic
 
     spec.validate()
     providers_for(provider)  # no CUDA here: one line before any work

@@ -35,7 +35,3 @@ def one_line(exc: BaseException, name: Callable[[str], str] = str) -> str:
     text = (exc.render(name) if isinstance(exc, SpecError) else str(exc)).strip().splitlines()
     msg = text[0] if text else ""
     return msg[:300] if isinstance(exc, UserError) else f"{type(exc).__name__}: {msg}"[:300]
-
-
-class NoPassingSet(Exception):
-    """The search found no fallback set that meets the tolerance."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from precision_doctor.errors import UserError
-from precision_doctor.results.jsonio import CannotWrite, InvalidJSON, read_json, write_json
+from precision_doctor.jsonio import CannotWrite, InvalidJSON, read_json, write_json
 from precision_doctor.zoo import fetch as zoo
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from natural_images import natural_image, natural_images_nchw
 
 from precision_doctor import planted
 from precision_doctor.backends.emulate import EmulateBackend
@@ -18,7 +19,6 @@ from precision_doctor.measure.headroom import (
     sample_shares,
 )
 from precision_doctor.measure.tolerance import Tolerance
-from precision_doctor.zoo.natural_images import natural_image, natural_images_nchw
 
 
 def _samples():

@@ -1,4 +1,4 @@
-"""Emulation rules per target (precision.rules): the emulator's invariants hold under every rule, and
+"""Emulation rules per target (graph.rules): the emulator's invariants hold under every rule, and
 each rule reproduces, bit for bit, the arithmetic it names (a synthetic provider written in numpy),
 read back through the node-fixture format that bench/gpu_nodewise.py writes from a real GPU."""
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from fidelity_fixture import check_rules, write_fixture
 from onnx import TensorProto, helper, numpy_helper
 from test_emulation_rule import SPECIALS, _compare, _masks
 
@@ -18,7 +19,6 @@ from precision_doctor.graph import emulate
 from precision_doctor.graph.formats import FP16
 from precision_doctor.graph.model import from_proto
 from precision_doctor.graph.rules import PROFILES, RULES, matrix_reduction, resolve_rules
-from precision_doctor.measure.fidelity_fixture import check_rules, write_fixture
 from precision_doctor.planted import IR_VERSION
 
 FIXTURES = Path(__file__).parent / "fixtures"

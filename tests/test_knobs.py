@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from precision_doctor.backends import knobs
+from precision_doctor.backends.tensorrt import flags
 from precision_doctor.backends.tensorrt.tactics import parse_tactic_sources, resolve_tactic_sources
 
 RTX = {"EDGE_MASK_CONVOLUTIONS": 0, "JIT_CONVOLUTIONS": 1}  # TensorRT 11 and TensorRT-RTX 1.7
@@ -36,7 +37,7 @@ def test_ort_cuda_configurations():
 @pytest.mark.parametrize("available", [RTX, TRT10])
 def test_trt_configurations_resolve_against_the_library(available):
     configs = knobs.trt_configs(list(available), DEFAULT_ON)
-    assert configs[0].is_default and knobs.trtexec_args(configs[0]) == ["--noTF32"]
+    assert configs[0].is_default and flags.knob_trtexec_args(configs[0]) == ["--noTF32"]
     extra = len(available) - len(DEFAULT_ON)  # TensorRT 10: CUBLAS, CUBLAS_LT, CUDNN can be added
     assert len(configs) == 2 * (1 + len(DEFAULT_ON) + extra)
     default_mask = sum(1 << available[s] for s in DEFAULT_ON)
@@ -44,9 +45,9 @@ def test_trt_configurations_resolve_against_the_library(available):
         kwargs = knobs.trt_backend_kwargs(c)
         spec = parse_tactic_sources(kwargs["tactic_sources"])
         enabled = resolve_tactic_sources(spec, available, default_mask) if spec else DEFAULT_ON
-        args = knobs.trtexec_args(c)
+        args = flags.knob_trtexec_args(c)
         assert ("--noTF32" in args) != kwargs["tf32"]
-        poly = knobs.polygraphy_args(c, DEFAULT_ON)
+        poly = flags.knob_polygraphy_args(c, DEFAULT_ON)
         if "--tactic-sources" in poly:  # polygraphy lists exactly the sources trtexec's change leaves on
             listed = poly[poly.index("--tactic-sources") + 1 :]
             listed = listed[: listed.index("--tf32")] if "--tf32" in listed else listed

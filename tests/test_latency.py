@@ -8,9 +8,9 @@ from pricing_helpers import conv_model
 
 from precision_doctor import planted
 from precision_doctor.backends.registry import cuda_machine
+from precision_doctor.costs import DeployLatency
 from precision_doctor.graph.model import from_proto, load_model
 from precision_doctor.measure.latency import batched, deploy_latency
-from precision_doctor.results.report import DeployLatency
 
 
 def test_batched_repeats_each_input_along_its_batch_axis(tmp_path):

@@ -1,4 +1,4 @@
-"""Real low-precision graphs (precision.native), the gated native backend, the node-wise fidelity
+"""Real low-precision graphs (graph.native), the gated native backend, the node-wise fidelity
 measures (fidelity.py) and bench/gpu_nodewise.py end to end, on ONNX Runtime's CPU provider.
 
 The CPU provider computes FP16 nodes in FP32 (it drops the Casts around ops without FP16 kernels),
@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from fidelity_fixture import fixture_entries, read_fixture, replay, write_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.backends.ort_gated import OrtGatedBackend
@@ -27,7 +28,6 @@ from precision_doctor.graph.model import from_proto
 from precision_doctor.graph.native import GATE_PREFIX, gated_native_graph, native_local_graph, saturated
 from precision_doctor.measure.capture import capture_run
 from precision_doctor.measure.fidelity import GPU_LOCAL, agreement, by_op, capture_local_with, error_stats, node_rows, ratio, ulp
-from precision_doctor.measure.fidelity_fixture import fixture_entries, read_fixture, replay, write_fixture
 from precision_doctor.planted import CASES, IR_VERSION, OPSET
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,9 +20,10 @@ import pytest
 from test_batch import _mtimes, _status, _wait_until, zoo  # noqa: F401 (zoo: the planted zoo fixture)
 
 from precision_doctor import planted
-from precision_doctor.batch.executors import ItemNeeds, LocalExecutor, make_executor
+from precision_doctor.batch.executors import LocalExecutor, make_executor
 from precision_doctor.batch.jobs import ModelTask, task_needs
 from precision_doctor.batch.orchestrate import run_batch
+from precision_doctor.batch.work import ItemNeeds
 from precision_doctor.errors import UserError
 from precision_doctor.spec import RunSpec
 

@@ -12,8 +12,9 @@ import time
 
 import pytest
 
+from precision_doctor import manifest
 from precision_doctor.errors import SpecError
-from precision_doctor.results import manifest, runlock
+from precision_doctor.results import runlock
 from precision_doctor.results.rundir import open_run_dir, prepare_run_dir
 from precision_doctor.results.runlock import LOCK, LockOwner, RunDirLocked, RunLock, lock_owner
 
@@ -90,7 +91,7 @@ def test_without_flock_a_live_owner_is_not_taken_over(tmp_path, monkeypatch):
 
 
 def test_manifest_lists_what_is_written_and_refuses_what_is_not_ours(tmp_path):
-    from precision_doctor.results.jsonio import write_json
+    from precision_doctor.jsonio import write_json
 
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "report.md").write_text("# mine")
@@ -116,7 +117,7 @@ def test_force_refuses_user_files_and_the_model_dir_and_replaces_only_ours(tmp_p
         prepare_run_dir(run, force=True, protect=[str(run / "m.onnx")])
     (run / "m.onnx").unlink()
     prepare_run_dir(run, force=True)
-    from precision_doctor.results.jsonio import write_json
+    from precision_doctor.jsonio import write_json
 
     write_json(run / "report.json", {})
     prepare_run_dir(run, force=True)  # an earlier run of ours: its files go, the user's stay
@@ -124,7 +125,7 @@ def test_force_refuses_user_files_and_the_model_dir_and_replaces_only_ours(tmp_p
 
 
 def test_a_failed_run_removes_the_directory_it_created_and_only_that(tmp_path):
-    from precision_doctor.results.jsonio import write_json
+    from precision_doctor.jsonio import write_json
 
     with pytest.raises(RuntimeError), open_run_dir(tmp_path / "new") as out:
         write_json(out / "layers.json", {})

@@ -9,6 +9,15 @@ import numpy as np
 
 Feeds = Mapping[str, np.ndarray]
 
+CHECK_ONLY = ("ort-cpu",)  # its FP16 verdicts are not FP16's (backends/ort.py): it may check an answer, never shrink it
+
+
+def check_only(name: str) -> bool:
+    """Whether the backend called `name` (as it names itself: OrtBackend.name; a report's `confirm.backend`) may
+    only check an answer: add nodes to a failing one (more FP32 is the safe direction), never remove one, never
+    certify it."""
+    return name in CHECK_ONLY
+
 
 class Runner(Protocol):
     """Runs one prepared configuration."""

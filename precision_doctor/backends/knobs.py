@@ -12,7 +12,8 @@ answer less one node), and keep the answer only when neither passes (`knob_plan`
   by default, EDGE_MASK_CONVOLUTIONS and JIT_CONVOLUTIONS on; TensorRT 11 and TensorRT-RTX 1.7 only
   the last two), one default source removed or one other source added at a time, and TF32.
 
-Each configuration knows the text a user pastes: trtexec and polygraphy flags, ORT provider options.
+Each configuration knows the text a user pastes: ORT provider options here, trtexec and polygraphy flags in
+`backends/tensorrt/flags.py` (which results/emit.py builds every TensorRT command with).
 `knob_family`, `knob_configs` and `knob_backend` give a search the configurations of a backend and a
 backend built for each (pipeline/knob_search.py runs the plan).
 """
@@ -93,33 +94,6 @@ def trt_configs(available: Sequence[str], enabled_by_default: Sequence[str], tf3
             settings = ((TACTICS, change), (TF32, "1" if t == "1" else ""))
             out.append(KnobConfig(TRT, tuple(p for p in settings if p[1])))
     return out
-
-
-def trtexec_args(config: KnobConfig) -> list[str]:
-    """trtexec flags for a TensorRT configuration (`--noTF32` unless TF32 is asked for)."""
-    args = []
-    change = config.get(TACTICS, "")
-    if change:
-        args.append(f"--tacticSources={change}")
-    if config.get(TF32, "0") != "1":
-        args.append("--noTF32")
-    return args
-
-
-def polygraphy_args(config: KnobConfig, enabled_by_default: Sequence[str]) -> list[str]:
-    """polygraphy flags: `--tactic-sources` lists the sources to enable (all of them), `--tf32` turns
-    TF32 on. polygraphy clears TF32 otherwise for TensorRT, but not with POLYGRAPHY_USE_TENSORRT_RTX=1
-    (there TF32 stays on unless a config postprocess script clears it: `emit.NO_TF32_POSTPROCESS`)."""
-    args = []
-    change = config.get(TACTICS, "")
-    if change:
-        on = list(enabled_by_default)
-        name = change[1:]
-        on = [s for s in on if s != name] if change[0] == "-" else [*on, name]
-        args += ["--tactic-sources", *on]
-    if config.get(TF32, "0") == "1":
-        args.append("--tf32")
-    return args
 
 
 def trt_backend_kwargs(config: KnobConfig) -> dict:

@@ -1,4 +1,4 @@
-"""ONNX Runtime on a real mixed-precision graph (`precision.mixed`): the CUDA provider when present.
+"""ONNX Runtime on a real mixed-precision graph (`graph.mixed`): the CUDA provider when present.
 
 On the CPU provider ONNX Runtime computes ops without FP16 kernels in FP32: it inserts Casts around
 them and drops the Cast pairs between neighbours, so a chain of FP16 nodes runs in FP32 with one
@@ -6,7 +6,7 @@ rounding at its end (or none, before an FP32 output). Its verdicts are not FP16'
 examples/three_defects.onnx all-FP16 is within 4e-4 of FP32 there, where FP16 overflows to NaN.
 So `ort-cpu` never searches (`search_refusal`); it stays a plumbing check that a `fixed.onnx` loads
 and runs (`--confirm-backend ort-cpu`, tests), which may add nodes to a failing answer (more FP32 is
-the safe direction) but never removes one (`check_only`) and never certifies the answer.
+the safe direction) but never removes one (`backends.base.check_only`) and never certifies the answer.
 """
 
 from __future__ import annotations
@@ -18,9 +18,8 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from precision_doctor.backends.base import ClosingBackend, Feeds
+from precision_doctor.backends.base import ClosingBackend, Feeds, check_only
 from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
-from precision_doctor.backends.registry import check_only
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.mixed import build_mixed

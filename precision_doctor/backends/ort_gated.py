@@ -1,5 +1,5 @@
 """Real low precision on ONNX Runtime (the CUDA provider when present) in one session for every
-fallback set: the gated native graph of `precision.native`, where a fallback set is a feed.
+fallback set: the gated native graph of `graph.native`, where a fallback set is a feed.
 
 It computes what the mixed graph of `backends.ort` computes for the same set, without the kernel
 fusions ONNX Runtime makes across neighbouring nodes (it cannot fuse across If branches): compare

@@ -17,15 +17,6 @@ AUTO_CONFIRM = "ort-cuda"  # where `auto` lets a CUDA machine's GPU have the las
 AUTO_SEARCH_GPU = "ort-cuda-gated"  # where `auto` searches on a CUDA machine: real FP16, a set is a feed
 
 
-CHECK_ONLY = ("ort-cpu",)  # its FP16 verdicts are not FP16's (backends/ort.py): it may check an answer, never shrink it
-
-
-def check_only(name: str) -> bool:
-    """Whether the backend called `name` (as it names itself: OrtBackend.name) may only check an answer:
-    add nodes to a failing one (more FP32 is the safe direction), never remove one, never certify it."""
-    return name in CHECK_ONLY
-
-
 def check_backend_name(name: str, setting: str = "backends.backend") -> None:
     """SpecError (naming `setting`) for a backend name that does not exist."""
     if name not in BACKENDS and name not in _ALIASES:

@@ -1,4 +1,4 @@
-"""Where the work of a batch runs: an `Executor` maps a function over items and yields each result.
+"""Where the work of a batch runs: an `Executor` (`work.py`) maps a function over items and yields each result.
 
 `InlineExecutor` runs in this process (tests, debugging, `--jobs 0`); `LocalExecutor` runs local worker
 processes; `batch.ray_executor.RayExecutor` (imported only for `--executor ray`) runs each item as a Ray task.
@@ -9,65 +9,15 @@ from __future__ import annotations
 import multiprocessing
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
-from typing import Any, Protocol
+from collections.abc import Iterable, Iterator
+from typing import Any
 
-from precision_doctor.control import Stopped, StopToken, check, sigint_stops
+from precision_doctor.batch.work import POLL_S, WORKER_GRACE_S, Done, Executor, Work, run_item
+from precision_doctor.control import Stopped, StopToken, check
 from precision_doctor.errors import SpecError, one_line
 
-WORKER_GRACE_S = 5.0  # after a stop, the workers' time to checkpoint before SIGTERM
 ORPHAN_GRACE_S = 30.0  # after the batch process died, a worker's time to checkpoint before it exits
-POLL_S = 0.5  # how often a waiting LocalExecutor looks at its StopToken
 _WATCHING = False
-
-# fn(item, stop): `stop` is the StopToken of the process the item runs in.
-Work = Callable[[Any, StopToken], Any]
-
-
-@dataclass(frozen=True)
-class ItemNeeds:
-    """What one item needs from the machine it runs on (the Ray executor's resources and path check;
-    local executors run where the batch runs and ignore it)."""
-
-    gpu: str | None = None  # "needs" or "wants" a GPU (backends.registry.gpu_use), or None
-    reads: tuple[str, ...] = ()  # files the item reads
-    writes: tuple[str, ...] = ()  # directories it writes into
-
-    def gpus(self, cluster_gpus: float) -> int | None:
-        """GPUs its Ray task asks for on a cluster with `cluster_gpus`; None: it needs one, there is none."""
-        if self.gpu == "needs":
-            return 1 if cluster_gpus else None
-        return 1 if self.gpu == "wants" and cluster_gpus else 0
-
-
-@dataclass
-class Done:
-    """One finished item: `result` of `fn(item, stop)`, or `error` when the executor could not run it
-    (its worker process died)."""
-
-    item: Any
-    result: Any = None
-    error: str | None = None
-
-
-class Executor(Protocol):
-    """Runs `fn(item, stop)` over `items` and yields a `Done` per item as each completes (any order).
-
-    `fn` is a picklable top-level function that handles its own failures; the executor reports only
-    what `fn` cannot (a worker that died). `stop` is the caller's StopToken: once it is stopped, no
-    further item starts and running ones are stopped (they checkpoint). Each item gets the StopToken
-    of the process it runs in (the caller's in-process; a fresh one, stopped by SIGINT, in a worker).
-
-    `threads` is the number of ONNX Runtime intra-op threads each item should use (0: ORT's default).
-    `batch.ray_executor.RayExecutor` has the same shape: the tasks carry absolute paths and write their
-    own run directories, so nothing else in the batch changes.
-    """
-
-    jobs: int
-    threads: int
-
-    def map(self, fn: Work, items: Iterable[Any], stop: StopToken | None = None) -> Iterator[Done]: ...
 
 
 class InlineExecutor:
@@ -195,16 +145,6 @@ def _mp_context():
     """forkserver where available (fast, and safe with ONNX Runtime's threads), else spawn."""
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-
-
-def run_item(fn: Work, item: Any, token: StopToken) -> tuple[str, Any]:
-    """In a worker: `("ok", fn(item, token))` with SIGINT stopping `token`, or `("error", one line)` for
-    whatever escaped `fn`."""
-    try:
-        with sigint_stops(token):
-            return ("ok", fn(item, token))
-    except BaseException as exc:  # fn handles its own failures; report whatever escapes it
-        return ("error", one_line(exc) or type(exc).__name__)
 
 
 def _child_main(fn: Work, item: Any, conn: Any) -> None:

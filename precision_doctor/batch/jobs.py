@@ -17,12 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from precision_doctor.batch.executors import ItemNeeds
 from precision_doctor.batch.recipes import recipe_key
+from precision_doctor.batch.work import ItemNeeds
 from precision_doctor.control import StopToken
 from precision_doctor.errors import UserError, one_line
+from precision_doctor.jsonio import read_json, write_json
 from precision_doctor.outcome import RowStatus, RunStatus, SummaryRow
-from precision_doctor.results.jsonio import read_json, write_json
 from precision_doctor.results.report import REPORT, Report
 from precision_doctor.spec import RunSpec
 
@@ -118,7 +118,7 @@ def _run_model_locked(task: ModelTask, run_dir: Path, t0: float, stop: StopToken
 def _fresh_run_dir(run_dir: Path, keep: bool) -> None:
     """The model's run directory, made a run directory (its manifest) and, unless `keep` (a resume),
     emptied of the files an earlier attempt wrote; nothing else in it is touched."""
-    from precision_doctor.results import manifest
+    from precision_doctor import manifest
     from precision_doctor.results.rundir import RUN_OUTPUTS
 
     try:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from precision_doctor.batch.executors import Executor, InlineExecutor
+from precision_doctor.batch.executors import InlineExecutor
 from precision_doctor.batch.jobs import (
     LOCK_DIR,
     ModelTask,
@@ -34,11 +34,12 @@ from precision_doctor.batch.jobs import (
     write_entry,
 )
 from precision_doctor.batch.recipes import MARKER, RESERVED_NAMES, ModelSpec, discover, recipe_key
+from precision_doctor.batch.work import Executor
 from precision_doctor.control import StopToken
 from precision_doctor.errors import SpecError
+from precision_doctor.jsonio import read_json, write_json
 from precision_doctor.outcome import RowStatus, SummaryRow
 from precision_doctor.render.summary import write_summary
-from precision_doctor.results.jsonio import read_json, write_json
 from precision_doctor.results.runlock import RunLock
 from precision_doctor.spec import RunSpec, file_sha256
 
@@ -100,7 +101,7 @@ def check_defaults(out_dir: Path, defaults: RunSpec, rerun: bool) -> None:
 def prepare_batch_dir(out: Path, force: bool = False, protect: list[Path] | tuple[Path, ...] = ()) -> Path:
     """A fresh directory, or one an earlier batch wrote (it holds `batch.json`): then we resume. Never one
     that holds the zoo's models or recipes."""
-    from precision_doctor.results import manifest
+    from precision_doctor import manifest
     from precision_doctor.results.rundir import BOOKKEEPING, check_protected
 
     out = Path(out)

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from precision_doctor.batch.executors import POLL_S, WORKER_GRACE_S, Done, ItemNeeds, Work, run_item
+from precision_doctor.batch.work import POLL_S, WORKER_GRACE_S, Done, ItemNeeds, Work, run_item
 from precision_doctor.control import StopToken, check
 from precision_doctor.errors import SpecError, UserError, one_line
 

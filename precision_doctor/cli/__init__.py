@@ -13,101 +13,16 @@ import re
 import sys
 import tempfile
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
 
-import typer
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.text import Text
-
 from precision_doctor import storage
-from precision_doctor.errors import SpecError, UserError
+from precision_doctor.cli.shared import app, err, error_text, run_dir_in_use, say_error
+from precision_doctor.errors import UserError
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="Find which layers lose accuracy in FP16/BF16, and the smallest set to keep in FP32.",
-    pretty_exceptions_enable=False,
-    rich_markup_mode="markdown",  # --help in option groups (rich panels); help texts are plain, read as Markdown
-)
-# markup off: user text ("[bold]x", "data[1].npz", "x:[0,16]") is printed as it is; styles go through Text
-console = Console(width=None if sys.stdout.isatty() else 140, markup=False, highlight=False)
-err = Console(stderr=True, markup=False, highlight=False, soft_wrap=True)
+__all__ = ["app", "main"]
 
 INTERNAL_ERROR = 3  # exit code of a bug (the log file holds the traceback)
 LOG_NAME = "precision-doctor-error.log"
-_run_dir: list[Path | None] = [None]  # the run directory of the command running (where a crash log goes)
-
-
-def styled(label: str, style: str, rest: str = "") -> Text:
-    """`label` in `style`, then `rest` as plain text."""
-    return Text.assemble((label, style), rest)
-
-
-def error_text(exc: UserError) -> str:
-    """A user error in the CLI's words (settings named by their flags)."""
-    from precision_doctor.cli.options import flag
-
-    return exc.render(flag) if isinstance(exc, SpecError) else str(exc)
-
-
-def say_error(msg: str) -> None:
-    """One line on stderr: "error: <msg>" (newlines in `msg` folded)."""
-    err.print(styled("error:", "bold red", " " + " ".join(str(msg).split())))
-
-
-def fail(msg: str, code: int = 2) -> None:
-    say_error(msg)
-    raise typer.Exit(code)
-
-
-def uses_run_dir(path: Path) -> None:
-    """Tell the error path which run directory this command works in (a crash log goes there)."""
-    _run_dir[0] = Path(path)
-
-
-@contextmanager
-def stops_on_interrupt(out_dir: Path, hint: str, started: list[bool]):
-    """A Ctrl-C outside the search (which reports it itself) ends with one line and exit 130; once the run
-    has started (`started[0]`), the line says where its files are (or that nothing was kept)."""
-    try:
-        yield
-    except KeyboardInterrupt:
-        if not started[0]:
-            err.print("interrupted before the run started; nothing was written")
-            raise typer.Exit(130) from None
-        if Path(out_dir).is_dir():
-            err.print(f"interrupted; what was written so far is in {out_dir} ({hint})")
-        else:
-            err.print("interrupted before anything worth keeping was written; run the command again to start over")
-        raise typer.Exit(130) from None
-
-
-def progress_bar(description: str = "{task.description:<12}") -> Progress:
-    """A transient progress display on stderr (off when stderr is not a terminal)."""
-    return Progress(
-        TextColumn(description),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=err,
-        transient=True,
-        disable=not err.is_terminal,
-    )
-
-
-def announce_renamed(renamed: tuple[str, ...] | list[str], unsafe: tuple[tuple[str, str], ...] = ()) -> None:
-    """A note for nodes that were given names; a warning (one line) for names that were not safe text."""
-    plain = [n for n in renamed if n not in dict(unsafe)]
-    if plain:
-        shown = ", ".join(plain[:5]) + (" ..." if len(plain) > 5 else "")
-        err.print(f"note: {len(plain)} unnamed or duplicate-named nodes were given names: {shown}")
-    if unsafe:
-        shown = ", ".join(f"{new} (was '{old[:60]}')" for new, old in unsafe[:3]) + (" ..." if len(unsafe) > 3 else "")
-        err.print(styled("warning:", "bold yellow", f" {len(unsafe)} node name(s) hold control characters or bytes "
-                         f"that are not UTF-8, which scripts and lists cannot carry safely; renamed (named.onnx, the "
-                         f"report): {shown}"))
 
 
 def usage_line(exc: Exception) -> str:
@@ -124,7 +39,7 @@ def write_crash_log(exc: BaseException) -> Path | None:
     log directory; None when neither can be written."""
     text = (f"precision-doctor {' '.join(sys.argv[1:])}\n{_dt.datetime.now().isoformat(timespec='seconds')}\n\n"
             + "".join(traceback.format_exception(exc)))
-    run_dir = _run_dir[0]
+    run_dir = run_dir_in_use()
     places = []
     if run_dir is not None and run_dir.is_dir():
         places.append(run_dir / LOG_NAME)
@@ -135,7 +50,7 @@ def write_crash_log(exc: BaseException) -> Path | None:
             if path.parent.name == "precision-doctor-logs":
                 path.parent.mkdir(parents=True, exist_ok=True)
             else:
-                from precision_doctor.results.manifest import note_written
+                from precision_doctor.manifest import note_written
 
                 note_written(path)
             path.write_text(text, encoding="utf-8")

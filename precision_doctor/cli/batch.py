@@ -9,7 +9,6 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from precision_doctor.cli import app, console, err, error_text, progress_bar
 from precision_doctor.cli.options import (
     BACKENDS,
     EMULATION,
@@ -21,6 +20,7 @@ from precision_doctor.cli.options import (
     command_line,
     with_options,
 )
+from precision_doctor.cli.shared import app, console, err, error_text, progress_bar
 from precision_doctor.control import StopToken, sigint_stops
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RowStatus, SummaryRow

@@ -12,9 +12,9 @@ import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from precision_doctor.cli import app, console, err, fail
 from precision_doctor.cli.options import DIAGNOSIS, Options, flag, with_options
 from precision_doctor.cli.serve import needs_service_extra
+from precision_doctor.cli.shared import app, console, err, fail
 from precision_doctor.outcome import JobState
 
 ServerOpt = typer.Option(None, "--server", help="The daemon's URL (default: $PRECISION_DOCTOR_SERVER or http://127.0.0.1:8765).")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import typer
 
-from precision_doctor.cli import (
+from precision_doctor.cli.options import DIAGNOSIS, RUN_DIR, Options, command_line, with_options
+from precision_doctor.cli.shared import (
     announce_renamed,
     app,
     console,
@@ -17,7 +18,6 @@ from precision_doctor.cli import (
     styled,
     uses_run_dir,
 )
-from precision_doctor.cli.options import DIAGNOSIS, RUN_DIR, Options, command_line, with_options
 from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RunStatus
@@ -101,7 +101,7 @@ def resume_command(model: Path, out_dir: Path) -> str:
 def settings_refusal(exc, model: Path, out_dir: Path) -> str:
     """The refusal of a resume with other settings, in the CLI's words, with the command that continues
     the run as it was started (or the way to start over)."""
-    from precision_doctor.cli import error_text
+    from precision_doctor.cli.shared import error_text
 
     text = error_text(exc)
     if exc.recorded is not None:

@@ -10,8 +10,8 @@ from typing import Any
 
 import typer
 
-from precision_doctor.cli import app
 from precision_doctor.cli.options import GROUP_PANELS
+from precision_doctor.cli.shared import app
 
 HEADER = """# Command-line reference
 

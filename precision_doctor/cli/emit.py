@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from precision_doctor.cli import app, console, fail
 from precision_doctor.cli.options import ENGINE_TARGETS
+from precision_doctor.cli.shared import app, console, fail
 
 FORMATS = {
     "trtexec": ["trtexec_trt10", "trtexec_trt11", "trtexec_trt11_check"], "trtexec10": ["trtexec_trt10"],

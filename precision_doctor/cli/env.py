@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from precision_doctor.cli import app, console, styled
+from precision_doctor.cli.shared import app, console, styled
 
 
 @app.command()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from precision_doctor.cli import announce_renamed, app, console, stops_on_interrupt, uses_run_dir
 from precision_doctor.cli.options import CAPTURE, EMULATION, INPUTS, PRECISION, RUN_DIR, Options, with_options
+from precision_doctor.cli.shared import announce_renamed, app, console, stops_on_interrupt, uses_run_dir
 from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import typer
 
-from precision_doctor.cli import app
 from precision_doctor.cli.diagnose import print_outcome
+from precision_doctor.cli.shared import app
 
 
 @app.command()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from precision_doctor.cli import app
+from precision_doctor.cli.shared import app
 from precision_doctor.errors import UserError
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from precision_doctor.cli import app, console, err
+from precision_doctor.cli.shared import app, console, err
 
 zoo_app = typer.Typer(
     no_args_is_help=True, help="Real trained models from PyPI wheels, with recipes for `batch`.", rich_markup_mode=None,

@@ -179,10 +179,6 @@ def conform_to(inputs: dict[str, ModelInput]):
     return conform
 
 
-def save_npz(path: Path, sample: Sample) -> None:
-    np.savez(path, **sample)
-
-
 def validate_samples(model: Model, samples: Sequence[Sample], allow_nonfinite: bool = False) -> None:
     """Refuse samples that name unknown inputs, miss one, or have the wrong dtype, shape or NaN/Inf. Each sample
     is loaded once (a SampleSet: one at a time, already cast by its `conform`); a list's samples are cast in place

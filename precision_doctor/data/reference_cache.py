@@ -23,7 +23,7 @@ from precision_doctor.data.activations import escape
 from precision_doctor.data.arrayfiles import Bounds, h5_datasets
 from precision_doctor.data.samples import CACHE_SAMPLES, Concat, HeapTrim, Sample
 from precision_doctor.errors import UserError
-from precision_doctor.results.manifest import note_written
+from precision_doctor.manifest import note_written
 
 REFERENCES = "references.h5"
 _CLOSED = "closed"  # attribute: True once the file was closed after its last write

@@ -24,7 +24,7 @@ from precision_doctor.data.activations import escape
 from precision_doctor.data.arrayfiles import Bounds, h5_datasets, open_h5
 from precision_doctor.data.samples import ShapeGroup
 from precision_doctor.errors import UserError
-from precision_doctor.results.manifest import note_written
+from precision_doctor.manifest import note_written
 
 SPILL_NAME = "samples.h5"
 

@@ -23,7 +23,7 @@ from precision_doctor.data.samples import SampleSet, ShapeGroup, capture_choice,
 from precision_doctor.data.spill import Spill
 from precision_doctor.errors import UserError
 from precision_doctor.graph.model import Model, load_model
-from precision_doctor.results.manifest import note_written
+from precision_doctor.manifest import note_written
 from precision_doctor.spec import InputSpec, RunSpec
 
 LOADER_SAMPLES = "loader_samples.h5"  # a data loader script's samples, kept in the run directory

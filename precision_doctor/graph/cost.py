@@ -30,10 +30,10 @@ from pathlib import Path
 import onnx
 from onnx import TensorProto
 
+from precision_doctor.costs import AnswerCost
 from precision_doctor.graph.mixed import FP32_OPS, BorderCast, border_casts, forced_fp32
 from precision_doctor.graph.model import Model, estimate_flops, infer_shapes, set_input_shapes, tensor_types_and_shapes
 from precision_doctor.graph.saturate import constant_tensors
-from precision_doctor.results.report import AnswerCost
 
 FP32_BYTES, LOWP_BYTES = 4, 2
 _ITEMSIZE = {TensorProto.DOUBLE: 8, TensorProto.INT64: 8, TensorProto.INT32: 4, TensorProto.UINT8: 1, TensorProto.INT8: 1,

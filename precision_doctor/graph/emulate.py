@@ -49,8 +49,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.errors import UserError
+from precision_doctor.graph.emitter import emit_op
 from precision_doctor.graph.formats import Format
-from precision_doctor.graph.fusions import FUSIONS, Condition, Site, emit_op, representative
+from precision_doctor.graph.fusions import FUSIONS, Condition, Site, representative
 from precision_doctor.graph.model import Model, NodeInfo
 from precision_doctor.graph.rules import Rule, RuleSet, resolve_rules
 from precision_doctor.graph.saturate import constant_tensors, float_value, saturate_round
@@ -84,7 +85,7 @@ class GatedGraph:
 
 
 class _Builder:
-    """Emits rounding nodes with unique names."""
+    """Emits rounding nodes with unique names: the `graph.emitter.Emitter` the rules write with."""
 
     def __init__(self, model: Model, fmt: Format, rules: RuleSet = RuleSet()):
         self.model = model
@@ -97,6 +98,7 @@ class _Builder:
         self._consts = constant_tensors(model)  # Constant outputs: rounded copies too, like initializers
         self._counter = 0
         self.sites: dict[str, Site] = rules.sites(model, fmt)  # anchor node name -> its fusion site
+        self.conv_rounds_before_bias = any(r.rounds_before_bias for r in rules.rules)
         self._scalar_gates: dict[str, str] = {}
 
     def uid(self, base: str) -> str:
@@ -349,7 +351,7 @@ def gated_graph(model: Model, fmt: Format, where_gates: bool = False, rules=None
 
     `where_gates=True` builds the earlier form instead (each rounding gated by a Where, both sides
     computed; several times slower): the same values, kept as a reference for tests and benchmarks.
-    `rules`: the emulation rules (`precision.rules.resolve_rules`; None = standard).
+    `rules`: the emulation rules (`graph.rules.resolve_rules`; None = standard).
     """
     _check_opset(model, fmt)
     ruleset = resolve_rules(rules)

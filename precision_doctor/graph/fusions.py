@@ -37,18 +37,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from precision_doctor.graph.emitter import Emitter, emit_op, emit_rounded, emit_scalar
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model
 from precision_doctor.graph.saturate import constant_tensors, saturate_round
-
-if TYPE_CHECKING:  # the builder of graph.emulate (which imports this module through graph.rules)
-    from precision_doctor.graph.emulate import _Builder
 
 Read = Callable[[str], str]  # a tensor name -> the name of its rounded copy in the branch being built
 # What of a site's gates the fused computation depends on: ("all", names), every one of them low precision, or
@@ -158,7 +156,7 @@ class Fusion:
     def sites(self, g: _Graph) -> list[Site]:
         raise NotImplementedError
 
-    def emit(self, b: _Builder, site: Site, low: frozenset[str], read: Read, output: str) -> bool:
+    def emit(self, b: Emitter, site: Site, low: frozenset[str], read: Read, output: str) -> bool:
         """Append to `b.nodes` the fused computation of the anchor's output into `output` (rounded),
         given the gates `low` that are low precision; False (nothing appended) where nothing fuses."""
         raise NotImplementedError
@@ -172,28 +170,6 @@ def representative(conditions: Sequence[Condition], holds: Sequence[bool]) -> fr
     """A set of low-precision gates under which exactly the conditions marked in `holds` hold: the nodes of
     those that hold, none of the others' (a site's conditions do not share nodes)."""
     return frozenset(n for (_, names), h in zip(conditions, holds) if h for n in names)
-
-
-# -- emission helpers (graph.rules' node rules use them too) ------------------------------------------
-
-
-def emit_op(b: _Builder, op: str, inputs: list[str], base: str, **attrs) -> str:
-    """A new node `op` on `inputs`; returns the name of its (one) output."""
-    out = b.uid(base)
-    b.nodes.append(helper.make_node(op, inputs, [out], name=b.uid(op.lower()), **attrs))
-    return out
-
-
-def emit_rounded(b: _Builder, src: str, like: str) -> str:
-    """A new tensor: `src` rounded to the format, with the element type of tensor `like`."""
-    dst = b.uid(like + "_rt")
-    b.cast_pair(src, dst, b.model.tensor_types[like])
-    return dst
-
-
-def emit_scalar(b: _Builder, base: str, value: float, like: str) -> str:
-    """A scalar constant of the element type of tensor `like`."""
-    return b.const(base, np.array(value, dtype=helper.tensor_dtype_to_np_dtype(b.model.tensor_types[like])))
 
 
 def lowp_value(fmt: Format, value: float) -> float:
@@ -354,14 +330,10 @@ class ConvBnFold(Fusion):
         del conv.output[:]
         conv.output.append(acc)
         b.nodes.append(conv)
-        if _conv_rounds_before_bias(b):  # the Conv rule in force: the convolution rounded before the bias
+        if b.conv_rounds_before_bias:  # the Conv rule in force: the convolution rounded before the bias
             acc = emit_rounded(b, acc, like)
         b.cast_pair(emit_op(b, "Add", [acc, bias], like + "_biased"), output, b.model.tensor_types[like])
         return True
-
-
-def _conv_rounds_before_bias(b: _Builder) -> bool:
-    return any(r.rounds_before_bias for r in b.rules.rules)
 
 
 # -- MatMul with a scale: FusedMatMul --------------------------------------------------------------------
@@ -535,7 +507,7 @@ def _trailing_axes(g: _Graph, node: onnx.NodeProto, rank: int | None) -> tuple[i
     return tuple(values)
 
 
-def _emit_mean(b: _Builder, x: str, axes: tuple[int, ...], like: str) -> str:
+def _emit_mean(b: Emitter, x: str, axes: tuple[int, ...], like: str) -> str:
     """ReduceMean of `x` over `axes`, kept dims, in the model's opset's form."""
     opset = next((o.version for o in b.model.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     if opset >= 18:

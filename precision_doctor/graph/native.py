@@ -1,6 +1,6 @@
 """Real low-precision graphs: each node computed by a provider's own FP16/BF16 kernels.
 
-The emulator (`precision.emulate`) rounds around FP32 arithmetic; these graphs let ONNX Runtime
+The emulator (`graph.emulate`) rounds around FP32 arithmetic; these graphs let ONNX Runtime
 compute in the low type, so running them on the CUDA provider shows what the GPU really does.
 
 - `native_local_graph` mirrors `emulate.local_graph`: isolated copies of nodes, each fed the exact
@@ -13,7 +13,7 @@ compute in the low type, so running them on the CUDA provider shows what the GPU
   graph computes, except where ONNX Runtime would fuse kernels across nodes (it cannot across If
   branches), and a fallback set is a feed, not a new session.
 
-Nodes follow `precision.mixed`'s choices: FLOAT tensors take the low type except inputs that ONNX
+Nodes follow `graph.mixed`'s choices: FLOAT tensors take the low type except inputs that ONNX
 types as float whatever the data (Resize scales...); nodes in `mixed.forced_fp32` (ops without
 low-precision kernels, other domains) stay FP32 (in the local graph they compute on the exact
 inputs). Initializers and Constant values read in the low type are converted once, saturated to the

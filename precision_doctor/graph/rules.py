@@ -42,19 +42,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
 from precision_doctor.errors import UserError
+from precision_doctor.graph.emitter import Emitter, emit_op, emit_rounded, emit_scalar
 from precision_doctor.graph.formats import Format
-from precision_doctor.graph.fusions import FUSIONS, Fusion, Site, emit_op, emit_rounded, emit_scalar, find_sites, lowp_value
+from precision_doctor.graph.fusions import FUSIONS, Fusion, Site, find_sites, lowp_value
 from precision_doctor.graph.model import Model, NodeInfo
-
-if TYPE_CHECKING:  # the builder of precision.emulate (which imports this module)
-    from precision_doctor.graph.emulate import _Builder
 
 STANDARD = "standard"
 
@@ -89,7 +86,7 @@ class Rule:
     def applies(self, model: Model, node: onnx.NodeProto, info: NodeInfo) -> bool:
         return node.op_type in self.ops and _single_float_output(model, node, info)
 
-    def emit(self, b: _Builder, node: onnx.NodeProto, info: NodeInfo, inputs: dict[str, str], output: str) -> None:
+    def emit(self, b: Emitter, node: onnx.NodeProto, info: NodeInfo, inputs: dict[str, str], output: str) -> None:
         """Append to `b.nodes` the nodes that compute `node`'s output, rounded, into `output`, from the
         rounded floating inputs `inputs` (original name -> rounded name; other inputs keep their names)."""
         raise NotImplementedError
@@ -100,7 +97,7 @@ class Rule:
     scalar = staticmethod(emit_scalar)
 
     @staticmethod
-    def lowp_value(b: _Builder, value: float) -> float:
+    def lowp_value(b: Emitter, value: float) -> float:
         """`value` rounded to the format (an attribute the kernel casts to T)."""
         return lowp_value(b.fmt, value)
 
@@ -123,7 +120,7 @@ class _ConvBase(Rule):
     def has_bias(self, node: onnx.NodeProto) -> bool:
         return len(node.input) > 2 and bool(node.input[2])
 
-    def conv(self, b: _Builder, node: onnx.NodeProto, x: str, w: str, base: str) -> str:
+    def conv(self, b: Emitter, node: onnx.NodeProto, x: str, w: str, base: str) -> str:
         """The node's convolution without its bias on (x, w), FP32, unrounded."""
         out = b.uid(base)
         new = onnx.NodeProto()
@@ -136,7 +133,7 @@ class _ConvBase(Rule):
         b.nodes.append(new)
         return out
 
-    def add_bias(self, b: _Builder, node: onnx.NodeProto, acc: str, inputs: dict[str, str], output: str, rank: int) -> None:
+    def add_bias(self, b: Emitter, node: onnx.NodeProto, acc: str, inputs: dict[str, str], output: str, rank: int) -> None:
         """output = round(acc + b) with the bias broadcast over the channel axis (acc is rounded)."""
         y = node.output[0]
         if not self.has_bias(node):
@@ -307,7 +304,7 @@ class HardSigmoidFp16(Rule):
         a = _attrs(node)
         self.emit_with(b, node.output[0], _read(node, inputs, 0), a.get("alpha", 0.2), a.get("beta", 0.5), output)
 
-    def emit_with(self, b: _Builder, y: str, x: str, alpha: float, beta: float, output: str) -> None:
+    def emit_with(self, b: Emitter, y: str, x: str, alpha: float, beta: float, output: str) -> None:
         """output = clip(alpha_h * x + beta_h, 0, 1) in this rule's FP16 arithmetic (y: the tensor whose type
         it takes; alpha and beta rounded to the format as the kernel's `(T)alpha`)."""
         alpha, beta = self.lowp_value(b, alpha), self.lowp_value(b, beta)

@@ -21,16 +21,26 @@ with AutoCast's rule above).
 
 from __future__ import annotations
 
+import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
 
-from precision_doctor.backends.tensorrt.layers import tensorrt_node_name
 from precision_doctor.graph.model import Model
 
+UNNAMED_PREFIX = "node_of_"  # what TensorRT's parser calls an unnamed node (and its first layer)
 NAMED_ONNX = "named.onnx"
+
+
+def tensorrt_node_name(node: onnx.NodeProto) -> str:
+    """The name TensorRT's ONNX parser gives a node's layers and metadata: the node's own name, or
+    `node_of_<first output>` when it has none."""
+    if node.name:
+        return node.name
+    first = next((o for o in node.output if o), "")
+    return UNNAMED_PREFIX + first
 
 
 def autocast_names(graph: onnx.GraphProto) -> list[str]:
@@ -79,7 +89,7 @@ def save_model(proto: onnx.ModelProto, path: Path) -> Path:
         large = proto.ByteSize() >= 2**31 - 2**20
     except Exception:
         large = True
-    from precision_doctor.results.manifest import note_written
+    from precision_doctor.manifest import note_written
 
     for p in (path, path.with_name(path.name + ".data"), path.with_name(f".{path.name}.partial")):
         note_written(p)
@@ -106,6 +116,20 @@ def model_for_tools(model: Model, out_dir: str | Path) -> Path:
 
 MODEL_LINK = "model.onnx"  # the model as the run directory's commands name it
 COPY_LIMIT = 256 * 2**20  # where no link can be made, a model up to this size is copied (larger: named absolutely)
+NEAR = 3  # a file at most this many directories up from the run directory is named relative to it
+
+
+def near_path(path: str | Path, run_dir: str | Path) -> str:
+    """`path` as a command run from `run_dir` names it: relative where the two are near (at most NEAR folders up,
+    below a common folder other than the root), else absolute."""
+    target, run_dir = Path(path).resolve(), Path(run_dir).resolve()
+    try:
+        common = Path(os.path.commonpath([target, run_dir]))
+        rel = Path(os.path.relpath(target, run_dir))
+    except ValueError:  # another drive
+        return str(target)
+    near = common != Path(common.anchor) and rel.parts.count("..") <= NEAR
+    return str(rel) if near else str(target)
 
 
 @dataclass(frozen=True)
@@ -123,8 +147,7 @@ def place_model(model_file: Path, out_dir: Path) -> PlacedModel:
     names), so that commands run from `out_dir` name it relatively: a relative symbolic link, or a copy where
     links cannot be made (up to COPY_LIMIT); else `model_file`'s absolute path. A model file inside `out_dir`
     (named.onnx) is named as it is."""
-    from precision_doctor.results.manifest import note_written
-    from precision_doctor.results.report import near_path
+    from precision_doctor.manifest import note_written
 
     model_file, out_dir = Path(model_file).resolve(), Path(out_dir).resolve()
     if model_file.parent == out_dir:

@@ -2,7 +2,7 @@
 
 Runs are stored in the activation store's layout (`activations.py`): `reference`, the emulator's
 local runs (`local` for the standard rule, `local__<rules>` for other rules, holding only the
-nodes those rules change), the provider's real local run `gpu_local` (`precision.native`), and the
+nodes those rules change), the provider's real local run `gpu_local` (`graph.native`), and the
 whole all-low-precision graph as `lowp`/`lowp__<rules>` (emulated) and `gpu_lowp` (the real mixed
 graph with every tensor marked as an output). `node_rows` turns a store into one row per node:
 each run's error against the reference, the provider/emulator ratio and how many elements the
@@ -18,22 +18,19 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
 from precision_doctor import control
-from precision_doctor.backends.ort_session import make_session, with_outputs
+from precision_doctor.backends.ort_session import make_session
 from precision_doctor.control import StopToken
 from precision_doctor.data.activations import LOCAL, REFERENCE, ActivationStore
 from precision_doctor.graph.emulate import local_output
 from precision_doctor.graph.formats import Format
-from precision_doctor.graph.fusions import Site, pattern_model
-from precision_doctor.graph.mixed import build_mixed
-from precision_doctor.graph.model import Model, NodeInfo, from_proto, tensor_types_and_shapes
-from precision_doctor.measure.capture import _node_bytes, _tensor_bytes, group_by_bytes
+from precision_doctor.graph.model import Model, NodeInfo
+from precision_doctor.measure.capture import _node_bytes, group_by_bytes
 
 GPU_LOCAL, GPU_LOWP = "gpu_local", "gpu_lowp"
 STANDARD = "standard"
@@ -58,7 +55,8 @@ def with_observed_shapes(model: Model, store: ActivationStore) -> Model:
     return dataclasses.replace(model, tensor_shapes=shapes)
 
 
-def _f32(a: np.ndarray) -> np.ndarray:
+def as_f32(a: np.ndarray) -> np.ndarray:
+    """Floating arrays narrower than float32 widened to float32 (the store's type); others as they are."""
     return a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a
 
 
@@ -90,71 +88,12 @@ def capture_local_with(
                 control.check(stop)
                 feed = {t: store.read(REFERENCE, t, i) for t in feeds}
                 for oname, value in zip(outputs, sess.run(outputs, feed)):
-                    store.write(run, oname.removesuffix(local_output("")), i, samples_n, _f32(value))
+                    store.write(run, oname.removesuffix(local_output("")), i, samples_n, as_f32(value))
                 if i == 0 and placement is not None:
                     where, events = _placement(sess, {n.name for n in group})
                     placement.update(where)
                     if kernels is not None:
                         kernels += events
-        del sess
-    return time.perf_counter() - t0
-
-
-def capture_graph(
-    store: ActivationStore,
-    run: str,
-    proto: onnx.ModelProto,
-    names: Sequence[str],
-    samples: Sequence[dict],
-    budget: int,
-    providers: Sequence = ("CPUExecutionProvider",),
-    optimize: bool = False,
-    stop: StopToken | None = None,
-) -> float:
-    """Tensors `names` of a whole graph (marked as outputs, in groups of at most `budget` bytes, one
-    session each) into `run`, floating ones as float32. Inputs are cast to the graph's input types.
-    Returns seconds."""
-    t0 = time.perf_counter()
-    types, shapes = tensor_types_and_shapes(onnx.shape_inference.infer_shapes(proto))
-    sizer = SimpleNamespace(tensor_types=types, tensor_shapes=shapes)  # what _tensor_bytes reads of a Model
-    names = [t for t in names if t in types]
-    for group in group_by_bytes(names, lambda t: _tensor_bytes(sizer, t), budget):
-        sess = make_session(with_outputs(proto, group, types), providers, optimize=optimize)
-        want = {i.name: i.type for i in sess.get_inputs()}
-        for i, s in enumerate(samples):
-            control.check(stop)
-            feed = {k: v.astype(np.float16) if want.get(k) == "tensor(float16)" else v for k, v in s.items()}
-            for name, value in zip(group, sess.run(group, feed)):
-                store.write(run, name, i, len(samples), _f32(value))
-        del sess
-    return time.perf_counter() - t0
-
-
-def capture_patterns(
-    store: ActivationStore,
-    run: str,
-    model: Model,
-    sites: Sequence[Site],
-    samples_n: int,
-    providers: Sequence = ("CPUExecutionProvider",),
-    precision: str = "fp16",
-    stop: StopToken | None = None,
-) -> float:
-    """Each fusion site's anchor output as the provider computes the real low-precision pattern
-    (`fusions.pattern_model` made mixed, all of it low precision, graph optimizations on: the provider
-    fuses it as it would in the whole graph), fed the stored exact reference inputs, into `run` (it
-    replaces the anchor's node-alone output there). Returns seconds."""
-    t0 = time.perf_counter()
-    for site in sites:
-        pattern = from_proto(pattern_model(model, site))
-        proto = build_mixed(pattern, frozenset(), precision)
-        sess = make_session(proto, providers, optimize=True)
-        ins = [i.name for i in sess.get_inputs()]
-        y = proto.graph.output[0].name
-        for i in range(samples_n):
-            control.check(stop)
-            feed = {t: store.read(REFERENCE, t, i) for t in ins}
-            store.write(run, y, i, samples_n, _f32(sess.run([y], feed)[0]))
         del sess
     return time.perf_counter() - t0
 

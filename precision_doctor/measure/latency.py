@@ -17,9 +17,9 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
+from precision_doctor.costs import DeployLatency
 from precision_doctor.graph.mixed import build_mixed
 from precision_doctor.graph.model import Model
-from precision_doctor.results.report import DeployLatency
 
 WARMUP, RUNS = 10, 50
 _PROVIDERS = {"cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}

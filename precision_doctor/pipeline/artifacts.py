@@ -22,9 +22,9 @@ from precision_doctor.graph.mixed import build_mixed, forced_fp32_nodes
 from precision_doctor.graph.model import declared_dims
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.graph.toolnames import MODEL_LINK, NAMED_ONNX, model_for_tools, place_model
+from precision_doctor.jsonio import write_text_atomic
+from precision_doctor.manifest import note_written
 from precision_doctor.results import emit
-from precision_doctor.results.jsonio import write_text_atomic
-from precision_doctor.results.manifest import note_written
 from precision_doctor.spec import RunSpec
 
 # report.json's `artifacts` entries a passing run adds (key -> file name)

@@ -22,9 +22,9 @@ from typing import Protocol
 from precision_doctor.data.activations import ActivationStore
 from precision_doctor.data.workload import Workload
 from precision_doctor.fingerprint import code_fingerprint
+from precision_doctor.manifest import note_written
 from precision_doctor.pipeline.compare import ACTIVATIONS
 from precision_doctor.pipeline.settings import samples_hash
-from precision_doctor.results.manifest import note_written
 from precision_doctor.spec import RunSpec
 
 _SAMPLES = "the search samples themselves are hashed into the key"

@@ -18,11 +18,11 @@ from precision_doctor.graph.coverage import EmulationNote, emulation_notes
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
+from precision_doctor.jsonio import write_json, write_text_atomic
+from precision_doctor.manifest import note_written
 from precision_doctor.measure.analysis import Analysis, analyse, keep_analysis, kept_analysis, output_verdict, tensor_error
 from precision_doctor.measure.capture import capture, capture_run
 from precision_doctor.measure.tolerance import Tolerance
-from precision_doctor.results.jsonio import write_json, write_text_atomic
-from precision_doctor.results.manifest import note_written
 from precision_doctor.spec import CaptureSpec
 
 ACTIVATIONS = "activations.h5"

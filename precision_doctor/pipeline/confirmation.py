@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from precision_doctor.backends.base import Backend
-from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan, check_only
+from precision_doctor.backends.base import Backend, check_only
+from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes, unconfirmed_parts
 from precision_doctor.graph.formats import Format

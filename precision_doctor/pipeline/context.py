@@ -1,5 +1,6 @@
 """What the steps of one diagnose run share: `StepContext` (what every step reads) and `RunContext` (the whole
-run: workload, backends, references, the oracle), plus `Findings`, what the steps after the search found.
+run: workload, backends, references, the oracle), plus `Findings`, what the steps after the search found (the
+probe's `UnseenCheck`, the knob search's `KnobOutcome`, ...).
 
 The settings can change once mid-run: when the probe's second search ran at a larger margin, the
 confirmation, the knob search and the report work at that margin (`RunContext.raise_margin`); `given`
@@ -11,8 +12,8 @@ from __future__ import annotations
 import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from precision_doctor.backends import knobs
 from precision_doctor.backends.base import Backend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import BackendPlan
@@ -20,17 +21,14 @@ from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.measure.analysis import Analysis
-from precision_doctor.outcome import Decider
+from precision_doctor.measure.headroom import SampleShare
+from precision_doctor.outcome import Decider, Outcome, RunStatus
 from precision_doctor.pipeline.search_loop import Loop
-from precision_doctor.results.report import Confirm, ExpectedHeadroom, HeldOutChoice, TwoAnswers, Validation
+from precision_doctor.results.report import Confirm, ExpectedHeadroom, HeldOutChoice, KnobsResult, TwoAnswers, Validation
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, Verdict
 from precision_doctor.search.space import SearchSpace
 from precision_doctor.spec import RunSpec
-
-if TYPE_CHECKING:  # the steps' own types; those modules import this one
-    from precision_doctor.pipeline.knob_search import KnobOutcome
-    from precision_doctor.pipeline.probe import UnseenCheck
 
 
 @dataclass(kw_only=True)
@@ -65,6 +63,51 @@ class References:
     held: list[Sample]
     held_refs: list[dict]
     runner: ReferenceRunner
+
+
+@dataclass
+class UnseenCheck:
+    """The search's answer (`outcome`) after the check on unseen samples (and the one second search a failure
+    sends them into). `ran`: there was something to check; `held_out_unseen`: no search has seen the held-out
+    samples (a second search after one of them failed has); `copies`/`copy_refs`: the fresh copies no
+    search has seen (the recheck copies after a second search), `shares`/`held` the answer's shares on
+    them and on the held-out samples; `margin`: the margin of the search that found the answer, and
+    `share_searched` the answer's share of the user's tolerance on the samples that search checked; `first`:
+    after a second search, the first answer's size and the share a new input was predicted to exceed with it."""
+
+    outcome: Outcome
+    margin: float = 0.0
+    share_searched: float | None = None
+    validation: Validation | None = None
+    shares: list[SampleShare] = field(default_factory=list)
+    held: list[SampleShare] = field(default_factory=list)
+    copies: list[Sample] = field(default_factory=list)
+    copy_refs: list[dict] = field(default_factory=list)
+    researched: bool = False
+    research_margin: float | None = None
+    held_out_unseen: bool = True
+    ran: bool = False
+    first: tuple[int, float | None] | None = None
+    first_answer: frozenset[str] | None = None  # the first search's answer, where a second search replaced it
+
+
+@dataclass(frozen=True)
+class KnobOutcome:
+    """What the knob search decided: the report's `knobs`, the answer (the searched one, or a smaller set
+    under another configuration), that configuration (None: the backend has no knobs) and its verdict."""
+
+    result: KnobsResult
+    fallback: frozenset[str]
+    config: knobs.KnobConfig | None
+    verdict: Verdict | None
+    status: RunStatus = RunStatus.COMPLETE
+    reason: str | None = None
+
+    @property
+    def emitted(self) -> knobs.KnobConfig | None:
+        """The configuration the emitted commands carry: a real knob's (not ort-cpu's, where they do nothing)."""
+        family = knobs.knob_family(self.result.backend)
+        return self.config if family in (knobs.ORT_CUDA, knobs.TRT) and self.result.best is not None else None
 
 
 @dataclass

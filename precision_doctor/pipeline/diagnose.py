@@ -14,8 +14,9 @@ import contextlib
 import time
 from pathlib import Path
 
+from precision_doctor.backends.base import check_only
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.backends.registry import GPU_BACKENDS, check_only, make_backend, plan_backends
+from precision_doctor.backends.registry import GPU_BACKENDS, make_backend, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.activations import whole
 from precision_doctor.data.inputs import Sample

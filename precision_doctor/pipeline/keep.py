@@ -17,9 +17,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from precision_doctor.data.activations import summarize, summary_path
+from precision_doctor.manifest import note_written
 from precision_doctor.outcome import RunStatus
 from precision_doctor.pipeline.compare import ACTIVATIONS
-from precision_doctor.results.manifest import note_written
 
 CONTINUABLE = (RunStatus.INTERRUPTED,)  # runs cut off: the ones resumed as a rule (a service job given back)
 ARTIFACT_KEYS = {"all": "activations", "summary": "activations_summary"}  # report.json's `artifacts` key per kept form

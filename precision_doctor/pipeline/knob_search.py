@@ -14,41 +14,21 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from dataclasses import dataclass
 
+from precision_doctor import manifest
 from precision_doctor.backends import knobs
 from precision_doctor.backends.base import Backend
 from precision_doctor.control import PhaseEvent, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.model import Model
 from precision_doctor.outcome import RunStatus
-from precision_doctor.pipeline.context import StepContext
+from precision_doctor.pipeline.context import KnobOutcome, StepContext
 from precision_doctor.pipeline.strategy import evaluation_events, remaining, user_share
-from precision_doctor.results import manifest
 from precision_doctor.results.report import Confirm, KnobsResult, KnobTrial
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Verdict
 
 KNOBS_DIR = "knobs"
-
-
-@dataclass(frozen=True)
-class KnobOutcome:
-    """What the knob search decided: the report's `knobs`, the answer (the searched one, or a smaller set
-    under another configuration), that configuration (None: the backend has no knobs) and its verdict."""
-
-    result: KnobsResult
-    fallback: frozenset[str]
-    config: knobs.KnobConfig | None
-    verdict: Verdict | None
-    status: RunStatus = RunStatus.COMPLETE
-    reason: str | None = None
-
-    @property
-    def emitted(self) -> knobs.KnobConfig | None:
-        """The configuration the emitted commands carry: a real knob's (not ort-cpu's, where they do nothing)."""
-        family = knobs.knob_family(self.result.backend)
-        return self.config if family in (knobs.ORT_CUDA, knobs.TRT) and self.result.best is not None else None
 
 
 def budget_after(budget: Budget, oracle: Oracle, confirmed: Confirm | None) -> Budget:

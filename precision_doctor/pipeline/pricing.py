@@ -12,13 +12,13 @@ from pathlib import Path
 import numpy as np
 
 from precision_doctor.control import StopToken
+from precision_doctor.costs import DeployLatency, GroupUse, Refinement
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.cost import CostModel, cost_model
 from precision_doctor.graph.groups import fusion_groups
-from precision_doctor.results.report import DeployLatency, GroupUse, Pricing
+from precision_doctor.results.report import Pricing
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import BudgetExhausted
-from precision_doctor.search.refine import Refinement
 from precision_doctor.search.space import SearchSpace
 from precision_doctor.search.tradeoff import tradeoff
 from precision_doctor.spec import RunSpec

@@ -24,7 +24,7 @@ elements are worst changes with every input (docs/BENCHMARKS.md, "Generalization
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 from precision_doctor.backends.base import Backend
 from precision_doctor.control import PhaseEvent, notify
@@ -40,7 +40,7 @@ from precision_doctor.measure.headroom import (
 )
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Outcome, RunStatus
-from precision_doctor.pipeline.context import StepContext
+from precision_doctor.pipeline.context import StepContext, UnseenCheck
 from precision_doctor.pipeline.search_loop import Loop, grow_from, run_loop
 from precision_doctor.pipeline.strategy import run_strategy
 from precision_doctor.pipeline.validation import validation_of
@@ -127,32 +127,6 @@ class Unseen:
     copies: list[Sample]
     copy_refs: list[dict]
     recheck: Callable[[], tuple[list[Sample], list[dict]]] = lambda: ([], [])
-
-
-@dataclass
-class UnseenCheck:
-    """The search's answer (`outcome`) after the check on unseen samples (and the one second search a failure
-    sends them into). `ran`: there was something to check; `held_out_unseen`: no search has seen the held-out
-    samples (a second search after one of them failed has); `copies`/`copy_refs`: the fresh copies no
-    search has seen (the recheck copies after a second search), `shares`/`held` the answer's shares on
-    them and on the held-out samples; `margin`: the margin of the search that found the answer, and
-    `share_searched` the answer's share of the user's tolerance on the samples that search checked; `first`:
-    after a second search, the first answer's size and the share a new input was predicted to exceed with it."""
-
-    outcome: Outcome
-    margin: float = 0.0
-    share_searched: float | None = None
-    validation: Validation | None = None
-    shares: list[SampleShare] = field(default_factory=list)
-    held: list[SampleShare] = field(default_factory=list)
-    copies: list[Sample] = field(default_factory=list)
-    copy_refs: list[dict] = field(default_factory=list)
-    researched: bool = False
-    research_margin: float | None = None
-    held_out_unseen: bool = True
-    ran: bool = False
-    first: tuple[int, float | None] | None = None
-    first_answer: frozenset[str] | None = None  # the first search's answer, where a second search replaced it
 
 
 def research_margin(margin: float, share_searched: float | None, predicted: float | None) -> float:

@@ -7,11 +7,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from precision_doctor import __version__
-from precision_doctor.backends.registry import check_only
+from precision_doctor.backends.base import check_only
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.shapes import InputShape
+from precision_doctor.jsonio import write_json
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.outcome import Decider, Outcome
 from precision_doctor.pipeline.answers import flop_share, held_out_measure
@@ -19,7 +20,6 @@ from precision_doctor.pipeline.artifacts import Written
 from precision_doctor.pipeline.keep import capture_artifact
 from precision_doctor.pipeline.knob_search import KNOBS_DIR
 from precision_doctor.pipeline.strategy import trajectory_row, user_share
-from precision_doctor.results.jsonio import write_json
 from precision_doctor.results.report import (
     REPORT,
     Certification,

@@ -24,11 +24,11 @@ from pathlib import Path
 from precision_doctor.backends.base import Backend
 from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
+from precision_doctor.jsonio import as_float, jsonable
+from precision_doctor.manifest import note_written
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.strategy import StrategyFn, run_strategy
-from precision_doctor.results.jsonio import as_float, jsonable
-from precision_doctor.results.manifest import note_written
 from precision_doctor.results.report import SearchRound, SearchRounds
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.auto import repair

@@ -21,7 +21,7 @@ from precision_doctor.data.loader_script import parse_script
 from precision_doctor.data.samples import SampleSet
 from precision_doctor.data.workload import Workload
 from precision_doctor.errors import SpecError, UserError
-from precision_doctor.results.jsonio import jsonable, read_json, write_json
+from precision_doctor.jsonio import jsonable, read_json, write_json
 from precision_doctor.search.cegis import COUNTEREXAMPLES, MAX_ROUNDS, START
 from precision_doctor.spec import RunSpec, file_sha256
 

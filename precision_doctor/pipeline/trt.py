@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from precision_doctor.graph.model import Model
     from precision_doctor.graph.shapes import InputShape
     from precision_doctor.pipeline.artifacts import Written
-    from precision_doctor.pipeline.knob_search import KnobOutcome
+    from precision_doctor.pipeline.context import KnobOutcome
     from precision_doctor.spec import RunSpec
 
 FIXED_ONNX = "fixed.onnx"

@@ -23,12 +23,3 @@ def validation_of(checks: list[dict[str, OutputCheck]]) -> Validation:
             per.setdefault(k, []).append(c)
     failing = [i for i, each in enumerate(checks) if not all(c.passed for c in each.values())]
     return Validation(not failing, len(checks), failing, {k: merge(v) for k, v in per.items()})
-
-
-def check_on_samples_as_dict(backend: Backend, fallback: frozenset[str], samples: list[Sample], refs: list[dict],
-                             tol: Tolerance) -> dict:
-    """`check_on_samples` as plain dicts ({"passed", "samples", "failing_samples", "outputs": {name: check
-    as a dict}}), the form scripts written against the earlier API read (bench/gpu_fidelity.py)."""
-    v = check_on_samples(backend, fallback, samples, refs, tol)
-    return {"passed": v.passed, "samples": v.samples, "failing_samples": v.failing_samples,
-            "outputs": {k: c.to_dict() for k, c in v.outputs.items()}}

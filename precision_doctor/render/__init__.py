@@ -24,9 +24,9 @@ def report_files(report: Report) -> dict[str, str]:
 
 def write_reports(report: Report, run_dir: Path) -> dict[str, Path]:
     """Render report.md and report.html into `run_dir` (names from `report.artifacts`); returns the paths."""
+    from precision_doctor.jsonio import write_text_atomic
     from precision_doctor.render.html import render_html
     from precision_doctor.render.markdown import render_markdown
-    from precision_doctor.results.jsonio import write_text_atomic
 
     run_dir = Path(run_dir)
     paths = {key: run_dir / name for key, name in report_files(report).items()}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from precision_doctor.backends.registry import check_only
+from precision_doctor.backends.base import check_only
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import RunStatus
@@ -367,16 +367,17 @@ def _tolerance_text(tol: Tolerance) -> str:
 
 def render_markdown(report: Report) -> str:
     """report.md: verdict first, then fallback nodes, outputs, divergence, commands, offenders, search."""
+    sections = (_summary, _settings, _next_steps, _fallback, markdown_sections, _outputs, _first_divergence, _commands,
+                _top_offenders, _search, _artifacts, pricing_lines)
+    return "\n".join(line for section in sections for line in section(report)).rstrip() + "\n"
+
+
+def _summary(report: Report) -> list[str]:
+    """The title, the verdict with its headline and cost, warnings, and one bullet per fact of the run."""
     model = report.model or ModelInfo(path="?")
     prec = precision_name(report)
     label, _ = verdict(report)
-    fallback = [str(n) for n in report.fallback_nodes]
-    by_name = layers_by_name(report)
-    limits = report.format_limits
-    validation = report.validation
-    L: list[str] = []
-
-    L += [f"# precision-doctor report: {_code(model.path)}", ""]
+    L = [f"# precision-doctor report: {_code(model.path)}", ""]
     cost = cost_sentence(report, with_share=False)
     L += [" ".join(x for x in (f"**Verdict: {label}.**", headline_text(report),
                                f"{cost[0].upper()}{cost[1:]}" if cost and report.passed else None) if x), ""]
@@ -394,7 +395,7 @@ def render_markdown(report: Report) -> str:
         L.append("- Every member is needed: " + (
             "checked (removing any one of them was evaluated and fails)." if report.one_minimal_checked else
             "not checked for every member against the final set (it holds if adding FP16 nodes never reduces the error)."))
-    if validation is not None:
+    if report.validation is not None:
         L.append(f"- Validation: {held_out_sentence(report)}")
     else:
         L.append("- Validation: not run (no held-out samples).")
@@ -416,9 +417,15 @@ def render_markdown(report: Report) -> str:
     if report.first_divergence_node or report.first_divergence:
         L.append(f"- First divergence in {prec}: {_code(report.first_divergence_node or report.first_divergence)}.")
     L.append("")
+    return L
 
+
+def _settings(report: Report) -> list[str]:
+    """The run's settings as a table: model, hash, shapes, precision, tolerance, samples, status, creation."""
+    model = report.model or ModelInfo(path="?")
+    limits = report.format_limits
     samples = report.samples
-    L += ["| Setting | Value |", "| --- | --- |"]
+    L = ["| Setting | Value |", "| --- | --- |"]
     L.append(
         f"| Model | {_code(model.path)}: {model.nodes} nodes, {model.candidates} candidates, "
         f"{fmt_flops(model.total_flops)} |"
@@ -430,7 +437,7 @@ def render_markdown(report: Report) -> str:
     if (shapes := shapes_text(report)) is not None:
         L.append(f"| Input shapes | {_cell(shapes)} |")
     L.append(
-        f"| Precision | {prec} (max {fmt(limits.max)}, smallest normal {fmt(limits.smallest_normal)}) |"
+        f"| Precision | {precision_name(report)} (max {fmt(limits.max)}, smallest normal {fmt(limits.smallest_normal)}) |"
     )
     L.append(f"| Tolerance | {_tolerance_text(report.tolerance)} |")
     L.append(f"| Samples | {samples.search} search, {samples.validation} validation |")
@@ -438,49 +445,55 @@ def render_markdown(report: Report) -> str:
     tool = f"{report.tool} {report.version}".strip()
     L.append(f"| Created | {report.created or '?'} by {tool} |")
     L.append("")
+    return L
 
-    # next steps
-    L += ["## Next steps", ""]
+
+def _next_steps(report: Report) -> list[str]:
+    L = ["## Next steps", ""]
     for i, (text, cmd) in enumerate(next_steps(report), 1):
         L.append(f"{i}. {text}")
         if cmd:
             L += ["", "   ```bash", *(f"   {line}" for line in cmd.splitlines()), "   ```"]
-    L += ["", RUN_FROM_HERE, ""]
+    return L + ["", RUN_FROM_HERE, ""]
 
-    # fallback nodes
-    L += [f"## FP32 fallback nodes ({len(fallback)})", ""]
+
+def _fallback(report: Report) -> list[str]:
+    """The FP32 fallback nodes, each with its op, errors and why."""
+    fallback = [str(n) for n in report.fallback_nodes]
+    by_name = layers_by_name(report)
+    L = [f"## FP32 fallback nodes ({len(fallback)})", ""]
     if not fallback:
         if report.passed:
-            L += [f"None: the model meets the tolerance with every candidate node in {prec}.", ""]
-        else:
-            L += ["None (no passing set was found).", ""]
-    else:
-        rows = []
-        for i, name in enumerate(fallback, 1):
-            lay = by_name.get(name)
-            rows.append(
-                [
-                    i,
-                    _code(name),
-                    _cell(lay.op_type if lay else "?"),
-                    fmt(lay.local_rel_l2 if lay else None),
-                    f"{fmt(lay.lowp_rel_l2 if lay else None)} → {fmt(lay.fixed_rel_l2 if lay else None)}",
-                    fmt(lay.ref_absmax if lay else None),
-                    _cell("; ".join(why(lay, report)) if lay else "no per-layer data"),
-                ]
-            )
-        L += _table(["#", "Node", "Op", "Local error", "Error before → after", "Output abs max", "Why"], rows, "rlllrrl")
-        L.append("")
-        L.append(f"FP32 share of FLOPs: {fmt_pct(report.fp32_flop_share)}. Errors are relative L2 against FP32.")
-        L.append("")
+            return L + [f"None: the model meets the tolerance with every candidate node in {precision_name(report)}.", ""]
+        return L + ["None (no passing set was found).", ""]
+    rows = []
+    for i, name in enumerate(fallback, 1):
+        lay = by_name.get(name)
+        rows.append(
+            [
+                i,
+                _code(name),
+                _cell(lay.op_type if lay else "?"),
+                fmt(lay.local_rel_l2 if lay else None),
+                f"{fmt(lay.lowp_rel_l2 if lay else None)} → {fmt(lay.fixed_rel_l2 if lay else None)}",
+                fmt(lay.ref_absmax if lay else None),
+                _cell("; ".join(why(lay, report)) if lay else "no per-layer data"),
+            ]
+        )
+    L += _table(["#", "Node", "Op", "Local error", "Error before → after", "Output abs max", "Why"], rows, "rlllrrl")
+    L.append("")
+    L.append(f"FP32 share of FLOPs: {fmt_pct(report.fp32_flop_share)}. Errors are relative L2 against FP32.")
+    L.append("")
+    return L
 
-    L += markdown_sections(report)
 
-    # outputs
-    L += ["## Outputs", ""]
+def _outputs(report: Report) -> list[str]:
+    """Each output's check: the baseline (everything low precision), the answer, the held-out samples."""
+    prec = precision_name(report)
+    L = ["## Outputs", ""]
     outs = report.outputs
-    base_outs = base.outputs if base is not None else {}
-    val_outs = validation.outputs if validation is not None else {}
+    base_outs = report.baseline.outputs if report.baseline is not None else {}
+    val_outs = report.validation.outputs if report.validation is not None else {}
     names = list(dict.fromkeys([*base_outs, *outs, *val_outs]))
     fixed_label, held_label = output_run_labels(report)
     if names:
@@ -498,60 +511,67 @@ def render_markdown(report: Report) -> str:
     else:
         L.append("No output checks recorded.")
     L.append("")
+    return L
 
-    # first divergence
-    L += ["## First divergence", ""]
+
+def _first_divergence(report: Report) -> list[str]:
+    prec = precision_name(report)
+    L = ["## First divergence", ""]
     fd_node, fd_tensor = report.first_divergence_node, report.first_divergence
-    if fd_node or fd_tensor:
-        s = f"With everything in {prec}, the first tensor out of tolerance (in topological order) is {_code(fd_tensor or '?')}"
-        s += f", produced by {_code(fd_node)}." if fd_node else "."
-        lay = by_name.get(str(fd_node)) if fd_node else None
-        if lay:
-            s += f" ({_cell(lay.op_type)}; " + "; ".join(why(lay, report)) + ".)"
-        L += [s, ""]
-    else:
-        L += [f"No tensor left the tolerance with everything in {prec}, or it was not recorded.", ""]
+    if not (fd_node or fd_tensor):
+        return L + [f"No tensor left the tolerance with everything in {prec}, or it was not recorded.", ""]
+    s = f"With everything in {prec}, the first tensor out of tolerance (in topological order) is {_code(fd_tensor or '?')}"
+    s += f", produced by {_code(fd_node)}." if fd_node else "."
+    lay = layers_by_name(report).get(str(fd_node)) if fd_node else None
+    if lay:
+        s += f" ({_cell(lay.op_type)}; " + "; ".join(why(lay, report)) + ".)"
+    return L + [s, ""]
 
-    # commands
+
+def _commands(report: Report) -> list[str]:
     cmds = report.commands
-    if cmds:
-        L += ["## Commands", ""]
-        if named := named_onnx_sentence(report):
-            L += [named, ""]
-        for key, cmd in cmds.items():
-            if not cmd:
-                continue
-            L += [f"{COMMAND_TITLES.get(key, key)}:", "", "```bash", str(cmd), "```", ""]
+    if not cmds:
+        return []
+    L = ["## Commands", ""]
+    if named := named_onnx_sentence(report):
+        L += [named, ""]
+    for key, cmd in cmds.items():
+        if not cmd:
+            continue
+        L += [f"{COMMAND_TITLES.get(key, key)}:", "", "```bash", str(cmd), "```", ""]
+    return L
 
-    # top offenders
+
+def _top_offenders(report: Report) -> list[str]:
     top = top_offenders(report)
-    L += ["## Top offenders", ""]
-    if top:
-        rows = [
-            [
-                fmt(lay.rank),
-                _code(lay.name),
-                _cell(lay.op_type),
-                fmt(lay.score),
-                fmt(lay.local_rel_l2),
-                fmt(lay.lowp_rel_l2),
-                fmt(lay.fixed_rel_l2),
-                fmt(lay.ref_absmax),
-                fmt_pct(lay.frac_above_max),
-                fmt_pct(lay.frac_below_normal, 1),
-                "**FP32**" if lay.fallback else "",
-            ]
-            for lay in top
+    L = ["## Top offenders", ""]
+    if not top:
+        return L + ["No per-layer analysis recorded.", ""]
+    rows = [
+        [
+            fmt(lay.rank),
+            _code(lay.name),
+            _cell(lay.op_type),
+            fmt(lay.score),
+            fmt(lay.local_rel_l2),
+            fmt(lay.lowp_rel_l2),
+            fmt(lay.fixed_rel_l2),
+            fmt(lay.ref_absmax),
+            fmt_pct(lay.frac_above_max),
+            fmt_pct(lay.frac_below_normal, 1),
+            "**FP32**" if lay.fallback else "",
         ]
-        head = ["Rank", "Node", "Op", "Score", "Local", "Before", "After", "Abs max", "> max", "< normal", ""]
-        L += _table(head, rows, "rllrrrrrrrl")
-        L += ["", f"Showing {len(top)} of {len(report.layers)} layers; the full table is in the HTML report.", ""]
-    else:
-        L += ["No per-layer analysis recorded.", ""]
+        for lay in top
+    ]
+    head = ["Rank", "Node", "Op", "Score", "Local", "Before", "After", "Abs max", "> max", "< normal", ""]
+    L += _table(head, rows, "rllrrrrrrrl")
+    return L + ["", f"Showing {len(top)} of {len(report.layers)} layers; the full table is in the HTML report.", ""]
 
-    # search trajectory
+
+def _search(report: Report) -> list[str]:
+    """The search's trajectory: its first 10 and last evaluations where there are more than `MAX_TRAJECTORY_ROWS`."""
     traj = report.trajectory
-    L += ["## Search", ""]
+    L = ["## Search", ""]
     if traj:
         shown = traj if len(traj) <= MAX_TRAJECTORY_ROWS else traj[:10] + traj[-(MAX_TRAJECTORY_ROWS - 10) :]
         rows = []
@@ -573,8 +593,13 @@ def render_markdown(report: Report) -> str:
     else:
         L.append("No evaluations recorded.")
     L.append("")
+    return L
 
-    # artifacts
+
+def _artifacts(report: Report) -> list[str]:
+    """The files the run wrote, and the nodes it renamed (missing, duplicate or unsafe names)."""
+    model = report.model or ModelInfo(path="?")
+    L: list[str] = []
     arts = report.artifacts
     if arts:
         L += ["## Artifacts", ""]
@@ -592,5 +617,4 @@ def render_markdown(report: Report) -> str:
         L += [f"Warning: {len(unsafe)} node name(s) held control characters or bytes that are not UTF-8, which "
               f"scripts and lists cannot carry safely, and were renamed (shown escaped): {listed}"]
         L.append("")
-    L += pricing_lines(report)
-    return "\n".join(L).rstrip() + "\n"
+    return L

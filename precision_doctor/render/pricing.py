@@ -7,7 +7,8 @@ import math
 from html import escape
 from typing import Any
 
-from precision_doctor.results.report import Pricing, Report, Tradeoff
+from precision_doctor.costs import Tradeoff
+from precision_doctor.results.report import Pricing, Report
 
 
 def _pct(v: Any) -> str:

@@ -9,8 +9,8 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from precision_doctor.jsonio import write_json, write_text_atomic
 from precision_doctor.outcome import SUMMARY_COLUMNS, RowStatus, SummaryRow
-from precision_doctor.results.jsonio import write_json, write_text_atomic
 
 
 def write_summary(out_dir: Path, rows: list[SummaryRow]) -> None:

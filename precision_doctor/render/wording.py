@@ -120,10 +120,6 @@ def precision_name(report: Report) -> str:
     return str(report.precision or "low precision").upper()
 
 
-def is_nonfinite(v: Any) -> bool:
-    return not math.isfinite(num(v))
-
-
 # ---------------------------------------------------------------- the verdict
 
 

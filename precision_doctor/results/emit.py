@@ -70,6 +70,8 @@ from dataclasses import dataclass, field
 
 from precision_doctor.backends import knobs
 from precision_doctor.backends.knobs import KnobConfig
+from precision_doctor.backends.tensorrt import flags
+from precision_doctor.backends.tensorrt.tactics import TACTIC_SOURCES_TRT11
 from precision_doctor.graph.names import shown
 from precision_doctor.graph.shapes import InputShape, dims_text
 from precision_doctor.measure.tolerance import Tolerance
@@ -77,13 +79,8 @@ from precision_doctor.measure.tolerance import Tolerance
 PRECISION_FLAGS = {"fp16": "--fp16", "bf16": "--bf16"}
 # trtexec cannot express these in a layer name (see the module docstring).
 TRTEXEC_BAD_CHARS = (",", "'", "*", "\n", "\r")
-# Tactic sources that exist in TensorRT 11 (the cuBLAS/cuDNN ones were removed).
-TRT11_TACTIC_SOURCES = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
 # TensorRT-RTX 1.7's portable targets (what its builder targets when none are named; 7.5 only when named).
 PORTABLE_TARGETS = ("8.0", "8.6", "8.9", "12.0", "12.1")
-# Enabled by default in TensorRT 10 and 11 (10.x documents CUBLAS, CUBLAS_LT and CUDNN as
-# "Disabled by default"; 11.x has only these two).
-DEFAULT_TACTIC_SOURCES = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
 # What each command of `emit_all` is for: the release, the file it reads and what it writes (the reports and
 # `emit` print these above the commands).
 LABELS = {
@@ -151,24 +148,6 @@ def layer_output_types_spec(names: Iterable[str], precision: str = "fp32") -> st
     return layer_precisions_spec(names, precision)
 
 
-def _tactics(avoid: Iterable[str] | None, available: Sequence[str] | None = None) -> list[str]:
-    if not avoid:
-        return []
-    out = []
-    for name in avoid:
-        key = re.sub(r"\s+", "", str(name)).lstrip("+-").upper().replace("-", "_")
-        if key and (available is None or key in available):
-            out.append(key)
-    return _dedupe(out)
-
-
-def tactic_sources_spec(avoid: Iterable[str] | None, trt_major: int = 10, add: Iterable[str] | None = None) -> str:
-    """trtexec's `--tacticSources` value that removes `avoid` from the defaults and adds `add`
-    (`-CUBLAS,-CUDNN`, `+CUBLAS`). For TensorRT 11 only sources that still exist there are kept."""
-    available = TRT11_TACTIC_SOURCES if trt_major >= 11 else None
-    return ",".join([*(f"-{t}" for t in _tactics(avoid, available)), *(f"+{t}" for t in _tactics(add, available))])
-
-
 def _line(args: Sequence[str], multiline: bool = False) -> str:
     quoted = [shlex.quote(a) for a in args]
     if not multiline or len(quoted) <= 2:
@@ -223,8 +202,7 @@ def _trtexec_trt10_args(
 ) -> list[str]:
     _check_precision(precision)
     args = ["trtexec", f"--onnx={model}", *trtexec_shape_args(shapes), PRECISION_FLAGS[precision]]
-    if no_tf32:
-        args.append("--noTF32")
+    args += flags.trtexec_tf32_args(not no_tf32)
     spec = layer_precisions_spec(layers)
     if spec:
         args += [
@@ -238,9 +216,7 @@ def _trtexec_trt10_args(
 def _build_tail_args(avoid: Iterable[str] | None, trt_major: int, engine: str, timing_cache: str | None,
                      add: Iterable[str] | None = None) -> list[str]:
     """Tactic sources to avoid or add, the engine to save and the timing cache: common to both builds."""
-    tactics = tactic_sources_spec(avoid, trt_major, add)
-    args = [f"--tacticSources={tactics}"] if tactics else []
-    args.append(f"--saveEngine={engine}")
+    args = [*flags.trtexec_tactic_args(avoid, trt_major, add), f"--saveEngine={engine}"]
     if timing_cache:
         args.append(f"--timingCacheFile={timing_cache}")
     return args
@@ -280,8 +256,7 @@ def _trtexec_strong_args(
     args = ["trtexec", f"--onnx={fixed_onnx}", *trtexec_shape_args(shapes)]
     if strongly_typed_flag:
         args.append("--stronglyTyped")
-    if no_tf32:
-        args.append("--noTF32")
+    args += flags.trtexec_tf32_args(not no_tf32)
     return args + _build_tail_args(tactic_sources_avoid, trt_major, engine, timing_cache, tactic_sources_add)
 
 
@@ -304,16 +279,6 @@ def trtexec_trt11(
     args = _trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, strongly_typed_flag, 11, no_tf32,
                                 tactic_sources_add, shapes)
     return _line(args, multiline)
-
-
-def _polygraphy_tactics(avoid: Iterable[str] | None, add: Iterable[str] | None = None, tf32: bool = False) -> list[str]:
-    """polygraphy enables exactly the listed sources: TensorRT's defaults minus `avoid`, plus `add`
-    (an empty list disables all); `--tf32` turns TF32 on (polygraphy leaves it off for TensorRT)."""
-    avoid_set, added = set(_tactics(avoid)), _tactics(add)
-    args = []
-    if avoid_set or added:
-        args = ["--tactic-sources", *(t for t in DEFAULT_TACTIC_SOURCES if t not in avoid_set), *added]
-    return args + (["--tf32"] if tf32 else [])
 
 
 def _tolerance_args(tolerance: Tolerance) -> list[str]:
@@ -345,7 +310,7 @@ def polygraphy_verify(
     args = ["polygraphy", "run", fixed_onnx, "--trt"]
     if strongly_typed:
         args.append("--strongly-typed")
-    args += _polygraphy_tactics(tactic_sources_avoid, tactic_sources_add, tf32)
+    args += flags.polygraphy_tactic_args(tactic_sources_avoid, tactic_sources_add, tf32)
     args += polygraphy_shape_args(shapes)
     args += ["--load-inputs", inputs, "--load-outputs", reference_outputs, *_tolerance_args(tolerance)]
     return _line(args, multiline)
@@ -372,7 +337,7 @@ def polygraphy_trt10(
     args = ["polygraphy", "run", model, "--trt", PRECISION_FLAGS[precision]]
     if ok:
         args += ["--precision-constraints", "obey", "--layer-precisions", *(f"{n}:float32" for n in ok)]
-    args += _polygraphy_tactics(tactic_sources_avoid, tactic_sources_add, tf32)
+    args += flags.polygraphy_tactic_args(tactic_sources_avoid, tactic_sources_add, tf32)
     args += polygraphy_shape_args(shapes)
     args += ["--load-inputs", inputs, "--load-outputs", reference_outputs, *_tolerance_args(tolerance)]
     return _line(args, multiline)
@@ -526,6 +491,50 @@ def layer_precisions_file(
     return "\n".join(lines) + "\n"
 
 
+# trtexec.sh's detection of the TensorRT major version: $TRT_MAJOR, else trtexec's banner, else the Python package.
+_DETECT_TRT_MAJOR = (
+    "trt_major() {",
+    '  if [[ -n "${TRT_MAJOR:-}" ]]; then echo "${TRT_MAJOR}"; return; fi',
+    "  local v",
+    "  # trtexec prints a banner like '&&&& RUNNING TensorRT.trtexec [TensorRT v101401]' (10.14.1).",
+    "  v=\"$(trtexec --version 2>&1 | grep -o 'TensorRT v[0-9][0-9]*' | head -n 1 | sed 's/TensorRT v//' || true)\"",
+    '  if [[ -n "$v" ]]; then',
+    '    if (( ${#v} >= 6 )); then echo "${v:0:2}"; else echo "${v:0:1}"; fi',
+    "    return",
+    "  fi",
+    "  python3 -c 'import tensorrt; print(tensorrt.__version__.split(\".\")[0])' 2>/dev/null || true",
+    "}",
+    "",
+    'major="$(trt_major)"',
+    'if [[ -z "$major" ]]; then',
+    '  echo "cannot tell the TensorRT version: set TRT_MAJOR=10 or TRT_MAJOR=11" >&2',
+    "  exit 2",
+    "fi",
+    "",
+)
+
+
+def _trtexec_script_header(precision: str, what: str, tf32: bool, forced: Mapping[str, str] | None) -> list[str]:
+    """trtexec.sh's first lines: what it builds in which precision, TF32, the forced FP32 nodes, strict bash."""
+    return [
+        "#!/usr/bin/env bash",
+        "# Generated by precision-doctor: build the fixed TensorRT engine.",
+        f"# Precision {precision.upper()} everywhere except {what} kept in FP32.",
+        "# TensorRT 10: weak typing. The original model is built with the precision flag and the",
+        "#   FP32 layers pinned by --layerPrecisions/--layerOutputTypes under",
+        "#   --precisionConstraints=obey" + ("." if tf32 else "; --noTF32 keeps those FP32 layers in true FP32."),
+        "# TensorRT 11: strongly typed only (no --fp16, no layer precisions): the mixed-precision",
+        "#   fixed.onnx carries the precisions itself and is built as it is.",
+        "# Set TRT_MAJOR=10 or 11 to skip detection; PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x.",
+        "# Strongly typed builds say --noTF32 too: TF32 is on by default and would round the FP32 islands."
+        if not tf32 else "# TF32 stays on (the knob configuration found): FP32 layers multiply with 10-bit mantissas.",
+        *forced_comment_lines(forced),
+        "set -euo pipefail",
+        'cd "$(dirname "${BASH_SOURCE[0]}")"',
+        "",
+    ]
+
+
 def trtexec_script(
     model: str,
     fixed_onnx: str,
@@ -556,53 +565,21 @@ def trtexec_script(
                                           shapes), True)
     strong11 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, False, 11, not tf32, add,
                                           shapes), True)
-    dropped11 = [t for t in [*_tactics(tactic_sources_avoid), *_tactics(add)] if t not in TRT11_TACTIC_SOURCES]
+    dropped11 = [t for t in [*flags.source_names(tactic_sources_avoid), *flags.source_names(add)]
+                 if t not in TACTIC_SOURCES_TRT11]
 
     def indent(text: str) -> str:
         return "\n".join("  " + ln if ln else ln for ln in text.splitlines())
 
     what = f"{len(ok) + len(bad)} layer(s)" + (f" from {n_nodes} ONNX node(s)" if n_nodes is not None else "")
-    out = [
-        "#!/usr/bin/env bash",
-        "# Generated by precision-doctor: build the fixed TensorRT engine.",
-        f"# Precision {precision.upper()} everywhere except {what} kept in FP32.",
-        "# TensorRT 10: weak typing. The original model is built with the precision flag and the",
-        "#   FP32 layers pinned by --layerPrecisions/--layerOutputTypes under",
-        "#   --precisionConstraints=obey" + ("." if tf32 else "; --noTF32 keeps those FP32 layers in true FP32."),
-        "# TensorRT 11: strongly typed only (no --fp16, no layer precisions): the mixed-precision",
-        "#   fixed.onnx carries the precisions itself and is built as it is.",
-        "# Set TRT_MAJOR=10 or 11 to skip detection; PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x.",
-        "# Strongly typed builds say --noTF32 too: TF32 is on by default and would round the FP32 islands."
-        if not tf32 else "# TF32 stays on (the knob configuration found): FP32 layers multiply with 10-bit mantissas.",
-        *forced_comment_lines(forced),
-        "set -euo pipefail",
-        'cd "$(dirname "${BASH_SOURCE[0]}")"',
-        "",
-    ]
+    out = _trtexec_script_header(precision, what, tf32, forced)
     if bad:
         out.append("# WARNING: layer names trtexec cannot express (contain , ' * or a line break); the")
         out.append("# TensorRT 10 command below leaves them out. Prefer PD_STRONGLY_TYPED=1 (fixed.onnx).")
         out += [f"#   {n!r}" for n in bad]
         out.append("")
     out += [
-        "trt_major() {",
-        '  if [[ -n "${TRT_MAJOR:-}" ]]; then echo "${TRT_MAJOR}"; return; fi',
-        "  local v",
-        "  # trtexec prints a banner like '&&&& RUNNING TensorRT.trtexec [TensorRT v101401]' (10.14.1).",
-        "  v=\"$(trtexec --version 2>&1 | grep -o 'TensorRT v[0-9][0-9]*' | head -n 1 | sed 's/TensorRT v//' || true)\"",
-        '  if [[ -n "$v" ]]; then',
-        '    if (( ${#v} >= 6 )); then echo "${v:0:2}"; else echo "${v:0:1}"; fi',
-        "    return",
-        "  fi",
-        "  python3 -c 'import tensorrt; print(tensorrt.__version__.split(\".\")[0])' 2>/dev/null || true",
-        "}",
-        "",
-        'major="$(trt_major)"',
-        'if [[ -z "$major" ]]; then',
-        '  echo "cannot tell the TensorRT version: set TRT_MAJOR=10 or TRT_MAJOR=11" >&2',
-        "  exit 2",
-        "fi",
-        "",
+        *_DETECT_TRT_MAJOR,
         "if (( major >= 11 )); then",
         "  # TensorRT 11+: the network is strongly typed; fixed.onnx holds the FP32 islands.",
     ]
@@ -651,9 +628,8 @@ def tensorrt_rtx_script(
     capabilities named (`PD_COMPUTE_CAPABILITIES` overrides them when set)."""
     ccs = " ".join(compute_capabilities)
     args = ["polygraphy", "convert", fixed_onnx, "--convert-to", "trt", "--strongly-typed"]
-    avoid, added = set(_tactics(tactic_sources_avoid)), _tactics(tactic_sources_add, TRT11_TACTIC_SOURCES)
-    if avoid or added:
-        args += ["--tactic-sources", *dict.fromkeys([*(t for t in TRT11_TACTIC_SOURCES if t not in avoid), *added])]
+    args += flags.polygraphy_tactic_args(tactic_sources_avoid, tactic_sources_add, defaults=TACTIC_SOURCES_TRT11,
+                                         available=TACTIC_SOURCES_TRT11)
     for name, shape in (input_shapes or {}).items():
         args += ["--input-shapes", f"{name}:[{','.join(str(int(d)) for d in shape)}]"]
     args += polygraphy_shape_args(shapes)
@@ -718,20 +694,14 @@ def emit_all(
     `check_pairs`: the raw files of trtexec's accuracy check (none: no check command); `block_list`: the JSON
     list of node names for onnxconverter-common; `layers`: TensorRT layer names from a build, if known (else the
     node names stand in for them); `forced_fp32`: nodes fixed.onnx keeps FP32 beyond the answer, with why
-    (`precision.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets; `knob`: the knob
+    (`graph.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets; `knob`: the knob
     configuration the answer was found under (`search.knobs`): a TensorRT one changes the tactic sources and
     TF32 of every TensorRT command, an ONNX Runtime CUDA one adds `ort_cuda_providers`, the provider options to
     run fixed.onnx with."""
     _check_precision(precision)
-    avoid = list(tactic_sources_avoid) if tactic_sources_avoid else []
-    add: list[str] = []
-    tf32 = False
-    if knob is not None and knob.backend == knobs.TRT:
-        change = knob.get(knobs.TACTICS, "")
-        if change:
-            (add if change[0] == "+" else avoid).append(change[1:])
-        tf32 = knob.get(knobs.TF32, "0") == "1"
-    trt = {"tactic_sources_avoid": avoid or None, "tactic_sources_add": add or None}
+    change = flags.TacticChange.of(knob, tactic_sources_avoid)
+    tf32 = change.tf32
+    trt = {"tactic_sources_avoid": list(change.avoid) or None, "tactic_sources_add": list(change.add) or None}
     forced = dict(forced_fp32 or {})
     names = with_forced(list(layers) if layers is not None else list(fallback_nodes), forced)
     checked = {"tolerance": tolerance, "inputs": inputs, "reference_outputs": reference_outputs, "shapes": shapes,

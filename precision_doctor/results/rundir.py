@@ -17,11 +17,10 @@ import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from precision_doctor import storage
+from precision_doctor import manifest, storage
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.manifest import MANIFEST
 from precision_doctor.outcome import RunStatus
-from precision_doctor.results import manifest
-from precision_doctor.results.manifest import MANIFEST
 from precision_doctor.results.runlock import LOCK, RunDirLocked, RunLock, lock_owner
 
 DEFAULT_ROOT = Path("reports")

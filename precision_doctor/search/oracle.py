@@ -24,9 +24,9 @@ from precision_doctor.backends.base import Backend
 from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.errors import UserError
+from precision_doctor.jsonio import as_float, jsonable
+from precision_doctor.manifest import note_written
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all, merge
-from precision_doctor.results.jsonio import as_float, jsonable
-from precision_doctor.results.manifest import note_written
 
 
 class BudgetExhausted(Exception):

@@ -20,27 +20,15 @@ set of k changes of which f fail costs about 1 + 2 f log2(k) evaluations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from precision_doctor.results.report import GroupUse
+from precision_doctor.costs import GroupUse, Refinement
 from precision_doctor.search.oracle import BudgetExhausted, Oracle
 from precision_doctor.search.space import SearchSpace
 
 GAP_MAX = 4  # low-precision nodes in a gap worth closing, at most
 HEAVY_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "Attention", "MultiHeadAttention",
                        "Einsum"})  # never moved to FP32 to close a gap
-
-
-@dataclass
-class Refinement:
-    """What the steps after the search did: `answer` (nodes), the groups split, the gaps closed (nodes added)
-    and the evaluations they took; `stopped` says why they ended early (the budget), if they did."""
-
-    answer: frozenset[str]
-    splits: list[GroupUse] = field(default_factory=list)
-    gaps_closed: list[tuple[str, ...]] = field(default_factory=list)
-    evaluations: int = 0
-    stopped: str | None = None
 
 
 @dataclass(frozen=True)

@@ -13,16 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from precision_doctor.costs import Refinement
 from precision_doctor.graph.cost import CostModel
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.groups import FusionGroup, fusion_groups
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.analysis import Analysis
-
-if TYPE_CHECKING:  # search/refine.py imports this module
-    from precision_doctor.search.refine import Refinement
 
 OBJECTIVES = ("deploy", "nodes", "flops")
 

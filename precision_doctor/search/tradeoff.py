@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 
-from precision_doctor.results.report import FrontierPoint, Tradeoff, TradeoffPoint
+from precision_doctor.costs import FrontierPoint, Tradeoff, TradeoffPoint
 from precision_doctor.search.auto import grow, prune
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Oracle, Verdict
 from precision_doctor.search.space import SearchSpace

@@ -31,8 +31,8 @@ import threading
 import time
 from typing import Any
 
-from precision_doctor.batch.executors import ItemNeeds
 from precision_doctor.batch.ray_executor import NO_GPU, RayConnection, check_node_paths, import_ray
+from precision_doctor.batch.work import ItemNeeds
 from precision_doctor.errors import SpecError, UserError, one_line
 from precision_doctor.outcome import JobState
 from precision_doctor.service.config import ServiceConfig, StateDir

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from precision_doctor.errors import UserError
-from precision_doctor.results.jsonio import write_json
+from precision_doctor.jsonio import write_json
 from precision_doctor.zoo.registry import MANIFEST, ZooModel, registry
 from precision_doctor.zoo.synthetic import cls_prob_180, make_synthetic
 
@@ -163,7 +163,7 @@ def _make_dest(dest: Path) -> None:
 
 def write_manifest(dest: Path, models: list[ZooModel] | None = None) -> Path:
     """zoo.json: every model present in `dest` (registry order), with its recipe as a batch manifest."""
-    from precision_doctor.results.jsonio import read_json
+    from precision_doctor.jsonio import read_json
 
     listed = []
     for m in registry():

@@ -151,7 +151,7 @@ class TrtEngineRunner:
             runner.deactivate()
         cache = getattr(self, "_cache", None)
         if cache is not None and self.runtime_cache is not None:
-            from precision_doctor.results.manifest import note_written
+            from precision_doctor.manifest import note_written
 
             tmp = self.runtime_cache.with_name(f".{self.runtime_cache.name}.partial")
             note_written(tmp)

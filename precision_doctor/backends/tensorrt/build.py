@@ -263,7 +263,7 @@ def build_serialized(parsed: ParsedNetwork, settings: BuildSettings) -> tuple[by
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
-    from precision_doctor.results.manifest import note_written
+    from precision_doctor.manifest import note_written
 
     tmp = path.with_name(f".{path.name}.partial")
     note_written(tmp)  # in a run directory (fixed.plan, its caches), its manifest lists them

@@ -121,7 +121,7 @@ def trt_check(
 
     `fallback`: the answer's FP32 nodes; `candidates`: every node whose precision the search chose
     (the model's candidates; names as in the report, which fixed.onnx keeps); `forced`: nodes
-    fixed.onnx keeps FP32 beyond the answer, with why (`precision.mixed.forced_fp32_nodes`).
+    fixed.onnx keeps FP32 beyond the answer, with why (`graph.mixed.forced_fp32_nodes`).
     """
     if precision not in LOW_TYPES:
         raise UserError(f"precision must be one of {', '.join(LOW_TYPES)}, got '{precision}'")

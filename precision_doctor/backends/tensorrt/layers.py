@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 
 import onnx
 
+from precision_doctor.graph.toolnames import tensorrt_node_name
+
 ONNX_LAYER_TAG = "[ONNX Layer: "
 # Separators TensorRT puts between the metadata entries of fused (engine) layers.
 _METADATA_SEPARATORS = "\x1e\x1f"
@@ -23,8 +25,6 @@ _METADATA_SEPARATORS = "\x1e\x1f"
 _SUBLAYER_NAME = re.compile(r"(.+)_\d+", re.DOTALL)
 # Local-function frames in metadata: `<calling node> (<function name>)`.
 _FUNCTION_FRAME = re.compile(r"^(.*) \([^()]*\)$")
-# What the parser calls an unnamed node (and its first layer).
-UNNAMED_PREFIX = "node_of_"
 
 
 def metadata_entries(metadata: str | None) -> list[str]:
@@ -117,15 +117,6 @@ def unmapped_nodes(
     """Fallback nodes that no layer comes from (folded away, shape-only, or unknown names)."""
     covered = {n for nodes in map_layers(layers, onnx_names).values() for n in nodes}
     return [n for n in fallback if n not in covered]
-
-
-def tensorrt_node_name(node: onnx.NodeProto) -> str:
-    """The name TensorRT's ONNX parser gives a node's layers and metadata: the node's own name, or
-    `node_of_<first output>` when it has none."""
-    if node.name:
-        return node.name
-    first = next((o for o in node.output if o), "")
-    return UNNAMED_PREFIX + first
 
 
 def tensorrt_names(graph: onnx.GraphProto, our_names: Sequence[str] | None = None) -> dict[str, str]:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from precision_doctor.backends.tensorrt.tactics import DEFAULT_TACTIC_SOURCES
 from precision_doctor.errors import UserError
 
 TENSORRT, TENSORRT_RTX = "tensorrt", "tensorrt_rtx"
@@ -148,7 +149,7 @@ class TrtLibrary:
         try:
             mask = int(trt.Builder(trt.Logger(trt.Logger.ERROR)).create_builder_config().get_tactic_sources())
         except Exception:  # no builder without a GPU (TensorRT), or bindings that differ
-            return tuple(n for n in ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS") if n in self.tactic_sources)
+            return tuple(n for n in DEFAULT_TACTIC_SOURCES if n in self.tactic_sources)
         return tuple(n for n, bit in self.tactic_sources.items() if mask >> bit & 1)
 
     @cached_property

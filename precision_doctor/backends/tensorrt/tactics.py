@@ -18,6 +18,9 @@ from precision_doctor.errors import UserError
 # 11.x (only the two convolution sources remain).
 TACTIC_SOURCES_TRT10 = ("CUBLAS", "CUBLAS_LT", "CUDNN", "EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
 TACTIC_SOURCES_TRT11 = ("EDGE_MASK_CONVOLUTIONS", "JIT_CONVOLUTIONS")
+# Enabled by default in TensorRT 10 and 11 (10.x documents CUBLAS, CUBLAS_LT and CUDNN as "Disabled by
+# default"; 11.x has only these two).
+DEFAULT_TACTIC_SOURCES = TACTIC_SOURCES_TRT11
 _TACTIC_ALIASES = {"CUBLASLT": "CUBLAS_LT", "EDGE_MASK": "EDGE_MASK_CONVOLUTIONS", "JIT": "JIT_CONVOLUTIONS"}
 
 

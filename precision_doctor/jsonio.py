@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from precision_doctor.errors import UserError
-from precision_doctor.results.manifest import note_written
+from precision_doctor.manifest import note_written
 
 
 class InvalidJSON(UserError, ValueError):
