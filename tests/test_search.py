@@ -196,23 +196,6 @@ def test_repair_keeps_an_answer_from_like_kernels_that_passes_and_prunes_one_tha
     assert all(not strict.passes(fixed - {x}) for x in fixed)  # members too: the grown set is pruned whole
 
 
-def test_repair_prunes_on_a_cheaper_oracle_and_keeps_only_what_passes_here(tmp_path):
-    """`pruner` (the GPU's gated graph beside the real one): the grown set is pruned on it; the result stands where
-    this oracle passes it (here with fewer evaluations than pruning here), else the set is pruned here."""
-    from precision_doctor.search.auto import repair
-
-    s = Setup("three_defects", tmp_path)
-    found = STRATEGIES["auto"](s.oracle(), s.space)
-    others = s.case.samples(8, seed=123)
-    plain = s.oracle(samples=others)
-    expected = repair(plain, s.space, found)
-    strict, twin = s.oracle(samples=others), s.oracle(samples=others)
-    assert repair(strict, s.space, found, pruner=twin) == expected and strict.evaluations < plain.evaluations
-    lenient, strict = s.oracle(), s.oracle(samples=others)  # the pruner passes sets this oracle fails
-    fixed = repair(strict, s.space, found, pruner=lenient)
-    assert fixed is not None and strict.passes(fixed) and all(not strict.passes(fixed - {x}) for x in fixed)
-
-
 def test_repair_gives_none_when_nothing_passes_there(tmp_path):
     """On an oracle where not even all-FP32 passes (references of other inputs), repair says so."""
     from precision_doctor.search.auto import repair

@@ -41,8 +41,7 @@ class Confirmed:
 
 
 def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: list[Sample], refs: list[dict],
-            budget: Budget, copies: int = 0, loop: Loop | None = None, searched_on_gpu: bool = False,
-            pruner: Backend | None = None) -> Confirmed:
+            budget: Budget, copies: int = 0, loop: Loop | None = None, searched_on_gpu: bool = False) -> Confirmed:
     """Carry the searched answer (`searched.found`, not None) over to `backend` on `samples` (the working set and
     the held-out samples, and the `copies` perturbed copies among them): keep it if it passes there, else grow it
     until it does; then prune it to 1-minimal there (`search.auto.repair`; an answer of more than PRUNE_MAX members
@@ -50,8 +49,6 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     1.4-2.9 s on a detector). An answer `searched_on_gpu` (1-minimal on the GPU's own FP16 kernels already:
     ort-cuda-gated) that passes there as it is is kept without a prune; one that had to grow is pruned whole (what
     was added may make members redundant: on nudenet keeping them gave 52 nodes where the prune found 40).
-    `pruner` (the search's backend when it ran the GPU's own kernels: ort-cuda-gated, a set is a feed): the grown
-    set is pruned there on the same samples, and the pruned set kept if it passes on `backend`, else pruned there.
     With `loop` (the search's counterexample-guided loop), the answer is then checked there on every other search
     sample, and the failing ones join as in the search (`Confirmed.loop`: that loop).
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
@@ -69,12 +66,8 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     keep = len(found) > PRUNE_MAX
     pruned_searched = prune_after and not keep
 
-    cheap = None if pruner is None or not prune_after else Oracle(
-        pruner, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, budget=budget,
-        on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop)  # not closed here: the run owns `pruner`
-
     def carry(start: frozenset[str]):
-        return lambda o, sp: repair(o, sp, start, prune_after, keep, keep_if_passes=searched_on_gpu, pruner=cheap)
+        return lambda o, sp: repair(o, sp, start, prune_after, keep, keep_if_passes=searched_on_gpu)
 
     there = None
     if loop is None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from precision_doctor.backends.base import check_only
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.backends.registry import AUTO_SEARCH_GPU, GPU_BACKENDS, make_backend, plan_backends
+from precision_doctor.backends.registry import GPU_BACKENDS, make_backend, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.activations import whole
 from precision_doctor.data.inputs import Sample
@@ -216,8 +216,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         samples, refs, n_copies = _final_samples(ctx)
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
-                            searched_on_gpu=ctx.backends.search.name in GPU_BACKENDS,
-                            pruner=ctx.backends.search if ctx.backends.search.name == AUTO_SEARCH_GPU else None)
+                            searched_on_gpu=ctx.backends.search.name in GPU_BACKENDS)
         outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
         there = confirmed.loop
         if there is not None:  # its rounds join the record; where it decided the answer, its verdict on the rest too

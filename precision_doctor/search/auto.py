@@ -89,16 +89,14 @@ def shortest_passing(
 
 
 def repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_after: bool = True,
-           keep_start: bool = False, keep_if_passes: bool = False, pruner: Oracle | None = None) -> frozenset[str] | None:
+           keep_start: bool = False, keep_if_passes: bool = False) -> frozenset[str] | None:
     """Carry a set of nodes found with another oracle (the emulator) over to this one (a real backend): keep it
     if it passes here, else add the fewest further nodes that make it pass (`grow`); then prune to a
     1-minimal set on this oracle (`prune_after`; off where this oracle may only check, never remove a node),
     only what was added when `keep_start` (each removal tried costs one evaluation there); `keep_if_passes`:
     a `start` that passes here as it is is not pruned (it is 1-minimal already on kernels like these), one that
-    had to grow is. `pruner`: an oracle on the same samples whose evaluations cost far less (the GPU's own kernels
-    in one session, where this one builds a session per set): the grown set is pruned there and kept if it passes
-    here, else pruned here. Over units (fusion groups, search/units.py): a group partly in `start` stays as it is
-    while `start` passes, and counts whole once the set has to grow."""
+    had to grow is. Over units (fusion groups, search/units.py): a group partly in `start` stays as it is while
+    `start` passes, and counts whole once the set has to grow."""
     oracle.phase = "confirm"
     if oracle.passes(start) and (not prune_after or keep_start or keep_if_passes):
         return start
@@ -106,14 +104,13 @@ def repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_afte
         from precision_doctor.search.units import UnitOracle
 
         units = space.grouping.units(start)
-        found = _repair(UnitOracle(oracle, space), space, units, prune_after, keep_start,  # type: ignore[arg-type]
-                        None if pruner is None else UnitOracle(pruner, space))  # type: ignore[arg-type]
+        found = _repair(UnitOracle(oracle, space), space, units, prune_after, keep_start)  # type: ignore[arg-type]
         return None if found is None else space.expand(found)
-    return _repair(oracle, space, start, prune_after, keep_start, pruner)
+    return _repair(oracle, space, start, prune_after, keep_start)
 
 
 def _repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_after: bool,
-            keep_start: bool, pruner: Oracle | None = None) -> frozenset[str] | None:
+            keep_start: bool) -> frozenset[str] | None:
     current = start
     if not oracle.passes(start):
         current = grow(oracle, space, start)
@@ -121,13 +118,7 @@ def _repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_aft
             return None
     if not prune_after or (keep_start and current == start):
         return current
-    keep = start if keep_start else frozenset()
-    if pruner is not None:
-        pruned = prune(pruner, space, current, keep=keep)
-        oracle.phase = "confirm"
-        if pruned == current or oracle.passes(pruned):
-            return pruned
-    return prune(oracle, space, current, keep=keep)  # this oracle refuses what the pruner allowed: prune here
+    return prune(oracle, space, current, keep=start if keep_start else frozenset())
 
 
 def grow(oracle: Oracle, space: SearchSpace, start: frozenset[str]) -> frozenset[str] | None:
