@@ -152,7 +152,8 @@ def _npy_header(f) -> tuple[tuple, np.dtype]:
 
 def npz_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """Every member of an .npz as name -> (shape, dtype), read from the .npy headers only (non-.npy members,
-    damaged archives and arrays that are not plain numbers refused); no data read. The caller bounds them."""
+    damaged archives and arrays that are not plain numbers refused); no data read. The caller bounds them and
+    refuses an archive without arrays (naming the model's inputs)."""
     where = f"inputs file {path}"
     _check_zip_magic(path)
     out: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
@@ -167,9 +168,7 @@ def npz_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
                 out[name] = (shape, dtype)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
         raise UserError(f"{where} is a damaged .npz archive (cut short?): {exc}") from exc
-    if not out:
-        raise UserError(f"{where} holds no arrays")
-    return out
+    return out  # empty: the caller names the arrays it wanted
 
 
 def npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype]:

@@ -194,7 +194,7 @@ def _array_layout(path: Path, name: str, shape: tuple[int, ...], want: tuple[int
         return Layout.ONE, 1, 0  # one sample (a wrong shape is refused by name when it is checked)
     raise UserError(f"inputs file {path}: array '{name}' has rank {len(shape)} (shape {list(shape)}) but the model's "
                     f"input is {shown} (rank {len(want)}): give one sample of rank {len(want)}, or samples stacked on a "
-                    f"leading axis (rank {len(want) + 1})")
+                    f"leading axis (rank {len(want) + 1}); refused from its header, before reading it")
 
 
 # -- entries: where each sample lives ----------------------------------------------------------------------
@@ -286,6 +286,10 @@ def _array_file(path: Path, bounds: Bounds, inputs: Mapping[str, tuple[int | Non
         arrays = {names[0]: npy_header(path)}
     else:
         arrays = npz_headers(path)
+        if not arrays:
+            wanted = list(inputs) if inputs is not None else list(bounds.sizes or [])
+            raise UserError(f"{where} holds no arrays; the model's inputs are "
+                            f"{', '.join(repr(n) for n in wanted) or 'unknown'}: save them with np.savez(path, name=array)")
     found = layout(path, arrays, inputs)
     if found.layout == Layout.ONE:
         for name, (shape, dtype) in arrays.items():

@@ -209,7 +209,7 @@ def input_cases() -> list[Case]:
         one("missing-file", "nope.npz", ["nope.npz"]),
         one("directory", "dir.npz", ["dir.npz"], absent=("not found",)),
         one("unknown-extension", "data.txt", ["data.txt"]),
-        one("plain-npy", "array.npy", ["array.npy"]),
+        one("plain-npy", "array.npy", [], expect=V),  # one sample of a one-input model (issue 20: .npy samples)
         one("corrupt-npz", "corrupt.npz", ["corrupt.npz"], absent=NOT_PICKLE),
         one("text-as-npz", "text.npz", ["text.npz"], absent=NOT_PICKLE),
         one("empty-npz-file", "zero.npz", ["zero.npz"], absent=NOT_PICKLE),
