@@ -309,8 +309,9 @@ def fmt_rate(rate: float) -> str:
 
 def bound_sentence(report: Report, short: bool = False) -> str | None:
     """What the held-out samples of the user's data bound ("0 of 60 held-out samples failed: on data like yours
-    the answer fails on at most 4.9% of inputs (95% confidence)"); with too few, what it cannot claim and how
-    many more samples would; None without such samples. `short`: the headline's form (no method, no advice)."""
+    the answer fails on at most 4.9% of inputs (95% confidence)": `short`, the headline's form); the long form, which
+    follows the headline, gives the method and, with too few, what it cannot claim and how many more samples would;
+    None without such samples."""
     b = report.held_out_bound
     if b is None:
         return None
@@ -320,7 +321,8 @@ def bound_sentence(report: Report, short: bool = False) -> str | None:
             f"the answer fails on {'at most' if not b.failures else 'up to'} {fmt_rate(b.failure_rate)} of inputs")
     if short:
         return f"{head} ({conf})."
-    text = f"{head} ({conf}, {b.method} bound)."
+    # the long form follows the headline, which already says the head: the method, and what more data would buy
+    text = f"The held-out bound{of} is the {b.method} bound at {conf}."
     if not b.failures and not b.useful:
         text += (f" Too few to promise more: {b.samples_for_useful} passing held-out samples would bound it at "
                  f"{fmt_rate(b.useful_rate)} (give {b.inputs_for_useful} or more --inputs, of which the default split "
