@@ -4,7 +4,8 @@
 `fallback_nodes`, `passed`, `evaluations`, `elapsed_s`, `strategy`, `precision`, `backend`,
 `tolerance`, ...), plus `schema_version`; non-finite numbers become "inf", "-inf", "nan".
 `Report.from_json()` reads those files, also ones written before `schema_version` existed (absent
-optional keys take their defaults), and raises UserError naming the key for a malformed one.
+optional keys take their defaults), and raises UserError naming the key for a malformed one. Both go through
+`REPORT_JSON` (codec.py): each class is its fields, except where a hook at the end of this module says otherwise.
 """
 
 from __future__ import annotations
