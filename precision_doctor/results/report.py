@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from precision_doctor.codec import BadValue, Codec, Hook, mapping
-from precision_doctor.costs import AnswerCost, DeployLatency, GroupUse, Tradeoff
+from precision_doctor.costs import AnswerCost, DeployLatency, FrontierPoint, GroupUse, Tradeoff
 from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.shapes import InputShape
@@ -689,7 +689,9 @@ REPORT_JSON = Codec({
     ExpectedHeadroom: Hook(into=_defaults(
         searched=0, search_copies=0, perturbed_copies=0, held_out=0, held_out_from_user=False, share_searched=None,
         share_unseen=None, headroom=None)),
-    KnobTrial: Hook(into=_defaults(why="")),
+    KnobTrial: Hook(into=_defaults(why="", passed=None)),
+    AnswerCost: Hook(into=_defaults(estimated_speedup_kept=None)),
+    FrontierPoint: Hook(into=_defaults(fp32_flop_share=None, deploy_us=None)),
     HeldOutChoice: Hook(into=_defaults(reason="")),
     Pricing: Hook(into=_defaults(objective_means="")),
     SearchRound: Hook(into=_defaults(seconds=0.0)),
