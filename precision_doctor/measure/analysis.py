@@ -9,10 +9,11 @@ import csv
 import io
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
+from precision_doctor.codec import BadValue, from_json, to_json
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.fingerprint import code_fingerprint
 from precision_doctor.graph.formats import Format, get_format
@@ -351,31 +352,30 @@ def output_verdict(store: ActivationStore, outputs: list[str], tol: Tolerance,
 def keep_analysis(store: ActivationStore, analysis: Analysis) -> None:
     """Keep `analysis` in the store (`store` open for writing) so that a later `kept_analysis` skips the
     work: everything but the verdict, the one part that depends on the tolerance."""
-    memo = {"version": code_fingerprint(), "precision": analysis.precision, "first_divergence": analysis.first_divergence,
-            "first_divergence_node": analysis.first_divergence_node,
-            "divergence_threshold": analysis.divergence_threshold, "layers": [asdict(r) for r in analysis.layers],
-            "tensors": [asdict(t) for t in analysis.tensors]}
-    store.write_text(MEMO, json.dumps(memo))  # non-finite floats as Infinity/NaN: json reads them back exactly
+    memo = {"version": code_fingerprint(), **to_json(analysis)}
+    del memo["verdict"]
+    store.write_text(MEMO, json.dumps(memo))
 
 
 def kept_analysis(store: ActivationStore, tolerance: Tolerance) -> Analysis | None:
     """The analysis `keep_analysis` stored, with its verdict under `tolerance`: what `analyse` would
-    return. None when the store has none, or one written by other code (`code_fingerprint`) or with other
-    fields."""
+    return. None when the store has none, or one written by other code (`code_fingerprint`), with other
+    fields or values that do not read as theirs."""
     text = store.read_text(MEMO)
     if text is None:
         return None
     memo = json.loads(text)
-    if memo.get("version") != code_fingerprint() or not _fields_match(memo.get("layers"), LayerRow) or \
-            not _fields_match([t["stats"] for t in memo.get("tensors", [])], ErrorStats):
+    if not isinstance(memo, dict) or memo.get("version") != code_fingerprint() or \
+            not _fields_match(memo.get("layers"), LayerRow) or \
+            not _fields_match([t.get("stats") for t in memo.get("tensors", []) if isinstance(t, dict)], ErrorStats):
         return None
-    layers = [LayerRow(**r) for r in memo["layers"]]
-    tensors = [TensorRow(**{**t, "stats": ErrorStats(**t["stats"])}) for t in memo["tensors"]]
-    verdict = output_verdict(store, [str(o) for o in store.attr("model_outputs", [])], tolerance)
-    return Analysis(memo["precision"], layers, tensors, memo["first_divergence"], memo["first_divergence_node"],
-                    memo["divergence_threshold"], verdict)
+    try:
+        kept = from_json(Analysis, memo, MEMO)
+    except BadValue:
+        return None
+    return replace(kept, verdict=output_verdict(store, [str(o) for o in store.attr("model_outputs", [])], tolerance))
 
 
-def _fields_match(rows: list[dict] | None, cls: type) -> bool:
+def _fields_match(rows: list | None, cls: type) -> bool:
     names = {f.name for f in fields(cls)}
-    return rows is not None and all(set(r) == names for r in rows)
+    return isinstance(rows, list) and all(isinstance(r, dict) and set(r) == names for r in rows)

@@ -4,23 +4,24 @@
 `fallback_nodes`, `passed`, `evaluations`, `elapsed_s`, `strategy`, `precision`, `backend`,
 `tolerance`, ...), plus `schema_version`; non-finite numbers become "inf", "-inf", "nan".
 `Report.from_json()` reads those files, also ones written before `schema_version` existed (absent
-optional keys take their defaults), and raises UserError naming the key for a malformed one.
+optional keys take their defaults), and raises UserError naming the key for a malformed one. Both go through
+`REPORT_JSON` (codec.py): each class is its fields, except where a hook at the end of this module says otherwise.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from precision_doctor.costs import AnswerCost, DeployLatency, FrontierPoint, GroupUse, Tradeoff, TradeoffPoint
+from precision_doctor.codec import BadValue, Codec, Hook, mapping
+from precision_doctor.costs import AnswerCost, DeployLatency, FrontierPoint, GroupUse, Tradeoff
 from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.graph.toolnames import near_path
-from precision_doctor.jsonio import jsonable
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus
 from precision_doctor.spec import RunSpec
@@ -75,8 +76,6 @@ class Invocation:
                  "inputs.reference_outputs": near_path(i.reference_outputs, run_dir) if i.reference_outputs else None}
         return cls(spec.with_settings(paths), run_dir.name, origin)
 
-    def to_json(self) -> dict:
-        return {"origin": self.origin, "directory": self.directory, "spec": self.spec.to_json()}
 
 
 @dataclass
@@ -291,16 +290,8 @@ class Confirm:
     pruned_searched: bool | None = None
 
     def to_json(self) -> dict:
-        if self.skipped is not None:
-            return {"backend": self.backend, "searched_answer": self.searched_answer, "passed": self.passed,
-                    "skipped": self.skipped}
-        return {
-            "backend": self.backend, "samples": self.samples, "perturbed_copies": self.perturbed_copies,
-            "searched_answer": self.searched_answer, "searched_answer_passed": self.searched_answer_passed,
-            "pruned_searched": self.pruned_searched, "passed": self.passed, "status": self.status,
-            "evaluations": self.evaluations, "memo_hits": self.memo_hits, "one_minimal_checked": self.one_minimal_checked,
-            "tolerance_used": self.tolerance_used, "trajectory": [asdict(t) for t in self.trajectory],
-        }
+        """report.json's `confirm`."""
+        return REPORT_JSON.to_json(self)
 
 
 @dataclass
@@ -368,12 +359,6 @@ class TrtCheckResult:
     def passed(self) -> bool | None:
         return None if not self.ran else not self.mismatches
 
-    def to_json(self) -> dict:
-        if not self.ran:
-            return {"ran": False, "reason": self.reason}
-        return {"ran": True, "passed": self.passed, "library": self.library, "version": self.version, "onnx": self.onnx,
-                "layers": self.layers, "checked_layers": self.checked_layers, "checked_nodes": self.checked_nodes,
-                "mismatches": [asdict(m) for m in self.mismatches], "unmapped": self.unmapped}
 
 
 @dataclass
@@ -394,12 +379,6 @@ class EngineResult:
     cache: str | None = None
     input_shapes: dict[str, list[int]] = field(default_factory=dict)
 
-    def to_json(self) -> dict:
-        if not self.built:
-            return {"built": False, "reason": self.reason}
-        out = asdict(self)
-        del out["reason"]
-        return out
 
 
 @dataclass
@@ -438,10 +417,6 @@ class KnobsResult:
     def changed_answer(self) -> bool:
         return sorted(self.answer) != sorted(self.searched_answer)
 
-    def to_json(self) -> dict:
-        out = asdict(self)
-        out["changed_answer"] = self.changed_answer
-        return out
 
 
 @dataclass
@@ -461,17 +436,6 @@ class Pricing:
     latency_note: str | None = None  # how the latency was measured, or why not
     tradeoff: Tradeoff | None = None
 
-    def to_json(self) -> dict:
-        return {
-            "objective": self.objective, "objective_means": self.objective_means,
-            "answer": None if self.answer is None else asdict(self.answer),
-            "first_answer": None if self.first_answer is None else asdict(self.first_answer),
-            "groups": [asdict(g) for g in self.groups], "gaps_closed": self.gaps_closed,
-            "refine_evaluations": self.refine_evaluations,
-            "latency": None if self.latency is None else self.latency.to_json(),
-            "latency_note": self.latency_note,
-            "tradeoff": None if self.tradeoff is None else asdict(self.tradeoff),
-        }
 
 
 @dataclass
@@ -536,14 +500,14 @@ class ServiceJob:
     remote: bool = False
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return REPORT_JSON.to_json(self)
 
     @classmethod
     def from_json(cls, data: Any, source: str = "service_job") -> ServiceJob:
         """A ServiceJob from its JSON; ReportError naming the key when malformed."""
         try:
-            return _service_job(data, source)
-        except _Bad as exc:
+            return REPORT_JSON.from_json(cls, data, source)
+        except BadValue as exc:
             raise ReportError(str(exc)) from None
 
 
@@ -552,17 +516,28 @@ class ServiceJob:
 
 @dataclass
 class Report:
-    """Everything a diagnose run found. `status`: complete, no_solution, budget_exhausted or interrupted."""
+    """Everything a diagnose run found. `status`: complete, no_solution, budget_exhausted or interrupted. The
+    fields are in report.json's order of keys."""
 
-    status: RunStatus = RunStatus.COMPLETE
-    passed: bool = False
+    schema_version: int = SCHEMA_VERSION
+    tool: str = "precision-doctor"
+    version: str = ""
+    created: str = ""
+    model: ModelInfo | None = None
     precision: str = ""
     backend: str = ""
     strategy: str = ""
     cost: str = ""
     tolerance: Tolerance = field(default_factory=Tolerance)
     margin: float = 0.0
+    tolerance_used: ToleranceUsed | None = None
+    confirm: Confirm | None = None
+    certified_by: Certification | None = None
+    emulation_rules: str | None = None
+    emulation_notes: list[EmulationNote] = field(default_factory=list)
+    status: RunStatus = RunStatus.COMPLETE
     reason: str | None = None
+    passed: bool = False
     fallback_nodes: list[str] = field(default_factory=list)
     fallback_size: int = 0
     fp32_flop_share: float = 0.0
@@ -570,15 +545,6 @@ class Report:
     memo_hits: int = 0
     one_minimal_checked: bool | None = None
     elapsed_s: float = 0.0
-    tool: str = "precision-doctor"
-    version: str = ""
-    created: str = ""
-    model: ModelInfo | None = None
-    tolerance_used: ToleranceUsed | None = None
-    confirm: Confirm | None = None
-    certified_by: Certification | None = None
-    emulation_rules: str | None = None
-    emulation_notes: list[EmulationNote] = field(default_factory=list)
     samples: SampleCounts = field(default_factory=SampleCounts)
     inputs: dict[str, Any] = field(default_factory=dict)
     baseline: Checks | None = None
@@ -607,7 +573,6 @@ class Report:
     invocation: Invocation | None = None
     service_job: ServiceJob | None = None
     shape_groups: list[ShapeGroupInfo] = field(default_factory=list)
-    schema_version: int = SCHEMA_VERSION
 
     @property
     def interrupted(self) -> bool:
@@ -616,75 +581,14 @@ class Report:
     # -- JSON ------------------------------------------------------------------------------------------
     def to_json(self) -> dict:
         """report.json's contents (non-finite numbers as "inf", "-inf", "nan")."""
-        used = None
-        if self.tolerance_used is not None:
-            used = {"search": self.tolerance_used.search, "validation": self.tolerance_used.validation}
-            if self.confirm is not None:
-                used["confirm"] = self.tolerance_used.confirm
-        return jsonable({
-            "schema_version": self.schema_version,
-            "tool": self.tool,
-            "version": self.version,
-            "created": self.created,
-            "model": None if self.model is None else asdict(self.model),
-            "precision": self.precision,
-            "backend": self.backend,
-            "strategy": self.strategy,
-            "cost": self.cost,
-            "tolerance": self.tolerance.to_dict(),
-            "margin": self.margin,
-            "tolerance_used": used,
-            "confirm": None if self.confirm is None else self.confirm.to_json(),
-            "certified_by": None if self.certified_by is None else asdict(self.certified_by),
-            "emulation_rules": self.emulation_rules,
-            "emulation_notes": [asdict(n) for n in self.emulation_notes],
-            "status": self.status,
-            "reason": self.reason,
-            "passed": self.passed,
-            "fallback_nodes": self.fallback_nodes,
-            "fallback_size": self.fallback_size,
-            "fp32_flop_share": self.fp32_flop_share,
-            "evaluations": self.evaluations,
-            "memo_hits": self.memo_hits,
-            "one_minimal_checked": self.one_minimal_checked,
-            "elapsed_s": self.elapsed_s,
-            "samples": asdict(self.samples),
-            "inputs": self.inputs,
-            "baseline": None if self.baseline is None else {
-                "passed": self.baseline.passed, "outputs": _checks_json(self.baseline.outputs)},
-            "outputs": _checks_json(self.outputs),
-            "validation": None if self.validation is None else _validation_json(self.validation),
-            "expected_headroom": None if self.expected_headroom is None else asdict(self.expected_headroom),
-            "first_divergence": self.first_divergence,
-            "first_divergence_node": self.first_divergence_node,
-            "ranking": self.ranking,
-            "trajectory": [asdict(t) for t in self.trajectory],
-            "layers": [asdict(lay) for lay in self.layers],
-            "format_limits": asdict(self.format_limits),
-            "artifacts": self.artifacts,
-            "commands": self.commands,
-            "forced_fp32_nodes": self.forced_fp32_nodes,
-            "trt_check": None if self.trt_check is None else self.trt_check.to_json(),
-            "engine": None if self.engine is None else self.engine.to_json(),
-            "knobs": None if self.knobs is None else self.knobs.to_json(),
-            "held_out_choice": None if self.held_out_choice is None else asdict(self.held_out_choice),
-            "held_out_bound": None if self.held_out_bound is None else asdict(self.held_out_bound),
-            "decided_by": self.decided_by,
-            "search_rounds": None if self.search_rounds is None else asdict(self.search_rounds),
-            "answers": None if self.answers is None else asdict(self.answers),
-            "pricing": None if self.pricing is None else self.pricing.to_json(),
-            "input_shapes": [s.to_json() for s in self.input_shapes],
-            "invocation": None if self.invocation is None else self.invocation.to_json(),
-            "service_job": None if self.service_job is None else self.service_job.to_json(),
-            "shape_groups": [asdict(g) for g in self.shape_groups],
-        })
+        return REPORT_JSON.to_json(self)
 
     @classmethod
     def from_json(cls, data: Any, source: str = "report.json") -> Report:
         """A Report from report.json's contents; ReportError ("<source>: ...") names a missing or bad key."""
         try:
             return _report(data)
-        except _Bad as exc:
+        except BadValue as exc:
             raise ReportError(f"{source}: {exc}") from None
 
     @classmethod
@@ -709,522 +613,96 @@ class Report:
             raise ReportError(f"{path}: not a report (values nested too deeply)") from None
 
 
-def _checks_json(checks: dict[str, OutputCheck]) -> dict:
-    return {k: v.to_dict() for k, v in checks.items()}
+# -- report.json's exceptions to the plain field mapping -----------------------------------------------------
 
 
-def _validation_json(v: Validation) -> dict:
-    out: dict[str, Any] = {"passed": v.passed, "samples": v.samples, "failing_samples": v.failing_samples,
-                           "outputs": _checks_json(v.outputs)}
-    for key in ("first_candidate", "research", "passed_after_research", "of"):
-        if getattr(v, key) is not None:
-            out[key] = getattr(v, key)
-    return out
+def _pick(d: dict, keys: tuple[str, ...]) -> dict:
+    return {k: d[k] for k in keys}
 
 
-# -- reading -------------------------------------------------------------------------------------------
+def _defaults(**values: Any):
+    """An `into` hook: keys older files may lack, read as `values` (the fields have no default)."""
+    return lambda d, path: {**values, **d}
 
 
-class _Bad(Exception):
-    """A malformed value; the message names its key path."""
+_CONFIRM_KEYS = ("backend", "samples", "perturbed_copies", "searched_answer", "searched_answer_passed",
+                 "pruned_searched", "passed", "status", "evaluations", "memo_hits", "one_minimal_checked",
+                 "tolerance_used", "trajectory")
+_VALIDATION_IF_SET = ("first_candidate", "research", "passed_after_research", "of")
+_CHECK_NUMBERS = tuple(f.name for f in fields(OutputCheck) if f.name not in ("passed", "mismatches", "size"))
 
 
-def _get(d: dict, key: str, where: str, conv, default: Any = ..., optional: bool = False) -> Any:
-    """`d[key]` converted by `conv`; missing: `default` (or _Bad when there is none); None allowed when `optional`."""
-    path = f"{where}.{key}" if where else key
-    if key not in d:
-        if default is ...:
-            raise _Bad(f"missing key '{path}'")
-        return default
-    value = d[key]
-    if value is None and optional:
-        return None
-    return conv(value, path)
+def _report_out(r: Report, d: dict) -> dict:
+    if r.confirm is None and d["tolerance_used"] is not None:  # the confirm share only where a confirmation ran
+        del d["tolerance_used"]["confirm"]
+    return d
 
 
-def _mapping(v: Any, path: str) -> dict:
-    if not isinstance(v, dict):
-        raise _Bad(f"bad key '{path}': expected an object, got {type(v).__name__}")
-    return v
+def _report_in(d: dict, path: str) -> dict:
+    d = dict(d)
+    margin = d.get("margin")
+    if margin is None or (type(margin) in (int, float) and margin == 0):  # null or 0 in older files: 0.0
+        d["margin"] = 0.0
+    if "fallback_size" not in d and isinstance(d["fallback_nodes"], list):
+        d["fallback_size"] = len(d["fallback_nodes"])
+    return d
 
 
-def _str(v: Any, path: str) -> str:
-    if not isinstance(v, str):
-        raise _Bad(f"bad key '{path}': expected a string, got {v!r:.60}")
-    return v
+def _trt_check_out(t: TrtCheckResult, d: dict) -> dict:
+    if not t.ran:
+        return _pick(d, ("ran", "reason"))
+    return {"ran": True, "passed": t.passed, **{k: v for k, v in d.items() if k not in ("ran", "reason")}}
 
 
-def _status(v: Any, path: str) -> RunStatus:
+def _engine_out(e: EngineResult, d: dict) -> dict:
+    return {k: v for k, v in d.items() if k != "reason"} if e.built else _pick(d, ("built", "reason"))
+
+
+def _invocation_in(d: dict, path: str) -> dict:
+    origin = d.get("origin", "api")
+    if isinstance(origin, str) and origin not in ORIGINS:
+        raise BadValue(f"bad key '{path}.origin': expected one of {', '.join(ORIGINS)}, got {origin!r:.60}")
+    return d
+
+
+def _spec_in(v: Any, path: str) -> RunSpec:
     try:
-        return RunStatus(_str(v, path))
-    except ValueError:
-        raise _Bad(f"bad key '{path}': expected one of {', '.join(s.value for s in RunStatus)}, got {v!r:.60}") from None
-
-
-def _bool(v: Any, path: str) -> bool:
-    if not isinstance(v, bool):
-        raise _Bad(f"bad key '{path}': expected true or false, got {v!r:.60}")
-    return v
-
-
-def _int(v: Any, path: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise _Bad(f"bad key '{path}': expected an integer, got {v!r:.60}")
-    return v
-
-
-def _num(v: Any, path: str) -> float:
-    """A number as written (ints stay ints); "inf", "-inf", "nan" become floats."""
-    if isinstance(v, str) and v in ("inf", "-inf", "nan"):
-        return float(v)
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _Bad(f"bad key '{path}': expected a number, got {v!r:.60}")
-    return v
-
-
-def _list(conv):
-    def read(v: Any, path: str) -> list:
-        if not isinstance(v, list):
-            raise _Bad(f"bad key '{path}': expected a list, got {type(v).__name__}")
-        return [conv(x, f"{path}[{i}]") for i, x in enumerate(v)]
-
-    return read
-
-
-def _str_map(v: Any, path: str) -> dict[str, str]:
-    return {str(k): _str(x, f"{path}.{k}") for k, x in _mapping(v, path).items()}
-
-
-def _output_check(v: Any, path: str) -> OutputCheck:
-    d = _mapping(v, path)
-    values = {}
-    for f in fields(OutputCheck):
-        if f.name == "passed":
-            values[f.name] = _get(d, "passed", path, _bool)
-        elif f.name in ("mismatches", "size"):
-            values[f.name] = _get(d, f.name, path, _int)
-        else:
-            values[f.name] = _get(d, f.name, path, _num, default=math.nan)
-    return OutputCheck(**values)
-
-
-def _checks(v: Any, path: str) -> dict[str, OutputCheck]:
-    return {str(k): _output_check(x, f"{path}.{k}") for k, x in _mapping(v, path).items()}
-
-
-def _tolerance(v: Any, path: str) -> Tolerance:
-    d = _mapping(v, path)
-    try:
-        return Tolerance(
-            atol=_get(d, "atol", path, _num, default=Tolerance.atol),
-            rtol=_get(d, "rtol", path, _num, default=Tolerance.rtol),
-            check_error_stat=_get(d, "check_error_stat", path, _str, default=Tolerance.check_error_stat),
-            cosine_floor=_get(d, "cosine_floor", path, _num, default=None, optional=True),
-            output_atol=tuple(_get(d, "output_atol", path, _list(_str), default=[])),
-            output_rtol=tuple(_get(d, "output_rtol", path, _list(_str), default=[])),
-        )
+        return RunSpec.from_json(mapping(v, path))
     except UserError as exc:
-        raise _Bad(f"bad key '{path}': {exc}") from None
-
-
-def _model(v: Any, path: str) -> ModelInfo:
-    d = _mapping(v, path)
-    return ModelInfo(
-        path=_get(d, "path", path, _str, default=""), hash=_get(d, "hash", path, _str, default=""),
-        nodes=_get(d, "nodes", path, _int, default=0), candidates=_get(d, "candidates", path, _int, default=0),
-        total_flops=_get(d, "total_flops", path, _int, default=0),
-        renamed_nodes=_get(d, "renamed_nodes", path, _list(_str), default=[]),
-        unsafe_names=_get(d, "unsafe_names", path, _str_map, default={}),
-        link=_opt(d, "link", path, _str),
-    )
-
-
-def _trajectory_row(v: Any, path: str) -> TrajectoryRow:
-    d = _mapping(v, path)
-    return TrajectoryRow(
-        step=_get(d, "step", path, _int), size=_get(d, "size", path, _int), cost=_get(d, "cost", path, _num),
-        passed=_get(d, "passed", path, _bool), elapsed_s=_get(d, "elapsed_s", path, _num, default=0.0),
-        at_s=_get(d, "at_s", path, _num, default=0.0), phase=_get(d, "phase", path, _str, default=""),
-        fallback=_get(d, "fallback", path, _list(_str), default=[]),
-        worst_output=_get(d, "worst_output", path, _str, default=None, optional=True),
-        max_abs=_get(d, "max_abs", path, _num, default=None, optional=True),
-        failed_sample=_get(d, "failed_sample", path, _int, default=None, optional=True),
-        round=_get(d, "round", path, _int, default=0),
-    )
-
-
-_LAYER_NUMBERS = ("local_rel_l2", "rounding_rel_l2", "lowp_rel_l2", "fixed_rel_l2", "ref_absmax", "input_ref_absmax",
-                  "frac_above_max", "frac_below_normal", "score")
-
-
-def _layer(v: Any, path: str) -> Layer:
-    d = _mapping(v, path)
-    floats = {k: _get(d, k, path, _num, default=None, optional=True) for k in _LAYER_NUMBERS}
-    return Layer(
-        index=_get(d, "index", path, _int), name=_get(d, "name", path, _str),
-        op_type=_get(d, "op_type", path, _str, default=""), flops=_get(d, "flops", path, _int, default=0),
-        rank=_get(d, "rank", path, _int, default=None, optional=True),
-        fallback=_get(d, "fallback", path, _bool, default=False),
-        input_sensitive=_get(d, "input_sensitive", path, _bool, default=False),
-        producers=_get(d, "producers", path, _list(_str), default=[]), **floats,
-    )
-
-
-def _validation(v: Any, path: str) -> Validation:
-    d = _mapping(v, path)
-    return Validation(
-        passed=_get(d, "passed", path, _bool), samples=_get(d, "samples", path, _int),
-        failing_samples=_get(d, "failing_samples", path, _list(_int), default=[]),
-        outputs=_get(d, "outputs", path, _checks, default={}),
-        first_candidate=_get(d, "first_candidate", path, _list(_str), default=None, optional=True),
-        research=_get(d, "research", path, _str, default=None, optional=True),
-        passed_after_research=_get(d, "passed_after_research", path, _bool, default=None, optional=True),
-        of=_get(d, "of", path, _str, default=None, optional=True),
-    )
-
-
-def _expected_headroom(v: Any, path: str) -> ExpectedHeadroom:
-    d = _mapping(v, path)
-    counts = {k: _get(d, k, path, _int, default=0) for k in
-              ("searched", "search_copies", "perturbed_copies", "held_out", "failing_copies", "failing_held_out")}
-    shares = {k: _opt(d, k, path, _num) for k in
-              ("share_searched", "share_unseen", "headroom", "predicted_share", "risk", "research_margin",
-               "first_predicted_share")}
-    flags = {k: _get(d, k, path, _bool, default=default) for k, default in
-             (("held_out_from_user", False), ("researched", False), ("holds", True))}
-    return ExpectedHeadroom(**counts, **shares, **flags, backend=_get(d, "backend", path, _str, default=None, optional=True),
-                            first_answer_size=_get(d, "first_answer_size", path, _int, default=None, optional=True))
-
-
-def _confirm(v: Any, path: str) -> Confirm:
-    d = _mapping(v, path)
-    return Confirm(
-        backend=_get(d, "backend", path, _str), searched_answer=_get(d, "searched_answer", path, _list(_str)),
-        passed=_get(d, "passed", path, _bool, optional=True),
-        skipped=_get(d, "skipped", path, _str, default=None, optional=True),
-        samples=_get(d, "samples", path, _int, default=None, optional=True),
-        searched_answer_passed=_get(d, "searched_answer_passed", path, _bool, default=None, optional=True),
-        status=_get(d, "status", path, _status, default=None, optional=True),
-        evaluations=_get(d, "evaluations", path, _int, default=None, optional=True),
-        memo_hits=_get(d, "memo_hits", path, _int, default=None, optional=True),
-        one_minimal_checked=_get(d, "one_minimal_checked", path, _bool, default=None, optional=True),
-        tolerance_used=_get(d, "tolerance_used", path, _num, default=None, optional=True),
-        trajectory=_get(d, "trajectory", path, _list(_trajectory_row), default=[]),
-        perturbed_copies=_get(d, "perturbed_copies", path, _int, default=None, optional=True),
-        pruned_searched=_get(d, "pruned_searched", path, _bool, default=None, optional=True),
-    )
-
-
-def _certification(v: Any, path: str) -> Certification:
-    d = _mapping(v, path)
-    return Certification(
-        backend=_get(d, "backend", path, _str), how=_get(d, "how", path, _str), samples=_get(d, "samples", path, _int),
-        gpu=_get(d, "gpu", path, _bool, default=False),
-        rules=_get(d, "rules", path, _str, default=None, optional=True),
-        not_on_gpu=_get(d, "not_on_gpu", path, _str, default=None, optional=True),
-        unconfirmed=_get(d, "unconfirmed", path, _list(_str), default=[]),
-    )
-
-
-def _shape_group(v: Any, path: str) -> ShapeGroupInfo:
-    d = _mapping(v, path)
-    shapes = {str(k): _list(_int)(x, f"{path}.shapes.{k}") for k, x in _get(d, "shapes", path, _mapping).items()}
-    return ShapeGroupInfo(shapes, *(_get(d, k, path, _int, default=0) for k in ("samples", "held_out", "captured")))
-
-
-def _emulation_note(v: Any, path: str) -> EmulationNote:
-    d = _mapping(v, path)
-    return EmulationNote(
-        kind=_get(d, "kind", path, _str), op_type=_get(d, "op_type", path, _str), count=_get(d, "count", path, _int),
-        nodes=_get(d, "nodes", path, _list(_str), default=[]), detail=_get(d, "detail", path, _str, default=""),
-        factor=_get(d, "factor", path, _num, default=None, optional=True),
-    )
-
-
-def _tolerance_used(v: Any, path: str) -> ToleranceUsed:
-    d = _mapping(v, path)
-    return ToleranceUsed(**{k: _get(d, k, path, _num, default=None, optional=True)
-                            for k in ("search", "validation", "confirm")})
-
-
-def _mismatch(v: Any, path: str) -> TrtLayerMismatch:
-    d = _mapping(v, path)
-    return TrtLayerMismatch(**{k: _get(d, k, path, _str) for k in ("node", "layer", "layer_type", "role", "expected")},
-                            found=_get(d, "found", path, _list(_str), default=[]))
-
-
-def _opt(d: dict, key: str, path: str, conv) -> Any:
-    return _get(d, key, path, conv, default=None, optional=True)
-
-
-def _trt_check(v: Any, path: str) -> TrtCheckResult:
-    d = _mapping(v, path)
-    return TrtCheckResult(
-        ran=_get(d, "ran", path, _bool), reason=_opt(d, "reason", path, _str), library=_opt(d, "library", path, _str),
-        version=_opt(d, "version", path, _str), onnx=_opt(d, "onnx", path, _str), layers=_opt(d, "layers", path, _int),
-        checked_layers=_opt(d, "checked_layers", path, _int), checked_nodes=_opt(d, "checked_nodes", path, _int),
-        mismatches=_get(d, "mismatches", path, _list(_mismatch), default=[]),
-        unmapped=_get(d, "unmapped", path, _list(_str), default=[]),
-    )
-
-
-def _shapes(v: Any, path: str) -> dict[str, list[int]]:
-    return {str(k): _list(_int)(x, f"{path}.{k}") for k, x in _mapping(v, path).items()}
-
-
-def _engine(v: Any, path: str) -> EngineResult:
-    d = _mapping(v, path)
-    return EngineResult(
-        built=_get(d, "built", path, _bool), reason=_opt(d, "reason", path, _str), plan=_opt(d, "plan", path, _str),
-        library=_opt(d, "library", path, _str), version=_opt(d, "version", path, _str),
-        targets=_get(d, "targets", path, _list(_str), default=[]), seconds=_opt(d, "seconds", path, _num),
-        size_bytes=_opt(d, "size_bytes", path, _int), tf32=_get(d, "tf32", path, _bool, default=False),
-        tactic_sources=_opt(d, "tactic_sources", path, _list(_str)), cache=_opt(d, "cache", path, _str),
-        input_shapes=_get(d, "input_shapes", path, _shapes, default={}),
-    )
-
-
-def _knob_trial(v: Any, path: str) -> KnobTrial:
-    d = _mapping(v, path)
-    return KnobTrial(knobs=_get(d, "knobs", path, _str), fallback_size=_get(d, "fallback_size", path, _int),
-                     why=_get(d, "why", path, _str, default=""), passed=_opt(d, "passed", path, _bool),
-                     tolerance_used=_opt(d, "tolerance_used", path, _num))
-
-
-def _knobs(v: Any, path: str) -> KnobsResult:
-    d = _mapping(v, path)
-    return KnobsResult(
-        backend=_get(d, "backend", path, _str), configurations=_get(d, "configurations", path, _list(_str), default=[]),
-        searched_answer=_get(d, "searched_answer", path, _list(_str), default=[]),
-        status=_get(d, "status", path, _status, default=RunStatus.COMPLETE), note=_opt(d, "note", path, _str),
-        samples=_get(d, "samples", path, _int, default=0), evaluations=_get(d, "evaluations", path, _int, default=0),
-        memo_hits=_get(d, "memo_hits", path, _int, default=0),
-        trials=_get(d, "trials", path, _list(_knob_trial), default=[]), best=_opt(d, "best", path, _str),
-        best_settings=_get(d, "best_settings", path, _str_map, default={}),
-        answer=_get(d, "answer", path, _list(_str), default=[]), tolerance_used=_opt(d, "tolerance_used", path, _num),
-    )
-
-
-def _enum(kind):
-    def read(v: Any, path: str):
-        try:
-            return kind(_str(v, path))
-        except ValueError:
-            raise _Bad(f"bad key '{path}': expected one of {', '.join(s.value for s in kind)}, got {v!r:.60}") from None
-
-    return read
-
-
-def _held_out_bound(v: Any, path: str) -> HeldOutBound:
-    d = _mapping(v, path)
-    return HeldOutBound(
-        samples=_get(d, "samples", path, _int), failures=_get(d, "failures", path, _int),
-        confidence=_get(d, "confidence", path, _num), failure_rate=_get(d, "failure_rate", path, _num),
-        method=_get(d, "method", path, _str), useful_rate=_get(d, "useful_rate", path, _num),
-        samples_for_useful=_get(d, "samples_for_useful", path, _int),
-        inputs_for_useful=_get(d, "inputs_for_useful", path, _int, default=0),
-        of=_get(d, "of", path, _str, default="final answer"),
-    )
-
-
-def _held_out_choice(v: Any, path: str) -> HeldOutChoice:
-    d = _mapping(v, path)
-    return HeldOutChoice(source=_get(d, "source", path, _str), samples=_get(d, "samples", path, _int),
-                         reason=_get(d, "reason", path, _str, default=""))
-
-
-def _search_round(v: Any, path: str) -> SearchRound:
-    d = _mapping(v, path)
-    return SearchRound(
-        round=_get(d, "round", path, _int), working=_get(d, "working", path, _list(_int)),
-        answer=_get(d, "answer", path, _list(_str), optional=True), evaluations=_get(d, "evaluations", path, _int),
-        checked=_get(d, "checked", path, _int), counterexamples=_get(d, "counterexamples", path, _list(_int)),
-        seconds=_get(d, "seconds", path, _num, default=0.0), search=_get(d, "search", path, _str, default="first"),
-    )
-
-
-def _search_rounds(v: Any, path: str) -> SearchRounds:
-    d = _mapping(v, path)
-    return SearchRounds(
-        search_samples=_get(d, "search_samples", path, _int), start=_get(d, "start", path, _int),
-        rounds=_get(d, "rounds", path, _list(_search_round), default=[]),
-        verified=_get(d, "verified", path, _bool, default=False), failing=_get(d, "failing", path, _int, default=0),
-        stopped=_opt(d, "stopped", path, _str), checked=_get(d, "checked", path, _int, default=0),
-        captured=_get(d, "captured", path, _list(_int), default=[]),
-    )
-
-
-def _answer_summary(v: Any, path: str) -> AnswerSummary:
-    d = _mapping(v, path)
-    return AnswerSummary(
-        nodes=_get(d, "nodes", path, _list(_str)), size=_get(d, "size", path, _int),
-        fp32_flop_share=_get(d, "fp32_flop_share", path, _num), held_out=_opt(d, "held_out", path, _held_out_bound),
-        search_failures=_get(d, "search_failures", path, _int, default=0),
-    )
-
-
-def _two_answers(v: Any, path: str) -> TwoAnswers:
-    d = _mapping(v, path)
-    return TwoAnswers(grown_by=_get(d, "grown_by", path, _list(_enum(Growth)), default=[]),
-                      smaller=_get(d, "smaller", path, _answer_summary), safer=_get(d, "safer", path, _answer_summary))
-
-
-def _answer_cost(v: Any, path: str) -> AnswerCost:
-    d = _mapping(v, path)
-    ints = {k: _get(d, k, path, _int) for k in ("fp32_flops", "total_flops", "casts", "casts_added", "cast_bytes",
-                                                  "bytes_fixed", "bytes_fp32", "bytes_lowp", "batch")}
-    return AnswerCost(fp32_flop_share=_get(d, "fp32_flop_share", path, _num), deploy_us=_get(d, "deploy_us", path, _num),
-                      estimated_speedup_kept=_opt(d, "estimated_speedup_kept", path, _num),
-                      shapes_from=_get(d, "shapes_from", path, _str), profile=_get(d, "profile", path, _str), **ints)
-
-
-def _latency(v: Any, path: str) -> DeployLatency:
-    d = _mapping(v, path)
-    return DeployLatency(batch=_get(d, "batch", path, _int), device=_get(d, "device", path, _str),
-                         runs=_get(d, "runs", path, _int),
-                         **{k: _get(d, k, path, _num) for k in ("fp32_ms", "lowp_ms", "fixed_ms", "fp32_p90_ms",
-                                                                 "lowp_p90_ms", "fixed_p90_ms")})
-
-
-def _tradeoff_point(v: Any, path: str) -> TradeoffPoint:
-    d = _mapping(v, path)
-    return TradeoffPoint(
-        multiplier=_get(d, "multiplier", path, _num), found=_get(d, "found", path, _bool),
-        fallback_size=_opt(d, "fallback_size", path, _int), fp32_flop_share=_opt(d, "fp32_flop_share", path, _num),
-        deploy_us=_opt(d, "deploy_us", path, _num), complete=_get(d, "complete", path, _bool, default=True),
-        evaluations=_get(d, "evaluations", path, _int, default=0),
-        fallback=_get(d, "fallback", path, _list(_str), default=[]),
-    )
-
-
-def _frontier_point(v: Any, path: str) -> FrontierPoint:
-    d = _mapping(v, path)
-    return FrontierPoint(share=_get(d, "share", path, _num), fallback_size=_get(d, "fallback_size", path, _int),
-                         fp32_flop_share=_opt(d, "fp32_flop_share", path, _num), deploy_us=_opt(d, "deploy_us", path, _num))
-
-
-def _tradeoff(v: Any, path: str) -> Tradeoff:
-    d = _mapping(v, path)
-    return Tradeoff(points=_get(d, "points", path, _list(_tradeoff_point), default=[]),
-                    frontier=_get(d, "frontier", path, _list(_frontier_point), default=[]),
-                    evaluations=_get(d, "evaluations", path, _int, default=0))
-
-
-def _group_use(v: Any, path: str) -> GroupUse:
-    d = _mapping(v, path)
-    return GroupUse(kind=_get(d, "kind", path, _str), kept=_get(d, "kept", path, _list(_str)),
-                    released=_get(d, "released", path, _list(_str), default=[]))
-
-
-def _pricing(v: Any, path: str) -> Pricing:
-    d = _mapping(v, path)
-    return Pricing(
-        objective=_get(d, "objective", path, _str), objective_means=_get(d, "objective_means", path, _str, default=""),
-        answer=_opt(d, "answer", path, _answer_cost), first_answer=_opt(d, "first_answer", path, _answer_cost),
-        groups=_get(d, "groups", path, _list(_group_use), default=[]),
-        gaps_closed=_get(d, "gaps_closed", path, _list(_list(_str)), default=[]),
-        refine_evaluations=_get(d, "refine_evaluations", path, _int, default=0),
-        latency=_opt(d, "latency", path, _latency), latency_note=_opt(d, "latency_note", path, _str),
-        tradeoff=_opt(d, "tradeoff", path, _tradeoff),
-    )
-
-
-def _dims(v: Any, path: str) -> tuple[int | None, ...]:
-    return tuple(None if x is None else _int(x, f"{path}[{i}]") for i, x in enumerate(_list(lambda y, p: y)(v, path)))
-
-
-def _input_shape(v: Any, path: str) -> InputShape:
-    d = _mapping(v, path)
-    ints = {k: tuple(_get(d, k, path, _list(_int))) for k in ("min", "opt", "max")}
-    return InputShape(name=_get(d, "name", path, _str), declared=_get(d, "declared", path, _dims), **ints)
-
-
-def _invocation(v: Any, path: str) -> Invocation:
-    d = _mapping(v, path)
-    origin = _get(d, "origin", path, _str, default="api")
-    if origin not in ORIGINS:
-        raise _Bad(f"bad key '{path}.origin': expected one of {', '.join(ORIGINS)}, got {origin!r:.60}")
-    try:
-        spec = RunSpec.from_json(_get(d, "spec", path, _mapping))
-    except UserError as exc:
-        raise _Bad(f"bad key '{path}.spec': {exc}") from None
-    return Invocation(spec=spec, directory=_get(d, "directory", path, _str), origin=origin)
-
-
-def _service_job(v: Any, path: str) -> ServiceJob:
-    d = _mapping(v, path)
-    return ServiceJob(
-        id=_get(d, "id", path, _str), server=_opt(d, "server", path, _str), model=_get(d, "model", path, _str, default=""),
-        inputs=_get(d, "inputs", path, _list(_str), default=[]),
-        validate_inputs=_get(d, "validate_inputs", path, _list(_str), default=[]),
-        reference_outputs=_opt(d, "reference_outputs", path, _str), remote=_get(d, "remote", path, _bool, default=False),
-    )
+        raise BadValue(f"bad key '{path}': {exc}") from None
+
+
+REPORT_JSON = Codec({
+    Report: Hook(out=_report_out, into=_report_in),
+    Confirm: Hook(out=lambda c, d: _pick(d, ("backend", "searched_answer", "passed", "skipped")
+                                         if c.skipped is not None else _CONFIRM_KEYS)),
+    Validation: Hook(out=lambda v, d: {k: x for k, x in d.items() if k not in _VALIDATION_IF_SET or x is not None}),
+    TrtCheckResult: Hook(out=_trt_check_out),
+    EngineResult: Hook(out=_engine_out),
+    KnobsResult: Hook(out=lambda k, d: {**d, "changed_answer": k.changed_answer},
+                      into=_defaults(configurations=[], searched_answer=[])),
+    DeployLatency: Hook(out=lambda lat, d: {**d, "latency_kept": lat.latency_kept}),
+    Tolerance: Hook(out=lambda t, d: {k: v for k, v in d.items() if k not in ("output_atol", "output_rtol") or v}),
+    OutputCheck: Hook(into=_defaults(**dict.fromkeys(_CHECK_NUMBERS, math.nan))),
+    Invocation: Hook(out=lambda i, d: _pick(d, ("origin", "directory", "spec")), into=_invocation_in),
+    RunSpec: Hook(encode=lambda s: s.to_json(), decode=_spec_in),
+    ExpectedHeadroom: Hook(into=_defaults(
+        searched=0, search_copies=0, perturbed_copies=0, held_out=0, held_out_from_user=False, share_searched=None,
+        share_unseen=None, headroom=None)),
+    KnobTrial: Hook(into=_defaults(why="", passed=None)),
+    AnswerCost: Hook(into=_defaults(estimated_speedup_kept=None)),
+    FrontierPoint: Hook(into=_defaults(fp32_flop_share=None, deploy_us=None)),
+    HeldOutChoice: Hook(into=_defaults(reason="")),
+    Pricing: Hook(into=_defaults(objective_means="")),
+    SearchRound: Hook(into=_defaults(seconds=0.0)),
+    TwoAnswers: Hook(into=_defaults(grown_by=[])),
+})
 
 
 def _report(data: Any) -> Report:
     if not isinstance(data, dict):
-        raise _Bad(f"not a report (expected a JSON object, got {type(data).__name__})")
+        raise BadValue(f"not a report (expected a JSON object, got {type(data).__name__})")
     missing = [k for k in REQUIRED if k not in data]
     if missing:
-        raise _Bad(f"not a report: missing key '{missing[0]}'")
-    d = data
-    return Report(
-        schema_version=_get(d, "schema_version", "", _int, default=SCHEMA_VERSION),
-        tool=_get(d, "tool", "", _str, default="precision-doctor"),
-        version=_get(d, "version", "", _str, default=""),
-        created=_get(d, "created", "", _str, default=""),
-        model=_get(d, "model", "", _model, default=None, optional=True),
-        precision=_get(d, "precision", "", _str),
-        backend=_get(d, "backend", "", _str),
-        strategy=_get(d, "strategy", "", _str),
-        cost=_get(d, "cost", "", _str, default=""),
-        tolerance=_get(d, "tolerance", "", _tolerance),
-        margin=_get(d, "margin", "", _num, default=0.0, optional=True) or 0.0,
-        tolerance_used=_get(d, "tolerance_used", "", _tolerance_used, default=None, optional=True),
-        confirm=_get(d, "confirm", "", _confirm, default=None, optional=True),
-        certified_by=_get(d, "certified_by", "", _certification, default=None, optional=True),
-        emulation_rules=_get(d, "emulation_rules", "", _str, default=None, optional=True),
-        emulation_notes=_get(d, "emulation_notes", "", _list(_emulation_note), default=[]),
-        status=_get(d, "status", "", _status),
-        reason=_get(d, "reason", "", _str, default=None, optional=True),
-        passed=_get(d, "passed", "", _bool),
-        fallback_nodes=_get(d, "fallback_nodes", "", _list(_str)),
-        fallback_size=_get(d, "fallback_size", "", _int, default=len(d["fallback_nodes"] or [])),
-        fp32_flop_share=_get(d, "fp32_flop_share", "", _num, default=0.0),
-        evaluations=_get(d, "evaluations", "", _int),
-        memo_hits=_get(d, "memo_hits", "", _int, default=0),
-        one_minimal_checked=_get(d, "one_minimal_checked", "", _bool, default=None, optional=True),
-        elapsed_s=_get(d, "elapsed_s", "", _num),
-        samples=SampleCounts(**{k: _get(_get(d, "samples", "", _mapping, default={}), k, "samples", _int, default=0)
-                                for k in ("search", "validation")}),
-        inputs=_get(d, "inputs", "", _mapping, default={}),
-        baseline=_get(d, "baseline", "", lambda v, p: Checks(
-            _get(_mapping(v, p), "passed", p, _bool), _get(v, "outputs", p, _checks, default={})),
-            default=None, optional=True),
-        outputs=_get(d, "outputs", "", _checks, default={}),
-        validation=_get(d, "validation", "", _validation, default=None, optional=True),
-        expected_headroom=_opt(d, "expected_headroom", "", _expected_headroom),
-        first_divergence=_get(d, "first_divergence", "", _str, default=None, optional=True),
-        first_divergence_node=_get(d, "first_divergence_node", "", _str, default=None, optional=True),
-        ranking=_get(d, "ranking", "", _list(_str), default=[]),
-        trajectory=_get(d, "trajectory", "", _list(_trajectory_row), default=[]),
-        layers=_get(d, "layers", "", _list(_layer), default=[]),
-        format_limits=FormatLimits(**{k: _get(_get(d, "format_limits", "", _mapping, default={}), k, "format_limits",
-                                              _num, default=None, optional=True) for k in ("max", "smallest_normal")}),
-        artifacts=_get(d, "artifacts", "", _str_map, default={}),
-        commands=_get(d, "commands", "", _str_map, default={}),
-        forced_fp32_nodes=_get(d, "forced_fp32_nodes", "", _str_map, default={}),
-        trt_check=_opt(d, "trt_check", "", _trt_check),
-        engine=_opt(d, "engine", "", _engine),
-        knobs=_opt(d, "knobs", "", _knobs),
-        held_out_choice=_opt(d, "held_out_choice", "", _held_out_choice),
-        held_out_bound=_opt(d, "held_out_bound", "", _held_out_bound),
-        decided_by=_opt(d, "decided_by", "", _enum(Decider)),
-        search_rounds=_opt(d, "search_rounds", "", _search_rounds),
-        answers=_opt(d, "answers", "", _two_answers),
-        pricing=_opt(d, "pricing", "", _pricing),
-        input_shapes=_get(d, "input_shapes", "", _list(_input_shape), default=[]),
-        invocation=_opt(d, "invocation", "", _invocation),
-        service_job=_opt(d, "service_job", "", _service_job),
-        shape_groups=_get(d, "shape_groups", "", _list(_shape_group), default=[]),
-    )
+        raise BadValue(f"not a report: missing key '{missing[0]}'")
+    return REPORT_JSON.from_json(Report, data)
