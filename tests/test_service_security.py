@@ -441,10 +441,11 @@ def test_a_held_store_lock_neither_blocks_nor_ends_the_service(tmp_path) -> None
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A real 24 MiB filesystem (tmpfs) at tmp_path/disk; skipped where mounting is not allowed."""
+    """A real 48 MiB filesystem (tmpfs) at tmp_path/disk (the job's uncompressed capture and HDF5's 16 MiB reserve fit,
+    the filler then takes the rest); skipped where mounting is not allowed."""
     where = tmp_path / "disk"
     where.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=24m", "tmpfs", str(where)], capture_output=True, text=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48m", "tmpfs", str(where)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here (needs root): {r.stderr.strip()}")
     yield where
@@ -479,7 +480,7 @@ def test_a_disk_that_fills_under_the_daemon(tmp_path, small_disk) -> None:
     d.start()
     try:
         health = httpx.get(f"{d.url}/healthz").json()
-        assert health["ok"] and health["disk"]["total_bytes"] <= 24 << 20 and not health["disk"]["full"], health
+        assert health["ok"] and health["disk"]["total_bytes"] <= 48 << 20 and not health["disk"]["full"], health
         job = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": settings}, timeout=30).json()
         d.wait_for(job["id"], lambda j: (j["progress"].get("evaluations") or 0) >= 2, what="two evaluations")
         filler = _fill(small_disk)  # the disk fills under the running job
