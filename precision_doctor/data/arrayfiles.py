@@ -140,14 +140,8 @@ def _member_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str, name:
 
 
 def _npy_header(f) -> tuple[tuple, np.dtype]:
-    version = npy.read_magic(f)
-    if version == (1, 0):
-        shape, _, dtype = npy.read_array_header_1_0(f)
-    elif version == (2, 0):
-        shape, _, dtype = npy.read_array_header_2_0(f)
-    else:
-        raise ValueError(f".npy format version {version} (only 1.0 and 2.0 hold plain arrays)")
-    return tuple(shape), dtype
+    shape, dtype, _ = _full_header(f)
+    return shape, dtype
 
 
 def npz_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:

@@ -31,6 +31,7 @@ from precision_doctor.outcome import _Value
 
 if TYPE_CHECKING:
     from precision_doctor.graph.formats import Format
+    from precision_doctor.graph.fusions import _Graph
     from precision_doctor.graph.model import Model
 
 
@@ -126,12 +127,11 @@ def _since(model: Model, node: onnx.NodeProto) -> int | None:
         return None
 
 
-def _pairs(model: Model, fmt: Format, lowp: set[str]) -> dict[str, list[str]]:
+def _pairs(g: _Graph, lowp: set[str]) -> dict[str, list[str]]:
     """Pattern name ("Add + LayerNormalization") -> the consumers of FUSED_PAIRS whose producer's output only
     they read, both low precision; a decomposed LayerNorm (a layernorm-fusion site) counts as LayerNormalization."""
-    from precision_doctor.graph.fusions import FUSIONS, _Graph
+    from precision_doctor.graph.fusions import FUSIONS
 
-    g = _Graph(model, fmt)
     heads = {}  # node name -> (op type it becomes, the tensor it normalizes)
     for site in FUSIONS["layernorm-fusion"].sites(g):
         if {site.anchor, *site.data.core} <= lowp:
@@ -158,6 +158,7 @@ def _pairs(model: Model, fmt: Format, lowp: set[str]) -> dict[str, list[str]]:
 def emulation_notes(model: Model, fmt: Format, lowp: Iterable[str]) -> list[EmulationNote]:
     """Notes for the nodes named in `lowp` (those that compute in low precision), grouped by op type."""
     from precision_doctor.graph.emulate import is_exact
+    from precision_doctor.graph.fusions import _Graph
 
     lowp = set(lowp)
     groups: dict[tuple[NoteKind, str], list[str]] = {}
@@ -171,17 +172,21 @@ def emulation_notes(model: Model, fmt: Format, lowp: Iterable[str]) -> list[Emul
             groups.setdefault((NoteKind.MEASURED_MISMATCH, node.op_type), []).append(info.name)
         elif node.op_type not in MEASURED and not is_exact(node):
             groups.setdefault((NoteKind.UNMEASURED_OP, node.op_type), []).append(info.name)
-    if names := _bias_gelus(model, fmt, lowp):
+    measured_as = dict(MEASURED)  # op type or pattern -> where it was measured
+    g = _Graph(model, fmt)  # the patterns' graph, built once
+    if names := _bias_gelus(g, lowp):
         groups[(NoteKind.MEASURED_MISMATCH, BIAS_GELU)] = names
-    for pattern, names in _pairs(model, fmt, lowp).items():
+        measured_as[BIAS_GELU] = BIAS_GELU_MEASURED
+    for pattern, names in _pairs(g, lowp).items():
         measured = _pair(pattern)[1]
         if measured is None:
             groups[(NoteKind.UNMEASURED_PATTERN, pattern)] = names
         elif measured.factor > MISMATCH:
             groups[(NoteKind.MEASURED_MISMATCH, pattern)] = names
+            measured_as[pattern] = measured
     notes = []
     for (kind, op), names in groups.items():
-        measured = BIAS_GELU_MEASURED if op == BIAS_GELU else _pair(op)[1] if " + " in op else MEASURED.get(op)
+        measured = measured_as.get(op)
         factor = measured.factor if kind == NoteKind.MEASURED_MISMATCH and measured is not None else None
         if kind == NoteKind.CPU_PLACEMENT:
             detail = (f"ONNX Runtime's CUDA provider has no FP16 kernel for {op} at this opset: it runs on the CPU in FP32 "
@@ -210,12 +215,11 @@ def emulation_notes(model: Model, fmt: Format, lowp: Iterable[str]) -> list[Emul
     return notes
 
 
-def _bias_gelus(model: Model, fmt: Format, lowp: set[str]) -> list[str]:
+def _bias_gelus(g: _Graph, lowp: set[str]) -> list[str]:
     """The Gelus (the op, or the anchor of an Erf-form Gelu that GeluFusion makes one) of BIAS_GELU, every node in
     low precision: the Gelu's input is an Add of a constant and a MatMul's output."""
-    from precision_doctor.graph.fusions import FUSIONS, _Graph
+    from precision_doctor.graph.fusions import FUSIONS
 
-    g = _Graph(model, fmt)
     gelus = [(site.anchor, site.reads[0]) for site in FUSIONS["gelu-fusion"].sites(g)
              if {site.anchor, *site.gates} <= lowp and site.reads]
     gelus += [(name, node.input[0]) for name, (node, _) in g.nodes.items()

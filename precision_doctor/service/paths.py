@@ -74,15 +74,20 @@ def open_confined(path: str, roots: list[Path], what: str, setting: str | None =
     return fd, real
 
 
-def _real_regular_file(path: str, roots: list[Path]) -> Path | None:
-    """The real path of `path` (symlinks resolved) if it is a regular file under one of `roots`."""
+def _real_under(path: str, roots: list[Path], is_kind=stat.S_ISREG) -> Path | None:
+    """The real path of `path` (symlinks resolved) if it is under one of `roots` and of its kind (`is_kind` of its
+    mode: a regular file, or `stat.S_ISDIR` a directory)."""
     try:
         real = Path(os.path.realpath(path, strict=True))
-        if any(real.is_relative_to(r) for r in roots) and stat.S_ISREG(os.stat(real).st_mode):
+        if any(real.is_relative_to(r) for r in roots) and is_kind(os.stat(real).st_mode):
             return real
     except (OSError, ValueError):
         pass
     return None
+
+
+def _real_regular_file(path: str, roots: list[Path]) -> Path | None:
+    return _real_under(path, roots)
 
 
 def pin(fd: int, dest: Path) -> None:
@@ -164,14 +169,7 @@ def expand_confined(value: str, roots: list[Path], what: str, setting: str | Non
 
 
 def _real_dir(path: str, roots: list[Path]) -> Path | None:
-    """The real path of `path` if it is a directory under one of `roots`."""
-    try:
-        real = Path(os.path.realpath(path, strict=True))
-        if any(real.is_relative_to(r) for r in roots) and stat.S_ISDIR(os.stat(real).st_mode):
-            return real
-    except (OSError, ValueError):
-        pass
-    return None
+    return _real_under(path, roots, stat.S_ISDIR)
 
 
 def external_data_locations(model: Path) -> list[str]:
