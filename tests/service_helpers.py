@@ -112,7 +112,7 @@ def planted_job_files(root: Path, name: str = "three_defects", n: int = 3) -> tu
     return model, files, {"tolerance": {"atol": case.atol, "rtol": case.rtol}}
 
 
-def slow_model(path: Path, blocks: int = 8, iterations: int = 150, width: int = 256, batch: int = 32) -> tuple[Path, dict]:
+def slow_model(path: Path, blocks: int = 8, iterations: int = 1500, width: int = 256, batch: int = 32) -> tuple[Path, dict]:
     """A model whose evaluations are slow and whose capture is cheap, so that a job spends seconds in
     its search: a chain of small elementwise blocks with one planted defect (a Mul by 1e5, undone by the
     next Mul: the minimal FP32 set is that Mul), plus a Loop of `iterations` MatMul+Tanh steps beside
