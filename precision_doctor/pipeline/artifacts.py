@@ -6,8 +6,10 @@ the model (or a copy), so that every command runs from the run directory with re
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -125,8 +127,26 @@ def save_polygraphy_io(out_dir: Path, samples: Sequence[Sample], refs: Sequence[
 
     note_written(out_dir / "inputs.json")
     note_written(out_dir / "reference_outputs.json")
-    save_json([dict(s) for s in samples], str(out_dir / "inputs.json"))
-    results = RunResults()
-    name = "onnxrt-fp32-reference"
-    results.append((name, [IterationResult(dict(r), runner_name=name) for r in refs]))
-    results.save(str(out_dir / "reference_outputs.json"))
+    with _without_torch():
+        save_json([dict(s) for s in samples], str(out_dir / "inputs.json"))
+        results = RunResults()
+        name = "onnxrt-fp32-reference"
+        results.append((name, [IterationResult(dict(r), runner_name=name) for r in refs]))
+        results.save(str(out_dir / "reference_outputs.json"))
+
+
+@contextlib.contextmanager
+def _without_torch() -> Iterator[None]:
+    """Polygraphy's JSON encoder imports torch where it is installed, to register an encoder for its tensors
+    (polygraphy/json/serde.py): 7 s on the GPU machine, for arrays that are all numpy here. While we save, it is
+    told that registration is done (unless torch is imported already); afterwards it may register as before."""
+    from polygraphy.json import serde
+
+    skip = "torch" not in sys.modules and not getattr(serde, "TORCH_REGISTRATION_SUCCESS", True)
+    if skip:
+        serde.TORCH_REGISTRATION_SUCCESS = True
+    try:
+        yield
+    finally:
+        if skip:
+            serde.TORCH_REGISTRATION_SUCCESS = False
