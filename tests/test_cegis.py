@@ -105,6 +105,9 @@ def test_counterexamples_join_the_working_set_and_the_answer_grows(tmp_path):
     assert rep.held_out_choice.source == "split" and rep.held_out_choice.samples == 3
     # the oracle never held more than the working set (and its copies): 6 of the 9 search samples at most
     assert max(t.failed_sample or 0 for t in rep.trajectory) < 6 * 4
+    # the second round pruned only what it added (each removal of an earlier member failed in the first round
+    # already, and failures stay known): the answer is 1-minimal on the working set
+    assert rep.one_minimal_checked is True
 
 
 def test_cegis_answers_round_trip_and_render(tmp_path):

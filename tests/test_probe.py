@@ -297,3 +297,21 @@ def test_held_out_check_is_of_the_second_answer(tmp_path):
     h, v = rep.expected_headroom, rep.validation
     assert h.researched and h.held_out == 2 and v.research is None and v.passed
     assert rep.fallback_nodes == ["add_offset", "sub_offset"] and v.tol_used == 0.0 and rep.tolerance_used.validation == 0.0
+
+
+def test_second_search_stops_halfway_when_the_halfway_answer_holds(tmp_path, monkeypatch):
+    """The margin the prediction asks for overshoots (shares do not scale together): the second search goes
+    halfway first and on to the whole margin, from the halfway answer, only when the recheck copies say the
+    halfway answer will not hold."""
+    from precision_doctor.pipeline import probe as pipeline
+
+    halfway = _diagnose(tmp_path / "a", 3, augment=1, margin=0.0)
+    h = halfway.expected_headroom
+    searches = [r.search for r in halfway.search_rounds.rounds]
+    assert h.researched and h.holds and "stricter" not in searches and "second" in searches
+    monkeypatch.setattr(pipeline, "_predicted_to_hold", lambda shares, validation: False)
+    whole = _diagnose(tmp_path / "b", 3, augment=1, margin=0.0)
+    w = whole.expected_headroom
+    assert [r.search for r in whole.search_rounds.rounds][-1] == "stricter"
+    assert w.research_margin == pytest.approx(2 * h.research_margin) and whole.margin == w.research_margin
+    assert whole.evaluations > halfway.evaluations

@@ -226,6 +226,23 @@ def test_repair_keeping_the_start_prunes_only_what_it_added(tmp_path):
     assert repair(again, s.space, found, keep_start=True) == found and again.evaluations == 1
 
 
+def test_polish_removes_what_a_grown_set_no_longer_needs(tmp_path):
+    """A set grown with only its additions pruned (`keep_start`) may hold a member that the additions made
+    redundant: `polish` tries every member's removal and leaves a 1-minimal set that still passes."""
+    from precision_doctor.search.auto import polish, repair
+
+    s = Setup("three_defects", tmp_path)
+    found = STRATEGIES["auto"](s.oracle(), s.space)
+    padded = found | frozenset(sorted(set(s.space.universe) - found)[:3])  # members it does not need
+    o = s.oracle()
+    slim = polish(o, s.space, padded)
+    assert o.passes(slim) and slim <= padded and all(not o.passes(slim - {x}) for x in slim)
+    assert len(slim) <= len(found) + 1 and o.one_minimal_checked(slim)
+    strict = s.oracle(samples=s.case.samples(8, seed=123))
+    grown = repair(strict, s.space, found, keep_start=True)
+    assert grown is not None and polish(strict, s.space, grown) <= grown
+
+
 def test_confirmation_keeps_the_members_of_a_large_answer(tmp_path, monkeypatch):
     """Above PRUNE_MAX members the confirm backend (here the emulator on 8 other samples, where the
     answer fails) keeps the searched members, prunes only what it added, and the report says so."""

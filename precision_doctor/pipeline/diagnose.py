@@ -56,7 +56,7 @@ from precision_doctor.pipeline.reporting import (
     build_report,
     write_report,
 )
-from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_from, run_loop, start_loop
+from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_from, polish_for, run_loop, start_loop
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
@@ -169,7 +169,8 @@ def _search(ctx: RunContext) -> Outcome:
     sample, the failing ones added, until an answer passes them all (pipeline/search_loop.py)."""
     notify(ctx.progress, PhaseEvent("search"))
     strategy = ctx.spec.search.strategy
-    return run_loop(ctx.loop, ctx.oracle, ctx.space, strategy, lambda prev: grow_from(strategy, prev), stop=ctx.stop)
+    return run_loop(ctx.loop, ctx.oracle, ctx.space, strategy, lambda prev: grow_from(strategy, prev), stop=ctx.stop,
+                    polish=polish_for(strategy))
 
 
 def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:

@@ -31,7 +31,7 @@ from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.strategy import StrategyFn, run_strategy
 from precision_doctor.results.report import SearchRound, SearchRounds
 from precision_doctor.search import STRATEGIES, Oracle
-from precision_doctor.search.auto import repair
+from precision_doctor.search.auto import polish, repair
 from precision_doctor.search.cegis import (
     COUNTEREXAMPLES,
     MAX_ROUNDS,
@@ -47,6 +47,7 @@ from precision_doctor.search.oracle import BudgetExhausted
 from precision_doctor.search.space import SearchSpace
 
 ROUNDS_LOG = "search_rounds.jsonl"
+Polish = Callable[[Oracle, SearchSpace, frozenset[str]], frozenset[str]]
 
 
 @dataclass
@@ -174,20 +175,30 @@ def start_loop(backend: Backend, samples: Sequence[Sample], refs: Sequence[dict]
 
 def grow_from(strategy: str | StrategyFn, previous: frozenset[str]) -> StrategyFn:
     """How a round after the first continues from the previous answer: `auto` grows it until it passes and
-    prunes it again (`search.auto.repair`); another strategy searches again (its failures stay memoized)."""
+    prunes what it added (`search.auto.repair` with `keep_start`; the loop's `polish` later owes the rest);
+    another strategy searches again (its failures stay memoized)."""
     if strategy == "auto":
-        return lambda o, sp: repair(o, sp, previous)
+        return lambda o, sp: repair(o, sp, previous, keep_start=True)
     return STRATEGIES[strategy] if isinstance(strategy, str) else strategy
+
+
+def polish_for(strategy: str | StrategyFn) -> Polish | None:
+    """What an answer grown by `grow_from(strategy, ...)` owes once it passes every search sample: with `auto`,
+    single-member removals over all of it (`search.auto.polish`: it pruned only what each round added)."""
+    return polish if strategy == "auto" else None
 
 
 def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | StrategyFn,
              grow: Callable[[frozenset[str]], StrategyFn], *, search: str = "first",
-             stop: StopToken | None = None) -> Outcome:
+             stop: StopToken | None = None, polish: Polish | None = None) -> Outcome:
     """Search on the oracle (its samples: `loop.working` and their copies, and whatever else it was given), check
     each answer on the other search samples, add the failing ones and search on (`grow` from the answer) until an
-    answer passes every search sample, MAX_ROUNDS rounds end it, or the budget or a stop does."""
+    answer passes every search sample, MAX_ROUNDS rounds end it, or the budget or a stop does. `polish`: what an
+    answer that `grow` (or a `first` that is not a strategy's name) made owes once it passes every search sample
+    (the removals `grow` did not try); a polished answer that changed is checked on the other samples again."""
     loop.verified, loop.failing, loop.stopped = False, 0, None
     t0 = time.monotonic()
+    owed = polish is not None and not isinstance(first, str)
     outcome = run_strategy(oracle, space, first, stop)
     for index in range(MAX_ROUNDS):
         spent = sum(1 for e in oracle.trajectory if e.round == oracle.round)  # replayed ones too, on resume
@@ -213,6 +224,16 @@ def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | Strate
             loop.log.write(rnd)
         loop.rounds.append(rnd)
         loop.checked += rnd.checked
+        if not rnd.counterexamples and owed and index + 1 < MAX_ROUNDS:
+            owed, t0 = False, time.monotonic()
+            polished = _polish(oracle, space, outcome, polish, stop)
+            if not polished.complete:  # the budget or a stop: the answer as it was, which passed every sample
+                loop.verified = True
+                return outcome.but(status=polished.status, reason=f"{polished.reason} (while the answer that passes "
+                                   "every search sample was polished: it is reported as it was)")
+            if polished.found != outcome.found:
+                outcome = polished
+                continue  # the slimmer answer is checked on the other search samples in the next round
         if not rnd.counterexamples:
             loop.verified = True
             return outcome
@@ -227,7 +248,15 @@ def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | Strate
         loop.user_samples += len(rnd.counterexamples)
         t0 = time.monotonic()
         outcome = run_strategy(oracle, space, grow(outcome.found), stop)
+        owed = polish is not None
     raise AssertionError("not reached: the last round returns")
+
+
+def _polish(oracle: Oracle, space: SearchSpace, outcome: Outcome, polish: Polish, stop: StopToken | None) -> Outcome:
+    """`polish` of the outcome's answer on the oracle, run as a strategy runs (a budget or a stop end it)."""
+    found = outcome.found
+    assert found is not None
+    return run_strategy(oracle, space, lambda o, sp: polish(o, sp, found), stop)
 
 
 def _check(oracle: Oracle, pool: SamplePool, found: frozenset[str], working: list[int],

@@ -121,6 +121,28 @@ def _repair(oracle: Oracle, space: SearchSpace, start: frozenset[str], prune_aft
     return prune(oracle, space, current, keep=start if keep_start else frozenset())
 
 
+def polish(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:
+    """Single-member removals over all of `current` until none goes (1-minimal; above CERTIFY_MAX members one
+    pass): what a set grown with only its additions pruned (`repair`'s `keep_start`) still owes. Over units
+    where the space has them. Each removal that fails costs one evaluation stopped at its first failing sample."""
+    if space.grouping is not None:
+        from precision_doctor.search.units import UnitOracle
+
+        units = space.grouping.units(current)
+        return space.expand(_polish(UnitOracle(oracle, space), space, units))  # type: ignore[arg-type]
+    return _polish(oracle, space, current)
+
+
+def _polish(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> frozenset[str]:
+    if space.objective == "flops":
+        return _prune_by_cost(oracle, space, current)
+    oracle.phase = "certify"
+    current, removed = sweep(oracle, space, current, grow=False)
+    while removed and len(current) <= CERTIFY_MAX:
+        current, removed = sweep(oracle, space, current, grow=False)
+    return current
+
+
 def grow(oracle: Oracle, space: SearchSpace, start: frozenset[str]) -> frozenset[str] | None:
     """`start` plus the shortest passing prefix of the other nodes (ranked islands when the ranking is
     informative, else topological order); None when even every node added fails."""
