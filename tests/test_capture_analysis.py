@@ -115,3 +115,23 @@ def test_scalar_tensors_read_back_as_arrays(tmp_path):
         store.write("reference", "s", 0, 1, np.float32(3.0))
     with ActivationStore(tmp_path / "a.h5") as store:
         assert isinstance(store.read("reference", "s", 0), np.ndarray)
+
+
+def test_many_samples_are_written_at_once_across_shape_groups(tmp_path):
+    """`write_many`: consecutive samples in one write per shape group they span, read back as written one by one."""
+    from precision_doctor.data.activations import ActivationStore
+
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal((2, 3)).astype(np.float32) for _ in range(3)] + \
+        [rng.standard_normal((2, 5)).astype(np.float32) for _ in range(2)]
+    with ActivationStore(tmp_path / "a.h5", "w") as one, ActivationStore(tmp_path / "b.h5", "w") as many:
+        for store in (one, many):
+            store.set_shape_groups([({"x": [2, 3]}, 3), ({"x": [2, 5]}, 2)])
+        for i, v in enumerate(values):
+            one.write("run", "t/0", i, 5, v)
+        many.write_many("run", "t/0", 0, 5, values[:4])
+        many.write_many("run", "t/0", 4, 5, values[4:])
+        for i, v in enumerate(values):
+            assert np.array_equal(one.read("run", "t/0", i), v) and np.array_equal(many.read("run", "t/0", i), v)
+        with pytest.raises(Exception, match="in sample 1 but"):
+            many.write_many("run", "u", 0, 5, [values[0], values[0][:, :2]])

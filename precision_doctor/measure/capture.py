@@ -76,14 +76,44 @@ def capture_run(
     done = 0
     for group in groups:
         sess = make_session(with_outputs(proto, group, model.tensor_types), optimize=False)
-        for i, s in enumerate(samples):
-            check(stop)
-            for name, value in zip(group, run_session(sess, group, {**s, **extra_feed}, model)):
-                store.write(run, name, i, len(samples), value)
+        with Batches(store, run, group, len(samples), budget) as out:
+            for i, s in enumerate(samples):
+                check(stop)
+                out.add(i, run_session(sess, group, {**s, **extra_feed}, model))
         del sess
         release_heap()  # between groups: glibc keeps freed heap otherwise (see BENCHMARKS)
         done += len(group)
         notify(progress, CaptureEvent(run, done, len(names)))
+
+
+class Batches:
+    """The outputs of consecutive samples for `names`, held until they reach `budget` bytes (at most one sample's
+    beyond), then written to `store`'s `run` in one write per tensor (`ActivationStore.write_many`); the rest on
+    leaving the `with` block normally."""
+
+    def __init__(self, store: ActivationStore, run: str, names: list[str], n_samples: int, budget: int):
+        self.store, self.run, self.names, self.n_samples, self.budget = store, run, names, n_samples, budget
+        self.first, self.held, self.nbytes = 0, [], 0
+
+    def add(self, sample: int, values: Sequence[np.ndarray]) -> None:
+        if not self.held:
+            self.first = sample
+        self.held.append(list(values))
+        self.nbytes += sum(np.asarray(v).nbytes for v in values)
+        if self.nbytes >= self.budget:
+            self.flush()
+
+    def flush(self) -> None:
+        for k, name in enumerate(self.names):
+            self.store.write_many(self.run, name, self.first, self.n_samples, [vals[k] for vals in self.held])
+        self.held, self.nbytes = [], 0
+
+    def __enter__(self) -> Batches:
+        return self
+
+    def __exit__(self, kind, *_) -> None:
+        if kind is None and self.held:
+            self.flush()
 
 
 def capture(
@@ -166,11 +196,11 @@ def capture_local(
         proto, feeds = local_graph(model, fmt, group, rules)
         sess = make_session(proto, optimize=False)
         outputs = [o.name for o in proto.graph.output]
-        for i in range(samples_n):
-            check(stop)
-            feed = {t: store.read(REFERENCE, t, i) for t in feeds}
-            for oname, value in zip(outputs, run_session(sess, outputs, feed, model)):
-                store.write(LOCAL, _strip_local(oname), i, samples_n, value)
+        with Batches(store, LOCAL, [_strip_local(o) for o in outputs], samples_n, budget) as out:
+            for i in range(samples_n):
+                check(stop)
+                feed = {t: store.read(REFERENCE, t, i) for t in feeds}
+                out.add(i, run_session(sess, outputs, feed, model))
         del sess
         done += len(group)
         notify(progress, CaptureEvent(LOCAL, done, len(nodes)))
