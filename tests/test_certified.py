@@ -264,10 +264,6 @@ def test_auto_confirms_on_the_gpu(planted_file, tmp_path):
     h = report.expected_headroom  # the GPU also ran the probe's fresh copies of the final answer
     assert h is not None and h.backend == "ort-cuda" and h.perturbed_copies > 0 and h.holds
     assert "fresh copies run on ort-cuda" in (tmp_path / "run" / "report.md").read_text()
-    # the confirmation's trials ran cuDNN's heuristic algorithms; the default (EXHAUSTIVE) checked the final answer
-    assert report.confirm.trial_conv_algo == "HEURISTIC" and report.confirm.final_check_evaluations >= 1
-    assert "checked with ONNX Runtime's default (EXHAUSTIVE) choice" in (tmp_path / "run" / "report.md").read_text()
-    assert (tmp_path / "run" / "confirm-final.jsonl").exists()
 
 
 def test_compare_says_what_its_pass_rests_on(run_cli, planted_file, tmp_path):

@@ -84,10 +84,7 @@ class OrtBackend(ClosingBackend):
     runners are kept by fallback set. `outputs` may name any tensors (marked as graph outputs,
     which can change the provider's fusions). On CUDA, FP32 nodes compute in true FP32 unless
     `tf32` (ONNX Runtime's default is TF32 matmuls and convolutions, 10-bit mantissas; a string
-    "CUDAExecutionProvider" gets `use_tf32` set from `tf32` and `cudnn_conv_algo_search` from `conv_algo`, a
-    (name, options) pair is kept as is). `conv_algo`: ONNX Runtime's default EXHAUSTIVE times every cuDNN
-    algorithm of each convolution in a session's first run (1.1-2.0 s a session on a detector on an H100);
-    HEURISTIC picks without timing (0.2-0.3 s), with other algorithms, so other roundings.
+    "CUDAExecutionProvider" gets `use_tf32` set from `tf32`, a (name, options) pair is kept as is).
     """
 
     def __init__(
@@ -100,14 +97,12 @@ class OrtBackend(ClosingBackend):
         optimize: bool = True,
         cache_size: int = 4,
         tf32: bool = False,
-        conv_algo: str = "EXHAUSTIVE",
     ):
         fmt = get_format(precision)
         self.model = model
         self.precision = precision
-        self.tf32, self.conv_algo = tf32, conv_algo
         self.providers = [
-            (CUDA, {"use_tf32": "1" if tf32 else "0", "cudnn_conv_algo_search": conv_algo}) if p == CUDA else p
+            (CUDA, {"use_tf32": "1" if tf32 else "0"}) if p == CUDA else p
             for p in (providers if providers is not None else default_providers())
         ]
         self.uses_cuda = any(_provider_name(p) == CUDA for p in self.providers)
@@ -132,17 +127,6 @@ class OrtBackend(ClosingBackend):
         self.optimize = optimize
         self.cache_size = cache_size
         self._cache: OrderedDict[frozenset[str], OrtRunner] = OrderedDict()
-
-    def with_conv_algo(self, conv_algo: str) -> OrtBackend | None:
-        """The same backend with cuDNN's algorithm choice `conv_algo` (None: not on CUDA, or already so, or
-        providers given with their options, which are kept as they are)."""
-        plain = all(not isinstance(p, tuple | list) or (p[0] == CUDA and set(p[1]) == {"use_tf32", "cudnn_conv_algo_search"})
-                    for p in self.providers)
-        if not self.uses_cuda or conv_algo == self.conv_algo or not plain:
-            return None
-        providers = [CUDA if _provider_name(p) == CUDA else p for p in self.providers]
-        return OrtBackend(self.model, self.precision, providers, self.output_names, self.keep_io_types, self.optimize,
-                          self.cache_size, self.tf32, conv_algo)
 
     def prepare(self, fallback: frozenset[str]) -> OrtRunner:
         key = frozenset(fallback)

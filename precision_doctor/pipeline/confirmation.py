@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from precision_doctor.backends.base import Backend, check_only
-from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes, unconfirmed_parts
@@ -17,19 +16,13 @@ from precision_doctor.graph.model import Model
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.context import StepContext
 from precision_doctor.pipeline.search_loop import Loop, run_loop
-from precision_doctor.pipeline.strategy import evaluation_events, remaining, run_strategy, trajectory_row, user_share
+from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, trajectory_row, user_share
 from precision_doctor.results.report import Certification, Confirm, KnobsResult, Validation
 from precision_doctor.search import Oracle
 from precision_doctor.search.auto import CERTIFY_MAX, repair
 from precision_doctor.search.oracle import Budget, Verdict
 
 CONFIRM_CHECKPOINT = "confirm.jsonl"
-FINAL_CHECKPOINT = "confirm-final.jsonl"
-# On ort-cuda the confirmation's trials (grow, prune, the other search samples) run cuDNN's heuristic algorithm
-# choice: ONNX Runtime's default, EXHAUSTIVE, times every algorithm of each convolution in a session's first run,
-# 1.1-2.0 s of a 1.3-2.2 s trial on nudenet's detector on an H100 against 0.2-0.3 s (bench/gpu_eval_profile.py).
-# The default then has the last word on the final answer (`final_check`).
-TRIAL_CONV_ALGO = "HEURISTIC"
 # Above this many members the searched answer's own members are not pruned on the confirm backend: each
 # removal tried there is a new session (1.4-2.9 s on nudenet's detector on an H100), hundreds for an answer
 # of hundreds of nodes; what a failing answer needed added there is still pruned.
@@ -59,33 +52,16 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     With `loop` (the search's counterexample-guided loop), the answer is then checked there on every other search
     sample, and the failing ones join as in the search (`Confirmed.loop`: that loop).
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
-    found = searched.found
+    spec, out_dir, found = ctx.spec, ctx.out_dir, searched.found
     assert found is not None
-    trial = backend.with_conv_algo(TRIAL_CONV_ALGO) if isinstance(backend, OrtBackend) else None
-    try:
-        return _confirm(ctx, found, backend, trial, samples, refs, budget, copies, loop, searched_on_gpu)
-    finally:
-        if trial is not None:
-            trial.close()
-
-
-def _oracle(ctx: StepContext, backend: Backend, samples: list[Sample], refs: list[dict], budget: Budget,
-            name: str) -> Oracle:
-    """An oracle on `backend` recording in the run's `name` (read back on resume, else removed)."""
-    path = ctx.out_dir / name
-    oracle = Oracle(backend, samples, refs, ctx.spec.search_tolerance, cost_of=ctx.space.cost, budget=budget,
-                    checkpoint=path, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop)
+    oracle = Oracle(
+        backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, budget=budget,
+        checkpoint=out_dir / CONFIRM_CHECKPOINT, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop,
+    )
     if ctx.resume:
         oracle.load_checkpoint()
-    elif path.exists():
-        path.unlink()
-    return oracle
-
-
-def _confirm(ctx: StepContext, found: frozenset[str], backend: Backend, trial: Backend | None, samples: list[Sample],
-             refs: list[dict], budget: Budget, copies: int, loop: Loop | None, searched_on_gpu: bool) -> Confirmed:
-    spec = ctx.spec
-    oracle = _oracle(ctx, trial or backend, samples, refs, budget, CONFIRM_CHECKPOINT)
+    elif (out_dir / CONFIRM_CHECKPOINT).exists():
+        (out_dir / CONFIRM_CHECKPOINT).unlink()
     prune_after = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
     keep = len(found) > PRUNE_MAX
     pruned_searched = prune_after and not keep
@@ -110,20 +86,6 @@ def _confirm(ctx: StepContext, found: frozenset[str], backend: Backend, trial: B
         passed, confirmed = None, found
         reason = f"confirmation on {backend.name} stopped early ({reason}); the answer is the searched one, not confirmed"
     final = oracle.known(confirmed) if passed else None
-    last: Oracle | None = None
-    if trial is not None and passed:
-        last, outcome = final_check(ctx, backend, oracle, confirmed, budget)
-        status, reason, passed = outcome.status, outcome.reason or reason, outcome.found is not None
-        if status != RunStatus.COMPLETE and outcome.found is None:
-            passed, reason = None, (f"the final check on {backend.name} with cuDNN's default algorithm choice "
-                                    f"stopped early ({outcome.reason}); the answer is the one confirmed with "
-                                    f"{TRIAL_CONV_ALGO} algorithms, not checked with the default ones")
-        elif passed:
-            pruned_searched = pruned_searched and outcome.found == confirmed
-            confirmed = outcome.found
-            final = last.known(confirmed)
-        else:
-            reason = f"no set passes on {backend.name} with cuDNN's default algorithm choice"
     # the user's samples it ran on: those in its oracle, and the other search samples once the loop checked them
     users, n_copies = len(samples) - copies, copies
     if there is not None:
@@ -137,29 +99,14 @@ def _confirm(ctx: StepContext, found: frozenset[str], backend: Backend, trial: B
         searched_answer_passed=None if as_is is None else as_is.passed,
         passed=passed,
         status=status,
-        evaluations=oracle.evaluations + (last.evaluations if last else 0),
-        memo_hits=oracle.memo_hits + (last.memo_hits if last else 0),
+        evaluations=oracle.evaluations,
+        memo_hits=oracle.memo_hits,
         one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and pruned_searched else None,
         pruned_searched=pruned_searched,
         tolerance_used=user_share(spec, final),
-        trajectory=[trajectory_row(e) for e in oracle.trajectory + (last.trajectory if last else [])],
-        trial_conv_algo=TRIAL_CONV_ALGO if trial is not None else None,
-        final_check_evaluations=last.evaluations if last else None,
+        trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )
     return Confirmed(Outcome(status, reason, confirmed), report, final, there)
-
-
-def final_check(ctx: StepContext, backend: Backend, trials: Oracle, answer: frozenset[str],
-                budget: Budget) -> tuple[Oracle, Outcome]:
-    """The answer the trials confirmed, on `backend` as deployed (cuDNN's default algorithm choice) on every sample
-    the trials' oracle ended with: kept if it passes; else grown there, and only what was added pruned."""
-    left = remaining(budget, trials)
-    if left.max_evaluations == 0:
-        left = Budget(1, left.time_s)  # a check of the answer, not a search: it runs once however the budget stands
-    oracle = _oracle(ctx, backend, trials.samples, trials.references, left, FINAL_CHECKPOINT)
-    oracle.phase = "final-check"
-    result = run_strategy(oracle, ctx.space, lambda o, sp: repair(o, sp, answer, True, keep_start=True), ctx.stop)
-    return oracle, result
 
 
 def certification(

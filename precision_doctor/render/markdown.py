@@ -203,12 +203,7 @@ def confirm_sentence(report: Report) -> str | None:
     kept = "" if c.pruned_searched is not False else (
         f" (its own {searched} members were kept, not pruned there: each removal tried is a new session on "
         f"{c.backend}{'' if c.searched_answer_passed else '; only what was added there was pruned'})")
-    algos = "" if c.trial_conv_algo is None else (
-        f" Its trials ran cuDNN's {c.trial_conv_algo} algorithm choice (no timing of every algorithm in each "
-        f"session); the final answer was checked with ONNX Runtime's default (EXHAUSTIVE) choice, as deployed, "
-        + ("and passed as it was." if c.final_check_evaluations == 1 else
-           f"where it had to grow ({_q(c.final_check_evaluations)} evaluations)."))
-    return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}.{algos}"
+    return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}."
 
 
 def generalization_sentence(report: Report) -> str | None:

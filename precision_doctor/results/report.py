@@ -272,10 +272,7 @@ class Confirm:
     `samples`: the user's (search and held-out) samples it ran on; `perturbed_copies`: the search's
     perturbed copies it ran on besides them; `pruned_searched`: whether it may remove the searched answer's
     own members (not above pipeline.confirmation.PRUNE_MAX of them, nor on a check-only backend); when it may
-    not, `one_minimal_checked` is None (they were pruned on the search backend only). `trial_conv_algo`: on
-    ort-cuda, the cuDNN algorithm choice its trials ran (grow, prune, the other search samples), after which
-    the final answer was checked with the default choice in `final_check_evaluations` evaluations (1: it
-    passed as it was; more: it grew there) (pipeline/confirmation.py)."""
+    not, `one_minimal_checked` is None (they were pruned on the search backend only)."""
 
     backend: str
     searched_answer: list[str]
@@ -291,8 +288,6 @@ class Confirm:
     trajectory: list[TrajectoryRow] = field(default_factory=list)
     perturbed_copies: int | None = None
     pruned_searched: bool | None = None
-    trial_conv_algo: str | None = None
-    final_check_evaluations: int | None = None
 
     def to_json(self) -> dict:
         """report.json's `confirm`."""

@@ -29,8 +29,8 @@ SETTINGS_FILE = "run_settings.json"  # pipeline/settings.py writes it
 # refuses a directory where one of these exists and the manifest does not list it.
 RUN_OUTPUTS = (
     "report.json", "report.md", "report.html", "activations.h5", ".activations.h5.partial", ".activations.h5.summary",
-    "layers.csv", "layers.json", "search.jsonl", "search-again.jsonl", "confirm.jsonl", "confirm-final.jsonl",
-    "search_rounds.jsonl", SETTINGS_FILE, "fixed.onnx", ".fixed.onnx.partial",
+    "layers.csv", "layers.json", "search.jsonl", "search-again.jsonl", "confirm.jsonl", "search_rounds.jsonl",
+    SETTINGS_FILE, "fixed.onnx", ".fixed.onnx.partial",
     ".fixed.onnx.partial.data",
     "named.onnx", ".named.onnx.partial", "inputs.json", "reference_outputs.json", "layer_precisions.txt",
     "trtexec.sh", "tensorrt_rtx.sh", "autocast_nodes_to_exclude.txt", "precision-doctor-error.log",
