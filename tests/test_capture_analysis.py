@@ -135,3 +135,26 @@ def test_many_samples_are_written_at_once_across_shape_groups(tmp_path):
             assert np.array_equal(one.read("run", "t/0", i), v) and np.array_equal(many.read("run", "t/0", i), v)
         with pytest.raises(Exception, match="in sample 1 but"):
             many.write_many("run", "u", 0, 5, [values[0], values[0][:, :2]])
+
+
+@pytest.mark.parametrize("name", ["three_defects", "overflow_island"])
+def test_fixed_errors_without_a_stored_run_are_the_stored_runs(tmp_path, name):
+    """Unless `capture.keep` is `all`, the fixed run is not stored: its per-candidate errors, computed as it runs,
+    are those computed from the stored run (bit for bit), and the store is left as it was."""
+    from precision_doctor.graph.formats import get_format
+    from precision_doctor.pipeline.compare import FIXED_RUN, capture_fixed
+
+    case = planted.CASES[name]()
+    model = from_proto(case.model)
+    work = Workload(model, case.samples(3, 0), InputSpec())
+    run_compare(work, "fp16", Tolerance(case.atol, case.rtol), tmp_path)
+    path, fmt = tmp_path / "activations.h5", get_format("fp16")
+    fallback = frozenset(case.expected)
+    before = path.stat().st_size
+    streamed = capture_fixed(path, model, fmt, work.captured(), fallback, CaptureSpec(keep="summary", group_mb=0.001))
+    with h5py.File(path, "r") as f:
+        assert FIXED_RUN not in f and path.stat().st_size == before
+    stored = capture_fixed(path, model, fmt, work.captured(), fallback, CaptureSpec(keep="all"))
+    with h5py.File(path, "r") as f:
+        assert FIXED_RUN in f
+    assert streamed == stored and set(streamed) == {n.name for n in model.candidates}

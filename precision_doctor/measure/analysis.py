@@ -137,6 +137,12 @@ class _Acc:
         )
 
 
+def error_accumulator(fmt: Format) -> _Acc:
+    """A streaming accumulator of one tensor's `ErrorStats`: `add(out, ref)` sample by sample, then `result()`
+    (what `tensor_error` computes from a stored run)."""
+    return _Acc(fmt)
+
+
 def tensor_error(store: ActivationStore, run: str, name: str, fmt: Format) -> ErrorStats:
     acc = _Acc(fmt)
     for out, ref in zip(store.iter_samples(run, name), store.iter_samples(REFERENCE, name)):

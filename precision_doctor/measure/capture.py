@@ -30,7 +30,7 @@ from precision_doctor.spec import CaptureSpec
 _UNKNOWN_BYTES = 1 << 20
 
 
-def _tensor_bytes(model: Model, name: str) -> int:
+def tensor_bytes(model: Model, name: str) -> int:
     shape = model.tensor_shapes.get(name)
     elem = model.tensor_types.get(name)
     if shape is None or elem is None or any(d is None for d in shape):
@@ -72,7 +72,7 @@ def capture_run(
     stop: StopToken | None = None,
 ) -> None:
     """Run `proto` on every sample, a bounded group of the tensors `names` at a time, into `store`'s `run`."""
-    groups = group_by_bytes(names, lambda t: _tensor_bytes(model, t), budget)
+    groups = group_by_bytes(names, lambda t: tensor_bytes(model, t), budget)
     done = 0
     for group in groups:
         sess = make_session(with_outputs(proto, group, model.tensor_types), optimize=False)
@@ -174,7 +174,7 @@ def shape_runs(samples: Sequence[Sample]) -> list[tuple[ShapeGroup, int]]:
 
 
 def _node_bytes(model: Model, node: NodeInfo) -> int:
-    return sum(_tensor_bytes(model, t) for t in node.inputs + node.outputs if t and t not in model.initializers)
+    return sum(tensor_bytes(model, t) for t in node.inputs + node.outputs if t and t not in model.initializers)
 
 
 def capture_local(

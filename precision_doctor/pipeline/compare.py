@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from precision_doctor import storage
-from precision_doctor.control import ProgressSink, StopToken
+from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
+from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
 from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.references import check_count, check_shapes
@@ -20,8 +21,16 @@ from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.jsonio import write_json, write_text_atomic
 from precision_doctor.manifest import note_written
-from precision_doctor.measure.analysis import Analysis, analyse, keep_analysis, kept_analysis, output_verdict, tensor_error
-from precision_doctor.measure.capture import capture, capture_run
+from precision_doctor.measure.analysis import (
+    Analysis,
+    analyse,
+    error_accumulator,
+    keep_analysis,
+    kept_analysis,
+    output_verdict,
+    tensor_error,
+)
+from precision_doctor.measure.capture import capture, capture_run, group_by_bytes, tensor_bytes
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.spec import CaptureSpec
 
@@ -118,9 +127,12 @@ def capture_fixed(
     """Capture the emulated run with the fallback set (run `fixed` of the store at `path`, under the
     emulation `rules`); returns each candidate's worst relative L2 error after the fix. The run is added to
     a copy, renamed over `path` when complete: an interruption or a full disk leaves the store as it was
-    (a resumed run reads it)."""
+    (a resumed run reads it). Unless `capture.keep` is `all` (the only setting that keeps its tensors), the
+    run is not stored: its errors are computed as it runs (`fixed_errors`), no copy of the store is made."""
     gated = gated_graph(model, fmt, rules=rules)
     names = [t for n in model.nodes for t in n.float_outputs]
+    if settings.keep != "all":
+        return fixed_errors(path, gated, model, fmt, samples, fallback, settings, progress, stop)
     tmp = path.with_name(f".{path.name}.partial")
     note_written(tmp)
     try:
@@ -132,6 +144,29 @@ def capture_fixed(
         raise
     tmp.replace(path)
     return out
+
+
+def fixed_errors(path: Path, gated: GatedGraph, model: Model, fmt: Format, samples: Sequence[Sample],
+                 fallback: frozenset[str], settings: CaptureSpec, progress: ProgressSink | None = None,
+                 stop: StopToken | None = None) -> dict[str, float]:
+    """Each candidate's worst relative L2 error with `fallback` in FP32 against the store's reference run,
+    computed while the emulated graph runs, a bounded group of tensors at a time (the values `tensor_error`
+    gives from a stored `fixed` run, without storing it)."""
+    wanted = [t for n in model.candidates for t in n.float_outputs]
+    accs = {t: error_accumulator(fmt) for t in wanted}
+    mask = {MASK_INPUT: gated.mask(fallback)}
+    done = 0
+    with ActivationStore(path, "r") as store:
+        for group in group_by_bytes(wanted, lambda t: tensor_bytes(model, t), int(settings.group_mb * (1 << 20))):
+            sess = make_session(with_outputs(gated.proto, group, model.tensor_types), optimize=False)
+            for i, s in enumerate(samples):
+                check(stop)
+                for t, value in zip(group, run_session(sess, group, {**s, **mask}, model)):
+                    accs[t].add(value, store.read(REFERENCE, t, i))
+            del sess
+            done += len(group)
+            notify(progress, CaptureEvent(FIXED_RUN, done, len(wanted)))
+    return {n.name: max((accs[t].result().rel_l2 for t in n.float_outputs), default=0.0) for n in model.candidates}
 
 
 def _capture_fixed(path: Path, gated: GatedGraph, model: Model, fmt: Format, names: list[str], samples: Sequence[Sample],

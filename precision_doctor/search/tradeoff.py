@@ -29,7 +29,7 @@ from precision_doctor.search.units import UnitOracle
 MULTIPLIERS = (0.5, 2.0, 4.0)
 BUDGET_EACH = 12  # evaluations for each multiplier's prune
 TIME_SHARE = 0.25  # all the prunes together take at most this share of the search's time (at least MIN_TIME_S)
-MIN_TIME_S = 10.0
+MIN_TIME_S = 3.0
 
 
 def seeded_verdict(v: Verdict, multiplier: float) -> Verdict | None:
