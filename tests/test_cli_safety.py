@@ -180,7 +180,7 @@ def test_env_lists_every_backend_and_what_it_is_for(run_cli):
 
 @pytest.mark.parametrize("held", [True, False])
 def test_the_headline_says_when_the_answer_came_from_a_second_search(held):
-    from precision_doctor.render.markdown import held_out_sentence, verdict
+    from precision_doctor.render.wording import held_out_sentence, verdict
     from precision_doctor.results.report import Validation
 
     rep = Report(status="complete" if held else "no_solution", passed=held, fallback_nodes=["a", "b"], fallback_size=2,

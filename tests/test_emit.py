@@ -1,4 +1,4 @@
-"""emit.py: specs, shell quoting, names trtexec cannot carry, the build script (checked with
+"""results/commands.py and emit.py: specs, shell quoting, names trtexec cannot carry, the build script (checked with
 `bash -n` and run against a fake trtexec), and the polygraphy commands parsed by polygraphy's
 own argument parser."""
 
@@ -14,14 +14,17 @@ import subprocess
 
 import pytest
 
+from precision_doctor.backends.knobs import TF32, TRT, KnobConfig
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.measure.tolerance import Tolerance
-from precision_doctor.results import emit
+from precision_doctor.results import commands, emit
+from precision_doctor.results.commands import EmitOptions
 
 NODES = ["/blk3/Pow", "/blk3/ReduceMean", "/blk3/Div"]
 WEIRD = ["a b", "x$(rm -rf ~)", "semi;colon", 'dq"uote', "ns::op:1"]
 
 TOL = Tolerance(atol=1e-3, rtol=1e-3)
+TF32_ON = KnobConfig(TRT, ((TF32, "1"),))  # a knob configuration that keeps TF32 on
 
 
 def _arg(cmd: str, prefix: str) -> str:
@@ -32,42 +35,42 @@ def _arg(cmd: str, prefix: str) -> str:
 
 
 def test_specs():
-    assert emit.layer_precisions_spec(NODES) == "/blk3/Pow:fp32,/blk3/ReduceMean:fp32,/blk3/Div:fp32"
-    assert emit.layer_output_types_spec(NODES) == emit.layer_precisions_spec(NODES)
-    assert emit.layer_precisions_spec(["a", "a", "b"]) == "a:fp32,b:fp32"  # no duplicates, order kept
-    assert emit.layer_precisions_spec([]) == ""
+    assert commands.layer_precisions_spec(NODES) == "/blk3/Pow:fp32,/blk3/ReduceMean:fp32,/blk3/Div:fp32"
+    assert commands.layer_output_types_spec(NODES) == commands.layer_precisions_spec(NODES)
+    assert commands.layer_precisions_spec(["a", "a", "b"]) == "a:fp32,b:fp32"  # no duplicates, order kept
+    assert commands.layer_precisions_spec([]) == ""
 
 
 def test_colon_in_names_is_fine_for_trtexec():
     # trtexec splits each pair at its last ':', so a ':' inside a name survives.
-    assert emit.unexpressible_layer_names(["ns::op:1"]) == []
-    assert emit.layer_precisions_spec(["ns::op:1"]) == "ns::op:1:fp32"
+    assert commands.unexpressible_layer_names(["ns::op:1"]) == []
+    assert commands.layer_precisions_spec(["ns::op:1"]) == "ns::op:1:fp32"
 
 
 @pytest.mark.parametrize("bad", ["a,b", "it's", "star*name", "line\nbreak", ""])
 def test_names_trtexec_cannot_express_are_reported(bad):
     names = ["good", bad]
-    assert emit.unexpressible_layer_names(names) == [bad]
-    ok, rejected = emit.split_layer_names(names)
+    assert commands.unexpressible_layer_names(names) == [bad]
+    ok, rejected = commands.split_layer_names(names)
     assert ok == ["good"] and rejected == [bad]
-    assert emit.layer_precisions_spec(names) == "good:fp32"
-    cmd = emit.trtexec_trt10("m.onnx", names)
+    assert commands.layer_precisions_spec(names) == "good:fp32"
+    cmd = commands.trtexec_trt10("m.onnx", names)
     assert _arg(cmd, "--layerPrecisions=") == "good:fp32"
-    text = emit.layer_precisions_file(names)
+    text = commands.layer_precisions_file(names)
     assert "NOT EXPRESSIBLE" in text and repr(bad) in text
     assert [ln for ln in text.splitlines() if not ln.startswith("#")] == ["good:fp32"]
 
 
 def test_polygraphy_names_rules():
-    assert emit.unexpressible_layer_names(["a,b", "it's", "x*"], tool="polygraphy") == []
-    assert emit.unexpressible_layer_names(["-looks-like-option", "ok"], tool="polygraphy") == ["-looks-like-option"]
+    assert commands.unexpressible_layer_names(["a,b", "it's", "x*"], tool="polygraphy") == []
+    assert commands.unexpressible_layer_names(["-looks-like-option", "ok"], tool="polygraphy") == ["-looks-like-option"]
     with pytest.raises(ValueError):
-        emit.unexpressible_layer_names(["a"], tool="nope")
+        commands.unexpressible_layer_names(["a"], tool="nope")
 
 
 def test_trtexec_trt10_round_trips_through_the_shell():
     names = NODES + WEIRD
-    cmd = emit.trtexec_trt10("/models/my model.onnx", names, "fp16", tactic_sources_avoid=["cublas", "-cudnn"])
+    cmd = commands.trtexec_trt10("/models/my model.onnx", names, EmitOptions("fp16", avoid=["cublas", "-cudnn"]))
     tokens = shlex.split(cmd)
     assert tokens[:3] == ["trtexec", "--onnx=/models/my model.onnx", "--fp16"]
     assert "--noTF32" in tokens and "--precisionConstraints=obey" in tokens
@@ -80,25 +83,25 @@ def test_trtexec_trt10_round_trips_through_the_shell():
 
 
 def test_trtexec_trt10_bf16_and_empty_fallback():
-    cmd = emit.trtexec_trt10("m.onnx", [], "bf16", timing_cache=None)
+    cmd = commands.trtexec_trt10("m.onnx", [], EmitOptions("bf16", timing_cache=None))
     tokens = shlex.split(cmd)
     assert "--bf16" in tokens and "--fp16" not in tokens
     assert not any(t.startswith(("--precisionConstraints", "--layerPrecisions", "--timingCacheFile")) for t in tokens)
     with pytest.raises(ValueError):
-        emit.trtexec_trt10("m.onnx", [], "fp8")
+        commands.trtexec_trt10("m.onnx", [], EmitOptions("fp8"))
 
 
 def test_trtexec_trt11_is_strongly_typed_without_precision_flags():
-    cmd = emit.trtexec_trt11("out dir/fixed.onnx", tactic_sources_avoid=["CUBLAS", "jit-convolutions"])
+    cmd = commands.trtexec_trt11("out dir/fixed.onnx", EmitOptions(avoid=["CUBLAS", "jit-convolutions"]))
     tokens = shlex.split(cmd)
     assert tokens[:2] == ["trtexec", "--onnx=out dir/fixed.onnx"]
     assert not any(t in tokens for t in ("--fp16", "--bf16", "--stronglyTyped"))
     assert not any(t.startswith(("--layerPrecisions", "--precisionConstraints")) for t in tokens)
     assert _arg(cmd, "--tacticSources=") == "-JIT_CONVOLUTIONS"  # CUBLAS does not exist in TRT 11
-    assert "--stronglyTyped" in shlex.split(emit.trtexec_trt11("f.onnx", strongly_typed_flag=True))
+    assert "--stronglyTyped" in shlex.split(commands.trtexec_trt11("f.onnx", strongly_typed_flag=True))
     # TF32 is on by default in 11.x: the FP32 islands of fixed.onnx would multiply in TF32
     assert "--noTF32" in tokens
-    assert "--noTF32" not in shlex.split(emit.trtexec_trt11("f.onnx", no_tf32=False))
+    assert "--noTF32" not in shlex.split(commands.trtexec_trt11("f.onnx", EmitOptions(knob=TF32_ON)))
 
 
 def _polygraphy_parse(cmd: str) -> argparse.Namespace:
@@ -119,13 +122,15 @@ def _polygraphy_parse(cmd: str) -> argparse.Namespace:
 
 @pytest.mark.filterwarnings("ignore:SelectableGroups:DeprecationWarning")
 def test_polygraphy_trt10_parses():
-    cmd = emit.polygraphy_trt10(
+    cmd = commands.polygraphy_trt10(
         "model.onnx",
         NODES + ["ns::op:1"],
-        "fp16",
-        tolerance=Tolerance(atol=1e-3, rtol=2e-3, check_error_stat="median", output_atol=("out:0.01",)),
-        inputs="in puts.json",
-        tactic_sources_avoid=["EDGE_MASK_CONVOLUTIONS"],
+        EmitOptions(
+            "fp16",
+            tolerance=Tolerance(atol=1e-3, rtol=2e-3, check_error_stat="median", output_atol=("out:0.01",)),
+            inputs="in puts.json",
+            avoid=["EDGE_MASK_CONVOLUTIONS"],
+        ),
     )
     args = _polygraphy_parse(cmd)
     assert args.runners == ["trt"] and args.load_outputs_paths == ["reference_outputs.json"]
@@ -140,7 +145,8 @@ def test_polygraphy_trt10_parses():
 
 @pytest.mark.filterwarnings("ignore:SelectableGroups:DeprecationWarning")
 def test_polygraphy_verify_parses():
-    cmd = emit.polygraphy_verify("fixed.onnx", tolerance=Tolerance(atol=1e-2, rtol=1e-2), reference_outputs="ref.json")
+    options = EmitOptions(tolerance=Tolerance(atol=1e-2, rtol=1e-2), reference_outputs="ref.json")
+    cmd = commands.polygraphy_verify("fixed.onnx", options)
     trt = _polygraphy_parse(cmd)
     assert trt.runners == ["trt"] and trt.strongly_typed
     assert trt.load_outputs_paths == ["ref.json"] and trt.load_inputs_paths == ["inputs.json"]
@@ -154,7 +160,7 @@ STATIC_RUN = InputShape("x", (None, 3, None, None), (1, 3, 48, 192), (1, 3, 48, 
 @pytest.mark.filterwarnings("ignore:SelectableGroups:DeprecationWarning")
 def test_dynamic_inputs_carry_their_shapes_in_every_tensorrt_command():
     fixed = InputShape("y", (1, 4), (1, 4), (1, 4), (1, 4))  # a static input gets no shape flag
-    out = emit.emit_all("model.onnx", "fixed.onnx", NODES, tolerance=TOL, shapes=[DYNAMIC, fixed])
+    out = emit.emit_all("model.onnx", "fixed.onnx", NODES, EmitOptions(tolerance=TOL, shapes=[DYNAMIC, fixed]))
     for key in ("trtexec_trt10", "trtexec_trt11"):
         assert _arg(out[key], "--minShapes=") == "x:1x3x48x96" and _arg(out[key], "--maxShapes=") == "x:2x3x48x320"
         assert _arg(out[key], "--optShapes=") == "x:1x3x48x192" == _arg(out[key], "--shapes=")
@@ -164,18 +170,18 @@ def test_dynamic_inputs_carry_their_shapes_in_every_tensorrt_command():
         assert args.trt_opt_shapes == [["x:[1,3,48,192]"]], key
     assert "--trt-min-shapes" in out["tensorrt_rtx_sh"] and "--minShapes=x:1x3x48x96" in out["trtexec_sh"]
     # one shape for every sample: --shapes alone (trtexec builds its profile from it)
-    one = emit.trtexec_trt11("fixed.onnx", shapes=[STATIC_RUN])
+    one = commands.trtexec_trt11("fixed.onnx", EmitOptions(shapes=[STATIC_RUN]))
     assert _arg(one, "--shapes=") == "x:1x3x48x192" and "--minShapes" not in one
-    assert "--shapes" not in emit.trtexec_trt11("fixed.onnx", shapes=[fixed])
+    assert "--shapes" not in commands.trtexec_trt11("fixed.onnx", EmitOptions(shapes=[fixed]))
     # a name with ':' is quoted as trtexec's README says
-    assert emit.trtexec_shape_args([InputShape("in:0", (None,), (2,), (2,), (2,))]) == ["--shapes='in:0':2"]
+    assert commands.trtexec_shape_args([InputShape("in:0", (None,), (2,), (2,), (2,))]) == ["--shapes='in:0':2"]
 
 
 def test_trt11_check_reads_raw_files_and_says_how_it_differs():
-    pairs = [emit.IOPair({"x": "io/s0.in0.bin"}, {"y": "io/s0.out0.bin"}, {"x": (1, 3, 48, 192)}),
-             emit.IOPair({"x": "io/s1.in0.bin"}, {"y": "io/s1.out0.bin"}, {"x": (1, 3, 48, 192)}),
-             emit.IOPair({"x": "io/s2.in0.bin"}, {"y": "io/s2.out0.bin"}, {"x": (1, 3, 48, 96)})]
-    text = emit.trtexec_trt11_check(pairs, Tolerance(atol=1e-3, rtol=2e-3, output_atol=("y:0.01",)))
+    pairs = [commands.IOPair({"x": "io/s0.in0.bin"}, {"y": "io/s0.out0.bin"}, {"x": (1, 3, 48, 192)}),
+             commands.IOPair({"x": "io/s1.in0.bin"}, {"y": "io/s1.out0.bin"}, {"x": (1, 3, 48, 192)}),
+             commands.IOPair({"x": "io/s2.in0.bin"}, {"y": "io/s2.out0.bin"}, {"x": (1, 3, 48, 96)})]
+    text = commands.trtexec_trt11_check(pairs, EmitOptions(tolerance=Tolerance(atol=1e-3, rtol=2e-3, output_atol=("y:0.01",))))
     comments = [ln for ln in text.splitlines() if ln.startswith("#")]
     assert any("2x looser" in c for c in comments) and any("one --atol/--rtol for every output" in c for c in comments)
     first, second = [shlex.split(ln) for ln in text.splitlines() if not ln.startswith("#")]  # one command per shape
@@ -215,7 +221,7 @@ def test_autocast_patterns_match_exactly():
 
 
 def test_layer_precisions_file():
-    text = emit.layer_precisions_file(NODES, "fp16", from_build=True)
+    text = commands.layer_precisions_file(NODES, EmitOptions("fp16"), from_build=True)
     lines = text.splitlines()
     assert lines[0].startswith("# precision-doctor")
     assert "TensorRT layer names" in text
@@ -228,9 +234,7 @@ def test_emit_all_keys_and_layers():
         "model.onnx",
         "fixed.onnx",
         NODES,
-        "fp16",
-        tolerance=TOL,
-        inputs="inputs.json",
+        EmitOptions("fp16", tolerance=TOL, inputs="inputs.json"),
         layers=NODES + ["/blk3/Div_17"],
     )
     assert set(out) == {
@@ -254,7 +258,7 @@ def test_script_is_valid_bash():
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("no bash")
-    script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", NODES + WEIRD + ["a,b"], tactic_sources_avoid=["CUBLAS"])
+    script = commands.trtexec_script("/m/model.onnx", "fixed.onnx", NODES + WEIRD + ["a,b"], EmitOptions(avoid=["CUBLAS"]))
     assert script.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in script
     subprocess.run([bash, "-n"], input=script, text=True, check=True)
 
@@ -293,7 +297,7 @@ def fake_trtexec(tmp_path):
 
 def test_script_runs_trt10_weak(fake_trtexec):
     names = NODES + WEIRD
-    script = emit.trtexec_script("/m/my model.onnx", "fixed.onnx", names, "fp16", nodes=NODES)
+    script = commands.trtexec_script("/m/my model.onnx", "fixed.onnx", names, EmitOptions("fp16"), nodes=NODES)
     args, _ = fake_trtexec(script, TRT_MAJOR="10")
     assert args[:2] == ["--onnx=/m/my model.onnx", "--fp16"]
     assert "--layerPrecisions=" + ",".join(f"{n}:fp32" for n in names) in args
@@ -301,7 +305,7 @@ def test_script_runs_trt10_weak(fake_trtexec):
 
 
 def test_script_runs_trt11_and_detects_version(fake_trtexec):
-    script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", NODES, "fp16", tactic_sources_avoid=["CUBLAS"])
+    script = commands.trtexec_script("/m/model.onnx", "fixed.onnx", NODES, EmitOptions("fp16", avoid=["CUBLAS"]))
     args, _ = fake_trtexec(script, TRT_MAJOR="11")
     assert args == ["--onnx=fixed.onnx", "--noTF32", "--saveEngine=fixed.plan", "--timingCacheFile=timing.cache"]
     # no TRT_MAJOR: read from trtexec's banner (v110000 -> 11, v101401 -> 10, v8601 -> 8)
@@ -311,7 +315,7 @@ def test_script_runs_trt11_and_detects_version(fake_trtexec):
 
 
 def test_script_trt10_strongly_typed_and_warnings(fake_trtexec):
-    script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", ["good", "a,b"], "bf16")
+    script = commands.trtexec_script("/m/model.onnx", "fixed.onnx", ["good", "a,b"], EmitOptions("bf16"))
     args, _ = fake_trtexec(script, TRT_MAJOR="10", PD_STRONGLY_TYPED="1")
     assert args[:3] == ["--onnx=fixed.onnx", "--stronglyTyped", "--noTF32"]
     args, err = fake_trtexec(script, TRT_MAJOR="10")
@@ -324,16 +328,16 @@ FORCED = {"/head/Range": _NO_KERNEL, "/head/Range_1": _NO_KERNEL}
 
 
 def test_every_trtexec_line_that_builds_fp32_layers_says_no_tf32(fake_trtexec):
-    script = emit.trtexec_script("/m/model.onnx", "fixed.onnx", NODES, "fp16")
+    script = commands.trtexec_script("/m/model.onnx", "fixed.onnx", NODES, EmitOptions("fp16"))
     for env in ({"TRT_MAJOR": "10"}, {"TRT_MAJOR": "10", "PD_STRONGLY_TYPED": "1"}, {"TRT_MAJOR": "11"}):
         assert "--noTF32" in fake_trtexec(script, **env)[0], env
-    out = emit.emit_all("model.onnx", "fixed.onnx", NODES, tolerance=TOL)
+    out = emit.emit_all("model.onnx", "fixed.onnx", NODES, EmitOptions(tolerance=TOL))
     for key in ("trtexec_trt10", "trtexec_trt11"):
         assert "--noTF32" in shlex.split(out[key]), key
 
 
 def test_forced_fp32_nodes_are_listed_and_built_fp32(fake_trtexec):
-    out = emit.emit_all("named.onnx", "fixed.onnx", NODES, tolerance=TOL, forced_fp32=FORCED)
+    out = emit.emit_all("named.onnx", "fixed.onnx", NODES, EmitOptions(tolerance=TOL, forced=FORCED))
     # TensorRT 10 pins them too, so its engine holds what fixed.onnx holds; AutoCast excludes them too
     assert _arg(out["trtexec_trt10"], "--layerPrecisions=").split(",") == [f"{n}:fp32" for n in [*NODES, *FORCED]]
     tokens = shlex.split(out["autocast"])
@@ -346,15 +350,16 @@ def test_forced_fp32_nodes_are_listed_and_built_fp32(fake_trtexec):
     assert entries == [f"{n}:fp32" for n in [*NODES, *FORCED]]
     args, _ = fake_trtexec(out["trtexec_sh"], TRT_MAJOR="10")
     assert "--layerPrecisions=" + ",".join(f"{n}:fp32" for n in [*NODES, *FORCED]) in args
-    assert "also keeps" not in emit.emit_all("m.onnx", "f.onnx", NODES, tolerance=TOL)["trtexec_sh"]
+    assert "also keeps" not in emit.emit_all("m.onnx", "f.onnx", NODES, EmitOptions(tolerance=TOL))["trtexec_sh"]
 
 
 def test_tensorrt_rtx_script_is_valid_bash():
     bash = shutil.which("bash")
     if bash is None:
         pytest.skip("no bash")
-    script = emit.tensorrt_rtx_script(
-        "fixed model.onnx", ["8.6", "12.0"], tactic_sources_avoid=["JIT_CONVOLUTIONS", "CUBLAS"], input_shapes={"x": [1, 3]}
+    script = commands.tensorrt_rtx_script(
+        "fixed model.onnx", EmitOptions(compute_capabilities=["8.6", "12.0"], avoid=["JIT_CONVOLUTIONS", "CUBLAS"]),
+        input_shapes={"x": [1, 3]},
     )
     subprocess.run([bash, "-n"], input=script, text=True, check=True)
     line = next(ln for ln in script.splitlines() if ln.startswith("POLYGRAPHY_USE_TENSORRT_RTX=1 "))

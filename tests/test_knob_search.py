@@ -21,6 +21,7 @@ from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.context import StepContext
 from precision_doctor.pipeline.knob_search import KNOBS_DIR, checkpoint_name, search_knobs
 from precision_doctor.results import emit
+from precision_doctor.results.commands import EmitOptions
 from precision_doctor.results.report import KnobsResult, KnobTrial, Report
 from precision_doctor.search.oracle import Budget
 from precision_doctor.search.space import SearchSpace
@@ -150,11 +151,11 @@ def test_knobs_in_report_json_and_the_reports(changed):
 
 def test_the_commands_carry_the_configuration_found():
     ort = next(c for c in CONFIGS if c.label == "cudnn_conv_algo_search=HEURISTIC,use_tf32=1")
-    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], tolerance=TOL, knob=ort)
+    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], EmitOptions(tolerance=TOL, knob=ort))
     assert eval(out["ort_cuda_providers"].removeprefix("providers="), {}) == knobs.ort_providers(ort)
     assert "--noTF32" in out["trtexec_trt11"]  # an ORT configuration does not change the TensorRT commands
     trt = knobs.KnobConfig(knobs.TRT, ((knobs.TACTICS, "-JIT_CONVOLUTIONS"), (knobs.TF32, "1")))
-    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], tolerance=TOL, knob=trt)
+    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], EmitOptions(tolerance=TOL, knob=trt))
     assert "ort_cuda_providers" not in out
     for key in ("trtexec_trt10", "trtexec_trt11"):
         assert "--tacticSources=-JIT_CONVOLUTIONS" in out[key] and "--noTF32" not in out[key], key
@@ -163,7 +164,7 @@ def test_the_commands_carry_the_configuration_found():
     rtx = out["tensorrt_rtx_sh"]
     assert "--tactic-sources EDGE_MASK_CONVOLUTIONS" in rtx and "clear_flag" not in rtx and "TF32 stays on" in rtx
     added = knobs.KnobConfig(knobs.TRT, ((knobs.TACTICS, "+CUBLAS"),))
-    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], tolerance=TOL, knob=added)
+    out = emit.emit_all("m.onnx", "fixed.onnx", ["a"], EmitOptions(tolerance=TOL, knob=added))
     assert "--tacticSources=+CUBLAS" in out["trtexec_trt10"] and "--tacticSources" not in out["trtexec_trt11"]
     assert "--tactic-sources EDGE_MASK_CONVOLUTIONS JIT_CONVOLUTIONS CUBLAS" in out["polygraphy_trt10"]
 
@@ -197,7 +198,7 @@ def test_every_ort_configuration_makes_its_own_backend(tmp_path):
 def test_emit_prints_the_provider_options_found(run_cli, tmp_path):
     rep = _report_with_knobs(True)
     config = knobs.config_of(knobs.ORT_CUDA, rep.knobs.best_settings)
-    rep.commands = emit.emit_all("m.onnx", "fixed.onnx", rep.fallback_nodes, tolerance=TOL, knob=config)
+    rep.commands = emit.emit_all("m.onnx", "fixed.onnx", rep.fallback_nodes, EmitOptions(tolerance=TOL, knob=config))
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "report.json").write_text(json.dumps(rep.to_json()))
     code, out, err = run_cli("emit", tmp_path / "run", "--format", "ort-cuda")

@@ -15,7 +15,9 @@ from precision_doctor import api
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.model import from_proto
 from precision_doctor.pipeline.probe import perturbed_copies
-from precision_doctor.render.markdown import generalization_sentence, next_steps, render_markdown, verdict
+from precision_doctor.render.commands import next_steps
+from precision_doctor.render.markdown import render_markdown
+from precision_doctor.render.wording import generalization_sentence, verdict
 from precision_doctor.results.report import ExpectedHeadroom, Report
 from precision_doctor.spec import InputSpec, RunSpec, SearchSpec, Tolerance
 

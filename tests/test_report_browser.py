@@ -16,7 +16,7 @@ import pytest
 from chromium_helpers import console_problems, run_chromium
 
 from precision_doctor.render.html import render_html
-from precision_doctor.render.markdown import num
+from precision_doctor.render.numbers import num
 from precision_doctor.results.report import Report
 
 pytestmark = pytest.mark.browser

@@ -12,8 +12,10 @@ import pytest
 
 from precision_doctor.render import write_reports
 from precision_doctor.render.html import render_html
-from precision_doctor.render.markdown import fmt, render_markdown, verdict, why
+from precision_doctor.render.markdown import render_markdown
+from precision_doctor.render.numbers import fmt
 from precision_doctor.render.plots import plot_layer_errors, plot_trajectory, plot_value_ranges
+from precision_doctor.render.wording import verdict, why
 from precision_doctor.results.report import Report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_example.json"
@@ -217,7 +219,7 @@ def test_write_reports(tmp_path: Path, report: dict[str, Any]) -> None:
 def test_a_service_jobs_rerun_commands_submit_its_files(report: dict[str, Any]) -> None:
     """report.json's `service_job`: the re-run commands are `submit`s of the files as the submitter named them,
     never the daemon's copies; `service_job` round-trips; a malformed one is refused naming the key."""
-    from precision_doctor.render.markdown import next_steps
+    from precision_doctor.render.commands import next_steps
     from precision_doctor.results.report import ReportError, ServiceJob
 
     server_paths = {**report, "inputs": {"files": ["/state/jobs/abc/inputs/samples/000-a.npz"]}, "confirm": None}

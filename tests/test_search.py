@@ -249,7 +249,7 @@ def test_confirmation_keeps_the_members_of_a_large_answer(tmp_path, monkeypatch)
     from precision_doctor.outcome import Outcome, RunStatus
     from precision_doctor.pipeline import confirmation
     from precision_doctor.pipeline.context import StepContext
-    from precision_doctor.render.markdown import confirm_sentence
+    from precision_doctor.render.wording import confirm_sentence
     from precision_doctor.results.report import Report
     from precision_doctor.spec import RunSpec
 

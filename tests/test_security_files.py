@@ -27,7 +27,8 @@ from precision_doctor.data.activations import ActivationStore
 from precision_doctor.data.inputs import input_bounds, load_samples, parse_input_shapes
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.model import load_model
-from precision_doctor.results import emit
+from precision_doctor.results import commands, emit
+from precision_doctor.results.commands import EmitOptions
 
 ROOT = Path(__file__).resolve().parent.parent
 TOL = ["--atol", "1e-2", "--rtol", "1e-2"]
@@ -270,7 +271,7 @@ def test_hostile_names_stay_one_argument(tmp_path, stubs):
     names = [n.format(m=m) for n in HOSTILE]
     forced = {"forced\ntouch " + str(m): "Max: no FP16/BF16 kernel in ONNX Runtime"}
     script = tmp_path / "trtexec.sh"
-    script.write_text(emit.trtexec_script("my model.onnx", "fixed.onnx", names, "fp16", forced=forced))
+    script.write_text(commands.trtexec_script("my model.onnx", "fixed.onnx", names, EmitOptions("fp16", forced=forced)))
     (weak,) = stubs(script, TRT_MAJOR="10")
     (strong,) = stubs(script, TRT_MAJOR="11")
     assert not m.exists()
@@ -279,8 +280,8 @@ def test_hostile_names_stay_one_argument(tmp_path, stubs):
     assert strong[:2] == ["trtexec", "--onnx=fixed.onnx"]
     shapes = {names[0]: [1, 16]}
     rtx = tmp_path / "tensorrt_rtx.sh"
-    rtx.write_text(emit.tensorrt_rtx_script("fixed.onnx", ["8.6", f"$(touch {m})"], input_shapes=shapes,
-                                            forced=forced))
+    rtx.write_text(commands.tensorrt_rtx_script("fixed.onnx", EmitOptions(compute_capabilities=["8.6", f"$(touch {m})"],
+                                                                          forced=forced), input_shapes=shapes))
     (conv,) = stubs(rtx)
     assert not m.exists()
     assert conv[conv.index("--input-shapes") + 1] == f"{names[0]}:[1,16]"

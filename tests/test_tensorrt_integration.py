@@ -26,7 +26,7 @@ from precision_doctor.backends.tensorrt import TrtBackend, onnx_node_of_layer  #
 from precision_doctor.errors import UserError  # noqa: E402
 from precision_doctor.graph.model import from_proto  # noqa: E402
 from precision_doctor.measure.tolerance import Tolerance, check_all  # noqa: E402
-from precision_doctor.results import emit  # noqa: E402
+from precision_doctor.results import commands  # noqa: E402
 
 WEAK = LIB.weak_typing
 
@@ -75,7 +75,7 @@ def test_weak_typing_expected_set_meets_tolerance(case, model, tmp_path):
     other.close()
     assert cache.exists()
     # the layer names of the build feed the emitted trtexec command
-    cmd = emit.trtexec_trt10("model.onnx", runner.layers)
+    cmd = commands.trtexec_trt10("model.onnx", runner.layers)
     assert all(layer in cmd for layer in runner.layers)
 
 

@@ -28,7 +28,8 @@ from precision_doctor.errors import UserError
 from precision_doctor.graph.mixed import build_mixed, forced_fp32_nodes
 from precision_doctor.graph.model import load_model
 from precision_doctor.graph.toolnames import autocast_names, model_for_tools, tensorrt_layer_names, tool_name_mismatches
-from precision_doctor.results import emit
+from precision_doctor.results import commands
+from precision_doctor.results.commands import EmitOptions
 
 pytestmark = pytest.mark.tensorrt
 
@@ -162,7 +163,7 @@ def test_emitted_names_are_the_parsers_layer_names(tmp_path):
     assert not set(answer) <= original_layers  # the bug, on the original file
     tools_model = model_for_tools(model, tmp_path / "run")
     assert tools_model.name == "named.onnx"
-    cmd = emit.trtexec_trt10(str(tools_model), answer)
+    cmd = commands.trtexec_trt10(str(tools_model), answer)
     spec = [t for t in cmd.split() if t.startswith("--layerPrecisions=")][0].removeprefix("--layerPrecisions=")
     emitted = [pair.rpartition(":")[0] for pair in spec.split(",")]
     layers = {layer.name for layer in parse_onnx(LIB, tools_model).layers()}
@@ -283,7 +284,8 @@ def test_tensorrt_rtx_script_builds_for_real(tmp_path):
     model = load_model(_save(case.model, tmp_path / "m.onnx"))
     _fixed(model, case.expected, tmp_path)
     script = tmp_path / "tensorrt_rtx.sh"
-    script.write_text(emit.tensorrt_rtx_script("fixed.onnx", ["8.6", "12.0"], tactic_sources_avoid=["JIT_CONVOLUTIONS"]))
+    script.write_text(commands.tensorrt_rtx_script("fixed.onnx", EmitOptions(compute_capabilities=["8.6", "12.0"],
+                                                                         avoid=["JIT_CONVOLUTIONS"])))
     env = {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"}
     res = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=300)
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]

@@ -25,7 +25,7 @@ from precision_doctor import planted
 from precision_doctor.backends.tensorrt import parse_onnx
 from precision_doctor.backends.tensorrt.library import ENV_LIBRARY, find_library
 from precision_doctor.graph.model import load_model
-from precision_doctor.render.markdown import ARTIFACT_TITLES
+from precision_doctor.render.files import ARTIFACT_TITLES
 
 pytestmark = pytest.mark.tensorrt
 

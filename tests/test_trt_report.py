@@ -8,8 +8,9 @@ import json
 
 import pytest
 
+from precision_doctor.render.files import ARTIFACT_TITLES
 from precision_doctor.render.html import render_html
-from precision_doctor.render.markdown import ARTIFACT_TITLES, render_markdown
+from precision_doctor.render.markdown import render_markdown
 from precision_doctor.render.tensorrt import outcome_lines, trt_check_sentence
 from precision_doctor.results.report import EngineResult, ModelInfo, Report, ReportError, TrtCheckResult, TrtLayerMismatch
 

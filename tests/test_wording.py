@@ -153,7 +153,7 @@ def test_the_headline_names_both_answers():
 
 
 def test_sizes_in_words():
-    from precision_doctor.render.wording import fmt_bytes
+    from precision_doctor.render.numbers import fmt_bytes
 
     assert [fmt_bytes(n) for n in (0, 812, 2458, 202419, 276487757, 3 << 30)] == [
         "0 B", "812 B", "2.4 KiB", "198 KiB", "264 MiB", "3 GiB"]

@@ -13,7 +13,7 @@ answer less one node), and keep the answer only when neither passes (`knob_plan`
   the last two), one default source removed or one other source added at a time, and TF32.
 
 Each configuration knows the text a user pastes: ORT provider options here, trtexec and polygraphy flags in
-`backends/tensorrt/flags.py` (which results/emit.py builds every TensorRT command with).
+`backends/tensorrt/flags.py` (which results/commands.py builds every TensorRT command with).
 `knob_family`, `knob_configs` and `knob_backend` give a search the configurations of a backend and a
 backend built for each (pipeline/knob_search.py runs the plan).
 """

@@ -139,8 +139,7 @@ def _diagnose(task: ModelTask, run_dir: Path, stop: StopToken | None) -> Report:
 def row_from_report(name: str, report: Report) -> SummaryRow:
     """The summary row of a finished model; its message is the verdict's headline, then why the run stopped
     (its reason) or what the confirmation did."""
-    from precision_doctor.render.markdown import confirm_sentence
-    from precision_doctor.render.wording import headline
+    from precision_doctor.render.wording import confirm_sentence, headline
 
     return SummaryRow(
         model=name,

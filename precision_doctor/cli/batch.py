@@ -52,6 +52,8 @@ def batch(
     recipe overrides."""
     from precision_doctor.batch.executors import make_executor
     from precision_doctor.batch.orchestrate import BatchSettingsDiffer, default_batch_dir, recorded_defaults, run_batch
+    from precision_doctor.render.numbers import fmt_seconds
+    from precision_doctor.render.wording import row_brief
 
     out_dir = out if out is not None else default_batch_dir()
     recorded = recorded_defaults(out_dir) if out is not None and Path(out).is_dir() else None
@@ -75,7 +77,7 @@ def batch(
 
         def on_done(row: SummaryRow) -> None:
             progress.advance(task)
-            detail = row.message if row.status == RowStatus.ERROR else _row_brief(row)
+            detail = row.message if row.status == RowStatus.ERROR else row_brief(row)
             err.print(f"{row.model}: {row.status} {detail}")
 
         try:
@@ -90,7 +92,7 @@ def batch(
     print_summary(result.rows)
     console.print(
         f"{len(result.ran)} diagnosed, {len(result.skipped)} skipped (finished earlier), {len(result.errors)} error(s) "
-        f"in {result.elapsed_s:.1f} s; summary: {result.out_dir}/summary.html (summary.csv, summary.json)",
+        f"in {fmt_seconds(result.elapsed_s)}; summary: {result.out_dir}/summary.html (summary.csv, summary.json)",
         highlight=False,
     )
     raise typer.Exit(1 if result.errors else 0)
@@ -103,17 +105,8 @@ def continue_command(out_dir: Path, add_out: bool) -> str:
     return this_command() + (f" --out {shlex.quote(str(out_dir))}" if add_out else "")
 
 
-def _row_brief(row: SummaryRow) -> str:
-    if row.fallback_size is None:
-        return ""
-    from precision_doctor.render.summary import fmt_share
-
-    share = fmt_share(row.fp32_flop_share)
-    return f"({row.fallback_size} node(s) in FP32, {share} of FLOPs, {row.evaluations} evaluations)"
-
-
 def print_summary(rows: list[SummaryRow]) -> None:
-    from precision_doctor.render.summary import fmt_share
+    from precision_doctor.render.numbers import fmt_seconds, fmt_share
 
     table = Table(title="Batch summary", title_justify="left")
     for col in ("model", "status", "FP32 nodes", "FP32 FLOPs", "evals", "time", "report / message"):
@@ -123,7 +116,7 @@ def print_summary(rows: list[SummaryRow]) -> None:
         table.add_row(
             r.model, str(r.status), "" if r.fallback_size is None else str(r.fallback_size), share,
             "" if r.evaluations is None else str(r.evaluations),
-            "" if r.elapsed_s is None else f"{float(r.elapsed_s):.1f} s",
+            fmt_seconds(r.elapsed_s),
             r.message if r.status == RowStatus.ERROR else (r.report or ""),
         )
     console.print(table)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
 from pathlib import Path
 
 import typer
@@ -13,9 +11,7 @@ from precision_doctor.cli.options import CAPTURE, EMULATION, INPUTS, PRECISION, 
 from precision_doctor.cli.shared import announce_renamed, app, console, progress_bar, stops_on_interrupt, uses_run_dir
 from precision_doctor.control import CaptureEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
 from precision_doctor.errors import UserError
-from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.measure.analysis import Analysis
-from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.storage import DiskFull
 
 
@@ -28,6 +24,7 @@ def compare(
 ) -> None:
     """Run FP32 and emulated low precision layer by layer; rank the layers that introduce error."""
     from precision_doctor import api
+    from precision_doctor.render.wording import compare_verdict
     from precision_doctor.results.rundir import default_run_dir
 
     spec = options.spec(model).validate()
@@ -52,19 +49,14 @@ def compare(
         except DiskFull as exc:
             raise UserError(f"{exc}; {exc.advice}, then run the command again") from None
     print_layer_table(result.analysis, top)
-    console.print(verdict_line(result.analysis, spec.tolerance, result.notes), soft_wrap=True)
+    console.print(compare_verdict(result.analysis, spec.tolerance, result.notes), soft_wrap=True)
     console.print(f"wrote {out_dir}/activations.h5, layers.csv, layers.json", soft_wrap=True)
     raise typer.Exit(0 if result.analysis.passed else 1)
 
 
-def _fmt(v: float) -> str:
-    if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
-        return str(v)
-    return f"{v:.3g}"
-
-
 def print_layer_table(analysis: Analysis, top: int) -> None:
     from precision_doctor.graph.formats import get_format
+    from precision_doctor.render.numbers import fmt_3g
 
     fmt_max = get_format(analysis.precision).max
     table = Table(title=f"Top {top} layers by local error ({analysis.precision})", title_justify="left")
@@ -81,28 +73,7 @@ def print_layer_table(analysis: Analysis, top: int) -> None:
         if r.input_sensitive:
             flags.append("input-sensitive")
         table.add_row(
-            str(r.rank), r.name, r.op_type, _fmt(r.local_rel_l2), _fmt(r.rounding_rel_l2),
-            _fmt(r.lowp_rel_l2), _fmt(r.ref_absmax), ",".join(flags),
+            str(r.rank), r.name, r.op_type, fmt_3g(r.local_rel_l2), fmt_3g(r.rounding_rel_l2),
+            fmt_3g(r.lowp_rel_l2), fmt_3g(r.ref_absmax), ",".join(flags),
         )
     console.print(table)
-
-
-def verdict_line(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNote] = ()) -> str:
-    """PASS or FAIL of the emulated low-precision model; a PASS resting on nodes the emulator does not model on a
-    GPU (`notes`) says so."""
-    from precision_doctor.render.wording import notes_clause
-
-    worst = max(analysis.verdict.items(), key=lambda kv: (not kv[1].passed, kv[1].max_abs), default=None)
-    where = f"; first diverging tensor: {analysis.first_divergence}" if analysis.first_divergence else ""
-    if analysis.passed:
-        from precision_doctor.render.wording import tolerance_text
-
-        caveat = notes_clause(notes, analysis.precision)
-        lead = f"PASS on the emulator ({caveat}: confirm on the GPU)" if caveat else "PASS"
-        return f"{lead}: all outputs within the tolerance ({tolerance_text(tol)}){where}"
-    name, c = worst
-    own = tol.for_output(name)
-    return (
-        f"FAIL: output '{name}' max abs err {_fmt(c.max_abs)}, max rel err {_fmt(c.max_rel)}, "
-        f"{c.mismatches} of {c.size} elements outside atol={own.atol:g} rtol={own.rtol:g}{where}"
-    )

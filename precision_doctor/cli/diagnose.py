@@ -110,24 +110,24 @@ def settings_refusal(exc, model: Path, out_dir: Path) -> str:
 
 
 def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None) -> None:
-    from precision_doctor.render.markdown import (
-        certified_sentence,
-        confirm_sentence,
-        emulation_note_lines,
-        generalization_sentence,
-        headroom_sentence,
-    )
     from precision_doctor.render.pricing import cost_sentence, tradeoff_sentence
     from precision_doctor.render.tensorrt import outcome_lines
     from precision_doctor.render.wording import (
+        UNVALIDATED_NOTE,
         Tone,
         answers_sentence,
         bound_sentence,
+        certified_sentence,
+        confirm_sentence,
         decided_sentence,
+        emulation_note_lines,
+        generalization_sentence,
         headline_text,
+        headroom_sentence,
         held_out_sentence,
         not_holding,
         rounds_sentence,
+        search_line,
         shapes_warning,
         tolerance_text,
         validated_on_user_data,
@@ -139,18 +139,14 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
 
     fb = report.fallback_nodes
     tol = report.tolerance
-    head = (
-        f"{report.precision} on {report.backend}, strategy {report.strategy}: "
-        f"{report.evaluations} evaluations in {report.elapsed_s:.1f} s"
-    )
-    say(head)
+    say(search_line(report))
     if report.first_divergence:
         say(f"first diverging tensor (all {report.precision}): {report.first_divergence}")
     label, tone = verdict(report)
     style = {Tone.PASS: "bold green", Tone.WARN: "bold yellow"}.get(tone, "bold red")
     say(styled(label, style, ": " + headline_text(report)))
     if report.passed and not validated_on_user_data(report):
-        say("No held-out sample of your data checked this answer (give 4 or more --inputs, or --validate-inputs).")
+        say(UNVALIDATED_NOTE)
     if (warning := shapes_warning(report)) is not None:
         say(styled(warning, "bold yellow"))
     if (report.passed or not_holding(report)) and fb:

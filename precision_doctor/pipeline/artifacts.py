@@ -27,6 +27,7 @@ from precision_doctor.graph.toolnames import MODEL_LINK, NAMED_ONNX, model_for_t
 from precision_doctor.jsonio import write_text_atomic
 from precision_doctor.manifest import note_written
 from precision_doctor.results import emit
+from precision_doctor.results.commands import PORTABLE_TARGETS, EmitOptions, IOPair
 from precision_doctor.spec import RunSpec
 
 # report.json's `artifacts` entries a passing run adds (key -> file name)
@@ -70,11 +71,10 @@ def write_artifacts(out_dir: Path, work: Workload, refs: Sequence[dict], fallbac
     placed = place_model(model_for_tools(model, out_dir), out_dir)  # named.onnx where we named nodes, else model.onnx
     excluded = [*order, *forced]
     write_text_atomic(out_dir / FILES["ort_node_block_list"], json.dumps(excluded, indent=1) + "\n")
-    texts = emit.emit_all(
-        placed.name, "fixed.onnx", order, spec.precision, tolerance=spec.tolerance, shapes=shapes or [],
-        check_pairs=write_trtexec_io(out_dir, fixed, kept_samples, kept_refs), block_list=FILES["ort_node_block_list"],
-        forced_fp32=forced, compute_capabilities=spec.artifacts.targets or emit.PORTABLE_TARGETS, knob=knob,
-    )
+    options = EmitOptions(spec.precision, spec.tolerance, block_list=FILES["ort_node_block_list"], shapes=shapes or [],
+                          forced=forced, compute_capabilities=spec.artifacts.targets or PORTABLE_TARGETS, knob=knob)
+    texts = emit.emit_all(placed.name, "fixed.onnx", order, options,
+                          check_pairs=write_trtexec_io(out_dir, fixed, kept_samples, kept_refs))
     for key, name in SCRIPTS.items():
         write_text_atomic(out_dir / name, texts[key])
         if name.endswith(".sh"):
@@ -91,7 +91,7 @@ def write_artifacts(out_dir: Path, work: Workload, refs: Sequence[dict], fallbac
 
 
 def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: Sequence[Sample],
-                     refs: Sequence[dict]) -> list[emit.IOPair]:
+                     refs: Sequence[dict]) -> list[IOPair]:
     """The raw files of trtexec's accuracy check (`trtexec_io/s<i>.in<j>.bin`, `.out<k>.bin`: each array's bytes
     in the type fixed.onnx gives the tensor, as `numpy.ndarray.tofile` writes them) for the first
     `emit.TRTEXEC_CHECK_SAMPLES` samples; the pairs that name them."""
@@ -112,7 +112,7 @@ def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: Sequence[Sa
                 np.ascontiguousarray(np.asarray(arr).astype(types.get(name, np.asarray(arr).dtype))).tofile(path)
                 files[kind][name] = f"{TRTEXEC_IO}/{path.name}"
         shapes = {n: tuple(int(d) for d in np.shape(a)) for n, a in sample.items() if n in dynamic}
-        pairs.append(emit.IOPair(files["in"], files["out"], shapes))
+        pairs.append(IOPair(files["in"], files["out"], shapes))
     return pairs
 
 

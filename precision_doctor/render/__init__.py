@@ -1,5 +1,6 @@
 """Human-readable renderings of a run's typed Report: `markdown.render_markdown`, `html.render_html`
-(with `plots`), and the batch summary (`summary`). `write_reports` writes report.md and report.html."""
+(with `plots`), and the batch summary (`summary`), in the words of `wording` (sentences) and `numbers` (number
+formats). `write_reports` writes report.md and report.html."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The precision-doctor commands a report prints: run the diagnosis again (with other settings), continue it.
+"""What a report tells the reader to do next (`next_steps`: what and why, with the command) and the
+precision-doctor commands it prints: run the diagnosis again (with other settings), continue it.
 
 Each runs as printed from the report's own directory: the run's settings are kept with their paths relative to
 it (`results.report.Invocation`), and a new run goes to a new directory beside it (`../<this run>-<why>`), since
@@ -13,11 +14,82 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from precision_doctor.backends.base import check_only
 from precision_doctor.flags import command_line
+from precision_doctor.outcome import RunStatus
+from precision_doctor.render.wording import not_holding
 from precision_doctor.results.report import Report
 from precision_doctor.spec import RunSpec
 
 HERE = "."  # a run directory, as a command run from it names it
+RUN_FROM_HERE = ("Run these commands from the directory that holds this report: they name its files (fixed.onnx, "
+                 "inputs.json, model.onnx) and your model and inputs by paths relative to it.")
+
+
+def next_steps(report: Report) -> list[tuple[str, str | None]]:
+    """What to do next, in order: (what and why, the command or None), the last one the command that runs this
+    diagnosis again. Commands run from the run directory (the one holding this report): they use paths relative to
+    it (render/commands.py)."""
+    steps = _steps(report)
+    if report.invocation is not None and not report.interrupted:
+        steps.append(("To run this diagnosis again (after changing the model or the samples; add flags for other "
+                      "settings), into a new directory beside this one:", rerun_command(report, "again")))
+    return steps
+
+
+def _steps(report: Report) -> list[tuple[str, str | None]]:
+    cmds = report.commands
+    if report.status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
+        steps = [("The search did not finish. Continue it where it stopped (its settings are recorded in the run "
+                  "directory; a larger --max-evaluations or --time-budget lets it go further):",
+                  resume_command(report))]
+        return steps if not report.passed else steps + _build_steps(report, cmds)
+    if not_holding(report):
+        margin = round(min(0.9, float(report.margin or 0.0) + 0.1), 2)
+        h = report.expected_headroom
+        why = "fails on samples the search did not see" if h.failing_copies or h.failing_held_out else \
+            "is predicted to exceed it on some new inputs (from how much its share varies between samples)"
+        return [(f"The answer meets the tolerance on the searched samples but {why}: "
+                 "give more --inputs of your data (from 4 on, some are held out to check it), or search with more room "
+                 "to spare (a larger --margin, more --augment copies):",
+                 rerun_command(report, f"margin{margin:g}", {"search.margin": margin}))]
+    if not report.passed:
+        base = report.baseline
+        if base is not None and not base.passed and report.status == RunStatus.NO_SOLUTION:
+            return [("Even with every candidate node in FP32 the outputs miss the reference: the tolerance is "
+                     "tighter than FP32 itself reproduces (or the model is nondeterministic). Check the reference "
+                     "(--reference-outputs) or loosen --atol/--rtol, then run diagnose again.", None)]
+        return [("No set met the tolerance. Loosen --atol/--rtol (or use --check-error-stat mean) if your task "
+                 "allows it, give more representative --inputs, or try --strategy linear.", None)]
+    return _build_steps(report, cmds)
+
+
+def _build_steps(report: Report, cmds: dict[str, str]) -> list[tuple[str, str | None]]:
+    steps: list[tuple[str, str | None]] = []
+    check = (cmds.get("polygraphy") or "").splitlines()
+    if check:
+        steps.append(("Check the fixed model on the target GPU with TensorRT, from this report's directory: "
+                      "polygraphy runs it there and compares its outputs with the FP32 reference at your tolerance.",
+                      check[-1]))
+    if cmds.get("trtexec_trt11"):
+        steps.append(("Build the engine with TensorRT 11 (strongly typed: fixed.onnx carries the precisions):",
+                      cmds["trtexec_trt11"]))
+    if cmds.get("trtexec_trt10"):
+        steps.append(("Or with TensorRT 10 (the original model, FP32 layers pinned); ./trtexec.sh picks the right "
+                      "build for the TensorRT installed (PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x too):",
+                      "./trtexec.sh"))
+    if cmds.get("tensorrt_rtx") or "tensorrt_rtx" in report.artifacts:
+        steps.append(("Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
+                      "compute capability 9.0):", "./tensorrt_rtx.sh"))
+    c = report.confirm
+    if c is not None and c.passed and not check_only(c.backend):
+        steps.append((f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
+                      "that is another one.", None))
+    else:
+        steps.append(("The emulator can underestimate a GPU's FP16 error: let precision-doctor confirm (and repair) "
+                      "the answer on the target GPU itself, with the same inputs and tolerance:",
+                      rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"})))
+    return steps
 
 
 def rerun_command(report: Report, suffix: str, changes: dict[str, Any] | None = None) -> str:

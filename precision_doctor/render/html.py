@@ -8,23 +8,10 @@ from html import escape
 from typing import Any
 
 from precision_doctor.render import plots, pricing
-from precision_doctor.render.digest import figures, status_line
-from precision_doctor.render.markdown import (
-    COMMAND_TITLES,
-    INPUT_SENSITIVE_WHY,
-    RUN_FROM_HERE,
-    artifact_title,
-    certified_sentence,
-    confirm_sentence,
-    emulation_note_lines,
-    generalization_sentence,
-    headroom_sentence,
-    layers_by_name,
-    layers_in_order,
-    next_steps,
-    output_run_labels,
-    why,
-)
+from precision_doctor.render.commands import RUN_FROM_HERE, next_steps
+from precision_doctor.render.files import artifact_title
+from precision_doctor.render.layers import layers_by_name, layers_in_order
+from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time, num
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     html_sections,
@@ -33,23 +20,29 @@ from precision_doctor.render.tensorrt import (
     trt_check_sentence,
 )
 from precision_doctor.render.wording import (
+    INPUT_SENSITIVE_WHY,
     answers_sentence,
     bound_sentence,
+    certified_sentence,
+    confirm_sentence,
     decided_sentence,
-    fmt,
-    fmt_flops,
-    fmt_pct,
-    fmt_time,
+    emulation_note_lines,
+    figures,
+    generalization_sentence,
     headline_text,
+    headroom_sentence,
     held_out_sentence,
     model_file_sentence,
-    num,
+    output_run_labels,
     precision_name,
     rounds_sentence,
     shapes_text,
     shapes_warning,
+    status_line,
     verdict,
+    why,
 )
+from precision_doctor.results.emit import LABELS as COMMAND_TITLES
 from precision_doctor.results.report import ModelInfo, Report
 
 # (key, header, type, first sort direction, tooltip)

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from precision_doctor.render.markdown import layers_in_order
-from precision_doctor.render.wording import fmt, num, precision_name
+from precision_doctor.render.layers import layers_in_order
+from precision_doctor.render.numbers import fmt, num
+from precision_doctor.render.wording import precision_name
 from precision_doctor.results.report import Layer, Report, TrajectoryRow
 
 BEFORE = "#e6862e"  # all low precision

@@ -3,26 +3,11 @@
 
 from __future__ import annotations
 
-import math
 from html import escape
-from typing import Any
 
 from precision_doctor.costs import Tradeoff
+from precision_doctor.render.numbers import fmt_decimal_bytes, fmt_short_pct
 from precision_doctor.results.report import Pricing, Report
-
-
-def _pct(v: Any) -> str:
-    if v is None or not isinstance(v, (int, float)) or math.isnan(v):
-        return "-"
-    p = 100 * v
-    return "0%" if p == 0 else f"{p:.2g}%" if p < 1 else f"{p:.0f}%" if p >= 10 else f"{p:.1f}%"
-
-
-def _mb(v: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if v >= scale:
-            return f"{v / scale:.3g} {unit}"
-    return f"{v} B"
 
 
 def _pricing(report: Report) -> Pricing | None:
@@ -41,11 +26,11 @@ def cost_sentence(report: Report, with_share: bool = True) -> str | None:
     more = (f"{a.casts_added} more than all {prec}" if a.casts_added > 0 else
             f"{-a.casts_added} fewer than all {prec}" if a.casts_added < 0 else f"as many as all {prec}")
     casts = f"{a.casts} Cast{'s' if a.casts != 1 else ''} ({more})"
-    parts = [f"{_pct(a.fp32_flop_share)} of the FLOPs stay in FP32, with {casts}" if with_share
+    parts = [f"{fmt_short_pct(a.fp32_flop_share)} of the FLOPs stay in FP32, with {casts}" if with_share
              else f"{casts.replace(' (', ' in fixed.onnx (', 1)}"]
     if a.estimated_speedup_kept is not None:
-        parts.append(f"estimated to keep {_pct(max(a.estimated_speedup_kept, 0.0)) if a.estimated_speedup_kept >= 0 else 'none'}"
-                     f" of the {prec} speed-up (batch {a.batch}, {a.profile})")
+        kept_share = fmt_short_pct(max(a.estimated_speedup_kept, 0.0)) if a.estimated_speedup_kept >= 0 else "none"
+        parts.append(f"estimated to keep {kept_share} of the {prec} speed-up (batch {a.batch}, {a.profile})")
     lat = p.latency
     if lat is not None:
         kept = lat.latency_kept
@@ -67,12 +52,12 @@ def tradeoff_sentence(t: Tradeoff | None, multiplier: float = 2.0) -> str | None
         return f"{what} no set was found within {there.evaluations} evaluations."
     bound = "at most " if not there.complete else ""
     if there.fallback == here.fallback and there.complete:
-        return f"{what} the answer would be the same ({_pct(here.fp32_flop_share)} of the FLOPs in FP32)."
+        return f"{what} the answer would be the same ({fmt_short_pct(here.fp32_flop_share)} of the FLOPs in FP32)."
     if there.fallback == here.fallback:
-        return (f"{what} the answer would keep at most the same {_pct(here.fp32_flop_share)} of the FLOPs in FP32 "
+        return (f"{what} the answer would keep at most the same {fmt_short_pct(here.fp32_flop_share)} of the FLOPs in FP32 "
                 f"(its prune ran out of its {there.evaluations} evaluations).")
-    return (f"{what} the answer would keep {bound}{_pct(there.fp32_flop_share)} of the FLOPs in FP32 "
-            f"({there.fallback_size} nodes) instead of {_pct(here.fp32_flop_share)} ({here.fallback_size}).")
+    return (f"{what} the answer would keep {bound}{fmt_short_pct(there.fp32_flop_share)} of the FLOPs in FP32 "
+            f"({there.fallback_size} nodes) instead of {fmt_short_pct(here.fp32_flop_share)} ({here.fallback_size}).")
 
 
 def _group_lines(p: Pricing) -> list[str]:
@@ -89,9 +74,9 @@ def _group_lines(p: Pricing) -> list[str]:
 def _cost_rows(report: Report, p: Pricing) -> list[tuple[str, str, str, str]]:
     a = p.answer
     prec = str(report.precision or "low precision").upper()
-    rows = [("FP32 share of the FLOPs", "100%", "0%" if a.total_flops else "-", _pct(a.fp32_flop_share)),
+    rows = [("FP32 share of the FLOPs", "100%", "0%" if a.total_flops else "-", fmt_short_pct(a.fp32_flop_share)),
             ("Casts", "0", str(a.casts - a.casts_added), str(a.casts)),
-            ("bytes moved per inference", _mb(a.bytes_fp32), _mb(a.bytes_lowp), _mb(a.bytes_fixed)),
+            ("bytes moved per inference", *(fmt_decimal_bytes(b) for b in (a.bytes_fp32, a.bytes_lowp, a.bytes_fixed))),
             (f"estimated time above all {prec} (us)", "-", "0", f"{a.deploy_us:.3g}")]
     if p.latency is not None:
         lat = p.latency
@@ -117,8 +102,8 @@ def markdown_lines(report: Report) -> list[str]:
         out += ["", f"Latency {p.latency_note}."]
     if p.first_answer is not None:
         f = p.first_answer
-        out += ["", f"The first search's answer, replaced by a second search, kept {_pct(f.fp32_flop_share)} of the FLOPs "
-                    f"in FP32 with {f.casts} Casts."]
+        out += ["", f"The first search's answer, replaced by a second search, kept {fmt_short_pct(f.fp32_flop_share)} of "
+                    f"the FLOPs in FP32 with {f.casts} Casts."]
     groups = _group_lines(p)
     if groups:
         out += ["", f"Fusion groups kept in FP32 ({len(groups)}; TensorRT and ONNX Runtime run each as one kernel):", ""]
@@ -133,7 +118,7 @@ def markdown_lines(report: Report) -> list[str]:
         for pt in t.points:
             note = "this run" if pt.multiplier == 1 else "" if pt.complete else "at most (budget spent)"
             out.append(f"| {pt.multiplier:g}x | {pt.fallback_size if pt.found else 'none found'} | "
-                       f"{_pct(pt.fp32_flop_share) if pt.found else '-'} | {note} |")
+                       f"{fmt_short_pct(pt.fp32_flop_share) if pt.found else '-'} | {note} |")
         sentence = tradeoff_sentence(t)
         out += ["", (sentence or "") + f" ({t.evaluations} evaluations beyond the search.)"]
     return out

@@ -11,6 +11,7 @@ from typing import Any
 
 from precision_doctor.jsonio import write_json, write_text_atomic
 from precision_doctor.outcome import SUMMARY_COLUMNS, RowStatus, SummaryRow
+from precision_doctor.render.numbers import fmt_seconds, fmt_share
 
 
 def write_summary(out_dir: Path, rows: list[SummaryRow]) -> None:
@@ -34,15 +35,6 @@ def summary_csv(rows: list[SummaryRow]) -> str:
             vals.append("" if v is None else v)
         w.writerow(vals)
     return buf.getvalue()
-
-
-def fmt_share(v: Any) -> str:
-    """A FLOP share as a percentage with 3 significant digits ("0.000619%", "12.5%")."""
-    return "" if v is None else f"{100 * float(v):.3g}%"
-
-
-def _fmt_time(v: Any) -> str:
-    return "" if v is None else f"{float(v):.1f} s"
 
 
 _STATUS_CLASS = {RowStatus.PASSED: "ok", RowStatus.ERROR: "bad", RowStatus.FAILED: "bad", RowStatus.NO_SOLUTION: "bad",
@@ -93,7 +85,7 @@ def summary_html(rows: list[SummaryRow], title: str = "precision-doctor batch") 
             + n(r.fallback_size, "" if r.fallback_size is None else str(r.fallback_size))
             + n(r.fp32_flop_share, fmt_share(r.fp32_flop_share))
             + n(r.evaluations, "" if r.evaluations is None else str(r.evaluations))
-            + n(r.elapsed_s, _fmt_time(r.elapsed_s))
+            + n(r.elapsed_s, fmt_seconds(r.elapsed_s))
             + f"<td>{link}</td><td class=\"msg\">{escape(r.message or '')}</td></tr>"
         )
     stamp = _dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")

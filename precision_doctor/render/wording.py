@@ -1,95 +1,30 @@
-"""The words the reports, the CLI, the service and the batch summary share: number formats, and the verdict of a
-run (`Verdict`, one name for each kind of result) with its label, tone and headline sentence.
+"""The sentences every front end shares (report.md, report.html, the CLI, the service pages, the batch summary):
+the verdict of a run (`Verdict`, one name for each kind of result) with its label, tone and headline; the measured
+promise (held-out bound, deciding check, rounds, both answers); how the answer was checked (confirmation,
+generalization, certification, headroom, what the emulator does not model); why a layer hurts; the key figures;
+the inputs' shapes; `compare`'s verdict and a batch row in brief. Numbers are written by `numbers.py`.
 
 The verdict is derived from the typed Report only (`verdict_of`), so every front end says the same thing about
 the same run: `verdict(report)` is its label and tone, `headline(report)` one sentence (label, what was found,
-and the all-low-precision error as a multiple of the tolerance).
+and the all-low-precision error as a multiple of the tolerance). Literal names are Markdown code (`code`):
+report.html and the CLI drop the backticks.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
+from precision_doctor.backends.base import check_only
 from precision_doctor.graph.coverage import EmulationNote, NoteKind
 from precision_doctor.graph.names import shown
+from precision_doctor.measure.analysis import INPUT_SENSITIVITY, Analysis
 from precision_doctor.measure.tolerance import Tolerance
-from precision_doctor.outcome import Decider, Growth, RunStatus, Verdict, _Value
-from precision_doctor.results.report import AnswerSummary, Report
-
-
-def num(v: Any) -> float:
-    """A report number as float: "inf"/"-inf"/"nan" strings and None (-> nan) included."""
-    if v is None or isinstance(v, bool):
-        return float(v) if isinstance(v, bool) else math.nan
-    try:
-        return float(v)
-    except (TypeError, ValueError):
-        return math.nan
-
-
-def fmt(v: Any, digits: int = 3) -> str:
-    """Compact number: "inf", "nan", "0", 0.0123, 1.23e-05, 65504."""
-    if v is None:
-        return "—"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return str(v)
-    x = num(v)
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    if x == 0:
-        return "0"
-    ax = abs(x)
-    if 1e3 <= ax < 1e6:
-        return f"{x:.0f}"
-    if 1e-3 <= ax < 1e3:
-        return f"{x:.{digits}g}"
-    mant, _, exp = f"{x:.{max(digits - 1, 0)}e}".partition("e")
-    if "." in mant:
-        mant = mant.rstrip("0").rstrip(".")
-    return f"{mant}e{exp}"
-
-
-def fmt_pct(v: Any, digits: int = 2) -> str:
-    """Fraction 0..1 as a percentage; tiny non-zero shares stay visible ("<0.01 %")."""
-    x = num(v)
-    if math.isnan(x):
-        return "nan"
-    if x == 0:
-        return "0 %"
-    p = 100 * x
-    floor = 10.0**-digits
-    if 0 < p < floor:
-        return f"<{floor:g} %"
-    return f"{p:.{digits}f} %"
-
-
-def fmt_flops(v: Any) -> str:
-    """FLOPs with an SI prefix."""
-    x = num(v)
-    if not math.isfinite(x):
-        return fmt(x)
-    for unit, scale in (("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6), ("kFLOP", 1e3)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.0f} FLOP"
-
-
-def fmt_time(v: Any) -> str:
-    """Seconds as "0.42 s", "12.3 s", "4 min 05 s", "2 h 03 min"."""
-    s = num(v)
-    if not math.isfinite(s):
-        return fmt(s)
-    if s < 60:
-        return f"{s:.3g} s"
-    if s < 3600:
-        return f"{int(s // 60)} min {int(s % 60):02d} s"
-    return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
+from precision_doctor.outcome import Decider, Growth, RunStatus, SummaryRow, Verdict, _Value
+from precision_doctor.render.numbers import fmt, fmt_3g, fmt_pct, fmt_rate, fmt_seconds, fmt_share, fmt_time, num
+from precision_doctor.results.report import AnswerSummary, Layer, Report
 
 
 def tolerance_text(tol: Tolerance, sep: str = ", ", code: str = "") -> str:
@@ -105,19 +40,17 @@ def tolerance_text(tol: Tolerance, sep: str = ", ", code: str = "") -> str:
     return sep.join(parts) + ("; " + "; ".join(own) if own else "")
 
 
-def fmt_bytes(v: Any) -> str:
-    """A size in bytes with a binary prefix: "812 B", "2.4 KiB", "199 MiB", "1.03 GiB"."""
-    x = num(v)
-    if not math.isfinite(x):
-        return fmt(x)
-    for unit, scale in (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(x) >= scale:
-            return f"{x / scale:.3g} {unit}"
-    return f"{x:.0f} B"
-
-
 def precision_name(report: Report) -> str:
     return str(report.precision or "low precision").upper()
+
+
+def code(s: Any) -> str:
+    """A literal name in a sentence: Markdown inline code, safe inside a GFM table cell (report.html and the CLI
+    drop the backticks)."""
+    text = str(s).replace("|", "\\|").replace("\n", " ")
+    fence = "``" if "`" in text else "`"
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
 
 
 # ---------------------------------------------------------------- the verdict
@@ -298,13 +231,17 @@ def headline_text(report: Report) -> str:
                                 smaller_answer_sentence(report), lowp_sentence(report)) if x)
 
 
+def search_line(report: Report) -> str:
+    """The search in one line, as the CLI prints it first: "fp16 on emulate, strategy auto: 40 evaluations in 3.2 s"."""
+    return (f"{report.precision} on {report.backend}, strategy {report.strategy}: "
+            f"{report.evaluations} evaluations in {fmt_seconds(report.elapsed_s)}")
+
+
+# what the CLI adds to a PASS that no held-out sample of the user's data checked
+UNVALIDATED_NOTE = "No held-out sample of your data checked this answer (give 4 or more --inputs, or --validate-inputs)."
+
+
 # ---------------------------------------------------------------- the measured promise
-
-
-def fmt_rate(rate: float) -> str:
-    """A failure rate as a percentage: "4.9%", "26%", "100%"."""
-    p = 100 * float(rate)
-    return f"{p:.1f}%" if p < 10 else f"{p:.0f}%"
 
 
 def bound_sentence(report: Report, short: bool = False) -> str | None:
@@ -433,6 +370,207 @@ def held_out_sentence(report: Report) -> str | None:
             f"set that passes on every sample.")
 
 
+# ---------------------------------------------------------------- how the answer was checked
+
+
+def output_run_labels(report: Report) -> tuple[str, str]:
+    """Labels of the answer's output checks and of the held-out ones (which may be of the searched
+    answer, when the confirmation on another backend changed it)."""
+    c, k = report.confirm, report.knobs
+    fixed = f"fixed (on {c.backend}, all samples)" if c is not None and c.passed else "fixed (search samples)"
+    if k is not None and k.changed_answer:
+        fixed = f"fixed (on {k.backend} with knobs {k.best}, all samples)"
+    held = "searched answer (validation)" if report.validation is not None and report.validation.of \
+        else "fixed (validation)"
+    return fixed, held
+
+
+def _q(v: Any) -> Any:
+    """`v`, or "?" where it was not recorded."""
+    return "?" if v is None else v
+
+
+def confirm_sentence(report: Report) -> str | None:
+    """What carrying the searched answer over to the confirm backend did; None when not asked for."""
+    c = report.confirm
+    if c is None:
+        return None
+    searched = len(c.searched_answer)
+    if c.skipped:
+        return f"Not confirmed on {c.backend}: {c.skipped}."
+    if c.passed is None:
+        return (f"Not confirmed on {c.backend}: the confirmation stopped early ({c.status}) after "
+                f"{_q(c.evaluations)} evaluations; the answer is the searched one ({searched} nodes).")
+    held = {True: "held as is", False: "failed there"}.get(c.searched_answer_passed, "was not run there")
+    if check_only(c.backend):
+        return (f"Checked on {c.backend} over {_q(c.samples)} samples (a plumbing check: fixed.onnx loads and runs; "
+                f"its FP16 verdicts are not FP16's, so it never removes a node): the searched answer ({searched} "
+                f"nodes) {held}; the answer is {len(report.fallback_nodes)} nodes.")
+    head = f"Confirmed on {c.backend} over {_q(c.samples)} samples: the searched answer ({searched} nodes) {held}"
+    if not c.passed:
+        return head + f"; no passing set was found there ({_q(c.evaluations)} evaluations)."
+    final = len(report.fallback_nodes)
+    kept = "" if c.pruned_searched is not False else (
+        f" (its own {searched} members were kept, not pruned there: each removal tried is a new session on "
+        f"{c.backend}{'' if c.searched_answer_passed else '; only what was added there was pruned'})")
+    return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}."
+
+
+def generalization_sentence(report: Report) -> str | None:
+    """How the answer fares on samples the search did not see (pipeline/probe.py), and what that allows
+    to be said: "holds" only on held-out samples of the user's data; None when no probe ran."""
+    h = report.expected_headroom
+    if h is None or not h.unseen:
+        return None
+    copies = f" with {h.search_copies} perturbed copies" if h.search_copies else ""
+    held = f", {h.held_out} held out {'of your data' if h.held_out_from_user else '(generated)'}" if h.held_out else ""
+    text = (f"Checked on {h.searched + h.unseen} samples ({h.searched} searched{copies}, {h.perturbed_copies} fresh "
+            f"perturbed copies{held})")
+    unseen = f"{h.unseen} unseen ones"
+    if h.backend:  # the confirm backend checked the held-out samples and ran the fresh copies
+        text += f"; the fresh copies run on {h.backend}, which also confirmed the answer on every other sample"
+        unseen = f"{h.perturbed_copies} fresh copies"
+    if h.share_unseen is not None and h.headroom is not None:
+        text += (f": the largest share of the tolerance on the {unseen} is {100 * h.share_unseen:.1f}%, "
+                 f"headroom {100 * h.headroom:.1f}%")
+    if h.predicted_share is not None and h.risk is not None:
+        text += (f"; from their spread, a new input is predicted to use up to {100 * h.predicted_share:.0f}% of the "
+                 f"tolerance (exceeded with probability {100 * h.risk:g}%)")
+    if h.researched:
+        first = "" if h.first_answer_size is None else f" ({h.first_answer_size} nodes"
+        if first and h.first_predicted_share is not None and h.first_predicted_share > 1.0:
+            first += f", a new input predicted to use up to {100 * h.first_predicted_share:.0f}% of the tolerance"
+        text += (f". The first answer{first + ')' if first else ''} was predicted not to hold; a second search at margin "
+                 f"{h.research_margin or 0:g} with the unseen samples it missed found this one")
+        if h.perturbed_copies:
+            text += ", checked on fresh copies no search had seen"
+    if not h.holds:
+        fails = (f"fails on {h.failing_copies} perturbed cop{'y' if h.failing_copies == 1 else 'ies'} and "
+                 f"{h.failing_held_out} held-out sample(s)") if h.failing_copies or h.failing_held_out else \
+            "is predicted to exceed the tolerance on some new inputs"
+        return (text + f". The answer meets the tolerance on the searched samples but {fails}: it is predicted NOT "
+                "to hold on new inputs. Give more --inputs (some are then held out) or search with a larger --margin.")
+    if not (h.held_out and h.held_out_from_user):
+        text += ("; not validated on your data (no held-out sample of it): the perturbed copies predict the answer "
+                 "holds, give 4 or more --inputs (or --validate-inputs) to check it on your data")
+    return text + "."
+
+
+def certified_sentence(report: Report) -> str | None:
+    """Which backend certified the final answer, in words (report.json's `certified_by`); None without one."""
+    c = report.certified_by
+    if c is None:
+        return None
+    where = {"confirmation": "confirmation", "validation": "search and held-out samples", "search": "search",
+             "knobs": "knob search"}.get(c.how, c.how)
+    if c.backend == "emulate":
+        who = f"the emulator (`{c.rules or 'standard'}` rules)"
+    else:
+        who = f"`{c.backend}`" + (" (real low precision on the GPU)" if c.gpu else "")
+    text = f"Certified by {who}: the final answer passes there on all {c.samples} samples ({where})"
+    if c.unconfirmed:
+        text += (f", except for what the emulator does not model on a GPU ({', '.join(c.unconfirmed)}; "
+                 "below): confirm it there")
+    if not c.gpu:
+        text += "; not checked on a GPU"
+        if c.not_on_gpu:
+            text += f": {c.not_on_gpu} (`--backend auto` confirms on ort-cuda where one is)"
+    return text + "."
+
+
+def emulation_note_lines(report: Report) -> list[str]:
+    """One line per group of nodes whose behaviour on the target the emulator does not model."""
+    out = []
+    for n in report.emulation_notes:
+        shown = ", ".join(code(x) for x in n.nodes)
+        more = f" and {n.count - len(n.nodes)} more" if n.count > len(n.nodes) else ""
+        what = f"{n.count} {n.op_type} node(s) ({shown}{more})" if n.op_type else f"{n.count} node(s)"
+        out.append(f"Not modelled ({n.kind}): {what}: {n.detail}.")
+    return out
+
+
+def headroom_sentence(report: Report) -> str | None:
+    """How much of the tolerance a passing answer uses (search or held-out samples, the larger), with
+    advice when little is left; None when not recorded."""
+    used = report.tolerance_used
+    confirm = report.confirm
+    keys = ("confirm",) if confirm is not None else ("search", "validation")
+    shares = [v for v in (num(getattr(used, k) if used else None) for k in keys) if not math.isnan(v)]
+    if not report.passed or not shares:
+        return None
+    where = f" on {confirm.backend}" if confirm is not None else ""
+    text = f"The answer uses {100 * max(shares):.1f}% of the tolerance{where}"
+    margin = float(report.margin or 0.0)
+    if margin:
+        text += f" (searched with a margin of {100 * margin:g}%)"
+    if max(shares) > 0.9 and not margin:
+        text += (": little to spare, other hardware may tip it over (`--margin` searches for room to spare, "
+                 "`--confirm-backend` checks on the target)")
+    return text + "."
+
+
+# ---------------------------------------------------------------- layers
+
+# what analysis.py's `input_sensitive` means
+INPUT_SENSITIVE_WHY = (f"its error comes from its rounded inputs (local error > {INPUT_SENSITIVITY:g}x the rounding of "
+                       "its own output)")
+
+
+def why(layer: Layer, report: Report) -> list[str]:
+    """Why a layer hurts in low precision, in words (measure/explain.py, from its recorded facts)."""
+    from precision_doctor.measure.explain import Limits, explain
+
+    limits = report.format_limits
+    fmt = Limits(precision_name(report), num(limits.max), num(limits.smallest_normal))
+    return [r.text for r in explain(layer, fmt, layer.producers)]
+
+
+# ---------------------------------------------------------------- key figures
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One key figure: its value and what it is."""
+
+    value: str
+    label: str
+
+
+def figures(report: Report) -> list[Figure]:
+    """The key figures, as report.html's header shows them."""
+    model = report.model
+    cands = model.candidates if model is not None else None
+    v = report.validation
+    if v is not None and not v.passed and v.passed_after_research:
+        val = f"first answer failed, second holds ({v.samples} samples)"
+    elif v is not None:
+        val = f"{'passed' if v.passed else 'FAILED'} ({v.samples} samples)"
+    else:
+        val = "not run"
+    if (b := report.held_out_bound) is not None:
+        val += f" · {b.failures}/{b.samples} failed · ≤ {fmt_rate(b.failure_rate)} of inputs ({b.confidence:.0%})"
+    tol_txt = tolerance_text(report.tolerance, sep=" · ")
+    memo = report.memo_hits
+    return [
+        Figure(f"{int(report.fallback_size)}" + (f" / {cands}" if cands is not None else ""),
+               "nodes kept in FP32 (of candidates)"),
+        Figure(fmt_pct(report.fp32_flop_share), "FP32 share of FLOPs"),
+        Figure(f"{report.evaluations}", "evaluations" + (f" (+{memo} memo hits)" if memo else "")),
+        Figure(fmt_time(report.elapsed_s), "search time"),
+        Figure(val, "held-out validation"),
+        Figure(f"{precision_name(report)} · {report.backend}", "precision · backend"),
+        Figure(f"{report.strategy} · {report.cost}", "strategy · cost"),
+        Figure(tol_txt, "tolerance"),
+    ]
+
+
+def status_line(report: Report) -> str | None:
+    """"Status <status>: <reason>" when the run did not simply complete (as report.html says it)."""
+    if not report.reason and report.status in (None, RunStatus.COMPLETE):
+        return None
+    return f"Status {report.status}" + (f": {report.reason}" if report.reason else "")
+
+
 # ---------------------------------------------------------------- inputs and files
 
 
@@ -487,3 +625,35 @@ def model_file_sentence(report: Report) -> str | None:
     if link == "copy":
         return "model.onnx here is a copy of your model (this file system takes no symbolic links)."
     return None
+
+
+# ---------------------------------------------------------------- compare
+
+
+def compare_verdict(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNote] = ()) -> str:
+    """`compare`'s verdict: PASS or FAIL of the emulated low-precision model; a PASS resting on nodes the emulator
+    does not model on a GPU (`notes`) says so."""
+    worst = max(analysis.verdict.items(), key=lambda kv: (not kv[1].passed, kv[1].max_abs), default=None)
+    where = f"; first diverging tensor: {analysis.first_divergence}" if analysis.first_divergence else ""
+    if analysis.passed:
+        caveat = notes_clause(notes, analysis.precision)
+        lead = f"PASS on the emulator ({caveat}: confirm on the GPU)" if caveat else "PASS"
+        return f"{lead}: all outputs within the tolerance ({tolerance_text(tol)}){where}"
+    name, c = worst
+    own = tol.for_output(name)
+    return (
+        f"FAIL: output '{name}' max abs err {fmt_3g(c.max_abs)}, max rel err {fmt_3g(c.max_rel)}, "
+        f"{c.mismatches} of {c.size} elements outside atol={own.atol:g} rtol={own.rtol:g}{where}"
+    )
+
+
+# ---------------------------------------------------------------- the batch
+
+
+def row_brief(row: SummaryRow) -> str:
+    """A finished model of a batch in brief, as the CLI prints it: "(3 node(s) in FP32, 12.5% of FLOPs, 40
+    evaluations)"; "" without an answer."""
+    if row.fallback_size is None:
+        return ""
+    share = fmt_share(row.fp32_flop_share)
+    return f"({row.fallback_size} node(s) in FP32, {share} of FLOPs, {row.evaluations} evaluations)"

@@ -1,44 +1,9 @@
-"""What the user pastes: trtexec and polygraphy command lines, a trtexec build script, the
-layer-precision list, a ModelOpt AutoCast command and ONNX Runtime's node_block_list, all from plain data.
-
-Every command is for one release and says which (`LABELS`: the reports and `emit` print the label above it),
-and runs from the run directory with paths relative to it (the model is `model.onnx` there, a link or a
-copy, or named.onnx; pipeline/artifacts.py). Dynamic inputs carry the shapes the samples gave them: trtexec
-`--minShapes/--optShapes/--maxShapes` (the samples' range; `--shapes` for the inference run trtexec does
-after a build), polygraphy `--trt-min-shapes/--trt-opt-shapes/--trt-max-shapes` (TensorRT's documentation,
-"Working with Dynamic Shapes", trtexec's README Example 3; `polygraphy run --help` of 0.53.6).
+"""What the user pastes, all from plain data, each labelled with the release it is for (`LABELS`: the reports and
+`emit` print the label above it): `emit_all` gathers the TensorRT commands and scripts (`results/commands.py`), a
+ModelOpt AutoCast command with its exclusion list, and ONNX Runtime's node_block_list and provider options.
 
 Facts these commands rest on (see the report of the module's author for sources):
 
-* trtexec (TensorRT 10) `--layerPrecisions=` / `--layerOutputTypes=` take `name:type` pairs
-  joined by `,`; each pair is split at its *last* `:` (so `:` inside a name is fine), a pair with
-  `'` in it is read as a quoted name (`'name':fp32`) and a `*` in a name is a wildcard. Names with
-  `,`, `'`, `*` or a line break therefore cannot be written; they are reported, not emitted.
-  The specs act only with `--precisionConstraints=obey|prefer`. trtexec enables TF32 by default
-  (`--noTF32` turns it off); polygraphy disables it unless `--tf32` is given.
-* TensorRT 11 removed `--fp16`/`--bf16` and the weak-typing options; every network is strongly
-  typed and `--stronglyTyped` is "no longer needed" (TensorRT 11 migration guide), so the TRT 11
-  command builds the mixed-precision `fixed.onnx` as it is.
-* trtexec `--tacticSources=-CUBLAS,-CUDNN` removes sources from the defaults; polygraphy
-  `--tactic-sources A B` enables exactly the listed sources.
-* polygraphy `--layer-precisions name:float32 ...` takes one argument per layer, split at the
-  last `:`; `--precision-constraints obey`; `--strongly-typed`; `--check-error-stat`.
-* TF32 is on by default in trtexec (10 and 11) and in TensorRT-RTX's builder config, so every
-  trtexec line here that builds FP32 layers says `--noTF32` (weak and strongly typed alike). polygraphy
-  clears TF32 for TensorRT, but with `POLYGRAPHY_USE_TENSORRT_RTX=1` its config leaves it on (seen
-  with polygraphy 0.53.6: "Flags | [TF32, STRONGLY_TYPED]"), so the TensorRT-RTX build script clears
-  it with a `--trt-config-postprocess-script`.
-* TensorRT-RTX (PyPI ships the library, not trtexec) builds with `polygraphy convert` and
-  `POLYGRAPHY_USE_TENSORRT_RTX=1`, ahead of time for `--compute-capabilities`, no GPU needed.
-* TensorRT 11's trtexec checks an engine against reference outputs itself (samples/trtexec/README.md of the
-  TensorRT 11 sources, "7.5: Accuracy-aware tuning", read 2026-11-26 in the kevinch-nv/TensorRT copy at
-  ca754f7; DESIGN.md's facts of 2026-11-26): `--loadInputs=name:file` and `--loadRefOutputs=name:file` take
-  raw binary files (`numpy.ndarray.tofile`, the same `name:file` form), `--accuracyThreshold` is required with
-  `--loadRefOutputs`, `--refPair=N` groups one input set with one reference set (several pairs),
-  `--accuracyAlgorithm=l0` (the default) is the fraction of elements outside `atol + rtol * |ref|`, with
-  `--atol`/`--rtol` (default 1e-5). That rule passes an element up to 2x further off than polygraphy's
-  elemwise check (an element fails only when both `|d| > atol` and `|d|/|ref| > rtol`), and trtexec has one
-  atol/rtol for every output: both are said in the emitted comment. Not run: no TensorRT 11 here.
 * ONNX Runtime: onnxconverter-common's `convert_float_to_float16(node_block_list=...)` takes node names; it
   wraps each blocked node in its own Casts, so values passed between FP32 nodes still go through FP16
   (DESIGN.md): fixed.onnx (Casts only at island borders) is the model to run, the list is for those who convert
@@ -46,41 +11,22 @@ Facts these commands rest on (see the report of the module's author for sources)
 * ModelOpt AutoCast `--nodes_to_exclude` takes regular expressions matched with `re.match`
   (a prefix match), so names are escaped and anchored. `--calibration_data` reads NPZ or
   polygraphy JSON inputs. AutoCast also keeps nodes in FP32 by its own rules (`--data_max`,
-  default 512, and `--init_max`); `exact=True` lifts the `--data_max` rule.
-
-Model file: pass the file whose node names are the report's (`toolnames.model_for_tools`: the
-original, or `named.onnx` when precision-doctor had to name nodes): TensorRT calls an unnamed node
-`node_of_<output>` and AutoCast has its own names, so names written for another file match nothing.
-Nodes fixed.onnx keeps FP32 beyond the answer (`forced_fp32`, e.g. `Range`: no FP16 kernel in ONNX
-Runtime) go into the weak-typing and AutoCast lists too, so every tool builds what fixed.onnx holds.
-
-Layer names: pass the TensorRT layer names of a build (`TrtEngineRunner.layers`) when known:
-TensorRT names a node's first layer after the node and further layers `<node>_<n>`, so ONNX
-node names alone miss the extra layers of nodes that become several layers. The model path given
-to the TRT 10 commands must be the file whose node names those are.
+  default 512, and `--init_max`); `exact=True` lifts the `--data_max` rule. AutoCast names nodes its own way, so
+  it is given the file whose node names are the report's (the model, or named.onnx), and the nodes fixed.onnx
+  keeps FP32 beyond the answer are excluded too.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import shlex
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 
 from precision_doctor.backends import knobs
-from precision_doctor.backends.knobs import KnobConfig
-from precision_doctor.backends.tensorrt import flags
-from precision_doctor.backends.tensorrt.tactics import TACTIC_SOURCES_TRT11
 from precision_doctor.graph.names import shown
-from precision_doctor.graph.shapes import InputShape, dims_text
-from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.results import commands
+from precision_doctor.results.commands import EmitOptions, IOPair, check_precision, shell_line, unique, with_forced
 
-PRECISION_FLAGS = {"fp16": "--fp16", "bf16": "--bf16"}
-# trtexec cannot express these in a layer name (see the module docstring).
-TRTEXEC_BAD_CHARS = (",", "'", "*", "\n", "\r")
-# TensorRT-RTX 1.7's portable targets (what its builder targets when none are named; 7.5 only when named).
-PORTABLE_TARGETS = ("8.0", "8.6", "8.9", "12.0", "12.1")
 # What each command of `emit_all` is for: the release, the file it reads and what it writes (the reports and
 # `emit` print these above the commands).
 LABELS = {
@@ -103,293 +49,6 @@ LABELS = {
 TRTEXEC_CHECK_SAMPLES = 4
 
 
-def _check_precision(precision: str) -> None:
-    if precision not in PRECISION_FLAGS:
-        raise ValueError(f"precision must be one of {', '.join(PRECISION_FLAGS)}, got {precision!r}")
-
-
-def _dedupe(names: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(names))
-
-
-def unexpressible_layer_names(names: Iterable[str], tool: str = "trtexec") -> list[str]:
-    """Names a tool's layer-precision syntax cannot carry. trtexec: `,` `'` `*` or a line break
-    (or empty). polygraphy (one argument per layer, split at the last `:`): an empty name, one
-    that starts with `-` (read as an option) or has a line break."""
-    bad = []
-    for n in _dedupe(names):
-        if tool == "trtexec":
-            if not n or any(c in n for c in TRTEXEC_BAD_CHARS):
-                bad.append(n)
-        elif tool == "polygraphy":
-            if not n or n.startswith("-") or "\n" in n or "\r" in n:
-                bad.append(n)
-        else:
-            raise ValueError(f"unknown tool {tool!r}")
-    return bad
-
-
-def split_layer_names(names: Iterable[str], tool: str = "trtexec") -> tuple[list[str], list[str]]:
-    """(expressible names, unexpressible names), each in the given order without duplicates."""
-    names = _dedupe(names)
-    bad = set(unexpressible_layer_names(names, tool))
-    return [n for n in names if n not in bad], [n for n in names if n in bad]
-
-
-def layer_precisions_spec(names: Iterable[str], precision: str = "fp32") -> str:
-    """trtexec's `--layerPrecisions` value: `n1:fp32,n2:fp32` (unexpressible names left out:
-    get them from `unexpressible_layer_names`)."""
-    ok, _ = split_layer_names(names)
-    return ",".join(f"{n}:{precision}" for n in ok)
-
-
-def layer_output_types_spec(names: Iterable[str], precision: str = "fp32") -> str:
-    """trtexec's `--layerOutputTypes` value; one type applies to every output of the layer."""
-    return layer_precisions_spec(names, precision)
-
-
-def _line(args: Sequence[str], multiline: bool = False) -> str:
-    quoted = [shlex.quote(a) for a in args]
-    if not multiline or len(quoted) <= 2:
-        return " ".join(quoted)
-    return (" \\\n    ").join([" ".join(quoted[:2]), *quoted[2:]])
-
-
-def _trtexec_name(name: str) -> str | None:
-    """An input name in trtexec's `name:value` lists: quoted ('name') where it holds `:` or `,`; None where it
-    cannot be written (a `'`)."""
-    if "'" in name:
-        return None
-    return f"'{name}'" if any(c in name for c in ":, ") else name
-
-
-def trtexec_shape_args(shapes: Sequence[InputShape] = ()) -> list[str]:
-    """trtexec's shape flags for the dynamic inputs: `--shapes` (the shape trtexec builds for and runs after the
-    build: the most common one), with `--minShapes/--optShapes/--maxShapes` where the samples' shapes vary (the
-    profile then spans their range)."""
-    dynamic = [s for s in shapes if s.dynamic and _trtexec_name(s.name) is not None]
-    if not dynamic:
-        return []
-
-    def spec(which: str) -> str:
-        return ",".join(f"{_trtexec_name(s.name)}:{dims_text(getattr(s, which))}" for s in dynamic)
-
-    ranges = [f"--minShapes={spec('min')}", f"--optShapes={spec('opt')}", f"--maxShapes={spec('max')}"]
-    return [*(ranges if any(s.varies for s in dynamic) else []), f"--shapes={spec('opt')}"]
-
-
-def polygraphy_shape_args(shapes: Sequence[InputShape] = ()) -> list[str]:
-    """polygraphy's TensorRT profile for the dynamic inputs (`--trt-min-shapes name:[d0,d1] ...`)."""
-    dynamic = [s for s in shapes if s.dynamic]
-    if not dynamic:
-        return []
-    out: list[str] = []
-    for which in ("min", "opt", "max"):
-        out += [f"--trt-{which}-shapes", *(f"{s.name}:[{dims_text(getattr(s, which), ',')}]" for s in dynamic)]
-    return out
-
-
-def _trtexec_trt10_args(
-    model: str,
-    layers: Sequence[str],
-    precision: str,
-    tactic_sources_avoid: Iterable[str] | None,
-    engine: str,
-    timing_cache: str | None,
-    no_tf32: bool,
-    tactic_sources_add: Iterable[str] | None = None,
-    shapes: Sequence[InputShape] = (),
-) -> list[str]:
-    _check_precision(precision)
-    args = ["trtexec", f"--onnx={model}", *trtexec_shape_args(shapes), PRECISION_FLAGS[precision]]
-    args += flags.trtexec_tf32_args(not no_tf32)
-    spec = layer_precisions_spec(layers)
-    if spec:
-        args += [
-            "--precisionConstraints=obey",
-            f"--layerPrecisions={spec}",
-            f"--layerOutputTypes={layer_output_types_spec(layers)}",
-        ]
-    return args + _build_tail_args(tactic_sources_avoid, 10, engine, timing_cache, tactic_sources_add)
-
-
-def _build_tail_args(avoid: Iterable[str] | None, trt_major: int, engine: str, timing_cache: str | None,
-                     add: Iterable[str] | None = None) -> list[str]:
-    """Tactic sources to avoid or add, the engine to save and the timing cache: common to both builds."""
-    args = [*flags.trtexec_tactic_args(avoid, trt_major, add), f"--saveEngine={engine}"]
-    if timing_cache:
-        args.append(f"--timingCacheFile={timing_cache}")
-    return args
-
-
-def trtexec_trt10(
-    model: str,
-    layers: Sequence[str],
-    precision: str = "fp16",
-    *,
-    tactic_sources_avoid: Iterable[str] | None = None,
-    engine: str = "fixed.plan",
-    timing_cache: str | None = "timing.cache",
-    no_tf32: bool = True,
-    multiline: bool = False,
-    tactic_sources_add: Iterable[str] | None = None,
-    shapes: Sequence[InputShape] = (),
-) -> str:
-    """TensorRT 10 (weak typing): the original model in FP16/BF16, `layers` forced to FP32 with
-    obeyed precision constraints. `layers`: TensorRT layer names, else the ONNX node names."""
-    args = _trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, no_tf32,
-                               tactic_sources_add, shapes)
-    return _line(args, multiline)
-
-
-def _trtexec_strong_args(
-    fixed_onnx: str,
-    tactic_sources_avoid: Iterable[str] | None,
-    engine: str,
-    timing_cache: str | None,
-    strongly_typed_flag: bool,
-    trt_major: int,
-    no_tf32: bool = True,
-    tactic_sources_add: Iterable[str] | None = None,
-    shapes: Sequence[InputShape] = (),
-) -> list[str]:
-    args = ["trtexec", f"--onnx={fixed_onnx}", *trtexec_shape_args(shapes)]
-    if strongly_typed_flag:
-        args.append("--stronglyTyped")
-    args += flags.trtexec_tf32_args(not no_tf32)
-    return args + _build_tail_args(tactic_sources_avoid, trt_major, engine, timing_cache, tactic_sources_add)
-
-
-def trtexec_trt11(
-    fixed_onnx: str,
-    *,
-    tactic_sources_avoid: Iterable[str] | None = None,
-    engine: str = "fixed.plan",
-    timing_cache: str | None = "timing.cache",
-    strongly_typed_flag: bool = False,
-    no_tf32: bool = True,
-    multiline: bool = False,
-    tactic_sources_add: Iterable[str] | None = None,
-    shapes: Sequence[InputShape] = (),
-) -> str:
-    """TensorRT 11 (always strongly typed): build the mixed-precision graph as it is. Set
-    `strongly_typed_flag` to add `--stronglyTyped` (needed on TensorRT 10.x, where strong typing
-    is opt-in; documented as no longer needed in 11). `--noTF32` keeps the FP32 islands in FP32
-    (TF32 is on by default in 11.x)."""
-    args = _trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, strongly_typed_flag, 11, no_tf32,
-                                tactic_sources_add, shapes)
-    return _line(args, multiline)
-
-
-def _tolerance_args(tolerance: Tolerance) -> list[str]:
-    """polygraphy's tolerance flags: `--atol 0.001 out:0.01` (a value for every output, then per output, one
-    flag with several values: polygraphy reads the flag's values as one list), `--rtol`, `--check-error-stat`."""
-    def values(kind: str) -> list[str]:
-        return [repr(float(getattr(tolerance, kind))),
-                *(f"{n}:{v!r}" for n, v in tolerance.per_output(kind).items())]
-
-    return ["--atol", *values("atol"), "--rtol", *values("rtol"), "--check-error-stat", tolerance.check_error_stat]
-
-
-def polygraphy_verify(
-    fixed_onnx: str,
-    *,
-    tolerance: Tolerance,
-    inputs: str = "inputs.json",
-    reference_outputs: str = "reference_outputs.json",
-    shapes: Sequence[InputShape] = (),
-    strongly_typed: bool = True,
-    tactic_sources_avoid: Iterable[str] | None = None,
-    multiline: bool = False,
-    tactic_sources_add: Iterable[str] | None = None,
-    tf32: bool = False,
-) -> str:
-    """The fixed (mixed-precision) model on TensorRT, strongly typed, checked against the run's FP32 reference
-    outputs (reference_outputs.json, of the samples in inputs.json). (Running `--onnxrt` on fixed.onnx
-    checks the same files on ONNX Runtime: the plumbing, not TensorRT's FP16.)"""
-    args = ["polygraphy", "run", fixed_onnx, "--trt"]
-    if strongly_typed:
-        args.append("--strongly-typed")
-    args += flags.polygraphy_tactic_args(tactic_sources_avoid, tactic_sources_add, tf32)
-    args += polygraphy_shape_args(shapes)
-    args += ["--load-inputs", inputs, "--load-outputs", reference_outputs, *_tolerance_args(tolerance)]
-    return _line(args, multiline)
-
-
-def polygraphy_trt10(
-    model: str,
-    layers: Sequence[str],
-    precision: str = "fp16",
-    *,
-    tolerance: Tolerance,
-    inputs: str = "inputs.json",
-    reference_outputs: str = "reference_outputs.json",
-    shapes: Sequence[InputShape] = (),
-    tactic_sources_avoid: Iterable[str] | None = None,
-    multiline: bool = False,
-    tactic_sources_add: Iterable[str] | None = None,
-    tf32: bool = False,
-) -> str:
-    """TensorRT 10 (weak typing) check in one command: the original model on TensorRT in FP16/BF16 with
-    `layers` in FP32 (obeyed), against the run's FP32 reference outputs."""
-    _check_precision(precision)
-    ok, _ = split_layer_names(layers, "polygraphy")
-    args = ["polygraphy", "run", model, "--trt", PRECISION_FLAGS[precision]]
-    if ok:
-        args += ["--precision-constraints", "obey", "--layer-precisions", *(f"{n}:float32" for n in ok)]
-    args += flags.polygraphy_tactic_args(tactic_sources_avoid, tactic_sources_add, tf32)
-    args += polygraphy_shape_args(shapes)
-    args += ["--load-inputs", inputs, "--load-outputs", reference_outputs, *_tolerance_args(tolerance)]
-    return _line(args, multiline)
-
-
-@dataclass(frozen=True)
-class IOPair:
-    """One sample for trtexec's accuracy check: each input's and each output's raw file (relative to the run
-    directory) and the shapes of the dynamic inputs in it."""
-
-    inputs: dict[str, str]
-    outputs: dict[str, str]
-    shapes: dict[str, tuple[int, ...]] = field(default_factory=dict)
-
-
-def trtexec_trt11_check(pairs: Sequence[IOPair], tolerance: Tolerance, engine: str = "fixed.plan") -> str:
-    """TensorRT 11: run `engine` on the samples of `pairs` and check its outputs against the references with
-    trtexec's l0 rule (one command per input shape; `--refPair` where a command checks several samples).
-    Comment lines first say how the check differs from the report's."""
-    lines = ["# trtexec's l0 check passes an element when |out - ref| <= atol + rtol * |ref|: up to 2x looser than",
-             "# polygraphy's elemwise rule, which precision-doctor and its polygraphy check use."]
-    own = tolerance.outputs_named
-    if own:
-        lines.append(f"# trtexec has one --atol/--rtol for every output: the plain ones are used here, not the ones "
-                     f"for {', '.join(shown(n) for n in own)}.")
-    if tolerance.check_error_stat != "elemwise" or tolerance.cosine_floor is not None:
-        lines.append(f"# The run checked with --check-error-stat {tolerance.check_error_stat}"
-                     + (f" and a cosine floor {tolerance.cosine_floor:g}" if tolerance.cosine_floor is not None else "")
-                     + ": l0 counts elements instead.")
-    bad = sorted({n for p in pairs for n in [*p.inputs, *p.outputs] if _trtexec_name(n) is None})
-    if bad:
-        return "\n".join([*lines, f"# Not possible: trtexec's name:file lists cannot carry the name(s) "
-                                   f"{', '.join(shown(n) for n in bad)}."])
-    groups: dict[tuple, list[IOPair]] = {}
-    for pair in pairs:
-        groups.setdefault(tuple(sorted(pair.shapes.items())), []).append(pair)
-    for key, group in groups.items():
-        args = ["trtexec", f"--loadEngine={engine}"]
-        if key:
-            args.append("--shapes=" + ",".join(f"{_trtexec_name(n)}:{dims_text(d)}" for n, d in key))
-        for i, pair in enumerate(group):
-            if len(group) > 1:
-                args.append(f"--refPair={i}")
-            args.append("--loadInputs=" + ",".join(f"{_trtexec_name(n)}:{f}" for n, f in pair.inputs.items()))
-            args.append("--loadRefOutputs=" + ",".join(f"{_trtexec_name(n)}:{f}" for n, f in pair.outputs.items()))
-        # the threshold is a share of failing elements: any positive value below one element in the outputs
-        args += ["--accuracyAlgorithm=l0", f"--atol={tolerance.atol!r}", f"--rtol={tolerance.rtol!r}",
-                 "--accuracyThreshold=1e-12"]
-        lines.append(_line(args))
-    return "\n".join(lines)
-
-
 def ort_block_list_command(model: str, block_list: str, precision: str = "fp16",
                            output: str = "fixed_onnxconverter.onnx") -> str:
     """onnxconverter-common's FP16 conversion of `model` with the nodes of `block_list` (a JSON list of names)
@@ -405,7 +64,7 @@ def ort_block_list_command(model: str, block_list: str, precision: str = "fp16",
         f"# fixed.onnx is the model to run on ONNX Runtime: Casts only where FP32 regions begin and end. {block_list}",
         "# lists the same nodes for onnxconverter-common, whose conversion casts around each blocked node on its own",
         "# (values passed between two FP32 nodes still go through FP16), so its model can differ from fixed.onnx.",
-        _line(["python3", "-c", code]),
+        shell_line(["python3", "-c", code]),
     ])
 
 
@@ -427,7 +86,7 @@ def autocast_command(
 ) -> str:
     """ModelOpt AutoCast with our FP32 nodes excluded from conversion. `exact` adds
     `--data_max inf` so AutoCast's output-magnitude rule adds no FP32 nodes of its own."""
-    _check_precision(precision)
+    check_precision(precision)
     args = ["python", "-m", "modelopt.onnx.autocast", "--onnx_path", model, "--output_path", output]
     args += ["--low_precision_type", precision]
     if keep_io_types:
@@ -436,292 +95,41 @@ def autocast_command(
         args += ["--data_max", "inf"]
     if inputs:
         args += ["--calibration_data", inputs]
-    nodes = _dedupe(nodes)
+    nodes = unique(nodes)
     if nodes:
         args += ["--nodes_to_exclude", *(autocast_regex(n) for n in nodes)]
-    return _line(args, multiline)
-
-
-def forced_comment_lines(forced: Mapping[str, str] | None, prefix: str = "# ") -> list[str]:
-    """Comment lines naming the nodes fixed.onnx keeps FP32 beyond the answer, with why (names and reasons come
-    from the model: escaped, so that no line break ends the comment)."""
-    if not forced:
-        return []
-    lines = [f"{prefix}fixed.onnx also keeps {len(forced)} node(s) in FP32 beyond the answer (listed with it here):"]
-    lines += [f"{prefix}  {shown(name)}: {shown(why)}" for name, why in forced.items()]
-    return lines
+    return shell_line(args, multiline)
 
 
 def name_list(names: Iterable[str]) -> str:
     """A text list, one name per line (AutoCast's exclusions): each name escaped (`graph/names.py`), so that
     none breaks a line; the model's unsafe names were renamed at load, so this changes nothing there."""
-    items = [shown(n) for n in _dedupe(names)]
+    items = [shown(n) for n in unique(names)]
     return "".join(f"{n}\n" for n in items)
 
 
-def with_forced(names: Sequence[str], forced: Mapping[str, str] | None) -> list[str]:
-    """The answer's names followed by the forced FP32 nodes (no duplicates)."""
-    return _dedupe([*names, *(forced or {})])
-
-
-def layer_precisions_file(
-    layers: Sequence[str], precision: str = "fp16", *, from_build: bool = False, forced: Mapping[str, str] | None = None
-) -> str:
-    """layer_precisions.txt: a header of `#` lines, then one `name:fp32` per line (the forced FP32
-    nodes after the answer's, named in the header)."""
-    _check_precision(precision)
-    ok, bad = split_layer_names(with_forced(layers, forced))
-    source = (
-        "TensorRT layer names from a build"
-        if from_build
-        else "ONNX node names (TensorRT names a node's first layer after it; extra layers `<node>_<n>` are not listed)"
-    )
-    lines = [
-        f"# precision-doctor: layers to keep in FP32 when building in {precision.upper()} with TensorRT 10.",
-        f"# Names: {source}.",
-        "# trtexec: --precisionConstraints=obey \\",
-        "#   --layerPrecisions=\"$(grep -v '^#' layer_precisions.txt | paste -sd, -)\" \\",
-        "#   --layerOutputTypes=\"$(grep -v '^#' layer_precisions.txt | paste -sd, -)\"",
-        "# TensorRT 11 has no layer precisions: build fixed.onnx (strongly typed) instead.",
-        *forced_comment_lines(forced),
-    ]
-    for n in bad:
-        lines.append(f"# NOT EXPRESSIBLE in trtexec's syntax (contains , ' * or a line break): {n!r}")
-    lines += [f"{n}:fp32" for n in ok]
-    return "\n".join(lines) + "\n"
-
-
-# trtexec.sh's detection of the TensorRT major version: $TRT_MAJOR, else trtexec's banner, else the Python package.
-_DETECT_TRT_MAJOR = (
-    "trt_major() {",
-    '  if [[ -n "${TRT_MAJOR:-}" ]]; then echo "${TRT_MAJOR}"; return; fi',
-    "  local v",
-    "  # trtexec prints a banner like '&&&& RUNNING TensorRT.trtexec [TensorRT v101401]' (10.14.1).",
-    "  v=\"$(trtexec --version 2>&1 | grep -o 'TensorRT v[0-9][0-9]*' | head -n 1 | sed 's/TensorRT v//' || true)\"",
-    '  if [[ -n "$v" ]]; then',
-    '    if (( ${#v} >= 6 )); then echo "${v:0:2}"; else echo "${v:0:1}"; fi',
-    "    return",
-    "  fi",
-    "  python3 -c 'import tensorrt; print(tensorrt.__version__.split(\".\")[0])' 2>/dev/null || true",
-    "}",
-    "",
-    'major="$(trt_major)"',
-    'if [[ -z "$major" ]]; then',
-    '  echo "cannot tell the TensorRT version: set TRT_MAJOR=10 or TRT_MAJOR=11" >&2',
-    "  exit 2",
-    "fi",
-    "",
-)
-
-
-def _trtexec_script_header(precision: str, what: str, tf32: bool, forced: Mapping[str, str] | None) -> list[str]:
-    """trtexec.sh's first lines: what it builds in which precision, TF32, the forced FP32 nodes, strict bash."""
-    return [
-        "#!/usr/bin/env bash",
-        "# Generated by precision-doctor: build the fixed TensorRT engine.",
-        f"# Precision {precision.upper()} everywhere except {what} kept in FP32.",
-        "# TensorRT 10: weak typing. The original model is built with the precision flag and the",
-        "#   FP32 layers pinned by --layerPrecisions/--layerOutputTypes under",
-        "#   --precisionConstraints=obey" + ("." if tf32 else "; --noTF32 keeps those FP32 layers in true FP32."),
-        "# TensorRT 11: strongly typed only (no --fp16, no layer precisions): the mixed-precision",
-        "#   fixed.onnx carries the precisions itself and is built as it is.",
-        "# Set TRT_MAJOR=10 or 11 to skip detection; PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x.",
-        "# Strongly typed builds say --noTF32 too: TF32 is on by default and would round the FP32 islands."
-        if not tf32 else "# TF32 stays on (the knob configuration found): FP32 layers multiply with 10-bit mantissas.",
-        *forced_comment_lines(forced),
-        "set -euo pipefail",
-        'cd "$(dirname "${BASH_SOURCE[0]}")"',
-        "",
-    ]
-
-
-def trtexec_script(
-    model: str,
-    fixed_onnx: str,
-    layers: Sequence[str],
-    precision: str = "fp16",
-    *,
-    tactic_sources_avoid: Iterable[str] | None = None,
-    engine: str = "fixed.plan",
-    timing_cache: str | None = "timing.cache",
-    nodes: Sequence[str] | None = None,
-    forced: Mapping[str, str] | None = None,
-    tactic_sources_add: Iterable[str] | None = None,
-    tf32: bool = False,
-    shapes: Sequence[InputShape] = (),
-) -> str:
-    """trtexec.sh: picks the TensorRT 10 or 11 build by `$TRT_MAJOR`, else by the banner of
-    `trtexec --version`, else by `python3 -c 'import tensorrt'`. Relative paths are relative to
-    the script's folder. On TensorRT 10, `PD_STRONGLY_TYPED=1` builds fixed.onnx instead. `forced`:
-    nodes fixed.onnx keeps FP32 beyond the answer (pinned too on TensorRT 10, named in the header)."""
-    _check_precision(precision)
-    layers = with_forced(layers, forced)
-    ok, bad = split_layer_names(layers)
-    n_nodes = len(_dedupe(nodes)) if nodes is not None else None
-    add = tactic_sources_add
-    weak = _line(_trtexec_trt10_args(model, layers, precision, tactic_sources_avoid, engine, timing_cache, not tf32, add,
-                                     shapes), True)
-    strong10 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, True, 10, not tf32, add,
-                                          shapes), True)
-    strong11 = _line(_trtexec_strong_args(fixed_onnx, tactic_sources_avoid, engine, timing_cache, False, 11, not tf32, add,
-                                          shapes), True)
-    dropped11 = [t for t in [*flags.source_names(tactic_sources_avoid), *flags.source_names(add)]
-                 if t not in TACTIC_SOURCES_TRT11]
-
-    def indent(text: str) -> str:
-        return "\n".join("  " + ln if ln else ln for ln in text.splitlines())
-
-    what = f"{len(ok) + len(bad)} layer(s)" + (f" from {n_nodes} ONNX node(s)" if n_nodes is not None else "")
-    out = _trtexec_script_header(precision, what, tf32, forced)
-    if bad:
-        out.append("# WARNING: layer names trtexec cannot express (contain , ' * or a line break); the")
-        out.append("# TensorRT 10 command below leaves them out. Prefer PD_STRONGLY_TYPED=1 (fixed.onnx).")
-        out += [f"#   {n!r}" for n in bad]
-        out.append("")
-    out += [
-        *_DETECT_TRT_MAJOR,
-        "if (( major >= 11 )); then",
-        "  # TensorRT 11+: the network is strongly typed; fixed.onnx holds the FP32 islands.",
-    ]
-    if dropped11:
-        out.append(f"  # (tactic sources {', '.join(dropped11)} no longer exist in TensorRT 11: not passed)")
-    out += [
-        indent(strong11),
-        'elif [[ "${PD_STRONGLY_TYPED:-0}" == "1" ]]; then',
-        "  # TensorRT 10.x, strongly typed: the same mixed-precision graph, opted in with --stronglyTyped.",
-        indent(strong10),
-        "else",
-    ]
-    if bad:
-        out.append(f'  echo "warning: {len(bad)} FP32 layer name(s) cannot be passed to trtexec; see the header" >&2')
-    out += [
-        "  # TensorRT 10.x, weak typing: the original model, FP32 layers pinned.",
-        indent(weak),
-        "fi",
-    ]
-    return "\n".join(out) + "\n"
-
-
-# polygraphy's TensorRT-RTX config leaves TF32 on; this postprocess function clears it (for either library).
-NO_TF32_POSTPROCESS = """from polygraphy.mod.trt_importer import lazy_import_trt
-
-
-def postprocess_config(builder, network, config):
-    config.clear_flag(lazy_import_trt().BuilderFlag.TF32)
-"""
-
-
-def tensorrt_rtx_script(
-    fixed_onnx: str,
-    compute_capabilities: Sequence[str],
-    *,
-    engine: str = "fixed.plan",
-    tactic_sources_avoid: Iterable[str] | None = None,
-    input_shapes: Mapping[str, Sequence[int]] | None = None,
-    forced: Mapping[str, str] | None = None,
-    tactic_sources_add: Iterable[str] | None = None,
-    tf32: bool = False,
-    shapes: Sequence[InputShape] = (),
-) -> str:
-    """tensorrt_rtx.sh: build the fixed engine with TensorRT-RTX through `polygraphy convert` (what PyPI's
-    `tensorrt-rtx` and `polygraphy` give; no GPU needed), strongly typed, TF32 off, for the compute
-    capabilities named (`PD_COMPUTE_CAPABILITIES` overrides them when set)."""
-    ccs = " ".join(compute_capabilities)
-    args = ["polygraphy", "convert", fixed_onnx, "--convert-to", "trt", "--strongly-typed"]
-    args += flags.polygraphy_tactic_args(tactic_sources_avoid, tactic_sources_add, defaults=TACTIC_SOURCES_TRT11,
-                                         available=TACTIC_SOURCES_TRT11)
-    for name, shape in (input_shapes or {}).items():
-        args += ["--input-shapes", f"{name}:[{','.join(str(int(d)) for d in shape)}]"]
-    args += polygraphy_shape_args(shapes)
-    cmd = " ".join(shlex.quote(a) for a in args)
-    tf32_text = (["# fixed.onnx holds the precisions (strongly typed); TF32 stays on (the knob configuration found)."] if tf32
-                 else ["# fixed.onnx holds the precisions (strongly typed); TF32 is cleared, since polygraphy's TensorRT-RTX",
-                       "# config leaves it on and it would round the FP32 islands."])
-    out = [
-        "#!/usr/bin/env bash",
-        "# Generated by precision-doctor: build the fixed engine with TensorRT-RTX, ahead of time (no GPU needed).",
-        *tf32_text,
-        "# Needs: pip install polygraphy tensorrt-rtx. The engine runs on GPUs of the compute capabilities",
-        "# it is built for (TensorRT-RTX runs none of compute capability 9.0).",
-        *forced_comment_lines(forced),
-        "set -euo pipefail",
-        'cd "$(dirname "${BASH_SOURCE[0]}")"',
-    ]
-    out.append(f"default_ccs={shlex.quote(ccs)}")
-    if tf32:
-        out += [
-            'read -r -a ccs <<< "${PD_COMPUTE_CAPABILITIES:-$default_ccs}"',
-            f'POLYGRAPHY_USE_TENSORRT_RTX=1 {cmd} --compute-capabilities "${{ccs[@]}}" -o {shlex.quote(engine)}',
-        ]
-        return "\n".join(out) + "\n"
-    out += [
-        'tmp="$(mktemp -d)"',
-        "trap 'rm -rf \"$tmp\"' EXIT",
-        "cat > \"$tmp/pd_no_tf32.py\" <<'PY'",
-        NO_TF32_POSTPROCESS.rstrip("\n"),
-        "PY",
-        'read -r -a ccs <<< "${PD_COMPUTE_CAPABILITIES:-$default_ccs}"',
-        f'POLYGRAPHY_USE_TENSORRT_RTX=1 {cmd} --compute-capabilities "${{ccs[@]}}" \\',
-        f'    --trt-config-postprocess-script "$tmp/pd_no_tf32.py" -o {shlex.quote(engine)}',
-    ]
-    return "\n".join(out) + "\n"
-
-
-def emit_all(
-    model: str,
-    fixed_onnx: str,
-    fallback_nodes: Sequence[str],
-    precision: str = "fp16",
-    *,
-    tolerance: Tolerance,
-    inputs: str = "inputs.json",
-    reference_outputs: str = "reference_outputs.json",
-    shapes: Sequence[InputShape] = (),
-    check_pairs: Sequence[IOPair] = (),
-    block_list: str = "ort_node_block_list.json",
-    tactic_sources_avoid: Iterable[str] | None = None,
-    layers: Sequence[str] | None = None,
-    engine: str = "fixed.plan",
-    timing_cache: str | None = "timing.cache",
-    forced_fp32: Mapping[str, str] | None = None,
-    compute_capabilities: Sequence[str] = PORTABLE_TARGETS,
-    knob: KnobConfig | None = None,
-) -> dict[str, str]:
+def emit_all(model: str, fixed_onnx: str, fallback_nodes: Sequence[str], options: EmitOptions = EmitOptions(), *,
+             layers: Sequence[str] | None = None, check_pairs: Sequence[IOPair] = ()) -> dict[str, str]:
     """Everything at once, for `emit --format trtexec|polygraphy|autocast|ort|json`, each command labelled in
     `LABELS`. `model`: the file whose node names the report uses, as the run directory names it (model.onnx,
-    named.onnx); `fallback_nodes`: ONNX node names in topological order; `tolerance`: the run's (per-output
-    values included); `shapes`: the inputs' shapes as the samples ran (dynamic ones get shape flags);
-    `check_pairs`: the raw files of trtexec's accuracy check (none: no check command); `block_list`: the JSON
-    list of node names for onnxconverter-common; `layers`: TensorRT layer names from a build, if known (else the
-    node names stand in for them); `forced_fp32`: nodes fixed.onnx keeps FP32 beyond the answer, with why
-    (`graph.mixed.forced_fp32_nodes`); `compute_capabilities`: TensorRT-RTX's targets; `knob`: the knob
-    configuration the answer was found under (`search.knobs`): a TensorRT one changes the tactic sources and
-    TF32 of every TensorRT command, an ONNX Runtime CUDA one adds `ort_cuda_providers`, the provider options to
-    run fixed.onnx with."""
-    _check_precision(precision)
-    change = flags.TacticChange.of(knob, tactic_sources_avoid)
-    tf32 = change.tf32
-    trt = {"tactic_sources_avoid": list(change.avoid) or None, "tactic_sources_add": list(change.add) or None}
-    forced = dict(forced_fp32 or {})
-    names = with_forced(list(layers) if layers is not None else list(fallback_nodes), forced)
-    checked = {"tolerance": tolerance, "inputs": inputs, "reference_outputs": reference_outputs, "shapes": shapes,
-               "tf32": tf32, **trt}
+    named.onnx); `fallback_nodes`: ONNX node names in topological order; `options`: what every command shares
+    (`EmitOptions`: precision, tolerance, files, shapes, forced FP32 nodes, targets, knob configuration);
+    `layers`: TensorRT layer names from a build, if known (else the node names stand in for them);
+    `check_pairs`: the raw files of trtexec's accuracy check (none: no check command)."""
+    o = options
+    names = with_forced(list(layers) if layers is not None else list(fallback_nodes), o.forced)
     out = {
-        "trtexec_trt10": trtexec_trt10(model, names, precision, engine=engine, timing_cache=timing_cache,
-                                       no_tf32=not tf32, shapes=shapes, **trt),
-        "trtexec_trt11": trtexec_trt11(fixed_onnx, engine=engine, timing_cache=timing_cache, no_tf32=not tf32,
-                                       shapes=shapes, **trt),
-        **({"trtexec_trt11_check": trtexec_trt11_check(check_pairs, tolerance, engine)} if check_pairs else {}),
-        "polygraphy": polygraphy_verify(fixed_onnx, **checked),
-        "polygraphy_trt10": polygraphy_trt10(model, names, precision, **checked),
-        "autocast": autocast_command(model, with_forced(fallback_nodes, forced), precision, inputs=inputs),
-        "ort_node_block_list": ort_block_list_command(model, block_list, precision),
-        "layer_precisions_txt": layer_precisions_file(names, precision, from_build=layers is not None, forced=forced),
-        "trtexec_sh": trtexec_script(model, fixed_onnx, names, precision, engine=engine, timing_cache=timing_cache,
-                                     nodes=fallback_nodes, forced=forced, tf32=tf32, shapes=shapes, **trt),
-        "tensorrt_rtx_sh": tensorrt_rtx_script(fixed_onnx, compute_capabilities, engine=engine, forced=forced, tf32=tf32,
-                                               shapes=shapes, **trt),
+        "trtexec_trt10": commands.trtexec_trt10(model, names, o),
+        "trtexec_trt11": commands.trtexec_trt11(fixed_onnx, o),
+        **({"trtexec_trt11_check": commands.trtexec_trt11_check(check_pairs, o)} if check_pairs else {}),
+        "polygraphy": commands.polygraphy_verify(fixed_onnx, o),
+        "polygraphy_trt10": commands.polygraphy_trt10(model, names, o),
+        "autocast": autocast_command(model, with_forced(fallback_nodes, o.forced), o.precision, inputs=o.inputs),
+        "ort_node_block_list": ort_block_list_command(model, o.block_list, o.precision),
+        "layer_precisions_txt": commands.layer_precisions_file(names, o, from_build=layers is not None),
+        "trtexec_sh": commands.trtexec_script(model, fixed_onnx, names, o, nodes=fallback_nodes),
+        "tensorrt_rtx_sh": commands.tensorrt_rtx_script(fixed_onnx, o),
     }
-    if knob is not None and knob.backend == knobs.ORT_CUDA:
-        out["ort_cuda_providers"] = knobs.ort_providers_text(knob)
+    if o.knob is not None and o.knob.backend == knobs.ORT_CUDA:
+        out["ort_cuda_providers"] = knobs.ort_providers_text(o.knob)
     return out

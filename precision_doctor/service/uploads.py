@@ -16,7 +16,7 @@ from starlette.datastructures import UploadFile
 
 from precision_doctor.data.sources import SAMPLE_SUFFIXES as SAMPLE_FILE_SUFFIXES
 from precision_doctor.errors import SpecError
-from precision_doctor.render.wording import fmt_bytes
+from precision_doctor.render.numbers import fmt_bytes
 from precision_doctor.spec import load_json
 
 MODEL_SUFFIXES = (".onnx",)

@@ -1,5 +1,5 @@
 """TensorRT's tactic-source and TF32 flags, built in one place: for every command precision-doctor prints
-(results/emit.py: trtexec for TensorRT 10 and 11, polygraphy, the TensorRT-RTX script) and for a knob
+(results/commands.py: trtexec for TensorRT 10 and 11, polygraphy, the TensorRT-RTX script) and for a knob
 configuration (`backends.knobs`).
 
 trtexec changes the library's defaults (`--tacticSources=-CUBLAS,+CUDNN`) and has TF32 on unless told
@@ -91,6 +91,6 @@ def knob_trtexec_args(config: KnobConfig) -> list[str]:
 def knob_polygraphy_args(config: KnobConfig, enabled_by_default: Sequence[str]) -> list[str]:
     """polygraphy's flags for a TensorRT knob configuration, the library enabling `enabled_by_default`. polygraphy
     clears TF32 for TensorRT, but not with POLYGRAPHY_USE_TENSORRT_RTX=1 (there TF32 stays on unless a config
-    postprocess script clears it: `results.emit.NO_TF32_POSTPROCESS`)."""
+    postprocess script clears it: `results.commands.NO_TF32_POSTPROCESS`)."""
     change = TacticChange.of(config)
     return polygraphy_tactic_args(change.avoid, change.add, change.tf32, defaults=enabled_by_default)
