@@ -21,6 +21,7 @@ from precision_doctor.measure.analysis import MEMO, analyse
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.capture_cache import NOT_IN_KEY, capture_key
 from precision_doctor.pipeline.compare import capture_and_analyse, reanalyse
+from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.service.cache import DirectoryCaptureCache
 from precision_doctor.spec import RunSpec, setting_type, settings
 
@@ -74,8 +75,8 @@ def case_files(tmp_path, request):
     for i, s in enumerate(case.samples(4, seed=0)):
         files.append(str(tmp_path / f"s{i}.npz"))
         np.savez(files[-1], **s)
-    spec = RunSpec.from_json({"model": str(model), "inputs": {"files": files},
-                              "tolerance": {"atol": case.atol, "rtol": case.rtol}}).validate()
+    spec = validate_spec(RunSpec.from_json({"model": str(model), "inputs": {"files": files},
+                                            "tolerance": {"atol": case.atol, "rtol": case.rtol}}))
     return case, spec
 
 

@@ -58,6 +58,7 @@ from precision_doctor.pipeline.reporting import (
 )
 from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_from, run_loop, start_loop
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
+from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
 from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob
@@ -86,7 +87,7 @@ def run_diagnose(
     `held_choice`: which samples were held out (`validation`) and why, for the report. `origin`: the front end that
     started the run (the report's re-run command is one for it); `service_job`: the daemon's job this run is, for the
     report."""
-    spec.validate()
+    validate_spec(spec)
     t0 = time.monotonic()
     with contextlib.ExitStack() as owned:
         ctx = _prepare(work, validation, spec, out_dir, resume=resume, progress=progress, stop=stop, owned=owned,
