@@ -102,7 +102,7 @@ def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[Work]:
         name = f"zoo:{ms.name}"
         if (only and name not in only) or ms.error:
             continue
-        work = load_workload(ms.spec)
+        work = load_workload(ms.spec.model, ms.spec.inputs)
         out.append(Work(name, ms.path, work.model, work.samples, unseen_samples(ms.name, ms.spec, work.model, UNSEEN),
                         ms.spec.tolerance, ms.spec))
     return out

@@ -124,7 +124,7 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
 
 def _load(spec: RunSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:
     notify(progress, PhaseEvent("load"))
-    work = load_workload(spec, run_dir)
+    work = load_workload(spec.model, spec.inputs, run_dir)
     _check_output_names(spec, work)
     return work
 

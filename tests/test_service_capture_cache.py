@@ -82,7 +82,7 @@ def case_files(tmp_path, request):
 
 def test_the_key_covers_every_setting_but_those_proven_not_to_change_the_capture(case_files) -> None:
     _, spec = case_files
-    work = load_workload(spec)
+    work = load_workload(spec.model, spec.inputs)
     assert set(NOT_IN_KEY) <= set(settings())  # names only real settings (a rename would show here)
     key = capture_key(spec, work)
     in_key = []
@@ -95,10 +95,10 @@ def test_the_key_covers_every_setting_but_those_proven_not_to_change_the_capture
     # every setting not proven harmless is in it, whatever sections grow (emulation rules, ...)
     assert {"precision", "capture.group_mb", "capture.compression", "backends.backend", "inputs.input_shapes"} <= set(in_key)
     # the things themselves: the samples searched and the model's contents
-    fewer = load_workload(spec)
+    fewer = load_workload(spec.model, spec.inputs)
     fewer.samples = fewer.samples[:3]
     assert capture_key(spec, fewer) != key
-    other_model = load_workload(spec)
+    other_model = load_workload(spec.model, spec.inputs)
     other_model.model.model_hash = "0" * 64
     assert capture_key(spec, other_model) != key
 
@@ -107,7 +107,7 @@ def test_other_code_never_shares_a_capture(case_files, monkeypatch) -> None:
     import precision_doctor.pipeline.capture_cache as capture_cache
 
     _, spec = case_files
-    work = load_workload(spec)
+    work = load_workload(spec.model, spec.inputs)
     key = capture_key(spec, work)
     monkeypatch.setattr(capture_cache, "code_fingerprint", lambda: "0.1.0+another-build")
     assert capture_key(spec, work) != key
@@ -116,7 +116,7 @@ def test_other_code_never_shares_a_capture(case_files, monkeypatch) -> None:
 @pytest.mark.parametrize("case_files", ["cancellation"], indirect=True)
 def test_the_analysis_kept_in_a_capture_is_what_analysing_it_again_gives(case_files, tmp_path, monkeypatch) -> None:
     case, spec = case_files
-    work = load_workload(spec)
+    work = load_workload(spec.model, spec.inputs)
     first = capture_and_analyse(work, "fp16", spec.tolerance, tmp_path)
     path = tmp_path / "activations.h5"
     tight = Tolerance(atol=1e-6, rtol=1e-6)
