@@ -64,8 +64,8 @@ def capture_and_analyse(
              "captured": [samples.label(i) for i in range(len(samples))]}
     note_written(tmp)
     note_written(final)
-    capture(work.model, samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress, stop=stop,
-            rules=rules)
+    capture(work.model, samples, fmt, tmp, fallback, group_mb=settings.group_mb, compression=settings.compression,
+            attrs=attrs, progress=progress, stop=stop, rules=rules)
     with ActivationStore(tmp, "a") as store:
         analysis = analyse(store, tolerance=tolerance, model=work.model)
         keep_analysis(store, analysis)
