@@ -201,6 +201,7 @@ def judge(work: Work, backend, refs: list[dict], fallback: list[str] | None) -> 
 def price_model(work: Work, root: Path, args: argparse.Namespace, modelopt: bool) -> dict:
     from precision_doctor.backends.emulate import EmulateBackend
     from precision_doctor.backends.reference import ReferenceRunner
+    from precision_doctor.data.activations import captured_shapes
     from precision_doctor.graph.cost import cost_model
 
     res: dict = {"case": work.name, "candidates": len(work.model.candidates), "tools": {}}
@@ -209,7 +210,7 @@ def price_model(work: Work, root: Path, args: argparse.Namespace, modelopt: bool
           f"{len(runs['pd_nodes']['fallback'] or [])}", file=sys.stderr, flush=True)
     runs.update(run_peers(work, root, args.timeout, modelopt))
     shapes = {k: np.shape(v) for k, v in work.samples[0].items()}
-    cm = cost_model(work.model, "fp16", shapes, Path(runs["pd"]["run_dir"]) / "activations.h5")
+    cm = cost_model(work.model, "fp16", shapes, captured_shapes(Path(runs["pd"]["run_dir"]) / "activations.h5"))
     backend = EmulateBackend(work.model)
     ref = ReferenceRunner(work.model)
     refs = [ref.run(s) for s in work.unseen] if work.unseen is not None else []
