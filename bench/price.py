@@ -371,9 +371,9 @@ def fusions_main(args: argparse.Namespace) -> None:
 def gpu_rows(work: Work, sets: dict[str, list[str]], device: str, batches: tuple[int, ...], runs: int) -> dict:
     """Each set's fixed.onnx on `device`: holds on the unseen samples against the FP32 reference (ORT CPU), and
     latency at each batch with the FP32 and all-FP16 models."""
-    from precision_doctor.backends.ort_session import make_session
     from precision_doctor.backends.reference import ReferenceRunner
     from precision_doctor.graph.mixed import build_mixed
+    from precision_doctor.graph.ort_session import make_session
     from precision_doctor.measure.latency import batched, time_model
     from precision_doctor.measure.tolerance import check_all
 

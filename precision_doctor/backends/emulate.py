@@ -7,10 +7,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from precision_doctor.backends.base import ClosingBackend, Feeds
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 
 class EmulatedRunner:

@@ -19,11 +19,11 @@ import onnx
 import onnxruntime as ort
 
 from precision_doctor.backends.base import ClosingBackend, Feeds, check_only
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.mixed import build_mixed
 from precision_doctor.graph.model import Model, tensor_types_and_shapes
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 CUDA = "CUDAExecutionProvider"
 _NP_INPUT_TYPES = {"tensor(float16)": np.float16, "tensor(float)": np.float32}

@@ -16,11 +16,11 @@ import numpy as np
 
 from precision_doctor.backends.base import ClosingBackend, Feeds
 from precision_doctor.backends.ort import CUDA, OrtBackend
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.graph.native import NativeGatedGraph, gated_native_graph
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 
 class OrtGatedRunner:

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 import numpy as np
 
 from precision_doctor.backends.base import Feeds
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.graph.model import Model
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 
 class ReferenceRunner:

@@ -16,7 +16,6 @@ import numpy as np
 from onnx import helper
 
 from precision_doctor import __version__
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
@@ -24,6 +23,7 @@ from precision_doctor.data.samples import ShapeGroup, groups_of, release_heap
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 from precision_doctor.graph.rules import resolve_rules
 
 _UNKNOWN_BYTES = 1 << 20
