@@ -119,7 +119,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     work.keep_in(out_dir)  # a data loader script's samples: a resumed run reads them there
 
     notify(progress, PhaseEvent("reference"))
-    ref = ReferenceRunner(model)
+    ref = owned.enter_context(ReferenceRunner(model))  # its session closed with the backends
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, held_refs = work.references, work.held_references or []
     else:  # computed when first needed, kept in references.h5
