@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import warnings
 import weakref
 from collections.abc import Mapping, Sequence
@@ -86,7 +87,7 @@ class SessionHolder:
         self.close()
 
     def __del__(self) -> None:
-        if self.is_active:  # __del__ may not run at all (interpreter exit); when it does, the leak is real
+        if self.is_active and not sys.is_finalizing():  # not run at all at times (interpreter exit); when run, a leak
             warnings.warn(f"{type(self).__name__} '{self.name}' was garbage-collected while active: its ONNX Runtime "
                           "sessions were never closed (close() it or use it in a `with` block)", ResourceWarning,
                           stacklevel=2, source=self)
