@@ -32,6 +32,7 @@ from precision_doctor.search import STRATEGIES
 from precision_doctor.search.auto import repair
 from precision_doctor.search.oracle import Oracle, Verdict
 from precision_doctor.search.space import SearchSpace, build_space
+from precision_doctor.spec import CaptureSpec
 
 
 @dataclass
@@ -88,7 +89,8 @@ class Runs:
         key = (self.case.model.model_hash, self.case.samples_id, keys)  # cases that differ in tolerance share it
         if key not in _CAPTURES:
             path = Path(tempfile.mkdtemp(dir=self.workdir)) / "activations.h5"
-            capture(self.case.model, samples, fmt, path)
+            settings = CaptureSpec()  # the defaults
+            capture(self.case.model, samples, fmt, path, group_mb=settings.group_mb, compression=settings.compression)
             _CAPTURES[key] = path
         with ActivationStore(_CAPTURES[key]) as store:
             analysis = analyse(store, tolerance=self.case.tol, model=self.case.model)

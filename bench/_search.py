@@ -9,6 +9,7 @@ from pathlib import Path
 
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.data.activations import captured_shapes
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.cost import cost_model
 from precision_doctor.graph.formats import get_format
@@ -43,7 +44,7 @@ class SearchBench:
         self.analysis = capture_and_analyse(work, precision, tol, workdir)
         self.capture_s = time.perf_counter() - t0
         self.cost = cost_model(model, precision, {k: v.shape for k, v in samples[0].items()},
-                               workdir / "activations.h5")
+                               captured_shapes(workdir / "activations.h5"))
         self.objective = objective
         self.space = build_space(model, self.analysis, self.fmt, objective, cost_model=self.cost)
         t0 = time.perf_counter()

@@ -41,7 +41,7 @@ def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[ZooWork]:
             print(f"{name}: {spec.error}", file=sys.stderr)
             continue
         try:
-            work = load_workload(spec.spec)
+            work = load_workload(spec.spec.model, spec.spec.inputs)
         except Exception as exc:  # one model's trouble does not stop the others
             print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue

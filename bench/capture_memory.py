@@ -141,7 +141,7 @@ def child(args: argparse.Namespace) -> None:
     ru0 = resource.getrusage(resource.RUSAGE_SELF)
     cpu0 = ru0.ru_utime + ru0.ru_stime
     t0 = last["t"] = time.perf_counter()
-    capture(model, samples, FP16, out, settings=settings, progress=progress)
+    capture(model, samples, FP16, out, group_mb=settings.group_mb, compression=settings.compression, progress=progress)
     wall = time.perf_counter() - t0
     stop.set()
     thread.join()

@@ -27,9 +27,9 @@ import numpy as np
 from _common import OUT, loadavg, ratio, table, write_results
 from _search import SearchBench, phase_text
 
-from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.graph.emulate import MASK_INPUT
 from precision_doctor.graph.model import Model, load_model
+from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.measure.tolerance import Tolerance, check_all
 
 MODEL_NAME = "320n.onnx"

@@ -30,10 +30,10 @@ from pathlib import Path
 import numpy as np
 from _common import OUT, loadavg, table, write_results
 
-from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model, load_model
+from precision_doctor.graph.ort_session import make_session, with_outputs
 
 ROOT = Path(__file__).resolve().parent.parent
 BASELINE_REV = "31f9d0e"  # last commit whose gated graph gates every rounding with a Where

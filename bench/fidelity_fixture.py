@@ -20,13 +20,13 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.errors import UserError
 from precision_doctor.graph.emulate import local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.fusions import Site, pattern_model
 from precision_doctor.graph.model import Model, NodeInfo, from_proto
+from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.measure.fidelity import GPU_LOCAL, agreement
 
 

@@ -22,10 +22,10 @@ from natural_images import natural_images_nchw
 
 from precision_doctor.backends.ort import CUDA, OrtBackend
 from precision_doctor.backends.ort_gated import OrtGatedBackend
-from precision_doctor.backends.ort_session import make_session
 from precision_doctor.batch.recipes import discover
 from precision_doctor.graph.mixed import build_mixed
 from precision_doctor.graph.model import load_model
+from precision_doctor.graph.ort_session import make_session
 from precision_doctor.spec import RunSpec
 
 

@@ -49,7 +49,6 @@ from precision_doctor import control, planted
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.ort import CUDA, OrtBackend
 from precision_doctor.backends.ort_gated import OrtGatedBackend
-from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.control import StopToken
 from precision_doctor.data.activations import LOCAL, REFERENCE, ActivationStore
@@ -60,6 +59,7 @@ from precision_doctor.graph.fusions import Site, pattern_model
 from precision_doctor.graph.mixed import build_mixed, forced_fp32
 from precision_doctor.graph.model import Model, from_proto, tensor_types_and_shapes
 from precision_doctor.graph.native import native_local_graph
+from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.graph.rules import PROFILES, RULES, resolve_rules
 from precision_doctor.measure.capture import _tensor_bytes, capture_run, group_by_bytes
 from precision_doctor.measure.fidelity import (

@@ -219,7 +219,7 @@ def main() -> None:
             if not report.passed or time.perf_counter() - start > args.deadline:
                 entry["skipped_checks"] = "no passing answer" if not report.passed else "past the deadline"
                 continue
-            work = load_workload(ms.spec)
+            work = load_workload(ms.spec.model, ms.spec.inputs)
             held = held_out_samples(work)
             unseen = unseen_samples(ms.name, ms.spec, work.model, args.unseen)
             real = OrtBackend(work.model, "fp16", providers, cache_size=1)

@@ -102,7 +102,7 @@ def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[Work]:
         name = f"zoo:{ms.name}"
         if (only and name not in only) or ms.error:
             continue
-        work = load_workload(ms.spec)
+        work = load_workload(ms.spec.model, ms.spec.inputs)
         out.append(Work(name, ms.path, work.model, work.samples, unseen_samples(ms.name, ms.spec, work.model, UNSEEN),
                         ms.spec.tolerance, ms.spec))
     return out
@@ -201,6 +201,7 @@ def judge(work: Work, backend, refs: list[dict], fallback: list[str] | None) -> 
 def price_model(work: Work, root: Path, args: argparse.Namespace, modelopt: bool) -> dict:
     from precision_doctor.backends.emulate import EmulateBackend
     from precision_doctor.backends.reference import ReferenceRunner
+    from precision_doctor.data.activations import captured_shapes
     from precision_doctor.graph.cost import cost_model
 
     res: dict = {"case": work.name, "candidates": len(work.model.candidates), "tools": {}}
@@ -209,7 +210,7 @@ def price_model(work: Work, root: Path, args: argparse.Namespace, modelopt: bool
           f"{len(runs['pd_nodes']['fallback'] or [])}", file=sys.stderr, flush=True)
     runs.update(run_peers(work, root, args.timeout, modelopt))
     shapes = {k: np.shape(v) for k, v in work.samples[0].items()}
-    cm = cost_model(work.model, "fp16", shapes, Path(runs["pd"]["run_dir"]) / "activations.h5")
+    cm = cost_model(work.model, "fp16", shapes, captured_shapes(Path(runs["pd"]["run_dir"]) / "activations.h5"))
     backend = EmulateBackend(work.model)
     ref = ReferenceRunner(work.model)
     refs = [ref.run(s) for s in work.unseen] if work.unseen is not None else []
@@ -370,9 +371,9 @@ def fusions_main(args: argparse.Namespace) -> None:
 def gpu_rows(work: Work, sets: dict[str, list[str]], device: str, batches: tuple[int, ...], runs: int) -> dict:
     """Each set's fixed.onnx on `device`: holds on the unseen samples against the FP32 reference (ORT CPU), and
     latency at each batch with the FP32 and all-FP16 models."""
-    from precision_doctor.backends.ort_session import make_session
     from precision_doctor.backends.reference import ReferenceRunner
     from precision_doctor.graph.mixed import build_mixed
+    from precision_doctor.graph.ort_session import make_session
     from precision_doctor.measure.latency import batched, time_model
     from precision_doctor.measure.tolerance import check_all
 

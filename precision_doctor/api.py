@@ -16,6 +16,7 @@ from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.compare import CompareResult, run_compare
 from precision_doctor.pipeline.diagnose import run_diagnose
 from precision_doctor.pipeline.heldout import held_out_choice, held_out_samples
+from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.rundir import open_run_dir
 from precision_doctor.spec import RunSpec
@@ -42,7 +43,7 @@ def diagnose(
     run (`results.report.ORIGINS`): the report prints the command that runs it again in that front end's words
     (a service passes "service" and its `service_job`: its report then prints a `submit` command naming
     the files as the submitter did)."""
-    spec.validate()
+    validate_spec(spec)
     work = _load(spec, progress, run_dir=Path(out_dir) if resume else None)
     validation = held_out_samples(work)
     choice = held_out_choice(work, validation)
@@ -62,7 +63,7 @@ def compare(
     command: str | None = None,
 ) -> CompareResult:
     """Capture FP32 and emulated low precision layer by layer into `out_dir` and analyse them."""
-    spec.validate()
+    validate_spec(spec)
     work = _load(spec, progress)
     if work.references is not None:
         check_count(spec.inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
@@ -93,7 +94,7 @@ def probe_ops(
     from precision_doctor.measure.opprobe import THRESHOLD, providers_for, table
     from precision_doctor.measure.opprobe import probe_ops as run_probe
 
-    spec.validate()
+    validate_spec(spec)
     providers_for(provider)  # no CUDA here: one line before any work
     work = _load(spec, progress)
     _loaded(spec, work, [], progress)
@@ -123,7 +124,7 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
 
 def _load(spec: RunSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:
     notify(progress, PhaseEvent("load"))
-    work = load_workload(spec, run_dir)
+    work = load_workload(spec.model, spec.inputs, run_dir)
     _check_output_names(spec, work)
     return work
 

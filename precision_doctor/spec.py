@@ -4,7 +4,8 @@ A RunSpec is a frozen tree: `model`, `precision`, and the sections `inputs`, `to
 `capture`, `backends`. The CLI's option defaults read these defaults, batch recipes are applied onto
 them, and a service reads and writes the JSON form (`to_json` / `from_json`). Settings are named by
 their path ("search.margin"); `SpecError` carries the path so that every front end can say it in its
-own words (a CLI flag, a recipe key, a JSON path).
+own words (a CLI flag, a recipe key, a JSON path). This module holds the settings and their JSON form only: the
+checks that need the backends, rules and strategies are `pipeline/spec_check.validate_spec`.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from precision_doctor.errors import SpecError, UserError, one_line
+from precision_doctor.data.input_spec import InputSpec
+from precision_doctor.errors import SpecError, one_line
 from precision_doctor.measure.tolerance import Tolerance
 
 COSTS = ("deploy", "nodes", "flops")  # search/space.py says what each means
@@ -36,39 +38,6 @@ MAX_EVALUATIONS = 10**9
 MAX_TIME_BUDGET_S = 10**9
 MAX_GROUP_MB = float(1 << 20)  # 1 TiB in one capture group
 MAX_JSON_DEPTH = 32  # nesting of a settings document (a RunSpec's JSON is 3 deep)
-
-
-@dataclass(frozen=True)
-class InputSpec:
-    """How to obtain the samples: files, or generated ones; and which are held out."""
-
-    files: tuple[str, ...] = ()  # sample files, directories of them, globs (data/sources.py)
-    data_loader_script: str | None = None  # FILE[:FUNC], polygraphy's convention (data/loader_script.py)
-    max_samples: int | None = None  # at most this many of the samples found (a seeded, spread-out choice)
-    samples: int = 4  # generated samples when no files are given
-    seed: int = 0
-    val_ranges: tuple[str, ...] = ()  # "name:[lo,hi]" or "[lo,hi]" (every input)
-    input_shapes: tuple[str, ...] = ()  # "name:[d0,d1,...]" for dynamic dimensions
-    allow_nonfinite: bool = False
-    validate_files: tuple[str, ...] = ()  # held-out sample files
-    validation_split: float | None = None  # held-out share of `files` (0.25) or of generated samples (0.5)
-    reference_outputs: str | None = None  # polygraphy --save-outputs JSON: the FP32 reference instead of ORT
-
-    @property
-    def from_user(self) -> bool:
-        """Whether the samples are the user's data (files, a loader script) rather than generated."""
-        return bool(self.files or self.validate_files or self.data_loader_script)
-
-    def describe(self) -> dict:
-        """Where the samples came from, as report.json's `inputs` says it."""
-        ref = {"reference_outputs": self.reference_outputs} if self.reference_outputs else {}
-        if self.max_samples is not None:
-            ref["max_samples"] = self.max_samples
-        if self.data_loader_script:
-            return {"data_loader_script": self.data_loader_script, **ref}
-        if self.files:
-            return {"files": [str(f) for f in self.files], **ref}
-        return {"generated": self.samples, "seed": self.seed, "val_ranges": list(self.val_ranges), **ref}
 
 
 @dataclass(frozen=True)
@@ -159,92 +128,6 @@ class RunSpec:
         margin = self.search.margin
         return self.tolerance.scaled(1.0 - margin) if margin else self.tolerance
 
-    # -- checks -------------------------------------------------------------------------------------
-    def validate(self) -> RunSpec:
-        """Check every setting (the model and input files are read later); raises SpecError."""
-        from precision_doctor.backends.registry import check_backend_name
-        from precision_doctor.data.inputs import parse_input_shapes, parse_val_ranges
-        from precision_doctor.graph.formats import FORMATS
-        from precision_doctor.search import STRATEGIES
-
-        if self.precision.lower() not in FORMATS:
-            raise SpecError("precision", f"{{precision}}: unknown precision '{self.precision}'; choose one of: "
-                            f"{', '.join(FORMATS)}")
-        s = self.search
-        if s.strategy not in STRATEGIES:
-            raise SpecError("search.strategy", f"{{search.strategy}}: unknown strategy '{s.strategy}'; choose one of: "
-                            f"{', '.join(STRATEGIES)}")
-        if s.cost not in COSTS:
-            raise SpecError("search.cost", f"{{search.cost}} must be one of {', '.join(COSTS)}, got '{s.cost}'")
-        if s.batch is not None and s.batch < 1:
-            raise SpecError("search.batch", f"{{search.batch}} must be at least 1, got {s.batch}")
-        if not 0.0 <= s.margin < 1.0:
-            raise SpecError("search.margin", f"{{search.margin}} must lie in [0, 1), got {s.margin}")
-        if not 0 <= s.augment <= MAX_AUGMENT:
-            raise SpecError("search.augment", f"{{search.augment}} must lie in [0, {MAX_AUGMENT}], got {s.augment}")
-        if s.max_evaluations is not None and not 1 <= s.max_evaluations <= MAX_EVALUATIONS:
-            raise SpecError("search.max_evaluations", f"{{search.max_evaluations}} must lie in [1, {MAX_EVALUATIONS}], "
-                            f"got {s.max_evaluations}")
-        if s.time_budget is not None and not (math.isfinite(s.time_budget) and 0 < s.time_budget <= MAX_TIME_BUDGET_S):
-            raise SpecError("search.time_budget", f"{{search.time_budget}} must be a positive number of seconds (at most "
-                            f"{MAX_TIME_BUDGET_S:g}), got {s.time_budget}")
-        c = self.capture
-        if not 1 <= c.max_samples <= MAX_SAMPLES:
-            raise SpecError("capture.max_samples", f"{{capture.max_samples}} must lie in [1, {MAX_SAMPLES}], "
-                            f"got {c.max_samples}")
-        if not (math.isfinite(c.group_mb) and 0 < c.group_mb <= MAX_GROUP_MB):
-            raise SpecError("capture.group_mb", f"{{capture.group_mb}} must be a positive number of MiB (at most "
-                            f"{MAX_GROUP_MB:.0f}), got {c.group_mb:g}")
-        if c.compression not in COMPRESSIONS:
-            raise SpecError("capture.compression", f"{{capture.compression}} must be one of "
-                            f"{', '.join(map(str, COMPRESSIONS))}, got {c.compression!r}")
-        if c.keep not in KEEPS:
-            raise SpecError("capture.keep", f"{{capture.keep}} must be one of {', '.join(KEEPS)}, got {c.keep!r}")
-        b = self.backends
-        if b.confirm_backend is not None and b.confirm_backend == b.backend:
-            raise SpecError("backends.confirm_backend", "{backends.confirm_backend} must differ from {backends.backend}")
-        check_backend_name(b.backend, "backends.backend")
-        from precision_doctor.backends.ort import search_refusal
-
-        if why := search_refusal(b.backend):
-            raise SpecError("backends.backend", why.replace("--backend", "{backends.backend}").replace(
-                "--confirm-backend", "{backends.confirm_backend}"))
-        if b.confirm_backend is not None:
-            check_backend_name(b.confirm_backend, "backends.confirm_backend")
-        if b.backend == "auto" and b.confirm_backend == "emulate":
-            raise SpecError("backends.confirm_backend", "{backends.backend} auto searches with the emulator: "
-                            "{backends.confirm_backend} must be another backend")
-        from precision_doctor.graph.rules import SETTING_CHOICES, resolve_rules
-
-        try:
-            resolve_rules(b.rules)
-        except UserError as exc:
-            raise SpecError("backends.rules", f"{{backends.rules}}: {exc} (the usual choices: "
-                            f"{', '.join(SETTING_CHOICES)})") from None
-        self._validate_tensorrt()
-        i = self.inputs
-        if i.samples < 1:
-            raise SpecError("inputs.samples", f"{{inputs.samples}} must be at least 1, got {i.samples}")
-        if i.samples > MAX_SAMPLES:
-            raise SpecError("inputs.samples", f"{{inputs.samples}} must be at most {MAX_SAMPLES}, got {i.samples}")
-        if i.seed < 0:
-            raise SpecError("inputs.seed", f"{{inputs.seed}} must be a non-negative integer, got {i.seed}")
-        if i.validation_split is not None and not 0 <= i.validation_split < 1:
-            raise SpecError("inputs.validation_split", f"{{inputs.validation_split}} must lie in [0, 1), "
-                            f"got {i.validation_split}")
-        if i.max_samples is not None and i.max_samples < 1:
-            raise SpecError("inputs.max_samples", f"{{inputs.max_samples}} must be at least 1, got {i.max_samples}")
-        if i.data_loader_script is not None and i.files:
-            raise SpecError("inputs.data_loader_script", "give the samples with {inputs.files} or "
-                            "{inputs.data_loader_script}, not both")
-        if i.reference_outputs is not None and not (i.files or i.data_loader_script):
-            raise SpecError("inputs.reference_outputs", "{inputs.reference_outputs} needs the inputs they were "
-                            "computed from: give them with {inputs.files} (polygraphy --save-inputs JSON or one "
-                            "file per sample) or {inputs.data_loader_script}")
-        parse_val_ranges(i.val_ranges)
-        parse_input_shapes(i.input_shapes)
-        return self
-
     def flat(self) -> dict[str, Any]:
         """{setting path: value} of every setting ("tolerance.atol": 1e-05, ...)."""
         out: dict[str, Any] = {}
@@ -276,34 +159,6 @@ class RunSpec:
         script = [str(parse_script(i.data_loader_script)[0])] if i.data_loader_script else []
         return [self.model, *expanded_or_given([*i.files, *i.validate_files]), *script,
                 *([i.reference_outputs] if i.reference_outputs else [])]
-
-    def _validate_tensorrt(self) -> None:
-        """The TensorRT, knob and engine settings: `trt` refused in one line where its engines cannot run
-        (before any work, so no run directory is made), knobs refused on the emulator, engine targets
-        parsed and checked against the installed library."""
-        from precision_doctor.backends.tensorrt.availability import check_engine_targets, trt_refusal
-
-        b = self.backends
-        for setting in ("backends.backend", "backends.confirm_backend"):
-            name = b.backend if setting == "backends.backend" else b.confirm_backend
-            if name in ("trt", "tensorrt") and (why := trt_refusal()):
-                raise SpecError(setting, f"{{{setting}}} {name} unavailable: {why}")
-        if self.search.knobs and (b.confirm_backend or b.backend) == "emulate":
-            raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs (it rounds explicitly: no "
-                            "kernels to pick, no TF32); knobs are tried on ort-cuda or trt, as {backends.backend} or "
-                            "{backends.confirm_backend}")
-        if self.search.knobs and b.backend == "auto" and b.confirm_backend is None:
-            from precision_doctor.backends.registry import plan_backends
-
-            if (why := plan_backends("auto", None).no_gpu) is not None:
-                raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs, and {backends.backend} "
-                                f"auto confirms nowhere here ({why}); knobs are tried on ort-cuda or trt")
-        a = self.artifacts
-        if a.engine_targets and not a.engine:
-            raise SpecError("artifacts.engine_targets", "{artifacts.engine_targets} is a setting of the fixed engine: "
-                            "add {artifacts.engine}")
-        if a.engine and (why := check_engine_targets(a.targets)):
-            raise SpecError("artifacts.engine_targets", f"{{artifacts.engine_targets}}: {why}")
 
     # -- JSON -----------------------------------------------------------------------------------------
     def to_json(self) -> dict:

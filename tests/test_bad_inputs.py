@@ -20,7 +20,7 @@ from badinputs.replay import compare_known, replay
 
 REPRESENTATIVES = [  # one per failure class the replay found (the module that fixed it)
     "model/custom-domain-op",  # traceback (graph/model.py)
-    "model/dynamic-dim-fails-at-run-time",  # traceback (backends/ort_session.run_session)
+    "model/dynamic-dim-fails-at-run-time",  # traceback (graph/ort_session.run_session)
     "out/parent-is-a-file",  # traceback (results/rundir.py)
     "diagnose/max-evaluations=0",  # exit code (spec.validate)
     "usage/unknown-option",  # not one line (cli main)

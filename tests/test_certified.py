@@ -16,6 +16,7 @@ from precision_doctor.errors import SpecError
 from precision_doctor.graph.coverage import emulation_notes
 from precision_doctor.graph.formats import BF16, FP16
 from precision_doctor.graph.model import from_proto
+from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.results.report import Report
 from precision_doctor.spec import RunSpec
 
@@ -37,10 +38,10 @@ def test_rules_setting_is_checked_and_keyed():
     spec = RunSpec(model="m.onnx")
     assert spec.backends.rules == "ort-cuda" and spec.backends.backend == "auto"
     with pytest.raises(SpecError) as e:
-        spec.with_settings({"backends.rules": "cuda-ish"}).validate()
+        validate_spec(spec.with_settings({"backends.rules": "cuda-ish"}))
     assert e.value.setting == "backends.rules"
     with pytest.raises(SpecError) as e:
-        spec.with_settings({"backends.confirm_backend": "emulate"}).validate()
+        validate_spec(spec.with_settings({"backends.confirm_backend": "emulate"}))
     assert e.value.setting == "backends.confirm_backend"
     assert spec.with_settings({"backends.rules": "standard"}).key() != spec.key()  # a cached capture is keyed by it
     assert RunSpec.from_json({"model": "m.onnx", "backends": {"rules": "standard"}}).backends.rules == "standard"

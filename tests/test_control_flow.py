@@ -74,7 +74,7 @@ def test_if_node_is_one_fp32_unit_end_to_end(tmp_path):
                    tolerance=Tolerance(1e-2, 1e-2), backends=BackendSpec(rules="standard"),
                    capture=CaptureSpec(keep="all"),  # the test reads the If's output from the capture
                    search=SearchSpec(cost="nodes"))  # the node-minimal answer is known (deploy closes a gap too)
-    work = load_workload(spec)
+    work = load_workload(spec.model, spec.inputs)
     taken = {bool(s["x"].sum() > 0) for s in work.samples}
     assert taken == {True, False}
     out = tmp_path / "run"

@@ -8,11 +8,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.backends.emulate import EmulateBackend
-from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.graph import emulate
 from precision_doctor.graph.emulate import MASK_INPUT
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import from_proto
+from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.planted import CASES, IR_VERSION, OPSET
 
 FMT = {"fp16": np.float16, "bf16": ml_dtypes.bfloat16}

@@ -298,7 +298,7 @@ def test_each_fusion_changes_only_its_anchors(fusion):
 def test_local_graph_fuses_each_anchor_from_the_patterns_exact_inputs():
     """The analysis' local error under ort-cuda: the anchor computed by the fused kernel from the
     pattern's exact inputs (the Sigmoid's own output is not read); other nodes as before."""
-    from precision_doctor.backends.ort_session import make_session
+    from precision_doctor.graph.ort_session import make_session
 
     model = from_proto(_silu_model())
     x = np.linspace(-14, 14, 1000, dtype=np.float32)

@@ -13,11 +13,11 @@ from onnx import TensorProto, helper, numpy_helper
 from test_emulation_rule import SPECIALS, _compare, _masks
 
 from precision_doctor.backends.emulate import EmulateBackend
-from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.errors import UserError
 from precision_doctor.graph import emulate
 from precision_doctor.graph.formats import FP16
 from precision_doctor.graph.model import from_proto
+from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.graph.rules import PROFILES, RULES, matrix_reduction, resolve_rules
 from precision_doctor.planted import IR_VERSION
 

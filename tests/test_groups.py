@@ -13,6 +13,7 @@ from precision_doctor import planted
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.tensorrt.kernels import parse_layer_dump
+from precision_doctor.data.activations import captured_shapes
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.cost import cost_model
 from precision_doctor.graph.formats import FP16
@@ -90,7 +91,7 @@ def _search(case_or_proto, samples, tol, objective="deploy"):
 
     d = Path(tempfile.mkdtemp(prefix="pd-groups-"))
     analysis = capture_and_analyse(Workload(model, samples, InputSpec()), "fp16", tol, d)
-    cm = cost_model(model, "fp16", {k: v.shape for k, v in samples[0].items()}, d / "activations.h5")
+    cm = cost_model(model, "fp16", {k: v.shape for k, v in samples[0].items()}, captured_shapes(d / "activations.h5"))
     space = build_space(model, analysis, FP16, objective, cost_model=cm)
     ref = ReferenceRunner(model)
     oracle = Oracle(EmulateBackend(model), samples, [ref.run(s) for s in samples], tol, cost_of=space.cost)

@@ -18,7 +18,6 @@ from fidelity_fixture import fixture_entries, read_fixture, replay, write_fixtur
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.backends.ort_gated import OrtGatedBackend
-from precision_doctor.backends.ort_session import make_session, with_outputs
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.graph.emulate import local_graph, local_output
@@ -26,6 +25,7 @@ from precision_doctor.graph.formats import FP16
 from precision_doctor.graph.mixed import forced_fp32
 from precision_doctor.graph.model import from_proto
 from precision_doctor.graph.native import GATE_PREFIX, gated_native_graph, native_local_graph, saturated
+from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.measure.capture import capture_run
 from precision_doctor.measure.fidelity import GPU_LOCAL, agreement, by_op, capture_local_with, error_stats, node_rows, ratio, ulp
 from precision_doctor.planted import CASES, IR_VERSION, OPSET

@@ -21,6 +21,7 @@ from precision_doctor.measure.analysis import MEMO, analyse
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.capture_cache import NOT_IN_KEY, capture_key
 from precision_doctor.pipeline.compare import capture_and_analyse, reanalyse
+from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.service.cache import DirectoryCaptureCache
 from precision_doctor.spec import RunSpec, setting_type, settings
 
@@ -74,14 +75,14 @@ def case_files(tmp_path, request):
     for i, s in enumerate(case.samples(4, seed=0)):
         files.append(str(tmp_path / f"s{i}.npz"))
         np.savez(files[-1], **s)
-    spec = RunSpec.from_json({"model": str(model), "inputs": {"files": files},
-                              "tolerance": {"atol": case.atol, "rtol": case.rtol}}).validate()
+    spec = validate_spec(RunSpec.from_json({"model": str(model), "inputs": {"files": files},
+                                            "tolerance": {"atol": case.atol, "rtol": case.rtol}}))
     return case, spec
 
 
 def test_the_key_covers_every_setting_but_those_proven_not_to_change_the_capture(case_files) -> None:
     _, spec = case_files
-    work = load_workload(spec)
+    work = load_workload(spec.model, spec.inputs)
     assert set(NOT_IN_KEY) <= set(settings())  # names only real settings (a rename would show here)
     key = capture_key(spec, work)
     in_key = []
@@ -94,10 +95,10 @@ def test_the_key_covers_every_setting_but_those_proven_not_to_change_the_capture
     # every setting not proven harmless is in it, whatever sections grow (emulation rules, ...)
     assert {"precision", "capture.group_mb", "capture.compression", "backends.backend", "inputs.input_shapes"} <= set(in_key)
     # the things themselves: the samples searched and the model's contents
-    fewer = load_workload(spec)
+    fewer = load_workload(spec.model, spec.inputs)
     fewer.samples = fewer.samples[:3]
     assert capture_key(spec, fewer) != key
-    other_model = load_workload(spec)
+    other_model = load_workload(spec.model, spec.inputs)
     other_model.model.model_hash = "0" * 64
     assert capture_key(spec, other_model) != key
 
@@ -106,7 +107,7 @@ def test_other_code_never_shares_a_capture(case_files, monkeypatch) -> None:
     import precision_doctor.pipeline.capture_cache as capture_cache
 
     _, spec = case_files
-    work = load_workload(spec)
+    work = load_workload(spec.model, spec.inputs)
     key = capture_key(spec, work)
     monkeypatch.setattr(capture_cache, "code_fingerprint", lambda: "0.1.0+another-build")
     assert capture_key(spec, work) != key
@@ -115,7 +116,7 @@ def test_other_code_never_shares_a_capture(case_files, monkeypatch) -> None:
 @pytest.mark.parametrize("case_files", ["cancellation"], indirect=True)
 def test_the_analysis_kept_in_a_capture_is_what_analysing_it_again_gives(case_files, tmp_path, monkeypatch) -> None:
     case, spec = case_files
-    work = load_workload(spec)
+    work = load_workload(spec.model, spec.inputs)
     first = capture_and_analyse(work, "fp16", spec.tolerance, tmp_path)
     path = tmp_path / "activations.h5"
     tight = Tolerance(atol=1e-6, rtol=1e-6)

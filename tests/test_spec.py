@@ -11,6 +11,7 @@ from precision_doctor import spec as specs
 from precision_doctor.control import Stopped, StopToken
 from precision_doctor.errors import SpecError
 from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.spec import InputSpec, RunSpec, SearchSpec
 
 
@@ -68,7 +69,7 @@ def test_validate_names_the_setting(changes, setting, flag_text):
     from precision_doctor.cli.options import flag
 
     with pytest.raises(SpecError) as exc:
-        RunSpec("m").with_settings(changes).validate()
+        validate_spec(RunSpec("m").with_settings(changes))
     assert exc.value.setting == setting
     assert flag_text in exc.value.render(flag)
     assert "--" not in str(exc.value)  # the core names settings, not flags
@@ -128,7 +129,7 @@ def test_stop_token():
 ])
 def test_numbers_and_strings_out_of_bounds_are_refused_naming_the_setting(data, setting, words):
     with pytest.raises(SpecError) as exc:
-        RunSpec.from_json({"model": "m", **data}).validate()
+        validate_spec(RunSpec.from_json({"model": "m", **data}))
     assert exc.value.setting == setting and words in str(exc.value)
     assert len(str(exc.value)) < 200  # one short line whatever was sent
 

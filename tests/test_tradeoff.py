@@ -8,6 +8,7 @@ import pytest
 from precision_doctor import planted
 from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.data.activations import captured_shapes
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.cost import cost_model
 from precision_doctor.graph.formats import FP16
@@ -30,7 +31,7 @@ def searched(tmp_path_factory):
     tol = Tolerance(3e-4, 3e-4)
     d = tmp_path_factory.mktemp("tradeoff")
     analysis = capture_and_analyse(Workload(model, samples, InputSpec()), "fp16", tol, d)
-    cm = cost_model(model, "fp16", {"x": (2, 32)}, d / "activations.h5")
+    cm = cost_model(model, "fp16", {"x": (2, 32)}, captured_shapes(d / "activations.h5"))
     space = build_space(model, analysis, FP16, "deploy", cost_model=cm)
     ref = ReferenceRunner(model)
     oracle = Oracle(EmulateBackend(model), samples, [ref.run(s) for s in samples], tol, cost_of=space.cost)

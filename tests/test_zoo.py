@@ -216,7 +216,7 @@ def test_zoo_recipe_fails_all_fp16_and_passes_all_fp32(name, tmp_path):
         prob = synthetic.cls_prob_180(model, h, w) if kind == "cls_crops" else None
         files = [str(p) for p in synthetic.make_synthetic(kind, n, h, w, tmp_path / "inputs", prob_180=prob)]
     s = apply_recipe(RunSpec(str(model)), m.recipe(files), tmp_path, name)
-    work = load_workload(s)
+    work = load_workload(s.model, s.inputs)
     held = held_out_samples(work)
     tol = s.tolerance
     ref = ReferenceRunner(work.model)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+import warnings
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
@@ -38,14 +41,53 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-class ClosingBackend:
-    """Mixin: a backend as a context manager (`with EmulateBackend(...) as b:` closes it at the end)."""
+_ACTIVE: weakref.WeakSet[SessionHolder] = weakref.WeakSet()  # holders activated and not yet deactivated
+
+
+def active_holders() -> list[SessionHolder]:
+    """The session holders of this process that are active (activated, not yet closed)."""
+    return list(_ACTIVE)
+
+
+class SessionHolder:
+    """What holds ONNX Runtime sessions (the ORT backends, the FP32 reference runner), with polygraphy's runner
+    lifecycle (polygraphy/backend/base/runner.py's BaseRunner): `activate()` once its sessions are open,
+    `deactivate()` releases them, `is_active` says which, and one garbage-collected while still active warns
+    (a `ResourceWarning`, Python's warning for a file never closed: shown by `python -X dev`, `-W default` and
+    tests that ask), so a leaked session is noticed. Here the constructor opens the sessions and activates (that is
+    where a bad model or a missing CUDA provider is reported), `close()` and the end of a `with` block deactivate,
+    and deactivating twice is silent (an oracle and the run that made its backend both close it). Subclasses drop
+    their sessions in `release()`."""
+
+    name: str = "session holder"
+    is_active: bool = False
+
+    def activate(self) -> None:
+        """Mark the sessions open (the constructor calls it once they are)."""
+        self.is_active = True
+        _ACTIVE.add(self)
+
+    def deactivate(self) -> None:
+        """Release the sessions (once; later calls do nothing)."""
+        if self.is_active:
+            self.is_active = False
+            _ACTIVE.discard(self)
+            self.release()
+
+    def release(self) -> None:
+        """Drop the sessions this holder keeps."""
 
     def close(self) -> None:
-        pass
+        self.deactivate()
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        if self.is_active and not sys.is_finalizing():  # not run at all at times (interpreter exit); when run, a leak
+            warnings.warn(f"{type(self).__name__} '{self.name}' was garbage-collected while active: its ONNX Runtime "
+                          "sessions were never closed (close() it or use it in a `with` block)", ResourceWarning,
+                          stacklevel=2, source=self)

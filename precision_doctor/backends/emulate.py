@@ -6,11 +6,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from precision_doctor.backends.base import ClosingBackend, Feeds
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
+from precision_doctor.backends.base import Feeds, SessionHolder
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 
 class EmulatedRunner:
@@ -26,7 +26,7 @@ class EmulatedRunner:
         return dict(zip(names, res))
 
 
-class EmulateBackend(ClosingBackend):
+class EmulateBackend(SessionHolder):
     """The emulation rule on ORT CPU. Building it costs one session; each `prepare` costs nothing."""
 
     name = "emulate"
@@ -39,10 +39,11 @@ class EmulateBackend(ClosingBackend):
         self.output_names = list(outputs) if outputs is not None else model.outputs
         proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
         self.session = make_session(proto, optimize=False)
+        self.activate()
 
     def prepare(self, fallback: frozenset[str]) -> EmulatedRunner:
         return EmulatedRunner(self, frozenset(fallback))
 
-    def close(self) -> None:
+    def release(self) -> None:
         """Release the session (runners prepared before cannot run afterwards)."""
         self.session = None

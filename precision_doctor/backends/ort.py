@@ -18,12 +18,12 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from precision_doctor.backends.base import ClosingBackend, Feeds, check_only
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
+from precision_doctor.backends.base import Feeds, SessionHolder, check_only
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.mixed import build_mixed
 from precision_doctor.graph.model import Model, tensor_types_and_shapes
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 CUDA = "CUDAExecutionProvider"
 _NP_INPUT_TYPES = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
@@ -77,7 +77,7 @@ class OrtRunner:
         return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
 
 
-class OrtBackend(ClosingBackend):
+class OrtBackend(SessionHolder):
     """Builds the mixed-precision graph of each fallback set and runs it in ONNX Runtime.
 
     Each `prepare` of a new set costs one graph rewrite and one session; the last `cache_size`
@@ -127,6 +127,7 @@ class OrtBackend(ClosingBackend):
         self.optimize = optimize
         self.cache_size = cache_size
         self._cache: OrderedDict[frozenset[str], OrtRunner] = OrderedDict()
+        self.activate()  # its sessions open in `prepare`, one per fallback set
 
     def prepare(self, fallback: frozenset[str]) -> OrtRunner:
         key = frozenset(fallback)
@@ -146,6 +147,6 @@ class OrtBackend(ClosingBackend):
             self._cache.popitem(last=False)
         return runner
 
-    def close(self) -> None:
+    def release(self) -> None:
         """Drop the cached runners and their sessions."""
         self._cache.clear()

@@ -14,13 +14,13 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from precision_doctor.backends.base import ClosingBackend, Feeds
+from precision_doctor.backends.base import Feeds, SessionHolder
 from precision_doctor.backends.ort import CUDA, OrtBackend
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.graph.native import NativeGatedGraph, gated_native_graph
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 
 class OrtGatedRunner:
@@ -36,7 +36,7 @@ class OrtGatedRunner:
         return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
 
 
-class OrtGatedBackend(ClosingBackend):
+class OrtGatedBackend(SessionHolder):
     """One session over the gated native graph; each `prepare` costs nothing.
 
     Arguments as `OrtBackend` (providers, `tf32`, `optimize`); `mixed` is an `OrtBackend` with the
@@ -63,11 +63,12 @@ class OrtGatedBackend(ClosingBackend):
         self.session = make_session(proto, self.providers, optimize=optimize)
         if self.mixed.uses_cuda and CUDA not in self.session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
+        self.activate()
 
     def prepare(self, fallback: frozenset[str]) -> OrtGatedRunner:
         return OrtGatedRunner(self, frozenset(fallback))
 
-    def close(self) -> None:
+    def release(self) -> None:
         """Release the session and the mixed backend's cached ones."""
         self.session = None
         self.mixed.close()

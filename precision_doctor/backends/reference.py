@@ -6,20 +6,27 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from precision_doctor.backends.base import Feeds
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
+from precision_doctor.backends.base import Feeds, SessionHolder
 from precision_doctor.graph.model import Model
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 
-class ReferenceRunner:
-    """Runs the model in FP32; `outputs` may name any tensors (they are marked as graph outputs)."""
+class ReferenceRunner(SessionHolder):
+    """Runs the model in FP32; `outputs` may name any tensors (they are marked as graph outputs). Its one session
+    is released by `close()` (a `SessionHolder`)."""
+
+    name = "reference"
 
     def __init__(self, model: Model, outputs: Sequence[str] | None = None):
         self.model = model
         names = list(outputs) if outputs is not None else model.outputs
         self.output_names = names
         self.session = make_session(with_outputs(model.proto, names, model.tensor_types), optimize=False)
+        self.activate()
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = list(outputs) if outputs is not None else self.output_names
         return dict(zip(names, run_session(self.session, names, dict(feeds), self.model)))
+
+    def release(self) -> None:
+        self.session = None

@@ -39,6 +39,7 @@ from precision_doctor.control import StopToken
 from precision_doctor.errors import SpecError
 from precision_doctor.jsonio import read_json, write_json
 from precision_doctor.outcome import RowStatus, SummaryRow
+from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.render.summary import write_summary
 from precision_doctor.results.runlock import RunLock
 from precision_doctor.spec import RunSpec, file_sha256
@@ -139,7 +140,7 @@ def run_batch(
     earlier rows, if any); `rerun` redoes finished models too. `on_start` gets the names to run and the
     names skipped; `on_done` each row as it completes. `stop` ends the batch early (KeyboardInterrupt)."""
     t0 = time.monotonic()
-    defaults = (defaults or RunSpec(model="")).validate()
+    defaults = validate_spec(defaults or RunSpec(model=""))
     specs = discover(Path(source), defaults)
     if only:
         unknown = sorted(set(only) - {s.name for s in specs})

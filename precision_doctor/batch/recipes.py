@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.spec import RunSpec
 
 RECIPE_SUFFIXES = (".json", ".yaml", ".yml")
@@ -150,7 +151,7 @@ def apply_recipe(base: RunSpec, recipe: dict, rel_to: Path, where: str) -> RunSp
             value = str(value)
         changes[RECIPE_KEYS[key]] = value
     try:
-        return base.with_settings(changes, base_dir=rel_to).validate()
+        return validate_spec(base.with_settings(changes, base_dir=rel_to))
     except SpecError as exc:
         raise UserError(f"{where}: {exc.render(recipe_key)}") from None
 

@@ -52,13 +52,14 @@ def batch(
     recipe overrides."""
     from precision_doctor.batch.executors import make_executor
     from precision_doctor.batch.orchestrate import BatchSettingsDiffer, default_batch_dir, recorded_defaults, run_batch
+    from precision_doctor.pipeline.spec_check import validate_spec
     from precision_doctor.render.numbers import fmt_seconds
     from precision_doctor.render.wording import row_brief
 
     out_dir = out if out is not None else default_batch_dir()
     recorded = recorded_defaults(out_dir) if out is not None and Path(out).is_dir() else None
     # A batch directory continues with the settings it was started with; flags given go on top of them.
-    defaults = (recorded.with_settings(options.given_settings()) if recorded else options.spec("")).validate()
+    defaults = validate_spec(recorded.with_settings(options.given_settings()) if recorded else options.spec(""))
     executor = make_executor(jobs, executor_name, ray_address, ray_cpus)
     where = "on Ray" if executor_name == "ray" else f"{jobs} job(s)"
     progress = progress_bar("{task.description}")

@@ -24,10 +24,11 @@ def compare(
 ) -> None:
     """Run FP32 and emulated low precision layer by layer; rank the layers that introduce error."""
     from precision_doctor import api
+    from precision_doctor.pipeline.spec_check import validate_spec
     from precision_doctor.render.wording import compare_verdict
     from precision_doctor.results.rundir import default_run_dir
 
-    spec = options.spec(model).validate()
+    spec = validate_spec(options.spec(model))
     out_dir = options["out"] if options["out"] is not None else default_run_dir(model, "compare")
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]

@@ -37,12 +37,13 @@ def diagnose(
     """Find the smallest set of nodes to keep in FP32; write the fixed model, commands and report."""
     from precision_doctor import api
     from precision_doctor.pipeline.settings import SettingsDiffer
+    from precision_doctor.pipeline.spec_check import validate_spec
     from precision_doctor.results.rundir import default_run_dir
 
     if resume and options["out"] is None:
         fail("--resume needs --out DIR of the run to continue")
     out_dir = options["out"] if options["out"] is not None else default_run_dir(model, "diagnose")
-    spec = resumed_spec(model, out_dir, options) if resume else options.spec(model).validate()
+    spec = resumed_spec(model, out_dir, options) if resume else validate_spec(options.spec(model))
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]
     hint = f"to continue: {resume_command(model, out_dir)}"
@@ -85,12 +86,13 @@ def resumed_spec(model: Path, out_dir: Path, options: Options) -> RunSpec:
     The budget is not carried over: a run that used up its --max-evaluations goes on without one unless
     a new one is given."""
     from precision_doctor.pipeline.settings import recorded_spec
+    from precision_doctor.pipeline.spec_check import validate_spec
 
     recorded = recorded_spec(out_dir) if Path(out_dir).is_dir() else None
     if recorded is None:
-        return options.spec(model).validate()
+        return validate_spec(options.spec(model))
     budget = {k: None for k in PER_INVOCATION}
-    return recorded.with_settings({**budget, "model": str(model), **options.given_settings()}).validate()
+    return validate_spec(recorded.with_settings({**budget, "model": str(model), **options.given_settings()}))
 
 
 def resume_command(model: Path, out_dir: Path) -> str:

@@ -25,9 +25,10 @@ def probe_ops(
     """Run every node alone in low precision on the GPU and compare it with the emulation rule."""
     from precision_doctor import api
     from precision_doctor.measure.opprobe import table
+    from precision_doctor.pipeline.spec_check import validate_spec
     from precision_doctor.results.rundir import default_run_dir
 
-    spec = options.spec(model).validate()
+    spec = validate_spec(options.spec(model))
     out_dir = options["out"] if options["out"] is not None else default_run_dir(model, "probe-ops")
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]

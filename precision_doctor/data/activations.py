@@ -247,6 +247,16 @@ class ActivationStore:
                 yield ds[i]
 
 
+def captured_shapes(path: str | Path | None) -> dict[str, tuple[int, ...]] | None:
+    """Each tensor of the reference run in the store at `path` with one sample's shape (the shapes that ran: what
+    `graph/cost.py` prices); None where there is no store."""
+    if path is None or not Path(path).exists():
+        return None
+    with ActivationStore(path) as store:
+        return {name: tuple(int(d) for d in store.dataset(REFERENCE, name).shape[1:])
+                for name in store.tensor_names(REFERENCE)}
+
+
 def whole(path: Path) -> bool:
     """Whether `path` is a store holding every captured tensor (not a summary)."""
     try:

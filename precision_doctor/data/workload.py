@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from precision_doctor.data.arrayfiles import Bounds
+from precision_doctor.data.input_spec import InputSpec
 from precision_doctor.data.inputs import (
     conform_to,
     generate_samples,
@@ -24,7 +25,6 @@ from precision_doctor.data.spill import Spill
 from precision_doctor.errors import UserError
 from precision_doctor.graph.model import Model, load_model
 from precision_doctor.manifest import note_written
-from precision_doctor.spec import InputSpec, RunSpec
 
 LOADER_SAMPLES = "loader_samples.h5"  # a data loader script's samples, kept in the run directory
 
@@ -93,14 +93,14 @@ class Workload:
             self.spill.move_to(run_dir / LOADER_SAMPLES)
 
 
-def load_workload(spec: RunSpec, run_dir: Path | None = None) -> Workload:
-    """Load and validate the spec's model and samples; raises UserError with a one-line reason. `run_dir`: the
-    run directory of a run being resumed, whose kept loader samples are read instead of running the script."""
-    opts = spec.inputs
+def load_workload(model_path: str, opts: InputSpec, run_dir: Path | None = None) -> Workload:
+    """Load and validate the model at `model_path` and the samples `opts` (a RunSpec's `inputs`) say; raises
+    UserError with a one-line reason. `run_dir`: the run directory of a run being resumed, whose kept loader
+    samples are read instead of running the script."""
     shapes = parse_input_shapes(opts.input_shapes)
-    model = load_model(spec.model, input_shapes=shapes or None)
+    model = load_model(model_path, input_shapes=shapes or None)
     if not any(n.is_candidate for n in model.nodes):
-        raise UserError(f"{spec.model}: the model has no floating-point tensors to run in low precision")
+        raise UserError(f"{model_path}: the model has no floating-point tensors to run in low precision")
     spill = None
     if opts.data_loader_script:
         samples, spill = _loader_samples(opts.data_loader_script, model, run_dir)

@@ -3,8 +3,9 @@ Casts an FP32 island adds at its borders, and the deployment objective the searc
 
 Shapes: a model's declared shapes say nothing of a dynamic dimension (`None`) and some exporters write
 `-1` (PaddlePaddle), so FLOPs from them are 0 or negative. The cost model takes the shapes of the tensors
-that ran: those the capture stored (`activations.h5`, run `reference`: every node output, sample axis
-first), then ONNX shape inference with the samples' concrete input shapes for the rest.
+that ran: those the capture stored (`activations.h5`, run `reference`: every node output, read by
+`data/activations.captured_shapes` and handed in), then ONNX shape inference with the samples' concrete input shapes
+for the rest.
 
 The deployment objective (`search.cost = "deploy"`, defined here only): the estimated time `fixed.onnx`
 spends above the all-low-precision model, in microseconds at the deployed batch, on `DeviceProfile`:
@@ -25,7 +26,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import onnx
 from onnx import TensorProto
@@ -156,9 +156,10 @@ class CostModel:
 
 
 def shapes_that_ran(model: Model, input_shapes: Mapping[str, tuple[int, ...]],
-                    activations: str | Path | None = None) -> tuple[dict[str, tuple[int, ...]], str]:
+                    captured: Mapping[str, tuple[int, ...]] | None = None) -> tuple[dict[str, tuple[int, ...]], str]:
     """Tensor name -> concrete shape: ONNX shape inference with `input_shapes` (the samples'), overlaid with the
-    shapes the capture stored in `activations` (exact) where given; and where they came from."""
+    shapes the capture stored (`captured`: `data/activations.captured_shapes`, exact) where given; and where they
+    came from."""
     proto = onnx.ModelProto()
     proto.CopyFrom(model.proto)
     del proto.graph.value_info[:]  # inferred from the declared dims, they would contradict the concrete ones
@@ -172,12 +173,8 @@ def shapes_that_ran(model: Model, input_shapes: Mapping[str, tuple[int, ...]],
     shapes = {k: tuple(int(d) for d in v) for k, v in inferred.items() if _concrete(v)}
     shapes.update({k: tuple(int(d) for d in v) for k, v in input_shapes.items()})
     source = "inference"
-    if activations is not None and Path(activations).exists():
-        from precision_doctor.data.activations import REFERENCE, ActivationStore
-
-        with ActivationStore(activations) as store:
-            for name in store.tensor_names(REFERENCE):
-                shapes[name] = tuple(int(d) for d in store.dataset(REFERENCE, name).shape[1:])
+    if captured is not None:
+        shapes.update(captured)
         source = "capture"
     for init in model.proto.graph.initializer:
         shapes[init.name] = tuple(int(d) for d in init.dims)
@@ -189,11 +186,11 @@ def _concrete(shape: tuple) -> bool:
 
 
 def cost_model(model: Model, precision: str, input_shapes: Mapping[str, tuple[int, ...]],
-               activations: str | Path | None = None, batch: int | None = None, keep_io_types: bool = True,
+               captured: Mapping[str, tuple[int, ...]] | None = None, batch: int | None = None, keep_io_types: bool = True,
                profile: DeviceProfile = H100_ESTIMATE) -> CostModel:
     """The cost model of `model` run on inputs of `input_shapes` (one sample's); `batch`: the batch deployed,
     when it differs from the samples' (every tensor and FLOP count scales with it; None: the samples' batch)."""
-    shapes, source = shapes_that_ran(model, input_shapes, activations)
+    shapes, source = shapes_that_ran(model, input_shapes, captured)
     sample_batch = _sample_batch(model, input_shapes)
     scale = (batch / sample_batch) if batch and sample_batch else 1.0
     inits = {i.name for i in model.proto.graph.initializer}

@@ -474,7 +474,7 @@ def estimate_flops(node: onnx.NodeProto, shapes: dict[str, tuple], proto: onnx.M
 
 def _types_from_ort(proto: onnx.ModelProto, names: list[str]) -> dict[str, int]:
     """Element types that shape inference could not give (custom ops), as ONNX Runtime sees them."""
-    from precision_doctor.backends.ort_session import ORT_TYPES, make_session, with_outputs
+    from precision_doctor.graph.ort_session import ORT_TYPES, make_session, with_outputs
 
     try:
         sess = make_session(with_outputs(proto, names, {}), optimize=False)

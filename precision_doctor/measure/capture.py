@@ -16,7 +16,6 @@ import numpy as np
 from onnx import helper
 
 from precision_doctor import __version__
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
@@ -24,8 +23,8 @@ from precision_doctor.data.samples import ShapeGroup, groups_of, release_heap
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 from precision_doctor.graph.rules import resolve_rules
-from precision_doctor.spec import CaptureSpec
 
 _UNKNOWN_BYTES = 1 << 20
 
@@ -122,20 +121,23 @@ def capture(
     fmt: Format,
     out_path: Path,
     fallback: frozenset[str] = frozenset(),
-    settings: CaptureSpec = CaptureSpec(),
+    *,
+    group_mb: float,
+    compression: str | None,
     attrs: dict | None = None,
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
     rules: str | None = None,
 ) -> Path:
     """Capture reference, low-precision and local runs of `model` on `samples` into `out_path`, the
-    low-precision ones under the emulation `rules` (`backends.rules`; None: standard). The samples of one shape
-    group must be consecutive (`data.samples.grouped` orders them so)."""
-    budget = int(settings.group_mb * (1 << 20))
+    low-precision ones under the emulation `rules` (`backends.rules`; None: standard), in groups of tensors of at
+    most `group_mb` MiB (`capture.group_mb`), stored with HDF5's `compression` (`capture.compression`). The samples of
+    one shape group must be consecutive (`data.samples.grouped` orders them so)."""
+    budget = int(group_mb * (1 << 20))
     groups = shape_runs(samples)
     node_outputs = [t for n in model.nodes for t in n.outputs if t]
     float_outputs = [t for t in node_outputs if model.is_float(t)]
-    with ActivationStore(out_path, "w", compression=settings.compression) as store:
+    with ActivationStore(out_path, "w", compression=compression) as store:
         store.set_attrs(
             model_hash=model.model_hash,
             model_path=str(model.path or ""),

@@ -24,12 +24,12 @@ import onnx
 import onnxruntime as ort
 
 from precision_doctor import control
-from precision_doctor.backends.ort_session import make_session
 from precision_doctor.control import StopToken
 from precision_doctor.data.activations import LOCAL, REFERENCE, ActivationStore
 from precision_doctor.graph.emulate import local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
+from precision_doctor.graph.ort_session import make_session
 from precision_doctor.measure.capture import _node_bytes, group_by_bytes
 
 GPU_LOCAL, GPU_LOWP = "gpu_local", "gpu_lowp"

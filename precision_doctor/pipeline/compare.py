@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from precision_doctor import storage
-from precision_doctor.backends.ort_session import make_session, run_session, with_outputs
 from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
 from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
@@ -19,6 +18,7 @@ from precision_doctor.graph.coverage import EmulationNote, emulation_notes
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
+from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 from precision_doctor.jsonio import write_json, write_text_atomic
 from precision_doctor.manifest import note_written
 from precision_doctor.measure.analysis import (
@@ -73,8 +73,8 @@ def capture_and_analyse(
              "captured": [samples.label(i) for i in range(len(samples))]}
     note_written(tmp)
     note_written(final)
-    capture(work.model, samples, fmt, tmp, fallback, settings, attrs=attrs, progress=progress, stop=stop,
-            rules=rules)
+    capture(work.model, samples, fmt, tmp, fallback, group_mb=settings.group_mb, compression=settings.compression,
+            attrs=attrs, progress=progress, stop=stop, rules=rules)
     with ActivationStore(tmp, "a") as store:
         analysis = analyse(store, tolerance=tolerance, model=work.model)
         keep_analysis(store, analysis)

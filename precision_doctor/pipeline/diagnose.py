@@ -58,6 +58,7 @@ from precision_doctor.pipeline.reporting import (
 )
 from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_from, polish_for, run_loop, start_loop
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
+from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
 from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob
@@ -86,7 +87,7 @@ def run_diagnose(
     `held_choice`: which samples were held out (`validation`) and why, for the report. `origin`: the front end that
     started the run (the report's re-run command is one for it); `service_job`: the daemon's job this run is, for the
     report."""
-    spec.validate()
+    validate_spec(spec)
     t0 = time.monotonic()
     with contextlib.ExitStack() as owned:
         ctx = _prepare(work, validation, spec, out_dir, resume=resume, progress=progress, stop=stop, owned=owned,
@@ -118,7 +119,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     work.keep_in(out_dir)  # a data loader script's samples: a resumed run reads them there
 
     notify(progress, PhaseEvent("reference"))
-    ref = ReferenceRunner(model)
+    ref = owned.enter_context(ReferenceRunner(model))  # its session closed with the backends
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, held_refs = work.references, work.held_references or []
     else:  # computed when first needed, kept in references.h5

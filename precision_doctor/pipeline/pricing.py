@@ -13,6 +13,7 @@ import numpy as np
 
 from precision_doctor.control import StopToken
 from precision_doctor.costs import DeployLatency, GroupUse, Refinement
+from precision_doctor.data.activations import captured_shapes
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.cost import CostModel, cost_model
 from precision_doctor.graph.groups import fusion_groups
@@ -36,7 +37,8 @@ def run_cost_model(work: Workload, spec: RunSpec, activations: Path | None) -> C
     """The cost model of the run: the first search sample's input shapes, the capture's tensor shapes, the
     deployed batch (`search.batch`, else the samples')."""
     shapes = {k: tuple(np.shape(v)) for k, v in work.samples[0].items()}
-    return cost_model(work.model, spec.precision, shapes, activations, spec.search.batch, spec.search.keep_io_types)
+    return cost_model(work.model, spec.precision, shapes, captured_shapes(activations), spec.search.batch,
+                      spec.search.keep_io_types)
 
 
 def objective_means(spec: RunSpec, cm: CostModel) -> str:

@@ -38,8 +38,10 @@ def check_settings(settings: object) -> RunSpec:
     if "model" in settings:
         raise Refused(422, "settings.model: name the model as the request's 'model' (a server path) or upload it",
                       setting="model")
+    from precision_doctor.pipeline.spec_check import validate_spec  # backends, search, rules: not at the daemon's start
+
     try:
-        return RunSpec.from_json({**settings, "model": _UPLOADED}).validate()
+        return validate_spec(RunSpec.from_json({**settings, "model": _UPLOADED}))
     except SpecError as exc:
         raise Refused(422, str(exc), setting=exc.setting) from None
     except UserError as exc:

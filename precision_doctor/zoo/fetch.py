@@ -15,6 +15,7 @@ downloaded from a model hub, and nothing at all at diagnose time.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import subprocess
@@ -137,8 +138,8 @@ def fetch(
             files = []
             if m.synthetic:
                 kind, n, h, w = m.synthetic
-                prob = cls_prob_180(target, h, w) if kind == "cls_crops" else None
-                made = make_synthetic(kind, n, h, w, dest / f"{m.name}_inputs", prob_180=prob)
+                with cls_prob_180(target, h, w) if kind == "cls_crops" else contextlib.nullcontext() as prob:
+                    made = make_synthetic(kind, n, h, w, dest / f"{m.name}_inputs", prob_180=prob)
                 files = [str(p.relative_to(dest)) for p in made]
             recipe = m.recipe(files)
             if wheel is not None:

@@ -3,7 +3,8 @@ for the OCR detector and recognizer, and direction-classifier crops chosen by th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -122,14 +123,16 @@ def select_cls_crops(
     return picked
 
 
-def cls_prob_180(model_path: Path, height: int, width: int) -> Callable[[np.ndarray], float]:
-    """p('180') of the FP32 model as precision-doctor's reference computes it (ORT CPU)."""
+@contextlib.contextmanager
+def cls_prob_180(model_path: Path, height: int, width: int) -> Iterator[Callable[[np.ndarray], float]]:
+    """p('180') of the FP32 model as precision-doctor's reference computes it (ORT CPU), while in the block (its
+    session is closed at the end)."""
     from precision_doctor.backends.reference import ReferenceRunner
     from precision_doctor.graph.model import load_model
 
     model = load_model(model_path, input_shapes={"x": [1, 3, height, width]})
-    runner = ReferenceRunner(model)
-    return lambda x: float(next(iter(runner.run({"x": x}).values())).reshape(-1)[1])
+    with ReferenceRunner(model) as runner:
+        yield lambda x: float(next(iter(runner.run({"x": x}).values())).reshape(-1)[1])
 
 
 def make_synthetic(

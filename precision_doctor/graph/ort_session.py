@@ -1,4 +1,7 @@
-"""ONNX Runtime sessions from in-memory protos (models over 2 GB go through a temporary file)."""
+"""ONNX Runtime sessions from in-memory protos (models over 2 GB go through a temporary file).
+
+In the graph layer, below everything that runs a proto: `graph/model.py` asks ONNX Runtime for the element types of
+custom ops, the references (data), the capture (measure) and the backends run their graphs through it."""
 
 from __future__ import annotations
 

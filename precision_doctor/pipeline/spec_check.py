@@ -1,0 +1,149 @@
+"""A RunSpec's settings checked before any work: `validate_spec(spec)` raises `SpecError` naming the setting.
+
+spec.py holds the settings (their defaults, choices and upper bounds) and reads and writes them; the checks need the
+backends, the emulation rules, the strategies and the input parsers, so they live here, above all of those. The model
+and the sample files are read later (`data/workload.load_workload`). Every front end (CLI, api, batch, service)
+calls `validate_spec`; the checks run in the order below and the first one that fails is the error.
+"""
+
+from __future__ import annotations
+
+import math
+
+from precision_doctor.backends.ort import search_refusal
+from precision_doctor.backends.registry import check_backend_name, plan_backends
+from precision_doctor.backends.tensorrt.availability import check_engine_targets, trt_refusal
+from precision_doctor.data.inputs import parse_input_shapes, parse_val_ranges
+from precision_doctor.errors import SpecError, UserError
+from precision_doctor.graph.formats import FORMATS
+from precision_doctor.graph.rules import SETTING_CHOICES, resolve_rules
+from precision_doctor.search import STRATEGIES
+from precision_doctor.spec import (
+    COMPRESSIONS,
+    COSTS,
+    KEEPS,
+    MAX_AUGMENT,
+    MAX_EVALUATIONS,
+    MAX_GROUP_MB,
+    MAX_SAMPLES,
+    MAX_TIME_BUDGET_S,
+    RunSpec,
+)
+
+
+def validate_spec(spec: RunSpec) -> RunSpec:
+    """Check every setting of `spec` (the model and input files are read later); returns `spec`, raises SpecError."""
+    if spec.precision.lower() not in FORMATS:
+        raise SpecError("precision", f"{{precision}}: unknown precision '{spec.precision}'; choose one of: "
+                        f"{', '.join(FORMATS)}")
+    _check_search(spec)
+    _check_capture(spec)
+    _check_backends(spec)
+    _check_tensorrt(spec)
+    _check_inputs(spec)
+    return spec
+
+
+def _check_search(spec: RunSpec) -> None:
+    s = spec.search
+    if s.strategy not in STRATEGIES:
+        raise SpecError("search.strategy", f"{{search.strategy}}: unknown strategy '{s.strategy}'; choose one of: "
+                        f"{', '.join(STRATEGIES)}")
+    if s.cost not in COSTS:
+        raise SpecError("search.cost", f"{{search.cost}} must be one of {', '.join(COSTS)}, got '{s.cost}'")
+    if s.batch is not None and s.batch < 1:
+        raise SpecError("search.batch", f"{{search.batch}} must be at least 1, got {s.batch}")
+    if not 0.0 <= s.margin < 1.0:
+        raise SpecError("search.margin", f"{{search.margin}} must lie in [0, 1), got {s.margin}")
+    if not 0 <= s.augment <= MAX_AUGMENT:
+        raise SpecError("search.augment", f"{{search.augment}} must lie in [0, {MAX_AUGMENT}], got {s.augment}")
+    if s.max_evaluations is not None and not 1 <= s.max_evaluations <= MAX_EVALUATIONS:
+        raise SpecError("search.max_evaluations", f"{{search.max_evaluations}} must lie in [1, {MAX_EVALUATIONS}], "
+                        f"got {s.max_evaluations}")
+    if s.time_budget is not None and not (math.isfinite(s.time_budget) and 0 < s.time_budget <= MAX_TIME_BUDGET_S):
+        raise SpecError("search.time_budget", f"{{search.time_budget}} must be a positive number of seconds (at most "
+                        f"{MAX_TIME_BUDGET_S:g}), got {s.time_budget}")
+
+
+def _check_capture(spec: RunSpec) -> None:
+    c = spec.capture
+    if not 1 <= c.max_samples <= MAX_SAMPLES:
+        raise SpecError("capture.max_samples", f"{{capture.max_samples}} must lie in [1, {MAX_SAMPLES}], "
+                        f"got {c.max_samples}")
+    if not (math.isfinite(c.group_mb) and 0 < c.group_mb <= MAX_GROUP_MB):
+        raise SpecError("capture.group_mb", f"{{capture.group_mb}} must be a positive number of MiB (at most "
+                        f"{MAX_GROUP_MB:.0f}), got {c.group_mb:g}")
+    if c.compression not in COMPRESSIONS:
+        raise SpecError("capture.compression", f"{{capture.compression}} must be one of "
+                        f"{', '.join(map(str, COMPRESSIONS))}, got {c.compression!r}")
+    if c.keep not in KEEPS:
+        raise SpecError("capture.keep", f"{{capture.keep}} must be one of {', '.join(KEEPS)}, got {c.keep!r}")
+
+
+def _check_backends(spec: RunSpec) -> None:
+    b = spec.backends
+    if b.confirm_backend is not None and b.confirm_backend == b.backend:
+        raise SpecError("backends.confirm_backend", "{backends.confirm_backend} must differ from {backends.backend}")
+    check_backend_name(b.backend, "backends.backend")
+    if why := search_refusal(b.backend):
+        raise SpecError("backends.backend", why.replace("--backend", "{backends.backend}").replace(
+            "--confirm-backend", "{backends.confirm_backend}"))
+    if b.confirm_backend is not None:
+        check_backend_name(b.confirm_backend, "backends.confirm_backend")
+    if b.backend == "auto" and b.confirm_backend == "emulate":
+        raise SpecError("backends.confirm_backend", "{backends.backend} auto searches with the emulator: "
+                        "{backends.confirm_backend} must be another backend")
+    try:
+        resolve_rules(b.rules)
+    except UserError as exc:
+        raise SpecError("backends.rules", f"{{backends.rules}}: {exc} (the usual choices: "
+                        f"{', '.join(SETTING_CHOICES)})") from None
+
+
+def _check_tensorrt(spec: RunSpec) -> None:
+    """The TensorRT, knob and engine settings: `trt` refused in one line where its engines cannot run (before any
+    work, so no run directory is made), knobs refused on the emulator, engine targets parsed and checked against the
+    installed library."""
+    b = spec.backends
+    for setting in ("backends.backend", "backends.confirm_backend"):
+        name = b.backend if setting == "backends.backend" else b.confirm_backend
+        if name in ("trt", "tensorrt") and (why := trt_refusal()):
+            raise SpecError(setting, f"{{{setting}}} {name} unavailable: {why}")
+    if spec.search.knobs and (b.confirm_backend or b.backend) == "emulate":
+        raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs (it rounds explicitly: no "
+                        "kernels to pick, no TF32); knobs are tried on ort-cuda or trt, as {backends.backend} or "
+                        "{backends.confirm_backend}")
+    if spec.search.knobs and b.backend == "auto" and b.confirm_backend is None:
+        if (why := plan_backends("auto", None).no_gpu) is not None:
+            raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs, and {backends.backend} "
+                            f"auto confirms nowhere here ({why}); knobs are tried on ort-cuda or trt")
+    a = spec.artifacts
+    if a.engine_targets and not a.engine:
+        raise SpecError("artifacts.engine_targets", "{artifacts.engine_targets} is a setting of the fixed engine: "
+                        "add {artifacts.engine}")
+    if a.engine and (why := check_engine_targets(a.targets)):
+        raise SpecError("artifacts.engine_targets", f"{{artifacts.engine_targets}}: {why}")
+
+
+def _check_inputs(spec: RunSpec) -> None:
+    i = spec.inputs
+    if i.samples < 1:
+        raise SpecError("inputs.samples", f"{{inputs.samples}} must be at least 1, got {i.samples}")
+    if i.samples > MAX_SAMPLES:
+        raise SpecError("inputs.samples", f"{{inputs.samples}} must be at most {MAX_SAMPLES}, got {i.samples}")
+    if i.seed < 0:
+        raise SpecError("inputs.seed", f"{{inputs.seed}} must be a non-negative integer, got {i.seed}")
+    if i.validation_split is not None and not 0 <= i.validation_split < 1:
+        raise SpecError("inputs.validation_split", f"{{inputs.validation_split}} must lie in [0, 1), "
+                        f"got {i.validation_split}")
+    if i.max_samples is not None and i.max_samples < 1:
+        raise SpecError("inputs.max_samples", f"{{inputs.max_samples}} must be at least 1, got {i.max_samples}")
+    if i.data_loader_script is not None and i.files:
+        raise SpecError("inputs.data_loader_script", "give the samples with {inputs.files} or "
+                        "{inputs.data_loader_script}, not both")
+    if i.reference_outputs is not None and not (i.files or i.data_loader_script):
+        raise SpecError("inputs.reference_outputs", "{inputs.reference_outputs} needs the inputs they were "
+                        "computed from: give them with {inputs.files} (polygraphy --save-inputs JSON or one "
+                        "file per sample) or {inputs.data_loader_script}")
+    parse_val_ranges(i.val_ranges)
+    parse_input_shapes(i.input_shapes)
