@@ -79,7 +79,7 @@ def unseen_samples(name: str, spec: RunSpec, model: Model, n: int) -> list:
     if kind == "text_page":
         return [{x: synthetic._to_ppocr(synthetic.text_image(h, w, seed=done + i))} for i in range(n)]
     if kind == "cls_crops":
-        prob = synthetic.cls_prob_180(Path(spec.model), h, w)
-        picks = synthetic.select_cls_crops(done + n, h, w, prob)[done:]
+        with synthetic.cls_prob_180(Path(spec.model), h, w) as prob:
+            picks = synthetic.select_cls_crops(done + n, h, w, prob)[done:]
         return [{x: synthetic.text_crop(seed, hard, h, w)} for seed, hard, _ in picks]
     return None

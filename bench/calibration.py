@@ -76,8 +76,8 @@ def make_samples(name: str, spec: RunSpec, model: Model, n: int) -> list[dict]:
     if name == "ppocr-v4-det":
         return [{x: synthetic._to_ppocr(synthetic.text_image(256, 256, seed=SEED + i))} for i in range(n)]
     if name == "ppocr-mobile-cls":
-        prob = synthetic.cls_prob_180(Path(spec.model), 48, 192)
-        picks = synthetic.select_cls_crops(n, 48, 192, prob, max_tries=100_000)
+        with synthetic.cls_prob_180(Path(spec.model), 48, 192) as prob:
+            picks = synthetic.select_cls_crops(n, 48, 192, prob, max_tries=100_000)
         return [{x: synthetic.text_crop(seed, hard, 48, 192)} for seed, hard, _ in picks]
     return generate_samples(model, n, SEED, parse_val_ranges(spec.inputs.val_ranges))
 

@@ -61,7 +61,7 @@ from precision_doctor.graph.model import Model, from_proto, tensor_types_and_sha
 from precision_doctor.graph.native import native_local_graph
 from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.graph.rules import PROFILES, RULES, resolve_rules
-from precision_doctor.measure.capture import _tensor_bytes, capture_run, group_by_bytes
+from precision_doctor.measure.capture import capture_run, group_by_bytes, tensor_bytes
 from precision_doctor.measure.fidelity import (
     GPU_LOCAL,
     GPU_LOWP,
@@ -99,7 +99,7 @@ def capture_graph(
     types, shapes = tensor_types_and_shapes(onnx.shape_inference.infer_shapes(proto))
     sizer = SimpleNamespace(tensor_types=types, tensor_shapes=shapes)  # what _tensor_bytes reads of a Model
     names = [t for t in names if t in types]
-    for group in group_by_bytes(names, lambda t: _tensor_bytes(sizer, t), budget):
+    for group in group_by_bytes(names, lambda t: tensor_bytes(sizer, t), budget):
         sess = make_session(with_outputs(proto, group, types), providers, optimize=optimize)
         want = {i.name: i.type for i in sess.get_inputs()}
         for i, s in enumerate(samples):

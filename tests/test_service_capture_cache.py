@@ -147,7 +147,9 @@ def test_a_second_diagnosis_reuses_the_capture_and_answers_as_a_fresh_run(case_f
     cache = DirectoryCaptureCache(tmp_path / "cache", 64)
     first = api.diagnose(spec, tmp_path / "first", capture_cache=cache)
     assert first.passed and len(list((tmp_path / "cache").glob("*.h5"))) == 1
-    other = spec.with_settings({"tolerance.atol": case.atol * 3, "search.strategy": "bisect", "search.margin": 0.1})
+    # capture.keep all: the run appends its fixed run to its own copy of the capture (with summary it is not stored)
+    other = spec.with_settings({"tolerance.atol": case.atol * 3, "search.strategy": "bisect", "search.margin": 0.1,
+                                "capture.keep": "all"})
     fresh = api.diagnose(other, tmp_path / "fresh")  # no cache: the reference answer
 
     import precision_doctor.pipeline.compare as compare

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -213,8 +214,8 @@ def test_zoo_recipe_fails_all_fp16_and_passes_all_fp32(name, tmp_path):
     files = []
     if m.synthetic:
         kind, n, h, w = m.synthetic
-        prob = synthetic.cls_prob_180(model, h, w) if kind == "cls_crops" else None
-        files = [str(p) for p in synthetic.make_synthetic(kind, n, h, w, tmp_path / "inputs", prob_180=prob)]
+        with synthetic.cls_prob_180(model, h, w) if kind == "cls_crops" else contextlib.nullcontext() as prob:
+            files = [str(p) for p in synthetic.make_synthetic(kind, n, h, w, tmp_path / "inputs", prob_180=prob)]
     s = apply_recipe(RunSpec(str(model)), m.recipe(files), tmp_path, name)
     work = load_workload(s.model, s.inputs)
     held = held_out_samples(work)
