@@ -9,8 +9,8 @@ ignored (computed keys, a newer writer's). Every error is a `BadValue` whose mes
 (`bad key 'pricing.answer.casts': expected an integer, got 'x'`, `missing key 'status'`); a `UserError`
 raised by a constructor (a validating `__post_init__`) becomes one for the object's path.
 
-Where a file's JSON is not the plain mapping (renamed, computed or left-out keys, legacy forms), a `Codec` is
-given a `Hook` per class saying exactly that.
+Where a file's JSON is not the plain mapping (renamed, computed or left-out keys, legacy forms, a lenient
+reader's fallback), a `Codec` is given a `Hook` per class saying exactly that.
 """
 
 from __future__ import annotations
@@ -36,12 +36,15 @@ class Hook:
     """One class's exceptions to the plain field mapping. `out(obj, fields)`: what is written, given the
     object and its fields as JSON (in field order); `into(data, path)`: the keys its fields are read from,
     given the JSON object (already checked to be one); `encode`/`decode(data, path)`: the whole JSON of a
-    type the codec does not walk (one with its own format)."""
+    type the codec does not walk (one with its own format) or of a type hint (a union of a class and str);
+    `otherwise()`: for a lenient reader, what JSON that is not this class at all (not an object, or one
+    without a key that has no default) reads as instead of an error (a bad value of a key stays one)."""
 
     out: Callable[[Any, dict], Any] | None = None
     into: Callable[[dict, str], dict] | None = None
     encode: Callable[[Any], Any] | None = None
     decode: Callable[[Any, str], Any] | None = None
+    otherwise: Callable[[], Any] | None = None
 
 
 def key_path(path: str, key: object) -> str:
@@ -119,6 +122,9 @@ class Codec:
         return _leaf(cls, data, path)
 
     def _dataclass(self, cls: type, data: Any, path: str, hook: Hook | None) -> Any:
+        otherwise = hook.otherwise if hook is not None else None
+        if otherwise is not None and not isinstance(data, dict):
+            return otherwise()
         data = mapping(data, path)
         if hook is not None and hook.into is not None:
             data = hook.into(data, path)
@@ -129,6 +135,8 @@ class Codec:
                 continue
             if f.name not in data:
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    if otherwise is not None:
+                        return otherwise()
                     raise BadValue(f"missing key '{key_path(path, f.name)}'")
                 continue
             values[f.name] = self.from_json(hints[f.name], data[f.name], key_path(path, f.name))

@@ -95,6 +95,46 @@ def test_hooks_say_where_the_json_is_not_the_plain_mapping():
     assert codec.to_json([RunStatus.COMPLETE]) == ["COMPLETE"] and codec.from_json(RunStatus, "SKIPPED") is RunStatus.SKIPPED
 
 
+def test_a_lenient_hook_reads_json_that_is_not_the_class_as_its_fallback():
+    codec = Codec({Inner: Hook(otherwise=lambda: None)})
+    assert codec.from_json(Inner, "x") is None and codec.from_json(Inner, {"share": 1.0}) is None
+    assert codec.from_json(list[Inner], [{"n": 1}, []]) == [Inner(1), None]
+    with pytest.raises(BadValue, match="bad key 'x.n': expected an integer"):  # a bad value stays an error
+        codec.from_json(Inner, {"n": "1"}, "x")
+
+
+def test_the_service_job_json_as_the_daemon_always_sent_it_read_leniently():
+    """service/schema.py's JOB_JSON: the wire form the client and the pages read (a Result's non-finite numbers
+    null, `spec` only in the detailed view), and a newer daemon's unknown keys, states, statuses and forms read
+    without an error."""
+    from precision_doctor.service.schema import CaptureProgress, JobView, Progress, Result
+
+    job = JobView("a1", "done", "m", progress=Progress("search", 3, capture=CaptureProgress("reference", 1, 2),
+                                                       phase_s={"load": 0.5}),
+                  result=Result(RunStatus.COMPLETE, True, 2, math.inf, elapsed_s=math.nan), links={"self": "/jobs/a1"})
+    text = json.dumps(job.to_json())
+    assert text == (
+        '{"id": "a1", "state": "done", "name": "m", "created": null, "started": null, "finished": null, "attempts": 0, '
+        '"worker_pid": null, "cancel_requested": false, "progress": {"phase": "search", "evaluations": 3, '
+        '"best_size": null, "search_phase": null, "last_size": null, "last_passed": null, "capture": {"stage": '
+        '"reference", "done": 1, "total": 2}, "phase_s": {"load": 0.5}}, "result": {"status": "complete", "passed": '
+        'true, "fallback_size": 2, "fp32_flop_share": null, "evaluations": null, "elapsed_s": null, "reason": null, '
+        '"capture_reused": false, "capture_s": null, "verdict": null, "label": null, "tone": null, "headline": null}, '
+        '"error": null, "links": {"self": "/jobs/a1"}, "files_removed": null}')
+    assert json.dumps(JobView.from_json(json.loads(text)).to_json()) == text
+    assert JobView("b", "queued", "m", spec={"search": {"budget": 3}}).to_json()["spec"] == {"search": {"budget": 3}}
+    newer = JobView.from_json({"id": "c", "state": "paused", "name": "m", "progress": "later", "added": 1,
+                               "result": {"status": "deferred", "passed": False}})
+    assert newer.state == "paused" and newer.progress == Progress() and newer.result.status == "deferred"
+    assert JobView.from_json({"id": "c", "state": "done", "name": "m", "result": {"status": "stopped"}}).result is None
+    assert Result.from_json({"status": "stopped", "passed": False}).status is RunStatus.STOPPED
+    assert Progress.from_json({"capture": ["x"]}).capture is None
+    with pytest.raises(BadValue, match="bad key 'progress.evaluations': expected an integer, got 'x'"):
+        JobView.from_json({"id": "c", "state": "done", "name": "m", "progress": {"evaluations": "x"}})
+    with pytest.raises(BadValue, match="missing key 'id'"):
+        JobView.from_json({"state": "done", "name": "m"})
+
+
 def _text(data) -> str:
     return json.dumps(data, indent=2) + "\n"
 

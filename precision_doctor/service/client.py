@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from precision_doctor.codec import BadValue
 from precision_doctor.errors import UserError
 from precision_doctor.service.schema import JobView
 
@@ -67,7 +68,7 @@ class Client:
         name `model_path` on the server."""
         if model is None:
             body = {"model": model_path, "settings": settings, "name": name}
-            return JobView.from_json(self._request("POST", "/jobs", json=body).json())
+            return self._job(self._request("POST", "/jobs", json=body).json())
         data = {"settings": json.dumps(settings), **({"name": name} if name else {})}
         if model_path is not None:
             data["model_path"] = model_path
@@ -77,7 +78,7 @@ class Client:
                 for p in paths:
                     files.append((field, (Path(p).name, stack.enter_context(open(p, "rb")), "application/octet-stream")))
             try:
-                return JobView.from_json(self._request("POST", "/jobs", data=data, files=files).json())
+                return self._job(self._request("POST", "/jobs", data=data, files=files).json())
             except ClientError as exc:
                 if exc.status == 0 and "WriteError" in str(exc):
                     raise ClientError(f"the daemon at {self.server} closed the connection during the upload (larger "
@@ -86,10 +87,10 @@ class Client:
 
     def jobs(self, state: str | None = None, limit: int = 200) -> list[JobView]:
         params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}
-        return [JobView.from_json(j) for j in self._request("GET", "/jobs", params=params).json()["jobs"]]
+        return [self._job(j, f"jobs[{i}]") for i, j in enumerate(self._request("GET", "/jobs", params=params).json()["jobs"])]
 
     def job(self, job_id: str) -> JobView:
-        return JobView.from_json(self._request("GET", f"/jobs/{job_id}").json())
+        return self._job(self._request("GET", f"/jobs/{job_id}").json())
 
     def report(self, job_id: str) -> dict | None:
         """The job's report.json as sent (`results.report.Report.from_json` reads it), or None when it has
@@ -102,7 +103,7 @@ class Client:
             raise
 
     def cancel(self, job_id: str) -> JobView:
-        return JobView.from_json(self._request("DELETE", f"/jobs/{job_id}").json())
+        return self._job(self._request("DELETE", f"/jobs/{job_id}").json())
 
     def events(self, job_id: str) -> Iterator[tuple[str, JobView]]:
         """(event, job) from the job's server-sent events ("job" on each change, then "end") until the
@@ -116,7 +117,7 @@ class Client:
                 for line in resp.iter_lines():
                     if not line:
                         if data:
-                            yield event, JobView.from_json(json.loads("\n".join(data)))
+                            yield event, self._job(json.loads("\n".join(data)))
                         event, data = "message", []
                     elif line.startswith("event:"):
                         event = line[6:].strip()
@@ -124,6 +125,13 @@ class Client:
                         data.append(line[5:].strip())
         except httpx.TransportError as exc:
             raise ClientError(f"lost the daemon at {self.server} ({type(exc).__name__})") from None
+
+    def _job(self, data: Any, path: str = "") -> JobView:
+        """The daemon's JSON of a job; ClientError naming the key it cannot read."""
+        try:
+            return JobView.from_json(data, path)
+        except BadValue as exc:
+            raise ClientError(f"the daemon at {self.server} sent a job this client cannot read: {exc}") from None
 
     def _raise_for(self, resp: httpx.Response) -> None:
         try:

@@ -1,25 +1,19 @@
 """What the API says about a job, typed: its progress, its result and the job itself. The daemon builds
-these and sends `to_json()`; the client reads the JSON back with `from_json()`. Nothing here imports
-FastAPI or httpx, so both sides use it."""
+these and sends `to_json()`; the client reads the JSON back with `from_json()`; both through `JOB_JSON`
+(codec.py), whose hooks at the end of this module make the reader lenient where a newer daemon may differ.
+Nothing here imports FastAPI or httpx, so both sides use it."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
+from precision_doctor.codec import Codec, Hook, from_json
 from precision_doctor.outcome import JobState, RunStatus
 
 STATES = tuple(JobState)
 TERMINAL = tuple(s for s in JobState if s.terminal)
-
-
-def _known(cls: type, data: Any) -> dict[str, Any]:
-    """The keys of `data` that are fields of `cls` (a newer daemon may send more)."""
-    if not isinstance(data, dict):
-        return {}
-    names = {f.name for f in fields(cls)}
-    return {k: v for k, v in data.items() if k in names}
 
 
 @dataclass
@@ -47,14 +41,12 @@ class Progress:
     phase_s: dict[str, float] = field(default_factory=dict)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return JOB_JSON.to_json(self)
 
     @classmethod
-    def from_json(cls, data: Any) -> Progress:
-        values = _known(cls, data)
-        cap = values.get("capture")
-        values["capture"] = CaptureProgress(**_known(CaptureProgress, cap)) if isinstance(cap, dict) else None
-        return cls(**values)
+    def from_json(cls, data: Any, path: str = "progress") -> Progress:
+        """BadValue (codec.py) naming the key of a malformed value."""
+        return JOB_JSON.from_json(cls, data, path)
 
 
 @dataclass
@@ -81,16 +73,12 @@ class Result:
     headline: str | None = None
 
     def to_json(self) -> dict:
-        return {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in asdict(self).items()}
+        return JOB_JSON.to_json(self)
 
     @classmethod
-    def from_json(cls, data: Any) -> Result | None:
-        values = _known(cls, data)
-        if "status" not in values or "passed" not in values:
-            return None
-        if values["status"] in tuple(RunStatus):
-            values["status"] = RunStatus(values["status"])
-        return cls(**values)
+    def from_json(cls, data: Any, path: str = "result") -> Result | None:
+        """None for JSON without a status and passed; BadValue (codec.py) naming the key of a malformed value."""
+        return JOB_JSON.from_json(cls, data, path)
 
 
 @dataclass
@@ -111,7 +99,7 @@ class JobView:
     result: Result | None = None
     error: str | None = None
     links: dict[str, str] = field(default_factory=dict)
-    spec: dict | None = None
+    spec: dict[str, Any] | None = None
     files_removed: str | None = None
 
     @property
@@ -119,16 +107,33 @@ class JobView:
         return self.state in TERMINAL
 
     def to_json(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["progress"] = self.progress.to_json()
-        out["result"] = self.result.to_json() if self.result else None
-        if self.spec is None:
-            del out["spec"]
-        return out
+        return JOB_JSON.to_json(self)
 
     @classmethod
-    def from_json(cls, data: Any) -> JobView:
-        values = _known(cls, data)
-        values["progress"] = Progress.from_json(values.get("progress"))
-        values["result"] = Result.from_json(values.get("result"))
-        return cls(**values)
+    def from_json(cls, data: Any, path: str = "") -> JobView:
+        """BadValue (codec.py) naming the key of a malformed value or of a missing id, state or name."""
+        return JOB_JSON.from_json(cls, data, path)
+
+
+# -- the API's exceptions to the plain field mapping (codec.py) ------------------------------------------
+
+
+def _status_in(data: Any, path: str) -> RunStatus | str:
+    """A RunStatus; a newer daemon's status that is not one stays a string."""
+    value = from_json(str, data, path)
+    return RunStatus(value) if value in RunStatus._value2member_map_ else value
+
+
+def _finite_or_null(result: Result, data: dict) -> dict:
+    """A Result's non-finite numbers are written as null."""
+    return {k: None if isinstance(v := getattr(result, k), float) and not math.isfinite(v) else x
+            for k, x in data.items()}
+
+
+JOB_JSON = Codec({
+    RunStatus | str: Hook(decode=_status_in),
+    Progress: Hook(otherwise=Progress),  # not an object: no progress yet
+    CaptureProgress: Hook(otherwise=lambda: None),
+    Result: Hook(out=_finite_or_null, otherwise=lambda: None),  # no status and passed: no result
+    JobView: Hook(out=lambda j, d: {k: v for k, v in d.items() if k != "spec" or j.spec is not None}),
+})
