@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
@@ -266,12 +267,28 @@ def whole(path: Path) -> bool:
         return False
 
 
-def summarize(path: Path, tensors: list[str]) -> None:
+@dataclass(frozen=True)
+class ExtraRun:
+    """A run never stored in a capture that its summary keeps: its tensors' values per sample, its attributes."""
+
+    values: Mapping[str, Sequence[np.ndarray]]
+    attrs: Mapping[str, str]
+
+
+def summarize(path: Path, tensors: list[str], extra: Mapping[str, ExtraRun] | None = None) -> None:
     """Rewrite the store at `path` as a summary: its attributes, its root datasets and, of each run, the
-    `tensors` it holds. Written beside it and renamed over it (HDF5 does not give freed space back)."""
+    `tensors` it holds; and the `extra` runs' values (of `tensors`), as if they had been stored. Written beside it
+    and renamed over it (HDF5 does not give freed space back)."""
     tmp = summary_path(path)
     try:
         _summarize(path, tmp, tensors)
+        if extra:
+            with ActivationStore(tmp, "a", compression=None) as dst:
+                for run, r in extra.items():
+                    for name in [n for n in tensors if r.values.get(n)]:
+                        dst.write_many(run, name, 0, len(r.values[name]), list(r.values[name]))
+                    if run in dst.file:
+                        dst.file[run].attrs.update(dict(r.attrs))
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

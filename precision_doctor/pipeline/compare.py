@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from precision_doctor import storage
 from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
 from precision_doctor.data.activations import REFERENCE, ActivationStore
@@ -120,15 +122,26 @@ def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis
         return kept_analysis(store, tol) or analyse(store, tolerance=tol)
 
 
+@dataclass
+class FixedRun:
+    """The emulated run with the answer in FP32: each candidate's worst relative L2 error after the fix, and, where
+    the run was not stored in the capture, its graph outputs per sample (`outputs`, what a summary keeps of it;
+    `attrs`, its run's attributes)."""
+
+    errors: dict[str, float]
+    outputs: dict[str, list[np.ndarray]] | None = None
+    attrs: dict[str, str] = field(default_factory=dict)
+
+
 def capture_fixed(
     path: Path, model: Model, fmt: Format, samples: Sequence[Sample], fallback: frozenset[str], settings: CaptureSpec,
     progress: ProgressSink | None = None, stop: StopToken | None = None, rules: str | None = None,
-) -> dict[str, float]:
+) -> FixedRun:
     """Capture the emulated run with the fallback set (run `fixed` of the store at `path`, under the
-    emulation `rules`); returns each candidate's worst relative L2 error after the fix. The run is added to
-    a copy, renamed over `path` when complete: an interruption or a full disk leaves the store as it was
-    (a resumed run reads it). Unless `capture.keep` is `all` (the only setting that keeps its tensors), the
-    run is not stored: its errors are computed as it runs (`fixed_errors`), no copy of the store is made."""
+    emulation `rules`). With `capture.keep` all (the only setting that keeps every tensor) the run is added to
+    a copy of the store, renamed over `path` when complete: an interruption or a full disk leaves the store as it
+    was (a resumed run reads it). Otherwise the run is not stored: its errors are computed as it runs
+    (`fixed_errors`), no copy of the store is made, and its graph outputs come back for the summary."""
     gated = gated_graph(model, fmt, rules=rules)
     names = [t for n in model.nodes for t in n.float_outputs]
     if settings.keep != "all":
@@ -143,17 +156,21 @@ def capture_fixed(
         tmp.unlink(missing_ok=True)
         raise
     tmp.replace(path)
-    return out
+    return FixedRun(out)
 
 
 def fixed_errors(path: Path, gated: GatedGraph, model: Model, fmt: Format, samples: Sequence[Sample],
                  fallback: frozenset[str], settings: CaptureSpec, progress: ProgressSink | None = None,
-                 stop: StopToken | None = None) -> dict[str, float]:
+                 stop: StopToken | None = None) -> FixedRun:
     """Each candidate's worst relative L2 error with `fallback` in FP32 against the store's reference run,
     computed while the emulated graph runs, a bounded group of tensors at a time (the values `tensor_error`
-    gives from a stored `fixed` run, without storing it)."""
-    wanted = [t for n in model.candidates for t in n.float_outputs]
-    accs = {t: error_accumulator(fmt) for t in wanted}
+    gives from a stored `fixed` run, without storing it), and the run's graph outputs."""
+    errs = [t for n in model.candidates for t in n.float_outputs]
+    produced = {t for n in model.nodes for t in n.float_outputs}
+    kept = [o for o in model.outputs if o in produced]
+    wanted = list(dict.fromkeys(errs + kept))
+    accs = {t: error_accumulator(fmt) for t in errs}
+    outputs: dict[str, list[np.ndarray]] = {o: [] for o in kept}
     mask = {MASK_INPUT: gated.mask(fallback)}
     done = 0
     with ActivationStore(path, "r") as store:
@@ -162,11 +179,15 @@ def fixed_errors(path: Path, gated: GatedGraph, model: Model, fmt: Format, sampl
             for i, s in enumerate(samples):
                 check(stop)
                 for t, value in zip(group, run_session(sess, group, {**s, **mask}, model)):
-                    accs[t].add(value, store.read(REFERENCE, t, i))
+                    if t in accs:
+                        accs[t].add(value, store.read(REFERENCE, t, i))
+                    if t in outputs:
+                        outputs[t].append(value)
             del sess
             done += len(group)
             notify(progress, CaptureEvent(FIXED_RUN, done, len(wanted)))
-    return {n.name: max((accs[t].result().rel_l2 for t in n.float_outputs), default=0.0) for n in model.candidates}
+    errors = {n.name: max((accs[t].result().rel_l2 for t in n.float_outputs), default=0.0) for n in model.candidates}
+    return FixedRun(errors, outputs, {"fallback": ",".join(sorted(fallback))})
 
 
 def _capture_fixed(path: Path, gated: GatedGraph, model: Model, fmt: Format, names: list[str], samples: Sequence[Sample],

@@ -29,7 +29,14 @@ from precision_doctor.outcome import Decider, Outcome, RunStatus
 from precision_doctor.pipeline.answers import two_answers
 from precision_doctor.pipeline.artifacts import write_artifacts
 from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
-from precision_doctor.pipeline.compare import ACTIVATIONS, capture_and_analyse, capture_fixed, reanalyse, write_layer_tables
+from precision_doctor.pipeline.compare import (
+    ACTIVATIONS,
+    FIXED_RUN,
+    capture_and_analyse,
+    capture_fixed,
+    reanalyse,
+    write_layer_tables,
+)
 from precision_doctor.pipeline.confirmation import certification, confirm, notes_for
 from precision_doctor.pipeline.context import Backends, References, RunContext
 from precision_doctor.pipeline.heldout_policy import decider
@@ -278,14 +285,14 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     passed = outcome.found is not None
     final = outcome.found if outcome.found is not None else frozenset()
     shapes = input_shapes(work.model.declared_shapes, [*work.samples.shapes(), *as_sample_set(ctx.references.held).shapes()])
-    produced = Produced()
+    produced, fixed = Produced(), None
     if passed:
-        fixed_rel = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
-                                  ctx.progress, ctx.stop, rules=rules)
+        fixed = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
+                              ctx.progress, ctx.stop, rules=rules)
         written = write_artifacts(out_dir, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
                                   shapes)
         trt_check, engine = tensorrt_steps(out_dir, work.model, final, spec, written, knobs, shapes)
-        produced = Produced(fixed_rel, written, trt_check, engine)
+        produced = Produced(fixed.errors, written, trt_check, engine)
     validation, headroom = f.validation, f.headroom
     notes = notes_for(work.model, fmt, backend, final) if passed else []
     checks = AnswerChecks(
@@ -308,7 +315,8 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     )
     report.service_job = service_job
     report = write_report(out_dir, report)
-    keep_capture(out_dir, spec.capture.keep, outcome.status, work.model.outputs)
+    keep_capture(out_dir, spec.capture.keep, outcome.status, work.model.outputs,
+                 {FIXED_RUN: fixed} if fixed is not None and fixed.outputs is not None else None)
     return report
 
 
