@@ -195,7 +195,7 @@ def test_second_answer_is_checked_on_copies_no_search_saw(tmp_path, monkeypatch)
     """The second search's answer is probed on recheck copies (their own seed), never on the copies that
     sent it there and that it then searched with: here the recheck makes 3 copies, the probe 8."""
     from precision_doctor.pipeline import probe as pipeline
-    from precision_doctor.pipeline.probe import PROBE_SEED, RECHECK_SEED, SEARCH_SEED
+    from precision_doctor.pipeline.probe import HALFWAY_SEED, PROBE_SEED, RECHECK_SEED, SEARCH_SEED
 
     seeds = []
     real = pipeline.perturbed_copies
@@ -207,7 +207,8 @@ def test_second_answer_is_checked_on_copies_no_search_saw(tmp_path, monkeypatch)
     monkeypatch.setattr(pipeline, "perturbed_copies", spy)
     rep = _diagnose(tmp_path, 3, augment=1, margin=0.0)
     h = rep.expected_headroom
-    assert h.researched and seeds == [SEARCH_SEED, PROBE_SEED, RECHECK_SEED] and h.perturbed_copies == 3
+    # the halfway second search's answer was chosen on copies of its own seed; the verdict's are the recheck copies
+    assert h.researched and seeds == [SEARCH_SEED, PROBE_SEED, HALFWAY_SEED, RECHECK_SEED] and h.perturbed_copies == 3
     assert h.research_margin is not None and h.research_margin >= 0.0 and rep.margin == h.research_margin
 
 
@@ -317,3 +318,25 @@ def test_second_search_stops_halfway_when_the_halfway_answer_holds(tmp_path, mon
     assert [r.search for r in whole.search_rounds.rounds][-1] == "stricter"
     assert w.research_margin == pytest.approx(2 * h.research_margin) and whole.margin == w.research_margin
     assert whole.evaluations > halfway.evaluations
+
+
+def test_a_stricter_search_without_an_answer_leaves_the_halfway_answer(tmp_path, monkeypatch):
+    """When the search at the whole margin ends without an answer (here made to), the halfway answer stays, at the
+    halfway margin, judged on the recheck copies: no crash, no silent return to the first answer."""
+    from precision_doctor.outcome import Outcome, RunStatus
+    from precision_doctor.pipeline import probe as pipeline
+
+    halfway = _diagnose(tmp_path / "a", 3, augment=1, margin=0.0)
+    monkeypatch.setattr(pipeline, "_predicted_to_hold", lambda shares, validation: False)
+    real = pipeline._search_again
+
+    def again(ctx, oracle, loop, strategy, search):
+        if search == "stricter":
+            return Outcome(RunStatus.COMPLETE, None, None)
+        return real(ctx, oracle, loop, strategy, search)
+
+    monkeypatch.setattr(pipeline, "_search_again", again)
+    rep = _diagnose(tmp_path / "b", 3, augment=1, margin=0.0)
+    h = rep.expected_headroom
+    assert rep.fallback_nodes == halfway.fallback_nodes and h.researched
+    assert h.research_margin == pytest.approx(halfway.expected_headroom.research_margin) and h.perturbed_copies > 0

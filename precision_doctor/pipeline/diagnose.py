@@ -44,6 +44,7 @@ from precision_doctor.pipeline.keep import keep_capture
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
 from precision_doctor.pipeline.pricing import price, run_cost_model
 from precision_doctor.pipeline.probe import (
+    HALFWAY_SEED,
     PROBE_COPIES,
     PROBE_SEED,
     RECHECK_SEED,
@@ -196,7 +197,8 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
     make = copy_maker(samples, n_probe, PROBE_SEED, run)
     probe, probe_refs = make(working, working)
     unseen = Unseen(held, ctx.references.held_refs, probe, probe_refs,
-                    recheck=lambda: copy_maker(samples, n_probe, RECHECK_SEED, run)(working, working))
+                    recheck=lambda: copy_maker(samples, n_probe, RECHECK_SEED, run)(working, working),
+                    halfway=lambda: copy_maker(samples, n_probe, HALFWAY_SEED, run)(working, working))
     checked = check_unseen(ctx, outcome, backend=ctx.backends.search, oracle=ctx.oracle, unseen=unseen, loop=ctx.loop)
     ctx.raise_margin(checked.margin)  # the second search's larger margin: confirm and report at it
     f = ctx.findings

@@ -17,10 +17,11 @@ elements are worst changes with every input (docs/BENCHMARKS.md, "Generalization
 - when the probe says the answer will not hold, a second search runs with the failing (and nearly
   failing) copies added and a margin sized from the prediction (the margin that brings the predicted
   share to PREDICT_TARGET, at most MAX_MARGIN); where that margin is STEP_MIN or more above the first
-  search's, it searches halfway there first and goes on to the whole margin (from the halfway answer) only
-  when the RECHECK copies (made with yet another seed) and the held-out samples predict that the halfway
-  answer will not hold. The final answer is judged on those RECHECK copies, which no search has seen. If
-  they still predict a failure, the verdict says the answer is predicted not to hold on new inputs.
+  search's and there are copies to decide it, it searches halfway there first and goes on to the whole margin
+  (from the halfway answer) only when HALFWAY copies (their own seed) predict that the halfway answer will not
+  hold. The final answer is judged on RECHECK copies (yet another seed), which neither chose it nor were
+  searched, and the held-out samples. If they still predict a failure, the verdict says the answer is
+  predicted not to hold on new inputs.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ SEARCH_SEED = 0  # the oracle's copies
 PROBE_SEED = 1  # the probe's copies: never the oracle's
 PROBE_COPIES = 4  # fresh copies per search sample in the probe (with search.augment > 0)
 RECHECK_SEED = 2  # the copies that check the second search's answer: seen by no search
+HALFWAY_SEED = 3  # the copies that decide whether a halfway second search's answer is enough: not the verdict's
 PREDICT_RISK = DEFAULT_RISK  # a new input may exceed the predicted share with this probability
 PREDICT_FLOOR = 1e-3  # shares below this (saturated outputs) stay out of the prediction's fit
 PREDICT_TARGET = 0.85  # the second search aims the predicted share here, not at the edge of the tolerance
@@ -123,13 +125,16 @@ def expected_headroom(*, searched: int, search_copies: int, share_searched: floa
 @dataclass
 class Unseen:
     """What the search does not see: the held-out samples and the probe's fresh copies, with references;
-    `recheck` makes the copies (and references) that check a second search's answer, only when one ran."""
+    `recheck` makes the copies (and references) that check a second search's answer, only when one ran; `halfway`
+    those that decide whether a halfway second search's answer is enough (another seed: the verdict's copies never
+    chose the answer they judge)."""
 
     held_out: list[Sample]
     held_out_refs: list[dict]
     copies: list[Sample]
     copy_refs: list[dict]
     recheck: Callable[[], tuple[list[Sample], list[dict]]] = lambda: ([], [])
+    halfway: Callable[[], tuple[list[Sample], list[dict]]] = lambda: ([], [])
 
 
 def research_margin(margin: float, share_searched: float | None, predicted: float | None) -> float:
@@ -177,7 +182,8 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     # not hold (the prediction assumes shares scale together, and overshoots: on ppocr-v4-det a 1-node answer
     # became 78 nodes where the search on all 150 samples needed 21)
     again = research_margin(margin, share, predicted)
-    halfway = margin + (again - margin) / 2 if again - margin >= STEP_MIN and not held_failed else None
+    decide, decide_refs = (unseen.halfway() if again - margin >= STEP_MIN and not held_failed else ([], []))
+    halfway = margin + (again - margin) / 2 if decide else None  # only where copies of its own can decide it
     limit = 1.0 - (halfway if halfway is not None else again)
     added = [(s, r) for s, r, p in zip(unseen.copies, unseen.copy_refs, shares) if not p.passed or p.share > limit]
     if held_failed:
@@ -192,17 +198,24 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     strategy = spec.search.strategy
     again_outcome = _search_again(ctx, oracle, loop, strategy, "second")
     searched_margin = halfway if halfway is not None else again
-    copies, refs = unseen.recheck() if again_outcome.found is not None else ([], [])
+    halfway_share: float | None = None
     if halfway is not None and again_outcome.found is not None and again_outcome.complete:
-        validation, held = _held_out(backend, again_outcome.found, unseen, tol)
-        rechecked = sample_shares(backend, again_outcome.found, copies, refs, tol)
-        if not _predicted_to_hold(rechecked + held, validation):
+        decided = sample_shares(backend, again_outcome.found, decide, decide_refs, tol)
+        if not _predicted_to_hold(decided, None):
+            halfway_share = _share(oracle, again_outcome.found, halfway)  # before the memo forgets its passes
             oracle.tighten([], [], tol.scaled(1.0 - again))  # on to the whole margin, from the halfway answer
-            again_outcome = _search_again(ctx, oracle, loop, grow_from(strategy, again_outcome.found), "stricter")
-            searched_margin = again
+            checked_halfway = None if loop is None else (loop.verified, loop.failing, loop.stopped)
+            whole = _search_again(ctx, oracle, loop, grow_from(strategy, again_outcome.found), "stricter")
+            if whole.found is not None:
+                again_outcome, searched_margin = whole, again
+            else:  # nothing passes at the whole margin (or it stopped first): the halfway answer stays, judged below
+                again_outcome = again_outcome.but(status=whole.status, reason=whole.reason)
+                if loop is not None and checked_halfway is not None:
+                    loop.verified, loop.failing, loop.stopped = checked_halfway
     found = again_outcome.found
     if found is None and not again_outcome.complete:  # stopped before any set passed: the first answer stays, flagged
         return replace(done, outcome=outcome.but(status=again_outcome.status, reason=again_outcome.reason))
+    copies, refs = unseen.recheck() if found is not None else ([], [])
     held = []  # after a search with them, the held-out samples are not unseen: their shares do not count
     if found is not None and not held_failed:  # still unseen: the new answer is checked on them afresh
         validation, held = _held_out(backend, found, unseen, tol)
@@ -210,8 +223,10 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
         validation.first_candidate = first
         validation.research = "searched again with the held-out samples included"
         validation.passed_after_research = found is not None
+    share_found = None if found is None else (
+        halfway_share if halfway_share is not None and searched_margin == halfway else _share(oracle, found, searched_margin))
     return UnseenCheck(
-        again_outcome, searched_margin, _share(oracle, found, searched_margin) if found is not None else None,
+        again_outcome, searched_margin, share_found,
         validation, sample_shares(backend, found, copies, refs, tol), held,
         copies, refs, researched=True, research_margin=searched_margin, held_out_unseen=not held_failed, ran=True,
         first=(len(first), None if held_failed else predicted), first_answer=frozenset(first))

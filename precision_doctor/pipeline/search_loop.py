@@ -195,7 +195,7 @@ def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | Strate
     each answer on the other search samples, add the failing ones and search on (`grow` from the answer) until an
     answer passes every search sample, MAX_ROUNDS rounds end it, or the budget or a stop does. `polish`: what an
     answer that `grow` (or a `first` that is not a strategy's name) made owes once it passes every search sample
-    (the removals `grow` did not try); a polished answer that changed is checked on the other samples again."""
+    (the removals `grow` did not try); a slimmer answer replaces it only if it too passes every search sample."""
     loop.verified, loop.failing, loop.stopped = False, 0, None
     t0 = time.monotonic()
     owed = polish is not None and not isinstance(first, str)
@@ -224,18 +224,10 @@ def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | Strate
             loop.log.write(rnd)
         loop.rounds.append(rnd)
         loop.checked += rnd.checked
-        if not rnd.counterexamples and owed and index + 1 < MAX_ROUNDS:
-            owed, t0 = False, time.monotonic()
-            polished = _polish(oracle, space, outcome, polish, stop)
-            if not polished.complete:  # the budget or a stop: the answer as it was, which passed every sample
-                loop.verified = True
-                return outcome.but(status=polished.status, reason=f"{polished.reason} (while the answer that passes "
-                                   "every search sample was polished: it is reported as it was)")
-            if polished.found != outcome.found:
-                outcome = polished
-                continue  # the slimmer answer is checked on the other search samples in the next round
         if not rnd.counterexamples:
             loop.verified = True
+            if owed:
+                return _polished(loop, oracle, space, outcome, polish, stop)
             return outcome
         if index + 1 == MAX_ROUNDS:
             loop.failing = len(rnd.counterexamples)
@@ -252,11 +244,29 @@ def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | Strate
     raise AssertionError("not reached: the last round returns")
 
 
-def _polish(oracle: Oracle, space: SearchSpace, outcome: Outcome, polish: Polish, stop: StopToken | None) -> Outcome:
-    """`polish` of the outcome's answer on the oracle, run as a strategy runs (a budget or a stop end it)."""
-    found = outcome.found
-    assert found is not None
-    return run_strategy(oracle, space, lambda o, sp: polish(o, sp, found), stop)
+def _polished(loop: Loop, oracle: Oracle, space: SearchSpace, verified: Outcome, polish: Polish | None,
+              stop: StopToken | None) -> Outcome:
+    """The verified answer polished (`polish` on the oracle, run as a strategy runs) and the slimmer answer checked
+    on the other search samples: it replaces the verified one only if it passes every one of them. A budget or a
+    stop that ends either leaves the verified answer, with the status that ended it."""
+    found = verified.found
+    assert found is not None and polish is not None
+    polished = run_strategy(oracle, space, lambda o, sp: polish(o, sp, found), stop)
+    why = "while the answer that passes every search sample was polished: it is reported as it was"
+    if not polished.complete:
+        return verified.but(status=polished.status, reason=f"{polished.reason} ({why})")
+    if polished.found is None or polished.found == found:
+        return verified
+    try:
+        slim = _check(oracle, loop.pool, polished.found, loop.working, stop)
+    except BudgetExhausted as exc:
+        return verified.but(status=RunStatus.BUDGET_EXHAUSTED, reason=f"{exc} ({why})")
+    except KeyboardInterrupt:
+        if stop is not None:
+            stop.handled()
+        return verified.but(status=RunStatus.INTERRUPTED, reason=f"interrupted ({why}); resume continues there")
+    loop.checked += slim.checked
+    return polished if not slim.failing else verified
 
 
 def _check(oracle: Oracle, pool: SamplePool, found: frozenset[str], working: list[int],

@@ -15,8 +15,8 @@ from pathlib import Path
 
 class DirectoryCaptureCache:
     """Captures by key (`pipeline.capture_cache.capture_key`) in `root`, at most `limit_mb` on disk, least
-    recently used dropped first. A run directory gets a copy (the core appends the "fixed" run to its own
-    file). The per-key lock is an flock, so it holds across processes."""
+    recently used dropped first. A run directory gets a copy (with `capture.keep all` the core appends the
+    "fixed" run to its own file). The per-key lock is an flock, so it holds across processes."""
 
     def __init__(self, root: Path, limit_mb: float):
         self.root = Path(root)
