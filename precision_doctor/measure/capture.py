@@ -9,7 +9,7 @@ holds more than one group's outputs at once.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +58,29 @@ def group_by_bytes(items: Sequence, size: Callable[[object], int], budget: int) 
     return groups
 
 
+def run_in_groups(
+    proto, model: Model, names: list[str], samples: Sequence[Sample], extra_feed: dict[str, np.ndarray], budget: int,
+    run: str, progress: ProgressSink | None = None, stop: StopToken | None = None,
+) -> Iterator[tuple[list[str], Iterator[tuple[int, list[np.ndarray]]]]]:
+    """`proto` run on every sample, a bounded group of the tensors `names` at a time (one session each, whose graph
+    outputs are only that group): yields each group and an iterator of (sample index, the group's values); a
+    CaptureEvent of `run` once a group's samples are consumed."""
+    done = 0
+    for group in group_by_bytes(names, lambda t: tensor_bytes(model, t), budget):
+        sess = make_session(with_outputs(proto, group, model.tensor_types), optimize=False)
+
+        def runs(sess=sess, group=group) -> Iterator[tuple[int, list[np.ndarray]]]:
+            for i, s in enumerate(samples):
+                check(stop)
+                yield i, run_session(sess, group, {**s, **extra_feed}, model)
+
+        yield group, runs()
+        del sess
+        release_heap()  # between groups: glibc keeps freed heap otherwise (see BENCHMARKS)
+        done += len(group)
+        notify(progress, CaptureEvent(run, done, len(names)))
+
+
 def capture_run(
     store: ActivationStore,
     run: str,
@@ -71,18 +94,10 @@ def capture_run(
     stop: StopToken | None = None,
 ) -> None:
     """Run `proto` on every sample, a bounded group of the tensors `names` at a time, into `store`'s `run`."""
-    groups = group_by_bytes(names, lambda t: tensor_bytes(model, t), budget)
-    done = 0
-    for group in groups:
-        sess = make_session(with_outputs(proto, group, model.tensor_types), optimize=False)
+    for group, runs in run_in_groups(proto, model, names, samples, extra_feed, budget, run, progress, stop):
         with Batches(store, run, group, len(samples), budget) as out:
-            for i, s in enumerate(samples):
-                check(stop)
-                out.add(i, run_session(sess, group, {**s, **extra_feed}, model))
-        del sess
-        release_heap()  # between groups: glibc keeps freed heap otherwise (see BENCHMARKS)
-        done += len(group)
-        notify(progress, CaptureEvent(run, done, len(names)))
+            for i, values in runs:
+                out.add(i, values)
 
 
 class Batches:

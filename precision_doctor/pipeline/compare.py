@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from precision_doctor import storage
-from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, check, notify
+from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.references import check_count, check_shapes
@@ -20,7 +20,6 @@ from precision_doctor.graph.coverage import EmulationNote, emulation_notes
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
-from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 from precision_doctor.jsonio import write_json, write_text_atomic
 from precision_doctor.manifest import note_written
 from precision_doctor.measure.analysis import (
@@ -32,7 +31,7 @@ from precision_doctor.measure.analysis import (
     output_verdict,
     tensor_error,
 )
-from precision_doctor.measure.capture import capture, capture_run, group_by_bytes, tensor_bytes
+from precision_doctor.measure.capture import capture, capture_run, run_in_groups
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.spec import CaptureSpec
 
@@ -172,20 +171,15 @@ def fixed_errors(path: Path, gated: GatedGraph, model: Model, fmt: Format, sampl
     accs = {t: error_accumulator(fmt) for t in errs}
     outputs: dict[str, list[np.ndarray]] = {o: [] for o in kept}
     mask = {MASK_INPUT: gated.mask(fallback)}
-    done = 0
+    budget = int(settings.group_mb * (1 << 20))
     with ActivationStore(path, "r") as store:
-        for group in group_by_bytes(wanted, lambda t: tensor_bytes(model, t), int(settings.group_mb * (1 << 20))):
-            sess = make_session(with_outputs(gated.proto, group, model.tensor_types), optimize=False)
-            for i, s in enumerate(samples):
-                check(stop)
-                for t, value in zip(group, run_session(sess, group, {**s, **mask}, model)):
+        for group, runs in run_in_groups(gated.proto, model, wanted, samples, mask, budget, FIXED_RUN, progress, stop):
+            for i, values in runs:
+                for t, value in zip(group, values):
                     if t in accs:
                         accs[t].add(value, store.read(REFERENCE, t, i))
                     if t in outputs:
                         outputs[t].append(value)
-            del sess
-            done += len(group)
-            notify(progress, CaptureEvent(FIXED_RUN, done, len(wanted)))
     errors = {n.name: max((accs[t].result().rel_l2 for t in n.float_outputs), default=0.0) for n in model.candidates}
     return FixedRun(errors, outputs, {"fallback": ",".join(sorted(fallback))})
 
