@@ -269,3 +269,34 @@ def test_confirmation_keeps_the_members_of_a_large_answer(tmp_path, monkeypatch)
     assert all(not strict.passes(final - {x}) for x in final - found)
     text = confirm_sentence(Report(model="m.onnx", fallback_nodes=sorted(final), confirm=rep))
     assert f"its own {len(found)} members were kept" in text and "only what was added there was pruned" in text
+
+
+def test_confirmation_of_a_gpu_searched_answer_grows_it_and_prunes_nothing(tmp_path):
+    """An answer searched on the GPU (`searched_on_gpu`) that fails on the confirm backend (here the emulator on
+    8 other samples) is grown there by the shortest passing prefix and nothing is pruned: each removal tried there
+    would be a new session; the report and its sentence say so."""
+    from precision_doctor.outcome import Outcome, RunStatus
+    from precision_doctor.pipeline import confirmation
+    from precision_doctor.pipeline.context import StepContext
+    from precision_doctor.render.wording import confirm_sentence
+    from precision_doctor.results.report import Report
+    from precision_doctor.search.auto import repair
+    from precision_doctor.spec import RunSpec
+
+    s = Setup("three_defects", tmp_path / "cap")
+    found = STRATEGIES["auto"](s.oracle(), s.space)
+    others = s.case.samples(8, seed=123)
+    spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
+                                                  "search.margin": 0.0})
+    ctx = StepContext(spec=spec, out_dir=tmp_path, space=s.space)
+    confirmed = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, found), backend=s.backend, samples=others,
+                                     refs=[s.ref.run(x) for x in others], budget=Budget(None, None),
+                                     searched_on_gpu=True)
+    final, rep = confirmed.outcome.found, confirmed.report
+    assert rep.passed and not rep.searched_answer_passed and found < final
+    assert rep.pruned_searched is False and rep.pruned_added is False and rep.to_json()["pruned_added"] is False
+    assert all(e.phase in ("confirm", "grow", "bisect-grow") for e in rep.trajectory)  # no prune there
+    grown = repair(s.oracle(samples=others), s.space, found, prune_after=False)
+    assert final == grown  # the shortest passing prefix, as it is
+    text = confirm_sentence(Report(model="m.onnx", fallback_nodes=sorted(final), confirm=rep))
+    assert "what was added there (the shortest passing prefix of the ranked nodes) was kept as it is" in text

@@ -47,9 +47,11 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     until it does; then prune it to 1-minimal there (`search.auto.repair`; an answer of more than PRUNE_MAX members
     keeps its own members, and only what was added there is pruned: each removal tried there is a new session,
     1.4-2.9 s on a detector). An answer `searched_on_gpu` (1-minimal on the GPU's own FP16 kernels already:
-    ort-cuda-gated) keeps its members too: it is kept as it is where it passes, else grown and only what was added
-    pruned (on nudenet pruning it whole found 40 nodes in 49 sessions, 76 s, where keeping them gave 52, 20% of
-    the FLOPs against 17%; the 52 held on 100 unseen renders on the GPU, the 40 failed 1 at 1.013x).
+    ort-cuda-gated) keeps its members too: it is kept as it is where it passes, else grown (the shortest passing
+    prefix of the ranked islands, whose last member is needed) and not pruned (on nudenet pruning it whole found 40
+    nodes in 49 sessions, 76 s, where keeping them gave 52, 20% of the FLOPs against 17%, and the 52 held on 100
+    unseen renders on the GPU where the 40 failed 1 at 1.013x; pruning what was added took 12 of its 20 sessions,
+    17 s, to remove 1 of 15 additions).
     With `loop` (the search's counterexample-guided loop), the answer is then checked there on every other search
     sample, and the failing ones join as in the search (`Confirmed.loop`: that loop).
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
@@ -66,9 +68,10 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     prune_after = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
     keep = len(found) > PRUNE_MAX or searched_on_gpu
     pruned_searched = prune_after and not keep
+    prune_added = prune_after and not searched_on_gpu
 
     def carry(start: frozenset[str]):
-        return lambda o, sp: repair(o, sp, start, prune_after, keep)
+        return lambda o, sp: repair(o, sp, start, prune_added, keep)
 
     there = None
     if loop is None:
@@ -102,6 +105,7 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
         memo_hits=oracle.memo_hits,
         one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and pruned_searched else None,
         pruned_searched=pruned_searched,
+        pruned_added=None if not passed or confirmed == found else prune_added,
         tolerance_used=user_share(spec, final),
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )

@@ -410,9 +410,12 @@ def confirm_sentence(report: Report) -> str | None:
     if not c.passed:
         return head + f"; no passing set was found there ({_q(c.evaluations)} evaluations)."
     final = len(report.fallback_nodes)
+    added = "" if c.searched_answer_passed else (
+        "; what was added there (the shortest passing prefix of the ranked nodes) was kept as it is"
+        if c.pruned_added is False else "; only what was added there was pruned")
     kept = "" if c.pruned_searched is not False else (
         f" (its own {searched} members were kept, not pruned there: each removal tried is a new session on "
-        f"{c.backend}{'' if c.searched_answer_passed else '; only what was added there was pruned'})")
+        f"{c.backend}{added})")
     return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}."
 
 

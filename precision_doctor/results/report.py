@@ -272,7 +272,9 @@ class Confirm:
     `samples`: the user's (search and held-out) samples it ran on; `perturbed_copies`: the search's
     perturbed copies it ran on besides them; `pruned_searched`: whether it may remove the searched answer's
     own members (not above pipeline.confirmation.PRUNE_MAX of them, nor on a check-only backend); when it may
-    not, `one_minimal_checked` is None (they were pruned on the search backend only)."""
+    not, `one_minimal_checked` is None (they were pruned on the search backend only); `pruned_added`: whether what
+    a failing answer needed added there was pruned there (False for an answer searched on the GPU: each removal
+    is a new session; None where nothing was added)."""
 
     backend: str
     searched_answer: list[str]
@@ -288,6 +290,7 @@ class Confirm:
     trajectory: list[TrajectoryRow] = field(default_factory=list)
     perturbed_copies: int | None = None
     pruned_searched: bool | None = None
+    pruned_added: bool | None = None
 
     def to_json(self) -> dict:
         """report.json's `confirm`."""
@@ -626,8 +629,8 @@ def _defaults(**values: Any):
 
 
 _CONFIRM_KEYS = ("backend", "samples", "perturbed_copies", "searched_answer", "searched_answer_passed",
-                 "pruned_searched", "passed", "status", "evaluations", "memo_hits", "one_minimal_checked",
-                 "tolerance_used", "trajectory")
+                 "pruned_searched", "pruned_added", "passed", "status", "evaluations", "memo_hits",
+                 "one_minimal_checked", "tolerance_used", "trajectory")
 _VALIDATION_IF_SET = ("first_candidate", "research", "passed_after_research", "of")
 _CHECK_NUMBERS = tuple(f.name for f in fields(OutputCheck) if f.name not in ("passed", "mismatches", "size"))
 
