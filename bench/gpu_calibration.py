@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from contextlib import closing
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 from natural_images import natural_images_nchw
+from step_timer import StepTimer
 
 from precision_doctor import api
 from precision_doctor.backends.registry import cuda_machine, make_backend
@@ -56,8 +58,9 @@ def main() -> None:
                                "search.time_budget": None})
     marks: list[tuple[str, float]] = []
     t0 = time.monotonic()
-    rep = api.diagnose(spec, args.out / "run", force=True,
-                       progress=lambda e: marks.append((e.phase, time.monotonic() - t0)) if isinstance(e, PhaseEvent) else None)
+    with StepTimer() as steps:
+        rep = api.diagnose(spec, args.out / "run", force=True, progress=lambda e: marks.append(
+            (e.phase, time.monotonic() - t0)) if isinstance(e, PhaseEvent) else None)
     wall = time.monotonic() - t0
     phases: dict[str, float] = {}
     for (phase, t), (_, t_next) in zip(marks, marks[1:] + [("end", wall)]):
@@ -65,6 +68,7 @@ def main() -> None:
     print(headline(rep), file=sys.stderr)
     summary = {
         "cuda_machine": cuda_machine(), "wall_s": wall, "phases_s": phases, "target_s": 60, "met": wall <= 60,
+        "steps_s": steps.table(), "gpu_runs": os.environ.get("PRECISION_DOCTOR_GPU_RUNS", "default"),
         "backend": rep.backend, "confirm": rep.confirm.backend if rep.confirm else None,
         "certified_by": rep.certified_by.backend if rep.certified_by else None,
         "passed": rep.passed, "status": str(rep.status), "size": rep.fallback_size, "flop_share": rep.fp32_flop_share,

@@ -9,6 +9,8 @@ import csv
 import io
 import json
 import math
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
@@ -150,14 +152,6 @@ def tensor_error(store: ActivationStore, run: str, name: str, fmt: Format) -> Er
     return acc.result()
 
 
-def rounding_error(store: ActivationStore, name: str, fmt: Format) -> ErrorStats:
-    """The error of only rounding the reference tensor to the format."""
-    acc = _Acc(fmt)
-    for ref in store.iter_samples(REFERENCE, name):
-        acc.add(fmt.round(ref), ref)
-    return acc.result()
-
-
 def _worst(stats: list[ErrorStats]) -> ErrorStats:
     if not stats:
         return ErrorStats()
@@ -260,38 +254,30 @@ def analyse(
         nodes = model.node_records()
     tol = tolerance or Tolerance()
     threshold = DIVERGENCE_ROUNDOFFS * fmt.unit_roundoff
-    lowp_names = set(store.tensor_names(LOWP))
-    local_names = set(store.tensor_names(LOCAL))
+    stats = _tensor_stats(store, nodes, fmt)
 
     tensors: list[TensorRow] = []
-    lowp_by_tensor: dict[str, ErrorStats] = {}
     first, first_node = None, None
     for nd in nodes:
         for t in nd["float_outputs"]:
-            if t not in lowp_names:
+            st = stats[t].lowp if t in stats else None
+            if st is None:
                 continue
-            st = tensor_error(store, LOWP, t, fmt)
-            lowp_by_tensor[t] = st
             shape = store.shape(REFERENCE, t)  # -1 where shape groups differ
             tensors.append(TensorRow(t, nd["name"], nd["index"], shape, st))
             if first is None and (st.nonfinite > 0 or st.rel_l2 > threshold):
                 first, first_node = t, nd["name"]
 
-    absmax: dict[str, float] = {}  # a tensor read by several nodes is scanned once
     layers: list[LayerRow] = []
     for nd in nodes:
         if not nd["candidate"]:
             continue
-        outs = [t for t in nd["float_outputs"] if t in local_names]
-        local = _worst([tensor_error(store, LOCAL, t, fmt) for t in outs])
-        rounding = _worst([rounding_error(store, t, fmt) for t in outs])
-        lowp = _worst([lowp_by_tensor[t] for t in outs if t in lowp_by_tensor])
-        in_absmax = 0.0
-        for t in nd["float_inputs"]:
-            if store.has(REFERENCE, t):
-                if t not in absmax:
-                    absmax[t] = _absmax(store, t)
-                in_absmax = max(in_absmax, absmax[t])
+        outs = [stats[t] for t in nd["float_outputs"] if t in stats and stats[t].local is not None]
+        local = _worst([o.local for o in outs])
+        rounding = _worst([o.rounding for o in outs])
+        lowp = _worst([o.lowp for o in outs if o.lowp is not None])
+        in_absmax = max([stats[t].absmax for t in nd["float_inputs"] if t in stats and stats[t].absmax is not None],
+                        default=0.0)
         sensitive = local.rel_l2 > threshold and local.rel_l2 > INPUT_SENSITIVITY * max(rounding.rel_l2, 1e-30)
         layers.append(
             LayerRow(
@@ -323,15 +309,53 @@ def analyse(
     return Analysis(fmt.name, layers, tensors, first, first_node, threshold, verdict)
 
 
-def _absmax(store: ActivationStore, name: str) -> float:
-    m = 0.0
-    for ref in store.iter_samples(REFERENCE, name):
-        if ref.dtype.kind == "f" and ref.size:
-            with np.errstate(invalid="ignore"):
-                a = np.abs(ref[np.isfinite(ref)])
-            if a.size:
-                m = max(m, float(a.max()))
-    return m
+@dataclass(frozen=True)
+class _Stats:
+    """What the analysis needs of one tensor: its low-precision run's error, its local error and the error of
+    only rounding it (for a candidate's output), the largest finite |reference| (for a candidate's input)."""
+
+    lowp: ErrorStats | None
+    local: ErrorStats | None
+    rounding: ErrorStats | None
+    absmax: float | None
+
+
+READ_MB = 64.0  # the analysis reads this many MiB of a tensor's samples at once
+ANALYSIS_THREADS = 8  # tensors analysed at once (NumPy's sums let go of the GIL; HDF5 reads take turns)
+
+
+def _tensor_stats(store: ActivationStore, nodes: list[dict], fmt: Format) -> dict[str, _Stats]:
+    """Every tensor's statistics, one pass over its samples each (the reference read once for all of them), the
+    tensors on a few threads. Each accumulator sees the samples in order: the same numbers as one by one."""
+    lowp_names, local_names = set(store.tensor_names(LOWP)), set(store.tensor_names(LOCAL))
+    lowp = {t for nd in nodes for t in nd["float_outputs"] if t in lowp_names}
+    local = {t for nd in nodes if nd["candidate"] for t in nd["float_outputs"] if t in local_names}
+    inputs = {t for nd in nodes if nd["candidate"] for t in nd["float_inputs"] if store.has(REFERENCE, t)}
+    wanted = sorted(lowp | local | inputs)
+
+    def one(t: str) -> _Stats:
+        accs = {LOWP: _Acc(fmt) if t in lowp else None, LOCAL: _Acc(fmt) if t in local else None}
+        rounding = _Acc(fmt) if t in local else None
+        m = 0.0 if t in inputs else None
+        runs = {run: store.iter_samples(run, t, READ_MB) for run, acc in accs.items() if acc is not None}
+        for ref in store.iter_samples(REFERENCE, t, READ_MB) if runs or rounding or m is not None else ():
+            for run, it in runs.items():
+                accs[run].add(next(it), ref)
+            if rounding is not None:
+                rounding.add(fmt.round(ref), ref)
+            if m is not None and ref.dtype.kind == "f" and ref.size:
+                with np.errstate(invalid="ignore"):
+                    a = np.abs(ref[np.isfinite(ref)])
+                if a.size:
+                    m = max(m, float(a.max()))
+        done = {run: acc.result() if acc is not None else None for run, acc in accs.items()}
+        return _Stats(done[LOWP], done[LOCAL], rounding.result() if rounding is not None else None, m)
+
+    workers = min(ANALYSIS_THREADS, os.cpu_count() or 1, len(wanted))
+    if workers < 2:
+        return {t: one(t) for t in wanted}
+    with ThreadPoolExecutor(workers, thread_name_prefix="pd-analysis") as pool:
+        return dict(zip(wanted, pool.map(one, wanted)))
 
 
 def score(local: ErrorStats, input_absmax: float, fmt: Format) -> float:
