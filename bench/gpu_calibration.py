@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from contextlib import closing
@@ -68,7 +67,7 @@ def main() -> None:
     print(headline(rep), file=sys.stderr)
     summary = {
         "cuda_machine": cuda_machine(), "wall_s": wall, "phases_s": phases, "target_s": 60, "met": wall <= 60,
-        "steps_s": steps.table(), "gpu_runs": os.environ.get("PRECISION_DOCTOR_GPU_RUNS", "default"),
+        "steps_s": steps.table(),
         "backend": rep.backend, "confirm": rep.confirm.backend if rep.confirm else None,
         "certified_by": rep.certified_by.backend if rep.certified_by else None,
         "passed": rep.passed, "status": str(rep.status), "size": rep.fallback_size, "flop_share": rep.fp32_flop_share,

@@ -11,7 +11,6 @@ the safe direction) but never removes one (`backends.base.check_only`) and never
 
 from __future__ import annotations
 
-import os
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -27,18 +26,6 @@ from precision_doctor.graph.model import Model, tensor_types_and_shapes
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 CUDA = "CUDAExecutionProvider"
-# Runs at once on one CUDA session (the oracle's chunks: search/oracle.py). A run of a small model is mostly the
-# CPU launching kernels (the gated graph's If nodes: about 10 ms a run of YOLOv8n at 320 on an H100, most of it
-# not on the GPU), and ONNX Runtime's runs of one session may overlap; PRECISION_DOCTOR_GPU_RUNS overrides it
-# (1: one at a time, as before).
-GPU_RUNS = 4
-GPU_RUNS_ENV = "PRECISION_DOCTOR_GPU_RUNS"
-
-
-def gpu_runs() -> int:
-    """GPU_RUNS, or PRECISION_DOCTOR_GPU_RUNS where it is a whole number of at least 1."""
-    got = os.environ.get(GPU_RUNS_ENV, "")
-    return int(got) if got.isdigit() and int(got) >= 1 else GPU_RUNS
 _NP_INPUT_TYPES = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
 
 
@@ -120,7 +107,6 @@ class OrtBackend(SessionHolder):
         ]
         self.uses_cuda = any(_provider_name(p) == CUDA for p in self.providers)
         self.name = "ort-cuda" if self.uses_cuda else "ort-cpu"
-        self.concurrent_runs = gpu_runs() if self.uses_cuda else 1  # CPU sessions use every core for one run
         if self.uses_cuda and CUDA not in ort.get_available_providers():
             raise UserError("ONNX Runtime has no CUDA provider here (install onnxruntime-gpu on a CUDA machine)")
         if self.uses_cuda:

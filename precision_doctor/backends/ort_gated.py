@@ -57,7 +57,6 @@ class OrtGatedBackend(SessionHolder):
         self.precision = precision
         self.providers = self.mixed.providers
         self.name = "ort-cuda-gated" if self.mixed.uses_cuda else "ort-cpu-gated"
-        self.concurrent_runs = self.mixed.concurrent_runs
         self.output_names = self.mixed.output_names
         self.graph: NativeGatedGraph = gated_native_graph(model, get_format(precision))
         proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
 
-from precision_doctor.backends.base import Backend, Runner
+from precision_doctor.backends.base import Backend
 from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.errors import UserError
@@ -166,7 +165,6 @@ class Oracle:
         self.round = 0
         self._pending: dict[int, list[tuple[frozenset[str], Verdict, str]]] = {}
         self._noted = False
-        self._pool: ThreadPoolExecutor | None = None
 
     # -- checkpoint --------------------------------------------------------------------------
     def switch_checkpoint(self, path: Path, resume: bool) -> None:
@@ -261,7 +259,9 @@ class Oracle:
         runner = self.backend.prepare(fb)
         per_output: dict[str, list[OutputCheck]] = {}
         failed = None
-        for i, checks in self._checks(runner):
+        for i in list(self.order):
+            outs = runner.run(self.samples[i], list(self.references[i]))
+            checks = check_all(outs, self.references[i], self.tolerance)
             for k, c in checks.items():
                 per_output.setdefault(k, []).append(c)
             if not all(c.passed for c in checks.values()):
@@ -274,32 +274,8 @@ class Oracle:
         self._record(fb, verdict, phase if phase is not None else self.phase)
         return verdict
 
-    def _checks(self, runner: Runner) -> Iterator[tuple[int, dict[str, OutputCheck]]]:
-        """Each sample's checks, in `order`. Where the backend takes concurrent runs (`concurrent_runs` > 1: a GPU
-        session, whose runs cost more in launching kernels than the GPU spends on them), the first sample runs alone
-        (the likeliest to fail; a new session's first run also picks its kernels) and the rest in chunks of that
-        many at once, checked in order: the same checks as one by one, at most a chunk's runs past a failure."""
-        order = list(self.order)
-        width = max(1, int(getattr(self.backend, "concurrent_runs", 1)))
-
-        def one(i: int) -> dict[str, OutputCheck]:
-            return check_all(runner.run(self.samples[i], list(self.references[i])), self.references[i], self.tolerance)
-
-        if width == 1 or len(order) < 3:
-            yield from ((i, one(i)) for i in order)
-            return
-        yield order[0], one(order[0])
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(width, thread_name_prefix="pd-oracle")
-        for start in range(1, len(order), width):
-            chunk = order[start:start + width]
-            yield from zip(chunk, list(self._pool.map(one, chunk)))  # the chunk done before any is checked
-
     def close(self) -> None:
         """Close the backend: an oracle owns the backend it was given."""
-        if self._pool is not None:
-            self._pool.shutdown()
-            self._pool = None
         self.backend.close()
 
     def passes(self, fallback: Iterable[str], phase: str | None = None) -> bool:
