@@ -14,7 +14,6 @@ import contextlib
 import time
 from pathlib import Path
 
-from precision_doctor.backends.base import check_only
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import GPU_BACKENDS, make_backend, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
@@ -239,7 +238,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         f.confirmed = Confirm(backend.name, sorted(outcome.found), passed=None, skipped=(
             f"the search ended early ({outcome.status}); the answer is the searched one, not confirmed"))
     if f.headroom is not None and f.probed and f.confirmed.passed and outcome.found is not None \
-            and not check_only(backend.name):
+            and not backend.check_only:
         f.headroom = confirmed_headroom(f.headroom, backend, outcome.found, f.unseen, f.validation, ctx.spec,
                                         user_share(ctx.spec, f.confirm_verdict))
     return outcome
@@ -263,7 +262,7 @@ def _answers(ctx: RunContext, outcome: Outcome) -> Outcome:
     """When the run grew its answer from a smaller one it found first (counterexamples, the probe's second search,
     held-out failures), keep both: the smaller one checked on the held-out samples (its measured failure rate)."""
     b, c = ctx.backends, ctx.findings.confirmed
-    there = b.confirm is not None and c is not None and c.passed and not check_only(b.confirm.name)
+    there = b.confirm is not None and c is not None and c.passed and not b.confirm.check_only
     ctx.findings.answers = two_answers(ctx, outcome.found, backend=b.confirm if there else b.search)
     return outcome
 

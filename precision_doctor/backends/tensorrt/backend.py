@@ -205,6 +205,7 @@ class TrtBackend:
     """
 
     name = "tensorrt"
+    check_only = False
 
     def __init__(
         self,
