@@ -17,6 +17,7 @@ from precision_doctor.errors import SpecError
 from precision_doctor.results import runlock
 from precision_doctor.results.rundir import open_run_dir, prepare_run_dir
 from precision_doctor.results.runlock import LOCK, LockOwner, RunDirLocked, RunLock, lock_owner
+from precision_doctor.runfiles import RunDir
 
 HOLD = """
 import sys, time
@@ -96,7 +97,7 @@ def test_manifest_lists_what_is_written_and_refuses_what_is_not_ours(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "report.md").write_text("# mine")
     manifest.start(tmp_path)
-    write_json(tmp_path / "report.json", {"a": 1})
+    write_json(tmp_path / "report.json", {"a": 1}, writer=RunDir(tmp_path))
     assert manifest.listed(tmp_path) == {"report.json"}
     with pytest.raises(manifest.NotOurs, match="report.md was not written by precision-doctor"):
         manifest.note_written(tmp_path / "report.md")
@@ -119,7 +120,7 @@ def test_force_refuses_user_files_and_the_model_dir_and_replaces_only_ours(tmp_p
     prepare_run_dir(run, force=True)
     from precision_doctor.jsonio import write_json
 
-    write_json(run / "report.json", {})
+    write_json(run / "report.json", {}, writer=RunDir(run))
     prepare_run_dir(run, force=True)  # an earlier run of ours: its files go, the user's stay
     assert not (run / "report.json").exists() and (run / "notes.txt").read_text() == "mine"
 
@@ -128,7 +129,7 @@ def test_a_failed_run_removes_the_directory_it_created_and_only_that(tmp_path):
     from precision_doctor.jsonio import write_json
 
     with pytest.raises(RuntimeError), open_run_dir(tmp_path / "new") as out:
-        write_json(out / "layers.json", {})
+        write_json(out / "layers.json", {}, writer=RunDir(out))
         raise RuntimeError("boom")
     assert not (tmp_path / "new").exists()
     (tmp_path / "old").mkdir()
@@ -137,8 +138,8 @@ def test_a_failed_run_removes_the_directory_it_created_and_only_that(tmp_path):
     assert (tmp_path / "old").is_dir() and not (tmp_path / "old" / LOCK).exists()
     # what a resume can continue stays
     with pytest.raises(KeyboardInterrupt), open_run_dir(tmp_path / "resumable") as out:
-        write_json(out / "run_settings.json", {})
-        write_json(out / "search.jsonl", {})
+        write_json(out / "run_settings.json", {}, writer=RunDir(out))
+        write_json(out / "search.jsonl", {}, writer=RunDir(out))
         raise KeyboardInterrupt
     assert (tmp_path / "resumable" / "search.jsonl").is_file()
 

@@ -57,7 +57,8 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     assert found is not None
     oracle = Oracle(
         backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, budget=budget,
-        checkpoint=out_dir / CONFIRM_CHECKPOINT, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop,
+        checkpoint=out_dir / CONFIRM_CHECKPOINT, writer=ctx.run_dir, on_evaluation=evaluation_events(ctx.progress),
+        stop=ctx.stop,
     )
     if ctx.resume:
         oracle.load_checkpoint()
