@@ -57,20 +57,11 @@ def _root(path: Path) -> Path | None:
     return None
 
 
-def note_written(path: Path) -> None:
-    """Record `path` in its run directory's manifest before it is written (a kill between the two leaves
-    a listed file that does not exist, never an unlisted one of ours); a file in a subfolder is listed as
-    "sub/name". NotOurs when `path` exists and the manifest does not list it. Nothing happens outside run
-    directories."""
-    path = Path(path)
-    root = _root(path)
-    if root is not None:
-        record(root, path)
-
-
 def record(run_dir: Path, path: Path) -> None:
-    """`note_written` for `path` in `run_dir` (or a subfolder of it): `runfiles.RunDir.written`, which knows its
-    run directory. Nothing when `run_dir` has no (readable) manifest."""
+    """Record `path` (in `run_dir` or a subfolder of it) in the manifest of `run_dir` before it is written (a kill
+    between the two leaves a listed file that does not exist, never an unlisted one of ours); a file in a
+    subfolder is listed as "sub/name". NotOurs when `path` exists and the manifest does not list it. Nothing when
+    `run_dir` has no (readable) manifest. Writers call it through `runfiles.RunDir.written`."""
     root, path = Path(run_dir), Path(path)
     with _lock:
         files = listed(root)

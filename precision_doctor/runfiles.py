@@ -2,8 +2,8 @@
 updates a run directory) starts and passed down to whatever writes files there, which calls `written(path)`
 before each write. Code given None (a test, a bench script, a temporary build folder, zoo fetch) records nothing.
 
-The manifest itself (its file, `--force`, `NotOurs`) is `manifest.py`; only this module and the run's own
-layers (results/rundir, pipeline, batch, api, cli) import it.
+The manifest itself (its file, `--force`, `NotOurs`) is `manifest.py`; only this module and what makes run
+directories (results/rundir, batch) import it.
 """
 
 from __future__ import annotations

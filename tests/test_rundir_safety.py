@@ -100,9 +100,26 @@ def test_manifest_lists_what_is_written_and_refuses_what_is_not_ours(tmp_path):
     write_json(tmp_path / "report.json", {"a": 1}, writer=RunDir(tmp_path))
     assert manifest.listed(tmp_path) == {"report.json"}
     with pytest.raises(manifest.NotOurs, match="report.md was not written by precision-doctor"):
-        manifest.note_written(tmp_path / "report.md")
+        RunDir(tmp_path).written(tmp_path / "report.md")
     assert manifest.remove_ours(tmp_path) == ["report.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([manifest.MANIFEST, "notes.txt", "report.md"])
+
+
+def test_a_run_directory_writer_records_only_in_its_own_directory(tmp_path):
+    """RunDir.written: nothing where the directory has no manifest (a user's folder), a subfolder's file as
+    "sub/name", a path outside the directory refused (a writer handed the wrong RunDir is a bug, not a silent
+    unrecorded write)."""
+    run = RunDir(tmp_path)
+    run.written(tmp_path / "a.json")
+    assert manifest.listed(tmp_path) is None
+    manifest.start(tmp_path)
+    run.written(tmp_path / "a.json")
+    run.written(tmp_path / "knobs" / "b.jsonl")
+    assert manifest.listed(tmp_path) == {"a.json", "knobs/b.jsonl"}
+    with pytest.raises(ValueError, match="is not in the run directory"):
+        run.written(tmp_path.parent / "elsewhere.json")
+    with pytest.raises(ValueError, match="is not in the run directory"):
+        run.written(tmp_path / "a" / "b" / "deep.json")
 
 
 def test_force_refuses_user_files_and_the_model_dir_and_replaces_only_ours(tmp_path):
@@ -186,7 +203,7 @@ def test_files_in_a_subfolder_of_the_run_are_listed_and_removed_with_it(tmp_path
 
     manifest.start(tmp_path)
     (tmp_path / "knobs").mkdir()
-    manifest.note_written(tmp_path / "knobs" / "a.jsonl")
+    RunDir(tmp_path).written(tmp_path / "knobs" / "a.jsonl")
     (tmp_path / "knobs" / "a.jsonl").write_text("{}\n")
     assert manifest.listed(tmp_path) == {"knobs/a.jsonl"} and manifest.ours(tmp_path / "knobs" / "a.jsonl")
     assert not_ours(tmp_path) == []
