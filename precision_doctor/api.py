@@ -19,6 +19,7 @@ from precision_doctor.pipeline.heldout import held_out_choice, held_out_samples
 from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.rundir import open_run_dir
+from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import RunSpec
 
 
@@ -104,8 +105,9 @@ def probe_ops(
         samples = work.samples.subset(spread_choice({group: largest}, spec.capture.max_samples, spec.inputs.seed))
         result = run_probe(work.model, samples, get_format(spec.precision), provider, spec.backends.rules,
                            THRESHOLD if threshold is None else threshold, spec.capture.group_mb, stop)
-        write_json(out / "probe_ops.json", result.to_json())
-        write_text_atomic(out / "probe_ops.md", f"# probe-ops: {Path(spec.model).name}\n\n" + table(result))
+        run = RunDir(out)
+        write_json(out / "probe_ops.json", result.to_json(), writer=run)
+        write_text_atomic(out / "probe_ops.md", f"# probe-ops: {Path(spec.model).name}\n\n" + table(result), writer=run)
     return result
 
 
@@ -118,7 +120,7 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
 
     report = Report.load(Path(run_dir))
     with updating(Path(run_dir), list(report_files(report).values()), command) as run:
-        write_reports(report, run)
+        write_reports(report, RunDir(run))
     return report
 
 

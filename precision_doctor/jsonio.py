@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from precision_doctor.errors import UserError
-from precision_doctor.manifest import note_written
+from precision_doctor.runfiles import RunDir
 
 
 class InvalidJSON(UserError, ValueError):
@@ -51,11 +51,13 @@ def as_float(v: Any) -> float:
     return float(v) if v is not None else float("nan")
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same directory and rename: readers never see half a file. In a run
-    directory the file is recorded in its manifest first (and a file there that is not ours is refused)."""
+def write_text_atomic(path: Path, text: str, *, writer: RunDir | None) -> None:
+    """Write via a temporary file in the same directory and rename: readers never see half a file. With the run
+    directory's `writer` the file is recorded in its manifest first (and a file there that is not ours is
+    refused); None: not recorded (no run directory)."""
     path = Path(path)
-    note_written(path)
+    if writer is not None:
+        writer.written(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError as exc:
@@ -73,8 +75,9 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_json(path: Path, obj: Any) -> None:
-    write_text_atomic(path, json.dumps(jsonable(obj), indent=2) + "\n")
+def write_json(path: Path, obj: Any, *, writer: RunDir | None) -> None:
+    """`obj` as indented JSON (`jsonable`), written as `write_text_atomic` writes."""
+    write_text_atomic(path, json.dumps(jsonable(obj), indent=2) + "\n", writer=writer)
 
 
 def read_json(path: Path) -> Any:

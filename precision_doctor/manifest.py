@@ -3,7 +3,8 @@
 `--force` replaces only the files the manifest lists, a failed run removes only those, and a write never
 replaces a file the manifest does not list (someone else's file with one of our names). A directory
 without a manifest is not a run directory: writes there are not recorded (zoo fetch, a user's folder).
-Only the stdlib here: the JSON writer (`jsonio`) records through this module.
+Only the stdlib here. Writers record through a `runfiles.RunDir` passed down to them (`RunDir.written` calls
+`record`), not through this module.
 """
 
 from __future__ import annotations
@@ -56,18 +57,17 @@ def _root(path: Path) -> Path | None:
     return None
 
 
-def note_written(path: Path) -> None:
-    """Record `path` in its run directory's manifest before it is written (a kill between the two leaves
-    a listed file that does not exist, never an unlisted one of ours); a file in a subfolder is listed as
-    "sub/name". NotOurs when `path` exists and the manifest does not list it. Nothing happens outside run
-    directories."""
-    path = Path(path)
+def record(run_dir: Path, path: Path) -> None:
+    """Record `path` (in `run_dir` or a subfolder of it) in the manifest of `run_dir` before it is written (a kill
+    between the two leaves a listed file that does not exist, never an unlisted one of ours); a file in a
+    subfolder is listed as "sub/name". NotOurs when `path` exists and the manifest does not list it. Nothing when
+    `run_dir` has no (readable) manifest. Writers call it through `runfiles.RunDir.written`."""
+    root, path = Path(run_dir), Path(path)
     with _lock:
-        root = _root(path)
-        files = listed(root) if root is not None else None
+        files = listed(root)
         if files is None:
             return
-        name = path.relative_to(root).as_posix()
+        name = Path(os.path.relpath(path, root)).as_posix()
         if name in files:
             return
         if path.exists():

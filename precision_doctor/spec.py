@@ -12,16 +12,18 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import hashlib
 import json
 import math
-import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from precision_doctor import codec
+from precision_doctor.codec import Codec, Hook
 from precision_doctor.data.input_spec import InputSpec
 from precision_doctor.errors import SpecError, one_line
 from precision_doctor.measure.tolerance import Tolerance
@@ -162,11 +164,8 @@ class RunSpec:
 
     # -- JSON -----------------------------------------------------------------------------------------
     def to_json(self) -> dict:
-        """Every setting, by section; tuples as lists."""
-        out: dict[str, Any] = {"model": self.model, "precision": self.precision}
-        for name in SECTIONS:
-            out[name] = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(getattr(self, name)).items()}
-        return out
+        """Every setting, by section; tuples as lists (the shared codec's plain field mapping)."""
+        return codec.to_json(self)
 
     @classmethod
     def from_json(cls, data: Any, base_dir: str | Path | None = None) -> RunSpec:
@@ -189,12 +188,13 @@ class RunSpec:
 
     def with_settings(self, changes: Mapping[str, Any], base_dir: str | Path | None = None) -> RunSpec:
         """This spec with settings replaced by path ({"search.margin": 0.2, "inputs.files": [...]}).
-        Values are checked for their type and converted (lists to tuples, paths to strings)."""
+        Values are checked for their type and converted (lists to tuples, paths to strings) by the shared codec
+        with the settings' readers (`SETTINGS_CODEC`); a SpecError names the setting's path."""
         top: dict[str, Any] = {}
         sections: dict[str, dict[str, Any]] = {}
         for path, value in changes.items():
             hint = setting_type(path)
-            value = _coerce(path, hint, value)
+            value = SETTINGS_CODEC.from_json(hint, value, path)
             if base_dir is not None and path in _PATH_SETTINGS:
                 value = _resolve(value, Path(base_dir), path)
             section, _, name = path.partition(".")
@@ -294,33 +294,37 @@ def _resolve(value: Any, base: Path, path: str = "") -> Any:
     return str((base / value).resolve()) if value else value
 
 
-def _coerce(path: str, hint: Any, value: Any) -> Any:
-    """`value` as the setting's type: bool, int, float, str, tuple[str, ...], each possibly optional.
-    Strings may not hold NUL characters (no path, name or range has one); numbers must be finite and
-    integers fit in 64 bits."""
-    args = typing.get_args(hint)
-    optional = typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args
-    if optional:
-        hint = next(a for a in args if a is not type(None))
-    if value is None:
-        if optional:
-            return None
-        raise SpecError(path, f"{{{path}}} must not be null")
-    if typing.get_origin(hint) is tuple:
-        if isinstance(value, (str, Path)):
-            value = [value]
-        if not isinstance(value, (list, tuple)) or not all(isinstance(v, (str, Path)) for v in value):
-            raise SpecError(path, f"{{{path}}}: expected a list of strings, got {_shown(value)}")
-        return tuple(_text(path, v) for v in value)
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        raise SpecError(path, f"{{{path}}}: expected true or false, got {_shown(value)}")
-    if hint is str:
-        if isinstance(value, (str, Path)):
-            return _text(path, value)
-        raise SpecError(path, f"{{{path}}}: expected a string, got {_shown(value)}")
-    return _number(path, hint, value)
+def _setting(read: Callable[[str, Any], Any]) -> Hook:
+    """A setting's reader as a codec hook: null refused (an optional setting's null is the codec's None), else
+    `read(path, value)`."""
+
+    def decode(value: Any, path: str) -> Any:
+        if value is None:
+            raise SpecError(path, f"{{{path}}} must not be null")
+        return read(path, value)
+
+    return Hook(decode=decode)
+
+
+def _boolean(path: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise SpecError(path, f"{{{path}}}: expected true or false, got {_shown(value)}")
+
+
+def _string(path: str, value: Any) -> str:
+    if isinstance(value, (str, Path)):
+        return _text(path, value)
+    raise SpecError(path, f"{{{path}}}: expected a string, got {_shown(value)}")
+
+
+def _strings(path: str, value: Any) -> tuple[str, ...]:
+    """A list of strings (one string: a list of one) as a tuple."""
+    if isinstance(value, (str, Path)):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, (str, Path)) for v in value):
+        raise SpecError(path, f"{{{path}}}: expected a list of strings, got {_shown(value)}")
+    return tuple(_text(path, v) for v in value)
 
 
 def _text(path: str, value: str | Path) -> str:
@@ -339,7 +343,7 @@ def _shown(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _number(path: str, typ: type, value: Any) -> int | float:
+def _number(typ: type, path: str, value: Any) -> int | float:
     """`value` (a number, or its text) as `typ`: finite; an integer exactly, within 64 bits."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (isinstance(value, str) and len(value) > 40):
         raise SpecError(path, f"{{{path}}}: expected a number, got {_shown(value)}")  # (int() of 10**5 digits is slow)
@@ -364,3 +368,16 @@ def _number(path: str, typ: type, value: Any) -> int | float:
     if abs(exact) > MAX_INT:
         raise SpecError(path, f"{{{path}}}: {_shown(value, 40)} is out of range (at most {MAX_INT})")
     return exact
+
+
+# The settings' values through the shared codec (`codec.py`: optional settings, the type hints), with readers
+# that are lenient where a front end's text is (a number's text, one path for a list, a Path) and strict where a
+# run needs it: strings without NUL characters (no path, name or range has one), finite numbers, integers exact
+# and within 64 bits. A bad value is a SpecError naming the setting's path.
+SETTINGS_CODEC = Codec({
+    bool: _setting(_boolean),
+    int: _setting(functools.partial(_number, int)),
+    float: _setting(functools.partial(_number, float)),
+    str: _setting(_string),
+    tuple[str, ...]: _setting(_strings),
+})

@@ -23,6 +23,7 @@ from precision_doctor.pipeline.knob_search import KNOBS_DIR, checkpoint_name, se
 from precision_doctor.results import emit
 from precision_doctor.results.commands import EmitOptions
 from precision_doctor.results.report import KnobsResult, KnobTrial, Report
+from precision_doctor.runfiles import RunDir
 from precision_doctor.search.oracle import Budget
 from precision_doctor.search.space import SearchSpace
 from precision_doctor.spec import RunSpec
@@ -112,7 +113,7 @@ def test_a_configuration_with_fewer_nodes_replaces_the_answer(tmp_path):
     answer = [n.name for n in model.nodes if n.name in case.expected]
     with contextlib.ExitStack() as owned:
         backend = owned.enter_context(contextlib.closing(OrtBackend(model, "fp16", providers=["CPUExecutionProvider"])))
-        outcome = search_knobs(StepContext(spec=spec, out_dir=tmp_path, space=space), answer, backend=backend,
+        outcome = search_knobs(StepContext(spec=spec, run_dir=RunDir(tmp_path), space=space), answer, backend=backend,
                                model=model, samples=samples, refs=refs, budget=Budget(), owned=owned)
     k = outcome.result
     assert outcome.fallback == frozenset() and k.answer == [] and k.changed_answer and k.best == "default"

@@ -19,6 +19,7 @@ from precision_doctor.render.commands import next_steps
 from precision_doctor.render.markdown import render_markdown
 from precision_doctor.render.wording import generalization_sentence, verdict
 from precision_doctor.results.report import ExpectedHeadroom, Report
+from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import InputSpec, RunSpec, SearchSpec, Tolerance
 
 WIDTH = 8
@@ -106,10 +107,10 @@ def test_resume_refuses_a_run_whose_image_copies_had_noise_only(tmp_path):
         now = {**base, "augment": 3, "copies": recipe(samples)}
         if refused:
             with pytest.raises(SettingsDiffer) as e:
-                check_run_settings(run, now, resume=True)
+                check_run_settings(RunDir(run), now, resume=True)
             assert "copies 'noise' then, 'photometric+noise' now" in str(e.value)
         else:
-            check_run_settings(run, now, resume=True)
+            check_run_settings(RunDir(run), now, resume=True)
             assert json.loads((run / RUN_SETTINGS).read_text())["copies"] == "noise"
 
 

@@ -17,6 +17,7 @@ from precision_doctor.render.numbers import fmt
 from precision_doctor.render.plots import plot_layer_errors, plot_trajectory, plot_value_ranges
 from precision_doctor.render.wording import verdict, why
 from precision_doctor.results.report import Report
+from precision_doctor.runfiles import RunDir
 
 FIXTURE = Path(__file__).parent / "fixtures" / "report_example.json"
 
@@ -211,7 +212,7 @@ def test_fmt_and_why(report: dict[str, Any]) -> None:
 
 
 def test_write_reports(tmp_path: Path, report: dict[str, Any]) -> None:
-    paths = write_reports(R(report), tmp_path)
+    paths = write_reports(R(report), RunDir(tmp_path))
     assert paths["report_md"].read_text(encoding="utf-8").startswith("# precision-doctor report")
     assert "<svg" in paths["report_html"].read_text(encoding="utf-8")
 

@@ -17,6 +17,7 @@ from precision_doctor.errors import SpecError
 from precision_doctor.results import runlock
 from precision_doctor.results.rundir import open_run_dir, prepare_run_dir
 from precision_doctor.results.runlock import LOCK, LockOwner, RunDirLocked, RunLock, lock_owner
+from precision_doctor.runfiles import RunDir
 
 HOLD = """
 import sys, time
@@ -96,12 +97,29 @@ def test_manifest_lists_what_is_written_and_refuses_what_is_not_ours(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "report.md").write_text("# mine")
     manifest.start(tmp_path)
-    write_json(tmp_path / "report.json", {"a": 1})
+    write_json(tmp_path / "report.json", {"a": 1}, writer=RunDir(tmp_path))
     assert manifest.listed(tmp_path) == {"report.json"}
     with pytest.raises(manifest.NotOurs, match="report.md was not written by precision-doctor"):
-        manifest.note_written(tmp_path / "report.md")
+        RunDir(tmp_path).written(tmp_path / "report.md")
     assert manifest.remove_ours(tmp_path) == ["report.json"]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([manifest.MANIFEST, "notes.txt", "report.md"])
+
+
+def test_a_run_directory_writer_records_only_in_its_own_directory(tmp_path):
+    """RunDir.written: nothing where the directory has no manifest (a user's folder), a subfolder's file as
+    "sub/name", a path outside the directory refused (a writer handed the wrong RunDir is a bug, not a silent
+    unrecorded write)."""
+    run = RunDir(tmp_path)
+    run.written(tmp_path / "a.json")
+    assert manifest.listed(tmp_path) is None
+    manifest.start(tmp_path)
+    run.written(tmp_path / "a.json")
+    run.written(tmp_path / "knobs" / "b.jsonl")
+    assert manifest.listed(tmp_path) == {"a.json", "knobs/b.jsonl"}
+    with pytest.raises(ValueError, match="is not in the run directory"):
+        run.written(tmp_path.parent / "elsewhere.json")
+    with pytest.raises(ValueError, match="is not in the run directory"):
+        run.written(tmp_path / "a" / "b" / "deep.json")
 
 
 def test_force_refuses_user_files_and_the_model_dir_and_replaces_only_ours(tmp_path):
@@ -119,7 +137,7 @@ def test_force_refuses_user_files_and_the_model_dir_and_replaces_only_ours(tmp_p
     prepare_run_dir(run, force=True)
     from precision_doctor.jsonio import write_json
 
-    write_json(run / "report.json", {})
+    write_json(run / "report.json", {}, writer=RunDir(run))
     prepare_run_dir(run, force=True)  # an earlier run of ours: its files go, the user's stay
     assert not (run / "report.json").exists() and (run / "notes.txt").read_text() == "mine"
 
@@ -128,7 +146,7 @@ def test_a_failed_run_removes_the_directory_it_created_and_only_that(tmp_path):
     from precision_doctor.jsonio import write_json
 
     with pytest.raises(RuntimeError), open_run_dir(tmp_path / "new") as out:
-        write_json(out / "layers.json", {})
+        write_json(out / "layers.json", {}, writer=RunDir(out))
         raise RuntimeError("boom")
     assert not (tmp_path / "new").exists()
     (tmp_path / "old").mkdir()
@@ -137,8 +155,8 @@ def test_a_failed_run_removes_the_directory_it_created_and_only_that(tmp_path):
     assert (tmp_path / "old").is_dir() and not (tmp_path / "old" / LOCK).exists()
     # what a resume can continue stays
     with pytest.raises(KeyboardInterrupt), open_run_dir(tmp_path / "resumable") as out:
-        write_json(out / "run_settings.json", {})
-        write_json(out / "search.jsonl", {})
+        write_json(out / "run_settings.json", {}, writer=RunDir(out))
+        write_json(out / "search.jsonl", {}, writer=RunDir(out))
         raise KeyboardInterrupt
     assert (tmp_path / "resumable" / "search.jsonl").is_file()
 
@@ -185,7 +203,7 @@ def test_files_in_a_subfolder_of_the_run_are_listed_and_removed_with_it(tmp_path
 
     manifest.start(tmp_path)
     (tmp_path / "knobs").mkdir()
-    manifest.note_written(tmp_path / "knobs" / "a.jsonl")
+    RunDir(tmp_path).written(tmp_path / "knobs" / "a.jsonl")
     (tmp_path / "knobs" / "a.jsonl").write_text("{}\n")
     assert manifest.listed(tmp_path) == {"knobs/a.jsonl"} and manifest.ours(tmp_path / "knobs" / "a.jsonl")
     assert not_ours(tmp_path) == []

@@ -16,6 +16,7 @@ from precision_doctor.graph.formats import FP16
 from precision_doctor.graph.model import from_proto
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.compare import capture_and_analyse
+from precision_doctor.runfiles import RunDir
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted
 from precision_doctor.search.space import build_space
@@ -259,7 +260,7 @@ def test_confirmation_keeps_the_members_of_a_large_answer(tmp_path, monkeypatch)
     spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
                                                   "search.margin": 0.0})
     monkeypatch.setattr(confirmation, "PRUNE_MAX", len(found) - 1)
-    ctx = StepContext(spec=spec, out_dir=tmp_path, space=s.space)
+    ctx = StepContext(spec=spec, run_dir=RunDir(tmp_path), space=s.space)
     confirmed = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, found), backend=s.backend, samples=others,
                                      refs=[s.ref.run(x) for x in others], budget=Budget(None, None))
     status, final, rep = confirmed.outcome.status, confirmed.outcome.found, confirmed.report

@@ -26,6 +26,7 @@ from precision_doctor.backends.tensorrt import parse_onnx
 from precision_doctor.backends.tensorrt.library import ENV_LIBRARY, find_library
 from precision_doctor.graph.model import load_model
 from precision_doctor.render.files import ARTIFACT_TITLES
+from precision_doctor.runfiles import RunDir
 
 pytestmark = pytest.mark.tensorrt
 
@@ -241,7 +242,7 @@ def test_the_engine_carries_a_tensorrt_knob_configuration(tmp_path):
     onnx.save(case.model, str(tmp_path / "m.onnx"))
     onnx.save(build_mixed(load_model(tmp_path / "m.onnx"), frozenset(case.expected), "fp16"), str(tmp_path / "fixed.onnx"))
     config = next(c for c in knobs.knob_configs(knobs.TRT, LIB) if c.label == "tactic_sources=-JIT_CONVOLUTIONS,tf32=1")
-    res = build_fixed(tmp_path, ["8.6"], config)
+    res = build_fixed(RunDir(tmp_path), ["8.6"], config)
     assert res.built and res.tactic_sources == ["EDGE_MASK_CONVOLUTIONS"] and res.tf32 and res.targets == ["8.6"]
-    plain = build_fixed(tmp_path, None, None)
+    plain = build_fixed(RunDir(tmp_path), None, None)
     assert plain.built and plain.tactic_sources is None and not plain.tf32

@@ -6,7 +6,8 @@ rounding at its end (or none, before an FP32 output). Its verdicts are not FP16'
 examples/three_defects.onnx all-FP16 is within 4e-4 of FP32 there, where FP16 overflows to NaN.
 So `ort-cpu` never searches (`search_refusal`); it stays a plumbing check that a `fixed.onnx` loads
 and runs (`--confirm-backend ort-cpu`, tests), which may add nodes to a failing answer (more FP32 is
-the safe direction) but never removes one (`backends.base.check_only`) and never certifies the answer.
+the safe direction) but never removes one (`OrtBackend.check_only`, `backends.base.check_only_name`) and
+never certifies the answer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from precision_doctor.backends.base import Feeds, SessionHolder, check_only
+from precision_doctor.backends.base import Feeds, SessionHolder, check_only_name
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.mixed import build_mixed
@@ -41,7 +42,7 @@ ORT_CPU_REFUSAL = (
 def search_refusal(name: str) -> str | None:
     """Why backend `name` may not search here (None: it may): ONNX Runtime on the CPU provider, named
     `ort-cpu` or `ort` without a CUDA provider."""
-    cpu_only = check_only(name) or (name == "ort" and CUDA not in ort.get_available_providers())
+    cpu_only = check_only_name(name) or (name == "ort" and CUDA not in ort.get_available_providers())
     return ORT_CPU_REFUSAL if cpu_only else None
 
 
@@ -107,6 +108,7 @@ class OrtBackend(SessionHolder):
         ]
         self.uses_cuda = any(_provider_name(p) == CUDA for p in self.providers)
         self.name = "ort-cuda" if self.uses_cuda else "ort-cpu"
+        self.check_only = check_only_name(self.name)
         if self.uses_cuda and CUDA not in ort.get_available_providers():
             raise UserError("ONNX Runtime has no CUDA provider here (install onnxruntime-gpu on a CUDA machine)")
         if self.uses_cuda:

@@ -24,6 +24,7 @@ from precision_doctor.errors import UserError, one_line
 from precision_doctor.jsonio import read_json, write_json
 from precision_doctor.outcome import RowStatus, RunStatus, SummaryRow
 from precision_doctor.results.report import REPORT, Report
+from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import RunSpec
 
 ENTRY = "batch_entry.json"
@@ -172,7 +173,7 @@ def write_entry(run_dir: Path, task: ModelTask, row: SummaryRow) -> None:
         "row": row.to_json(), "file_hash": task.file_hash, "settings_key": task.spec_key,
         "settings": task.spec.to_json(), "model_path": task.spec.model,
         "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    })
+    }, writer=RunDir(run_dir))
 
 
 def earlier_row(run_dir: Path) -> SummaryRow | None:
@@ -221,9 +222,10 @@ def _repair_finished(run_dir: Path, entry: dict, report: Report, row: SummaryRow
         if not (run_dir / "report.md").is_file() or not (run_dir / "report.html").is_file():
             from precision_doctor.render import write_reports
 
-            write_reports(report, run_dir)
+            write_reports(report, RunDir(run_dir))
         write_json(run_dir / ENTRY, {**entry, "row": row.to_json(),
-                                     "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")})
+                                     "updated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")},
+                   writer=RunDir(run_dir))
     except Exception:  # the row stands; the next run tries again
         pass
 

@@ -42,6 +42,7 @@ from precision_doctor.outcome import RowStatus, SummaryRow
 from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.render.summary import write_summary
 from precision_doctor.results.runlock import RunLock
+from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import RunSpec, file_sha256
 
 
@@ -170,7 +171,7 @@ def _run_batch_locked(
         "tool": "precision-doctor", "source": str(Path(source).resolve()), "created": created, "updated": now,
         "jobs": executor.jobs, "models": [s.name for s in specs],
         "defaults": RunSpec.from_json(defaults.to_json(), base_dir=Path.cwd()).to_json(),
-    })
+    }, writer=RunDir(out_dir))
     rows: dict[str, SummaryRow] = {}
     tasks: list[ModelTask] = []
     skipped: list[str] = []
@@ -196,7 +197,7 @@ def _run_batch_locked(
         ))
         rows[s.name] = pending_row(s.name)
     order = [s.name for s in specs]
-    write_summary(out_dir, [rows[n] for n in order])
+    write_summary(RunDir(out_dir), [rows[n] for n in order])
     if on_start:
         on_start([t.name for t in tasks], skipped)
     ran = []
@@ -207,7 +208,7 @@ def _run_batch_locked(
             write_entry(Path(task.run_dir), task, row)
         (skipped if row.reused else ran).append(task.name)
         rows[task.name] = row = replace(row, reused=False)
-        write_summary(out_dir, [rows[n] for n in order])
+        write_summary(RunDir(out_dir), [rows[n] for n in order])
         if on_done:
             on_done(row)
     final = [rows[n] for n in order]

@@ -50,9 +50,9 @@ def write_crash_log(exc: BaseException) -> Path | None:
             if path.parent.name == "precision-doctor-logs":
                 path.parent.mkdir(parents=True, exist_ok=True)
             else:
-                from precision_doctor.manifest import note_written
+                from precision_doctor.runfiles import RunDir
 
-                note_written(path)
+                RunDir(path.parent).written(path)
             path.write_text(text, encoding="utf-8")
             return path
         except Exception:  # noqa: BLE001 (any place that works)

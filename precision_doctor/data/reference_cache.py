@@ -23,7 +23,7 @@ from precision_doctor.data.activations import escape
 from precision_doctor.data.arrayfiles import Bounds, h5_datasets
 from precision_doctor.data.samples import CACHE_SAMPLES, Concat, HeapTrim, Sample
 from precision_doctor.errors import UserError
-from precision_doctor.manifest import note_written
+from precision_doctor.runfiles import RunDir
 
 REFERENCES = "references.h5"
 _CLOSED = "closed"  # attribute: True once the file was closed after its last write
@@ -36,9 +36,10 @@ class ReferenceFile:
     when it closes, so such a file cannot be trusted) or that cannot be opened is ours (in the manifest) and
     is started again."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, writer: RunDir | None = None):
         self.path = Path(path)
-        note_written(self.path)
+        if writer is not None:  # the run directory's manifest lists it
+            writer.written(self.path)
         try:
             self.file = h5py.File(self.path, "a")
             if self.file.attrs.get(_CLOSED) is not True and self.file.attrs.get(_CLOSED) != 1:

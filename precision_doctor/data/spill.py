@@ -24,7 +24,7 @@ from precision_doctor.data.activations import escape
 from precision_doctor.data.arrayfiles import Bounds, h5_datasets, open_h5
 from precision_doctor.data.samples import ShapeGroup
 from precision_doctor.errors import UserError
-from precision_doctor.manifest import note_written
+from precision_doctor.runfiles import RunDir
 
 SPILL_NAME = "samples.h5"
 
@@ -84,15 +84,16 @@ class Spill:
             self._writer.close()
             self._writer = None
 
-    def move_to(self, dest: Path) -> None:
-        """Keep the samples at `dest` (in a run directory, listed in its manifest), read from there on."""
+    def move_to(self, dest: Path, writer: RunDir | None = None) -> None:
+        """Keep the samples at `dest` (in the run directory of `writer`, listed in its manifest), read from there on."""
         self.finish()
         if self._reader is not None:
             self._reader.close()
             self._reader = None
         if Path(dest).resolve() == self.path.resolve():
             return
-        note_written(dest)
+        if writer is not None:
+            writer.written(dest)
         storage.check_room(dest, self.path.stat().st_size)
         shutil.move(str(self.path), str(dest))
         self.path = Path(dest)

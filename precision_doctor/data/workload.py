@@ -24,7 +24,7 @@ from precision_doctor.data.samples import SampleSet, ShapeGroup, capture_choice,
 from precision_doctor.data.spill import Spill
 from precision_doctor.errors import UserError
 from precision_doctor.graph.model import Model, load_model
-from precision_doctor.manifest import note_written
+from precision_doctor.runfiles import RunDir
 
 LOADER_SAMPLES = "loader_samples.h5"  # a data loader script's samples, kept in the run directory
 
@@ -85,12 +85,12 @@ class Workload:
         rows = [(g, len(search.get(g, ())), len(held.get(g, ())), len(captured.get(g, ()))) for g in groups]
         return sorted(rows, key=lambda r: -(r[1] + r[2]))
 
-    def keep_in(self, run_dir: Path) -> None:
+    def keep_in(self, run_dir: RunDir) -> None:
         """Move a data loader script's samples into the run directory (`LOADER_SAMPLES`, in its manifest), where
         a resumed run reads them instead of running the script again."""
         if self.spill is not None:
-            note_written(run_dir / LOADER_SAMPLES)
-            self.spill.move_to(run_dir / LOADER_SAMPLES)
+            run_dir.written(run_dir.root / LOADER_SAMPLES)
+            self.spill.move_to(run_dir.root / LOADER_SAMPLES, run_dir)
 
 
 def load_workload(model_path: str, opts: InputSpec, run_dir: Path | None = None) -> Workload:

@@ -29,6 +29,7 @@ from pathlib import Path
 import onnx
 
 from precision_doctor.graph.model import Model
+from precision_doctor.runfiles import RunDir
 
 UNNAMED_PREFIX = "node_of_"  # what TensorRT's parser calls an unnamed node (and its first layer)
 NAMED_ONNX = "named.onnx"
@@ -82,17 +83,17 @@ def tool_name_mismatches(graph: onnx.GraphProto, ours: list[str]) -> list[NameMi
     return [NameMismatch(o, t, a) for o, t, a in zip(ours, trt, ac) if not (o == t == a)]
 
 
-def save_model(proto: onnx.ModelProto, path: Path) -> Path:
+def save_model(proto: onnx.ModelProto, path: Path, writer: RunDir | None = None) -> Path:
     """Save a model (through a temporary file, then renamed); past protobuf's 2 GB limit the weights
-    go to `<name>.data` beside it, and the two files are written in place."""
+    go to `<name>.data` beside it, and the two files are written in place. `writer`: the run directory `path`
+    is in (its manifest lists the files); None: not recorded."""
     try:
         large = proto.ByteSize() >= 2**31 - 2**20
     except Exception:
         large = True
-    from precision_doctor.manifest import note_written
-
     for p in (path, path.with_name(path.name + ".data"), path.with_name(f".{path.name}.partial")):
-        note_written(p)
+        if writer is not None:
+            writer.written(p)
     if large:
         copy = onnx.ModelProto()
         copy.CopyFrom(proto)  # saving with external data empties the tensors of the proto it is given
@@ -104,14 +105,14 @@ def save_model(proto: onnx.ModelProto, path: Path) -> Path:
     return path
 
 
-def model_for_tools(model: Model, out_dir: str | Path) -> Path:
+def model_for_tools(model: Model, out_dir: str | Path, writer: RunDir | None = None) -> Path:
     """The ONNX file every emitted command should read: the model's own file when it already carries
     the report's names, else `out_dir/named.onnx` (written here: the model as diagnosed, every node
     named as in the report, input shapes as fixed for the run)."""
     if model.path is not None and not model.renamed_nodes:
         return Path(model.path)
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    return save_model(model.proto, Path(out_dir) / NAMED_ONNX)
+    return save_model(model.proto, Path(out_dir) / NAMED_ONNX, writer)
 
 
 MODEL_LINK = "model.onnx"  # the model as the run directory's commands name it
@@ -142,13 +143,11 @@ class PlacedModel:
     link: str | None
 
 
-def place_model(model_file: Path, out_dir: Path) -> PlacedModel:
+def place_model(model_file: Path, out_dir: Path, writer: RunDir | None = None) -> PlacedModel:
     """`out_dir/model.onnx` standing for `model_file` (and its external data files beside it, under their own
     names), so that commands run from `out_dir` name it relatively: a relative symbolic link, or a copy where
     links cannot be made (up to COPY_LIMIT); else `model_file`'s absolute path. A model file inside `out_dir`
-    (named.onnx) is named as it is."""
-    from precision_doctor.manifest import note_written
-
+    (named.onnx) is named as it is. `writer`: `out_dir`'s (its manifest lists what is placed there)."""
     model_file, out_dir = Path(model_file).resolve(), Path(out_dir).resolve()
     if model_file.parent == out_dir:
         return PlacedModel(model_file.name, None)
@@ -158,7 +157,8 @@ def place_model(model_file: Path, out_dir: Path) -> PlacedModel:
                            for n in names[1:]) or (out_dir / MODEL_LINK).exists():
         return PlacedModel(str(model_file), None)
     for n in names:
-        note_written(out_dir / n)
+        if writer is not None:
+            writer.written(out_dir / n)
     sources = [model_file, *(model_file.parent / n for n in data)]
     try:
         for name, src in zip(names, sources):

@@ -12,7 +12,6 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -25,9 +24,9 @@ from precision_doctor.graph.model import declared_dims
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.graph.toolnames import MODEL_LINK, NAMED_ONNX, model_for_tools, place_model
 from precision_doctor.jsonio import write_text_atomic
-from precision_doctor.manifest import note_written
 from precision_doctor.results import emit
 from precision_doctor.results.commands import PORTABLE_TARGETS, EmitOptions, IOPair
+from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import RunSpec
 
 # report.json's `artifacts` entries a passing run adds (key -> file name)
@@ -53,33 +52,33 @@ class Written:
     link: str | None = None  # how model.onnx stands for the model: "symlink", "copy" (None: no model.onnx)
 
 
-def write_artifacts(out_dir: Path, work: Workload, refs: Sequence[dict], fallback: frozenset[str], spec: RunSpec,
+def write_artifacts(run: RunDir, work: Workload, refs: Sequence[dict], fallback: frozenset[str], spec: RunSpec,
                     knob: KnobConfig | None = None, shapes: list[InputShape] | None = None) -> Written:
     """Write every artifact of the answer `fallback` (`knob`: the knob configuration it was found under, whose
     settings the commands then carry; `shapes`: the inputs' shapes as the samples ran, for the commands)."""
-    model = work.model
+    model, out_dir = work.model, run.root
     fixed = build_mixed(model, fallback, spec.precision, keep_io_types=spec.search.keep_io_types)
     for name in (".fixed.onnx.partial", ".fixed.onnx.partial.data", "fixed.onnx"):
-        note_written(out_dir / name)
+        run.written(out_dir / name)
     onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
     (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
     kept = work.capture if work.capture is not None else range(len(work.samples))  # the captured samples
     kept_samples, kept_refs = work.samples.subset(kept), [refs[i] for i in kept]
-    save_polygraphy_io(out_dir, kept_samples, kept_refs)
+    save_polygraphy_io(run, kept_samples, kept_refs)
     order = [n.name for n in model.nodes if n.name in fallback]
     forced = forced_fp32_nodes(model, fallback)
-    placed = place_model(model_for_tools(model, out_dir), out_dir)  # named.onnx where we named nodes, else model.onnx
+    placed = place_model(model_for_tools(model, out_dir, run), out_dir, run)  # named.onnx where we named nodes, else model.onnx
     excluded = [*order, *forced]
-    write_text_atomic(out_dir / FILES["ort_node_block_list"], json.dumps(excluded, indent=1) + "\n")
+    write_text_atomic(out_dir / FILES["ort_node_block_list"], json.dumps(excluded, indent=1) + "\n", writer=run)
     options = EmitOptions(spec.precision, spec.tolerance, block_list=FILES["ort_node_block_list"], shapes=shapes or [],
                           forced=forced, compute_capabilities=spec.artifacts.targets or PORTABLE_TARGETS, knob=knob)
     texts = emit.emit_all(placed.name, "fixed.onnx", order, options,
-                          check_pairs=write_trtexec_io(out_dir, fixed, kept_samples, kept_refs))
+                          check_pairs=write_trtexec_io(run, fixed, kept_samples, kept_refs))
     for key, name in SCRIPTS.items():
-        write_text_atomic(out_dir / name, texts[key])
+        write_text_atomic(out_dir / name, texts[key], writer=run)
         if name.endswith(".sh"):
             (out_dir / name).chmod(0o755)
-    write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", emit.name_list(excluded))
+    write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", emit.name_list(excluded), writer=run)
     files = dict(FILES)
     if placed.name == NAMED_ONNX:
         files["named_onnx"] = NAMED_ONNX
@@ -90,7 +89,7 @@ def write_artifacts(out_dir: Path, work: Workload, refs: Sequence[dict], fallbac
     return Written({k: v for k, v in texts.items() if k not in SCRIPTS}, files, forced, placed.link)
 
 
-def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: Sequence[Sample],
+def write_trtexec_io(run: RunDir, fixed: onnx.ModelProto, samples: Sequence[Sample],
                      refs: Sequence[dict]) -> list[IOPair]:
     """The raw files of trtexec's accuracy check (`trtexec_io/s<i>.in<j>.bin`, `.out<k>.bin`: each array's bytes
     in the type fixed.onnx gives the tensor, as `numpy.ndarray.tofile` writes them) for the first
@@ -100,7 +99,7 @@ def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: Sequence[Sa
     types = {v.name: helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)
              for v in [*fixed.graph.input, *fixed.graph.output]}
     dynamic = {i.name for i in fixed.graph.input if None in declared_dims(i.type.tensor_type.shape)}
-    folder = out_dir / TRTEXEC_IO
+    folder = run.root / TRTEXEC_IO
     pairs = []
     for i, (sample, ref) in enumerate(islice(zip(samples, refs), emit.TRTEXEC_CHECK_SAMPLES)):
         folder.mkdir(exist_ok=True)
@@ -108,7 +107,7 @@ def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: Sequence[Sa
         for kind, arrays in (("in", sample), ("out", ref)):
             for j, (name, arr) in enumerate(arrays.items()):
                 path = folder / f"s{i}.{kind}{j}.bin"
-                note_written(path)
+                run.written(path)
                 np.ascontiguousarray(np.asarray(arr).astype(types.get(name, np.asarray(arr).dtype))).tofile(path)
                 files[kind][name] = f"{TRTEXEC_IO}/{path.name}"
         shapes = {n: tuple(int(d) for d in np.shape(a)) for n, a in sample.items() if n in dynamic}
@@ -116,7 +115,7 @@ def write_trtexec_io(out_dir: Path, fixed: onnx.ModelProto, samples: Sequence[Sa
     return pairs
 
 
-def save_polygraphy_io(out_dir: Path, samples: Sequence[Sample], refs: Sequence[dict]) -> None:
+def save_polygraphy_io(run: RunDir, samples: Sequence[Sample], refs: Sequence[dict]) -> None:
     """inputs.json and reference_outputs.json in polygraphy's formats (--load-inputs, --load-outputs): the
     samples the capture ran on (at most `capture.max_samples`, every shape group), not thousands."""
     from polygraphy.comparator import IterationResult, RunResults
@@ -125,8 +124,9 @@ def save_polygraphy_io(out_dir: Path, samples: Sequence[Sample], refs: Sequence[
 
     G_LOGGER.module_severity = G_LOGGER.ERROR  # polygraphy's own progress lines are noise here
 
-    note_written(out_dir / "inputs.json")
-    note_written(out_dir / "reference_outputs.json")
+    out_dir = run.root
+    run.written(out_dir / "inputs.json")
+    run.written(out_dir / "reference_outputs.json")
     with _without_torch():
         save_json([dict(s) for s in samples], str(out_dir / "inputs.json"))
         results = RunResults()

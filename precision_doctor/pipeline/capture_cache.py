@@ -22,9 +22,9 @@ from typing import Protocol
 from precision_doctor.data.activations import ActivationStore
 from precision_doctor.data.workload import Workload
 from precision_doctor.fingerprint import code_fingerprint
-from precision_doctor.manifest import note_written
 from precision_doctor.pipeline.compare import ACTIVATIONS
 from precision_doctor.pipeline.settings import samples_hash
+from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import RunSpec
 
 _SAMPLES = "the search samples themselves are hashed into the key"
@@ -92,17 +92,17 @@ def capture_key(spec: RunSpec, work: Workload) -> str:
 
 
 @contextmanager
-def shared_capture(cache: CaptureCache | None, spec: RunSpec, work: Workload, out_dir: Path) -> Iterator[bool]:
-    """Around a run's capture step: yields True when `out_dir/activations.h5` was taken from `cache`
+def shared_capture(cache: CaptureCache | None, spec: RunSpec, work: Workload, run: RunDir) -> Iterator[bool]:
+    """Around a run's capture step: yields True when `run/activations.h5` was taken from `cache`
     (the run then only reads it), else False, and the capture the body made is put in the cache
     (before anything is appended to it). Without a cache: False, nothing else."""
     if cache is None:
         yield False
         return
     key = capture_key(spec, work)
-    path = out_dir / ACTIVATIONS
+    path = run.root / ACTIVATIONS
     with cache.lock(key):
-        note_written(path)  # the run directory's manifest lists a capture taken from the cache too
+        run.written(path)  # the run directory's manifest lists a capture taken from the cache too
         if cache.get(key, path):
             with ActivationStore(path, "a") as store:  # this run's own names, as a capture made here has them
                 store.set_attrs(model_path=str(work.model.path or ""), tolerance=spec.tolerance.to_dict(),

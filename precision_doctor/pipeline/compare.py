@@ -21,7 +21,6 @@ from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.jsonio import write_json, write_text_atomic
-from precision_doctor.manifest import note_written
 from precision_doctor.measure.analysis import (
     Analysis,
     analyse,
@@ -33,6 +32,7 @@ from precision_doctor.measure.analysis import (
 )
 from precision_doctor.measure.capture import capture, capture_run, run_in_groups
 from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import CaptureSpec
 
 ACTIVATIONS = "activations.h5"
@@ -59,9 +59,11 @@ def capture_and_analyse(
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
     rules: str | None = None,
+    writer: RunDir | None = None,
 ) -> Analysis:
-    """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed) and analyse
-    it; the analysis is kept in the file (`reanalyse` reads it back). The capture runs on `work.capture` (chosen
+    """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed; `writer`: the run
+    directory `out_dir` is, whose manifest lists it) and analyse it; the analysis is kept in the file
+    (`reanalyse` reads it back). The capture runs on `work.capture` (chosen
     here when not yet: `capture.max_samples` spread over the shape groups). The low-precision runs follow the
     emulation `rules` (`backends.rules`)."""
     fmt = get_format(precision)
@@ -72,8 +74,9 @@ def capture_and_analyse(
     samples = work.captured()
     attrs = {"tolerance": tolerance.to_dict(), "input_source": work.describe(),
              "captured": [samples.label(i) for i in range(len(samples))]}
-    note_written(tmp)
-    note_written(final)
+    if writer is not None:
+        writer.written(tmp)
+        writer.written(final)
     capture(work.model, samples, fmt, tmp, fallback, group_mb=settings.group_mb, compression=settings.compression,
             attrs=attrs, progress=progress, stop=stop, rules=rules)
     with ActivationStore(tmp, "a") as store:
@@ -91,9 +94,10 @@ def capture_and_analyse(
     return analysis
 
 
-def write_layer_tables(out_dir: Path, analysis: Analysis) -> None:
-    write_json(out_dir / "layers.json", analysis.to_dict())
-    write_text_atomic(out_dir / "layers.csv", analysis.layers_csv())
+def write_layer_tables(run: RunDir, analysis: Analysis) -> None:
+    """layers.json and layers.csv in `run`."""
+    write_json(run.root / "layers.json", analysis.to_dict(), writer=run)
+    write_text_atomic(run.root / "layers.csv", analysis.layers_csv(), writer=run)
 
 
 def run_compare(
@@ -106,9 +110,11 @@ def run_compare(
     stop: StopToken | None = None,
     rules: str | None = None,
 ) -> CompareResult:
+    """`compare`: capture and analyse into the run directory `out_dir` (its manifest lists what is written)."""
+    run = RunDir(out_dir)
     analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress, stop=stop,
-                                   rules=rules)
-    write_layer_tables(out_dir, analysis)
+                                   rules=rules, writer=run)
+    write_layer_tables(run, analysis)
     notes = emulation_notes(work.model, get_format(precision), [n.name for n in work.model.candidates])
     return CompareResult(out_dir, analysis, notes)
 
@@ -135,18 +141,21 @@ class FixedRun:
 def capture_fixed(
     path: Path, model: Model, fmt: Format, samples: Sequence[Sample], fallback: frozenset[str], settings: CaptureSpec,
     progress: ProgressSink | None = None, stop: StopToken | None = None, rules: str | None = None,
+    writer: RunDir | None = None,
 ) -> FixedRun:
-    """Capture the emulated run with the fallback set (run `fixed` of the store at `path`, under the
-    emulation `rules`). With `capture.keep` all (the only setting that keeps every tensor) the run is added to
-    a copy of the store, renamed over `path` when complete: an interruption or a full disk leaves the store as it
-    was (a resumed run reads it). Otherwise the run is not stored: its errors are computed as it runs
-    (`fixed_errors`), no copy of the store is made, and its graph outputs come back for the summary."""
+    """Capture the emulated run with the fallback set (run `fixed` of the store at `path`, under the emulation
+    `rules`). With `capture.keep` all (the only setting that keeps every tensor) the run is added to a copy of
+    the store, renamed over `path` when complete: an interruption or a full disk leaves the store as it was (a
+    resumed run reads it; `writer`: the run directory `path` is in, whose manifest lists the copy). Otherwise
+    the run is not stored: its errors are computed as it runs (`fixed_errors`), no copy of the store is made,
+    and its graph outputs come back for the summary."""
     gated = gated_graph(model, fmt, rules=rules)
     names = [t for n in model.nodes for t in n.float_outputs]
     if settings.keep != "all":
         return fixed_errors(path, gated, model, fmt, samples, fallback, settings, progress, stop)
     tmp = path.with_name(f".{path.name}.partial")
-    note_written(tmp)
+    if writer is not None:
+        writer.written(tmp)
     try:
         storage.check_room(tmp, path.stat().st_size)
         shutil.copyfile(path, tmp)

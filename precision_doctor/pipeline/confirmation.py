@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from precision_doctor.backends.base import Backend, check_only
+from precision_doctor.backends.base import Backend, check_only_name
 from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes, unconfirmed_parts
@@ -59,13 +59,14 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     assert found is not None
     oracle = Oracle(
         backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, budget=budget,
-        checkpoint=out_dir / CONFIRM_CHECKPOINT, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop,
+        checkpoint=out_dir / CONFIRM_CHECKPOINT, writer=ctx.run_dir, on_evaluation=evaluation_events(ctx.progress),
+        stop=ctx.stop,
     )
     if ctx.resume:
         oracle.load_checkpoint()
     elif (out_dir / CONFIRM_CHECKPOINT).exists():
         (out_dir / CONFIRM_CHECKPOINT).unlink()
-    prune_after = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
+    prune_after = not backend.check_only  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
     keep = len(found) > PRUNE_MAX or searched_on_gpu
     pruned_searched = prune_after and not keep
     prune_added = prune_after and not searched_on_gpu
@@ -124,7 +125,7 @@ def certification(
         return None
     if knobs is not None and knobs.changed_answer:
         return Certification(knobs.backend, "knobs", knobs.samples, knobs.backend in GPU_BACKENDS)
-    if confirmed is not None and confirmed.passed and not check_only(confirmed.backend):
+    if confirmed is not None and confirmed.passed and not check_only_name(confirmed.backend):
         return Certification(confirmed.backend, "confirmation", confirmed.samples or 0, confirmed.backend in GPU_BACKENDS)
     held = validation is not None and (validation.passed or bool(validation.passed_after_research))
     samples = n_search + (validation.samples if held else 0)

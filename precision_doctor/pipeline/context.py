@@ -25,6 +25,7 @@ from precision_doctor.measure.headroom import SampleShare
 from precision_doctor.outcome import Decider, Outcome, RunStatus
 from precision_doctor.pipeline.search_loop import Loop
 from precision_doctor.results.report import Confirm, ExpectedHeadroom, HeldOutChoice, KnobsResult, TwoAnswers, Validation
+from precision_doctor.runfiles import RunDir
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, Verdict
 from precision_doctor.search.space import SearchSpace
@@ -33,15 +34,21 @@ from precision_doctor.spec import RunSpec
 
 @dataclass(kw_only=True)
 class StepContext:
-    """What every step reads: the settings (`spec`: those the verdict is checked at), the run directory, the
-    search space, and how the caller follows (`progress`), stops (`stop`) and resumes (`resume`) the run."""
+    """What every step reads: the settings (`spec`: those the verdict is checked at), the run directory (`run_dir`:
+    what writes there records each file in its manifest through it), the search space, and how the caller follows
+    (`progress`), stops (`stop`) and resumes (`resume`) the run."""
 
     spec: RunSpec
-    out_dir: Path
+    run_dir: RunDir
     space: SearchSpace
     progress: ProgressSink | None = None
     stop: StopToken | None = None
     resume: bool = False
+
+    @property
+    def out_dir(self) -> Path:
+        """The run directory's path."""
+        return self.run_dir.root
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,6 @@ import contextlib
 import time
 from pathlib import Path
 
-from precision_doctor.backends.base import check_only
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import GPU_BACKENDS, make_backend, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
@@ -70,6 +69,7 @@ from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
 from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob
+from precision_doctor.runfiles import RunDir
 from precision_doctor.search import Oracle
 from precision_doctor.search.space import SearchSpace, build_space
 from precision_doctor.spec import RunSpec
@@ -115,25 +115,26 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
              capture_cache: CaptureCache | None, t0: float) -> RunContext:
     """Open the backends, check the run's settings against a resumed run's, compute the references and score the
     search samples (the counterexample-guided search's start), capture (or reuse the capture) and analyse, build
-    the search space and set up the search's oracle on the working set."""
-    model, b = work.model, spec.backends
+    the search space and set up the search's oracle on the working set. The run directory's `RunDir` is made here,
+    once: what writes there records through it."""
+    model, b, run = work.model, spec.backends, RunDir(out_dir)
     plan = plan_backends(b.backend, b.confirm_backend)  # auto: on a CUDA GPU ort-cuda-gated, confirmed on ort-cuda
     backend = owned.enter_context(contextlib.closing(
         make_backend(plan.search, model, spec.precision, model.outputs, rules=b.rules)))
     confirm_backend = owned.enter_context(contextlib.closing(
         make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend", rules=b.rules)
     )) if plan.confirm else None
-    check_run_settings(out_dir, run_settings(work, spec, held, _all_references(work)), resume)
-    work.keep_in(out_dir)  # a data loader script's samples: a resumed run reads them there
+    check_run_settings(run, run_settings(work, spec, held, _all_references(work)), resume)
+    work.keep_in(run)  # a data loader script's samples: a resumed run reads them there
 
     notify(progress, PhaseEvent("reference"))
     ref = owned.enter_context(ReferenceRunner(model))  # its session closed with the backends
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, held_refs = work.references, work.held_references or []
     else:  # computed when first needed, kept in references.h5
-        ref_file = owned.enter_context(contextlib.closing(ReferenceFile(out_dir / REFERENCES)))
+        ref_file = owned.enter_context(contextlib.closing(ReferenceFile(out_dir / REFERENCES, run)))
         refs, held_refs = ReferenceSet(work.samples, ref.run, ref_file), ReferenceSet(held, ref.run, ref_file, "held")
-    loop = start_loop(backend, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume),
+    loop = start_loop(backend, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
 
     notify(progress, PhaseEvent("capture"))
@@ -143,11 +144,11 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     if resume and whole(out_dir / ACTIVATIONS):  # a summary (pipeline/keep.py) or no capture: capture again
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:
-        with shared_capture(capture_cache, spec, work, out_dir) as reused:
+        with shared_capture(capture_cache, spec, work, run) as reused:
             analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
                 work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
-                rules=b.rules)
-    write_layer_tables(out_dir, analysis)
+                rules=b.rules, writer=run)
+    write_layer_tables(run, analysis)
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
     space = build_space(model, analysis, get_format(spec.precision), spec.search.cost, cost_model=cm)
 
@@ -156,14 +157,14 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     budget = budget_of(spec.search)
     oracle = Oracle(
         backend, samples, sample_refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
-        checkpoint=out_dir / CHECKPOINT, on_evaluation=evaluation_events(progress), stop=stop,
+        checkpoint=out_dir / CHECKPOINT, writer=run, on_evaluation=evaluation_events(progress), stop=stop,
     )
     if resume:
         oracle.load_checkpoint()
     elif (out_dir / CHECKPOINT).exists():
         (out_dir / CHECKPOINT).unlink()  # our own file from an earlier forced run
     return RunContext(
-        spec=spec, out_dir=out_dir, space=space, progress=progress, stop=stop, resume=resume, work=work,
+        spec=spec, run_dir=run, space=space, progress=progress, stop=stop, resume=resume, work=work,
         analysis=analysis, backends=Backends(plan, backend, confirm_backend),
         references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget, loop=loop, owned=owned,
         t0=t0,
@@ -239,7 +240,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         f.confirmed = Confirm(backend.name, sorted(outcome.found), passed=None, skipped=(
             f"the search ended early ({outcome.status}); the answer is the searched one, not confirmed"))
     if f.headroom is not None and f.probed and f.confirmed.passed and outcome.found is not None \
-            and not check_only(backend.name):
+            and not backend.check_only:
         f.headroom = confirmed_headroom(f.headroom, backend, outcome.found, f.unseen, f.validation, ctx.spec,
                                         user_share(ctx.spec, f.confirm_verdict))
     return outcome
@@ -263,7 +264,7 @@ def _answers(ctx: RunContext, outcome: Outcome) -> Outcome:
     """When the run grew its answer from a smaller one it found first (counterexamples, the probe's second search,
     held-out failures), keep both: the smaller one checked on the held-out samples (its measured failure rate)."""
     b, c = ctx.backends, ctx.findings.confirmed
-    there = b.confirm is not None and c is not None and c.passed and not check_only(b.confirm.name)
+    there = b.confirm is not None and c is not None and c.passed and not b.confirm.check_only
     ctx.findings.answers = two_answers(ctx, outcome.found, backend=b.confirm if there else b.search)
     return outcome
 
@@ -283,6 +284,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     the capture reduced to what `capture.keep` keeps."""
     notify(ctx.progress, PhaseEvent("artifacts"))
     spec, work, out_dir, f, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
+    run = ctx.run_dir
     fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search
     passed = outcome.found is not None
     final = outcome.found if outcome.found is not None else frozenset()
@@ -290,10 +292,10 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     produced, fixed = Produced(), None
     if passed:
         fixed = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
-                              ctx.progress, ctx.stop, rules=rules)
-        written = write_artifacts(out_dir, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
+                              ctx.progress, ctx.stop, rules=rules, writer=run)
+        written = write_artifacts(run, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
                                   shapes)
-        trt_check, engine = tensorrt_steps(out_dir, work.model, final, spec, written, knobs, shapes)
+        trt_check, engine = tensorrt_steps(run, work.model, final, spec, written, knobs, shapes)
         produced = Produced(fixed.errors, written, trt_check, engine)
     validation, headroom = f.validation, f.headroom
     notes = notes_for(work.model, fmt, backend, final) if passed else []
@@ -316,8 +318,8 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,
     )
     report.service_job = service_job
-    report = write_report(out_dir, report)
-    keep_capture(out_dir, spec.capture.keep, outcome.status, work.model.outputs,
+    report = write_report(run, report)
+    keep_capture(run, spec.capture.keep, outcome.status, work.model.outputs,
                  {FIXED_RUN: fixed} if fixed is not None and fixed.outputs is not None else None)
     return report
 

@@ -14,12 +14,10 @@ from the checkpoint: no evaluation is repeated.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from precision_doctor.data.activations import ExtraRun, summarize, summary_path
-from precision_doctor.manifest import note_written
 from precision_doctor.outcome import RunStatus
 from precision_doctor.pipeline.compare import ACTIVATIONS, FixedRun
+from precision_doctor.runfiles import RunDir
 
 CONTINUABLE = (RunStatus.INTERRUPTED,)  # runs cut off: the ones resumed as a rule (a service job given back)
 ARTIFACT_KEYS = {"all": "activations", "summary": "activations_summary"}  # report.json's `artifacts` key per kept form
@@ -36,17 +34,17 @@ def capture_artifact(keep: str, status: RunStatus | str | None) -> dict[str, str
     return {key: ACTIVATIONS} if key else {}
 
 
-def keep_capture(out_dir: Path, keep: str, status: RunStatus | str | None, outputs: list[str],
+def keep_capture(run: RunDir, keep: str, status: RunStatus | str | None, outputs: list[str],
                  unstored: dict[str, FixedRun] | None = None) -> None:
     """Reduce `out_dir`'s activations.h5 to what `keep` keeps (`outputs`: the graph outputs); `unstored`: runs
     computed without being stored in it (the fixed run), whose graph outputs a summary keeps as if they were."""
-    path = out_dir / ACTIVATIONS
+    path = run.root / ACTIVATIONS
     what = kept(keep, status)
     if what == "all" or not path.is_file():
         return
     if what == "none":
         path.unlink()
         return
-    note_written(summary_path(path))
+    run.written(summary_path(path))
     extra = {run: ExtraRun(r.outputs or {}, r.attrs) for run, r in (unstored or {}).items()}
     summarize(path, outputs, extra)

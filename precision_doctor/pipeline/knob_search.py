@@ -15,7 +15,6 @@ import contextlib
 import re
 import time
 
-from precision_doctor import manifest
 from precision_doctor.backends import knobs
 from precision_doctor.backends.base import Backend
 from precision_doctor.control import PhaseEvent, notify
@@ -58,7 +57,7 @@ class _Oracles:
         self.dir.mkdir(exist_ok=True)
         if not ctx.resume:
             for old in self.dir.glob("*.jsonl"):  # our own files from an earlier forced run (nobody else's)
-                if manifest.ours(old):
+                if ctx.run_dir.ours(old):
                     old.unlink()
 
     def __getitem__(self, config: knobs.KnobConfig) -> Oracle:
@@ -67,6 +66,7 @@ class _Oracles:
                 knobs.knob_backend(self.family, self.model, self.ctx.spec.precision, self.model.outputs, config)))
             oracle = Oracle(backend, self.samples, self.refs, self.ctx.spec.search_tolerance,
                             cost_of=self.ctx.space.cost, checkpoint=self.dir / checkpoint_name(config),
+                            writer=self.ctx.run_dir,
                             on_evaluation=evaluation_events(self.ctx.progress), stop=self.ctx.stop)
             if self.ctx.resume:
                 oracle.load_checkpoint()

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import datetime as _dt
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from precision_doctor import __version__
-from precision_doctor.backends.base import check_only
+from precision_doctor.backends.base import check_only_name
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import get_format
@@ -43,6 +42,7 @@ from precision_doctor.results.report import (
     TwoAnswers,
     Validation,
 )
+from precision_doctor.runfiles import RunDir
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Verdict
 from precision_doctor.search.space import SearchSpace
@@ -187,7 +187,7 @@ def _one_minimal_checked(oracle: Oracle, fallback: frozenset[str] | None, confir
     (a knob search's answer: not checked; a confirmation that passed on a backend that decides: its own)."""
     if by_knobs:
         return False
-    if confirm is not None and confirm.passed and not check_only(confirm.backend):
+    if confirm is not None and confirm.passed and not check_only_name(confirm.backend):
         return confirm.one_minimal_checked
     return oracle.one_minimal_checked(fallback)
 
@@ -228,13 +228,13 @@ def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[st
     ]
 
 
-def write_report(out_dir: Path, report: Report) -> Report:
-    """report.json, report.md and report.html, each written atomically. The renderers get the report as
-    read back from its JSON (plain Python numbers), exactly what a later `rerender` gives them."""
+def write_report(run: RunDir, report: Report) -> Report:
+    """report.json, report.md and report.html, each written atomically into `run`. The renderers get the report
+    as read back from its JSON (plain Python numbers), exactly what a later `rerender` gives them."""
     from precision_doctor.render import write_reports
 
     data = report.to_json()
-    write_json(out_dir / REPORT, data)
-    stored = Report.from_json(data, str(out_dir / REPORT))
-    write_reports(stored, out_dir)
+    write_json(run.root / REPORT, data, writer=run)
+    stored = Report.from_json(data, str(run.root / REPORT))
+    write_reports(stored, run)
     return stored

@@ -25,11 +25,11 @@ from precision_doctor.backends.base import Backend
 from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.jsonio import as_float, jsonable
-from precision_doctor.manifest import note_written
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.strategy import StrategyFn, run_strategy
 from precision_doctor.results.report import SearchRound, SearchRounds
+from precision_doctor.runfiles import RunDir
 from precision_doctor.search import STRATEGIES, Oracle
 from precision_doctor.search.auto import polish, repair
 from precision_doctor.search.cegis import (
@@ -76,8 +76,8 @@ class RoundLog:
     """ROUNDS_LOG of a run directory: the scores, then one JSON line per finished round. Without `resume` an
     earlier file of ours is removed; with it, its records are what the loop does not repeat."""
 
-    def __init__(self, path: Path | None, resume: bool):
-        self.path, self._noted = path, False
+    def __init__(self, path: Path | None, resume: bool, writer: RunDir | None = None):
+        self.path, self.writer, self._noted = path, writer, False
         self.records: list[dict] = []
         if path is None:
             return
@@ -109,8 +109,8 @@ class RoundLog:
     def _append(self, record: dict) -> None:
         if self.path is None:
             return
-        if not self._noted:
-            note_written(self.path)
+        if not self._noted and self.writer is not None:
+            self.writer.written(self.path)
             self._noted = True
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps(jsonable(record)) + "\n")

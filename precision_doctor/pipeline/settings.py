@@ -22,6 +22,7 @@ from precision_doctor.data.samples import SampleSet
 from precision_doctor.data.workload import Workload
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.jsonio import jsonable, read_json, write_json
+from precision_doctor.runfiles import RunDir
 from precision_doctor.search.cegis import COUNTEREXAMPLES, MAX_ROUNDS, START
 from precision_doctor.spec import RunSpec, file_sha256
 
@@ -148,10 +149,11 @@ def _recorded(path: Path) -> dict:
     return data
 
 
-def check_run_settings(out_dir: Path, settings: dict, resume: bool) -> None:
+def check_run_settings(run: RunDir, settings: dict, resume: bool) -> None:
     """Record the settings of a run; refuse to resume one made with other settings (SettingsDiffer). Runs
     from before this file existed resume unchecked; keys an older version did not record are not compared,
     but for `copies` (how perturbed copies are made), which is "noise" where it recorded `augment`."""
+    out_dir = run.root
     path = out_dir / RUN_SETTINGS
     if resume and path.exists():
         old = _recorded(path)
@@ -166,4 +168,4 @@ def check_run_settings(out_dir: Path, settings: dict, resume: bool) -> None:
         if diff:
             shown = ", ".join(f"{k} {old.get(k)!r} then, {settings.get(k)!r} now" for k in diff)
             raise SettingsDiffer(out_dir, shown, recorded_spec(out_dir))
-    write_json(path, settings)
+    write_json(path, settings, writer=run)

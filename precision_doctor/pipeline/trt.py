@@ -17,6 +17,7 @@ from precision_doctor.backends.tensorrt.availability import missing_library
 from precision_doctor.backends.tensorrt.library import LABELS
 from precision_doctor.errors import UserError
 from precision_doctor.results.report import EngineResult, Report, TrtCheckResult, TrtLayerMismatch
+from precision_doctor.runfiles import RunDir
 
 if TYPE_CHECKING:
     from precision_doctor.backends.tensorrt.build import ShapeRange
@@ -76,10 +77,12 @@ def engine_knobs(config: knobs.KnobConfig | None) -> dict:
     return {"tactic_sources": parse_tactic_sources(kwargs["tactic_sources"]), "tf32": kwargs["tf32"]}
 
 
-def build_fixed(run_dir: Path, targets: Sequence[str] | None, config: knobs.KnobConfig | None = None,
+def build_fixed(run: RunDir, targets: Sequence[str] | None, config: knobs.KnobConfig | None = None,
                 input_shapes: Mapping[str, Sequence[int] | ShapeRange] | None = None) -> EngineResult:
-    """Build `run_dir/fixed.plan` from `run_dir/fixed.onnx` (TensorRT-RTX: for `targets`, default its portable
-    set; TensorRT: for the GPU present), caches in `run_dir`; the result, or why it was not built."""
+    """Build `run/fixed.plan` from `run/fixed.onnx` (TensorRT-RTX: for `targets`, default its portable
+    set; TensorRT: for the GPU present), caches in `run` (its manifest lists them); the result, or why it was not
+    built."""
+    run_dir = run.root
     from precision_doctor.backends.tensorrt.build import build_engine
 
     lib, why = _library()
@@ -90,7 +93,7 @@ def build_fixed(run_dir: Path, targets: Sequence[str] | None, config: knobs.Knob
     shapes = dict(input_shapes or {})
     try:
         b = build_engine(run_dir / FIXED_ONNX, run_dir / FIXED_PLAN, lib=lib, compute_capabilities=targets,
-                         cache_dir=run_dir, input_shapes=shapes, **engine_knobs(config))
+                         cache_dir=run_dir, input_shapes=shapes, writer=run, **engine_knobs(config))
     except UserError as exc:
         return EngineResult(built=False, reason=str(exc))
     cache = b.timing_cache or b.runtime_cache
@@ -135,12 +138,13 @@ def engine_for_run(run_dir: Path, targets: Sequence[str] | None) -> EngineResult
         raise UserError(f"{run_dir}: the run found no passing set (no fixed.onnx), so there is no engine to build")
     writes = [REPORT_JSON, *report_files(report).values(), *ENGINE_FILES]
     with updating(run_dir, writes):
-        return _engine_for_run(run_dir, report, fixed, targets)
+        return _engine_for_run(RunDir(run_dir), report, fixed, targets)
 
 
-def _engine_for_run(run_dir: Path, report: Report, fixed: Path, targets: Sequence[str] | None) -> EngineResult:
+def _engine_for_run(run: RunDir, report: Report, fixed: Path, targets: Sequence[str] | None) -> EngineResult:
     from precision_doctor.pipeline.reporting import write_report
 
+    run_dir = run.root
     lib, why = _library()
     if lib is None:
         raise UserError(f"cannot build {FIXED_PLAN}: {why}")
@@ -158,25 +162,25 @@ def _engine_for_run(run_dir: Path, report: Report, fixed: Path, targets: Sequenc
         samples = read_polygraphy_json(run_dir / "inputs.json", MAX_ELEMENTS, where=str(run_dir / "inputs.json"))
         shapes = dynamic_input_shapes(fixed, samples[0] if isinstance(samples, list) and samples
                                       and isinstance(samples[0], dict) else None)
-    result = build_fixed(run_dir, targets, config, shapes)
+    result = build_fixed(run, targets, config, shapes)
     report.engine = result
     if result.built and result.plan:
         report.artifacts = {**report.artifacts, "engine": result.plan}
-    write_report(run_dir, report)
+    write_report(run, report)
     return result
 
 
-def tensorrt_steps(out_dir: Path, model: Model, final: frozenset[str], spec: RunSpec, written: Written,
+def tensorrt_steps(run: RunDir, model: Model, final: frozenset[str], spec: RunSpec, written: Written,
                    knob_outcome: KnobOutcome | None, shapes: Sequence[InputShape]) -> tuple[TrtCheckResult, EngineResult | None]:
     """After the artifacts of a passing run: `trt_check` of fixed.onnx, then the fixed engine when
     `artifacts.engine` asks for it (built with the knob configuration found, if a TensorRT one, and an
     optimization profile spanning the shapes the samples gave the dynamic inputs)."""
-    fixed = out_dir / FIXED_ONNX
+    fixed = run.root / FIXED_ONNX
     check = check_fixed(fixed, final, [n.name for n in model.candidates], spec.precision, written.forced)
     engine = None
     if spec.artifacts.engine:
         config = knob_outcome.emitted if knob_outcome is not None else None
-        engine = build_fixed(out_dir, spec.artifacts.targets, config, profile_shapes(fixed, shapes))
+        engine = build_fixed(run, spec.artifacts.targets, config, profile_shapes(fixed, shapes))
     return check, engine
 
 

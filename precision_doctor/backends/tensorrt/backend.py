@@ -37,6 +37,7 @@ from precision_doctor.backends.tensorrt.library import TrtLibrary, load_library,
 from precision_doctor.backends.tensorrt.tactics import parse_tactic_sources
 from precision_doctor.errors import UserError
 from precision_doctor.graph.model import Model
+from precision_doctor.runfiles import RunDir
 
 APIS = ("auto", "weak", "strong")
 PRECISIONS = ("fp16", "bf16")
@@ -90,7 +91,8 @@ class TrtEngineRunner:
     float32. `engine_bytes` is the serialized engine (write it out as the fixed `.plan`);
     `layers` are the layers forced to FP32 (weak typing) and `unmapped` the fallback nodes that no
     layer came from. With TensorRT-RTX, `runtime_cache` (loaded if present, saved on `close`) keeps
-    the kernels its JIT compiles, so later runs of the same engine start faster."""
+    the kernels its JIT compiles, so later runs of the same engine start faster; `writer`: the run directory
+    it is in (its manifest lists it), None: not recorded."""
 
     def __init__(
         self,
@@ -101,6 +103,7 @@ class TrtEngineRunner:
         unmapped: Sequence[str] = (),
         lib: TrtLibrary | None = None,
         runtime_cache: Path | None = None,
+        writer: RunDir | None = None,
     ):
         lib = lib or load_library()
         use_library_in_polygraphy(lib)
@@ -113,6 +116,7 @@ class TrtEngineRunner:
         self.layers = list(layers)
         self.unmapped = list(unmapped)
         self.runtime_cache = runtime_cache if lib.is_rtx else None
+        self.writer = writer
         self._cache = None
         engine = engine_from_bytes(engine_bytes)
         context = None
@@ -151,11 +155,10 @@ class TrtEngineRunner:
             runner.deactivate()
         cache = getattr(self, "_cache", None)
         if cache is not None and self.runtime_cache is not None:
-            from precision_doctor.manifest import note_written
-
             tmp = self.runtime_cache.with_name(f".{self.runtime_cache.name}.partial")
-            note_written(tmp)
-            note_written(self.runtime_cache)
+            if self.writer is not None:
+                self.writer.written(tmp)
+                self.writer.written(self.runtime_cache)
             tmp.write_bytes(bytes(cache.serialize()))
             tmp.replace(self.runtime_cache)
             self._cache = None
@@ -201,10 +204,12 @@ class TrtBackend:
     instead. `api`: "auto" (weak where the library has weak typing, i.e. TensorRT 10, else strong),
     "weak" or "strong". `input_shapes`: fixed shapes for dynamic inputs (min = opt = max).
     `library`: "tensorrt" or "tensorrt_rtx" (default: the first that imports). `tf32`: let FP32
-    layers use TF32 (off: they compute in true FP32, as the emulator assumes).
+    layers use TF32 (off: they compute in true FP32, as the emulator assumes). `writer`: the run directory
+    `work_dir` is, whose manifest lists what the backend writes there (None: not recorded).
     """
 
     name = "tensorrt"
+    check_only = False
 
     def __init__(
         self,
@@ -222,6 +227,7 @@ class TrtBackend:
         verbose: bool = False,
         library: str | None = None,
         tf32: bool = False,
+        writer: RunDir | None = None,
     ):
         if precision not in PRECISIONS:
             raise UserError(f"TensorRT backend: precision must be one of {', '.join(PRECISIONS)}, got '{precision}'")
@@ -261,6 +267,7 @@ class TrtBackend:
         self.runtime_cache = self.work_dir / RUNTIME_CACHE
         self._onnx_path = Path(onnx_path) if onnx_path is not None else None
         self._mixed_builder = mixed_builder
+        self.writer = writer
 
     # -- Backend protocol ----------------------------------------------------------------------
 
@@ -273,7 +280,8 @@ class TrtBackend:
             data, layers, unmapped = self._build_weak(fallback)
         else:
             data, layers, unmapped = self._build_strong(fallback), [], []
-        return TrtEngineRunner(data, self.output_names, self.mode, layers, unmapped, self.lib, self.runtime_cache)
+        return TrtEngineRunner(data, self.output_names, self.mode, layers, unmapped, self.lib, self.runtime_cache,
+                               self.writer)
 
     # -- building ------------------------------------------------------------------------------
 
@@ -292,7 +300,7 @@ class TrtBackend:
         from precision_doctor.graph.toolnames import model_for_tools
 
         if self._onnx_path is None:  # TensorRT must see the node names the fallback set uses
-            self._onnx_path = model_for_tools(self.model, self.work_dir)
+            self._onnx_path = model_for_tools(self.model, self.work_dir, self.writer)
         return self._onnx_path
 
     def _settings(self, weak: bool) -> BuildSettings:
@@ -309,7 +317,7 @@ class TrtBackend:
     def _engine_bytes(self, parsed, weak: bool) -> bytes:
         if self.output_names != list(self.model.outputs):
             _mark_outputs(parsed.network, self.output_names)
-        return build_serialized(parsed, self._settings(weak))[0]
+        return build_serialized(parsed, self._settings(weak), self.writer)[0]
 
     def _build_weak(self, fallback: frozenset[str]) -> tuple[bytes, list[str], list[str]]:
         parsed = parse_onnx(self.lib, self._weak_onnx_path(), strongly_typed=False)
@@ -336,7 +344,7 @@ class TrtBackend:
         from precision_doctor.graph.toolnames import save_model
 
         key = hashlib.sha256("\n".join(sorted(fallback)).encode()).hexdigest()[:16]
-        path = save_model(self._mixed_model(fallback), self.work_dir / f"mixed_{key}.onnx")
+        path = save_model(self._mixed_model(fallback), self.work_dir / f"mixed_{key}.onnx", self.writer)
         try:
             return self._engine_bytes(parse_onnx(self.lib, path, strongly_typed=True), weak=False)
         finally:

@@ -23,6 +23,7 @@ from typing import Any
 from precision_doctor.backends.tensorrt.library import CC, TrtLibrary, format_cc, parse_cc
 from precision_doctor.backends.tensorrt.tactics import TacticSpec, resolve_tactic_sources
 from precision_doctor.errors import UserError
+from precision_doctor.runfiles import RunDir
 
 WEAK_PRECISION_FLAGS = {"fp16": "FP16", "bf16": "BF16"}
 ShapeRange = tuple[Sequence[int], Sequence[int], Sequence[int]]  # (min, opt, max) of a dynamic input
@@ -247,9 +248,11 @@ def _set_targets(lib: TrtLibrary, config, settings: BuildSettings) -> None:
                 raise UserError(f"{lib.label} refused target compute capability {major}.{minor}")
 
 
-def build_serialized(parsed: ParsedNetwork, settings: BuildSettings) -> tuple[bytes, list[str] | None]:
+def build_serialized(parsed: ParsedNetwork, settings: BuildSettings,
+                     writer: RunDir | None = None) -> tuple[bytes, list[str] | None]:
     """Build the engine: (serialized engine, tactic sources enabled when `settings` named some);
-    UserError with TensorRT's first error when the build fails."""
+    UserError with TensorRT's first error when the build fails. `writer`: the run directory the timing cache
+    is in (its manifest lists it), None: not recorded."""
     config, tactic_names = make_config(parsed, settings)
     data = parsed.builder.build_serialized_network(parsed.network, config)
     if data is None:
@@ -258,16 +261,15 @@ def build_serialized(parsed: ParsedNetwork, settings: BuildSettings) -> tuple[by
     if settings.timing_cache is not None and not parsed.lib.is_rtx:
         cache = config.get_timing_cache()
         if cache is not None:
-            _write_atomic(settings.timing_cache, bytes(cache.serialize()))
+            _write_atomic(settings.timing_cache, bytes(cache.serialize()), writer)
     return bytes(data), tactic_names
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    from precision_doctor.manifest import note_written
-
+def _write_atomic(path: Path, data: bytes, writer: RunDir | None) -> None:
     tmp = path.with_name(f".{path.name}.partial")
-    note_written(tmp)  # in a run directory (fixed.plan, its caches), its manifest lists them
-    note_written(path)
+    if writer is not None:  # in a run directory (fixed.plan, its caches), its manifest lists them
+        writer.written(tmp)
+        writer.written(path)
     tmp.write_bytes(data)
     tmp.replace(path)
 
@@ -313,13 +315,15 @@ def build_engine(
     cache_dir: str | Path | None = None,
     input_shapes: Mapping[str, Sequence[int] | ShapeRange] | None = None,
     builder_optimization_level: int | None = None,
+    writer: RunDir | None = None,
 ) -> EngineBuild:
     """Build `onnx_path` (a strongly typed, mixed-precision graph such as fixed.onnx) into `plan_path`.
 
     TensorRT-RTX builds ahead of time, no GPU needed, for `compute_capabilities` (e.g. ["8.6", "12.0"];
     default: the library's portable set). TensorRT builds for the GPU present (a UserError without
     one). `cache_dir` (default: the plan's folder) keeps TensorRT's `timing.cache`; for TensorRT-RTX
-    it is where `runtime.cache` goes when the engine runs here (nothing to cache at build time).
+    it is where `runtime.cache` goes when the engine runs here (nothing to cache at build time). `writer`: the
+    run directory the plan and its cache are written in (its manifest lists them), None: not recorded.
     """
     from precision_doctor.backends.tensorrt.library import load_library
 
@@ -338,10 +342,10 @@ def build_engine(
     )
     t0 = time.perf_counter()
     parsed = parse_onnx(lib, onnx_path, strongly_typed=True)
-    data, tactic_names = build_serialized(parsed, settings)
+    data, tactic_names = build_serialized(parsed, settings, writer)
     seconds = time.perf_counter() - t0
     plan_path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(plan_path, data)
+    _write_atomic(plan_path, data, writer)
     if lib.is_rtx:
         shown = tuple(format_cc(c) for c in (targets or lib.default_compute_capabilities))
     else:
