@@ -289,7 +289,7 @@ def test_confirmation_of_a_gpu_searched_answer_grows_it_and_prunes_nothing(tmp_p
     others = s.case.samples(8, seed=123)
     spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
                                                   "search.margin": 0.0})
-    ctx = StepContext(spec=spec, out_dir=tmp_path, space=s.space)
+    ctx = StepContext(spec=spec, run_dir=RunDir(tmp_path), space=s.space)
     confirmed = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, found), backend=s.backend, samples=others,
                                      refs=[s.ref.run(x) for x in others], budget=Budget(None, None),
                                      searched_on_gpu=True)
