@@ -152,7 +152,9 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     the search's, which a second search continues with). When it is predicted not to hold
     (a sample fails, or the predicted share exceeds 1) and the search had completed, search again once:
     the failing held-out samples and every copy above the new search tolerance join the oracle, whose
-    margin grows as `research_margin` says; the second answer is checked on fresh recheck copies. With `loop`
+    margin grows as `research_margin` says, and the first answer grows until it passes there (what it added
+    pruned, then every member's removal tried: `grow_from`, the loop's polish); the second answer is checked on
+    fresh recheck copies. With `loop`
     (the counterexample-guided search's), the second search is such a loop too: its answers are checked on
     every search sample at the new margin. Its
     evaluations go to their own checkpoint (RESEARCH_CHECKPOINT): a resumed run replays the first search
@@ -196,7 +198,7 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
         oracle.switch_checkpoint(oracle.checkpoint.with_name(RESEARCH_CHECKPOINT), ctx.resume)
     first = sorted(found)
     strategy = spec.search.strategy
-    again_outcome = _search_again(ctx, oracle, loop, strategy, "second")
+    again_outcome = _search_again(ctx, oracle, loop, grow_from(strategy, outcome.found), "second")
     searched_margin = halfway if halfway is not None else again
     halfway_share: float | None = None
     if halfway is not None and again_outcome.found is not None and again_outcome.complete:
