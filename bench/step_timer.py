@@ -25,6 +25,9 @@ STEPS = {
     "precision_doctor.pipeline.pricing": ["tradeoff"],
     "precision_doctor.measure.latency": ["deploy_latency"],
     "precision_doctor.render": ["write_reports"],
+    "precision_doctor.pipeline.artifacts": ["build_mixed", "save_polygraphy_io", "model_for_tools", "place_model",
+                                            "write_trtexec_io", "forced_fp32_nodes"],
+    "precision_doctor.results.emit": ["emit_all"],
 }
 
 

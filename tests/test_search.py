@@ -301,3 +301,33 @@ def test_confirmation_of_a_gpu_searched_answer_grows_it_and_prunes_nothing(tmp_p
     assert final == grown  # the shortest passing prefix, as it is
     text = confirm_sentence(Report(model="m.onnx", fallback_nodes=sorted(final), confirm=rep))
     assert "what was added there (the shortest passing prefix of the ranked nodes) was kept as it is" in text
+
+
+def test_confirmation_on_every_search_sample_at_once_needs_no_second_round(tmp_path):
+    """`every_sample` (a GPU confirm backend, where a trial's cost is its session, not its samples): every search
+    sample is in the confirm oracle from the start, so the answer that passes there passes them all and the
+    confirmation's loop ends in its first round with nothing left to check; without it, the loop checks the others."""
+    from precision_doctor.outcome import Outcome, RunStatus
+    from precision_doctor.pipeline import confirmation
+    from precision_doctor.pipeline.context import StepContext
+    from precision_doctor.pipeline.search_loop import RoundLog, start_loop
+    from precision_doctor.spec import RunSpec
+
+    s = Setup("three_defects", tmp_path / "cap")
+    found = STRATEGIES["auto"](s.oracle(), s.space)
+    search = s.case.samples(12, seed=123)  # samples the searched answer was not searched on: it fails some
+    refs = [s.ref.run(x) for x in search]
+    spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
+                                                  "search.margin": 0.0})
+    rounds = {}
+    for every in (False, True):
+        loop = start_loop(s.backend, search, refs, s.tol, RoundLog(None, False), lambda idx, start: ([], []))
+        ctx = StepContext(spec=spec, run_dir=RunDir(tmp_path), space=s.space)
+        work, work_refs = loop.pool.working(loop.working)
+        got = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, found), backend=s.backend, samples=work,
+                                   refs=work_refs, budget=Budget(None, None), loop=loop, every_sample=every)
+        assert got.report.passed and got.loop is not None and got.loop.verified
+        assert Oracle(s.backend, search, refs, s.tol).passes(got.outcome.found)
+        assert got.report.samples == len(search)
+        rounds[every] = [(r.round, r.checked) for r in got.loop.rounds]
+    assert rounds[True] == [(0, 0)] and rounds[False][0][1] > 0

@@ -41,7 +41,8 @@ class Confirmed:
 
 
 def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: list[Sample], refs: list[dict],
-            budget: Budget, copies: int = 0, loop: Loop | None = None, searched_on_gpu: bool = False) -> Confirmed:
+            budget: Budget, copies: int = 0, loop: Loop | None = None, searched_on_gpu: bool = False,
+            every_sample: bool = False) -> Confirmed:
     """Carry the searched answer (`searched.found`, not None) over to `backend` on `samples` (the working set and
     the held-out samples, and the `copies` perturbed copies among them): keep it if it passes there, else grow it
     until it does; then prune it to 1-minimal there (`search.auto.repair`; an answer of more than PRUNE_MAX members
@@ -53,10 +54,17 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     unseen renders on the GPU where the 40 failed 1 at 1.013x; pruning what was added took 12 of its 20 sessions,
     17 s, to remove 1 of 15 additions).
     With `loop` (the search's counterexample-guided loop), the answer is then checked there on every other search
-    sample, and the failing ones join as in the search (`Confirmed.loop`: that loop).
+    sample, and the failing ones join as in the search (`Confirmed.loop`: that loop); with `every_sample` (a GPU
+    backend: a trial is one new session whose kernel choice costs seconds, a sample milliseconds) every search
+    sample is in the oracle from the start, so that no round after the first grows it again.
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
     spec, out_dir, found = ctx.spec, ctx.out_dir, searched.found
     assert found is not None
+    working = list(loop.working) if loop is not None else []
+    if loop is not None and every_sample:
+        rest = loop.pool.outside(loop.working)  # hardest first
+        samples, refs = samples + [loop.pool.samples[i] for i in rest], refs + [loop.pool.refs[i] for i in rest]
+        working += rest
     oracle = Oracle(
         backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, budget=budget,
         checkpoint=out_dir / CONFIRM_CHECKPOINT, writer=ctx.run_dir, on_evaluation=evaluation_events(ctx.progress),
@@ -78,7 +86,7 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     if loop is None:
         result = run_strategy(oracle, ctx.space, carry(found), ctx.stop)
     else:
-        there = Loop(loop.pool, list(loop.working), loop.log, user_samples=len(samples) - copies)
+        there = Loop(loop.pool, working, loop.log, user_samples=len(samples) - copies)
         result = run_loop(there, oracle, ctx.space, carry(found), carry, search="confirm", stop=ctx.stop)
     status, reason, confirmed = result.status, result.reason, result.found
     as_is = oracle.known(found)

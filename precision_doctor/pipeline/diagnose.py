@@ -228,7 +228,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         samples, refs, n_copies = _final_samples(ctx)
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
-                            searched_on_gpu=ctx.backends.search.name in GPU_BACKENDS)
+                            searched_on_gpu=ctx.backends.search.name in GPU_BACKENDS, every_sample=backend.name in GPU_BACKENDS)
         outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
         there = confirmed.loop
         if there is not None:  # its rounds join the record; where it decided the answer, its verdict on the rest too
