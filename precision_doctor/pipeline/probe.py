@@ -197,23 +197,13 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     if oracle.checkpoint is not None:
         oracle.switch_checkpoint(oracle.checkpoint.with_name(RESEARCH_CHECKPOINT), ctx.resume)
     first = sorted(found)
-    strategy = spec.search.strategy
-    again_outcome = _search_again(ctx, oracle, loop, grow_from(strategy, outcome.found), "second")
-    searched_margin = halfway if halfway is not None else again
-    halfway_share: float | None = None
+    again_outcome = _search_again(ctx, oracle, loop, grow_from(spec.search.strategy, outcome.found), "second")
+    searched_margin, halfway_share = halfway if halfway is not None else again, None
     if halfway is not None and again_outcome.found is not None and again_outcome.complete:
         decided = sample_shares(backend, again_outcome.found, decide, decide_refs, tol)
         if not _predicted_to_hold(decided, None):
             halfway_share = _share(oracle, again_outcome.found, halfway)  # before the memo forgets its passes
-            oracle.tighten([], [], tol.scaled(1.0 - again))  # on to the whole margin, from the halfway answer
-            checked_halfway = None if loop is None else (loop.verified, loop.failing, loop.stopped)
-            whole = _search_again(ctx, oracle, loop, grow_from(strategy, again_outcome.found), "stricter")
-            if whole.found is not None:
-                again_outcome, searched_margin = whole, again
-            else:  # nothing passes at the whole margin (or it stopped first): the halfway answer stays, judged below
-                again_outcome = again_outcome.but(status=whole.status, reason=whole.reason)
-                if loop is not None and checked_halfway is not None:
-                    loop.verified, loop.failing, loop.stopped = checked_halfway
+            again_outcome, searched_margin = _stricter(ctx, oracle, loop, again_outcome, halfway, again)
     found = again_outcome.found
     if found is None and not again_outcome.complete:  # stopped before any set passed: the first answer stays, flagged
         return replace(done, outcome=outcome.but(status=again_outcome.status, reason=again_outcome.reason))
@@ -232,6 +222,21 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
         validation, sample_shares(backend, found, copies, refs, tol), held,
         copies, refs, researched=True, research_margin=searched_margin, held_out_unseen=not held_failed, ran=True,
         first=(len(first), None if held_failed else predicted), first_answer=frozenset(first))
+
+
+def _stricter(ctx: StepContext, oracle: Oracle, loop: Loop | None, halfway_outcome: Outcome, halfway: float,
+              again: float) -> tuple[Outcome, float]:
+    """On from the halfway answer to the whole margin `again` (a "stricter" search growing it); the answer and
+    the margin it was searched at. Where nothing passes there (or it stops first) the halfway answer stays, with
+    the status that ended the stricter search and the loop's record of the halfway answer."""
+    oracle.tighten([], [], ctx.spec.tolerance.scaled(1.0 - again))
+    checked_halfway = None if loop is None else (loop.verified, loop.failing, loop.stopped)
+    whole = _search_again(ctx, oracle, loop, grow_from(ctx.spec.search.strategy, halfway_outcome.found), "stricter")
+    if whole.found is not None:
+        return whole, again
+    if loop is not None and checked_halfway is not None:
+        loop.verified, loop.failing, loop.stopped = checked_halfway
+    return halfway_outcome.but(status=whole.status, reason=whole.reason), halfway
 
 
 def _search_again(ctx: StepContext, oracle: Oracle, loop: Loop | None, strategy, search: str) -> Outcome:
