@@ -163,3 +163,25 @@ def test_fixed_errors_without_a_stored_run_are_the_stored_runs(tmp_path, name):
         for name, values in streamed.outputs.items():
             for i, v in enumerate(values):
                 np.testing.assert_array_equal(v, store.read(FIXED_RUN, name, i))
+
+
+def test_rel_l2_alone_is_the_full_statistics_rel_l2():
+    """`RelL2` (the fixed run's accumulator) gives the relative L2 error the full statistics give, bit for bit:
+    finite data, NaN and Inf in either run, an empty tensor, shapes that differ, an all-zero reference."""
+    from precision_doctor.graph.formats import get_format
+    from precision_doctor.measure.analysis import RelL2, _Acc
+
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=(3, 50)).astype(np.float32)
+    out = ref + rng.normal(scale=1e-3, size=ref.shape).astype(np.float32)
+    bad_out, bad_ref = out.copy(), ref.copy()
+    bad_out[0, 3], bad_out[1, 4], bad_ref[2, 5] = np.nan, np.inf, np.inf
+    cases = [[(out[i], ref[i]) for i in range(3)], [(bad_out[i], bad_ref[i]) for i in range(3)],
+             [(np.zeros(0), np.zeros(0))], [(out[0], ref[0][:10])], [(np.zeros(4), np.zeros(4))],
+             [(np.ones(4), np.zeros(4))], [(out[0], bad_ref[2])]]
+    for pairs in cases:
+        alone, full = RelL2(), _Acc(get_format("fp16"))
+        for o, r in pairs:
+            alone.add(o, r)
+            full.add(o, r)
+        assert repr(alone.result()) == repr(full.result().rel_l2)

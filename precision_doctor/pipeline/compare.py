@@ -23,8 +23,8 @@ from precision_doctor.graph.model import Model
 from precision_doctor.jsonio import write_json, write_text_atomic
 from precision_doctor.measure.analysis import (
     Analysis,
+    RelL2,
     analyse,
-    error_accumulator,
     keep_analysis,
     kept_analysis,
     output_verdict,
@@ -177,7 +177,7 @@ def fixed_errors(path: Path, gated: GatedGraph, model: Model, fmt: Format, sampl
     produced = {t for n in model.nodes for t in n.float_outputs}
     kept = [o for o in model.outputs if o in produced]
     wanted = list(dict.fromkeys(errs + kept))
-    accs = {t: error_accumulator(fmt) for t in errs}
+    accs = {t: RelL2() for t in errs}
     outputs: dict[str, list[np.ndarray]] = {o: [] for o in kept}
     mask = {MASK_INPUT: gated.mask(fallback)}
     budget = int(settings.group_mb * (1 << 20))
@@ -189,7 +189,7 @@ def fixed_errors(path: Path, gated: GatedGraph, model: Model, fmt: Format, sampl
                         accs[t].add(value, store.read(REFERENCE, t, i))
                     if t in outputs:
                         outputs[t].append(value)
-    errors = {n.name: max((accs[t].result().rel_l2 for t in n.float_outputs), default=0.0) for n in model.candidates}
+    errors = {n.name: max((accs[t].result() for t in n.float_outputs), default=0.0) for n in model.candidates}
     return FixedRun(errors, outputs, {"fallback": ",".join(sorted(fallback))})
 
 
