@@ -369,3 +369,30 @@ def test_tensorrt_rtx_script_is_valid_bash():
     assert "--input-shapes" in tokens and "x:[1,3]" in tokens
     assert "default_ccs='8.6 12.0'" in script and 'PD_COMPUTE_CAPABILITIES:-$default_ccs' in script
     assert "clear_flag" in script  # polygraphy's TensorRT-RTX config leaves TF32 on
+
+
+def test_polygraphy_files_are_written_without_importing_torch(tmp_path, monkeypatch):
+    """Where torch is installed, polygraphy imports it to ask whether each array is a torch tensor (4-7 s on the GPU
+    machine): inputs.json and reference_outputs.json are written with torch kept out, and polygraphy reads them back."""
+    import sys
+
+    import numpy as np
+    from polygraphy.comparator import RunResults
+    from polygraphy.json import load_json
+
+    from precision_doctor.pipeline.artifacts import save_polygraphy_io
+    from precision_doctor.runfiles import RunDir
+
+    fake = tmp_path / "site" / "torch"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text(f"open({str(tmp_path / 'imported')!r}, 'w').close()\nclass Tensor: pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.delitem(sys.modules, "torch", raising=False)
+    out = tmp_path / "run"
+    out.mkdir()
+    samples = [{"x": np.arange(6, dtype=np.float32).reshape(2, 3)}]
+    save_polygraphy_io(RunDir(out), samples, [{"y": np.ones(3, dtype=np.float32)}])
+    assert not (tmp_path / "imported").exists() and "torch" not in sys.modules
+    np.testing.assert_array_equal(load_json(str(out / "inputs.json"))[0]["x"], samples[0]["x"])
+    results = RunResults.load(str(out / "reference_outputs.json"))
+    np.testing.assert_array_equal(results[0][1][0]["y"], np.ones(3, dtype=np.float32))

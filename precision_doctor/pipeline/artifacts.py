@@ -137,16 +137,15 @@ def save_polygraphy_io(run: RunDir, samples: Sequence[Sample], refs: Sequence[di
 
 @contextlib.contextmanager
 def _without_torch() -> Iterator[None]:
-    """Polygraphy's JSON encoder imports torch where it is installed, to register an encoder for its tensors
-    (polygraphy/json/serde.py): 7 s on the GPU machine, for arrays that are all numpy here. While we save, it is
-    told that registration is done (unless torch is imported already); afterwards it may register as before."""
-    from polygraphy.json import serde
-
-    skip = "torch" not in sys.modules and not getattr(serde, "TORCH_REGISTRATION_SUCCESS", True)
-    if skip:
-        serde.TORCH_REGISTRATION_SUCCESS = True
+    """Polygraphy imports torch where it is installed, to ask whether an array is a torch tensor
+    (`util.array.is_torch`, which IterationResult calls on every output before asking whether it is a NumPy array)
+    and to register its JSON encoder for them (`json/serde.py`): 4-7 s on the GPU machine, for arrays that are all
+    NumPy here. While we save, torch cannot be imported (unless it is already); afterwards it can, as before."""
+    blocked = "torch" not in sys.modules
+    if blocked:
+        sys.modules["torch"] = None  # type: ignore[assignment]  # an import of it raises ImportError meanwhile
     try:
         yield
     finally:
-        if skip:
-            serde.TORCH_REGISTRATION_SUCCESS = False
+        if blocked and "torch" in sys.modules and sys.modules["torch"] is None:
+            del sys.modules["torch"]
