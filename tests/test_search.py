@@ -329,5 +329,26 @@ def test_confirmation_on_every_search_sample_at_once_needs_no_second_round(tmp_p
         assert got.report.passed and got.loop is not None and got.loop.verified
         assert Oracle(s.backend, search, refs, s.tol).passes(got.outcome.found)
         assert got.report.samples == len(search)
+        assert (tmp_path / ("confirm-every.jsonl" if every else "confirm.jsonl")).exists()
         rounds[every] = [(r.round, r.checked) for r in got.loop.rounds]
     assert rounds[True] == [(0, 0)] and rounds[False][0][1] > 0
+
+
+def test_confirmation_that_only_prunes_says_nothing_was_added(tmp_path):
+    """An answer that passes on the confirm backend as it is and is pruned there: `pruned_added` is None (nothing
+    was added), whatever the pruning removed."""
+    from precision_doctor.outcome import Outcome, RunStatus
+    from precision_doctor.pipeline import confirmation
+    from precision_doctor.pipeline.context import StepContext
+    from precision_doctor.spec import RunSpec
+
+    s = Setup("three_defects", tmp_path / "cap")
+    found = STRATEGIES["auto"](s.oracle(), s.space)
+    padded = found | frozenset(sorted(set(s.space.universe) - found)[:1])  # passes as is, one member it need not keep
+    spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
+                                                  "search.margin": 0.0})
+    ctx = StepContext(spec=spec, run_dir=RunDir(tmp_path), space=s.space)
+    got = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, padded), backend=s.backend,
+                               samples=s.samples, refs=[s.ref.run(x) for x in s.samples], budget=Budget(None, None))
+    assert got.report.searched_answer_passed and got.outcome.found < padded
+    assert got.report.pruned_searched is True and got.report.pruned_added is None

@@ -279,6 +279,27 @@ def groups_of(samples: Sequence[Sample]) -> dict[ShapeGroup, list[int]]:
     return out
 
 
+class Picked(Sequence[T]):
+    """The items of a sequence at `indices`, in that order, none copied (search samples by index, loaded on demand)."""
+
+    def __init__(self, items: Sequence[T], indices: Sequence[int]):
+        self.items, self.indices = items, list(indices)
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self.items[self.indices[index]]
+
+    def __add__(self, other: Sequence[T]) -> Concat[T]:
+        return Concat(self, other)
+
+    def __radd__(self, other: Sequence[T]) -> Concat[T]:
+        return Concat(other, self)
+
+
 class Concat(Sequence[T]):
     """Two sequences end to end, neither copied (FP32 references of samples, then of their copies)."""
 

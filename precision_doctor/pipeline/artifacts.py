@@ -140,7 +140,8 @@ def _without_torch() -> Iterator[None]:
     """Polygraphy imports torch where it is installed, to ask whether an array is a torch tensor
     (`util.array.is_torch`, which IterationResult calls on every output before asking whether it is a NumPy array)
     and to register its JSON encoder for them (`json/serde.py`): 4-7 s on the GPU machine, for arrays that are all
-    NumPy here. While we save, torch cannot be imported (unless it is already); afterwards it can, as before."""
+    NumPy here. While we save, torch cannot be imported (unless it is already); afterwards it can, as before. The
+    block is process-wide: another thread importing torch meanwhile would get an ImportError (a run does not)."""
     blocked = "torch" not in sys.modules
     if blocked:
         sys.modules["torch"] = None  # type: ignore[assignment]  # an import of it raises ImportError meanwhile

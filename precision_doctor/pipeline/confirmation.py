@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from precision_doctor.backends.base import Backend, check_only_name
 from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan
 from precision_doctor.data.inputs import Sample
+from precision_doctor.data.samples import Concat, Picked
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes, unconfirmed_parts
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.mixed import lowp_nodes
@@ -23,6 +24,9 @@ from precision_doctor.search.auto import CERTIFY_MAX, repair
 from precision_doctor.search.oracle import Budget, Verdict
 
 CONFIRM_CHECKPOINT = "confirm.jsonl"
+# With every search sample in its oracle from the start (`every_sample`): its own file, so that a run resumed from
+# one whose confirmation had only the working set never replays those verdicts as verdicts on every sample.
+CONFIRM_EVERY_CHECKPOINT = "confirm-every.jsonl"
 # Above this many members the searched answer's own members are not pruned on the confirm backend: each
 # removal tried there is a new session (1.4-2.9 s on nudenet's detector on an H100), hundreds for an answer
 # of hundreds of nodes; what a failing answer needed added there is still pruned.
@@ -40,7 +44,7 @@ class Confirmed:
     loop: Loop | None = None
 
 
-def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: list[Sample], refs: list[dict],
+def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: Sequence[Sample], refs: Sequence[dict],
             budget: Budget, copies: int = 0, loop: Loop | None = None, searched_on_gpu: bool = False,
             every_sample: bool = False) -> Confirmed:
     """Carry the searched answer (`searched.found`, not None) over to `backend` on `samples` (the working set and
@@ -56,24 +60,27 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
     With `loop` (the search's counterexample-guided loop), the answer is then checked there on every other search
     sample, and the failing ones join as in the search (`Confirmed.loop`: that loop); with `every_sample` (a GPU
     backend: a trial is one new session whose kernel choice costs seconds, a sample milliseconds) every search
-    sample is in the oracle from the start, so that no round after the first grows it again.
+    sample is in the oracle from the start (loaded on demand), so that no round after the first grows it again;
+    they join without perturbed copies (the working set keeps its own; in the loop a counterexample would bring
+    its copies along).
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
     spec, out_dir, found = ctx.spec, ctx.out_dir, searched.found
     assert found is not None
     working = list(loop.working) if loop is not None else []
+    checkpoint = out_dir / CONFIRM_CHECKPOINT
     if loop is not None and every_sample:
         rest = loop.pool.outside(loop.working)  # hardest first
-        samples, refs = samples + [loop.pool.samples[i] for i in rest], refs + [loop.pool.refs[i] for i in rest]
+        samples, refs = Concat(samples, Picked(loop.pool.samples, rest)), Concat(refs, Picked(loop.pool.refs, rest))
         working += rest
+        checkpoint = out_dir / CONFIRM_EVERY_CHECKPOINT
     oracle = Oracle(
         backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, budget=budget,
-        checkpoint=out_dir / CONFIRM_CHECKPOINT, writer=ctx.run_dir, on_evaluation=evaluation_events(ctx.progress),
-        stop=ctx.stop,
+        checkpoint=checkpoint, writer=ctx.run_dir, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop,
     )
     if ctx.resume:
         oracle.load_checkpoint()
-    elif (out_dir / CONFIRM_CHECKPOINT).exists():
-        (out_dir / CONFIRM_CHECKPOINT).unlink()
+    elif checkpoint.exists():
+        checkpoint.unlink()
     prune_after = not backend.check_only  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
     keep = len(found) > PRUNE_MAX or searched_on_gpu
     pruned_searched = prune_after and not keep
@@ -114,7 +121,7 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: l
         memo_hits=oracle.memo_hits,
         one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and pruned_searched else None,
         pruned_searched=pruned_searched,
-        pruned_added=None if not passed or confirmed == found else prune_added,
+        pruned_added=None if not passed or confirmed <= found else prune_added,
         tolerance_used=user_share(spec, final),
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )

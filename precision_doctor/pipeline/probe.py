@@ -152,8 +152,9 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     the search's, which a second search continues with). When it is predicted not to hold
     (a sample fails, or the predicted share exceeds 1) and the search had completed, search again once:
     the failing held-out samples and every copy above the new search tolerance join the oracle, whose
-    margin grows as `research_margin` says, and the first answer grows until it passes there (what it added
-    pruned, then every member's removal tried: `grow_from`, the loop's polish); the second answer is checked on
+    margin grows as `research_margin` says, and the first answer grows until it passes there (with `auto`: what
+    it added pruned, then every member's removal tried: `grow_from`, the loop's polish; other strategies search
+    from nothing); the second answer is checked on
     fresh recheck copies. With `loop`
     (the counterexample-guided search's), the second search is such a loop too: its answers are checked on
     every search sample at the new margin. Its

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -145,8 +145,8 @@ class Oracle:
     """Evaluates fallback sets against FP32 reference outputs under a tolerance."""
 
     backend: Backend
-    samples: list[Sample]
-    references: list[dict[str, np.ndarray]]
+    samples: Sequence[Sample]
+    references: Sequence[dict[str, np.ndarray]]
     tolerance: Tolerance
     cost_of: Callable[[frozenset[str]], float] = len
     budget: Budget = field(default_factory=Budget)
