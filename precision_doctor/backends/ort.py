@@ -12,7 +12,6 @@ never certifies the answer.
 
 from __future__ import annotations
 
-import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
@@ -28,10 +27,6 @@ from precision_doctor.graph.model import Model, tensor_types_and_shapes
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 CUDA = "CUDAExecutionProvider"
-# Fallback sets a CUDA OrtBackend runs at once (search/oracle.evaluate_many): each set is a session of its own
-# (its own CUDA provider, handles and stream) whose first run times cuDNN's algorithms, seconds of mostly idle GPU;
-# runs of one session at once are not safe (GPU session H: cuBLAS errors), sessions of their own are.
-PARALLEL_SETS = 4
 _NP_INPUT_TYPES = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
 
 
@@ -112,8 +107,6 @@ class OrtBackend(SessionHolder):
             for p in (providers if providers is not None else default_providers())
         ]
         self.uses_cuda = any(_provider_name(p) == CUDA for p in self.providers)
-        self.parallel_sets = PARALLEL_SETS if self.uses_cuda else 1
-        self._lock = threading.Lock()  # the runner cache, where sets are prepared on several threads
         self.name = "ort-cuda" if self.uses_cuda else "ort-cpu"
         self.check_only = check_only_name(self.name)
         if self.uses_cuda and CUDA not in ort.get_available_providers():
@@ -140,10 +133,9 @@ class OrtBackend(SessionHolder):
 
     def prepare(self, fallback: frozenset[str]) -> OrtRunner:
         key = frozenset(fallback)
-        with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key]
         proto = build_mixed(self.model, key, self.precision, self.keep_io_types)
         run_proto = proto
         if self.output_names != [o.name for o in proto.graph.output]:
@@ -152,10 +144,9 @@ class OrtBackend(SessionHolder):
         if self.uses_cuda and CUDA not in session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
         runner = OrtRunner(proto, session, self.output_names, self.model)
-        with self._lock:
-            self._cache[key] = runner
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
+        self._cache[key] = runner
+        while len(self._cache) > self.cache_size:
+            self._cache.popitem(last=False)
         return runner
 
     def release(self) -> None:

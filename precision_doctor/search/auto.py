@@ -64,12 +64,7 @@ def shortest_passing(
     oracle: Oracle, make: Callable[[int], frozenset[str]], n: int, phases: tuple[str, str],
 ) -> frozenset[str] | None:
     """make(k) for the smallest k in 1..n that passes, assuming larger k pass once one does: gallop on
-    k, then bisect. None when make(n) fails. Where the oracle runs several sets at once (`parallel`: a GPU
-    backend's sessions), the gallop tries that many doublings at once and the bisection that many cuts of the
-    interval: the same smallest k where verdicts grow with k, in fewer rounds of sessions."""
-    width = getattr(oracle, "parallel", 1)
-    if width > 1:
-        return _shortest_passing_at_once(oracle, make, n, phases, width)
+    k, then bisect. None when make(n) fails."""
     oracle.phase = phases[0]
     lo, hi, k = 0, None, 1
     while hi is None:
@@ -90,40 +85,6 @@ def shortest_passing(
             hi = mid
         else:
             lo = mid
-    return make(hi)
-
-
-def _shortest_passing_at_once(oracle: Oracle, make: Callable[[int], frozenset[str]], n: int,
-                              phases: tuple[str, str], width: int) -> frozenset[str] | None:
-    """`shortest_passing` with `width` sets a round: k = 1, 2, 4, ... `width` at a time until one passes, then
-    `width` points spread over the interval left, each round keeping the largest failing and the smallest
-    passing k."""
-    oracle.phase = phases[0]
-    lo, hi, k = 0, None, 1
-    while hi is None:
-        ks = []
-        while len(ks) < width and (not ks or ks[-1] < n):
-            ks.append(min(k, n))
-            k *= 2
-        for kk, v in zip(ks, oracle.evaluate_many([make(kk) for kk in ks])):
-            if v.passed:
-                hi = kk
-                break
-            lo = kk
-        if hi is None and ks[-1] >= n:
-            return None
-    oracle.phase = phases[1]
-    while hi - lo > 1:
-        cuts = sorted({lo + (hi - lo) * (j + 1) // (width + 1) for j in range(width)} - {lo, hi})
-        same = [c for c in cuts if make(c) == make(hi)]
-        if same:  # the same set as hi's: the same verdict, no session
-            hi = min(same)
-            continue
-        verdicts = oracle.evaluate_many([make(c) for c in cuts])
-        passing = [c for c, v in zip(cuts, verdicts) if v.passed]
-        failing = [c for c, v in zip(cuts, verdicts) if not v.passed and c < min(passing, default=hi)]
-        hi = min(passing, default=hi)
-        lo = max(failing, default=lo)
     return make(hi)
 
 

@@ -12,12 +12,9 @@ checkpoint records, so a resumed run replays each evaluation in the round it was
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -259,59 +256,24 @@ class Oracle:
         if self.stop is not None:
             self.stop.check()
         self.check_budget()
-        return self._settle(fb, self._verdict(fb, list(self.order)), phase)
-
-    def evaluate_many(self, fallbacks: Sequence[Iterable[str]], phase: str | None = None) -> list[Verdict]:
-        """The verdicts of several sets: with a backend that makes a session per set and can run several at once
-        (`parallel` > 1: a GPU backend, where a set's cost is its session's kernel choice), the new ones in
-        threads, each checked on every sample as `evaluate` would, then recorded in the order given (the
-        budget allowing: as many as it has left, then BudgetExhausted). Else one after the other."""
-        sets = [frozenset(f) for f in fallbacks]
-        new = list(dict.fromkeys(fb for fb in sets if fb not in self.memo))
-        if self.parallel < 2 or len(new) < 2:
-            return [self.evaluate(fb, phase) for fb in sets]
-        if self.stop is not None:
-            self.stop.check()
-        self.check_budget()
-        if self.budget.max_evaluations is not None:
-            new = new[: self.budget.max_evaluations - self.evaluations]
-        order, lock = list(self.order), threading.Lock()
-        with ThreadPoolExecutor(min(self.parallel, len(new)), thread_name_prefix="pd-sets") as pool:
-            verdicts = list(pool.map(lambda fb: self._verdict(fb, order, lock), new))
-        done = {fb: self._settle(fb, verdict, phase) for fb, verdict in zip(new, verdicts)}
-        return [done.pop(fb) if fb in done else self.evaluate(fb, phase) for fb in sets]  # the budget's raises here
-
-    def _verdict(self, fb: frozenset[str], order: list[int], lock: threading.Lock | None = None) -> Verdict:
-        """`fb` on the samples in `order` until one fails (`lock`: held while a sample and its reference are read,
-        where several sets run at once)."""
         t0 = time.monotonic()
         runner = self.backend.prepare(fb)
         per_output: dict[str, list[OutputCheck]] = {}
         failed = None
-        for i in order:
-            with lock or contextlib.nullcontext():
-                sample, ref = self.samples[i], self.references[i]
-            checks = check_all(runner.run(sample, list(ref)), ref, self.tolerance)
+        for i in list(self.order):
+            outs = runner.run(self.samples[i], list(self.references[i]))
+            checks = check_all(outs, self.references[i], self.tolerance)
             for k, c in checks.items():
                 per_output.setdefault(k, []).append(c)
             if not all(c.passed for c in checks.values()):
                 failed = i
+                self.order.remove(i)
+                self.order.insert(0, i)  # cheapest to fail first next time
                 break
         merged = {k: merge(v) for k, v in per_output.items()}
-        return Verdict(failed is None, merged, failed, time.monotonic() - t0)
-
-    def _settle(self, fb: frozenset[str], verdict: Verdict, phase: str | None) -> Verdict:
-        """Record a verdict; a failing sample goes first from now on (cheapest to fail first next time)."""
-        if verdict.failed_sample is not None and verdict.failed_sample in self.order:
-            self.order.remove(verdict.failed_sample)
-            self.order.insert(0, verdict.failed_sample)
+        verdict = Verdict(failed is None, merged, failed, time.monotonic() - t0)
         self._record(fb, verdict, phase if phase is not None else self.phase)
         return verdict
-
-    @property
-    def parallel(self) -> int:
-        """How many sets `evaluate_many` runs at once: the backend's `parallel_sets` (1 where it has none)."""
-        return max(1, int(getattr(self.backend, "parallel_sets", 1)))
 
     def close(self) -> None:
         """Close the backend: an oracle owns the backend it was given."""

@@ -38,13 +38,6 @@ class UnitOracle:
     def evaluate(self, units: Iterable[str], phase: str | None = None) -> Verdict:
         return self.oracle.evaluate(self.nodes(units), phase)
 
-    def evaluate_many(self, unit_sets: list[Iterable[str]], phase: str | None = None) -> list[Verdict]:
-        return self.oracle.evaluate_many([self.nodes(u) for u in unit_sets], phase)
-
-    @property
-    def parallel(self) -> int:
-        return self.oracle.parallel
-
     def passes(self, units: Iterable[str], phase: str | None = None) -> bool:
         return self.evaluate(units, phase).passed
 
