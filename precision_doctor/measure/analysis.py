@@ -46,6 +46,39 @@ class ErrorStats:
         return self.nan + self.inf
 
 
+@dataclass(frozen=True)
+class _Pairs:
+    """One sample of a tensor and its reference as float64, flat: the pairs where both are finite (all of them, not
+    copied, in the usual case), |ref| over every finite reference element (None: `ref`'s, all finite), how many
+    elements, the NaN and Inf the run added, and whether it made a finite reference element non-finite."""
+
+    out: np.ndarray
+    ref: np.ndarray
+    ref_abs: np.ndarray | None
+    size: int
+    nan: int = 0
+    inf: int = 0
+    new_nonfinite: bool = False
+
+
+def _finite_pairs(out: np.ndarray, ref: np.ndarray) -> _Pairs | None:
+    """The pairs the error statistics sum over (None: the shapes differ)."""
+    o = np.asarray(out, dtype=np.float64).ravel()
+    r = np.asarray(ref, dtype=np.float64).ravel()
+    if o.shape != r.shape:
+        return None
+    if not r.size:
+        return _Pairs(o, r, None, 0)
+    finite_ref, finite_out = np.isfinite(r), np.isfinite(o)
+    if finite_ref.all() and finite_out.all():  # the usual case: no masked copies (the same sums, in the same order)
+        return _Pairs(o, r, None, r.size)
+    both = finite_ref & finite_out
+    return _Pairs(o[both], r[both], np.abs(r[finite_ref]), r.size,
+                  nan=int(np.count_nonzero(np.isnan(o) & ~np.isnan(r))),
+                  inf=int(np.count_nonzero(np.isinf(o) & ~np.isinf(r))),
+                  new_nonfinite=bool(np.any(~finite_out & finite_ref)))
+
+
 class _Acc:
     """Streaming accumulator for `ErrorStats`."""
 
@@ -67,25 +100,17 @@ class _Acc:
         self.new_nonfinite = False
 
     def add(self, out: np.ndarray, ref: np.ndarray) -> None:
-        o = np.asarray(out, dtype=np.float64).ravel()
-        r = np.asarray(ref, dtype=np.float64).ravel()
-        if o.shape != r.shape:
+        p = _finite_pairs(out, ref)
+        if p is None:
             self.new_nonfinite = True
             return
-        self.n += r.size
-        if not r.size:
+        self.n += p.size
+        if not p.size:
             return
-        finite_ref = np.isfinite(r)
-        finite_out = np.isfinite(o)
-        if finite_ref.all() and finite_out.all():  # the usual case: no masked copies (the same sums, in the same order)
-            self._add_finite(o, r)
-            return
-        self.nan += int(np.count_nonzero(np.isnan(o) & ~np.isnan(r)))
-        self.inf += int(np.count_nonzero(np.isinf(o) & ~np.isinf(r)))
-        if np.any(~finite_out & finite_ref):
-            self.new_nonfinite = True
-        both = finite_ref & finite_out
-        self._add_finite(o[both], r[both], np.abs(r[finite_ref]))
+        self.nan += p.nan
+        self.inf += p.inf
+        self.new_nonfinite |= p.new_nonfinite
+        self._add_finite(p.out, p.ref, p.ref_abs)
 
     def _add_finite(self, ob: np.ndarray, rb: np.ndarray, a: np.ndarray | None = None) -> None:
         """The sums over finite pairs (`ob`, `rb`: float64, flat); `a`: |ref| over every finite reference element
@@ -148,23 +173,17 @@ class RelL2:
         self.new_nonfinite = False
 
     def add(self, out: np.ndarray, ref: np.ndarray) -> None:
-        o = np.asarray(out, dtype=np.float64).ravel()
-        r = np.asarray(ref, dtype=np.float64).ravel()
-        if o.shape != r.shape:
+        p = _finite_pairs(out, ref)
+        if p is None:
             self.new_nonfinite = True
             return
-        if not r.size:
+        if not p.size:
             return
-        finite_ref, finite_out = np.isfinite(r), np.isfinite(o)
-        if not (finite_ref.all() and finite_out.all()):
-            if np.any(~finite_out & finite_ref):
-                self.new_nonfinite = True
-            both = finite_ref & finite_out
-            o, r = o[both], r[both]
+        self.new_nonfinite |= p.new_nonfinite
         with np.errstate(invalid="ignore", over="ignore"):
-            d = o - r
+            d = p.out - p.ref
             self.sq_diff += float(np.dot(d, d))
-            self.sq_ref += float(np.dot(r, r))
+            self.sq_ref += float(np.dot(p.ref, p.ref))
 
     def result(self) -> float:
         if self.new_nonfinite:
