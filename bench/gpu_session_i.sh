@@ -8,10 +8,4 @@ if [ "${MODE:-}" = batching ]; then
   timeout -k 10 300 python3 bench/gpu_batching.py --zoo zoo --out "$OUT/batching" 2>&1 | tail -c 5000
   exit 0
 fi
-if [ "${MODE:-}" = gating ]; then
-  for m in nudenet-320n ppocr-mobile-cls; do
-    timeout -k 10 200 python3 bench/gpu_gating.py --zoo zoo --model $m --out "$OUT/gating-$m" 2>&1 | tail -c 4000
-  done
-  exit 0
-fi
 source bench/gpu_session_h.sh

@@ -35,7 +35,6 @@ from precision_doctor.graph.mixed import FP32, _fix_type_attributes, _required, 
 from precision_doctor.graph.model import Model, NodeInfo
 
 GATE_PREFIX = "pd_gate_"
-MASK_INPUT = "pd_lowp_mask"  # the Where form's gates, one element per candidate
 
 
 def saturated(arr: np.ndarray, fmt: Format) -> np.ndarray:
@@ -98,14 +97,12 @@ class _NativeBuilder:
                 self._lowp[t] = name
         return self._lowp[t]
 
-    def lowp_nodes(self, node: onnx.NodeProto, outs: dict[str, str],
-                   casts: dict[str, str] | None = None) -> list[onnx.NodeProto]:
+    def lowp_nodes(self, node: onnx.NodeProto, outs: dict[str, str]) -> list[onnx.NodeProto]:
         """`node` computed in the low type: FLOAT inputs Cast (constants converted), the node with
-        low-type attributes, FLOAT outputs Cast back to FLOAT into `outs[t]`, other outputs into `outs[t]`.
-        `casts`: input Casts made earlier in the same scope (tensor -> its low copy), reused and added to."""
+        low-type attributes, FLOAT outputs Cast back to FLOAT into `outs[t]`, other outputs into `outs[t]`."""
         before: list[onnx.NodeProto] = []
         after: list[onnx.NodeProto] = []
-        casts = {} if casts is None else casts
+        casts: dict[str, str] = {}
         new = onnx.NodeProto()
         new.CopyFrom(node)
         new.name = self.uid(node.name)
@@ -190,29 +187,23 @@ class NativeGatedGraph:
     proto: onnx.ModelProto
     candidates: list[str]
     fmt: Format
-    where: bool = False  # the Where form: one mask input `MASK_INPUT`, True = low precision
 
     def feeds(self, fallback: Iterable[str]) -> dict[str, np.ndarray]:
         """The gate feeds for a fallback set: True = low precision."""
         fb = set(fallback)
-        if self.where:
-            return {MASK_INPUT: np.array([name not in fb for name in self.candidates], dtype=bool)}
         return {f"{GATE_PREFIX}{i}": np.array([name not in fb]) for i, name in enumerate(self.candidates)}
 
 
-def gated_native_graph(model: Model, fmt: Format, where: bool = False) -> NativeGatedGraph:
+def gated_native_graph(model: Model, fmt: Format) -> NativeGatedGraph:
     """One graph for every fallback set, computed by the provider's low-precision kernels (see the
     module docstring). Gated: candidates that can compute in the low type and whose outputs have
-    known element types; other nodes stay as they are (FP32). `where`: the Where form (both sides
-    computed, no control flow; see `NativeGatedGraph.where`)."""
+    known element types; other nodes stay as they are (FP32)."""
     _check_opset(model, fmt)
     b = _NativeBuilder(model, fmt)
     types = model.tensor_types
     cands = [
         n for n in model.candidates if b.native(n) and all(types.get(t, 0) > 0 for t in n.outputs if t)
     ]
-    if where:
-        return _where_form(model, fmt, b, cands)
     index = {n.name: i for i, n in enumerate(cands)}
     out_nodes: list[onnx.NodeProto] = []
     for node, info in zip(model.proto.graph.node, model.nodes):
@@ -232,30 +223,3 @@ def gated_native_graph(model: Model, fmt: Format, where: bool = False) -> Native
     for i in range(len(cands)):
         proto.graph.input.append(helper.make_tensor_value_info(f"{GATE_PREFIX}{i}", TensorProto.BOOL, [1]))
     return NativeGatedGraph(proto=proto, candidates=[n.name for n in cands], fmt=fmt)
-
-
-def _where_form(model: Model, fmt: Format, b: _NativeBuilder, cands: list[NodeInfo]) -> NativeGatedGraph:
-    """Each candidate computed both ways, its outputs chosen by a Where on its element of the mask (a
-    rank-0 Gather, so the Where keeps the output's shape). No control flow: every kernel is launched
-    without the CPU waiting on the GPU, and the graph can be captured as a CUDA graph; the low side's
-    input Casts are shared between the candidates that read one tensor."""
-    index = {n.name: i for i, n in enumerate(cands)}
-    out_nodes: list[onnx.NodeProto] = []
-    shared: dict[str, str] = {}  # FLOAT tensor -> its low-type Cast, made once
-    for node, info in zip(model.proto.graph.node, model.nodes):
-        if info.name not in index:
-            out_nodes.append(node)
-            continue
-        outs = [t for t in node.output if t]
-        low = {t: b.uid(t + "_low") for t in outs}
-        f32 = {t: b.uid(t + "_f32") for t in outs}
-        out_nodes.append(b.copy(node, f32))
-        out_nodes.extend(b.lowp_nodes(node, low, shared))
-        gate = b.uid(f"pd_gate_{index[info.name]}")
-        idx = numpy_helper.from_array(np.array(index[info.name], dtype=np.int64), gate + "_idx")
-        b.initializers.append(idx)
-        out_nodes.append(helper.make_node("Gather", [MASK_INPUT, idx.name], [gate], axis=0, name=gate))
-        out_nodes.extend(helper.make_node("Where", [gate, low[t], f32[t]], [t], name=b.uid("pd_where")) for t in outs)
-    proto = _with_graph(model.proto, out_nodes, b.initializers)
-    proto.graph.input.append(helper.make_tensor_value_info(MASK_INPUT, TensorProto.BOOL, [len(cands)]))
-    return NativeGatedGraph(proto=proto, candidates=[n.name for n in cands], fmt=fmt, where=True)
