@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU session I (issue 20's 60 s target), the measuring call after the staging calls; carry .stage/pN, .whl and zoo.
-# MODE=gating: bench/gpu_gating.py on nudenet-320n and ppocr-mobile-cls (the gated graph's If and Where forms, a
-# CUDA graph, cuDNN's algorithm search); otherwise as bench/gpu_session_h.sh (the 32-sample diagnose, GPU tests).
+# MODE=batching: bench/gpu_batching.py (batches of samples through the gated graph); otherwise
+# bench/gpu_session_h.sh (the 32-sample diagnose, GPU tests), then the diagnose again with the gated graph's cuDNN
+# algorithms chosen by HEURISTIC instead of ORT's default EXHAUSTIVE (label "heuristic").
 set -uo pipefail
 source bench/gpu_install.sh || exit 1
 if [ "${MODE:-}" = batching ]; then
@@ -9,3 +10,4 @@ if [ "${MODE:-}" = batching ]; then
   exit 0
 fi
 source bench/gpu_session_h.sh
+PRECISION_DOCTOR_GATED_ALGO=HEURISTIC calibrate heuristic
