@@ -5,6 +5,16 @@
 # algorithms chosen by HEURISTIC instead of ORT's default EXHAUSTIVE (label "heuristic").
 set -uo pipefail
 source bench/gpu_install.sh || exit 1
+if [ "${MODE:-}" = profile ]; then  # the diagnose under cProfile, its search records kept
+  mkdir -p "$OUT/prof"
+  PRECISION_DOCTOR_GATED_ALGO=${ALGO:-HEURISTIC} timeout -k 10 -s INT 300 python3 bench/gpu_calibration.py --zoo zoo \
+    --profile --out /tmp/prof > "$OUT/prof/log" 2>&1
+  cp /tmp/prof/profile.txt /tmp/prof/gpu_calibration.json "$OUT/prof/"
+  tar czf "$OUT/prof/run-records.tgz" -C /tmp/prof/run $(cd /tmp/prof/run && ls *.jsonl report.json)
+  python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(round(d['wall_s'],1), {k: round(v,1) for k,v in d['phases_s'].items()}, d['size'], d['evaluations']); print(d['steps_s'])" "$OUT/prof/gpu_calibration.json"
+  head -90 "$OUT/prof/profile.txt"
+  exit 0
+fi
 if [ "${MODE:-}" = batching ]; then
   timeout -k 10 300 python3 bench/gpu_batching.py --zoo zoo --out "$OUT/batching" 2>&1 | tail -c 5000
   exit 0

@@ -228,7 +228,8 @@ def _rowwise(mix: bool, batch: str | int = "n"):
 def test_gated_backend_runs_samples_in_batches_only_where_rows_are_their_own(mix):
     """Samples stacked on a free batch axis give each sample its own outputs; a model that mixes samples is
     found out by the FP32 check and runs them one at a time, with the same outputs."""
-    be = OrtGatedBackend(from_proto(_rowwise(mix)), "fp16", ["CPUExecutionProvider"])
+    model = from_proto(_rowwise(mix), input_shapes={"x": [1, 4]})  # --input-shapes fixes it; the file leaves it free
+    be = OrtGatedBackend(model, "fp16", ["CPUExecutionProvider"])
     assert be.batch == 1  # the CPU provider: one at a time
     be.batch = 4  # what the CUDA provider gets
     rng = np.random.default_rng(0)

@@ -14,6 +14,7 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
+import onnx
 
 from precision_doctor.backends.base import Feeds, SessionHolder
 from precision_doctor.backends.ort import CUDA, OrtBackend
@@ -34,13 +35,25 @@ BATCH_RTOL = 1e-3  # how closely a sample's rows of a batched FP32 run must matc
 
 def _free_batch_axis(model: Model) -> bool:
     """Whether every graph input and output has a first axis that the model leaves free (a named or unknown
-    dimension): what stacking samples needs."""
-    def free(vi) -> bool:
-        dims = vi.type.tensor_type.shape.dim
-        return len(dims) > 0 and not dims[0].HasField("dim_value")
+    dimension, as the model file declares it, whatever `--input-shapes` fixed): what stacking samples needs."""
     g = model.proto.graph
-    inputs = [i for i in g.input if i.name not in model.initializers]
-    return bool(inputs) and all(free(v) for v in list(inputs) + list(g.output))
+    inputs = [i.name for i in g.input if i.name not in model.initializers]
+    outputs = [o.type.tensor_type.shape.dim for o in g.output]
+    return bool(inputs) and all((model.declared_shapes.get(n) or (1,))[0] is None for n in inputs) and all(
+        len(d) > 0 and not d[0].HasField("dim_value") for d in outputs)
+
+
+def _batch_freed(proto: onnx.ModelProto, model: Model) -> onnx.ModelProto:
+    """`proto` with its inputs' first axis free again (`--input-shapes` may have fixed it to 1) and no
+    value_info (the shapes inferred for one sample): ONNX Runtime infers them per run."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    del out.graph.value_info[:]
+    for i in out.graph.input:
+        if i.name in model.declared_shapes:
+            i.type.tensor_type.shape.dim[0].Clear()
+            i.type.tensor_type.shape.dim[0].dim_param = "pd_batch"
+    return out
 
 
 class OrtGatedRunner:
@@ -99,12 +112,14 @@ class OrtGatedBackend(SessionHolder):
         self.output_names = self.mixed.output_names
         self.graph: NativeGatedGraph = gated_native_graph(model, get_format(precision))
         proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
+        self._free_batch = _free_batch_axis(model)
+        if self._free_batch:
+            proto = _batch_freed(proto, model)
         algo = os.environ.get("PRECISION_DOCTOR_GATED_ALGO")  # session I's measurement only: taken out after it
         providers = [(p[0], {**p[1], "cudnn_conv_algo_search": algo}) if algo and isinstance(p, tuple) else p
                      for p in self.providers]
         self.session = make_session(proto, providers, optimize=optimize)
         self.batch = BATCH if self.mixed.uses_cuda else 1  # the CPU provider gains little from batches
-        self._free_batch = _free_batch_axis(model)
         self._batchable: dict[str, bool] = {}
         if self.mixed.uses_cuda and CUDA not in self.session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
