@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU session I (issue 20's 60 s target), the measuring call after the staging calls; carry .stage/pN, .whl and zoo.
-# MODE=batching: bench/gpu_batching.py (batches of samples through the gated graph); otherwise
-# bench/gpu_session_h.sh (the 32-sample diagnose, GPU tests), then the diagnose again with the gated graph's cuDNN
-# algorithms chosen by HEURISTIC instead of ORT's default EXHAUSTIVE (label "heuristic").
+# MODE=batching: bench/gpu_batching.py (batches of samples through the gated graph); MODE=profile: the 32-sample
+# diagnose under cProfile (profile.txt, the run's records); otherwise bench/gpu_session_h.sh (the 32-sample diagnose,
+# GPU tests), then the diagnose again with the gated graph's cuDNN algorithms chosen by HEURISTIC (label
+# "heuristic"; PRECISION_DOCTOR_GATED_ALGO, read by the code of calls 3-5 only: docs/history/gpu-session-i.md).
 set -uo pipefail
 source bench/gpu_install.sh || exit 1
 if [ "${MODE:-}" = profile ]; then  # the diagnose under cProfile, its search records kept

@@ -17,7 +17,6 @@ import pytest
 from fidelity_fixture import fixture_entries, read_fixture, replay, write_fixture
 from onnx import TensorProto, helper, numpy_helper
 
-from precision_doctor.backends.base import run_each
 from precision_doctor.backends.ort_gated import OrtGatedBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.data.activations import REFERENCE, ActivationStore
@@ -207,47 +206,3 @@ def test_gpu_nodewise_bench_runs_on_cpu(tmp_path):
     bad = subprocess.run([sys.executable, "bench/gpu_nodewise.py", "--planted", "--rules", "nope", "--cpu", "--out", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "unknown emulation rule or profile 'nope'" in bad.stderr
-
-
-def _rowwise(mix: bool, batch: str | int = "n"):
-    """x [batch, 4] -> MatMul -> Relu -> Sigmoid; `mix`: minus the mean over every sample (rows depend on each other)."""
-    node = helper.make_node
-    w = numpy_helper.from_array(np.linspace(-1, 1, 12, dtype=np.float32).reshape(4, 3), "w")
-    nodes = [node("MatMul", ["x", "w"], ["h"], name="mm"), node("Relu", ["h"], ["r"], name="relu")]
-    if mix:
-        nodes += [node("ReduceMean", ["r"], ["m"], name="mean", keepdims=1), node("Sub", ["r", "m"], ["y"], name="sub")]
-    else:
-        nodes += [node("Sigmoid", ["r"], ["y"], name="sig")]
-    vi = helper.make_tensor_value_info
-    g = helper.make_graph(nodes, "rowwise", [vi("x", TensorProto.FLOAT, [batch, 4])],
-                          [vi("y", TensorProto.FLOAT, [batch, 3])], [w])
-    return helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
-
-
-@pytest.mark.parametrize("mix", [False, True])
-def test_gated_backend_runs_samples_in_batches_only_where_rows_are_their_own(mix):
-    """Samples stacked on a free batch axis give each sample its own outputs; a model that mixes samples is
-    found out by the FP32 check and runs them one at a time, with the same outputs."""
-    model = from_proto(_rowwise(mix), input_shapes={"x": [1, 4]})  # --input-shapes fixes it; the file leaves it free
-    be = OrtGatedBackend(model, "fp16", ["CPUExecutionProvider"])
-    assert be.batch == 1  # the CPU provider: one at a time
-    be.batch = 4  # what the CUDA provider gets
-    rng = np.random.default_rng(0)
-    samples = [{"x": rng.standard_normal((1, 4)).astype(np.float32)} for _ in range(6)]
-    for fb in (frozenset(), frozenset({"relu"})):
-        runner = be.prepare(fb)
-        got = list(run_each(runner, samples, ["y"]))
-        alone = [runner.run(s, ["y"]) for s in samples]
-        assert len(got) == 6 and all(g["y"].shape == (1, 3) for g in got)
-        for g, a in zip(got, alone):
-            np.testing.assert_allclose(g["y"], a["y"], rtol=1e-6, atol=1e-7)
-    assert list(be._batchable.values()) == [not mix]
-
-
-def test_gated_backend_does_not_batch_a_fixed_batch_axis():
-    be = OrtGatedBackend(from_proto(_rowwise(False, batch=1)), "fp16", ["CPUExecutionProvider"])
-    be.batch = 4
-    samples = [{"x": np.full((1, 4), i, np.float32)} for i in range(3)]
-    assert be.batch_key(samples[0]) is None
-    got = list(run_each(be.prepare(frozenset()), samples, ["y"]))
-    assert len(got) == 3 and not be._batchable

@@ -5,8 +5,7 @@ from __future__ import annotations
 import sys
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from itertools import islice
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 import numpy as np
@@ -28,18 +27,6 @@ class Runner(Protocol):
     """Runs one prepared configuration."""
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]: ...
-
-
-def run_each(runner: Runner, feeds: Iterable[Feeds], outputs: Sequence[str] | None = None) -> Iterator[dict[str, np.ndarray]]:
-    """Each feed's outputs, in order, run as they are asked for. A runner with `run_batch` (several feeds in one
-    run, `batch` at a time) gets them in chunks: a consumer that stops early has run at most one chunk in vain."""
-    many = getattr(runner, "run_batch", None)
-    if many is None:
-        yield from (runner.run(f, outputs) for f in feeds)
-        return
-    it = iter(feeds)
-    while chunk := list(islice(it, runner.batch)):  # type: ignore[attr-defined]
-        yield from many(chunk, outputs)
 
 
 class Backend(Protocol):

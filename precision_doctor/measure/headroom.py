@@ -22,7 +22,6 @@ from statistics import NormalDist
 
 import numpy as np
 
-from precision_doctor.backends.base import run_each
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all
 
 # A new input may exceed the tolerance with this probability: 0.5% keeps ten new inputs inside it
@@ -46,7 +45,7 @@ def sample_checks(backend, fallback: frozenset[str], samples: Sequence[dict], re
     if not samples:
         return []
     runner = backend.prepare(frozenset(fallback))
-    return [check_all(o, r, tol) for o, r in zip(run_each(runner, samples, list(refs[0])), refs)]
+    return [check_all(runner.run(s, list(r)), r, tol) for s, r in zip(samples, refs)]
 
 
 def shares_of(checks: Sequence[dict[str, OutputCheck]]) -> list[SampleShare]:

@@ -24,12 +24,12 @@ zoo and the planted suite (docs/BENCHMARKS.md, "Calibration sets") before the lo
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from precision_doctor.backends.base import Backend, run_each
+from precision_doctor.backends.base import Backend
 from precision_doctor.data.inputs import Sample
 from precision_doctor.measure.tolerance import Tolerance, check_all
 
@@ -65,22 +65,15 @@ def score_samples(backend: Backend, samples: Sequence[Sample], refs: Sequence[di
     before each run: a stop or a budget ends the scoring)."""
     runner = backend.prepare(frozenset())
     out = []
-    names = list(refs[0]) if len(refs) else []
-    for i, outs in enumerate(run_each(runner, _checked(samples, check), names)):
+    for i in range(len(samples)):
+        if check is not None:
+            check()
         sample, ref = samples[i], refs[i]
-        checks = check_all(outs, ref, tol)
+        checks = check_all(runner.run(sample, list(ref)), ref, tol)
         worst = max(checks.items(), key=lambda kv: np.nan_to_num(kv[1].tol_used, nan=np.inf), default=None)
         share = float(worst[1].tol_used) if worst is not None else 0.0
         out.append(SampleScore(i, share, worst[0] if worst is not None else None, shape_group(sample)))
     return out
-
-
-def _checked(samples: Iterable[Sample], check: Callable[[], None] | None) -> Iterator[Sample]:
-    """`samples`, `check` called before each is taken (a stop or a budget ends the runs)."""
-    for s in samples:
-        if check is not None:
-            check()
-        yield s
 
 
 def hardness_order(scores: Sequence[SampleScore]) -> list[int]:
@@ -120,10 +113,11 @@ def counterexamples(backend: Backend, fallback: frozenset[str], samples: Sequenc
     runner = backend.prepare(frozenset(fallback))
     failing: list[int] = []
     checked = 0
-    names = list(refs[order[0]]) if len(order) else []
-    for i, outs in zip(order, run_each(runner, _checked((samples[i] for i in order), check), names)):
+    for i in order:
+        if check is not None:
+            check()
         ref = refs[i]
-        checks = check_all(outs, ref, tol)
+        checks = check_all(runner.run(samples[i], list(ref)), ref, tol)
         checked += 1
         if not all(c.passed for c in checks.values()):
             failing.append(i)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-from precision_doctor.backends.base import Backend, run_each
+from precision_doctor.backends.base import Backend
 from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.errors import UserError
@@ -260,9 +260,8 @@ class Oracle:
         runner = self.backend.prepare(fb)
         per_output: dict[str, list[OutputCheck]] = {}
         failed = None
-        order = list(self.order)
-        names = list(self.references[order[0]]) if order else []
-        for i, outs in zip(order, run_each(runner, (self.samples[i] for i in order), names)):
+        for i in list(self.order):
+            outs = runner.run(self.samples[i], list(self.references[i]))
             checks = check_all(outs, self.references[i], self.tolerance)
             for k, c in checks.items():
                 per_output.setdefault(k, []).append(c)
