@@ -2,13 +2,13 @@
 # GPU session I (issue 20's 60 s target), the measuring call after the staging calls; carry .stage/pN, .whl and zoo.
 # MODE=batching: bench/gpu_batching.py (batches of samples through the gated graph); MODE=profile: the 32-sample
 # diagnose under cProfile (profile.txt, the run's records); otherwise bench/gpu_session_h.sh (the 32-sample diagnose,
-# GPU tests), then the diagnose again with the gated graph's cuDNN algorithms chosen by HEURISTIC (label
-# "heuristic"; PRECISION_DOCTOR_GATED_ALGO, read by the code of calls 3-5 only: docs/history/gpu-session-i.md).
+# GPU tests). Calls 3-5 also ran the diagnose with PRECISION_DOCTOR_GATED_ALGO=HEURISTIC, which only the code of
+# those calls read (docs/history/gpu-session-i.md).
 set -uo pipefail
 source bench/gpu_install.sh || exit 1
 if [ "${MODE:-}" = profile ]; then  # the diagnose under cProfile, its search records kept
   mkdir -p "$OUT/prof"
-  PRECISION_DOCTOR_GATED_ALGO=${ALGO:-HEURISTIC} timeout -k 10 -s INT 300 python3 bench/gpu_calibration.py --zoo zoo \
+  timeout -k 10 -s INT 300 python3 bench/gpu_calibration.py --zoo zoo \
     --profile --out /tmp/prof > "$OUT/prof/log" 2>&1
   cp /tmp/prof/profile.txt /tmp/prof/gpu_calibration.json "$OUT/prof/"
   tar czf "$OUT/prof/run-records.tgz" -C /tmp/prof/run $(cd /tmp/prof/run && ls *.jsonl report.json)
@@ -21,4 +21,3 @@ if [ "${MODE:-}" = batching ]; then
   exit 0
 fi
 source bench/gpu_session_h.sh
-PRECISION_DOCTOR_GATED_ALGO=HEURISTIC calibrate heuristic
