@@ -14,7 +14,9 @@ next `--unseen` never seen by the run). Tolerance and input shape: the zoo recip
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import sys
 import time
 from contextlib import closing
@@ -42,6 +44,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=32)
     ap.add_argument("--unseen", type=int, default=100)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--profile", action="store_true", help="cProfile the diagnose: profile.txt under --out")
     ap.add_argument("--max-evaluations", type=int, default=None, help="a budget (plumbing runs on the CPU)")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -57,9 +60,17 @@ def main() -> None:
                                "search.time_budget": None})
     marks: list[tuple[str, float]] = []
     t0 = time.monotonic()
+    profile = cProfile.Profile() if args.profile else None
     with StepTimer() as steps:
+        if profile is not None:
+            profile.enable()
         rep = api.diagnose(spec, args.out / "run", force=True, progress=lambda e: marks.append(
             (e.phase, time.monotonic() - t0)) if isinstance(e, PhaseEvent) else None)
+        if profile is not None:
+            profile.disable()
+            with (args.out / "profile.txt").open("w") as f:
+                pstats.Stats(profile, stream=f).sort_stats("cumulative").print_stats(60)
+                pstats.Stats(profile, stream=f).sort_stats("tottime").print_stats(30)
     wall = time.monotonic() - t0
     phases: dict[str, float] = {}
     for (phase, t), (_, t_next) in zip(marks, marks[1:] + [("end", wall)]):
