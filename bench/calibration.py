@@ -125,8 +125,8 @@ class Phases:
 
 
 def run(name: str, spec: RunSpec, files: list[str], out: Path, *, split: float | None = None,
-        exhaustive: bool = False) -> tuple[dict, object]:
-    """api.diagnose on `files`; the report's figures and the timings."""
+        exhaustive: bool = False, progress: Callable[[object], None] | None = None) -> tuple[dict, object]:
+    """api.diagnose on `files`; the report's figures and the timings (`progress`: also told every event)."""
     from precision_doctor.pipeline import search_loop
 
     spec = spec.with_settings({"inputs.files": files, "inputs.validation_split": split, "backends.backend": "emulate",
@@ -137,7 +137,8 @@ def run(name: str, spec: RunSpec, files: list[str], out: Path, *, split: float |
         search_loop.START = 10**9  # every search sample in the working set: the search without the loop
     try:
         t0, c0 = time.monotonic(), time.process_time()
-        rep = api.diagnose(spec, out, progress=phases, force=True)
+        rep = api.diagnose(spec, out, progress=phases if progress is None else lambda e: (phases(e), progress(e)),
+                           force=True)
         wall, cpu = time.monotonic() - t0, time.process_time() - c0
     finally:
         search_loop.START = start
