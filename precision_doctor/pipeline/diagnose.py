@@ -195,6 +195,8 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
     n_probe = PROBE_COPIES if decides == Decider.PROBE else 0  # no answer, or the held-out samples decide: no probe
     working = list(ctx.loop.working)
     search_copies = len(ctx.oracle.samples) - ctx.loop.user_samples  # the working set's, before a second search
+    if found and (held or n_probe):  # the phase starts with making the probe's copies and their references
+        notify(ctx.progress, PhaseEvent("validate"))
     make = copy_maker(samples, n_probe, PROBE_SEED, run)
     probe, probe_refs = make(working, working)
     unseen = Unseen(held, ctx.references.held_refs, probe, probe_refs,

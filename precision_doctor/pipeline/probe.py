@@ -30,7 +30,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from precision_doctor.backends.base import Backend
-from precision_doctor.control import PhaseEvent, notify
 from precision_doctor.data.augment import Augment, augment, perturbable
 from precision_doctor.data.inputs import Sample
 from precision_doctor.measure.headroom import (
@@ -164,7 +163,6 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     margin = spec.search.margin
     if found is None or not (unseen.held_out or unseen.copies):
         return UnseenCheck(outcome, margin)
-    notify(ctx.progress, PhaseEvent("validate"))
     tol = spec.tolerance
     validation, held = _held_out(backend, found, unseen, tol)
     shares = sample_shares(backend, found, unseen.copies, unseen.copy_refs, tol)
