@@ -158,6 +158,7 @@ class Candidate:
 FRESH_SEED = 1  # perturbed copies never searched (the oracle's copies use seed 0)
 PROBE_COPIES = 4  # fresh copies per search sample measured for every answer (the expected-headroom probe)
 MAX_MARGIN = 0.8
+RISK = 0.005  # the risk per new input these candidates were measured at (docs/BENCHMARKS.md, "Generalization")
 
 
 def run_candidate(runs: Runs, split: str, idx: tuple[int, ...], cand: Candidate) -> dict:
@@ -174,7 +175,7 @@ def run_candidate(runs: Runs, split: str, idx: tuple[int, ...], cand: Candidate)
     margin = cand.margin
     if cand.spread:  # the first evaluation (everything in low precision) on every oracle sample
         first = [runs.share(frozenset(), k, s) for k, s in zip(keys, samples)]
-        margin = max(margin, margin_from_spread(first, len(samples)) or 0.0)
+        margin = max(margin, margin_from_spread(first, len(samples), RISK) or 0.0)
     space = runs.space(idx, user)
     oracle = SharedOracle(runs, keys, samples, margin, space)
     t0 = time.monotonic()
@@ -189,7 +190,7 @@ def run_candidate(runs: Runs, split: str, idx: tuple[int, ...], cand: Candidate)
         if cand.research == "fixed" and max(shares) > 1.0:
             again = cand.research_margin
         elif cand.research == "predict":
-            predicted = predicted_share(shares)
+            predicted = predicted_share(shares, RISK)
             top = max(runs.share(found, k, s) for k, s in zip(oracle.keys, oracle.samples))
             info["predicted"] = predicted
             if predicted is not None and predicted > 1.0:

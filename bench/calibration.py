@@ -7,6 +7,7 @@ evaluations, rounds, wall time, held-out bound, and whether it held.
     nice .venv/bin/python bench/calibration.py --zoo zoo                          # all four zoo models
     nice .venv/bin/python bench/calibration.py --zoo zoo --quick                  # silero-vad and ppocr-mobile-cls
     nice .venv/bin/python bench/calibration.py --zoo zoo --only ppocr-mobile-cls --exhaustive   # + no CEGIS at 40
+    nice .venv/bin/python bench/calibration.py --zoo zoo --sizes 16 --no-hindsight --risk 0.001   # another search.risk
     nice .venv/bin/python bench/calibration.py --planted                          # the planted suite (minutes)
     .venv/bin/python bench/calibration.py --render bench/out/calibration.jsonl    # the tables again
 
@@ -338,6 +339,7 @@ def main() -> None:
     ap.add_argument("--sizes", default=",".join(map(str, SIZES)))
     ap.add_argument("--exhaustive", action="store_true", help="also the largest size without the loop")
     ap.add_argument("--no-hindsight", action="store_true")
+    ap.add_argument("--risk", type=float, default=None, help="search.risk for every run (default: the setting's)")
     ap.add_argument("--resume", action="store_true", help=f"keep the records in {RAW} and run the rest")
     ap.add_argument("--out", type=Path, default=RAW)
     ap.add_argument("--render", type=Path, default=None)
@@ -364,7 +366,8 @@ def main() -> None:
             if name not in specs or specs[name].error:
                 print(f"{name}: not in {args.zoo} ({specs[name].error if name in specs else 'not fetched'})", file=sys.stderr)
                 continue
-            run_model(name, specs[name].spec, sizes, Path(tmp), done, write, args.exhaustive, not args.no_hindsight)
+            spec = specs[name].spec if args.risk is None else specs[name].spec.with_settings({"search.risk": args.risk})
+            run_model(name, spec, sizes, Path(tmp), done, write, args.exhaustive, not args.no_hindsight)
         f.write(json.dumps({"machine_at_end": machine(), "bench_s": time.monotonic() - t0}) + "\n")
     print(render(load(args.out)))
 

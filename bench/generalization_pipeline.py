@@ -20,6 +20,7 @@ import json
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from statistics import median
 
@@ -129,7 +130,7 @@ def main() -> None:
     ap.add_argument("--check-backend", default="emulate", help="where answers are checked on unseen samples")
     ap.add_argument("--backend", default="auto", help="the pipeline's --backend (auto: emulate, confirmed on a GPU)")
     ap.add_argument("--label", default=None, help="record the default setting under this name (variants)")
-    ap.add_argument("--predict-risk", type=float, default=None, help="variant: pipeline.probe.PREDICT_RISK")
+    ap.add_argument("--predict-risk", type=float, default=None, help="variant: the setting search.risk (--risk)")
     ap.add_argument("--predict-target", type=float, default=None, help="variant: pipeline.probe.PREDICT_TARGET")
     ap.add_argument("--settings", default=",".join(SETTINGS), help="comma-separated settings to run")
     ap.add_argument("--out", type=Path, default=RAW, help="the raw records (jsonl)")
@@ -145,7 +146,7 @@ def main() -> None:
         cases = [c for c in cases if any(c.name == w or c.name.startswith(w + ":") for w in wanted)]
     settings = {k: SETTINGS[k] for k in args.settings.split(",")}
     if args.predict_risk is not None:
-        probe.PREDICT_RISK = args.predict_risk
+        settings = {k: replace(v, risk=args.predict_risk) for k, v in settings.items()}
     if args.predict_target is not None:
         probe.PREDICT_TARGET = args.predict_target
     if args.label:

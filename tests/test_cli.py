@@ -171,6 +171,8 @@ def test_resume_with_other_settings_is_refused(run_cli, planted_file, tmp_path):
     assert code == 2 and "other settings" in err and "margin" in err and "Traceback" not in err
     code, _, err = run_cli(*base, "--resume", "--augment", "1")
     assert code == 2 and "other settings" in err and "augment" in err and "Traceback" not in err
+    code, _, err = run_cli(*base, "--resume", "--risk", "0.01")
+    assert code == 2 and "other settings" in err and "risk" in err and "Traceback" not in err
     other = [a if a != files[0] else files[1] for a in base]  # the same number of samples, other values
     code, _, err = run_cli(*other, "--resume")
     assert code == 2 and "samples_hash" in err

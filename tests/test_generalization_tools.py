@@ -59,12 +59,12 @@ def test_spread_margin_and_prediction():
     mean, sd = log_spread([1.0, np.e])
     assert mean == pytest.approx(0.5) and sd == pytest.approx(np.sqrt(0.5))
     assert expected_max_z(1) == 0.0 and 1.4 < expected_max_z(8) < 1.5 < expected_max_z(16)
-    assert margin_from_spread([1.0, 1.0, 1.0], 3) == 0.0  # no spread, no margin
+    assert margin_from_spread([1.0, 1.0, 1.0], 3, 0.005) == 0.0  # no spread, no margin
     tight, wide = [1.0, 1.1, 0.95, 1.05], [0.3, 1.0, 2.5, 0.6]
-    assert 0 < margin_from_spread(tight, 4) < margin_from_spread(wide, 4) <= 0.6
-    assert margin_from_spread(tight, 4) > margin_from_spread(tight, 64)  # more samples searched, less margin
-    assert margin_from_spread([0.0, 0.0], 2) is None
-    assert predicted_share([0.5, 0.5]) == pytest.approx(0.5)
+    assert 0 < margin_from_spread(tight, 4, 0.005) < margin_from_spread(wide, 4, 0.005) <= 0.6
+    assert margin_from_spread(tight, 4, 0.005) > margin_from_spread(tight, 64, 0.005)  # more samples searched, less margin
+    assert margin_from_spread([0.0, 0.0], 2, 0.005) is None
+    assert predicted_share([0.5, 0.5], 0.005) == pytest.approx(0.5)
     assert predicted_share([0.5, 0.6, 0.55], risk=0.005) > 0.6
 
 

@@ -11,13 +11,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from precision_doctor import api
+from precision_doctor import api, planted
+from precision_doctor import spec as specs
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.model import from_proto
 from precision_doctor.pipeline.probe import perturbed_copies
 from precision_doctor.render.commands import next_steps
 from precision_doctor.render.markdown import render_markdown
-from precision_doctor.render.wording import generalization_sentence, verdict
+from precision_doctor.render.wording import generalization_sentence, verdict, verdict_sentence
 from precision_doctor.results.report import ExpectedHeadroom, Report
 from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import InputSpec, RunSpec, SearchSpec, Tolerance
@@ -168,14 +169,19 @@ def test_an_answer_holds_only_when_the_predicted_share_is_within_the_tolerance()
     from precision_doctor.measure.headroom import SampleShare
     from precision_doctor.pipeline.probe import expected_headroom
 
-    def headroom(shares):
+    def headroom(shares, risk=0.005):
         return expected_headroom(searched=2, search_copies=6, share_searched=0.9,
                                  probe=[SampleShare(v, True) for v in shares], held=[], validation=None,
-                                 held_out_unseen=True, held_out_from_user=False, researched=False)
+                                 held_out_unseen=True, held_out_from_user=False, researched=False, risk=risk)
     wide = headroom([0.2, 0.95, 0.4, 0.7, 0.3, 0.9, 0.5, 0.6])
     assert wide.failing_copies == 0 and wide.predicted_share > 1 and not wide.holds and wide.risk == 0.005
     tight = headroom([0.50, 0.52, 0.49, 0.51, 0.50, 0.53, 0.48, 0.50])
     assert tight.holds and tight.predicted_share < 0.6
+    # the risk is the setting's: the same shares hold at a 0.5% risk per input, not at 0.1% (a higher predicted share)
+    mid = [0.25, 0.5, 0.35, 0.6, 0.4, 0.55, 0.3, 0.5]
+    lax, strict = headroom(mid, risk=0.005), headroom(mid, risk=0.001)
+    assert lax.holds and lax.risk == 0.005 and not strict.holds and strict.risk == 0.001
+    assert lax.predicted_share < 1 < strict.predicted_share
     assert "predicted to use up to" in generalization_sentence(replace(_report_stub(), expected_headroom=tight))
     assert headroom([0.0] * 8).holds and headroom([0.0] * 8).predicted_share is None  # exact: nothing to fit
 
@@ -252,8 +258,8 @@ def test_saturated_samples_stay_out_of_the_prediction():
     from precision_doctor.pipeline.probe import PREDICT_FLOOR
 
     shares = [1e-9, 2e-9, 0.30, 0.32, 0.31, 0.29]
-    assert predicted_share(shares) > 1e3
-    assert predicted_share(shares, floor=PREDICT_FLOOR) < 0.5
+    assert predicted_share(shares, 0.005) > 1e3
+    assert predicted_share(shares, 0.005, floor=PREDICT_FLOOR) < 0.5
 
 
 def test_run_interrupted_in_the_second_search_resumes_to_the_same_answer(tmp_path):
@@ -313,7 +319,7 @@ def test_second_search_stops_halfway_when_the_halfway_answer_holds(tmp_path, mon
     h = halfway.expected_headroom
     searches = [r.search for r in halfway.search_rounds.rounds]
     assert h.researched and h.holds and "stricter" not in searches and "second" in searches
-    monkeypatch.setattr(pipeline, "_predicted_to_hold", lambda shares, validation: False)
+    monkeypatch.setattr(pipeline, "_predicted_to_hold", lambda shares, validation, risk: False)
     whole = _diagnose(tmp_path / "b", 3, augment=1, margin=0.0)
     w = whole.expected_headroom
     assert [r.search for r in whole.search_rounds.rounds][-1] == "stricter"
@@ -328,7 +334,7 @@ def test_a_stricter_search_without_an_answer_leaves_the_halfway_answer(tmp_path,
     from precision_doctor.pipeline import probe as pipeline
 
     halfway = _diagnose(tmp_path / "a", 3, augment=1, margin=0.0)
-    monkeypatch.setattr(pipeline, "_predicted_to_hold", lambda shares, validation: False)
+    monkeypatch.setattr(pipeline, "_predicted_to_hold", lambda shares, validation, risk: False)
     real = pipeline._search_again
 
     def again(ctx, oracle, loop, strategy, search):
@@ -341,3 +347,26 @@ def test_a_stricter_search_without_an_answer_leaves_the_halfway_answer(tmp_path,
     h = rep.expected_headroom
     assert rep.fallback_nodes == halfway.fallback_nodes and h.researched
     assert h.research_margin == pytest.approx(halfway.expected_headroom.research_margin) and h.perturbed_copies > 0
+
+
+def test_the_risk_setting_decides_the_prediction(tmp_path):
+    """search.risk (--risk) is the probability the prediction allows a new input of exceeding the tolerance: on
+    planted softmax_no_max (2 samples) a 49% risk lets the first answer through, a 1e-9 risk predicts that it will
+    not hold and a second search grows it; report.json, the verdict sentence and run_settings.json say the risk."""
+    case = planted.CASES["softmax_no_max"]()
+    model = tmp_path / "m.onnx"
+    onnx.save(case.model, str(model))
+    files = []
+    for i, s in enumerate(case.samples(2, 0)):
+        files.append(str(tmp_path / f"s{i}.npz"))
+        np.savez(files[-1], **s)
+    base = RunSpec(str(model), inputs=InputSpec(files=tuple(files)), tolerance=Tolerance(atol=case.atol, rtol=case.rtol),
+                   ).with_settings({"backends.backend": "emulate"})
+    assert base.search.risk == specs.default("search.risk")
+    lax, strict = (api.diagnose(base.with_settings({"search.risk": r}), tmp_path / f"run{r}") for r in (0.49, 1e-9))
+    assert not lax.expected_headroom.researched and strict.expected_headroom.researched
+    assert lax.fallback_size < strict.fallback_size and lax.passed and strict.passed
+    assert (lax.expected_headroom.risk, strict.expected_headroom.risk) == (0.49, 1e-9)
+    assert Report.from_json(json.loads(json.dumps(strict.to_json()))).expected_headroom.risk == 1e-9
+    assert "predicted to exceed it with probability at most 49%" in verdict_sentence(lax)
+    assert json.loads((tmp_path / "run1e-09" / "run_settings.json").read_text())["risk"] == 1e-9

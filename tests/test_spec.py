@@ -51,6 +51,10 @@ def test_from_json_refuses_with_the_setting_named(data, setting):
 
 @pytest.mark.parametrize("changes, setting, flag_text", [
     ({"search.margin": 1.0}, "search.margin", "--margin must lie in [0, 1), got 1.0"),
+    ({"search.risk": 0.0}, "search.risk", "--risk must lie in (0, 0.5)"),
+    ({"search.risk": 1.0}, "search.risk", "--risk must lie in (0, 0.5)"),
+    ({"search.risk": -0.01}, "search.risk", "--risk must lie in (0, 0.5)"),
+    ({"search.risk": float("nan")}, "search.risk", "--risk: expected a finite number, got nan"),
     ({"search.strategy": "nope"}, "search.strategy", "unknown strategy 'nope'"),
     ({"search.cost": "watts"}, "search.cost", "--cost must be one of deploy, nodes, flops"),
     ({"search.batch": 0}, "search.batch", "--batch must be at least 1"),

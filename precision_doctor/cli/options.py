@@ -121,6 +121,11 @@ SEARCH = (
          "Perturbed copies (1% Gaussian noise on continuous float inputs, never integer ones) of each search sample "
          "that the search also checks, so the answer is not tuned to one rounding pattern; after the search 4 fresh "
          "copies per sample predict how it holds on new inputs. Default 3; 0 turns copies and that check off."),
+    _opt("risk", "search.risk", float,
+         "The probability a new input may exceed the tolerance: the answer holds when the log-normal fitted to its "
+         "shares of the tolerance on unseen samples (held-out samples, fresh copies) predicts that a new input exceeds "
+         f"it with at most this probability; lower asks for more room (a larger answer). In (0, {specs.MAX_RISK:g}); "
+         f"default {specs.default('search.risk'):g}."),
     _opt("strategy", "search.strategy", str, "auto, bisect, bisect-reverse, linear, ddmin, segment."),
     _opt("cost", "search.cost", str,
          "What the search minimizes: 'deploy' (default: the estimated time fixed.onnx spends above all-FP16, FLOPs and "

@@ -24,10 +24,6 @@ import numpy as np
 
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all
 
-# A new input may exceed the tolerance with this probability: 0.5% keeps ten new inputs inside it
-# together in 95% of cases (0.995^10).
-DEFAULT_RISK = 0.005
-
 
 @dataclass(frozen=True)
 class SampleShare:
@@ -76,7 +72,7 @@ def expected_max_z(n: int) -> float:
     return 0.0 if n <= 1 else NormalDist().inv_cdf((n - 0.375) / (n + 0.25))
 
 
-def margin_from_spread(shares: Sequence[float], n_searched: int, risk: float = DEFAULT_RISK,
+def margin_from_spread(shares: Sequence[float], n_searched: int, risk: float,
                        cap: float = 0.6) -> float | None:
     """The search margin m under which a new input's share exceeds 1 with probability about `risk`,
     given the spread of log(share) over `shares` (one configuration, many samples) and a search that
@@ -91,7 +87,7 @@ def margin_from_spread(shares: Sequence[float], n_searched: int, risk: float = D
     return float(min(cap, max(0.0, 1.0 - np.exp(-spread[1] * z_gap))))
 
 
-def predicted_share(shares: Sequence[float], risk: float = DEFAULT_RISK, floor: float = 0.0) -> float | None:
+def predicted_share(shares: Sequence[float], risk: float, floor: float = 0.0) -> float | None:
     """The share a new input exceeds with probability `risk`, from the log-normal fitted to `shares` of
     inputs the search did not see (held-out samples, fresh perturbed copies); None without two. Shares
     below `floor` stay out of the fit: an input whose outputs saturate (a classifier sure of its class)

@@ -206,7 +206,8 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
     ctx.raise_margin(checked.margin)  # the second search's larger margin: confirm and report at it
     f = ctx.findings
     f.unseen, f.probed, f.decided_by = checked, bool(probe), decides
-    f.headroom = search_headroom(checked, len(samples), search_copies, held_out_from_user=from_user)
+    f.headroom = search_headroom(checked, len(samples), search_copies, held_out_from_user=from_user,
+                                 risk=ctx.spec.search.risk)
     return checked.outcome
 
 

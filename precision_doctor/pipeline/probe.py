@@ -10,7 +10,7 @@ elements are worst changes with every input (docs/BENCHMARKS.md, "Generalization
 - the probe: after the search, PROBE_COPIES fresh copies of each search sample (another seed, never
   searched) plus the held-out samples say how far the answer is from the tolerance on unseen inputs
   (`expected_headroom`, a typed part of report.json). Not only the largest of those shares counts: a
-  log-normal fitted to them predicts the share a new input exceeds with probability PREDICT_RISK
+  log-normal fitted to them predicts the share a new input exceeds with probability `search.risk`
   (measure/headroom.py, `predicted_share`); the answer is predicted to hold when no unseen sample fails
   and that prediction is within the tolerance. The largest share alone let answers through that failed
   on the next crop or audio chunk (docs/BENCHMARKS.md, "Generalization").
@@ -33,7 +33,6 @@ from precision_doctor.backends.base import Backend
 from precision_doctor.data.augment import Augment, augment, perturbable
 from precision_doctor.data.inputs import Sample
 from precision_doctor.measure.headroom import (
-    DEFAULT_RISK,
     SampleShare,
     predicted_share,
     sample_checks,
@@ -56,7 +55,6 @@ PROBE_SEED = 1  # the probe's copies: never the oracle's
 PROBE_COPIES = 4  # fresh copies per search sample in the probe (with search.augment > 0)
 RECHECK_SEED = 2  # the copies that check the second search's answer: seen by no search
 HALFWAY_SEED = 3  # the copies that decide whether a halfway second search's answer is enough: not the verdict's
-PREDICT_RISK = DEFAULT_RISK  # a new input may exceed the predicted share with this probability
 PREDICT_FLOOR = 1e-3  # shares below this (saturated outputs) stay out of the prediction's fit
 PREDICT_TARGET = 0.85  # the second search aims the predicted share here, not at the edge of the tolerance
 MAX_MARGIN = 0.8  # the second search's margin is at most this
@@ -97,18 +95,18 @@ def copy_maker(samples: Sequence[Sample], copies: int, seed: int,
 
 def expected_headroom(*, searched: int, search_copies: int, share_searched: float | None,
                       probe: list[SampleShare], held: list[SampleShare], validation: Validation | None,
-                      held_out_unseen: bool, held_out_from_user: bool, researched: bool,
+                      held_out_unseen: bool, held_out_from_user: bool, researched: bool, risk: float,
                       research_margin: float | None = None, backend: str | None = None,
                       first: tuple[int, float | None] | None = None) -> ExpectedHeadroom:
     """report.json's figures: the answer's shares on the probe's copies and (while the search has not
     seen them, `held_out_unseen`) on the held-out samples (`held`, one share per sample), the share a new
-    input is predicted to exceed with probability PREDICT_RISK, and whether it is predicted to hold; `first`:
+    input is predicted to exceed with probability `risk`, and whether it is predicted to hold; `first`:
     the first answer's size and predicted share, after a second search."""
     unseen = probe + (held if held_out_unseen else [])
     shares = [p.share for p in unseen]
     failing_held = len(validation.failing_samples) if validation is not None and held_out_unseen else 0
     failing_copies = sum(not p.passed for p in probe)
-    predicted = predicted_share(shares, PREDICT_RISK, PREDICT_FLOOR)
+    predicted = predicted_share(shares, risk, PREDICT_FLOOR)
     worst = max(shares, default=None)
     return ExpectedHeadroom(
         searched=searched, search_copies=search_copies, perturbed_copies=len(probe),
@@ -116,7 +114,7 @@ def expected_headroom(*, searched: int, search_copies: int, share_searched: floa
         share_searched=share_searched, share_unseen=worst, headroom=None if worst is None else 1.0 - worst,
         failing_copies=failing_copies, failing_held_out=failing_held, researched=researched,
         holds=failing_copies == 0 and failing_held == 0 and (predicted is None or predicted <= 1.0),
-        backend=backend, predicted_share=predicted, risk=PREDICT_RISK, research_margin=research_margin,
+        backend=backend, predicted_share=predicted, risk=risk, research_margin=research_margin,
         first_answer_size=None if first is None else first[0], first_predicted_share=None if first is None else first[1],
     )
 
@@ -167,7 +165,7 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     validation, held = _held_out(backend, found, unseen, tol)
     shares = sample_shares(backend, found, unseen.copies, unseen.copy_refs, tol)
     held_failed = validation is not None and not validation.passed
-    predicted = predicted_share([p.share for p in shares + held], PREDICT_RISK, PREDICT_FLOOR)
+    predicted = predicted_share([p.share for p in shares + held], spec.search.risk, PREDICT_FLOOR)
     failing = any(not p.passed for p in shares) or (predicted is not None and predicted > 1.0)
     share = _share(oracle, found, margin)
     done = UnseenCheck(outcome, margin, share, validation, shares, held, unseen.copies, unseen.copy_refs, ran=True)
@@ -200,7 +198,7 @@ def check_unseen(ctx: StepContext, outcome: Outcome, *, backend: Backend, oracle
     searched_margin, halfway_share = halfway if halfway is not None else again, None
     if halfway is not None and again_outcome.found is not None and again_outcome.complete:
         decided = sample_shares(backend, again_outcome.found, decide, decide_refs, tol)
-        if not _predicted_to_hold(decided, None):
+        if not _predicted_to_hold(decided, None, spec.search.risk):
             halfway_share = _share(oracle, again_outcome.found, halfway)  # before the memo forgets its passes
             again_outcome, searched_margin = _stricter(ctx, oracle, loop, again_outcome, halfway, again)
     found = again_outcome.found
@@ -248,9 +246,10 @@ def _search_again(ctx: StepContext, oracle: Oracle, loop: Loop | None, strategy,
     return run_strategy(oracle, ctx.space, strategy, ctx.stop)
 
 
-def _predicted_to_hold(shares: list[SampleShare], validation: Validation | None) -> bool:
-    """No unseen sample fails and the share a new input is predicted to exceed is within the tolerance."""
-    predicted = predicted_share([p.share for p in shares], PREDICT_RISK, PREDICT_FLOOR)
+def _predicted_to_hold(shares: list[SampleShare], validation: Validation | None, risk: float) -> bool:
+    """No unseen sample fails and the share a new input is predicted to exceed (with probability `risk`) is within
+    the tolerance."""
+    predicted = predicted_share([p.share for p in shares], risk, PREDICT_FLOOR)
     return all(p.passed for p in shares) and (validation is None or validation.passed) and \
         (predicted is None or predicted <= 1.0)
 
@@ -268,14 +267,15 @@ def _share(oracle: Oracle, found: frozenset[str], margin: float) -> float | None
     return verdict.tol_used * (1.0 - margin) if verdict is not None else None
 
 
-def search_headroom(check: UnseenCheck, searched: int, search_copies: int, held_out_from_user: bool) -> ExpectedHeadroom | None:
-    """report.json's figures for the search's answer (None: nothing was checked, or no answer)."""
+def search_headroom(check: UnseenCheck, searched: int, search_copies: int, held_out_from_user: bool,
+                    risk: float) -> ExpectedHeadroom | None:
+    """report.json's figures for the search's answer, predicted at `risk` (None: nothing was checked, or no answer)."""
     if not check.ran or check.outcome.found is None:
         return None
     return expected_headroom(
         searched=searched, search_copies=search_copies, share_searched=check.share_searched, probe=check.shares, held=check.held,
         validation=check.validation, held_out_unseen=check.held_out_unseen, held_out_from_user=held_out_from_user,
-        researched=check.researched, research_margin=check.research_margin, first=check.first)
+        researched=check.researched, research_margin=check.research_margin, risk=risk, first=check.first)
 
 
 def confirmed_headroom(searched: ExpectedHeadroom, backend: Backend, final: frozenset[str], check: UnseenCheck,
@@ -286,4 +286,5 @@ def confirmed_headroom(searched: ExpectedHeadroom, backend: Backend, final: froz
         searched=searched.searched, search_copies=searched.search_copies, share_searched=share_confirmed,
         probe=sample_shares(backend, final, check.copies, check.copy_refs, spec.tolerance), held=[],
         validation=validation, held_out_unseen=False, held_out_from_user=searched.held_out_from_user,
-        researched=searched.researched, research_margin=searched.research_margin, backend=backend.name, first=check.first)
+        researched=searched.researched, research_margin=searched.research_margin, risk=spec.search.risk,
+        backend=backend.name, first=check.first)

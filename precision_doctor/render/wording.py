@@ -176,9 +176,11 @@ def verdict_sentence(report: Report) -> str:
         return f"No FP32 fallback set made the model meet the tolerance in {prec}."
     if kind == Verdict.INCOMPLETE:
         return f"The search stopped before any FP32 fallback set made the model meet the tolerance in {prec}."
+    risk = _risk(report)
     if kind == Verdict.NOT_PREDICTED_TO_HOLD:
+        allows = f" (the prediction allows a new input a {risk} chance of exceeding the tolerance)" if risk else ""
         return (f"Keeping {nodes} in FP32 ({share} of FLOPs) meets the tolerance in {prec} on the searched samples "
-                "only: it is predicted not to hold on new inputs.")
+                f"only: it is predicted not to hold on new inputs{allows}.")
     if kind == Verdict.FAILED_HELD_OUT:
         return f"The fallback set found ({nodes} in FP32) does not meet the tolerance in {prec} on the held-out samples."
     if size == 0 and kind != Verdict.PASSED_UNCONFIRMED:
@@ -188,7 +190,18 @@ def verdict_sentence(report: Report) -> str:
         return (f"On the emulator, the model meets the tolerance in {prec} {where}; {coverage_clause(report)}: "
                 "confirm on the GPU (`--confirm-backend ort-cuda`, or `precision-doctor probe-ops` there).")
     lead = "The model meets the tolerance" if kind != Verdict.PASSED_SO_FAR else "The best set so far meets the tolerance"
-    return f"{lead} in {prec} with {nodes} kept in FP32 ({share} of FLOPs)."
+    holds = risk is not None and report.expected_headroom.holds
+    predicted = f"; a new input is predicted to exceed it with probability at most {risk}" if holds else ""
+    return f"{lead} in {prec} with {nodes} kept in FP32 ({share} of FLOPs){predicted}."
+
+
+def _risk(report: Report) -> str | None:
+    """The risk per new input the prediction aimed at (`--risk`), as "0.1%"; None where nothing was predicted (no
+    unseen shares to fit, or an exact answer)."""
+    h = report.expected_headroom
+    if h is None or h.risk is None or h.predicted_share is None:
+        return None
+    return f"{100 * h.risk:g}%"
 
 
 def lowp_multiple(report: Report) -> float | None:

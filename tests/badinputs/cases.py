@@ -280,7 +280,8 @@ def flag_cases() -> list[Case]:
         ("--atol", "nan", bad), ("--atol", "inf", bad), ("--group-mb", "0", bad), ("--samples", "0", bad),
         ("--max-evaluations", "0", bad), ("--max-evaluations", "-3", bad), ("--time-budget", "-1", bad),
         ("--time-budget", "0", bad), ("--time-budget", "nan", bad), ("--margin", "-0.1", bad),
-        ("--margin", "1", bad), ("--margin", "nan", bad), ("--validation-split", "1.5", bad),
+        ("--margin", "1", bad), ("--margin", "nan", bad), ("--risk", "0", bad), ("--risk", "1", bad),
+        ("--risk", "-0.01", bad), ("--risk", "nan", bad), ("--risk", "often", bad), ("--validation-split", "1.5", bad),
         ("--validation-split", "-0.5", bad), ("--validation-split", "nan", bad), ("--strategy", "fastest", bad),
         ("--backend", "cuda", bad), ("--cost", "time", bad), ("--confirm-backend", "emulate", bad),
         ("--confirm-backend", "gpu", bad), ("--cosine-floor", "-2", bad), ("--precision", "bf16", V),
@@ -295,7 +296,8 @@ def flag_cases() -> list[Case]:
     ]
     out += _flag_cases("batch", B, [
         ("--jobs", "-1", bad), ("--max-evaluations", "0", bad), ("--time-budget", "-1", bad), ("--atol", "nan", bad),
-        ("--margin", "2", bad), ("--samples", "0", bad), ("--precision", "fp8", bad), ("--strategy", "fastest", bad),
+        ("--margin", "2", bad), ("--risk", "0.5", bad), ("--samples", "0", bad), ("--precision", "fp8", bad),
+        ("--strategy", "fastest", bad),
     ])
     out += [
         case("emit/format=pdf", "emit", "run_ok", "--format", "pdf", names=["--format"]),
