@@ -21,7 +21,8 @@ CPU machine) and, instead of the recipe's budget, MAX_EVALUATIONS evaluations an
 budget does not end a search before its rounds do. An answer *holds* when it passes every unseen sample at the
 full tolerance (the emulator, the backend that searched). `cegis_s` is the time of the reference runs, the
 scoring and the search (its rounds and checks), `probe_s` that of the check on unseen samples (making the probe's
-copies and their references too) and the second search when there is one, `wall_s` the whole `diagnose` (capture, probe, artifacts too).
+copies and their references too) and the second search when there is one, `wall_s` the whole `diagnose` (capture,
+probe, artifacts too).
 `--exhaustive` also runs the 40-sample search with every search sample in the oracle from the start (no
 counterexample loop): what evaluating every candidate on every sample costs.
 
