@@ -140,9 +140,7 @@ class _Acc:
             rel_l2 = math.inf
             max_abs = max_rel = math.inf
         else:
-            rel_l2 = math.sqrt(self.sq_diff) / max(math.sqrt(self.sq_ref), 1e-30)
-            if self.sq_ref == 0 and self.sq_diff == 0:
-                rel_l2 = 0.0
+            rel_l2 = _rel_l2(self.sq_diff, self.sq_ref)
             max_abs, max_rel = self.max_abs, self.max_rel
         denom = math.sqrt(self.sq_ref) * math.sqrt(self.sq_out)
         cos = self.dot / denom if denom > 0 else (1.0 if self.sq_ref == self.sq_out == 0 else 0.0)
@@ -186,11 +184,14 @@ class RelL2:
             self.sq_ref += float(np.dot(p.ref, p.ref))
 
     def result(self) -> float:
-        if self.new_nonfinite:
-            return math.inf
-        if self.sq_ref == 0 and self.sq_diff == 0:
-            return 0.0
-        return math.sqrt(self.sq_diff) / max(math.sqrt(self.sq_ref), 1e-30)
+        return math.inf if self.new_nonfinite else _rel_l2(self.sq_diff, self.sq_ref)
+
+
+def _rel_l2(sq_diff: float, sq_ref: float) -> float:
+    """||out - ref|| / ||ref|| from the sums of squares (0 where both are 0)."""
+    if sq_ref == 0 and sq_diff == 0:
+        return 0.0
+    return math.sqrt(sq_diff) / max(math.sqrt(sq_ref), 1e-30)
 
 
 def tensor_error(store: ActivationStore, run: str, name: str, fmt: Format) -> ErrorStats:
