@@ -10,11 +10,9 @@ computed again once they leave the memory cache.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import h5py
@@ -54,9 +52,6 @@ class ReferenceFile:
         self.file.attrs[_CLOSED] = False
         self.file.flush()
 
-    def has(self, key: str) -> bool:
-        return key in self.file
-
     def read(self, key: str) -> Outputs | None:
         if key not in self.file:
             return None
@@ -88,43 +83,13 @@ class ReferenceFile:
 
 
 class ReferenceSet(Sequence[Outputs]):
-    """The FP32 outputs of `samples` (see the module docstring); `run(sample)` computes one sample's (`ahead`:
-    the next one's on a thread while the caller works on this one)."""
+    """The FP32 outputs of `samples` (see the module docstring); `run(sample)` computes one sample's."""
 
     def __init__(self, samples: Sequence[Sample], run: Callable[[Sample], Outputs], file: ReferenceFile | None = None,
                  name: str = "search"):
         self.samples, self.run, self.file, self.name = samples, run, file, name
         self._memory: OrderedDict[int, Outputs] = OrderedDict()
         self._trim = HeapTrim()
-        self._next: dict[int, int] = {}  # while `ahead`: a sample's index -> the index read after it
-        self._pending: dict[int, Future[Outputs]] = {}
-        self._pool: ThreadPoolExecutor | None = None
-
-    @contextlib.contextmanager
-    def ahead(self, order: Sequence[int]) -> Iterator[None]:
-        """Within the block, reading `order[k]` starts the FP32 run of `order[k + 1]` on a thread (ONNX Runtime
-        lets go of the GIL while it runs): the next reference is computed while the caller works on this one
-        (a run on a GPU and its check). One run at a time ahead; the samples are loaded, the file written and
-        the memory cache kept on the caller's thread only. A run started and never read is waited for and
-        dropped on leaving the block."""
-        order = list(order)
-        self._next = dict(zip(order, order[1:]))
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="reference-ahead")
-        try:
-            if order:
-                self._start(order[0])
-            yield
-        finally:
-            pool, self._pool, self._next, self._pending = self._pool, None, {}, {}
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    def _start(self, index: int) -> None:
-        """Start `index`'s FP32 run on the thread of `ahead` unless its outputs are at hand or on their way."""
-        if self._pool is None or index in self._memory or index in self._pending:
-            return
-        if self.file is not None and self.file.has(f"{self.name}/{index:07d}"):
-            return
-        self._pending[index] = self._pool.submit(self.run, self.samples[index])
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -136,8 +101,6 @@ class ReferenceSet(Sequence[Outputs]):
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(index)
-        if index in self._next:
-            self._start(self._next[index])
         hit = self._memory.get(index)
         if hit is not None:
             self._memory.move_to_end(index)
@@ -146,8 +109,7 @@ class ReferenceSet(Sequence[Outputs]):
         outputs = self.file.read(key) if self.file is not None else None
         self._trim.tick()
         if outputs is None:
-            pending = self._pending.pop(index, None)
-            outputs = pending.result() if pending is not None else self.run(self.samples[index])
+            outputs = self.run(self.samples[index])
             if self.file is not None:
                 self.file.write(key, outputs)
         self._memory[index] = outputs
@@ -160,8 +122,3 @@ class ReferenceSet(Sequence[Outputs]):
 
     def __radd__(self, other: Sequence[Outputs]) -> Concat[Outputs]:
         return Concat(other, self)
-
-
-def computed_ahead(refs: Sequence[Outputs], order: Sequence[int]) -> contextlib.AbstractContextManager:
-    """`refs.ahead(order)` where `refs` computes its outputs when read (a `ReferenceSet`), else nothing to do."""
-    return refs.ahead(order) if isinstance(refs, ReferenceSet) else contextlib.nullcontext()

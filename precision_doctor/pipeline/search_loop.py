@@ -15,7 +15,6 @@ evaluation's round, so it is replayed in the round it was made in.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -23,10 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from precision_doctor.backends.base import Backend
-from precision_doctor.backends.registry import GPU_BACKENDS
 from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
-from precision_doctor.data.reference_cache import computed_ahead
 from precision_doctor.jsonio import as_float, jsonable
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Outcome, RunStatus
@@ -168,9 +165,7 @@ def start_loop(backend: Backend, samples: Sequence[Sample], refs: Sequence[dict]
     else:
         scores = log.scores()
         if scores is None or len(scores) != n:
-            # on a GPU the next sample's FP32 reference runs on the CPU while this one's score runs on the GPU
-            with computed_ahead(refs, range(n)) if backend.name in GPU_BACKENDS else contextlib.nullcontext():
-                scores = score_samples(backend, samples, refs, tol, check=None if stop is None else stop.check)
+            scores = score_samples(backend, samples, refs, tol, check=None if stop is None else stop.check)
             log.write_scores(scores)
         order, working = hardness_order(scores), hardest(scores, START)
     start = list(working)
