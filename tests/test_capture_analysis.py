@@ -185,3 +185,28 @@ def test_rel_l2_alone_is_the_full_statistics_rel_l2():
             alone.add(o, r)
             full.add(o, r)
         assert repr(alone.result()) == repr(full.result().rel_l2)
+
+
+def test_a_prepared_reference_gives_the_same_statistics_bit_for_bit():
+    """The analysis prepares each reference sample once for the runs compared with it (`_Ref`): every statistic
+    equals the one computed from the raw reference, for finite data, NaN and Inf in either run, zeros in the
+    reference, values beyond FP16's range and below its normal range, an empty tensor and shapes that differ."""
+    from precision_doctor.graph.formats import get_format
+    from precision_doctor.measure.analysis import _Acc, _Ref
+
+    fmt = get_format("fp16")
+    rng = np.random.default_rng(1)
+    ref = rng.normal(size=(3, 50)).astype(np.float32)
+    ref[0, :3] = [0.0, 7e4, 1e-6]
+    out = ref + rng.normal(scale=1e-3, size=ref.shape).astype(np.float32)
+    bad_out, bad_ref = out.copy(), ref.copy()
+    bad_out[0, 3], bad_out[1, 4], bad_ref[2, 5] = np.nan, np.inf, np.inf
+    cases = [[(out[i], ref[i]) for i in range(3)], [(bad_out[i], ref[i]) for i in range(3)],
+             [(out[i], bad_ref[i]) for i in range(3)], [(np.zeros(0, np.float32), np.zeros(0, np.float32))],
+             [(out[0], ref[0][:10])], [(fmt.round(ref[1]), ref[1])]]
+    for pairs in cases:
+        raw, prepared = _Acc(fmt), _Acc(fmt)
+        for o, r in pairs:
+            raw.add(o, r)
+            prepared.add(o, _Ref.of(r, fmt))
+        assert repr(raw.result()) == repr(prepared.result())
