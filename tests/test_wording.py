@@ -157,3 +157,19 @@ def test_sizes_in_words():
 
     assert [fmt_bytes(n) for n in (0, 812, 2458, 202419, 276487757, 3 << 30)] == [
         "0 B", "812 B", "2.4 KiB", "198 KiB", "264 MiB", "3 GiB"]
+
+
+def test_a_refusal_on_the_prediction_alone_names_the_risk_a_failure_does_not():
+    """Predicted not to hold from the spread of the unseen shares (none failed): the words and the next step say
+    which chance per new input was asked (`--risk`) and that a larger one may be allowed; where unseen samples
+    failed, no risk setting could make the answer hold, and neither mentions it."""
+    from precision_doctor.render.commands import next_steps
+    from precision_doctor.render.wording import generalization_sentence
+
+    predicted = replace(_headroom(False), failing_copies=0, share_unseen=0.9, predicted_share=1.3, risk=0.002)
+    rep = _report(passed=False, expected_headroom=predicted)
+    assert verdict_of(rep) == Verdict.NOT_PREDICTED_TO_HOLD
+    text, step = generalization_sentence(rep), next_steps(rep)[0][0]
+    assert "larger chance per new input than 0.2% is acceptable" in text and "--risk" in text and "--risk" in step
+    failed = _report(passed=False, expected_headroom=replace(predicted, failing_copies=2))
+    assert "--risk" not in generalization_sentence(failed) and "--risk" not in next_steps(failed)[0][0]

@@ -47,11 +47,14 @@ def _steps(report: Report) -> list[tuple[str, str | None]]:
     if not_holding(report):
         margin = round(min(0.9, float(report.margin or 0.0) + 0.1), 2)
         h = report.expected_headroom
-        why = "fails on samples the search did not see" if h.failing_copies or h.failing_held_out else \
+        failed = bool(h.failing_copies or h.failing_held_out)
+        why = "fails on samples the search did not see" if failed else \
             "is predicted to exceed it on some new inputs (from how much its share varies between samples)"
+        allow = "" if failed or h.risk is None else (
+            f" Where a larger chance per new input than {100 * h.risk:g}% is acceptable, --risk allows it.")
         return [(f"The answer meets the tolerance on the searched samples but {why}: "
                  "give more --inputs of your data (from 4 on, some are held out to check it), or search with more room "
-                 "to spare (a larger --margin, more --augment copies):",
+                 f"to spare (a larger --margin, more --augment copies).{allow} Searching again with a larger margin:",
                  rerun_command(report, f"margin{margin:g}", {"search.margin": margin}))]
     if not report.passed:
         base = report.baseline

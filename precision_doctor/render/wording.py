@@ -464,8 +464,11 @@ def generalization_sentence(report: Report) -> str | None:
         fails = (f"fails on {h.failing_copies} perturbed cop{'y' if h.failing_copies == 1 else 'ies'} and "
                  f"{h.failing_held_out} held-out sample(s)") if h.failing_copies or h.failing_held_out else \
             "is predicted to exceed the tolerance on some new inputs"
+        allow = "" if h.failing_copies or h.failing_held_out or h.risk is None else (
+            f" (or, where a larger chance per new input than {100 * h.risk:g}% is acceptable, allow it with --risk)")
         return (text + f". The answer meets the tolerance on the searched samples but {fails}: it is predicted NOT "
-                "to hold on new inputs. Give more --inputs (some are then held out) or search with a larger --margin.")
+                f"to hold on new inputs. Give more --inputs (some are then held out) or search with a larger --margin"
+                f"{allow}.")
     if not (h.held_out and h.held_out_from_user):
         text += ("; not validated on your data (no held-out sample of it): the perturbed copies predict the answer "
                  "holds, give 4 or more --inputs (or --validate-inputs) to check it on your data")
