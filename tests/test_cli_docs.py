@@ -35,3 +35,32 @@ def test_every_option_of_every_command_has_a_help_panel(run_cli):
     code, out, _ = run_cli("diagnose", "--help")
     for panel in ("Inputs", "Held-out samples", "Precision and tolerance", "Search", "Backends", "Capture", "Run directory"):
         assert f"─ {panel} ─" in out, panel
+
+
+def _help(group: tuple, param: str) -> str:
+    return next(o.info.help for o in group if o.param == param)
+
+
+def test_strategy_help_names_every_strategy_the_search_accepts():
+    from precision_doctor.cli.options import SEARCH
+    from precision_doctor.search import STRATEGIES
+
+    listed = [s.strip(" .") for s in _help(SEARCH, "strategy").split(",")]
+    assert listed == list(STRATEGIES)  # linear-reverse was accepted but not listed
+
+
+def test_validation_split_help_states_the_default_split_that_runs():
+    import re
+
+    from precision_doctor.cli.options import HELD_OUT
+    from precision_doctor.pipeline.heldout_policy import default_held_out, plan_held_out
+
+    text = _help(HELD_OUT, "validation_split")
+    m = re.search(r"from (\d+) --inputs samples on, ([\d.]+) of them, at least (\d+) and at least (\d+) where that is "
+                  r"at most a quarter; generated runs generate ([\d.]+) held-out sample per search sample", text)
+    assert m, text  # it said "0.25 of --inputs files" and "as many" generated ones
+    start, fraction, least, target, generated = int(m[1]), float(m[2]), int(m[3]), int(m[4]), float(m[5])
+    assert default_held_out(start - 1) == 0 and default_held_out(start) == least
+    assert default_held_out(200) == round(200 * fraction)
+    assert default_held_out(4 * target) == target
+    assert plan_held_out(10, generated=True).n_held_out == round(10 * generated)

@@ -18,6 +18,8 @@ import typer
 
 from precision_doctor import spec as specs
 from precision_doctor.flags import FLAGS, command_line, flag  # noqa: F401 (the flag table, re-exported)
+from precision_doctor.pipeline import heldout_policy as held
+from precision_doctor.search import STRATEGIES
 from precision_doctor.spec import RunSpec
 
 
@@ -98,8 +100,10 @@ HELD_OUT = (
          "Held-out samples to confirm the answer on (files, directories, globs, as --inputs); repeatable.",
          default=None),
     _opt("validation_split", "inputs.validation_split", float | None,
-         "Hold out this fraction of the samples for confirmation (default: 0.25 of --inputs files; "
-         "generated runs draw as many held-out samples with another seed)."),
+         "Hold out this fraction of the samples for confirmation (default: from "
+         f"{held.HOLD_OUT_FROM} --inputs samples on, {held.HOLD_OUT_FRACTION:g} of them, at least {held.MIN_HELD_OUT} "
+         f"and at least {held.HELD_OUT_TARGET} where that is at most a quarter; generated runs generate "
+         f"{held.GENERATED_FRACTION:g} held-out sample per search sample, with another seed)."),
 )
 PRECISION = (_opt("precision", "precision", str, "Low precision to diagnose: fp16 or bf16."),)
 TOLERANCE = (
@@ -126,7 +130,7 @@ SEARCH = (
          "shares of the tolerance on unseen samples (held-out samples, fresh copies) predicts that a new input exceeds "
          f"it with at most this probability; lower asks for more room (a larger answer). In (0, {specs.MAX_RISK:g}); "
          f"default {specs.default('search.risk'):g}."),
-    _opt("strategy", "search.strategy", str, "auto, bisect, bisect-reverse, linear, ddmin, segment."),
+    _opt("strategy", "search.strategy", str, f"{', '.join(STRATEGIES)}."),
     _opt("cost", "search.cost", str,
          "What the search minimizes: 'deploy' (default: the estimated time fixed.onnx spends above all-FP16, FLOPs and "
          "bytes moved including Casts, with fusion groups kept whole unless a member alone is proven to matter), "
