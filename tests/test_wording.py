@@ -157,3 +157,16 @@ def test_sizes_in_words():
 
     assert [fmt_bytes(n) for n in (0, 812, 2458, 202419, 276487757, 3 << 30)] == [
         "0 B", "812 B", "2.4 KiB", "198 KiB", "264 MiB", "3 GiB"]
+
+
+def test_a_certificate_on_part_of_the_samples_does_not_say_all():
+    """A search cut short by --time-budget checked its answer on 11 of its 18 search samples and the 6 held out:
+    the certificate says 17 of the 24, not 'all 17 samples (search and held-out samples)'."""
+    from precision_doctor.render.wording import certified_sentence
+    from precision_doctor.results.report import SampleCounts
+
+    cert = Certification("emulate", "validation", 17, rules="ort-cuda")
+    part = _report(certified_by=cert, samples=SampleCounts(search=18, validation=6))
+    assert "passes there on 17 of the 24 samples (search and held-out samples)" in certified_sentence(part)
+    whole = _report(certified_by=replace(cert, samples=24), samples=SampleCounts(search=18, validation=6))
+    assert "passes there on all 24 samples" in certified_sentence(whole)

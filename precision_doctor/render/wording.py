@@ -483,7 +483,10 @@ def certified_sentence(report: Report) -> str | None:
         who = f"the emulator (`{c.rules or 'standard'}` rules)"
     else:
         who = f"`{c.backend}`" + (" (real low precision on the GPU)" if c.gpu else "")
-    text = f"Certified by {who}: the final answer passes there on all {c.samples} samples ({where})"
+    total = report.samples.search + report.samples.validation
+    # a search cut short (--time-budget) checked its answer on part of the search samples only
+    on = f"all {c.samples} samples" if c.samples >= total else f"{c.samples} of the {total} samples"
+    text = f"Certified by {who}: the final answer passes there on {on} ({where})"
     if c.unconfirmed:
         text += (f", except for what the emulator does not model on a GPU ({', '.join(c.unconfirmed)}; "
                  "below): confirm it there")
