@@ -170,3 +170,15 @@ def test_a_certificate_on_part_of_the_samples_does_not_say_all():
     assert "passes there on 17 of the 24 samples (search and held-out samples)" in certified_sentence(part)
     whole = _report(certified_by=replace(cert, samples=24), samples=SampleCounts(search=18, validation=6))
     assert "passes there on all 24 samples" in certified_sentence(whole)
+
+
+def test_a_margin_found_by_the_second_search_is_said_in_three_digits():
+    """The second search's margin is computed (0.563793...): the sentences say 0.564 and 56.4%, not 0.563793 and
+    56.3793%."""
+    from precision_doctor.render.wording import generalization_sentence, headroom_sentence
+    from precision_doctor.results.report import ToleranceUsed
+
+    h = replace(_headroom(True), researched=True, research_margin=0.5637931, first_answer_size=5)
+    rep = _report(margin=0.5637931, expected_headroom=h, tolerance_used=ToleranceUsed(search=0.42, validation=0.425))
+    assert "a second search at margin 0.564 with" in generalization_sentence(rep)
+    assert headroom_sentence(rep) == "The answer uses 42.5% of the tolerance (searched with a margin of 56.4%)."

@@ -457,7 +457,7 @@ def generalization_sentence(report: Report) -> str | None:
         if first and h.first_predicted_share is not None and h.first_predicted_share > 1.0:
             first += f", a new input predicted to use up to {100 * h.first_predicted_share:.0f}% of the tolerance"
         text += (f". The first answer{first + ')' if first else ''} was predicted not to hold; a second search at margin "
-                 f"{h.research_margin or 0:g} with the unseen samples it missed found this one")
+                 f"{h.research_margin or 0:.3g} with the unseen samples it missed found this one")
         if h.perturbed_copies:
             text += ", checked on fresh copies no search had seen"
     if not h.holds:
@@ -521,7 +521,7 @@ def headroom_sentence(report: Report) -> str | None:
     text = f"The answer uses {100 * max(shares):.1f}% of the tolerance{where}"
     margin = float(report.margin or 0.0)
     if margin:
-        text += f" (searched with a margin of {100 * margin:g}%)"
+        text += f" (searched with a margin of {100 * margin:.3g}%)"
     if max(shares) > 0.9 and not margin:
         text += (": little to spare, other hardware may tip it over (`--margin` searches for room to spare, "
                  "`--confirm-backend` checks on the target)")
