@@ -182,3 +182,15 @@ def test_a_margin_found_by_the_second_search_is_said_in_three_digits():
     rep = _report(margin=0.5637931, expected_headroom=h, tolerance_used=ToleranceUsed(search=0.42, validation=0.425))
     assert "a second search at margin 0.564 with" in generalization_sentence(rep)
     assert headroom_sentence(rep) == "The answer uses 42.5% of the tolerance (searched with a margin of 56.4%)."
+
+
+def test_the_first_diverging_tensor_is_quoted_with_its_node(tmp_path):
+    """ddddocr's detector names its tensors by numbers: the CLI said "first diverging tensor (all fp16): 848", which
+    reads as a count. It quotes the tensor and names the node that computes it."""
+    from precision_doctor.cli import shared
+    from precision_doctor.cli.diagnose import print_outcome
+
+    rep = _report(first_divergence="848", first_divergence_node="Conv_41")
+    with shared.console.capture() as cap:
+        print_outcome(rep, tmp_path)
+    assert "first diverging tensor (all fp16): '848' (from node Conv_41)" in cap.get()

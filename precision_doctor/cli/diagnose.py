@@ -122,6 +122,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         certified_sentence,
         confirm_sentence,
         decided_sentence,
+        divergence_text,
         emulation_note_lines,
         generalization_sentence,
         headline_text,
@@ -143,7 +144,8 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     tol = report.tolerance
     say(search_line(report))
     if report.first_divergence:
-        say(f"first diverging tensor (all {report.precision}): {report.first_divergence}")
+        say(f"first diverging tensor (all {report.precision}): "
+            f"{divergence_text(report.first_divergence, report.first_divergence_node)}")
     label, tone = verdict(report)
     style = {Tone.PASS: "bold green", Tone.WARN: "bold yellow"}.get(tone, "bold red")
     say(styled(label, style, ": " + headline_text(report)))

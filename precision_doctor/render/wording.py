@@ -649,11 +649,18 @@ def model_file_sentence(report: Report) -> str | None:
 # ---------------------------------------------------------------- compare
 
 
+def divergence_text(tensor: str | None, node: str | None) -> str:
+    """The first diverging tensor, quoted, and the node that computes it: "'848' (from node Conv_41)" (tensor names
+    are often bare numbers)."""
+    return f"'{tensor or '?'}'" + (f" (from node {node})" if node else "")
+
+
 def compare_verdict(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNote] = ()) -> str:
     """`compare`'s verdict: PASS or FAIL of the emulated low-precision model; a PASS resting on nodes the emulator
     does not model on a GPU (`notes`) says so."""
     worst = max(analysis.verdict.items(), key=lambda kv: (not kv[1].passed, kv[1].max_abs), default=None)
-    where = f"; first diverging tensor: {analysis.first_divergence}" if analysis.first_divergence else ""
+    where = (f"; first diverging tensor: {divergence_text(analysis.first_divergence, analysis.first_divergence_node)}"
+             if analysis.first_divergence else "")
     if analysis.passed:
         caveat = notes_clause(notes, analysis.precision)
         lead = f"PASS on the emulator ({caveat}: confirm on the GPU)" if caveat else "PASS"
