@@ -64,3 +64,20 @@ def test_validation_split_help_states_the_default_split_that_runs():
     assert default_held_out(200) == round(200 * fraction)
     assert default_held_out(4 * target) == target
     assert plan_held_out(10, generated=True).n_held_out == round(10 * generated)
+
+
+def test_augment_help_says_how_image_copies_are_changed():
+    """rapid-layout's pages were copied with another contrast and white balance, which --help left out (it said 1%
+    Gaussian noise): the help gives augment.py's own ranges."""
+    import re
+
+    from precision_doctor.cli.options import SEARCH
+    from precision_doctor.data import augment as aug
+
+    text = _help(SEARCH, "augment")
+    m = re.search(r"noise of ([\d.]+)% .*contrast x([\d.]+)-([\d.]+), a gain of ([\d.]+)-([\d.]+) and an offset of "
+                  r"±([\d.]+)% of the range", text)
+    assert m, text
+    assert float(m[1]) / 100 == aug.Augment().noise
+    assert (float(m[2]), float(m[3])) == aug.CONTRAST and (float(m[4]), float(m[5])) == aug.GAIN
+    assert float(m[6]) / 100 == aug.OFFSET[1] == -aug.OFFSET[0]

@@ -17,6 +17,7 @@ from typing import Any
 import typer
 
 from precision_doctor import spec as specs
+from precision_doctor.data import augment as aug
 from precision_doctor.flags import FLAGS, command_line, flag  # noqa: F401 (the flag table, re-exported)
 from precision_doctor.pipeline import heldout_policy as held
 from precision_doctor.search import STRATEGIES
@@ -122,9 +123,12 @@ SEARCH = (
          "are checked at the full tolerance. Room to spare, no guarantee on other hardware (--confirm-backend "
          "checks there). Default 0.1; --augment 0 --margin 0 is the bare minimum set (no room to spare)."),
     _opt("augment", "search.augment", int,
-         "Perturbed copies (1% Gaussian noise on continuous float inputs, never integer ones) of each search sample "
-         "that the search also checks, so the answer is not tuned to one rounding pattern; after the search 4 fresh "
-         "copies per sample predict how it holds on new inputs. Default 3; 0 turns copies and that check off."),
+         f"Perturbed copies (Gaussian noise of {100 * aug.Augment().noise:g}% of each continuous float input's std, "
+         "never on integer ones; image-like inputs first get another exposure: contrast "
+         f"x{aug.CONTRAST[0]:g}-{aug.CONTRAST[1]:g}, a gain of {aug.GAIN[0]:g}-{aug.GAIN[1]:g} and an offset of "
+         f"±{100 * aug.OFFSET[1]:g}% of the range per channel) of each search sample that the search also checks, so "
+         "the answer is not tuned to one rounding pattern; after the search 4 fresh copies per sample predict how it "
+         "holds on new inputs. Default 3; 0 turns copies and that check off."),
     _opt("risk", "search.risk", float,
          "The probability a new input may exceed the tolerance: the answer holds when the log-normal fitted to its "
          "shares of the tolerance on unseen samples (held-out samples, fresh copies) predicts that a new input exceeds "
