@@ -386,16 +386,21 @@ def held_out_sentence(report: Report) -> str | None:
 # ---------------------------------------------------------------- how the answer was checked
 
 
-def output_run_labels(report: Report) -> tuple[str, str]:
-    """Labels of the answer's output checks and of the held-out ones (which may be of the searched
-    answer, when the confirmation on another backend changed it)."""
+def output_run_labels(report: Report) -> tuple[str, str, str]:
+    """Labels of the baseline's output checks (a failing one stops at its first failing sample: its figures are of
+    the samples up to that one), of the answer's and of the held-out ones (which may be of the searched answer, when
+    the confirmation on another backend changed it)."""
+    prec = precision_name(report)
+    base = report.baseline
+    baseline = (f"baseline (all {prec}, up to the first failing sample)" if base is not None and not base.passed
+                else f"baseline (all {prec})")
     c, k = report.confirm, report.knobs
     fixed = f"fixed (on {c.backend}, all samples)" if c is not None and c.passed else "fixed (search samples)"
     if k is not None and k.changed_answer:
         fixed = f"fixed (on {k.backend} with knobs {k.best}, all samples)"
     held = "searched answer (validation)" if report.validation is not None and report.validation.of \
         else "fixed (validation)"
-    return fixed, held
+    return baseline, fixed, held
 
 
 def _q(v: Any) -> Any:
