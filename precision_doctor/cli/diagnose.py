@@ -107,8 +107,10 @@ def settings_refusal(exc, model: Path, out_dir: Path) -> str:
 
     text = error_text(exc)
     if exc.recorded is not None:
-        text += f"; to continue it: {command_line('diagnose', model, exc.recorded, '--resume', '--out', str(out_dir))}"
-    return text + "; to start over with the new settings: the same command with --force instead of --resume"
+        its_model = exc.recorded.model if exc.other_model else model  # a run made on another model continues on it
+        text += f"; to continue it: {command_line('diagnose', its_model, exc.recorded, '--resume', '--out', str(out_dir))}"
+    new = f"on {model}" if exc.other_model else "with the new settings"
+    return text + f"; to start over {new}: the same command with --force instead of --resume"
 
 
 def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None) -> None:
