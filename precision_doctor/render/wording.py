@@ -84,11 +84,15 @@ def verdict_of(report: Report) -> Verdict:
     v = report.validation
     if status == RunStatus.NO_SOLUTION:
         return Verdict.NO_SOLUTION
+    failed_held_out = v is not None and not v.passed and not v.passed_after_research
     if status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
-        return Verdict.PASSED_SO_FAR if report.passed else Verdict.INCOMPLETE
+        if report.passed:
+            return Verdict.PASSED_SO_FAR
+        # held-out samples are checked only where a set met the tolerance on the search samples
+        return Verdict.FAILED_HELD_OUT if failed_held_out else Verdict.INCOMPLETE
     if not report.passed:
         return Verdict.NOT_PREDICTED_TO_HOLD if not_holding(report) else Verdict.FAILED_HELD_OUT
-    if v is not None and not v.passed and not v.passed_after_research:
+    if failed_held_out:
         return Verdict.FAILED_HELD_OUT
     if unconfirmed(report):
         return Verdict.PASSED_UNCONFIRMED
@@ -375,7 +379,9 @@ def held_out_sentence(report: Report) -> str | None:
         return f"The answer holds on {n}{of}."
     first = len(v.first_candidate or [])
     if v.research is None:
-        return f"The answer FAILED on {n}{of}: do not rely on it (more samples of your data may help)."
+        failed = len(v.failing_samples)  # every held-out sample is checked (no early stop)
+        on = f"{failed} of the {n}" if 0 < failed < v.samples else n
+        return f"The answer FAILED on {on}{of}: do not rely on it (more samples of your data may help)."
     if v.passed_after_research:
         return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found "
                 f"this answer, which passes on every sample.")
