@@ -207,3 +207,20 @@ def test_a_budget_run_whose_answer_failed_held_out_samples_says_so():
     assert held_out_sentence(rep).startswith("The answer FAILED on 1 of the 5 held-out samples:")
     nothing = _report(**CASES[Verdict.INCOMPLETE], validation=None)  # stopped before any set passed: none checked
     assert verdict_of(nothing) == Verdict.INCOMPLETE
+
+
+def test_an_answer_that_did_not_pass_is_never_called_the_safe_one():
+    """rapid-layout: the answer grown from a smaller one also failed a held-out sample; the headline said "this one
+    is the safe one" and the two-answers line "the safe one ... is the answer"."""
+    from precision_doctor.outcome import Growth
+    from precision_doctor.pipeline.heldout_policy import held_out_bound
+    from precision_doctor.render.wording import answers_sentence
+    from precision_doctor.results.report import AnswerSummary, TwoAnswers
+
+    two = TwoAnswers([Growth.COUNTEREXAMPLES], AnswerSummary(["a"], 1, 0.156, held_out_bound(5, 1)),
+                     AnswerSummary(["a", "b"], 2, 0.375, held_out_bound(5, 1)))
+    failed = _report(answers=two, passed=False, validation=Validation(passed=False, samples=5, failing_samples=[0]))
+    assert "safe" not in headline(failed) + answers_sentence(failed)
+    assert "; this one was grown from it." in headline(failed) and "it is not a pass either" in answers_sentence(failed)
+    passed = _report(answers=two)
+    assert "this one is the safe one" in headline(passed) and "the safe one (2 nodes" in answers_sentence(passed)

@@ -322,7 +322,10 @@ def smaller_answer_sentence(report: Report) -> str | None:
     seen = (f"failed {b.failures} of {b.samples} held-out samples" if b is not None else
             f"failed {small.search_failures} search sample{'s' if small.search_failures != 1 else ''}"
             if small.search_failures else "was predicted not to hold")
-    return f"A smaller answer ({_answer_words(small)}) {seen}; this one is the safe one."
+    # "safe" only where the answer grown from it passed (not where it too failed held-out samples or is predicted
+    # not to hold: the verdict says that)
+    this = "this one is the safe one" if report.passed else "this one was grown from it"
+    return f"A smaller answer ({_answer_words(small)}) {seen}; {this}."
 
 
 def answers_sentence(report: Report) -> str | None:
@@ -341,6 +344,10 @@ def answers_sentence(report: Report) -> str | None:
                      f"{b.confidence:.0%} confidence)")
     why = "; ".join(_GROWN[g] for g in two.grown_by)
     measured = " and ".join(facts) if facts else "was not checked on held-out samples"
+    if not report.passed:
+        return (f"Two answers: the smaller one found first ({_answer_words(small)}) {measured}; the larger one "
+                f"({_answer_words(safe)}) is the answer, grown from it because {why}, and it is not a pass either "
+                "(see the verdict).")
     return (f"Two answers: the smaller one found first ({_answer_words(small)}) {measured}; the safe one "
             f"({_answer_words(safe)}) is the answer, grown from it because {why}. Keep the smaller one only if "
             "that failure rate is acceptable.")
