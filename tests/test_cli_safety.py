@@ -211,4 +211,6 @@ def test_explain_names_each_kind_of_reason():
     assert kinds(op_type="MatMul", local_rel_l2=0.05) == ["accumulation"]
     assert kinds(frac_below_normal=0.5) == ["underflow"]
     assert kinds() == ["small_error"]
+    # an exact node (a Slice of 0..255 pixels): kept for its neighbours, not "the search found it is needed"
+    assert kinds(op_type="Slice", local_rel_l2=0.0, rounding_rel_l2=0.0) == ["exact"]
     assert kinds(local_rel_l2=float("inf")) == ["nonfinite"]

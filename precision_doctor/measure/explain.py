@@ -5,7 +5,8 @@ value (in the output, or in an input that rounding turns into inf), cancellation
 nearly equal values, so its inputs' rounding becomes a large relative error; its producers named),
 amplified input rounding (other ops whose error comes from their rounded inputs), accumulated
 rounding (a sum over many rounded inputs: MatMul, Conv, reductions), underflow (values below the
-smallest normal lose their digits), and otherwise a small error of its own that adds up downstream.
+smallest normal lose their digits), no error of its own (its low-precision result equals the FP32 one: it is
+in FP32 for its neighbours' sake), and otherwise a small error of its own that adds up downstream.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ class Limits:
 @dataclass(frozen=True)
 class Reason:
     """One reason a node hurts: `kind` is overflow, input_overflow, nonfinite, cancellation, input_rounding,
-    accumulation, underflow or small_error; `text` says it in words."""
+    accumulation, underflow, exact or small_error; `text` says it in words."""
 
     kind: str
     text: str
@@ -104,6 +105,9 @@ def explain(layer: LayerFacts, limits: Limits, producers: list[str] | tuple[str,
         out.append(Reason("underflow", f"underflow: {100 * below:.3g}% of its outputs are below {fmt}'s smallest "
                                        f"normal value {_g(limits.smallest_normal)}, where {fmt} keeps fewer digits or "
                                        "flushes them to zero"))
+    if not out and local == 0:
+        out.append(Reason("exact", f"no error of its own: its {fmt} result equals its FP32 one on the captured "
+                                   "samples; it is in FP32 with its neighbours, not for its own rounding"))
     if not out:
         err = f" ({_g(local)} relative)" if math.isfinite(local) and local > 0 else ""
         out.append(Reason("small_error", f"a small error of its own{err} that adds up with the others' downstream: "

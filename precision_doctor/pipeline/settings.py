@@ -21,6 +21,7 @@ from precision_doctor.data.loader_script import parse_script
 from precision_doctor.data.samples import SampleSet
 from precision_doctor.data.workload import Workload
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.graph.model import Model
 from precision_doctor.jsonio import jsonable, read_json, write_json
 from precision_doctor.runfiles import RunDir
 from precision_doctor.search.cegis import COUNTEREXAMPLES, MAX_ROUNDS, START
@@ -39,10 +40,11 @@ RECORDED_ALWAYS = {"model_hash": str, "precision": str, "backend": str, "toleran
 
 class SettingsDiffer(SpecError):
     """`resume` of a run made with other settings; `recorded` is the RunSpec it was made with (None for a
-    run of an older version, which recorded only the verdict settings)."""
+    run of an older version, which recorded only the verdict settings); `other_model`: it was made on another
+    model (the run continues with `recorded.model`)."""
 
-    def __init__(self, out_dir: Path, shown: str, recorded: RunSpec | None):
-        self.out_dir, self.recorded = Path(out_dir), recorded
+    def __init__(self, out_dir: Path, shown: str, recorded: RunSpec | None, other_model: bool = False):
+        self.out_dir, self.recorded, self.other_model = Path(out_dir), recorded, other_model
         super().__init__("resume", f"{{resume}}: {out_dir} was run with other settings ({shown}); continue it with "
                          "its own settings, or choose another {out_dir}")
 
@@ -148,6 +150,21 @@ def _recorded(path: Path) -> dict:
         if not isinstance(data[key], kind) or isinstance(data[key], bool):
             raise _unreadable(path, f"has a '{key}' of the wrong type ({data[key]!r:.40})")
     return data
+
+
+def check_resumed_model(out_dir: Path, model: Model) -> None:
+    """Refuse to resume a run made on another model (SettingsDiffer, with the command that continues it) as soon as
+    the model is loaded: before its samples are read against it, which would fail on the wrong cause (an input
+    name the other model does not have)."""
+    path = Path(out_dir) / RUN_SETTINGS
+    if not path.exists():
+        return
+    old = _recorded(path)["model_hash"]
+    if old != model.model_hash:
+        recorded = recorded_spec(out_dir)
+        then = f"{recorded.model} " if recorded is not None else ""
+        raise SettingsDiffer(out_dir, f"model {then}then (hash {old[:12]}), {model.path or '?'} now (hash "
+                             f"{model.model_hash[:12]}): another model", recorded, other_model=True)
 
 
 def check_run_settings(run: RunDir, settings: dict, resume: bool) -> None:

@@ -389,7 +389,7 @@ def _outputs_section(report: Report) -> str:
     validation = report.validation
     val = validation.outputs if validation is not None else {}
     names = list(dict.fromkeys([*base, *fixed, *val]))
-    fixed_label, held_label = output_run_labels(report)
+    base_label, fixed_label, held_label = output_run_labels(report)
     out = ['<section id="outputs"><h2>Outputs</h2>']
     if validation is not None:
         samples = _e(validation.samples)
@@ -406,7 +406,7 @@ def _outputs_section(report: Report) -> str:
         '<th class="n">Mismatches</th></tr></thead><tbody>'
     )
     for name in names:
-        runs = [(f"baseline (all {prec})", base.get(name)), (fixed_label, fixed.get(name)), (held_label, val.get(name))]
+        runs = [(base_label, base.get(name)), (fixed_label, fixed.get(name)), (held_label, val.get(name))]
         runs = [(r, oc) for r, oc in runs if oc]
         for k, (run, oc) in enumerate(runs):
             first = f'<td class="name" rowspan="{len(runs)}">{_e(name)}</td>' if k == 0 else ""

@@ -201,18 +201,17 @@ def _fallback(report: Report) -> list[str]:
 
 def _outputs(report: Report) -> list[str]:
     """Each output's check: the baseline (everything low precision), the answer, the held-out samples."""
-    prec = precision_name(report)
     L = ["## Outputs", ""]
     outs = report.outputs
     base_outs = report.baseline.outputs if report.baseline is not None else {}
     val_outs = report.validation.outputs if report.validation is not None else {}
     names = list(dict.fromkeys([*base_outs, *outs, *val_outs]))
-    fixed_label, held_label = output_run_labels(report)
+    base_label, fixed_label, held_label = output_run_labels(report)
     if names:
         rows = []
         for name in names:
             if name in base_outs:
-                rows.append(_check_row(f"{code(name)} baseline (all {prec})", base_outs[name]))
+                rows.append(_check_row(f"{code(name)} {base_label}", base_outs[name]))
             if name in outs:
                 rows.append(_check_row(f"{code(name)} {fixed_label}", outs[name]))
             if name in val_outs:

@@ -56,8 +56,20 @@ def tradeoff_sentence(t: Tradeoff | None, multiplier: float = 2.0) -> str | None
     if there.fallback == here.fallback:
         return (f"{what} the answer would keep at most the same {fmt_short_pct(here.fp32_flop_share)} of the FLOPs in FP32 "
                 f"(its prune ran out of its {there.evaluations} evaluations).")
-    return (f"{what} the answer would keep {bound}{fmt_short_pct(there.fp32_flop_share)} of the FLOPs in FP32 "
-            f"({there.fallback_size} nodes) instead of {fmt_short_pct(here.fp32_flop_share)} ({here.fallback_size}).")
+    there_pct, here_pct = _distinct_pcts(there.fp32_flop_share, here.fp32_flop_share)
+    return (f"{what} the answer would keep {bound}{there_pct} of the FLOPs in FP32 "
+            f"({there.fallback_size} nodes) instead of {here_pct} ({here.fallback_size}).")
+
+
+def _distinct_pcts(a: float | None, b: float | None) -> tuple[str, str]:
+    """Two shares as short percentages, with more digits where the short ones would read the same ("12.04%" and
+    "12.05%", not "12%" and "12%")."""
+    pa, pb = fmt_short_pct(a), fmt_short_pct(b)
+    digits = 3
+    while pa == pb and a != b and a is not None and b is not None and digits <= 6:
+        pa, pb = f"{100 * a:.{digits}g}%", f"{100 * b:.{digits}g}%"
+        digits += 1
+    return pa, pb
 
 
 def _group_lines(p: Pricing) -> list[str]:

@@ -84,11 +84,15 @@ def verdict_of(report: Report) -> Verdict:
     v = report.validation
     if status == RunStatus.NO_SOLUTION:
         return Verdict.NO_SOLUTION
+    failed_held_out = v is not None and not v.passed and not v.passed_after_research
     if status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
-        return Verdict.PASSED_SO_FAR if report.passed else Verdict.INCOMPLETE
+        if report.passed:
+            return Verdict.PASSED_SO_FAR
+        # held-out samples are checked only where a set met the tolerance on the search samples
+        return Verdict.FAILED_HELD_OUT if failed_held_out else Verdict.INCOMPLETE
     if not report.passed:
         return Verdict.NOT_PREDICTED_TO_HOLD if not_holding(report) else Verdict.FAILED_HELD_OUT
-    if v is not None and not v.passed and not v.passed_after_research:
+    if failed_held_out:
         return Verdict.FAILED_HELD_OUT
     if unconfirmed(report):
         return Verdict.PASSED_UNCONFIRMED
@@ -318,7 +322,10 @@ def smaller_answer_sentence(report: Report) -> str | None:
     seen = (f"failed {b.failures} of {b.samples} held-out samples" if b is not None else
             f"failed {small.search_failures} search sample{'s' if small.search_failures != 1 else ''}"
             if small.search_failures else "was predicted not to hold")
-    return f"A smaller answer ({_answer_words(small)}) {seen}; this one is the safe one."
+    # "safe" only where the answer grown from it passed (not where it too failed held-out samples or is predicted
+    # not to hold: the verdict says that)
+    this = "this one is the safe one" if report.passed else "this one was grown from it"
+    return f"A smaller answer ({_answer_words(small)}) {seen}; {this}."
 
 
 def answers_sentence(report: Report) -> str | None:
@@ -337,6 +344,10 @@ def answers_sentence(report: Report) -> str | None:
                      f"{b.confidence:.0%} confidence)")
     why = "; ".join(_GROWN[g] for g in two.grown_by)
     measured = " and ".join(facts) if facts else "was not checked on held-out samples"
+    if not report.passed:
+        return (f"Two answers: the smaller one found first ({_answer_words(small)}) {measured}; the larger one "
+                f"({_answer_words(safe)}) is the answer, grown from it because {why}, and it is not a pass either "
+                "(see the verdict).")
     return (f"Two answers: the smaller one found first ({_answer_words(small)}) {measured}; the safe one "
             f"({_answer_words(safe)}) is the answer, grown from it because {why}. Keep the smaller one only if "
             "that failure rate is acceptable.")
@@ -375,7 +386,9 @@ def held_out_sentence(report: Report) -> str | None:
         return f"The answer holds on {n}{of}."
     first = len(v.first_candidate or [])
     if v.research is None:
-        return f"The answer FAILED on {n}{of}: do not rely on it (more samples of your data may help)."
+        failed = len(v.failing_samples)  # every held-out sample is checked (no early stop)
+        on = f"{failed} of the {n}" if 0 < failed < v.samples else n
+        return f"The answer FAILED on {on}{of}: do not rely on it (more samples of your data may help)."
     if v.passed_after_research:
         return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found "
                 f"this answer, which passes on every sample.")
@@ -386,16 +399,21 @@ def held_out_sentence(report: Report) -> str | None:
 # ---------------------------------------------------------------- how the answer was checked
 
 
-def output_run_labels(report: Report) -> tuple[str, str]:
-    """Labels of the answer's output checks and of the held-out ones (which may be of the searched
-    answer, when the confirmation on another backend changed it)."""
+def output_run_labels(report: Report) -> tuple[str, str, str]:
+    """Labels of the baseline's output checks (a failing one stops at its first failing sample: its figures are of
+    the samples up to that one), of the answer's and of the held-out ones (which may be of the searched answer, when
+    the confirmation on another backend changed it)."""
+    prec = precision_name(report)
+    base = report.baseline
+    baseline = (f"baseline (all {prec}, up to the first failing sample)" if base is not None and not base.passed
+                else f"baseline (all {prec})")
     c, k = report.confirm, report.knobs
     fixed = f"fixed (on {c.backend}, all samples)" if c is not None and c.passed else "fixed (search samples)"
     if k is not None and k.changed_answer:
         fixed = f"fixed (on {k.backend} with knobs {k.best}, all samples)"
     held = "searched answer (validation)" if report.validation is not None and report.validation.of \
         else "fixed (validation)"
-    return fixed, held
+    return baseline, fixed, held
 
 
 def _q(v: Any) -> Any:
@@ -457,7 +475,7 @@ def generalization_sentence(report: Report) -> str | None:
         if first and h.first_predicted_share is not None and h.first_predicted_share > 1.0:
             first += f", a new input predicted to use up to {100 * h.first_predicted_share:.0f}% of the tolerance"
         text += (f". The first answer{first + ')' if first else ''} was predicted not to hold; a second search at margin "
-                 f"{h.research_margin or 0:g} with the unseen samples it missed found this one")
+                 f"{h.research_margin or 0:.3g} with the unseen samples it missed found this one")
         if h.perturbed_copies:
             text += ", checked on fresh copies no search had seen"
     if not h.holds:
@@ -486,7 +504,10 @@ def certified_sentence(report: Report) -> str | None:
         who = f"the emulator (`{c.rules or 'standard'}` rules)"
     else:
         who = f"`{c.backend}`" + (" (real low precision on the GPU)" if c.gpu else "")
-    text = f"Certified by {who}: the final answer passes there on all {c.samples} samples ({where})"
+    total = report.samples.search + report.samples.validation
+    # a search cut short (--time-budget) checked its answer on part of the search samples only
+    on = f"all {c.samples} samples" if c.samples >= total else f"{c.samples} of the {total} samples"
+    text = f"Certified by {who}: the final answer passes there on {on} ({where})"
     if c.unconfirmed:
         text += (f", except for what the emulator does not model on a GPU ({', '.join(c.unconfirmed)}; "
                  "below): confirm it there")
@@ -521,7 +542,7 @@ def headroom_sentence(report: Report) -> str | None:
     text = f"The answer uses {100 * max(shares):.1f}% of the tolerance{where}"
     margin = float(report.margin or 0.0)
     if margin:
-        text += f" (searched with a margin of {100 * margin:g}%)"
+        text += f" (searched with a margin of {100 * margin:.3g}%)"
     if max(shares) > 0.9 and not margin:
         text += (": little to spare, other hardware may tip it over (`--margin` searches for room to spare, "
                  "`--confirm-backend` checks on the target)")
@@ -649,11 +670,18 @@ def model_file_sentence(report: Report) -> str | None:
 # ---------------------------------------------------------------- compare
 
 
+def divergence_text(tensor: str | None, node: str | None) -> str:
+    """The first diverging tensor, quoted, and the node that computes it: "'848' (from node Conv_41)" (tensor names
+    are often bare numbers)."""
+    return f"'{tensor or '?'}'" + (f" (from node {node})" if node else "")
+
+
 def compare_verdict(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNote] = ()) -> str:
     """`compare`'s verdict: PASS or FAIL of the emulated low-precision model; a PASS resting on nodes the emulator
     does not model on a GPU (`notes`) says so."""
     worst = max(analysis.verdict.items(), key=lambda kv: (not kv[1].passed, kv[1].max_abs), default=None)
-    where = f"; first diverging tensor: {analysis.first_divergence}" if analysis.first_divergence else ""
+    where = (f"; first diverging tensor: {divergence_text(analysis.first_divergence, analysis.first_divergence_node)}"
+             if analysis.first_divergence else "")
     if analysis.passed:
         caveat = notes_clause(notes, analysis.precision)
         lead = f"PASS on the emulator ({caveat}: confirm on the GPU)" if caveat else "PASS"
