@@ -100,11 +100,20 @@ class _Ref:
         r = np.asarray(ref, dtype=np.float64).ravel()
         if not r.size or ref.dtype.kind != "f" or not np.isfinite(r).all():
             return cls(ref, r)
-        absr = np.abs(r)
-        above, below = int(np.count_nonzero(absr > fmt.max)), int(np.count_nonzero((absr > 0) & (absr < fmt.smallest_normal)))
-        absmax = float(absr.max())
-        absr[absr == 0] = 2.22e-16  # as `_Acc._add_finite`: a zero reference divides by float64's smallest step
-        return cls(ref, r, absr, float(np.dot(r, r)), absmax, above, below)
+        return cls.of_pairs(ref, r, None, fmt)
+
+    @classmethod
+    def of_pairs(cls, raw: np.ndarray, rb: np.ndarray, a: np.ndarray | None, fmt: Format) -> _Ref:
+        """The prepared form of the finite reference elements `rb` (float64, flat) that are compared; `a`: |ref|
+        over every finite reference element, for the range facts (None: `rb`'s)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            absr = np.abs(rb)
+            a = absr if a is None else a
+            absmax = float(a.max()) if a.size else 0.0
+            above = int(np.count_nonzero(a > fmt.max))
+            below = int(np.count_nonzero((a > 0) & (a < fmt.smallest_normal)))
+            absr[absr == 0] = 2.22e-16  # after the range facts: a zero reference divides by float64's smallest step
+            return cls(raw, rb, absr, float(np.dot(rb, rb)), absmax, above, below)
 
 
 class _Acc:
@@ -151,28 +160,10 @@ class _Acc:
     def _add_finite(self, ob: np.ndarray, rb: np.ndarray, a: np.ndarray | None = None) -> None:
         """The sums over finite pairs (`ob`, `rb`: float64, flat); `a`: |ref| over every finite reference element
         (None: `rb`'s)."""
-        with np.errstate(invalid="ignore", over="ignore"):
-            absr = np.abs(rb)
-            a = absr if a is None else a
-            if a.size:
-                self.ref_absmax = max(self.ref_absmax, float(a.max()))
-            self.above += int(np.count_nonzero(a > self.fmt.max))
-            self.below += int(np.count_nonzero((a > 0) & (a < self.fmt.smallest_normal)))
-            d = ob - rb
-            np.abs(d, out=d)
-            self.sum_abs += float(d.sum())
-            if d.size:
-                self.max_abs = max(self.max_abs, float(d.max()))
-                absr[absr == 0] = 2.22e-16  # `a` is used: a zero reference divides by float64's smallest step
-                np.divide(d, absr, out=absr)
-                self.max_rel = max(self.max_rel, float(absr.max()))
-            self.sq_diff += float(np.dot(d, d))
-            self.sq_ref += float(np.dot(rb, rb))
-            self.sq_out += float(np.dot(ob, ob))
-            self.dot += float(np.dot(ob, rb))
+        self._add_prepared(ob, _Ref.of_pairs(rb, rb, a, self.fmt))
 
     def _add_prepared(self, ob: np.ndarray, ref: _Ref) -> None:
-        """`_add_finite` of a finite `ob` against a prepared, finite reference: the same sums."""
+        """The sums of the finite `ob` against the prepared, finite reference elements it is paired with."""
         rb = ref.flat
         self.ref_absmax = max(self.ref_absmax, ref.absmax)
         self.above += ref.above
@@ -181,8 +172,9 @@ class _Acc:
             d = ob - rb
             np.abs(d, out=d)
             self.sum_abs += float(d.sum())
-            self.max_abs = max(self.max_abs, float(d.max()))
-            self.max_rel = max(self.max_rel, float((d / ref.safe_abs).max()))
+            if d.size:
+                self.max_abs = max(self.max_abs, float(d.max()))
+                self.max_rel = max(self.max_rel, float((d / ref.safe_abs).max()))
             self.sq_diff += float(np.dot(d, d))
             self.sq_ref += ref.sq
             self.sq_out += float(np.dot(ob, ob))
