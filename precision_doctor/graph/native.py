@@ -182,22 +182,27 @@ def native_local_graph(model: Model, fmt: Format, nodes: Sequence[NodeInfo]) -> 
 
 @dataclass
 class NativeGatedGraph:
-    """A gated native graph and the candidates it gates, in the order of their gate inputs."""
+    """A gated native graph and the candidates it gates, in the order of their gate inputs; `form` "if" (a gate of
+    shape [1] picks a branch) or "where" (both computed, a scalar gate picks an output)."""
 
     proto: onnx.ModelProto
     candidates: list[str]
     fmt: Format
+    form: str = "if"
 
     def feeds(self, fallback: Iterable[str]) -> dict[str, np.ndarray]:
         """The gate feeds for a fallback set: True = low precision."""
         fb = set(fallback)
-        return {f"{GATE_PREFIX}{i}": np.array([name not in fb]) for i, name in enumerate(self.candidates)}
+        shape = (1,) if self.form == "if" else ()
+        return {f"{GATE_PREFIX}{i}": np.full(shape, name not in fb) for i, name in enumerate(self.candidates)}
 
 
-def gated_native_graph(model: Model, fmt: Format) -> NativeGatedGraph:
+def gated_native_graph(model: Model, fmt: Format, form: str = "if") -> NativeGatedGraph:
     """One graph for every fallback set, computed by the provider's low-precision kernels (see the
     module docstring). Gated: candidates that can compute in the low type and whose outputs have
-    known element types; other nodes stay as they are (FP32)."""
+    known element types; other nodes stay as they are (FP32). `form` "where": no If; each candidate computed both
+    ways in the main graph, a Where on its scalar gate picks each output (no control flow, so that a CUDA graph
+    can capture it; twice the arithmetic)."""
     _check_opset(model, fmt)
     b = _NativeBuilder(model, fmt)
     types = model.tensor_types
@@ -218,8 +223,13 @@ def gated_native_graph(model: Model, fmt: Format) -> NativeGatedGraph:
         else_g = helper.make_graph([b.copy(node, f32)], b.uid("else"), [],
                                    [helper.make_tensor_value_info(f32[t], types[t], None) for t in outs])
         gate = f"{GATE_PREFIX}{index[info.name]}"
+        if form == "where":
+            out_nodes += [*then_g.node, *else_g.node]
+            out_nodes += [helper.make_node("Where", [gate, low[t], f32[t]], [t], name=b.uid("where")) for t in outs]
+            continue
         out_nodes.append(helper.make_node("If", [gate], outs, name=b.uid(info.name), then_branch=then_g, else_branch=else_g))
     proto = _with_graph(model.proto, out_nodes, b.initializers)
     for i in range(len(cands)):
-        proto.graph.input.append(helper.make_tensor_value_info(f"{GATE_PREFIX}{i}", TensorProto.BOOL, [1]))
-    return NativeGatedGraph(proto=proto, candidates=[n.name for n in cands], fmt=fmt)
+        proto.graph.input.append(helper.make_tensor_value_info(
+            f"{GATE_PREFIX}{i}", TensorProto.BOOL, [1] if form == "if" else []))
+    return NativeGatedGraph(proto=proto, candidates=[n.name for n in cands], fmt=fmt, form=form)

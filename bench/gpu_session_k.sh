@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# GPU session K (issue 20's 60 s target), the measuring call after the staging calls; carry .stage/pN, .whl, zoo and
+# .gpuwork (answer74.txt: the 74-node answer of session J, one node a line). What one ort-cuda confirmation trial
+# costs and whether cuDNN's algorithm search changes its verdict (bench/ort_session_cost.py), then the 32-sample
+# diagnose of nudenet-320n under cProfile (bench/gpu_calibration.py --profile), then the GPU tests.
+set -uo pipefail
+source bench/gpu_install.sh || exit 1
+if [ "${MODE:-}" = forms ]; then  # the gated graph's If and Where forms, and the Where form as a CUDA graph
+  (cd bench && timeout 300 python3 gated_forms.py --zoo ../zoo --fallback ../.gpuwork/answer74.txt --out "$OUT/forms" 2>&1 |
+    grep -v Warning | grep -v "^20[0-9-]* [0-9:.]* \[V" | tail -20)
+  (cd bench && timeout 300 python3 gated_forms.py --zoo ../zoo --fallback ../.gpuwork/answer74.txt --samples 2 \
+    --out /tmp/forms2 2>&1 | grep -A12 "placed on \[CPUExecutionProvider\]" | head -30)
+  exit 0
+fi
+(cd bench && timeout 240 python3 ort_session_cost.py --zoo ../zoo --fallback ../.gpuwork/answer74.txt \
+  --out "$OUT/session-cost" 2>&1 | grep -v Warning | tail -20)
+mkdir -p "$OUT/cal"
+timeout -k 10 -s INT 240 python3 bench/gpu_calibration.py --zoo zoo --out "$OUT/cal" --profile > "$OUT/cal/log" 2>&1
+python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(round(d['wall_s'],1), {k: round(v,1) for k,v in d['phases_s'].items()}, d['size'], d['passed'], d.get('unseen_ort-cuda')); print(d['steps_s'])" "$OUT/cal/gpu_calibration.json" || tail -c 1500 "$OUT/cal/log"
+find "$OUT/cal" \( -name '*.h5' -o -name '*.onnx' -o -name '*.plan' -o -name '*.npz' -o -name '*.npy' \) -delete
+rm -rf "$OUT/cal/inputs" "$OUT/cal/run/trtexec_io"
+timeout -k 10 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_certified.py tests/test_mixed.py 2>&1 | tail -3
