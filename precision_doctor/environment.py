@@ -33,8 +33,11 @@ def tensorrt_status() -> str:
     typing = "strongly typed only" if lib.strongly_typed_only else "weak typing available"
     run = lib.runtime()
     if lib.is_rtx:
-        targets = " ".join(f"{a}.{b}" for a, b in lib.target_compute_capabilities)
-        what = f"{typing}; builds ahead of time without a GPU for compute capability {targets}"
+        default = lib.default_compute_capabilities
+        targets = " ".join(f"{a}.{b}" for a, b in default)
+        opt_in = " ".join(f"{a}.{b}" for a, b in lib.target_compute_capabilities if (a, b) not in default)
+        what = f"{typing}; builds ahead of time without a GPU for compute capability {targets}" + (
+            f" by default ({opt_in} when named: --engine-targets)" if opt_in else "")
     else:
         what = f"{typing}; builds for the GPU present"
     return f"{lib.label} ({lib.module_name}; {what}); {run.reason}"

@@ -325,3 +325,14 @@ def test_backend_trt_refuses_in_one_line_where_engines_cannot_run(run_cli, plant
         assert "\n" not in line and line.endswith(f"{run.reason}; nothing was built or run (use emulate or ort-cuda)")
         assert line.startswith(f"error: {flag} trt unavailable: ")
         assert not (tmp_path / flag.strip("-")).exists()  # refused before the run directory is made
+
+
+def test_env_names_the_default_engine_targets_and_the_opt_in_ones():
+    """`env` says which compute capabilities a build targets when none is named, and which only when named."""
+    from precision_doctor import environment
+
+    status = environment.tensorrt_status()
+    default = " ".join(f"{a}.{b}" for a, b in LIB.default_compute_capabilities)
+    assert f"compute capability {default} by default" in status
+    opt_in = [f"{a}.{b}" for a, b in LIB.target_compute_capabilities if (a, b) not in LIB.default_compute_capabilities]
+    assert opt_in and f"({' '.join(opt_in)} when named: --engine-targets)" in status
