@@ -11,7 +11,15 @@ import pytest
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.measure.tolerance import OutputCheck
 from precision_doctor.outcome import RowStatus, RunStatus, SummaryRow, Verdict
-from precision_doctor.render.wording import Tone, headline, held_out_sentence, lowp_multiple, verdict, verdict_of
+from precision_doctor.render.wording import (
+    Tone,
+    generalization_sentence,
+    headline,
+    held_out_sentence,
+    lowp_multiple,
+    verdict,
+    verdict_of,
+)
 from precision_doctor.results.report import Certification, Checks, ExpectedHeadroom, ModelInfo, Report, Validation
 
 
@@ -240,3 +248,14 @@ def test_an_answer_that_did_not_pass_is_never_called_the_safe_one():
     assert "; this one was grown from it." in headline(failed) and "it is not a pass either" in answers_sentence(failed)
     passed = _report(answers=two)
     assert "this one is the safe one" in headline(passed) and "the safe one (2 nodes" in answers_sentence(passed)
+
+
+def test_no_fresh_copies_are_not_counted_in_the_generalization_sentence():
+    """--augment 0: the held-out samples alone judged the answer; the sentence does not list "0 fresh perturbed
+    copies", nor say that copies ran on the confirm backend."""
+    h = replace(_headroom(True), search_copies=0, perturbed_copies=0, backend="ort-cuda")
+    text = generalization_sentence(_report(expected_headroom=h))
+    assert text.startswith("Checked on 4 samples (2 searched, 2 held out of your data)")
+    assert "fresh" not in text and "copies" not in text
+    one = generalization_sentence(_report(expected_headroom=replace(h, perturbed_copies=1)))
+    assert "1 fresh perturbed copy," in one and "the fresh copies run on ort-cuda" in one

@@ -457,11 +457,14 @@ def generalization_sentence(report: Report) -> str | None:
     if h is None or not h.unseen:
         return None
     copies = f" with {h.search_copies} perturbed copies" if h.search_copies else ""
-    held = f", {h.held_out} held out {'of your data' if h.held_out_from_user else '(generated)'}" if h.held_out else ""
-    text = (f"Checked on {h.searched + h.unseen} samples ({h.searched} searched{copies}, {h.perturbed_copies} fresh "
-            f"perturbed copies{held})")
+    parts = [f"{h.searched} searched{copies}"]
+    if h.perturbed_copies:  # none with --augment 0, where the held-out samples alone decide
+        parts.append(f"{h.perturbed_copies} fresh perturbed cop{'y' if h.perturbed_copies == 1 else 'ies'}")
+    if h.held_out:
+        parts.append(f"{h.held_out} held out {'of your data' if h.held_out_from_user else '(generated)'}")
+    text = f"Checked on {h.searched + h.unseen} samples ({', '.join(parts)})"
     unseen = f"{h.unseen} unseen ones"
-    if h.backend:  # the confirm backend checked the held-out samples and ran the fresh copies
+    if h.backend and h.perturbed_copies:  # the confirm backend checked the held-out samples and ran the fresh copies
         text += f"; the fresh copies run on {h.backend}, which also confirmed the answer on every other sample"
         unseen = f"{h.perturbed_copies} fresh copies"
     if h.share_unseen is not None and h.headroom is not None:
