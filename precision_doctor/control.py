@@ -96,6 +96,19 @@ class CaptureEvent:
 
 
 @dataclass(frozen=True)
+class CaptureSizeEvent:
+    """The capture about to start will write about `nbytes` into `path` (activations.h5) on `samples` samples,
+    with `free` bytes free there; `keep`: what the run keeps of it once it is done (`capture.keep`; compare keeps
+    all). Sent only for a large one (`pipeline.capture_size.LARGE_BYTES`)."""
+
+    path: str
+    nbytes: int
+    samples: int
+    free: int
+    keep: str
+
+
+@dataclass(frozen=True)
 class EvaluationEvent:
     """One evaluation of the search (or of the confirmation): its step, phase, set size and verdict, and
     the size of the smallest passing set so far (None: none yet)."""
@@ -107,7 +120,7 @@ class EvaluationEvent:
     best_size: int | None
 
 
-ProgressEvent = PhaseEvent | LoadedEvent | CaptureEvent | EvaluationEvent
+ProgressEvent = PhaseEvent | LoadedEvent | CaptureEvent | CaptureSizeEvent | EvaluationEvent
 ProgressSink = Callable[[ProgressEvent], None]
 
 

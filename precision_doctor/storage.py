@@ -48,20 +48,26 @@ class DiskFull(UserError):
         return ADVICE[self.code]
 
 
+def file_size_limit() -> int | None:
+    """The file-size limit (ulimit -f, RLIMIT_FSIZE) in bytes; None without one."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    return None if limit == resource.RLIM_INFINITY else limit
+
+
 def _room(path: Path) -> tuple[int, int | None]:
     """(free bytes of the file system for an unprivileged process, bytes the file-size limit leaves the file
     or None without a limit)."""
     path = Path(path)
     st = os.statvfs(path if path.is_dir() else path.parent)
-    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
-    if limit == resource.RLIM_INFINITY:
+    limit = file_size_limit()
+    if limit is None:
         return st.f_bavail * st.f_frsize, None
     return st.f_bavail * st.f_frsize, max(limit - (path.stat().st_size if path.is_file() else 0), 0)
 
 
 def room(path: Path) -> int:
-    """Bytes a file at `path` may still grow by: the free space of its file system, or what the file-size
-    limit leaves it, whichever is smaller."""
+    """Bytes a file at `path` (a directory: a new file in it) may still grow by: the free space of its file
+    system, or what the file-size limit leaves it, whichever is smaller."""
     free, by_limit = _room(path)
     return free if by_limit is None else min(free, by_limit)
 

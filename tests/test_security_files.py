@@ -379,13 +379,14 @@ def _deep(tmp_path: Path, depth: int = 120) -> Path:
 
 
 def test_hdf5_failing_on_a_full_disk_is_one_line(tmp_path, small_disk):
-    """The tester's case: the capture fills the disk and HDF5 fails (the reserve set to 0 here, as when another
-    process takes the space): before, 40,877 stderr lines of h5py tracebacks, then SIGSEGV (exit 139)."""
+    """The tester's case: the capture fills the disk and HDF5 fails (the reserve set to 0 here, and the free space
+    said to be plenty when the capture is sized, as when another process takes the space once it has started):
+    before, 40,877 stderr lines of h5py tracebacks, then SIGSEGV (exit 139)."""
     make, _ = small_disk
     disk = make("300k")
     model = _deep(tmp_path)
     proc = cli("compare", model, "--samples", "8", "--out", disk / "run", cwd=tmp_path,
-               prelude="from precision_doctor import storage; storage.RESERVE_BYTES = 0")
+               prelude="from precision_doctor import storage; storage.RESERVE_BYTES = 0; storage.room = lambda p: 1 << 40")
     line = one_line(proc)
     assert f"{disk / 'run'}: no space left on the device while writing .activations.h5.partial" in line
     assert not (disk / "run").exists()  # nothing to resume: the directory it created is gone
@@ -412,11 +413,15 @@ def test_disk_full_during_the_run_leaves_it_resumable(tmp_path, small_disk):
 
 
 def test_file_size_limit_is_one_line(tmp_path, good):
-    """RLIMIT_FSIZE (ulimit -f; no root needed): the activation store stops before HDF5 meets EFBIG."""
+    """RLIMIT_FSIZE (ulimit -f; no root needed): the capture is refused before it starts; where the room is said to
+    be plenty when it is sized (an estimate short of the truth), the activation store stops before HDF5 meets EFBIG."""
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 20, 4 << 20))
 
     line = one_line(cli("compare", good, "--samples", "2", "--out", tmp_path / "run", cwd=tmp_path, preexec=limit))
+    assert "the file size limit (ulimit -f) allows 4.19 MB" in line and "raise the file size limit" in line
+    line = one_line(cli("compare", good, "--samples", "2", "--out", tmp_path / "run", cwd=tmp_path, preexec=limit,
+                        prelude="from precision_doctor import storage; storage.room = lambda p: 1 << 40"))
     assert "the file size limit (ulimit -f) is reached" in line and "raise the file size limit" in line
 
 

@@ -8,8 +8,24 @@ import typer
 from rich.table import Table
 
 from precision_doctor.cli.options import CAPTURE, EMULATION, INPUTS, PRECISION, RUN_DIR, TOLERANCE, Options, with_options
-from precision_doctor.cli.shared import announce_renamed, app, console, progress_bar, stops_on_interrupt, uses_run_dir
-from precision_doctor.control import CaptureEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
+from precision_doctor.cli.shared import (
+    announce_capture_size,
+    announce_renamed,
+    app,
+    console,
+    progress_bar,
+    stops_on_interrupt,
+    uses_run_dir,
+)
+from precision_doctor.control import (
+    CaptureEvent,
+    CaptureSizeEvent,
+    LoadedEvent,
+    PhaseEvent,
+    ProgressEvent,
+    StopToken,
+    sigint_stops,
+)
 from precision_doctor.errors import UserError
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.storage import DiskFull
@@ -44,6 +60,8 @@ def compare(
                 if ev.stage not in tasks:
                     tasks[ev.stage] = prog.add_task(ev.stage, total=ev.total)
                 prog.update(tasks[ev.stage], completed=ev.done)
+            elif isinstance(ev, CaptureSizeEvent):
+                announce_capture_size(ev)
 
         try:
             result = api.compare(spec, out_dir, progress=sink, stop=token, force=options["force"])

@@ -9,6 +9,7 @@ import typer
 
 from precision_doctor.cli.options import DIAGNOSIS, RUN_DIR, Options, command_line, with_options
 from precision_doctor.cli.shared import (
+    announce_capture_size,
     announce_renamed,
     app,
     console,
@@ -18,7 +19,15 @@ from precision_doctor.cli.shared import (
     styled,
     uses_run_dir,
 )
-from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
+from precision_doctor.control import (
+    CaptureSizeEvent,
+    EvaluationEvent,
+    LoadedEvent,
+    PhaseEvent,
+    ProgressEvent,
+    StopToken,
+    sigint_stops,
+)
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RunStatus
 from precision_doctor.results.report import Report
@@ -58,6 +67,8 @@ def diagnose(
                 prog.update(task, description=ev.phase)
             elif isinstance(ev, EvaluationEvent):
                 prog.update(task, description=f"search ({ev.phase})", completed=ev.step)
+            elif isinstance(ev, CaptureSizeEvent):
+                announce_capture_size(ev)
 
         try:
             report = api.diagnose(spec, out_dir, progress=sink, stop=token, resume=resume, force=options["force"],

@@ -179,7 +179,9 @@ ARTIFACTS = (
 )
 CAPTURE = (
     _opt("capture_samples", "capture.max_samples", int,
-         "Samples the layer-by-layer capture runs on (the hardest, spread over shape groups)."),
+         "Samples the layer-by-layer capture runs on (the hardest, spread over shape groups). activations.h5 holds "
+         "every tensor of each in three runs; a capture the run directory's disk has no room for is refused before "
+         "it starts, naming the number that fits."),
     _opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),
 )
 KEEP = (_opt("keep_activations", "capture.keep", str,

@@ -13,6 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from precision_doctor.control import CaptureSizeEvent
 from precision_doctor.errors import SpecError, UserError
 
 app = typer.Typer(
@@ -89,6 +90,22 @@ def progress_bar(description: str = "{task.description:<12}") -> Progress:
         transient=True,
         disable=not err.is_terminal,
     )
+
+
+KEPT_OF_CAPTURE = {  # capture.keep -> what a run keeps of a large capture, said before it starts
+    "summary": "once the report is written only a summary (error statistics, graph outputs) is kept",
+    "none": "it is removed once the report is written",
+    "all": "all of it is kept",
+}
+
+
+def announce_capture_size(ev: CaptureSizeEvent) -> None:
+    """One line before a large capture: how much it will write and where, the room there, and what is kept of it."""
+    from precision_doctor.cli.options import flag
+    from precision_doctor.render.numbers import fmt_decimal_bytes as size
+
+    err.print(f"note: the capture will write about {size(ev.nbytes)} into {ev.path} ({ev.samples} samples; "
+              f"{size(ev.free)} free there); {KEPT_OF_CAPTURE[ev.keep]}; {flag('capture.max_samples')} takes fewer")
 
 
 def announce_renamed(renamed: tuple[str, ...] | list[str], unsafe: tuple[tuple[str, str], ...] = ()) -> None:

@@ -21,7 +21,9 @@ only the tensors named; `whole` says whether a store still holds every captured 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,9 @@ FORMAT_VERSION = 1
 REFERENCE, LOWP, LOCAL = "reference", "lowp", "local"
 KEPT = "kept"  # root attribute of a summary
 _CHUNK_BYTES = 4 << 20
+# The file's bytes beyond the tensors' data, per dataset: its object header, chunk index and `onnx_name`, and the
+# root's attributes and the kept analysis spread over them; 3.9 to 4.8 kB on four zoo models (docs/ARCHITECTURE.md).
+DATASET_OVERHEAD = 4608
 
 
 def escape(name: str) -> str:
@@ -156,11 +161,7 @@ class ActivationStore:
             grp = self.file.require_group(run)
             key = escape(name) + suffix
             if key not in grp:
-                chunks = None
-                if value.size and value.nbytes <= _CHUNK_BYTES:
-                    chunks = (1, *value.shape)
-                elif value.size:
-                    chunks = True
+                chunks = _chunking(value.shape, value.nbytes)
                 ds = grp.create_dataset(
                     key,
                     shape=(rows, *value.shape),
@@ -253,6 +254,30 @@ class ActivationStore:
                     yield ds[start]
                     continue
                 yield from ds[start:start + step]
+
+
+def _chunking(shape: tuple[int, ...], nbytes: int) -> tuple[int, ...] | bool | None:
+    """How a tensor of one sample's `shape` (`nbytes`) is chunked: a chunk per sample up to `_CHUNK_BYTES`, HDF5's
+    own chunks above (True), none (contiguous) when it is empty."""
+    if not nbytes:
+        return None
+    return (1, *shape) if nbytes <= _CHUNK_BYTES else True
+
+
+@functools.lru_cache(maxsize=4096)
+def stored_bytes(rows: int, shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """The bytes the dataset of a tensor of `shape` and `dtype` takes for `rows` samples, uncompressed: HDF5 allocates
+    whole chunks, so the edge chunks of a tensor it chunks itself (over `_CHUNK_BYTES`) count in full (their shape
+    asked of h5py in a file held in memory)."""
+    itemsize = np.dtype(dtype).itemsize
+    one = itemsize * math.prod(shape)
+    chunks = _chunking(shape, one)
+    if chunks is not True:
+        return rows * one
+    full = (rows, *shape)
+    with h5py.File("precision-doctor-layout", "w", driver="core", backing_store=False) as f:
+        chunks = f.create_dataset("x", shape=full, dtype=dtype, chunks=True).chunks
+    return itemsize * math.prod(-(-d // c) * c for d, c in zip(full, chunks))
 
 
 def captured_shapes(path: str | Path | None) -> dict[str, tuple[int, ...]] | None:

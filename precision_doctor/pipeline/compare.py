@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from precision_doctor import storage
-from precision_doctor.control import ProgressSink, StopToken
+from precision_doctor.control import CaptureSizeEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.references import check_count, check_shapes
@@ -32,6 +32,7 @@ from precision_doctor.measure.analysis import (
 )
 from precision_doctor.measure.capture import capture, capture_run, run_in_groups
 from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline import capture_size
 from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import CaptureSpec
 
@@ -60,18 +61,26 @@ def capture_and_analyse(
     stop: StopToken | None = None,
     rules: str | None = None,
     writer: RunDir | None = None,
+    diagnosis: bool = False,
 ) -> Analysis:
     """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed; `writer`: the run
     directory `out_dir` is, whose manifest lists it) and analyse it; the analysis is kept in the file
     (`reanalyse` reads it back). The capture runs on `work.capture` (chosen
     here when not yet: `capture.max_samples` spread over the shape groups). The low-precision runs follow the
-    emulation `rules` (`backends.rules`)."""
+    emulation `rules` (`backends.rules`). Refused before anything is written when the file system of `out_dir` has
+    no room for it (`pipeline/capture_size.py`); a large one is announced (`CaptureSizeEvent`). `diagnosis`: a
+    diagnosis's capture, of which the run keeps `capture.keep` (else compare's, kept whole)."""
     fmt = get_format(precision)
     final = out_dir / ACTIVATIONS
     tmp = out_dir / f".{ACTIVATIONS}.partial"
     if work.capture is None:
         work.choose_capture(settings.max_samples)
     samples = work.captured()
+    keep = settings.keep if diagnosis else "all"
+    size = capture_size.estimate(work.model, samples, copied=diagnosis and keep == "all")
+    free = capture_size.check_room(size, out_dir)
+    if size.peak > capture_size.LARGE_BYTES:
+        notify(progress, CaptureSizeEvent(str(final), size.peak, size.samples, free, keep))
     attrs = {"tolerance": tolerance.to_dict(), "input_source": work.describe(),
              "captured": [samples.label(i) for i in range(len(samples))]}
     if writer is not None:

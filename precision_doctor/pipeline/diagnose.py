@@ -147,7 +147,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         with shared_capture(capture_cache, spec, work, run) as reused:
             analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
                 work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
-                rules=b.rules, writer=run)
+                rules=b.rules, writer=run, diagnosis=True)
     write_layer_tables(run, analysis)
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
     space = build_space(model, analysis, get_format(spec.precision), spec.search.cost, cost_model=cm)

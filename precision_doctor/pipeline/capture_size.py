@@ -1,0 +1,160 @@
+"""What a capture writes into activations.h5, known before it starts (`estimate`), and the refusal of one that the
+run directory's file system has no room for (`check_room`).
+
+Per captured sample the capture (`measure/capture.py`) stores the graph inputs and every node output of the FP32
+reference run, every floating node output of the low-precision run and the floating outputs of every candidate
+of the local run: a dataset per tensor and shape group (`data/activations.py`: a chunk per sample, HDF5's own
+chunks over 4 MiB, whose edge chunks are allocated whole; `stored_bytes`). The tensors' shapes are those ONNX
+shape inference gives at each captured shape group's input shapes (`graph/cost.shapes_that_ran`, what the cost
+model prices). A tensor whose shape it cannot follow (one that depends on the data: Range, NonZero, a Reshape to a
+computed shape) is counted as large as its largest input (`guessed`). With `capture.compression` the file is
+smaller than this. A diagnosis with `capture.keep` all also copies the file and adds the fixed run to the copy
+(`pipeline/compare.capture_fixed`): its peak is about twice the capture (`copied`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from onnx import helper
+
+from precision_doctor import storage
+from precision_doctor.data.activations import DATASET_OVERHEAD, stored_bytes
+from precision_doctor.data.inputs import Sample
+from precision_doctor.data.samples import ShapeGroup, groups_of
+from precision_doctor.errors import SpecError
+from precision_doctor.graph.cost import shapes_that_ran
+from precision_doctor.graph.model import Model
+from precision_doctor.render.numbers import fmt_decimal_bytes
+
+LARGE_BYTES = 2 << 30  # a capture this large is announced before it starts
+KEEP_FREE_SHARE, KEEP_FREE_MAX = 0.1, 1 << 30  # a capture leaves a tenth of the free space free, at most 1 GiB
+
+
+@dataclass(frozen=True)
+class GroupSize:
+    """One shape group of the captured samples: how many, and the bytes each run stores for them."""
+
+    group: ShapeGroup
+    samples: int
+    reference: int
+    lowp: int
+    local: int
+
+    @property
+    def nbytes(self) -> int:
+        return self.reference + self.lowp + self.local
+
+
+@dataclass(frozen=True)
+class CaptureSize:
+    """The estimated size of a capture: per shape group (`groups`), the HDF5 datasets it makes, the tensors whose
+    size was guessed from their inputs', and whether the file is copied for the fixed run (`copied`)."""
+
+    groups: tuple[GroupSize, ...]
+    datasets: int
+    guessed: tuple[str, ...] = ()
+    copied: bool = False
+
+    @property
+    def samples(self) -> int:
+        return sum(g.samples for g in self.groups)
+
+    @property
+    def nbytes(self) -> int:
+        """activations.h5 once captured, before `capture.keep` reduces it."""
+        return sum(g.nbytes for g in self.groups) + self.datasets * DATASET_OVERHEAD
+
+    @property
+    def peak(self) -> int:
+        """The most the run directory holds of it at once: with `copied`, the file, its copy and the fixed run
+        (whose tensors are the low-precision run's)."""
+        return 2 * self.nbytes + sum(g.lowp for g in self.groups) if self.copied else self.nbytes
+
+    def _peak_of(self, g: GroupSize) -> int:
+        return 2 * g.nbytes + g.lowp if self.copied else g.nbytes
+
+    @property
+    def per_sample(self) -> int:
+        """What one sample adds to the peak, in the shape group where that is the most."""
+        return max((-(-self._peak_of(g) // g.samples) for g in self.groups if g.samples), default=0)
+
+    def samples_within(self, room: int) -> int:
+        """How many samples surely fit in `room` bytes (each counted as one of the largest shape group)."""
+        if not self.per_sample:
+            return self.samples
+        metadata = self.peak - sum(self._peak_of(g) for g in self.groups)
+        return max(0, min(self.samples, (room - metadata) // self.per_sample))
+
+
+def estimate(model: Model, samples: Sequence[Sample], copied: bool = False) -> CaptureSize:
+    """The size of the capture of `model` on `samples` (read from their headers: a SampleSet loads nothing);
+    `copied`: a diagnosis with `capture.keep` all (see the module docstring)."""
+    outputs = [t for n in model.nodes for t in n.outputs if t]
+    lowp = [t for t in outputs if model.is_float(t)]
+    local = [t for n in model.candidates for t in n.float_outputs]
+    sizes, guessed, datasets = [], set(), 0
+    for group, indices in groups_of(samples).items():
+        shapes, guesses = _shapes(model, group)
+        guessed |= guesses
+        inputs = [name for name, _ in group.shapes]
+        rows = len(indices)
+
+        def total(names: list[str], shapes=shapes, rows=rows) -> int:
+            return sum(stored_bytes(rows, shapes[t], _dtype(model, t)) for t in names)
+
+        sizes.append(GroupSize(group, rows, total(inputs + outputs), total(lowp), total(local)))
+        datasets += len(inputs) + len(outputs) + len(lowp) + len(local)
+    return CaptureSize(tuple(sizes), datasets, tuple(sorted(guessed)), copied)
+
+
+def _shapes(model: Model, group: ShapeGroup) -> tuple[dict[str, tuple[int, ...]], set[str]]:
+    """Every node output's shape at `group`'s input shapes; one shape inference cannot follow is guessed as a
+    flat tensor the size of the node's largest input (its name in the set returned)."""
+    shapes, _ = shapes_that_ran(model, dict(group.shapes))
+    guessed = set()
+    for n in model.nodes:
+        for t in n.outputs:
+            if t and t not in shapes:
+                sizes = [int(np.prod(shapes[i], dtype=np.int64)) for i in n.inputs
+                         if i and i in shapes and i not in model.initializers]
+                shapes[t] = (max(sizes, default=1),)
+                guessed.add(t)
+    return shapes, guessed
+
+
+def _dtype(model: Model, tensor: str) -> np.dtype:
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(model.tensor_types[tensor]))
+    except (KeyError, TypeError, ValueError):
+        return np.dtype(np.float32)
+
+
+def keep_free(free: int) -> int:
+    """What a capture leaves free of `free` bytes: a tenth, at most KEEP_FREE_MAX, at least the store's reserve."""
+    return max(storage.RESERVE_BYTES, min(KEEP_FREE_MAX, int(free * KEEP_FREE_SHARE)))
+
+
+def check_room(size: CaptureSize, out_dir: Path) -> int:
+    """The bytes a new file in `out_dir` may take (`storage.room`: the free space of its file system, or the file
+    size limit where that is smaller); SpecError (of `capture.max_samples`) when the capture's peak would leave
+    less than `keep_free` of them, naming the directory, the estimate, the room and the number of captured
+    samples that fits."""
+    free = storage.room(out_dir)
+    room = free - keep_free(free)
+    if size.peak <= room:
+        return free
+    limit = storage.file_size_limit()
+    by_limit = limit is not None and limit <= free
+    where = (f"the file size limit (ulimit -f) allows {fmt_decimal_bytes(free)}" if by_limit else
+             f"{fmt_decimal_bytes(free)} is free there")
+    n = size.samples_within(room)
+    copy = ", with the copy {capture.keep} all makes for the fixed run" if size.copied else ""
+    fits = ("{capture.max_samples} " + f"{n} fits" if n else "not even one sample fits: " +
+            ("raise the file size limit" if by_limit else "free some space or choose another {out_dir}"))
+    raise SpecError("capture.max_samples", f"{out_dir}: the capture would write about {fmt_decimal_bytes(size.peak)} "
+                    f"({size.samples} samples, up to {fmt_decimal_bytes(size.per_sample)} each{copy}) but {where} "
+                    f"and {fmt_decimal_bytes(keep_free(free))} must stay free; {fits}")
