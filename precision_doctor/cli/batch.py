@@ -21,7 +21,7 @@ from precision_doctor.cli.options import (
     with_options,
 )
 from precision_doctor.cli.shared import app, console, err, error_text, progress_bar
-from precision_doctor.control import StopToken, sigint_stops
+from precision_doctor.control import StopToken, signals_stop
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RowStatus, SummaryRow
 
@@ -68,7 +68,7 @@ def batch(
     if executor_name == "ray":
         err.print(f"connecting to the Ray cluster at {ray_address}" if ray_address else "starting a local Ray instance",
                   highlight=False)
-    with sigint_stops(token), session, progress:
+    with signals_stop(token), session, progress:
         task = progress.add_task("models", total=None)
 
         def on_start(names: list[str], skipped: list[str]) -> None:

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from precision_doctor.cli.options import CAPTURE, EMULATION, INPUTS, PRECISION, RUN_DIR, TOLERANCE, Options, with_options
 from precision_doctor.cli.shared import announce_renamed, app, console, progress_bar, stops_on_interrupt, uses_run_dir
-from precision_doctor.control import CaptureEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
+from precision_doctor.control import CaptureEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, signals_stop
 from precision_doctor.errors import UserError
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.storage import DiskFull
@@ -32,7 +32,7 @@ def compare(
     out_dir = options["out"] if options["out"] is not None else default_run_dir(model, "compare")
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]
-    with sigint_stops(token), stops_on_interrupt(out_dir, "run it again to start over", started), progress_bar() as prog:
+    with signals_stop(token), stops_on_interrupt(out_dir, "run it again to start over", started), progress_bar() as prog:
         tasks: dict[str, int] = {}
 
         def sink(ev: ProgressEvent) -> None:

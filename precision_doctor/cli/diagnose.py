@@ -18,7 +18,7 @@ from precision_doctor.cli.shared import (
     styled,
     uses_run_dir,
 )
-from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
+from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, signals_stop
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RunStatus
 from precision_doctor.results.report import Report
@@ -47,7 +47,7 @@ def diagnose(
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]
     hint = f"to continue: {resume_command(model, out_dir)}"
-    with sigint_stops(token), stops_on_interrupt(out_dir, hint, started), progress_bar() as prog:
+    with signals_stop(token), stops_on_interrupt(out_dir, hint, started), progress_bar() as prog:
         task = prog.add_task("capture", total=None)
 
         def sink(ev: ProgressEvent) -> None:
