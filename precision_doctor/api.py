@@ -72,7 +72,8 @@ def compare(
         check_count(spec.inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
     _loaded(spec, work, [], progress)
     with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
-        notify(progress, PhaseEvent("capture"))
+        n = len(work.choose_capture(spec.capture.max_samples))  # as run_compare would choose them
+        notify(progress, PhaseEvent("capture", f"{n} sample{'s' if n != 1 else ''}, every tensor"))
         return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
                            rules=spec.backends.rules)
 
@@ -127,7 +128,7 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
 
 
 def _load(spec: RunSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:
-    notify(progress, PhaseEvent("load"))
+    notify(progress, PhaseEvent("load", str(spec.model)))
     check = functools.partial(check_resumed_model, run_dir) if run_dir is not None else None
     work = load_workload(spec.model, spec.inputs, run_dir, check_model=check)
     _check_output_names(spec, work)

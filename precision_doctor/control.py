@@ -69,9 +69,11 @@ def check(stop: StopToken | None) -> None:
 
 @dataclass(frozen=True)
 class PhaseEvent:
-    """The run entered a phase: load, capture, reference, search, validate, confirm, artifacts."""
+    """The run entered a phase: load, capture, reference, search, validate, confirm, knobs, artifacts; `detail`:
+    what it works on, in words ("8 samples"; may be empty)."""
 
     phase: str
+    detail: str = ""
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 from precision_doctor import planted
+from precision_doctor.cli.shared import PROGRESS_LINE
 from precision_doctor.results.report import Report
 
 
@@ -191,7 +192,8 @@ def test_ctrl_c_outside_the_search_is_one_line_and_130(run_cli, planted_file, tm
     code, _, err = run_cli("diagnose", path, "--inputs", files[0], "--out", tmp_path / "r")
     # nothing worth resuming was written: the directory this run created is gone, and the line says so
     assert code == 130 and "interrupted before anything worth keeping" in err and "Traceback" not in err
-    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
+    said = [ln for ln in err.strip().splitlines() if not PROGRESS_LINE.match(ln)]  # stderr is not a terminal here
+    assert len(said) == 1 and not (tmp_path / "r").exists()
 
 
 def test_diagnose_no_solution_exits_1(run_cli, planted_file, tmp_path):
@@ -248,3 +250,56 @@ def test_compare_says_how_large_its_capture_is(run_cli, planted_file, tmp_path):
     m = re.search(r"activations\.h5 \(([\d.]+) (kB|MB|GB|B): every tensor of the captured samples", out)
     assert m, out
     assert float(m[1]) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[m[2]] == pytest.approx(size, rel=0.01)
+
+
+def test_plain_progress_lines_where_stderr_is_no_terminal():
+    """A line per phase (none before the run starts), one per capture stage, and during the search one every
+    EVERY_EVALUATIONS evaluations or EVERY_S seconds; control characters in a name escaped."""
+    from precision_doctor.cli.shared import PlainProgress
+    from precision_doctor.control import CaptureEvent, EvaluationEvent, LoadedEvent, PhaseEvent
+
+    now, lines = [100.0], []
+    plain = PlainProgress(write=lines.append, clock=lambda: now[0])
+    plain(PhaseEvent("load", "m.onnx"))
+    plain(LoadedEvent("m\x1b[31m.onnx", 7, (), 4, 2))
+    assert lines == []  # a command refused now says only its error
+    now[0] += 1.5
+    plain(PhaseEvent("capture", "2 samples, every tensor"))
+    plain(CaptureEvent("reference", 3, 7))
+    plain(CaptureEvent("reference", 7, 7))
+    plain(PhaseEvent("search", "7 candidate nodes"))
+    for step in range(1, 121):
+        now[0] += 0.01
+        plain(EvaluationEvent(step, "grow", 3, step > 60, 3 if step > 60 else None))
+    now[0] += 11
+    plain(EvaluationEvent(121, "prune", 2, True, 2))
+    assert lines == [
+        "[  1.5s] loaded m\\x1b[31m.onnx: 7 nodes, 4 search samples, 2 held out\n",
+        "[  1.5s] capture: 2 samples, every tensor\n",
+        "[  1.5s] capture reference: 7 of 7\n",
+        "[  1.5s] search: 7 candidate nodes\n",
+        "[  2.0s] search (grow): 50 evaluations, none passing yet\n",
+        "[  2.5s] search (grow): 100 evaluations, smallest passing set so far 3 nodes\n",
+        "[ 13.7s] search (prune): 121 evaluations, smallest passing set so far 2 nodes\n",
+    ]
+    assert all(PROGRESS_LINE.match(ln) for ln in lines)
+
+
+def test_diagnose_prints_plain_progress_where_stderr_is_no_terminal(run_cli, planted_file, tmp_path, monkeypatch):
+    """Under CI, nohup or a log file (stderr is no terminal; capsys here) the run is not silent: each phase has a
+    line, with no control characters; on a terminal the bar shows instead (no plain lines)."""
+    from rich.console import Console
+
+    import precision_doctor.cli.shared as shared
+
+    case, path, files = planted_file("cancellation")
+    code, out, err = run_cli("diagnose", path, *sum((["--inputs", f] for f in files), []), "--atol", case.atol,
+                             "--rtol", case.rtol, "--out", tmp_path / "r")
+    assert code == 0, out + err
+    phases = [PROGRESS_LINE.sub("", ln).split(":")[0] for ln in err.splitlines() if PROGRESS_LINE.match(ln)]
+    assert [p for p in phases if p in ("reference", "capture", "search", "validate", "artifacts")] == \
+        ["reference", "capture", "search", "validate", "artifacts"], err
+    assert not any(ord(c) < 32 and c != "\n" for c in err), repr(err)
+    assert shared.plain_progress() is not None
+    monkeypatch.setattr(shared, "err", Console(stderr=True, force_terminal=True))
+    assert shared.plain_progress() is None

@@ -20,7 +20,7 @@ from precision_doctor.cli.options import (
     command_line,
     with_options,
 )
-from precision_doctor.cli.shared import app, console, err, error_text, progress_bar
+from precision_doctor.cli.shared import app, console, err, error_text, plain_progress, progress_bar
 from precision_doctor.control import StopToken, signals_stop
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RowStatus, SummaryRow
@@ -62,7 +62,7 @@ def batch(
     defaults = validate_spec(recorded.with_settings(options.given_settings()) if recorded else options.spec(""))
     executor = make_executor(jobs, executor_name, ray_address, ray_cpus)
     where = "on Ray" if executor_name == "ray" else f"{jobs} job(s)"
-    progress = progress_bar("{task.description}")
+    progress, plain = progress_bar("{task.description}"), plain_progress()
     token = StopToken()
     session = executor if hasattr(executor, "__enter__") else contextlib.nullcontext()
     if executor_name == "ray":
@@ -75,6 +75,8 @@ def batch(
             if skipped:
                 err.print(f"{len(skipped)} model(s) finished earlier, not redone: {', '.join(skipped)}")
             progress.update(task, total=len(names), description=f"diagnosing {len(names)} model(s), {where}")
+            if plain is not None:  # the bar is off: say what runs (each model's line follows when it is done)
+                plain.line(f"diagnosing {len(names)} model(s), {where}: {', '.join(names)}")
 
         def on_done(row: SummaryRow) -> None:
             progress.advance(task)

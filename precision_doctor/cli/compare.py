@@ -8,7 +8,15 @@ import typer
 from rich.table import Table
 
 from precision_doctor.cli.options import CAPTURE, EMULATION, INPUTS, PRECISION, RUN_DIR, TOLERANCE, Options, with_options
-from precision_doctor.cli.shared import announce_renamed, app, console, progress_bar, stops_on_interrupt, uses_run_dir
+from precision_doctor.cli.shared import (
+    announce_renamed,
+    app,
+    console,
+    plain_progress,
+    progress_bar,
+    stops_on_interrupt,
+    uses_run_dir,
+)
 from precision_doctor.control import CaptureEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, signals_stop
 from precision_doctor.errors import UserError
 from precision_doctor.measure.analysis import Analysis
@@ -32,10 +40,13 @@ def compare(
     out_dir = options["out"] if options["out"] is not None else default_run_dir(model, "compare")
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]
+    plain = plain_progress()  # where the bars are off
     with signals_stop(token), stops_on_interrupt(out_dir, "run it again to start over", started), progress_bar() as prog:
         tasks: dict[str, int] = {}
 
         def sink(ev: ProgressEvent) -> None:
+            if plain is not None:
+                plain(ev)
             if isinstance(ev, LoadedEvent):
                 announce_renamed(ev.renamed_nodes, ev.unsafe_names)
             elif isinstance(ev, PhaseEvent):

@@ -13,6 +13,7 @@ from precision_doctor.cli.shared import (
     app,
     console,
     fail,
+    plain_progress,
     progress_bar,
     stops_on_interrupt,
     styled,
@@ -47,10 +48,13 @@ def diagnose(
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]
     hint = f"to continue: {resume_command(model, out_dir)}"
+    plain = plain_progress()  # where the bar is off
     with signals_stop(token), stops_on_interrupt(out_dir, hint, started), progress_bar() as prog:
         task = prog.add_task("capture", total=None)
 
         def sink(ev: ProgressEvent) -> None:
+            if plain is not None:
+                plain(ev)
             if isinstance(ev, LoadedEvent):
                 announce_renamed(ev.renamed_nodes, ev.unsafe_names)
             elif isinstance(ev, PhaseEvent) and ev.phase != "load":

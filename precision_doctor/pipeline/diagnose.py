@@ -127,7 +127,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     check_run_settings(run, run_settings(work, spec, held, _all_references(work)), resume)
     work.keep_in(run)  # a data loader script's samples: a resumed run reads them there
 
-    notify(progress, PhaseEvent("reference"))
+    notify(progress, PhaseEvent("reference", f"FP32 outputs of {len(work.samples)} search sample"
+                                             f"{'s' if len(work.samples) != 1 else ''}"))
     ref = owned.enter_context(ReferenceRunner(model))  # its session closed with the backends
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, held_refs = work.references, work.held_references or []
@@ -137,10 +138,11 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     loop = start_loop(backend, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
 
-    notify(progress, PhaseEvent("capture"))
     # the capture's samples: the hardest by the loop's scores (a spread choice without them), shape groups in turn
     loop.captured = work.choose_capture(spec.capture.max_samples,
                                         None if loop.scores is None else [s.share for s in loop.scores])
+    notify(progress, PhaseEvent("capture", f"{len(loop.captured)} sample{'s' if len(loop.captured) != 1 else ''}, "
+                                           "every tensor"))
     if resume and whole(out_dir / ACTIVATIONS):  # a summary (pipeline/keep.py) or no capture: capture again
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:
@@ -177,7 +179,9 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
 def _search(ctx: RunContext) -> Outcome:
     """The counterexample-guided search: the strategy on the working set, its answers checked on every search
     sample, the failing ones added, until an answer passes them all (pipeline/search_loop.py)."""
-    notify(ctx.progress, PhaseEvent("search"))
+    copies = len(ctx.oracle.samples) - len(ctx.loop.working)
+    notify(ctx.progress, PhaseEvent("search", f"{len(ctx.work.model.candidates)} candidate nodes on {ctx.backends.search.name}, "
+                                              f"{len(ctx.loop.working)} samples and {copies} perturbed copies"))
     strategy = ctx.spec.search.strategy
     return run_loop(ctx.loop, ctx.oracle, ctx.space, strategy, lambda prev: grow_from(strategy, prev), stop=ctx.stop,
                     polish=polish_for(strategy))
@@ -196,7 +200,8 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
     working = list(ctx.loop.working)
     search_copies = len(ctx.oracle.samples) - ctx.loop.user_samples  # the working set's, before a second search
     if found and (held or n_probe):  # the phase starts with making the probe's copies and their references
-        notify(ctx.progress, PhaseEvent("validate"))
+        notify(ctx.progress, PhaseEvent("validate", f"{len(held)} held-out samples, {len(working) * n_probe} "
+                                                    "perturbed copies"))
     make = copy_maker(samples, n_probe, PROBE_SEED, run)
     probe, probe_refs = make(working, working)
     unseen = Unseen(held, ctx.references.held_refs, probe, probe_refs,
@@ -227,8 +232,8 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
     if backend is None or outcome.found is None:
         return outcome
     if outcome.complete:
-        notify(ctx.progress, PhaseEvent("confirm"))
         samples, refs, n_copies = _final_samples(ctx)
+        notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {len(samples)} samples"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
                             searched_on_gpu=ctx.backends.search.name in GPU_BACKENDS, every_sample=backend.name in GPU_BACKENDS)
@@ -285,7 +290,7 @@ def _settle(ctx: RunContext, outcome: Outcome) -> Outcome:
 def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJob | None = None) -> Report:
     """The fixed capture, the artifacts and the TensorRT steps (for an answer), then the report, written; then
     the capture reduced to what `capture.keep` keeps."""
-    notify(ctx.progress, PhaseEvent("artifacts"))
+    notify(ctx.progress, PhaseEvent("artifacts", "the fixed capture, fixed.onnx, commands, report"))
     spec, work, out_dir, f, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
     run = ctx.run_dir
     fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search

@@ -95,10 +95,10 @@ def search_knobs(
         note = f"the {backend.name} backend has no knobs: nothing was tried"
         result = KnobsResult(backend.name, [], list(answer), status=RunStatus.SKIPPED, note=note, answer=list(answer))
         return KnobOutcome(result, frozenset(answer), None, None, RunStatus.COMPLETE)
-    notify(ctx.progress, PhaseEvent("knobs"))
     spec, stop = ctx.spec, ctx.stop
     configs = knobs.knob_configs(family)
     plan = knobs.knob_plan(answer, configs)
+    notify(ctx.progress, PhaseEvent("knobs", f"{len(plan)} trials of {len(configs)} configurations on {backend.name}"))
     oracles = _Oracles(ctx, family, backend, model, samples, refs, owned)
     started = time.monotonic()
     evaluated: list[tuple[knobs.Trial, Verdict]] = []
