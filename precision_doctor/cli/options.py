@@ -142,7 +142,12 @@ SEARCH = (
     _opt("batch", "search.batch", int | None,
          "The batch you deploy: the cost model's and the GPU latency's (default: the samples' batch)."),
     _opt("max_evaluations", "search.max_evaluations", int | None, "Stop after this many evaluations."),
-    _opt("time_budget", "search.time_budget", float | None, "Stop the search after this many seconds."),
+    _opt("time_budget", "search.time_budget", float | None,
+         "Seconds the search phase may take: its clock starts after the capture and runs through the search, the "
+         "checks of its answers (held-out samples, perturbed copies), a second search, and the confirmation and knob "
+         "search (these spend what is left); when it runs out the answer so far is reported. It does not bound the "
+         "whole run: loading, references, the capture and analysis come before it, the fixed capture, artifacts, "
+         "TensorRT check and report after it (report.json's timing says how long each took)."),
     _opt("keep_io_types", "search.keep_io_types", bool, "fixed.onnx keeps FP32 I/O.",
          "--keep-io-types/--no-keep-io-types"),
     _opt("knobs", "search.knobs", bool,

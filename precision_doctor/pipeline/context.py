@@ -142,7 +142,8 @@ class RunContext(StepContext):
     and their perturbed copies) and budget, that search's `loop` (the search samples, the working set, how many
     of the oracle's samples are the user's, the rounds), which samples were held out and why (`held_choice`),
     what closes what the run opened
-    (`owned`), when it started (`t0`, monotonic), and what the steps found (`findings`)."""
+    (`owned`), when it started (`t0`, monotonic: before the model was loaded where `api.diagnose` started it) and
+    when the steps that spend the time budget ended (`search_ended`), and what the steps found (`findings`)."""
 
     work: Workload
     analysis: Analysis
@@ -153,6 +154,7 @@ class RunContext(StepContext):
     loop: Loop
     owned: contextlib.ExitStack
     t0: float
+    search_ended: float | None = None
     held_choice: HeldOutChoice | None = None
     findings: Findings = field(default_factory=Findings)
     given: RunSpec = field(init=False)

@@ -68,7 +68,7 @@ from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
-from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob
+from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob, Timing
 from precision_doctor.runfiles import RunDir
 from precision_doctor.search import Oracle
 from precision_doctor.search.space import SearchSpace, build_space
@@ -88,21 +88,26 @@ def run_diagnose(
     held_choice: HeldOutChoice | None = None,
     origin: str = "api",
     service_job: ServiceJob | None = None,
+    started: float | None = None,
 ) -> Report:
     """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
     Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
     same model, samples and capture-deciding settings is taken from it (and one made here is put there).
     `held_choice`: which samples were held out (`validation`) and why, for the report. `origin`: the front end that
     started the run (the report's re-run command is one for it); `service_job`: the daemon's job this run is, for the
-    report."""
+    report. `started` (monotonic): when the run began, before its model was loaded (default: now), for the report's
+    `elapsed_s`."""
     validate_spec(spec)
-    t0 = time.monotonic()
+    t0 = time.monotonic() if started is None else started
     with contextlib.ExitStack() as owned:
         ctx = _prepare(work, validation, spec, out_dir, resume=resume, progress=progress, stop=stop, owned=owned,
                        capture_cache=capture_cache, t0=t0)
         ctx.held_choice = held_choice
         outcome = _search(ctx)
-        for step in (_probe, _confirm, _knobs, _answers, _settle):
+        for step in (_probe, _confirm, _knobs):  # what the time budget's clock runs through
+            outcome = step(ctx, outcome)
+        ctx.search_ended = time.monotonic()
+        for step in (_answers, _settle):
             outcome = step(ctx, outcome)
         return _write(ctx, outcome, origin, service_job)
 
@@ -319,8 +324,12 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     unseen = f.unseen
     pricing = price(ctx.space, ctx.oracle, outcome.found, ctx.space.cost_model, spec, work,
                     unseen.first_answer if unseen is not None else None, ctx.stop, with_tradeoff=outcome.complete)
+    now = time.monotonic()
+    started, ended = ctx.oracle.started, ctx.search_ended or now
+    timing = Timing(before_search_s=started - ctx.t0, search_s=ended - started, after_search_s=now - ended,
+                    time_budget_s=spec.search.time_budget)
     report = build_report(
-        outcome, work=work, spec=spec, n_validation=len(ctx.references.held), elapsed=time.monotonic() - ctx.t0,
+        outcome, work=work, spec=spec, n_validation=len(ctx.references.held), elapsed=now - ctx.t0, timing=timing,
         searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name, ctx.loop.record()), checks=checks,
         produced=produced, promise=Promise(ctx.held_choice, f.decided_by, f.answers),
         shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,

@@ -37,6 +37,7 @@ from precision_doctor.results.report import (
     SampleCounts,
     SearchRounds,
     ShapeGroupInfo,
+    Timing,
     ToleranceUsed,
     TrtCheckResult,
     TwoAnswers,
@@ -103,12 +104,12 @@ class Produced:
 def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validation: int, elapsed: float,
                  searched: Searched, checks: AnswerChecks, produced: Produced, promise: Promise = Promise(),
                  shapes: list[InputShape] | None = None, invocation: Invocation | None = None,
-                 pricing: Pricing | None = None) -> Report:
+                 pricing: Pricing | None = None, timing: Timing | None = None) -> Report:
     """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any).
     An answer known to fail search samples (the counterexample-guided search stopped first) is not a pass.
     `shapes`: the inputs' shapes as the samples ran; `invocation`: how the run was started; `pricing`: what the
-    answer costs (pipeline/pricing.py). FLOPs are the search space's cost model's (the shapes that ran) where it has
-    one, else the declared shapes'."""
+    answer costs (pipeline/pricing.py); `timing`: `elapsed` in parts. FLOPs are the search space's cost model's (the
+    shapes that ran) where it has one, else the declared shapes'."""
     model, oracle, confirm, knobs, validation = work.model, searched.oracle, checks.confirm, checks.knobs, checks.validation
     fallback = outcome.found
     final = fallback or frozenset()
@@ -157,7 +158,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         fp32_flop_share=flop_share(model, final, searched.space.cost_model),
         evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
         one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, by_knobs),
-        elapsed_s=elapsed,
+        elapsed_s=elapsed, timing=timing,
         samples=SampleCounts(search=len(work.samples), validation=n_validation),
         inputs=work.describe(),
         shape_groups=[ShapeGroupInfo(g.as_dict(), n, held, captured) for g, n, held, captured in work.shape_groups()],

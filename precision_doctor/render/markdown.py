@@ -99,8 +99,13 @@ def _summary(report: Report) -> list[str]:
         L += [f"> Status `{report.status}`: {report.reason}", ""]
     memo = report.memo_hits
     memo_txt = f" ({memo} answered from the memo)" if memo else ""
+    t = report.timing
+    took = (f"in **{fmt_time(t.search_s)}**" + ("" if t.time_budget_s is None else f" (time budget {fmt_time(t.time_budget_s)})")
+            + f"; the whole run {fmt_time(report.elapsed_s)} ({fmt_time(t.before_search_s)} before the search: loading, "
+            f"capture and analysis; {fmt_time(t.after_search_s)} after it: the fixed capture, artifacts and report)"
+            if t is not None else f"(the whole run: {fmt_time(report.elapsed_s)})")
     L += [
-        f"- Search: **{report.evaluations} evaluations**{memo_txt} in **{fmt_time(report.elapsed_s)}**, "
+        f"- Search: **{report.evaluations} evaluations**{memo_txt} {took}, "
         f"strategy `{report.strategy}`, cost `{report.cost}`, backend `{report.backend}`.",
     ]
     if report.fallback_size and report.one_minimal_checked is not None:

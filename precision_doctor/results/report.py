@@ -327,6 +327,23 @@ class ToleranceUsed:
 
 
 @dataclass
+class Timing:
+    """Where the run's wall time (`Report.elapsed_s`: from the command's start, loading included, to the report) went,
+    in seconds. `search_s` is what `--time-budget` (`time_budget_s`, None: none given) bounds: its clock starts as
+    the search starts and runs through the searches, the checks of each answer on the other search samples, the
+    held-out and perturbed-copy checks and a second search, and the confirmation and knob search, which spend what
+    is left; a step ends at its next evaluation after the budget is spent. `before_search_s`: loading the model
+    and samples, the FP32 references, the samples' scores, the capture and its analysis; `after_search_s`: the
+    smaller answer's held-out check, the fixed capture, the trade-off, the artifacts, the TensorRT check and engine,
+    the report."""
+
+    before_search_s: float
+    search_s: float
+    after_search_s: float
+    time_budget_s: float | None = None
+
+
+@dataclass
 class TrtLayerMismatch:
     """A layer of fixed.onnx's TensorRT network that does not compute in the precision its node's role asks."""
 
@@ -548,6 +565,7 @@ class Report:
     memo_hits: int = 0
     one_minimal_checked: bool | None = None
     elapsed_s: float = 0.0
+    timing: Timing | None = None  # elapsed_s in parts: before the search, the search (the time budget's), after it
     samples: SampleCounts = field(default_factory=SampleCounts)
     inputs: dict[str, Any] = field(default_factory=dict)
     baseline: Checks | None = None
