@@ -19,6 +19,11 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from precision_doctor.measure.floor import RoundingFloor
+    from precision_doctor.measure.tolerance import Tolerance
 
 
 class Stopped(KeyboardInterrupt):
@@ -110,7 +115,16 @@ class EvaluationEvent:
     best_size: int | None
 
 
-ProgressEvent = PhaseEvent | LoadedEvent | CaptureEvent | EvaluationEvent
+@dataclass(frozen=True)
+class RoundingFloorEvent:
+    """Before the search: what rounding the FP32 reference outputs to the format alone uses of `tolerance`
+    (`measure/floor.py`); where it is above 1 the search can only end with everything in FP32."""
+
+    floor: RoundingFloor
+    tolerance: Tolerance
+
+
+ProgressEvent = PhaseEvent | LoadedEvent | CaptureEvent | EvaluationEvent | RoundingFloorEvent
 ProgressSink = Callable[[ProgressEvent], None]
 
 

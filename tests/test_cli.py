@@ -189,7 +189,8 @@ def test_ctrl_c_outside_the_search_is_one_line_and_130(run_cli, planted_file, tm
 
     monkeypatch.setattr(diagnose, "capture_and_analyse", interrupted)
     case, path, files = planted_file("cancellation")
-    code, _, err = run_cli("diagnose", path, "--inputs", files[0], "--out", tmp_path / "r")
+    code, _, err = run_cli("diagnose", path, "--inputs", files[0], "--atol", case.atol, "--rtol", case.rtol,
+                           "--out", tmp_path / "r")
     # nothing worth resuming was written: the directory this run created is gone, and the line says so
     assert code == 130 and "interrupted before anything worth keeping" in err and "Traceback" not in err
     said = [ln for ln in err.strip().splitlines() if not PROGRESS_LINE.match(ln)]  # stderr is not a terminal here
@@ -329,3 +330,39 @@ def test_time_budget_bounds_the_search_and_the_report_says_so(run_cli, planted_f
 
     helps = [ln for ln in cli_markdown().splitlines() if ln.startswith("| `--time-budget`")]
     assert helps and all("Seconds the search phase may take" in h and "does not bound the whole run" in h for h in helps)
+
+
+def test_a_tolerance_below_fp16s_rounding_is_said_before_the_search_and_in_the_reports(run_cli, planted_file, tmp_path):
+    """polygraphy's default tolerance (1e-5) is below FP16's own rounding of the outputs: a warning before the
+    search, a PASS whose label says there is no FP16 benefit (exit 0 as any pass), the flags of a realistic
+    tolerance in the headline and as report.md's first next step, typed fields in report.json; `compare` says it
+    too; at a realistic tolerance none of it."""
+    case, path, files = planted_file("three_defects")
+    inputs = sum((["--inputs", f] for f in files), [])
+    code, out, err = run_cli("diagnose", path, *inputs, "--out", tmp_path / "tight")
+    assert code == 0, out + err
+    warning = next(i for i, ln in enumerate(err.splitlines()) if ln.startswith("warning: The tolerance (atol 1e-05"))
+    search = next(i for i, ln in enumerate(err.splitlines()) if PROGRESS_LINE.match(ln) and "] search: " in ln)
+    assert warning < search  # said before the search starts
+    assert "tighter than FP16 can represent at the outputs" in err and "--atol 0.001 --rtol 0.001" in err
+    head = out.splitlines()[2]
+    assert head.startswith("PASSED, ALL IN FP32 (NO FP16 BENEFIT): The tolerance (atol 1e-05, rtol 1e-05, stat "
+                           "elemwise) is tighter than FP16 can represent at the outputs"), head
+    assert "no FP16 benefit. FP16 can meet a tolerance at the outputs only above atol" in head
+    assert "set one your task allows, e.g. --atol 0.001 --rtol 0.001." in head
+    rep = Report.load(tmp_path / "tight")
+    assert rep.passed and rep.everything_fp32 and rep.fallback_size == rep.model.candidates
+    assert rep.rounding_floor.below and rep.rounding_floor.precision == "fp16"
+    data = json.loads((tmp_path / "tight" / "report.json").read_text())
+    assert data["everything_fp32"] is True and max(data["rounding_floor"]["shares"].values()) > 1
+    md = (tmp_path / "tight" / "report.md").read_text()
+    first_step = md[md.index("## Next steps"):].split("```bash")[1]
+    assert "--atol 0.001 --rtol 0.001 --out ../tight-atol0.001" in first_step
+    assert "PASSED, ALL IN FP32 (NO FP16 BENEFIT)" in (tmp_path / "tight" / "report.html").read_text()
+
+    code, out, _ = run_cli("compare", path, *inputs, "--out", tmp_path / "cmp")
+    assert "is tighter than FP16 can represent at the outputs" in out and "--atol 0.001 --rtol 0.001" in out
+
+    code, out, err = run_cli("diagnose", path, *inputs, "--atol", case.atol, "--rtol", case.rtol, "--out", tmp_path / "ok")
+    assert code == 0 and "tighter" not in out + err and "warning:" not in err
+    assert not Report.load(tmp_path / "ok").everything_fp32

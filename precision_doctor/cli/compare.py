@@ -61,7 +61,7 @@ def compare(
         except DiskFull as exc:
             raise UserError(f"{exc}; {exc.advice}, then run the command again") from None
     print_layer_table(result.analysis, top)
-    console.print(compare_verdict(result.analysis, spec.tolerance, result.notes), soft_wrap=True)
+    console.print(compare_verdict(result.analysis, spec.tolerance, result.notes, result.floor), soft_wrap=True)
     console.print(f"wrote {out_dir}/activations.h5 ({capture_size(Path(out_dir) / 'activations.h5')}), layers.csv, "
                   "layers.json", soft_wrap=True)
     raise typer.Exit(0 if result.analysis.passed else 1)

@@ -18,8 +18,17 @@ from precision_doctor.cli.shared import (
     stops_on_interrupt,
     styled,
     uses_run_dir,
+    warn_floor,
 )
-from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent, StopToken, signals_stop
+from precision_doctor.control import (
+    EvaluationEvent,
+    LoadedEvent,
+    PhaseEvent,
+    ProgressEvent,
+    RoundingFloorEvent,
+    StopToken,
+    signals_stop,
+)
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RunStatus
 from precision_doctor.results.report import Report
@@ -57,6 +66,8 @@ def diagnose(
                 plain(ev)
             if isinstance(ev, LoadedEvent):
                 announce_renamed(ev.renamed_nodes, ev.unsafe_names)
+            elif isinstance(ev, RoundingFloorEvent):
+                warn_floor(ev.floor, ev.tolerance)
             elif isinstance(ev, PhaseEvent) and ev.phase != "load":
                 started[0] = True  # the run directory is prepared
                 prog.update(task, description=ev.phase)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import GPU_BACKENDS, make_backend, plan_backends
-from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.control import PhaseEvent, ProgressSink, RoundingFloorEvent, StopToken, notify
 from precision_doctor.data.activations import whole
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.reference_cache import REFERENCES, ReferenceFile, ReferenceSet
@@ -24,6 +24,7 @@ from precision_doctor.data.samples import as_sample_set
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.shapes import input_shapes
+from precision_doctor.measure.floor import rounding_floor
 from precision_doctor.outcome import Decider, Outcome, RunStatus
 from precision_doctor.pipeline.answers import two_answers
 from precision_doctor.pipeline.artifacts import write_artifacts
@@ -142,6 +143,9 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         refs, held_refs = ReferenceSet(work.samples, ref.run, ref_file), ReferenceSet(held, ref.run, ref_file, "held")
     loop = start_loop(backend, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
+    # on the working set's references (the hardest samples): a tolerance below it makes the search useless, say so now
+    floor = rounding_floor((refs[i] for i in loop.working), get_format(spec.precision), spec.tolerance)
+    notify(progress, RoundingFloorEvent(floor, spec.tolerance))
 
     # the capture's samples: the hardest by the loop's scores (a spread choice without them), shape groups in turn
     loop.captured = work.choose_capture(spec.capture.max_samples,
@@ -174,7 +178,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         spec=spec, run_dir=run, space=space, progress=progress, stop=stop, resume=resume, work=work,
         analysis=analysis, backends=Backends(plan, backend, confirm_backend),
         references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget, loop=loop, owned=owned,
-        t0=t0,
+        t0=t0, floor=floor,
     )
 
 
@@ -330,7 +334,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
                     time_budget_s=spec.search.time_budget)
     report = build_report(
         outcome, work=work, spec=spec, n_validation=len(ctx.references.held), elapsed=now - ctx.t0, timing=timing,
-        searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name, ctx.loop.record()), checks=checks,
+        searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name, ctx.loop.record(), ctx.floor), checks=checks,
         produced=produced, promise=Promise(ctx.held_choice, f.decided_by, f.answers),
         shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,
     )

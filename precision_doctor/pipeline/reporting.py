@@ -13,6 +13,7 @@ from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.jsonio import write_json
 from precision_doctor.measure.analysis import Analysis
+from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.outcome import Decider, Outcome
 from precision_doctor.pipeline.answers import flop_share, held_out_measure
 from precision_doctor.pipeline.artifacts import Written
@@ -55,13 +56,15 @@ CHECKPOINT = "search.jsonl"
 @dataclass(frozen=True)
 class Searched:
     """What the search leaves the report: the analysis, the search space, the oracle (its evaluations and
-    trajectory), the search backend's name and the counterexample-guided search's rounds."""
+    trajectory), the search backend's name, the counterexample-guided search's rounds and what rounding the
+    reference outputs to the format alone uses of the tolerance (`floor`)."""
 
     analysis: Analysis
     space: SearchSpace
     oracle: Oracle
     backend: str
     rounds: SearchRounds | None = None
+    floor: RoundingFloor | None = None
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,8 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
         fp32_flop_share=flop_share(model, final, searched.space.cost_model),
+        everything_fp32=bool(final) and final >= searched.space.expand(searched.space.universe),
+        rounding_floor=searched.floor,
         evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
         one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, by_knobs),
         elapsed_s=elapsed, timing=timing,

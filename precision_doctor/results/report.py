@@ -22,6 +22,7 @@ from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.graph.toolnames import near_path
+from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus
 from precision_doctor.spec import RunSpec
@@ -561,6 +562,9 @@ class Report:
     fallback_nodes: list[str] = field(default_factory=list)
     fallback_size: int = 0
     fp32_flop_share: float = 0.0
+    # the answer keeps every node the search could keep in FP32: no low-precision benefit (wording: PASSED_ALL_FP32)
+    everything_fp32: bool = False
+    rounding_floor: RoundingFloor | None = None  # what rounding the reference outputs alone uses of the tolerance
     evaluations: int = 0
     memo_hits: int = 0
     one_minimal_checked: bool | None = None
