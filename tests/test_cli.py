@@ -366,3 +366,58 @@ def test_a_tolerance_below_fp16s_rounding_is_said_before_the_search_and_in_the_r
     code, out, err = run_cli("diagnose", path, *inputs, "--atol", case.atol, "--rtol", case.rtol, "--out", tmp_path / "ok")
     assert code == 0 and "tighter" not in out + err and "warning:" not in err
     assert not Report.load(tmp_path / "ok").everything_fp32
+
+
+def _table_rows(out: str) -> list[list[str]]:
+    """The cells of a rich table's body rows as the CLI printed them."""
+    return [[c.strip() for c in ln.split("│")[1:-1]] for ln in out.splitlines() if ln.startswith("│")]
+
+
+def test_a_batchnorm_folded_into_its_conv_is_ranked_as_the_conv_in_compare_and_diagnose(run_cli, tmp_path):
+    """Under the ort-cuda rules ONNX Runtime folds a BatchNormalization into the Conv before it: the Conv with the
+    folded weights is what runs, so compare's table and diagnose's top offenders rank that Conv (with the folded
+    kernel's error), name the folded node, and never rank the BatchNormalization alone; the same rows in both. Under
+    the standard rules nothing folds and the BatchNormalization is a row of its own."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+        ("w1", rng.standard_normal((8, 3, 3, 3))), ("b1", rng.standard_normal(8)), ("s", rng.uniform(5, 40, 8)),
+        ("t", rng.standard_normal(8)), ("m", 0.1 * rng.standard_normal(8)), ("v", rng.uniform(0.5, 1.5, 8)),
+        ("w2", rng.standard_normal((4, 8, 1, 1))))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "s", "t", "m", "v"], ["n1"], name="bn1", epsilon=1e-5),
+             helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(tmp_path / "m.onnx"))
+    inputs = []
+    for i in range(2):
+        np.savez(tmp_path / f"s{i}.npz", x=rng.standard_normal((1, 3, 16, 16)).astype(np.float32))
+        inputs += ["--inputs", tmp_path / f"s{i}.npz"]
+    tol = ["--atol", "1e-2", "--rtol", "1e-2"]
+    code, out, err = run_cli("compare", tmp_path / "m.onnx", *inputs, *tol, "--top", "20", "--out", tmp_path / "cmp")
+    rows = _table_rows(out)
+    names = [r[1] for r in rows]
+    assert "bn1" not in names and names.count("conv1") == 1, out + err
+    conv = rows[names.index("conv1")]
+    assert conv[2] == "Conv+BatchNormalization" and "folded: bn1" in conv[-1], conv
+    assert "ONNX Runtime folds the BatchNormalization into the Conv's FP16 weights" in out
+    layers = {r["name"]: r for r in json.loads((tmp_path / "cmp" / "layers.json").read_text())["layers"]}
+    assert layers["bn1"]["folded_into"] == "conv1" and layers["conv1"]["folded_into"] is None
+    assert conv[0] == str(layers["bn1"]["rank"])  # the folded kernel's error is the BatchNormalization's row's
+
+    code, out, _ = run_cli("diagnose", tmp_path / "m.onnx", *inputs, *tol, "--out", tmp_path / "diag")
+    rep = Report.load(tmp_path / "diag")
+    assert next(lay for lay in rep.layers if lay.name == "bn1").folded_into == "conv1"
+    md = (tmp_path / "diag" / "report.md").read_text()
+    top = md[md.index("## Top offenders"):].split("\n\n")[1]
+    md_rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in top.splitlines()[2:]]
+    assert [(r[1].replace("`", ""), r[2]) for r in md_rows] == \
+        [(n + (" (bn1 folded in)" if n == "conv1" else ""), r[2]) for n, r in zip(names, rows)]  # as compare ranks
+
+    code, out, _ = run_cli("compare", tmp_path / "m.onnx", *inputs, *tol, "--top", "20", "--emulation-rules", "standard",
+                           "--out", tmp_path / "std")
+    rows = _table_rows(out)
+    assert ["bn1", "BatchNormalization"] in [r[1:3] for r in rows] and "folds" not in out

@@ -77,14 +77,19 @@ def capture_size(path: Path) -> str:
 
 
 def print_layer_table(analysis: Analysis, top: int) -> None:
+    """The `top` layers by local error as they run (`render.layers.ranking`: a BatchNormalization folded into its
+    Conv is that Conv's row), with a note under the table where a row is such a pair."""
     from precision_doctor.graph.formats import get_format
+    from precision_doctor.render.layers import FOLDED_NOTE, ranking
     from precision_doctor.render.numbers import fmt_3g
 
     fmt_max = get_format(analysis.precision).max
     table = Table(title=f"Top {top} layers by local error ({analysis.precision})", title_justify="left")
     for col in ("rank", "node", "op", "local rel err", "rounding", "propagated", "ref |max|", "flags"):
         table.add_column(col, justify="right" if col not in ("node", "op", "flags") else "left")
-    for r in sorted(analysis.layers, key=lambda r: r.rank)[:top]:
+    rows = ranking(analysis.layers, top)
+    for t in rows:
+        r = t.row
         flags = []
         if r.frac_above_max > 0 or r.input_ref_absmax > fmt_max:
             flags.append("overflow")
@@ -94,8 +99,12 @@ def print_layer_table(analysis: Analysis, top: int) -> None:
             flags.append("underflow")
         if r.input_sensitive:
             flags.append("input-sensitive")
+        if t.folded:
+            flags.append(f"folded: {t.folded}")
         table.add_row(
-            str(r.rank), r.name, r.op_type, fmt_3g(r.local_rel_l2), fmt_3g(r.rounding_rel_l2),
+            str(r.rank), t.name, t.op, fmt_3g(r.local_rel_l2), fmt_3g(r.rounding_rel_l2),
             fmt_3g(r.lowp_rel_l2), fmt_3g(r.ref_absmax), ",".join(flags),
         )
     console.print(table)
+    if folded := sum(1 for t in rows if t.folded):
+        console.print(FOLDED_NOTE.format(n=folded), soft_wrap=True)

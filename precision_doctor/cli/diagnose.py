@@ -141,6 +141,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         decided_sentence,
         divergence_text,
         emulation_note_lines,
+        folded_host,
         generalization_sentence,
         headline_text,
         headroom_sentence,
@@ -161,8 +162,9 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     tol = report.tolerance
     say(search_line(report))
     if report.first_divergence:
+        node = report.first_divergence_node
         say(f"first diverging tensor (all {report.precision}): "
-            f"{divergence_text(report.first_divergence, report.first_divergence_node)}")
+            f"{divergence_text(report.first_divergence, node, folded_host(report.layers, node))}")
     label, tone = verdict(report)
     style = {Tone.PASS: "bold green", Tone.WARN: "bold yellow"}.get(tone, "bold red")
     say(styled(label, style, ": " + headline_text(report)))

@@ -228,7 +228,7 @@ def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[st
             rounding_rel_l2=r.rounding_rel_l2, lowp_rel_l2=r.lowp_rel_l2, fixed_rel_l2=fixed_rel.get(r.name),
             ref_absmax=r.ref_absmax, input_ref_absmax=r.input_ref_absmax, frac_above_max=r.frac_above_max,
             frac_below_normal=r.frac_below_normal, score=r.score, rank=r.rank, fallback=r.name in final,
-            input_sensitive=r.input_sensitive, producers=producers.get(r.name, []),
+            input_sensitive=r.input_sensitive, producers=producers.get(r.name, []), folded_into=r.folded_into,
         )
         for r in sorted(analysis.layers, key=lambda r: r.index)
     ]

@@ -728,10 +728,18 @@ def model_file_sentence(report: Report) -> str | None:
 # ---------------------------------------------------------------- compare
 
 
-def divergence_text(tensor: str | None, node: str | None) -> str:
+def divergence_text(tensor: str | None, node: str | None, folded_into: str | None = None) -> str:
     """The first diverging tensor, quoted, and the node that computes it: "'848' (from node Conv_41)" (tensor names
-    are often bare numbers)."""
+    are often bare numbers); a node folded into another (`folded_into`: a BatchNormalization into its Conv) is named
+    as what runs: "(from node Conv_41, BatchNormalization_42 folded into it)"."""
+    if folded_into and node:
+        return f"'{tensor or '?'}' (from node {folded_into}, {node} folded into it)"
     return f"'{tensor or '?'}'" + (f" (from node {node})" if node else "")
+
+
+def folded_host(rows: Iterable[Layer] | Iterable[Any], node: str | None) -> str | None:
+    """The node `node` is folded into (a layer row's `folded_into`), if any."""
+    return next((r.folded_into for r in rows if r.name == node), None) if node else None
 
 
 def compare_verdict(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNote] = (),
@@ -750,7 +758,8 @@ def compare_verdict(analysis: Analysis, tol: Tolerance, notes: Iterable[Emulatio
 
 def _compare_verdict(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNote]) -> str:
     worst = max(analysis.verdict.items(), key=lambda kv: (not kv[1].passed, kv[1].max_abs), default=None)
-    where = (f"; first diverging tensor: {divergence_text(analysis.first_divergence, analysis.first_divergence_node)}"
+    node = analysis.first_divergence_node
+    where = (f"; first diverging tensor: {divergence_text(analysis.first_divergence, node, folded_host(analysis.layers, node))}"
              if analysis.first_divergence else "")
     if analysis.passed:
         caveat = notes_clause(notes, analysis.precision)

@@ -480,6 +480,7 @@ class Layer:
     fallback: bool = False
     input_sensitive: bool = False
     producers: list[str] = field(default_factory=list)  # the nodes that compute its floating inputs
+    folded_into: str | None = None  # where both are low precision, the node that computes it (its Conv: conv-bn-fold)
 
 
 @dataclass
