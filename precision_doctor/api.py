@@ -8,6 +8,7 @@ samples, prepares the run directory and runs. `progress` receives typed events (
 from __future__ import annotations
 
 import functools
+import time
 from pathlib import Path
 
 from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressSink, StopToken, notify
@@ -46,6 +47,7 @@ def diagnose(
     run (`results.report.ORIGINS`): the report prints the command that runs it again in that front end's words
     (a service passes "service" and its `service_job`: its report then prints a `submit` command naming
     the files as the submitter did)."""
+    started = time.monotonic()  # the report's elapsed_s: loading included
     validate_spec(spec)
     work = _load(spec, progress, run_dir=Path(out_dir) if resume else None)
     validation = held_out_samples(work)
@@ -53,7 +55,8 @@ def diagnose(
     _loaded(spec, work, validation, progress)
     with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
         return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop,
-                            capture_cache=capture_cache, held_choice=choice, origin=origin, service_job=service_job)
+                            capture_cache=capture_cache, held_choice=choice, origin=origin, service_job=service_job,
+                            started=started)
 
 
 def compare(
@@ -72,7 +75,8 @@ def compare(
         check_count(spec.inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
     _loaded(spec, work, [], progress)
     with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
-        notify(progress, PhaseEvent("capture"))
+        n = len(work.choose_capture(spec.capture.max_samples))  # as run_compare would choose them
+        notify(progress, PhaseEvent("capture", f"{n} sample{'s' if n != 1 else ''}, every tensor"))
         return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
                            rules=spec.backends.rules)
 
@@ -127,7 +131,7 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
 
 
 def _load(spec: RunSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:
-    notify(progress, PhaseEvent("load"))
+    notify(progress, PhaseEvent("load", str(spec.model)))
     check = functools.partial(check_resumed_model, run_dir) if run_dir is not None else None
     work = load_workload(spec.model, spec.inputs, run_dir, check_model=check)
     _check_output_names(spec, work)

@@ -2,11 +2,12 @@
 
 A run checks its token at safe points (each oracle evaluation, each capture run, each batch item) and
 raises `Stopped` there; the search then reports the best passing set found so far. Anything may stop
-a token: the CLI's SIGINT handler (`sigint_stops`), a service thread, a batch worker whose parent died.
+a token: the CLI's SIGINT and SIGTERM handler (`signals_stop`), a service thread, a batch worker whose
+parent died.
 
 Ctrl-C is not lost: CPython drops a KeyboardInterrupt raised while it runs a weakref callback or a
 `__del__` (it prints "Exception ignored in ..." and goes on), and that is where SIGINT often lands
-right after a long ONNX Runtime call. The handler installed by `sigint_stops` stops the token as well
+right after a long ONNX Runtime call. The handler installed by `signals_stop` stops the token as well
 as raising, so the next safe point raises again; whoever acts on the stop calls `handled()`.
 """
 
@@ -18,6 +19,11 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from precision_doctor.measure.floor import RoundingFloor
+    from precision_doctor.measure.tolerance import Tolerance
 
 
 class Stopped(KeyboardInterrupt):
@@ -68,9 +74,11 @@ def check(stop: StopToken | None) -> None:
 
 @dataclass(frozen=True)
 class PhaseEvent:
-    """The run entered a phase: load, capture, reference, search, validate, confirm, artifacts."""
+    """The run entered a phase: load, capture, reference, search, validate, confirm, knobs, artifacts; `detail`:
+    what it works on, in words ("8 samples"; may be empty)."""
 
     phase: str
+    detail: str = ""
 
 
 @dataclass(frozen=True)
@@ -120,7 +128,16 @@ class EvaluationEvent:
     best_size: int | None
 
 
-ProgressEvent = PhaseEvent | LoadedEvent | CaptureEvent | CaptureSizeEvent | EvaluationEvent
+@dataclass(frozen=True)
+class RoundingFloorEvent:
+    """Before the search: what rounding the FP32 reference outputs to the format alone uses of `tolerance`
+    (`measure/floor.py`); where it is above 1 the search can only end with everything in FP32."""
+
+    floor: RoundingFloor
+    tolerance: Tolerance
+
+
+ProgressEvent = PhaseEvent | LoadedEvent | CaptureEvent | CaptureSizeEvent | EvaluationEvent | RoundingFloorEvent
 ProgressSink = Callable[[ProgressEvent], None]
 
 
@@ -129,20 +146,40 @@ def notify(sink: ProgressSink | None, event: ProgressEvent) -> None:
         sink(event)
 
 
+# The signals that stop a run as Ctrl-C does, with the reason the token is given and the handling Python starts
+# with (only that is replaced: an ignored signal stays ignored, a handler someone else installed stays theirs).
+# SIGTERM is what `kill`, a CI job's timeout, `docker stop` and systemd send.
+TERMINATED = "terminated (SIGTERM)"
+STOP_SIGNALS: dict[signal.Signals, tuple[str, object]] = {
+    signal.SIGINT: ("interrupted", signal.default_int_handler),
+    signal.SIGTERM: (TERMINATED, signal.SIG_DFL),
+}
+
+
+def stopped_by(stop: StopToken | None) -> str:
+    """Who stopped a run, for its report's reason: "by SIGTERM" or "by the user" (Ctrl-C, a token)."""
+    return "by SIGTERM" if stop is not None and stop.reason == TERMINATED else "by the user"
+
+
 @contextlib.contextmanager
-def sigint_stops(token: StopToken) -> Iterator[None]:
-    """While inside: SIGINT stops `token` and raises `Stopped` (so a long ONNX Runtime call is cut short),
-    and CPython's "Exception ignored" note for a Ctrl-C it swallowed is not shown (the next safe point
-    raises it again). Only in the main thread and where Python's default handler is in place (an ignored
-    SIGINT stays ignored); the earlier handler and unraisable hook come back on exit."""
-    if threading.current_thread() is not threading.main_thread() or \
-            signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+def signals_stop(token: StopToken) -> Iterator[None]:
+    """While inside: SIGINT (Ctrl-C) and SIGTERM stop `token` and raise `Stopped` (so a long ONNX Runtime call is cut
+    short: the search checkpoints and reports its best set so far), and CPython's "Exception ignored" note for an
+    interrupt it swallowed is not shown (the next safe point raises it again). Only in the main thread, and for
+    each signal only where Python's own handling of it is in place (`STOP_SIGNALS`); the earlier handlers and
+    unraisable hook come back on exit."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    ours = [sig for sig, (_, default) in STOP_SIGNALS.items() if signal.getsignal(sig) is default]
+    if not ours:
         yield
         return
 
     def handler(signum, frame) -> None:
-        token.stop("interrupted")
-        raise Stopped("interrupted")
+        reason = STOP_SIGNALS[signal.Signals(signum)][0]
+        token.stop(reason)
+        raise Stopped(reason)
 
     default_hook = sys.unraisablehook
 
@@ -150,10 +187,11 @@ def sigint_stops(token: StopToken) -> Iterator[None]:
         if not (isinstance(info.exc_value, KeyboardInterrupt) and token.stopped):
             default_hook(info)
 
-    signal.signal(signal.SIGINT, handler)
+    previous = {sig: signal.signal(sig, handler) for sig in ours}
     sys.unraisablehook = unraisable
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for sig, before in previous.items():
+            signal.signal(sig, before)
         sys.unraisablehook = default_hook

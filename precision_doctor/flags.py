@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
+from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.spec import RunSpec
 
 # RunSpec settings and run options -> the CLI's flags (SpecError messages are shown with these).
@@ -78,6 +79,14 @@ def command_line(command: str, model: str | Path | None, spec: RunSpec, *extra: 
         if path != "model" and path in FLAGS and value != base[path] and value is not None:
             args += _flag_args(path, value)
     return shlex.join([*args, *extra])
+
+
+def tolerance_flags(tol: Tolerance) -> str:
+    """The flags that set `tol`'s atol and rtol, per-output ones included: "--atol 0.001 --rtol 0.001"."""
+    args = ["--atol", f"{tol.atol:g}", "--rtol", f"{tol.rtol:g}"]
+    for kind in ("atol", "rtol"):
+        args += [a for item in getattr(tol, f"output_{kind}") for a in (f"--{kind}", item)]
+    return shlex.join(args)
 
 
 def _flag_args(path: str, value: Any) -> list[str]:

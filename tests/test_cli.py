@@ -9,6 +9,7 @@ import onnx
 import pytest
 
 from precision_doctor import planted
+from precision_doctor.cli.shared import PROGRESS_LINE
 from precision_doctor.results.report import Report
 
 
@@ -188,10 +189,12 @@ def test_ctrl_c_outside_the_search_is_one_line_and_130(run_cli, planted_file, tm
 
     monkeypatch.setattr(diagnose, "capture_and_analyse", interrupted)
     case, path, files = planted_file("cancellation")
-    code, _, err = run_cli("diagnose", path, "--inputs", files[0], "--out", tmp_path / "r")
+    code, _, err = run_cli("diagnose", path, "--inputs", files[0], "--atol", case.atol, "--rtol", case.rtol,
+                           "--out", tmp_path / "r")
     # nothing worth resuming was written: the directory this run created is gone, and the line says so
     assert code == 130 and "interrupted before anything worth keeping" in err and "Traceback" not in err
-    assert len(err.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
+    said = [ln for ln in err.strip().splitlines() if not PROGRESS_LINE.match(ln)]  # stderr is not a terminal here
+    assert len(said) == 1 and not (tmp_path / "r").exists()
 
 
 def test_diagnose_no_solution_exits_1(run_cli, planted_file, tmp_path):
@@ -248,3 +251,173 @@ def test_compare_says_how_large_its_capture_is(run_cli, planted_file, tmp_path):
     m = re.search(r"activations\.h5 \(([\d.]+) (kB|MB|GB|B): every tensor of the captured samples", out)
     assert m, out
     assert float(m[1]) * {"B": 1, "kB": 1e3, "MB": 1e6, "GB": 1e9}[m[2]] == pytest.approx(size, rel=0.01)
+
+
+def test_plain_progress_lines_where_stderr_is_no_terminal():
+    """A line per phase (none before the run starts), one per capture stage, and during the search one every
+    EVERY_EVALUATIONS evaluations or EVERY_S seconds; control characters in a name escaped."""
+    from precision_doctor.cli.shared import PlainProgress
+    from precision_doctor.control import CaptureEvent, EvaluationEvent, LoadedEvent, PhaseEvent
+
+    now, lines = [100.0], []
+    plain = PlainProgress(write=lines.append, clock=lambda: now[0])
+    plain(PhaseEvent("load", "m.onnx"))
+    plain(LoadedEvent("m\x1b[31m.onnx", 7, (), 4, 2))
+    assert lines == []  # a command refused now says only its error
+    now[0] += 1.5
+    plain(PhaseEvent("capture", "2 samples, every tensor"))
+    plain(CaptureEvent("reference", 3, 7))
+    plain(CaptureEvent("reference", 7, 7))
+    plain(PhaseEvent("search", "7 candidate nodes"))
+    for step in range(1, 121):
+        now[0] += 0.01
+        plain(EvaluationEvent(step, "grow", 3, step > 60, 3 if step > 60 else None))
+    now[0] += 11
+    plain(EvaluationEvent(121, "prune", 2, True, 2))
+    assert lines == [
+        "[  1.5s] loaded m\\x1b[31m.onnx: 7 nodes, 4 search samples, 2 held out\n",
+        "[  1.5s] capture: 2 samples, every tensor\n",
+        "[  1.5s] capture reference: 7 of 7\n",
+        "[  1.5s] search: 7 candidate nodes\n",
+        "[  2.0s] search (grow): 50 evaluations, none passing yet\n",
+        "[  2.5s] search (grow): 100 evaluations, smallest passing set so far 3 nodes\n",
+        "[ 13.7s] search (prune): 121 evaluations, smallest passing set so far 2 nodes\n",
+    ]
+    assert all(PROGRESS_LINE.match(ln) for ln in lines)
+
+
+def test_diagnose_prints_plain_progress_where_stderr_is_no_terminal(run_cli, planted_file, tmp_path, monkeypatch):
+    """Under CI, nohup or a log file (stderr is no terminal; capsys here) the run is not silent: each phase has a
+    line, with no control characters; on a terminal the bar shows instead (no plain lines)."""
+    from rich.console import Console
+
+    import precision_doctor.cli.shared as shared
+
+    case, path, files = planted_file("cancellation")
+    code, out, err = run_cli("diagnose", path, *sum((["--inputs", f] for f in files), []), "--atol", case.atol,
+                             "--rtol", case.rtol, "--out", tmp_path / "r")
+    assert code == 0, out + err
+    phases = [PROGRESS_LINE.sub("", ln).split(":")[0] for ln in err.splitlines() if PROGRESS_LINE.match(ln)]
+    assert [p for p in phases if p in ("reference", "capture", "search", "validate", "artifacts")] == \
+        ["reference", "capture", "search", "validate", "artifacts"], err
+    assert not any(ord(c) < 32 and c != "\n" for c in err), repr(err)
+    assert shared.plain_progress() is not None
+    monkeypatch.setattr(shared, "err", Console(stderr=True, force_terminal=True))
+    assert shared.plain_progress() is None
+
+
+def test_time_budget_bounds_the_search_and_the_report_says_so(run_cli, planted_file, tmp_path):
+    """--time-budget bounds the search phase, not the run: report.json keeps the search's seconds apart from the
+    whole run's (before + search + after = elapsed_s), and the first line and the help say which is which."""
+    case, path, files = planted_file("deep_stack_one_bad", n=8)
+    code, out, err = run_cli("diagnose", path, *sum((["--inputs", f] for f in files), []), "--atol", "1e-3",
+                             "--rtol", "1e-3", "--time-budget", "0.05", "--out", tmp_path / "r")
+    rep = Report.load(tmp_path / "r")
+    t = rep.timing
+    assert rep.status == "budget_exhausted" and t is not None and t.time_budget_s == 0.05, out
+    assert t.search_s >= 0.05 and t.before_search_s > 0 and t.after_search_s > 0
+    assert abs(t.before_search_s + t.search_s + t.after_search_s - rep.elapsed_s) < 1e-6
+    from precision_doctor.render.numbers import fmt_time as s
+
+    first = out.splitlines()[0]
+    assert f"evaluations in a {s(t.search_s)} search of its {s(0.05)} budget (the whole run {s(rep.elapsed_s)}: " \
+        f"{s(t.before_search_s)} before the search, {s(t.after_search_s)} after)" in first, first
+    assert "search time" in (tmp_path / "r" / "report.html").read_text()
+    old = rep.to_json()
+    del old["timing"]  # a report.json written before the search's time was kept apart reads, as the run's time
+    assert Report.from_json(old).timing is None
+    from precision_doctor.cli.docs import cli_markdown
+
+    helps = [ln for ln in cli_markdown().splitlines() if ln.startswith("| `--time-budget`")]
+    assert helps and all("Seconds the search phase may take" in h and "does not bound the whole run" in h for h in helps)
+
+
+def test_a_tolerance_below_fp16s_rounding_is_said_before_the_search_and_in_the_reports(run_cli, planted_file, tmp_path):
+    """polygraphy's default tolerance (1e-5) is below FP16's own rounding of the outputs: a warning before the
+    search, a PASS whose label says there is no FP16 benefit (exit 0 as any pass), the flags of a realistic
+    tolerance in the headline and as report.md's first next step, typed fields in report.json; `compare` says it
+    too; at a realistic tolerance none of it."""
+    case, path, files = planted_file("three_defects")
+    inputs = sum((["--inputs", f] for f in files), [])
+    code, out, err = run_cli("diagnose", path, *inputs, "--out", tmp_path / "tight")
+    assert code == 0, out + err
+    warning = next(i for i, ln in enumerate(err.splitlines()) if ln.startswith("warning: The tolerance (atol 1e-05"))
+    search = next(i for i, ln in enumerate(err.splitlines()) if PROGRESS_LINE.match(ln) and "] search: " in ln)
+    assert warning < search  # said before the search starts
+    assert "tighter than FP16 can represent at the outputs" in err and "--atol 0.001 --rtol 0.001" in err
+    head = out.splitlines()[2]
+    assert head.startswith("PASSED, ALL IN FP32 (NO FP16 BENEFIT): The tolerance (atol 1e-05, rtol 1e-05, stat "
+                           "elemwise) is tighter than FP16 can represent at the outputs"), head
+    assert "no FP16 benefit. FP16 can meet a tolerance at the outputs only above atol" in head
+    assert "set one your task allows, e.g. --atol 0.001 --rtol 0.001." in head
+    rep = Report.load(tmp_path / "tight")
+    assert rep.passed and rep.everything_fp32 and rep.fallback_size == rep.model.candidates
+    assert rep.rounding_floor.below and rep.rounding_floor.precision == "fp16"
+    data = json.loads((tmp_path / "tight" / "report.json").read_text())
+    assert data["everything_fp32"] is True and max(data["rounding_floor"]["shares"].values()) > 1
+    md = (tmp_path / "tight" / "report.md").read_text()
+    first_step = md[md.index("## Next steps"):].split("```bash")[1]
+    assert "--atol 0.001 --rtol 0.001 --out ../tight-atol0.001" in first_step
+    assert "PASSED, ALL IN FP32 (NO FP16 BENEFIT)" in (tmp_path / "tight" / "report.html").read_text()
+
+    code, out, _ = run_cli("compare", path, *inputs, "--out", tmp_path / "cmp")
+    assert "is tighter than FP16 can represent at the outputs" in out and "--atol 0.001 --rtol 0.001" in out
+
+    code, out, err = run_cli("diagnose", path, *inputs, "--atol", case.atol, "--rtol", case.rtol, "--out", tmp_path / "ok")
+    assert code == 0 and "tighter" not in out + err and "warning:" not in err
+    assert not Report.load(tmp_path / "ok").everything_fp32
+
+
+def _table_rows(out: str) -> list[list[str]]:
+    """The cells of a rich table's body rows as the CLI printed them."""
+    return [[c.strip() for c in ln.split("│")[1:-1]] for ln in out.splitlines() if ln.startswith("│")]
+
+
+def test_a_batchnorm_folded_into_its_conv_is_ranked_as_the_conv_in_compare_and_diagnose(run_cli, tmp_path):
+    """Under the ort-cuda rules ONNX Runtime folds a BatchNormalization into the Conv before it: the Conv with the
+    folded weights is what runs, so compare's table and diagnose's top offenders rank that Conv (with the folded
+    kernel's error), name the folded node, and never rank the BatchNormalization alone; the same rows in both. Under
+    the standard rules nothing folds and the BatchNormalization is a row of its own."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(a.astype(np.float32), n) for n, a in (
+        ("w1", rng.standard_normal((8, 3, 3, 3))), ("b1", rng.standard_normal(8)), ("s", rng.uniform(5, 40, 8)),
+        ("t", rng.standard_normal(8)), ("m", 0.1 * rng.standard_normal(8)), ("v", rng.uniform(0.5, 1.5, 8)),
+        ("w2", rng.standard_normal((4, 8, 1, 1))))]
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "s", "t", "m", "v"], ["n1"], name="bn1", epsilon=1e-5),
+             helper.make_node("Relu", ["n1"], ["r1"], name="relu1"),
+             helper.make_node("Conv", ["r1", "w2"], ["y"], name="conv2")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 16, 16])], inits)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), str(tmp_path / "m.onnx"))
+    inputs = []
+    for i in range(2):
+        np.savez(tmp_path / f"s{i}.npz", x=rng.standard_normal((1, 3, 16, 16)).astype(np.float32))
+        inputs += ["--inputs", tmp_path / f"s{i}.npz"]
+    tol = ["--atol", "1e-2", "--rtol", "1e-2"]
+    code, out, err = run_cli("compare", tmp_path / "m.onnx", *inputs, *tol, "--top", "20", "--out", tmp_path / "cmp")
+    rows = _table_rows(out)
+    names = [r[1] for r in rows]
+    assert "bn1" not in names and names.count("conv1") == 1, out + err
+    conv = rows[names.index("conv1")]
+    assert conv[2] == "Conv+BatchNormalization" and "folded: bn1" in conv[-1], conv
+    assert "ONNX Runtime folds the BatchNormalization into the Conv's FP16 weights" in out
+    layers = {r["name"]: r for r in json.loads((tmp_path / "cmp" / "layers.json").read_text())["layers"]}
+    assert layers["bn1"]["folded_into"] == "conv1" and layers["conv1"]["folded_into"] is None
+    assert conv[0] == str(layers["bn1"]["rank"])  # the folded kernel's error is the BatchNormalization's row's
+
+    code, out, _ = run_cli("diagnose", tmp_path / "m.onnx", *inputs, *tol, "--out", tmp_path / "diag")
+    rep = Report.load(tmp_path / "diag")
+    assert next(lay for lay in rep.layers if lay.name == "bn1").folded_into == "conv1"
+    md = (tmp_path / "diag" / "report.md").read_text()
+    top = md[md.index("## Top offenders"):].split("\n\n")[1]
+    md_rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in top.splitlines()[2:]]
+    assert [(r[1].replace("`", ""), r[2]) for r in md_rows] == \
+        [(n + (" (bn1 folded in)" if n == "conv1" else ""), r[2]) for n, r in zip(names, rows)]  # as compare ranks
+
+    code, out, _ = run_cli("compare", tmp_path / "m.onnx", *inputs, *tol, "--top", "20", "--emulation-rules", "standard",
+                           "--out", tmp_path / "std")
+    rows = _table_rows(out)
+    assert ["bn1", "BatchNormalization"] in [r[1:3] for r in rows] and "folds" not in out

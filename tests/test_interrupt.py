@@ -9,6 +9,8 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
+from pathlib import Path
 
 import onnx
 import pytest
@@ -57,10 +59,10 @@ def test_interrupt_keeps_best_passing_set(tmp_path, how):
 def test_swallowed_interrupt_is_raised_again_at_the_next_check():
     code = textwrap.dedent("""
         import gc, signal, sys
-        from precision_doctor.control import StopToken, sigint_stops
+        from precision_doctor.control import StopToken, signals_stop
 
         token = StopToken()
-        with sigint_stops(token):
+        with signals_stop(token):
             class Lands:  # SIGINT arrives while CPython runs a finalizer: the KeyboardInterrupt is dropped
                 def __del__(self):
                     signal.raise_signal(signal.SIGINT)
@@ -145,3 +147,60 @@ def test_a_stopped_token_ends_an_inline_batch_after_its_item(tmp_path):
     assert [r.model for r in rows] == ["cancellation"]
     again = run_batch(tmp_path, tmp_path / "out", executor=InlineExecutor())
     assert again.skipped == ["cancellation"] and again.ran == ["clean"]
+
+
+def test_sigterm_stops_the_token_like_ctrl_c_and_the_handlers_come_back():
+    """Inside `signals_stop` SIGTERM stops the token and raises (as SIGINT does); outside it the earlier handling is
+    back; a handler someone else installed is left alone."""
+    from precision_doctor.control import Stopped, signals_stop
+
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    token = StopToken()
+    with pytest.raises(Stopped, match="SIGTERM"), signals_stop(token):
+        signal.raise_signal(signal.SIGTERM)
+    assert token.stopped and token.reason == "terminated (SIGTERM)"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    def theirs(signum, frame):
+        seen.append(signum)
+
+    seen: list[int] = []
+    previous = signal.signal(signal.SIGTERM, theirs)
+    try:
+        with signals_stop(StopToken()):
+            signal.raise_signal(signal.SIGTERM)
+        assert seen == [signal.SIGTERM] and signal.getsignal(signal.SIGTERM) is theirs
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_sigterm_to_the_cli_checkpoints_and_says_how_to_resume(tmp_path):
+    """`kill PID` (a CI job's timeout, `docker stop`) during a diagnose run ends it as Ctrl-C does: exit 130, the
+    command that resumes it, and the resumed run repeats no evaluation."""
+    pd = Path(sys.executable).parent / "precision-doctor"
+    case = planted.deep_stack_one_bad()
+    onnx.save(case.model, str(tmp_path / "m.onnx"))
+    out = tmp_path / "run"
+    cmd = [str(pd), "diagnose", "m.onnx", "--samples", "32", "--atol", "1e-3", "--rtol", "1e-3", "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((out / "search.jsonl").is_file() and (out / "search.jsonl").read_text().count("\n") >= 1):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)  # the search has started
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stdout + stderr
+    resume = f"precision-doctor diagnose m.onnx --resume --out {out}"
+    assert f"to continue: {resume}" in stdout + stderr, stdout + stderr
+    assert "interrupted by SIGTERM" in stdout or "interrupted;" in stderr  # in the search, or outside it
+    assert "Traceback" not in stderr
+    done = subprocess.run([str(pd), *resume.split()[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rep = json.loads((out / "report.json").read_text())
+    logged = sum(len((out / f).read_text().splitlines()) for f in ("search.jsonl", "search-again.jsonl") if (out / f).is_file())
+    assert rep["status"] == "complete" and rep["evaluations"] == logged  # the checkpoints: every evaluation once

@@ -23,6 +23,7 @@ import pytest
 from evil_files import INJECTED, evil_h5, h5_bomb, injected_model, non_utf8_model, npz_bomb
 
 from precision_doctor import planted, storage
+from precision_doctor.cli.shared import PROGRESS_LINE
 from precision_doctor.data.activations import ActivationStore
 from precision_doctor.data.inputs import input_bounds, load_samples, parse_input_shapes
 from precision_doctor.errors import SpecError, UserError
@@ -43,7 +44,8 @@ def cli(*args, cwd: Path, preexec=None, prelude: str = "") -> subprocess.Complet
 
 
 def one_line(proc: subprocess.CompletedProcess) -> str:
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    """The one line of a refusal (stderr is not a terminal here: the run's progress lines before it do not count)."""
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip() and not PROGRESS_LINE.match(ln)]
     assert proc.returncode == 2, (proc.returncode, proc.stderr[-2000:])
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     return lines[0]

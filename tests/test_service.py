@@ -15,6 +15,8 @@ import onnx
 import pytest
 from service_helpers import Daemon, assert_resumed_once, planted_job_files, slow_model
 
+from precision_doctor.cli.shared import PROGRESS_LINE
+
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory):
@@ -42,6 +44,9 @@ def test_submit_wait_status_and_the_shared_capture(env) -> None:
     waited = d.cli("wait", job_id)
     assert waited.returncode == 0, waited.stdout + waited.stderr
     assert "done: PASSED" in waited.stdout and "with 7 of" in waited.stdout
+    # stderr is not a terminal here: plain lines instead of the bar, the last one of the job's end
+    followed = [ln for ln in waited.stderr.splitlines() if PROGRESS_LINE.match(ln) and f"job {job_id}: " in ln]
+    assert followed and "done" in followed[-1] and "\x1b" not in waited.stderr, waited.stderr
 
     status = d.cli("status", job_id, "--json")
     assert status.returncode == 0, status.stderr

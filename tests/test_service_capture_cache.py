@@ -62,7 +62,7 @@ def _stable(data: typing.Any) -> typing.Any:
     """A report's JSON without its timings, date and run directory's name."""
     if isinstance(data, dict):
         return {k: _stable(v) for k, v in data.items()
-                if k not in ("created", "elapsed_s", "at_s", "seconds", "directory")}
+                if k not in ("created", "elapsed_s", "timing", "at_s", "seconds", "directory")}
     return [_stable(v) for v in data] if isinstance(data, list) else data
 
 

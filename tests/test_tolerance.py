@@ -145,3 +145,26 @@ def test_cli_recipe_and_report_take_per_output_tolerances(run_cli, planted_file,
     assert "one --atol/--rtol for every output" in rep.commands["trtexec_trt11_check"]
     spec = apply_recipe(RunSpec(model=str(path)), {"tolerance": {"atol": 1e-3, "output_atol": {out: 1e-2}}}, tmp_path, "r")
     assert spec.tolerance.for_output(out).atol == 1e-2 and spec.tolerance.atol == 1e-3
+
+
+def test_the_rounding_floor_of_the_outputs_against_the_tolerance():
+    """Rounding the FP32 reference to FP16 alone uses about 2**-11 / 1e-5 = 49x polygraphy's default tolerance: the
+    floor is below it, and the suggested tolerance is the next power of ten with room for the computation."""
+    from precision_doctor.graph.formats import BF16, FP16
+    from precision_doctor.measure.floor import rounding_floor
+
+    rng = np.random.default_rng(0)
+    refs = [{"y": rng.normal(size=(4, 256)).astype(np.float32), "ids": np.arange(4)} for _ in range(2)]
+    floor = rounding_floor(refs, FP16, Tolerance())
+    assert floor.samples == 2 and set(floor.shares) == {"y"}  # integer outputs are never rounded
+    assert 40 < floor.shares["y"] <= 2.0**-11 / 1e-5 + 1e-9 and floor.below
+    assert floor.needs(Tolerance()).atol == pytest.approx(1e-5 * floor.shares["y"], rel=1e-2)
+    assert (floor.realistic(Tolerance()).atol, floor.realistic(Tolerance()).rtol) == (1e-3, 1e-3)
+    assert rounding_floor(refs, BF16, Tolerance()).realistic(Tolerance()).atol == 1e-2
+    assert not rounding_floor(refs, FP16, Tolerance(1e-3, 1e-3)).below
+    own = Tolerance(1e-5, 1e-5, output_atol=("y:2e-5",), output_rtol=("y:2e-5",))
+    assert rounding_floor(refs, FP16, own).realistic(own).output_atol == ("y:0.002",)  # y's own, scaled alike
+    huge = rounding_floor([{"y": np.array([1e5, 1.0], np.float32)}], FP16, Tolerance(1e-3, 1e-3))
+    assert huge.below and huge.shares["y"] == np.inf and huge.realistic(Tolerance(1e-3, 1e-3)) is None
+    fp32_inf = rounding_floor([{"y": np.array([np.inf, 1.0], np.float32)}], FP16, Tolerance(1e-3, 1e-3))
+    assert not fp32_inf.below  # an inf of FP32 itself is no rounding's doing

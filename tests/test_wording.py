@@ -9,6 +9,7 @@ from dataclasses import replace
 import pytest
 
 from precision_doctor.graph.coverage import EmulationNote
+from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.tolerance import OutputCheck
 from precision_doctor.outcome import RowStatus, RunStatus, SummaryRow, Verdict
 from precision_doctor.render.wording import (
@@ -44,6 +45,8 @@ CASES = {
         emulation_notes=[EmulationNote("unmeasured-op", "Softplus", 28, ["s0"], "never measured"),
                          EmulationNote("measured-mismatch", "LSTM", 1, ["l"], "errs more", 1.64),
                          EmulationNote("cpu-placement", "Clip", 2, ["c"], "on the CPU")]),
+    Verdict.PASSED_ALL_FP32: dict(fallback_nodes=list("abcdefghi"), fallback_size=9, fp32_flop_share=1.0,
+                                  everything_fp32=True, rounding_floor=RoundingFloor("fp16", 2, {"y": 48.8})),
     Verdict.PASSED_SO_FAR: dict(status=RunStatus.BUDGET_EXHAUSTED),
     Verdict.NOT_PREDICTED_TO_HOLD: dict(passed=False, expected_headroom=_headroom(False)),
     Verdict.FAILED_HELD_OUT: dict(passed=False, validation=Validation(passed=False, samples=2, failing_samples=[1])),
@@ -59,7 +62,8 @@ def test_each_kind_of_result_has_one_verdict_and_one_label(kind):
     label, tone = verdict(rep)
     assert headline(rep).startswith(f"{label}: ")
     assert tone == (Tone.PASS if kind in (Verdict.PASSED, Verdict.PASSED_UNVALIDATED) else
-                    Tone.WARN if kind in (Verdict.PASSED_SO_FAR, Verdict.NOT_PREDICTED_TO_HOLD, Verdict.PASSED_UNCONFIRMED)
+                    Tone.WARN if kind in (Verdict.PASSED_SO_FAR, Verdict.NOT_PREDICTED_TO_HOLD, Verdict.PASSED_UNCONFIRMED,
+                                          Verdict.PASSED_ALL_FP32)
                     else Tone.FAIL)
     # read back from its JSON (what rerender and the service see), the report says the same
     assert verdict(Report.from_json(json.loads(json.dumps(rep.to_json())))) == (label, tone)
@@ -259,3 +263,23 @@ def test_no_fresh_copies_are_not_counted_in_the_generalization_sentence():
     assert "fresh" not in text and "copies" not in text
     one = generalization_sentence(_report(expected_headroom=replace(h, perturbed_copies=1)))
     assert "1 fresh perturbed copy," in one and "the fresh copies run on ort-cuda" in one
+
+
+def test_a_tolerance_below_the_formats_rounding_is_said_with_the_flags_of_a_realistic_one():
+    """Everything in FP32 because the tolerance is tighter than FP16 at the outputs: a pass, but no FP16 benefit, in
+    the label and the headline, with the flags to set; below the rounding without that answer (a search cut short),
+    the headline says it too; at a tolerance above the rounding, nothing is said."""
+    floor = RoundingFloor("fp16", 2, {"y": 48.8, "z": 3.0})
+    rep = _report(**{**CASES[Verdict.PASSED_ALL_FP32], "rounding_floor": floor})
+    assert verdict(rep)[0] == "PASSED, ALL IN FP32 (NO FP16 BENEFIT)" and rep.passed
+    text = headline(rep)
+    assert "tighter than FP16 can represent at the outputs: rounding the FP32 reference output 'y' to FP16 alone " \
+        "uses 48.8x it, so the answer keeps all 9 of 9 candidate nodes in FP32" in text
+    assert "no FP16 benefit. FP16 can meet a tolerance at the outputs only above atol 4.88e-04, rtol 4.88e-04 (its " \
+        "rounding alone); set one your task allows, e.g. --atol 0.001 --rtol 0.001." in text
+    cut = _report(status=RunStatus.BUDGET_EXHAUSTED, rounding_floor=floor)
+    assert verdict_of(cut) == Verdict.PASSED_SO_FAR and "--atol 0.001 --rtol 0.001" in headline(cut)
+    assert "tighter" not in headline(_report(rounding_floor=RoundingFloor("fp16", 2, {"y": 0.49})))
+    # everything in FP32 although the rounding fits the tolerance: still no benefit, said without blaming the format
+    plain = headline(_report(**{**CASES[Verdict.PASSED_ALL_FP32], "rounding_floor": RoundingFloor("fp16", 2, {"y": 0.49})}))
+    assert "only with all 9 of 9 candidate nodes kept in FP32" in plain and "tighter" not in plain

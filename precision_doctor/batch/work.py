@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from precision_doctor.control import StopToken, sigint_stops
+from precision_doctor.control import StopToken, signals_stop
 from precision_doctor.errors import one_line
 
 WORKER_GRACE_S = 5.0  # after a stop, the workers' time to checkpoint before SIGTERM
@@ -68,7 +68,7 @@ def run_item(fn: Work, item: Any, token: StopToken) -> tuple[str, Any]:
     """In a worker: `("ok", fn(item, token))` with SIGINT stopping `token`, or `("error", one line)` for
     whatever escaped `fn`."""
     try:
-        with sigint_stops(token):
+        with signals_stop(token):
             return ("ok", fn(item, token))
     except BaseException as exc:  # fn handles its own failures; report whatever escapes it
         return ("error", one_line(exc) or type(exc).__name__)

@@ -20,8 +20,8 @@ from precision_doctor.cli.options import (
     command_line,
     with_options,
 )
-from precision_doctor.cli.shared import app, console, err, error_text, progress_bar
-from precision_doctor.control import StopToken, sigint_stops
+from precision_doctor.cli.shared import app, console, err, error_text, plain_progress, progress_bar
+from precision_doctor.control import StopToken, signals_stop
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RowStatus, SummaryRow
 
@@ -62,19 +62,21 @@ def batch(
     defaults = validate_spec(recorded.with_settings(options.given_settings()) if recorded else options.spec(""))
     executor = make_executor(jobs, executor_name, ray_address, ray_cpus)
     where = "on Ray" if executor_name == "ray" else f"{jobs} job(s)"
-    progress = progress_bar("{task.description}")
+    progress, plain = progress_bar("{task.description}"), plain_progress()
     token = StopToken()
     session = executor if hasattr(executor, "__enter__") else contextlib.nullcontext()
     if executor_name == "ray":
         err.print(f"connecting to the Ray cluster at {ray_address}" if ray_address else "starting a local Ray instance",
                   highlight=False)
-    with sigint_stops(token), session, progress:
+    with signals_stop(token), session, progress:
         task = progress.add_task("models", total=None)
 
         def on_start(names: list[str], skipped: list[str]) -> None:
             if skipped:
                 err.print(f"{len(skipped)} model(s) finished earlier, not redone: {', '.join(skipped)}")
             progress.update(task, total=len(names), description=f"diagnosing {len(names)} model(s), {where}")
+            if plain is not None:  # the bar is off: say what runs (each model's line follows when it is done)
+                plain.line(f"diagnosing {len(names)} model(s), {where}: {', '.join(names)}")
 
         def on_done(row: SummaryRow) -> None:
             progress.advance(task)

@@ -14,7 +14,7 @@ from rich.table import Table
 
 from precision_doctor.cli.options import DIAGNOSIS, Options, flag, with_options
 from precision_doctor.cli.serve import needs_service_extra
-from precision_doctor.cli.shared import app, console, err, fail
+from precision_doctor.cli.shared import PlainProgress, app, console, err, fail, plain_progress
 from precision_doctor.outcome import JobState
 
 ServerOpt = typer.Option(None, "--server", help="The daemon's URL (default: $PRECISION_DOCTOR_SERVER or http://127.0.0.1:8765).")
@@ -145,6 +145,7 @@ def wait(
     from precision_doctor.service.client import ClientError
 
     deadline = None if timeout is None else time.monotonic() + timeout
+    plain, said = plain_progress(), [("", ""), 0]  # where the bar is off: a line per state or phase, and every EVERY_S
     bar = Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed:>5.0f} evaluations"),
                    TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
     with _client(server, token) as client, bar:
@@ -160,6 +161,8 @@ def wait(
                         job = seen
                         bar.update(task, description=f"{seen.state} {seen.progress.phase}"[:28],
                                    completed=seen.progress.evaluations)
+                        if plain is not None:
+                            _plain_line(plain, said, seen)
                         if event == "end" or (deadline is not None and time.monotonic() > deadline):
                             break
                 except ClientError as exc:
@@ -173,6 +176,17 @@ def wait(
     if job.state != JobState.DONE:
         raise typer.Exit(EXIT_FAILED)
     raise typer.Exit(EXIT_PASSED if job.result is not None and job.result.passed else EXIT_NO_SET)
+
+
+def _plain_line(plain: PlainProgress, said: list, job) -> None:
+    """`wait`'s progress where the bar is off: a line when the job's state or phase changes, else every EVERY_S
+    seconds (`said`: the last line's (state, phase) and time)."""
+    now, p = time.monotonic(), job.progress
+    if said[0] == (job.state, p.phase) and now - said[1] < plain.EVERY_S:
+        return
+    said[:] = [(job.state, p.phase), now]
+    best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
+    plain.line(f"job {job.id}: {job.state} {p.phase}, {p.evaluations} evaluations{best}")
 
 
 def _fetch(client, job_id: str, patience_s: float = 0.0):

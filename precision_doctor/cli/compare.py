@@ -13,6 +13,7 @@ from precision_doctor.cli.shared import (
     announce_renamed,
     app,
     console,
+    plain_progress,
     progress_bar,
     stops_on_interrupt,
     uses_run_dir,
@@ -24,7 +25,7 @@ from precision_doctor.control import (
     PhaseEvent,
     ProgressEvent,
     StopToken,
-    sigint_stops,
+    signals_stop,
 )
 from precision_doctor.errors import UserError
 from precision_doctor.measure.analysis import Analysis
@@ -48,10 +49,13 @@ def compare(
     out_dir = options["out"] if options["out"] is not None else default_run_dir(model, "compare")
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]
-    with sigint_stops(token), stops_on_interrupt(out_dir, "run it again to start over", started), progress_bar() as prog:
+    plain = plain_progress()  # where the bars are off
+    with signals_stop(token), stops_on_interrupt(out_dir, "run it again to start over", started), progress_bar() as prog:
         tasks: dict[str, int] = {}
 
         def sink(ev: ProgressEvent) -> None:
+            if plain is not None:
+                plain(ev)
             if isinstance(ev, LoadedEvent):
                 announce_renamed(ev.renamed_nodes, ev.unsafe_names)
             elif isinstance(ev, PhaseEvent):
@@ -68,7 +72,7 @@ def compare(
         except DiskFull as exc:
             raise UserError(f"{exc}; {exc.advice}, then run the command again") from None
     print_layer_table(result.analysis, top)
-    console.print(compare_verdict(result.analysis, spec.tolerance, result.notes), soft_wrap=True)
+    console.print(compare_verdict(result.analysis, spec.tolerance, result.notes, result.floor), soft_wrap=True)
     console.print(f"wrote {out_dir}/activations.h5 ({capture_size(Path(out_dir) / 'activations.h5')}), layers.csv, "
                   "layers.json", soft_wrap=True)
     raise typer.Exit(0 if result.analysis.passed else 1)
@@ -84,14 +88,19 @@ def capture_size(path: Path) -> str:
 
 
 def print_layer_table(analysis: Analysis, top: int) -> None:
+    """The `top` layers by local error as they run (`render.layers.ranking`: a BatchNormalization folded into its
+    Conv is that Conv's row), with a note under the table where a row is such a pair."""
     from precision_doctor.graph.formats import get_format
+    from precision_doctor.render.layers import FOLDED_NOTE, ranking
     from precision_doctor.render.numbers import fmt_3g
 
     fmt_max = get_format(analysis.precision).max
     table = Table(title=f"Top {top} layers by local error ({analysis.precision})", title_justify="left")
     for col in ("rank", "node", "op", "local rel err", "rounding", "propagated", "ref |max|", "flags"):
         table.add_column(col, justify="right" if col not in ("node", "op", "flags") else "left")
-    for r in sorted(analysis.layers, key=lambda r: r.rank)[:top]:
+    rows = ranking(analysis.layers, top)
+    for t in rows:
+        r = t.row
         flags = []
         if r.frac_above_max > 0 or r.input_ref_absmax > fmt_max:
             flags.append("overflow")
@@ -101,8 +110,12 @@ def print_layer_table(analysis: Analysis, top: int) -> None:
             flags.append("underflow")
         if r.input_sensitive:
             flags.append("input-sensitive")
+        if t.folded:
+            flags.append(f"folded: {t.folded}")
         table.add_row(
-            str(r.rank), r.name, r.op_type, fmt_3g(r.local_rel_l2), fmt_3g(r.rounding_rel_l2),
+            str(r.rank), t.name, t.op, fmt_3g(r.local_rel_l2), fmt_3g(r.rounding_rel_l2),
             fmt_3g(r.lowp_rel_l2), fmt_3g(r.ref_absmax), ",".join(flags),
         )
     console.print(table)
+    if folded := sum(1 for t in rows if t.folded):
+        console.print(FOLDED_NOTE.format(n=folded), soft_wrap=True)

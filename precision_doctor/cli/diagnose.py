@@ -14,10 +14,12 @@ from precision_doctor.cli.shared import (
     app,
     console,
     fail,
+    plain_progress,
     progress_bar,
     stops_on_interrupt,
     styled,
     uses_run_dir,
+    warn_floor,
 )
 from precision_doctor.control import (
     CaptureSizeEvent,
@@ -25,8 +27,9 @@ from precision_doctor.control import (
     LoadedEvent,
     PhaseEvent,
     ProgressEvent,
+    RoundingFloorEvent,
     StopToken,
-    sigint_stops,
+    signals_stop,
 )
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RunStatus
@@ -56,12 +59,17 @@ def diagnose(
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]
     hint = f"to continue: {resume_command(model, out_dir)}"
-    with sigint_stops(token), stops_on_interrupt(out_dir, hint, started), progress_bar() as prog:
+    plain = plain_progress()  # where the bar is off
+    with signals_stop(token), stops_on_interrupt(out_dir, hint, started), progress_bar() as prog:
         task = prog.add_task("capture", total=None)
 
         def sink(ev: ProgressEvent) -> None:
+            if plain is not None:
+                plain(ev)
             if isinstance(ev, LoadedEvent):
                 announce_renamed(ev.renamed_nodes, ev.unsafe_names)
+            elif isinstance(ev, RoundingFloorEvent):
+                warn_floor(ev.floor, ev.tolerance)
             elif isinstance(ev, PhaseEvent) and ev.phase != "load":
                 started[0] = True  # the run directory is prepared
                 prog.update(task, description=ev.phase)
@@ -137,6 +145,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         decided_sentence,
         divergence_text,
         emulation_note_lines,
+        folded_host,
         generalization_sentence,
         headline_text,
         headroom_sentence,
@@ -157,8 +166,9 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     tol = report.tolerance
     say(search_line(report))
     if report.first_divergence:
+        node = report.first_divergence_node
         say(f"first diverging tensor (all {report.precision}): "
-            f"{divergence_text(report.first_divergence, report.first_divergence_node)}")
+            f"{divergence_text(report.first_divergence, node, folded_host(report.layers, node))}")
     label, tone = verdict(report)
     style = {Tone.PASS: "bold green", Tone.WARN: "bold yellow"}.get(tone, "bold red")
     say(styled(label, style, ": " + headline_text(report)))

@@ -113,7 +113,9 @@ TOLERANCE = (
          "output; repeatable (--atol 1e-3 --atol logits:1e-2).", default=None, expand=_tolerances("atol")),
     _opt("rtol", "tolerance.rtol", list[str] | None,
          "Relative tolerance, as polygraphy's --rtol: a number for every output (default 1e-5), NAME:VALUE for one "
-         "output; repeatable.", default=None, expand=_tolerances("rtol")),
+         "output; repeatable. The defaults are tighter than FP16 (relative rounding 4.9e-4) or BF16 (3.9e-3) can "
+         "represent at most outputs: every node then stays FP32 (the run warns before the search); 1e-3 is a "
+         "common choice for FP16.", default=None, expand=_tolerances("rtol")),
     _opt("check_error_stat", "tolerance.check_error_stat", str, "elemwise, max, mean or median (as polygraphy)."),
     _opt("cosine_floor", "tolerance.cosine_floor", float | None, "Also require cosine similarity >= this per output."),
 )
@@ -142,7 +144,12 @@ SEARCH = (
     _opt("batch", "search.batch", int | None,
          "The batch you deploy: the cost model's and the GPU latency's (default: the samples' batch)."),
     _opt("max_evaluations", "search.max_evaluations", int | None, "Stop after this many evaluations."),
-    _opt("time_budget", "search.time_budget", float | None, "Stop the search after this many seconds."),
+    _opt("time_budget", "search.time_budget", float | None,
+         "Seconds the search phase may take: its clock starts after the capture and runs through the search, the "
+         "checks of its answers (held-out samples, perturbed copies), a second search, and the confirmation and knob "
+         "search (these spend what is left); when it runs out the answer so far is reported. It does not bound the "
+         "whole run: loading, references, the capture and analysis come before it, the fixed capture, artifacts, "
+         "TensorRT check and report after it (report.json's timing says how long each took)."),
     _opt("keep_io_types", "search.keep_io_types", bool, "fixed.onnx keeps FP32 I/O.",
          "--keep-io-types/--no-keep-io-types"),
     _opt("knobs", "search.knobs", bool,

@@ -9,7 +9,7 @@ import typer
 
 from precision_doctor.cli.options import CAPTURE, EMULATION, INPUTS, PRECISION, RUN_DIR, Options, with_options
 from precision_doctor.cli.shared import announce_renamed, app, console, stops_on_interrupt, uses_run_dir
-from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressEvent, StopToken, sigint_stops
+from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressEvent, StopToken, signals_stop
 
 
 @app.command("probe-ops")
@@ -39,7 +39,7 @@ def probe_ops(
         elif isinstance(ev, PhaseEvent):
             started[0] = True
 
-    with sigint_stops(token), stops_on_interrupt(out_dir, "run it again to start over", started):
+    with signals_stop(token), stops_on_interrupt(out_dir, "run it again to start over", started):
         result = api.probe_ops(spec, out_dir, provider=provider, threshold=threshold, progress=sink, stop=token,
                                force=options["force"])
     console.print(table(result), soft_wrap=True)

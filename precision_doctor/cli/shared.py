@@ -1,10 +1,14 @@
 """What every command of the CLI shares: the typer `app` they register on, the consoles (rich markup off), one
 error line (`say_error`, `fail`, `error_text`), the run directory a crash log goes to (`uses_run_dir`), the
-progress bar and the Ctrl-C hint. `cli/__init__.py` holds the one error path (`main`) and imports the commands."""
+progress bar (on a terminal) or plain progress lines (elsewhere: `PlainProgress`) and the Ctrl-C hint.
+`cli/__init__.py` holds the one error path (`main`) and imports the commands."""
 
 from __future__ import annotations
 
+import re
 import sys
+import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -13,7 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from precision_doctor.control import CaptureSizeEvent
+from precision_doctor.control import CaptureEvent, CaptureSizeEvent, EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent
 from precision_doctor.errors import SpecError, UserError
 
 app = typer.Typer(
@@ -106,6 +110,83 @@ def announce_capture_size(ev: CaptureSizeEvent) -> None:
 
     err.print(f"note: the capture will write about {size(ev.nbytes)} into {ev.path} ({ev.samples} samples; "
               f"{size(ev.free)} free there); {KEPT_OF_CAPTURE[ev.keep]}; {flag('capture.max_samples')} takes fewer")
+
+
+class PlainProgress:
+    """A run's progress as plain lines on stderr, where the bars are off (stderr is not a terminal: CI, nohup, a
+    log file), so that a long run is not silent: a line as each phase starts ("[ 12.3s] capture: 8 samples, every
+    tensor"), as each capture stage ends, and in between one every EVERY_EVALUATIONS evaluations or EVERY_S seconds,
+    whichever comes first (at the next event: a longer evaluation delays it). Nothing before the run starts (its
+    first phase after loading): a command refused then prints its one error line only. No control characters; each
+    line flushed (`PROGRESS_LINE` matches one). A ProgressSink: call it with each event."""
+
+    EVERY_S = 10.0
+    EVERY_EVALUATIONS = 50
+
+    def __init__(self, write: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic):
+        self._write, self._clock = write, clock
+        self._t0 = self._last = clock()
+        self._step: int | None = None  # the evaluation of the last line (None: none since the phase began)
+        self._loaded: str | None = None  # the loaded model's line, said once the run starts
+        self._started = False
+
+    def line(self, text: str) -> None:
+        """One line, "[ELAPSEDs] text", with any control character in `text` escaped."""
+        from precision_doctor.graph.names import shown
+
+        self._last = self._clock()
+        out = f"[{self._last - self._t0:5.1f}s] {shown(text)}\n"
+        if self._write is not None:
+            self._write(out)
+            return
+        sys.stderr.write(out)
+        sys.stderr.flush()
+
+    def _due(self) -> bool:
+        return self._clock() - self._last >= self.EVERY_S
+
+    def __call__(self, ev: ProgressEvent) -> None:
+        if isinstance(ev, LoadedEvent):
+            held = f", {ev.held_out} held out" if ev.held_out else ""
+            what = "search sample" if ev.held_out else "sample"
+            self._loaded = f"loaded {ev.model}: {ev.nodes} nodes, {ev.samples} {what}{'s' if ev.samples != 1 else ''}{held}"
+        elif isinstance(ev, PhaseEvent) and ev.phase != "load":
+            if not self._started and self._loaded is not None:
+                self.line(self._loaded)
+            self._started, self._step = True, None
+            self.line(f"{ev.phase}: {ev.detail}" if ev.detail else ev.phase)
+        elif isinstance(ev, CaptureEvent):
+            if ev.done == ev.total or self._due():
+                self.line(f"capture {ev.stage}: {ev.done} of {ev.total}")
+        elif isinstance(ev, EvaluationEvent):
+            if self._step is None:
+                self._step = ev.step - 1  # the phase's own line was just written
+            if ev.step - self._step >= self.EVERY_EVALUATIONS or self._due():
+                self._step = ev.step
+                best = "none passing yet" if ev.best_size is None else f"smallest passing set so far {ev.best_size} nodes"
+                self.line(f"search ({ev.phase}): {ev.step} evaluations, {best}")
+
+
+PROGRESS_LINE = re.compile(r"^\[ *\d+\.\ds\] ")  # a line of PlainProgress
+
+
+def plain_progress() -> PlainProgress | None:
+    """Plain progress lines where stderr is not a terminal (the bars are off there); None on a terminal."""
+    return None if err.is_terminal else PlainProgress()
+
+
+def warn_floor(floor, tol) -> None:
+    """Before the search, a warning (one line) where the tolerance is tighter than the format can represent at the
+    outputs (a `measure.floor.RoundingFloor` under `tol`): such a search ends with everything in FP32."""
+    from precision_doctor.render.wording import floor_advice, floor_finding
+
+    finding = floor_finding(floor, tol)
+    if finding is None:
+        return
+    advice = floor_advice(floor, tol)
+    err.print(styled("warning:", "bold yellow", f" {finding}: the search can only end with every node it can keep in "
+                     f"FP32 (no {floor.precision.upper()} benefit). {advice + ' ' if advice else ''}Ctrl-C stops this "
+                     "run (its report says the same)."))
 
 
 def announce_renamed(renamed: tuple[str, ...] | list[str], unsafe: tuple[tuple[str, str], ...] = ()) -> None:

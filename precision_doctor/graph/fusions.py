@@ -147,11 +147,14 @@ class _Graph:
 
 
 class Fusion:
-    """One of ORT's fusions on the real low-precision graph. Subclasses set `name`, `level`, `summary`."""
+    """One of ORT's fusions on the real low-precision graph. Subclasses set `name`, `level`, `summary`; `folds`:
+    the anchor disappears into its (one) gate, which runs in its place (a BatchNormalization folded into the Conv
+    before it): what runs is that gate, not a new kernel."""
 
     name = ""
     level = ""  # ORT's optimization level that applies it: basic or extended
     summary = ""
+    folds = False
 
     def sites(self, g: _Graph) -> list[Site]:
         raise NotImplementedError
@@ -283,6 +286,7 @@ class ConvBnFold(Fusion):
 
     name = "conv-bn-fold"
     level = "basic"
+    folds = True
     summary = ("Conv + BatchNormalization folded into the Conv's FP16 weights and bias, each folding step rounded "
                "to FP16; then the Conv with the folded weights")
     conv_versions = (1, 11, 22)
@@ -724,6 +728,13 @@ def pattern_model(model: Model, site: Site) -> onnx.ModelProto:
     out = helper.make_model(g, opset_imports=list(model.proto.opset_import), ir_version=model.proto.ir_version)
     out.producer_name = "precision-doctor-fixture"
     return out
+
+
+def folded_into(sites: dict[str, Site]) -> dict[str, str]:
+    """Anchor -> the node it is folded into, for the sites of folding fusions (`Fusion.folds`): where both are low
+    precision, the anchor's output is computed by that node (a Conv with the BatchNormalization's scale and shift
+    in its weights and bias), and keeping either in FP32 stops the folding."""
+    return {anchor: site.gates[0] for anchor, site in sites.items() if FUSIONS[site.fusion].folds}
 
 
 def find_sites(model: Model, fmt: Format, fusions: tuple[Fusion, ...]) -> dict[str, Site]:

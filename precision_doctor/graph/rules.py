@@ -50,7 +50,7 @@ from onnx import TensorProto, helper
 from precision_doctor.errors import UserError
 from precision_doctor.graph.emitter import Emitter, emit_op, emit_rounded, emit_scalar
 from precision_doctor.graph.formats import Format
-from precision_doctor.graph.fusions import FUSIONS, Fusion, Site, find_sites, lowp_value
+from precision_doctor.graph.fusions import FUSIONS, Fusion, Site, find_sites, folded_into, lowp_value
 from precision_doctor.graph.model import Model, NodeInfo
 
 STANDARD = "standard"
@@ -437,6 +437,11 @@ class RuleSet:
     def sites(self, model: Model, fmt: Format) -> dict[str, Site]:
         """Anchor node name -> where a fusion applies (`fusions.find_sites`)."""
         return find_sites(model, fmt, self.fusions)
+
+    def folded(self, model: Model, fmt: Format) -> dict[str, str]:
+        """Node -> the node it is folded into where both are low precision (`fusions.folded_into`: a
+        BatchNormalization into the Conv before it, under `conv-bn-fold`)."""
+        return folded_into(self.sites(model, fmt))
 
 
 def resolve_rules(spec: str | Iterable[str] | RuleSet | None) -> RuleSet:

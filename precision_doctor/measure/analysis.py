@@ -254,7 +254,9 @@ def _worst(stats: list[ErrorStats]) -> ErrorStats:
 
 @dataclass
 class LayerRow:
-    """One node's line of the layer table."""
+    """One node's line of the layer table. `folded_into`: under the emulation rules the node is folded into that one
+    where both are low precision (a BatchNormalization into the Conv before it): its local error is then the folded
+    kernel's, computed by that node, and the rankings users read show it as that node (render/layers.py)."""
 
     index: int
     name: str
@@ -276,6 +278,7 @@ class LayerRow:
     input_sensitive: bool
     score: float
     rank: int = 0
+    folded_into: str | None = None
 
 
 @dataclass
@@ -346,6 +349,7 @@ def analyse(
     nodes = model_nodes if model_nodes is not None else store.attr("nodes", [])
     if model is not None:
         nodes = model.node_records()
+    folded = store.attr("folded", None) or {}  # node -> the node it is folded into (captures before it: none)
     tol = tolerance or Tolerance()
     threshold = DIVERGENCE_ROUNDOFFS * fmt.unit_roundoff
     stats = _tensor_stats(store, nodes, fmt)
@@ -394,6 +398,7 @@ def analyse(
                 input_ref_absmax=in_absmax,
                 input_sensitive=bool(sensitive),
                 score=score(local, in_absmax, fmt),
+                folded_into=folded.get(nd["name"]),
             )
         )
     order = sorted(layers, key=lambda r: (-r.score, -r.local_max_abs, r.index))

@@ -165,6 +165,7 @@ def capture(
             model_outputs=model.outputs,
             inputs=[{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in samples[0].items()],
             rules=resolve_rules(rules).label,
+            folded=resolve_rules(rules).folded(model, fmt),  # the analysis ranks a folded node as what runs
             **(attrs or {}),
         )
         store.set_shape_groups([(g.as_dict(), n) for g, n in groups])

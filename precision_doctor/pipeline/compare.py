@@ -31,6 +31,7 @@ from precision_doctor.measure.analysis import (
     tensor_error,
 )
 from precision_doctor.measure.capture import capture, capture_run, run_in_groups
+from precision_doctor.measure.floor import RoundingFloor, rounding_floor
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline import capture_size
 from precision_doctor.runfiles import RunDir
@@ -42,12 +43,13 @@ FIXED_RUN = "fixed"
 
 @dataclass
 class CompareResult:
-    """The analysis of a compare run, and what of the all-low-precision model the emulator does not model on a
-    GPU (`graph.coverage`)."""
+    """The analysis of a compare run, what of the all-low-precision model the emulator does not model on a
+    GPU (`graph.coverage`), and what rounding the reference outputs alone uses of the tolerance (`floor`)."""
 
     out_dir: Path
     analysis: Analysis
     notes: list[EmulationNote] = field(default_factory=list)
+    floor: RoundingFloor | None = None
 
 
 def capture_and_analyse(
@@ -125,7 +127,19 @@ def run_compare(
                                    rules=rules, writer=run)
     write_layer_tables(run, analysis)
     notes = emulation_notes(work.model, get_format(precision), [n.name for n in work.model.candidates])
-    return CompareResult(out_dir, analysis, notes)
+    return CompareResult(out_dir, analysis, notes, captured_floor(out_dir / ACTIVATIONS, work, precision, tolerance))
+
+
+def captured_floor(activations: Path, work: Workload, precision: str, tolerance: Tolerance) -> RoundingFloor:
+    """What rounding the captured samples' reference outputs (the user's, where given) alone uses of `tolerance`."""
+    if work.references is not None:
+        refs = [work.references[i] for i in work.capture or range(len(work.samples))]
+        return rounding_floor(refs, get_format(precision), tolerance)
+    with ActivationStore(activations) as store:
+        outputs = [o for o in work.model.outputs if store.has(REFERENCE, o)]
+        n = int(store.attr("samples", 0))
+        return rounding_floor(({o: store.read(REFERENCE, o, i) for o in outputs} for i in range(n)),
+                              get_format(precision), tolerance)
 
 
 def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis:

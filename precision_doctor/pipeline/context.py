@@ -21,6 +21,7 @@ from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.measure.analysis import Analysis
+from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.headroom import SampleShare
 from precision_doctor.outcome import Decider, Outcome, RunStatus
 from precision_doctor.pipeline.search_loop import Loop
@@ -142,7 +143,9 @@ class RunContext(StepContext):
     and their perturbed copies) and budget, that search's `loop` (the search samples, the working set, how many
     of the oracle's samples are the user's, the rounds), which samples were held out and why (`held_choice`),
     what closes what the run opened
-    (`owned`), when it started (`t0`, monotonic), and what the steps found (`findings`)."""
+    (`owned`), when it started (`t0`, monotonic: before the model was loaded where `api.diagnose` started it) and
+    when the steps that spend the time budget ended (`search_ended`), what rounding the reference outputs to the
+    format alone uses of the tolerance (`floor`), and what the steps found (`findings`)."""
 
     work: Workload
     analysis: Analysis
@@ -153,6 +156,8 @@ class RunContext(StepContext):
     loop: Loop
     owned: contextlib.ExitStack
     t0: float
+    floor: RoundingFloor | None = None
+    search_ended: float | None = None
     held_choice: HeldOutChoice | None = None
     findings: Findings = field(default_factory=Findings)
     given: RunSpec = field(init=False)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import GPU_BACKENDS, make_backend, plan_backends
-from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.control import PhaseEvent, ProgressSink, RoundingFloorEvent, StopToken, notify
 from precision_doctor.data.activations import whole
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.reference_cache import REFERENCES, ReferenceFile, ReferenceSet
@@ -24,6 +24,7 @@ from precision_doctor.data.samples import as_sample_set
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.shapes import input_shapes
+from precision_doctor.measure.floor import rounding_floor
 from precision_doctor.outcome import Decider, Outcome, RunStatus
 from precision_doctor.pipeline.answers import two_answers
 from precision_doctor.pipeline.artifacts import write_artifacts
@@ -68,7 +69,7 @@ from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
-from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob
+from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob, Timing
 from precision_doctor.runfiles import RunDir
 from precision_doctor.search import Oracle
 from precision_doctor.search.space import SearchSpace, build_space
@@ -88,21 +89,26 @@ def run_diagnose(
     held_choice: HeldOutChoice | None = None,
     origin: str = "api",
     service_job: ServiceJob | None = None,
+    started: float | None = None,
 ) -> Report:
     """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
     Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
     same model, samples and capture-deciding settings is taken from it (and one made here is put there).
     `held_choice`: which samples were held out (`validation`) and why, for the report. `origin`: the front end that
     started the run (the report's re-run command is one for it); `service_job`: the daemon's job this run is, for the
-    report."""
+    report. `started` (monotonic): when the run began, before its model was loaded (default: now), for the report's
+    `elapsed_s`."""
     validate_spec(spec)
-    t0 = time.monotonic()
+    t0 = time.monotonic() if started is None else started
     with contextlib.ExitStack() as owned:
         ctx = _prepare(work, validation, spec, out_dir, resume=resume, progress=progress, stop=stop, owned=owned,
                        capture_cache=capture_cache, t0=t0)
         ctx.held_choice = held_choice
         outcome = _search(ctx)
-        for step in (_probe, _confirm, _knobs, _answers, _settle):
+        for step in (_probe, _confirm, _knobs):  # what the time budget's clock runs through
+            outcome = step(ctx, outcome)
+        ctx.search_ended = time.monotonic()
+        for step in (_answers, _settle):
             outcome = step(ctx, outcome)
         return _write(ctx, outcome, origin, service_job)
 
@@ -127,7 +133,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     check_run_settings(run, run_settings(work, spec, held, _all_references(work)), resume)
     work.keep_in(run)  # a data loader script's samples: a resumed run reads them there
 
-    notify(progress, PhaseEvent("reference"))
+    notify(progress, PhaseEvent("reference", f"FP32 outputs of {len(work.samples)} search sample"
+                                             f"{'s' if len(work.samples) != 1 else ''}"))
     ref = owned.enter_context(ReferenceRunner(model))  # its session closed with the backends
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, held_refs = work.references, work.held_references or []
@@ -136,11 +143,15 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         refs, held_refs = ReferenceSet(work.samples, ref.run, ref_file), ReferenceSet(held, ref.run, ref_file, "held")
     loop = start_loop(backend, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
+    # on the working set's references (the hardest samples): a tolerance below it makes the search useless, say so now
+    floor = rounding_floor((refs[i] for i in loop.working), get_format(spec.precision), spec.tolerance)
+    notify(progress, RoundingFloorEvent(floor, spec.tolerance))
 
-    notify(progress, PhaseEvent("capture"))
     # the capture's samples: the hardest by the loop's scores (a spread choice without them), shape groups in turn
     loop.captured = work.choose_capture(spec.capture.max_samples,
                                         None if loop.scores is None else [s.share for s in loop.scores])
+    notify(progress, PhaseEvent("capture", f"{len(loop.captured)} sample{'s' if len(loop.captured) != 1 else ''}, "
+                                           "every tensor"))
     if resume and whole(out_dir / ACTIVATIONS):  # a summary (pipeline/keep.py) or no capture: capture again
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:
@@ -167,7 +178,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         spec=spec, run_dir=run, space=space, progress=progress, stop=stop, resume=resume, work=work,
         analysis=analysis, backends=Backends(plan, backend, confirm_backend),
         references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget, loop=loop, owned=owned,
-        t0=t0,
+        t0=t0, floor=floor,
     )
 
 
@@ -177,7 +188,9 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
 def _search(ctx: RunContext) -> Outcome:
     """The counterexample-guided search: the strategy on the working set, its answers checked on every search
     sample, the failing ones added, until an answer passes them all (pipeline/search_loop.py)."""
-    notify(ctx.progress, PhaseEvent("search"))
+    copies = len(ctx.oracle.samples) - len(ctx.loop.working)
+    notify(ctx.progress, PhaseEvent("search", f"{len(ctx.work.model.candidates)} candidate nodes on {ctx.backends.search.name}, "
+                                              f"{len(ctx.loop.working)} samples and {copies} perturbed copies"))
     strategy = ctx.spec.search.strategy
     return run_loop(ctx.loop, ctx.oracle, ctx.space, strategy, lambda prev: grow_from(strategy, prev), stop=ctx.stop,
                     polish=polish_for(strategy))
@@ -196,7 +209,8 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
     working = list(ctx.loop.working)
     search_copies = len(ctx.oracle.samples) - ctx.loop.user_samples  # the working set's, before a second search
     if found and (held or n_probe):  # the phase starts with making the probe's copies and their references
-        notify(ctx.progress, PhaseEvent("validate"))
+        notify(ctx.progress, PhaseEvent("validate", f"{len(held)} held-out samples, {len(working) * n_probe} "
+                                                    "perturbed copies"))
     make = copy_maker(samples, n_probe, PROBE_SEED, run)
     probe, probe_refs = make(working, working)
     unseen = Unseen(held, ctx.references.held_refs, probe, probe_refs,
@@ -227,8 +241,8 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
     if backend is None or outcome.found is None:
         return outcome
     if outcome.complete:
-        notify(ctx.progress, PhaseEvent("confirm"))
         samples, refs, n_copies = _final_samples(ctx)
+        notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {len(samples)} samples"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
                             searched_on_gpu=ctx.backends.search.name in GPU_BACKENDS, every_sample=backend.name in GPU_BACKENDS)
@@ -285,7 +299,7 @@ def _settle(ctx: RunContext, outcome: Outcome) -> Outcome:
 def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJob | None = None) -> Report:
     """The fixed capture, the artifacts and the TensorRT steps (for an answer), then the report, written; then
     the capture reduced to what `capture.keep` keeps."""
-    notify(ctx.progress, PhaseEvent("artifacts"))
+    notify(ctx.progress, PhaseEvent("artifacts", "the fixed capture, fixed.onnx, commands, report"))
     spec, work, out_dir, f, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
     run = ctx.run_dir
     fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search
@@ -314,9 +328,13 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     unseen = f.unseen
     pricing = price(ctx.space, ctx.oracle, outcome.found, ctx.space.cost_model, spec, work,
                     unseen.first_answer if unseen is not None else None, ctx.stop, with_tradeoff=outcome.complete)
+    now = time.monotonic()
+    started, ended = ctx.oracle.started, ctx.search_ended or now
+    timing = Timing(before_search_s=started - ctx.t0, search_s=ended - started, after_search_s=now - ended,
+                    time_budget_s=spec.search.time_budget)
     report = build_report(
-        outcome, work=work, spec=spec, n_validation=len(ctx.references.held), elapsed=time.monotonic() - ctx.t0,
-        searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name, ctx.loop.record()), checks=checks,
+        outcome, work=work, spec=spec, n_validation=len(ctx.references.held), elapsed=now - ctx.t0, timing=timing,
+        searched=Searched(ctx.analysis, ctx.space, ctx.oracle, backend.name, ctx.loop.record(), ctx.floor), checks=checks,
         produced=produced, promise=Promise(ctx.held_choice, f.decided_by, f.answers),
         shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,
     )

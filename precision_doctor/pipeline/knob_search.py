@@ -17,7 +17,7 @@ import time
 
 from precision_doctor.backends import knobs
 from precision_doctor.backends.base import Backend
-from precision_doctor.control import PhaseEvent, notify
+from precision_doctor.control import PhaseEvent, notify, stopped_by
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.model import Model
 from precision_doctor.outcome import RunStatus
@@ -95,10 +95,10 @@ def search_knobs(
         note = f"the {backend.name} backend has no knobs: nothing was tried"
         result = KnobsResult(backend.name, [], list(answer), status=RunStatus.SKIPPED, note=note, answer=list(answer))
         return KnobOutcome(result, frozenset(answer), None, None, RunStatus.COMPLETE)
-    notify(ctx.progress, PhaseEvent("knobs"))
     spec, stop = ctx.spec, ctx.stop
     configs = knobs.knob_configs(family)
     plan = knobs.knob_plan(answer, configs)
+    notify(ctx.progress, PhaseEvent("knobs", f"{len(plan)} trials of {len(configs)} configurations on {backend.name}"))
     oracles = _Oracles(ctx, family, backend, model, samples, refs, owned)
     started = time.monotonic()
     evaluated: list[tuple[knobs.Trial, Verdict]] = []
@@ -118,7 +118,7 @@ def search_knobs(
         if stop is not None:
             stop.handled()
         status = RunStatus.INTERRUPTED
-        reason = "interrupted by the user during the knob search; the cheapest passing trial so far is reported"
+        reason = f"interrupted {stopped_by(stop)} during the knob search; the cheapest passing trial so far is reported"
     verdicts = {(t.knobs, t.fallback): v for t, v in evaluated}
     best = knobs.best_trial([(t, v.passed) for t, v in evaluated])
     if best is None or len(best.fallback) >= len(answer):

@@ -13,6 +13,7 @@ from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.jsonio import write_json
 from precision_doctor.measure.analysis import Analysis
+from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.outcome import Decider, Outcome
 from precision_doctor.pipeline.answers import flop_share, held_out_measure
 from precision_doctor.pipeline.artifacts import Written
@@ -37,6 +38,7 @@ from precision_doctor.results.report import (
     SampleCounts,
     SearchRounds,
     ShapeGroupInfo,
+    Timing,
     ToleranceUsed,
     TrtCheckResult,
     TwoAnswers,
@@ -54,13 +56,15 @@ CHECKPOINT = "search.jsonl"
 @dataclass(frozen=True)
 class Searched:
     """What the search leaves the report: the analysis, the search space, the oracle (its evaluations and
-    trajectory), the search backend's name and the counterexample-guided search's rounds."""
+    trajectory), the search backend's name, the counterexample-guided search's rounds and what rounding the
+    reference outputs to the format alone uses of the tolerance (`floor`)."""
 
     analysis: Analysis
     space: SearchSpace
     oracle: Oracle
     backend: str
     rounds: SearchRounds | None = None
+    floor: RoundingFloor | None = None
 
 
 @dataclass(frozen=True)
@@ -103,12 +107,12 @@ class Produced:
 def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validation: int, elapsed: float,
                  searched: Searched, checks: AnswerChecks, produced: Produced, promise: Promise = Promise(),
                  shapes: list[InputShape] | None = None, invocation: Invocation | None = None,
-                 pricing: Pricing | None = None) -> Report:
+                 pricing: Pricing | None = None, timing: Timing | None = None) -> Report:
     """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any).
     An answer known to fail search samples (the counterexample-guided search stopped first) is not a pass.
     `shapes`: the inputs' shapes as the samples ran; `invocation`: how the run was started; `pricing`: what the
-    answer costs (pipeline/pricing.py). FLOPs are the search space's cost model's (the shapes that ran) where it has
-    one, else the declared shapes'."""
+    answer costs (pipeline/pricing.py); `timing`: `elapsed` in parts. FLOPs are the search space's cost model's (the
+    shapes that ran) where it has one, else the declared shapes'."""
     model, oracle, confirm, knobs, validation = work.model, searched.oracle, checks.confirm, checks.knobs, checks.validation
     fallback = outcome.found
     final = fallback or frozenset()
@@ -155,9 +159,11 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
         fp32_flop_share=flop_share(model, final, searched.space.cost_model),
+        everything_fp32=bool(final) and final >= searched.space.expand(searched.space.universe),
+        rounding_floor=searched.floor,
         evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
         one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, by_knobs),
-        elapsed_s=elapsed,
+        elapsed_s=elapsed, timing=timing,
         samples=SampleCounts(search=len(work.samples), validation=n_validation),
         inputs=work.describe(),
         shape_groups=[ShapeGroupInfo(g.as_dict(), n, held, captured) for g, n, held, captured in work.shape_groups()],
@@ -222,7 +228,7 @@ def _layers(analysis: Analysis, fixed_rel: dict[str, float], final: frozenset[st
             rounding_rel_l2=r.rounding_rel_l2, lowp_rel_l2=r.lowp_rel_l2, fixed_rel_l2=fixed_rel.get(r.name),
             ref_absmax=r.ref_absmax, input_ref_absmax=r.input_ref_absmax, frac_above_max=r.frac_above_max,
             frac_below_normal=r.frac_below_normal, score=r.score, rank=r.rank, fallback=r.name in final,
-            input_sensitive=r.input_sensitive, producers=producers.get(r.name, []),
+            input_sensitive=r.input_sensitive, producers=producers.get(r.name, []), folded_into=r.folded_into,
         )
         for r in sorted(analysis.layers, key=lambda r: r.index)
     ]

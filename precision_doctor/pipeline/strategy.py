@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from precision_doctor.control import EvaluationEvent, ProgressSink, StopToken, notify
+from precision_doctor.control import EvaluationEvent, ProgressSink, StopToken, notify, stopped_by
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.results.report import TrajectoryRow
 from precision_doctor.search import STRATEGIES, Oracle
@@ -31,7 +31,7 @@ def run_strategy(oracle: Oracle, space: SearchSpace, strategy: str | StrategyFn,
     except KeyboardInterrupt:  # Ctrl-C, or the run's StopToken (control.Stopped)
         if stop is not None:
             stop.handled()
-        return Outcome(RunStatus.INTERRUPTED, "interrupted by the user; the best passing set found so far is reported",
+        return Outcome(RunStatus.INTERRUPTED, f"interrupted {stopped_by(stop)}; the best passing set found so far is reported",
                        oracle.best())
 
 

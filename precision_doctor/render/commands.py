@@ -17,7 +17,7 @@ from typing import Any
 from precision_doctor.backends.base import check_only_name
 from precision_doctor.flags import command_line
 from precision_doctor.outcome import RunStatus
-from precision_doctor.render.wording import not_holding
+from precision_doctor.render.wording import floor_finding, not_holding
 from precision_doctor.results.report import Report
 from precision_doctor.spec import RunSpec
 
@@ -29,12 +29,27 @@ RUN_FROM_HERE = ("Run these commands from the directory that holds this report: 
 def next_steps(report: Report) -> list[tuple[str, str | None]]:
     """What to do next, in order: (what and why, the command or None), the last one the command that runs this
     diagnosis again. Commands run from the run directory (the one holding this report): they use paths relative to
-    it (render/commands.py)."""
-    steps = _steps(report)
+    it (render/commands.py). A tolerance tighter than the format can represent at the outputs comes first."""
+    steps = _floor_steps(report) + _steps(report)
     if report.invocation is not None and not report.interrupted:
         steps.append(("To run this diagnosis again (after changing the model or the samples; add flags for other "
                       "settings), into a new directory beside this one:", rerun_command(report, "again")))
     return steps
+
+
+def _floor_steps(report: Report) -> list[tuple[str, str | None]]:
+    """Where the tolerance is tighter than the format can represent at the outputs: run again with a realistic one."""
+    floor = report.rounding_floor
+    suggested = floor.realistic(report.tolerance) if floor is not None and floor.below else None
+    if suggested is None:
+        return []
+    why = floor_finding(floor, report.tolerance)
+    changes = {"tolerance.atol": suggested.atol, "tolerance.rtol": suggested.rtol,
+               "tolerance.output_atol": list(suggested.output_atol), "tolerance.output_rtol": list(suggested.output_rtol)}
+    return [(f"{why}: any answer keeps every node it can in FP32. Run again with a tolerance above the rounding (your "
+             "task decides how much error it allows; this one leaves the computation at least twice the rounding, "
+             "which may still keep many nodes in FP32):",
+             rerun_command(report, f"atol{suggested.atol:g}", changes))]
 
 
 def _steps(report: Report) -> list[tuple[str, str | None]]:

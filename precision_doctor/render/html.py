@@ -28,6 +28,7 @@ from precision_doctor.render.wording import (
     decided_sentence,
     emulation_note_lines,
     figures,
+    folded_host,
     generalization_sentence,
     headline_text,
     headroom_sentence,
@@ -421,7 +422,9 @@ def _outputs_section(report: Report) -> str:
     node, tensor = report.first_divergence_node, report.first_divergence
     if node or tensor:
         out.append(f"<p>First divergence with everything in {_e(prec)}: tensor <code>{_e(tensor or '?')}</code>")
-        out.append(f" from node <code>{_e(node)}</code>.</p>" if node else ".</p>")
+        host = folded_host(report.layers, node)
+        out.append(f" from node <code>{_e(host)}</code> (<code>{_e(node)}</code> folded into it).</p>" if host else
+                   f" from node <code>{_e(node)}</code>.</p>" if node else ".</p>")
     else:
         out.append('<p class="muted">First divergence: none recorded.</p>')
     out.append("</section>")
@@ -465,14 +468,17 @@ def _layers_section(report: Report) -> str:
         for k, h, t, d, tip in LAYER_COLUMNS
     )
     out.append(f'<div class="scroll"><table id="layers"><thead><tr>{ths}</tr></thead><tbody id="layer-body">')
+    folded_in = {str(lay.folded_into): str(lay.name) for lay in layers if lay.folded_into}  # Conv -> its folded BN
     for pos, lay in enumerate(layers):
         fb = bool(lay.fallback)
         name, op = str(lay.name), str(lay.op_type)
+        how = (f" (folded into {lay.folded_into}, which runs it)" if lay.folded_into else
+               f" ({folded_in[name]} folded in)" if name in folded_in else "")
         cells = [
             _num_cell(lay.index),
             _num_cell(lay.rank),
             f'<td class="name">{_e(name)}</td>',
-            f"<td>{_e(op)}</td>",
+            f"<td>{_e(op)}" + (f'<span class="muted">{_e(how)}</span>' if how else "") + "</td>",
             _num_cell(1 if fb else 0, "FP32" if fb else ""),
             _num_cell(lay.score),
             *(_num_cell(getattr(lay, k)) for k in ("local_rel_l2", "rounding_rel_l2", "lowp_rel_l2", "fixed_rel_l2",

@@ -7,7 +7,7 @@ from typing import Any
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.render.commands import RUN_FROM_HERE, next_steps
 from precision_doctor.render.files import artifact_title
-from precision_doctor.render.layers import layers_by_name, top_offenders
+from precision_doctor.render.layers import FOLDED_NOTE, layers_by_name, top_offenders
 from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time
 from precision_doctor.render.pricing import cost_sentence
 from precision_doctor.render.pricing import markdown_lines as pricing_lines
@@ -26,6 +26,7 @@ from precision_doctor.render.wording import (
     confirm_sentence,
     decided_sentence,
     emulation_note_lines,
+    folded_host,
     generalization_sentence,
     headline_text,
     headroom_sentence,
@@ -99,8 +100,13 @@ def _summary(report: Report) -> list[str]:
         L += [f"> Status `{report.status}`: {report.reason}", ""]
     memo = report.memo_hits
     memo_txt = f" ({memo} answered from the memo)" if memo else ""
+    t = report.timing
+    took = (f"in **{fmt_time(t.search_s)}**" + ("" if t.time_budget_s is None else f" (time budget {fmt_time(t.time_budget_s)})")
+            + f"; the whole run {fmt_time(report.elapsed_s)} ({fmt_time(t.before_search_s)} before the search: loading, "
+            f"capture and analysis; {fmt_time(t.after_search_s)} after it: the fixed capture, artifacts and report)"
+            if t is not None else f"(the whole run: {fmt_time(report.elapsed_s)})")
     L += [
-        f"- Search: **{report.evaluations} evaluations**{memo_txt} in **{fmt_time(report.elapsed_s)}**, "
+        f"- Search: **{report.evaluations} evaluations**{memo_txt} {took}, "
         f"strategy `{report.strategy}`, cost `{report.cost}`, backend `{report.backend}`.",
     ]
     if report.fallback_size and report.one_minimal_checked is not None:
@@ -127,7 +133,10 @@ def _summary(report: Report) -> list[str]:
     if base is not None:
         L.append(f"- Everything in {prec} (baseline): {'passes' if base.passed else 'fails'} the tolerance.")
     if report.first_divergence_node or report.first_divergence:
-        L.append(f"- First divergence in {prec}: {code(report.first_divergence_node or report.first_divergence)}.")
+        host = folded_host(report.layers, report.first_divergence_node)
+        folded = f" ({code(report.first_divergence_node)} folded into it)" if host else ""
+        L.append(f"- First divergence in {prec}: {code(host or report.first_divergence_node or report.first_divergence)}"
+                 f"{folded}.")
     L.append("")
     return L
 
@@ -232,7 +241,9 @@ def _first_divergence(report: Report) -> list[str]:
     if not (fd_node or fd_tensor):
         return L + [f"No tensor left the tolerance with everything in {prec}, or it was not recorded.", ""]
     s = f"With everything in {prec}, the first tensor out of tolerance (in topological order) is {code(fd_tensor or '?')}"
-    s += f", produced by {code(fd_node)}." if fd_node else "."
+    host = folded_host(report.layers, fd_node)
+    s += (f", produced by {code(host)} ({code(fd_node)} folded into it)." if host else
+          f", produced by {code(fd_node)}." if fd_node else ".")
     lay = layers_by_name(report).get(str(fd_node)) if fd_node else None
     if lay:
         s += f" ({_cell(lay.op_type)}; " + "; ".join(why(lay, report)) + ".)"
@@ -258,25 +269,35 @@ def _top_offenders(report: Report) -> list[str]:
     L = ["## Top offenders", ""]
     if not top:
         return L + ["No per-layer analysis recorded.", ""]
+    by_name = layers_by_name(report)
+
+    def fp32(t) -> str:  # a folded pair: which of its two nodes the answer keeps in FP32
+        kept = [n for n in (t.name, t.folded) if n and n in by_name and by_name[n].fallback]
+        if not kept:
+            return ""
+        return "**FP32**" if len(kept) == (2 if t.folded else 1) else "**FP32**: " + code(kept[0])
+
     rows = [
         [
-            fmt(lay.rank),
-            code(lay.name),
-            _cell(lay.op_type),
-            fmt(lay.score),
-            fmt(lay.local_rel_l2),
-            fmt(lay.lowp_rel_l2),
-            fmt(lay.fixed_rel_l2),
-            fmt(lay.ref_absmax),
-            fmt_pct(lay.frac_above_max),
-            fmt_pct(lay.frac_below_normal, 1),
-            "**FP32**" if lay.fallback else "",
+            fmt(t.row.rank),
+            code(t.name) + (f" ({code(t.folded)} folded in)" if t.folded else ""),
+            _cell(t.op),
+            fmt(t.row.score),
+            fmt(t.row.local_rel_l2),
+            fmt(t.row.lowp_rel_l2),
+            fmt(t.row.fixed_rel_l2),
+            fmt(t.row.ref_absmax),
+            fmt_pct(t.row.frac_above_max),
+            fmt_pct(t.row.frac_below_normal, 1),
+            fp32(t),
         ]
-        for lay in top
+        for t in top
     ]
     head = ["Rank", "Node", "Op", "Score", "Local", "Before", "After", "Abs max", "> max", "< normal", ""]
     L += _table(head, rows, "rllrrrrrrrl")
-    return L + ["", f"Showing {len(top)} of {len(report.layers)} layers; the full table is in the HTML report.", ""]
+    folded = sum(1 for t in top if t.folded)
+    L += ["", f"Showing {len(top)} of {len(report.layers)} layers; the full table is in the HTML report."]
+    return L + ([FOLDED_NOTE.format(n=folded)] if folded else []) + [""]
 
 
 def _search(report: Report) -> list[str]:

@@ -18,9 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from precision_doctor.backends.base import check_only_name
+from precision_doctor.flags import tolerance_flags
 from precision_doctor.graph.coverage import EmulationNote, NoteKind
 from precision_doctor.graph.names import shown
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY, Analysis
+from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus, SummaryRow, Verdict, _Value
 from precision_doctor.render.numbers import fmt, fmt_3g, fmt_pct, fmt_rate, fmt_seconds, fmt_share, fmt_time, num
@@ -68,6 +70,7 @@ _LABELS: dict[Verdict, tuple[str, Tone]] = {
     Verdict.PASSED: ("PASSED", Tone.PASS),
     Verdict.PASSED_UNVALIDATED: ("PASSED (NOT VALIDATED ON YOUR DATA)", Tone.PASS),
     Verdict.PASSED_UNCONFIRMED: ("PASSED ON THE EMULATOR (CONFIRM ON A GPU)", Tone.WARN),
+    Verdict.PASSED_ALL_FP32: ("PASSED, ALL IN FP32 (NO {precision} BENEFIT)", Tone.WARN),
     Verdict.PASSED_SO_FAR: ("PASSED (search {stopped})", Tone.WARN),
     Verdict.NOT_PREDICTED_TO_HOLD: ("PREDICTED NOT TO HOLD ON NEW INPUTS", Tone.WARN),
     Verdict.FAILED_HELD_OUT: ("FAILED ON HELD-OUT SAMPLES", Tone.FAIL),
@@ -94,6 +97,8 @@ def verdict_of(report: Report) -> Verdict:
         return Verdict.NOT_PREDICTED_TO_HOLD if not_holding(report) else Verdict.FAILED_HELD_OUT
     if failed_held_out:
         return Verdict.FAILED_HELD_OUT
+    if report.everything_fp32:
+        return Verdict.PASSED_ALL_FP32
     if unconfirmed(report):
         return Verdict.PASSED_UNCONFIRMED
     return Verdict.PASSED if validated_on_user_data(report) else Verdict.PASSED_UNVALIDATED
@@ -142,7 +147,8 @@ def verdict(report: Report) -> tuple[str, Tone]:
     """The verdict's label (as the reports' badge, the CLI, the service and the batch summary show it) and tone."""
     kind = verdict_of(report)
     label, tone = _LABELS[kind]
-    label = label.format(stopped="interrupted" if report.status == RunStatus.INTERRUPTED else "budget exhausted")
+    label = label.format(stopped="interrupted" if report.status == RunStatus.INTERRUPTED else "budget exhausted",
+                         precision=precision_name(report))
     if _researched(report) and kind == Verdict.NO_SOLUTION:
         label += f" ({AFTER_RESEARCH})"
     elif _researched(report) and kind == Verdict.PASSED:
@@ -187,6 +193,15 @@ def verdict_sentence(report: Report) -> str:
                 f"only: it is predicted not to hold on new inputs{allows}.")
     if kind == Verdict.FAILED_HELD_OUT:
         return f"The fallback set found ({nodes} in FP32) does not meet the tolerance in {prec} on the held-out samples."
+    if kind == Verdict.PASSED_ALL_FP32:
+        floor = report.rounding_floor
+        if floor is not None and floor.below:
+            advice = floor_advice(floor, report.tolerance)
+            return (f"{floor_finding(floor, report.tolerance)}, so the answer keeps all {nodes} in FP32 ({share} of "
+                    f"FLOPs): no {prec} benefit." + (f" {advice}" if advice else ""))
+        rounding = f" ({prec}'s own rounding of the outputs uses {floor.worst[1]:.3g}x it)" if floor is not None else ""
+        return (f"The model meets the tolerance in {prec} only with all {nodes} kept in FP32 ({share} of FLOPs): no {prec} "
+                f"benefit at this tolerance{rounding}; a looser --atol/--rtol is what would let nodes run in {prec}.")
     if size == 0 and kind != Verdict.PASSED_UNCONFIRMED:
         return f"The model meets the tolerance entirely in {prec}: no node needs FP32."
     if kind == Verdict.PASSED_UNCONFIRMED:
@@ -235,6 +250,42 @@ def lowp_sentence(report: Report) -> str | None:
     return f"All in {prec}, the model uses {m:.3g}x the tolerance."
 
 
+def floor_finding(floor: RoundingFloor, tol: Tolerance) -> str | None:
+    """Where the tolerance is tighter than the format can represent at the outputs, that in words ("The tolerance
+    (atol 1e-05, rtol 1e-05, stat elemwise) is tighter than FP16 can represent at the outputs: rounding the FP32
+    reference output 'y' to FP16 alone uses 48.8x it"); None where it is not."""
+    if not floor.below:
+        return None
+    prec = floor.precision.upper()
+    name, share = floor.worst
+    head = f"The tolerance ({tolerance_text(tol)}) is tighter than {prec} can represent at the outputs: "
+    if not math.isfinite(share):
+        return head + f"the FP32 reference output '{shown(name)}' holds values beyond {prec}'s range"
+    return head + f"rounding the FP32 reference output '{shown(name)}' to {prec} alone uses {share:.3g}x it"
+
+
+def floor_advice(floor: RoundingFloor, tol: Tolerance) -> str | None:
+    """Where the tolerance is below the format's rounding and scaling it helps, the least tolerance the rounding
+    alone passes and the flags of a realistic one: "FP16 can meet a tolerance at the outputs only above atol 4.88e-04,
+    rtol 4.88e-04 (its rounding alone); set one your task allows, e.g. --atol 0.001 --rtol 0.001." (Its computation
+    errs more than the rounding: the model decides whether that one is enough.)"""
+    suggested, needs = floor.realistic(tol), floor.needs(tol)
+    if suggested is None or needs is None:
+        return None
+    return (f"{floor.precision.upper()} can meet a tolerance at the outputs only above atol {fmt(needs.atol)}, rtol "
+            f"{fmt(needs.rtol)} (its rounding alone); set one your task allows, e.g. {tolerance_flags(suggested)}.")
+
+
+def floor_sentence(report: Report) -> str | None:
+    """The headline's note that the tolerance is tighter than the format can represent at the outputs, where it is
+    and the verdict does not say it already (PASSED_ALL_FP32 does)."""
+    floor = report.rounding_floor
+    if floor is None or verdict_of(report) == Verdict.PASSED_ALL_FP32:
+        return None
+    finding = floor_finding(floor, report.tolerance)
+    return " ".join(x for x in (f"{finding}.", floor_advice(floor, report.tolerance)) if x) if finding else None
+
+
 def headline(report: Report) -> str:
     """The verdict in one line: its label, what the run found, what the held-out samples bound, the smaller answer
     when the run grew its answer, and the whole model in low precision as a multiple of the tolerance."""
@@ -244,14 +295,20 @@ def headline(report: Report) -> str:
 
 def headline_text(report: Report) -> str:
     """The headline after its label (the CLI styles the label itself)."""
-    return " ".join(x for x in (verdict_sentence(report), bound_sentence(report, short=True),
+    return " ".join(x for x in (verdict_sentence(report), floor_sentence(report), bound_sentence(report, short=True),
                                 smaller_answer_sentence(report), lowp_sentence(report)) if x)
 
 
 def search_line(report: Report) -> str:
-    """The search in one line, as the CLI prints it first: "fp16 on emulate, strategy auto: 40 evaluations in 3.2 s"."""
-    return (f"{report.precision} on {report.backend}, strategy {report.strategy}: "
-            f"{report.evaluations} evaluations in {fmt_seconds(report.elapsed_s)}")
+    """The search in one line, as the CLI prints it first: "fp16 on emulate, strategy auto: 40 evaluations in a 3.2 s
+    search (the whole run 9.04 s: 2.1 s before the search, 3.74 s after)"; the time budget's where one was given."""
+    head = f"{report.precision} on {report.backend}, strategy {report.strategy}: {report.evaluations} evaluations"
+    t = report.timing
+    if t is None:  # a report written before the search's time was kept apart
+        return f"{head} in {fmt_seconds(report.elapsed_s)}"
+    budget = "" if t.time_budget_s is None else f" of its {fmt_time(t.time_budget_s)} budget"
+    return (f"{head} in a {fmt_time(t.search_s)} search{budget} (the whole run {fmt_time(report.elapsed_s)}: "
+            f"{fmt_time(t.before_search_s)} before the search, {fmt_time(t.after_search_s)} after)")
 
 
 # what the CLI adds to a PASS that no held-out sample of the user's data checked
@@ -599,7 +656,8 @@ def figures(report: Report) -> list[Figure]:
                "nodes kept in FP32 (of candidates)"),
         Figure(fmt_pct(report.fp32_flop_share), "FP32 share of FLOPs"),
         Figure(f"{report.evaluations}", "evaluations" + (f" (+{memo} memo hits)" if memo else "")),
-        Figure(fmt_time(report.elapsed_s), "search time"),
+        *((Figure(fmt_time(report.timing.search_s), "search time"), Figure(fmt_time(report.elapsed_s), "run time"))
+          if report.timing is not None else (Figure(fmt_time(report.elapsed_s), "run time"),)),
         Figure(val, "held-out validation"),
         Figure(f"{precision_name(report)} · {report.backend}", "precision · backend"),
         Figure(f"{report.strategy} · {report.cost}", "strategy · cost"),
@@ -673,17 +731,38 @@ def model_file_sentence(report: Report) -> str | None:
 # ---------------------------------------------------------------- compare
 
 
-def divergence_text(tensor: str | None, node: str | None) -> str:
+def divergence_text(tensor: str | None, node: str | None, folded_into: str | None = None) -> str:
     """The first diverging tensor, quoted, and the node that computes it: "'848' (from node Conv_41)" (tensor names
-    are often bare numbers)."""
+    are often bare numbers); a node folded into another (`folded_into`: a BatchNormalization into its Conv) is named
+    as what runs: "(from node Conv_41, BatchNormalization_42 folded into it)"."""
+    if folded_into and node:
+        return f"'{tensor or '?'}' (from node {folded_into}, {node} folded into it)"
     return f"'{tensor or '?'}'" + (f" (from node {node})" if node else "")
 
 
-def compare_verdict(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNote] = ()) -> str:
+def folded_host(rows: Iterable[Layer] | Iterable[Any], node: str | None) -> str | None:
+    """The node `node` is folded into (a layer row's `folded_into`), if any."""
+    return next((r.folded_into for r in rows if r.name == node), None) if node else None
+
+
+def compare_verdict(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNote] = (),
+                    floor: RoundingFloor | None = None) -> str:
     """`compare`'s verdict: PASS or FAIL of the emulated low-precision model; a PASS resting on nodes the emulator
-    does not model on a GPU (`notes`) says so."""
+    does not model on a GPU (`notes`) says so, and a tolerance tighter than the format can represent at the outputs
+    (`floor`) is said after it."""
+    text = _compare_verdict(analysis, tol, notes)
+    finding = floor_finding(floor, tol) if floor is not None else None
+    if finding is None:
+        return text
+    advice = floor_advice(floor, tol)
+    return f"{text}. {finding}: no answer that leaves an output's node in {floor.precision.upper()} can pass." + (
+        f" {advice}" if advice else "")
+
+
+def _compare_verdict(analysis: Analysis, tol: Tolerance, notes: Iterable[EmulationNote]) -> str:
     worst = max(analysis.verdict.items(), key=lambda kv: (not kv[1].passed, kv[1].max_abs), default=None)
-    where = (f"; first diverging tensor: {divergence_text(analysis.first_divergence, analysis.first_divergence_node)}"
+    node = analysis.first_divergence_node
+    where = (f"; first diverging tensor: {divergence_text(analysis.first_divergence, node, folded_host(analysis.layers, node))}"
              if analysis.first_divergence else "")
     if analysis.passed:
         caveat = notes_clause(notes, analysis.precision)

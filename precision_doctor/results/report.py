@@ -22,6 +22,7 @@ from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.graph.toolnames import near_path
+from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus
 from precision_doctor.spec import RunSpec
@@ -327,6 +328,23 @@ class ToleranceUsed:
 
 
 @dataclass
+class Timing:
+    """Where the run's wall time (`Report.elapsed_s`: from the command's start, loading included, to the report) went,
+    in seconds. `search_s` is what `--time-budget` (`time_budget_s`, None: none given) bounds: its clock starts as
+    the search starts and runs through the searches, the checks of each answer on the other search samples, the
+    held-out and perturbed-copy checks and a second search, and the confirmation and knob search, which spend what
+    is left; a step ends at its next evaluation after the budget is spent. `before_search_s`: loading the model
+    and samples, the FP32 references, the samples' scores, the capture and its analysis; `after_search_s`: the
+    smaller answer's held-out check, the fixed capture, the trade-off, the artifacts, the TensorRT check and engine,
+    the report."""
+
+    before_search_s: float
+    search_s: float
+    after_search_s: float
+    time_budget_s: float | None = None
+
+
+@dataclass
 class TrtLayerMismatch:
     """A layer of fixed.onnx's TensorRT network that does not compute in the precision its node's role asks."""
 
@@ -462,6 +480,7 @@ class Layer:
     fallback: bool = False
     input_sensitive: bool = False
     producers: list[str] = field(default_factory=list)  # the nodes that compute its floating inputs
+    folded_into: str | None = None  # where both are low precision, the node that computes it (its Conv: conv-bn-fold)
 
 
 @dataclass
@@ -544,10 +563,14 @@ class Report:
     fallback_nodes: list[str] = field(default_factory=list)
     fallback_size: int = 0
     fp32_flop_share: float = 0.0
+    # the answer keeps every node the search could keep in FP32: no low-precision benefit (wording: PASSED_ALL_FP32)
+    everything_fp32: bool = False
+    rounding_floor: RoundingFloor | None = None  # what rounding the reference outputs alone uses of the tolerance
     evaluations: int = 0
     memo_hits: int = 0
     one_minimal_checked: bool | None = None
     elapsed_s: float = 0.0
+    timing: Timing | None = None  # elapsed_s in parts: before the search, the search (the time budget's), after it
     samples: SampleCounts = field(default_factory=SampleCounts)
     inputs: dict[str, Any] = field(default_factory=dict)
     baseline: Checks | None = None

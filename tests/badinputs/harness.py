@@ -7,7 +7,8 @@ count as the user's files (a finished batch, an interrupted run). Checks, each w
 - `traceback`          "Traceback" on stderr or stdout
 - `exit code`          the exit code is not one the case accepts
 - `not one line`       an error (exit 2) or interruption (130) printed more than one line on stderr
-                       (a second line is allowed when it points to a log file)
+                       (a second line is allowed when it points to a log file; the progress lines a run prints
+                       where stderr is not a terminal, `cli.shared.PROGRESS_LINE`, are not counted)
 - `message unclear`    the message does not name the flag/file/tensor, or says something it must not
 - `user file changed`  a file that existed before the run changed or vanished
 - `behaviour`          the case's own check (locks, resume, checkpoint, directories left behind)
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from badinputs.fixtures import child_env
+from precision_doctor.cli.shared import PROGRESS_LINE
 
 _LOST = re.compile(r"\S  +\S|:,")  # what is left where rich took a '[...]' for markup
 CLASSES = ("timeout", "traceback", "exit code", "not one line", "message unclear", "user file changed", "behaviour")
@@ -178,7 +180,8 @@ def snapshot(root: Path) -> dict[str, str]:
 
 
 def _lines(text: str) -> list[str]:
-    return [ln for ln in text.splitlines() if ln.strip()]
+    """The lines of `text` that say something other than the progress of a run."""
+    return [ln for ln in text.splitlines() if ln.strip() and not PROGRESS_LINE.match(ln)]
 
 
 def _has(text: str, name: str | tuple[str, ...]) -> bool:
