@@ -15,6 +15,15 @@ fi
 if [ "${MODE:-}" = final ]; then  # the end of the session's code: the 32-sample diagnose unprofiled and the GPU tests
   python3 -c "import matplotlib.font_manager"  # a user's machine has its font cache already
   PROFILE=""
+  # a user's command line: a directory of samples, stderr not a terminal (plain progress lines), --backend auto
+  timeout -k 10 -s INT 200 python3 -m precision_doctor diagnose zoo/ppocr-mobile-cls.onnx --inputs zoo/ppocr-mobile-cls_inputs \
+    --input-shapes 'x:[1,3,48,192]' --atol 0.002 --rtol 0.002 --out "$OUT/cli-cls" > "$OUT/cli-cls.log" 2>&1
+  echo "cli rc=$?"; grep -v "^20[0-9-]* [0-9:.]* \[" "$OUT/cli-cls.log" | tail -30 | cut -c1-400
+  find "$OUT/cli-cls" \( -name '*.h5' -o -name '*.onnx' -o -name '*.plan' -o -name '*.npz' \) -delete
+  rm -rf "$OUT/cli-cls/trtexec_io"
+  # which nodes ONNX Runtime places on the CPU in the Where form of the gated graph (no CUDA graph capture then)
+  (cd bench && timeout 200 python3 gated_forms.py --zoo ../zoo --fallback ../.gpuwork/answer74.txt --samples 2 \
+    --out /tmp/forms2 2>&1 | grep -A12 "placed on \[CPUExecutionProvider\]" | head -30)
 else
   PROFILE="--profile"
   (cd bench && timeout 240 python3 ort_session_cost.py --zoo ../zoo --fallback ../.gpuwork/answer74.txt \

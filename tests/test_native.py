@@ -206,3 +206,19 @@ def test_gpu_nodewise_bench_runs_on_cpu(tmp_path):
     bad = subprocess.run([sys.executable, "bench/gpu_nodewise.py", "--planted", "--rules", "nope", "--cpu", "--out", str(out)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert bad.returncode != 0 and "unknown emulation rule or profile 'nope'" in bad.stderr
+
+
+def test_the_where_form_of_the_gated_graph_has_no_if_and_its_all_fp32_set_is_the_reference():
+    """form="where" (bench/gated_forms.py): each candidate computed both ways, a Where on a scalar gate picks each
+    output; with every candidate in FP32 it computes the model itself."""
+    model = from_proto(_mixed_ops_model())
+    g = gated_native_graph(model, FP16, form="where")
+    assert not any(n.op_type == "If" for n in g.proto.graph.node)
+    assert sum(n.op_type == "Where" for n in g.proto.graph.node) >= len(g.candidates)
+    feeds = g.feeds(set(g.candidates))
+    assert all(v.shape == () and not v for v in feeds.values())
+    names = ["top", "shpf", "d"]
+    sess = make_session(with_outputs(g.proto, names, model.tensor_types))
+    ref = ReferenceRunner(model, names).run(X)
+    for got, t in zip(sess.run(names, {**X, **feeds}), names):
+        np.testing.assert_array_equal(got, ref[t])
