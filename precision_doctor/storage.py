@@ -65,6 +65,11 @@ def _room(path: Path) -> tuple[int, int | None]:
     return st.f_bavail * st.f_frsize, max(limit - (path.stat().st_size if path.is_file() else 0), 0)
 
 
+def free_space(path: Path) -> int:
+    """Free bytes of the file system of `path` (a directory: of a new file in it) for an unprivileged process."""
+    return _room(path)[0]
+
+
 def room(path: Path) -> int:
     """Bytes a file at `path` (a directory: a new file in it) may still grow by: the free space of its file
     system, or what the file-size limit leaves it, whichever is smaller."""

@@ -87,7 +87,7 @@ def test_no_room_is_refused_before_anything_is_written_naming_the_flag_that_fits
     path, inputs = files
     size = capture_size.estimate(from_proto(_model()), _samples())
     free = int(size.peak * 0.75)  # two of the three samples fit
-    monkeypatch.setattr(storage, "room", lambda p: free)
+    monkeypatch.setattr(storage, "free_space", lambda p: free)
     out = tmp_path / "run"
     code, _, err = run_cli("compare", path, "--inputs", inputs, "--out", out)
     room = free - capture_size.keep_free(free)
@@ -111,7 +111,7 @@ def test_diagnose_is_refused_before_the_capture_and_counts_keep_all(files, tmp_p
     path, inputs = files
     size = capture_size.estimate(from_proto(_model()), _samples(), copied=True)  # every sample is searched
     free = int(size.peak * 0.6)
-    monkeypatch.setattr(storage, "room", lambda p: free)
+    monkeypatch.setattr(storage, "free_space", lambda p: free)
     n = size.samples_within(free - capture_size.keep_free(free))
     out = tmp_path / "run"
     spec = RunSpec(str(path), inputs=InputSpec(files=(str(inputs),)), capture=CaptureSpec(keep="all"))
@@ -124,8 +124,25 @@ def test_diagnose_is_refused_before_the_capture_and_counts_keep_all(files, tmp_p
 
 
 def test_not_even_one_sample_says_so(tmp_path, monkeypatch):
-    monkeypatch.setattr(storage, "room", lambda p: 20 << 20)
+    monkeypatch.setattr(storage, "free_space", lambda p: 20 << 20)
     work = Workload(from_proto(_model()), _samples(), InputSpec())
     with pytest.raises(SpecError, match="not even one sample fits: free some space or choose another out_dir"):
         run_compare(work, "fp16", Tolerance(), tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_size_limit_bounds_each_file_not_the_sum(tmp_path, monkeypatch):
+    """ulimit -f bounds each file: with keep=all the capture and its copy (with the fixed run) are two files, so a
+    limit above the larger of them passes where their sum would not; below it, the refusal names the limit a file."""
+    size = capture_size.estimate(from_proto(_model()), _samples(), copied=True)
+    assert size.nbytes < size.largest_file < size.peak
+    monkeypatch.setattr(storage, "free_space", lambda p: 1 << 40)
+    monkeypatch.setattr(storage, "file_size_limit", lambda: size.largest_file + storage.RESERVE_BYTES)
+    assert size.peak > size.largest_file + storage.RESERVE_BYTES  # the sum would not have fit
+    assert capture_size.check_room(size, tmp_path) == 1 << 40
+    monkeypatch.setattr(storage, "file_size_limit", lambda: size.largest_file // 2 + storage.RESERVE_BYTES)
+    with pytest.raises(SpecError) as exc:
+        capture_size.check_room(size, tmp_path)
+    n = size.samples_within(size.largest_file // 2, one_file=True)
+    assert "the file size limit (ulimit -f) allows" in str(exc.value) and f"capture.max_samples {n} fits" in str(exc.value)
+    assert 0 < n < size.samples

@@ -388,7 +388,7 @@ def test_hdf5_failing_on_a_full_disk_is_one_line(tmp_path, small_disk):
     disk = make("300k")
     model = _deep(tmp_path)
     proc = cli("compare", model, "--samples", "8", "--out", disk / "run", cwd=tmp_path,
-               prelude="from precision_doctor import storage; storage.RESERVE_BYTES = 0; storage.room = lambda p: 1 << 40")
+               prelude="from precision_doctor import storage; storage.RESERVE_BYTES = 0; storage.free_space = lambda p: 1 << 40")
     line = one_line(proc)
     assert f"{disk / 'run'}: no space left on the device while writing .activations.h5.partial" in line
     assert not (disk / "run").exists()  # nothing to resume: the directory it created is gone
@@ -421,9 +421,10 @@ def test_file_size_limit_is_one_line(tmp_path, good):
         resource.setrlimit(resource.RLIMIT_FSIZE, (4 << 20, 4 << 20))
 
     line = one_line(cli("compare", good, "--samples", "2", "--out", tmp_path / "run", cwd=tmp_path, preexec=limit))
-    assert "the file size limit (ulimit -f) allows 4.19 MB" in line and "raise the file size limit" in line
+    assert "the file size limit (ulimit -f) allows 4.19 MB a file" in line and "raise the file size limit" in line
+    sized_wrong = "from precision_doctor.pipeline import capture_size; capture_size.check_room = lambda size, out: 1 << 40"
     line = one_line(cli("compare", good, "--samples", "2", "--out", tmp_path / "run", cwd=tmp_path, preexec=limit,
-                        prelude="from precision_doctor import storage; storage.room = lambda p: 1 << 40"))
+                        prelude=sized_wrong))
     assert "the file size limit (ulimit -f) is reached" in line and "raise the file size limit" in line
 
 

@@ -78,16 +78,31 @@ class CaptureSize:
         return 2 * g.nbytes + g.lowp if self.copied else g.nbytes
 
     @property
+    def largest_file(self) -> int:
+        """The largest single file of it (what a file size limit bounds): activations.h5, or with `copied` the copy
+        that the fixed run is added to."""
+        return self.nbytes + sum(g.lowp for g in self.groups) if self.copied else self.nbytes
+
+    def _file_of(self, g: GroupSize) -> int:
+        return g.nbytes + g.lowp if self.copied else g.nbytes
+
+    @property
     def per_sample(self) -> int:
         """What one sample adds to the peak, in the shape group where that is the most."""
-        return max((-(-self._peak_of(g) // g.samples) for g in self.groups if g.samples), default=0)
+        return self._per_sample(self._peak_of)
 
-    def samples_within(self, room: int) -> int:
-        """How many samples surely fit in `room` bytes (each counted as one of the largest shape group)."""
-        if not self.per_sample:
+    def _per_sample(self, part) -> int:
+        return max((-(-part(g) // g.samples) for g in self.groups if g.samples), default=0)
+
+    def samples_within(self, room: int, one_file: bool = False) -> int:
+        """How many samples surely fit in `room` bytes (each counted as one of the largest shape group): of the peak,
+        or (`one_file`) of the largest single file."""
+        part, total = (self._file_of, self.largest_file) if one_file else (self._peak_of, self.peak)
+        per = self._per_sample(part)
+        if not per:
             return self.samples
-        metadata = self.peak - sum(self._peak_of(g) for g in self.groups)
-        return max(0, min(self.samples, (room - metadata) // self.per_sample))
+        metadata = total - sum(part(g) for g in self.groups)
+        return max(0, min(self.samples, (room - metadata) // per))
 
 
 def estimate(model: Model, samples: Sequence[Sample], copied: bool = False) -> CaptureSize:
@@ -139,22 +154,28 @@ def keep_free(free: int) -> int:
 
 
 def check_room(size: CaptureSize, out_dir: Path) -> int:
-    """The bytes a new file in `out_dir` may take (`storage.room`: the free space of its file system, or the file
-    size limit where that is smaller); SpecError (of `capture.max_samples`) when the capture's peak would leave
-    less than `keep_free` of them, naming the directory, the estimate, the room and the number of captured
-    samples that fits."""
-    free = storage.room(out_dir)
+    """The free space of `out_dir`'s file system (`storage.free_space`); SpecError (of `capture.max_samples`) when
+    the capture's peak would leave less than `keep_free` of it, or when its largest single file is over the file
+    size limit (ulimit -f, which bounds each file, not the sum), naming the directory, the estimate, the room and
+    the number of captured samples that fits."""
+    free, limit = storage.free_space(out_dir), storage.file_size_limit()
     room = free - keep_free(free)
-    if size.peak <= room:
+    per_file = None if limit is None else limit - storage.RESERVE_BYTES
+    over_disk, over_limit = size.peak > room, per_file is not None and size.largest_file > per_file
+    if not (over_disk or over_limit):
         return free
-    limit = storage.file_size_limit()
-    by_limit = limit is not None and limit <= free
-    where = (f"the file size limit (ulimit -f) allows {fmt_decimal_bytes(free)}" if by_limit else
-             f"{fmt_decimal_bytes(free)} is free there")
-    n = size.samples_within(room)
     copy = ", with the copy {capture.keep} all makes for the fixed run" if size.copied else ""
+    n_disk = size.samples_within(room) if over_disk else size.samples
+    n_file = size.samples_within(per_file, one_file=True) if over_limit and per_file is not None else size.samples
+    n = min(n_disk, n_file)
+    by_limit = n_file < n_disk or (n_file == n_disk and over_limit and not over_disk)
+    if by_limit:
+        where = (f"its largest file would be about {fmt_decimal_bytes(size.largest_file)} and the file size limit "
+                 f"(ulimit -f) allows {fmt_decimal_bytes(limit or 0)} a file")
+    else:
+        where = (f"{fmt_decimal_bytes(free)} is free there and {fmt_decimal_bytes(keep_free(free))} must stay free")
     fits = ("{capture.max_samples} " + f"{n} fits" if n else "not even one sample fits: " +
             ("raise the file size limit" if by_limit else "free some space or choose another {out_dir}"))
+    samples = f"{size.samples} sample{'s' if size.samples != 1 else ''}"
     raise SpecError("capture.max_samples", f"{out_dir}: the capture would write about {fmt_decimal_bytes(size.peak)} "
-                    f"({size.samples} samples, up to {fmt_decimal_bytes(size.per_sample)} each{copy}) but {where} "
-                    f"and {fmt_decimal_bytes(keep_free(free))} must stay free; {fits}")
+                    f"({samples}, up to {fmt_decimal_bytes(size.per_sample)} each{copy}) but {where}; {fits}")
