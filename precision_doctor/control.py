@@ -131,7 +131,7 @@ class EvaluationEvent:
 @dataclass(frozen=True)
 class RoundingFloorEvent:
     """Before the search: what rounding the FP32 reference outputs to the format alone uses of `tolerance`
-    (`measure/floor.py`); where it is above 1 the search can only end with everything in FP32."""
+    (`measure/floor.py`); where it is above 1 the nodes that write that output must stay in FP32."""
 
     floor: RoundingFloor
     tolerance: Tolerance

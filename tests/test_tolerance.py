@@ -168,3 +168,28 @@ def test_the_rounding_floor_of_the_outputs_against_the_tolerance():
     assert huge.below and huge.shares["y"] == np.inf and huge.realistic(Tolerance(1e-3, 1e-3)) is None
     fp32_inf = rounding_floor([{"y": np.array([np.inf, 1.0], np.float32)}], FP16, Tolerance(1e-3, 1e-3))
     assert not fp32_inf.below  # an inf of FP32 itself is no rounding's doing
+
+
+def test_the_rounding_floor_against_the_search_margin_and_a_zero_tolerance_in_words():
+    """The search asks for 1 - margin of the tolerance: a rounding that uses 0.95 of it is within the tolerance but
+    above what the search allows, and the warning says so; a tolerance of 0 is said as such, not as an overflow."""
+    from precision_doctor.graph.formats import FP16
+    from precision_doctor.measure.floor import rounding_floor
+    from precision_doctor.render.wording import floor_advice, floor_finding
+
+    rng = np.random.default_rng(0)
+    refs = [{"y": rng.normal(size=(4, 256)).astype(np.float32)}]
+    share = rounding_floor(refs, FP16, Tolerance(1e-3, 1e-3)).shares["y"]
+    tol = Tolerance(1e-3 * share / 0.95, 1e-3 * share / 0.95)  # the rounding uses 0.95 of it
+    plain = rounding_floor(refs, FP16, tol)
+    assert plain.shares["y"] == pytest.approx(0.95) and not plain.below and floor_finding(plain, tol) is None
+    margin = rounding_floor(refs, FP16, tol, allowed=0.9)
+    assert margin.below
+    text = floor_finding(margin, tol)
+    assert "under the search's margin" in text and "0.95x it, more than the 0.9x the search asks for (--margin 0.1)" in text
+    assert margin.realistic(tol).atol > tol.atol and floor_advice(margin, tol) is not None
+    zero = Tolerance(0.0, 0.0)
+    floor = rounding_floor(refs, FP16, zero)
+    assert floor.below and floor.realistic(zero) is None
+    said = floor_finding(floor, zero)
+    assert "allows no difference at all" in said and "beyond" not in said

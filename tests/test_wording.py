@@ -274,7 +274,7 @@ def test_a_tolerance_below_the_formats_rounding_is_said_with_the_flags_of_a_real
     assert verdict(rep)[0] == "PASSED, ALL IN FP32 (NO FP16 BENEFIT)" and rep.passed
     text = headline(rep)
     assert "tighter than FP16 can represent at the outputs: rounding the FP32 reference output 'y' to FP16 alone " \
-        "uses 48.8x it, so the answer keeps all 9 of 9 candidate nodes in FP32" in text
+        "uses 48.8x it. The answer keeps all 9 of 9 candidate nodes in FP32" in text
     assert "no FP16 benefit. FP16 can meet a tolerance at the outputs only above atol 4.88e-04, rtol 4.88e-04 (its " \
         "rounding alone); set one your task allows, e.g. --atol 0.001 --rtol 0.001." in text
     cut = _report(status=RunStatus.BUDGET_EXHAUSTED, rounding_floor=floor)

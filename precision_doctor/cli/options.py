@@ -114,8 +114,8 @@ TOLERANCE = (
     _opt("rtol", "tolerance.rtol", list[str] | None,
          "Relative tolerance, as polygraphy's --rtol: a number for every output (default 1e-5), NAME:VALUE for one "
          "output; repeatable. The defaults are tighter than FP16 (relative rounding 4.9e-4) or BF16 (3.9e-3) can "
-         "represent at most outputs: every node then stays FP32 (the run warns before the search); 1e-3 is a "
-         "common choice for FP16.", default=None, expand=_tolerances("rtol")),
+         "represent at most outputs: the nodes that write them must then stay FP32, and usually most others (the run "
+         "warns before the search); 1e-3 is a common choice for FP16.", default=None, expand=_tolerances("rtol")),
     _opt("check_error_stat", "tolerance.check_error_stat", str, "elemwise, max, mean or median (as polygraphy)."),
     _opt("cosine_floor", "tolerance.cosine_floor", float | None, "Also require cosine similarity >= this per output."),
 )

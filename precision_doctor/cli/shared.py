@@ -177,16 +177,15 @@ def plain_progress() -> PlainProgress | None:
 
 def warn_floor(floor, tol) -> None:
     """Before the search, a warning (one line) where the tolerance is tighter than the format can represent at the
-    outputs (a `measure.floor.RoundingFloor` under `tol`): such a search ends with everything in FP32."""
-    from precision_doctor.render.wording import floor_advice, floor_finding
+    outputs (a `measure.floor.RoundingFloor` under `tol`): the nodes that write that output must stay in FP32."""
+    from precision_doctor.render.wording import floor_advice, floor_consequence, floor_finding
 
     finding = floor_finding(floor, tol)
     if finding is None:
         return
     advice = floor_advice(floor, tol)
-    err.print(styled("warning:", "bold yellow", f" {finding}: the search can only end with every node it can keep in "
-                     f"FP32 (no {floor.precision.upper()} benefit). {advice + ' ' if advice else ''}Ctrl-C stops this "
-                     "run (its report says the same)."))
+    err.print(styled("warning:", "bold yellow", f" {finding}: {floor_consequence(floor)}. "
+                     f"{advice + ' ' if advice else ''}Ctrl-C stops this run (its report says the same)."))
 
 
 def announce_renamed(renamed: tuple[str, ...] | list[str], unsafe: tuple[tuple[str, str], ...] = ()) -> None:

@@ -4,7 +4,7 @@ Rounding the FP32 reference outputs to FP16 (or BF16) and back changes them by u
 (a relative 2**-11 for FP16): no computation in that format can do better where it writes an output. Checked under
 the user's tolerance like any output (`measure/tolerance.check`), that rounding uses a share of it; above 1 the
 tolerance is tighter than the format can represent there, and every answer that leaves an output's node in low
-precision fails: the search ends with everything it can keep in FP32 (polygraphy's default atol = rtol = 1e-5 is
+precision fails, and upstream errors usually keep most other nodes in FP32 too (polygraphy's default atol = rtol = 1e-5 is
 such a tolerance for FP16: its rounding alone uses about 49x it).
 """
 
@@ -26,11 +26,13 @@ HEADROOM = 2.0  # a realistic tolerance leaves the computation at least this mul
 class RoundingFloor:
     """What rounding the FP32 reference outputs to `precision` alone uses of the tolerance: `shares`, per output, the
     largest share (min(abs/atol, rel/rtol) of the worst element, or of the check's statistic) over `samples`
-    samples; inf where an output holds values beyond the format's range."""
+    samples; inf where an output holds values beyond the format's range. `allowed`: the share the search allows
+    (1 - its margin: the search asks for that much of the tolerance; 1: the tolerance itself)."""
 
     precision: str
     samples: int
     shares: dict[str, float] = field(default_factory=dict)
+    allowed: float = 1.0
 
     @property
     def worst(self) -> tuple[str | None, float]:
@@ -42,14 +44,15 @@ class RoundingFloor:
 
     @property
     def below(self) -> bool:
-        """Whether the tolerance is tighter than the format can represent at some output (its rounding alone fails)."""
+        """Whether the tolerance (as the search asks for it: `allowed`) is tighter than the format can represent at
+        some output (its rounding alone fails it)."""
         share = self.worst[1]
-        return math.isnan(share) or share > 1.0
+        return math.isnan(share) or share > self.allowed
 
     def needs(self, tol: Tolerance) -> Tolerance | None:
         """The tolerance the rounding alone needs: `tol` scaled by the worst share (None: beyond the format's range,
         or a tolerance of 0, which no scale helps)."""
-        share = self.worst[1]
+        share = self.worst[1] / self.allowed
         if not math.isfinite(share) or share <= 1.0 or not (tol.atol or tol.rtol):
             return None
         return _scaled(tol, share)
@@ -59,7 +62,7 @@ class RoundingFloor:
         share (1e-5 -> 1e-3 for FP16); None where `needs` is None."""
         if self.needs(tol) is None:
             return None
-        return _scaled(tol, 10.0 ** math.ceil(math.log10(HEADROOM * self.worst[1])))
+        return _scaled(tol, 10.0 ** math.ceil(math.log10(HEADROOM * self.worst[1] / self.allowed)))
 
 
 def _scaled(tol: Tolerance, factor: float) -> Tolerance:
@@ -73,7 +76,8 @@ def _scaled(tol: Tolerance, factor: float) -> Tolerance:
                      output_rtol=tuple(f"{n}:{g(v):g}" for n, v in tol.per_output("rtol").items()))
 
 
-def rounding_floor(references: Iterable[dict[str, np.ndarray]], fmt: Format, tol: Tolerance) -> RoundingFloor:
+def rounding_floor(references: Iterable[dict[str, np.ndarray]], fmt: Format, tol: Tolerance,
+                   allowed: float = 1.0) -> RoundingFloor:
     """Each floating output's reference rounded to `fmt` and checked against itself under `tol` (each output with
     its own tolerance; the cosine floor is not a share; finite elements only), over every sample of `references`."""
     shares: dict[str, float] = {}
@@ -88,4 +92,4 @@ def rounding_floor(references: Iterable[dict[str, np.ndarray]], fmt: Format, tol
             with np.errstate(over="ignore", invalid="ignore"):
                 used = check(fmt.round(value), value, tol.for_output(name)).tol_used
             shares[name] = max(shares.get(name, 0.0), float(used), key=lambda v: (math.isnan(v), v))
-    return RoundingFloor(fmt.name, n, shares)
+    return RoundingFloor(fmt.name, n, shares, allowed)

@@ -144,7 +144,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     loop = start_loop(backend, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
     # on the working set's references (the hardest samples): a tolerance below it makes the search useless, say so now
-    floor = rounding_floor((refs[i] for i in loop.working), get_format(spec.precision), spec.tolerance)
+    floor = rounding_floor((refs[i] for i in loop.working), get_format(spec.precision), spec.tolerance,
+                           allowed=1.0 - spec.search.margin)  # the search asks for 1 - margin of the tolerance
     notify(progress, RoundingFloorEvent(floor, spec.tolerance))
 
     # the capture's samples: the hardest by the loop's scores (a spread choice without them), shape groups in turn

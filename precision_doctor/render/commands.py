@@ -17,7 +17,7 @@ from typing import Any
 from precision_doctor.backends.base import check_only_name
 from precision_doctor.flags import command_line
 from precision_doctor.outcome import RunStatus
-from precision_doctor.render.wording import floor_finding, not_holding
+from precision_doctor.render.wording import floor_consequence, floor_finding, not_holding
 from precision_doctor.results.report import Report
 from precision_doctor.spec import RunSpec
 
@@ -46,7 +46,7 @@ def _floor_steps(report: Report) -> list[tuple[str, str | None]]:
     why = floor_finding(floor, report.tolerance)
     changes = {"tolerance.atol": suggested.atol, "tolerance.rtol": suggested.rtol,
                "tolerance.output_atol": list(suggested.output_atol), "tolerance.output_rtol": list(suggested.output_rtol)}
-    return [(f"{why}: any answer keeps every node it can in FP32. Run again with a tolerance above the rounding (your "
+    return [(f"{why}: {floor_consequence(floor)}. Run again with a tolerance above the rounding (your "
              "task decides how much error it allows; this one leaves the computation at least twice the rounding, "
              "which may still keep many nodes in FP32):",
              rerun_command(report, f"atol{suggested.atol:g}", changes))]

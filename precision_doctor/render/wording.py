@@ -197,7 +197,7 @@ def verdict_sentence(report: Report) -> str:
         floor = report.rounding_floor
         if floor is not None and floor.below:
             advice = floor_advice(floor, report.tolerance)
-            return (f"{floor_finding(floor, report.tolerance)}, so the answer keeps all {nodes} in FP32 ({share} of "
+            return (f"{floor_finding(floor, report.tolerance)}. The answer keeps all {nodes} in FP32 ({share} of "
                     f"FLOPs): no {prec} benefit." + (f" {advice}" if advice else ""))
         rounding = f" ({prec}'s own rounding of the outputs uses {floor.worst[1]:.3g}x it)" if floor is not None else ""
         return (f"The model meets the tolerance in {prec} only with all {nodes} kept in FP32 ({share} of FLOPs): no {prec} "
@@ -259,9 +259,23 @@ def floor_finding(floor: RoundingFloor, tol: Tolerance) -> str | None:
     prec = floor.precision.upper()
     name, share = floor.worst
     head = f"The tolerance ({tolerance_text(tol)}) is tighter than {prec} can represent at the outputs: "
+    mine = tol.for_output(name) if name is not None else tol
+    if not math.isfinite(share) and mine.atol == 0 and mine.rtol == 0:
+        return head + f"at '{shown(name)}' it allows no difference at all, and rounding its FP32 reference to {prec} changes it"
     if not math.isfinite(share):
         return head + f"the FP32 reference output '{shown(name)}' holds values beyond {prec}'s range"
+    if share <= 1.0:  # within the tolerance, above what the search's margin leaves
+        return (f"The tolerance ({tolerance_text(tol)}) leaves {prec} no room at the outputs under the search's margin: "
+                f"rounding the FP32 reference output '{shown(name)}' to {prec} alone uses {share:.3g}x it, more than "
+                f"the {floor.allowed:.3g}x the search asks for (--margin {1 - floor.allowed:.3g})")
     return head + f"rounding the FP32 reference output '{shown(name)}' to {prec} alone uses {share:.3g}x it"
+
+
+def floor_consequence(floor: RoundingFloor) -> str:
+    """What a tolerance below the format's rounding at an output means for the answer, no more than is certain."""
+    prec = floor.precision.upper()
+    return (f"every node that writes that output must stay in FP32, and the {prec} errors of the nodes before it "
+            f"usually keep most of them in FP32 too (little or no {prec} benefit)")
 
 
 def floor_advice(floor: RoundingFloor, tol: Tolerance) -> str | None:
