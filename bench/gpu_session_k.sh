@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # GPU session K (issue 20's 60 s target), the measuring call after the staging calls; carry .stage/pN, .whl, zoo and
-# .gpuwork (answer74.txt: the 74-node answer of session J, one node a line). What one ort-cuda confirmation trial
+# bench/data/nudenet-320n-answer74.txt (the 74-node answer of sessions H-J, one node a line). What one ort-cuda confirmation trial
 # costs and whether cuDNN's algorithm search changes its verdict (bench/ort_session_cost.py), then the 32-sample
 # diagnose of nudenet-320n under cProfile (bench/gpu_calibration.py --profile), then the GPU tests.
 set -uo pipefail
 source bench/gpu_install.sh || exit 1
 if [ "${MODE:-}" = forms ]; then  # the gated graph's If and Where forms, and the Where form as a CUDA graph
-  (cd bench && timeout 300 python3 gated_forms.py --zoo ../zoo --fallback ../.gpuwork/answer74.txt --out "$OUT/forms" 2>&1 |
+  (cd bench && timeout 300 python3 gated_forms.py --zoo ../zoo --fallback data/nudenet-320n-answer74.txt --out "$OUT/forms" 2>&1 |
     grep -v Warning | grep -v "^20[0-9-]* [0-9:.]* \[V" | tail -20)
-  (cd bench && timeout 300 python3 gated_forms.py --zoo ../zoo --fallback ../.gpuwork/answer74.txt --samples 2 \
+  (cd bench && timeout 300 python3 gated_forms.py --zoo ../zoo --fallback data/nudenet-320n-answer74.txt --samples 2 \
     --out /tmp/forms2 2>&1 | grep -A12 "placed on \[CPUExecutionProvider\]" | head -30)
   exit 0
 fi
@@ -22,11 +22,11 @@ if [ "${MODE:-}" = final ]; then  # the end of the session's code: the 32-sample
   find "$OUT/cli-cls" \( -name '*.h5' -o -name '*.onnx' -o -name '*.plan' -o -name '*.npz' \) -delete
   rm -rf "$OUT/cli-cls/trtexec_io"
   # which nodes ONNX Runtime places on the CPU in the Where form of the gated graph (no CUDA graph capture then)
-  (cd bench && timeout 200 python3 gated_forms.py --zoo ../zoo --fallback ../.gpuwork/answer74.txt --samples 2 \
+  (cd bench && timeout 200 python3 gated_forms.py --zoo ../zoo --fallback data/nudenet-320n-answer74.txt --samples 2 \
     --out /tmp/forms2 2>&1 | grep -A12 "placed on \[CPUExecutionProvider\]" | head -30)
 else
   PROFILE="--profile"
-  (cd bench && timeout 240 python3 ort_session_cost.py --zoo ../zoo --fallback ../.gpuwork/answer74.txt \
+  (cd bench && timeout 240 python3 ort_session_cost.py --zoo ../zoo --fallback data/nudenet-320n-answer74.txt \
   --out "$OUT/session-cost" 2>&1 | grep -v Warning | tail -20)
 fi
 mkdir -p "$OUT/cal"
