@@ -403,7 +403,7 @@ def test_a_batchnorm_folded_into_its_conv_is_ranked_as_the_conv_in_compare_and_d
     assert "bn1" not in names and names.count("conv1") == 1, out + err
     conv = rows[names.index("conv1")]
     assert conv[2] == "Conv+BatchNormalization" and "folded: bn1" in conv[-1], conv
-    assert "ONNX Runtime folds the BatchNormalization into the Conv's FP16 weights" in out
+    assert "ONNX Runtime folds the BatchNormalization into the Conv's low-precision weights" in " ".join(out.split())
     layers = {r["name"]: r for r in json.loads((tmp_path / "cmp" / "layers.json").read_text())["layers"]}
     assert layers["bn1"]["folded_into"] == "conv1" and layers["conv1"]["folded_into"] is None
     assert conv[0] == str(layers["bn1"]["rank"])  # the folded kernel's error is the BatchNormalization's row's

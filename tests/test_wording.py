@@ -283,3 +283,16 @@ def test_a_tolerance_below_the_formats_rounding_is_said_with_the_flags_of_a_real
     # everything in FP32 although the rounding fits the tolerance: still no benefit, said without blaming the format
     plain = headline(_report(**{**CASES[Verdict.PASSED_ALL_FP32], "rounding_floor": RoundingFloor("fp16", 2, {"y": 0.49})}))
     assert "only with all 9 of 9 candidate nodes kept in FP32" in plain and "tighter" not in plain
+
+
+def test_an_interrupted_run_with_an_unsettled_answer_does_not_say_no_set_passed():
+    """Stopped during the second search (SIGTERM, Ctrl-C): a set met the tolerance on the searched samples but the
+    run is no PASS yet; the sentence says that, not that no set met it."""
+    from precision_doctor.render.wording import verdict_sentence
+
+    unsettled = _report(status=RunStatus.INTERRUPTED, passed=False, expected_headroom=_headroom(False))
+    assert verdict_of(unsettled) == Verdict.INCOMPLETE
+    said = verdict_sentence(unsettled)
+    assert "before any FP32 fallback set" not in said
+    assert "the set found so far (2 of 9 candidate nodes in FP32" in said and "continue the run" in said
+    assert "before any FP32 fallback set" in verdict_sentence(_report(**CASES[Verdict.INCOMPLETE]))

@@ -148,7 +148,7 @@ def _mp_context():
 
 
 def _child_main(fn: Work, item: Any, conn: Any) -> None:
-    """A worker process: `fn(item, stop)` with a StopToken that SIGINT and the death of the batch process
+    """A worker process: `fn(item, stop)` with a StopToken that SIGINT, SIGTERM and the death of the batch process
     stop, and its result (or what it raised, in one line) sent on `conn`."""
     token = StopToken()
     _stop_with_parent(token)

@@ -51,7 +51,7 @@ class Executor(Protocol):
     `fn` is a picklable top-level function that handles its own failures; the executor reports only
     what `fn` cannot (a worker that died). `stop` is the caller's StopToken: once it is stopped, no
     further item starts and running ones are stopped (they checkpoint). Each item gets the StopToken
-    of the process it runs in (the caller's in-process; a fresh one, stopped by SIGINT, in a worker).
+    of the process it runs in (the caller's in-process; a fresh one, stopped by SIGINT or SIGTERM, in a worker).
 
     `threads` is the number of ONNX Runtime intra-op threads each item should use (0: ORT's default).
     `batch.ray_executor.RayExecutor` has the same shape: the tasks carry absolute paths and write their
@@ -65,7 +65,7 @@ class Executor(Protocol):
 
 
 def run_item(fn: Work, item: Any, token: StopToken) -> tuple[str, Any]:
-    """In a worker: `("ok", fn(item, token))` with SIGINT stopping `token`, or `("error", one line)` for
+    """In a worker: `("ok", fn(item, token))` with SIGINT or SIGTERM stopping `token`, or `("error", one line)` for
     whatever escaped `fn`."""
     try:
         with signals_stop(token):

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import onnx
@@ -188,7 +189,7 @@ class NativeGatedGraph:
     proto: onnx.ModelProto
     candidates: list[str]
     fmt: Format
-    form: str = "if"
+    form: Literal["if", "where"] = "if"
 
     def feeds(self, fallback: Iterable[str]) -> dict[str, np.ndarray]:
         """The gate feeds for a fallback set: True = low precision."""
@@ -197,7 +198,7 @@ class NativeGatedGraph:
         return {f"{GATE_PREFIX}{i}": np.full(shape, name not in fb) for i, name in enumerate(self.candidates)}
 
 
-def gated_native_graph(model: Model, fmt: Format, form: str = "if") -> NativeGatedGraph:
+def gated_native_graph(model: Model, fmt: Format, form: Literal["if", "where"] = "if") -> NativeGatedGraph:
     """One graph for every fallback set, computed by the provider's low-precision kernels (see the
     module docstring). Gated: candidates that can compute in the low type and whose outputs have
     known element types; other nodes stay as they are (FP32). `form` "where": no If; each candidate computed both

@@ -185,6 +185,10 @@ def verdict_sentence(report: Report) -> str:
     if kind == Verdict.NO_SOLUTION:
         return f"No FP32 fallback set made the model meet the tolerance in {prec}."
     if kind == Verdict.INCOMPLETE:
+        if report.fallback_nodes:  # a set met the tolerance on the searched samples; what should follow did not end
+            return (f"The run stopped before its answer was settled: the set found so far ({nodes} in FP32, {share} of "
+                    f"FLOPs) meets the tolerance in {prec} on the searched samples, but the checks that would make it "
+                    "a PASS did not finish; continue the run to settle it.")
         return f"The search stopped before any FP32 fallback set made the model meet the tolerance in {prec}."
     risk = _risk(report)
     if kind == Verdict.NOT_PREDICTED_TO_HOLD:
