@@ -357,9 +357,11 @@ def test_a_resumed_run_reads_the_loader_samples_it_kept(run_cli, dyn, tmp_path):
     manifest = json.loads((out / ".precision-doctor-manifest.json").read_text())
     assert "loader_samples.h5" in json.dumps(manifest)
     code, stdout, err = run_cli(*base, "--resume")
-    assert code == 0 and counter.read_text() == "1", err + stdout
+    # the loader's draws are not seeded, so the verdict may go either way (1: predicted not to hold); what matters
+    # here is that the resume finished on the samples it kept, without running the loader again
+    assert code in (0, 1) and "Traceback" not in err and counter.read_text() == "1", err + stdout
     report = json.loads((out / "report.json").read_text())
-    assert report["inputs"]["data_loader_script"].endswith("loader.py") and len(report["shape_groups"]) == 2
+    assert report["status"] == "complete" and report["inputs"]["data_loader_script"].endswith("loader.py") and len(report["shape_groups"]) == 2
 
 
 # -- many samples, bounded memory ------------------------------------------------------------------------------
