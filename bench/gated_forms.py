@@ -15,27 +15,19 @@ set, EXHAUSTIVE as deployed) in shares of the recipe's tolerance. Writes gated_f
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
-from natural_images import natural_images_nchw
+from recipe_renders import parser, recipe_renders
 
 from precision_doctor.backends.ort import CUDA, OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.batch.recipes import discover
-from precision_doctor.data.inputs import parse_input_shapes
 from precision_doctor.graph.formats import get_format
-from precision_doctor.graph.model import load_model
 from precision_doctor.graph.native import gated_native_graph
 from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.measure.tolerance import check_all
-from precision_doctor.spec import RunSpec
-
-SEED = 2026
 
 
 class CudaGraphRunner:
@@ -64,27 +56,16 @@ class CudaGraphRunner:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--zoo", type=Path, default=Path("zoo"))
-    ap.add_argument("--model", default="nudenet-320n")
-    ap.add_argument("--fallback", type=Path, required=True)
-    ap.add_argument("--samples", type=int, default=24)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--cpu", action="store_true", help="plumbing only (the CPU provider, no CUDA graph)")
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
+    args = parser(__doc__, "plumbing only (the CPU provider, no CUDA graph)").parse_args()
+    spec, model, samples, fallback = recipe_renders(args)
     ort.set_default_logger_severity(4)
-    spec = {s.name: s for s in discover(args.zoo, RunSpec(model=""))}[args.model].spec
-    model = load_model(spec.model, input_shapes=parse_input_shapes(spec.inputs.input_shapes) or None)
-    outs, name, fmt = list(model.outputs), model.inputs[0], get_format(spec.precision)
-    samples = [{name: x} for x in natural_images_nchw(args.samples, 320, 320, seed=SEED)]
+    outs, fmt = list(model.outputs), get_format(spec.precision)
     refs = [ReferenceRunner(model).run(s) for s in samples]
     providers = ["CPUExecutionProvider"] if args.cpu else [(CUDA, {"use_tf32": "0"})]
-    answer = [line.strip() for line in args.fallback.read_text().splitlines() if line.strip()]
     forms = {f: gated_native_graph(model, fmt, f) for f in ("if", "where")}
     sessions = {f: make_session(with_outputs(g.proto, outs, model.tensor_types), providers) for f, g in forms.items()}
     cands = forms["if"].candidates
-    sets = {"all-fp16": [], "answer": answer, "every-other": cands[::2]}
+    sets = {"all-fp16": [], "answer": sorted(fallback), "every-other": cands[::2]}
     real = OrtBackend(model, spec.precision, providers=providers + ["CPUExecutionProvider"] * (not args.cpu))
     graph_runner, rows = None, []
 

@@ -14,24 +14,17 @@ renders of bench/gpu_calibration.py (seed 2026), the first --samples. Writes ort
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from pathlib import Path
 
 import numpy as np
-from natural_images import natural_images_nchw
+from recipe_renders import parser, recipe_renders
 
 from precision_doctor.backends.ort import CUDA, OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.batch.recipes import discover
-from precision_doctor.data.inputs import parse_input_shapes
-from precision_doctor.graph.model import load_model
 from precision_doctor.measure.headroom import shares_of
 from precision_doctor.measure.tolerance import check_all
-from precision_doctor.spec import RunSpec
 
-SEED = 2026
 VARIANTS = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT", "EXHAUSTIVE")
 
 
@@ -55,22 +48,10 @@ def trial(model, precision: str, algo: str, fallback: frozenset[str], samples: l
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--zoo", type=Path, default=Path("zoo"))
-    ap.add_argument("--model", default="nudenet-320n")
-    ap.add_argument("--fallback", type=Path, required=True)
-    ap.add_argument("--samples", type=int, default=24)
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--cpu", action="store_true", help="the CPU provider (a plumbing check, no cuDNN)")
-    args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    spec = {s.name: s for s in discover(args.zoo, RunSpec(model=""))}[args.model].spec
-    model = load_model(spec.model, input_shapes=parse_input_shapes(spec.inputs.input_shapes) or None)
-    name = model.inputs[0]
-    samples = [{name: x} for x in natural_images_nchw(args.samples, 320, 320, seed=SEED)]
+    args = parser(__doc__, "the CPU provider (a plumbing check, no cuDNN)").parse_args()
+    spec, model, samples, answer = recipe_renders(args)
     ref = ReferenceRunner(model)
     refs = [ref.run(s) for s in samples]
-    answer = frozenset(line.strip() for line in args.fallback.read_text().splitlines() if line.strip())
     rows = []
     for label, fallback in (("all-fp16", frozenset()), ("answer", answer)):
         for algo in VARIANTS:
