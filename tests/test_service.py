@@ -90,6 +90,21 @@ def test_wait_exit_codes(env) -> None:
     assert bad_flag.returncode == 2 and "--margin" in bad_flag.stderr and "Traceback" not in bad_flag.stderr
 
 
+def test_a_jobs_warnings_reach_its_followers(env) -> None:
+    """A tolerance below FP16's rounding at the outputs (polygraphy's default 1e-5): the CLI warns before its search;
+    a job says it in its progress (`warnings`), and `wait` prints it once."""
+    d, files = env
+    model, samples, _ = planted_job_files(files / "warned")
+    job_id = d.cli("submit", model, *[a for f in samples for a in ("--inputs", f)], "--max-evaluations", "1",
+                   ).stdout.split()[-1]
+    waited = d.cli("wait", job_id)
+    assert waited.returncode in (0, 1), waited.stdout + waited.stderr
+    said = [ln for ln in waited.stderr.splitlines() if ln.startswith(f"warning: job {job_id}: ")]
+    assert len(said) == 1 and "is tighter than FP16 can represent at the outputs" in said[0], waited.stderr
+    warnings = d.job(job_id)["progress"]["warnings"]
+    assert len(warnings) == 1 and warnings[0] in " ".join(said[0].split())
+
+
 def test_cancel_running_and_finished_jobs(env) -> None:
     d, files = env
     model, settings = slow_model(files / "slow_cancel.onnx", blocks=24, iterations=4000)  # a search of seconds

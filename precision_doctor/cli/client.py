@@ -14,7 +14,7 @@ from rich.table import Table
 
 from precision_doctor.cli.options import DIAGNOSIS, Options, flag, with_options
 from precision_doctor.cli.serve import needs_service_extra
-from precision_doctor.cli.shared import PlainProgress, app, console, err, fail, plain_progress
+from precision_doctor.cli.shared import PlainProgress, app, console, err, fail, plain_progress, styled
 from precision_doctor.outcome import JobState
 
 ServerOpt = typer.Option(None, "--server", help="The daemon's URL (default: $PRECISION_DOCTOR_SERVER or http://127.0.0.1:8765).")
@@ -146,6 +146,7 @@ def wait(
 
     deadline = None if timeout is None else time.monotonic() + timeout
     plain, said = plain_progress(), [("", ""), 0]  # where the bar is off: a line per state or phase, and every EVERY_S
+    warned = 0  # the job's warnings printed so far
     bar = Progress(TextColumn("{task.description:<28}"), BarColumn(), TextColumn("{task.completed:>5.0f} evaluations"),
                    TimeElapsedColumn(), console=err, transient=True, disable=not err.is_terminal)
     with _client(server, token) as client, bar:
@@ -161,6 +162,7 @@ def wait(
                         job = seen
                         bar.update(task, description=f"{seen.state} {seen.progress.phase}"[:28],
                                    completed=seen.progress.evaluations)
+                        warned = _warn(seen, warned)
                         if plain is not None:
                             _plain_line(plain, said, seen)
                         if event == "end" or (deadline is not None and time.monotonic() > deadline):
@@ -172,10 +174,18 @@ def wait(
             if latest is None:
                 time.sleep(1.0)  # the daemon is (re)starting: try again
             job = latest or job
+    _warn(job, warned)  # a job that ended before it was followed
     console.print(describe(job, client.server), highlight=False, soft_wrap=True)
     if job.state != JobState.DONE:
         raise typer.Exit(EXIT_FAILED)
     raise typer.Exit(EXIT_PASSED if job.result is not None and job.result.passed else EXIT_NO_SET)
+
+
+def _warn(job, warned: int) -> int:
+    """Print the job's warnings after the first `warned` (each once, as its run gave them); how many are printed."""
+    for said in job.progress.warnings[warned:]:
+        err.print(styled("warning:", "bold yellow", f" job {job.id}: {said}"))
+    return max(warned, len(job.progress.warnings))
 
 
 def _plain_line(plain: PlainProgress, said: list, job) -> None:

@@ -96,20 +96,11 @@ def progress_bar(description: str = "{task.description:<12}") -> Progress:
     )
 
 
-KEPT_OF_CAPTURE = {  # capture.keep -> what a run keeps of a large capture, said before it starts
-    "summary": "once the report is written only a summary (error statistics, graph outputs) is kept",
-    "none": "it is removed once the report is written",
-    "all": "all of it is kept",
-}
-
-
 def announce_capture_size(ev: CaptureSizeEvent) -> None:
     """One line before a large capture: how much it will write and where, the room there, and what is kept of it."""
-    from precision_doctor.cli.options import flag
-    from precision_doctor.render.numbers import fmt_decimal_bytes as size
+    from precision_doctor.render.wording import capture_size_note
 
-    err.print(f"note: the capture will write about {size(ev.nbytes)} into {ev.path} ({ev.samples} samples; "
-              f"{size(ev.free)} free there); {KEPT_OF_CAPTURE[ev.keep]}; {flag('capture.max_samples')} takes fewer")
+    err.print(f"note: {capture_size_note(ev)}")
 
 
 class PlainProgress:
@@ -178,14 +169,11 @@ def plain_progress() -> PlainProgress | None:
 def warn_floor(floor, tol) -> None:
     """Before the search, a warning (one line) where the tolerance is tighter than the format can represent at the
     outputs (a `measure.floor.RoundingFloor` under `tol`): the nodes that write that output must stay in FP32."""
-    from precision_doctor.render.wording import floor_advice, floor_consequence, floor_finding
+    from precision_doctor.render.wording import floor_warning
 
-    finding = floor_finding(floor, tol)
-    if finding is None:
-        return
-    advice = floor_advice(floor, tol)
-    err.print(styled("warning:", "bold yellow", f" {finding}: {floor_consequence(floor)}. "
-                     f"{advice + ' ' if advice else ''}Ctrl-C stops this run (its report says the same)."))
+    said = floor_warning(floor, tol)
+    if said is not None:
+        err.print(styled("warning:", "bold yellow", f" {said} Ctrl-C stops this run (its report says the same)."))
 
 
 def announce_renamed(renamed: tuple[str, ...] | list[str], unsafe: tuple[tuple[str, str], ...] = ()) -> None:

@@ -18,14 +18,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from precision_doctor.backends.base import check_only_name
-from precision_doctor.flags import tolerance_flags
+from precision_doctor.control import CaptureSizeEvent, ProgressEvent, RoundingFloorEvent
+from precision_doctor.flags import flag, tolerance_flags
 from precision_doctor.graph.coverage import EmulationNote, NoteKind
 from precision_doctor.graph.names import shown
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY, Analysis
 from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus, SummaryRow, Verdict, _Value
-from precision_doctor.render.numbers import fmt, fmt_3g, fmt_pct, fmt_rate, fmt_seconds, fmt_share, fmt_time, num
+from precision_doctor.render.numbers import (
+    fmt,
+    fmt_3g,
+    fmt_decimal_bytes,
+    fmt_pct,
+    fmt_rate,
+    fmt_seconds,
+    fmt_share,
+    fmt_time,
+    num,
+)
 from precision_doctor.results.report import AnswerSummary, Layer, Report
 
 
@@ -280,6 +291,41 @@ def floor_consequence(floor: RoundingFloor) -> str:
     prec = floor.precision.upper()
     return (f"every node that writes that output must stay in FP32, and the {prec} errors of the nodes before it "
             f"usually keep most of them in FP32 too (little or no {prec} benefit)")
+
+
+def floor_warning(floor: RoundingFloor, tol: Tolerance) -> str | None:
+    """The warning before a search whose tolerance is below the format's rounding at the outputs: the finding, what
+    it means for the answer and the flags of a realistic tolerance; None where the tolerance is not below it."""
+    finding = floor_finding(floor, tol)
+    if finding is None:
+        return None
+    advice = floor_advice(floor, tol)
+    return f"{finding}: {floor_consequence(floor)}." + (f" {advice}" if advice else "")
+
+
+KEPT_OF_CAPTURE = {  # capture.keep -> what a run keeps of a large capture, said before it starts
+    "summary": "once the report is written only a summary (error statistics, graph outputs) is kept",
+    "none": "it is removed once the report is written",
+    "all": "all of it is kept",
+}
+
+
+def capture_size_note(ev: CaptureSizeEvent) -> str:
+    """Before a large capture (`control.CaptureSizeEvent`): how much it will write and where, the room there, what is
+    kept of it and the flag that takes fewer samples."""
+    return (f"the capture will write about {fmt_decimal_bytes(ev.nbytes)} into {ev.path} ({ev.samples} samples; "
+            f"{fmt_decimal_bytes(ev.free)} free there); {KEPT_OF_CAPTURE.get(ev.keep, ev.keep)}; "
+            f"{flag('capture.max_samples')} takes fewer")
+
+
+def run_warning(event: ProgressEvent) -> str | None:
+    """What a run's progress event warns of, in words (a tolerance below the format's rounding, a large capture);
+    None for other events. The service keeps these with a job's progress."""
+    if isinstance(event, RoundingFloorEvent):
+        return floor_warning(event.floor, event.tolerance)
+    if isinstance(event, CaptureSizeEvent):
+        return capture_size_note(event)
+    return None
 
 
 def floor_advice(floor: RoundingFloor, tol: Tolerance) -> str | None:

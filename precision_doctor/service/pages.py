@@ -165,6 +165,8 @@ _JOB_JS = """
   if(j.finished)bits.push('finished '+j.finished.replace('T',' ').slice(0,19)+' UTC');
   if(j.attempts>1)bits.push(j.attempts+' attempts');$('when').textContent=bits.join(' · ');
   var msg=j.error||(done&&!summary&&r.reason)||'';$('message').textContent=msg;show('message-box',!!msg);
+  var ws=(p.warnings||[]).map(function(w){return el('li',w);});$('warnings').replaceChildren.apply($('warnings'),ws);
+  show('warnings-box',ws.length>0);
   $('removed').textContent=j.files_removed||'';show('removed',!!j.files_removed);
   if(p.evaluations!=null&&seen[seen.length-1]!==p.evaluations)seen.push(p.evaluations);
   document.body.setAttribute('data-state',j.state);document.body.setAttribute('data-seen',seen.join(','));
@@ -243,6 +245,7 @@ def job_page(job: Job, summary: dict | None = None, csrf: str = "") -> str:
         "<p id=\"bar-note\" class=\"note\">The bar has one part per phase of a diagnosis, in order. The search's part fills with "
         "the evaluations used of <code>--max-evaluations</code> (without one, ever more slowly; it completes when the "
         "search ends, usually well before the budget); the capture's with the tensors written.</p></section>"
+        "<section id=\"warnings-box\" hidden><h2>Warnings</h2><ul id=\"warnings\" class=\"reason\"></ul></section>"
         "<section id=\"message-box\" hidden><h2>Message</h2><p id=\"message\" class=\"reason\"></p></section>"
         "<section id=\"summary\" hidden><h2>Result</h2><div id=\"verdict\" class=\"verdict\"></div>"
         "<div id=\"status-line\" class=\"reason\" hidden></div><div id=\"figures\" class=\"kpis\"></div>"

@@ -29,7 +29,9 @@ class CaptureProgress:
 class Progress:
     """Where a job stands: its phase (queued, claimed, load, capture, reference, search, validate, confirm,
     artifacts; then done, failed or cancelled), evaluations so far, the size of the smallest passing set so
-    far, the last evaluation, the capture's progress and the seconds spent per phase."""
+    far, the last evaluation, the capture's progress, the seconds spent per phase and the warnings the run gave as it
+    went (`warnings`, in words: a tolerance below the format's rounding at the outputs, a large capture), which the
+    CLI prints before its search and a job's followers see here."""
 
     phase: str = "queued"
     evaluations: int = 0
@@ -39,6 +41,7 @@ class Progress:
     last_passed: bool | None = None
     capture: CaptureProgress | None = None
     phase_s: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return JOB_JSON.to_json(self)

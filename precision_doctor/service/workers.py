@@ -33,9 +33,18 @@ import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from precision_doctor.control import CaptureEvent, EvaluationEvent, PhaseEvent, ProgressEvent, StopToken
+from precision_doctor.control import (
+    CaptureEvent,
+    CaptureSizeEvent,
+    EvaluationEvent,
+    PhaseEvent,
+    ProgressEvent,
+    RoundingFloorEvent,
+    StopToken,
+)
 from precision_doctor.errors import UserError, one_line
 from precision_doctor.outcome import JobState, RunStatus
+from precision_doctor.render.wording import run_warning
 from precision_doctor.service.config import StateDir
 from precision_doctor.service.health import out_of_space
 from precision_doctor.service.schema import CaptureProgress, Progress, Result
@@ -90,6 +99,10 @@ class Pulse(threading.Thread):
             elif isinstance(event, EvaluationEvent):
                 p.evaluations, p.search_phase, p.last_size = event.step, event.phase, event.size
                 p.last_passed, p.best_size = event.passed, event.best_size
+            elif isinstance(event, RoundingFloorEvent | CaptureSizeEvent):
+                said = run_warning(event)
+                if said is not None and said not in p.warnings:
+                    p.warnings = [*p.warnings, said]
             self.dirty = True
 
     def _close_phase(self) -> None:
