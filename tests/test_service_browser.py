@@ -146,7 +146,9 @@ def test_finished_failed_and_cancelled_pages_say_what_the_report_says(chromium: 
     cancelled = httpx.post(f"{d.url}/jobs", json={"model": str(slow), "settings": slow_settings}, timeout=30).json()["id"]
     d.wait_for(cancelled, lambda j: (j["progress"].get("evaluations") or 0) >= 2, what="two evaluations")
     httpx.delete(f"{d.url}/jobs/{cancelled}", timeout=10)
-    for job_id in (done, failed, cancelled):
+    warned = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": {  # polygraphy's default tolerance
+        "inputs": {"files": [str(f) for f in samples]}, "search": {"max_evaluations": 1}}}, timeout=30).json()["id"]
+    for job_id in (done, failed, cancelled, warned):
         d.wait_for(job_id, lambda j: j["state"] in ("done", "failed", "cancelled"), timeout=180, what="its end")
 
     browser = Browser(chromium, tmp_path / "profile")
@@ -163,6 +165,7 @@ def test_finished_failed_and_cancelled_pages_say_what_the_report_says(chromium: 
         sizes = browser.eval("Array.from(document.querySelectorAll('#artifacts td.n')).map(function(t){"
                              "return t.textContent;})")
         assert sizes and all(re.fullmatch(r"\d+(\.\d+)? (B|KiB|MiB)", t) for t in sizes), sizes
+        assert browser.eval("document.getElementById('warnings-box').hidden")  # its tolerance is above the rounding
         steps = browser.eval("document.getElementById('steps').textContent")
         assert "precision-doctor submit three_defects.onnx --inputs three_defects_0.npz" in steps, steps
         assert str(d.state_dir) not in steps and f"--server {d.url}" in steps
@@ -183,6 +186,12 @@ def test_finished_failed_and_cancelled_pages_say_what_the_report_says(chromium: 
         _until(browser, "document.getElementById('verdict-label') !== null")
         assert browser.eval("document.getElementById('verdict-label').textContent") == verdict(cut)[0]
         assert browser.eval(_VISIBLE_EMPTY) == []
+
+        _terminal_page(browser, f"{d.url}/ui/jobs/{warned}")  # the warning its run gave before the search
+        _until(browser, "!document.getElementById('warnings-box').hidden")
+        shown = browser.eval("Array.from(document.querySelectorAll('#warnings li')).map(function(l){"
+                             "return l.textContent;})")
+        assert shown == d.job(warned)["progress"]["warnings"] and "tighter than FP16" in shown[0], shown
         assert not browser.problems(), browser.problems()
     finally:
         browser.close()
