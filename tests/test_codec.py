@@ -117,8 +117,9 @@ def test_the_service_job_json_as_the_daemon_always_sent_it_read_leniently():
         '{"id": "a1", "state": "done", "name": "m", "created": null, "started": null, "finished": null, "attempts": 0, '
         '"worker_pid": null, "cancel_requested": false, "progress": {"phase": "search", "evaluations": 3, '
         '"best_size": null, "search_phase": null, "last_size": null, "last_passed": null, "capture": {"stage": '
-        '"reference", "done": 1, "total": 2}, "phase_s": {"load": 0.5}}, "result": {"status": "complete", "passed": '
-        'true, "fallback_size": 2, "fp32_flop_share": null, "evaluations": null, "elapsed_s": null, "reason": null, '
+        '"reference", "done": 1, "total": 2}, "phase_s": {"load": 0.5}, "warnings": []}, "result": {"status": '
+        '"complete", "passed": true, "fallback_size": 2, "fp32_flop_share": null, "evaluations": null, '
+        '"elapsed_s": null, "reason": null, '
         '"capture_reused": false, "capture_s": null, "verdict": null, "label": null, "tone": null, "headline": null}, '
         '"error": null, "links": {"self": "/jobs/a1"}, "files_removed": null}')
     assert json.dumps(JobView.from_json(json.loads(text)).to_json()) == text
@@ -129,6 +130,7 @@ def test_the_service_job_json_as_the_daemon_always_sent_it_read_leniently():
     assert JobView.from_json({"id": "c", "state": "done", "name": "m", "result": {"status": "stopped"}}).result is None
     assert Result.from_json({"status": "stopped", "passed": False}).status is RunStatus.STOPPED
     assert Progress.from_json({"capture": ["x"]}).capture is None
+    assert Progress.from_json({"phase": "search"}).warnings == []  # an older daemon's progress: no warnings key
     with pytest.raises(BadValue, match="bad key 'progress.evaluations': expected an integer, got 'x'"):
         JobView.from_json({"id": "c", "state": "done", "name": "m", "progress": {"evaluations": "x"}})
     with pytest.raises(BadValue, match="missing key 'id'"):
