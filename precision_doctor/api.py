@@ -20,6 +20,7 @@ from precision_doctor.pipeline.diagnose import run_diagnose
 from precision_doctor.pipeline.heldout import held_out_choice, held_out_samples
 from precision_doctor.pipeline.settings import check_resumed_model
 from precision_doctor.pipeline.spec_check import validate_spec
+from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.rundir import open_run_dir
 from precision_doctor.runfiles import RunDir
@@ -76,7 +77,7 @@ def compare(
     _loaded(spec, work, [], progress)
     with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
         n = len(work.choose_capture(spec.capture.max_samples))  # as run_compare would choose them
-        notify(progress, PhaseEvent("capture", f"{n} sample{'s' if n != 1 else ''}, every tensor"))
+        notify(progress, PhaseEvent("capture", f"{counted(n, 'sample')}, every tensor"))
         return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
                            rules=spec.backends.rules)
 

@@ -70,13 +70,6 @@ def free_space(path: Path) -> int:
     return _room(path)[0]
 
 
-def room(path: Path) -> int:
-    """Bytes a file at `path` (a directory: a new file in it) may still grow by: the free space of its file
-    system, or what the file-size limit leaves it, whichever is smaller."""
-    free, by_limit = _room(path)
-    return free if by_limit is None else min(free, by_limit)
-
-
 def check_room(path: Path, need: int) -> None:
     """DiskFull unless `need` more bytes fit in the file at `path` with `RESERVE_BYTES` to spare."""
     free, by_limit = _room(path)

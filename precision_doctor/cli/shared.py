@@ -138,9 +138,11 @@ class PlainProgress:
 
     def __call__(self, ev: ProgressEvent) -> None:
         if isinstance(ev, LoadedEvent):
+            from precision_doctor.render.numbers import counted
+
             held = f", {ev.held_out} held out" if ev.held_out else ""
             what = "search sample" if ev.held_out else "sample"
-            self._loaded = f"loaded {ev.model}: {ev.nodes} nodes, {ev.samples} {what}{'s' if ev.samples != 1 else ''}{held}"
+            self._loaded = f"loaded {ev.model}: {ev.nodes} nodes, {counted(ev.samples, what)}{held}"
         elif isinstance(ev, PhaseEvent) and ev.phase != "load":
             if not self._started and self._loaded is not None:
                 self.line(self._loaded)

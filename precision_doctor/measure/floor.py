@@ -55,25 +55,14 @@ class RoundingFloor:
         share = self.worst[1] / self.allowed
         if not math.isfinite(share) or share <= 1.0 or not (tol.atol or tol.rtol):
             return None
-        return _scaled(tol, share)
+        return tol.scaled(share, digits=3)
 
     def realistic(self, tol: Tolerance) -> Tolerance | None:
         """A tolerance to suggest: `tol` scaled by the power of ten that leaves at least HEADROOM x the rounding's
         share (1e-5 -> 1e-3 for FP16); None where `needs` is None."""
         if self.needs(tol) is None:
             return None
-        return _scaled(tol, 10.0 ** math.ceil(math.log10(HEADROOM * self.worst[1] / self.allowed)))
-
-
-def _scaled(tol: Tolerance, factor: float) -> Tolerance:
-    """`tol` with every atol and rtol times `factor`, at 3 significant digits (no float noise in a printed flag)."""
-    def g(v: float) -> float:
-        return float(f"{v * factor:.3g}")
-
-    return Tolerance(atol=g(tol.atol), rtol=g(tol.rtol), check_error_stat=tol.check_error_stat,
-                     cosine_floor=tol.cosine_floor,
-                     output_atol=tuple(f"{n}:{g(v):g}" for n, v in tol.per_output("atol").items()),
-                     output_rtol=tuple(f"{n}:{g(v):g}" for n, v in tol.per_output("rtol").items()))
+        return tol.scaled(10.0 ** math.ceil(math.log10(HEADROOM * self.worst[1] / self.allowed)), digits=3)
 
 
 def rounding_floor(references: Iterable[dict[str, np.ndarray]], fmt: Format, tol: Tolerance,

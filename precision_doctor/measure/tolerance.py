@@ -97,12 +97,17 @@ class Tolerance:
         return replace(self, atol=self.per_output("atol").get(name, self.atol),
                        rtol=self.per_output("rtol").get(name, self.rtol), output_atol=(), output_rtol=())
 
-    def scaled(self, factor: float) -> Tolerance:
-        """The same check with every atol and rtol multiplied by `factor` (a search margin is 1 - factor)."""
-        def scale(kind: str) -> tuple[str, ...]:
-            return tuple(f"{n}:{v * factor!r}" for n, v in self.per_output(kind).items())
+    def scaled(self, factor: float, digits: int | None = None) -> Tolerance:
+        """The same check with every atol and rtol multiplied by `factor` (a search margin is 1 - factor); `digits`:
+        each rounded to that many significant digits (a tolerance to print as a flag, without float noise)."""
+        def times(v: float) -> float:
+            return v * factor if digits is None else float(f"{v * factor:.{digits}g}")
 
-        return replace(self, atol=self.atol * factor, rtol=self.rtol * factor, output_atol=scale("atol"),
+        def scale(kind: str) -> tuple[str, ...]:
+            return tuple(f"{n}:{times(v)!r}" if digits is None else f"{n}:{times(v):g}"
+                         for n, v in self.per_output(kind).items())
+
+        return replace(self, atol=times(self.atol), rtol=times(self.rtol), output_atol=scale("atol"),
                        output_rtol=scale("rtol"))
 
 

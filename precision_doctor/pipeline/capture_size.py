@@ -28,7 +28,7 @@ from precision_doctor.data.samples import ShapeGroup, groups_of
 from precision_doctor.errors import SpecError
 from precision_doctor.graph.cost import shapes_that_ran
 from precision_doctor.graph.model import Model
-from precision_doctor.render.numbers import fmt_decimal_bytes
+from precision_doctor.render.numbers import counted, fmt_decimal_bytes
 
 LARGE_BYTES = 2 << 30  # a capture this large is announced before it starts
 KEEP_FREE_SHARE, KEEP_FREE_MAX = 0.1, 1 << 30  # a capture leaves a tenth of the free space free, at most 1 GiB
@@ -176,6 +176,6 @@ def check_room(size: CaptureSize, out_dir: Path) -> int:
         where = (f"{fmt_decimal_bytes(free)} is free there and {fmt_decimal_bytes(keep_free(free))} must stay free")
     fits = ("{capture.max_samples} " + f"{n} fits" if n else "not even one sample fits: " +
             ("raise the file size limit" if by_limit else "free some space or choose another {out_dir}"))
-    samples = f"{size.samples} sample{'s' if size.samples != 1 else ''}"
+    samples = counted(size.samples, "sample")
     raise SpecError("capture.max_samples", f"{out_dir}: the capture would write about {fmt_decimal_bytes(size.peak)} "
                     f"({samples}, up to {fmt_decimal_bytes(size.per_sample)} each{copy}) but {where}; {fits}")

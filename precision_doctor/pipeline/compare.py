@@ -137,7 +137,7 @@ def captured_floor(activations: Path, work: Workload, precision: str, tolerance:
         return rounding_floor(refs, get_format(precision), tolerance)
     with ActivationStore(activations) as store:
         outputs = [o for o in work.model.outputs if store.has(REFERENCE, o)]
-        n = int(store.attr("samples", 0))
+        n = store.n_samples()
         return rounding_floor(({o: store.read(REFERENCE, o, i) for o in outputs} for i in range(n)),
                               get_format(precision), tolerance)
 

@@ -69,6 +69,7 @@ from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
 from precision_doctor.pipeline.trt import tensorrt_steps
+from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob, Timing
 from precision_doctor.runfiles import RunDir
 from precision_doctor.search import Oracle
@@ -133,8 +134,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     check_run_settings(run, run_settings(work, spec, held, _all_references(work)), resume)
     work.keep_in(run)  # a data loader script's samples: a resumed run reads them there
 
-    notify(progress, PhaseEvent("reference", f"FP32 outputs of {len(work.samples)} search sample"
-                                             f"{'s' if len(work.samples) != 1 else ''}"))
+    notify(progress, PhaseEvent("reference", f"FP32 outputs of {counted(len(work.samples), 'search sample')}"))
     ref = owned.enter_context(ReferenceRunner(model))  # its session closed with the backends
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, held_refs = work.references, work.held_references or []
@@ -151,8 +151,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     # the capture's samples: the hardest by the loop's scores (a spread choice without them), shape groups in turn
     loop.captured = work.choose_capture(spec.capture.max_samples,
                                         None if loop.scores is None else [s.share for s in loop.scores])
-    notify(progress, PhaseEvent("capture", f"{len(loop.captured)} sample{'s' if len(loop.captured) != 1 else ''}, "
-                                           "every tensor"))
+    notify(progress, PhaseEvent("capture", f"{counted(len(loop.captured), 'sample')}, every tensor"))
     if resume and whole(out_dir / ACTIVATIONS):  # a summary (pipeline/keep.py) or no capture: capture again
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:

@@ -129,3 +129,8 @@ def fmt_3g(v: float) -> str:
     if isinstance(v, float) and (math.isinf(v) or math.isnan(v)):
         return str(v)
     return f"{v:.3g}"
+
+
+def counted(n: int, noun: str) -> str:
+    """`n` and the noun, plural unless one: "1 sample", "3 held-out samples"."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 
 from precision_doctor.costs import Tradeoff
-from precision_doctor.render.numbers import fmt_decimal_bytes, fmt_short_pct
+from precision_doctor.render.numbers import counted, fmt_decimal_bytes, fmt_short_pct
 from precision_doctor.results.report import Pricing, Report
 
 
@@ -25,7 +25,7 @@ def cost_sentence(report: Report, with_share: bool = True) -> str | None:
     prec = str(report.precision or "low precision").upper()
     more = (f"{a.casts_added} more than all {prec}" if a.casts_added > 0 else
             f"{-a.casts_added} fewer than all {prec}" if a.casts_added < 0 else f"as many as all {prec}")
-    casts = f"{a.casts} Cast{'s' if a.casts != 1 else ''} ({more})"
+    casts = f"{counted(a.casts, 'Cast')} ({more})"
     parts = [f"{fmt_short_pct(a.fp32_flop_share)} of the FLOPs stay in FP32, with {casts}" if with_share
              else f"{casts.replace(' (', ' in fixed.onnx (', 1)}"]
     if a.estimated_speedup_kept is not None:

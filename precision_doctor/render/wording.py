@@ -27,6 +27,7 @@ from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus, SummaryRow, Verdict, _Value
 from precision_doctor.render.numbers import (
+    counted,
     fmt,
     fmt_3g,
     fmt_decimal_bytes,
@@ -392,7 +393,7 @@ def bound_sentence(report: Report, short: bool = False) -> str | None:
         return None
     of = "" if b.of == "final answer" else f" (of the {b.of})"
     conf = f"{b.confidence:.0%} confidence"
-    head = (f"{b.failures} of {b.samples} held-out sample{'s' if b.samples != 1 else ''} failed{of}: on data like yours "
+    head = (f"{b.failures} of {counted(b.samples, 'held-out sample')} failed{of}: on data like yours "
             f"the answer fails on {'at most' if not b.failures else 'up to'} {fmt_rate(b.failure_rate)} of inputs")
     if short:
         return f"{head} ({conf})."
@@ -416,7 +417,7 @@ def decided_sentence(report: Report) -> str | None:
             return (f"Decided by the {n} held-out samples of your data, which no search saw: a failure there fails the "
                     "answer, and the spread of their shares of the tolerance predicts new inputs (10 or more decide "
                     "without the perturbed-copy probe).")
-        return f"Decided by the {n} held-out sample{'s' if n != 1 else ''} (a failure there fails the answer)."
+        return f"Decided by the {counted(n, 'held-out sample')} (a failure there fails the answer)."
     if d == Decider.PROBE:
         return ("Decided by the perturbed-copy probe (fewer than 10 held-out samples of your data), as a second "
                 "signal for small data; a held-out failure fails the answer whatever the probe says.")
@@ -424,7 +425,7 @@ def decided_sentence(report: Report) -> str | None:
 
 
 def _answer_words(a: AnswerSummary) -> str:
-    return f"{a.size} node{'s' if a.size != 1 else ''}, {fmt_pct(a.fp32_flop_share)} of FLOPs"
+    return f"{counted(a.size, 'node')}, {fmt_pct(a.fp32_flop_share)} of FLOPs"
 
 
 _GROWN = {Growth.COUNTEREXAMPLES: "search samples outside the working set failed it",
@@ -441,7 +442,7 @@ def smaller_answer_sentence(report: Report) -> str | None:
     small = two.smaller
     b = small.held_out
     seen = (f"failed {b.failures} of {b.samples} held-out samples" if b is not None else
-            f"failed {small.search_failures} search sample{'s' if small.search_failures != 1 else ''}"
+            f"failed {counted(small.search_failures, 'search sample')}"
             if small.search_failures else "was predicted not to hold")
     # "safe" only where the answer grown from it passed (not where it too failed held-out samples or is predicted
     # not to hold: the verdict says that)
@@ -482,7 +483,7 @@ def rounds_sentence(report: Report) -> str | None:
     first = [x for x in r.rounds if x.search == "first"]
     working = len(first[-1].working) if first else r.start
     added = working - min(r.start, r.search_samples)
-    text = (f"Counterexample-guided search: {len(first)} round{'s' if len(first) != 1 else ''} on {working} of the "
+    text = (f"Counterexample-guided search: {counted(len(first), 'round')} on {working} of the "
             f"{r.search_samples} search samples (the {min(r.start, r.search_samples)} hardest"
             + (f", then {added} that failed an answer" if added else "") + ")")
     if r.verified:
@@ -496,7 +497,7 @@ def held_out_sentence(report: Report) -> str | None:
     v = report.validation
     if v is None:
         return None
-    n = f"{v.samples} held-out sample{'s' if v.samples != 1 else ''}"
+    n = counted(v.samples, "held-out sample")
     of = " (of the searched answer, before the confirmation changed it)" if v.of else ""
     h = report.expected_headroom
     if v.passed and h is not None and not h.held_out_from_user:
