@@ -98,12 +98,12 @@ def caller() -> str:
 def targets() -> list:
     from precision_doctor.backends import emulate, reference
     from precision_doctor.data import reference_cache
-    from precision_doctor.pipeline import probe
+    from precision_doctor.pipeline import copies
 
     return [(reference.ReferenceRunner, "run", "FP32 reference run"), (emulate.EmulatedRunner, "run", caller),
             (reference_cache.ReferenceFile, "read", "references.h5 read"),
             (reference_cache.ReferenceFile, "write", "references.h5 write"),
-            (probe, "perturbed_copies", "perturbed copies (with their references)"),
+            (copies, "perturbed_copies", "perturbed copies (with their references)"),
             (emulate, "make_session", "session created (emulate)"),
             (reference, "make_session", "session created (reference)")]
 

@@ -40,7 +40,6 @@ FLAGS: dict[str, str] = {
     "search.batch": "--batch",
     "search.margin": "--margin",
     "search.augment": "--augment",
-    "search.risk": "--risk",
     "search.max_evaluations": "--max-evaluations",
     "search.time_budget": "--time-budget",
     "search.keep_io_types": "--keep-io-types",

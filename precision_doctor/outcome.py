@@ -86,17 +86,18 @@ class Verdict(_Value):
 class Decider(_Value):
     """Which check decided whether the answer holds on new inputs (pipeline/heldout_policy.py `decider`)."""
 
-    HELD_OUT = "held_out"  # held-out samples no search saw (enough of the user's data: alone; else any failure)
-    PROBE = "probe"  # the perturbed-copy probe (few held-out samples: a held-out failure still fails the answer)
-    SEARCHED = "searched"  # neither: the answer is checked on the searched samples only
+    HELD_OUT = "held_out"  # held-out samples of the user's data that no search saw
+    PROBE = "probe"  # (reports before it was removed) the perturbed-copy probe
+    SEARCHED = "searched"  # none: the answer is checked on the searched samples only
 
 
 class Growth(_Value):
     """What grew the answer from a smaller one the run found first (report.json's `answers.grown_by`)."""
 
     COUNTEREXAMPLES = "counterexamples"  # search samples outside the working set failed it (search/cegis.py)
-    PREDICTION = "prediction"  # unseen samples (copies, held-out) predicted it would not hold: a stricter search
-    HELD_OUT = "held_out"  # held-out samples failed it: a second search with them included
+    PREDICTION = "prediction"  # (reports before it was removed) the perturbed-copy probe predicted it would not hold
+    CONFIRMATION = "confirmation"  # the confirm backend (the GPU's real kernels) failed it: grown there
+    HELD_OUT = "held_out"  # held-out samples failed it: repaired with them (grown by their attribution)
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ def test_recipes_manifest_and_names(tmp_path):
     s = specs[0].spec
     assert s.inputs.input_shapes == ("x:[2,32]",) and s.inputs.val_ranges == ("[-1,1]",)
     assert s.tolerance.atol == 0.5 and s.tolerance.rtol == 1e-5
-    assert s.search.margin == 0.1 and s.search.augment == 3  # the defaults
+    assert s.search.margin == 0.1 and s.search.augment == 0  # the defaults
     assert s.key() == s.with_settings({"search.margin": 0.1}).key() != s.with_settings({"search.margin": 0.2}).key()
     assert s.backends.confirm_backend is None
     assert s.key() != s.with_settings({"backends.confirm_backend": "ort-cuda"}).key()

@@ -113,7 +113,7 @@ def test_counterexamples_join_the_working_set_and_the_answer_grows(tmp_path):
 def test_cegis_answers_round_trip_and_render(tmp_path):
     rep = api.diagnose(_spec(tmp_path), tmp_path / "run")
     data = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert data["answers"]["grown_by"] == ["counterexamples"] and data["decided_by"] == "probe"
+    assert data["answers"]["grown_by"] == ["counterexamples"] and data["decided_by"] == "held_out"
     assert data["search_rounds"]["rounds"][0]["counterexamples"] and data["held_out_bound"]["method"].startswith("one-sided")
     back = Report.from_json(data)
     assert back.answers == rep.answers and back.search_rounds == rep.search_rounds

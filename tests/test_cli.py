@@ -135,7 +135,8 @@ def test_diagnose_confirm_backend_carries_the_answer_over(run_cli, planted_file,
     assert code == 0, err
     rep = json.loads((out / "report.json").read_text())
     c = rep["confirm"]
-    assert c["backend"] == "ort-cpu" and c["samples"] == 6 and c["passed"] and c["searched_answer_passed"]
+    # the 4 search samples: the 2 held-out ones check the final answer afterwards, never the confirmation
+    assert c["backend"] == "ort-cpu" and c["samples"] == 4 and c["passed"] and c["searched_answer_passed"]
     assert sorted(c["searched_answer"]) == sorted(case.expected) == sorted(rep["fallback_nodes"])
     assert rep["one_minimal_checked"] is True and c["one_minimal_checked"] is None  # 1-minimal on the emulator
     assert len((out / "confirm.jsonl").read_text().splitlines()) == c["evaluations"] >= 1
@@ -172,8 +173,6 @@ def test_resume_with_other_settings_is_refused(run_cli, planted_file, tmp_path):
     assert code == 2 and "other settings" in err and "margin" in err and "Traceback" not in err
     code, _, err = run_cli(*base, "--resume", "--augment", "1")
     assert code == 2 and "other settings" in err and "augment" in err and "Traceback" not in err
-    code, _, err = run_cli(*base, "--resume", "--risk", "0.01")
-    assert code == 2 and "other settings" in err and "risk" in err and "Traceback" not in err
     other = [a if a != files[0] else files[1] for a in base]  # the same number of samples, other values
     code, _, err = run_cli(*other, "--resume")
     assert code == 2 and "samples_hash" in err

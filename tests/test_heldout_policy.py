@@ -12,7 +12,6 @@ from precision_doctor.measure.bound import binomial_cdf, failure_rate_upper, sam
 from precision_doctor.outcome import Decider
 from precision_doctor.pipeline.heldout_policy import (
     GENERATED,
-    HELD_OUT_DECIDES,
     NONE,
     SPLIT,
     VALIDATE_INPUTS,
@@ -84,12 +83,10 @@ def test_spread():
     assert spread(10, 1) == (5,) and spread(3, 3) == (0, 1, 2)
 
 
-def test_enough_held_out_samples_of_the_users_data_decide_alone():
-    assert decider(HELD_OUT_DECIDES, from_user=True, probe=True) == Decider.HELD_OUT
-    assert decider(HELD_OUT_DECIDES - 1, from_user=True, probe=True) == Decider.PROBE
-    assert decider(50, from_user=False, probe=True) == Decider.PROBE  # generated: not the user's data
-    assert decider(2, from_user=True, probe=False) == Decider.HELD_OUT  # no probe: the few held-out ones can refuse
-    assert decider(0, from_user=False, probe=False) == Decider.SEARCHED
+def test_held_out_samples_of_the_users_data_decide():
+    assert decider(2, from_user=True) == Decider.HELD_OUT
+    assert decider(50, from_user=False) == Decider.SEARCHED  # generated: not the user's data
+    assert decider(0, from_user=True) == Decider.SEARCHED
 
 
 def test_clopper_pearson_against_known_values():

@@ -202,5 +202,5 @@ def test_sigterm_to_the_cli_checkpoints_and_says_how_to_resume(tmp_path):
     done = subprocess.run([str(pd), *resume.split()[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     rep = json.loads((out / "report.json").read_text())
-    logged = sum(len((out / f).read_text().splitlines()) for f in ("search.jsonl", "search-again.jsonl") if (out / f).is_file())
+    logged = sum(len((out / f).read_text().splitlines()) for f in ("search.jsonl", "repair.jsonl") if (out / f).is_file())
     assert rep["status"] == "complete" and rep["evaluations"] == logged  # the checkpoints: every evaluation once

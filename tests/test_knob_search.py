@@ -53,7 +53,7 @@ def test_knobs_on_ort_cpu_change_nothing_and_are_counted_and_checkpointed(run_cl
     k = rep["knobs"]
     assert rep["fallback_nodes"] == k["searched_answer"] == k["answer"] == ["l15_scale_up"] and not k["changed_answer"]
     assert k["backend"] == "ort-cpu" and k["configurations"] == [c.label for c in CONFIGS] and k["status"] == "complete"
-    assert k["samples"] == rep["samples"]["search"] + rep["samples"]["validation"]
+    assert k["samples"] == rep["samples"]["search"]  # the held-out samples check the answer after the knob search
     assert k["evaluations"] == 1 + len(CONFIGS) and k["memo_hits"] == len(CONFIGS)
     plan = knobs.knob_plan(["l15_scale_up"], CONFIGS)
     assert [(t["knobs"], t["why"], t["fallback_size"]) for t in k["trials"]] == [

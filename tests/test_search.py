@@ -244,14 +244,12 @@ def test_polish_removes_what_a_grown_set_no_longer_needs(tmp_path):
     assert grown is not None and polish(strict, s.space, grown) <= grown
 
 
-def test_confirmation_keeps_the_members_of_a_large_answer(tmp_path, monkeypatch):
-    """Above PRUNE_MAX members the confirm backend (here the emulator on 8 other samples, where the
-    answer fails) keeps the searched members, prunes only what it added, and the report says so."""
+def test_confirmation_keeps_the_searched_members_and_prunes_only_what_it_added(tmp_path):
+    """The confirm backend (here the emulator on 8 other samples, where the answer fails) keeps the searched members,
+    grows the answer and prunes only what it added; the report says so."""
     from precision_doctor.outcome import Outcome, RunStatus
     from precision_doctor.pipeline import confirmation
     from precision_doctor.pipeline.context import StepContext
-    from precision_doctor.render.wording import confirm_sentence
-    from precision_doctor.results.report import Report
     from precision_doctor.spec import RunSpec
 
     s = Setup("three_defects", tmp_path / "cap")
@@ -259,7 +257,6 @@ def test_confirmation_keeps_the_members_of_a_large_answer(tmp_path, monkeypatch)
     others = s.case.samples(8, seed=123)
     spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
                                                   "search.margin": 0.0})
-    monkeypatch.setattr(confirmation, "PRUNE_MAX", len(found) - 1)
     ctx = StepContext(spec=spec, run_dir=RunDir(tmp_path), space=s.space)
     confirmed = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, found), backend=s.backend, samples=others,
                                      refs=[s.ref.run(x) for x in others], budget=Budget(None, None))
@@ -268,20 +265,16 @@ def test_confirmation_keeps_the_members_of_a_large_answer(tmp_path, monkeypatch)
     assert found < final and rep.to_json()["pruned_searched"] is False and rep.one_minimal_checked is None
     strict = s.oracle(samples=others)
     assert all(not strict.passes(final - {x}) for x in final - found)
-    text = confirm_sentence(Report(model="m.onnx", fallback_nodes=sorted(final), confirm=rep))
-    assert f"its own {len(found)} members were kept" in text and "only what was added there was pruned" in text
 
 
-def test_confirmation_of_a_gpu_searched_answer_grows_it_and_prunes_nothing(tmp_path):
-    """An answer searched on the GPU (`searched_on_gpu`) that fails on the confirm backend (here the emulator on
-    8 other samples) is grown there by the shortest passing prefix and nothing is pruned: each removal tried there
-    would be a new session; the report and its sentence say so."""
+def test_confirmation_grows_by_the_failing_samples_attribution(tmp_path):
+    """With the run's attribution (pipeline/growth.py) the confirmation adds only nodes the failing samples' own local
+    errors name, and prunes what it added."""
     from precision_doctor.outcome import Outcome, RunStatus
     from precision_doctor.pipeline import confirmation
     from precision_doctor.pipeline.context import StepContext
-    from precision_doctor.render.wording import confirm_sentence
-    from precision_doctor.results.report import Report
-    from precision_doctor.search.auto import repair
+    from precision_doctor.pipeline.growth import Attribution
+    from precision_doctor.search.attributed import growth_names
     from precision_doctor.spec import RunSpec
 
     s = Setup("three_defects", tmp_path / "cap")
@@ -290,17 +283,15 @@ def test_confirmation_of_a_gpu_searched_answer_grows_it_and_prunes_nothing(tmp_p
     spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
                                                   "search.margin": 0.0})
     ctx = StepContext(spec=spec, run_dir=RunDir(tmp_path), space=s.space)
+    attribution = Attribution(s.model, FP16, None, tmp_path, 64.0)
     confirmed = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, found), backend=s.backend, samples=others,
                                      refs=[s.ref.run(x) for x in others], budget=Budget(None, None),
-                                     searched_on_gpu=True)
+                                     attribution=attribution)
     final, rep = confirmed.outcome.found, confirmed.report
-    assert rep.passed and not rep.searched_answer_passed and found < final
-    assert rep.pruned_searched is False and rep.pruned_added is False and rep.to_json()["pruned_added"] is False
-    assert all(e.phase in ("confirm", "grow", "bisect-grow") for e in rep.trajectory)  # no prune there
-    grown = repair(s.oracle(samples=others), s.space, found, prune_after=False)
-    assert final == grown  # the shortest passing prefix, as it is
-    text = confirm_sentence(Report(model="m.onnx", fallback_nodes=sorted(final), confirm=rep))
-    assert "what was added there (the shortest passing prefix of the ranked nodes) was kept as it is" in text
+    assert rep.passed and not rep.searched_answer_passed and found < final and attribution.samples >= 1
+    named = growth_names(s.space, attribution.scores([x for x in others]))
+    assert final - found <= named
+    assert any(e.phase == "attribute" for e in rep.trajectory)
 
 
 def test_confirmation_on_every_search_sample_at_once_needs_no_second_round(tmp_path):
@@ -334,9 +325,9 @@ def test_confirmation_on_every_search_sample_at_once_needs_no_second_round(tmp_p
     assert rounds[True] == [(0, 0)] and rounds[False][0][1] > 0
 
 
-def test_confirmation_that_only_prunes_says_nothing_was_added(tmp_path):
-    """An answer that passes on the confirm backend as it is and is pruned there: `pruned_added` is None (nothing
-    was added), whatever the pruning removed."""
+def test_confirmation_keeps_an_answer_that_passes_as_it_is(tmp_path):
+    """An answer that passes on the confirm backend as it is stays as it is: the confirmation grows answers that fail
+    there, it never prunes what the search kept (`pruned_added` None: nothing was added)."""
     from precision_doctor.outcome import Outcome, RunStatus
     from precision_doctor.pipeline import confirmation
     from precision_doctor.pipeline.context import StepContext
@@ -350,5 +341,5 @@ def test_confirmation_that_only_prunes_says_nothing_was_added(tmp_path):
     ctx = StepContext(spec=spec, run_dir=RunDir(tmp_path), space=s.space)
     got = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, padded), backend=s.backend,
                                samples=s.samples, refs=[s.ref.run(x) for x in s.samples], budget=Budget(None, None))
-    assert got.report.searched_answer_passed and got.outcome.found < padded
-    assert got.report.pruned_searched is True and got.report.pruned_added is None
+    assert got.report.searched_answer_passed and got.outcome.found == padded
+    assert got.report.pruned_searched is False and got.report.pruned_added is None

@@ -11,7 +11,7 @@ same settings. A recipe (every key optional; unknown keys are refused):
                 reference_outputs: polygraphy --save-outputs JSON of `files`}
     tolerance: {atol, rtol, check_error_stat, cosine_floor, margin,
                 output_atol / output_rtol: {output name: value} or ["name:value", ...] (polygraphy's --atol NAME:V)}
-    precision, backend, confirm_backend, emulation_rules, strategy, cost, augment, risk, max_evaluations, time_budget
+    precision, backend, confirm_backend, emulation_rules, strategy, cost, augment, max_evaluations, time_budget
     about:     free-form notes (provenance, why the tolerance is fair); not read by the batch
 
 Paths in a recipe are relative to the recipe (or the manifest). A manifest is `{"defaults": {...},
@@ -62,7 +62,6 @@ RECIPE_KEYS: dict[str, str] = {
     "strategy": "search.strategy",
     "cost": "search.cost",
     "augment": "search.augment",
-    "risk": "search.risk",
     "max_evaluations": "search.max_evaluations",
     "time_budget": "search.time_budget",
 }

@@ -123,19 +123,14 @@ SEARCH = (
     _opt("margin", "search.margin", float,
          "Search for a set that uses at most 1 - MARGIN of the tolerance (0.2: 20% to spare); held-out samples "
          "are checked at the full tolerance. Room to spare, no guarantee on other hardware (--confirm-backend "
-         "checks there). Default 0.1; --augment 0 --margin 0 is the bare minimum set (no room to spare)."),
+         "checks there). Default 0.1; --margin 0 is the bare minimum set (no room to spare)."),
     _opt("augment", "search.augment", int,
          f"Perturbed copies (Gaussian noise of {100 * aug.Augment().noise:g}% of each continuous float input's std, "
          "never on integer ones; image-like inputs first get another exposure: contrast "
          f"x{aug.CONTRAST[0]:g}-{aug.CONTRAST[1]:g}, a gain of {aug.GAIN[0]:g}-{aug.GAIN[1]:g} and an offset of "
          f"±{100 * aug.OFFSET[1]:g}% of the range per channel) of each search sample that the search also checks, so "
-         "the answer is not tuned to one rounding pattern; after the search 4 fresh copies per sample predict how it "
-         "holds on new inputs. Default 3; 0 turns copies and that check off."),
-    _opt("risk", "search.risk", float,
-         "The probability a new input may exceed the tolerance: the answer holds when the log-normal fitted to its "
-         "shares of the tolerance on unseen samples (held-out samples, fresh copies) predicts that a new input exceeds "
-         f"it with at most this probability; lower asks for more room (a larger answer). In (0, {specs.MAX_RISK:g}); "
-         f"default {specs.default('search.risk'):g}."),
+         "the answer is not tuned to one rounding pattern. Default 0 (none): the held-out samples of your data say whether "
+         "an answer holds."),
     _opt("strategy", "search.strategy", str, f"{', '.join(STRATEGIES)}."),
     _opt("cost", "search.cost", str,
          "What the search minimizes: 'deploy' (default: the estimated time fixed.onnx spends above all-FP16, FLOPs and "

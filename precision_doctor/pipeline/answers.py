@@ -3,7 +3,7 @@
 - `held_out_measure`: what the held-out samples of the user's data measure about the final answer (failures and
   the one-sided Clopper-Pearson bound, pipeline/heldout_policy.py), when no search saw them.
 - `two_answers`: when the run grew its answer from a smaller one it found first (counterexamples among the search
-  samples, the probe's stricter second search, held-out failures), both stay in the report: the smaller one with
+  samples, the confirmation on the GPU's real kernels, held-out failures), both stay in the report: the smaller one with
   its failures on the held-out samples (run here, on the backend with the last word) and the search samples it
   was seen to fail, the final one with its cost. Never a silent switch.
 """
@@ -29,14 +29,13 @@ def flop_share(model: Model, nodes: frozenset[str] | list[str], cost_model: Cost
     return sum(flops.get(n, 0) for n in nodes) / max(model.total_flops, 1)
 
 
-def held_out_measure(validation: Validation | None, from_user: bool, changed_by: str | None = None) -> HeldOutBound | None:
-    """The held-out samples' measure of the answer they checked: None without held-out samples of the user's
-    data, or when a second search was given them (they are not unseen any more). `changed_by`: what changed
-    the answer after they checked it (a confirmation), said in `of`."""
+def held_out_measure(validation: Validation | None, from_user: bool) -> HeldOutBound | None:
+    """The held-out samples' measure of the final answer (they check it last, pipeline/validate.py): None without
+    held-out samples of the user's data, or when they repaired it (they are not unseen any more). Ties (within the
+    GPU's own spread) are not counted as failures; the validation lists them."""
     if validation is None or not from_user or validation.research is not None or not validation.samples:
         return None
-    of = "final answer" if changed_by is None else f"searched answer, before {changed_by} changed it"
-    return held_out_bound(validation.samples, len(validation.failing_samples), of)
+    return held_out_bound(validation.samples, len(validation.failing_samples))
 
 
 def two_answers(ctx: RunContext, final: frozenset[str] | None, *, backend: Backend) -> TwoAnswers | None:
@@ -49,10 +48,12 @@ def two_answers(ctx: RunContext, final: frozenset[str] | None, *, backend: Backe
     grown: list[Growth] = []
     if sum(r.search == "first" for r in loop.rounds) > 1:
         grown.append(Growth.COUNTEREXAMPLES)
-    unseen = f.unseen
-    if unseen is not None and unseen.researched:
-        grown.append(Growth.PREDICTION if unseen.held_out_unseen else Growth.HELD_OUT)
-    if not grown:  # changed elsewhere (a confirmation, knobs): the report says so there
+    c = f.confirmed
+    if c is not None and c.passed and c.searched_answer_passed is False:
+        grown.append(Growth.CONFIRMATION)
+    if f.held is not None and f.held.repaired:
+        grown.append(Growth.HELD_OUT)
+    if not grown:  # changed elsewhere (knobs): the report says so there
         return None
     model, inputs = ctx.work.model, ctx.work.inputs
     from_user = inputs.from_user
@@ -62,12 +63,10 @@ def two_answers(ctx: RunContext, final: frozenset[str] | None, *, backend: Backe
         shares = sample_shares(backend, first, held, held_refs, ctx.spec.tolerance)
         smaller_bound = held_out_bound(len(held), sum(not s.passed for s in shares), f"smaller answer, on {backend.name}")
     round0 = next(r for r in loop.rounds if r.search == "first" and r.round == 0)
-    changed = f.confirmed is not None and f.confirmed.passed and sorted(final) != f.confirmed.searched_answer
     return TwoAnswers(
         grown_by=grown,
         smaller=AnswerSummary(sorted(first), len(first), flop_share(model, first, ctx.space.cost_model), smaller_bound,
                               len(round0.counterexamples)),
         safer=AnswerSummary(sorted(final), len(final), flop_share(model, final, ctx.space.cost_model),
-                            held_out_measure(f.validation, from_user,
-                                             f"the confirmation on {f.confirmed.backend}" if changed else None)),
+                            held_out_measure(f.validation, from_user)),
     )

@@ -51,7 +51,6 @@ NOT_IN_KEY: dict[str, str] = {
     "search.batch": "only the cost model and the latency read it, after the capture",
     "search.margin": "the search runs after the capture",
     "search.augment": "perturbed copies are made at search time and never captured",
-    "search.risk": "the probe runs after the search",
     "search.max_evaluations": "the search runs after the capture",
     "search.time_budget": "the search runs after the capture",
     "search.keep_io_types": "only fixed.onnx reads it",

@@ -14,23 +14,24 @@ from precision_doctor.graph.coverage import EmulationNote, emulation_notes, unco
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.mixed import lowp_nodes
 from precision_doctor.graph.model import Model
+from precision_doctor.measure.spread import KernelSpread
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.context import StepContext
+from precision_doctor.pipeline.growth import Attribution, grow_by_attribution
 from precision_doctor.pipeline.search_loop import Loop, run_loop
-from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, trajectory_row, user_share
+from precision_doctor.pipeline.strategy import evaluation_events, run_strategy, trajectory_row
 from precision_doctor.results.report import Certification, Confirm, KnobsResult, Validation
 from precision_doctor.search import Oracle
-from precision_doctor.search.auto import CERTIFY_MAX, repair
+from precision_doctor.search.auto import repair
 from precision_doctor.search.oracle import Budget, Verdict
 
 CONFIRM_CHECKPOINT = "confirm.jsonl"
 # With every search sample in its oracle from the start (`every_sample`): its own file, so that a run resumed from
 # one whose confirmation had only the working set never replays those verdicts as verdicts on every sample.
 CONFIRM_EVERY_CHECKPOINT = "confirm-every.jsonl"
-# Above this many members the searched answer's own members are not pruned on the confirm backend: each
-# removal tried there is a new session (1.4-2.9 s on nudenet's detector on an H100), hundreds for an answer
-# of hundreds of nodes; what a failing answer needed added there is still pruned.
-PRUNE_MAX = CERTIFY_MAX
+# The most of the tolerance the GPU's own spread may add to the confirmation's allowance (a spread larger than the
+# tolerance says the kernels, not the fallback set, decide: the report says so and the answer is not grown for it).
+MAX_SPREAD = 1.0
 
 
 @dataclass(frozen=True)
@@ -42,21 +43,19 @@ class Confirmed:
     report: Confirm
     verdict: Verdict | None
     loop: Loop | None = None
+    oracle: Oracle | None = None
 
 
 def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: Sequence[Sample], refs: Sequence[dict],
-            budget: Budget, copies: int = 0, loop: Loop | None = None, searched_on_gpu: bool = False,
-            every_sample: bool = False) -> Confirmed:
-    """Carry the searched answer (`searched.found`, not None) over to `backend` on `samples` (the working set and
-    the held-out samples, and the `copies` perturbed copies among them): keep it if it passes there, else grow it
-    until it does; then prune it to 1-minimal there (`search.auto.repair`; an answer of more than PRUNE_MAX members
-    keeps its own members, and only what was added there is pruned: each removal tried there is a new session,
-    1.4-2.9 s on a detector). An answer `searched_on_gpu` (1-minimal on the GPU's own FP16 kernels already:
-    ort-cuda-gated) keeps its members too: it is kept as it is where it passes, else grown (the shortest passing
-    prefix of the ranked islands, whose last member is needed) and not pruned (on nudenet pruning it whole found 40
-    nodes in 49 sessions, 76 s, where keeping them gave 52, 20% of the FLOPs against 17%, and the 52 held on 100
-    unseen renders on the GPU where the 40 failed 1 at 1.013x; pruning what was added took 12 of its 20 sessions,
-    17 s, to remove 1 of 15 additions).
+            budget: Budget, copies: int = 0, loop: Loop | None = None, every_sample: bool = False,
+            attribution: Attribution | None = None, spread: KernelSpread | None = None) -> Confirmed:
+    """Carry the searched answer (`searched.found`, not None) over to `backend` on `samples` (the search's working
+    set and the `copies` perturbed copies among them; never the held-out samples, which check the final answer
+    after this): keep it if it passes there, else grow it by the nodes its failing samples' error is attributed to
+    (`attribution`: pipeline/growth.py; without it, along the ranked islands), then prune what was added while it
+    passes (not on a backend that may only check: ort-cpu). With `spread` (the GPU's own spread of the searched
+    answer under its kernel choices, measure/spread.py) the check allows that much more of the tolerance: a sample
+    within the spread is a tie, not a failure to grow the answer for.
     With `loop` (the search's counterexample-guided loop), the answer is then checked there on every other search
     sample, and the failing ones join as in the search (`Confirmed.loop`: that loop); with `every_sample` (a GPU
     backend: a trial is one new session whose kernel choice costs seconds, a sample milliseconds) every search
@@ -73,21 +72,25 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: S
         samples, refs = Concat(samples, Picked(loop.pool.samples, rest)), Concat(refs, Picked(loop.pool.refs, rest))
         working += rest
         checkpoint = out_dir / CONFIRM_EVERY_CHECKPOINT
+    scale = 1.0 - spec.search.margin  # what the oracle allows of the user's tolerance
+    if spread is not None and spread.share > 0:  # a sample within the GPU's own spread is a tie
+        scale += min(spread.share, MAX_SPREAD)
+    tol = spec.tolerance.scaled(scale) if scale != 1.0 else spec.tolerance
     oracle = Oracle(
-        backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, budget=budget,
+        backend, samples, refs, tol, cost_of=ctx.space.cost, budget=budget,
         checkpoint=checkpoint, writer=ctx.run_dir, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop,
     )
     if ctx.resume:
         oracle.load_checkpoint()
     elif checkpoint.exists():
         checkpoint.unlink()
-    prune_after = not backend.check_only  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
-    keep = len(found) > PRUNE_MAX or searched_on_gpu
-    pruned_searched = prune_after and not keep
-    prune_added = prune_after and not searched_on_gpu
+    prune_added = not backend.check_only  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
+    pruned_searched = False  # the searched members stay: only what the confirmation added is pruned
 
-    def carry(start: frozenset[str]):
-        return lambda o, sp: repair(o, sp, start, prune_added, keep)
+    def carry(start: frozenset[str], failing: Sequence[int] = ()):
+        if attribution is not None:
+            return grow_by_attribution(attribution, start, failing, prune_after=prune_added)
+        return lambda o, sp: repair(o, sp, start, prune_added, keep_start=True)
 
     there = None
     if loop is None:
@@ -122,10 +125,10 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: S
         one_minimal_checked=oracle.one_minimal_checked(confirmed) if passed and pruned_searched else None,
         pruned_searched=pruned_searched,
         pruned_added=None if not passed or confirmed <= found else prune_added,
-        tolerance_used=user_share(spec, final),
+        tolerance_used=final.tol_used * scale if final is not None else None,
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
     )
-    return Confirmed(Outcome(status, reason, confirmed), report, final, there)
+    return Confirmed(Outcome(status, reason, confirmed), report, final, there, oracle)
 
 
 def certification(

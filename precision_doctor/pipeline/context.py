@@ -1,11 +1,6 @@
 """What the steps of one diagnose run share: `StepContext` (what every step reads) and `RunContext` (the whole
 run: workload, backends, references, the oracle), plus `Findings`, what the steps after the search found (the
-probe's `UnseenCheck`, the knob search's `KnobOutcome`, ...).
-
-The settings can change once mid-run: when the probe's second search ran at a larger margin, the
-confirmation, the knob search and the report work at that margin (`RunContext.raise_margin`); `given`
-keeps the settings as the run was given them.
-"""
+held-out check's `HeldOutCheck`, the knob search's `KnobOutcome`, ...)."""
 
 from __future__ import annotations
 
@@ -22,10 +17,11 @@ from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.measure.floor import RoundingFloor
-from precision_doctor.measure.headroom import SampleShare
+from precision_doctor.measure.spread import KernelSpread
 from precision_doctor.outcome import Decider, Outcome, RunStatus
+from precision_doctor.pipeline.growth import Attribution
 from precision_doctor.pipeline.search_loop import Loop
-from precision_doctor.results.report import Confirm, ExpectedHeadroom, HeldOutChoice, KnobsResult, TwoAnswers, Validation
+from precision_doctor.results.report import Confirm, HeldOutChoice, KnobsResult, TwoAnswers, Validation
 from precision_doctor.runfiles import RunDir
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, Verdict
@@ -73,30 +69,28 @@ class References:
     runner: ReferenceRunner
 
 
+@dataclass(frozen=True)
+class LastWord:
+    """The oracle whose verdicts decide the answer (the confirm backend's where it confirmed, else the search's) and
+    its counterexample-guided loop: a repair with failing held-out samples continues on them."""
+
+    oracle: Oracle
+    loop: Loop
+
+
 @dataclass
-class UnseenCheck:
-    """The search's answer (`outcome`) after the check on unseen samples (and the one second search a failure
-    sends them into). `ran`: there was something to check; `held_out_unseen`: no search has seen the held-out
-    samples (a second search after one of them failed has); `copies`/`copy_refs`: the fresh copies no
-    search has seen (the recheck copies after a second search), `shares`/`held` the answer's shares on
-    them and on the held-out samples; `margin`: the margin of the search that found the answer, and
-    `share_searched` the answer's share of the user's tolerance on the samples that search checked; `first`:
-    after a second search, the first answer's size and the share a new input was predicted to exceed with it."""
+class HeldOutCheck:
+    """The answer after the held-out check (`outcome`): the check itself (`validation`: None without held-out
+    samples or without an answer) and, where failing held-out samples repaired it, the answer that failed them
+    (`first_answer`)."""
 
     outcome: Outcome
-    margin: float = 0.0
-    share_searched: float | None = None
     validation: Validation | None = None
-    shares: list[SampleShare] = field(default_factory=list)
-    held: list[SampleShare] = field(default_factory=list)
-    copies: list[Sample] = field(default_factory=list)
-    copy_refs: list[dict] = field(default_factory=list)
-    researched: bool = False
-    research_margin: float | None = None
-    held_out_unseen: bool = True
-    ran: bool = False
-    first: tuple[int, float | None] | None = None
-    first_answer: frozenset[str] | None = None  # the first search's answer, where a second search replaced it
+    first_answer: frozenset[str] | None = None
+
+    @property
+    def repaired(self) -> bool:
+        return self.first_answer is not None
 
 
 @dataclass(frozen=True)
@@ -122,18 +116,18 @@ class KnobOutcome:
 class Findings:
     """What the steps after the search found, for the report; each field is set by one step."""
 
-    unseen: UnseenCheck | None = None  # probe
-    probed: bool = False  # probe: fresh perturbed copies checked the answer
-    headroom: ExpectedHeadroom | None = None  # probe (the confirmation replaces it)
     confirmed: Confirm | None = None  # confirm
     confirm_verdict: Verdict | None = None  # confirm: the verdict on the final set there
+    spread: KernelSpread | None = None  # confirm: the GPU's own spread of the searched answer (a GPU confirmation)
+    last_word: LastWord | None = None  # search, then confirm: whose verdicts decide the answer
     knobs: KnobOutcome | None = None  # knobs
-    decided_by: Decider | None = None  # probe: which check decides whether the answer holds
+    held: HeldOutCheck | None = None  # validate
+    decided_by: Decider | None = None  # validate: which check decides whether the answer holds
     answers: TwoAnswers | None = None  # answers: the smaller answer found first, and the final one
 
     @property
     def validation(self) -> Validation | None:
-        return self.unseen.validation if self.unseen is not None else None
+        return self.held.validation if self.held is not None else None
 
 
 @dataclass(kw_only=True)
@@ -159,14 +153,10 @@ class RunContext(StepContext):
     floor: RoundingFloor | None = None
     search_ended: float | None = None
     held_choice: HeldOutChoice | None = None
+    attribution: Attribution | None = None  # growth by attribution: the failing samples' local errors
     findings: Findings = field(default_factory=Findings)
-    given: RunSpec = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.given = self.spec
-
-    def raise_margin(self, margin: float) -> None:
-        """The probe's second search ran at `margin`: from here on `spec` (what the confirmation, the knob
-        search and the report use) has it; `given` keeps the margin the run was given."""
-        if margin != self.spec.search.margin:
-            self.spec = self.spec.with_settings({"search.margin": margin})
+    @property
+    def given(self) -> RunSpec:
+        """The settings as the run was given them (the report's invocation)."""
+        return self.spec

@@ -1,11 +1,13 @@
 """`diagnose`: capture, rank, search, confirm on held-out samples, and write every artifact.
 
 Data flows one way: workload -> references + sample scores -> capture + analysis -> search space -> oracle on the
-working set + strategy, checked on every search sample (pipeline/search_loop.py) -> validation + probe
-(pipeline/probe.py) -> [confirmation on another backend] -> the two answers -> "fixed" capture -> artifacts and report.
+working set + strategy, checked on every search sample (pipeline/search_loop.py; an answer that fails a sample grows
+by what that sample's error is attributed to: pipeline/growth.py) -> [confirmation on another backend, the GPU's own
+spread measured] -> [knobs] -> the held-out check on the backend with the last word, and a repair where held-out
+samples fail (pipeline/validate.py) -> the two answers -> "fixed" capture -> artifacts and report.
 This module only orchestrates: `_prepare` builds the run's `RunContext` (pipeline/context.py), then each step
-(search, probe, confirm, knobs, answers, settle) is `step(ctx, outcome) -> Outcome` and `_write` makes the artifacts
-and the report; the work of each step lives in its own module of this package.
+(search, confirm, knobs, validate, answers, settle) is `step(ctx, outcome) -> Outcome` and `_write` makes the
+artifacts and the report; the work of each step lives in its own module of this package.
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.shapes import input_shapes
 from precision_doctor.measure.floor import rounding_floor
-from precision_doctor.outcome import Decider, Outcome, RunStatus
+from precision_doctor.measure.spread import kernel_spread
+from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.answers import two_answers
 from precision_doctor.pipeline.artifacts import write_artifacts
 from precision_doctor.pipeline.capture_cache import CaptureCache, shared_capture
@@ -38,23 +41,13 @@ from precision_doctor.pipeline.compare import (
     write_layer_tables,
 )
 from precision_doctor.pipeline.confirmation import certification, confirm, notes_for
-from precision_doctor.pipeline.context import Backends, References, RunContext
+from precision_doctor.pipeline.context import Backends, LastWord, References, RunContext
+from precision_doctor.pipeline.copies import SEARCH_SEED, copy_maker
+from precision_doctor.pipeline.growth import Attribution
 from precision_doctor.pipeline.heldout_policy import decider
 from precision_doctor.pipeline.keep import keep_capture
 from precision_doctor.pipeline.knob_search import budget_after, search_knobs
 from precision_doctor.pipeline.pricing import price, run_cost_model
-from precision_doctor.pipeline.probe import (
-    HALFWAY_SEED,
-    PROBE_COPIES,
-    PROBE_SEED,
-    RECHECK_SEED,
-    SEARCH_SEED,
-    Unseen,
-    check_unseen,
-    confirmed_headroom,
-    copy_maker,
-    search_headroom,
-)
 from precision_doctor.pipeline.reporting import (
     CHECKPOINT,
     AnswerChecks,
@@ -67,8 +60,9 @@ from precision_doctor.pipeline.reporting import (
 from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_from, polish_for, run_loop, start_loop
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.spec_check import validate_spec
-from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
+from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining
 from precision_doctor.pipeline.trt import tensorrt_steps
+from precision_doctor.pipeline.validate import check_held_out
 from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob, Timing
 from precision_doctor.runfiles import RunDir
@@ -106,7 +100,7 @@ def run_diagnose(
                        capture_cache=capture_cache, t0=t0)
         ctx.held_choice = held_choice
         outcome = _search(ctx)
-        for step in (_probe, _confirm, _knobs):  # what the time budget's clock runs through
+        for step in (_confirm, _knobs, _validate):  # what the time budget's clock runs through
             outcome = step(ctx, outcome)
         ctx.search_ended = time.monotonic()
         for step in (_answers, _settle):
@@ -174,11 +168,12 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         oracle.load_checkpoint()
     elif (out_dir / CHECKPOINT).exists():
         (out_dir / CHECKPOINT).unlink()  # our own file from an earlier forced run
+    attribution = Attribution(model, get_format(spec.precision), b.rules, out_dir, spec.capture.group_mb, progress, stop)
     return RunContext(
         spec=spec, run_dir=run, space=space, progress=progress, stop=stop, resume=resume, work=work,
         analysis=analysis, backends=Backends(plan, backend, confirm_backend),
         references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget, loop=loop, owned=owned,
-        t0=t0, floor=floor,
+        t0=t0, floor=floor, attribution=attribution,
     )
 
 
@@ -192,60 +187,34 @@ def _search(ctx: RunContext) -> Outcome:
     notify(ctx.progress, PhaseEvent("search", f"{len(ctx.work.model.candidates)} candidate nodes on {ctx.backends.search.name}, "
                                               f"{len(ctx.loop.working)} samples and {copies} perturbed copies"))
     strategy = ctx.spec.search.strategy
-    return run_loop(ctx.loop, ctx.oracle, ctx.space, strategy, lambda prev: grow_from(strategy, prev), stop=ctx.stop,
+    ctx.findings.last_word = LastWord(ctx.oracle, ctx.loop)
+    return run_loop(ctx.loop, ctx.oracle, ctx.space, strategy,
+                    lambda prev, failing: grow_from(strategy, prev, ctx.attribution, failing), stop=ctx.stop,
                     polish=polish_for(strategy))
-
-
-def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
-    """Check the answer on held-out samples and (unless there are enough held-out samples of the user's data to
-    decide: `heldout_policy.decider`) fresh perturbed copies of the working set's samples; search again (once, at
-    a larger margin, which the steps after take over) when a sample fails or the spread of their shares predicts
-    that new inputs will exceed the tolerance."""
-    samples, run, held = ctx.work.samples, ctx.references.runner.run, ctx.references.held
-    from_user = ctx.work.inputs.from_user
-    found = outcome.found is not None
-    decides = decider(len(held), from_user, probe=bool(ctx.spec.search.augment) and found)
-    n_probe = PROBE_COPIES if decides == Decider.PROBE else 0  # no answer, or the held-out samples decide: no probe
-    working = list(ctx.loop.working)
-    search_copies = len(ctx.oracle.samples) - ctx.loop.user_samples  # the working set's, before a second search
-    if found and (held or n_probe):  # the phase starts with making the probe's copies and their references
-        notify(ctx.progress, PhaseEvent("validate", f"{len(held)} held-out samples, {len(working) * n_probe} "
-                                                    "perturbed copies"))
-    make = copy_maker(samples, n_probe, PROBE_SEED, run)
-    probe, probe_refs = make(working, working)
-    unseen = Unseen(held, ctx.references.held_refs, probe, probe_refs,
-                    recheck=lambda: copy_maker(samples, n_probe, RECHECK_SEED, run)(working, working),
-                    halfway=lambda: copy_maker(samples, n_probe, HALFWAY_SEED, run)(working, working))
-    checked = check_unseen(ctx, outcome, backend=ctx.backends.search, oracle=ctx.oracle, unseen=unseen, loop=ctx.loop)
-    ctx.raise_margin(checked.margin)  # the second search's larger margin: confirm and report at it
-    f = ctx.findings
-    f.unseen, f.probed, f.decided_by = checked, bool(probe), decides
-    f.headroom = search_headroom(checked, len(samples), search_copies, held_out_from_user=from_user,
-                                 risk=ctx.spec.search.risk)
-    return checked.outcome
 
 
 def _final_samples(ctx: RunContext) -> tuple[list[Sample], list[dict], int]:
     """What the confirmation and the knob search run on: the samples the final search checked (its perturbed
-    copies too: a prune on the GPU must not undo what they bought) and the held-out ones it did not search
-    with; and how many of them are perturbed copies."""
-    r, unseen = ctx.references, ctx.findings.unseen
-    held, held_refs = (r.held, r.held_refs) if unseen is None or unseen.held_out_unseen else ([], [])
-    samples, refs = ctx.oracle.samples + held, ctx.oracle.references + held_refs
-    return samples, refs, len(ctx.oracle.samples) - ctx.loop.user_samples
+    copies too: a prune on the GPU must not undo what they bought), never the held-out ones (they check the
+    final answer); and how many of them are perturbed copies."""
+    return list(ctx.oracle.samples), list(ctx.oracle.references), len(ctx.oracle.samples) - ctx.loop.user_samples
 
 
 def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
-    """Carry the answer over to the confirm backend (when there is one and the search completed)."""
+    """Carry the answer over to the confirm backend (when there is one and the search completed); on ONNX Runtime
+    CUDA, first measure its own spread under the kernel choices a deployment may get (measure/spread.py)."""
     backend, f = ctx.backends.confirm, ctx.findings
     if backend is None or outcome.found is None:
         return outcome
     if outcome.complete:
         samples, refs, n_copies = _final_samples(ctx)
+        if backend.name == "ort-cuda":
+            notify(ctx.progress, PhaseEvent("spread", f"the answer under cuDNN's algorithm choices, {len(samples)} samples"))
+            f.spread = kernel_spread(ctx.work.model, ctx.spec.precision, outcome.found, samples, refs, ctx.spec.tolerance)
         notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {len(samples)} samples"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
-                            searched_on_gpu=ctx.backends.search.name in GPU_BACKENDS, every_sample=backend.name in GPU_BACKENDS)
+                            every_sample=backend.name in GPU_BACKENDS, attribution=ctx.attribution, spread=f.spread)
         outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
         there = confirmed.loop
         if there is not None:  # its rounds join the record; where it decided the answer, its verdict on the rest too
@@ -253,13 +222,11 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
             ctx.loop.checked += there.checked
             if confirmed.report.passed:
                 ctx.loop.verified, ctx.loop.failing, ctx.loop.stopped = there.verified, there.failing, there.stopped
+        if confirmed.report.passed and not backend.check_only and confirmed.oracle is not None and there is not None:
+            f.last_word = LastWord(confirmed.oracle, there)
     else:
         f.confirmed = Confirm(backend.name, sorted(outcome.found), passed=None, skipped=(
             f"the search ended early ({outcome.status}); the answer is the searched one, not confirmed"))
-    if f.headroom is not None and f.probed and f.confirmed.passed and outcome.found is not None \
-            and not backend.check_only:
-        f.headroom = confirmed_headroom(f.headroom, backend, outcome.found, f.unseen, f.validation, ctx.spec,
-                                        user_share(ctx.spec, f.confirm_verdict))
     return outcome
 
 
@@ -275,6 +242,21 @@ def _knobs(ctx: RunContext, outcome: Outcome) -> Outcome:
         owned=ctx.owned, copies=n_copies,
     )
     return Outcome(knobs.status, knobs.reason or outcome.reason, knobs.fallback)
+
+
+def _validate(ctx: RunContext, outcome: Outcome) -> Outcome:
+    """The final answer on the held-out samples, on the backend with the last word; repaired with them where they
+    fail it (pipeline/validate.py)."""
+    held, f = ctx.references.held, ctx.findings
+    f.decided_by = decider(len(held), ctx.work.inputs.from_user)
+    if outcome.found is None or not held:
+        return outcome
+    b, c = ctx.backends, f.confirmed
+    there = b.confirm is not None and c is not None and c.passed and not b.confirm.check_only
+    backend = b.confirm if there else b.search
+    notify(ctx.progress, PhaseEvent("validate", f"{counted(len(held), 'held-out sample')} on {backend.name}"))
+    f.held = check_held_out(ctx, outcome, backend)
+    return f.held.outcome
 
 
 def _answers(ctx: RunContext, outcome: Outcome) -> Outcome:
@@ -314,20 +296,19 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
                                   shapes)
         trt_check, engine = tensorrt_steps(run, work.model, final, spec, written, knobs, shapes)
         produced = Produced(fixed.errors, written, trt_check, engine)
-    validation, headroom = f.validation, f.headroom
+    validation = f.validation
     notes = notes_for(work.model, fmt, backend, final) if passed else []
     checks = AnswerChecks(
-        validation=validation, headroom=headroom, confirm=f.confirmed, confirm_verdict=f.confirm_verdict,
+        validation=validation, confirm=f.confirmed, confirm_verdict=f.confirm_verdict, spread=f.spread,
         knobs=knobs.result if knobs else None, knob_verdict=knobs.verdict if knobs else None,
         certified_by=certification(ctx.backends.plan, backend, f.confirmed, validation,
                                    len(work.samples) if ctx.loop.verified else ctx.loop.user_samples,
-                                   passed and (headroom is None or headroom.holds), rules,
-                                   knobs.result if knobs else None, notes),
+                                   passed, rules, knobs.result if knobs else None, notes),
         emulation_notes=notes,
     )
-    unseen = f.unseen
-    pricing = price(ctx.space, ctx.oracle, outcome.found, ctx.space.cost_model, spec, work,
-                    unseen.first_answer if unseen is not None else None, ctx.stop, with_tradeoff=outcome.complete)
+    first = f.held.first_answer if f.held is not None else None
+    pricing = price(ctx.space, ctx.oracle, outcome.found, ctx.space.cost_model, spec, work, first, ctx.stop,
+                    with_tradeoff=outcome.complete)
     now = time.monotonic()
     started, ended = ctx.oracle.started, ctx.search_ended or now
     timing = Timing(before_search_s=started - ctx.t0, search_s=ended - started, after_search_s=now - ended,

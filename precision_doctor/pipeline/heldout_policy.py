@@ -11,17 +11,15 @@ distribution can say it holds *on the user's data*:
   is *not validated*, and the words say so. Why these numbers: the held-out samples bound the failure rate
   on new inputs (measure/bound.py: 0 failures in 10 samples bound it at 26%, in 59 at 5%), the search
   gets the rest; a fifth keeps most of a large set searching while the bound tightens with the data, ten
-  is where the held-out samples decide instead of the perturbed-copy probe (HELD_OUT_DECIDES), and with 4-20
+  gives a bound of 26% with none failing, and with 4-20
   samples the split is the quarter it was (2-4 `--inputs` behave as before: 4 hold 2 out).
 - generated search samples (no `--inputs`): held-out samples are generated too (another seed), and
   the words say they are generated, not the user's data.
 - `--validation-split F` overrides the fraction (0: hold nothing out), leaving at least one sample
   for the search.
 
-Which check decides (`decider`): at least HELD_OUT_DECIDES held-out samples of the user's data that no
-search saw decide without the perturbed-copy probe (any failure fails the answer, and the spread of their
-shares predicts new inputs: pipeline/probe.py); with fewer, the probe's copies join them, as a second signal
-for small data, and a held-out failure still fails the answer.
+Which check decides (`decider`): the held-out samples of the user's data, checked on the final answer on the
+backend with the last word (pipeline/validate.py); with none, the answer is checked on the searched samples only.
 `held_out_bound` is what the held-out samples measure: failures, and the one-sided Clopper-Pearson upper
 bound on the failure rate at CONFIDENCE, with how many passing samples a USEFUL_RATE bound needs.
 """
@@ -39,7 +37,6 @@ HOLD_OUT_FROM = 4  # user samples needed before some are held out by default
 HOLD_OUT_FRACTION = 0.2
 MIN_HELD_OUT = 2  # when holding out by default, at least this many
 HELD_OUT_TARGET = 10  # ... and at least this many where that is at most a quarter of the samples
-HELD_OUT_DECIDES = 10  # this many unseen held-out samples of the user's data decide without the probe
 GENERATED_FRACTION = 0.5  # generated held-out samples per generated search sample
 CONFIDENCE = 0.95
 USEFUL_RATE = 0.05  # a bound on the failure rate is useful from here down (59 passing samples)
@@ -132,14 +129,10 @@ def inputs_for_held_out(k: int) -> int:
     return n
 
 
-def decider(held_out_unseen: int, from_user: bool, probe: bool) -> Decider:
-    """Which check decides whether the answer holds: `held_out_unseen` held-out samples no search saw
-    (`from_user`: of the user's data), and whether the perturbed-copy probe can run (`probe`)."""
-    if from_user and held_out_unseen >= HELD_OUT_DECIDES:
-        return Decider.HELD_OUT
-    if probe:
-        return Decider.PROBE
-    return Decider.HELD_OUT if held_out_unseen else Decider.SEARCHED
+def decider(held_out: int, from_user: bool) -> Decider:
+    """Which check decides whether the answer holds: the held-out samples of the user's data (`held_out` of them,
+    `from_user`), or none (the answer is checked on the searched samples only)."""
+    return Decider.HELD_OUT if held_out and from_user else Decider.SEARCHED
 
 
 def held_out_bound(samples: int, failures: int, of: str = "final answer") -> HeldOutBound:

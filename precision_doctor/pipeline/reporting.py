@@ -14,6 +14,7 @@ from precision_doctor.graph.shapes import InputShape
 from precision_doctor.jsonio import write_json
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.measure.floor import RoundingFloor
+from precision_doctor.measure.spread import KernelSpread
 from precision_doctor.outcome import Decider, Outcome
 from precision_doctor.pipeline.answers import flop_share, held_out_measure
 from precision_doctor.pipeline.artifacts import Written
@@ -26,7 +27,6 @@ from precision_doctor.results.report import (
     Checks,
     Confirm,
     EngineResult,
-    ExpectedHeadroom,
     FormatLimits,
     HeldOutChoice,
     Invocation,
@@ -79,13 +79,13 @@ class Promise:
 
 @dataclass(frozen=True)
 class AnswerChecks:
-    """How the answer was checked after the search: on the held-out samples (`validation`), on unseen samples
-    (`headroom`), on the confirm backend (`confirm`, with the verdict on the final set there), by the knob
-    search (with its verdict), who certified it and what the emulator does not model in it."""
+    """How the answer was checked after the search: on the confirm backend (`confirm`, with the verdict on the final
+    set there, and the GPU's own `spread` under its kernel choices), by the knob search (with its verdict), on the
+    held-out samples (`validation`), who certified it and what the emulator does not model in it."""
 
     validation: Validation | None = None
-    headroom: ExpectedHeadroom | None = None
     confirm: Confirm | None = None
+    spread: KernelSpread | None = None
     confirm_verdict: Verdict | None = None
     knobs: KnobsResult | None = None
     knob_verdict: Verdict | None = None
@@ -122,12 +122,9 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
     final_verdict = checks.knob_verdict if by_knobs else checks.confirm_verdict or (
         searched_verdict if same_as_searched else None)
     held_out_ok = validation is None or validation.passed or bool(validation.passed_after_research)
-    if validation is not None and not same_as_searched:
-        validation.of = "searched answer"
     fmt = get_format(spec.precision)
     rounds = searched.rounds
     from_user = work.inputs.from_user
-    changed = None if same_as_searched else (f"the confirmation on {confirm.backend}" if not by_knobs else "the knob search")
     cm = searched.space.cost_model
     flops = cm.flops if cm is not None else {n.name: n.flops for n in model.nodes}
     total_flops = sum(flops.values())
@@ -148,14 +145,13 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         # search and validation: of the searched answer, None when the confirmation changed it
         tolerance_used=ToleranceUsed(
             search=user_share(spec, searched_verdict) if same_as_searched else None,
-            validation=validation.tol_used if validation is not None and same_as_searched else None,
+            validation=validation.tol_used if validation is not None else None,  # the held-out check is of the final answer
             confirm=confirm.tolerance_used if confirm is not None and not by_knobs else None,
         ),
         confirm=confirm, certified_by=checks.certified_by, emulation_rules=spec.backends.rules,
         emulation_notes=list(checks.emulation_notes),
         status=outcome.status, reason=outcome.reason,
-        passed=fallback is not None and held_out_ok and (checks.headroom is None or checks.headroom.holds)
-        and (rounds is None or not rounds.failing),
+        passed=fallback is not None and held_out_ok and (rounds is None or not rounds.failing),
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
         fp32_flop_share=flop_share(model, final, searched.space.cost_model),
@@ -169,7 +165,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         shape_groups=[ShapeGroupInfo(g.as_dict(), n, held, captured) for g, n, held, captured in work.shape_groups()],
         baseline=_checks(oracle.known(())),
         outputs=dict(final_verdict.outputs) if final_verdict else {},
-        validation=validation, expected_headroom=checks.headroom,
+        validation=validation, kernel_spread=checks.spread,
         first_divergence=searched.analysis.first_divergence,
         first_divergence_node=searched.analysis.first_divergence_node,
         ranking=searched.analysis.ranking[:50],
@@ -181,7 +177,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
         trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
         held_out_choice=promise.held_out_choice,
-        held_out_bound=held_out_measure(validation, from_user, changed) if fallback is not None and outcome.complete else None,
+        held_out_bound=held_out_measure(validation, from_user) if fallback is not None and outcome.complete else None,
         decided_by=promise.decided_by, search_rounds=rounds, answers=promise.answers,
         input_shapes=list(shapes or []), invocation=invocation, pricing=pricing,
     )

@@ -3,10 +3,11 @@ perturbed copies, the rounds, and their record for `--resume`.
 
 A round: the strategy searches on the oracle's working set; its answer is checked on the other search samples,
 hardest first, until a few fail; those join the working set (`Oracle.tighten`) and the next round continues from
-the answer (`auto`: grown until it passes, then pruned; other strategies search again, with the failures
-memoized). The loop ends when an answer passes every search sample, or after cegis.MAX_ROUNDS rounds, or when the
-budget or a stop ends the search (then the answer is not verified on every search sample, and the report says
-so). The same loop serves the first search, the probe's second search and the confirmation (`search`: which).
+the answer (`auto`: grown by the nodes the failing samples' own error is attributed to until it passes, then
+what it added pruned: pipeline/growth.py; other strategies search again, with the failures memoized). The loop
+ends when an answer passes every search sample, or after cegis.MAX_ROUNDS rounds, or when the budget or a stop
+ends the search (then the answer is not verified on every search sample, and the report says so). The same loop
+serves the first search, the repair with failing held-out samples and the confirmation (`search`: which).
 
 ROUNDS_LOG records the samples' scores and every finished round (its working set, answer and counterexamples), so
 that a resumed run does not score or check again what it already did; the oracle's checkpoint records each
@@ -27,6 +28,7 @@ from precision_doctor.data.inputs import Sample
 from precision_doctor.jsonio import as_float, jsonable
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Outcome, RunStatus
+from precision_doctor.pipeline.growth import Attribution, grow_by_attribution
 from precision_doctor.pipeline.strategy import StrategyFn, run_strategy
 from precision_doctor.results.report import SearchRound, SearchRounds
 from precision_doctor.runfiles import RunDir
@@ -173,11 +175,16 @@ def start_loop(backend: Backend, samples: Sequence[Sample], refs: Sequence[dict]
                 scores=scores)
 
 
-def grow_from(strategy: str | StrategyFn, previous: frozenset[str]) -> StrategyFn:
+def grow_from(strategy: str | StrategyFn, previous: frozenset[str], attribution: Attribution | None = None,
+              failing: Sequence[int] = ()) -> StrategyFn:
     """How a round after the first continues from the previous answer: `auto` grows it until it passes and
-    prunes what it added (`search.auto.repair` with `keep_start`; the loop's `polish` later owes the rest);
-    another strategy searches again (its failures stay memoized)."""
+    prunes what it added (the loop's `polish` later owes the rest): by the nodes its failing samples (`failing`,
+    the oracle's indices) are attributed to where the run measures attributions (pipeline/growth.py), else along
+    the search's ranking (`search.auto.repair` with `keep_start`); another strategy searches again (its failures
+    stay memoized)."""
     if strategy == "auto":
+        if attribution is not None:
+            return grow_by_attribution(attribution, previous, failing)
         return lambda o, sp: repair(o, sp, previous, keep_start=True)
     return STRATEGIES[strategy] if isinstance(strategy, str) else strategy
 
@@ -188,11 +195,15 @@ def polish_for(strategy: str | StrategyFn) -> Polish | None:
     return polish if strategy == "auto" else None
 
 
+Grow = Callable[[frozenset[str], Sequence[int]], StrategyFn]  # (the answer, the oracle's failing samples) -> strategy
+
+
 def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | StrategyFn,
-             grow: Callable[[frozenset[str]], StrategyFn], *, search: str = "first",
+             grow: Grow, *, search: str = "first",
              stop: StopToken | None = None, polish: Polish | None = None) -> Outcome:
     """Search on the oracle (its samples: `loop.working` and their copies, and whatever else it was given), check
-    each answer on the other search samples, add the failing ones and search on (`grow` from the answer) until an
+    each answer on the other search samples, add the failing ones and search on (`grow` from the answer and the
+    oracle's indices of the samples that failed it) until an
     answer passes every search sample, MAX_ROUNDS rounds end it, or the budget or a stop does. `polish`: what an
     answer that `grow` (or a `first` that is not a strategy's name) made owes once it passes every search sample
     (the removals `grow` did not try); a slimmer answer replaces it only if it too passes every search sample."""
@@ -235,11 +246,13 @@ def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | Strate
                             f"{loop.failing} search sample(s) outside its working set")
             return Outcome(RunStatus.BUDGET_EXHAUSTED, loop.stopped, outcome.found)
         samples, refs = loop.pool.working(rnd.counterexamples)
-        oracle.tighten(samples, refs)
+        first_new = len(oracle.samples)
+        oracle.tighten(samples, refs)  # the counterexamples first, then their perturbed copies
         loop.working = loop.working + rnd.counterexamples
         loop.user_samples += len(rnd.counterexamples)
         t0 = time.monotonic()
-        outcome = run_strategy(oracle, space, grow(outcome.found), stop)
+        failing = list(range(first_new, first_new + len(rnd.counterexamples)))
+        outcome = run_strategy(oracle, space, grow(outcome.found, failing), stop)
         owed = polish is not None
     raise AssertionError("not reached: the last round returns")
 

@@ -2,7 +2,7 @@
 refuses a run directory made with other settings (its memoized verdicts would not hold).
 
 It holds what decides the checkpointed verdicts (model hash, precision, backends, tolerance, margin, the
-probe's risk, a hash of the samples and of the reference outputs, how the counterexample-guided search picks its samples)
+a hash of the samples and of the reference outputs, how the counterexample-guided search picks its samples)
 and the whole RunSpec (`spec`, paths made absolute): a front end resumes a run without repeating its flags
 (`recorded_spec`) and, when they differ, shows the command that continues it (`SettingsDiffer.recorded`).
 """
@@ -31,7 +31,7 @@ RUN_SETTINGS = "run_settings.json"
 SHOWN_CHANGES = 5  # changed input files named in a refusal
 # How the counterexample-guided search picks its samples: a resumed run's checkpointed verdicts are of those.
 LOOP = {"start": START, "counterexamples": COUNTEREXAMPLES, "rounds": MAX_ROUNDS}
-VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "copies", "risk", "confirm_backend",
+VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "copies", "confirm_backend",
                 "rules", "samples", "validation_samples", "samples_hash", "reference_hash", "search_loop")
 # What every version of the file recorded, with its type: a file without one of them was not written by a run.
 RECORDED_ALWAYS = {"model_hash": str, "precision": str, "backend": str, "tolerance": dict, "margin": (int, float),
@@ -58,7 +58,6 @@ def run_settings(work: Workload, spec: RunSpec, validation: Sequence[Sample],
         "model_hash": work.model.model_hash, "precision": spec.precision, "backend": spec.backends.backend,
         "tolerance": spec.tolerance.to_dict(), "margin": spec.search.margin,
         "augment": spec.search.augment, "copies": recipe(work.samples) if spec.search.augment else None,
-        "risk": spec.search.risk,
         "confirm_backend": spec.backends.confirm_backend, "rules": spec.backends.rules,
         "samples": len(work.samples), "validation_samples": len(validation),
         "samples_hash": samples_hash(work.samples + validation),

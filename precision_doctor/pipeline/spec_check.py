@@ -25,7 +25,6 @@ from precision_doctor.spec import (
     MAX_AUGMENT,
     MAX_EVALUATIONS,
     MAX_GROUP_MB,
-    MAX_RISK,
     MAX_SAMPLES,
     MAX_TIME_BUDGET_S,
     RunSpec,
@@ -56,9 +55,6 @@ def _check_search(spec: RunSpec) -> None:
         raise SpecError("search.batch", f"{{search.batch}} must be at least 1, got {s.batch}")
     if not 0.0 <= s.margin < 1.0:
         raise SpecError("search.margin", f"{{search.margin}} must lie in [0, 1), got {s.margin}")
-    if not (math.isfinite(s.risk) and 0.0 < s.risk < MAX_RISK):
-        raise SpecError("search.risk", f"{{search.risk}} must lie in (0, {MAX_RISK:g}): the probability a new input may "
-                        f"exceed the tolerance, got {s.risk:g}")
     if not 0 <= s.augment <= MAX_AUGMENT:
         raise SpecError("search.augment", f"{{search.augment}} must lie in [0, {MAX_AUGMENT}], got {s.augment}")
     if s.max_evaluations is not None and not 1 <= s.max_evaluations <= MAX_EVALUATIONS:

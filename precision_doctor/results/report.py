@@ -23,6 +23,7 @@ from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.graph.toolnames import near_path
 from precision_doctor.measure.floor import RoundingFloor
+from precision_doctor.measure.spread import KernelSpread
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus
 from precision_doctor.spec import RunSpec
@@ -89,9 +90,12 @@ class Checks:
 
 @dataclass
 class Validation:
-    """The answer checked on held-out samples. When it failed there and the search ran again with them,
-    `first_candidate` is the set that failed and `research`/`passed_after_research` say how that went;
-    `of` is "searched answer" when a confirmation on another backend changed the answer afterwards."""
+    """The answer checked on held-out samples, on `backend` (the one with the last word). When it failed there and
+    it was repaired with them (grown by what their error is attributed to), `first_candidate` is the set that
+    failed and `research`/`passed_after_research` say how that went (the repaired answer is then not validated: no
+    unseen sample is left); `ties`: held-out samples that fail under ONNX Runtime CUDA's default kernel choice but
+    pass under another (measure/spread.py), counted apart from `failing_samples`; `of` is "searched answer" where
+    something changed the answer after the check (reports before the check ran last)."""
 
     passed: bool
     samples: int
@@ -101,6 +105,8 @@ class Validation:
     research: str | None = None
     passed_after_research: bool | None = None
     of: str | None = None
+    backend: str | None = None  # where the held-out samples ran (None: reports before it was recorded)
+    ties: list[int] = field(default_factory=list)  # failed under the default kernels only: within the GPU's spread
 
     @property
     def tol_used(self) -> float | None:
@@ -576,7 +582,8 @@ class Report:
     baseline: Checks | None = None
     outputs: dict[str, OutputCheck] = field(default_factory=dict)
     validation: Validation | None = None
-    expected_headroom: ExpectedHeadroom | None = None
+    expected_headroom: ExpectedHeadroom | None = None  # the perturbed-copy probe of reports before it was removed
+    kernel_spread: KernelSpread | None = None  # the GPU's own spread under its kernel choices (measure/spread.py)
     first_divergence: str | None = None
     first_divergence_node: str | None = None
     ranking: list[str] = field(default_factory=list)
@@ -654,7 +661,7 @@ def _defaults(**values: Any):
 _CONFIRM_KEYS = ("backend", "samples", "perturbed_copies", "searched_answer", "searched_answer_passed",
                  "pruned_searched", "pruned_added", "passed", "status", "evaluations", "memo_hits",
                  "one_minimal_checked", "tolerance_used", "trajectory")
-_VALIDATION_IF_SET = ("first_candidate", "research", "passed_after_research", "of")
+_VALIDATION_IF_SET = ("first_candidate", "research", "passed_after_research", "of", "backend")
 _CHECK_NUMBERS = tuple(f.name for f in fields(OutputCheck) if f.name not in ("passed", "mismatches", "size"))
 
 

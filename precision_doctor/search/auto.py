@@ -145,8 +145,12 @@ def _polish(oracle: Oracle, space: SearchSpace, current: frozenset[str]) -> froz
 
 def grow(oracle: Oracle, space: SearchSpace, start: frozenset[str]) -> frozenset[str] | None:
     """`start` plus the shortest passing prefix of the other nodes (ranked islands when the ranking is
-    informative, else topological order); None when even every node added fails."""
-    order = (list(space.ranking) + list(space.universe)) if space.informative else list(space.universe)
+    informative, else topological order; only the ranking's members where the space says `growth_only`: growth by
+    attribution, search/attributed.py); None when even every node added fails."""
+    if space.growth_only:
+        order = list(space.ranking)
+    else:
+        order = (list(space.ranking) + list(space.universe)) if space.informative else list(space.universe)
     rest = list(dict.fromkeys(n for n in order if n not in start))
     return shortest_passing(oracle, lambda k: start | _prefix(space, rest, k), len(rest), ("grow", "bisect-grow"))
 

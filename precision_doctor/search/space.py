@@ -61,6 +61,8 @@ class SearchSpace:
     cost_model: CostModel | None = None
     # what the steps after each search over units did (search/refine.py), the latest last
     refinements: list[Refinement] = field(default_factory=list)
+    # growth by attribution (search/attributed.py): `grow` adds only the ranking's members, never the rest
+    growth_only: bool = False
 
     def cost(self, fallback: Iterable[str]) -> float:
         """The objective of a set of nodes (what an oracle evaluates): its node count, its FP32 FLOPs, or its

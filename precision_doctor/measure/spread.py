@@ -1,0 +1,86 @@
+"""The GPU's own spread: how far one graph's outputs move under the kernel choices a deployment may get.
+
+cuDNN's convolution algorithm choice (ONNX Runtime's `cudnn_conv_algo_search`: EXHAUSTIVE, its default, HEURISTIC
+or DEFAULT) changes FP16 roundings: on a detector it moved the all-FP16 outputs by up to 5x the tolerance on the
+same inputs (docs/BENCHMARKS.md). A verdict within that spread is noise, not evidence: growing an answer to
+chase it adds FP32 nodes that buy nothing. So, where ONNX Runtime CUDA has the last word, the answer runs on the
+samples under each algorithm choice and the FP32 graph runs twice: `KernelSpread.share` is the largest change of a
+sample's share of the tolerance between algorithm choices, `fp32_repeat` that between the two FP32 runs. A
+sample that fails under the default choice but passes under another is a tie (`ties`), not a failure.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from precision_doctor.backends import knobs
+from precision_doctor.data.inputs import Sample
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.headroom import SampleShare, sample_shares
+from precision_doctor.measure.tolerance import Tolerance
+
+
+@dataclass
+class KernelSpread:
+    """How far a graph's outputs move on `backend` under its kernel choices (`configs`), over `samples` samples:
+    `share`, the largest change of a sample's share of the tolerance between the choices; `fp32_repeat`, between two
+    runs of the FP32 graph."""
+
+    backend: str
+    configs: list[str] = field(default_factory=list)
+    samples: int = 0
+    share: float = 0.0
+    fp32_repeat: float = 0.0
+
+
+ALGOS = knobs.ORT_CUDA_KNOBS["cudnn_conv_algo_search"]  # the default (EXHAUSTIVE) first
+ALGO = "cudnn_conv_algo_search"
+
+
+def _config(algo: str) -> knobs.KnobConfig:
+    settings = () if algo == knobs.ORT_CUDA_DEFAULTS[ALGO] else ((ALGO, algo),)
+    return knobs.KnobConfig(knobs.ORT_CUDA, settings)
+
+
+def shares_by_algo(model: Model, precision: str, fallback: frozenset[str], samples: Sequence[Sample],
+                   refs: Sequence[dict], tol: Tolerance, algos: Sequence[str] = ALGOS,
+                   family: str = knobs.ORT_CUDA) -> dict[str, list[SampleShare]]:
+    """Each sample's share of `tol` with `fallback` in FP32 on ONNX Runtime CUDA, per algorithm choice (a session
+    each; `family` ort-cpu runs the same code on the CPU provider, where the choice changes nothing: plumbing)."""
+    out = {}
+    for algo in algos:
+        with contextlib.closing(knobs.knob_backend(family, model, precision, model.outputs, _config(algo))) as b:
+            out[algo] = sample_shares(b, fallback, samples, refs, tol)
+    return out
+
+
+def kernel_spread(model: Model, precision: str, fallback: frozenset[str], samples: Sequence[Sample],
+                  refs: Sequence[dict], tol: Tolerance, family: str = knobs.ORT_CUDA) -> KernelSpread:
+    """The spread of `fallback`'s graph on ONNX Runtime CUDA over `samples` (see the module's docstring)."""
+    by = shares_by_algo(model, precision, fallback, samples, refs, tol, family=family)
+    share = max((_span([by[a][i].share for a in by]) for i in range(len(samples))), default=0.0)
+    everything = frozenset(n.name for n in model.candidates)
+    twice = [shares_by_algo(model, precision, everything, samples, refs, tol, algos=ALGOS[:1], family=family)[ALGOS[0]]
+             for _ in range(2)]
+    fp32 = max((abs(a.share - b.share) for a, b in zip(*twice)), default=0.0)
+    return KernelSpread(backend="ort-cuda" if family == knobs.ORT_CUDA else "ort-cpu",
+                        configs=[f"{ALGO}={a}" for a in by], samples=len(samples), share=share, fp32_repeat=fp32)
+
+
+def ties(model: Model, precision: str, fallback: frozenset[str], samples: Sequence[Sample], refs: Sequence[dict],
+         tol: Tolerance) -> list[bool]:
+    """For samples that fail `fallback` under ONNX Runtime CUDA's default algorithm choice: whether another choice
+    passes them (a tie, within the GPU's own spread)."""
+    if not samples:
+        return []
+    by = shares_by_algo(model, precision, fallback, samples, refs, tol, algos=ALGOS[1:])
+    return [any(by[a][i].passed for a in by) for i in range(len(samples))]
+
+
+def _span(values: Sequence[float]) -> float:
+    finite = [v for v in values if v == v and v != float("inf")]
+    if len(finite) < len(values):
+        return float("inf") if finite else 0.0
+    return max(finite) - min(finite) if finite else 0.0

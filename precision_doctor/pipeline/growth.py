@@ -1,0 +1,63 @@
+"""How a run grows an answer that fails some samples: by attribution (search/attributed.py), with the local errors
+of those samples measured here (measure/attribution.py), once per sample, each attribution said in the progress."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.data.inputs import Sample
+from precision_doctor.graph.formats import Format
+from precision_doctor.graph.model import Model
+from precision_doctor.measure.attribution import local_scores, sample_key, worst_scores
+from precision_doctor.search.attributed import Attributor, attributed_repair
+from precision_doctor.search.oracle import Oracle
+from precision_doctor.search.space import SearchSpace
+
+
+@dataclass
+class Attribution:
+    """The run's attributions: per sample (by content), each candidate's local error score."""
+
+    model: Model
+    fmt: Format
+    rules: str | None
+    workdir: Path
+    group_mb: float
+    progress: ProgressSink | None = None
+    stop: StopToken | None = None
+    cache: dict[str, dict[str, float]] = field(default_factory=dict)
+    samples: int = 0  # how many samples were attributed
+
+    def scores(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """Per node, its largest attributed score over `samples`."""
+        out = []
+        for s in samples:
+            key = sample_key(s)
+            if key not in self.cache:
+                notify(self.progress, PhaseEvent("attribute", f"the local error of each node on a failing sample "
+                                                              f"({self.samples + 1} so far)"))
+                self.cache[key] = local_scores(self.model, self.fmt, s, rules=self.rules, workdir=self.workdir,
+                                               group_mb=self.group_mb, stop=self.stop)
+                self.samples += 1
+            out.append(self.cache[key])
+        return worst_scores(out)
+
+    def on(self, oracle: Oracle) -> Attributor:
+        """The attributor of `oracle`'s samples (by its indices)."""
+        return lambda indices: self.scores([oracle.samples[i] for i in indices])
+
+
+def grow_by_attribution(attribution: Attribution, previous: frozenset[str], failing: Sequence[int] = (),
+                        prune_after: bool = True):
+    """A strategy (oracle, space) -> set that carries `previous` over to the oracle it is given: kept where it
+    passes, else grown by the nodes its failing samples (`failing`: the oracle's indices known to fail it) are
+    attributed to, what it added pruned again (`prune_after`)."""
+
+    def run(oracle: Oracle, space: SearchSpace) -> frozenset[str] | None:
+        return attributed_repair(oracle, space, previous, attribution.on(oracle), failing=failing,
+                                 prune_after=prune_after)
+
+    return run
