@@ -68,21 +68,6 @@ class JobState(_Value):
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
 
-class Verdict(_Value):
-    """What a run came to, one name for each kind of result (render/wording.py derives it from the Report and
-    gives its words)."""
-
-    PASSED = "passed"  # passes on every sample, held-out samples of the user's data included
-    PASSED_UNVALIDATED = "passed_unvalidated"  # passes; no held-out sample of the user's data checked it
-    PASSED_UNCONFIRMED = "passed_unconfirmed"  # passes on the emulator, which does not model some of its nodes
-    PASSED_ALL_FP32 = "passed_all_fp32"  # passes only with every candidate node in FP32: no low-precision benefit
-    PASSED_SO_FAR = "passed_so_far"  # the search ended early (budget, stop); its best set so far passes
-    NOT_PREDICTED_TO_HOLD = "not_predicted_to_hold"  # passes on the searched samples only
-    FAILED_HELD_OUT = "failed_held_out"  # fails on held-out samples
-    INCOMPLETE = "incomplete"  # the search ended early without a passing set
-    NO_SOLUTION = "no_solution"  # no set meets the tolerance
-
-
 class Decider(_Value):
     """Which check decided whether the answer holds on new inputs (pipeline/heldout_policy.py `decider`)."""
 

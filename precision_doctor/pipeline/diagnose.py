@@ -321,7 +321,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         knobs=knobs.result if knobs else None, knob_verdict=knobs.verdict if knobs else None,
         certified_by=certification(ctx.backends.plan, backend, f.confirmed, validation,
                                    len(work.samples) if ctx.loop.verified else ctx.loop.user_samples,
-                                   passed and (headroom is None or headroom.holds), rules,
+                                   passed, rules,
                                    knobs.result if knobs else None, notes),
         emulation_notes=notes,
     )
