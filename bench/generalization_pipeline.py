@@ -34,7 +34,7 @@ from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import make_backend
 from precision_doctor.measure.headroom import sample_shares
 from precision_doctor.pipeline import probe
-from precision_doctor.render.wording import verdict
+from precision_doctor.render.verdict import verdict
 from precision_doctor.spec import InputSpec, RunSpec, SearchSpec
 
 RAW = OUT / "generalization_pipeline.jsonl"
