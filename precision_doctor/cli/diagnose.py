@@ -135,8 +135,10 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     the reports say them), the FP32 nodes, the details, the next step and where the report is."""
     from precision_doctor.render.brief import brief
     from precision_doctor.render.commands import first_step
+    from precision_doctor.render.sections import Section, Step, Steps
+    from precision_doctor.render.sections import verdict as verdict_section
+    from precision_doctor.render.sections.terminal import lines as terminal_lines
     from precision_doctor.render.tensorrt import outcome_lines
-    from precision_doctor.render.verdict import Tone
     from precision_doctor.render.wording import (
         answers_sentence,
         certified_sentence,
@@ -162,8 +164,8 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         node = report.first_divergence_node
         say(f"first diverging tensor (all {report.precision}): "
             f"{divergence_text(report.first_divergence, node, folded_host(report.layers, node))}")
-    style = {Tone.PASS: "bold green", Tone.WARN: "bold yellow"}.get(Tone(b.tone), "bold red")
-    say(styled(b.label, style, ": " + b.sentence))
+    for line in terminal_lines(verdict_section.build(report)):
+        say(line)
     if (warning := shapes_warning(report)) is not None:
         say(styled(warning, "bold yellow"))
     if st.answered and fb:
@@ -188,8 +190,10 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     text, cmd = first_step(report)
     if st.next.kind == NextKind.CONTINUE:  # the command from here, not from the run directory
         path = model or (report.model.path if report.model is not None else "MODEL")
-        say(f"next: {text}\n  to continue: {resume_command(Path(path), out_dir)}")
-    else:
-        say(f"next: {text}" + (f"\n  (from {out_dir}) {cmd}" if cmd else ""))
+        cmd = f"to continue: {resume_command(Path(path), out_dir)}"
+    elif cmd:
+        cmd = f"(from {out_dir}) {cmd}"
+    for line in terminal_lines(Section("next", None, (Steps((Step(text, cmd),)),))):
+        say(line)
     written = [p for k, p in report.artifacts.items() if k != "report_html" and (Path(out_dir) / p).is_file()]
     say(f"report: {out_dir}/report.html  ({', '.join(written)})")

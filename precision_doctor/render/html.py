@@ -8,10 +8,12 @@ from html import escape
 from typing import Any
 
 from precision_doctor.render import plots, pricing
-from precision_doctor.render.commands import RUN_FROM_HERE, next_steps
 from precision_doctor.render.files import artifact_title
 from precision_doctor.render.layers import layers_by_name, layers_in_order
 from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time, num
+from precision_doctor.render.sections import next_steps as next_steps_section
+from precision_doctor.render.sections import verdict as verdict_section
+from precision_doctor.render.sections.html import html as section_html
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     html_sections,
@@ -19,7 +21,7 @@ from precision_doctor.render.tensorrt import (
     named_onnx_sentence,
     trt_check_sentence,
 )
-from precision_doctor.render.verdict import claim_details, claim_sentence, figures, headline_text, tone
+from precision_doctor.render.verdict import claim_details, claim_sentence, figures
 from precision_doctor.render.wording import (
     INPUT_SENSITIVE_WHY,
     answers_sentence,
@@ -319,8 +321,6 @@ def _figure_html(plot: plots.Plot | None, kind: str, title: str, caption: str, e
 
 def _header(report: Report) -> str:
     model = report.model or ModelInfo(path="?")
-    st = report.statement
-    label, kind = st.label, tone(st)
     kpis = [_kpi(f.value, f.label) for f in figures(report)]
     reason = ""
     for line in (claim_details(report), rounds_sentence(report), answers_sentence(report), confirm_sentence(report),
@@ -340,8 +340,7 @@ def _header(report: Report) -> str:
         reason += f'<div class="reason">{_e(status)}</div>'
     return (
         f"<header><h1>precision-doctor report: <code>{_e(model.path)}</code></h1>"
-        f'<div class="verdict"><span class="badge {kind}" id="verdict">{_e(label)}</span>'
-        f'<span class="sentence">{_e(headline_text(report))}</span></div>{reason}'
+        f"{section_html(verdict_section.build(report))}{reason}"
         f'<div class="kpis">{"".join(kpis)}</div></header>'
     )
 
@@ -530,12 +529,7 @@ def _commands_section(report: Report) -> str:
 
 
 def _next_steps_section(report: Report) -> str:
-    items = []
-    for text, cmd in next_steps(report):
-        block = f"<pre>{_e(cmd)}</pre>" if cmd else ""
-        items.append(f"<li>{_e(text)}{block}</li>")
-    return (f'<section id="next-steps"><h2>Next steps</h2><ol>{"".join(items)}</ol><p class="muted">'
-            f"{escape(RUN_FROM_HERE)}</p></section>")
+    return section_html(next_steps_section.build(report))
 
 
 def _settings_section(report: Report) -> str:

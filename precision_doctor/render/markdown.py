@@ -5,11 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
-from precision_doctor.render.commands import RUN_FROM_HERE, next_steps
 from precision_doctor.render.files import artifact_title
 from precision_doctor.render.layers import FOLDED_NOTE, layers_by_name, top_offenders
 from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time
 from precision_doctor.render.pricing import markdown_lines as pricing_lines
+from precision_doctor.render.sections import next_steps as next_steps_section
+from precision_doctor.render.sections import verdict as verdict_section
+from precision_doctor.render.sections.markdown import lines as section_lines
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     knobs_sentence,
@@ -17,7 +19,7 @@ from precision_doctor.render.tensorrt import (
     named_onnx_sentence,
     trt_check_sentence,
 )
-from precision_doctor.render.verdict import claim_details, headline_text
+from precision_doctor.render.verdict import claim_details
 from precision_doctor.render.wording import (
     answers_sentence,
     certified_sentence,
@@ -85,7 +87,7 @@ def _summary(report: Report) -> list[str]:
     model = report.model or ModelInfo(path="?")
     prec = precision_name(report)
     L = [f"# precision-doctor report: {code(model.path)}", ""]
-    L += [f"**Verdict: {report.statement.label}.** {headline_text(report)}", ""]
+    L += section_lines(verdict_section.build(report))
     if (warning := shapes_warning(report)) is not None:
         L += [f"> **{warning}**", ""]
     if report.reason:
@@ -158,12 +160,7 @@ def _settings(report: Report) -> list[str]:
 
 
 def _next_steps(report: Report) -> list[str]:
-    L = ["## Next steps", ""]
-    for i, (text, cmd) in enumerate(next_steps(report), 1):
-        L.append(f"{i}. {text}")
-        if cmd:
-            L += ["", "   ```bash", *(f"   {line}" for line in cmd.splitlines()), "   ```"]
-    return L + ["", RUN_FROM_HERE, ""]
+    return section_lines(next_steps_section.build(report))
 
 
 def _fallback(report: Report) -> list[str]:
