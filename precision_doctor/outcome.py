@@ -108,14 +108,16 @@ class Outcome:
 
 SUMMARY_COLUMNS = (
     "model", "status", "passed", "fallback_size", "fp32_flop_share", "evaluations", "elapsed_s", "report", "message",
+    "verdict",
 )
 
 
 @dataclass(frozen=True)
 class SummaryRow:
-    """One model's row of a batch summary (summary.csv/json/html) and of its `batch_entry.json`. `model_hash`:
-    the model file's hash the report names (finished runs only); `reused`: finished by an earlier batch (or a
-    worker of one), not diagnosed in this call (never written)."""
+    """One model's row of a batch summary (summary.csv/json/html) and of its `batch_entry.json`. `verdict`: the
+    report's label, as every front end says it (results/verdict.py; "" without a report); `model_hash`: the model
+    file's hash the report names (finished runs only); `reused`: finished by an earlier batch (or a worker of one),
+    not diagnosed in this call (never written)."""
 
     model: str
     status: RowStatus
@@ -126,6 +128,7 @@ class SummaryRow:
     elapsed_s: float | None = None
     report: str = ""
     message: str = ""
+    verdict: str = ""
     model_hash: str | None = None
     reused: bool = False
 

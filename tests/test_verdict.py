@@ -21,6 +21,7 @@ from precision_doctor.render.brief import brief
 from precision_doctor.render.html import render_html
 from precision_doctor.render.markdown import render_markdown
 from precision_doctor.render.numbers import fmt_rate, fmt_short_pct
+from precision_doctor.render.summary import summary_html
 from precision_doctor.render.verdict import Tone, headline, tone
 from precision_doctor.results.report import (
     AnswerSummary,
@@ -142,6 +143,9 @@ def test_every_status_is_said_in_the_same_words_everywhere(name, tmp_path):
     b, result, row = brief(rep), summary(rep, False, None), row_from_report("m", rep)
     assert head.startswith(f"{label}: ") and b.headline == head and result.headline == head and result.label == label
     assert row.message.startswith(head) and row.passed == rep.passed and result.passed == rep.passed
+    assert row.verdict == label and f">{label}</td>" in summary_html([row])
+    if rep.passed:
+        assert ('class="ok"' in summary_html([row])) == (label == "PASSED")
     assert f"**Verdict: {label}.** {head[len(label) + 2:]}" in md and f'id="verdict">{label}<' in page.replace("&#x27;", "'")
     assert f"{label}: {b.sentence}" in cli
 

@@ -89,10 +89,11 @@ def test_statuses_serialize_as_the_strings_they_always_were():
 
 
 def test_a_summary_row_round_trips_and_refuses_what_is_not_one():
-    row = SummaryRow("m", RowStatus.PASSED, True, 2, 0.25, 10, 1.5, "m/report.html", "PASSED: ...", "abc")
+    row = SummaryRow("m", RowStatus.PASSED, True, 2, 0.25, 10, 1.5, "m/report.html", "PASSED: ...", "PASSED",
+                     model_hash="abc")
     assert SummaryRow.from_json(json.loads(json.dumps(row.to_json()))) == row
     assert list(row.columns()) == ["model", "status", "passed", "fallback_size", "fp32_flop_share", "evaluations",
-                                   "elapsed_s", "report", "message"]
+                                   "elapsed_s", "report", "message", "verdict"]
     assert "model_hash" not in SummaryRow("m", RowStatus.ERROR, message="x").to_json()
     assert SummaryRow.from_json({"model": "m", "status": "weird"}) is None and SummaryRow.from_json(None) is None
     assert SummaryRow.from_json({"model": "m", "status": "running"}) == SummaryRow("m", RowStatus.RUNNING)

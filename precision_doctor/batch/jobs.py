@@ -153,7 +153,7 @@ def row_from_report(name: str, report: Report) -> SummaryRow:
         evaluations=report.evaluations,
         elapsed_s=report.elapsed_s,
         report=f"{name}/report.html",
-        message=" ".join(x for x in (b.headline, report.reason or confirm_sentence(report)) if x),
+        message=" ".join(x for x in (b.headline, report.reason or confirm_sentence(report)) if x), verdict=b.label,
         model_hash=report.model.hash if report.model is not None else None,
     )
 
