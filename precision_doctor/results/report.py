@@ -698,9 +698,16 @@ def _report_in(d: dict, path: str) -> dict:
                        "written by a newer version? Read it with that one")
     if not isinstance(d["passed"], bool):
         raise BadValue(f"bad key 'passed': expected true or false, got {d['passed']!r:.60}")
+    return _from_v1(d) if version < 2 else dict(d)
+
+
+def _from_v1(d: dict) -> dict:
+    """A report.json of schema version 1 (or written before versions) as version 2 reads it: `margin` null or 0 is
+    0.0, a missing `fallback_size` the count of `fallback_nodes`; its `passed`, like version 2's, is not read back (it
+    is derived from the rest)."""
     d = dict(d)
     margin = d.get("margin")
-    if margin is None or (type(margin) in (int, float) and margin == 0):  # null or 0 in older files: 0.0
+    if margin is None or (type(margin) in (int, float) and margin == 0):
         d["margin"] = 0.0
     if "fallback_size" not in d and isinstance(d["fallback_nodes"], list):
         d["fallback_size"] = len(d["fallback_nodes"])
