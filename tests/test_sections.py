@@ -43,6 +43,20 @@ def test_the_next_steps_section_in_markdown_and_html():
     assert page.startswith('<section id="next-steps"><h2>Next steps</h2><ol><li>') and page in render_html(rep)
 
 
+def test_the_checks_section_is_the_same_in_every_writer(tmp_path):
+    """How the answer was checked: report.md's bullets, report.html's lines under the verdict, the CLI's lines: the same
+    sentences in the same order (backticks only in Markdown)."""
+    from precision_doctor.render.sections import checks
+
+    rep = _report(**CASES["repaired with held-out samples"][0])
+    (notes,) = checks.build(rep).blocks
+    assert len(notes.lines) >= 3 and any("Certified by" in line for line in notes.lines)
+    assert "\n".join(lines(checks.build(rep))) in render_markdown(rep)
+    assert html(checks.build(rep)) in render_html(rep)
+    plain = [t.plain for t in terminal_lines(checks.build(rep))]
+    assert plain == [line.replace("`", "") for line in notes.lines]
+
+
 def test_each_writer_draws_each_block_and_escapes_what_it_must():
     evil = Section("x", "T <1>", (Verdict("PASSED", "pass", "a <b> & c"), Text("t & u"),
                                  Steps((Step("do <it>", "echo '<x>'"), Step("then"))),))

@@ -172,6 +172,8 @@ def test_every_status_is_said_in_the_same_words_everywhere(name, tmp_path):
     # said with one count, nothing called safe
     assert ("Not validated" in head) == (c is not None and not c.measured and c.unvalidated not in (
         Unvalidated.GENERATED, None) and st.status != Status.NO_SOLUTION) or c.unvalidated == Unvalidated.GENERATED
+    if st.status == Status.FAILED_HELD_OUT or not st.answered:  # no certificate of an answer that failed or is none
+        assert "Certified by" not in md + page + cli
     for text in (head, md, cli):
         counts = set(re.findall(r"failed (\d+) of (\d+) held-out", text))
         assert len(counts) <= 1, counts

@@ -133,21 +133,15 @@ def settings_refusal(exc, model: Path, out_dir: Path) -> str:
 def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None) -> None:
     """The run's outcome: the search in one line, the verdict (label and one sentence per field of the statement, as
     the reports say them), the FP32 nodes, the details, the next step and where the report is."""
-    from precision_doctor.render.brief import brief
     from precision_doctor.render.commands import first_step
     from precision_doctor.render.sections import Section, Step, Steps
+    from precision_doctor.render.sections import checks as checks_section
     from precision_doctor.render.sections import verdict as verdict_section
     from precision_doctor.render.sections.terminal import lines as terminal_lines
     from precision_doctor.render.tensorrt import outcome_lines
     from precision_doctor.render.wording import (
-        answers_sentence,
-        certified_sentence,
-        confirm_sentence,
         divergence_text,
-        emulation_note_lines,
         folded_host,
-        headroom_sentence,
-        rounds_sentence,
         search_line,
         shapes_warning,
         tolerance_text,
@@ -158,7 +152,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         console.print(text, soft_wrap=True)
 
     fb = report.fallback_nodes
-    b, st = brief(report), report.statement
+    st = report.statement
     say(search_line(report))
     if report.first_divergence:
         node = report.first_divergence_node
@@ -177,13 +171,9 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
             say(f"  ... and {len(fb) - SHOWN_NODES} more: see {' / '.join(f'{out_dir}/{p}' for p in listed)}")
     if report.status == RunStatus.NO_SOLUTION and report.reason:
         say(report.reason)
-    passed_notes = (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),
-                    *emulation_note_lines(report))
-    answer_notes = passed_notes if st.answered and st.status != Status.FAILED_HELD_OUT else ()
-    for note in (b.held_out, rounds_sentence(report), answers_sentence(report), *answer_notes):
-        if note:
-            say(note.replace("`", ""))
-    for note, loud in outcome_lines(report) if answer_notes else ():
+    for line in terminal_lines(checks_section.build(report)):
+        say(line)
+    for note, loud in outcome_lines(report) if st.answered and st.status != Status.FAILED_HELD_OUT else ():
         say(styled(note, "bold red") if loud else note)
     if report.status not in (RunStatus.COMPLETE, RunStatus.NO_SOLUTION):
         say(f"status: {report.status}: {report.reason}")

@@ -1,7 +1,7 @@
 """The run in brief, the one summary every front end draws from a Report: the verdict (its label, tone, one sentence
 per field of the statement), the key figures, the FP32 nodes, the next steps and the files, as plain strings and
 numbers. The service's job page shows it (`/jobs/ID/summary` is its JSON), the service's `Result` and the batch
-summary's row are cut from it, the CLI prints its first lines."""
+summary's row are cut from it; the CLI draws the same words through render/sections."""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ from precision_doctor.render import plots, pricing
 from precision_doctor.render.files import artifact_title
 from precision_doctor.render.layers import layers_by_name, layers_in_order
 from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time, num
+from precision_doctor.render.sections import checks as checks_section
 from precision_doctor.render.sections import next_steps as next_steps_section
 from precision_doctor.render.sections import verdict as verdict_section
 from precision_doctor.render.sections.html import html as section_html
@@ -21,19 +22,13 @@ from precision_doctor.render.tensorrt import (
     named_onnx_sentence,
     trt_check_sentence,
 )
-from precision_doctor.render.verdict import claim_details, claim_sentence, figures
+from precision_doctor.render.verdict import claim_sentence, figures
 from precision_doctor.render.wording import (
     INPUT_SENSITIVE_WHY,
-    answers_sentence,
-    certified_sentence,
-    confirm_sentence,
-    emulation_note_lines,
     folded_host,
-    headroom_sentence,
     model_file_sentence,
     output_run_labels,
     precision_name,
-    rounds_sentence,
     shapes_text,
     shapes_warning,
     status_line,
@@ -322,10 +317,8 @@ def _figure_html(plot: plots.Plot | None, kind: str, title: str, caption: str, e
 def _header(report: Report) -> str:
     model = report.model or ModelInfo(path="?")
     kpis = [_kpi(f.value, f.label) for f in figures(report)]
-    reason = ""
-    for line in (claim_details(report), rounds_sentence(report), answers_sentence(report), confirm_sentence(report),
-                 certified_sentence(report), headroom_sentence(report), engine_sentence(report), knobs_sentence(report),
-                 *emulation_note_lines(report)):
+    reason = section_html(checks_section.build(report))
+    for line in (engine_sentence(report), knobs_sentence(report)):
         if line:
             reason += f'<div class="headroom">{_e(line.replace("`", ""))}</div>'
     if check := trt_check_sentence(report):

@@ -9,6 +9,7 @@ from precision_doctor.render.files import artifact_title
 from precision_doctor.render.layers import FOLDED_NOTE, layers_by_name, top_offenders
 from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time
 from precision_doctor.render.pricing import markdown_lines as pricing_lines
+from precision_doctor.render.sections import checks as checks_section
 from precision_doctor.render.sections import next_steps as next_steps_section
 from precision_doctor.render.sections import verdict as verdict_section
 from precision_doctor.render.sections.markdown import lines as section_lines
@@ -19,20 +20,13 @@ from precision_doctor.render.tensorrt import (
     named_onnx_sentence,
     trt_check_sentence,
 )
-from precision_doctor.render.verdict import claim_details
 from precision_doctor.render.wording import (
-    answers_sentence,
-    certified_sentence,
     code,
-    confirm_sentence,
-    emulation_note_lines,
     folded_host,
-    headroom_sentence,
     model_file_sentence,
     output_run_labels,
     precision_name,
     probe_diagnostic,
-    rounds_sentence,
     shapes_text,
     shapes_warning,
     tolerance_text,
@@ -109,13 +103,7 @@ def _summary(report: Report) -> list[str]:
             "not checked for every member against the final set (it holds if adding FP16 nodes never reduces the error)."))
     if report.held_out_choice is not None:
         L.append(f"- Held out: {report.held_out_choice.reason}.")
-    for line in (claim_details(report), rounds_sentence(report), answers_sentence(report)):
-        if line:
-            L.append(f"- {line}")
-    for line in (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),
-                 *emulation_note_lines(report)):
-        if line:
-            L.append(f"- {line}")
+    L += section_lines(checks_section.build(report))
     for line in (trt_check_sentence(report), engine_sentence(report), knobs_sentence(report)):
         if line:
             L.append(f"- **{line}**" if line.startswith("WARNING") else f"- {line}")

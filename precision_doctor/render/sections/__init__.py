@@ -2,9 +2,10 @@
 (`build(report) -> Section`), and one writer each draws any section: `markdown.py` (report.md), `html.py`
 (report.html) and `terminal.py` (the CLI). A section says what to show once; the writers say how.
 
-Blocks: `Verdict` (the label as a badge of a tone, and its sentence), `Text`, `Steps` (an ordered list of what to do,
-each with its command). Built so far: the verdict (`verdict.py`) and the next steps (`next_steps.py`); the rest of
-report.md and report.html is still drawn by render/markdown.py and render/html.py directly.
+Blocks: `Verdict` (the label as a badge of a tone, and its sentence), `Text`, `Notes` (one fact a sentence), `Steps`
+(an ordered list of what to do, each with its command). Built so far: the verdict (`verdict.py`), how the answer was
+checked (`checks.py`) and the next steps (`next_steps.py`); the rest of report.md and report.html is still drawn by
+render/markdown.py and render/html.py directly.
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ class Text:
 
 
 @dataclass(frozen=True)
+class Notes:
+    """Sentences that each say one fact (report.md's bullets, report.html's lines under the verdict); literal names
+    in them are Markdown code, which the other writers show without the backticks."""
+
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Step:
     """One thing to do: what and why, and the command that does it (None: none)."""
 
@@ -43,7 +52,7 @@ class Steps:
     steps: tuple[Step, ...]
 
 
-Block = Verdict | Text | Steps
+Block = Verdict | Text | Notes | Steps
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from html import escape
 
-from precision_doctor.render.sections import Block, Section, Steps, Text, Verdict
+from precision_doctor.render.sections import Block, Notes, Section, Steps, Text, Verdict
 
 
 def _e(v: object) -> str:
@@ -25,6 +25,8 @@ def _block(block: Block, in_section: bool) -> str:
                 f'<span class="sentence">{_e(block.sentence)}</span></div>')
     if isinstance(block, Text):
         return f'<p class="muted">{_e(block.text)}</p>'
+    if isinstance(block, Notes):
+        return "".join(f'<div class="headroom">{_e(line.replace("`", ""))}</div>' for line in block.lines)
     if isinstance(block, Steps):
         items = "".join(f"<li>{_e(s.text)}" + (f"<pre>{_e(s.command)}</pre>" if s.command else "") + "</li>"
                         for s in block.steps)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from precision_doctor.render.sections import Block, Section, Steps, Text, Verdict
+from precision_doctor.render.sections import Block, Notes, Section, Steps, Text, Verdict
 
 
 def lines(section: Section) -> list[str]:
@@ -17,6 +17,8 @@ def _block(block: Block) -> list[str]:
         return [f"**Verdict: {block.label}.** {block.sentence}", ""]
     if isinstance(block, Text):
         return [block.text, ""]
+    if isinstance(block, Notes):  # bullets, in the list they continue
+        return [f"- {line}" for line in block.lines]
     if isinstance(block, Steps):
         out = []
         for i, step in enumerate(block.steps, 1):

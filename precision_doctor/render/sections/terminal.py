@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text as Styled
 
-from precision_doctor.render.sections import Block, Section, Steps, Text, Verdict
+from precision_doctor.render.sections import Block, Notes, Section, Steps, Text, Verdict
 
 STYLES = {"pass": "bold green", "warn": "bold yellow", "fail": "bold red"}
 
@@ -21,6 +21,8 @@ def _block(block: Block) -> list[Styled]:
         return [Styled.assemble((block.label, STYLES.get(block.tone, "bold red")), ": " + block.sentence)]
     if isinstance(block, Text):
         return [Styled(block.text)]
+    if isinstance(block, Notes):
+        return [Styled(line.replace("`", "")) for line in block.lines]
     if isinstance(block, Steps):
         return [Styled(f"next: {s.text}" + (f"\n  {s.command}" if s.command else "")) for s in block.steps]
     raise TypeError(f"no terminal form for {type(block).__name__}")
