@@ -175,9 +175,7 @@ def machine_load() -> list[float]:
 
 
 def _verdict(rep) -> str:
-    from precision_doctor.render.wording import verdict_of
-
-    return str(verdict_of(rep))
+    return rep.statement.label
 
 
 def judge(backend, nodes: list[str] | None, unseen: list[dict], refs: list[dict], tol) -> dict:

@@ -31,7 +31,7 @@ from precision_doctor.backends.registry import cuda_machine, make_backend
 from precision_doctor.batch.recipes import discover
 from precision_doctor.control import PhaseEvent
 from precision_doctor.measure.headroom import sample_shares
-from precision_doctor.render.wording import headline
+from precision_doctor.render.verdict import headline
 from precision_doctor.spec import RunSpec
 
 SEED = 2026

@@ -28,7 +28,7 @@ from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import cuda_machine, make_backend
 from precision_doctor.measure.headroom import sample_shares
 from precision_doctor.measure.tolerance import Tolerance
-from precision_doctor.render.wording import headline
+from precision_doctor.render.verdict import headline
 from precision_doctor.spec import InputSpec, RunSpec
 
 # Image lists searched (indices into the probe's 16: 0-7 the scanned page, 8-15 photographed text).

@@ -1,6 +1,6 @@
 #!/bin/bash
 # The words of two commits on the same runs: report.md, report.html, the CLI's printed outcome (`report`), the
-# service's digest, the batch row's message, summary.csv/html and `compare`'s printed verdict, rendered by each
+# service's brief (digest), the batch row's message, summary.csv/html and `compare`'s printed verdict, rendered by each
 # commit's code from the run directories bench/same_results.sh wrote (so times and paths are the same for both).
 # usage: bench/same_words.sh BEFORE_COMMIT AFTER_COMMIT RUNS_DIR OUT_DIR   (RUNS_DIR: same_results.sh's OUT_DIR)
 # Prints "identical" or the differing files; exit 1 on any difference.
@@ -22,7 +22,10 @@ for which in before after; do
 import json, re, sys
 from pathlib import Path
 from precision_doctor.batch.jobs import row_from_report
-from precision_doctor.render.digest import digest
+try:  # the service's summary: render/brief.py's Brief, render/digest.py's Digest before it
+    from precision_doctor.render.brief import brief as digest
+except ImportError:
+    from precision_doctor.render.digest import digest
 from precision_doctor.render.summary import summary_csv, summary_html
 from precision_doctor.results.report import Report
 run = Path(sys.argv[1])

@@ -68,21 +68,6 @@ class JobState(_Value):
         return self in (JobState.DONE, JobState.FAILED, JobState.CANCELLED)
 
 
-class Verdict(_Value):
-    """What a run came to, one name for each kind of result (render/wording.py derives it from the Report and
-    gives its words)."""
-
-    PASSED = "passed"  # passes on every sample, held-out samples of the user's data included
-    PASSED_UNVALIDATED = "passed_unvalidated"  # passes; no held-out sample of the user's data checked it
-    PASSED_UNCONFIRMED = "passed_unconfirmed"  # passes on the emulator, which does not model some of its nodes
-    PASSED_ALL_FP32 = "passed_all_fp32"  # passes only with every candidate node in FP32: no low-precision benefit
-    PASSED_SO_FAR = "passed_so_far"  # the search ended early (budget, stop); its best set so far passes
-    NOT_PREDICTED_TO_HOLD = "not_predicted_to_hold"  # passes on the searched samples only
-    FAILED_HELD_OUT = "failed_held_out"  # fails on held-out samples
-    INCOMPLETE = "incomplete"  # the search ended early without a passing set
-    NO_SOLUTION = "no_solution"  # no set meets the tolerance
-
-
 class Decider(_Value):
     """Which check decided whether the answer holds on new inputs (pipeline/heldout_policy.py `decider`)."""
 
@@ -124,14 +109,16 @@ class Outcome:
 
 SUMMARY_COLUMNS = (
     "model", "status", "passed", "fallback_size", "fp32_flop_share", "evaluations", "elapsed_s", "report", "message",
+    "verdict",
 )
 
 
 @dataclass(frozen=True)
 class SummaryRow:
-    """One model's row of a batch summary (summary.csv/json/html) and of its `batch_entry.json`. `model_hash`:
-    the model file's hash the report names (finished runs only); `reused`: finished by an earlier batch (or a
-    worker of one), not diagnosed in this call (never written)."""
+    """One model's row of a batch summary (summary.csv/json/html) and of its `batch_entry.json`. `verdict`: the
+    report's label, as every front end says it (results/verdict.py; "" without a report); `model_hash`: the model
+    file's hash the report names (finished runs only); `reused`: finished by an earlier batch (or a worker of one),
+    not diagnosed in this call (never written)."""
 
     model: str
     status: RowStatus
@@ -142,6 +129,7 @@ class SummaryRow:
     elapsed_s: float | None = None
     report: str = ""
     message: str = ""
+    verdict: str = ""
     model_hash: str | None = None
     reused: bool = False
 

@@ -224,7 +224,8 @@ def test_a_pass_never_rests_on_an_unmeasured_op_without_saying_so(planted_file, 
     of it."""
     import onnx
 
-    from precision_doctor.render.wording import headline, verdict_of
+    from precision_doctor.render.verdict import headline
+    from precision_doctor.results.verdict import Qualifier
 
     monkeypatch.setattr(registry, "cuda_machine", lambda: False)
     case, path, files = planted_file("clean", 4)
@@ -242,14 +243,15 @@ def test_a_pass_never_rests_on_an_unmeasured_op_without_saying_so(planted_file, 
     assert soft_report.passed and relu.name not in soft_report.fallback_nodes
     data = json.loads((tmp_path / "softplus" / "report.json").read_text())
     assert data["certified_by"]["backend"] == "emulate" and data["certified_by"]["unconfirmed"] == ["Softplus"]
-    assert verdict_of(soft_report) == "passed_unconfirmed"
+    assert Qualifier.ON_THE_EMULATOR in soft_report.statement.qualifiers
     text = headline(Report.from_json(data))
-    assert text.startswith("PASSED ON THE EMULATOR (CONFIRM ON A GPU)")
+    assert text.startswith("PASSED, ON THE EMULATOR (CONFIRM ON A GPU): ")
     assert "1 Softplus node behaves on a GPU in a way never measured" in text and "confirm on the GPU" in text
     md = (tmp_path / "softplus" / "report.md").read_text()
     assert "Softplus" in md and "confirm it there" in md
     assert relu_report.passed and relu_report.certified_by.unconfirmed == []
-    assert verdict_of(relu_report) != "passed_unconfirmed" and "never measured" not in headline(relu_report)
+    assert Qualifier.ON_THE_EMULATOR not in relu_report.statement.qualifiers
+    assert "never measured" not in headline(relu_report)
 
 
 @pytest.mark.gpu

@@ -10,7 +10,7 @@ import pytest
 
 from precision_doctor import planted
 from precision_doctor.cli.shared import PROGRESS_LINE
-from precision_doctor.results.report import Report
+from precision_doctor.results.report import SCHEMA_VERSION, Report
 
 
 def test_missing_and_non_onnx_files(run_cli, tmp_path):
@@ -89,7 +89,7 @@ def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
     assert sorted(rep["fallback_nodes"]) == sorted(case.expected)
     for key in ("passed", "evaluations", "elapsed_s", "strategy", "precision", "backend", "tolerance", "trajectory"):
         assert key in rep
-    assert Report.from_json(rep).to_json() == rep and rep["schema_version"] == 1  # the typed report, both ways
+    assert Report.from_json(rep).to_json() == rep and rep["schema_version"] == SCHEMA_VERSION  # the typed report, both ways
     assert rep["passed"] and rep["validation"]["samples"] == 2 and rep["validation"]["passed"]
     assert rep["one_minimal_checked"] is True  # every member's removal was seen to fail
     for f in ("fixed.onnx", "report.html", "report.md", "activations.h5", "layer_precisions.txt", "trtexec.sh"):
@@ -345,9 +345,10 @@ def test_a_tolerance_below_fp16s_rounding_is_said_before_the_search_and_in_the_r
     assert warning < search  # said before the search starts
     assert "tighter than FP16 can represent at the outputs" in err and "--atol 0.001 --rtol 0.001" in err
     head = out.splitlines()[2]
-    assert head.startswith("PASSED, ALL IN FP32 (NO FP16 BENEFIT): The tolerance (atol 1e-05, rtol 1e-05, stat "
-                           "elemwise) is tighter than FP16 can represent at the outputs"), head
-    assert "no FP16 benefit. FP16 can meet a tolerance at the outputs only above atol" in head
+    assert head.startswith("PASSED, ALL IN FP32 (NO FP16 BENEFIT): The model meets the tolerance in FP16 only with all "), head
+    assert "no FP16 benefit. The tolerance (atol 1e-05, rtol 1e-05, stat elemwise) is tighter than FP16 can represent at " \
+        "the outputs" in head
+    assert "FP16 can meet a tolerance at the outputs only above atol" in head
     assert "set one your task allows, e.g. --atol 0.001 --rtol 0.001." in head
     rep = Report.load(tmp_path / "tight")
     assert rep.passed and rep.everything_fp32 and rep.fallback_size == rep.model.candidates

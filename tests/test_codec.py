@@ -120,7 +120,8 @@ def test_the_service_job_json_as_the_daemon_always_sent_it_read_leniently():
         '"reference", "done": 1, "total": 2}, "phase_s": {"load": 0.5}, "warnings": []}, "result": {"status": '
         '"complete", "passed": true, "fallback_size": 2, "fp32_flop_share": null, "evaluations": null, '
         '"elapsed_s": null, "reason": null, '
-        '"capture_reused": false, "capture_s": null, "verdict": null, "label": null, "tone": null, "headline": null}, '
+        '"capture_reused": false, "capture_s": null, "verdict": null, "label": null, "tone": null, "headline": null, '
+        '"qualifiers": []}, '
         '"error": null, "links": {"self": "/jobs/a1"}, "files_removed": null}')
     assert json.dumps(JobView.from_json(json.loads(text)).to_json()) == text
     assert JobView("b", "queued", "m", spec={"search": {"budget": 3}}).to_json()["spec"] == {"search": {"budget": 3}}
@@ -141,12 +142,18 @@ def _text(data) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
+def _as_v1(data: dict) -> dict:
+    """report.json as schema version 1 wrote it: without the derived `verdict` (version 2 added it)."""
+    return {k: (1 if k == "schema_version" else v) for k, v in data.items() if k != "verdict"}
+
+
 def test_a_stored_report_serializes_as_before():
     """report_example.json predates `schema_version`; report_example_v1.json is what the hand-written reader and
-    writer (before the codec) made of it, and it reads back to itself."""
+    writer (before the codec) made of it, and it reads back to itself; version 2 adds the derived `verdict` only."""
     old, v1 = (FIXTURES / "report_example.json").read_text(), (FIXTURES / "report_example_v1.json").read_text()
-    assert _text(Report.from_json(json.loads(old)).to_json()) == v1
-    assert _text(Report.from_json(json.loads(v1)).to_json()) == v1
+    assert _text(_as_v1(Report.from_json(json.loads(old)).to_json())) == v1
+    assert _text(_as_v1(Report.from_json(json.loads(v1)).to_json())) == v1
+    assert list(Report.from_json(json.loads(v1)).to_json()).index("verdict") == list(json.loads(v1)).index("passed") + 1
 
 
 def test_a_diagnose_runs_report_reads_back_to_the_same_text(run_cli, planted_file, tmp_path):

@@ -101,7 +101,7 @@ def test_script_runs_and_sorts(chromium: str, page_file: Path, tmp_path: Path) -
 
 def test_edge_pages_run_clean(chromium: str, tmp_path: Path) -> None:
     """No layers, no trajectory, no validation; and 1500 layers sorted by name."""
-    empty = Report(status="no_solution", passed=False, precision="fp16", layers=[], trajectory=[], validation=None)
+    empty = Report(status="no_solution", precision="fp16", layers=[], trajectory=[], validation=None)
     p1 = tmp_path / "empty.html"
     p1.write_text(render_html(empty), encoding="utf-8")
     dump_dom(chromium, tmp_path, p1, "#sort=score")

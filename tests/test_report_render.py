@@ -15,7 +15,8 @@ from precision_doctor.render.html import render_html
 from precision_doctor.render.markdown import render_markdown
 from precision_doctor.render.numbers import fmt
 from precision_doctor.render.plots import plot_layer_errors, plot_trajectory, plot_value_ranges
-from precision_doctor.render.wording import verdict, why
+from precision_doctor.render.verdict import verdict
+from precision_doctor.render.wording import why
 from precision_doctor.results.report import Report
 from precision_doctor.runfiles import RunDir
 
@@ -68,7 +69,7 @@ def test_markdown_fixture(report: dict[str, Any]) -> None:
     md = render_markdown(R(report))
     head = md.split("\n## ")[0]
     assert "**Verdict: PASSED.**" in head and "3 of 31 candidate nodes" in head and "10 evaluations" in head
-    assert "Validation: The answer holds on 8 held-out samples." in head
+    assert "0 of 8 held-out samples of your data failed on emulate" in head and "holds" not in head
     for name in report["fallback_nodes"]:
         assert f"`{name}`" in md
     assert "## FP32 fallback nodes (3)" in md and "become inf in FP16" in md and "underflow" in md
@@ -82,8 +83,7 @@ def test_markdown_fixture(report: dict[str, Any]) -> None:
 
 def test_markdown_no_solution(report: dict[str, Any]) -> None:
     md = render_markdown(R(no_solution(report)))
-    assert "**Verdict: NO SOLUTION.**" in md
-    assert "Validation: not run" in md
+    assert "**Verdict: NO SOLUTION.**" in md and "held-out" not in md.split("\n## ")[0]
     assert "## FP32 fallback nodes (0)" in md and "None (no passing set was found)." in md
     assert "tolerance is below FP32 noise" in md
 
@@ -126,8 +126,8 @@ def test_html_no_solution_and_no_validation(report: dict[str, Any]) -> None:
     r2 = copy.deepcopy(report)
     r2["validation"] = None
     page2 = render_html(R(r2))
-    assert "Held-out validation: not run." in page2 and "fixed (validation)" not in page2
-    assert "Validation: not run" in render_markdown(R(r2))
+    assert "Not validated: 4 samples, all used by the search" in page2 and "fixed (validation)" not in page2
+    assert "Not validated: 4 samples" in render_markdown(R(r2)) and "PASSED, NOT VALIDATED" in page2
 
 
 def test_passed_with_empty_fallback(report: dict[str, Any]) -> None:
@@ -143,7 +143,7 @@ def test_passed_with_empty_fallback(report: dict[str, Any]) -> None:
 
 def test_minimal_report_renders() -> None:
     """A report from an early interruption: hardly any fields; no layers, no trajectory, no outputs."""
-    r = Report(status="interrupted", reason="Ctrl-C", passed=False, precision="bf16", layers=[], trajectory=[])
+    r = Report(status="interrupted", reason="Ctrl-C", precision="bf16", layers=[], trajectory=[])
     md = render_markdown(r)
     assert "INCOMPLETE (interrupted)" in md and "No per-layer analysis recorded." in md
     page = render_html(r)

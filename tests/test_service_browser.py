@@ -131,7 +131,7 @@ def test_finished_failed_and_cancelled_pages_say_what_the_report_says(chromium: 
     with human sizes; a failed one: its message, no empty heading; a cancelled one: the phase it stopped in."""
     from service_helpers import planted_job_files
 
-    from precision_doctor.render.wording import lowp_sentence, verdict, verdict_sentence
+    from precision_doctor.render.verdict import headline_text, verdict
     from precision_doctor.results.report import Report
 
     d, root = daemon
@@ -158,8 +158,7 @@ def test_finished_failed_and_cancelled_pages_say_what_the_report_says(chromium: 
         label, tone = verdict(report)
         assert browser.eval("document.getElementById('verdict-label').textContent") == label
         assert browser.eval("document.getElementById('verdict-label').className") == f"badge {tone}"
-        sentence = " ".join(x for x in (verdict_sentence(report), lowp_sentence(report)) if x)
-        assert browser.eval("document.querySelector('#verdict .sentence').textContent") == sentence
+        assert browser.eval("document.querySelector('#verdict .sentence').textContent") == headline_text(report)
         html = (d.state_dir / "jobs" / done / "run" / "report.html").read_text()
         assert f'id="verdict">{label}</span>' in html  # the report's badge: the same words
         sizes = browser.eval("Array.from(document.querySelectorAll('#artifacts td.n')).map(function(t){"

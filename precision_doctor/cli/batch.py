@@ -81,7 +81,7 @@ def batch(
         def on_done(row: SummaryRow) -> None:
             progress.advance(task)
             detail = row.message if row.status == RowStatus.ERROR else row_brief(row)
-            err.print(f"{row.model}: {row.status} {detail}")
+            err.print(f"{row.model}: {row.verdict or row.status} {detail}")
 
         try:
             result = run_batch(zoo, out_dir, defaults, executor=executor, only=list(only or []), rerun=rerun,
@@ -117,7 +117,7 @@ def print_summary(rows: list[SummaryRow]) -> None:
     for r in rows:
         share = fmt_share(r.fp32_flop_share)
         table.add_row(
-            r.model, str(r.status), "" if r.fallback_size is None else str(r.fallback_size), share,
+            r.model, r.verdict or str(r.status), "" if r.fallback_size is None else str(r.fallback_size), share,
             "" if r.evaluations is None else str(r.evaluations),
             fmt_seconds(r.elapsed_s),
             r.message if r.status == RowStatus.ERROR else (r.report or ""),

@@ -90,9 +90,7 @@ def diagnose(
                     else "run the command again")
             raise UserError(f"{exc}; {exc.advice}, then {then}") from None
     print_outcome(report, out_dir, model)
-    if report.interrupted:
-        raise typer.Exit(130)
-    raise typer.Exit(0 if report.passed else 1)
+    raise typer.Exit(report.statement.exit_code)
 
 
 PER_INVOCATION = ("search.max_evaluations", "search.time_budget")  # a resume's budget is its own
@@ -133,75 +131,59 @@ def settings_refusal(exc, model: Path, out_dir: Path) -> str:
 
 
 def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None) -> None:
-    from precision_doctor.render.pricing import cost_sentence, tradeoff_sentence
+    """The run's outcome: the search in one line, the verdict (label and one sentence per field of the statement, as
+    the reports say them), the FP32 nodes, the details, the next step and where the report is."""
+    from precision_doctor.render.commands import first_step
+    from precision_doctor.render.sections import Section, Step, Steps
+    from precision_doctor.render.sections import checks as checks_section
+    from precision_doctor.render.sections import verdict as verdict_section
+    from precision_doctor.render.sections.terminal import lines as terminal_lines
     from precision_doctor.render.tensorrt import outcome_lines
     from precision_doctor.render.wording import (
-        UNVALIDATED_NOTE,
-        Tone,
-        answers_sentence,
-        bound_sentence,
-        certified_sentence,
-        confirm_sentence,
-        decided_sentence,
         divergence_text,
-        emulation_note_lines,
         folded_host,
-        generalization_sentence,
-        headline_text,
-        headroom_sentence,
-        held_out_sentence,
-        not_holding,
-        rounds_sentence,
         search_line,
         shapes_warning,
         tolerance_text,
-        validated_on_user_data,
-        verdict,
     )
+    from precision_doctor.results.verdict import NextKind, Status
 
     def say(text) -> None:
         console.print(text, soft_wrap=True)
 
     fb = report.fallback_nodes
-    tol = report.tolerance
+    st = report.statement
     say(search_line(report))
     if report.first_divergence:
         node = report.first_divergence_node
         say(f"first diverging tensor (all {report.precision}): "
             f"{divergence_text(report.first_divergence, node, folded_host(report.layers, node))}")
-    label, tone = verdict(report)
-    style = {Tone.PASS: "bold green", Tone.WARN: "bold yellow"}.get(tone, "bold red")
-    say(styled(label, style, ": " + headline_text(report)))
-    if report.passed and not validated_on_user_data(report):
-        say(UNVALIDATED_NOTE)
+    for line in terminal_lines(verdict_section.build(report)):
+        say(line)
     if (warning := shapes_warning(report)) is not None:
         say(styled(warning, "bold yellow"))
-    if (report.passed or not_holding(report)) and fb:
-        say(f"FP32 nodes ({tolerance_text(tol)}):")
+    if st.answered and fb:
+        say(f"FP32 nodes ({tolerance_text(report.tolerance)}):")
         for name in fb[:SHOWN_NODES]:
             say(f"  {name}")
         if len(fb) > SHOWN_NODES:
             listed = [p for p in ("report.html", "layer_precisions.txt") if (Path(out_dir) / p).is_file()]
             say(f"  ... and {len(fb) - SHOWN_NODES} more: see {' / '.join(f'{out_dir}/{p}' for p in listed)}")
-    if report.passed and (cost := cost_sentence(report, with_share=False)):
-        say(f"{cost[0].upper()}{cost[1:]}")
-    if report.passed and (tradeoff := tradeoff_sentence(report.pricing.tradeoff if report.pricing else None)):
-        say(tradeoff)
     if report.status == RunStatus.NO_SOLUTION and report.reason:
         say(report.reason)
-    passed_notes = (confirm_sentence(report), certified_sentence(report), headroom_sentence(report),
-                    *emulation_note_lines(report))
-    promise = (bound_sentence(report), decided_sentence(report), rounds_sentence(report), answers_sentence(report))
-    for note in (held_out_sentence(report), *promise, generalization_sentence(report),
-                 *(passed_notes if report.passed else ())):
-        if note:
-            say(note.replace("`", ""))
-    for note, loud in outcome_lines(report) if report.passed else ():
+    for line in terminal_lines(checks_section.build(report)):
+        say(line)
+    for note, loud in outcome_lines(report) if st.answered and st.status != Status.FAILED_HELD_OUT else ():
         say(styled(note, "bold red") if loud else note)
     if report.status not in (RunStatus.COMPLETE, RunStatus.NO_SOLUTION):
         say(f"status: {report.status}: {report.reason}")
-    if report.interrupted:
+    text, cmd = first_step(report)
+    if st.next.kind == NextKind.CONTINUE:  # the command from here, not from the run directory
         path = model or (report.model.path if report.model is not None else "MODEL")
-        say(f"to continue: {resume_command(Path(path), out_dir)}")
+        cmd = f"to continue: {resume_command(Path(path), out_dir)}"
+    elif cmd:
+        cmd = f"(from {out_dir}) {cmd}"
+    for line in terminal_lines(Section("next", None, (Steps((Step(text, cmd),)),))):
+        say(line)
     written = [p for k, p in report.artifacts.items() if k != "report_html" and (Path(out_dir) / p).is_file()]
     say(f"report: {out_dir}/report.html  ({', '.join(written)})")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 METHOD = "one-sided Clopper-Pearson (exact binomial)"
+CONFIDENCE = 0.95  # the confidence every held-out bound is stated at
 
 
 def binomial_cdf(k: int, n: int, p: float) -> float:
@@ -28,7 +29,7 @@ def binomial_cdf(k: int, n: int, p: float) -> float:
     return min(1.0, math.exp(top) * math.fsum(math.exp(x - top) for x in logs))
 
 
-def failure_rate_upper(failures: int, n: int, confidence: float = 0.95) -> float:
+def failure_rate_upper(failures: int, n: int, confidence: float = CONFIDENCE) -> float:
     """The one-sided Clopper-Pearson upper bound on the failure rate after `failures` failures in `n` samples
     (1.0 with no samples or when all failed)."""
     if not 0.0 < confidence < 1.0:

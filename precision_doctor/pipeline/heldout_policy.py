@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from precision_doctor.errors import UserError
-from precision_doctor.measure.bound import METHOD, failure_rate_upper, samples_for_bound
+from precision_doctor.measure.bound import CONFIDENCE, METHOD, failure_rate_upper, samples_for_bound
 from precision_doctor.outcome import Decider
 from precision_doctor.results.report import HeldOutBound
 
@@ -38,7 +38,6 @@ HOLD_OUT_FRACTION = 0.2
 MIN_HELD_OUT = 2  # when holding out by default, at least this many
 HELD_OUT_TARGET = 10  # ... and at least this many where that is at most a quarter of the samples
 GENERATED_FRACTION = 0.5  # generated held-out samples per generated search sample
-CONFIDENCE = 0.95
 USEFUL_RATE = 0.05  # a bound on the failure rate is useful from here down (59 passing samples)
 
 VALIDATE_INPUTS, SPLIT, GENERATED, NONE = "validate-inputs", "split", "generated", "none"

@@ -109,7 +109,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
                  shapes: list[InputShape] | None = None, invocation: Invocation | None = None,
                  pricing: Pricing | None = None, timing: Timing | None = None) -> Report:
     """The report of a run that ended in `outcome`, at the settings `spec` (the second search's margin, if any).
-    An answer known to fail search samples (the counterexample-guided search stopped first) is not a pass.
+    What it means (`passed`, the verdict) is derived from the report itself (`Report.statement`).
     `shapes`: the inputs' shapes as the samples ran; `invocation`: how the run was started; `pricing`: what the
     answer costs (pipeline/pricing.py); `timing`: `elapsed` in parts. FLOPs are the search space's cost model's (the
     shapes that ran) where it has one, else the declared shapes'."""
@@ -121,7 +121,6 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
     same_as_searched = (confirm is None or confirm.searched_answer == sorted(final)) and not by_knobs
     final_verdict = checks.knob_verdict if by_knobs else checks.confirm_verdict or (
         searched_verdict if same_as_searched else None)
-    held_out_ok = validation is None or validation.passed or bool(validation.passed_after_research)
     fmt = get_format(spec.precision)
     rounds = searched.rounds
     from_user = work.inputs.from_user
@@ -150,8 +149,7 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         ),
         confirm=confirm, certified_by=checks.certified_by, emulation_rules=spec.backends.rules,
         emulation_notes=list(checks.emulation_notes),
-        status=outcome.status, reason=outcome.reason,
-        passed=fallback is not None and held_out_ok and (rounds is None or not rounds.failing),
+        status=outcome.status, reason=outcome.reason,  # `passed` is derived from these (Report.statement)
         fallback_nodes=[n.name for n in model.nodes if n.name in final],
         fallback_size=len(final),
         fp32_flop_share=flop_share(model, final, searched.space.cost_model),

@@ -134,7 +134,7 @@ def engine_for_run(run_dir: Path, targets: Sequence[str] | None) -> EngineResult
 
     report = Report.load(run_dir)
     fixed = run_dir / FIXED_ONNX
-    if not report.passed or not fixed.is_file():
+    if not report.answered or not fixed.is_file():
         raise UserError(f"{run_dir}: the run found no passing set (no fixed.onnx), so there is no engine to build")
     writes = [REPORT_JSON, *report_files(report).values(), *ENGINE_FILES]
     with updating(run_dir, writes):

@@ -16,9 +16,10 @@ from typing import Any
 
 from precision_doctor.backends.base import check_only_name
 from precision_doctor.flags import command_line
-from precision_doctor.outcome import RunStatus
-from precision_doctor.render.wording import floor_consequence, floor_finding, not_holding
+from precision_doctor.render.numbers import counted, fmt_short_pct
+from precision_doctor.render.wording import floor_consequence, floor_finding
 from precision_doctor.results.report import Report
+from precision_doctor.results.verdict import NextKind, Status, Unvalidated
 from precision_doctor.spec import RunSpec
 
 HERE = "."  # a run directory, as a command run from it names it
@@ -27,85 +28,106 @@ RUN_FROM_HERE = ("Run these commands from the directory that holds this report: 
 
 
 def next_steps(report: Report) -> list[tuple[str, str | None]]:
-    """What to do next, in order: (what and why, the command or None), the last one the command that runs this
-    diagnosis again. Commands run from the run directory (the one holding this report): they use paths relative to
-    it (render/commands.py). A tolerance tighter than the format can represent at the outputs comes first."""
-    steps = _floor_steps(report) + _steps(report)
+    """What to do next, in order: (what and why, the command or None). The first is the statement's one next step
+    (results/verdict.py `next`), then the others that apply, the last one the command that runs this diagnosis again.
+    Commands run from the run directory (the one holding this report): they use paths relative to it."""
+    first = first_step(report)
+    steps = [first] + [(text, cmd) for kind, text, cmd in _other_steps(report)
+                       if kind != report.statement.next.kind and (cmd is None or cmd != first[1])]
     if report.invocation is not None and not report.interrupted:
         steps.append(("To run this diagnosis again (after changing the model or the samples; add flags for other "
                       "settings), into a new directory beside this one:", rerun_command(report, "again")))
     return steps
 
 
-def _floor_steps(report: Report) -> list[tuple[str, str | None]]:
-    """Where the tolerance is tighter than the format can represent at the outputs: run again with a realistic one."""
-    floor = report.rounding_floor
-    suggested = floor.realistic(report.tolerance) if floor is not None and floor.below else None
-    if suggested is None:
+def first_step(report: Report) -> tuple[str, str | None]:
+    """The statement's one next step, in words, with its command (None: none)."""
+    st = report.statement
+    nxt, changes = st.next, dict(st.next.changes)
+    kind = nxt.kind
+    if kind == NextKind.RELAX_TOLERANCE:
+        floor = report.rounding_floor
+        return (f"{floor_finding(floor, report.tolerance)}: {floor_consequence(floor)}. Run again with a tolerance above "
+                "the rounding (your task decides how much error it allows; this one leaves the computation at least twice "
+                "the rounding, which may still keep many nodes in FP32):",
+                rerun_command(report, f"atol{changes['tolerance.atol']:g}", changes))
+    if kind == NextKind.CONTINUE:
+        return ("The run did not finish. Continue it where it stopped (its settings are recorded in the run directory; "
+                "a larger --max-evaluations or --time-budget lets it go further):", resume_command(report))
+    if kind == NextKind.MORE_DATA:
+        return ("The answer fails held-out samples of your data: give more --inputs of your data (the search then sees "
+                "more of what varies), or search with more room to spare. Searching again with a larger margin:",
+                rerun_command(report, f"margin{changes['search.margin']:g}", changes))
+    if kind == NextKind.CHECK_REFERENCE:
+        return ("Even with every candidate node in FP32 the outputs miss the reference: the tolerance is tighter than "
+                "FP32 itself reproduces (or the model is nondeterministic). Check the reference (--reference-outputs) "
+                "or loosen --atol/--rtol, then run diagnose again.", None)
+    if kind == NextKind.LOOSEN:
+        return ("No set met the tolerance. Loosen --atol/--rtol (or use --check-error-stat mean) if your task allows "
+                "it, give more representative --inputs, or try --strategy linear.", None)
+    if kind == NextKind.VALIDATE:
+        return _validate_step(report, changes)
+    if kind == NextKind.KEEP_MORE_LOWP:
+        t = st.benefit.better
+        return (f"The answer keeps little of {st.precision}'s benefit: at {t.multiple:g}x this tolerance it would keep "
+                f"{fmt_short_pct(t.fp32_flop_share)} of the FLOPs in FP32 ({counted(t.nodes, 'node')}). If your task allows that "
+                "tolerance, run again with it:", rerun_command(report, f"tol{t.multiple:g}x", changes))
+    if kind == NextKind.CHECK_ON_TARGET:
+        check = (report.commands.get("polygraphy") or "").splitlines()
+        if check:
+            return (_CHECK_TEXT, check[-1])
+    return (_CONFIRM_TEXT, rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"}))
+
+
+_CHECK_TEXT = ("Check the fixed model on the target GPU with TensorRT, from this report's directory: polygraphy runs it "
+               "there and compares its outputs with the FP32 reference at your tolerance.")
+_CONFIRM_TEXT = ("The emulator can underestimate a GPU's FP16 error: let precision-doctor confirm (and repair) the answer "
+                 "on the target GPU itself, with the same inputs and tolerance:")
+
+
+def _validate_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | None]:
+    """What validates an answer that no held-out sample of the user's data checked."""
+    why = report.statement.claim.unvalidated if report.statement.claim is not None else None
+    if why == Unvalidated.SPLIT_ZERO:
+        return ("No held-out sample of your data checked this answer (--validation-split 0). Run again with the default "
+                "split, which holds a fifth of your --inputs out to check it:", rerun_command(report, "validate", changes))
+    if why == Unvalidated.GENERATED:
+        return ("The samples were generated, not your data: run again with --inputs of your data (or a "
+                "--data-loader-script); from 4 of them on, some are held out to check the answer.", None)
+    if why in (Unvalidated.REPAIRED, Unvalidated.CHANGED):
+        return ("The held-out samples shaped this answer: check it on new samples of your data that no search saw "
+                "(--validate-inputs), or give more --inputs so that some stay unseen.", None)
+    return ("No held-out sample of your data checked this answer: give 4 or more --inputs of your data (a fifth, at "
+            "least 2, is held out to check it; 59 passing ones bound its failure rate at 5%), or --validate-inputs with "
+            "samples the search does not see, and run again.", None)
+
+
+def _other_steps(report: Report) -> list[tuple[NextKind | None, str, str | None]]:
+    """The steps after the first, by kind (None: a step the statement never picks first): for an answer, build and
+    check it; for a run that stopped early, what it would deploy; else nothing."""
+    if not report.answered or report.statement.status in (Status.FAILED_HELD_OUT, Status.NO_SOLUTION):
         return []
-    why = floor_finding(floor, report.tolerance)
-    changes = {"tolerance.atol": suggested.atol, "tolerance.rtol": suggested.rtol,
-               "tolerance.output_atol": list(suggested.output_atol), "tolerance.output_rtol": list(suggested.output_rtol)}
-    return [(f"{why}: {floor_consequence(floor)}. Run again with a tolerance above the rounding (your "
-             "task decides how much error it allows; this one leaves the computation at least twice the rounding, "
-             "which may still keep many nodes in FP32):",
-             rerun_command(report, f"atol{suggested.atol:g}", changes))]
-
-
-def _steps(report: Report) -> list[tuple[str, str | None]]:
     cmds = report.commands
-    if report.status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
-        steps = [("The search did not finish. Continue it where it stopped (its settings are recorded in the run "
-                  "directory; a larger --max-evaluations or --time-budget lets it go further):",
-                  resume_command(report))]
-        return steps if not report.passed else steps + _build_steps(report, cmds)
-    if not_holding(report):
-        margin = round(min(0.9, float(report.margin or 0.0) + 0.1), 2)
-        h = report.expected_headroom
-        failed = bool(h.failing_copies or h.failing_held_out)
-        why = "fails on samples the search did not see" if failed else \
-            "is predicted to exceed it on some new inputs (from how much its share varies between samples)"
-        allow = "" if failed or h.risk is None else (
-            f" Where a larger chance per new input than {100 * h.risk:g}% is acceptable, --risk allows it.")
-        return [(f"The answer meets the tolerance on the searched samples but {why}: "
-                 "give more --inputs of your data (from 4 on, some are held out to check it), or search with more room "
-                 f"to spare (a larger --margin, more --augment copies).{allow} Searching again with a larger margin:",
-                 rerun_command(report, f"margin{margin:g}", {"search.margin": margin}))]
-    if not report.passed:
-        base = report.baseline
-        if base is not None and not base.passed and report.status == RunStatus.NO_SOLUTION:
-            return [("Even with every candidate node in FP32 the outputs miss the reference: the tolerance is "
-                     "tighter than FP32 itself reproduces (or the model is nondeterministic). Check the reference "
-                     "(--reference-outputs) or loosen --atol/--rtol, then run diagnose again.", None)]
-        return [("No set met the tolerance. Loosen --atol/--rtol (or use --check-error-stat mean) if your task "
-                 "allows it, give more representative --inputs, or try --strategy linear.", None)]
-    return _build_steps(report, cmds)
-
-
-def _build_steps(report: Report, cmds: dict[str, str]) -> list[tuple[str, str | None]]:
-    steps: list[tuple[str, str | None]] = []
+    steps: list[tuple[NextKind | None, str, str | None]] = []
     check = (cmds.get("polygraphy") or "").splitlines()
     if check:
-        steps.append(("Check the fixed model on the target GPU with TensorRT, from this report's directory: "
-                      "polygraphy runs it there and compares its outputs with the FP32 reference at your tolerance.",
-                      check[-1]))
+        steps.append((NextKind.CHECK_ON_TARGET, _CHECK_TEXT, check[-1]))
     if cmds.get("trtexec_trt11"):
-        steps.append(("Build the engine with TensorRT 11 (strongly typed: fixed.onnx carries the precisions):",
+        steps.append((None, "Build the engine with TensorRT 11 (strongly typed: fixed.onnx carries the precisions):",
                       cmds["trtexec_trt11"]))
     if cmds.get("trtexec_trt10"):
-        steps.append(("Or with TensorRT 10 (the original model, FP32 layers pinned); ./trtexec.sh picks the right "
+        steps.append((None, "Or with TensorRT 10 (the original model, FP32 layers pinned); ./trtexec.sh picks the right "
                       "build for the TensorRT installed (PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x too):",
                       "./trtexec.sh"))
     if cmds.get("tensorrt_rtx") or "tensorrt_rtx" in report.artifacts:
-        steps.append(("Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
+        steps.append((None, "Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
                       "compute capability 9.0):", "./tensorrt_rtx.sh"))
     c = report.confirm
     if c is not None and c.passed and not check_only_name(c.backend):
-        steps.append((f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
+        steps.append((None, f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
                       "that is another one.", None))
     else:
-        steps.append(("The emulator can underestimate a GPU's FP16 error: let precision-doctor confirm (and repair) "
-                      "the answer on the target GPU itself, with the same inputs and tolerance:",
+        steps.append((NextKind.CONFIRM_ON_GPU, _CONFIRM_TEXT,
                       rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"})))
     return steps
 

@@ -8,10 +8,13 @@ from html import escape
 from typing import Any
 
 from precision_doctor.render import plots, pricing
-from precision_doctor.render.commands import RUN_FROM_HERE, next_steps
 from precision_doctor.render.files import artifact_title
 from precision_doctor.render.layers import layers_by_name, layers_in_order
 from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time, num
+from precision_doctor.render.sections import checks as checks_section
+from precision_doctor.render.sections import next_steps as next_steps_section
+from precision_doctor.render.sections import verdict as verdict_section
+from precision_doctor.render.sections.html import html as section_html
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     html_sections,
@@ -19,28 +22,16 @@ from precision_doctor.render.tensorrt import (
     named_onnx_sentence,
     trt_check_sentence,
 )
+from precision_doctor.render.verdict import claim_sentence, figures
 from precision_doctor.render.wording import (
     INPUT_SENSITIVE_WHY,
-    answers_sentence,
-    bound_sentence,
-    certified_sentence,
-    confirm_sentence,
-    decided_sentence,
-    emulation_note_lines,
-    figures,
     folded_host,
-    generalization_sentence,
-    headline_text,
-    headroom_sentence,
-    held_out_sentence,
     model_file_sentence,
     output_run_labels,
     precision_name,
-    rounds_sentence,
     shapes_text,
     shapes_warning,
     status_line,
-    verdict,
     why,
 )
 from precision_doctor.results.emit import LABELS as COMMAND_TITLES
@@ -325,13 +316,9 @@ def _figure_html(plot: plots.Plot | None, kind: str, title: str, caption: str, e
 
 def _header(report: Report) -> str:
     model = report.model or ModelInfo(path="?")
-    label, kind = verdict(report)
     kpis = [_kpi(f.value, f.label) for f in figures(report)]
-    reason = ""
-    for line in (bound_sentence(report), decided_sentence(report), rounds_sentence(report), answers_sentence(report),
-                 generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
-                 headroom_sentence(report), engine_sentence(report), knobs_sentence(report),
-                 *emulation_note_lines(report)):
+    reason = section_html(checks_section.build(report))
+    for line in (engine_sentence(report), knobs_sentence(report)):
         if line:
             reason += f'<div class="headroom">{_e(line.replace("`", ""))}</div>'
     if check := trt_check_sentence(report):
@@ -344,12 +331,9 @@ def _header(report: Report) -> str:
             reason += f'<div class="headroom">{_e(line if line.endswith(".") else "Input shapes: " + line + ".")}</div>'
     if status := status_line(report):
         reason += f'<div class="reason">{_e(status)}</div>'
-    cost = pricing.cost_sentence(report, with_share=False) if report.passed else None
     return (
         f"<header><h1>precision-doctor report: <code>{_e(model.path)}</code></h1>"
-        f'<div class="verdict"><span class="badge {kind}" id="verdict">{_e(label)}</span>'
-        f'<span class="sentence">{_e(" ".join(x for x in (headline_text(report), cost) if x))}'
-        f'</span></div>{reason}'
+        f"{section_html(verdict_section.build(report))}{reason}"
         f'<div class="kpis">{"".join(kpis)}</div></header>'
     )
 
@@ -360,7 +344,7 @@ def _fallback_section(report: Report) -> str:
     prec = precision_name(report)
     out = [f'<section id="fallback"><h2>FP32 fallback nodes ({len(fallback)})</h2>']
     if not fallback:
-        msg = (f"None: every candidate node can run in {prec}." if report.passed
+        msg = (f"None: every candidate node can run in {prec}." if report.answered
                else "None: no passing fallback set was found.")
         out.append(f'<p class="muted">{_e(msg)}</p></section>')
         return "".join(out)
@@ -392,10 +376,9 @@ def _outputs_section(report: Report) -> str:
     names = list(dict.fromkeys([*base, *fixed, *val]))
     base_label, fixed_label, held_label = output_run_labels(report)
     out = ['<section id="outputs"><h2>Outputs</h2>']
-    if validation is not None:
-        samples = _e(validation.samples)
-        out.append(f"<p>Held-out validation on {samples} samples: {_pass_span(validation.passed)}. "
-                   f"{_e(held_out_sentence(report))}</p>")
+    claim = claim_sentence(report.statement)
+    if claim is not None:
+        out.append(f'<p id="claim">{_e(claim)}</p>')
     else:
         out.append('<p class="muted">Held-out validation: not run.</p>')
     if not names:
@@ -539,12 +522,7 @@ def _commands_section(report: Report) -> str:
 
 
 def _next_steps_section(report: Report) -> str:
-    items = []
-    for text, cmd in next_steps(report):
-        block = f"<pre>{_e(cmd)}</pre>" if cmd else ""
-        items.append(f"<li>{_e(text)}{block}</li>")
-    return (f'<section id="next-steps"><h2>Next steps</h2><ol>{"".join(items)}</ol><p class="muted">'
-            f"{escape(RUN_FROM_HERE)}</p></section>")
+    return section_html(next_steps_section.build(report))
 
 
 def _settings_section(report: Report) -> str:
@@ -605,8 +583,7 @@ def render_html(report: Report) -> str:
     The layer table honours `#sort=<column>[:asc|:desc]` in the URL; when the page script has run,
     `<body data-ready="1">` is set and script errors are shown in `#js-errors`.
     """
-    label, _ = verdict(report)
-    title = f"precision-doctor: {label} · {report.model.path if report.model else '?'}"
+    title = f"precision-doctor: {report.statement.label} · {report.model.path if report.model else '?'}"
     body = "".join(
         [
             _header(report),

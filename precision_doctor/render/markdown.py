@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
-from precision_doctor.render.commands import RUN_FROM_HERE, next_steps
 from precision_doctor.render.files import artifact_title
 from precision_doctor.render.layers import FOLDED_NOTE, layers_by_name, top_offenders
 from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time
-from precision_doctor.render.pricing import cost_sentence
 from precision_doctor.render.pricing import markdown_lines as pricing_lines
+from precision_doctor.render.sections import checks as checks_section
+from precision_doctor.render.sections import next_steps as next_steps_section
+from precision_doctor.render.sections import verdict as verdict_section
+from precision_doctor.render.sections.markdown import lines as section_lines
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     knobs_sentence,
@@ -19,26 +21,15 @@ from precision_doctor.render.tensorrt import (
     trt_check_sentence,
 )
 from precision_doctor.render.wording import (
-    answers_sentence,
-    bound_sentence,
-    certified_sentence,
     code,
-    confirm_sentence,
-    decided_sentence,
-    emulation_note_lines,
     folded_host,
-    generalization_sentence,
-    headline_text,
-    headroom_sentence,
-    held_out_sentence,
     model_file_sentence,
     output_run_labels,
     precision_name,
-    rounds_sentence,
+    probe_diagnostic,
     shapes_text,
     shapes_warning,
     tolerance_text,
-    verdict,
     why,
 )
 from precision_doctor.results.emit import LABELS as COMMAND_TITLES
@@ -81,19 +72,16 @@ def _tolerance_text(tol: Tolerance) -> str:
 def render_markdown(report: Report) -> str:
     """report.md: verdict first, then fallback nodes, outputs, divergence, commands, offenders, search."""
     sections = (_summary, _settings, _next_steps, _fallback, markdown_sections, _outputs, _first_divergence, _commands,
-                _top_offenders, _search, _artifacts, pricing_lines)
+                _top_offenders, _search, _probe, _artifacts, pricing_lines)
     return "\n".join(line for section in sections for line in section(report)).rstrip() + "\n"
 
 
 def _summary(report: Report) -> list[str]:
-    """The title, the verdict with its headline and cost, warnings, and one bullet per fact of the run."""
+    """The title, the verdict with its headline, warnings, and one bullet per fact of the run."""
     model = report.model or ModelInfo(path="?")
     prec = precision_name(report)
-    label, _ = verdict(report)
     L = [f"# precision-doctor report: {code(model.path)}", ""]
-    cost = cost_sentence(report, with_share=False)
-    L += [" ".join(x for x in (f"**Verdict: {label}.**", headline_text(report),
-                               f"{cost[0].upper()}{cost[1:]}" if cost and report.passed else None) if x), ""]
+    L += section_lines(verdict_section.build(report))
     if (warning := shapes_warning(report)) is not None:
         L += [f"> **{warning}**", ""]
     if report.reason:
@@ -113,19 +101,9 @@ def _summary(report: Report) -> list[str]:
         L.append("- Every member is needed: " + (
             "checked (removing any one of them was evaluated and fails)." if report.one_minimal_checked else
             "not checked for every member against the final set (it holds if adding FP16 nodes never reduces the error)."))
-    if report.validation is not None:
-        L.append(f"- Validation: {held_out_sentence(report)}")
-    else:
-        L.append("- Validation: not run (no held-out samples).")
     if report.held_out_choice is not None:
         L.append(f"- Held out: {report.held_out_choice.reason}.")
-    for line in (bound_sentence(report), decided_sentence(report), rounds_sentence(report), answers_sentence(report)):
-        if line:
-            L.append(f"- {line}")
-    for line in (generalization_sentence(report), confirm_sentence(report), certified_sentence(report),
-                 headroom_sentence(report), *emulation_note_lines(report)):
-        if line:
-            L.append(f"- {line}")
+    L += section_lines(checks_section.build(report))
     for line in (trt_check_sentence(report), engine_sentence(report), knobs_sentence(report)):
         if line:
             L.append(f"- **{line}**" if line.startswith("WARNING") else f"- {line}")
@@ -170,12 +148,7 @@ def _settings(report: Report) -> list[str]:
 
 
 def _next_steps(report: Report) -> list[str]:
-    L = ["## Next steps", ""]
-    for i, (text, cmd) in enumerate(next_steps(report), 1):
-        L.append(f"{i}. {text}")
-        if cmd:
-            L += ["", "   ```bash", *(f"   {line}" for line in cmd.splitlines()), "   ```"]
-    return L + ["", RUN_FROM_HERE, ""]
+    return section_lines(next_steps_section.build(report))
 
 
 def _fallback(report: Report) -> list[str]:
@@ -184,8 +157,8 @@ def _fallback(report: Report) -> list[str]:
     by_name = layers_by_name(report)
     L = [f"## FP32 fallback nodes ({len(fallback)})", ""]
     if not fallback:
-        if report.passed:
-            return L + [f"None: the model meets the tolerance with every candidate node in {precision_name(report)}.", ""]
+        if report.answered:
+            return L + [f"None: the answer keeps every candidate node in {precision_name(report)}.", ""]
         return L + ["None (no passing set was found).", ""]
     rows = []
     for i, name in enumerate(fallback, 1):
@@ -326,6 +299,13 @@ def _search(report: Report) -> list[str]:
         L.append("No evaluations recorded.")
     L.append("")
     return L
+
+
+def _probe(report: Report) -> list[str]:
+    """The perturbed-copy probe's measured shares, as an uncalibrated diagnostic (the verdict never cites it)."""
+    text = probe_diagnostic(report)
+    return ["<details><summary>Perturbed-copy probe (uncalibrated diagnostic)</summary>", "", text, "", "</details>", ""] \
+        if text else []
 
 
 def _artifacts(report: Report) -> list[str]:

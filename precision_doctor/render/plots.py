@@ -322,7 +322,7 @@ def plot_trajectory(report: Report) -> Plot | None:
     ax.scatter([p[0] for p in ps], [p[1] for p in ps], color=PASS, marker="o", s=12 if many else 42, zorder=4, label="passes")
     ax.scatter([p[0] for p in fs], [p[1] for p in fs], color=FAIL, marker="X", s=12 if many else 48, zorder=4, label="fails")
     chosen = [(s, z) for s, z, k, t in zip(steps, sizes, ok, traj) if k and sorted(map(str, t.fallback)) == final]
-    if chosen and report.passed:
+    if chosen and report.answered:
         ax.scatter([c[0] for c in chosen], [c[1] for c in chosen], marker="*", s=220, facecolor="none", edgecolor="black",
                    linewidths=1.2, zorder=5, label="the reported set")
     top = max([z for z in sizes if math.isfinite(z)] or [1.0])

@@ -72,7 +72,8 @@ def summary_html(rows: list[SummaryRow], title: str = "precision-doctor batch") 
         "Model", "Status", "Passed", "FP32 nodes", "FP32 FLOP share", "Evaluations", "Time", "Report", "Message"))
     body = []
     for r in rows:
-        cls = _STATUS_CLASS.get(r.status, "warn")
+        # a finished run shows its verdict's label; a qualified pass is not green
+        cls = "warn" if r.status == RowStatus.PASSED and r.verdict not in ("", "PASSED") else _STATUS_CLASS.get(r.status, "warn")
         link = f'<a href="{escape(r.report, quote=True)}">report</a>' if r.report else ""
         passed = "" if r.status in (RowStatus.ERROR, RowStatus.PENDING) else ("yes" if r.passed else "no")
 
@@ -81,7 +82,7 @@ def summary_html(rows: list[SummaryRow], title: str = "precision-doctor batch") 
 
         body.append(
             "<tr>"
-            f"<td>{escape(r.model)}</td><td class=\"{cls}\">{escape(r.status)}</td><td>{passed}</td>"
+            f"<td>{escape(r.model)}</td><td class=\"{cls}\">{escape(r.verdict or r.status)}</td><td>{passed}</td>"
             + n(r.fallback_size, "" if r.fallback_size is None else str(r.fallback_size))
             + n(r.fp32_flop_share, fmt_share(r.fp32_flop_share))
             + n(r.evaluations, "" if r.evaluations is None else str(r.evaluations))

@@ -1,20 +1,15 @@
-"""The sentences every front end shares (report.md, report.html, the CLI, the service pages, the batch summary):
-the verdict of a run (`Verdict`, one name for each kind of result) with its label, tone and headline; the measured
-promise (held-out bound, deciding check, rounds, both answers); how the answer was checked (confirmation,
-generalization, certification, headroom, what the emulator does not model); why a layer hurts; the key figures;
-the inputs' shapes; `compare`'s verdict and a batch row in brief. Numbers are written by `numbers.py`.
-
-The verdict is derived from the typed Report only (`verdict_of`), so every front end says the same thing about
-the same run: `verdict(report)` is its label and tone, `headline(report)` one sentence (label, what was found,
-and the all-low-precision error as a multiple of the tolerance). Literal names are Markdown code (`code`):
-report.html and the CLI drop the backticks.
+"""The sentences every front end shares (report.md, report.html, the CLI, the service pages, the batch summary),
+beside the verdict's (render/verdict.py, one sentence per field of the run's statement): the tolerance against the
+format's rounding, the whole model in low precision, the search's rounds and both answers; how the answer was checked
+(confirmation, certification, headroom, what the emulator does not model, the perturbed-copy probe as an uncalibrated
+diagnostic); why a layer hurts; the inputs' shapes; `compare`'s verdict and a batch row in brief. Numbers are written
+by `numbers.py`. Literal names are Markdown code (`code`): report.html and the CLI drop the backticks.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from precision_doctor.backends.base import check_only_name
@@ -25,14 +20,13 @@ from precision_doctor.graph.names import shown
 from precision_doctor.measure.analysis import INPUT_SENSITIVITY, Analysis
 from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.tolerance import Tolerance
-from precision_doctor.outcome import Decider, Growth, RunStatus, SummaryRow, Verdict, _Value
+from precision_doctor.outcome import Growth, RunStatus, SummaryRow
 from precision_doctor.render.numbers import (
     counted,
     fmt,
     fmt_3g,
     fmt_decimal_bytes,
     fmt_pct,
-    fmt_rate,
     fmt_seconds,
     fmt_share,
     fmt_time,
@@ -67,66 +61,7 @@ def code(s: Any) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-# ---------------------------------------------------------------- the verdict
-
-
-class Tone(_Value):
-    """How a verdict is shown: its badge and bar colour (CSS classes of the reports and the service pages)."""
-
-    PASS = "pass"
-    WARN = "warn"
-    FAIL = "fail"
-
-
-_LABELS: dict[Verdict, tuple[str, Tone]] = {
-    Verdict.PASSED: ("PASSED", Tone.PASS),
-    Verdict.PASSED_UNVALIDATED: ("PASSED (NOT VALIDATED ON YOUR DATA)", Tone.PASS),
-    Verdict.PASSED_UNCONFIRMED: ("PASSED ON THE EMULATOR (CONFIRM ON A GPU)", Tone.WARN),
-    Verdict.PASSED_ALL_FP32: ("PASSED, ALL IN FP32 (NO {precision} BENEFIT)", Tone.WARN),
-    Verdict.PASSED_SO_FAR: ("PASSED (search {stopped})", Tone.WARN),
-    Verdict.NOT_PREDICTED_TO_HOLD: ("PREDICTED NOT TO HOLD ON NEW INPUTS", Tone.WARN),
-    Verdict.FAILED_HELD_OUT: ("FAILED ON HELD-OUT SAMPLES", Tone.FAIL),
-    Verdict.INCOMPLETE: ("INCOMPLETE ({stopped})", Tone.FAIL),
-    Verdict.NO_SOLUTION: ("NO SOLUTION", Tone.FAIL),
-}
-AFTER_RESEARCH = "after a second search with the held-out samples"
-
-
-def verdict_of(report: Report) -> Verdict:
-    """What the run came to, in one word. It never contradicts the run: an answer that fails on unseen samples
-    is not a pass, one that no held-out sample of the user's data checked says so."""
-    status = report.status or RunStatus.COMPLETE
-    v = report.validation
-    if status == RunStatus.NO_SOLUTION:
-        return Verdict.NO_SOLUTION
-    failed_held_out = v is not None and not v.passed and not v.passed_after_research
-    if status in (RunStatus.INTERRUPTED, RunStatus.BUDGET_EXHAUSTED):
-        if report.passed:
-            return Verdict.PASSED_SO_FAR
-        # held-out samples are checked only where a set met the tolerance on the search samples
-        return Verdict.FAILED_HELD_OUT if failed_held_out else Verdict.INCOMPLETE
-    if not report.passed:
-        return Verdict.NOT_PREDICTED_TO_HOLD if not_holding(report) else Verdict.FAILED_HELD_OUT
-    if failed_held_out:
-        return Verdict.FAILED_HELD_OUT
-    if report.everything_fp32:
-        return Verdict.PASSED_ALL_FP32
-    if unconfirmed(report):
-        return Verdict.PASSED_UNCONFIRMED
-    return Verdict.PASSED if validated_on_user_data(report) else Verdict.PASSED_UNVALIDATED
-
-
-def unconfirmed(report: Report) -> list[str]:
-    """What of the answer's low-precision part the emulator that certified it does not model on a GPU (op types,
-    patterns, the format: `certified_by.unconfirmed`); empty where a GPU certified it or the emulator models it all."""
-    c = report.certified_by
-    return list(c.unconfirmed) if c is not None and not c.gpu else []
-
-
-def coverage_clause(report: Report) -> str | None:
-    """Why an emulator's PASS is unconfirmed, in words ("28 HardSwish nodes behave on a GPU in a way never
-    measured; ..."); None when it is not."""
-    return notes_clause(report.emulation_notes, precision_name(report)) if unconfirmed(report) else None
+# ---------------------------------------------------------------- the emulator, the tolerance, the whole model
 
 
 def notes_clause(notes: Iterable[EmulationNote], precision: str) -> str | None:
@@ -148,95 +83,6 @@ def notes_clause(notes: Iterable[EmulationNote], precision: str) -> str | None:
         else:
             parts.append(f"{nodes} {'behaves' if one else 'behave'} on a GPU in a way never measured")
     return "; ".join(parts) or None
-
-
-def _researched(report: Report) -> bool:
-    v = report.validation
-    return v is not None and not v.passed and v.research is not None
-
-
-def verdict(report: Report) -> tuple[str, Tone]:
-    """The verdict's label (as the reports' badge, the CLI, the service and the batch summary show it) and tone."""
-    kind = verdict_of(report)
-    label, tone = _LABELS[kind]
-    label = label.format(stopped="interrupted" if report.status == RunStatus.INTERRUPTED else "budget exhausted",
-                         precision=precision_name(report))
-    if _researched(report) and kind == Verdict.NO_SOLUTION:
-        label += f" ({AFTER_RESEARCH})"
-    elif _researched(report) and kind == Verdict.PASSED:
-        label = f"PASSED (on every sample, {AFTER_RESEARCH})"
-    return label, tone
-
-
-def validated_on_user_data(report: Report) -> bool:
-    """Whether held-out samples of the user's data (not generated ones, not copies) checked the answer and
-    it passed: only then may a PASS be read as holding on the user's next inputs. Without them the probe's
-    prediction is all there is, and on 2 images of a detector it was wrong (docs/BENCHMARKS.md)."""
-    v, h = report.validation, report.expected_headroom
-    ok = v is not None and (v.passed or bool(v.passed_after_research))
-    return ok and (h is None or h.held_out_from_user)
-
-
-def not_holding(report: Report) -> bool:
-    """Whether an answer that meets the tolerance on the searched samples fails on unseen ones (the probe,
-    after its second search): the verdict must not be PASS."""
-    h = report.expected_headroom
-    return h is not None and not h.holds and report.status == RunStatus.COMPLETE \
-        and (report.validation is None or report.validation.passed or bool(report.validation.passed_after_research))
-
-
-def verdict_sentence(report: Report) -> str:
-    """One plain-text sentence saying what the run found."""
-    prec = precision_name(report)
-    size = int(report.fallback_size)
-    cands = report.model.candidates if report.model is not None else None
-    of = f" of {cands} candidate" if cands is not None else ""
-    nodes = f"{size}{of} {'node' if size == 1 else 'nodes'}"
-    share = fmt_pct(report.fp32_flop_share)
-    kind = verdict_of(report)
-    if kind == Verdict.NO_SOLUTION:
-        return f"No FP32 fallback set made the model meet the tolerance in {prec}."
-    if kind == Verdict.INCOMPLETE:
-        if report.fallback_nodes:  # a set met the tolerance on the searched samples; what should follow did not end
-            return (f"The run stopped before its answer was settled: the set found so far ({nodes} in FP32, {share} of "
-                    f"FLOPs) meets the tolerance in {prec} on the searched samples, but the checks that would make it "
-                    "a PASS did not finish; continue the run to settle it.")
-        return f"The search stopped before any FP32 fallback set made the model meet the tolerance in {prec}."
-    risk = _risk(report)
-    if kind == Verdict.NOT_PREDICTED_TO_HOLD:
-        allows = f" (the prediction allows a new input a {risk} chance of exceeding the tolerance)" if risk else ""
-        return (f"Keeping {nodes} in FP32 ({share} of FLOPs) meets the tolerance in {prec} on the searched samples "
-                f"only: it is predicted not to hold on new inputs{allows}.")
-    if kind == Verdict.FAILED_HELD_OUT:
-        return f"The fallback set found ({nodes} in FP32) does not meet the tolerance in {prec} on the held-out samples."
-    if kind == Verdict.PASSED_ALL_FP32:
-        floor = report.rounding_floor
-        if floor is not None and floor.below:
-            advice = floor_advice(floor, report.tolerance)
-            return (f"{floor_finding(floor, report.tolerance)}. The answer keeps all {nodes} in FP32 ({share} of "
-                    f"FLOPs): no {prec} benefit." + (f" {advice}" if advice else ""))
-        rounding = f" ({prec}'s own rounding of the outputs uses {floor.worst[1]:.3g}x it)" if floor is not None else ""
-        return (f"The model meets the tolerance in {prec} only with all {nodes} kept in FP32 ({share} of FLOPs): no {prec} "
-                f"benefit at this tolerance{rounding}; a looser --atol/--rtol is what would let nodes run in {prec}.")
-    if size == 0 and kind != Verdict.PASSED_UNCONFIRMED:
-        return f"The model meets the tolerance entirely in {prec}: no node needs FP32."
-    if kind == Verdict.PASSED_UNCONFIRMED:
-        where = "entirely" if size == 0 else f"with {nodes} kept in FP32 ({share} of FLOPs)"
-        return (f"On the emulator, the model meets the tolerance in {prec} {where}; {coverage_clause(report)}: "
-                "confirm on the GPU (`--confirm-backend ort-cuda`, or `precision-doctor probe-ops` there).")
-    lead = "The model meets the tolerance" if kind != Verdict.PASSED_SO_FAR else "The best set so far meets the tolerance"
-    holds = risk is not None and report.expected_headroom.holds
-    predicted = f"; a new input is predicted to exceed it with probability at most {risk}" if holds else ""
-    return f"{lead} in {prec} with {nodes} kept in FP32 ({share} of FLOPs){predicted}."
-
-
-def _risk(report: Report) -> str | None:
-    """The risk per new input the prediction aimed at (`--risk`), as "0.1%"; None where nothing was predicted (no
-    unseen shares to fit, or an exact answer)."""
-    h = report.expected_headroom
-    if h is None or h.risk is None or h.predicted_share is None:
-        return None
-    return f"{100 * h.risk:g}%"
 
 
 def lowp_multiple(report: Report) -> float | None:
@@ -342,26 +188,13 @@ def floor_advice(floor: RoundingFloor, tol: Tolerance) -> str | None:
 
 
 def floor_sentence(report: Report) -> str | None:
-    """The headline's note that the tolerance is tighter than the format can represent at the outputs, where it is
-    and the verdict does not say it already (PASSED_ALL_FP32 does)."""
+    """The headline's note that the tolerance is tighter than the format can represent at the outputs, where it is,
+    with the flags of a realistic one."""
     floor = report.rounding_floor
-    if floor is None or verdict_of(report) == Verdict.PASSED_ALL_FP32:
+    if floor is None:
         return None
     finding = floor_finding(floor, report.tolerance)
     return " ".join(x for x in (f"{finding}.", floor_advice(floor, report.tolerance)) if x) if finding else None
-
-
-def headline(report: Report) -> str:
-    """The verdict in one line: its label, what the run found, what the held-out samples bound, the smaller answer
-    when the run grew its answer, and the whole model in low precision as a multiple of the tolerance."""
-    label, _ = verdict(report)
-    return f"{label}: {headline_text(report)}"
-
-
-def headline_text(report: Report) -> str:
-    """The headline after its label (the CLI styles the label itself)."""
-    return " ".join(x for x in (verdict_sentence(report), floor_sentence(report), bound_sentence(report, short=True),
-                                smaller_answer_sentence(report), lowp_sentence(report)) if x)
 
 
 def search_line(report: Report) -> str:
@@ -376,52 +209,7 @@ def search_line(report: Report) -> str:
             f"{fmt_time(t.before_search_s)} before the search, {fmt_time(t.after_search_s)} after)")
 
 
-# what the CLI adds to a PASS that no held-out sample of the user's data checked
-UNVALIDATED_NOTE = "No held-out sample of your data checked this answer (give 4 or more --inputs, or --validate-inputs)."
-
-
-# ---------------------------------------------------------------- the measured promise
-
-
-def bound_sentence(report: Report, short: bool = False) -> str | None:
-    """What the held-out samples of the user's data bound ("0 of 60 held-out samples failed: on data like yours
-    the answer fails on at most 4.9% of inputs (95% confidence)": `short`, the headline's form); the long form, which
-    follows the headline, gives the method and, with too few, what it cannot claim and how many more samples would;
-    None without such samples."""
-    b = report.held_out_bound
-    if b is None:
-        return None
-    of = "" if b.of == "final answer" else f" (of the {b.of})"
-    conf = f"{b.confidence:.0%} confidence"
-    head = (f"{b.failures} of {counted(b.samples, 'held-out sample')} failed{of}: on data like yours "
-            f"the answer fails on {'at most' if not b.failures else 'up to'} {fmt_rate(b.failure_rate)} of inputs")
-    if short:
-        return f"{head} ({conf})."
-    # the long form follows the headline, which already says the head: the method, and what more data would buy
-    text = f"The held-out bound{of} is the {b.method} bound at {conf}."
-    if not b.failures and not b.useful:
-        text += (f" Too few to promise more: {b.samples_for_useful} passing held-out samples would bound it at "
-                 f"{fmt_rate(b.useful_rate)} (give {b.inputs_for_useful} or more --inputs, of which the default split "
-                 f"holds out a fifth, or {b.samples_for_useful} --validate-inputs samples).")
-    return text
-
-
-def decided_sentence(report: Report) -> str | None:
-    """Which check decided whether the answer holds on new inputs."""
-    d, v = report.decided_by, report.validation
-    if d is None:
-        return None
-    if d == Decider.HELD_OUT:
-        n = v.samples if v is not None else 0
-        if report.held_out_bound is not None and n >= 10:
-            return (f"Decided by the {n} held-out samples of your data, which no search saw: a failure there fails the "
-                    "answer, and the spread of their shares of the tolerance predicts new inputs (10 or more decide "
-                    "without the perturbed-copy probe).")
-        return f"Decided by the {counted(n, 'held-out sample')} (a failure there fails the answer)."
-    if d == Decider.PROBE:
-        return ("Decided by the perturbed-copy probe (fewer than 10 held-out samples of your data), as a second "
-                "signal for small data; a held-out failure fails the answer whatever the probe says.")
-    return "Checked on the searched samples only: no held-out sample, no probe."
+# ---------------------------------------------------------------- the search's rounds and both answers
 
 
 def _answer_words(a: AnswerSummary) -> str:
@@ -429,50 +217,28 @@ def _answer_words(a: AnswerSummary) -> str:
 
 
 _GROWN = {Growth.COUNTEREXAMPLES: "search samples outside the working set failed it",
-          Growth.PREDICTION: ("a perturbed copy no search saw failed it, or the spread of the unseen samples' shares "
-                              "predicted that new inputs would exceed the tolerance (a second, stricter search)"),
+          Growth.PREDICTION: "the perturbed-copy probe asked for a second, stricter search",
           Growth.HELD_OUT: "held-out samples failed it (a second search with them)"}
 
 
-def smaller_answer_sentence(report: Report) -> str | None:
-    """The headline's note of the smaller answer the run found first, with its measured failures."""
-    two = report.answers
-    if two is None:
-        return None
-    small = two.smaller
-    b = small.held_out
-    seen = (f"failed {b.failures} of {b.samples} held-out samples" if b is not None else
-            f"failed {counted(small.search_failures, 'search sample')}"
-            if small.search_failures else "was predicted not to hold")
-    # "safe" only where the answer grown from it passed (not where it too failed held-out samples or is predicted
-    # not to hold: the verdict says that)
-    this = "this one is the safe one" if report.passed else "this one was grown from it"
-    return f"A smaller answer ({_answer_words(small)}) {seen}; {this}."
-
-
 def answers_sentence(report: Report) -> str | None:
-    """Both answers, in words: the smaller one with its measured failure rate, the safe (final) one with its cost."""
+    """Both answers, in words: the smaller one found first with its measured failures, the final one with its cost."""
     two = report.answers
     if two is None:
         return None
-    small, safe = two.smaller, two.safer
+    small, final = two.smaller, two.safer
     facts = []
     if small.search_failures:
         facts.append(f"failed {small.search_failures} of the search samples (at least: the check stops after a few)")
     if small.held_out is not None:
         b = small.held_out
-        facts.append(f"failed {b.failures} of {b.samples} held-out samples (on data like yours it fails on "
-                     f"{'at most' if not b.failures else 'up to'} {fmt_rate(b.failure_rate)} of inputs, "
-                     f"{b.confidence:.0%} confidence)")
+        on = f" on {b.of.rpartition(' on ')[2]}" if " on " in b.of else ""
+        facts.append(f"failed {b.failures} of {counted(b.samples, 'held-out sample')}{on}")
     why = "; ".join(_GROWN[g] for g in two.grown_by)
     measured = " and ".join(facts) if facts else "was not checked on held-out samples"
-    if not report.passed:
-        return (f"Two answers: the smaller one found first ({_answer_words(small)}) {measured}; the larger one "
-                f"({_answer_words(safe)}) is the answer, grown from it because {why}, and it is not a pass either "
-                "(see the verdict).")
-    return (f"Two answers: the smaller one found first ({_answer_words(small)}) {measured}; the safe one "
-            f"({_answer_words(safe)}) is the answer, grown from it because {why}. Keep the smaller one only if "
-            "that failure rate is acceptable.")
+    return (f"Two answers: the smaller one found first ({_answer_words(small)}) {measured}; the final one "
+            f"({_answer_words(final)}) is the answer, grown from it because {why}. Keep the smaller one only if "
+            "those failures are acceptable.")
 
 
 def rounds_sentence(report: Report) -> str | None:
@@ -489,33 +255,6 @@ def rounds_sentence(report: Report) -> str | None:
     if r.verified:
         return text + f"; the answer passes all {r.search_samples} ({r.checked} checks outside the working sets)."
     return text + f"; {r.stopped or 'the answer was not checked on every search sample'}."
-
-
-def held_out_sentence(report: Report) -> str | None:
-    """What the held-out samples said about the answer, in words; None when there were none. An answer
-    predicted not to hold "passes" on them, it does not "hold"."""
-    v = report.validation
-    if v is None:
-        return None
-    n = counted(v.samples, "held-out sample")
-    of = " (of the searched answer, before the confirmation changed it)" if v.of else ""
-    h = report.expected_headroom
-    if v.passed and h is not None and not h.held_out_from_user:
-        return f"The answer passes on {n}{of}, generated like the search samples: not your data."
-    if v.passed and not_holding(report):
-        return f"The answer passes on {n}{of}, but fails (or is predicted to fail) on other unseen samples."
-    if v.passed:
-        return f"The answer holds on {n}{of}."
-    first = len(v.first_candidate or [])
-    if v.research is None:
-        failed = len(v.failing_samples)  # every held-out sample is checked (no early stop)
-        on = f"{failed} of the {n}" if 0 < failed < v.samples else n
-        return f"The answer FAILED on {on}{of}: do not rely on it (more samples of your data may help)."
-    if v.passed_after_research:
-        return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found "
-                f"this answer, which passes on every sample.")
-    return (f"The first answer ({first} nodes) failed on {n}; a second search with them included found no "
-            f"set that passes on every sample.")
 
 
 # ---------------------------------------------------------------- how the answer was checked
@@ -572,49 +311,27 @@ def confirm_sentence(report: Report) -> str | None:
     return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}."
 
 
-def generalization_sentence(report: Report) -> str | None:
-    """How the answer fares on samples the search did not see (pipeline/probe.py), and what that allows
-    to be said: "holds" only on held-out samples of the user's data; None when no probe ran."""
+def probe_diagnostic(report: Report) -> str | None:
+    """What the perturbed-copy probe (pipeline/probe.py) measured: the answer's largest share of the tolerance on
+    fresh perturbed copies of the search samples and how many of them fail, labelled an uncalibrated diagnostic: its
+    prediction failed on unseen samples (issue 33), so it decides nothing and the verdict never cites it. None where
+    the probe ran no copies."""
     h = report.expected_headroom
-    if h is None or not h.unseen:
+    if h is None or not h.perturbed_copies:
         return None
-    copies = f" with {h.search_copies} perturbed copies" if h.search_copies else ""
-    parts = [f"{h.searched} searched{copies}"]
-    if h.perturbed_copies:  # none with --augment 0, where the held-out samples alone decide
-        parts.append(f"{h.perturbed_copies} fresh perturbed cop{'y' if h.perturbed_copies == 1 else 'ies'}")
-    if h.held_out:
-        parts.append(f"{h.held_out} held out {'of your data' if h.held_out_from_user else '(generated)'}")
-    text = f"Checked on {h.searched + h.unseen} samples ({', '.join(parts)})"
-    unseen = f"{h.unseen} unseen ones"
-    if h.backend and h.perturbed_copies:  # the confirm backend checked the held-out samples and ran the fresh copies
-        text += f"; the fresh copies run on {h.backend}, which also confirmed the answer on every other sample"
-        unseen = f"{h.perturbed_copies} fresh copies"
-    if h.share_unseen is not None and h.headroom is not None:
-        text += (f": the largest share of the tolerance on the {unseen} is {100 * h.share_unseen:.1f}%, "
-                 f"headroom {100 * h.headroom:.1f}%")
-    if h.predicted_share is not None and h.risk is not None:
-        text += (f"; from their spread, a new input is predicted to use up to {100 * h.predicted_share:.0f}% of the "
-                 f"tolerance (exceeded with probability {100 * h.risk:g}%)")
+    copies = f"{h.perturbed_copies} fresh perturbed cop{'y' if h.perturbed_copies == 1 else 'ies'}"
+    where = f" (run on {h.backend})" if h.backend else ""
+    text = f"Perturbed-copy probe, an uncalibrated diagnostic that decides nothing: on {copies} of the search samples{where}"
+    if h.share_searched is not None:
+        text = text.replace(": on", f": the answer uses {100 * h.share_searched:.1f}% of the tolerance on the searched "
+                                    "samples; on", 1)
+    if h.share_unseen is not None:
+        text += f", at most {100 * h.share_unseen:.1f}% of it"
+    text += f", and {h.failing_copies} of them fail it"
     if h.researched:
-        first = "" if h.first_answer_size is None else f" ({h.first_answer_size} nodes"
-        if first and h.first_predicted_share is not None and h.first_predicted_share > 1.0:
-            first += f", a new input predicted to use up to {100 * h.first_predicted_share:.0f}% of the tolerance"
-        text += (f". The first answer{first + ')' if first else ''} was predicted not to hold; a second search at margin "
-                 f"{h.research_margin or 0:.3g} with the unseen samples it missed found this one")
-        if h.perturbed_copies:
-            text += ", checked on fresh copies no search had seen"
-    if not h.holds:
-        fails = (f"fails on {h.failing_copies} perturbed cop{'y' if h.failing_copies == 1 else 'ies'} and "
-                 f"{h.failing_held_out} held-out sample(s)") if h.failing_copies or h.failing_held_out else \
-            "is predicted to exceed the tolerance on some new inputs"
-        allow = "" if h.failing_copies or h.failing_held_out or h.risk is None else (
-            f" (or, where a larger chance per new input than {100 * h.risk:g}% is acceptable, allow it with --risk)")
-        return (text + f". The answer meets the tolerance on the searched samples but {fails}: it is predicted NOT "
-                f"to hold on new inputs. Give more --inputs (some are then held out) or search with a larger --margin"
-                f"{allow}.")
-    if not (h.held_out and h.held_out_from_user):
-        text += ("; not validated on your data (no held-out sample of it): the perturbed copies predict the answer "
-                 "holds, give 4 or more --inputs (or --validate-inputs) to check it on your data")
+        first = "" if h.first_answer_size is None else f" ({counted(h.first_answer_size, 'node')})"
+        text += (f". A second search at margin {h.research_margin or 0:.3g} grew the first answer{first} because the "
+                 "probe's copies failed it or their spread pointed that way")
     return text + "."
 
 
@@ -690,44 +407,7 @@ def why(layer: Layer, report: Report) -> list[str]:
     return [r.text for r in explain(layer, fmt, layer.producers)]
 
 
-# ---------------------------------------------------------------- key figures
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One key figure: its value and what it is."""
-
-    value: str
-    label: str
-
-
-def figures(report: Report) -> list[Figure]:
-    """The key figures, as report.html's header shows them."""
-    model = report.model
-    cands = model.candidates if model is not None else None
-    v = report.validation
-    if v is not None and not v.passed and v.passed_after_research:
-        val = f"first answer failed, second holds ({v.samples} samples)"
-    elif v is not None:
-        val = f"{'passed' if v.passed else 'FAILED'} ({v.samples} samples)"
-    else:
-        val = "not run"
-    if (b := report.held_out_bound) is not None:
-        val += f" · {b.failures}/{b.samples} failed · ≤ {fmt_rate(b.failure_rate)} of inputs ({b.confidence:.0%})"
-    tol_txt = tolerance_text(report.tolerance, sep=" · ")
-    memo = report.memo_hits
-    return [
-        Figure(f"{int(report.fallback_size)}" + (f" / {cands}" if cands is not None else ""),
-               "nodes kept in FP32 (of candidates)"),
-        Figure(fmt_pct(report.fp32_flop_share), "FP32 share of FLOPs"),
-        Figure(f"{report.evaluations}", "evaluations" + (f" (+{memo} memo hits)" if memo else "")),
-        *((Figure(fmt_time(report.timing.search_s), "search time"), Figure(fmt_time(report.elapsed_s), "run time"))
-          if report.timing is not None else (Figure(fmt_time(report.elapsed_s), "run time"),)),
-        Figure(val, "held-out validation"),
-        Figure(f"{precision_name(report)} · {report.backend}", "precision · backend"),
-        Figure(f"{report.strategy} · {report.cost}", "strategy · cost"),
-        Figure(tol_txt, "tolerance"),
-    ]
+# ---------------------------------------------------------------- the run's status
 
 
 def status_line(report: Report) -> str | None:

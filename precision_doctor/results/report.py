@@ -2,9 +2,11 @@
 
 `Report.to_json()` gives the keys and values report.json has always had (docs/guide.md's contract:
 `fallback_nodes`, `passed`, `evaluations`, `elapsed_s`, `strategy`, `precision`, `backend`,
-`tolerance`, ...), plus `schema_version`; non-finite numbers become "inf", "-inf", "nan".
-`Report.from_json()` reads those files, also ones written before `schema_version` existed (absent
-optional keys take their defaults), and raises UserError naming the key for a malformed one. Both go through
+`tolerance`, ...), plus `schema_version` and `verdict`; non-finite numbers become "inf", "-inf", "nan". What the run
+means (`passed`, `verdict`) is derived from the rest (`Report.statement`, results/verdict.py), never read back.
+`Report.from_json()` reads those files, also ones written before `schema_version` existed (absent optional keys take
+their defaults), refuses one of a newer schema in one line, and raises UserError naming the key for a malformed one.
+Both go through
 `REPORT_JSON` (codec.py): each class is its fields, except where a hook at the end of this module says otherwise.
 """
 
@@ -26,9 +28,13 @@ from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.spread import KernelSpread
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.outcome import Decider, Growth, RunStatus
+from precision_doctor.results.verdict import Statement, answered, statement
 from precision_doctor.spec import RunSpec
 
-SCHEMA_VERSION = 1
+# 2: `passed` is derived from the statement (the perturbed-copy prediction no longer decides it; a run that stopped
+# early is no pass) and `verdict` holds the statement. A file of version 1 (or without one) reads the same way: its
+# `passed` is derived again, as every front end derives it.
+SCHEMA_VERSION = 2
 REPORT = "report.json"
 REQUIRED = ("status", "passed", "fallback_nodes", "evaluations", "elapsed_s", "strategy", "precision", "backend",
             "tolerance")
@@ -565,7 +571,7 @@ class Report:
     emulation_notes: list[EmulationNote] = field(default_factory=list)
     status: RunStatus = RunStatus.COMPLETE
     reason: str | None = None
-    passed: bool = False
+    # report.json's `passed` and `verdict` come here, derived from the rest (`statement`)
     fallback_nodes: list[str] = field(default_factory=list)
     fallback_size: int = 0
     fp32_flop_share: float = 0.0
@@ -610,6 +616,21 @@ class Report:
     @property
     def interrupted(self) -> bool:
         return self.status == RunStatus.INTERRUPTED
+
+    @property
+    def statement(self) -> Statement:
+        """What the run means, derived from this report only (results/verdict.py)."""
+        return statement(self)
+
+    @property
+    def passed(self) -> bool:
+        """Whether the run passed (of any qualifier): the statement's."""
+        return statement(self).passed
+
+    @property
+    def answered(self) -> bool:
+        """Whether the run has an answer (so far), passed or not (results/verdict.py)."""
+        return answered(self)
 
     # -- JSON ------------------------------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -668,13 +689,32 @@ _CHECK_NUMBERS = tuple(f.name for f in fields(OutputCheck) if f.name not in ("pa
 def _report_out(r: Report, d: dict) -> dict:
     if r.confirm is None and d["tolerance_used"] is not None:  # the confirm share only where a confirmation ran
         del d["tolerance_used"]["confirm"]
-    return d
+    st = r.statement
+    out = {}
+    for k, v in d.items():  # `passed` and the statement after `reason`, where `passed` has always been
+        out[k] = v
+        if k == "reason":
+            out.update(passed=st.passed, verdict=REPORT_JSON.to_json(st.to_json()))
+    return out
 
 
 def _report_in(d: dict, path: str) -> dict:
+    version = d.get("schema_version", 1)
+    if type(version) is not int or version > SCHEMA_VERSION:
+        raise BadValue(f"schema_version {version!r:.20} is not one this precision-doctor reads (up to {SCHEMA_VERSION}): "
+                       "written by a newer version? Read it with that one")
+    if not isinstance(d["passed"], bool):
+        raise BadValue(f"bad key 'passed': expected true or false, got {d['passed']!r:.60}")
+    return _from_v1(d) if version < 2 else dict(d)
+
+
+def _from_v1(d: dict) -> dict:
+    """A report.json of schema version 1 (or written before versions) as version 2 reads it: `margin` null or 0 is
+    0.0, a missing `fallback_size` the count of `fallback_nodes`; its `passed`, like version 2's, is not read back (it
+    is derived from the rest)."""
     d = dict(d)
     margin = d.get("margin")
-    if margin is None or (type(margin) in (int, float) and margin == 0):  # null or 0 in older files: 0.0
+    if margin is None or (type(margin) in (int, float) and margin == 0):
         d["margin"] = 0.0
     if "fallback_size" not in d and isinstance(d["fallback_nodes"], list):
         d["fallback_size"] = len(d["fallback_nodes"])

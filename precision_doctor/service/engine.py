@@ -78,12 +78,13 @@ def run_job(spec_json: dict, out_dir: Path, *, progress: ProgressSink, stop: Sto
 
 
 def summary(report: Report, reused: bool, capture_s: float | None) -> Result:
-    from precision_doctor.render.wording import headline, verdict, verdict_of
+    """The job's Result, cut from the report's brief (render/brief.py)."""
+    from precision_doctor.render.brief import brief
 
-    label, tone = verdict(report)
+    b = brief(report)
     return Result(
-        status=report.status, passed=report.passed, fallback_size=report.fallback_size,
+        status=report.status, passed=b.passed, fallback_size=report.fallback_size,
         fp32_flop_share=report.fp32_flop_share, evaluations=report.evaluations, elapsed_s=report.elapsed_s,
         reason=report.reason, capture_reused=reused, capture_s=None if capture_s is None else round(capture_s, 4),
-        verdict=verdict_of(report), label=label, tone=tone, headline=headline(report),
+        verdict=b.verdict, label=b.label, tone=b.tone, headline=b.headline, qualifiers=b.qualifiers,
     )

@@ -1,5 +1,5 @@
 """Server-rendered pages: the job list and one job with live progress (server-sent events), the report's
-summary once it is done (`render/digest.py`: the report's own words) and its files. Self-contained HTML (inline
+summary once it is done (`render/brief.py`: the report's own words) and its files. Self-contained HTML (inline
 CSS and JS, no external URLs); every value is escaped, and scripts fill the page through textContent only. A
 page carries the daemon's CSRF value (`auth.csrf_value`, empty without a token) and sends it as X-CSRF-Token
 with every request that changes something."""
@@ -264,15 +264,15 @@ def job_page(job: Job, summary: dict | None = None, csrf: str = "") -> str:
 
 
 def report_summary(run_dir: Path) -> dict | None:
-    """The report's digest (`render/digest.py`) of the run in `run_dir` as JSON; None without a readable report."""
+    """The report's brief (`render/brief.py`) of the run in `run_dir` as JSON; None without a readable report."""
     from precision_doctor.errors import UserError
-    from precision_doctor.render.digest import digest
+    from precision_doctor.render.brief import brief
     from precision_doctor.results.report import Report
 
     if not (run_dir / "report.json").is_file():
         return None
     try:
-        return digest(Report.load(run_dir)).to_json()
+        return brief(Report.load(run_dir)).to_json()
     except UserError:
         return None
 

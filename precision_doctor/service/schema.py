@@ -57,9 +57,9 @@ class Result:
     """What a job's run came to (report.json has the rest). `status` is the report's (complete,
     no_solution, budget_exhausted, interrupted) or "stopped": cut off outside the search. `capture_reused`:
     the capture (and its analysis) came from the daemon's cache; `capture_s`: seconds of the capture phase
-    (capture and analysis, or the copy). `verdict`, `label`, `tone`, `headline`: the report's verdict (an
-    `outcome.Verdict`), its label and tone (pass, warn, fail) and headline sentence, as render/wording.py says them
-    (None: no report)."""
+    (capture and analysis, or the copy). `verdict`, `qualifiers`, `label`, `tone`, `headline`: the report's verdict
+    (results/verdict.py: its status and qualifiers), its label and tone (pass, warn, fail) and headline, as
+    render/brief.py says them (None: no report)."""
 
     status: RunStatus | str  # a RunStatus (a newer daemon's unknown status stays a string)
     passed: bool
@@ -74,6 +74,7 @@ class Result:
     label: str | None = None
     tone: str | None = None
     headline: str | None = None
+    qualifiers: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return JOB_JSON.to_json(self)
