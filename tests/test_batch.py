@@ -197,13 +197,13 @@ def test_recipes_manifest_and_names(tmp_path):
     assert s.key() == s.with_settings({"search.margin": 0.1}).key() != s.with_settings({"search.margin": 0.2}).key()
     assert s.backends.confirm_backend is None
     assert s.key() != s.with_settings({"backends.confirm_backend": "ort-cuda"}).key()
-    (root / "a b.json").write_text(json.dumps({"tolerance": {"margin": 0.25}, "confirm_backend": "ort-cpu", "risk": 0.001}))
+    (root / "a b.json").write_text(json.dumps({"tolerance": {"margin": 0.25}, "confirm_backend": "ort-cpu", "augment": 2}))
     s2 = discover(root, RunSpec("").with_settings({"search.margin": 0.1}))[0].spec
     assert s2.search.margin == 0.25 and s2.backends.confirm_backend == "ort-cpu"  # the recipe overrides
-    assert s2.search.risk == 0.001 and s2.key() != s.key()
-    (root / "a b.json").write_text(json.dumps({"risk": 0}))
+    assert s2.search.augment == 2 and s2.key() != s.key()
+    (root / "a b.json").write_text(json.dumps({"augment": 99}))
     bad = discover(root, RunSpec(""))[0]
-    assert bad.error and "risk must lie in (0, 0.5)" in bad.error  # named by its recipe key
+    assert bad.error and "augment must lie in [0, 32]" in bad.error  # named by its recipe key
 
     (root / "a b.json").write_text(json.dumps({"tolerance": {"atoll": 1}}))
     bad = discover(root, RunSpec(""))[0]

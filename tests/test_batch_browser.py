@@ -32,7 +32,7 @@ def batch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         case = planted.CASES[name]()
         onnx.save(case.model, str(root / f"{name}.onnx"))
         files = []
-        for i, s in enumerate(case.samples(3, seed=0)):
+        for i, s in enumerate(case.samples(4, seed=0)):  # 2 held out: a validated PASSED (green) for clean
             np.savez(root / f"{name}_{i}.npz", **s)
             files.append(f"{name}_{i}.npz")
         recipe = {"inputs": {"files": files}, "tolerance": {"atol": case.atol, "rtol": case.rtol}, "max_evaluations": 40}
@@ -103,7 +103,7 @@ def test_summary_lists_every_model_links_resolve_and_sorts(chromium: str, batch_
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", r, re.S) for r in rows]
     by_model = {c[0]: c for c in cells}
     assert set(by_model) == {*CASES, "broken"}
-    assert all(by_model[n][1] == "passed" for n in CASES) and by_model["broken"][1] == "error"
+    assert all(by_model[n][1] == "PASSED" for n in CASES) and by_model["broken"][1] == "error"  # the verdict's label
     assert "not a readable ONNX model" in by_model["broken"][-1] and "<a " not in by_model["broken"][7]
     assert "<script>alert" not in dom
 
