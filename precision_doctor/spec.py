@@ -40,6 +40,10 @@ MAX_SAMPLES = 100_000  # generated samples
 MAX_EVALUATIONS = 10**9
 MAX_TIME_BUDGET_S = 10**9
 MAX_GROUP_MB = float(1 << 20)  # 1 TiB in one capture group
+# atol and rtol (and each output's): far beyond any difference of two float32 outputs (6.8e38), far enough below
+# float64's largest value (1.8e308) that every scaling a run makes of them (4x in the trade-off, the rounding floor's
+# suggestion) stays finite
+MAX_TOLERANCE = 1e300
 MAX_JSON_DEPTH = 32  # nesting of a settings document (a RunSpec's JSON is 3 deep)
 
 
