@@ -28,8 +28,8 @@ from precision_doctor.spec import (
     MAX_RISK,
     MAX_SAMPLES,
     MAX_TIME_BUDGET_S,
-    MAX_TOLERANCE,
     RunSpec,
+    check_tolerance,
 )
 
 
@@ -38,27 +38,13 @@ def validate_spec(spec: RunSpec) -> RunSpec:
     if spec.precision.lower() not in FORMATS:
         raise SpecError("precision", f"{{precision}}: unknown precision '{spec.precision}'; choose one of: "
                         f"{', '.join(FORMATS)}")
-    _check_tolerance(spec)
+    check_tolerance(spec.tolerance)
     _check_search(spec)
     _check_capture(spec)
     _check_backends(spec)
     _check_tensorrt(spec)
     _check_inputs(spec)
     return spec
-
-
-def _check_tolerance(spec: RunSpec) -> None:
-    """Tolerances up to MAX_TOLERANCE (`Tolerance` itself refuses negative and non-finite ones): a run scales them
-    (the trade-off checks 4x the tolerance), and a larger one would overflow to inf after the search."""
-    t = spec.tolerance
-    for kind in ("atol", "rtol"):
-        if getattr(t, kind) > MAX_TOLERANCE:
-            raise SpecError(f"tolerance.{kind}", f"{{tolerance.{kind}}} must be at most {MAX_TOLERANCE:g}, got "
-                            f"{getattr(t, kind):g}")
-        for name, value in t.per_output(kind).items():
-            if value > MAX_TOLERANCE:
-                raise SpecError(f"tolerance.output_{kind}", f"{{tolerance.output_{kind}}} {name}:{value:g} must be at "
-                                f"most {MAX_TOLERANCE:g}")
 
 
 def _check_search(spec: RunSpec) -> None:
