@@ -101,12 +101,18 @@ def expand_inputs(values: Sequence[str | Path], setting: str = FILES) -> list[Pa
     return files
 
 
-def sample_files_in(directory: Path, limit: int | None = None) -> list[Path]:
+def sample_files_in(directory: Path, limit: int | None = None, time_s: float | None = None,
+                    setting: str = FILES) -> list[Path]:
     """The sample files of a directory, sorted: regular files with a SAMPLE_SUFFIXES suffix, not hidden, not in
-    subdirectories. `limit`: listing stops once it has found one more (the caller refuses so many)."""
+    subdirectories. `limit`: listing stops once it has found one more (the caller refuses so many); `time_s`: a
+    listing that takes longer is refused (SpecError naming `setting`)."""
+    deadline = None if time_s is None else time.monotonic() + time_s
     found: list[Path] = []
     with os.scandir(directory) as it:
         for e in it:
+            if deadline is not None and time.monotonic() > deadline:
+                raise SpecError(setting, f"{{{setting}}} {directory}: listing the directory took too long; give "
+                                "fewer files")
             if Path(e.name).suffix.lower() in SAMPLE_SUFFIXES and not e.name.startswith(".") and Path(e.path).is_file():
                 found.append(Path(directory) / e.name)
                 if limit is not None and len(found) > limit:

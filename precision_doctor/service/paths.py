@@ -190,7 +190,7 @@ def expand_confined(value: str, roots: list[Path], what: str, setting: str | Non
                 raise unavailable(what, value, setting)
             return [value]  # a file (or nothing): pin_confined gives the answer
         found = glob_files(value, limit, setting or what, parents=False, time_s=time_s) if glob_ else \
-            sample_files_in(Path(value), limit)
+            sample_files_in(Path(value), limit, time_s, setting or what)
     except SpecError as exc:
         raise Refused(422, exc.render(lambda s: s), setting=setting) from None
     if len(found) > limit:
