@@ -171,6 +171,30 @@ def test_a_file_and_a_run_are_bounded_in_bytes(tmp_path):
         load_samples(names, model=model)
 
 
+def test_a_large_real_calibration_set_is_within_the_limits(tmp_path):
+    """The limits bound what a header declares, not real data: 3,000 images of [1, 3, 1024, 1024] float32 (12 MiB each,
+    35 GiB in all) as a directory of files, and 16 files of 5,000 such images each (60 GiB a file, 938 GiB in all),
+    are listed within them (headers only here: reading is a sample at a time, data/samples.py)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 1024, 1024])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 1024, 1024])
+    m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "g", [x], [y]),
+                          opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = planted.IR_VERSION
+    onnx.save(m, str(tmp_path / "image.onnx"))
+    model = load_model(tmp_path / "image.onnx")
+    (tmp_path / "dir").mkdir()
+    for i in range(3000):
+        npz_bomb(tmp_path / "dir" / f"img{i:04d}.npz", shape=(1, 3, 1024, 1024), data=False)
+    bounds = input_bounds(model)
+    assert len(load_samples([tmp_path / "dir"], bounds, model)) == 3000
+    assert bounds.budget.nbytes == 3000 * 12 * 2**20
+    for i in range(16):
+        npz_bomb(tmp_path / f"stack{i:02d}.npz", shape=(5000, 1, 3, 1024, 1024), data=False)
+    bounds = input_bounds(model)
+    assert len(load_samples(sorted(tmp_path.glob("stack*.npz")), bounds, model)) == 80_000
+    assert bounds.budget.nbytes == 80_000 * 12 * 2**20
+
+
 def test_a_leading_dimension_of_zero_or_below_names_the_file(files, tmp_path):
     shutil.copy(files / "good.onnx", tmp_path)
     npz_bomb(tmp_path / "zero.npz", shape=(0, 2, 16))
