@@ -13,7 +13,6 @@ import shutil
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 from evil_files import million_samples_npz, wide_text_h5
 from service_helpers import Daemon, planted_job_files
@@ -159,20 +158,13 @@ def _worker_peak_mb(d: Daemon) -> int:
 
 
 def test_the_daemon_refuses_the_testers_requests_with_bounded_workers(bounded_daemon):
+    """The refused jobs run first, so that the worker's resident peak is theirs (a normal job of the planted model
+    takes a worker to about 280 MiB by itself)."""
     d, files = bounded_daemon
     model, samples, settings = planted_job_files(files / "case", name="clean", n=2)
     health = httpx.get(f"{d.url}/healthz", timeout=30).json()
     assert health["limits"]["max_job_files"] == MAX_JOB_FILES and health["limits"]["max_job_samples"] == MAX_RUN_SAMPLES
     assert health["limits"]["max_sample_bytes"] == MAX_SAMPLE_BYTES and health["limits"]["max_file_bytes"] == MAX_FILE_BYTES
-    # 40 names of one file: one pinned file
-    r = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": {
-        **settings, "inputs": {"files": [str(samples[0])] * 40}}}, timeout=60)
-    assert r.status_code == 201, r.text
-    assert len(d.job(r.json()["id"])["spec"]["inputs"]["files"]) == 1
-    # the multiplying glob
-    r = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": {
-        **settings, "inputs": {"files": [str(files / "case") + "/*/.." * 6 + f"/{samples[0].name}"]}}}, timeout=60)
-    assert r.status_code == 422 and "may not hold '..'" in r.json()["detail"] and r.json()["setting"] == "inputs.files"
     # an uploaded 1,400-byte HDF5 declaring 1 GiB of text, and 6 uploaded files declaring 2**20 samples each
     wide = wide_text_h5(files / "wide.h5")
     million = million_samples_npz(files / "million.npz", sample_shape=(2, 32))  # the clean model's x: [2, 32]
@@ -189,4 +181,14 @@ def test_the_daemon_refuses_the_testers_requests_with_bounded_workers(bounded_da
         assert end["state"] == "failed" and end["error"].startswith(words), end
         assert str(d.state_dir) not in end["error"] and "\n" not in end["error"]
     assert _worker_peak_mb(d) < WORKER_PEAK_MB
-    np.testing.assert_equal(httpx.get(f"{d.url}/healthz", timeout=30).json()["workers"], 1)
+    # 40 names of one file: one pinned file
+    r = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": {
+        **settings, "inputs": {"files": [str(samples[0])] * 40}}}, timeout=60)
+    assert r.status_code == 201, r.text
+    assert len(d.job(r.json()["id"])["spec"]["inputs"]["files"]) == 1
+    assert len(list((d.state_dir / "jobs" / r.json()["id"] / "inputs" / "samples").iterdir())) == 1
+    # the multiplying glob
+    r = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": {
+        **settings, "inputs": {"files": [str(files / "case") + "/*/.." * 6 + f"/{samples[0].name}"]}}}, timeout=60)
+    assert r.status_code == 422 and "may not hold '..'" in r.json()["detail"] and r.json()["setting"] == "inputs.files"
+    assert httpx.get(f"{d.url}/healthz", timeout=30).json()["workers"] == 1
