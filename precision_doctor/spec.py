@@ -39,6 +39,10 @@ MAX_SAMPLES = 100_000  # generated samples
 MAX_EVALUATIONS = 10**9
 MAX_TIME_BUDGET_S = 10**9
 MAX_GROUP_MB = float(1 << 20)  # 1 TiB in one capture group
+# atol and rtol (and each output's): far beyond any difference of two float32 outputs (6.8e38), far enough below
+# float64's largest value (1.8e308) that every scaling a run makes of them (4x in the trade-off, the rounding floor's
+# suggestion) stays finite
+MAX_TOLERANCE = 1e300
 MAX_JSON_DEPTH = 32  # nesting of a settings document (a RunSpec's JSON is 3 deep)
 
 
@@ -206,6 +210,8 @@ class RunSpec:
                 top[section] = value
         for section, values in sections.items():
             top[section] = replace(getattr(self, section), **values)
+        if "tolerance" in sections:
+            check_tolerance(top["tolerance"])
         return replace(self, **top)
 
     # -- identity -------------------------------------------------------------------------------------
@@ -219,6 +225,20 @@ class RunSpec:
         hashes = [file_sha256(Path(f)) if Path(f).is_file() else None for f in files]
         text = json.dumps({"settings": settings, "file_hashes": hashes}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def check_tolerance(t: Tolerance) -> None:
+    """Refuse an atol or rtol (each output's too) above MAX_TOLERANCE, naming the setting: checked where settings are
+    read (`with_settings`) and in `validate_spec`, not in `Tolerance` itself, whose scaled copies (the trade-off's 4x)
+    may go past it and only need to stay finite. `Tolerance` refuses negative and non-finite values."""
+    for kind in ("atol", "rtol"):
+        if getattr(t, kind) > MAX_TOLERANCE:
+            raise SpecError(f"tolerance.{kind}", f"{{tolerance.{kind}}} must be at most {MAX_TOLERANCE:g}, got "
+                            f"{getattr(t, kind):g}")
+        for name, value in t.per_output(kind).items():
+            if value > MAX_TOLERANCE:
+                raise SpecError(f"tolerance.output_{kind}", f"{{tolerance.output_{kind}}} {name}:{value:g} must be at "
+                                f"most {MAX_TOLERANCE:g}")
 
 
 def default(path: str) -> Any:

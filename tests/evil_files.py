@@ -1,10 +1,13 @@
 """Files an attacker (or a careless colleague) hands over, as issue 19's tester made them: HDF5 samples that read
-other files, allocation bombs, models whose node names are shell commands or not UTF-8. Shared by
-tests/test_security_files.py and the bad-input replay's fixtures."""
+other files, allocation bombs, models whose node names are shell commands or not UTF-8; and issue 32's: wide text
+dtypes that few elements make gigabytes of, files declaring a million samples each, leading dimensions of zero or
+below. Shared by tests/test_security_files.py, tests/test_bounded_inputs.py and the bad-input replay's fixtures."""
 
 from __future__ import annotations
 
+import base64
 import io
+import json
 import zipfile
 from pathlib import Path
 
@@ -51,19 +54,48 @@ def h5_bomb(path: Path, elements: int = 2**29) -> Path:
     return path
 
 
-def npz_bomb(path: Path, elements: int = 2**29, level: int = 1) -> Path:
-    """An .npz whose member x.npy holds `elements` float32 zeros (2 GiB by default), deflated to a few MB."""
+def npz_bomb(path: Path, elements: int = 2**29, level: int = 1, shape: tuple[int, ...] | None = None,
+             descr: str = "<f4", name: str = "x", data: bool = True) -> Path:
+    """An .npz whose member `name`.npy holds `elements` float32 zeros (2 GiB by default), deflated to a few MB; or
+    zeros of `shape` and `descr` (`data` False: the header alone, as a file cut short)."""
+    shape = (elements,) if shape is None else shape
     head = io.BytesIO()
-    np.lib.format.write_array_header_1_0(head, {"descr": "<f4", "fortran_order": False, "shape": (elements,)})
+    np.lib.format.write_array_header_1_0(head, {"descr": descr, "fortran_order": False, "shape": shape})
     chunk = bytes(1 << 24)
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED, compresslevel=level) as z:
-        with z.open("x.npy", "w", force_zip64=True) as m:
+        with z.open(f"{name}.npy", "w", force_zip64=True) as m:
             m.write(head.getvalue())
-            left = elements * 4
+            left = int(np.prod(shape)) * np.dtype(descr).itemsize if data and min(shape, default=1) > 0 else 0
             while left:
                 m.write(chunk[: min(left, len(chunk))])
                 left -= min(left, len(chunk))
     return path
+
+
+def wide_text_h5(path: Path, width: int = 2**25, shape: tuple[int, ...] = (2, 16)) -> Path:
+    """The tester's HDF5 sample of about 1,400 bytes: dataset x of `shape` fixed-width byte strings of `width` bytes
+    each (32 MiB: 1 GiB in all by default), nothing written (every element reads as the fill value)."""
+    with h5py.File(path, "w") as f:
+        f.create_dataset("x", shape=shape, dtype=f"S{width}")
+    return path
+
+
+def wide_text_npz(path: Path, width: int = 2**25, shape: tuple[int, ...] = (2, 16)) -> Path:
+    """An .npz of a few MB whose x.npy declares `shape` of byte strings `width` wide (1 GiB by default), all there."""
+    return npz_bomb(path, shape=shape, descr=f"|S{width}")
+
+
+def polygraphy_payload_json(path: Path, npz: Path, name: str = "x") -> Path:
+    """A polygraphy inputs JSON of one sample whose array `name` is the old .npz payload form (the .npz file `npz`)."""
+    payload = {"array": base64.b64encode(npz.read_bytes()).decode(), "polygraphy_class": "ndarray"}
+    path.write_text(json.dumps([{name: payload}]))
+    return path
+
+
+def million_samples_npz(path: Path, samples: int = 2**20, sample_shape: tuple[int, ...] = (2, 16)) -> Path:
+    """The tester's .npz declaring `samples` samples of `sample_shape` float32 stacked on a leading axis (2**20 of the
+    planted model's [2, 16] by default: 128 MiB of zeros, deflated to well under 1 MB)."""
+    return npz_bomb(path, shape=(samples, *sample_shape), level=9)
 
 
 def injected_model(marker: Path) -> onnx.ModelProto:

@@ -29,10 +29,11 @@ def free_port() -> int:
 
 
 class Daemon:
-    """`precision-doctor serve` on 127.0.0.1:<free port> with `state_dir`; stderr goes to `log`."""
+    """`precision-doctor serve` on 127.0.0.1:<free port> with `state_dir`; stderr goes to `log`; `preexec_fn` runs in the
+    daemon's process before it starts (a resource limit its workers inherit)."""
 
-    def __init__(self, state_dir: Path, *args: str, workers: int = 1, env: dict | None = None):
-        self.state_dir, self.args, self.workers = state_dir, list(args), workers
+    def __init__(self, state_dir: Path, *args: str, workers: int = 1, env: dict | None = None, preexec_fn=None):
+        self.state_dir, self.args, self.workers, self.preexec_fn = state_dir, list(args), workers, preexec_fn
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = state_dir.parent / f"{state_dir.name}-daemon.log"
@@ -44,7 +45,7 @@ class Daemon:
             self.proc = subprocess.Popen(
                 [*CLI, "serve", "--port", str(self.port), "--state-dir", str(self.state_dir),
                  "--workers", str(self.workers), *self.args],
-                stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                stdout=log, stderr=subprocess.STDOUT, env=self.env, preexec_fn=self.preexec_fn,
             )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -18,6 +18,8 @@ import typer
 
 from precision_doctor import spec as specs
 from precision_doctor.data import augment as aug
+from precision_doctor.data import input_spec as lim
+from precision_doctor.data.arrayfiles import binary
 from precision_doctor.flags import FLAGS, command_line, flag  # noqa: F401 (the flag table, re-exported)
 from precision_doctor.pipeline import heldout_policy as held
 from precision_doctor.search import STRATEGIES
@@ -72,11 +74,15 @@ FILES = _opt("inputs", "inputs.files", list[Path] | None,
              "Input samples: a file (.npz, .npy, polygraphy JSON, .h5), a directory of them (sorted, not recursive) or a "
              "quoted glob ('data/*.npz'); repeatable. An .npz/.npy array with one more axis than the model's input holds "
              "samples stacked on its first axis; with the model's rank and a fixed batch b, a first dimension k*b holds k "
-             "samples (ModelOpt's calibration layout); otherwise a file is one sample. Alias: --load-inputs.",
+             "samples (ModelOpt's calibration layout); otherwise a file is one sample. A run holds at most "
+             f"{lim.MAX_RUN_SAMPLES:,} samples (held-out ones too), one sample at most {binary(lim.MAX_SAMPLE_BYTES)} and one "
+             f"file {binary(lim.MAX_FILE_BYTES)}, as the files' headers declare them (checked before reading; read a "
+             "sample at a time). Alias: --load-inputs.",
              "--inputs", "--load-inputs", default=None)
 LOADER = _opt("data_loader_script", "inputs.data_loader_script", str | None,
               "Python script FILE[:FUNC] whose FUNC() (default load_data) yields feed dicts (polygraphy's "
-              "convention); run once, its samples kept in the run directory. Runs your code: give only your own.",
+              "convention); run once, its samples kept in the run directory (at most "
+              f"{lim.MAX_LOADER_SAMPLES:,}). Runs your code: give only your own.",
               default=None)
 MAX_SAMPLES = _opt("max_samples", "inputs.max_samples", int | None,
                    "Use at most N of the samples found: a seeded (--seed) choice spread over the list and over the "

@@ -10,11 +10,15 @@ A sample file can come from anyone (a colleague, a download, a daemon's upload),
   here (numpy's own reader) rather than by polygraphy's decoder (torch payloads are refused).
 * Nothing in it may make the reader allocate more than the model can take: each array's shape and dtype
   are read from its header (the .npy header inside the zip member, the HDF5 dataset's shape, dtype and
-  chunk shape) and an array with more elements than the model's input of that name holds (or, where a
-  dimension is dynamic, `MAX_ELEMENTS`) is refused before any data is read or decompressed. A JSON
-  array's data is its payload: a .npy payload must hold the bytes its header declares (it cannot be larger
-  than the file; its shape is checked against the model after reading), while the old .npz payloads
-  (compressed) are bounded like .npz files and may inflate to `MAX_ELEMENTS` elements per file in all.
+  chunk shape) and counted in bytes (elements x itemsize) before any data is read or decompressed: an
+  array of a kind the model's input is not (text or bytes for a float input), with a negative dimension,
+  with more elements than the model's input of that name holds (or, where a dimension is dynamic,
+  `MAX_ELEMENTS`), one sample of more than `MAX_SAMPLE_BYTES`, a file declaring more than `MAX_FILE_BYTES`
+  and a run more than `MAX_RUN_SAMPLES` samples or `MAX_RUN_BYTES` (`Budget`) are refused (the limits are
+  data/input_spec.py's). A JSON array's data is its payload: a .npy payload must hold the bytes its header
+  declares (it cannot be larger than the file; its shape is checked against the model after reading),
+  while the old .npz payloads (compressed) are bounded like .npz files and may inflate to
+  `MAX_SAMPLE_BYTES` per file in all (a JSON file is decoded whole, in memory).
 
 Every refusal is a UserError naming the file and the array (exit 2).
 """
@@ -30,30 +34,73 @@ import os
 import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from numpy.lib import format as npy
 
+from precision_doctor.data.input_spec import (
+    MAX_ELEMENTS,
+    MAX_FILE_BYTES,
+    MAX_RUN_BYTES,
+    MAX_RUN_SAMPLES,
+    MAX_SAMPLE_BYTES,
+)
+from precision_doctor.data.input_spec import MAX_ELEMENTS_SHOWN as MAX_SHOWN
 from precision_doctor.errors import UserError
 
-MAX_ELEMENTS = 2**28  # per array where the model fixes no size (1 GiB of float32); also a JSON file's .npz payloads
-MAX_SHOWN = "2**28 = 268,435,456"
 # HDF5 filters built into the library (h5py.h5z.FILTER_*): any other needs a plugin loaded from disk.
 BUILTIN_FILTERS = frozenset({1, 2, 3, 4, 5, 6, 32000})  # deflate, shuffle, fletcher32, szip, nbit, scaleoffset, lzf
 _ZIP_MAGIC = (b"PK\x03\x04", b"PK\x05\x06")
+WIDEST_NUMBER = np.dtype(np.clongdouble).itemsize  # bytes of the widest plain number numpy has (32)
 _POLYGRAPHY_ARRAY = ("ndarray", "__polygraphy_encoded_ndarray")
 _POLYGRAPHY_TENSOR = ("Tensor", "__polygraphy_encoded_Tensor")
 
 
+def binary(n: int) -> str:
+    """A byte count as the limits are written: "2 GiB", "64 GiB", "1 TiB" (exact where it is no power of two)."""
+    for unit, shift in (("TiB", 40), ("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift:,} {unit}"
+    return f"{n:,} bytes"
+
+
+def declared_bytes(shape: tuple[int, ...], dtype: np.dtype) -> int:
+    """What an array of `shape` and `dtype` takes in memory: elements x itemsize."""
+    return math.prod(int(d) for d in shape) * dtype.itemsize
+
+
+@dataclass
+class Budget:
+    """The samples and bytes a run's files have declared so far (search and held-out samples, every loader sample);
+    `add` refuses past MAX_RUN_SAMPLES or MAX_RUN_BYTES, before anything of the file that goes past is read."""
+
+    samples: int = 0
+    nbytes: int = 0
+
+    def add(self, where: str, samples: int, nbytes: int) -> None:
+        if self.samples + samples > MAX_RUN_SAMPLES:
+            raise UserError(f"{where} brings the run's samples to {self.samples + samples:,}, more than the "
+                            f"{MAX_RUN_SAMPLES:,} one run may hold; give fewer files (or fewer samples per file)")
+        if self.nbytes + nbytes > MAX_RUN_BYTES:
+            raise UserError(f"{where} brings what the run's samples declare to {self.nbytes + nbytes:,} bytes, more "
+                            f"than the {binary(MAX_RUN_BYTES)} one run may read; give fewer samples")
+        self.samples += samples
+        self.nbytes += nbytes
+
+
 @dataclass(frozen=True)
 class Bounds:
-    """The most elements each named array of a file may hold, known before it is read. `sizes`: the model's
-    inputs, each with its element count (None where a dimension is dynamic: MAX_ELEMENTS); a name outside it
-    is refused before reading (the model has no such input). `sizes` None: no model, any name, MAX_ELEMENTS."""
+    """The most each named array of a file may hold, known before it is read. `sizes`: the model's inputs, each with
+    its element count (None where a dimension is dynamic: MAX_ELEMENTS); a name outside it is refused before reading
+    (the model has no such input). `sizes` None: no model, any name, MAX_ELEMENTS. `dtypes`: the model's input
+    types (an array must be of its input's kind: floating for a float input); None: any numbers. `budget`: what the
+    run's files have declared so far (one Bounds per run, shared by its search and held-out files)."""
 
     sizes: Mapping[str, int | None] | None = None
+    dtypes: Mapping[str, np.dtype] | None = None
+    budget: Budget = field(default_factory=Budget, compare=False)
 
     @property
     def largest(self) -> int:
@@ -62,26 +109,61 @@ class Bounds:
         return max((MAX_ELEMENTS if n is None else n for n in self.sizes.values()), default=0)
 
     def check(self, where: str, name: str, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        """Refuse an array of `shape` and `dtype` (from its header) that the model has no input for, that is
-        not plain numbers, or that holds more elements than the input can take."""
+        """Refuse an array of one sample, of `shape` and `dtype` (from its header), that the model has no input for,
+        that is not plain numbers of its input's kind, or that holds more elements than the input can take or more
+        bytes than one sample may."""
         if self.sizes is not None and name not in self.sizes:
             raise UserError(unknown_input(where, name, list(self.sizes)))
+        want = self.dtypes.get(name) if self.dtypes is not None else None
+        if want is not None and dtype.kind in "biufcSU" and not dtype.hasobject and dtype.kind != want.kind:
+            raise UserError(f"{where}: array '{name}' holds {_dtype_words(dtype)}, but the model's input '{name}' is "
+                            f"{want}; refused before reading it")
+        if want is None and dtype.kind in "SU":
+            raise UserError(f"{where}: array '{name}' holds {_dtype_words(dtype)}, not numbers; give numeric arrays")
         size = self.sizes.get(name) if self.sizes is not None else None
         check_array(where, name, shape, dtype, MAX_ELEMENTS if size is None else size,
-                    "" if size is None else f"the model's input '{name}'")
+                    "" if size is None else f"the model's input '{name}'", MAX_SAMPLE_BYTES)
+
+    def sample(self, where: str, arrays: Mapping[str, tuple[tuple[int, ...], np.dtype]]) -> int:
+        """The bytes one sample's arrays (name -> (shape, dtype)) declare together; refused above MAX_SAMPLE_BYTES."""
+        total = sum(declared_bytes(shape, dtype) for shape, dtype in arrays.values())
+        if total > MAX_SAMPLE_BYTES:
+            raise UserError(f"{where}: one sample's arrays declare {total:,} bytes together, more than the "
+                            f"{binary(MAX_SAMPLE_BYTES)} one sample may hold; refused before reading it")
+        return total
+
+    def file(self, where: str, nbytes: int) -> None:
+        """Refuse a file whose arrays declare more than MAX_FILE_BYTES in all."""
+        if nbytes > MAX_FILE_BYTES:
+            raise UserError(f"{where}: its arrays declare {nbytes:,} bytes, more than the {binary(MAX_FILE_BYTES)} one "
+                            "file may hold; refused before reading it")
+
+    def count(self, where: str, samples: int, nbytes: int) -> None:
+        """Count `samples` samples of `nbytes` in all into the run's budget (refused past its limits)."""
+        self.budget.add(where, samples, nbytes)
 
 
-def check_array(where: str, name: str | None, shape: tuple[int, ...], dtype: np.dtype, limit: int, holder: str = "") -> None:
-    """Refuse an array that is not plain numbers, or has more than `limit` elements (`holder` says whose
-    limit it is: a model input; empty for MAX_ELEMENTS)."""
+def check_array(where: str, name: str | None, shape: tuple[int, ...], dtype: np.dtype, limit: float,
+                holder: str = "", byte_limit: int = MAX_FILE_BYTES) -> None:
+    """Refuse an array that is not plain numbers (or text), has a negative dimension, more than `limit` elements
+    (`holder` says whose limit it is: a model input; empty for MAX_ELEMENTS) or more than `byte_limit` bytes
+    (MAX_SAMPLE_BYTES for one sample's array; MAX_FILE_BYTES, the default, for an array of many)."""
     label = f"array '{name}'" if name else "an array"
     if dtype.hasobject or dtype.fields is not None or dtype.kind not in "biufcSU":
         raise UserError(f"{where}: {label} holds {_dtype_words(dtype)}, not numbers; give numeric arrays")
+    if any(int(d) < 0 for d in shape):
+        raise UserError(f"{where}: {label} declares shape {list(shape)}, with a negative dimension; refused before "
+                        "reading it")
     count = math.prod(int(d) for d in shape)
     if count > limit:
-        what = f"{holder} holds {limit:,}" if holder else f"the limit for one array is {MAX_SHOWN} elements"
+        what = f"{holder} holds {int(limit):,}" if holder else f"the limit for one array is {MAX_SHOWN} elements"
         raise UserError(f"{where}: {label} declares shape {list(shape)} ({count:,} elements), but {what}; "
                         "refused before reading it")
+    nbytes = count * dtype.itemsize
+    if nbytes > byte_limit:
+        whose = "one sample" if byte_limit == MAX_SAMPLE_BYTES else "one file"
+        raise UserError(f"{where}: {label} declares shape {list(shape)} of {dtype} ({nbytes:,} bytes), more than the "
+                        f"{binary(byte_limit)} {whose} may hold; refused before reading it")
 
 
 def unknown_input(where: str, name: str, inputs: list[str]) -> str:
@@ -89,7 +171,9 @@ def unknown_input(where: str, name: str, inputs: list[str]) -> str:
 
 
 def _dtype_words(dtype: np.dtype) -> str:
-    return "Python objects" if dtype.hasobject else f"values of type {dtype}"
+    if dtype.hasobject:
+        return "Python objects"
+    return f"text of type {dtype}" if dtype.kind in "SU" else f"values of type {dtype}"
 
 
 # -- .npz ---------------------------------------------------------------------------------------------
@@ -102,24 +186,29 @@ def read_npz(path: Path, bounds: Bounds) -> dict[str, np.ndarray]:
     where = f"inputs file {path}"
     try:
         with zipfile.ZipFile(path) as zf:
-            return _npz_arrays(zf, where, lambda name, shape, dtype: bounds.check(where, name, shape, dtype))
+            return _npz_arrays(zf, where, lambda name, shape, dtype: bounds.check(where, name, shape, dtype),
+                               whole=lambda headers: bounds.sample(where, headers))
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
         raise UserError(f"{where} is a damaged .npz archive (cut short?): {exc}") from exc
 
 
 def _npz_arrays(zf: zipfile.ZipFile, where: str, check: Callable[[str, tuple, np.dtype], None],
-                first_only: bool = False) -> dict[str, np.ndarray]:
-    """The arrays of an open .npz: all headers checked (`check(name, shape, dtype)`) before any is read."""
+                first_only: bool = False, whole: Callable[[dict], object] | None = None) -> dict[str, np.ndarray]:
+    """The arrays of an open .npz: all headers checked (`check(name, shape, dtype)`, then `whole` of all of them:
+    name -> (shape, dtype)) before any is read."""
     members: dict[str, zipfile.ZipInfo] = {}
+    headers: dict[str, tuple[tuple, np.dtype]] = {}
     for info in zf.infolist():
         name = info.filename.removesuffix(".npy")
         if name in members:
             raise UserError(f"{where}: array '{name}' is stored twice in the archive")
         shape, dtype = _member_header(zf, info, where, name)
         check(name, shape, dtype)
-        members[name] = info
+        members[name], headers[name] = info, (shape, dtype)
         if first_only:
             break
+    if whole is not None:
+        whole(headers)
     out = {}
     for name, info in members.items():
         with zf.open(info) as member:
@@ -158,7 +247,7 @@ def npz_headers(path: Path) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
                 if name in out:
                     raise UserError(f"{where}: array '{name}' is stored twice in the archive")
                 shape, dtype = _member_header(zf, info, where, name)
-                check_array(where, name, shape, dtype, math.inf)  # type: ignore[arg-type]
+                check_array(where, name, shape, dtype, math.inf)
                 out[name] = (shape, dtype)
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError) as exc:
         raise UserError(f"{where} is a damaged .npz archive (cut short?): {exc}") from exc
@@ -176,7 +265,7 @@ def npy_header(path: Path) -> tuple[tuple[int, ...], np.dtype]:
             shape, dtype = _npy_header(f)
         except ValueError as exc:
             raise UserError(f"{where}: its .npy header cannot be read ({exc})") from exc
-    check_array(where, None, shape, dtype, math.inf)  # type: ignore[arg-type]
+    check_array(where, None, shape, dtype, math.inf)
     return shape, dtype
 
 
@@ -244,7 +333,7 @@ class ArrayRows:
             self.close()
             raise UserError(f"{self.where} is stored in Fortran order; save it with np.ascontiguousarray to read its "
                             "samples one at a time")
-        need = math.prod(self.shape) * self.dtype.itemsize
+        need = declared_bytes(self.shape, self.dtype)
         if need > available:
             self.close()
             raise UserError(f"{self.where} declares shape {list(self.shape)} ({need:,} bytes) but holds {available:,} "
@@ -342,13 +431,22 @@ def read_h5(path: Path, bounds: Bounds) -> dict[str, np.ndarray]:
     before it is read; links other than hard links, external storage, virtual datasets and plugin filters
     are refused. Groups are not read."""
     with open_h5(path) as f:
-        return {name: ds[()] for name, ds in h5_datasets(f, "/", path, bounds)}
+        return {name: ds[()] for name, ds in h5_sample(f, "/", path, bounds).items()}
 
 
 def h5_shapes(path: Path, bounds: Bounds) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
     """What `read_h5` would read, by name: (shape, dtype), every check made, no data read."""
     with open_h5(path) as f:
-        return {name: (tuple(ds.shape), ds.dtype) for name, ds in h5_datasets(f, "/", path, bounds)}
+        return {name: (tuple(ds.shape), ds.dtype) for name, ds in h5_sample(f, "/", path, bounds).items()}
+
+
+def h5_sample(f, group: str, path: Path, bounds: Bounds) -> dict[str, object]:
+    """The datasets of one sample (`group` of the open file `f`) by onnx name, each checked (`h5_datasets`) and
+    all of them together within one sample's bytes (`Bounds.sample`); no data read."""
+    found = dict(h5_datasets(f, group, path, bounds))
+    where = f"inputs file {path}" + (f": group '{group}'" if group != "/" else "")
+    bounds.sample(where, {name: (tuple(ds.shape), ds.dtype) for name, ds in found.items()})
+    return found
 
 
 def open_h5(path: Path):
@@ -423,15 +521,16 @@ def _check_filters(ds, where: str) -> None:
 def read_polygraphy_json(path: Path, limit: int, where: str | None = None, holder: str = "") -> object:
     """A polygraphy JSON file (`--save-inputs`, `--save-outputs`): its objects decoded by polygraphy's
     decoder, but its arrays by this module (each checked before it is read: a .npy payload must hold the
-    data it declares, up to MAX_ELEMENTS; an .npz payload at most `limit` elements, and all of them together
-    MAX_ELEMENTS). `where`
-    begins every message (default "inputs file PATH"); `holder` says whose size `limit` is ("" for MAX_ELEMENTS)."""
+    data it declares, up to MAX_ELEMENTS; an .npz payload at most `limit` elements of a plain number's width,
+    WIDEST_NUMBER bytes (wide text is refused before it inflates), and all of them together MAX_SAMPLE_BYTES: the
+    file is decoded whole, in memory). `where` begins every message (default "inputs file PATH"); `holder` says
+    whose size `limit` is ("" for MAX_ELEMENTS)."""
     from polygraphy import constants
     from polygraphy.json import Decoder, from_json
 
     from_json("null")  # polygraphy registers its decoders on first use
     decoder = Decoder()
-    budget = [MAX_ELEMENTS]
+    budget = [MAX_SAMPLE_BYTES]  # bytes the file's .npz payloads may still inflate to
     where = where or f"inputs file {path}"
 
     def hook(pairs: list) -> object:
@@ -486,7 +585,7 @@ def _npy_payload(data: bytes, where: str) -> np.ndarray:
     except ValueError as exc:
         raise UserError(f"{where}: an array's .npy header cannot be read ({exc})") from exc
     check_array(where, None, shape, dtype, MAX_ELEMENTS)
-    need = math.prod(int(d) for d in shape) * dtype.itemsize
+    need = declared_bytes(shape, dtype)
     if need > len(data) - f.tell():
         raise UserError(f"{where}: an array declares shape {list(shape)} ({need:,} bytes) but its payload holds "
                         f"{len(data) - f.tell():,} bytes (cut short?)")
@@ -496,9 +595,16 @@ def _npy_payload(data: bytes, where: str) -> np.ndarray:
 def _npz_payload(data: bytes, where: str, limit: int, holder: str, budget: list[int]) -> np.ndarray:
     def check(name: str, shape: tuple, dtype: np.dtype) -> None:
         check_array(where, name, shape, dtype, limit, holder)
-        check_array(where, name, shape, dtype, budget[0], f"what is left of the {MAX_SHOWN} elements the file's "
-                    ".npz payloads may inflate to")
-        budget[0] -= math.prod(int(d) for d in shape)
+        nbytes = declared_bytes(shape, dtype)
+        if nbytes > limit * WIDEST_NUMBER:
+            raise UserError(f"{where}: an .npz payload's array '{name}' declares shape {list(shape)} of {dtype} "
+                            f"({nbytes:,} bytes), more than {limit:,} numbers take (" + (holder or "the limit for one array")
+                            + f" holds {limit:,}); refused before reading it")
+        if nbytes > budget[0]:
+            raise UserError(f"{where}: an .npz payload's array '{name}' declares shape {list(shape)} of {dtype} "
+                            f"({nbytes:,} bytes), more than is left of the {binary(MAX_SAMPLE_BYTES)} a file's .npz "
+                            "payloads may inflate to; refused before reading it")
+        budget[0] -= nbytes
 
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as zf:

@@ -1,9 +1,26 @@
 """InputSpec: where a run's samples come from (the RunSpec's `inputs` section, defined here, in the data layer that
-reads it, as `Tolerance` is in measure/tolerance.py; spec.py assembles the sections and holds their JSON form)."""
+reads it, as `Tolerance` is in measure/tolerance.py; spec.py assembles the sections and holds their JSON form), and
+what the files that give them may declare.
+
+The limits bound what a sample file's headers may *declare* and what a run holds in memory, not how much data a
+user may have: each is checked from the headers (shape x dtype itemsize) before anything is read, by
+data/arrayfiles.py and data/sources.py, and refused in one line naming the file and the array (docs/SECURITY.md
+lists them). A run reads its samples one at a time (at most data/samples.CACHE_BYTES of them kept), so a directory
+of thousands of 1024x1024x3 float32 images (12 MiB each, tens of GB in all) stays well inside every one of them.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+MAX_ELEMENTS = 2**28  # elements of one array where the model fixes no size (1 GiB of float32)
+MAX_ELEMENTS_SHOWN = "2**28 = 268,435,456"
+MAX_SAMPLE_BYTES = 2**31  # one sample, every input together (2 GiB: a 2**28-element float64 input); held in memory whole
+MAX_FILE_BYTES = 2**36  # every array of one file (64 GiB, read a sample at a time): what a compressed member may inflate to
+MAX_RUN_BYTES = 2**40  # every sample of a run, search and held-out (1 TiB, read a sample at a time)
+MAX_FILE_SAMPLES = 2**20  # samples one .npz/.npy may declare
+MAX_RUN_SAMPLES = 2**20  # samples of one run (or one service job), search and held-out together: 1,048,576
+MAX_LOADER_SAMPLES = 100_000  # a data loader script yielding more (an endless generator?) is stopped and refused
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,9 @@ from pathlib import Path
 import numpy as np
 from onnx import helper
 
-from precision_doctor.data.arrayfiles import MAX_ELEMENTS, MAX_SHOWN, Bounds, unknown_input
+from precision_doctor.data.arrayfiles import Bounds, unknown_input
+from precision_doctor.data.input_spec import MAX_ELEMENTS
+from precision_doctor.data.input_spec import MAX_ELEMENTS_SHOWN as MAX_SHOWN
 from precision_doctor.data.samples import FileSample, Sample, SampleSet
 from precision_doctor.data.sources import expand_inputs, file_entries
 from precision_doctor.errors import SpecError, UserError
@@ -143,19 +145,22 @@ def _check_generable(spec: ModelInput, value_range: tuple[float, float]) -> None
 
 
 def input_bounds(model: Model) -> Bounds:
-    """How large each sample array may be, by the model's inputs (a static input's element count; dynamic
-    dimensions: `arrayfiles.MAX_ELEMENTS`), known before a file is read."""
+    """How large each sample array may be and of which kind, by the model's inputs (a static input's element
+    count; dynamic dimensions: `input_spec.MAX_ELEMENTS`; its type's kind), known before a file is read; with a
+    fresh budget of the run's samples and bytes (one Bounds per run: its search and held-out files share it)."""
+    specs = model_inputs(model)
     return Bounds({name: None if any(d is None for d in spec.shape) else math.prod(spec.shape)
-                   for name, spec in model_inputs(model).items()})
+                   for name, spec in specs.items()}, {name: spec.dtype for name, spec in specs.items()})
 
 
 def load_samples(paths: Sequence[str | Path], bounds: Bounds | None = None, model: Model | None = None,
                  setting: str = "inputs.files") -> SampleSet:
     """The samples of `paths` (files, directories, globs: data/sources.py), found from the files' headers and
     loaded on demand, each array checked against `bounds` before it is read (default `input_bounds(model)`;
-    `data/arrayfiles.py`). With `model`, multi-sample .npz/.npy files are recognised by the model's input ranks
-    and each sample is cast to the model's dtypes where numpy casts within a kind (float64 -> float32). An
-    unreadable file is a UserError naming it and what it holds (`setting`: the setting `paths` came from)."""
+    `data/arrayfiles.py`; a run passes its own, whose budget counts every file it reads). With `model`,
+    multi-sample .npz/.npy files are recognised by the model's input ranks and each sample is cast to the model's
+    dtypes where numpy casts within a kind (float64 -> float32). An unreadable file is a UserError naming it and
+    what it holds (`setting`: the setting `paths` came from)."""
     if bounds is None:
         bounds = input_bounds(model) if model is not None else Bounds()
     inputs = model_inputs(model) if model is not None else None

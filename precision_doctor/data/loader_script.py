@@ -10,27 +10,29 @@ first run kept (`loader_samples.h5` in its run directory) instead of running the
 Running a script runs its code with the tool's rights: give only your own scripts. The daemon runs a
 script only by a server path within its `--allow-root`s, never an uploaded one.
 
-Every failure is one line naming the script (and the sample, and the script's line where it raised).
+Every failure is one line naming the script (and the sample, and the script's line where it raised): an exception,
+and a `sys.exit()` or `SystemExit` too (a script that exits has given no samples; exit 0 would say all went well).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import re
 import sys
 import traceback
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
 
 from precision_doctor.data.arrayfiles import Bounds
+from precision_doctor.data.input_spec import MAX_LOADER_SAMPLES
 from precision_doctor.data.spill import Spill, SpillEntry
 from precision_doctor.errors import SpecError, UserError
 
 SETTING = "inputs.data_loader_script"
 DEFAULT_FUNC = "load_data"  # polygraphy's default
-MAX_LOADER_SAMPLES = 100_000  # a script yielding more (an endless generator?) is stopped and refused
 _FUNC = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -54,22 +56,25 @@ def run_loader(value: str, bounds: Bounds, spill: Spill | None = None) -> list[S
     entries: list[SpillEntry] = []
     sys.path.insert(0, str(path.resolve().parent))
     try:
-        items = _call(loader, path, who)
-        iterator = iter(items)
+        iterator = _call(loader, path, who)
         while True:
             i = len(entries)
             try:
                 item = next(iterator)
             except StopIteration:
                 break
-            except Exception as exc:
+            except BaseException as exc:
+                _reraise_interrupt(exc)
                 raise UserError(f"{who} raised {_what(exc, path)} while yielding sample {i}") from None
             if i >= MAX_LOADER_SAMPLES:
                 raise UserError(f"{who} yields more than {MAX_LOADER_SAMPLES:,} samples; give fewer (or use "
                                 "--max-samples with a directory or a multi-sample .npz)")
-            entries.append(spill.add(_feed(item, i, who, bounds), f"{path}:{func} (sample {i})"))
+            feed = _feed(item, i, who, path, bounds)
+            bounds.count(f"{who} sample {i}", 1, bounds.sample(f"{who} sample {i}", {
+                k: (a.shape, a.dtype) for k, a in feed.items()}))
+            entries.append(spill.add(feed, f"{path}:{func} (sample {i})"))
     finally:
-        sys.path.remove(str(path.resolve().parent))
+        _unpath(path)
     spill.finish()
     if not entries:
         raise UserError(f"{who} yielded no samples")
@@ -88,11 +93,10 @@ def _function(path: Path, func: str, who: str):
     except SyntaxError as exc:
         raise UserError(f"{who}: syntax error at line {exc.lineno}: {exc.msg}") from None
     except BaseException as exc:
-        if isinstance(exc, KeyboardInterrupt):
-            raise
+        _reraise_interrupt(exc)
         raise UserError(f"{who} raised {_what(exc, path)} when imported") from None
     finally:
-        sys.path.remove(str(path.resolve().parent))
+        _unpath(path)
     loader = getattr(module, func, None)
     if loader is None:
         found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
@@ -104,32 +108,54 @@ def _function(path: Path, func: str, who: str):
     return loader
 
 
-def _call(loader, path: Path, who: str) -> Iterable:
+def _unpath(path: Path) -> None:
+    """Take the script's directory off `sys.path` again (unless the script already did)."""
+    with contextlib.suppress(ValueError):
+        sys.path.remove(str(path.resolve().parent))
+
+
+def _reraise_interrupt(exc: BaseException) -> None:
+    """Ctrl-C (and a run's stop, a KeyboardInterrupt) goes on; anything else the script raised, SystemExit
+    included, becomes the caller's one-line error."""
+    if isinstance(exc, KeyboardInterrupt):
+        raise exc
+
+
+def _call(loader, path: Path, who: str) -> Iterator:
     try:
         items = loader()
-    except Exception as exc:
+    except BaseException as exc:
+        _reraise_interrupt(exc)
         raise UserError(f"{who} raised {_what(exc, path)}") from None
     if isinstance(items, Mapping):
         raise UserError(f"{who} returned one feed dict; return or yield a list of them (one per sample)")
     try:
-        iter(items)
+        return iter(items)
     except TypeError:
         raise UserError(f"{who} returned {type(items).__name__}, not an iterable of feed dicts "
                         "(yield one dict per sample)") from None
-    return items
+    except BaseException as exc:  # an iterable whose __iter__ raises
+        _reraise_interrupt(exc)
+        raise UserError(f"{who} returned an iterable that raised {_what(exc, path)}") from None
 
 
-def _feed(item: object, i: int, who: str, bounds: Bounds) -> dict[str, np.ndarray]:
+def _feed(item: object, i: int, who: str, path: Path, bounds: Bounds) -> dict[str, np.ndarray]:
     where = f"{who} sample {i}"
     if not isinstance(item, Mapping):
         raise UserError(f"{where} is a {type(item).__name__}, not a feed dict (input name -> array)")
+    try:
+        pairs = list(item.items())  # the script's own Mapping may raise
+    except BaseException as exc:
+        _reraise_interrupt(exc)
+        raise UserError(f"{where}: its items raised {_what(exc, path)}") from None
     out = {}
-    for name, value in item.items():
+    for name, value in pairs:
         if not isinstance(name, str):
             raise UserError(f"{where}: a key is {type(name).__name__} {name!r:.40}, not an input name")
         try:
             arr = np.asarray(value)
-        except Exception:  # ragged lists, objects numpy refuses
+        except BaseException as exc:  # ragged lists, objects numpy refuses, an __array__ of the script's that exits
+            _reraise_interrupt(exc)
             arr = np.empty(0, dtype=object)
         bounds.check(where, name, arr.shape, arr.dtype)
         out[name] = arr
@@ -143,5 +169,14 @@ def _what(exc: BaseException, path: Path) -> str:
     """`ValueError: message (line N)`: the exception and the script's line it came from."""
     line = next((f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__))
                  if Path(f.filename).resolve() == path.resolve()), None)
-    text = str(exc).splitlines()[0][:200] if str(exc) else ""
+    try:
+        said = str(exc)
+    except Exception:  # an exception of the script's whose __str__ raises
+        said = ""
+    if isinstance(exc, SystemExit):
+        try:
+            said = f"sys.exit({0 if exc.code is None else exc.code!r})"
+        except Exception:
+            said = "sys.exit()"
+    text = said.splitlines()[0][:200] if said.strip() else ""
     return f"{type(exc).__name__}" + (f": {text}" if text else "") + (f" (line {line})" if line else "")

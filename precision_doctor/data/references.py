@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from precision_doctor.data.arrayfiles import MAX_ELEMENTS, read_polygraphy_json
+from precision_doctor.data.arrayfiles import read_polygraphy_json
+from precision_doctor.data.input_spec import MAX_ELEMENTS
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.model import Model
 

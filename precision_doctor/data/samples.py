@@ -3,7 +3,10 @@
 `SampleSet` is a `Sequence[Sample]` (a `Sample` is a feed dict: input name -> array). It holds where each
 sample lives (an `Entry`: a file, one sample of a multi-sample file, a sample spilled to disk, or an array
 in memory), not the arrays: `samples[i]` loads sample i on demand, and a small LRU cache (CACHE_SAMPLES
-samples, at most CACHE_BYTES) keeps the last ones used. What the rest of the pipeline may rely on:
+samples, at most CACHE_BYTES) keeps the last ones used. The entries are kept compactly (`Entries`): the rows of
+a multi-sample file are one `Rows` block whose entries are made when asked for, and a subset is an array of
+positions, so a million samples cost a few bytes each before any is read. What the rest of the pipeline may
+rely on:
 
 - `len(samples)`, `samples[i]` (a `FileSample`: a dict with `.source`, its label), iteration, `samples[a:b]`;
 - `samples.label(i)`: how messages and reports name sample i ("data/x.npz", "calib.npz (sample 3)");
@@ -81,13 +84,106 @@ class Shaped:
 
 class Entry(Protocol):
     """Where one sample lives: its label, its shape group (known before loading), whether loading it is worth
-    caching, and `load()`."""
+    caching, and `load()`. Entries are compared as the cache's keys: by identity, unless the entry says otherwise
+    (a row of a multi-sample file is its block and its index)."""
 
     label: str
     group: ShapeGroup
     cached: bool
 
     def load(self) -> Mapping[str, np.ndarray]: ...
+
+
+class Rows:
+    """A block of samples held alike, whose entries are made when asked for (the rows of one multi-sample file):
+    subclasses give `group` (every row's), `path`, `__len__` and `entry(i)`."""
+
+    group: ShapeGroup
+    path: Path | None = None
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def entry(self, i: int) -> Entry:
+        raise NotImplementedError
+
+
+class Entries(Sequence[Entry]):
+    """Where each sample of a set lives, compactly: `blocks` (an Entry is a block of one sample, a `Rows` a block
+    of many) and, for a subset, the positions it takes from them (an int64 array; None: every one, in order)."""
+
+    def __init__(self, blocks: Iterable[Entry | Rows] = (), positions: np.ndarray | None = None,
+                 starts: np.ndarray | None = None):
+        self.blocks: tuple[Entry | Rows, ...] = tuple(blocks)
+        if starts is None:
+            sizes = np.fromiter((len(b) if isinstance(b, Rows) else 1 for b in self.blocks), np.int64, len(self.blocks))
+            starts = np.concatenate([np.zeros(1, np.int64), np.cumsum(sizes, dtype=np.int64)])
+        self.starts = starts  # where each block's samples begin among all of them (and their number, last)
+        self.positions = positions
+
+    def _picked(self, positions: np.ndarray) -> Entries:
+        return Entries(self.blocks, positions, self.starts)
+
+    @classmethod
+    def of(cls, entries: Iterable[Entry | Rows]) -> Entries:
+        return entries if isinstance(entries, Entries) else cls(entries)
+
+    def _positions(self) -> np.ndarray:
+        return self.positions if self.positions is not None else np.arange(self.starts[-1], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return int(self.positions.size if self.positions is not None else self.starts[-1])
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return self._picked(self._positions()[index])
+        n = len(self)
+        if index < 0:
+            index += n
+        if not 0 <= index < n:
+            raise IndexError(index)
+        pos = int(self.positions[index]) if self.positions is not None else index
+        b = int(np.searchsorted(self.starts, pos, side="right")) - 1
+        block = self.blocks[b]
+        return block.entry(pos - int(self.starts[b])) if isinstance(block, Rows) else block
+
+    def take(self, indices: Iterable[int]) -> Entries:
+        """The entries at `indices`, in that order."""
+        picked = np.asarray(list(indices) if not isinstance(indices, np.ndarray) else indices, dtype=np.int64)
+        if picked.size and (picked.min() < -len(self) or picked.max() >= len(self)):
+            raise IndexError("sample index out of range")
+        return self._picked(self._positions()[picked])
+
+    def __add__(self, other: Entries) -> Entries:
+        if self.positions is None and other.positions is None:
+            return Entries(self.blocks + other.blocks)
+        return Entries(self.blocks + other.blocks,
+                       np.concatenate([self._positions(), other._positions() + self.starts[-1]]))
+
+    def block_of(self) -> np.ndarray:
+        """The block each entry comes from (an index into `blocks`), in order."""
+        return np.searchsorted(self.starts, self._positions(), side="right") - 1
+
+    def groups(self) -> dict[ShapeGroup, list[int]]:
+        """The entry indices of each shape group, groups in the order they first appear."""
+        if self.positions is None and len(self.blocks) == len(self):  # one sample per block, in order
+            out: dict[ShapeGroup, list[int]] = {}
+            for i, block in enumerate(self.blocks):
+                out.setdefault(block.group, []).append(i)
+            return out
+        ids: dict[ShapeGroup, int] = {}
+        of_block = np.array([ids.setdefault(b.group, len(ids)) for b in self.blocks], dtype=np.int64)
+        gid = of_block[self.block_of()] if len(self) else np.zeros(0, np.int64)
+        order = np.argsort(gid, kind="stable")  # each group's indices together, ascending
+        parts = np.split(order, np.flatnonzero(np.diff(gid[order])) + 1) if gid.size else []
+        by_id = list(ids)
+        return {by_id[int(gid[a[0]])]: a.tolist() for a in sorted(parts, key=lambda a: int(a[0]))}
+
+    def paths(self) -> list[Path]:
+        """The files the entries are read from, each once, in the order of their first entry."""
+        used = dict.fromkeys(self.block_of().tolist()) if self.positions is not None else range(len(self.blocks))
+        found = (getattr(self.blocks[b], "path", None) for b in used)
+        return list(dict.fromkeys(p for p in found if isinstance(p, Path)))
 
 
 class MemoryEntry:
@@ -146,28 +242,28 @@ class HeapTrim:
 
 
 class _Cache:
-    """The last samples loaded, by entry, at most CACHE_SAMPLES of them and CACHE_BYTES in all."""
+    """The last samples loaded, by entry (its identity, or what it compares by: `Entry`), at most CACHE_SAMPLES of them
+    and CACHE_BYTES in all."""
 
     def __init__(self, samples: int = CACHE_SAMPLES, nbytes: int = CACHE_BYTES):
         self.limit, self.byte_limit = samples, nbytes
-        self.items: OrderedDict[int, tuple[Entry, FileSample]] = OrderedDict()
+        self.items: OrderedDict[Entry, FileSample] = OrderedDict()
         self.bytes = 0
         self.trim = HeapTrim()
 
     def get(self, entry: Entry, make: Callable[[], FileSample]) -> FileSample:
-        key = id(entry)
-        hit = self.items.get(key)
-        if hit is not None and hit[0] is entry:
-            self.items.move_to_end(key)
-            return hit[1]
+        hit = self.items.get(entry)  # the dict holds the entry itself: an identity key cannot be reused meanwhile
+        if hit is not None:
+            self.items.move_to_end(entry)
+            return hit
         sample = make()
         self.trim.tick()
         size = sum(int(v.nbytes) for v in sample.values())
         if size <= self.byte_limit:
-            self.items[key] = (entry, sample)
+            self.items[entry] = sample
             self.bytes += size
             while len(self.items) > self.limit or self.bytes > self.byte_limit:
-                _, (_, old) = self.items.popitem(last=False)
+                _, old = self.items.popitem(last=False)
                 self.bytes -= sum(int(v.nbytes) for v in old.values())
         return sample
 
@@ -179,8 +275,8 @@ class SampleSet(Sequence[Sample]):
     """Samples loaded on demand (see the module docstring). `conform` (e.g. casting to the model's dtypes)
     is applied to each sample as it is loaded."""
 
-    def __init__(self, entries: Iterable[Entry], conform: Conform | None = None, cache: _Cache | None = None):
-        self.entries: tuple[Entry, ...] = tuple(entries)
+    def __init__(self, entries: Iterable[Entry | Rows], conform: Conform | None = None, cache: _Cache | None = None):
+        self.entries: Entries = Entries.of(entries)
         self.conform = conform
         self._cache = cache if cache is not None else _Cache()
 
@@ -222,23 +318,25 @@ class SampleSet(Sequence[Sample]):
 
     def shapes(self) -> list[dict[str, Shaped]]:
         """Each sample's arrays as their shapes only (`np.shape` reads them), from the headers: for code that
-        needs every sample's shapes without their data."""
-        return [{name: Shaped(shape) for name, shape in e.group.shapes} for e in self.entries]
+        needs every sample's shapes without their data (one dict per shape group, shared by its samples)."""
+        out: list[dict[str, Shaped] | None] = [None] * len(self)
+        for group, indices in self.groups().items():
+            shaped = {name: Shaped(shape) for name, shape in group.shapes}
+            for i in indices:
+                out[i] = shaped
+        return out  # type: ignore[return-value]
 
     def groups(self) -> dict[ShapeGroup, list[int]]:
         """The sample indices of each shape group, groups in the order they first appear."""
-        out: dict[ShapeGroup, list[int]] = {}
-        for i, e in enumerate(self.entries):
-            out.setdefault(e.group, []).append(i)
-        return out
+        return self.entries.groups()
 
     def files(self) -> list[Path]:
         """The files the samples are read from, each once, in order (samples in memory or spilled have none)."""
-        return list(dict.fromkeys(e.path for e in self.entries if isinstance(getattr(e, "path", None), Path)))
+        return self.entries.paths()
 
     # -- new sets -------------------------------------------------------------------------------------
     def subset(self, indices: Iterable[int]) -> SampleSet:
-        return SampleSet((self.entries[i] for i in indices), self.conform, self._cache)
+        return SampleSet(self.entries.take(indices), self.conform, self._cache)
 
     def with_conform(self, conform: Conform | None) -> SampleSet:
         return SampleSet(self.entries, conform, self._cache)
@@ -247,13 +345,13 @@ class SampleSet(Sequence[Sample]):
         if isinstance(other, SampleSet):
             return SampleSet(self.entries + other.entries, self.conform, self._cache)
         if isinstance(other, Sequence):
-            return SampleSet(self.entries + tuple(_memory_entries(other, "added sample", len(self))),
+            return SampleSet(self.entries + Entries(_memory_entries(other, "added sample", len(self))),
                              self.conform, self._cache)
         return NotImplemented
 
     def __radd__(self, other: object) -> SampleSet:
         if isinstance(other, Sequence):
-            return SampleSet(tuple(_memory_entries(other, "sample")) + self.entries, self.conform, self._cache)
+            return SampleSet(Entries(_memory_entries(other, "sample")) + self.entries, self.conform, self._cache)
         return NotImplemented
 
     def __repr__(self) -> str:

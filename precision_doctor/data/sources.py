@@ -5,7 +5,9 @@ An `--inputs` value is
 - a file: `.npz`, `.npy`, polygraphy `.json` (`--save-inputs`), `.h5`/`.hdf5`;
 - a directory: every file in it with one of those suffixes, in sorted order (not recursive; hidden files
   and other suffixes are skipped);
-- a glob (a value that names no file and holds `*`, `?` or `[`): the files it matches, sorted;
+- a glob (a value that names no file and holds `*`, `?` or `[`): the files it matches, sorted, each once (by
+  real path); a `..` after a wildcard (`*/..` multiplies the matches) is refused, and so are more matches than a
+  run may hold samples (`glob_files`);
 - never a shape: `x:[1,3,48,192]` (polygraphy's `--inputs` of shapes) is refused with a pointer to
   `--input-shapes`.
 
@@ -20,13 +22,20 @@ How many samples a `.npz`/`.npy` holds is decided per array against the model in
   a one-line hint. A `.npy` holds one array: the model must have exactly one input.
 An HDF5 file is one sample (datasets at its root). A polygraphy JSON file holds a list of samples; it is
 decoded whole once and spilled to disk (data/spill.py), then read one sample at a time.
+
+Every file's samples are counted in bytes from its headers before any is read (data/arrayfiles.py `Bounds`: one
+sample, the file, and the run's budget of samples and bytes, data/input_spec.py's limits); a file whose leading
+dimension declares no samples is refused by name. The samples of a multi-sample file are one `FileRows` block
+(data/samples.py `Rows`): its entries are made when a sample is asked for, not one object per sample up front.
 """
 
 from __future__ import annotations
 
 import glob
+import os
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
@@ -36,6 +45,7 @@ import numpy as np
 from precision_doctor.data.arrayfiles import (
     ArrayRows,
     Bounds,
+    declared_bytes,
     h5_shapes,
     npy_header,
     npz_headers,
@@ -43,13 +53,13 @@ from precision_doctor.data.arrayfiles import (
     read_npz,
     read_polygraphy_json,
 )
-from precision_doctor.data.samples import Entry, ShapeGroup
+from precision_doctor.data.input_spec import MAX_FILE_SAMPLES, MAX_RUN_SAMPLES
+from precision_doctor.data.samples import Entry, Rows, ShapeGroup
 from precision_doctor.data.spill import Spill
 from precision_doctor.errors import SpecError, UserError
 
 SAMPLE_SUFFIXES = (".npz", ".npy", ".json", ".h5", ".hdf5")
 SUFFIXES_SHOWN = ", ".join(SAMPLE_SUFFIXES)
-MAX_FILE_SAMPLES = 1 << 20  # samples one .npz/.npy may declare
 FILES = "inputs.files"
 _SHAPE = re.compile(r"^\s*(?:[^\s:/\\][^:/\\]*:)?\[\s*[-?\d]+(?:\s*,\s*[-?\d]+)*\s*\]\s*$")
 _GLOB = re.compile(r"[*?\[]")
@@ -62,12 +72,13 @@ def looks_like_shape(value: str) -> bool:
 
 def expand_inputs(values: Sequence[str | Path], setting: str = FILES) -> list[Path]:
     """The sample files `values` name (files, directories, globs), in order; a one-line refusal naming the value
-    for a shape, a directory without sample files, a glob that matches nothing, a missing file."""
+    for a shape, a directory without sample files, a glob that matches nothing, a missing file, and for more files
+    than a run may hold samples (MAX_RUN_SAMPLES)."""
     files: list[Path] = []
     for value in map(str, values):
         path = Path(value)
         if path.is_dir():
-            found = sample_files_in(path)
+            found = sample_files_in(path, MAX_RUN_SAMPLES)
             if not found:
                 raise UserError(f"inputs {path} is a directory with no sample files in it ({SUFFIXES_SHOWN}; "
                                 "subdirectories are not read)")
@@ -78,20 +89,72 @@ def expand_inputs(values: Sequence[str | Path], setting: str = FILES) -> list[Pa
             raise SpecError(setting, f"{{{setting}}} {value.strip()} looks like a shape, not a file: did you mean "
                             f"{{inputs.input_shapes}} {value.strip()}?")
         elif _GLOB.search(value):
-            matched = sorted(Path(p) for p in glob.glob(value) if Path(p).is_file())
+            matched = glob_files(value, MAX_RUN_SAMPLES, setting=setting)
             if not matched:
                 raise SpecError(setting, f"{{{setting}}} {value}: the pattern matches no file")
             files += matched
         else:
             raise SpecError(setting, f"{{{setting}}} {path}: file not found")
+        if len(files) > MAX_RUN_SAMPLES:
+            raise SpecError(setting, f"{{{setting}}} {value}: more than {MAX_RUN_SAMPLES:,} sample files in all, more "
+                            "samples than one run may hold")
     return files
 
 
-def sample_files_in(directory: Path) -> list[Path]:
+def sample_files_in(directory: Path, limit: int | None = None, time_s: float | None = None,
+                    setting: str = FILES) -> list[Path]:
     """The sample files of a directory, sorted: regular files with a SAMPLE_SUFFIXES suffix, not hidden, not in
-    subdirectories."""
-    return sorted(p for p in Path(directory).iterdir() if p.suffix.lower() in SAMPLE_SUFFIXES
-                  and not p.name.startswith(".") and p.is_file())
+    subdirectories. `limit`: listing stops once it has found one more (the caller refuses so many); `time_s`: a
+    listing that takes longer is refused (SpecError naming `setting`)."""
+    deadline = None if time_s is None else time.monotonic() + time_s
+    found: list[Path] = []
+    with os.scandir(directory) as it:
+        for e in it:
+            if deadline is not None and time.monotonic() > deadline:
+                raise SpecError(setting, f"{{{setting}}} {directory}: listing the directory took too long; give "
+                                "fewer files")
+            if Path(e.name).suffix.lower() in SAMPLE_SUFFIXES and not e.name.startswith(".") and Path(e.path).is_file():
+                found.append(Path(directory) / e.name)
+                if limit is not None and len(found) > limit:
+                    break
+    return sorted(found)
+
+
+def glob_files(value: str, limit: int, setting: str = FILES, *, parents: bool = True,
+               time_s: float | None = None) -> list[Path]:
+    """The files a glob matches, sorted, each once (the least name of each real path). Refused (SpecError naming
+    `setting`): a `..` after a wildcard (`*/..` multiplies the matches: 6 levels of it name one file 4,096 times),
+    or anywhere when not `parents`; more than `limit` matches (the iteration stops there); more than `time_s`
+    seconds of matching."""
+    check_pattern(value, setting, parents=parents)
+    deadline = None if time_s is None else time.monotonic() + time_s
+    seen: dict[str, Path] = {}
+    for match in _matches(value, deadline, setting):
+        if not os.path.isfile(match):
+            continue
+        real = os.path.realpath(match)
+        seen[real] = min(seen.get(real, Path(match)), Path(match))
+        if len(seen) > limit:
+            raise SpecError(setting, f"{{{setting}}} {value}: the pattern matches more than {limit:,} files")
+    return sorted(seen.values())
+
+
+def check_pattern(value: str, setting: str = FILES, *, parents: bool = True) -> None:
+    """Refuse (SpecError naming `setting`) a glob holding `..` after a wildcard, or anywhere when not `parents`."""
+    parts = Path(value).parts
+    wild = next((i for i, p in enumerate(parts) if _GLOB.search(p)), len(parts))
+    if any(p == ".." for p in (parts if not parents else parts[wild:])):
+        why = " after a wildcard (each match would name its parent again)" if parents else ""
+        raise SpecError(setting, f"{{{setting}}} {value}: a pattern may not hold '..'{why}; name the directory "
+                        "without it")
+
+
+def _matches(value: str, deadline: float | None, setting: str) -> Iterator[str]:
+    for match in glob.iglob(value):
+        if deadline is not None and time.monotonic() > deadline:
+            raise SpecError(setting, f"{{{setting}}} {value}: matching the pattern took too long; name fewer "
+                            "directories")
+        yield match
 
 
 def is_glob(value: str) -> bool:
@@ -167,6 +230,10 @@ def layout(path: Path, arrays: Mapping[str, tuple[tuple[int, ...], np.dtype]],
         raise UserError(f"inputs file {path}: its arrays hold different numbers of samples ({shown}); give every "
                         "input the same number")
     count = counts.pop()
+    if count == 0:
+        n = next(iter(multi))
+        raise UserError(f"inputs file {path}: array '{n}' has shape {list(arrays[n][0])}: its first axis holds no "
+                        "samples; give at least one")
     if count > MAX_FILE_SAMPLES:
         raise UserError(f"inputs file {path} declares {count:,} samples, more than the {MAX_FILE_SAMPLES:,} one file "
                         "may hold; refused before reading it")
@@ -203,12 +270,16 @@ def _array_layout(path: Path, name: str, shape: tuple[int, ...], want: tuple[int
 class WholeFile:
     """A file that is one sample (.npz, .h5, .npy)."""
 
+    __slots__ = ("path", "bounds", "group", "single_input")
     cached = True
 
     def __init__(self, path: Path, bounds: Bounds, group: ShapeGroup, single_input: str | None = None):
         self.path, self.bounds, self.group = path, bounds, group
-        self.label = str(path)
         self.single_input = single_input  # a .npy: the model input it feeds
+
+    @property
+    def label(self) -> str:
+        return str(self.path)
 
     def load(self) -> dict[str, np.ndarray]:
         suffix = self.path.suffix.lower()
@@ -222,33 +293,72 @@ class WholeFile:
         return read_h5(self.path, self.bounds)
 
 
-class FileRow:
-    """Sample `index` of a multi-sample .npz/.npy: per array, its rows [index*b, (index+1)*b) (stacked arrays:
-    b = 1 and the sample axis dropped)."""
+class FileRows(Rows):
+    """The `count` samples of one multi-sample .npz/.npy: per array its reader and the rows of one sample (b; stacked
+    arrays: 1, the sample axis dropped); `FileRow` i when asked for."""
 
+    def __init__(self, path: Path, count: int, readers: Mapping[str, ArrayRows], rows: Mapping[str, int],
+                 layout_: Layout, group: ShapeGroup):
+        self.path, self.count, self.readers, self.rows, self.layout, self.group = path, count, readers, rows, layout_, group
+
+    def __len__(self) -> int:
+        return self.count
+
+    def entry(self, i: int) -> FileRow:
+        return FileRow(self, i)
+
+
+class FileRow:
+    """Sample `index` of a multi-sample .npz/.npy (its `block`): per array, its rows [index*b, (index+1)*b). Equal to
+    every FileRow of the same block and index (the sample cache's key)."""
+
+    __slots__ = ("block", "index")
     cached = True
 
-    def __init__(self, path: Path, index: int, readers: Mapping[str, ArrayRows], rows: Mapping[str, int],
-                 layout_: Layout, group: ShapeGroup):
-        self.path, self.index, self.readers, self.rows, self.layout = path, index, readers, rows, layout_
-        self.group = group
-        self.label = f"{path} (sample {index})"
+    def __init__(self, block: FileRows, index: int):
+        self.block, self.index = block, index
+
+    @property
+    def path(self) -> Path:
+        return self.block.path
+
+    @property
+    def group(self) -> ShapeGroup:
+        return self.block.group
+
+    @property
+    def label(self) -> str:
+        return f"{self.block.path} (sample {self.index})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, FileRow) and other.block is self.block and other.index == self.index
+
+    def __hash__(self) -> int:
+        return hash((id(self.block), self.index))
 
     def load(self) -> dict[str, np.ndarray]:
         out = {}
-        for name, reader in self.readers.items():
-            b = self.rows[name]
+        block = self.block
+        for name, reader in block.readers.items():
+            b = block.rows[name]
             arr = reader.read(self.index * b, b)
-            out[name] = arr[0] if self.layout == Layout.STACKED else arr
+            out[name] = arr[0] if block.layout == Layout.STACKED else arr
         return out
 
 
 def file_entries(paths: Sequence[Path], bounds: Bounds, inputs: Mapping[str, tuple[int | None, ...]] | None,
-                 spill: Spill | None = None) -> list[Entry]:
+                 spill: Spill | None = None) -> list[Entry | Rows]:
     """Every sample of `paths`, in order, found from the files' headers (polygraphy JSON files are decoded and
-    spilled to `spill`). Every array is bounded by `bounds` before any data is read; a file that cannot be read
-    is a UserError naming it."""
-    entries: list[Entry] = []
+    spilled to `spill`): an Entry per file of one sample, a `FileRows` block per multi-sample file. Every array is
+    bounded by `bounds` before any data is read, and each file's samples are counted into its run's budget; a file
+    that cannot be read is a UserError naming it."""
+    entries: list[Entry | Rows] = []
+    groups: dict[ShapeGroup, ShapeGroup] = {}  # one object per shape group, shared by the files of that group
+
+    def group_of(shapes: Mapping[str, Sequence[int]]) -> ShapeGroup:
+        g = ShapeGroup.of(shapes)
+        return groups.setdefault(g, g)
+
     for path in paths:
         if spill is None and path.suffix.lower() == ".json":
             spill = Spill(bounds=bounds)  # one for every JSON file of the list
@@ -257,14 +367,17 @@ def file_entries(paths: Sequence[Path], bounds: Bounds, inputs: Mapping[str, tup
         if not path.is_file():
             raise UserError(f"inputs file not found: {path}")
         suffix = path.suffix.lower()
+        where = f"inputs file {path}"
         try:
             if suffix in (".npz", ".npy"):
-                entries += _array_file(path, bounds, inputs)
+                entries.append(_array_file(path, bounds, inputs, group_of))
             elif suffix == ".json":
                 entries += _json_file(path, bounds, spill)
             elif suffix in (".h5", ".hdf5"):
                 shapes = h5_shapes(path, bounds)
-                entries.append(WholeFile(path, bounds, ShapeGroup.of({k: v[0] for k, v in shapes.items()})))
+                nbytes = bounds.sample(where, shapes)
+                bounds.count(where, 1, nbytes)
+                entries.append(WholeFile(path, bounds, group_of({k: v[0] for k, v in shapes.items()})))
             else:
                 raise UserError(f"inputs file {path}: unknown format (use {SUFFIXES_SHOWN})")
         except UserError:
@@ -276,7 +389,8 @@ def file_entries(paths: Sequence[Path], bounds: Bounds, inputs: Mapping[str, tup
     return entries
 
 
-def _array_file(path: Path, bounds: Bounds, inputs: Mapping[str, tuple[int | None, ...]] | None) -> list[Entry]:
+def _array_file(path: Path, bounds: Bounds, inputs: Mapping[str, tuple[int | None, ...]] | None,
+                group_of) -> Entry | Rows:
     where = f"inputs file {path}"
     if path.suffix.lower() == ".npy":
         names = list(inputs) if inputs is not None else list(bounds.sizes or [])
@@ -294,25 +408,28 @@ def _array_file(path: Path, bounds: Bounds, inputs: Mapping[str, tuple[int | Non
     if found.layout == Layout.ONE:
         for name, (shape, dtype) in arrays.items():
             bounds.check(where, name, shape, dtype)
-        group = ShapeGroup.of({k: v[0] for k, v in arrays.items()})
+        nbytes = bounds.sample(where, arrays)
+        bounds.count(where, 1, nbytes)
         single = next(iter(arrays)) if path.suffix.lower() == ".npy" else None
-        return [WholeFile(path, bounds, group, single)]
-    shapes = {}
+        return WholeFile(path, bounds, group_of({k: v[0] for k, v in arrays.items()}), single)
+    one: dict[str, tuple[tuple[int, ...], np.dtype]] = {}
     for name, (shape, dtype) in arrays.items():
         b = found.rows.get(name)
         if b is None:
             bounds.check(where, name, shape, dtype)  # an array of no model input: refused here by name
             continue
-        one = shape[1:] if found.layout == Layout.STACKED else (b, *shape[1:])
-        bounds.check(where, name, one, dtype)
-        shapes[name] = one
+        one[name] = (shape[1:] if found.layout == Layout.STACKED else (b, *shape[1:]), dtype)
+        bounds.check(where, name, *one[name])
+    sample_bytes = bounds.sample(where, one)
+    bounds.file(where, sum(declared_bytes(shape, dtype) for shape, dtype in arrays.values()))
+    bounds.count(where, found.count, found.count * sample_bytes)
     single_npy = path.suffix.lower() == ".npy"
-    readers = {name: ArrayRows(path, None if single_npy else name) for name in shapes}
-    group = ShapeGroup.of(shapes)
-    return [FileRow(path, i, readers, found.rows, found.layout, group) for i in range(found.count)]
+    readers = {name: ArrayRows(path, None if single_npy else name) for name in one}
+    return FileRows(path, found.count, readers, found.rows, found.layout, group_of({k: v[0] for k, v in one.items()}))
 
 
 def _json_file(path: Path, bounds: Bounds, spill: Spill) -> list[Entry]:
+    where = f"inputs file {path}"
     data = read_polygraphy_json(path, bounds.largest, holder="the model's largest input" if bounds.sizes else "")
     if isinstance(data, dict):
         data = [data]
@@ -320,7 +437,8 @@ def _json_file(path: Path, bounds: Bounds, spill: Spill) -> list[Entry]:
         raise UserError(f"{path}: not a polygraphy inputs file (expected a list of feed dicts)")
     if not data:
         raise UserError(f"inputs file {path} holds no samples (an empty list)")
-    entries = []
+    entries: list[Entry] = []
+    total = 0
     for i in range(len(data)):
         sample = {}
         for k, v in data[i].items():
@@ -330,8 +448,12 @@ def _json_file(path: Path, bounds: Bounds, spill: Spill) -> list[Entry]:
                 arr = np.empty(0, dtype=object)
             if arr.dtype == object:
                 raise UserError(f"inputs file {path}: input '{k}' is not a numeric array (ragged or mixed lists?)")
-            bounds.check(f"inputs file {path}", str(k), arr.shape, arr.dtype)
+            bounds.check(where, str(k), arr.shape, arr.dtype)
             sample[str(k)] = arr
+        nbytes = bounds.sample(where, {k: (a.shape, a.dtype) for k, a in sample.items()})
+        total += nbytes
+        bounds.file(where, total)
+        bounds.count(where, 1, nbytes)
         entries.append(spill.add(sample, str(path) if len(data) == 1 else f"{path} (sample {i})", path))
         data[i] = None  # spilled: let it go
     return entries

@@ -21,7 +21,7 @@ import numpy as np
 
 from precision_doctor import storage
 from precision_doctor.data.activations import escape
-from precision_doctor.data.arrayfiles import Bounds, h5_datasets, open_h5
+from precision_doctor.data.arrayfiles import Bounds, declared_bytes, h5_sample, open_h5
 from precision_doctor.data.samples import ShapeGroup
 from precision_doctor.errors import UserError
 from precision_doctor.runfiles import RunDir
@@ -32,8 +32,8 @@ SPILL_NAME = "samples.h5"
 class Spill:
     """Samples written to one HDF5 file (`add`, then `finish`), then read one at a time (`SpillEntry`)."""
 
-    def __init__(self, path: Path | None = None, bounds: Bounds = Bounds()):
-        self.bounds = bounds
+    def __init__(self, path: Path | None = None, bounds: Bounds | None = None):
+        self.bounds = bounds if bounds is not None else Bounds()
         if path is None:
             tmp = Path(tempfile.mkdtemp(prefix="precision-doctor-samples-"))
             self._cleanup = weakref.finalize(self, shutil.rmtree, tmp, True)
@@ -42,6 +42,12 @@ class Spill:
         self._writer: h5py.File | None = None
         self._reader: h5py.File | None = None
         self.count = 0
+        self._groups: dict[ShapeGroup, ShapeGroup] = {}  # one object per shape group, shared by its samples
+
+    def group(self, shapes) -> ShapeGroup:
+        """The ShapeGroup of `shapes` (name -> shape), the one object every sample of that group shares."""
+        g = ShapeGroup.of(shapes)
+        return self._groups.setdefault(g, g)
 
     @classmethod
     def reopen(cls, path: Path, bounds: Bounds) -> tuple[Spill, list[SpillEntry]]:
@@ -52,10 +58,11 @@ class Spill:
         f = spill._read()
         entries = []
         for key in sorted(f):
-            shapes = {name: ds.shape for name, ds in h5_datasets(f, key, spill.path, bounds)}
+            datasets = h5_sample(f, key, spill.path, bounds)
+            bounds.count(f"samples file {spill.path}", 1, sum(declared_bytes(ds.shape, ds.dtype) for ds in datasets.values()))
             label = f[key].attrs.get("label", f"{path} (sample {int(key)})")
             label = label.decode("utf-8", "replace") if isinstance(label, bytes) else str(label)
-            entries.append(SpillEntry(spill, key, label, ShapeGroup.of(shapes)))
+            entries.append(SpillEntry(spill, key, label, spill.group({name: ds.shape for name, ds in datasets.items()})))
         spill.count = len(entries)
         return spill, entries
 
@@ -76,7 +83,7 @@ class Spill:
             full = storage.as_disk_full(exc, self.path.parent)
             raise (full or UserError(f"cannot write samples to {self.path}: {exc}")) from exc
         self.count += 1
-        return SpillEntry(self, key, label, ShapeGroup.of_sample(sample), source)
+        return SpillEntry(self, key, label, self.group({k: np.shape(v) for k, v in sample.items()}), source)
 
     def finish(self) -> None:
         """Writing done: the file is closed and read from now on."""
@@ -106,7 +113,7 @@ class Spill:
 
     def read(self, key: str) -> dict[str, np.ndarray]:
         f = self._read()
-        return {name: ds[()] for name, ds in h5_datasets(f, key, self.path, self.bounds)}
+        return {name: ds[()] for name, ds in h5_sample(f, key, self.path, self.bounds).items()}
 
     def close(self) -> None:
         for f in (self._writer, self._reader):
@@ -118,6 +125,7 @@ class Spill:
 class SpillEntry:
     """One sample of a Spill; `path`: the file it was read from (a polygraphy JSON file), None for a loader's."""
 
+    __slots__ = ("spill", "key", "label", "group", "path")
     cached = True
 
     def __init__(self, spill: Spill, key: str, label: str, group: ShapeGroup, path: Path | None = None):

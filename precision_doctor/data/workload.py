@@ -43,7 +43,8 @@ class Workload:
     `references` are the FP32 outputs of `inputs.reference_outputs` (None: ONNX Runtime computes them), one per
     sample; once held-out samples are split off (`pipeline.heldout`), `held` holds those and `held_references`
     pairs with them. `chosen`: what `--max-samples` kept; `spill`: a data loader script's samples on disk (kept
-    in the run directory by `keep_in`); `capture`: which search samples the capture runs on."""
+    in the run directory by `keep_in`); `capture`: which search samples the capture runs on; `bounds`: what the run's
+    sample files may declare, with the budget its files have used (the held-out files count into it too)."""
 
     model: Model
     samples: SampleSet
@@ -54,6 +55,7 @@ class Workload:
     chosen: Chosen | None = None
     spill: Spill | None = None
     capture: list[int] | None = None  # the search samples the capture runs on (capture_choice), in capture order
+    bounds: Bounds | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.samples, SampleSet):
@@ -105,10 +107,11 @@ def load_workload(model_path: str, opts: InputSpec, run_dir: Path | None = None,
     if not any(n.is_candidate for n in model.nodes):
         raise UserError(f"{model_path}: the model has no floating-point tensors to run in low precision")
     spill = None
+    bounds = input_bounds(model)  # the run's: its search and held-out files count into one budget
     if opts.data_loader_script:
-        samples, spill = _loader_samples(opts.data_loader_script, model, run_dir)
+        samples, spill = _loader_samples(opts.data_loader_script, model, bounds, run_dir)
     elif opts.files:
-        samples = load_samples(opts.files, model=model)
+        samples = load_samples(opts.files, bounds, model=model)
     else:
         samples = SampleSet.of(generate_samples(model, opts.samples, opts.seed, parse_val_ranges(opts.val_ranges)))
     refs = load_reference_outputs(opts.reference_outputs, model) if opts.reference_outputs else None
@@ -123,12 +126,11 @@ def load_workload(model_path: str, opts: InputSpec, run_dir: Path | None = None,
         if refs is not None:
             refs = [refs[i] for i in keep] + refs[found:]
     validate_samples(model, samples, opts.allow_nonfinite)
-    return Workload(model, samples, opts, refs, chosen=chosen, spill=spill)
+    return Workload(model, samples, opts, refs, chosen=chosen, spill=spill, bounds=bounds)
 
 
-def _loader_samples(value: str, model: Model, run_dir: Path | None) -> tuple[SampleSet, Spill]:
+def _loader_samples(value: str, model: Model, bounds: Bounds, run_dir: Path | None) -> tuple[SampleSet, Spill]:
     """A data loader script's samples: those a resumed run kept, or the script run once and spilled."""
-    bounds: Bounds = input_bounds(model)
     kept = run_dir / LOADER_SAMPLES if run_dir is not None else None
     if kept is not None and kept.is_file():
         spill, entries = Spill.reopen(kept, bounds)

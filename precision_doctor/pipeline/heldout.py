@@ -27,7 +27,7 @@ def _held_out(work: Workload) -> SampleSet:
     inputs = work.inputs
     split = inputs.validation_split
     if inputs.validate_files:
-        held = load_samples(inputs.validate_files, model=work.model, setting="inputs.validate_files")
+        held = load_samples(inputs.validate_files, work.bounds, model=work.model, setting="inputs.validate_files")
         validate_samples(work.model, held, inputs.allow_nonfinite)
         if work.references is not None:
             n = len(work.samples)

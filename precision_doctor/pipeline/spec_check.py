@@ -28,6 +28,7 @@ from precision_doctor.spec import (
     MAX_SAMPLES,
     MAX_TIME_BUDGET_S,
     RunSpec,
+    check_tolerance,
 )
 
 
@@ -36,6 +37,7 @@ def validate_spec(spec: RunSpec) -> RunSpec:
     if spec.precision.lower() not in FORMATS:
         raise SpecError("precision", f"{{precision}}: unknown precision '{spec.precision}'; choose one of: "
                         f"{', '.join(FORMATS)}")
+    check_tolerance(spec.tolerance)
     _check_search(spec)
     _check_capture(spec)
     _check_backends(spec)

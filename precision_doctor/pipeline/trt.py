@@ -157,7 +157,8 @@ def _engine_for_run(run: RunDir, report: Report, fixed: Path, targets: Sequence[
         if k is not None and k.best_settings and knobs.knob_family(k.backend) == knobs.TRT else None
     shapes: dict = profile_shapes(fixed, report.input_shapes)
     if not shapes and dynamic_inputs(fixed) and (run_dir / "inputs.json").is_file():  # a report of an older version
-        from precision_doctor.data.arrayfiles import MAX_ELEMENTS, read_polygraphy_json
+        from precision_doctor.data.arrayfiles import read_polygraphy_json
+        from precision_doctor.data.input_spec import MAX_ELEMENTS
 
         samples = read_polygraphy_json(run_dir / "inputs.json", MAX_ELEMENTS, where=str(run_dir / "inputs.json"))
         shapes = dynamic_input_shapes(fixed, samples[0] if isinstance(samples, list) and samples

@@ -46,6 +46,12 @@ original, or `named.onnx` when precision-doctor had to name nodes): TensorRT cal
 (`EmitOptions.forced`, e.g. `Range`: no FP16 kernel in ONNX Runtime) go into the weak-typing lists too (and
 AutoCast's, results/emit.py), so every tool builds what fixed.onnx holds.
 
+Input names: every dynamic input gets its shape in every command, or the command is not given: trtexec's
+`name:value` lists cannot carry a name with `'` (nor a line break), polygraphy's arguments an empty name or one that
+starts with `-` (read as an option). Where a dynamic input's name is such a name, the command is a comment that says
+so (`# Not possible: ...`), and a script exits 2 with that line instead of building without the input's shape
+(`unwritable_inputs`).
+
 Layer names: pass the TensorRT layer names of a build (`TrtEngineRunner.layers`) when known:
 TensorRT names a node's first layer after the node and further layers `<node>_<n>`, so ONNX
 node names alone miss the extra layers of nodes that become several layers. The model path given
@@ -130,17 +136,47 @@ def shell_line(args: Sequence[str], multiline: bool = False) -> str:
 
 def _trtexec_name(name: str) -> str | None:
     """An input name in trtexec's `name:value` lists: quoted ('name') where it holds `:` or `,`; None where it
-    cannot be written (a `'`)."""
-    if "'" in name:
+    cannot be written (a `'` or a line break, or no name)."""
+    if not name or any(c in name for c in "'\n\r"):
         return None
     return f"'{name}'" if any(c in name for c in ":, ") else name
+
+
+def _polygraphy_name_ok(name: str) -> bool:
+    """Whether polygraphy's `NAME:[dims]` arguments carry `name` (split at the last `:`; a leading `-` is an option)."""
+    return bool(name) and not name.startswith("-")
+
+
+def unwritable_inputs(shapes: Sequence[InputShape], tool: str) -> list[str]:
+    """The dynamic inputs whose names `tool` ("trtexec" or "polygraphy") cannot be given a shape for: the commands
+    of that tool are then refused (`not_possible`), never emitted without the input's shape."""
+    ok = (lambda n: _trtexec_name(n) is not None) if tool == "trtexec" else _polygraphy_name_ok
+    return [s.name for s in shapes if s.dynamic and not ok(s.name)]
+
+
+def not_possible(tool: str, names: Sequence[str]) -> str:
+    """The comment that stands for a command `tool` cannot be given the dynamic inputs `names` in."""
+    why = "its name:shape lists cannot carry a name with ' or a line break" if tool == "trtexec" else \
+        "its NAME:[dims] arguments cannot carry an empty name or one that starts with -"
+    other = "polygraphy (tensorrt_rtx.sh, the polygraphy commands)" if tool == "trtexec" else "trtexec"
+    return (f"# Not possible: {tool} cannot be given the shape of the dynamic input(s) {', '.join(repr(n) for n in names)} "
+            f"({why}); use {other}, or rename the input(s) in the model.")
+
+
+def _refused_script(header: list[str], tool: str, names: Sequence[str]) -> str:
+    """A script that says why it cannot build, and exits 2."""
+    line = not_possible(tool, names)
+    return "\n".join([*header, line, f"echo {shlex.quote(line.removeprefix('# '))} >&2", "exit 2"]) + "\n"
 
 
 def trtexec_shape_args(shapes: Sequence[InputShape] = ()) -> list[str]:
     """trtexec's shape flags for the dynamic inputs: `--shapes` (the shape trtexec builds for and runs after the
     build: the most common one), with `--minShapes/--optShapes/--maxShapes` where the samples' shapes vary (the
-    profile then spans their range)."""
-    dynamic = [s for s in shapes if s.dynamic and _trtexec_name(s.name) is not None]
+    profile then spans their range). A ValueError where a dynamic input's name cannot be written (the callers
+    refuse the command first: `unwritable_inputs`)."""
+    if bad := unwritable_inputs(shapes, "trtexec"):
+        raise ValueError(not_possible("trtexec", bad))
+    dynamic = [s for s in shapes if s.dynamic]
     if not dynamic:
         return []
 
@@ -152,7 +188,10 @@ def trtexec_shape_args(shapes: Sequence[InputShape] = ()) -> list[str]:
 
 
 def polygraphy_shape_args(shapes: Sequence[InputShape] = ()) -> list[str]:
-    """polygraphy's TensorRT profile for the dynamic inputs (`--trt-min-shapes name:[d0,d1] ...`)."""
+    """polygraphy's TensorRT profile for the dynamic inputs (`--trt-min-shapes name:[d0,d1] ...`); a ValueError where
+    a dynamic input's name cannot be written (the callers refuse the command first: `unwritable_inputs`)."""
+    if bad := unwritable_inputs(shapes, "polygraphy"):
+        raise ValueError(not_possible("polygraphy", bad))
     dynamic = [s for s in shapes if s.dynamic]
     if not dynamic:
         return []
@@ -236,6 +275,8 @@ def trtexec_trt10(model: str, layers: Sequence[str], options: EmitOptions = Emit
                   multiline: bool = False) -> str:
     """TensorRT 10 (weak typing): the original model in FP16/BF16, `layers` forced to FP32 with
     obeyed precision constraints. `layers`: TensorRT layer names, else the ONNX node names."""
+    if bad := unwritable_inputs(options.shapes, "trtexec"):
+        return not_possible("trtexec", bad)
     return shell_line(_trtexec_trt10_args(model, layers, options), multiline)
 
 
@@ -253,6 +294,8 @@ def trtexec_trt11(fixed_onnx: str, options: EmitOptions = EmitOptions(), *, stro
     `strongly_typed_flag` to add `--stronglyTyped` (needed on TensorRT 10.x, where strong typing
     is opt-in; documented as no longer needed in 11). `--noTF32` keeps the FP32 islands in FP32
     (TF32 is on by default in 11.x) unless the knob configuration turns TF32 on."""
+    if bad := unwritable_inputs(options.shapes, "trtexec"):
+        return not_possible("trtexec", bad)
     return shell_line(_trtexec_strong_args(fixed_onnx, options, strongly_typed_flag, 11), multiline)
 
 
@@ -272,6 +315,8 @@ def polygraphy_verify(fixed_onnx: str, options: EmitOptions = EmitOptions(), *, 
     outputs (reference_outputs.json, of the samples in inputs.json). (Running `--onnxrt` on fixed.onnx
     checks the same files on ONNX Runtime: the plumbing, not TensorRT's FP16.)"""
     o, t = options, options.tactics
+    if bad := unwritable_inputs(o.shapes, "polygraphy"):
+        return not_possible("polygraphy", bad)
     args = ["polygraphy", "run", fixed_onnx, "--trt"]
     if strongly_typed:
         args.append("--strongly-typed")
@@ -286,6 +331,8 @@ def polygraphy_trt10(model: str, layers: Sequence[str], options: EmitOptions = E
     """TensorRT 10 (weak typing) check in one command: the original model on TensorRT in FP16/BF16 with
     `layers` in FP32 (obeyed), against the run's FP32 reference outputs."""
     o, t = options, options.tactics
+    if bad := unwritable_inputs(o.shapes, "polygraphy"):
+        return not_possible("polygraphy", bad)
     ok, _ = split_layer_names(layers, "polygraphy")
     args = ["polygraphy", "run", model, "--trt", PRECISION_FLAGS[o.precision]]
     if ok:
@@ -424,6 +471,9 @@ def trtexec_script(model: str, fixed_onnx: str, layers: Sequence[str], options: 
     layers = with_forced(layers, o.forced)
     ok, bad = split_layer_names(layers)
     n_nodes = len(unique(nodes)) if nodes is not None else None
+    what = f"{len(ok) + len(bad)} layer(s)" + (f" from {n_nodes} ONNX node(s)" if n_nodes is not None else "")
+    if unwritable := unwritable_inputs(o.shapes, "trtexec"):
+        return _refused_script(_trtexec_script_header(o.precision, what, t.tf32, o.forced), "trtexec", unwritable)
     weak = shell_line(_trtexec_trt10_args(model, layers, o), True)
     strong10 = shell_line(_trtexec_strong_args(fixed_onnx, o, True, 10), True)
     strong11 = shell_line(_trtexec_strong_args(fixed_onnx, o, False, 11), True)
@@ -432,7 +482,6 @@ def trtexec_script(model: str, fixed_onnx: str, layers: Sequence[str], options: 
     def indent(text: str) -> str:
         return "\n".join("  " + ln if ln else ln for ln in text.splitlines())
 
-    what = f"{len(ok) + len(bad)} layer(s)" + (f" from {n_nodes} ONNX node(s)" if n_nodes is not None else "")
     out = _trtexec_script_header(o.precision, what, t.tf32, o.forced)
     if bad:
         out.append("# WARNING: layer names trtexec cannot express (contain , ' * or a line break); the")
@@ -480,6 +529,11 @@ def tensorrt_rtx_script(fixed_onnx: str, options: EmitOptions = EmitOptions(), *
     `input_shapes`: fixed shapes for inputs (`--input-shapes`)."""
     o, t = options, options.tactics
     tf32, engine = t.tf32, o.engine
+    fixed_names = [name for name in (input_shapes or {}) if not _polygraphy_name_ok(name)]
+    if bad := unwritable_inputs(o.shapes, "polygraphy") + fixed_names:
+        header = ["#!/usr/bin/env bash", "# Generated by precision-doctor: build the fixed engine with TensorRT-RTX.",
+                  "set -euo pipefail"]
+        return _refused_script(header, "polygraphy", bad)
     ccs = " ".join(o.compute_capabilities)
     args = ["polygraphy", "convert", fixed_onnx, "--convert-to", "trt", "--strongly-typed"]
     args += flags.polygraphy_tactic_args(t.avoid, t.add, defaults=TACTIC_SOURCES_TRT11, available=TACTIC_SOURCES_TRT11)

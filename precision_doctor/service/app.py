@@ -16,7 +16,7 @@ from precision_doctor import __version__
 from precision_doctor.errors import one_line
 from precision_doctor.service import pages
 from precision_doctor.service.auth import COOKIE, Guard, csrf_value, session_value, token_ok
-from precision_doctor.service.config import ServiceConfig, StateDir
+from precision_doctor.service.config import ServiceConfig, StateDir, limits
 from precision_doctor.service.events import job_events
 from precision_doctor.service.health import disk_use, out_of_space
 from precision_doctor.service.jobs import create_job
@@ -79,9 +79,12 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
         if out_of_space(exc):
             log.error("%s %s: %s", request.method, request.url.path, one_line(exc))
-            return _no_space(f"the disk of the state directory {state.root} is full ({one_line(exc)})")
+            return _no_space(f"the disk of the daemon's state directory is full ({_no_paths(one_line(exc))})")
         log.error("%s %s failed:\n%s", request.method, request.url.path, traceback.format_exc())
         return JSONResponse({"detail": "internal error (the daemon's log has the details)"}, status_code=500)
+
+    def _no_paths(text: str) -> str:
+        return state.redact(text)
 
     def _no_space(detail: str) -> JSONResponse:
         return JSONResponse({"detail": detail}, status_code=507, headers={"retry-after": str(RETRY_AFTER_S * 12)})
@@ -115,6 +118,7 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
                 "worker_deaths": supervisor.deaths, "jobs": counts,
                 "store": {"writable": store_problem is None},
                 "disk": disk.to_json() if disk is not None else None, "max_upload_mb": config.max_upload_mb,
+                "limits": limits(config),
                 "storage": supervisor.storage.to_json() if supervise and supervisor.storage is not None else None}
 
     @app.post("/jobs", status_code=201, summary="Submit a job",
@@ -128,7 +132,8 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
         except OSError as exc:
             if not out_of_space(exc):
                 raise
-            raise Refused(507, f"the disk of the state directory {state.root} is full ({one_line(exc)})") from None
+            log.error("POST /jobs: %s", one_line(exc))
+            raise Refused(507, f"the disk of the daemon's state directory is full ({_no_paths(one_line(exc))})") from None
         if supervise:
             supervisor.wake()
         return JSONResponse(view(job).to_json(), status_code=201, headers={"location": f"/jobs/{job.id}"})

@@ -1,5 +1,6 @@
 """Turning a submission into a queued job: its settings checked as a RunSpec, the files it names pinned
-into its directory (confined to the allowed roots), its uploads stored there."""
+into its directory (confined to the allowed roots, each real file once, sample files by their suffix, at most
+MAX_JOB_FILES of them with the uploads), its uploads stored there."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from precision_doctor.data.loader_script import parse_script
 from precision_doctor.data.sources import looks_like_shape
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.results.report import ServiceJob
-from precision_doctor.service.config import ServiceConfig, StateDir
-from precision_doctor.service.paths import expand_confined, pin_confined, pin_model
+from precision_doctor.service.config import MAX_JOB_FILES, ServiceConfig, StateDir
+from precision_doctor.service.paths import Pins, expand_confined, pin_confined, pin_model
 from precision_doctor.service.store import Job, Store, new_id
 from precision_doctor.service.uploads import (
     MODEL_SUFFIXES,
@@ -61,9 +62,14 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
         raise Refused(400, f"{sub.model_field}: the path must not contain NUL characters")
     if sub.model_path is not None and not sub.model_path.lower().endswith(MODEL_SUFFIXES):
         raise Refused(400, f"{sub.model_field}: '{sub.model_path}' is not an .onnx file")
+    uploads = len(sub.inputs) + len(sub.validate_inputs)
+    if uploads > MAX_JOB_FILES:
+        raise Refused(422, f"inputs: {uploads:,} uploaded files, more than the {MAX_JOB_FILES:,} one job may hold",
+                      setting="inputs.files")
     job_id = new_id()
     inputs_dir = state.inputs_dir(job_id)
     roots = config.allow_roots
+    pins = Pins(roots, MAX_JOB_FILES - uploads)  # the job's sample files: each real file pinned once
     try:
         if sub.model_upload is not None:
             model = save_upload(sub.model_upload, inputs_dir, -1, MODEL_SUFFIXES, "model")
@@ -71,19 +77,20 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
             assert sub.model_path is not None
             model = pin_model(sub.model_path, roots, sub.model_field, inputs_dir / MODEL_DIR)
         changes: dict[str, object] = {"model": str(model)}
-        for key, uploads in (("files", sub.inputs), ("validate_files", sub.validate_inputs)):
+        for key, sent in (("files", sub.inputs), ("validate_files", sub.validate_inputs)):
             where, named = inputs_dir / SAMPLE_DIRS[key], _expanded(getattr(spec.inputs, key), roots, f"inputs.{key}")
-            pinned = [str(pin_confined(path, roots, f"inputs.{key}", where, f"{i:03d}-", setting=f"inputs.{key}"))
-                      for i, path in enumerate(named)]
+            setting = f"inputs.{key}"
+            pinned = list(dict.fromkeys(str(pins.pin(path, setting, where, f"{i:03d}-", setting, SAMPLE_SUFFIXES))
+                                        for i, path in enumerate(named)))
             stored = [str(save_upload(up, where, len(named) + i, SAMPLE_SUFFIXES, key.rstrip("s")))
-                      for i, up in enumerate(uploads)]
-            changes[f"inputs.{key}"] = pinned + stored
+                      for i, up in enumerate(sent)]
+            changes[setting] = pinned + stored
         if (script := spec.inputs.data_loader_script) is not None:
             changes["inputs.data_loader_script"] = _pinned_script(script, config, inputs_dir / LOADER_DIR)
         if (ref := spec.inputs.reference_outputs) is not None:
-            changes["inputs.reference_outputs"] = str(pin_confined(ref, roots, "inputs.reference_outputs",
-                                                                   inputs_dir / REFERENCE_DIR,
-                                                                   setting="inputs.reference_outputs"))
+            changes["inputs.reference_outputs"] = str(Pins(roots).pin(ref, "inputs.reference_outputs",
+                                                                      inputs_dir / REFERENCE_DIR, "",
+                                                                      "inputs.reference_outputs", (".json",)))
         state.job_dir(job_id).mkdir(parents=True, exist_ok=True)
         state.submitted(job_id).write_text(json.dumps(_as_submitted(job_id, sub, spec, server).to_json()))
         spec = spec.with_settings(changes)
@@ -108,14 +115,19 @@ def _as_submitted(job_id: str, sub: Submission, spec: RunSpec, server: str | Non
 
 def _expanded(values: tuple[str, ...], roots: list[Path], setting: str) -> list[str]:
     """The server files `values` name (directories and globs under the roots expanded, `paths.expand_confined`);
-    a value that looks like a shape is refused with a pointer to inputs.input_shapes."""
-    out: list[str] = []
-    for value in values:
+    a value that looks like a shape is refused with a pointer to inputs.input_shapes. Each name once (a name given
+    again is the same file), and more distinct names than a job may hold files (MAX_JOB_FILES) are refused before any
+    is opened."""
+    out: dict[str, None] = {}
+    for value in dict.fromkeys(values):
         if looks_like_shape(value):
             raise Refused(422, f"{setting}: '{value}' looks like a shape, not a file: did you mean inputs.input_shapes?",
                           setting=setting)
-        out += expand_confined(value, roots, setting, setting=setting)
-    return out
+        out.update(dict.fromkeys(expand_confined(value, roots, setting, setting=setting)))
+        if len(out) > MAX_JOB_FILES:
+            raise Refused(422, f"{setting}: more than {MAX_JOB_FILES:,} files named in one job; give fewer (or samples "
+                          "stacked in fewer files)", setting=setting)
+    return list(out)
 
 
 def _pinned_script(value: str, config: ServiceConfig, where: Path) -> str:

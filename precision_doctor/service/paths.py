@@ -2,7 +2,9 @@
 `inputs.data_loader_script`): confined to the allowed roots and pinned into the job's directory at submission.
 A directory or a glob in `inputs.files`/`inputs.validate_files` is expanded at submission (`expand_confined`:
 the directory, or the glob's fixed leading directories, must lie under a root; only matches whose real path
-does too are kept) and each file found is pinned.
+does too are kept; a glob may not hold `..`; at most MAX_JOB_FILES matches, in at most GLOB_TIME_S) and each file
+found is pinned once by its real path (`Pins`: a file named twice, or by two names, is one file of the job; it must
+have a sample file's suffix).
 
 A file is checked before it is opened (its real path, symlinks resolved, is a regular file under an
 `--allow-root`: nothing outside the roots is ever opened) and again after: the inode opened must be the
@@ -27,7 +29,8 @@ import shutil
 import stat
 from pathlib import Path, PurePosixPath
 
-from precision_doctor.errors import UserError
+from precision_doctor.errors import SpecError, UserError
+from precision_doctor.service.config import GLOB_TIME_S, MAX_JOB_FILES
 from precision_doctor.service.uploads import Refused, safe_filename
 
 
@@ -106,13 +109,37 @@ def pin_confined(path: str, roots: list[Path], what: str, dest_dir: Path, prefix
                  setting: str | None = None) -> Path:
     """Pin the server file `path` (confined to `roots`) as `dest_dir/<prefix><its real name>` (the real name
     keeps the suffix that says its format); returns the pinned path."""
-    fd, real = open_confined(path, roots, what, setting)
-    try:
-        dest = dest_dir / f"{prefix}{safe_filename(real.name, 'file')}"
-        pin(fd, dest)
-    finally:
-        os.close(fd)
-    return dest
+    return Pins(roots, limit=1).pin(path, what, dest_dir, prefix, setting)
+
+
+class Pins:
+    """The server files a job names, each pinned once by its real path, at most `limit` of them: a file named twice,
+    or by two names (a link, a glob and a directory that both hold it), is one pinned file of the job."""
+
+    def __init__(self, roots: list[Path], limit: int = MAX_JOB_FILES):
+        self.roots, self.limit = roots, limit
+        self.by_real: dict[Path, Path] = {}
+
+    def pin(self, path: str, what: str, dest_dir: Path, prefix: str = "", setting: str | None = None,
+            suffixes: tuple[str, ...] = ()) -> Path:
+        """The pinned copy of the server file `path` (`pin_confined`'s checks; refused unless its real name ends in one
+        of `suffixes`, where given, and past `limit` files)."""
+        fd, real = open_confined(path, self.roots, what, setting)
+        try:
+            if real in self.by_real:
+                return self.by_real[real]
+            if suffixes and not real.name.lower().endswith(suffixes):
+                raise Refused(422, f"{what}: '{path}' is not a sample file (it must end in {', '.join(suffixes)})",
+                              setting=setting)
+            if len(self.by_real) >= self.limit:
+                raise Refused(422, f"{what}: more than {self.limit:,} files in one job; give fewer (or samples "
+                              "stacked in fewer files)", setting=setting)
+            dest = dest_dir / f"{prefix}{safe_filename(real.name, 'file')}"
+            pin(fd, dest)
+        finally:
+            os.close(fd)
+        self.by_real[real] = dest
+        return dest
 
 
 def pin_model(path: str, roots: list[Path], what: str, dest_dir: Path) -> Path:
@@ -138,30 +165,37 @@ def pin_model(path: str, roots: list[Path], what: str, dest_dir: Path) -> Path:
     return dest
 
 
-def expand_confined(value: str, roots: list[Path], what: str, setting: str | None = None) -> list[str]:
+def expand_confined(value: str, roots: list[Path], what: str, setting: str | None = None,
+                    limit: int = MAX_JOB_FILES, time_s: float = GLOB_TIME_S) -> list[str]:
     """The files to pin for one `inputs.files` value on the server: a directory under a root -> its sample
     files (sorted, as `data/sources.py` reads a directory); a glob whose fixed leading directories lie under a
-    root -> the files it matches (sorted); any other value as it is (`pin_confined` checks it). Matches and
-    directory entries whose real path is not a regular file under a root are left out, so a listing says
-    nothing about files outside the roots; a directory or glob outside them, or one that leaves no file, gets
-    `unavailable`'s answer."""
-    from precision_doctor.data.sources import is_glob, sample_files_in, static_root
+    root -> the files it matches (sorted, each real file once; `..` refused); any other value as it is
+    (`pin_confined` checks it). Matches and directory entries whose real path is not a regular file under a root
+    are left out, so a listing says nothing about files outside the roots; a directory or glob outside them, or one
+    that leaves no file, gets `unavailable`'s answer. More than `limit` files, or more than `time_s` seconds of
+    matching, is refused (422) before anything is pinned. Runs in the request's worker thread, never on the event
+    loop (app.py)."""
+    from precision_doctor.data.sources import check_pattern, glob_files, is_glob, sample_files_in, static_root
 
     if "\x00" in value or not Path(value).is_absolute() or not roots:
         return [value]  # pin_confined gives the answer
     real_roots = [Path(os.path.realpath(r)) for r in roots]
     glob_ = is_glob(value)
-    base = _real_dir(static_root(value) if glob_ else value, real_roots)
-    if base is None:
-        if glob_:
-            raise unavailable(what, value, setting)
-        return [value]  # a file (or nothing): pin_confined gives the answer
-    if glob_:
-        import glob
-
-        found = [Path(p) for p in sorted(glob.glob(value))]
-    else:
-        found = sample_files_in(Path(value))
+    try:
+        if glob_:  # '..' refused before anything is looked at
+            check_pattern(value, setting or what, parents=False)
+        base = _real_dir(static_root(value) if glob_ else value, real_roots)
+        if base is None:
+            if glob_:
+                raise unavailable(what, value, setting)
+            return [value]  # a file (or nothing): pin_confined gives the answer
+        found = glob_files(value, limit, setting or what, parents=False, time_s=time_s) if glob_ else \
+            sample_files_in(Path(value), limit, time_s, setting or what)
+    except SpecError as exc:
+        raise Refused(422, exc.render(lambda s: s), setting=setting) from None
+    if len(found) > limit:
+        raise Refused(422, f"{what}: '{value}' holds more than {limit:,} sample files, more than one job may name",
+                      setting=setting)
     kept = [str(p) for p in found if _real_regular_file(str(p), real_roots) is not None]
     if not kept:  # the one answer: an empty directory says no more than a missing file
         raise unavailable(what, value, setting)
@@ -198,4 +232,5 @@ def check_pinned(paths: list[str], inputs_dir: Path) -> None:
     for p in paths:
         real = Path(os.path.realpath(p))
         if not (real.is_relative_to(root) and real.is_file()):
-            raise UserError(f"'{p}' is not one of the job's own files (under {inputs_dir}); submit the job again")
+            raise UserError(f"the job names a file that is not one of the job's own files ('{Path(p).name}'); submit the "
+                            "job again")

@@ -17,6 +17,7 @@ from starlette.datastructures import UploadFile
 from precision_doctor.data.sources import SAMPLE_SUFFIXES as SAMPLE_FILE_SUFFIXES
 from precision_doctor.errors import SpecError
 from precision_doctor.render.numbers import fmt_bytes
+from precision_doctor.service.config import MAX_JOB_FILES
 from precision_doctor.spec import load_json
 
 MODEL_SUFFIXES = (".onnx",)
@@ -67,7 +68,7 @@ async def read_submission(request: Request) -> Submission:
     if kind != "multipart/form-data":
         raise Refused(415, "send application/json or multipart/form-data")
     try:
-        form = await request.form(max_files=10000, max_fields=100)
+        form = await request.form(max_files=MAX_JOB_FILES + 2, max_fields=100)  # the samples, a model, a settings file
     except HTTPException:
         raise
     except Exception as exc:  # a malformed multipart body

@@ -220,10 +220,13 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
     from precision_doctor.service.paths import check_pinned
     from precision_doctor.spec import RunSpec
 
+    def failed(message: str) -> Ran:  # what a submitter reads: no path of the daemon's (the job's log has them)
+        return Ran(JobState.FAILED, error=state.redact(message))
+
     try:  # the job's files are its own pinned copies, nothing else
         check_pinned(RunSpec.from_json(spec).user_files(), state.inputs_dir(job_id))
     except UserError as exc:
-        return Ran(JobState.FAILED, error=one_line(exc))
+        return failed(one_line(exc))
     run_dir = state.run_dir(job_id)
     attempts = ("resume", "fresh") if can_resume(run_dir) else ("fresh",)
     submitted = _submitted(state, job_id)
@@ -232,17 +235,17 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
             result = run_job(spec, run_dir, progress=pulse.on_progress, stop=stop, resume=attempt == "resume",
                              cache=cache, job=submitted)
         except UserError as exc:
-            return Ran(JobState.FAILED, error=one_line(exc))
+            return failed(one_line(exc))
         except KeyboardInterrupt:  # a SIGINT from outside (the daemon forwards none): give the job back
             stop.stop("shutdown")
             return Ran(None)
         except Exception as exc:
             _log_traceback(state, job_id)
             if out_of_space(exc):  # not the job's fault, and starting over would not help
-                return Ran(JobState.FAILED, error=f"no space left on the disk of {state.root} ({one_line(exc)})")
+                return failed(f"no space left on the disk of the daemon's state directory ({one_line(exc)})")
             if attempt == "resume" and not stop.stopped:
                 continue  # what the cut-off attempt left cannot be continued: start over, once
-            return Ran(JobState.FAILED, error=one_line(exc))
+            return failed(one_line(exc))
         if result.status in (RunStatus.INTERRUPTED, RunStatus.STOPPED):
             if not stop.stopped:  # a SIGINT from outside: give the job back
                 stop.stop("shutdown")

@@ -713,6 +713,53 @@ def security_cases() -> list[Case]:
     ]
 
 
+def trtexec_refuses(rel: str) -> Callable[[Path, list[Result]], list[str]]:
+    """Check: the run's trtexec.sh says it cannot name a dynamic input, and builds nothing."""
+
+    def check(root: Path, results: list[Result]) -> list[str]:
+        p = root / rel
+        text = p.read_text() if p.is_file() else ""
+        if "# Not possible: trtexec cannot be given the shape" not in text or "\nexit 2\n" not in text:
+            return [f"{rel} does not refuse the input trtexec cannot name: {text[-300:]!r}"]
+        return []
+
+    return check
+
+
+def bytes_cases() -> list[Case]:
+    """Issue 32, "Bounded by bytes": what a file's headers declare counted in bytes and against the model's types, the
+    run's samples bounded, a loader script that exits, a tolerance that would overflow, commands that would leave out a
+    dynamic input."""
+    W_BYTES = "data/arrayfiles.py Bounds + data/sources.py: bytes from the header, the run's Budget"
+    W_LOADER = "data/loader_script.py: SystemExit is the script's error"
+    one = lambda id, f, names, model="good.onnx": case(  # noqa: E731
+        f"inputs/{id}", "compare", model, "--inputs", f, names=names, where=W_BYTES)
+    millions = [a for i in range(8) for a in ("--inputs", f"m{i}.npz")]
+    loader = lambda id, script, names: case(  # noqa: E731
+        f"loader/{id}", *D, "--data-loader-script", script, "--out", "r", names=[script, "SystemExit", *names],
+        check=no_dir("r"), where=W_LOADER)
+    return [
+        one("h5-wide-text", "wide.h5", ["wide.h5", "'x'", "|S33554432", "before reading"]),
+        one("npz-wide-text", "wide.npz", ["wide.npz", "'x'", "|S33554432", "before reading"]),
+        one("json-wide-text-payload", "wide.json", ["wide.json", "'x'", "|S33554432", "before reading"]),
+        case("inputs/eight-million-sample-files", "compare", "good.onnx", *millions, names=["m1.npz", "1,048,576"],
+             where=W_BYTES),
+        one("zero-leading-dim", "zero_lead.npz", ["zero_lead.npz", "'x'", "no samples"]),
+        one("negative-leading-dim", "negative_lead.npz", ["negative_lead.npz", "'x'", "negative dimension"]),
+        case("inputs/glob-parent-after-wildcard", "compare", "good.onnx", "--inputs", "gdir/*/../ok0.npz",
+             names=["--inputs", "gdir/*/../ok0.npz", "'..'"], use=["ok0.npz"], where="data/sources.py glob_files"),
+        loader("exit-0", "exit0.py", ["sys.exit(0)", "line 3"]),
+        loader("exit-at-import", "exit_import.py", ["sys.exit(3)", "imported"]),
+        loader("exit-while-yielding", "exit_later.py", ["sys.exit('done')", "sample 1"]),
+        *_flag_cases("diagnose", D, [("--atol", "1e308", (2,)), ("--rtol", "1e301", (2,))]),
+        *_flag_cases("compare", C, [("--atol", "1e308", (2,))]),
+        *_flag_cases("submit", ["submit", "good.onnx", "--server", "http://127.0.0.1:9"], [("--atol", "1e308", (2,))]),
+        case("emit/trtexec-refuses-a-dynamic-input-it-cannot-name", "diagnose", "quote_in.onnx", "--samples", "2",
+             "--augment", "0", *GOOD_ARGS, "--out", "r", expect=(0,), owned=["r/*"], check=trtexec_refuses("r/trtexec.sh"),
+             where="results/commands.py unwritable_inputs"),
+    ]
+
+
 def service_cases() -> list[Case]:
     """`serve` settings refused before the daemon starts, and `submit` settings refused before it sends
     anything (issue 19); the API's own refusals are tests/test_service_security.py's."""
@@ -741,7 +788,7 @@ def service_cases() -> list[Case]:
 def catalogue() -> list[Case]:
     cases = [*model_cases(), *input_cases(), *flag_cases(), *shape_range_cases(), *outdir_cases(),
              *rundir_cases(), *batch_cases(), *interrupt_cases(), *zoo_cases(), *reference_cases(), *more_cases(),
-             *security_cases(),
+             *security_cases(), *bytes_cases(),
              *service_cases()]
     ids = [c.id for c in cases]
     dup = {i for i in ids if ids.count(i) > 1}

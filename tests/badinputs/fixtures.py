@@ -19,7 +19,17 @@ from pathlib import Path
 import h5py
 import numpy as np
 import onnx
-from evil_files import evil_h5, h5_bomb, injected_model, non_utf8_model, npz_bomb
+from evil_files import (
+    evil_h5,
+    h5_bomb,
+    injected_model,
+    million_samples_npz,
+    non_utf8_model,
+    npz_bomb,
+    polygraphy_payload_json,
+    wide_text_h5,
+    wide_text_npz,
+)
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor import planted
@@ -98,6 +108,8 @@ def models() -> dict[str, onnx.ModelProto]:
     out["unnamed.onnx"] = _model(unnamed, [_vi("x", [2, 16])], [_vi("y", [2, 8])], inits)
     out["slow.onnx"] = _slow_model()
     out["injected.onnx"] = injected_model(Path("PWNED"))  # a forced-FP32 Max named "maxnode\ntouch PWNED #"
+    quote = _model(_cancel_nodes("it's")[0], [_vi("it's", ["N", 16])], [_vi("y", ["N", 8])], inits)
+    out["quote_in.onnx"] = quote  # a dynamic input trtexec's --shapes cannot name (issue 32)
     return out
 
 
@@ -172,6 +184,13 @@ def input_files(root: Path) -> None:
     with zipfile.ZipFile(root / "raw_member.npz", "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("x.npy", bytes(1 << 20))  # no .npy inside: numpy would hand over the inflated bytes
     (root / "torch.json").write_text(json.dumps([{"x": {"tensor": "AA==", "polygraphy_class": "Tensor"}}]))
+    # issue 32: bounded by bytes (wide.npz and wide.json: build_wide; the million-sample files: build_million)
+    wide_text_h5(root / "wide.h5")  # 1,400 bytes declaring 1 GiB of text for a float input
+    npz_bomb(root / "zero_lead.npz", shape=(0, 2, 16))  # samples stacked on a leading axis of 0
+    npz_bomb(root / "negative_lead.npz", shape=(-3, 2, 16), data=False)  # a header numpy reads as it is
+    (root / "gdir" / "sub").mkdir(parents=True)  # for 'gdir/*/../ok0.npz'
+    for name, text in LOADERS.items():
+        (root / name).write_text(text)
 
 
 def reference_files(root: Path) -> None:
@@ -227,6 +246,15 @@ def child_env() -> dict[str, str]:
     return env
 
 
+# Data loader scripts that exit (issue 32: sys.exit(0) made diagnose exit 0 with nothing written).
+LOADERS = {
+    "exit0.py": "import sys\ndef load_data():\n    sys.exit(0)\n",
+    "exit_import.py": "import sys\nsys.exit(3)\n",
+    "exit_later.py": ("import numpy as np\ndef load_data():\n    yield {'x': np.zeros((2, 16), np.float32)}\n"
+                      "    raise SystemExit('done')\n"),
+}
+
+
 # A finished diagnose run of good.onnx (fixture `run_ok`, for `report` and `emit`); resume cases repeat it.
 RUN_OK_ARGS = ["diagnose", "good.onnx", *[a for i in range(4) for a in ("--inputs", f"ok{i}.npz")], *GOOD_ARGS]
 
@@ -262,6 +290,20 @@ def build(root: Path) -> None:
 def build_bomb(root: Path) -> None:
     """The fixture `bomb.npz`: an .npz of about 9 MB inflating to 2 GiB (5 s to make: only when a case needs it)."""
     npz_bomb(root / "bomb.npz")
+
+
+def build_wide(root: Path) -> None:
+    """The fixtures `wide.npz` (a few MB inflating to 1 GiB of text) and `wide.json` (it as a polygraphy payload):
+    a second or two to make, only when a case needs them."""
+    wide_text_npz(root / "wide.npz")
+    polygraphy_payload_json(root / "wide.json", root / "wide.npz")
+
+
+def build_million(root: Path) -> None:
+    """The fixtures `m0.npz` .. `m7.npz`: each declares 2**20 samples of good.onnx's x (128 MiB of zeros, 130 KB)."""
+    million_samples_npz(root / "m0.npz")
+    for i in range(1, 8):
+        shutil.copy(root / "m0.npz", root / f"m{i}.npz")
 
 
 def build_run(root: Path) -> None:

@@ -35,6 +35,10 @@ def replay(only: Sequence[str] = (), jobs: int = 2, keep: Path | None = None, ve
             fixtures.build_run(root)
         if any(uses(c, "bomb.npz") for c in cases):
             fixtures.build_bomb(root)
+        if any(uses(c, "wide.npz") or uses(c, "wide.json") for c in cases):
+            fixtures.build_wide(root)
+        if any(uses(c, "m0.npz") for c in cases):
+            fixtures.build_million(root)
 
         def show(o: Outcome) -> None:
             if verbose:
