@@ -141,7 +141,9 @@ def wait(
     token: str | None = TokenOpt,
 ) -> None:
     """Follow a job to its end with a progress bar. Exit 0: done and passed; 1: done without a passing set;
-    3: failed or cancelled; 4: --timeout. Rides out a restart of the daemon."""
+    3: failed or cancelled; 4: --timeout. Rides out a restart of the daemon. A job that ended before it was
+    followed gets the same lines as one followed to its end: its warnings, its final state line (without a terminal)
+    and its outcome."""
     from precision_doctor.service.client import ClientError
 
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -174,7 +176,9 @@ def wait(
             if latest is None:
                 time.sleep(1.0)  # the daemon is (re)starting: try again
             job = latest or job
-    _warn(job, warned)  # a job that ended before it was followed
+    _warn(job, warned)  # a job that ended before it was followed: its warnings, once
+    if plain is not None and said[0] != (job.state, job.progress.phase):  # ... and its final state line
+        _plain_line(plain, said, job)
     console.print(describe(job, client.server), highlight=False, soft_wrap=True)
     if job.state != JobState.DONE:
         raise typer.Exit(EXIT_FAILED)
