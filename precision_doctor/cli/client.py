@@ -1,4 +1,4 @@
-"""The daemon's clients: `submit` (the options of `diagnose`), `jobs`, `status`, `wait`, `cancel`, each
+"""The daemon's clients: `submit` (the options of `diagnose`), `resubmit`, `jobs`, `status`, `wait`, `cancel`, each
 against `--server URL` (default $PRECISION_DOCTOR_SERVER or the local daemon) with `--token` (default
 $PRECISION_DOCTOR_TOKEN)."""
 
@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from precision_doctor.cli.options import DIAGNOSIS, Options, flag, with_options
+from precision_doctor.cli.options import CHANGES, DIAGNOSIS, Options, flag, with_options
 from precision_doctor.cli.serve import needs_service_extra
 from precision_doctor.cli.shared import PlainProgress, app, console, err, fail, plain_progress, styled
 from precision_doctor.outcome import JobState
@@ -43,8 +44,6 @@ def submit(
     options: Options = None,
 ) -> None:
     """Queue a diagnosis on the daemon (the options of `diagnose`); prints the job id as the last line."""
-    from precision_doctor.service.client import ClientError
-
     spec = options.spec(model)
     settings = spec.to_json()
     del settings["model"]
@@ -59,19 +58,55 @@ def submit(
         if not model.is_file():
             fail(f"MODEL {model}: no such file")
         files, held = expand_inputs(files), expand_inputs(held, "inputs.validate_files")
-    with _client(server, token) as client:
-        try:
-            if remote:
-                job = client.submit(settings, model_path=str(model), name=name)
-            else:
-                job = client.submit(settings, model=model, inputs=files, validate_inputs=held, name=name)
-        except ClientError as exc:
-            if exc.setting:  # the daemon names the setting; say the flag
-                raise ClientError(str(exc).replace(exc.setting, flag(exc.setting)), exc.status) from None
-            raise
+    with _client(server, token) as client, _flags_named():
+        if remote:
+            job = client.submit(settings, model_path=str(model), name=name)
+        else:
+            job = client.submit(settings, model=model, inputs=files, validate_inputs=held, name=name)
     err.print(f"queued job {job.id} ({job.name}) on {client.server}; follow it: precision-doctor wait {job.id}",
               highlight=False, soft_wrap=True)
     console.print(job.id, highlight=False)
+
+
+@app.command()
+@with_options(*CHANGES)
+def resubmit(
+    job_id: str = typer.Argument(..., help="The finished job's id."),
+    name: str | None = typer.Option(None, "--name", help="The new job's name (default: the job's)."),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    options: Options = None,
+) -> None:
+    """Run a finished job again on the daemon's copies of its model and samples, with the options given changed (the
+    options of `diagnose`, but the files); prints the new job's id as the last line. Where only the budget changes
+    (--max-evaluations, --time-budget, or nothing), it resumes the job's search where it stopped, without the old
+    budget unless one is given."""
+    changes: dict = {}
+    for path, value in options.given_settings().items():
+        section, _, key = path.partition(".")
+        if key:
+            changes.setdefault(section, {})[key] = list(value) if isinstance(value, tuple) else value
+        else:
+            changes[section] = value
+    with _client(server, token) as client, _flags_named():
+        job, continues = client.resubmit(job_id, changes, name)
+    how = "resuming its search where it stopped" if continues else "from the start, with the changes"
+    err.print(f"queued job {job.id} ({job.name}) on {client.server}: job {job_id} again, {how}; follow it: "
+              f"precision-doctor wait {job.id}", highlight=False, soft_wrap=True)
+    console.print(job.id, highlight=False)
+
+
+@contextmanager
+def _flags_named():
+    """The daemon's refusal of a setting, in the CLI's words (its flag)."""
+    from precision_doctor.service.client import ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        if exc.setting:
+            raise ClientError(str(exc).replace(exc.setting, flag(exc.setting)), exc.status) from None
+        raise
 
 
 @app.command()

@@ -198,6 +198,9 @@ KEEP = (_opt("keep_activations", "capture.keep", str,
              "it completes; --resume of a run without it captures again."),)
 # diagnose's and submit's
 DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE, KEEP)
+FILE_SETTINGS = ("inputs.files", "inputs.data_loader_script", "inputs.validate_files", "inputs.reference_outputs")
+# resubmit's: a job's files stay the daemon's copies
+CHANGES = tuple(g for g in (tuple(o for o in group if o.setting not in FILE_SETTINGS) for group in DIAGNOSIS) if g)
 RUN_DIR = (
     Opt("out", None, Path | None,
         typer.Option(None, "--out", help="Run directory (default: reports/MODEL-COMMAND-TIME).")),
