@@ -159,8 +159,9 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
             analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
                 work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
                 rules=b.rules, writer=run, diagnosis=True)
-    write_layer_tables(run, analysis)
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
+    analysis = analysis.with_flops(cm.flops)  # (the model's declared shapes: none where they are dynamic)
+    write_layer_tables(run, analysis)
     space = build_space(model, analysis, get_format(spec.precision), spec.search.cost, cost_model=cm)
 
     samples, sample_refs = loop.pool.working(loop.working)  # the working set, then its perturbed copies
