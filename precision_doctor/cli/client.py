@@ -77,10 +77,11 @@ def resubmit(
     token: str | None = TokenOpt,
     options: Options = None,
 ) -> None:
-    """Run a finished job again on the daemon's copies of its model and samples, with the options given changed (the
-    options of `diagnose`, but the files); prints the new job's id as the last line. Where only the budget changes
-    (--max-evaluations, --time-budget, or nothing), it resumes the job's search where it stopped, without the old
-    budget unless one is given."""
+    """Run a finished job again on the daemon's copies of its model and samples, with the options given changed.
+
+    The options are those of `diagnose`, but the files; prints the new job's id as the last line. Where only the budget
+    changes (--max-evaluations, --time-budget, or nothing), it resumes the job's search where it stopped, without the
+    old budget unless one is given."""
     changes: dict = {}
     for path, value in options.given_settings().items():
         section, _, key = path.partition(".")
@@ -176,9 +177,10 @@ def wait(
     token: str | None = TokenOpt,
 ) -> None:
     """Follow a job to its end with a progress bar. Exit 0: done and passed; 1: done without a passing set;
-    3: failed or cancelled; 4: --timeout. Rides out a restart of the daemon. A job that ended before it was
-    followed gets the same lines as one followed to its end: its warnings, its final state line (without a terminal)
-    and its outcome."""
+    3: failed or cancelled; 4: --timeout.
+
+    Rides out a restart of the daemon. A job that ended before it was followed gets the same lines as one followed to
+    its end: its warnings, its final state line (without a terminal) and its outcome."""
     from precision_doctor.service.client import ClientError
 
     deadline = None if timeout is None else time.monotonic() + timeout
