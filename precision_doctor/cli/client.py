@@ -17,6 +17,7 @@ from precision_doctor.cli.options import CHANGES, DIAGNOSIS, Options, flag, with
 from precision_doctor.cli.serve import needs_service_extra
 from precision_doctor.cli.shared import PlainProgress, app, console, err, fail, plain_progress, styled
 from precision_doctor.outcome import JobState
+from precision_doctor.words import counted
 
 ServerOpt = typer.Option(None, "--server", help="The daemon's URL (default: $PRECISION_DOCTOR_SERVER or http://127.0.0.1:8765).")
 TokenOpt = typer.Option(None, "--token", help="The daemon's token (default: $PRECISION_DOCTOR_TOKEN).")
@@ -123,7 +124,7 @@ def jobs(
     if as_json:
         console.print_json(json.dumps([j.to_json() for j in rows]))
         return
-    table = Table(title=f"{len(rows)} job(s)", title_justify="left")
+    table = Table(title=counted(len(rows), "job"), title_justify="left")
     for col in ("id", "name", "state", "phase", "evals", "FP32 nodes", "passed", "submitted", "message"):
         table.add_column(col, justify="right" if col in ("evals", "FP32 nodes") else "left")
     for j in rows:
@@ -161,11 +162,11 @@ def describe(job, server: str) -> str:
     head = f"job {job.id} ({job.name}): {job.state}"
     if job.state == JobState.RUNNING:
         best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
-        return f"{head}, {p.phase}, {p.evaluations} evaluations{best}"
+        return f"{head}, {p.phase}, {counted(p.evaluations, 'evaluation')}{best}"
     if job.state == JobState.DONE and r is not None:
-        what = r.headline.rstrip(".") if r.headline else (
-            f"passed keeping {r.fallback_size} node(s) in FP32" if r.passed else f"no passing set ({r.reason or r.status})")
-        return f"{head}: {what}, {r.evaluations} evaluations; report: {server}/jobs/{job.id}/report"
+        kept = f"passed keeping {counted(r.fallback_size or 0, 'node')} in FP32"
+        what = r.headline.rstrip(".") if r.headline else (kept if r.passed else f"no passing set ({r.reason or r.status})")
+        return f"{head}: {what}, {counted(r.evaluations or 0, 'evaluation')}; report: {server}/jobs/{job.id}/report"
     return head + (f": {job.error}" if job.error else "")
 
 
@@ -237,7 +238,7 @@ def _plain_line(plain: PlainProgress, said: list, job) -> None:
         return
     said[:] = [(job.state, p.phase), now]
     best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
-    plain.line(f"job {job.id}: {job.state} {p.phase}, {p.evaluations} evaluations{best}")
+    plain.line(f"job {job.id}: {job.state} {p.phase}, {counted(p.evaluations, 'evaluation')}{best}")
 
 
 def _fetch(client, job_id: str, patience_s: float = 0.0):

@@ -190,8 +190,9 @@ def _search(ctx: RunContext) -> Outcome:
     """The counterexample-guided search: the strategy on the working set, its answers checked on every search
     sample, the failing ones added, until an answer passes them all (pipeline/search_loop.py)."""
     copies = len(ctx.oracle.samples) - len(ctx.loop.working)
-    notify(ctx.progress, PhaseEvent("search", f"{len(ctx.work.model.candidates)} candidate nodes on {ctx.backends.search.name}, "
-                                              f"{len(ctx.loop.working)} samples and {copies} perturbed copies"))
+    samples = f"{counted(len(ctx.loop.working), 'sample')} and {counted(copies, 'perturbed copy', 'perturbed copies')}"
+    notify(ctx.progress, PhaseEvent("search", f"{len(ctx.work.model.candidates)} candidate nodes on "
+                                              f"{ctx.backends.search.name}, {samples}"))
     strategy = ctx.spec.search.strategy
     return run_loop(ctx.loop, ctx.oracle, ctx.space, strategy, lambda prev: grow_from(strategy, prev), stop=ctx.stop,
                     polish=polish_for(strategy))
@@ -210,8 +211,8 @@ def _probe(ctx: RunContext, outcome: Outcome) -> Outcome:
     working = list(ctx.loop.working)
     search_copies = len(ctx.oracle.samples) - ctx.loop.user_samples  # the working set's, before a second search
     if found and (held or n_probe):  # the phase starts with making the probe's copies and their references
-        notify(ctx.progress, PhaseEvent("validate", f"{len(held)} held-out samples, {len(working) * n_probe} "
-                                                    "perturbed copies"))
+        notify(ctx.progress, PhaseEvent("validate", f"{counted(len(held), 'held-out sample')}, "
+                                                    f"{counted(len(working) * n_probe, 'perturbed copy', 'perturbed copies')}"))
     make = copy_maker(samples, n_probe, PROBE_SEED, run)
     probe, probe_refs = make(working, working)
     unseen = Unseen(held, ctx.references.held_refs, probe, probe_refs,
@@ -243,7 +244,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         return outcome
     if outcome.complete:
         samples, refs, n_copies = _final_samples(ctx)
-        notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {len(samples)} samples"))
+        notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {counted(len(samples), 'sample')}"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
                             searched_on_gpu=ctx.backends.search.name in GPU_BACKENDS, every_sample=backend.name in GPU_BACKENDS)
