@@ -145,3 +145,18 @@ def test_layer_tables_of_a_dynamic_model_count_the_flops_that_ran(tmp_path, run_
     assert code == 1, err  # all in FP16 the model overflows
     with open(tmp_path / "c" / "layers.csv", newline="") as f:
         assert {row["name"]: int(row["flops"]) for row in csv.DictReader(f)} == csv_flops
+
+
+def test_the_opt_shape_of_a_split_says_what_it_is():
+    """Shapes 7/7/6 over 20 samples: the report said "mostly 1x3x48x160" of a shape 7 samples had. It says how many
+    and why it is the engine's opt shape (the first seen of the most common)."""
+    from precision_doctor.render.wording import shapes_text
+
+    widths = [160] * 7 + [192] * 7 + [96] * 6
+    samples = [{"x": np.zeros((1, 3, 48, w), np.float32)} for w in widths]
+    (shape,) = input_shapes({"x": (None, 3, 48, None)}, samples)
+    assert (shape.opt, shape.opt_samples, shape.samples) == ((1, 3, 48, 160), 7, 20)
+    said = shapes_text(Report(input_shapes=[shape]))
+    assert said == ("x: 1x3x48x96 to 1x3x48x192 (1x3x48x160 in 7 of 20 samples, the most common: the engine's opt "
+                    "shape) (the model declares ?x3x48x?)")
+    assert Report.from_json(Report(input_shapes=[shape]).to_json()).input_shapes == [shape]
