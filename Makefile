@@ -6,15 +6,16 @@ STAMP := $(VENV)/.installed
 .PHONY: demo test lint bench clean-venv badinputs docs screenshots
 
 $(STAMP): pyproject.toml
+	@echo "== installing precision-doctor and its dependencies into $(VENV) (once; about a minute on a fresh clone)"
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev,service,trt]'
+	$(BIN)/pip install --progress-bar on -e '.[dev,service,trt]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(STAMP)  # a planted model and a folder of its 6 samples, as you would give your own
 	$(BIN)/python examples/make_examples.py
-	$(BIN)/precision-doctor diagnose examples/three_defects.onnx \
-	    $$(for f in examples/three_defects_inputs/*.npz; do printf -- '--inputs %s ' "$$f"; done) \
+	@echo "== diagnosing examples/three_defects.onnx on the samples in examples/three_defects_inputs/"
+	$(BIN)/precision-doctor diagnose examples/three_defects.onnx --inputs examples/three_defects_inputs \
 	    --precision fp16 --atol 1e-2 --rtol 1e-2 --out reports/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: $(STAMP)

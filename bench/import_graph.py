@@ -26,7 +26,7 @@ PKG = "precision_doctor"
 # of docs/ARCHITECTURE.md: models (graph) run on backends, samples (data) are measured, searched, the settings
 # (spec) name them all, results keep what a run found, the pipeline runs the steps, the front ends call api.
 LAYERS: list[list[str]] = [
-    ["errors", "storage", "manifest", "runfiles", "jsonio", "codec", "control", "outcome", "costs", "fingerprint"],
+    ["errors", "storage", "manifest", "runfiles", "jsonio", "codec", "control", "outcome", "costs", "fingerprint", "words"],
     ["graph"],
     ["backends"],
     ["data"],

@@ -76,7 +76,7 @@ def command_line(command: str, model: str | Path | None, spec: RunSpec, *extra: 
     args = ["precision-doctor", command, *([str(model)] if model is not None else [])]
     for path, value in spec.flat().items():
         if path != "model" and path in FLAGS and value != base[path] and value is not None:
-            args += _flag_args(path, value)
+            args += flag_args(path, value)
     return shlex.join([*args, *extra])
 
 
@@ -88,7 +88,8 @@ def tolerance_flags(tol: Tolerance) -> str:
     return shlex.join(args)
 
 
-def _flag_args(path: str, value: Any) -> list[str]:
+def flag_args(path: str, value: Any) -> list[str]:
+    """The arguments that set the setting `path` to `value` (a list: the flag once per item)."""
     name = FLAGS[path]
     if path == "search.keep_io_types":
         return ["--keep-io-types" if value else "--no-keep-io-types"]

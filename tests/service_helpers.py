@@ -20,6 +20,9 @@ from onnx import TensorProto, helper, numpy_helper
 from precision_doctor import planted
 
 CLI = [sys.executable, "-m", "precision_doctor"]
+# how long a step may take before the test calls it hung: far beyond a loaded machine's slowest (a job of seconds
+# took minutes with two test suites and other work on 2 cores), so that no test depends on the machine's load
+LIVENESS_S = 600.0
 
 
 def free_port() -> int:
@@ -74,8 +77,8 @@ class Daemon:
                 self.proc.kill()
                 self.proc.wait(10)
 
-    def cli(self, *args: str, timeout: float = 120.0, token: str | None = None) -> subprocess.CompletedProcess[str]:
-        """A client command as its own process against this daemon."""
+    def cli(self, *args: str, timeout: float = LIVENESS_S, token: str | None = None) -> subprocess.CompletedProcess[str]:
+        """A client command as its own process against this daemon (`timeout`: a bound on a hang, not on speed)."""
         env = {**self.env, "PRECISION_DOCTOR_SERVER": self.url}
         env.pop("PRECISION_DOCTOR_TOKEN", None)
         if token:
@@ -85,7 +88,7 @@ class Daemon:
     def job(self, job_id: str, **kw) -> dict:
         return httpx.get(f"{self.url}/jobs/{job_id}", timeout=10, **kw).json()
 
-    def wait_for(self, job_id: str, cond, timeout: float = 120.0, what: str = "condition") -> dict:
+    def wait_for(self, job_id: str, cond, timeout: float = LIVENESS_S, what: str = "condition") -> dict:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             job = self.job(job_id)

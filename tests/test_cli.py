@@ -97,6 +97,13 @@ def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
     onnx.checker.check_model(onnx.load(str(out / "fixed.onnx")))
     code, stdout, _ = run_cli("emit", out, "--format", "trtexec")
     assert code == 0 and "trtexec" in stdout
+    if name == "cancellation":  # `emit` alone: every command family, each under its label
+        from precision_doctor.results.emit import LABELS
+
+        code, stdout, _ = run_cli("emit", out)
+        for key in rep["commands"]:
+            assert stdout.count(f"# {LABELS[key]}\n{rep['commands'][key]}") == 1, key
+        assert {"polygraphy", "autocast", "ort_node_block_list"} <= set(rep["commands"])
     code, stdout, _ = run_cli("report", out)
     assert code == 0
 

@@ -32,9 +32,43 @@ def test_every_option_of_every_command_has_a_help_panel(run_cli):
             loose = [p.opts[0] for p in sub.params if getattr(p, "param_type_name", "") == "option"
                      and not getattr(p, "rich_help_panel", None)]
             assert loose == [], (name, loose)
-    code, out, _ = run_cli("diagnose", "--help")
+    code, out, _ = run_cli("diagnose", "--help-all")
     for panel in ("Inputs", "Held-out samples", "Precision and tolerance", "Search", "Backends", "Capture", "Run directory"):
         assert f"─ {panel} ─" in out, panel
+
+
+def test_help_is_short_and_help_all_has_every_option_each_shown_as_written(run_cli):
+    """`diagnose --help` was 308 lines and its Markdown ate asterisks ('data/*.npz' showed as 'data/.npz', k*b as kb):
+    --help shows what a first run needs, --help-all every option with its whole text, both character for character."""
+    import re
+
+    code, short, _ = run_cli("diagnose", "--help")
+    assert code == 0 and len(short.splitlines()) <= 64, short
+    shown = set(re.findall(r"(--[a-z][a-z-]+)", short))
+    assert {"--inputs", "--data-loader-script", "--reference-outputs", "--validate-inputs", "--atol", "--rtol",
+            "--precision", "--backend", "--max-evaluations", "--time-budget", "--out", "--resume", "--help-all"} <= shown
+    assert "--augment" not in shown and "--keep-activations" not in shown and "('data/*.npz')" in short
+    code, full, _ = run_cli("diagnose", "--help-all")
+    flat = " ".join(ln.strip("│ ") for ln in full.splitlines())
+    assert code == 0 and "('data/*.npz')" in flat and "k*b holds k samples" in " ".join(flat.split()), full
+    root = typer.main.get_command(app)
+    diagnose = root.get_command(root.context_class(root), "diagnose")
+    for param in diagnose.params:
+        if getattr(param, "param_type_name", "") == "option":
+            assert param.opts[0] in full, param.opts[0]  # every option, hidden from --help or not
+    assert "~/.local/state/precision-doctor" in " ".join(run_cli("serve", "--help")[1].split())
+
+
+def test_markdown_literal_escapes_what_markdown_would_eat():
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from precision_doctor.cli.options import md_literal
+
+    text = "a quoted glob ('data/*.npz'), k*b samples, a <path>, _x_ and node_block_list, &amp; ~~, `code *x*`"
+    console = Console(width=300, record=True)
+    console.print(Markdown(md_literal(text)))
+    assert console.export_text().strip() == text.replace("`", "")
 
 
 def _help(group: tuple, param: str) -> str:

@@ -139,7 +139,7 @@ def test_reference_outputs_from_polygraphy_are_the_reference(run_cli, planted_fi
     # bad files: one line naming the file and what is wrong
     _, path, files, refs, good, _ = refs_of("clean")
     bad = {
-        "count": (refs[:2], "holds 2 iteration(s) but --inputs give 4"),
+        "count": (refs[:2], "holds 2 iterations but --inputs give 4"),
         "missing": ([{"other": v} for r in refs for v in r.values()], f"lacks the model's output '{out_name}'"),
         "shape": ([{k: v[:1] for k, v in r.items()} for r in refs], f"output '{out_name}' has shape"),
     }

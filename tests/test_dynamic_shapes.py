@@ -119,3 +119,44 @@ def test_generated_samples_of_a_dynamic_model_get_the_warning_and_real_shapes_do
     rep = Report.load(tmp_path / "s")
     assert rep.input_shapes[0].opt == (1, 3, 24, 48)
     assert "x: 1x3x24x48 (the model declares ?x3x?x?)" in (tmp_path / "s" / "report.md").read_text()
+
+
+def test_layer_tables_of_a_dynamic_model_count_the_flops_that_ran(tmp_path, run_cli):
+    """layers.csv/layers.json were written before the cost model ran: every FLOP count of a dynamic model was 0 there
+    while report.json had them. Now the tables, report.json and `compare`'s tables count the shapes that ran."""
+    import csv
+    import json
+
+    case = planted.dynamic_image()
+    onnx.save(case.model, str(tmp_path / "m.onnx"))
+    for i, sample in enumerate(case.samples(2, seed=0)):  # 1x3x48x192 crops: the shapes come from the samples
+        np.savez(tmp_path / f"s{i}.npz", **sample)
+    common = ("--inputs", tmp_path / "s0.npz", "--inputs", tmp_path / "s1.npz", "--atol", "1e-2", "--rtol", "1e-2")
+    code, _, err = run_cli("diagnose", tmp_path / "m.onnx", *common, "--validation-split", "0", "--augment", "0",
+                           "--out", tmp_path / "d")
+    assert code == 0, err
+    report = {lay["name"]: lay["flops"] for lay in json.loads((tmp_path / "d" / "report.json").read_text())["layers"]}
+    with open(tmp_path / "d" / "layers.csv", newline="") as f:
+        csv_flops = {row["name"]: int(row["flops"]) for row in csv.DictReader(f)}
+    json_flops = {r["name"]: r["flops"] for r in json.loads((tmp_path / "d" / "layers.json").read_text())["layers"]}
+    assert csv_flops == json_flops == report
+    assert csv_flops["conv"] == 2 * 8 * 3 * 3 * 3 * 48 * 192  # a 3x3 convolution, 3 -> 8 channels, on 48x192
+    code, _, err = run_cli("compare", tmp_path / "m.onnx", *common, "--out", tmp_path / "c")
+    assert code == 1, err  # all in FP16 the model overflows
+    with open(tmp_path / "c" / "layers.csv", newline="") as f:
+        assert {row["name"]: int(row["flops"]) for row in csv.DictReader(f)} == csv_flops
+
+
+def test_the_opt_shape_of_a_split_says_what_it_is():
+    """Shapes 7/7/6 over 20 samples: the report said "mostly 1x3x48x160" of a shape 7 samples had. It says how many
+    and why it is the engine's opt shape (the first seen of the most common)."""
+    from precision_doctor.render.wording import shapes_text
+
+    widths = [160] * 7 + [192] * 7 + [96] * 6
+    samples = [{"x": np.zeros((1, 3, 48, w), np.float32)} for w in widths]
+    (shape,) = input_shapes({"x": (None, 3, 48, None)}, samples)
+    assert (shape.opt, shape.opt_samples, shape.samples) == ((1, 3, 48, 160), 7, 20)
+    said = shapes_text(Report(input_shapes=[shape]))
+    assert said == ("x: 1x3x48x96 to 1x3x48x192 (1x3x48x160 in 7 of 20 samples, the most common: the engine's opt "
+                    "shape) (the model declares ?x3x48x?)")
+    assert Report.from_json(Report(input_shapes=[shape]).to_json()).input_shapes == [shape]

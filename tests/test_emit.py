@@ -344,7 +344,7 @@ def test_forced_fp32_nodes_are_listed_and_built_fp32(fake_trtexec):
     assert tokens[tokens.index("--nodes_to_exclude") + 1 :] == [emit.autocast_regex(n) for n in [*NODES, *FORCED]]
     # and every file says which nodes they are and why
     for key in ("layer_precisions_txt", "trtexec_sh", "tensorrt_rtx_sh"):
-        assert "also keeps 2 node(s) in FP32 beyond the answer" in out[key], key
+        assert "also keeps 2 nodes in FP32 beyond the answer" in out[key], key
         assert "#   /head/Range_1: Range: no FP16/BF16 kernel in ONNX Runtime" in out[key], key
     entries = [ln for ln in out["layer_precisions_txt"].splitlines() if not ln.startswith("#")]
     assert entries == [f"{n}:fp32" for n in [*NODES, *FORCED]]

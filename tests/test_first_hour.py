@@ -2,10 +2,14 @@
 width; inputs and reference outputs made by polygraphy itself; `diagnose` on them through the real command line;
 then every command the report prints, run as printed from the report's directory: polygraphy's check of fixed.onnx
 (on ONNX Runtime: no TensorRT here), the TensorRT 10 command's model and files, the re-run command, and the
-TensorRT commands' shapes used to build the engine with TensorRT-RTX's builder (installed here, no GPU needed)."""
+TensorRT commands' shapes used to build the engine with TensorRT-RTX's builder (installed here, no GPU needed).
+Issue 34 adds: the README's first example as written, with real samples (a folder of them, a loader script of
+images); the daemon's jobs as a newcomer follows them (one that ended before `wait`, an incomplete one whose next
+step is run as its report prints it); layers.csv's FLOPs of a dynamic model."""
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import shlex
@@ -14,12 +18,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
+import numpy as np
 import onnx
 import pytest
 
 from precision_doctor import planted
 from precision_doctor.results.report import Report
 
+ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 POLYGRAPHY = shutil.which("polygraphy", path=str(BIN))
 PD = shutil.which("precision-doctor", path=str(BIN))
@@ -144,3 +151,88 @@ def test_flop_shares_of_a_dynamic_model_are_positive(tmp_path):
     data = json.loads((tmp_path / "r" / "report.json").read_text())
     assert data["model"]["total_flops"] > 0 and 0 < data["fp32_flop_share"] <= 1
     assert all(layer["flops"] >= 0 for layer in data["layers"])
+    with open(tmp_path / "r" / "layers.csv", newline="") as f:  # written before the cost model ran: all 0 there
+        table = {row["name"]: int(row["flops"]) for row in csv.DictReader(f)}
+    assert table == {layer["name"]: layer["flops"] for layer in data["layers"]} and table["conv"] > 0
+
+
+def _readme_example() -> tuple[list[str], str]:
+    """The README's first example: its command lines (those of its bash blocks, in order) and its loader script."""
+    section = (ROOT / "README.md").read_text(encoding="utf-8").split("## Run it on your model")[1].split("\n## ")[0]
+    lines = [ln.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```", section, re.S)
+             for ln in block.splitlines() if ln.strip()]
+    (script,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    return lines, script
+
+
+def test_the_readmes_first_example_with_real_samples(tmp_path):
+    """The README's first example, run as written: a folder of the user's samples, then a loader script that reads
+    the user's images (PNG crops), each diagnosed; the report opened; every command family emitted."""
+    from PIL import Image
+
+    lines, script = _readme_example()
+    assert any("--inputs calib/" in ln for ln in lines) and any("--data-loader-script load.py" in ln for ln in lines)
+    case = planted.dynamic_image()
+    onnx.save(case.model, str(tmp_path / "model.onnx"))
+    (tmp_path / "calib").mkdir()
+    (tmp_path / "crops").mkdir()
+    for i, sample in enumerate(case.samples(10, seed=1)):  # "real" for this model: the crops it is made for
+        np.savez(tmp_path / "calib" / f"crop{i:02d}.npz", **sample)
+        pixels = (sample["x"][0].transpose(1, 2, 0) * 255).astype(np.uint8)
+        Image.fromarray(pixels).resize((200, 50)).save(tmp_path / "crops" / f"crop{i:02d}.png")
+    (tmp_path / "load.py").write_text(script)
+    for line in lines:
+        if line.startswith("xdg-open "):
+            assert (tmp_path / line.split()[1]).is_file(), line
+            continue
+        cwd = tmp_path
+        if line.startswith("cd "):
+            where, line = line[3:].split(" && ", 1)
+            cwd = tmp_path / where
+        args = shlex.split(line)
+        assert args[0] == "precision-doctor", line
+        res = _run([PD, *args[1:]], cwd)
+        if args[1] == "emit":
+            labels = [ln for ln in res.stdout.splitlines() if ln.startswith("# ") and not ln.startswith("# trtexec's")]
+            for family in ("TensorRT 10.x", "TensorRT 11, strongly", "polygraphy on TensorRT 11", "ModelOpt AutoCast",
+                           "ONNX Runtime"):
+                assert any(ln.startswith(f"# {family}") for ln in labels), (family, labels)
+    for run in ("run1", "run2"):
+        rep = Report.load(tmp_path / run)
+        assert rep.passed and rep.validation is not None and rep.validation.samples == 2, run  # 10 samples: 2 held out
+        assert "WARNING" not in (tmp_path / run / "report.md").read_text()  # real shapes, no placeholder warning
+
+
+def test_a_newcomers_service_jobs(tmp_path):
+    """The daemon as a newcomer follows it: `wait` on a job that had already ended prints its final state line and its
+    warning once (it printed nothing); an INCOMPLETE (budget exhausted) job's next step, as its report prints it,
+    continues it to an answer (it said `wait ID  # the service resumes its jobs itself`, which exits 1 at once)."""
+    from service_helpers import Daemon, planted_job_files
+
+    from precision_doctor.cli.shared import PROGRESS_LINE
+
+    model, samples, _ = planted_job_files(tmp_path / "mine")
+    uploads = [a for f in samples for a in ("--inputs", f)]
+    d = Daemon(tmp_path / "state", workers=1).start()
+    try:
+        ended = d.cli("submit", model, *uploads, "--atol", "1e-2", "--rtol", "1e-2").stdout.split()[-1]
+        d.wait_for(ended, lambda j: j["state"] == "done", what="its end")
+        waited = d.cli("wait", ended)
+        assert waited.returncode == 0 and f"job {ended} (three_defects): done: " in waited.stdout, waited.stderr
+        assert [ln for ln in waited.stderr.splitlines() if PROGRESS_LINE.match(ln) and f"job {ended}: done" in ln]
+
+        cut = d.cli("submit", model, *uploads, "--max-evaluations", "3").stdout.split()[-1]  # polygraphy's 1e-5: a warning
+        first = d.cli("wait", cut)
+        assert first.returncode == 1 and "INCOMPLETE (budget exhausted)" in first.stdout, first.stdout + first.stderr
+        assert len([ln for ln in first.stderr.splitlines() if ln.startswith("warning:")]) == 1
+        md = httpx.get(f"{d.url}/jobs/{cut}/artifacts/report.md", timeout=10).text
+        step = md.split("Continue it where it stopped")[1].split("```bash")[1].split("```")[0].strip()
+        again = d.cli(*shlex.split(step)[1:])
+        assert again.returncode == 0, again.stderr
+        new = again.stdout.split()[-1]
+        last = d.cli("wait", new)
+        assert last.returncode in (0, 1) and "INCOMPLETE" not in last.stdout, last.stdout + last.stderr
+        report = httpx.get(f"{d.url}/jobs/{new}/artifacts/report.json", timeout=10).json()
+        assert report["status"] != "budget_exhausted" and report["evaluations"] > 3
+    finally:
+        d.stop()

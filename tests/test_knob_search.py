@@ -144,7 +144,7 @@ def test_knobs_in_report_json_and_the_reports(changed):
     assert back.knobs == rep.knobs
     text = knobs_sentence(back)
     if changed:
-        assert "with use_tf32=1 the answer needs 1 FP32 node(s) instead of 2" in text and "70.0%" in text
+        assert "with use_tf32=1 the answer needs 1 FP32 node instead of 2" in text and "70.0%" in text
     else:
         assert "no configuration lets fewer FP32 nodes pass" in text
     assert text in render_markdown(back) and "Knobs on ort-cuda" in render_html(back)

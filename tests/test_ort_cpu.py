@@ -48,7 +48,7 @@ def test_plain_ort_without_cuda_is_ort_cpu(monkeypatch):
 
 
 def test_help_and_env_say_so(run_cli):
-    code, out, _ = run_cli("diagnose", "--help")
+    code, out, _ = run_cli("diagnose", "--help-all")
     text = " ".join(out.replace("│", " ").split())  # the help's option panels draw boxes
     assert code == 0 and "ort-cpu is refused" in text
     assert "plumbing check only" in text

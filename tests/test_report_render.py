@@ -217,8 +217,9 @@ def test_write_reports(tmp_path: Path, report: dict[str, Any]) -> None:
     assert "<svg" in paths["report_html"].read_text(encoding="utf-8")
 
 
-def test_a_service_jobs_rerun_commands_submit_its_files(report: dict[str, Any]) -> None:
-    """report.json's `service_job`: the re-run commands are `submit`s of the files as the submitter named them,
+def test_a_service_jobs_rerun_commands_resubmit_it_or_submit_its_files(report: dict[str, Any]) -> None:
+    """report.json's `service_job`: a re-run with other settings is `resubmit JOB` with those settings' flags (the
+    daemon keeps the job's files); the run on changed files is a `submit` of the files as the submitter named them,
     never the daemon's copies; `service_job` round-trips; a malformed one is refused naming the key."""
     from precision_doctor.render.commands import next_steps
     from precision_doctor.results.report import ReportError, ServiceJob
@@ -232,9 +233,13 @@ def test_a_service_jobs_rerun_commands_submit_its_files(report: dict[str, Any]) 
     rep = R(data)
     assert rep.service_job == job and R(rep.to_json()).service_job == job
     cmds = [cmd for _, cmd in next_steps(rep) if cmd and "precision-doctor" in cmd]
-    assert cmds and all(c.startswith("precision-doctor submit 'my model.onnx' --inputs a.npz --inputs b.npz "
-                                     "--validate-inputs held.npz ") and c.endswith(" --server http://host:8765")
-                        for c in cmds), cmds
+    submits = [c for c in cmds if c.startswith("precision-doctor submit ")]
+    assert len(submits) == 1 and submits[0].startswith("precision-doctor submit 'my model.onnx' --inputs a.npz --inputs "
+                                                       "b.npz --validate-inputs held.npz ")
+    resubmits = [c for c in cmds if c not in submits]
+    assert resubmits and all(c.startswith("precision-doctor resubmit abc --") for c in resubmits), cmds
+    assert "precision-doctor resubmit abc --confirm-backend ort-cuda --server http://host:8765" in resubmits
+    assert all(c.endswith(" --server http://host:8765") for c in cmds)
     assert not any("/state/" in c or "--out" in c for c in cmds)
     assert "precision-doctor submit 'my model.onnx'" in render_markdown(rep)
     with pytest.raises(ReportError, match="service_job.id"):

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -164,10 +163,8 @@ def test_a_failed_run_removes_the_directory_it_created_and_only_that(tmp_path):
 def test_a_directory_in_use_is_refused_before_anything_else(tmp_path):
     (tmp_path / "r").mkdir()
     with RunLock(tmp_path / "r", command="other"):
-        t0 = time.monotonic()
-        with pytest.raises(RunDirLocked, match="other"):
+        with pytest.raises(RunDirLocked, match="other"):  # at once: a wait for the lock would never end here
             prepare_run_dir(tmp_path / "r", force=True)
-        assert time.monotonic() - t0 < 5
 
 
 def test_every_file_a_run_writes_is_known_and_in_its_manifest(tmp_path):

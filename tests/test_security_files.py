@@ -240,7 +240,7 @@ def test_injected_node_name_is_renamed_with_a_warning(injected_run):
     assert "Max_5" in report["forced_fp32_nodes"]
     assert "named.onnx" in report["artifacts"].values()
     md = (root / "run" / "report.md").read_text()
-    assert "were renamed (shown escaped): `Max_5` (was `maxnode\\ntouch" in md
+    assert "was renamed (shown escaped): `Max_5` (was `maxnode\\ntouch" in md
     for name in ("trtexec.sh", "tensorrt_rtx.sh", "layer_precisions.txt", "autocast_nodes_to_exclude.txt"):
         text = (root / "run" / name).read_text()
         assert "touch" not in text and "maxnode" not in text, name

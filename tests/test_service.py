@@ -47,6 +47,11 @@ def test_submit_wait_status_and_the_shared_capture(env) -> None:
     # stderr is not a terminal here: plain lines instead of the bar, the last one of the job's end
     followed = [ln for ln in waited.stderr.splitlines() if PROGRESS_LINE.match(ln) and f"job {job_id}: " in ln]
     assert followed and "done" in followed[-1] and "\x1b" not in waited.stderr, waited.stderr
+    # followed again once it has ended (a job that ends before `wait` connects, made certain): the same final lines
+    again = d.cli("wait", job_id)
+    assert again.returncode == 0 and again.stdout == waited.stdout, again.stdout + again.stderr
+    ended = [ln for ln in again.stderr.splitlines() if PROGRESS_LINE.match(ln)]
+    assert len(ended) == 1 and f"job {job_id}: done done, " in ended[0], again.stderr
 
     status = d.cli("status", job_id, "--json")
     assert status.returncode == 0, status.stderr
@@ -103,6 +108,10 @@ def test_a_jobs_warnings_reach_its_followers(env) -> None:
     assert len(said) == 1 and "is tighter than FP16 can represent at the outputs" in said[0], waited.stderr
     warnings = d.job(job_id)["progress"]["warnings"]
     assert len(warnings) == 1 and warnings[0] in " ".join(said[0].split())
+    again = d.cli("wait", job_id)  # the job has ended: its warning once more, once, and its final state line
+    assert again.returncode == waited.returncode and again.stdout == waited.stdout
+    assert [ln for ln in again.stderr.splitlines() if ln.startswith("warning:")] == said, again.stderr
+    assert [ln for ln in again.stderr.splitlines() if PROGRESS_LINE.match(ln) and f"job {job_id}: " in ln], again.stderr
 
 
 def test_cancel_running_and_finished_jobs(env) -> None:

@@ -53,7 +53,7 @@ def test_job_page_follows_a_running_job(chromium: str, daemon, tmp_path: Path) -
         final = d.job(job["id"])["result"]["evaluations"]
         # the page saw the count rise while the job ran (not only the final number), and ended at the job's count
         assert len(counts) >= 3 and counts == sorted(counts) and counts[-1] == final, (counts, final)
-        time.sleep(0.5)  # the artifact list loads once the job is done
+        _until(browser, _SETTLED)  # the summary and the artifact list load once the job is done
         assert browser.eval("document.getElementById('report-link').hidden") is False
         assert "report.html" in (browser.eval("document.getElementById('artifacts').textContent") or "")
         shot = browser.screenshot(tmp_path / "job.png")
@@ -103,7 +103,11 @@ def test_signed_in_page_cancels_with_its_csrf_token(chromium: str, tmp_path_fact
         d.stop()
 
 
-def _until(browser: Browser, expression: str, timeout: float = 30.0) -> None:
+# a finished job's page has rendered its summary (or found it has none) and listed its files
+_SETTLED = "document.body.dataset.summary !== undefined && document.body.dataset.artifacts !== undefined"
+
+
+def _until(browser: Browser, expression: str, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if browser.eval(expression):
@@ -123,9 +127,7 @@ _VISIBLE_EMPTY = """(function(){
 
 def _terminal_page(browser: Browser, url: str) -> None:
     browser.goto(url)
-    _until(browser, "['done','failed','cancelled'].indexOf(document.body.dataset.state) >= 0 && "
-           "document.body.dataset.artifacts !== undefined")
-    time.sleep(0.3)
+    _until(browser, "['done','failed','cancelled'].indexOf(document.body.dataset.state) >= 0 && " + _SETTLED)
 
 
 def test_finished_failed_and_cancelled_pages_say_what_the_report_says(chromium: str, daemon, tmp_path: Path) -> None:

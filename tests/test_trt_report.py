@@ -45,7 +45,7 @@ def test_a_clean_check_and_a_built_engine_round_trip():
     assert "reason" not in data["engine"] and data["engine"]["built"]
     md = render_markdown(rep)
     assert "every one of the 11 checked layers (11 nodes) computes in the precision the answer gives it" in md
-    assert "1 candidate(s) become no layer of their own" in md
+    assert "1 candidate becomes no layer of their own" in md
     assert "Fixed engine: fixed.plan built with TensorRT-RTX 1.7.1.116 for compute capability 8.6" in md
     assert "## Nodes fixed.onnx keeps in FP32 beyond the answer (1)" in md and "| `range` | Range: no FP16" in md
     assert "Every command reads named.onnx" in md

@@ -118,6 +118,7 @@ def _parser_error(exc: Exception) -> int | None:
 # The daemon's commands come last in --help.
 from precision_doctor.cli import batch, compare, diagnose, emit, env, probe_ops, report, zoo  # noqa: E402, F401, I001
 from precision_doctor.cli import serve, client  # noqa: E402, F401
-from precision_doctor.cli.options import assign_panels  # noqa: E402
+from precision_doctor.cli.options import assign_panels, literal_help  # noqa: E402
 
 assign_panels(app)
+literal_help(app)

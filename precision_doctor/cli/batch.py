@@ -24,6 +24,7 @@ from precision_doctor.cli.shared import app, console, err, error_text, plain_pro
 from precision_doctor.control import StopToken, signals_stop
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RowStatus, SummaryRow
+from precision_doctor.words import counted
 
 
 @app.command()
@@ -61,7 +62,7 @@ def batch(
     # A batch directory continues with the settings it was started with; flags given go on top of them.
     defaults = validate_spec(recorded.with_settings(options.given_settings()) if recorded else options.spec(""))
     executor = make_executor(jobs, executor_name, ray_address, ray_cpus)
-    where = "on Ray" if executor_name == "ray" else f"{jobs} job(s)"
+    where = "on Ray" if executor_name == "ray" else counted(jobs, "job")
     progress, plain = progress_bar("{task.description}"), plain_progress()
     token = StopToken()
     session = executor if hasattr(executor, "__enter__") else contextlib.nullcontext()
@@ -73,10 +74,10 @@ def batch(
 
         def on_start(names: list[str], skipped: list[str]) -> None:
             if skipped:
-                err.print(f"{len(skipped)} model(s) finished earlier, not redone: {', '.join(skipped)}")
-            progress.update(task, total=len(names), description=f"diagnosing {len(names)} model(s), {where}")
+                err.print(f"{counted(len(skipped), 'model')} finished earlier, not redone: {', '.join(skipped)}")
+            progress.update(task, total=len(names), description=f"diagnosing {counted(len(names), 'model')}, {where}")
             if plain is not None:  # the bar is off: say what runs (each model's line follows when it is done)
-                plain.line(f"diagnosing {len(names)} model(s), {where}: {', '.join(names)}")
+                plain.line(f"diagnosing {counted(len(names), 'model')}, {where}: {', '.join(names)}")
 
         def on_done(row: SummaryRow) -> None:
             progress.advance(task)
@@ -94,7 +95,7 @@ def batch(
             raise UserError(f"{error_text(exc)}; to continue it: {again}") from None
     print_summary(result.rows)
     console.print(
-        f"{len(result.ran)} diagnosed, {len(result.skipped)} skipped (finished earlier), {len(result.errors)} error(s) "
+        f"{len(result.ran)} diagnosed, {len(result.skipped)} skipped (finished earlier), {counted(len(result.errors), 'error')} "
         f"in {fmt_seconds(result.elapsed_s)}; summary: {result.out_dir}/summary.html (summary.csv, summary.json)",
         highlight=False,
     )

@@ -1,4 +1,4 @@
-"""The daemon's clients: `submit` (the options of `diagnose`), `jobs`, `status`, `wait`, `cancel`, each
+"""The daemon's clients: `submit` (the options of `diagnose`), `resubmit`, `jobs`, `status`, `wait`, `cancel`, each
 against `--server URL` (default $PRECISION_DOCTOR_SERVER or the local daemon) with `--token` (default
 $PRECISION_DOCTOR_TOKEN)."""
 
@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from precision_doctor.cli.options import DIAGNOSIS, Options, flag, with_options
+from precision_doctor.cli.options import CHANGES, DIAGNOSIS, Options, flag, with_options
 from precision_doctor.cli.serve import needs_service_extra
 from precision_doctor.cli.shared import PlainProgress, app, console, err, fail, plain_progress, styled
 from precision_doctor.outcome import JobState
+from precision_doctor.words import counted
 
 ServerOpt = typer.Option(None, "--server", help="The daemon's URL (default: $PRECISION_DOCTOR_SERVER or http://127.0.0.1:8765).")
 TokenOpt = typer.Option(None, "--token", help="The daemon's token (default: $PRECISION_DOCTOR_TOKEN).")
@@ -43,8 +45,6 @@ def submit(
     options: Options = None,
 ) -> None:
     """Queue a diagnosis on the daemon (the options of `diagnose`); prints the job id as the last line."""
-    from precision_doctor.service.client import ClientError
-
     spec = options.spec(model)
     settings = spec.to_json()
     del settings["model"]
@@ -59,19 +59,56 @@ def submit(
         if not model.is_file():
             fail(f"MODEL {model}: no such file")
         files, held = expand_inputs(files), expand_inputs(held, "inputs.validate_files")
-    with _client(server, token) as client:
-        try:
-            if remote:
-                job = client.submit(settings, model_path=str(model), name=name)
-            else:
-                job = client.submit(settings, model=model, inputs=files, validate_inputs=held, name=name)
-        except ClientError as exc:
-            if exc.setting:  # the daemon names the setting; say the flag
-                raise ClientError(str(exc).replace(exc.setting, flag(exc.setting)), exc.status) from None
-            raise
+    with _client(server, token) as client, _flags_named():
+        if remote:
+            job = client.submit(settings, model_path=str(model), name=name)
+        else:
+            job = client.submit(settings, model=model, inputs=files, validate_inputs=held, name=name)
     err.print(f"queued job {job.id} ({job.name}) on {client.server}; follow it: precision-doctor wait {job.id}",
               highlight=False, soft_wrap=True)
     console.print(job.id, highlight=False)
+
+
+@app.command()
+@with_options(*CHANGES)
+def resubmit(
+    job_id: str = typer.Argument(..., help="The finished job's id."),
+    name: str | None = typer.Option(None, "--name", help="The new job's name (default: the job's)."),
+    server: str | None = ServerOpt,
+    token: str | None = TokenOpt,
+    options: Options = None,
+) -> None:
+    """Run a finished job again on the daemon's copies of its model and samples, with the options given changed.
+
+    The options are those of `diagnose`, but the files; prints the new job's id as the last line. Where only the budget
+    changes (--max-evaluations, --time-budget, or nothing), it resumes the job's search where it stopped, without the
+    old budget unless one is given."""
+    changes: dict = {}
+    for path, value in options.given_settings().items():
+        section, _, key = path.partition(".")
+        if key:
+            changes.setdefault(section, {})[key] = list(value) if isinstance(value, tuple) else value
+        else:
+            changes[section] = value
+    with _client(server, token) as client, _flags_named():
+        job, continues = client.resubmit(job_id, changes, name)
+    how = "resuming its search where it stopped" if continues else "from the start, with the changes"
+    err.print(f"queued job {job.id} ({job.name}) on {client.server}: job {job_id} again, {how}; follow it: "
+              f"precision-doctor wait {job.id}", highlight=False, soft_wrap=True)
+    console.print(job.id, highlight=False)
+
+
+@contextmanager
+def _flags_named():
+    """The daemon's refusal of a setting, in the CLI's words (its flag)."""
+    from precision_doctor.service.client import ClientError
+
+    try:
+        yield
+    except ClientError as exc:
+        if exc.setting:
+            raise ClientError(str(exc).replace(exc.setting, flag(exc.setting)), exc.status) from None
+        raise
 
 
 @app.command()
@@ -87,7 +124,7 @@ def jobs(
     if as_json:
         console.print_json(json.dumps([j.to_json() for j in rows]))
         return
-    table = Table(title=f"{len(rows)} job(s)", title_justify="left")
+    table = Table(title=counted(len(rows), "job"), title_justify="left")
     for col in ("id", "name", "state", "phase", "evals", "FP32 nodes", "passed", "submitted", "message"):
         table.add_column(col, justify="right" if col in ("evals", "FP32 nodes") else "left")
     for j in rows:
@@ -125,11 +162,11 @@ def describe(job, server: str) -> str:
     head = f"job {job.id} ({job.name}): {job.state}"
     if job.state == JobState.RUNNING:
         best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
-        return f"{head}, {p.phase}, {p.evaluations} evaluations{best}"
+        return f"{head}, {p.phase}, {counted(p.evaluations, 'evaluation')}{best}"
     if job.state == JobState.DONE and r is not None:
-        what = r.headline.rstrip(".") if r.headline else (
-            f"passed keeping {r.fallback_size} node(s) in FP32" if r.passed else f"no passing set ({r.reason or r.status})")
-        return f"{head}: {what}, {r.evaluations} evaluations; report: {server}/jobs/{job.id}/report"
+        kept = f"passed keeping {counted(r.fallback_size or 0, 'node')} in FP32"
+        what = r.headline.rstrip(".") if r.headline else (kept if r.passed else f"no passing set ({r.reason or r.status})")
+        return f"{head}: {what}, {counted(r.evaluations or 0, 'evaluation')}; report: {server}/jobs/{job.id}/report"
     return head + (f": {job.error}" if job.error else "")
 
 
@@ -141,7 +178,10 @@ def wait(
     token: str | None = TokenOpt,
 ) -> None:
     """Follow a job to its end with a progress bar. Exit 0: done and passed; 1: done without a passing set;
-    3: failed or cancelled; 4: --timeout. Rides out a restart of the daemon."""
+    3: failed or cancelled; 4: --timeout.
+
+    Rides out a restart of the daemon. A job that ended before it was followed gets the same lines as one followed to
+    its end: its warnings, its final state line (without a terminal) and its outcome."""
     from precision_doctor.service.client import ClientError
 
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -174,7 +214,9 @@ def wait(
             if latest is None:
                 time.sleep(1.0)  # the daemon is (re)starting: try again
             job = latest or job
-    _warn(job, warned)  # a job that ended before it was followed
+    _warn(job, warned)  # a job that ended before it was followed: its warnings, once
+    if plain is not None and said[0] != (job.state, job.progress.phase):  # ... and its final state line
+        _plain_line(plain, said, job)
     console.print(describe(job, client.server), highlight=False, soft_wrap=True)
     if job.state != JobState.DONE:
         raise typer.Exit(EXIT_FAILED)
@@ -196,7 +238,7 @@ def _plain_line(plain: PlainProgress, said: list, job) -> None:
         return
     said[:] = [(job.state, p.phase), now]
     best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
-    plain.line(f"job {job.id}: {job.state} {p.phase}, {p.evaluations} evaluations{best}")
+    plain.line(f"job {job.id}: {job.state} {p.phase}, {counted(p.evaluations, 'evaluation')}{best}")
 
 
 def _fetch(client, job_id: str, patience_s: float = 0.0):

@@ -92,7 +92,7 @@ def print_layer_table(analysis: Analysis, top: int) -> None:
     Conv is that Conv's row), with a note under the table where a row is such a pair."""
     from precision_doctor.graph.formats import get_format
     from precision_doctor.render.layers import FOLDED_NOTE, ranking
-    from precision_doctor.render.numbers import fmt_3g
+    from precision_doctor.render.numbers import counted, fmt_3g
 
     fmt_max = get_format(analysis.precision).max
     table = Table(title=f"Top {top} layers by local error ({analysis.precision})", title_justify="left")
@@ -118,4 +118,4 @@ def print_layer_table(analysis: Analysis, top: int) -> None:
         )
     console.print(table)
     if folded := sum(1 for t in rows if t.folded):
-        console.print(FOLDED_NOTE.format(n=folded), soft_wrap=True)
+        console.print(FOLDED_NOTE.format(rows=counted(folded, "row")), soft_wrap=True)

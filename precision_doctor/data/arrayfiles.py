@@ -487,7 +487,7 @@ def h5_datasets(f, group: str, path: Path, bounds: Bounds) -> Iterator[tuple[str
                             "data itself")
         if ds.external:
             files = ", ".join(sorted({str(e[0]) for e in ds.external}))
-            raise UserError(f"{where} keeps its data in external file(s) ({files}); a sample file must hold its "
+            raise UserError(f"{where} keeps its data in external files ({files}); a sample file must hold its "
                             "data itself")
         name = _onnx_name(ds, key, where)
         _check_filters(ds, where)

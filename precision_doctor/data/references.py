@@ -18,6 +18,7 @@ from precision_doctor.data.arrayfiles import read_polygraphy_json
 from precision_doctor.data.input_spec import MAX_ELEMENTS
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.model import Model
+from precision_doctor.words import counted
 
 SETTING = "inputs.reference_outputs"
 Outputs = dict[str, np.ndarray]
@@ -47,9 +48,9 @@ def load_reference_outputs(path: str | Path, model: Model) -> list[Outputs]:
 def check_count(path: str | Path, references: list[Outputs], samples: int, what: str) -> None:
     """Refuse a file whose iterations do not pair with the samples one to one."""
     if len(references) != samples:
-        raise _refuse(path, f"holds {len(references)} iteration(s) but {what} give {samples} sample(s); save the "
-                            "outputs of exactly these samples (polygraphy run MODEL --onnxrt --load-inputs INPUTS "
-                            "--save-outputs FILE)")
+        raise _refuse(path, f"holds {counted(len(references), 'iteration')} but {what} give "
+                            f"{counted(samples, 'sample')}; save the outputs of exactly these samples (polygraphy run "
+                            "MODEL --onnxrt --load-inputs INPUTS --save-outputs FILE)")
 
 
 def check_shapes(path: str | Path, references: list[Outputs], computed: Outputs) -> None:

@@ -39,6 +39,8 @@ from typing import Protocol, TypeVar, overload
 
 import numpy as np
 
+from precision_doctor.words import counted
+
 Sample = dict[str, np.ndarray]
 T = TypeVar("T")
 CACHE_SAMPLES = 32  # samples kept in memory once loaded (a search's working set fits)
@@ -355,7 +357,7 @@ class SampleSet(Sequence[Sample]):
         return NotImplemented
 
     def __repr__(self) -> str:
-        return f"SampleSet({len(self)} samples, {len(self.groups())} shape group(s))"
+        return f"SampleSet({len(self)} samples, {counted(len(self.groups()), 'shape group')})"
 
 
 def _memory_entries(samples: Iterable[Mapping[str, np.ndarray]], label: str, start: int = 0) -> list[Entry]:

@@ -57,6 +57,7 @@ from precision_doctor.data.input_spec import MAX_FILE_SAMPLES, MAX_RUN_SAMPLES
 from precision_doctor.data.samples import Entry, Rows, ShapeGroup
 from precision_doctor.data.spill import Spill
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.words import counted
 
 SAMPLE_SUFFIXES = (".npz", ".npy", ".json", ".h5", ".hdf5")
 SUFFIXES_SHOWN = ", ".join(SAMPLE_SUFFIXES)
@@ -221,7 +222,7 @@ def layout(path: Path, arrays: Mapping[str, tuple[tuple[int, ...], np.dtype]],
     single = sorted(set(kinds) - set(multi))
     if single:
         n, (kind, count, _) = next(iter(multi.items()))
-        raise UserError(f"inputs file {path}: array '{n}' holds {count} samples ({kind.value}, shape "
+        raise UserError(f"inputs file {path}: array '{n}' holds {counted(count, 'sample')} ({kind.value}, shape "
                         f"{list(arrays[n][0])}) but array '{single[0]}' is one sample (shape {list(arrays[single[0]][0])}); "
                         "give every input with the same number of samples")
     counts = {k[1] for k in multi.values()}

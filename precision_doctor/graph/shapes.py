@@ -34,13 +34,16 @@ class ShapeConcern(str, Enum):
 @dataclass(frozen=True)
 class InputShape:
     """One model input: the dimensions the model file declares (None: dynamic) and the range the run's samples
-    give it (`min`, `opt`, `max`, elementwise; `opt` is the shape most samples have)."""
+    give it (`min`, `opt`, `max`, elementwise; `opt` is the most common shape, the first seen of those as common:
+    `opt_samples` of the `samples` have it; 0: a report written before they were counted)."""
 
     name: str
     declared: tuple[int | None, ...]
     min: tuple[int, ...]
     opt: tuple[int, ...]
     max: tuple[int, ...]
+    opt_samples: int = 0
+    samples: int = 0
 
     @property
     def dynamic(self) -> bool:
@@ -73,7 +76,7 @@ class InputShape:
 
     def to_json(self) -> dict:
         return {"name": self.name, "declared": list(self.declared), "min": list(self.min), "opt": list(self.opt),
-                "max": list(self.max)}
+                "max": list(self.max), "opt_samples": self.opt_samples, "samples": self.samples}
 
 
 def input_shapes(declared: Mapping[str, Sequence[int | None]], samples: Sequence[Mapping[str, object]]) -> list[InputShape]:
@@ -86,7 +89,7 @@ def input_shapes(declared: Mapping[str, Sequence[int | None]], samples: Sequence
         counts = Counter(shapes)
         opt = max(counts, key=lambda s: (counts[s], -shapes.index(s)))
         out.append(InputShape(name, tuple(dims), tuple(map(min, zip(*shapes))) if shapes[0] else (), opt,
-                              tuple(map(max, zip(*shapes))) if shapes[0] else ()))
+                              tuple(map(max, zip(*shapes))) if shapes[0] else (), counts[opt], len(shapes)))
     return out
 
 

@@ -326,6 +326,11 @@ class Analysis:
             ],
         }
 
+    def with_flops(self, flops: dict[str, int]) -> Analysis:
+        """This analysis with each layer's FLOPs from `flops` (a cost model's, at the shapes that ran: a dynamic
+        model's declared shapes give none); layers it does not name keep theirs."""
+        return replace(self, layers=[replace(r, flops=flops.get(r.name, r.flops)) for r in self.layers])
+
     def layers_csv(self) -> str:
         buf = io.StringIO()
         fields = list(LayerRow.__dataclass_fields__)

@@ -29,6 +29,7 @@ from precision_doctor.graph.native import native_local_graph
 from precision_doctor.graph.rules import STANDARD, resolve_rules
 from precision_doctor.measure.capture import capture_run
 from precision_doctor.measure.fidelity import GPU_LOCAL, by_op, capture_local_with, node_rows, run_name, with_observed_shapes
+from precision_doctor.words import counted
 
 CUDA = "CUDAExecutionProvider"
 PROVIDERS = {"cuda": CUDA, "cpu": "CPUExecutionProvider"}
@@ -163,8 +164,8 @@ def table(result: OpProbe, top: int = 20) -> str:
 
 
 def verdict(result: OpProbe) -> str:
-    where = f"{result.provider.upper()} ({result.precision.upper()}, rules {result.rules}, {result.samples} samples)"
+    where = f"{result.provider.upper()} ({result.precision.upper()}, rules {result.rules}, {counted(result.samples, 'sample')})"
     if result.exceeding:
-        return (f"{len(result.exceeding)} op type(s) whose error on {where} exceeds the emulation rule's by more than "
+        return (f"{counted(len(result.exceeding), 'op type')} whose error on {where} exceeds the emulation rule's by more than "
                 f"{result.threshold:g}x: {', '.join(result.exceeding)}; the emulator underestimates them here")
     return f"every op type on {where} is within {result.threshold:g}x of the emulation rule"

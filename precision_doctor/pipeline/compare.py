@@ -125,9 +125,19 @@ def run_compare(
     run = RunDir(out_dir)
     analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress, stop=stop,
                                    rules=rules, writer=run)
+    analysis = analysis.with_flops(flops_that_ran(work, precision, out_dir / ACTIVATIONS))
     write_layer_tables(run, analysis)
     notes = emulation_notes(work.model, get_format(precision), [n.name for n in work.model.candidates])
     return CompareResult(out_dir, analysis, notes, captured_floor(out_dir / ACTIVATIONS, work, precision, tolerance))
+
+
+def flops_that_ran(work: Workload, precision: str, activations: Path) -> dict[str, int]:
+    """Each node's FLOPs at the shapes the capture ran (graph/cost.py), as `diagnose`'s cost model counts them."""
+    from precision_doctor.data.activations import captured_shapes
+    from precision_doctor.graph.cost import cost_model
+
+    shapes = {k: tuple(np.shape(v)) for k, v in work.samples[0].items()}
+    return cost_model(work.model, precision, shapes, captured_shapes(activations)).flops
 
 
 def captured_floor(activations: Path, work: Workload, precision: str, tolerance: Tolerance) -> RoundingFloor:

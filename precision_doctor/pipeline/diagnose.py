@@ -153,8 +153,9 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
             analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
                 work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
                 rules=b.rules, writer=run, diagnosis=True)
-    write_layer_tables(run, analysis)
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
+    analysis = analysis.with_flops(cm.flops)  # (the model's declared shapes: none where they are dynamic)
+    write_layer_tables(run, analysis)
     space = build_space(model, analysis, get_format(spec.precision), spec.search.cost, cost_model=cm)
 
     samples, sample_refs = loop.pool.working(loop.working)  # the working set, then its perturbed copies
@@ -184,8 +185,9 @@ def _search(ctx: RunContext) -> Outcome:
     """The counterexample-guided search: the strategy on the working set, its answers checked on every search
     sample, the failing ones added, until an answer passes them all (pipeline/search_loop.py)."""
     copies = len(ctx.oracle.samples) - len(ctx.loop.working)
-    notify(ctx.progress, PhaseEvent("search", f"{len(ctx.work.model.candidates)} candidate nodes on {ctx.backends.search.name}, "
-                                              f"{len(ctx.loop.working)} samples and {copies} perturbed copies"))
+    samples = f"{counted(len(ctx.loop.working), 'sample')} and {counted(copies, 'perturbed copy', 'perturbed copies')}"
+    notify(ctx.progress, PhaseEvent("search", f"{len(ctx.work.model.candidates)} candidate nodes on "
+                                              f"{ctx.backends.search.name}, {samples}"))
     strategy = ctx.spec.search.strategy
     ctx.findings.last_word = LastWord(ctx.oracle, ctx.loop)
     return run_loop(ctx.loop, ctx.oracle, ctx.space, strategy,
@@ -209,9 +211,10 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
     if outcome.complete:
         samples, refs, n_copies = _final_samples(ctx)
         if backend.name == "ort-cuda":
-            notify(ctx.progress, PhaseEvent("spread", f"the answer under cuDNN's algorithm choices, {len(samples)} samples"))
+            notify(ctx.progress, PhaseEvent("spread", f"the answer under cuDNN's algorithm choices, "
+                                                      f"{counted(len(samples), 'sample')}"))
             f.spread = kernel_spread(ctx.work.model, ctx.spec.precision, outcome.found, samples, refs, ctx.spec.tolerance)
-        notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {len(samples)} samples"))
+        notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {counted(len(samples), 'sample')}"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
                             every_sample=backend.name in GPU_BACKENDS, attribution=ctx.attribution, spread=f.spread)

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from precision_doctor.errors import UserError
 from precision_doctor.measure.bound import CONFIDENCE, METHOD, failure_rate_upper, samples_for_bound
 from precision_doctor.outcome import Decider
+from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import HeldOutBound
 
 HOLD_OUT_FROM = 4  # user samples needed before some are held out by default
@@ -64,6 +65,10 @@ class HeldOutPlan:
         return self.source in (VALIDATE_INPUTS, SPLIT) and self.n_held_out > 0
 
 
+def _are(n: int) -> str:
+    return "is" if n == 1 else "are"
+
+
 def plan_held_out(
     n_samples: int, generated: bool, n_validate: int = 0, split: float | None = None,
 ) -> HeldOutPlan:
@@ -76,33 +81,35 @@ def plan_held_out(
     everything = tuple(range(n_samples))
     if n_validate:
         return HeldOutPlan(VALIDATE_INPUTS, everything, validate_files=n_validate,
-                           reason=f"the {n_validate} --validate-inputs sample(s) are held out")
+                           reason=f"the {counted(n_validate, '--validate-inputs sample')} {_are(n_validate)} held out")
     if generated:
         if split == 0:
             return HeldOutPlan(NONE, everything, reason="--validation-split 0 held nothing out")
         k = max(1, int(round(n_samples * (split or GENERATED_FRACTION))))
         return HeldOutPlan(GENERATED, everything, generate=k,
-                           reason=f"the search samples were generated, so {k} held-out sample(s) are generated too "
+                           reason=f"the search samples were generated, so {counted(k, 'held-out sample')} {_are(k)} generated "
+                           "too "
                            "(another seed): they check the answer on more noise, not on your data")
     if split == 0:
         return HeldOutPlan(NONE, everything, reason="--validation-split 0 held nothing out")
     if split is None:
         if n_samples < HOLD_OUT_FROM:
             return HeldOutPlan(NONE, everything, reason=(
-                f"only {n_samples} --inputs sample(s): all went to the search, none could be held out "
+                f"only {counted(n_samples, '--inputs sample')}: all went to the search, none could be held out "
                 f"({HOLD_OUT_FROM} are needed to hold {MIN_HELD_OUT} out)"))
         k = default_held_out(n_samples)
     else:
         k = int(round(n_samples * split))
     k = min(k, n_samples - 1)
     if k == 0:
-        return HeldOutPlan(NONE, everything, reason=f"--validation-split {split:g} of {n_samples} sample(s) holds none out")
+        return HeldOutPlan(NONE, everything,
+                           reason=f"--validation-split {split:g} of {counted(n_samples, 'sample')} holds none out")
     held = spread(n_samples, k)
     search = tuple(i for i in everything if i not in set(held))
     why = (f"--validation-split {split:g}" if split is not None else
            f"by default a fifth, at least {MIN_HELD_OUT}, at least {HELD_OUT_TARGET} where that is at most a quarter")
     return HeldOutPlan(SPLIT, search, held_out=held,
-                       reason=f"{k} of the {n_samples} --inputs samples are held out ({why}), spread over the list; "
+                       reason=f"{k} of the {n_samples} --inputs samples {_are(k)} held out ({why}), spread over the list; "
                        f"no search sees them")
 
 

@@ -26,6 +26,7 @@ from precision_doctor.pipeline.strategy import evaluation_events, remaining, use
 from precision_doctor.results.report import Confirm, KnobsResult, KnobTrial
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Verdict
+from precision_doctor.words import counted
 
 KNOBS_DIR = "knobs"
 
@@ -98,7 +99,8 @@ def search_knobs(
     spec, stop = ctx.spec, ctx.stop
     configs = knobs.knob_configs(family)
     plan = knobs.knob_plan(answer, configs)
-    notify(ctx.progress, PhaseEvent("knobs", f"{len(plan)} trials of {len(configs)} configurations on {backend.name}"))
+    notify(ctx.progress, PhaseEvent("knobs", f"{counted(len(plan), 'trial')} of {counted(len(configs), 'configuration')} on "
+                                             f"{backend.name}"))
     oracles = _Oracles(ctx, family, backend, model, samples, refs, owned)
     started = time.monotonic()
     evaluated: list[tuple[knobs.Trial, Verdict]] = []

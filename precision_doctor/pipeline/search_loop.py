@@ -30,6 +30,7 @@ from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.growth import Attribution, grow_by_attribution
 from precision_doctor.pipeline.strategy import StrategyFn, run_strategy
+from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import SearchRound, SearchRounds
 from precision_doctor.runfiles import RunDir
 from precision_doctor.search import STRATEGIES, Oracle
@@ -224,7 +225,7 @@ def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | Strate
                 loop.stopped = f"{exc} while the answer was checked on the other search samples"
                 loop.rounds.append(_round(search, index, loop.working, outcome.found, spent, 0, [], t0))
                 return outcome.but(status=RunStatus.BUDGET_EXHAUSTED, reason=f"{loop.stopped}; it passes the "
-                                   f"{len(loop.working)} samples it was searched on, the others were not all checked")
+                                   f"{counted(len(loop.working), 'sample')} it was searched on, the others were not all checked")
             except KeyboardInterrupt:
                 if stop is not None:
                     stop.handled()
@@ -243,7 +244,7 @@ def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | Strate
         if index + 1 == MAX_ROUNDS:
             loop.failing = len(rnd.counterexamples)
             loop.stopped = (f"the counterexample-guided search reached its {MAX_ROUNDS} rounds: the answer still fails "
-                            f"{loop.failing} search sample(s) outside its working set")
+                            f"{counted(loop.failing, 'search sample')} outside its working set")
             return Outcome(RunStatus.BUDGET_EXHAUSTED, loop.stopped, outcome.found)
         samples, refs = loop.pool.working(rnd.counterexamples)
         first_new = len(oracle.samples)

@@ -3,8 +3,9 @@ precision-doctor commands it prints: run the diagnosis again (with other setting
 
 Each runs as printed from the report's own directory: the run's settings are kept with their paths relative to
 it (`results.report.Invocation`), and a new run goes to a new directory beside it (`../<this run>-<why>`), since
-a run directory holds one run. A service job's report gives a `submit` command instead: the job's files are
-the server's copies, so the command names them as uploaded, from the folder that holds the user's files.
+a run directory holds one run. A service job's report gives `resubmit JOB` instead, for a continuation or other
+settings (the daemon keeps the job's files: service/resubmit.py), and `submit` for a run on changed files: it names
+them as uploaded, from the folder that holds the user's files.
 Reports written before the invocation was recorded fall back to the model path as given.
 """
 
@@ -15,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from precision_doctor.backends.base import check_only_name
-from precision_doctor.flags import command_line
+from precision_doctor.flags import command_line, flag_args
 from precision_doctor.render.numbers import counted, fmt_short_pct
 from precision_doctor.render.wording import floor_consequence, floor_finding
-from precision_doctor.results.report import Report
+from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.verdict import NextKind, Status, Unvalidated
 from precision_doctor.spec import RunSpec
 
@@ -34,10 +35,19 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
     first = first_step(report)
     steps = [first] + [(text, cmd) for kind, text, cmd in _other_steps(report)
                        if kind != report.statement.next.kind and (cmd is None or cmd != first[1])]
-    if report.invocation is not None and not report.interrupted:
+    if _service(report) and not report.interrupted:
+        steps.append(("To run this diagnosis again after changing the model or the samples, from the folder that holds "
+                      "them (`precision-doctor resubmit` runs it again on the daemon's copies of this job's files, with "
+                      "flags for other settings):", rerun_command(report, "again")))
+    elif report.invocation is not None and not report.interrupted:
         steps.append(("To run this diagnosis again (after changing the model or the samples; add flags for other "
                       "settings), into a new directory beside this one:", rerun_command(report, "again")))
     return steps
+
+
+def _service(report: Report) -> bool:
+    """Whether the run was a daemon's job (its commands are `resubmit` and `submit`)."""
+    return report.service_job is not None or (report.invocation is not None and report.invocation.origin == "service")
 
 
 def first_step(report: Report) -> tuple[str, str | None]:
@@ -52,8 +62,11 @@ def first_step(report: Report) -> tuple[str, str | None]:
                 "the rounding, which may still keep many nodes in FP32):",
                 rerun_command(report, f"atol{changes['tolerance.atol']:g}", changes))
     if kind == NextKind.CONTINUE:
-        return ("The run did not finish. Continue it where it stopped (its settings are recorded in the run directory; "
-                "a larger --max-evaluations or --time-budget lets it go further):", resume_command(report))
+        how = ("the daemon keeps this job's files: `resubmit` queues a new job that resumes this one's search, without "
+               "its budget unless you give one (--max-evaluations N, --time-budget S)") if _service(report) else (
+            "its settings are recorded in the run directory; a larger --max-evaluations or --time-budget lets it go "
+            "further")
+        return (f"The run did not finish. Continue it where it stopped ({how}):", resume_command(report))
     if kind == NextKind.MORE_DATA:
         return ("The answer fails held-out samples of your data: give more --inputs of your data (the search then sees "
                 "more of what varies), or search with more room to spare. Searching again with a larger margin:",
@@ -138,8 +151,10 @@ def rerun_command(report: Report, suffix: str, changes: dict[str, Any] | None = 
     inv = report.invocation
     if inv is None and report.service_job is None:
         return _legacy(report, changes or {}, f"RUN_DIR-{suffix}")
+    if _service(report) and changes:  # the daemon keeps the job's files: the job again, with the changes
+        return resubmit_command(report.service_job, changes)
     spec = (inv.spec if inv is not None else _legacy_spec(report)).with_settings(changes or {})
-    if report.service_job is not None or inv.origin == "service":
+    if _service(report):
         return _submit(report, spec)
     return command_line("diagnose", spec.model, spec, "--out", f"../{inv.directory}-{suffix}")
 
@@ -149,16 +164,32 @@ def resume_command(report: Report) -> str:
     inv = report.invocation
     if inv is None:
         return _legacy(report, None, "RUN_DIR")
-    if inv.origin == "service":
-        job = report.service_job.id if report.service_job is not None else "JOB_ID"
-        return shlex.join(["precision-doctor", "wait", job]) + "  # the service resumes its jobs itself"
+    if _service(report):
+        return resubmit_command(report.service_job)
     return shlex.join(["precision-doctor", "diagnose", inv.spec.model, "--resume", "--out", HERE])
 
 
+def resubmit_command(job: ServiceJob | None, changes: dict[str, Any] | None = None) -> str:
+    """The `resubmit` that queues a service job again on the daemon's copies of its files, with `changes` ({setting
+    path: value}) as flags; it resumes the job's search where only the budget changes (service/resubmit.py)."""
+    args = ["precision-doctor", "resubmit", job.id if job is not None else "JOB_ID"]
+    for path, value in (changes or {}).items():
+        if value is not None:
+            args += flag_args(path, value)
+    if job is not None and job.server:
+        args += ["--server", job.server]
+    return shlex.join(args)
+
+
 def _submit(report: Report, spec) -> str:
-    """A service job's `submit`: its files as the submitter named them (report.json's `service_job`: upload names,
-    or paths on the server with `--remote`) and the daemon it reached; without that record, the file names."""
-    job = report.service_job
+    """A service job's `submit` (`submit_command`)."""
+    return submit_command(report.service_job, spec)
+
+
+def submit_command(job: ServiceJob | None, spec: RunSpec) -> str:
+    """The `submit` that sends a service job's files again: as the submitter named them (report.json's `service_job`:
+    upload names, or paths on the server with `--remote`) to the daemon it reached; without that record, the file
+    names."""
     named = (lambda f: f) if job is not None and job.remote else (lambda f: Path(f).name)
     files = {"inputs.files": [named(f) for f in (job.inputs if job and job.inputs else spec.inputs.files)],
              "inputs.validate_files": [named(f) for f in (job.validate_inputs if job else spec.inputs.validate_files)]}

@@ -47,7 +47,16 @@ FIRST = ("report_html", "fixed_onnx")  # the files a reader wants first
 OTHER_FILES = {"report.json": "this report's data: the verdict, the FP32 nodes and every figure, as JSON",
                "run_settings.json": "the run's settings (what --resume continues with)",
                "references.h5": "the FP32 reference outputs of the samples, computed once (HDF5)",
-               "loader_samples.h5": "the samples your --data-loader-script yielded, kept so that --resume reads the same"}
+               "loader_samples.h5": "the samples your --data-loader-script yielded, kept so that --resume reads the same",
+               "search_rounds.jsonl": "the counterexample-guided search's rounds: each answer, the samples it was checked "
+                                      "on and those it failed (what --resume continues from)",
+               "search-again.jsonl": "the second search's evaluations, at a larger margin (what --resume continues from)",
+               "confirm.jsonl": "the confirmation's evaluations on the confirm backend (what --resume continues from)",
+               "confirm-every.jsonl": "the confirmation's checks of every search sample on a GPU backend",
+               "timing.cache": "TensorRT's timing cache of the engine build (--engine)",
+               "runtime.cache": "TensorRT-RTX's runtime cache of the engine build (--engine)",
+               "named.onnx.data": "the external data of named.onnx (a model larger than 2 GB)",
+               "precision-doctor-error.log": "written only after an internal error: its traceback, to report it"}
 
 
 def files(report: Report) -> dict[str, str]:

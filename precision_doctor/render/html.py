@@ -10,7 +10,7 @@ from typing import Any
 from precision_doctor.render import plots, pricing
 from precision_doctor.render.files import artifact_title
 from precision_doctor.render.layers import layers_by_name, layers_in_order
-from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time, num
+from precision_doctor.render.numbers import counted, fmt, fmt_flops, fmt_pct, fmt_time, num
 from precision_doctor.render.sections import checks as checks_section
 from precision_doctor.render.sections import next_steps as next_steps_section
 from precision_doctor.render.sections import verdict as verdict_section
@@ -494,7 +494,7 @@ def _trajectory_section(report: Report) -> str:
         )
     return (
         f'<section id="search"><h2>Search steps</h2><details{" open" if len(traj) <= 30 else ""}>'
-        f"<summary>{len(traj)} evaluations</summary><div class=\"scroll\"><table><thead><tr>"
+        f"<summary>{counted(len(traj), 'evaluation')}</summary><div class=\"scroll\"><table><thead><tr>"
         '<th class="n">Step</th><th>Phase</th><th class="n">Size</th><th class="n">Cost</th><th>Result</th>'
         '<th>Worst output</th><th class="n">Max abs</th><th class="n">Elapsed</th><th>FP32 set</th></tr></thead><tbody>'
         + "".join(rows) + "</tbody></table></div></details></section>"

@@ -40,7 +40,7 @@ class Ranked(Generic[R]):
 
 
 # what a ranking with folded rows says under it (compare's table, report.md's top offenders)
-FOLDED_NOTE = ("{n} row(s) Conv+BatchNormalization: ONNX Runtime folds the BatchNormalization into the Conv's "
+FOLDED_NOTE = ("{rows} Conv+BatchNormalization: ONNX Runtime folds the BatchNormalization into the Conv's "
                "low-precision weights and bias (the conv-bn-fold rule of the emulation rules), so the Conv with the "
                "folded weights is what runs and what errs: the row is named after it and holds the folded kernel's "
                "error (layers.csv: the BatchNormalization's row, folded_into the Conv; the Conv's own row there, whose "

@@ -7,7 +7,7 @@ from typing import Any
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 from precision_doctor.render.files import artifact_title
 from precision_doctor.render.layers import FOLDED_NOTE, layers_by_name, top_offenders
-from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time
+from precision_doctor.render.numbers import counted, fmt, fmt_flops, fmt_pct, fmt_time
 from precision_doctor.render.pricing import markdown_lines as pricing_lines
 from precision_doctor.render.sections import checks as checks_section
 from precision_doctor.render.sections import next_steps as next_steps_section
@@ -94,7 +94,7 @@ def _summary(report: Report) -> list[str]:
             f"capture and analysis; {fmt_time(t.after_search_s)} after it: the fixed capture, artifacts and report)"
             if t is not None else f"(the whole run: {fmt_time(report.elapsed_s)})")
     L += [
-        f"- Search: **{report.evaluations} evaluations**{memo_txt} {took}, "
+        f"- Search: **{counted(report.evaluations, 'evaluation')}**{memo_txt} {took}, "
         f"strategy `{report.strategy}`, cost `{report.cost}`, backend `{report.backend}`.",
     ]
     if report.fallback_size and report.one_minimal_checked is not None:
@@ -270,7 +270,7 @@ def _top_offenders(report: Report) -> list[str]:
     L += _table(head, rows, "rllrrrrrrrl")
     folded = sum(1 for t in top if t.folded)
     L += ["", f"Showing {len(top)} of {len(report.layers)} layers; the full table is in the HTML report."]
-    return L + ([FOLDED_NOTE.format(n=folded)] if folded else []) + [""]
+    return L + ([FOLDED_NOTE.format(rows=counted(folded, "row"))] if folded else []) + [""]
 
 
 def _search(report: Report) -> list[str]:
@@ -321,12 +321,14 @@ def _artifacts(report: Report) -> list[str]:
     renamed = [n for n in model.renamed_nodes if n not in unsafe]
     if renamed:
         listed = ", ".join(code(n) for n in renamed[:20]) + (", …" if len(renamed) > 20 else "")
-        L += [f"Note: {len(renamed)} node(s) had missing or duplicate names and were renamed: {listed}"]
+        were = "was" if len(renamed) == 1 else "were"
+        L += [f"Note: {counted(len(renamed), 'node')} had missing or duplicate names and {were} renamed: {listed}"]
         L.append("")
     if unsafe:
         listed = ", ".join(f"{code(new)} (was {code(old)})" for new, old in list(unsafe.items())[:20]) \
             + (", …" if len(unsafe) > 20 else "")
-        L += [f"Warning: {len(unsafe)} node name(s) held control characters or bytes that are not UTF-8, which "
-              f"scripts and lists cannot carry safely, and were renamed (shown escaped): {listed}"]
+        L += [f"Warning: {counted(len(unsafe), 'node name')} held control characters or bytes that are not UTF-8, which "
+              f"scripts and lists cannot carry safely, and {'was' if len(unsafe) == 1 else 'were'} renamed (shown escaped): "
+              f"{listed}"]
         L.append("")
     return L

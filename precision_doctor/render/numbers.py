@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from precision_doctor.words import counted  # noqa: F401 (the render layer's name for it)
+
 
 def num(v: Any) -> float:
     """A report number as float: "inf"/"-inf"/"nan" strings and None (-> nan) included."""
@@ -130,7 +132,3 @@ def fmt_3g(v: float) -> str:
         return str(v)
     return f"{v:.3g}"
 
-
-def counted(n: int, noun: str) -> str:
-    """`n` and the noun, plural unless one: "1 sample", "3 held-out samples"."""
-    return f"{n} {noun}{'' if n == 1 else 's'}"

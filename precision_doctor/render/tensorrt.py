@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from precision_doctor.outcome import RunStatus
 from precision_doctor.results.report import Report
+from precision_doctor.words import counted
 
 SHOWN_MISMATCHES = 3
 # Why named.onnx exists and why every command reads it.
@@ -22,11 +23,13 @@ def trt_check_sentence(report: Report) -> str | None:
     if not c.ran:
         return f"TensorRT check of fixed.onnx: not run: {c.reason}."
     lib = f"{c.library} {c.version}"
-    unmapped = (f"; {len(c.unmapped)} candidate(s) become no layer of their own (folded into constants or "
+    become = "becomes" if len(c.unmapped) == 1 else "become"
+    unmapped = (f"; {counted(len(c.unmapped), 'candidate')} {become} no layer of their own (folded into constants or "
                 "shape-only)") if c.unmapped else ""
     if c.passed:
         return (f"TensorRT check of fixed.onnx ({lib}'s parser, strongly typed): {c.layers} layers; every one of the "
-                f"{c.checked_layers} checked layers ({c.checked_nodes} nodes) computes in the precision the answer gives "
+                f"{counted(c.checked_layers, 'checked layer')} ({counted(c.checked_nodes, 'node')}) computes in the precision "
+                "the answer gives "
                 f"it{unmapped}.")
     shown = "; ".join(m.describe() for m in c.mismatches[:SHOWN_MISMATCHES])
     more = f"; and {len(c.mismatches) - SHOWN_MISMATCHES} more" if len(c.mismatches) > SHOWN_MISMATCHES else ""
@@ -61,13 +64,13 @@ def knobs_sentence(report: Report) -> str | None:
         return None
     if not k.configurations:
         return f"Knobs: {k.note}."
-    head = (f"Knobs on {k.backend} ({len(k.configurations)} configurations, {k.evaluations} evaluations over "
-            f"{k.samples} samples")
+    head = (f"Knobs on {k.backend} ({counted(len(k.configurations), 'configuration')}, "
+            f"{counted(k.evaluations, 'evaluation')} over {counted(k.samples, 'sample')}")
     head += ")" if k.status == RunStatus.COMPLETE else f", stopped early: {k.status})"
     if k.best is None:
         text = f"{head}: no trial passed, not even the answer under the default configuration; the answer is kept"
     elif k.changed_answer:
-        text = (f"{head}: with {k.best} the answer needs {len(k.answer)} FP32 node(s) instead of "
+        text = (f"{head}: with {k.best} the answer needs {counted(len(k.answer), 'FP32 node')} instead of "
                 f"{len(k.searched_answer)}; the fixed model and the commands carry that configuration")
     else:
         text = f"{head}: no configuration lets fewer FP32 nodes pass; the answer stays, under the default configuration"
@@ -84,13 +87,13 @@ def named_onnx_sentence(report: Report) -> str | None:
         return None
     renamed = len(report.model.renamed_nodes) if report.model is not None else 0
     return (f"Every command reads {report.artifacts['named_onnx']}, the model with the node names this report uses "
-            f"({renamed} node(s) had no name, a duplicate one or one unsafe in scripts): {NAMED_ONNX_WHY}.")
+            f"({counted(renamed, 'node')} had no name, a duplicate one or one unsafe in scripts): {NAMED_ONNX_WHY}.")
 
 
 def forced_intro(report: Report) -> str:
     n = len(report.forced_fp32_nodes)
-    return (f"fixed.onnx keeps {n} node(s) in FP32 beyond the answer, for the reasons below; the TensorRT 10 and AutoCast "
-            "commands list them with the answer, so every tool builds what fixed.onnx holds.")
+    return (f"fixed.onnx keeps {counted(n, 'node')} in FP32 beyond the answer, for the reasons below; the TensorRT 10 "
+            "and AutoCast commands list them with the answer, so every tool builds what fixed.onnx holds.")
 
 
 def outcome_lines(report: Report) -> list[tuple[str, bool]]:
@@ -103,7 +106,7 @@ def outcome_lines(report: Report) -> list[tuple[str, bool]]:
     elif c is not None:
         head = f"TensorRT check of fixed.onnx ({c.library} {c.version} parser): {c.layers} layers"
         if c.passed:
-            out.append((f"{head}, {c.checked_layers} checked over {c.checked_nodes} nodes, 0 mismatches", False))
+            out.append((f"{head}, {c.checked_layers} checked over {counted(c.checked_nodes, 'node')}, 0 mismatches", False))
         else:
             shown = "; ".join(m.describe() for m in c.mismatches[:SHOWN_MISMATCHES])
             out.append((f"WARNING: {head}, {len(c.mismatches)} of {c.checked_layers} checked layers disagree with the "
@@ -154,7 +157,8 @@ def markdown_sections(report: Report) -> list[str]:
             L.append(f"| `{_md(t.knobs)}` | {t.fallback_size} | {_md(t.why)} | {'pass' if t.passed else 'fail'} | {used} |")
         skipped = sum(t.passed is None for t in k.trials)
         if skipped:
-            L += ["", f"{skipped} further trial(s) not evaluated: none could need fewer FP32 nodes than a passing one."]
+            L += ["", f"{counted(skipped, 'further trial')} not evaluated: none could need fewer FP32 nodes than a passing "
+                  "one."]
         L.append("")
     return L
 
@@ -195,8 +199,8 @@ def html_sections(report: Report) -> str:
             f'<td class="n">{"—" if t.tolerance_used is None else f"{100 * t.tolerance_used:.1f} %"}</td></tr>'
             for t in k.trials if t.passed is not None)
         skipped = sum(t.passed is None for t in k.trials)
-        note = (f"<p class=\"muted\">{skipped} further trial(s) not evaluated: none could need fewer FP32 nodes than a "
-                "passing one.</p>") if skipped else ""
+        note = (f"<p class=\"muted\">{counted(skipped, 'further trial')} not evaluated: none could need fewer FP32 nodes "
+                "than a passing one.</p>") if skipped else ""
         out.append(f'<section id="knobs"><h2>Knobs on {e(k.backend)}</h2><table><thead><tr><th>Configuration</th>'
                    '<th class="n">FP32 nodes</th><th>Trial</th><th>Result</th><th class="n">Tolerance used</th></tr>'
                    f"</thead><tbody>{rows}</tbody></table>{note}</section>")

@@ -160,7 +160,7 @@ KEPT_OF_CAPTURE = {  # capture.keep -> what a run keeps of a large capture, said
 def capture_size_note(ev: CaptureSizeEvent) -> str:
     """Before a large capture (`control.CaptureSizeEvent`): how much it will write and where, the room there, what is
     kept of it and the flag that takes fewer samples."""
-    return (f"the capture will write about {fmt_decimal_bytes(ev.nbytes)} into {ev.path} ({ev.samples} samples; "
+    return (f"the capture will write about {fmt_decimal_bytes(ev.nbytes)} into {ev.path} ({counted(ev.samples, 'sample')}; "
             f"{fmt_decimal_bytes(ev.free)} free there); {KEPT_OF_CAPTURE.get(ev.keep, ev.keep)}; "
             f"{flag('capture.max_samples')} takes fewer")
 
@@ -431,9 +431,16 @@ def shapes_text(report: Report) -> str | None:
     for s in report.input_shapes:
         if not s.dynamic:
             continue
-        ran = _dims(s.opt) if not s.varies else f"{_dims(s.min)} to {_dims(s.max)} (mostly {_dims(s.opt)})"
+        ran = _dims(s.opt) if not s.varies else f"{_dims(s.min)} to {_dims(s.max)} ({_opt_text(s)})"
         parts.append(f"{shown(s.name)}: {ran} (the model declares {_dims(s.declared)})")
     return "; ".join(parts) or None
+
+
+def _opt_text(s) -> str:
+    """Which shape of a range the TensorRT commands optimize for (`--optShapes`), and why: "1x3x48x160 in 7 of 20
+    samples, the most common: the engine's opt shape"."""
+    held = f" in {s.opt_samples} of {s.samples} samples, the most common" if s.samples else ", the most common"
+    return f"{_dims(s.opt)}{held}: the engine's opt shape"
 
 
 def shapes_warning(report: Report) -> str | None:
@@ -456,7 +463,7 @@ def shapes_warning(report: Report) -> str | None:
     base = report.baseline
     said = (f' "The whole model in {precision_name(report)} meets the tolerance" is about these inputs only.'
             if base is not None and base.passed else "")
-    more = f" ({len(worried) - 1} more input(s) alike)" if len(worried) > 1 else ""
+    more = f" ({counted(len(worried) - 1, 'more input')} alike)" if len(worried) > 1 else ""
     example = ",".join(str(d) if d is not None else ("1" if i == 0 else "?") for i, d in enumerate(s.declared))
     return (f"WARNING: {why}{more}. Low-precision errors depend on the inputs' size, so this verdict says little about "
             f"real inputs.{said} Give samples of your data (--inputs), or their shape (--input-shapes "

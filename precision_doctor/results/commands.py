@@ -71,6 +71,7 @@ from precision_doctor.backends.tensorrt.tactics import TACTIC_SOURCES_TRT11
 from precision_doctor.graph.names import shown
 from precision_doctor.graph.shapes import InputShape, dims_text
 from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.words import counted
 
 PRECISION_FLAGS = {"fp16": "--fp16", "bf16": "--bf16"}
 # trtexec cannot express these in a layer name (see the module docstring).
@@ -206,7 +207,7 @@ def forced_comment_lines(forced: Mapping[str, str] | None, prefix: str = "# ") -
     from the model: escaped, so that no line break ends the comment)."""
     if not forced:
         return []
-    lines = [f"{prefix}fixed.onnx also keeps {len(forced)} node(s) in FP32 beyond the answer (listed with it here):"]
+    lines = [f"{prefix}fixed.onnx also keeps {counted(len(forced), 'node')} in FP32 beyond the answer (listed with it here):"]
     lines += [f"{prefix}  {shown(name)}: {shown(why)}" for name, why in forced.items()]
     return lines
 
@@ -370,7 +371,8 @@ def trtexec_trt11_check(pairs: Sequence[IOPair], options: EmitOptions = EmitOpti
                      + ": l0 counts elements instead.")
     bad = sorted({n for p in pairs for n in [*p.inputs, *p.outputs] if _trtexec_name(n) is None})
     if bad:
-        return "\n".join([*lines, f"# Not possible: trtexec's name:file lists cannot carry the name(s) "
+        names = "name" if len(bad) == 1 else "names"
+        return "\n".join([*lines, f"# Not possible: trtexec's name:file lists cannot carry the {names} "
                                    f"{', '.join(shown(n) for n in bad)}."])
     groups: dict[tuple, list[IOPair]] = {}
     for pair in pairs:
@@ -471,7 +473,7 @@ def trtexec_script(model: str, fixed_onnx: str, layers: Sequence[str], options: 
     layers = with_forced(layers, o.forced)
     ok, bad = split_layer_names(layers)
     n_nodes = len(unique(nodes)) if nodes is not None else None
-    what = f"{len(ok) + len(bad)} layer(s)" + (f" from {n_nodes} ONNX node(s)" if n_nodes is not None else "")
+    what = counted(len(ok) + len(bad), "layer") + (f" from {counted(n_nodes, 'ONNX node')}" if n_nodes is not None else "")
     if unwritable := unwritable_inputs(o.shapes, "trtexec"):
         return _refused_script(_trtexec_script_header(o.precision, what, t.tf32, o.forced), "trtexec", unwritable)
     weak = shell_line(_trtexec_trt10_args(model, layers, o), True)
@@ -503,7 +505,7 @@ def trtexec_script(model: str, fixed_onnx: str, layers: Sequence[str], options: 
         "else",
     ]
     if bad:
-        out.append(f'  echo "warning: {len(bad)} FP32 layer name(s) cannot be passed to trtexec; see the header" >&2')
+        out.append(f'  echo "warning: {counted(len(bad), "FP32 layer name")} cannot be passed to trtexec; see the header" >&2')
     out += [
         "  # TensorRT 10.x, weak typing: the original model, FP32 layers pinned.",
         indent(weak),

@@ -20,10 +20,11 @@ from precision_doctor.service.config import ServiceConfig, StateDir, limits
 from precision_doctor.service.events import job_events
 from precision_doctor.service.health import disk_use, out_of_space
 from precision_doctor.service.jobs import create_job
+from precision_doctor.service.resubmit import resubmit_job
 from precision_doctor.service.schema import STATES
 from precision_doctor.service.store import Job, Store, StoreBusy, StoreError, StoreFull, view
 from precision_doctor.service.supervisor import Supervisor, WorkerLauncher
-from precision_doctor.service.uploads import Refused, artifact, list_artifacts, read_submission
+from precision_doctor.service.uploads import Refused, artifact, list_artifacts, read_resubmission, read_submission
 
 log = logging.getLogger("precision_doctor.service")
 API_BUSY_S = 3.0  # how long a request waits for the store's lock before it is answered 503
@@ -156,6 +157,26 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
             raise Refused(409, f"job {job_id} is already {job.state}")
         job = store.request_cancel(job_id) or job
         return JSONResponse(view(job).to_json(), status_code=200 if job.terminal else 202)
+
+    @app.post("/jobs/{job_id}/resubmit", status_code=201, summary="Run a finished job again on its own files",
+              description="JSON `{settings, name}`, both optional: `settings` the RunSpec JSON sections to change (not "
+              "the files: the job's pinned copies are used). Where only the budget changes (or nothing) and the run "
+              "can be continued, the new job resumes the old one's search from its checkpoint (`continues`: true). 201 "
+              "with `{job, continues, resubmitted_from}`; 409 while the job runs, 410 when its files were removed.")
+    async def resubmit(job_id: str, request: Request) -> JSONResponse:
+        body = await read_resubmission(request)
+        old = get_job(job_id)
+        try:
+            job, continues = await run_in_threadpool(resubmit_job, old, body.get("settings"), body.get("name"), state,
+                                                     store)
+        except OSError as exc:
+            if not out_of_space(exc):
+                raise
+            raise Refused(507, f"the disk of the state directory {state.root} is full ({one_line(exc)})") from None
+        if supervise:
+            supervisor.wake()
+        return JSONResponse({"job": view(job).to_json(), "continues": continues, "resubmitted_from": job_id},
+                            status_code=201, headers={"location": f"/jobs/{job.id}"})
 
     @app.get("/jobs/{job_id}/report", summary="The HTML report", response_class=HTMLResponse)
     def report(job_id: str) -> FileResponse:

@@ -1,4 +1,4 @@
-"""A small httpx client of the precision-doctor daemon (used by the `submit`, `jobs`, `status`, `wait`
+"""A small httpx client of the precision-doctor daemon (used by the `submit`, `resubmit`, `jobs`, `status`, `wait`
 and `cancel` commands; usable from scripts). Jobs come back typed (`schema.JobView`)."""
 
 from __future__ import annotations
@@ -84,6 +84,15 @@ class Client:
                     raise ClientError(f"the daemon at {self.server} closed the connection during the upload (larger "
                                       "than its --max-upload-mb?)") from None
                 raise
+
+    def resubmit(self, job_id: str, settings: dict | None = None, name: str | None = None) -> tuple[JobView, bool]:
+        """Queue a finished job again on the daemon's copies of its files, with `settings` (RunSpec JSON sections)
+        changed: (the new job, whether it resumes the old one's search)."""
+        body = {k: v for k, v in (("settings", settings), ("name", name)) if v}
+        data = self._request("POST", f"/jobs/{job_id}/resubmit", json=body).json()
+        if not isinstance(data, dict):
+            raise ClientError(f"the daemon at {self.server} answered the resubmission with {type(data).__name__}")
+        return self._job(data.get("job"), "job"), bool(data.get("continues"))
 
     def jobs(self, state: str | None = None, limit: int = 200) -> list[JobView]:
         params: dict[str, Any] = {"limit": limit, **({"state": state} if state else {})}

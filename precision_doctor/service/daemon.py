@@ -15,6 +15,7 @@ from pathlib import Path
 from precision_doctor.errors import UserError, one_line
 from precision_doctor.service.auth import token_problem
 from precision_doctor.service.config import TOKEN_ENV, ServiceConfig, StateDir, is_loopback
+from precision_doctor.words import counted
 
 WORKERS_FROM_CLUSTER = 0  # --executor ray without --workers: as many as the cluster holds (RayLauncher)
 MAX_WORKERS = 1024
@@ -112,7 +113,7 @@ def serve(config: ServiceConfig) -> None:
                 raise UserError(f"--state-dir {config.state_dir}: {one_line(exc)}") from None
             where = f"http://{'[' + config.host + ']' if ':' in config.host else config.host}:{config.port}"
             on = " as Ray tasks" if config.executor == "ray" else ""
-            print(f"precision-doctor daemon on {where} (state {config.state_dir}, {config.workers} worker(s){on}"
+            print(f"precision-doctor daemon on {where} (state {config.state_dir}, {counted(config.workers, 'worker')}{on}"
                   f"{', token required' if config.token else ''})", file=sys.stderr, flush=True)
             uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5)).run(sockets=[sock])
     finally:

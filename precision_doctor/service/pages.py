@@ -172,10 +172,11 @@ _JOB_JS = """
   document.body.setAttribute('data-state',j.state);document.body.setAttribute('data-seen',seen.join(','));
   show('cancel',!done);
   if(done&&!loaded){loaded=true;
-   if(!summary&&r.label&&!j.files_removed)loadSummary();else renderSummary(r);loadArtifacts();}
+   if(!summary&&r.label&&!j.files_removed)loadSummary();else summarized(r);loadArtifacts();}
   else if(!done)renderSummary(null);}
+ function summarized(r){renderSummary(r);document.body.setAttribute('data-summary',summary?'shown':'none');}
  function loadSummary(){fetch('/jobs/'+encodeURIComponent(job.id)+'/summary').then(function(r){return r.ok?r.json():null;})
-  .then(function(d){summary=d;renderSummary(job.result);render(job);}).catch(function(){renderSummary(job.result);});}
+  .then(function(d){summary=d;summarized(job.result);render(job);}).catch(function(){summarized(job.result);});}
  function kind(n){var x=n.split('.').pop();return {jsonl:'evaluations of the run, one JSON line each',
   h5:'data of the run (HDF5)',json:'data of the run (JSON)',onnx:'a model of the run (ONNX)',
   sh:'a script of the run',raw:'raw tensor data',txt:'text written by the run'}[x]||'a file of the run';}
@@ -251,7 +252,9 @@ def job_page(job: Job, summary: dict | None = None, csrf: str = "") -> str:
         "<div id=\"status-line\" class=\"reason\" hidden></div><div id=\"figures\" class=\"kpis\"></div>"
         "<p id=\"held-out\" hidden></p><p id=\"fallback\" class=\"name\" hidden></p>"
         "<div id=\"next\" hidden><h2>Next steps</h2><ol id=\"steps\" class=\"steps\"></ol><p class=\"note\">The "
-        "commands read the job's files (below) by their names: download them into one directory and run them there."
+        "build and check commands read the job's files (below) by their names: download them into one directory and run "
+        "them there. <code>resubmit</code> runs the job again on the daemon's copies of your files; <code>submit</code> "
+        "sends yours again."
         "</p></div>"
         f"<p id=\"report-link\" hidden><a id=\"report\" href=\"/jobs/{rid}/report\">Open the full report</a> "
         "(per-layer tables, plots, every command)</p></section>"

@@ -32,6 +32,7 @@ from precision_doctor.service.config import TOKEN_ENV, ServiceConfig, StateDir
 from precision_doctor.service.health import disk_use
 from precision_doctor.service.retention import EVERY_S, Retention, Storage, prune, storage
 from precision_doctor.service.store import Store, StoreError
+from precision_doctor.words import counted
 
 ORPHAN_GRACE_S = 20.0  # at shutdown: the workers' time to give their jobs back
 RESPAWN_DELAY_S = 5.0  # a worker that died within this long of its start is restarted after this long
@@ -209,13 +210,13 @@ class Supervisor:
         out = []
         alive = self.alive()
         if alive < self.config.workers:
-            out.append(f"{alive} of {self.config.workers} worker(s) running (a replacement is due)")
+            out.append(f"{alive} of {counted(self.config.workers, 'worker')} running (a replacement is due)")
         if self.store_problem:
             out.append(self.store_problem)
         with self.lock:
             waiting = len(self.orphaned) + self.earlier_running
         if waiting:
-            out.append(f"{waiting} re-queue(s) of running jobs wait for the store")
+            out.append(f"{counted(waiting, 're-queue')} of running jobs wait{'s' if waiting == 1 else ''} for the store")
         return out
 
     def _loop(self) -> None:
@@ -241,7 +242,7 @@ class Supervisor:
         state = StateDir(self.config.state_dir)
         removed = self._attempt("removing old jobs' files", prune, self.store, state, self.retention)
         if removed:
-            _log(f"removed the files of {len(removed)} finished job(s) ({self.retention.flags()}): {', '.join(removed)}")
+            _log(f"removed the files of {counted(len(removed), 'finished job')} ({self.retention.flags()}): {', '.join(removed)}")
         self.storage = self._attempt("measuring the state directory", storage, self.store, state, self.retention)
 
     def tick(self) -> None:
@@ -321,7 +322,7 @@ class Supervisor:
             return
         self.earlier_running = False
         if requeued:
-            _log(f"re-queued {len(requeued)} job(s) left running by an earlier daemon: {', '.join(requeued)}")
+            _log(f"re-queued {counted(len(requeued), 'job')} left running by an earlier daemon: {', '.join(requeued)}")
 
     def _requeue_orphaned(self) -> None:
         with self.lock:

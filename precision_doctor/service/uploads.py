@@ -94,6 +94,21 @@ async def read_submission(request: Request) -> Submission:
                       validate_inputs=files["validate_inputs"])
 
 
+async def read_resubmission(request: Request) -> dict[str, Any]:
+    """A POST /jobs/{id}/resubmit: JSON `{"settings": {...}, "name": ...}`, both optional (an empty body: none)."""
+    raw = await request.body()
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if raw.strip() and kind != "application/json":
+        raise Refused(415, "send application/json (or no body)")
+    body = _json(raw, "the request body") if raw.strip() else {}
+    if not isinstance(body, dict):
+        raise Refused(400, "the request body must be a JSON object with 'settings' and 'name', both optional")
+    unknown = sorted(set(body) - {"settings", "name"})
+    if unknown:
+        raise Refused(400, f"unknown field '{unknown[0]}' (known: settings, name)")
+    return {"settings": body.get("settings"), "name": _name(body.get("name"))}
+
+
 def _json(data: str | bytes, what: str) -> Any:
     """Parsed JSON, or a 400 naming `what` (not JSON, or nested beyond spec.MAX_JSON_DEPTH)."""
     try:

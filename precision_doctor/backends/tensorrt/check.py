@@ -27,6 +27,7 @@ from precision_doctor.backends.tensorrt.build import LayerInfo, parse_onnx
 from precision_doctor.backends.tensorrt.layers import resolve_nodes, tensorrt_names
 from precision_doctor.backends.tensorrt.library import TrtLibrary, load_library
 from precision_doctor.errors import UserError
+from precision_doctor.words import counted
 
 FLOATING = ("FLOAT", "HALF", "BF16")
 LOW_TYPES = {"fp16": "HALF", "bf16": "BF16"}
@@ -71,7 +72,8 @@ class TrtCheck:
         return not self.mismatches
 
     def summary(self) -> str:
-        verdict = "every checked layer matches the answer" if self.passed else f"{len(self.mismatches)} layer(s) disagree"
+        disagree = f"{counted(len(self.mismatches), 'layer')} disagree{'s' if len(self.mismatches) == 1 else ''}"
+        verdict = "every checked layer matches the answer" if self.passed else disagree
         return (
             f"{self.library} {self.version}: {self.layers} layers from {Path(self.onnx_path).name}, "
             f"{self.checked_layers} checked over {self.checked_nodes} nodes: {verdict}"
