@@ -79,7 +79,7 @@ def compare(
         n = len(work.choose_capture(spec.capture.max_samples))  # as run_compare would choose them
         notify(progress, PhaseEvent("capture", f"{counted(n, 'sample')}, every tensor"))
         return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
-                           rules=spec.backends.rules)
+                           rules=spec.backends.emulation_rules)
 
 
 def probe_ops(
@@ -110,7 +110,7 @@ def probe_ops(
         notify(progress, PhaseEvent("probe"))
         group, largest = max(work.samples.groups().items(), key=lambda kv: len(kv[1]))  # shapes observed on one group
         samples = work.samples.subset(spread_choice({group: largest}, spec.capture.max_samples, spec.inputs.seed))
-        result = run_probe(work.model, samples, get_format(spec.precision), provider, spec.backends.rules,
+        result = run_probe(work.model, samples, get_format(spec.precision), provider, spec.backends.emulation_rules,
                            THRESHOLD if threshold is None else threshold, spec.capture.group_mb, stop)
         run = RunDir(out)
         write_json(out / "probe_ops.json", result.to_json(), writer=run)

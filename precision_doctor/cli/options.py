@@ -171,9 +171,15 @@ BACKENDS = (
          "one, and never certifies the answer."),
 )
 EMULATION = (
-    _opt("emulation_rules", "backends.rules", str, "How the emulator rounds: ort-cuda (default: ONNX Runtime's CUDA "
-         "kernels and graph fusions in FP16, measured on an H100) or standard (round each node's inputs and output, "
-         "FP32 between); or rule names (docs/ARCHITECTURE.md). TensorRT's kernels were not measured."),
+    _opt("target", "backends.target", str, "The runtime that will execute fixed.onnx, whose answer the run finds: "
+         "tensorrt (default: the run's artifacts are TensorRT's; the emulator models what TensorRT is documented to do "
+         "with a strongly typed network, every node its own layer, no ONNX Runtime fusion; a GPU here measures it on "
+         "ONNX Runtime CUDA with graph optimizations off, a proxy) or ort-cuda (ONNX Runtime's CUDA kernels and "
+         "fusions, measured on an H100/H200). The answer is then checked for the other runtime; where it fails there, "
+         "that runtime gets its own answer, fixed.onnx and commands in a folder named after it."),
+    _opt("emulation_rules", "backends.rules", str | None, "How the emulator rounds (default: the --target's rules, "
+         "tensorrt or ort-cuda): standard (round each node's inputs and output, FP32 between), or rule names "
+         "(docs/ARCHITECTURE.md); rules with ONNX Runtime's fusions need --target ort-cuda.", default=None),
 )
 ENGINE_TARGETS = _opt("engine_targets", "artifacts.engine_targets", list[str] | None,
                       "TensorRT-RTX compute capabilities to build fixed.plan for, e.g. 8.6,8.9 (default: its portable set "

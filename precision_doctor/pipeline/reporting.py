@@ -151,7 +151,8 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
             validation=validation.tol_used if validation is not None and same_as_searched else None,
             confirm=confirm.tolerance_used if confirm is not None and not by_knobs else None,
         ),
-        confirm=confirm, certified_by=checks.certified_by, emulation_rules=spec.backends.rules,
+        confirm=confirm, certified_by=checks.certified_by, target=spec.backends.target,
+        emulation_rules=spec.backends.emulation_rules,
         emulation_notes=list(checks.emulation_notes),
         status=outcome.status, reason=outcome.reason,
         passed=fallback is not None and held_out_ok and (checks.headroom is None or checks.headroom.holds)
