@@ -25,7 +25,15 @@ from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.headroom import SampleShare
 from precision_doctor.outcome import Decider, Outcome, RunStatus
 from precision_doctor.pipeline.search_loop import Loop
-from precision_doctor.results.report import Confirm, ExpectedHeadroom, HeldOutChoice, KnobsResult, TwoAnswers, Validation
+from precision_doctor.results.report import (
+    Confirm,
+    ExpectedHeadroom,
+    HeldOutChoice,
+    KnobsResult,
+    OtherRuntime,
+    TwoAnswers,
+    Validation,
+)
 from precision_doctor.runfiles import RunDir
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, Verdict
@@ -130,6 +138,7 @@ class Findings:
     knobs: KnobOutcome | None = None  # knobs
     decided_by: Decider | None = None  # probe: which check decides whether the answer holds
     answers: TwoAnswers | None = None  # answers: the smaller answer found first, and the final one
+    other: OtherRuntime | None = None  # pipeline/target.py: the answer on the other runtime, and that runtime's own
 
     @property
     def validation(self) -> Validation | None:

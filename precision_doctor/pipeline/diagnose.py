@@ -68,6 +68,7 @@ from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_fro
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining, user_share
+from precision_doctor.pipeline.target import answer_for, other_runtime_step, write_other_answer
 from precision_doctor.pipeline.trt import tensorrt_steps
 from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob, Timing
@@ -109,7 +110,7 @@ def run_diagnose(
         for step in (_probe, _confirm, _knobs):  # what the time budget's clock runs through
             outcome = step(ctx, outcome)
         ctx.search_ended = time.monotonic()
-        for step in (_answers, _settle):
+        for step in (_answers, other_runtime_step, _settle):  # other_runtime_step: pipeline/target.py
             outcome = step(ctx, outcome)
         return _write(ctx, outcome, origin, service_job)
 
@@ -127,9 +128,10 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     model, b, run = work.model, spec.backends, RunDir(out_dir)
     plan = plan_backends(b.backend, b.confirm_backend)  # auto: on a CUDA GPU ort-cuda-gated, confirmed on ort-cuda
     backend = owned.enter_context(contextlib.closing(
-        make_backend(plan.search, model, spec.precision, model.outputs, rules=b.rules)))
+        make_backend(plan.search, model, spec.precision, model.outputs, rules=b.emulation_rules, target=b.target)))
     confirm_backend = owned.enter_context(contextlib.closing(
-        make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend", rules=b.rules)
+        make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend",
+                     rules=b.emulation_rules, target=b.target)
     )) if plan.confirm else None
     check_run_settings(run, run_settings(work, spec, held, _all_references(work)), resume)
     work.keep_in(run)  # a data loader script's samples: a resumed run reads them there
@@ -158,7 +160,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         with shared_capture(capture_cache, spec, work, run) as reused:
             analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
                 work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
-                rules=b.rules, writer=run, diagnosis=True)
+                rules=b.emulation_rules, writer=run, diagnosis=True)
     write_layer_tables(run, analysis)
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
     space = build_space(model, analysis, get_format(spec.precision), spec.search.cost, cost_model=cm)
@@ -302,7 +304,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     notify(ctx.progress, PhaseEvent("artifacts", "the fixed capture, fixed.onnx, commands, report"))
     spec, work, out_dir, f, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
     run = ctx.run_dir
-    fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search
+    fmt, rules, backend = get_format(spec.precision), spec.backends.emulation_rules, ctx.backends.search
     passed = outcome.found is not None
     final = outcome.found if outcome.found is not None else frozenset()
     shapes = input_shapes(work.model.declared_shapes, [*work.samples.shapes(), *as_sample_set(ctx.references.held).shapes()])
@@ -311,8 +313,9 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         fixed = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
                               ctx.progress, ctx.stop, rules=rules, writer=run)
         written = write_artifacts(run, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
-                                  shapes)
+                                  shapes, answer_for(ctx))
         trt_check, engine = tensorrt_steps(run, work.model, final, spec, written, knobs, shapes)
+        write_other_answer(ctx, shapes)
         produced = Produced(fixed.errors, written, trt_check, engine)
     validation, headroom = f.validation, f.headroom
     notes = notes_for(work.model, fmt, backend, final) if passed else []
@@ -338,7 +341,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         produced=produced, promise=Promise(ctx.held_choice, f.decided_by, f.answers),
         shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,
     )
-    report.service_job = service_job
+    report.service_job, report.other_runtime = service_job, f.other
     report = write_report(run, report)
     keep_capture(run, spec.capture.keep, outcome.status, work.model.outputs,
                  {FIXED_RUN: fixed} if fixed is not None and fixed.outputs is not None else None)
