@@ -11,6 +11,7 @@ from precision_doctor.render.layers import FOLDED_NOTE, layers_by_name, top_offe
 from precision_doctor.render.numbers import fmt, fmt_flops, fmt_pct, fmt_time
 from precision_doctor.render.pricing import cost_sentence
 from precision_doctor.render.pricing import markdown_lines as pricing_lines
+from precision_doctor.render.target import target_lines
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     knobs_sentence,
@@ -80,8 +81,8 @@ def _tolerance_text(tol: Tolerance) -> str:
 
 def render_markdown(report: Report) -> str:
     """report.md: verdict first, then fallback nodes, outputs, divergence, commands, offenders, search."""
-    sections = (_summary, _settings, _next_steps, _fallback, markdown_sections, _outputs, _first_divergence, _commands,
-                _top_offenders, _search, _artifacts, pricing_lines)
+    sections = (_summary, _settings, _next_steps, _fallback, target_lines, markdown_sections, _outputs, _first_divergence,
+                _commands, _top_offenders, _search, _artifacts, pricing_lines)
     return "\n".join(line for section in sections for line in section(report)).rstrip() + "\n"
 
 

@@ -359,15 +359,21 @@ def headline(report: Report) -> str:
 
 
 def headline_text(report: Report) -> str:
-    """The headline after its label (the CLI styles the label itself)."""
-    return " ".join(x for x in (verdict_sentence(report), floor_sentence(report), bound_sentence(report, short=True),
-                                smaller_answer_sentence(report), lowp_sentence(report)) if x)
+    """The headline after its label (the CLI styles the label itself): what the run found, which runtime it holds for
+    and how it fared on the other one, ..."""
+    from precision_doctor.render.target import other_runtime_sentence, target_sentence
+
+    return " ".join(x for x in (verdict_sentence(report), target_sentence(report),
+                                other_runtime_sentence(report, short=True), floor_sentence(report),
+                                bound_sentence(report, short=True), smaller_answer_sentence(report),
+                                lowp_sentence(report)) if x)
 
 
 def search_line(report: Report) -> str:
     """The search in one line, as the CLI prints it first: "fp16 on emulate, strategy auto: 40 evaluations in a 3.2 s
     search (the whole run 9.04 s: 2.1 s before the search, 3.74 s after)"; the time budget's where one was given."""
-    head = f"{report.precision} on {report.backend}, strategy {report.strategy}: {report.evaluations} evaluations"
+    target = f" for {report.target}" if report.target else ""
+    head = f"{report.precision}{target} on {report.backend}, strategy {report.strategy}: {report.evaluations} evaluations"
     t = report.timing
     if t is None:  # a report written before the search's time was kept apart
         return f"{head} in {fmt_seconds(report.elapsed_s)}"
