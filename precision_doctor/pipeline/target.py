@@ -7,9 +7,11 @@ Where the other runtime is checked: on the machine the run measured on. A run th
 measures it there (ort-cuda at ORT_ENABLE_ALL for ONNX Runtime; for TensorRT `trt` where its engines run, else the
 proxy, ONNX Runtime CUDA with graph optimizations disabled); a run on the emulator emulates it with that runtime's
 rules. The samples: every search sample (loaded on demand), the working set's perturbed copies and the held-out
-samples, at the search's tolerance. A failing answer grows by `search.auto.repair`: its members kept, the fewest
-ranked islands added, then what was added pruned (so the second answer is the first plus what the other runtime
-needs); a time budget left by the search bounds it.
+samples, at the search's tolerance (the check itself is one evaluation: it stops at the first failing sample, and
+runs every sample only where the answer passes). A failing answer grows by `search.auto.repair`: its members kept,
+the fewest ranked islands added, then what was added pruned, and the fusion groups it added split where that pays
+(`search.refine`, as after the search); so the second answer is the first plus what the other runtime needs, for
+about the cost of a confirmation. A time budget left by the search bounds the growing.
 """
 
 from __future__ import annotations
@@ -84,8 +86,7 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
     except UserError as exc:
         return OtherRuntime(name, backend_name, measured, users, reason=f"not checked: {exc}"), None
     checkpoint = ctx.out_dir / CHECKPOINT.format(runtime=name)
-    oracle = Oracle(backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost,
-                    budget=Budget(None, remaining(ctx.budget, ctx.oracle).time_s), checkpoint=checkpoint,
+    oracle = Oracle(backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, checkpoint=checkpoint,
                     writer=ctx.run_dir, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop)
     if ctx.resume:
         oracle.load_checkpoint()
@@ -98,7 +99,8 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
                           user_share(spec, verdict))
     if verdict is None:
         report.reason = f"not checked: {checked.reason}"
-    elif not verdict.passed:
+    elif not verdict.passed:  # the check itself is never cut short; growing there spends what the search left
+        oracle.budget = Budget(None, remaining(ctx.budget, ctx.oracle).time_s)
         checked = run_strategy(oracle, ctx.space, lambda o, sp: _grown(o, sp, found), ctx.stop)
         answer = checked.found
         if answer is not None:
