@@ -219,6 +219,26 @@ def test_an_answer_for_tensorrt_that_onnx_runtime_needs_more_of_gets_an_ort_cuda
     assert "# This answer is for ONNX Runtime CUDA (--target ort-cuda)" in (out / "ort-cuda" / "trtexec.sh").read_text()
 
 
+def test_the_unit_gated_graph_computes_the_deployed_graph_node_for_node():
+    """Under ONNX's reference evaluator (each node in numpy's own FP16 arithmetic, no fusion, no Casts of its own) the
+    unit-gated graph, the per-node gated graph and fixed.onnx's graph agree bit for bit on every set tried: the units'
+    wiring (And of the gates, the low-type tensors between members, the else branch's renamed nodes) is exact."""
+    from onnx.reference import ReferenceEvaluator
+
+    from precision_doctor.graph.mixed import build_mixed
+
+    case = layernorm_block()
+    model = from_proto(case.model)
+    units = fusion_units(model, FP16)
+    whole, per_node = gated_native_graph(model, FP16, units=units), gated_native_graph(model, FP16)
+    sample = case.samples(1)[0]
+    for fallback in (set(), {"ln1_mul"}, {u[1] for u in units}, set(case.expected), set(whole.candidates)):
+        deployed = ReferenceEvaluator(build_mixed(model, frozenset(fallback))).run(None, sample)[0]
+        for graph in (whole, per_node):
+            got = ReferenceEvaluator(graph.proto).run(None, {**sample, **graph.feeds(fallback)})[0]
+            assert np.array_equal(got, deployed, equal_nan=True), sorted(fallback)
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_the_search_graph_measures_what_the_target_executes():
     """On ONNX Runtime CUDA: for ort-cuda the unit-gated graph with every node FP16 computes what the deployed
