@@ -18,9 +18,10 @@ compute in the low type, so running them on the CUDA provider shows what the GPU
   decomposed LayerNorm in a then branch becomes LayerNormalization, tests/test_target.py); its else branch gates
   each member on its own as above. Exact for every set where all of a unit's members are low precision and where
   a fusion needs all of them (LayerNorm, Gelu, QuickGelu, Conv+BatchNormalization, Gemm); a set keeping part of a
-  FusedMatMul site in FP32 loses the part of that fusion ONNX Runtime would still make. Where x of a LayerNorm comes
-  from an FP32 node and other low-precision nodes read it too, the deployed graph's LayerNormalization reads the
-  shared FP16 Cast of x, the unit its own Cast, which the fusion removes (x unrounded).
+  FusedMatMul site in FP32 loses the part of that fusion ONNX Runtime would still make. A unit reads its inputs
+  through Casts made outside its branch, which no fusion inside it can remove: where x of a LayerNorm comes from an
+  FP32 node through a Cast only the pattern reads, the deployed graph's fused kernel reads x unrounded (ORT removes
+  that Cast), the unit's reads it rounded (more error: the safe side).
 
 Nodes follow `graph.mixed`'s choices: FLOAT tensors take the low type except inputs that ONNX
 types as float whatever the data (Resize scales...); nodes in `mixed.forced_fp32` (ops without
