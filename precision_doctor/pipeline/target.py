@@ -87,7 +87,7 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
         return OtherRuntime(name, backend_name, measured, users, reason=f"not checked: {exc}"), None
     checkpoint = ctx.out_dir / CHECKPOINT.format(runtime=name)
     oracle = Oracle(backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, checkpoint=checkpoint,
-                    writer=ctx.run_dir, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop)
+                    writer=ctx.run_dir, stop=ctx.stop)
     if ctx.resume:
         oracle.load_checkpoint()
     elif checkpoint.exists():
@@ -101,6 +101,7 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
         report.reason = f"not checked: {checked.reason}"
     elif not verdict.passed:  # the check itself is never cut short; growing there spends what the search left
         oracle.budget = Budget(None, remaining(ctx.budget, ctx.oracle).time_s)
+        oracle.on_evaluation = evaluation_events(ctx.progress)  # growing takes evaluations: each one a progress line
         checked = run_strategy(oracle, ctx.space, lambda o, sp: _grown(o, sp, found), ctx.stop)
         answer = checked.found
         if answer is not None:
