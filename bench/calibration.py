@@ -201,7 +201,7 @@ def run_model(name: str, spec: RunSpec, sizes: tuple[int, ...], work: Path, done
     files = write_files(samples, work / name / "inputs")
     ref = ReferenceRunner(model)
     unseen_refs = [ref.run(s) for s in unseen]
-    backend = EmulateBackend(model, spec.precision, model.outputs, rules=spec.backends.rules)
+    backend = EmulateBackend(model, spec.precision, model.outputs, rules=spec.backends.emulation_rules)
     jobs = [("default", inputs_for(s)) for s in sizes] + ([("exhaustive", inputs_for(max(sizes)))] if exhaustive else []) \
         + ([("hindsight", USER + UNSEEN)] if hindsight else [])
     for kind, n in jobs:

@@ -36,7 +36,7 @@ def measure(name: str, spec: RunSpec, capture_samples: int, where: Path) -> dict
     try:
         t = time.perf_counter()
         run_compare(work, spec.precision, spec.tolerance, out, CaptureSpec(max_samples=capture_samples),
-                    rules=spec.backends.rules)
+                    rules=spec.backends.emulation_rules)
         capture_s = time.perf_counter() - t
         real = (out / ACTIVATIONS).stat().st_size
     finally:

@@ -100,7 +100,8 @@ def main() -> None:
         ref = ReferenceRunner(model)
         refs = [ref.run(s) for s in unseen]
         for name in (["ort-cuda"] if cuda_machine() else []) + ["emulate"]:
-            with closing(make_backend(name, model, spec.precision, model.outputs, rules=spec.backends.rules)) as backend:
+            with closing(make_backend(name, model, spec.precision, model.outputs, rules=spec.backends.emulation_rules,
+                                      target=spec.backends.target)) as backend:
                 t1 = time.monotonic()
                 shares = sample_shares(backend, frozenset(rep.fallback_nodes), unseen, refs, spec.tolerance)
                 summary[f"unseen_{name}"] = {

@@ -77,7 +77,7 @@ def main() -> None:
         if rep.fallback_nodes is not None and (rep.passed or rep.fallback_size):
             for backend_name in (["ort-cuda"] if gpu else []) + ["emulate"]:
                 with closing(make_backend(backend_name, probe.model, spec.precision, probe.model.outputs,
-                                          rules=spec.backends.rules)) as backend:
+                                          rules=spec.backends.emulation_rules, target=spec.backends.target)) as backend:
                     shares = sample_shares(backend, frozenset(rep.fallback_nodes), [probe.samples[j] for j in unseen],
                                            [refs[j] for j in unseen], tol)
                 row[f"unseen_{backend_name}"] = {

@@ -1,7 +1,7 @@
 """GPU session B, the pipeline step: the default pipeline on the zoo, and whether its answers hold on
 the GPU on the samples searched and on unseen ones; one gated-GPU evaluation beside a session rebuild.
 
-1. `precision-doctor batch ZOO` with the defaults (`--backend auto`: the emulator with the `ort-cuda`
+1. `precision-doctor batch ZOO --target ort-cuda` with the defaults (`--backend auto`: the emulator with the `ort-cuda`
    rules searches, a CUDA GPU confirms on `ort-cuda`; every model's recipe as it is), as a subprocess
    under a time limit (SIGINT: the batch keeps what finished). Per model: the final answer, who
    certified it (`certified_by`), evaluations on the emulator and on the GPU, wall time.
@@ -194,7 +194,8 @@ def main() -> None:
     if not args.cpu and CUDA not in ort.get_available_providers():
         raise SystemExit("no CUDAExecutionProvider here: run on a GPU machine with onnxruntime-gpu, or pass --cpu")
     providers = ["CPUExecutionProvider"] if args.cpu else [CUDA, "CPUExecutionProvider"]
-    extra = (["--confirm-backend", "ort-cpu"] if args.cpu else []) + list(args.batch_args)
+    # the session measured ONNX Runtime's answers (before --target): its pipeline is --target ort-cuda's
+    extra = ["--target", "ort-cuda", *(["--confirm-backend", "ort-cpu"] if args.cpu else []), *args.batch_args]
     if args.batch_dir.exists() and not (args.batch_dir / "batch.json").exists():
         shutil.rmtree(args.batch_dir)
     result = {"device": "CPU (plumbing)" if args.cpu else "CUDA", "onnxruntime": ort.__version__,

@@ -79,7 +79,7 @@ def compare(
         n = len(work.choose_capture(spec.capture.max_samples))  # as run_compare would choose them
         notify(progress, PhaseEvent("capture", f"{counted(n, 'sample')}, every tensor"))
         return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
-                           rules=spec.backends.rules)
+                           rules=spec.backends.emulation_rules)
 
 
 def probe_ops(
@@ -93,7 +93,8 @@ def probe_ops(
     force: bool = False,
     command: str | None = None,
 ):
-    """Every node of the model alone in low precision on `provider` against the emulation rules
+    """Every node of the model alone in low precision on `provider` against the emulation rules (`backends.rules`;
+    unset, the `ort-cuda` rules whatever the target: they model the ONNX Runtime provider measured here)
     (`measure/opprobe.py`; `threshold` None: its THRESHOLD); writes `probe_ops.json` and `probe_ops.md` into
     `out_dir`. Returns the OpProbe. It runs on at most `capture.max_samples` samples of the largest shape group."""
     from precision_doctor.data.samples import spread_choice
@@ -110,7 +111,7 @@ def probe_ops(
         notify(progress, PhaseEvent("probe"))
         group, largest = max(work.samples.groups().items(), key=lambda kv: len(kv[1]))  # shapes observed on one group
         samples = work.samples.subset(spread_choice({group: largest}, spec.capture.max_samples, spec.inputs.seed))
-        result = run_probe(work.model, samples, get_format(spec.precision), provider, spec.backends.rules,
+        result = run_probe(work.model, samples, get_format(spec.precision), provider, spec.backends.rules or "ort-cuda",
                            THRESHOLD if threshold is None else threshold, spec.capture.group_mb, stop)
         run = RunDir(out)
         write_json(out / "probe_ops.json", result.to_json(), writer=run)

@@ -74,8 +74,9 @@ def check(stop: StopToken | None) -> None:
 
 @dataclass(frozen=True)
 class PhaseEvent:
-    """The run entered a phase: load, capture, reference, search, validate, confirm, knobs, artifacts; `detail`:
-    what it works on, in words ("8 samples"; may be empty)."""
+    """The run entered a phase: load, capture, reference, search, validate, confirm, knobs, other-runtime (the answer
+    checked for the runtime it is not for), artifacts; `detail`: what it works on, in words ("8 samples"; may be
+    empty)."""
 
     phase: str
     detail: str = ""

@@ -52,6 +52,7 @@ FLAGS: dict[str, str] = {
     "backends.backend": "--backend",
     "backends.confirm_backend": "--confirm-backend",
     "backends.rules": "--emulation-rules",
+    "backends.target": "--target",
     "out_dir": "--out",
     "force": "--force",
     "resume": "--resume",

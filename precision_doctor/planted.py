@@ -209,6 +209,67 @@ def dynamic_image() -> PlantedCase:
     return PlantedCase("dynamic_image", m, planted, "double_out", mk, planted={"double"})
 
 
+def _layernorm(g: _G, x: str, d: int, name: str, scale: np.ndarray, opset: int) -> str:
+    """A LayerNorm over the last axis as exports below opset 17 write it: ReduceMean, Sub, Pow, ReduceMean, Add(eps),
+    Sqrt, Div, Mul(scale), Add(bias) (the pattern ONNX Runtime fuses into LayerNormalization)."""
+    def mean(t: str, n: str) -> str:
+        if opset >= 18:
+            return g.op("ReduceMean", [t, g.const_i64(f"{n}_axes", [-1])], n, keepdims=1)
+        return g.op("ReduceMean", [t], n, axes=[-1], keepdims=1)
+
+    diff = g.op("Sub", [x, mean(x, f"{name}_mean")], f"{name}_sub")
+    var = mean(g.op("Pow", [diff, g.const(f"{name}_two", np.float32(2.0))], f"{name}_pow"), f"{name}_var")
+    std = g.op("Sqrt", [g.op("Add", [var, g.const(f"{name}_eps", np.float32(1e-5))], f"{name}_add_eps")], f"{name}_sqrt")
+    norm = g.op("Div", [diff, std], f"{name}_div")
+    scaled = g.op("Mul", [norm, g.const(f"{name}_gamma", scale)], f"{name}_mul")
+    return g.op("Add", [scaled, g.const(f"{name}_beta", 0.02 * g.rng.standard_normal(d))], f"{name}_add")
+
+
+LAYERNORM_NODES = ("mean", "sub", "pow", "var", "add_eps", "sqrt", "div", "mul", "add")
+
+
+def layernorm_block(opset: int = 14, seq: int = 16, d: int = 64) -> PlantedCase:
+    """A post-LN transformer encoder block as BERT-class models export below opset 17 (issue 35's MPNet): self-
+    attention, residual Add, decomposed LayerNorm `ln1`, a feed-forward MatMul-Relu-MatMul, residual Add, decomposed
+    LayerNorm `ln2`. The residual stream carries a few outlier channels in the hundreds (as trained encoders do; the
+    LayerNorms' scale keeps them there), so `(x - mean)**2` exceeds FP16's 65504 in both LayerNorms' Pow: an FP16
+    LayerNorm built from its nodes overflows (TensorRT), a fused one computed in FP32 does not (ONNX Runtime).
+    `expected`: the Pow and variance ReduceMean of both LayerNorms (the nodes that overflow and the one that reads the
+    overflowing square); the answer for TensorRT must hold them, the one for ONNX Runtime CUDA need not."""
+    g = _G(35)
+    outliers = [3, 17, 42]
+    gamma = np.ones(d, dtype=np.float32)
+    gamma[outliers] = 60.0
+
+    def attention(x: str) -> str:
+        q, k, v = (g.dense(x, d, d, f"attn_{w}", 0.02) for w in "qkv")
+        kt = g.op("Transpose", [k], "attn_kt", perm=[0, 2, 1])
+        scores = g.op("Div", [g.op("MatMul", [q, kt], "attn_scores"), g.const("attn_scale", np.float32(np.sqrt(d)))],
+                      "attn_scale_div")
+        probs = g.op("Softmax", [scores], "attn_softmax", axis=-1)
+        return g.dense(g.op("MatMul", [probs, v], "attn_context"), d, d, "attn_out", 0.05)
+
+    r1 = g.op("Add", ["x", attention("x")], "residual1")
+    h = _layernorm(g, r1, d, "ln1", gamma, opset)
+    up = g.op("Add", [g.dense(h, d, 2 * d, "ffn_up", 0.02), g.const("ffn_up_b", np.zeros(2 * d))], "ffn_up_bias")
+    ffn = g.dense(g.op("Relu", [up], "ffn_relu"), 2 * d, d, "ffn_down", 0.05)
+    y = _layernorm(g, g.op("Add", [h, ffn], "residual2"), d, "ln2", gamma, opset)
+    g_model = helper.make_model(
+        helper.make_graph(g.nodes, "layernorm_block", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, seq, d])],
+                          [helper.make_tensor_value_info(y, TensorProto.FLOAT, [1, seq, d])], g.inits),
+        opset_imports=[helper.make_opsetid("", opset)], ir_version=IR_VERSION)
+    g_model.producer_name = "precision-doctor-planted"
+
+    def make_input(rng: np.random.Generator) -> dict[str, np.ndarray]:
+        x = rng.standard_normal((1, seq, d)).astype(np.float32)
+        x[..., outliers] = rng.uniform(250.0, 400.0, (1, seq, len(outliers))) * rng.choice([-1.0, 1.0], len(outliers))
+        return {"x": x.astype(np.float32)}
+
+    expected = {f"{ln}_{n}" for ln in ("ln1", "ln2") for n in ("pow", "var")}
+    return PlantedCase("layernorm_block", onnx.shape_inference.infer_shapes(g_model), expected, "ln1_pow_out", make_input,
+                       atol=2e-2, rtol=2e-2, planted=expected)
+
+
 CASES: dict[str, Callable[[], PlantedCase]] = {
     "overflow_island": overflow_island,
     "softmax_no_max": softmax_no_max,

@@ -80,16 +80,28 @@ class CaptureSpec:
     keep: str = "summary"
 
 
+TARGETS = ("tensorrt", "ort-cuda")  # the runtimes an answer can be for (graph/targets.py)
+
+
 @dataclass(frozen=True)
 class BackendSpec:
-    """Where candidate sets run, where the answer is confirmed (None: not confirmed; `auto` confirms on
-    ort-cuda where a CUDA GPU is), and the emulator's rules: `ort-cuda` (what ONNX Runtime's CUDA
-    kernels and graph optimizer do in FP16, measured on an H100) or `standard` (round the inputs and
-    outputs of each node, compute in FP32 between), or rule names (graph/rules.py)."""
+    """The runtime the answer is for (`target`: `tensorrt`, the default, since the run's artifacts are TensorRT's
+    (a strongly typed fixed.onnx, trtexec.sh, tensorrt_rtx.sh); or `ort-cuda`), where candidate sets run, where the
+    answer is confirmed (None: not confirmed; `auto` confirms on ort-cuda where a CUDA GPU is, measuring what the
+    target executes), and the emulator's rules: None (the target's profile: `tensorrt`, TensorRT's documented
+    arithmetic with no ONNX Runtime fusion, or `ort-cuda`, ONNX Runtime's CUDA kernels and fusions measured on an
+    H100), `standard` (round the inputs and outputs of each node, compute in FP32 between), or rule names
+    (graph/rules.py)."""
 
     backend: str = "auto"
     confirm_backend: str | None = None
-    rules: str = "ort-cuda"
+    rules: str | None = None
+    target: str = "tensorrt"
+
+    @property
+    def emulation_rules(self) -> str:
+        """The emulator's rules in force: those set, else the target's profile (named as the target)."""
+        return self.rules if self.rules is not None else self.target
 
 
 @dataclass(frozen=True)

@@ -294,8 +294,10 @@ def test_samples_of_two_shapes_through_diagnose(run_cli, dyn, tmp_path):
     for i in range(14):
         np.savez(data / f"s{i:02d}.npz", x=_x(rng, 4 if i % 3 else 2))
     out = tmp_path / "run"
+    # ONNX Runtime's rules: its FusedMatMul takes the logit scale (for TensorRT the scale rounds on its own, and the
+    # answer keeps it in FP32 too)
     code, stdout, err = run_cli("diagnose", path, "--inputs", data, "--max-samples", "10", "--capture-samples", "4",
-                                "--keep-activations", "all", *TOL, "--out", out)
+                                "--keep-activations", "all", *TOL, "--target", "ort-cuda", "--out", out)
     assert code == 0, err + stdout
     report = json.loads((out / "report.json").read_text())
     assert set(report["fallback_nodes"]) == {"exp", "sum", "normalize"} and report["passed"]

@@ -36,7 +36,9 @@ def test_auto_searches_on_the_gpu_and_confirms_on_the_real_graph_where_there_is_
 
 def test_rules_setting_is_checked_and_keyed():
     spec = RunSpec(model="m.onnx")
-    assert spec.backends.rules == "ort-cuda" and spec.backends.backend == "auto"
+    assert spec.backends.rules is None and spec.backends.backend == "auto" and spec.backends.target == "tensorrt"
+    assert spec.backends.emulation_rules == "tensorrt"  # unset: the target's
+    assert spec.with_settings({"backends.target": "ort-cuda"}).backends.emulation_rules == "ort-cuda"
     with pytest.raises(SpecError) as e:
         validate_spec(spec.with_settings({"backends.rules": "cuda-ish"}))
     assert e.value.setting == "backends.rules"
@@ -53,7 +55,7 @@ def test_auto_on_a_cpu_machine_says_the_answer_was_not_checked_on_a_gpu(planted_
     case, path, files = planted_file("deep_stack_one_bad", 4)
     spec = RunSpec(model=str(path)).with_settings({
         "inputs.files": [str(f) for f in files], "tolerance.atol": case.atol, "tolerance.rtol": case.rtol,
-        "backends.rules": rules})
+        "backends.rules": rules, "backends.target": "ort-cuda"})
     report = api.diagnose(spec, tmp_path / "run")
     assert report.passed and set(report.fallback_nodes) == case.expected
     c = report.certified_by
@@ -99,20 +101,22 @@ def test_auto_on_a_cuda_machine_runs_the_search_on_the_gated_graph(planted_file,
     monkeypatch.setattr(registry, "cuda_machine", lambda: True)
     real, made = registry._make, []
 
-    def on_cpu(name, model, precision, outputs, rules):
-        made.append(name)
+    def on_cpu(name, model, precision, outputs, rules, target):
+        made.append((name, target))
         cpu = ["CPUExecutionProvider"]
         if name == "ort-cuda-gated":
             return OrtGatedBackend(model, precision, providers=cpu, outputs=outputs)
         if name == "ort-cuda":
             return OrtBackend(model, precision, providers=cpu, outputs=outputs)
-        return real(name, model, precision, outputs, rules)
+        return real(name, model, precision, outputs, rules, target)
     monkeypatch.setattr(registry, "_make", on_cpu)
     case, path, files = planted_file("three_defects", 6)
     spec = RunSpec(model=str(path)).with_settings({
         "inputs.files": [str(f) for f in files], "tolerance.atol": case.atol, "tolerance.rtol": case.rtol})
     report = api.diagnose(spec, tmp_path / "run")
-    assert made == ["ort-cuda-gated", "ort-cuda"] and report.backend == "ort-cpu-gated"
+    # the search and the confirmation for the target (TensorRT, by default), then the answer on the other runtime
+    assert made == [("ort-cuda-gated", "tensorrt"), ("ort-cuda", "tensorrt"), ("ort-cuda", "ort-cuda")]
+    assert report.backend == "ort-cpu-gated" and report.other_runtime.measured and report.other_runtime.passed
     assert report.confirm is not None and report.confirm.backend == "ort-cpu" and report.confirm.passed
     assert [r.search for r in report.search_rounds.rounds] == ["first", "confirm"] and report.search_rounds.verified
     assert report.layers and report.emulation_notes == []  # the capture ran (on the emulator); no emulator verdicts

@@ -163,13 +163,15 @@ def knob_configs(family: str, lib=None) -> list[KnobConfig]:
     raise ValueError(f"no knobs for {family!r}")
 
 
-def knob_backend(family: str, model, precision: str, outputs: Sequence[str], config: KnobConfig):
-    """A backend that evaluates fallback sets under `config` (the caller closes it)."""
+def knob_backend(family: str, model, precision: str, outputs: Sequence[str], config: KnobConfig,
+                 level: str | None = None):
+    """A backend that evaluates fallback sets under `config` (the caller closes it); `level`: an ONNX Runtime
+    backend's graph optimization level (the default backend's, which the target set)."""
     if family in (ORT_CUDA, ORT_CPU):
         from precision_doctor.backends.ort import OrtBackend
 
         providers = ort_providers(config) if family == ORT_CUDA else ["CPUExecutionProvider"]
-        return OrtBackend(model, precision, providers=providers, outputs=outputs)
+        return OrtBackend(model, precision, providers=providers, outputs=outputs, level=level)
     if family == TRT:
         from precision_doctor.backends.tensorrt import TrtBackend
 

@@ -86,6 +86,9 @@ class OrtBackend(SessionHolder):
     which can change the provider's fusions). On CUDA, FP32 nodes compute in true FP32 unless
     `tf32` (ONNX Runtime's default is TF32 matmuls and convolutions, 10-bit mantissas; a string
     "CUDAExecutionProvider" gets `use_tf32` set from `tf32`, a (name, options) pair is kept as is).
+    `level`: ONNX Runtime's graph optimization level (`graph.ort_session.LEVELS`; None: "all" with `optimize`,
+    else "basic"); "disabled" is the TensorRT target's proxy (`graph/targets.py`: no fusion, every node its own
+    kernel).
     """
 
     def __init__(
@@ -98,8 +101,10 @@ class OrtBackend(SessionHolder):
         optimize: bool = True,
         cache_size: int = 4,
         tf32: bool = False,
+        level: str | None = None,
     ):
         fmt = get_format(precision)
+        self.level = level if level is not None else ("all" if optimize else "basic")
         self.model = model
         self.precision = precision
         self.providers = [
@@ -140,7 +145,7 @@ class OrtBackend(SessionHolder):
         run_proto = proto
         if self.output_names != [o.name for o in proto.graph.output]:
             run_proto = with_outputs(proto, self.output_names, tensor_types_and_shapes(proto)[0])
-        session = make_session(run_proto, self.providers, optimize=self.optimize)
+        session = make_session(run_proto, self.providers, optimize=self.optimize, level=self.level)
         if self.uses_cuda and CUDA not in session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
         runner = OrtRunner(proto, session, self.output_names, self.model)

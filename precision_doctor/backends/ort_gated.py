@@ -2,8 +2,10 @@
 fallback set: the gated native graph of `graph.native`, where a fallback set is a feed.
 
 It computes what the mixed graph of `backends.ort` computes for the same set, without the kernel
-fusions ONNX Runtime makes across neighbouring nodes (it cannot fuse across If branches): compare
-the two with bench/gpu_nodewise.py before trusting one for the other. On the CPU provider ONNX
+fusions ONNX Runtime makes across neighbouring nodes (it cannot fuse across If branches), unless `units`
+(the `ort-cuda` target): then each fusion site of the deployed graph is gated whole
+(`graph.native.fusion_units`) and fuses inside its branch where all its nodes are low precision, as in the
+deployed graph. Compare the two with bench/gpu_nodewise.py before trusting one for the other. On the CPU provider ONNX
 Runtime computes the FP16 nodes in FP32 (it drops the Casts around ops without FP16 kernels), so
 `ort-cpu-gated` checks plumbing only.
 """
@@ -19,7 +21,7 @@ from precision_doctor.backends.ort import CUDA, OrtBackend
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
-from precision_doctor.graph.native import NativeGatedGraph, gated_native_graph
+from precision_doctor.graph.native import NativeGatedGraph, fusion_units, gated_native_graph
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 
@@ -39,8 +41,9 @@ class OrtGatedRunner:
 class OrtGatedBackend(SessionHolder):
     """One session over the gated native graph; each `prepare` costs nothing.
 
-    Arguments as `OrtBackend` (providers, `tf32`, `optimize`); `mixed` is an `OrtBackend` with the
-    same settings, for the real mixed graph of a set (`mixed.prepare(fallback)`, one session each).
+    Arguments as `OrtBackend` (providers, `tf32`, `optimize`, `level`); `mixed` is an `OrtBackend` with the
+    same settings, for the real mixed graph of a set (`mixed.prepare(fallback)`, one session each); `units`:
+    gate ONNX Runtime's fusion sites whole (see the module docstring).
     """
 
     def __init__(
@@ -51,16 +54,20 @@ class OrtGatedBackend(SessionHolder):
         outputs: Sequence[str] | None = None,
         optimize: bool = True,
         tf32: bool = False,
+        level: str | None = None,
+        units: bool = False,
     ):
-        self.mixed = OrtBackend(model, precision, providers, outputs, optimize=optimize, tf32=tf32)
+        self.mixed = OrtBackend(model, precision, providers, outputs, optimize=optimize, tf32=tf32, level=level)
         self.model = model
         self.precision = precision
         self.providers = self.mixed.providers
+        self.level = self.mixed.level
         self.name = "ort-cuda-gated" if self.mixed.uses_cuda else "ort-cpu-gated"
         self.output_names = self.mixed.output_names
-        self.graph: NativeGatedGraph = gated_native_graph(model, get_format(precision))
+        fmt = get_format(precision)
+        self.graph: NativeGatedGraph = gated_native_graph(model, fmt, units=fusion_units(model, fmt) if units else ())
         proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
-        self.session = make_session(proto, self.providers, optimize=optimize)
+        self.session = make_session(proto, self.providers, optimize=optimize, level=self.level)
         if self.mixed.uses_cuda and CUDA not in self.session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
         self.activate()

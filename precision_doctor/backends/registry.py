@@ -94,22 +94,28 @@ def plan_backends(backend: str, confirm: str | None, gpu: bool | None = None) ->
 
 def make_backend(
     name: str, model: Model, precision: str, outputs: Sequence[str], setting: str = "backends.backend",
-    rules: str | None = None,
+    rules: str | None = None, target: str | None = None,
 ) -> Backend:
     """The backend called `name` (`auto`: the emulator; `plan_backends` says what auto searches on here); `rules`:
-    the emulator's rules
-    (`backends.rules`). The caller closes it. A backend that cannot run here is a SpecError naming
-    `setting` (the flag that asked for it)."""
+    the emulator's rules (`backends.rules`, the target's by default); `target` (`backends.target`): the runtime the
+    answer is for, which sets how ONNX Runtime measures it (`graph/targets.py`: for `tensorrt` no graph optimization,
+    every node its own kernel; for `ort-cuda` ORT_ENABLE_ALL, and the gated graph keeps fusion sites whole; None: as
+    before targets, ORT_ENABLE_ALL and a gate per node). The caller closes it. A backend that cannot run here is a
+    SpecError naming `setting` (the flag that asked for it)."""
     check_backend_name(name, setting)
     try:
-        return _make(name, model, precision, outputs, rules)
+        return _make(name, model, precision, outputs, rules, target)
     except SpecError:
         raise
     except UserError as exc:
         raise SpecError(setting, f"{{{setting}}} {name}: {exc}") from None
 
 
-def _make(name: str, model: Model, precision: str, outputs: Sequence[str], rules: str | None) -> Backend:
+def _make(name: str, model: Model, precision: str, outputs: Sequence[str], rules: str | None,
+          target: str | None) -> Backend:
+    from precision_doctor.graph.targets import runtime
+
+    level = runtime(target).ort_level if target is not None else None
     if name in ("auto", "emulate"):
         from precision_doctor.backends.emulate import EmulateBackend
 
@@ -118,11 +124,13 @@ def _make(name: str, model: Model, precision: str, outputs: Sequence[str], rules
         from precision_doctor.backends.ort import OrtBackend
 
         providers = {"ort-cpu": ["CPUExecutionProvider"], "ort-cuda": ["CUDAExecutionProvider"]}.get(name)
-        return OrtBackend(model, precision, providers=providers, outputs=outputs)
+        return OrtBackend(model, precision, providers=providers, outputs=outputs, level=level)
     if name == "ort-cuda-gated":
         from precision_doctor.backends.ort_gated import OrtGatedBackend
 
-        return OrtGatedBackend(model, precision, providers=["CUDAExecutionProvider"], outputs=outputs)
+        units = target is not None and runtime(target).fused_units
+        return OrtGatedBackend(model, precision, providers=["CUDAExecutionProvider"], outputs=outputs, level=level,
+                               units=units)
     from precision_doctor.backends.tensorrt import TrtBackend
 
     return TrtBackend(model, precision=precision)

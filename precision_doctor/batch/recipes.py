@@ -11,7 +11,7 @@ same settings. A recipe (every key optional; unknown keys are refused):
                 reference_outputs: polygraphy --save-outputs JSON of `files`}
     tolerance: {atol, rtol, check_error_stat, cosine_floor, margin,
                 output_atol / output_rtol: {output name: value} or ["name:value", ...] (polygraphy's --atol NAME:V)}
-    precision, backend, confirm_backend, emulation_rules, strategy, cost, augment, max_evaluations, time_budget
+    precision, target, backend, confirm_backend, emulation_rules, strategy, cost, augment, max_evaluations, time_budget
     about:     free-form notes (provenance, why the tolerance is fair); not read by the batch
 
 Paths in a recipe are relative to the recipe (or the manifest). A manifest is `{"defaults": {...},
@@ -59,6 +59,7 @@ RECIPE_KEYS: dict[str, str] = {
     "backend": "backends.backend",
     "confirm_backend": "backends.confirm_backend",
     "emulation_rules": "backends.rules",
+    "target": "backends.target",
     "strategy": "search.strategy",
     "cost": "search.cost",
     "augment": "search.augment",
@@ -68,7 +69,8 @@ RECIPE_KEYS: dict[str, str] = {
 _SETTING_KEYS = {setting: key for key, setting in RECIPE_KEYS.items()}
 _TOP_KEYS = {k for k in RECIPE_KEYS if "." not in k} | {"inputs", "tolerance", "about"}
 _SECTION_KEYS = {s: {k.split(".", 1)[1] for k in RECIPE_KEYS if k.startswith(s + ".")} for s in ("inputs", "tolerance")}
-_STRINGIFIED = {"precision", "backend", "emulation_rules", "strategy", "cost", "tolerance.check_error_stat"}  # str() of any value
+# str() of any value
+_STRINGIFIED = {"precision", "target", "backend", "emulation_rules", "strategy", "cost", "tolerance.check_error_stat"}
 
 
 def recipe_key(setting: str) -> str:

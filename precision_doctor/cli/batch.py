@@ -15,6 +15,7 @@ from precision_doctor.cli.options import (
     GENERATED,
     PRECISION,
     SEARCH,
+    TARGET,
     TOLERANCE,
     Options,
     command_line,
@@ -28,7 +29,7 @@ from precision_doctor.words import counted
 
 
 @app.command()
-@with_options(PRECISION, BACKENDS, EMULATION, SEARCH, TOLERANCE, GENERATED)
+@with_options(PRECISION, BACKENDS, TARGET, EMULATION, SEARCH, TOLERANCE, GENERATED)
 def batch(
     zoo: Path = typer.Argument(..., help="A directory of .onnx files (recipes beside them) or a JSON/YAML manifest."),
     jobs: int = typer.Option(1, "--jobs", "-j", min=0, help="Local worker processes (0: run in this process)."),

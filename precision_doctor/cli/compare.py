@@ -7,7 +7,17 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from precision_doctor.cli.options import CAPTURE, EMULATION, INPUTS, PRECISION, RUN_DIR, TOLERANCE, Options, with_options
+from precision_doctor.cli.options import (
+    CAPTURE,
+    EMULATION,
+    INPUTS,
+    PRECISION,
+    RUN_DIR,
+    TARGET,
+    TOLERANCE,
+    Options,
+    with_options,
+)
 from precision_doctor.cli.shared import (
     announce_capture_size,
     announce_renamed,
@@ -33,7 +43,7 @@ from precision_doctor.storage import DiskFull
 
 
 @app.command()
-@with_options(INPUTS, PRECISION, TOLERANCE, EMULATION, RUN_DIR, CAPTURE)
+@with_options(INPUTS, PRECISION, TOLERANCE, TARGET, EMULATION, RUN_DIR, CAPTURE)
 def compare(
     model: Path = typer.Argument(..., help="ONNX model."),
     top: int = typer.Option(10, "--top", min=1, help="Rows of the offenders table."),

@@ -187,3 +187,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         say(line)
     written = [p for k, p in report.artifacts.items() if k != "report_html" and (Path(out_dir) / p).is_file()]
     say(f"report: {out_dir}/report.html  ({', '.join(written)})")
+    o = report.other_runtime
+    if o is not None and o.directory and o.files:
+        say(f"the answer for {o.runtime}: {out_dir}/{o.directory}/  "
+            f"({', '.join(Path(p).name for p in o.files.values() if (Path(out_dir) / p).is_file())})")

@@ -172,10 +172,18 @@ BACKENDS = (
          "provider computes FP16 chains in FP32, so its verdict is not FP16's): it may add nodes, never removes "
          "one, and never certifies the answer."),
 )
+TARGET = (
+    _opt("target", "backends.target", str, "The runtime that will execute fixed.onnx, whose answer the run finds: "
+         "tensorrt (default: the run's artifacts are TensorRT's; the emulator models what TensorRT is documented to do "
+         "with a strongly typed network, every node its own layer, no ONNX Runtime fusion; a GPU here measures it on "
+         "ONNX Runtime CUDA with graph optimizations off, a proxy) or ort-cuda (ONNX Runtime's CUDA kernels and "
+         "fusions, measured on an H100/H200). The answer is then checked for the other runtime; where it fails there, "
+         "that runtime gets its own answer, fixed.onnx and commands in a folder named after it."),
+)
 EMULATION = (
-    _opt("emulation_rules", "backends.rules", str, "How the emulator rounds: ort-cuda (default: ONNX Runtime's CUDA "
-         "kernels and graph fusions in FP16, measured on an H100) or standard (round each node's inputs and output, "
-         "FP32 between); or rule names (docs/ARCHITECTURE.md). TensorRT's kernels were not measured."),
+    _opt("emulation_rules", "backends.rules", str | None, "How the emulator rounds (default: the --target's rules, "
+         "tensorrt or ort-cuda; probe-ops: ort-cuda): standard (round each node's inputs and output, FP32 between), or "
+         "rule names (docs/ARCHITECTURE.md); rules with ONNX Runtime's fusions need --target ort-cuda.", default=None),
 )
 ENGINE_TARGETS = _opt("engine_targets", "artifacts.engine_targets", list[str] | None,
                       "TensorRT-RTX compute capabilities to build fixed.plan for, e.g. 8.6,8.9 (default: its portable set "
@@ -199,7 +207,7 @@ KEEP = (_opt("keep_activations", "capture.keep", str,
              "samples x the model's activations x 4 runs), none (no file). A run cut off (Ctrl-C) keeps it all until "
              "it completes; --resume of a run without it captures again."),)
 # diagnose's and submit's
-DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE, KEEP)
+DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, TARGET, EMULATION, ARTIFACTS, CAPTURE, KEEP)
 FILE_SETTINGS = ("inputs.files", "inputs.data_loader_script", "inputs.validate_files", "inputs.reference_outputs")
 # resubmit's: a job's files stay the daemon's copies
 CHANGES = tuple(g for g in (tuple(o for o in group if o.setting not in FILE_SETTINGS) for group in DIAGNOSIS) if g)
@@ -212,7 +220,7 @@ RUN_DIR = (
 # -- help panels: `--help` shows each command's options in these groups ------------------------------------
 GROUP_PANELS = ((INPUTS, "Inputs"), (HELD_OUT, "Held-out samples"), (PRECISION, "Precision and tolerance"),
                 (TOLERANCE, "Precision and tolerance"), (SEARCH, "Search"), (BACKENDS, "Backends"),
-                (EMULATION, "Backends"), (ARTIFACTS, "Engine"), (CAPTURE, "Capture"), (KEEP, "Capture"),
+                (TARGET, "Backends"), (EMULATION, "Backends"), (ARTIFACTS, "Engine"), (CAPTURE, "Capture"), (KEEP, "Capture"),
                 (RUN_DIR, "Run directory"))
 # the commands' own options, by flag ("command flag" where one flag means different things in two commands)
 PANELS: dict[str, str] = {

@@ -168,6 +168,10 @@ class Fusion:
         """The conditions on the gates `emit` depends on (default: each gate on its own)."""
         return tuple(("all", (g,)) for g in site.gates)
 
+    def members(self, site: Site) -> tuple[str, ...]:
+        """The nodes ORT's optimizer replaces by the fused kernel (default: the gates and the anchor)."""
+        return (*site.gates, site.anchor)
+
 
 def representative(conditions: Sequence[Condition], holds: Sequence[bool]) -> frozenset[str]:
     """A set of low-precision gates under which exactly the conditions marked in `holds` hold: the nodes of
@@ -606,6 +610,11 @@ class LayerNormFusion(Fusion):
     def conditions(self, site: Site) -> tuple[Condition, ...]:
         norm: _Norm = site.data
         return (("all", norm.core),) + ((("any", norm.others),) if norm.others else ())
+
+    def members(self, site: Site) -> tuple[str, ...]:
+        """The pattern's nodes (x's other readers, gates of the Cast's removal, are not fused)."""
+        norm: _Norm = site.data
+        return (*norm.core, site.anchor)
 
     def emit(self, b, site, low, read, output) -> bool:
         norm: _Norm = site.data

@@ -32,16 +32,23 @@ ORT_TYPES = {
 }
 
 
+# ONNX Runtime's graph optimization levels by the names the backends use (`level`)
+LEVELS = {"all": "ORT_ENABLE_ALL", "extended": "ORT_ENABLE_EXTENDED", "basic": "ORT_ENABLE_BASIC",
+          "disabled": "ORT_DISABLE_ALL"}
+
+
 def make_session(
     proto: onnx.ModelProto,
     providers: Sequence[str] = ("CPUExecutionProvider",),
     optimize: bool = True,
     threads: int = 0,
+    level: str | None = None,
 ) -> ort.InferenceSession:
     """A session over `proto`. `optimize=False` stays at basic graph optimizations (no fusions), so
-    the reference and the emulation graphs compute the same FP32 arithmetic."""
+    the reference and the emulation graphs compute the same FP32 arithmetic; `level` (a key of LEVELS), where
+    given, sets the level instead ("disabled": no graph optimization at all, every node its own kernel)."""
     so = ort.SessionOptions()
-    so.graph_optimization_level = (
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level]) if level is not None else (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     )
     so.enable_cpu_mem_arena = False  # let memory go back between bounded capture groups

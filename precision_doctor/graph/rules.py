@@ -35,7 +35,11 @@ low-precision nodes (QuickGelu, Conv+BatchNormalization folding, FusedMatMul, Ge
 
 `PROFILES` name sets of rules: `standard` (none), `ort-cuda` (what ORT's CUDA provider does with a
 mixed graph at ORT_ENABLE_ALL: the node rules it follows, measured on an H100 in GPU session A and on an
-H200 in session E, and its fusions), `ort-cuda-nodes` (the node rules alone: for before/after comparisons).
+H200 in session E, and its fusions), `ort-cuda-nodes` (the node rules alone: for before/after comparisons),
+`tensorrt` (what TensorRT is documented to do with a strongly typed fixed.onnx: no ONNX Runtime rule and no ONNX
+Runtime fusion, so every node, each node of a decomposed LayerNorm too, computes as its own layer by the standard
+rule; `graph/targets.py` lists the documented facts this rests on and what is only modelled). A target runtime
+(`backends.target`) picks its profile by its name: `tensorrt` or `ort-cuda`.
 """
 
 from __future__ import annotations
@@ -404,13 +408,19 @@ ORT_CUDA_NODES = ("conv-bias-fp16", "reducemean-fp16-sum", "hardsigmoid-fma", "l
                   "gelu-tanh-fp16")
 ORT_CUDA_FUSIONS = ("conv-bn-fold", "matmul-add-gemm", "matmul-scale-fp16", "quickgelu-fp16", "layernorm-fusion",
                     "gelu-fusion")
+# TensorRT (`graph/targets.py`): no rule of ONNX Runtime's kernels and none of its fusions. A strongly typed network
+# computes each layer in the type the graph gives it (documented), the ONNX LayerNormalization of opset 17 in FP32
+# inside (documented: onnx-tensorrt sets its compute precision from stash_type) and a decomposed LayerNorm as FP16
+# layers (documented: TensorRT's overflow warning); that each layer rounds as the standard rule does is modelled.
+TENSORRT = "tensorrt"
 PROFILES: dict[str, tuple[str, ...]] = {
     STANDARD: (),
     "ort-cuda": (*ORT_CUDA_NODES, *ORT_CUDA_FUSIONS),
     "ort-cuda-nodes": ORT_CUDA_NODES,
+    TENSORRT: (),
 }
-# Choices of the `backends.rules` setting (spec.py): the profiles a user picks between.
-SETTING_CHOICES = ("ort-cuda", STANDARD)
+# Choices of the `backends.rules` setting (spec.py): the profiles a user picks between (unset: the target's).
+SETTING_CHOICES = (TENSORRT, "ort-cuda", STANDARD)
 
 
 @dataclass(frozen=True)
@@ -420,6 +430,7 @@ class RuleSet:
 
     rules: tuple[Rule, ...] = ()
     fusions: tuple[Fusion, ...] = ()
+    profile: str | None = None  # the profile named, where one alone was (`tensorrt` and `standard` hold the same rules)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -429,7 +440,14 @@ class RuleSet:
     def label(self) -> str:
         """The profile these rules are, else the rule names joined by commas."""
         names = self.names
+        if self.profile is not None and PROFILES[self.profile] == names:
+            return self.profile
         return next((p for p, members in PROFILES.items() if members == names), None) or ",".join(names) or STANDARD
+
+    @property
+    def ort_fusions(self) -> tuple[str, ...]:
+        """The ONNX Runtime fusions among these rules (what an answer for TensorRT must not rely on)."""
+        return tuple(f.name for f in self.fusions)
 
     def for_node(self, model: Model, node: onnx.NodeProto, info: NodeInfo) -> Rule | None:
         return next((r for r in self.rules if r.applies(model, node, info)), None)
@@ -462,6 +480,7 @@ def resolve_rules(spec: str | Iterable[str] | RuleSet | None) -> RuleSet:
             choices = ", ".join([*PROFILES, *RULES, *FUSIONS])
             raise UserError(f"unknown emulation rule or profile '{item}'; choose from: {choices}")
     names = list(dict.fromkeys(names))
+    profile = items[0] if len(items) == 1 and items[0] in PROFILES else None
     rules = tuple(RULES[n] for n in names if n in RULES)
     seen: dict[str, str] = {}
     for r in rules:
@@ -469,4 +488,4 @@ def resolve_rules(spec: str | Iterable[str] | RuleSet | None) -> RuleSet:
             if op in seen:
                 raise UserError(f"emulation rules '{seen[op]}' and '{r.name}' both change {op}; pick one")
             seen[op] = r.name
-    return RuleSet(rules, tuple(FUSIONS[n] for n in names if n in FUSIONS))
+    return RuleSet(rules, tuple(FUSIONS[n] for n in names if n in FUSIONS), profile)

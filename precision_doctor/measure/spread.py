@@ -46,36 +46,42 @@ def _config(algo: str) -> knobs.KnobConfig:
 
 def shares_by_algo(model: Model, precision: str, fallback: frozenset[str], samples: Sequence[Sample],
                    refs: Sequence[dict], tol: Tolerance, algos: Sequence[str] = ALGOS,
-                   family: str = knobs.ORT_CUDA) -> dict[str, list[SampleShare]]:
+                   family: str = knobs.ORT_CUDA, level: str | None = None) -> dict[str, list[SampleShare]]:
     """Each sample's share of `tol` with `fallback` in FP32 on ONNX Runtime CUDA, per algorithm choice (a session
-    each; `family` ort-cpu runs the same code on the CPU provider, where the choice changes nothing: plumbing)."""
+    each, at the graph optimization `level` of the backend whose verdicts it qualifies; `family` ort-cpu runs the same
+    code on the CPU provider, where the choice changes nothing: plumbing)."""
+    from precision_doctor.backends.ort import OrtBackend
+
     out = {}
     for algo in algos:
-        with contextlib.closing(knobs.knob_backend(family, model, precision, model.outputs, _config(algo))) as b:
+        providers = knobs.ort_providers(_config(algo)) if family == knobs.ORT_CUDA else ["CPUExecutionProvider"]
+        with contextlib.closing(OrtBackend(model, precision, providers=providers, level=level)) as b:
             out[algo] = sample_shares(b, fallback, samples, refs, tol)
     return out
 
 
 def kernel_spread(model: Model, precision: str, fallback: frozenset[str], samples: Sequence[Sample],
-                  refs: Sequence[dict], tol: Tolerance, family: str = knobs.ORT_CUDA) -> KernelSpread:
-    """The spread of `fallback`'s graph on ONNX Runtime CUDA over `samples` (see the module's docstring)."""
-    by = shares_by_algo(model, precision, fallback, samples, refs, tol, family=family)
+                  refs: Sequence[dict], tol: Tolerance, family: str = knobs.ORT_CUDA,
+                  level: str | None = None) -> KernelSpread:
+    """The spread of `fallback`'s graph on ONNX Runtime CUDA over `samples` (see the module's docstring), at the graph
+    optimization `level` of the backend it qualifies."""
+    by = shares_by_algo(model, precision, fallback, samples, refs, tol, family=family, level=level)
     share = max((_span([by[a][i].share for a in by]) for i in range(len(samples))), default=0.0)
     everything = frozenset(n.name for n in model.candidates)
-    twice = [shares_by_algo(model, precision, everything, samples, refs, tol, algos=ALGOS[:1], family=family)[ALGOS[0]]
-             for _ in range(2)]
+    twice = [shares_by_algo(model, precision, everything, samples, refs, tol, algos=ALGOS[:1], family=family,
+                            level=level)[ALGOS[0]] for _ in range(2)]
     fp32 = max((abs(a.share - b.share) for a, b in zip(*twice)), default=0.0)
     return KernelSpread(backend="ort-cuda" if family == knobs.ORT_CUDA else "ort-cpu",
                         configs=[f"{ALGO}={a}" for a in by], samples=len(samples), share=share, fp32_repeat=fp32)
 
 
 def ties(model: Model, precision: str, fallback: frozenset[str], samples: Sequence[Sample], refs: Sequence[dict],
-         tol: Tolerance) -> list[bool]:
+         tol: Tolerance, level: str | None = None) -> list[bool]:
     """For samples that fail `fallback` under ONNX Runtime CUDA's default algorithm choice: whether another choice
     passes them (a tie, within the GPU's own spread)."""
     if not samples:
         return []
-    by = shares_by_algo(model, precision, fallback, samples, refs, tol, algos=ALGOS[1:])
+    by = shares_by_algo(model, precision, fallback, samples, refs, tol, algos=ALGOS[1:], level=level)
     return [any(by[a][i].passed for a in by) for i in range(len(samples))]
 
 

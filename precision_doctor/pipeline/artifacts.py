@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from itertools import islice
+from pathlib import Path
 
 import numpy as np
 import onnx
@@ -22,7 +23,7 @@ from precision_doctor.data.workload import Workload
 from precision_doctor.graph.mixed import build_mixed, forced_fp32_nodes
 from precision_doctor.graph.model import declared_dims
 from precision_doctor.graph.shapes import InputShape
-from precision_doctor.graph.toolnames import MODEL_LINK, NAMED_ONNX, model_for_tools, place_model
+from precision_doctor.graph.toolnames import MODEL_LINK, NAMED_ONNX, PlacedModel, model_for_tools, place_model
 from precision_doctor.jsonio import write_text_atomic
 from precision_doctor.results import emit
 from precision_doctor.results.commands import PORTABLE_TARGETS, EmitOptions, IOPair
@@ -53,47 +54,84 @@ class Written:
 
 
 def write_artifacts(run: RunDir, work: Workload, refs: Sequence[dict], fallback: frozenset[str], spec: RunSpec,
-                    knob: KnobConfig | None = None, shapes: list[InputShape] | None = None) -> Written:
+                    knob: KnobConfig | None = None, shapes: list[InputShape] | None = None,
+                    answer_for: Sequence[str] = (), where: str = "") -> Written:
     """Write every artifact of the answer `fallback` (`knob`: the knob configuration it was found under, whose
-    settings the commands then carry; `shapes`: the inputs' shapes as the samples ran, for the commands)."""
-    model, out_dir = work.model, run.root
+    settings the commands then carry; `shapes`: the inputs' shapes as the samples ran, for the commands;
+    `answer_for`: the lines saying which runtime the answer is for, at the top of every script and list, and in
+    fixed.onnx's metadata (`answer_metadata`)). `where`: a folder of the run directory for a second answer (another
+    runtime's, pipeline/target.py): its fixed.onnx, lists and scripts go there, and its commands read the model,
+    inputs.json, reference_outputs.json and trtexec_io/ that the run directory's first answer wrote (`../`)."""
+    model, root = work.model, run.root
+    out_dir = root / where if where else root
+    up = "../" if where else ""
     fixed = build_mixed(model, fallback, spec.precision, keep_io_types=spec.search.keep_io_types)
+    answer_metadata(fixed, spec.backends.target, answer_for)
+    if where:
+        out_dir.mkdir(exist_ok=True)
     for name in (".fixed.onnx.partial", ".fixed.onnx.partial.data", "fixed.onnx"):
         run.written(out_dir / name)
     onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=fixed.ByteSize() >= 2**31 - 2**20)
     (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
     kept = work.capture if work.capture is not None else range(len(work.samples))  # the captured samples
     kept_samples, kept_refs = work.samples.subset(kept), [refs[i] for i in kept]
-    save_polygraphy_io(run, kept_samples, kept_refs)
+    if not where:
+        save_polygraphy_io(run, kept_samples, kept_refs)
     order = [n.name for n in model.nodes if n.name in fallback]
     forced = forced_fp32_nodes(model, fallback)
-    placed = place_model(model_for_tools(model, out_dir, run), out_dir, run)  # named.onnx where we named nodes, else model.onnx
+    placed = _placed(model, run) if where else place_model(model_for_tools(model, root, run), root, run)
+    model_file = placed.name if not up or Path(placed.name).is_absolute() else up + placed.name
     excluded = [*order, *forced]
     write_text_atomic(out_dir / FILES["ort_node_block_list"], json.dumps(excluded, indent=1) + "\n", writer=run)
-    options = EmitOptions(spec.precision, spec.tolerance, block_list=FILES["ort_node_block_list"], shapes=shapes or [],
-                          forced=forced, compute_capabilities=spec.artifacts.targets or PORTABLE_TARGETS, knob=knob)
-    texts = emit.emit_all(placed.name, "fixed.onnx", order, options,
-                          check_pairs=write_trtexec_io(run, fixed, kept_samples, kept_refs))
+    options = EmitOptions(spec.precision, spec.tolerance, inputs=up + FILES["inputs"],
+                          reference_outputs=up + FILES["reference_outputs"], block_list=FILES["ort_node_block_list"],
+                          shapes=shapes or [], forced=forced, compute_capabilities=spec.artifacts.targets or PORTABLE_TARGETS,
+                          knob=knob, answer_for=tuple(answer_for))
+    pairs = write_trtexec_io(run, fixed, kept_samples, kept_refs, write=not where)
+    texts = emit.emit_all(model_file, "fixed.onnx", order, options, check_pairs=[p.under(up) for p in pairs])
     for key, name in SCRIPTS.items():
         write_text_atomic(out_dir / name, texts[key], writer=run)
         if name.endswith(".sh"):
             (out_dir / name).chmod(0o755)
     write_text_atomic(out_dir / "autocast_nodes_to_exclude.txt", emit.name_list(excluded), writer=run)
-    files = dict(FILES)
+    folder = f"{where}/" if where else ""
+    files = {k: folder + v for k, v in FILES.items() if not where or k not in ("inputs", "reference_outputs")}
     if placed.name == NAMED_ONNX:
         files["named_onnx"] = NAMED_ONNX
     elif placed.name == MODEL_LINK:
         files["model"] = MODEL_LINK
-    if (out_dir / TRTEXEC_IO).is_dir():
+    if (root / TRTEXEC_IO).is_dir():
         files["trtexec_io"] = TRTEXEC_IO
     return Written({k: v for k, v in texts.items() if k not in SCRIPTS}, files, forced, placed.link)
 
 
+def _placed(model, run: RunDir) -> PlacedModel:
+    """The model as the run directory's first answer placed it (named.onnx or model.onnx there), for a second answer."""
+    for name in (NAMED_ONNX, MODEL_LINK):
+        if run.ours(run.root / name) or (run.root / name).is_symlink():
+            return PlacedModel(name, None)
+    return PlacedModel(str(Path(model.path).resolve()), None)
+
+
+TARGET_METADATA = "precision_doctor.target"  # fixed.onnx's metadata_props: the runtime the answer is for
+ANSWER_METADATA = "precision_doctor.answer"  # ... and the lines that say so
+
+
+def answer_metadata(proto: onnx.ModelProto, target: str, answer_for: Sequence[str]) -> None:
+    """Record in `proto`'s metadata_props which runtime its answer is for (ONNX keeps them; TensorRT's parser and ONNX
+    Runtime ignore them)."""
+    from onnx import helper
+
+    helper.set_model_props(proto, {**{p.key: p.value for p in proto.metadata_props}, TARGET_METADATA: target,
+                                   **({ANSWER_METADATA: " ".join(answer_for)} if answer_for else {})})
+
+
 def write_trtexec_io(run: RunDir, fixed: onnx.ModelProto, samples: Sequence[Sample],
-                     refs: Sequence[dict]) -> list[IOPair]:
+                     refs: Sequence[dict], write: bool = True) -> list[IOPair]:
     """The raw files of trtexec's accuracy check (`trtexec_io/s<i>.in<j>.bin`, `.out<k>.bin`: each array's bytes
     in the type fixed.onnx gives the tensor, as `numpy.ndarray.tofile` writes them) for the first
-    `emit.TRTEXEC_CHECK_SAMPLES` samples; the pairs that name them."""
+    `emit.TRTEXEC_CHECK_SAMPLES` samples; the pairs that name them (not `write`: only the pairs, of files an earlier
+    call wrote: a second answer's fixed.onnx keeps the same FP32 inputs and outputs)."""
     from onnx import helper
 
     types = {v.name: helper.tensor_dtype_to_np_dtype(v.type.tensor_type.elem_type)
@@ -102,13 +140,15 @@ def write_trtexec_io(run: RunDir, fixed: onnx.ModelProto, samples: Sequence[Samp
     folder = run.root / TRTEXEC_IO
     pairs = []
     for i, (sample, ref) in enumerate(islice(zip(samples, refs), emit.TRTEXEC_CHECK_SAMPLES)):
-        folder.mkdir(exist_ok=True)
+        if write:
+            folder.mkdir(exist_ok=True)
         files: dict[str, dict[str, str]] = {"in": {}, "out": {}}
         for kind, arrays in (("in", sample), ("out", ref)):
             for j, (name, arr) in enumerate(arrays.items()):
                 path = folder / f"s{i}.{kind}{j}.bin"
-                run.written(path)
-                np.ascontiguousarray(np.asarray(arr).astype(types.get(name, np.asarray(arr).dtype))).tofile(path)
+                if write:
+                    run.written(path)
+                    np.ascontiguousarray(np.asarray(arr).astype(types.get(name, np.asarray(arr).dtype))).tofile(path)
                 files[kind][name] = f"{TRTEXEC_IO}/{path.name}"
         shapes = {n: tuple(int(d) for d in np.shape(a)) for n, a in sample.items() if n in dynamic}
         pairs.append(IOPair(files["in"], files["out"], shapes))

@@ -21,7 +21,7 @@ from precision_doctor.measure.spread import KernelSpread
 from precision_doctor.outcome import Decider, Outcome, RunStatus
 from precision_doctor.pipeline.growth import Attribution
 from precision_doctor.pipeline.search_loop import Loop
-from precision_doctor.results.report import Confirm, HeldOutChoice, KnobsResult, TwoAnswers, Validation
+from precision_doctor.results.report import Confirm, HeldOutChoice, KnobsResult, OtherRuntime, TwoAnswers, Validation
 from precision_doctor.runfiles import RunDir
 from precision_doctor.search import Oracle
 from precision_doctor.search.oracle import Budget, Verdict
@@ -124,6 +124,7 @@ class Findings:
     held: HeldOutCheck | None = None  # validate
     decided_by: Decider | None = None  # validate: which check decides whether the answer holds
     answers: TwoAnswers | None = None  # answers: the smaller answer found first, and the final one
+    other: OtherRuntime | None = None  # pipeline/target.py: the answer on the other runtime, and that runtime's own
 
     @property
     def validation(self) -> Validation | None:

@@ -61,6 +61,7 @@ from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_fro
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining
+from precision_doctor.pipeline.target import answer_for, other_runtime_step, write_other_answer
 from precision_doctor.pipeline.trt import tensorrt_steps
 from precision_doctor.pipeline.validate import check_held_out
 from precision_doctor.render.numbers import counted
@@ -103,7 +104,7 @@ def run_diagnose(
         for step in (_confirm, _knobs, _validate):  # what the time budget's clock runs through
             outcome = step(ctx, outcome)
         ctx.search_ended = time.monotonic()
-        for step in (_answers, _settle):
+        for step in (_answers, other_runtime_step, _settle):  # other_runtime_step: pipeline/target.py
             outcome = step(ctx, outcome)
         return _write(ctx, outcome, origin, service_job)
 
@@ -121,9 +122,10 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     model, b, run = work.model, spec.backends, RunDir(out_dir)
     plan = plan_backends(b.backend, b.confirm_backend)  # auto: on a CUDA GPU ort-cuda-gated, confirmed on ort-cuda
     backend = owned.enter_context(contextlib.closing(
-        make_backend(plan.search, model, spec.precision, model.outputs, rules=b.rules)))
+        make_backend(plan.search, model, spec.precision, model.outputs, rules=b.emulation_rules, target=b.target)))
     confirm_backend = owned.enter_context(contextlib.closing(
-        make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend", rules=b.rules)
+        make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend",
+                     rules=b.emulation_rules, target=b.target)
     )) if plan.confirm else None
     check_run_settings(run, run_settings(work, spec, held, _all_references(work)), resume)
     work.keep_in(run)  # a data loader script's samples: a resumed run reads them there
@@ -152,7 +154,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         with shared_capture(capture_cache, spec, work, run) as reused:
             analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
                 work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
-                rules=b.rules, writer=run, diagnosis=True)
+                rules=b.emulation_rules, writer=run, diagnosis=True)
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
     analysis = analysis.with_flops(cm.flops)  # (the model's declared shapes: none where they are dynamic)
     write_layer_tables(run, analysis)
@@ -169,7 +171,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         oracle.load_checkpoint()
     elif (out_dir / CHECKPOINT).exists():
         (out_dir / CHECKPOINT).unlink()  # our own file from an earlier forced run
-    attribution = Attribution(model, get_format(spec.precision), b.rules, out_dir, spec.capture.group_mb, progress, stop)
+    attribution = Attribution(model, get_format(spec.precision), b.emulation_rules, out_dir, spec.capture.group_mb,
+                              progress, stop)
     return RunContext(
         spec=spec, run_dir=run, space=space, progress=progress, stop=stop, resume=resume, work=work,
         analysis=analysis, backends=Backends(plan, backend, confirm_backend),
@@ -213,7 +216,8 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         if backend.name == "ort-cuda":
             notify(ctx.progress, PhaseEvent("spread", f"the answer under cuDNN's algorithm choices, "
                                                       f"{counted(len(samples), 'sample')}"))
-            f.spread = kernel_spread(ctx.work.model, ctx.spec.precision, outcome.found, samples, refs, ctx.spec.tolerance)
+            f.spread = kernel_spread(ctx.work.model, ctx.spec.precision, outcome.found, samples, refs, ctx.spec.tolerance,
+                                     level=getattr(backend, "level", None))
         notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {counted(len(samples), 'sample')}"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
@@ -287,7 +291,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     notify(ctx.progress, PhaseEvent("artifacts", "the fixed capture, fixed.onnx, commands, report"))
     spec, work, out_dir, f, knobs = ctx.spec, ctx.work, ctx.out_dir, ctx.findings, ctx.findings.knobs
     run = ctx.run_dir
-    fmt, rules, backend = get_format(spec.precision), spec.backends.rules, ctx.backends.search
+    fmt, rules, backend = get_format(spec.precision), spec.backends.emulation_rules, ctx.backends.search
     passed = outcome.found is not None
     final = outcome.found if outcome.found is not None else frozenset()
     shapes = input_shapes(work.model.declared_shapes, [*work.samples.shapes(), *as_sample_set(ctx.references.held).shapes()])
@@ -296,8 +300,9 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         fixed = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
                               ctx.progress, ctx.stop, rules=rules, writer=run)
         written = write_artifacts(run, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
-                                  shapes)
+                                  shapes, answer_for(ctx))
         trt_check, engine = tensorrt_steps(run, work.model, final, spec, written, knobs, shapes)
+        write_other_answer(ctx, shapes)
         produced = Produced(fixed.errors, written, trt_check, engine)
     validation = f.validation
     notes = notes_for(work.model, fmt, backend, final) if passed else []
@@ -322,7 +327,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         produced=produced, promise=Promise(ctx.held_choice, f.decided_by, f.answers),
         shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,
     )
-    report.service_job = service_job
+    report.service_job, report.other_runtime = service_job, f.other
     report = write_report(run, report)
     keep_capture(run, spec.capture.keep, outcome.status, work.model.outputs,
                  {FIXED_RUN: fixed} if fixed is not None and fixed.outputs is not None else None)

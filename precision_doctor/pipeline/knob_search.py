@@ -64,7 +64,8 @@ class _Oracles:
     def __getitem__(self, config: knobs.KnobConfig) -> Oracle:
         if config not in self.by_config:
             backend = self.backend if config.is_default else self.owned.enter_context(contextlib.closing(
-                knobs.knob_backend(self.family, self.model, self.ctx.spec.precision, self.model.outputs, config)))
+                knobs.knob_backend(self.family, self.model, self.ctx.spec.precision, self.model.outputs, config,
+                                   level=getattr(self.backend, "level", None))))
             oracle = Oracle(backend, self.samples, self.refs, self.ctx.spec.search_tolerance,
                             cost_of=self.ctx.space.cost, checkpoint=self.dir / checkpoint_name(config),
                             writer=self.ctx.run_dir,

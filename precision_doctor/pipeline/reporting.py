@@ -147,7 +147,8 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
             validation=validation.tol_used if validation is not None else None,  # the held-out check is of the final answer
             confirm=confirm.tolerance_used if confirm is not None and not by_knobs else None,
         ),
-        confirm=confirm, certified_by=checks.certified_by, emulation_rules=spec.backends.rules,
+        confirm=confirm, certified_by=checks.certified_by, target=spec.backends.target,
+        emulation_rules=spec.backends.emulation_rules,
         emulation_notes=list(checks.emulation_notes),
         status=outcome.status, reason=outcome.reason,  # `passed` is derived from these (Report.statement)
         fallback_nodes=[n.name for n in model.nodes if n.name in final],

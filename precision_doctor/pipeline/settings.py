@@ -32,7 +32,7 @@ SHOWN_CHANGES = 5  # changed input files named in a refusal
 # How the counterexample-guided search picks its samples: a resumed run's checkpointed verdicts are of those.
 LOOP = {"start": START, "counterexamples": COUNTEREXAMPLES, "rounds": MAX_ROUNDS}
 VERDICT_KEYS = ("model_hash", "precision", "backend", "tolerance", "margin", "augment", "copies", "confirm_backend",
-                "rules", "samples", "validation_samples", "samples_hash", "reference_hash", "search_loop")
+                "rules", "target", "samples", "validation_samples", "samples_hash", "reference_hash", "search_loop")
 # What every version of the file recorded, with its type: a file without one of them was not written by a run.
 RECORDED_ALWAYS = {"model_hash": str, "precision": str, "backend": str, "tolerance": dict, "margin": (int, float),
                    "confirm_backend": (str, type(None)), "samples": int, "validation_samples": int}
@@ -58,7 +58,8 @@ def run_settings(work: Workload, spec: RunSpec, validation: Sequence[Sample],
         "model_hash": work.model.model_hash, "precision": spec.precision, "backend": spec.backends.backend,
         "tolerance": spec.tolerance.to_dict(), "margin": spec.search.margin,
         "augment": spec.search.augment, "copies": recipe(work.samples) if spec.search.augment else None,
-        "confirm_backend": spec.backends.confirm_backend, "rules": spec.backends.rules,
+        "confirm_backend": spec.backends.confirm_backend, "rules": spec.backends.emulation_rules,
+        "target": spec.backends.target,
         "samples": len(work.samples), "validation_samples": len(validation),
         "samples_hash": samples_hash(work.samples + validation),
         "reference_hash": samples_hash(references) if references else None,

@@ -27,6 +27,7 @@ from precision_doctor.spec import (
     MAX_GROUP_MB,
     MAX_SAMPLES,
     MAX_TIME_BUDGET_S,
+    TARGETS,
     RunSpec,
     check_tolerance,
 )
@@ -95,11 +96,30 @@ def _check_backends(spec: RunSpec) -> None:
     if b.backend == "auto" and b.confirm_backend == "emulate":
         raise SpecError("backends.confirm_backend", "{backends.backend} auto searches with the emulator: "
                         "{backends.confirm_backend} must be another backend")
+    _check_target(spec)
+
+
+def _check_target(spec: RunSpec) -> None:
+    """The target runtime and the rules that model it: an answer for TensorRT never rests on ONNX Runtime's fusions
+    (graph/targets.py), and `trt` measures TensorRT, so it cannot find the answer for ONNX Runtime."""
+    b = spec.backends
+    if b.target not in TARGETS:
+        raise SpecError("backends.target", f"{{backends.target}}: unknown target '{b.target}'; choose one of: "
+                        f"{', '.join(TARGETS)}")
     try:
-        resolve_rules(b.rules)
+        rules = resolve_rules(b.emulation_rules)
     except UserError as exc:
         raise SpecError("backends.rules", f"{{backends.rules}}: {exc} (the usual choices: "
-                        f"{', '.join(SETTING_CHOICES)})") from None
+                        f"{', '.join(SETTING_CHOICES)}; unset, the target's)") from None
+    if b.target == "tensorrt" and rules.ort_fusions:
+        raise SpecError("backends.rules", f"{{backends.rules}} {b.rules} models ONNX Runtime's fusions "
+                        f"({', '.join(rules.ort_fusions)}), which TensorRT does not make: with {{backends.target}} "
+                        "tensorrt (the default) leave {backends.rules} unset, or give {backends.target} ort-cuda")
+    if b.target == "ort-cuda":
+        for setting in ("backends.backend", "backends.confirm_backend"):
+            if getattr(b, setting.split(".")[1]) in ("trt", "tensorrt"):
+                raise SpecError(setting, f"{{{setting}}} trt measures TensorRT, not the {{backends.target}} ort-cuda "
+                                "the answer is for: use ort-cuda or ort-cuda-gated, or {backends.target} tensorrt")
 
 
 def _check_tensorrt(spec: RunSpec) -> None:

@@ -48,7 +48,7 @@ def check_held_out(ctx: RunContext, outcome: Outcome, backend: Backend) -> HeldO
     if validation.failing_samples and knob_family(backend.name) == ORT_CUDA:
         failing = validation.failing_samples
         tied = ties(ctx.work.model, ctx.spec.precision, found, [r.held[i] for i in failing],
-                    [r.held_refs[i] for i in failing], ctx.spec.tolerance)
+                    [r.held_refs[i] for i in failing], ctx.spec.tolerance, level=getattr(backend, "level", None))
         validation.ties = [i for i, t in zip(failing, tied) if t]
         validation.failing_samples = [i for i, t in zip(failing, tied) if not t]
         validation.passed = not validation.failing_samples

@@ -115,13 +115,37 @@ def _validate_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | 
             "samples the search does not see, and run again.", None)
 
 
+def _runtime_steps(report: Report) -> tuple[list[tuple[str, str | None]], bool]:
+    """The steps that say which runtime each answer is for (report.json's `target`, `other_runtime`), and whether
+    this directory's fixed.onnx is the one to build with TensorRT (not where TensorRT has its own answer)."""
+    o, steps = report.other_runtime, []
+    if report.target == "ort-cuda":
+        steps.append(("This answer is for ONNX Runtime CUDA: run fixed.onnx (FP32 inputs and outputs, the FP16 "
+                      "regions inside) with onnxruntime-gpu's CUDAExecutionProvider at the default graph optimizations.",
+                      None))
+    if o is None or o.passed is not False or o.answer is None or not o.directory:
+        return steps, True
+    if o.runtime == "tensorrt":
+        steps.append((f"For TensorRT build {o.directory}/fixed.onnx instead, the answer for TensorRT (this one fails "
+                      f"there); its scripts pick the TensorRT version and read this directory's inputs:",
+                      f"./{o.directory}/trtexec.sh"))
+        steps.append(("Or with TensorRT-RTX, ahead of time without a GPU:", f"./{o.directory}/tensorrt_rtx.sh"))
+        return steps, False
+    steps.append((f"For ONNX Runtime CUDA run {o.directory}/fixed.onnx instead, the answer for it (this one fails "
+                  "there).", None))
+    return steps, True
+
+
 def _other_steps(report: Report) -> list[tuple[NextKind | None, str, str | None]]:
     """The steps after the first, by kind (None: a step the statement never picks first): for an answer, build and
     check it; for a run that stopped early, what it would deploy; else nothing."""
     if not report.answered or report.statement.status in (Status.FAILED_HELD_OUT, Status.NO_SOLUTION):
         return []
     cmds = report.commands
-    steps: list[tuple[NextKind | None, str, str | None]] = []
+    runtime, tensorrt_here = _runtime_steps(report)
+    steps: list[tuple[NextKind | None, str, str | None]] = [(None, text, cmd) for text, cmd in runtime]
+    if not tensorrt_here:  # TensorRT has its own answer in a subdirectory: this fixed.onnx is not the one to build
+        cmds = {}
     check = (cmds.get("polygraphy") or "").splitlines()
     if check:
         steps.append((NextKind.CHECK_ON_TARGET, _CHECK_TEXT, check[-1]))
@@ -132,7 +156,7 @@ def _other_steps(report: Report) -> list[tuple[NextKind | None, str, str | None]
         steps.append((None, "Or with TensorRT 10 (the original model, FP32 layers pinned); ./trtexec.sh picks the right "
                       "build for the TensorRT installed (PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x too):",
                       "./trtexec.sh"))
-    if cmds.get("tensorrt_rtx") or "tensorrt_rtx" in report.artifacts:
+    if tensorrt_here and (cmds.get("tensorrt_rtx") or "tensorrt_rtx" in report.artifacts):
         steps.append((None, "Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
                       "compute capability 9.0):", "./tensorrt_rtx.sh"))
     c = report.confirm

@@ -13,6 +13,7 @@ from precision_doctor.render.sections import checks as checks_section
 from precision_doctor.render.sections import next_steps as next_steps_section
 from precision_doctor.render.sections import verdict as verdict_section
 from precision_doctor.render.sections.markdown import lines as section_lines
+from precision_doctor.render.target import target_lines
 from precision_doctor.render.tensorrt import (
     engine_sentence,
     knobs_sentence,
@@ -71,8 +72,8 @@ def _tolerance_text(tol: Tolerance) -> str:
 
 def render_markdown(report: Report) -> str:
     """report.md: verdict first, then fallback nodes, outputs, divergence, commands, offenders, search."""
-    sections = (_summary, _settings, _next_steps, _fallback, markdown_sections, _outputs, _first_divergence, _commands,
-                _top_offenders, _search, _probe, _artifacts, pricing_lines)
+    sections = (_summary, _settings, _next_steps, _fallback, target_lines, markdown_sections, _outputs, _first_divergence,
+                _commands, _top_offenders, _search, _probe, _artifacts, pricing_lines)
     return "\n".join(line for section in sections for line in section(report)).rstrip() + "\n"
 
 

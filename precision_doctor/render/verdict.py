@@ -3,8 +3,9 @@ end (the CLI's first lines, report.md, report.html, the service's job page and R
 
 `label` and `tone` (the badge: green only for a plain PASSED, warn for a qualified pass), `status_sentence`,
 `claim_sentence` (the one number that is a probability: the held-out bound), `benefit_sentence`, `basis_sentence`;
-`headline` puts them in one line after the label, with two measured facts about the tolerance and the model
-(wording.floor_sentence, wording.lowp_sentence). `claim_details` is the claim's long form for the reports, and
+`headline` puts them in one line after the label, with the runtime the answer is for and how it fared on the other
+(render/target.py) and two measured facts about the tolerance and the model (wording.floor_sentence,
+wording.lowp_sentence). `claim_details` is the claim's long form for the reports, and
 `figures` the key figures of report.html's header and the job page.
 """
 
@@ -188,9 +189,12 @@ def headline_text(report: Report) -> str:
     """The headline after its label (the CLI styles the label itself): what the run found, the one measured claim,
     the benefit, what it rests on where that qualifies it; then the tolerance against the format's rounding and the
     whole model in low precision, where known."""
+    from precision_doctor.render.target import other_runtime_sentence, target_sentence
+
     st = report.statement
     basis = basis_sentence(st) if Qualifier.ON_THE_EMULATOR in st.qualifiers else None
-    return " ".join(x for x in (status_sentence(st), claim_sentence(st), benefit_sentence(st), basis,
+    runtime = (target_sentence(report), other_runtime_sentence(report, short=True)) if st.answered else ()
+    return " ".join(x for x in (status_sentence(st), claim_sentence(st), benefit_sentence(st), basis, *runtime,
                                 floor_sentence(report), lowp_sentence(report)) if x)
 
 

@@ -200,7 +200,8 @@ def floor_sentence(report: Report) -> str | None:
 def search_line(report: Report) -> str:
     """The search in one line, as the CLI prints it first: "fp16 on emulate, strategy auto: 40 evaluations in a 3.2 s
     search (the whole run 9.04 s: 2.1 s before the search, 3.74 s after)"; the time budget's where one was given."""
-    head = f"{report.precision} on {report.backend}, strategy {report.strategy}: {report.evaluations} evaluations"
+    target = f" for {report.target}" if report.target else ""
+    head = f"{report.precision}{target} on {report.backend}, strategy {report.strategy}: {report.evaluations} evaluations"
     t = report.timing
     if t is None:  # a report written before the search's time was kept apart
         return f"{head} in {fmt_seconds(report.elapsed_s)}"

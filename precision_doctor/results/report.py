@@ -415,6 +415,32 @@ class EngineResult:
 
 
 @dataclass
+class OtherRuntime:
+    """The answer checked for the runtime it is not for (`runtime`: `tensorrt` or `ort-cuda`, pipeline/target.py): on
+    which backend (`backend`, in words) and whether on a GPU (`measured`; else emulated with that runtime's rules),
+    on how many of the user's samples; whether it passed there (None: not checked, `reason` says why) and its share
+    of the tolerance there. Where it failed: that runtime's own answer grown from this one (`answer`, None where none
+    was found; `added`: the nodes it adds), its FP32 share of FLOPs, the folder of its fixed.onnx and commands
+    (`directory`; `files`: key -> path in the run directory) and, for TensorRT, its parser check (`trt_check`)."""
+
+    runtime: str
+    backend: str = ""
+    measured: bool = False
+    samples: int = 0
+    passed: bool | None = None
+    tolerance_used: float | None = None
+    evaluations: int = 0
+    answer: list[str] | None = None
+    added: list[str] = field(default_factory=list)
+    answer_tolerance_used: float | None = None
+    fp32_flop_share: float | None = None
+    directory: str | None = None
+    files: dict[str, str] = field(default_factory=dict)
+    trt_check: TrtCheckResult | None = None
+    reason: str | None = None
+
+
+@dataclass
 class KnobTrial:
     """One knob configuration tried with one fallback set (`knobs.knob_plan`); `passed` None: not evaluated
     (a smaller passing set was already found)."""
@@ -567,6 +593,9 @@ class Report:
     tolerance_used: ToleranceUsed | None = None
     confirm: Confirm | None = None
     certified_by: Certification | None = None
+    # the runtime the answer is for (`backends.target`; None: a report from before targets, made for ort-cuda's rules)
+    target: str | None = None
+    other_runtime: OtherRuntime | None = None  # the answer checked for the other runtime, and that runtime's answer
     emulation_rules: str | None = None
     emulation_notes: list[EmulationNote] = field(default_factory=list)
     status: RunStatus = RunStatus.COMPLETE

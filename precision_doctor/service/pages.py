@@ -17,7 +17,8 @@ PHASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("capture", ("capture",), "every layer captured in FP32 and in low precision, then analysed"),
     ("search", ("reference", "search"), "the smallest set of nodes to keep in FP32"),
     ("validate", ("validate",), "the answer checked on held-out samples and perturbed copies"),
-    ("confirm", ("confirm", "knobs"), "the answer carried over to the confirm backend (when one is set)"),
+    ("confirm", ("confirm", "knobs", "other-runtime"),
+     "the answer carried over to the confirm backend (when one is set), and checked for the other runtime"),
     ("artifacts", ("artifacts",), "fixed.onnx, the commands and the report written"),
 )
 
