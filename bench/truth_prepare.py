@@ -156,7 +156,8 @@ def render_line(text: str, fnt, fg=0, bg=255, pad=6) -> Image.Image:
 
 
 def line_sample(im: Image.Image, width: int) -> tuple[np.ndarray, int]:
-    """RapidOCR's resize_norm_img before normalising: height 48, aspect kept (ceil), at most `width` wide; BGR."""
+    """RapidOCR's resize_norm_img before normalising: height 48, aspect kept (ceil), at most `width` wide (a longer
+    line squeezed to it, as the classifier's fixed 192 does); BGR."""
     w = min(width, int(np.ceil(48 * im.size[0] / im.size[1])))
     out = np.zeros((48, width, 3), np.uint8)
     out[:, :w] = np.asarray(im.resize((w, 48), Image.BILINEAR))[:, :, ::-1]
@@ -194,15 +195,25 @@ def nudenet_samples(img: dict[str, bytes]) -> list:
     return out
 
 
+def fitting(text: str, fnt, width: int, **colours) -> tuple[str, Image.Image]:
+    """The line with words dropped from its end until RapidOCR would not widen it beyond `width` (a detector's box
+    holds whole words); a single long word is cut."""
+    while True:
+        im = render_line(text, fnt, **colours)
+        if im.size[0] / im.size[1] <= width / 48:
+            return text, im
+        if " " not in text:
+            return text, im.crop((0, 0, int(im.size[1] * width / 48), im.size[1]))
+        text = text.rsplit(" ", 1)[0]
+
+
 def rec_cls_samples(sources: list[str], width: int, flip: bool, seed: int) -> list:
     rng = np.random.default_rng(seed)
     out = []
-    k_words = 4 if width == 192 else 6
+    k_words = 4 if width == 192 else 6  # the classifier (flip) gets whole lines squeezed, the recogniser lines that fit
     for i in range(30):
-        text = words(rng, sources, k_words)
-        im = render_line(text, font(FONTS[i % len(FONTS)], int(rng.integers(26, 42))))
-        if im.size[0] / im.size[1] > width / 48:  # keep lines RapidOCR would not widen beyond `width`
-            im = im.crop((0, 0, int(im.size[1] * width / 48), im.size[1]))
+        text, f = words(rng, sources, k_words), font(FONTS[i % len(FONTS)], int(rng.integers(26, 42)))
+        text, im = fitting(text, f, width) if not flip else (text, render_line(text, f))
         up = flip and i % 2 == 1
         if up:
             im = im.rotate(180)
@@ -217,11 +228,9 @@ def rec_cls_samples(sources: list[str], width: int, flip: bool, seed: int) -> li
             "SHA-256 fe2d2eb4 9c5f88a9 #42 = 3.14%"[: 24 if width == 192 else 40]
         f = font(ODD_FONTS[j % len(ODD_FONTS)] if kind in ("script font", "monospace", "narrow bold", "mono oblique")
                  else FONTS[j], 12 if kind == "tiny text upscaled" else 32)
-        im = render_line(text, f, **colours)
+        text, im = fitting(text, f, width, **colours) if not flip else (text, render_line(text, f, **colours))
         if kind == "blurred":
             im = im.filter(ImageFilter.GaussianBlur(1.5))
-        if im.size[0] / im.size[1] > width / 48:
-            im = im.crop((0, 0, int(im.size[1] * width / 48), im.size[1]))
         up = flip and j % 2 == 1
         if up:
             im = im.rotate(180)
@@ -231,26 +240,25 @@ def rec_cls_samples(sources: list[str], width: int, flip: bool, seed: int) -> li
 
 
 def render_page(sources: list[str], rng, size: tuple[int, int], fnt, fg=0, bg=255, columns=1, margin=12) -> Image.Image:
+    """A page of running text from `sources` (sentences taken at random until the page is full)."""
     w, h = size
     im = Image.new("RGB", size, (bg,) * 3 if np.isscalar(bg) else bg)
     d = ImageDraw.Draw(im)
     line_h = int(fnt.size * 1.35)
     col_w = (w - 2 * margin) // columns
+    fill = (fg,) * 3 if np.isscalar(fg) else fg
     for c in range(columns):
-        y = margin
-        x0 = margin + c * col_w
-        text = " ".join(sources[int(rng.integers(len(sources)))] for _ in range(6)).split()
-        line = ""
-        for word in text:
-            trial = (line + " " + word).strip()
-            if fnt.getlength(trial) > col_w - 8 and line:
-                d.text((x0, y), line, font=fnt, fill=(fg,) * 3 if np.isscalar(fg) else fg)
-                y += line_h
-                line = word
-                if y > h - margin - line_h:
-                    break
-            else:
-                line = trial
+        y, line = margin, ""
+        while y <= h - margin - line_h:
+            for word in sources[int(rng.integers(len(sources)))].split():
+                trial = (line + " " + word).strip()
+                if fnt.getlength(trial) > col_w - 8 and line:
+                    d.text((margin + c * col_w, y), line, font=fnt, fill=fill)
+                    y, line = y + line_h, word
+                    if y > h - margin - line_h:
+                        break
+                else:
+                    line = trial
     return im
 
 
