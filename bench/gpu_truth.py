@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -173,9 +174,10 @@ def run_task(task: dict) -> dict:
         env = dict(os.environ)
         if task.get("package_dir"):
             env["PYTHONPATH"] = os.pathsep.join([task["package_dir"], env.get("PYTHONPATH", "")])
+        # cwd: not the repository root, which `python -m` would put before PYTHONPATH (the `before` code's folder)
         code = subprocess.run([sys.executable, "-c", "import precision_doctor as p; print(p.__file__)"], env=env,
-                              capture_output=True, text=True).stdout.strip()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+                              capture_output=True, text=True, cwd=base).stdout.strip()
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=base)
         print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n", flush=True)
         label = next((mt.group(1) for line in proc.stdout.splitlines() if (mt := LABEL.match(line.strip()))), None)
         headline = next((line.strip() for line in proc.stdout.splitlines() if LABEL.match(line.strip())), None)
@@ -191,6 +193,8 @@ def run_task(task: dict) -> dict:
         rec["unseen"]["unusual_failing"] = [i for i in rec["unseen"]["failing"] if i in m["unusual"]]
         rec["judge_s"] = time.monotonic() - t1
     rec["wall_s"] = time.monotonic() - t0
+    rec["cpu_s"] = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                       for f in ("ru_utime", "ru_stime"))  # this task and its diagnose: less skewed by a busy machine
     if not task.get("keep"):
         shutil.rmtree(base, ignore_errors=True)
     return rec
@@ -283,6 +287,10 @@ def num(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def secs(r: dict) -> str:
+    return "-" if r.get("wall_s") is None else f"{r['wall_s']:.0f}" + (f" ({r['cpu_s']:.0f})" if r.get("cpu_s") else "")
+
+
 def stated(r: dict) -> tuple[str, float | None]:
     """The number the verdict states: the held-out bound (k of n: <= rate) or else the prediction's risk."""
     b, p = r.get("bound"), r.get("prediction")
@@ -301,7 +309,7 @@ def tables(records: list[dict], meta: dict) -> str:
         rows = [r for r in records if r["kind"] == "diagnose" and r["label"] == label]
         out += [f"**{label}** code, `diagnose` with its defaults, judged on the samples it was not given:", "",
                 "| model | given | verdict | answer nodes | FP32 FLOPs | hindsight nodes | hindsight FLOPs | unseen failures "
-                "(worst share) | stated | observed | wall s |", "|" + "---|" * 11]
+                "(worst share) | stated | observed | wall s (CPU s) |", "|" + "---|" * 11]
         for r in rows:
             h, u = hind.get(r["model"], {}), r.get("unseen") or {}
             text, _ = stated(r)
@@ -310,17 +318,17 @@ def tables(records: list[dict], meta: dict) -> str:
             out.append(f"| {r['model']} | {r['n']} | {verdict} | {r.get('nodes', '-')} of {r.get('candidates', '-')} | "
                        f"{pct(r.get('flop_share'))} | {h.get('nodes', '-')} | {pct(h.get('flop_share'))} | "
                        f"{u.get('failures', '-')} of {u.get('samples', '-')} ({num(u.get('worst_share'))}x) | {text} | "
-                       f"{obs} | {num(r.get('wall_s'))} |")
+                       f"{obs} | {secs(r)} |")
         out.append("")
     if hind or any(r["kind"] == "hindsight" for r in records):
         out += ["**Hindsight sets** (searched on every sample, margin 0, no copies, nothing held out; judged on every "
                 "sample):", "", "| model | samples | nodes | FP32 FLOPs | status | confirmed on | failures on the truth "
-                "backend (worst share) | wall s |", "|" + "---|" * 8]
+                "backend (worst share) | wall s (CPU s) |", "|" + "---|" * 8]
         for r in (r for r in records if r["kind"] == "hindsight"):
             u = r.get("unseen") or {}
             out.append(f"| {r['model']} | {u.get('samples', '-')} | {r.get('nodes', '-')} of {r.get('candidates', '-')} | "
                        f"{pct(r.get('flop_share'))} | {r.get('error') or r.get('status')} | {r.get('confirm') or '-'} | "
-                       f"{u.get('failures', '-')} ({num(u.get('worst_share'))}x) | {num(r.get('wall_s'))} |")
+                       f"{u.get('failures', '-')} ({num(u.get('worst_share'))}x) | {secs(r)} |")
         out.append("")
     out += ["**Reliability** (PASS verdicts: the number stated against the unseen failure rate):", "",
             "| code | model | given | stated | observed | admitted |", "|---|---|---|---|---|---|"]
@@ -366,7 +374,7 @@ def targets(records: list[dict], hind: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", type=Path, nargs="+", default=[Path(".truth")], help="data folders (truth_prepare.py)")
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
     ap.add_argument("--work", type=Path, default=None, help="models, samples and run directories (default: a temp dir)")
     ap.add_argument("--dry-run", action="store_true", help="the emulator searches, ORT CPU is the truth (no GPU)")
     ap.add_argument("--sizes", type=int, nargs="+", default=[8, 24])
@@ -380,14 +388,25 @@ def main() -> None:
     ap.add_argument("--limit-s", type=float, default=float("inf"), help="nothing starts or runs past this")
     ap.add_argument("--max-evaluations", type=int, default=None, help="a search budget (plumbing runs)")
     ap.add_argument("--keep", action="store_true", help="keep run directories under --work")
+    ap.add_argument("--render", type=Path, nargs="+", default=None,
+                    help="only the tables, from truth.json files (several: one run's records, later files winning)")
     ap.add_argument("--task", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.render:
+        docs = [json.loads(p.read_text()) for p in args.render]
+        records = list({r["id"]: r for d in docs for r in d["records"]}.values())
+        meta = dict(docs[0]["meta"], command=" and ".join(f"`{d['meta']['command']}`" for d in docs).strip("`"),
+                    wall_s=sum(d["meta"]["wall_s"] for d in docs))
+        print(tables(records, meta))
+        return
     if args.task:
         task = json.loads(args.task)
         os.environ["PRECISION_DOCTOR_ORT_THREADS"] = str(task["threads"])  # as batch workers: cores / jobs
         rec = run_task(task)
         (args.out / "records" / f"{task['id']}.json").write_text(json.dumps(rec))
         return
+    if args.out is None:
+        sys.exit("--out DIR is needed (or --render truth.json)")
     t0 = time.monotonic()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally blocks run: tasks stopped, temp dir removed
     if "before" in args.runs and not (args.package_dir and (args.package_dir / "precision_doctor").is_dir()):
