@@ -287,6 +287,10 @@ def num(x) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
+def odd(u: dict) -> str:
+    return f"; {len(u['unusual_failing'])} unusual" if u.get("unusual_failing") else ""
+
+
 def secs(r: dict) -> str:
     return "-" if r.get("wall_s") is None else f"{r['wall_s']:.0f}" + (f" ({r['cpu_s']:.0f})" if r.get("cpu_s") else "")
 
@@ -317,7 +321,7 @@ def tables(records: list[dict], meta: dict) -> str:
             verdict = r.get("error") or r.get("verdict") or r.get("status") or "-"
             out.append(f"| {r['model']} | {r['n']} | {verdict} | {r.get('nodes', '-')} of {r.get('candidates', '-')} | "
                        f"{pct(r.get('flop_share'))} | {h.get('nodes', '-')} | {pct(h.get('flop_share'))} | "
-                       f"{u.get('failures', '-')} of {u.get('samples', '-')} ({num(u.get('worst_share'))}x) | {text} | "
+                       f"{u.get('failures', '-')} of {u.get('samples', '-')} ({num(u.get('worst_share'))}x{odd(u)}) | {text} | "
                        f"{obs} | {secs(r)} |")
         out.append("")
     if hind or any(r["kind"] == "hindsight" for r in records):
