@@ -137,7 +137,7 @@ def run_task(task: dict) -> dict:
     md = Path(task["model"]["dir"])
     m = task["model"]
     tol = m["tolerance"]
-    shapes = [s for s in m["input_shapes"]]
+    shapes = list(m["input_shapes"])
     base = md / f"{task['id']}"
     shutil.rmtree(base, ignore_errors=True)
     base.mkdir(parents=True)
@@ -156,7 +156,10 @@ def run_task(task: dict) -> dict:
             "search.max_evaluations": task.get("max_evaluations"), "search.time_budget": None,
             "backends.backend": "ort-cuda-gated" if gpu else "emulate",
             "backends.confirm_backend": "ort-cuda" if gpu else None})
-        api.diagnose(spec, run_dir, force=True, progress=lambda e: None)
+        try:
+            api.diagnose(spec, run_dir, force=True, progress=lambda e: None)
+        except Exception as exc:  # recorded; the table says so
+            rec["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         given, unseen = list(range(len(files))), list(range(len(files)))
         rec |= {"given": given, "verdict": None}
     else:
@@ -189,8 +192,11 @@ def run_task(task: dict) -> dict:
     fixed = run_dir / "fixed.onnx"
     if fixed.is_file():
         t1 = time.monotonic()
-        rec["unseen"] = judge(md, fixed, unseen, tol, task["dry"])
-        rec["unseen"]["unusual_failing"] = [i for i in rec["unseen"]["failing"] if i in m["unusual"]]
+        try:
+            rec["unseen"] = judge(md, fixed, unseen, tol, task["dry"])
+            rec["unseen"]["unusual_failing"] = [i for i in rec["unseen"]["failing"] if i in m["unusual"]]
+        except Exception as exc:  # fixed.onnx that ONNX Runtime refuses: recorded
+            rec["judge_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         rec["judge_s"] = time.monotonic() - t1
     rec["wall_s"] = time.monotonic() - t0
     rec["cpu_s"] = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
@@ -318,7 +324,9 @@ def tables(records: list[dict], meta: dict) -> str:
             h, u = hind.get(r["model"], {}), r.get("unseen") or {}
             text, _ = stated(r)
             obs = f"{100 * u['failures'] / u['samples']:.1f}%" if u.get("samples") else "-"
-            verdict = r.get("error") or r.get("verdict") or r.get("status") or "-"
+            verdict = r.get("error") or r.get("verdict") or r.get("status") or (f"exit {r['rc']}" if r.get("rc") else "-")
+            if r.get("judge_error"):
+                verdict += f" (fixed.onnx did not run: {r['judge_error'][:80]})"
             out.append(f"| {r['model']} | {r['n']} | {verdict} | {r.get('nodes', '-')} of {r.get('candidates', '-')} | "
                        f"{pct(r.get('flop_share'))} | {h.get('nodes', '-')} | {pct(h.get('flop_share'))} | "
                        f"{u.get('failures', '-')} of {u.get('samples', '-')} ({num(u.get('worst_share'))}x{odd(u)}) | {text} | "
