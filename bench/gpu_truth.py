@@ -20,10 +20,10 @@ Models and samples: `.truth/` (bench/truth_prepare.py; 7 trained models, 40 real
 
 Tasks run as processes, `--jobs` at a time (ONNX Runtime's CPU threads: cores / jobs, as batch workers set them), most
 important first (`--runs`, then `--sizes`, then the models in order); each has `--timeout-s`, and nothing starts or
-runs past `--limit-s` (SIGINT, then SIGKILL): a task cut off is recorded as such and the others go on. A progress line
-every 10 s. Under --out: records/*.json (one per task), logs/*.log (the tail of each task's output), truth.json
-(everything) and truth.md (the tables for docs/BENCHMARKS.md); run directories, models and samples live under --work
-and are removed unless --keep.
+runs past `--limit-s` or a SIGTERM (SIGINT, then SIGKILL): a task cut off is recorded as such and the others go on.
+A progress line every 10 s. Under --out: records/*.json (one per task), logs/*.log (the tail of each task's output),
+truth.json (everything) and truth.md (the tables for docs/BENCHMARKS.md; `--render` makes them again, also from the
+truth.json files of several calls); run directories, models and samples live under --work, removed unless --keep.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ sys.path.insert(0, str(HERE))
 from _truth_data import truth_models  # noqa: E402
 
 SEED = 2026
+STOPPED: list[bool] = []  # a SIGTERM came
 LABEL = re.compile(r"^([A-Z][A-Z0-9 ,]{3,}[A-Z)](?: \([^)]*\))?)(?::|$)")
 
 
@@ -231,6 +232,8 @@ def schedule(tasks: list[dict], out: Path, jobs: int, timeout_s: float, limit_s:
     try:
         while todo or running:
             now = time.monotonic() - t0
+            if STOPPED:  # SIGTERM: the limit is now
+                limit_s = min(limit_s, now)
             while todo and len(running) < jobs and now < limit_s - 20:
                 task = todo.pop(0)
                 log = (out / "logs" / f"{task['id']}.log").open("w")
@@ -240,7 +243,7 @@ def schedule(tasks: list[dict], out: Path, jobs: int, timeout_s: float, limit_s:
                 print(f"[{now:6.0f}s] start {task['id']}", flush=True)
             if now >= limit_s - 20 and todo:
                 for task in todo:
-                    record(out, task, "not started (--limit-s)", None)
+                    record(out, task, "not started (limit)", None)
                 todo = []
             for tid, (p, start, task, log, sent) in list(running.items()):
                 age = time.monotonic() - start
@@ -253,7 +256,7 @@ def schedule(tasks: list[dict], out: Path, jobs: int, timeout_s: float, limit_s:
                 if p.poll() is not None:
                     log.close()
                     if not (out / "records" / f"{tid}.json").is_file():
-                        record(out, task, "timed out" if sent else f"exit {p.returncode}", age)
+                        record(out, task, f"cut off at {age:.0f} s" if sent else f"exit {p.returncode}", age)
                     rec = json.loads((out / "records" / f"{tid}.json").read_text())
                     print(f"[{time.monotonic() - t0:6.0f}s] done {tid} in {age:.0f} s: {line(rec)}", flush=True)
                     del running[tid]
@@ -420,7 +423,7 @@ def main() -> None:
     if args.out is None:
         sys.exit("--out DIR is needed (or --render truth.json)")
     t0 = time.monotonic()
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the finally blocks run: tasks stopped, temp dir removed
+    signal.signal(signal.SIGTERM, lambda *_: STOPPED.append(True))  # as --limit-s: tasks stopped, the tables written
     if "before" in args.runs and not (args.package_dir and (args.package_dir / "precision_doctor").is_dir()):
         sys.exit(f"--runs before needs --package-dir DIR holding precision_doctor/ (got {args.package_dir})")
     if not args.dry_run:
