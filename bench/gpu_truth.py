@@ -304,14 +304,22 @@ def secs(r: dict) -> str:
     return "-" if r.get("wall_s") is None else f"{r['wall_s']:.0f}" + (f" ({r['cpu_s']:.0f})" if r.get("cpu_s") else "")
 
 
-def stated(r: dict) -> tuple[str, float | None]:
-    """The number the verdict states: the held-out bound (k of n: <= rate) or else the prediction's risk."""
+def stated(r: dict) -> tuple[float | None, float | None]:
+    """The numbers a verdict states (report.json): the held-out bound's rate, and the prediction's risk where it
+    predicted the answer to hold."""
     b, p = r.get("bound"), r.get("prediction")
-    if b:
-        return f"{b['failures']}/{b['samples']} held out: <= {100 * b['rate']:.1f}%", b["rate"]
-    if p and p.get("holds"):
-        return f"predicted <= {100 * p['risk']:.1f}%", p["risk"]
-    return "-", None
+    return (b["rate"] if b else None), (p["risk"] if p and p.get("holds") else None)
+
+
+def stated_text(r: dict) -> str:
+    bound, risk = stated(r)
+    out = [f"{r['bound']['failures']}/{r['bound']['samples']} held out: <= {100 * bound:.1f}%"] if bound is not None else []
+    out += [f"predicted <= {100 * risk:.1f}%"] if risk is not None else []
+    return "; ".join(out) or "-"
+
+
+def within(rate: float | None, observed: float) -> str:
+    return "-" if rate is None else ("yes" if observed <= rate else "NO")
 
 
 def tables(records: list[dict], meta: dict) -> str:
@@ -325,7 +333,7 @@ def tables(records: list[dict], meta: dict) -> str:
                 "(worst share) | stated | observed | wall s (CPU s) |", "|" + "---|" * 11]
         for r in rows:
             h, u = hind.get(r["model"], {}), r.get("unseen") or {}
-            text, _ = stated(r)
+            text = stated_text(r)
             obs = f"{100 * u['failures'] / u['samples']:.1f}%" if u.get("samples") else "-"
             verdict = r.get("error") or r.get("verdict") or r.get("status") or (f"exit {r['rc']}" if r.get("rc") else "-")
             if r.get("judge_error"):
@@ -345,18 +353,22 @@ def tables(records: list[dict], meta: dict) -> str:
                        f"{pct(r.get('flop_share'))} | {r.get('error') or r.get('status')} | {r.get('confirm') or '-'} | "
                        f"{u.get('failures', '-')} ({num(u.get('worst_share'))}x) | {secs(r)} |")
         out.append("")
-    out += ["**Reliability** (PASS verdicts: the number stated against the unseen failure rate):", "",
-            "| code | model | given | stated | observed | admitted |", "|---|---|---|---|---|---|"]
-    for r in records:
-        u = r.get("unseen") or {}
-        if r["kind"] != "diagnose" or not (r.get("verdict") or "").startswith("PASSED") or not u.get("samples"):
-            continue
-        text, rate = stated(r)
+    out += ["**Reliability** (PASS verdicts: the numbers stated, report.json's held-out bound and prediction, against "
+            "the unseen failure rate):", "", "| code | model | given | stated | observed | within the bound | within the "
+            "prediction |", "|---|---|---|---|---|---|---|"]
+    for r in passes(records):
+        u, (bound, risk) = r["unseen"], stated(r)
         obs = u["failures"] / u["samples"]
-        out.append(f"| {r['label']} | {r['model']} | {r['n']} | {text} | {u['failures']}/{u['samples']} = {100 * obs:.1f}% | "
-                   f"{'-' if rate is None else ('yes' if obs <= rate else 'NO')} |")
+        out.append(f"| {r['label']} | {r['model']} | {r['n']} | {stated_text(r)} | {u['failures']}/{u['samples']} = "
+                   f"{100 * obs:.1f}% | {within(bound, obs)} | {within(risk, obs)} |")
     out += ["", targets(records, hind)]
     return "\n".join(out)
+
+
+def passes(records: list[dict], label: str | None = None) -> list[dict]:
+    """The PASS verdicts (label PASSED...) whose answer ran on unseen samples."""
+    return [r for r in records if r["kind"] == "diagnose" and (r.get("verdict") or "").startswith("PASSED")
+            and (r.get("unseen") or {}).get("samples") and label in (None, r["label"])]
 
 
 def targets(records: list[dict], hind: dict) -> str:
@@ -366,12 +378,12 @@ def targets(records: list[dict], hind: dict) -> str:
         runs = [r for r in records if r["kind"] == "diagnose" and r["label"] == label and not r.get("error")]
         for n in sorted({r["n"] for r in runs}, reverse=True):
             at = [r for r in runs if r["n"] == n]
-            passes = [r for r in at if (r.get("verdict") or "").startswith("PASSED")]
-            bad = [f"{r['model']} {r['unseen']['failures']}/{r['unseen']['samples']}" for r in passes
+            passing = [r for r in at if (r.get("verdict") or "").startswith("PASSED")]
+            bad = [f"{r['model']} {r['unseen']['failures']}/{r['unseen']['samples']}" for r in passing
                    if (r.get("unseen") or {}).get("failures")]
             refused = [r["model"] for r in at if not (r.get("verdict") or "").startswith("PASSED")
                        and (r.get("unseen") or {}).get("samples") and not r["unseen"]["failures"]]
-            rows.append(f"| {label} | {n} given: PASS verdicts failing unseen samples | {len(bad)} of {len(passes)} PASS "
+            rows.append(f"| {label} | {n} given: PASS verdicts failing unseen samples | {len(bad)} of {len(passing)} PASS "
                         f"({', '.join(bad) or 'none'}) |")
             rows.append(f"| {label} | {n} given: needless refusals (not PASS, answer held on every unseen sample) | "
                         f"{len(refused)} ({', '.join(refused) or 'none'}) |")
@@ -383,6 +395,10 @@ def targets(records: list[dict], hind: dict) -> str:
                     over.append(f"{r['model']} {pct(r['flop_share'])} vs {pct(h['flop_share'])}")
             rows.append(f"| {label} | {n} given: FP32 FLOPs over 1.5x the hindsight set's + 5 points (where it is under "
                         f"50%) | {len(over)} ({', '.join(over) or 'none'}) |")
+        predicted = [r for r in passes(records, label) if stated(r)[1] is not None]
+        held = [r for r in predicted if r["unseen"]["failures"] / r["unseen"]["samples"] <= stated(r)[1]]
+        rows.append(f"| {label} | the prediction calibrated: observed rate within it in at least 95% of PASS answers | "
+                    f"{len(held)} of {len(predicted)} |")
     return "\n".join(rows)
 
 
