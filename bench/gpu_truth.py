@@ -21,9 +21,10 @@ Models and samples: `.truth/` (bench/truth_prepare.py; 7 trained models, 40 real
 Tasks run as processes, `--jobs` at a time (ONNX Runtime's CPU threads: cores / jobs, as batch workers set them), most
 important first (`--runs`, then `--sizes`, then the models in order); each has `--timeout-s`, and nothing starts or
 runs past `--limit-s` or a SIGTERM (SIGINT, then SIGKILL): a task cut off is recorded as such and the others go on.
-A progress line every 10 s. Under --out: records/*.json (one per task), logs/*.log (the tail of each task's output),
-truth.json (everything) and truth.md (the tables for docs/BENCHMARKS.md; `--render` makes them again, also from the
-truth.json files of several calls); run directories, models and samples live under --work, removed unless --keep.
+A progress line every 10 s. Under --out: records/*.json (one per task), logs/*.log (each task's output),
+logs.txt (their tails), truth.json (everything) and truth.md (the tables for docs/BENCHMARKS.md; `--render` makes
+them again, also from the truth.json files of several calls); run directories, models and samples live under --work,
+removed unless --keep.
 """
 
 from __future__ import annotations
@@ -468,8 +469,10 @@ def main() -> None:
 def finish(args, models: list[dict], tasks: list[dict], t0: float) -> None:
     """truth.json and truth.md under --out, the logs cut to their tails; the tables printed."""
     records = [json.loads((args.out / "records" / f"{t['id']}.json").read_text()) for t in tasks]
-    for log in (args.out / "logs").glob("*.log"):  # tails only: the output must come back small
-        log.write_text(log.read_text(errors="replace")[-6000:])
+    with (args.out / "logs.txt").open("w") as f:  # every task's tail in one file (a device call brings back 8 files)
+        for t in tasks:
+            log = args.out / "logs" / f"{t['id']}.log"
+            f.write(f"==> {t['id']} <==\n{log.read_text(errors='replace')[-6000:] if log.is_file() else ''}\n")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     meta = {"command": " ".join(["python3", "bench/gpu_truth.py", *sys.argv[1:]]), "commit": commit,
             "mode": "dry run: emulator searches, ORT CPU judges" if args.dry_run else
