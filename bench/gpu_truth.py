@@ -183,7 +183,7 @@ def run_task(task: dict) -> dict:
         code = subprocess.run([sys.executable, "-c", "import precision_doctor as p; print(p.__file__)"], env=env,
                               capture_output=True, text=True, cwd=base).stdout.strip()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=base)
-        print(proc.stdout[-4000:], proc.stderr[-4000:], sep="\n", flush=True)
+        print(proc.stderr[-2500:], proc.stdout[:3000], sep="\n", flush=True)  # progress's tail, then the verdict
         label = next((mt.group(1) for line in proc.stdout.splitlines() if (mt := LABEL.match(line.strip()))), None)
         headline = next((line.strip() for line in proc.stdout.splitlines() if LABEL.match(line.strip())), None)
         rec |= {"given": given, "rc": proc.returncode, "verdict": label, "headline": headline, "code": code}
