@@ -51,7 +51,6 @@ from _truth_data import truth_models  # noqa: E402
 
 SEED = 2026
 STOPPED: list[bool] = []  # a SIGTERM came
-LABEL = re.compile(r"^([A-Z][A-Z0-9 ,]{3,}[A-Z)](?: \([^)]*\))?)(?::|$)")
 
 
 # -- samples and references (the main process, once per model) --------------------------------------------------------
@@ -135,6 +134,15 @@ def summary(rep: dict) -> dict:
             "answer": rep.get("fallback_nodes")}
 
 
+def verdict_label(line: str) -> str | None:
+    """The verdict label a headline starts with ("PASSED: ...", "FAILED ON HELD-OUT SAMPLES: ...", "PASSED (search
+    stopped): ..."): the text before the first ': ', in capitals but for what is in brackets."""
+    head = line.strip().split(": ", 1)[0] if ": " in line else ""
+    bare = re.sub(r"\([^)]*\)", "", head).strip()
+    verdict = len(re.findall("[A-Z]", bare)) >= 4 and bare == bare.upper() and bare not in ("WARNING", "NOTE", "ERROR")
+    return head if verdict else None
+
+
 def run_task(task: dict) -> dict:
     md = Path(task["model"]["dir"])
     m = task["model"]
@@ -184,8 +192,8 @@ def run_task(task: dict) -> dict:
                               capture_output=True, text=True, cwd=base).stdout.strip()
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=base)
         print(proc.stderr[-2500:], proc.stdout[:3000], sep="\n", flush=True)  # progress's tail, then the verdict
-        label = next((mt.group(1) for line in proc.stdout.splitlines() if (mt := LABEL.match(line.strip()))), None)
-        headline = next((line.strip() for line in proc.stdout.splitlines() if LABEL.match(line.strip())), None)
+        headline = next((line.strip() for line in proc.stdout.splitlines() if verdict_label(line)), None)
+        label = verdict_label(headline or "")
         rec |= {"given": given, "rc": proc.returncode, "verdict": label, "headline": headline, "code": code}
     rec["diagnose_s"] = time.monotonic() - t0
     report = run_dir / "report.json"
