@@ -12,11 +12,13 @@ Models and samples: `.truth/` (bench/truth_prepare.py; 7 trained models, 40 real
    and nothing confirms.
 2. `current` (and `before`, with `--package-dir DIR`: PYTHONPATH puts DIR's precision_doctor first): for each n in
    `--sizes`, n samples chosen (seeded, spread over the list) and given to `python -m precision_doctor diagnose MODEL
-   --inputs DIR --atol A --rtol R --input-shapes ...` with everything else at its default (`auto`: on a CUDA machine
-   ort-cuda-gated searches and ort-cuda confirms; on a CPU machine the emulator searches). Its verdict label (the
-   first line of stdout that starts with one), report.json, and its fixed.onnx exactly as written run by ONNX Runtime
-   with its default settings on the truth backend (CUDAExecutionProvider; CPUExecutionProvider with `--dry-run`) on
-   every sample it was not given, against the FP32 reference (ORT CPU): failures and the worst share of the tolerance.
+   --inputs DIR --atol A --rtol R --input-shapes ... --target ort-cuda` (the runtime the judge runs; the code before
+   targets had no flag and searched for ONNX Runtime's kernels anyway) with everything else at its default (`auto`:
+   on a CUDA machine ort-cuda-gated searches and ort-cuda confirms; on a CPU machine the emulator searches). Its
+   verdict label (the first line of stdout that starts with one), report.json, and its fixed.onnx exactly as written
+   run by ONNX Runtime with its default graph optimizations on the truth backend (CUDAExecutionProvider with TF32 off,
+   as the tool's own ORT CUDA backend; CPUExecutionProvider with `--dry-run`) on every sample it was not given,
+   against the FP32 reference (ORT CPU): failures and the worst share of the tolerance.
 
 Tasks run as processes, `--jobs` at a time (ONNX Runtime's CPU threads: cores / jobs, as batch workers set them), most
 important first (`--runs`, then `--sizes`, then the models in order); each has `--timeout-s`, and nothing starts or
@@ -100,7 +102,8 @@ def judge(model_dir: Path, fixed: Path, idx: list[int], tol: dict, dry: bool) ->
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    provider = "CPUExecutionProvider" if dry else "CUDAExecutionProvider"
+    # TF32 off: FP32 nodes in true FP32, as the tool's ORT CUDA backend and the issue's runs have them
+    provider = "CPUExecutionProvider" if dry else ("CUDAExecutionProvider", {"use_tf32": "0"})
     sess = ort.InferenceSession(str(fixed), so, providers=[provider])
     with np.load(model_dir / "refs.npz") as z:
         refs = {k: z[k] for k in z.files}
@@ -134,6 +137,11 @@ def summary(rep: dict) -> dict:
             "answer": rep.get("fallback_nodes")}
 
 
+# The runtime the answers are for: the one the judge runs (ONNX Runtime CUDA is the GPU runtime measured here; the
+# default target, TensorRT, cannot run on the lent machines).
+TARGET = "ort-cuda"
+
+
 def verdict_label(line: str) -> str | None:
     """The verdict label a headline starts with ("PASSED: ...", "FAILED ON HELD-OUT SAMPLES: ...", "PASSED (search
     stopped): ..."): the text before the first ': ', in capitals but for what is in brackets."""
@@ -165,7 +173,7 @@ def run_task(task: dict) -> dict:
             "tolerance.atol": tol["atol"], "tolerance.rtol": tol["rtol"], "search.margin": 0.0, "search.augment": 0,
             "search.max_evaluations": task.get("max_evaluations"), "search.time_budget": None,
             "backends.backend": "ort-cuda-gated" if gpu else "emulate",
-            "backends.confirm_backend": "ort-cuda" if gpu else None})
+            "backends.confirm_backend": "ort-cuda" if gpu else None, "backends.target": TARGET})
         try:
             api.diagnose(spec, run_dir, force=True, progress=lambda e: None)
         except Exception as exc:  # recorded; the table says so
@@ -184,6 +192,8 @@ def run_task(task: dict) -> dict:
             cmd += ["--input-shapes", s]
         if task.get("max_evaluations"):
             cmd += ["--max-evaluations", str(task["max_evaluations"])]
+        if not task.get("package_dir"):  # the code before targets searched for ONNX Runtime's kernels anyway
+            cmd += ["--target", TARGET]
         env = dict(os.environ)
         if task.get("package_dir"):
             env["PYTHONPATH"] = os.pathsep.join([task["package_dir"], env.get("PYTHONPATH", "")])
