@@ -48,4 +48,4 @@ def test_every_file_a_run_leaves_is_in_the_readme_and_described_by_the_report(tm
     described = {name.rstrip("/") for name in files(report)}
     assert left <= described, left - described
     for name in {n for n in RUN_OUTPUTS if not n.startswith(".")} - described:  # what this run did not write
-        assert name in OTHER_FILES or ARTIFACT_TITLES.get(BY_ARTIFACT.get(name, "")), name
+        assert name in OTHER_FILES or f"{name}/" in OTHER_FILES or ARTIFACT_TITLES.get(BY_ARTIFACT.get(name, "")), name

@@ -254,10 +254,11 @@ BRIEF = {
     "search.max_evaluations": "Stop the search after N evaluations.",
     "search.time_budget": "Seconds the search may take (the capture before it not counted).",
     "backends.backend": "auto (default), emulate, ort-cuda, ort-cuda-gated, trt.",
+    "backends.target": "The runtime fixed.onnx is for: tensorrt (default) or ort-cuda.",
 }
 FULL_HELP: dict[str, str] = {}  # an option's parameter -> its whole help, where `--help` shows a brief one
 HELP_ALL = "--help-all"
-for _group in (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, EMULATION, ARTIFACTS, CAPTURE, KEEP):
+for _group in (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, TARGET, EMULATION, ARTIFACTS, CAPTURE, KEEP):
     for _o in _group:
         if _o.setting in BRIEF:
             FULL_HELP[_o.param], _o.info.help = _o.info.help, BRIEF[_o.setting]

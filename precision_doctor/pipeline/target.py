@@ -130,10 +130,10 @@ def _grown(oracle: Oracle, space: SearchSpace, found: frozenset[str]) -> frozens
 
 def _samples(ctx: RunContext) -> tuple[Sequence, Sequence, int]:
     """What the other runtime is checked on: the final search's samples and perturbed copies, every other search
-    sample (loaded on demand) and the held-out samples no search saw; and how many of them are the user's."""
-    loop, r, unseen = ctx.loop, ctx.references, ctx.findings.unseen
+    sample (loaded on demand) and the held-out samples where no repair used them; and how many of them are the user's."""
+    loop, r, checked = ctx.loop, ctx.references, ctx.findings.held
     rest = loop.pool.outside(loop.working)
-    held, held_refs = (r.held, r.held_refs) if unseen is None or unseen.held_out_unseen else ([], [])
+    held, held_refs = (r.held, r.held_refs) if checked is None or not checked.repaired else ([], [])
     samples = Concat(Concat(ctx.oracle.samples, Picked(loop.pool.samples, rest)), held)
     refs = Concat(Concat(ctx.oracle.references, Picked(loop.pool.refs, rest)), held_refs)
     return samples, refs, loop.user_samples + len(rest) + len(held)
@@ -171,7 +171,7 @@ def write_other_answer(ctx: RunContext, shapes: Sequence[InputShape]) -> None:
     answer = frozenset(o.answer)
     lines = [f"This answer is for {runtime(name).label} (--target {name}), {how_checked(o.backend, name)}: the "
              f"--target {target} answer failed there ({of_tolerance(o.tolerance_used)}); this one keeps "
-             f"{len(o.added)} more node(s) in FP32 and uses {of_tolerance(o.answer_tolerance_used)} there.",
+             f"{counted(len(o.added), 'more node')} in FP32 and uses {of_tolerance(o.answer_tolerance_used)} there.",
              f"The answer for {runtime(target).label} is the run directory's (../fixed.onnx)."]
     spec = ctx.spec.with_settings({"backends.target": name, "backends.rules": None})
     written = write_artifacts(ctx.run_dir, ctx.work, ctx.references.refs, answer, spec, None, list(shapes),

@@ -32,9 +32,11 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
     """What to do next, in order: (what and why, the command or None). The first is the statement's one next step
     (results/verdict.py `next`), then the others that apply, the last one the command that runs this diagnosis again.
     Commands run from the run directory (the one holding this report): they use paths relative to it."""
-    first = first_step(report)
+    first, st = first_step(report), report.statement
     steps = [first] + [(text, cmd) for kind, text, cmd in _other_steps(report)
-                       if kind != report.statement.next.kind and (cmd is None or cmd != first[1])]
+                       if kind != st.next.kind and (cmd is None or cmd != first[1])]
+    if st.stopped is not None and st.next.kind != NextKind.CONTINUE:  # another step came first: continuing still counts
+        steps.insert(1, _continue_step(report))
     if _service(report) and not report.interrupted:
         steps.append(("To run this diagnosis again after changing the model or the samples, from the folder that holds "
                       "them (`precision-doctor resubmit` runs it again on the daemon's copies of this job's files, with "
@@ -62,11 +64,7 @@ def first_step(report: Report) -> tuple[str, str | None]:
                 "the rounding, which may still keep many nodes in FP32):",
                 rerun_command(report, f"atol{changes['tolerance.atol']:g}", changes))
     if kind == NextKind.CONTINUE:
-        how = ("the daemon keeps this job's files: `resubmit` queues a new job that resumes this one's search, without "
-               "its budget unless you give one (--max-evaluations N, --time-budget S)") if _service(report) else (
-            "its settings are recorded in the run directory; a larger --max-evaluations or --time-budget lets it go "
-            "further")
-        return (f"The run did not finish. Continue it where it stopped ({how}):", resume_command(report))
+        return _continue_step(report)
     if kind == NextKind.MORE_DATA:
         return ("The answer fails held-out samples of your data: give more --inputs of your data (the search then sees "
                 "more of what varies), or search with more room to spare. Searching again with a larger margin:",
@@ -90,6 +88,15 @@ def first_step(report: Report) -> tuple[str, str | None]:
         if check:
             return (_CHECK_TEXT, check[-1])
     return (_CONFIRM_TEXT, rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"}))
+
+
+def _continue_step(report: Report) -> tuple[str, str | None]:
+    """Continue a run that stopped early where it stopped."""
+    how = ("the daemon keeps this job's files: `resubmit` queues a new job that resumes this one's search, without "
+           "its budget unless you give one (--max-evaluations N, --time-budget S)") if _service(report) else (
+        "its settings are recorded in the run directory; a larger --max-evaluations or --time-budget lets it go "
+        "further")
+    return (f"The run did not finish. Continue it where it stopped ({how}):", resume_command(report))
 
 
 _CHECK_TEXT = ("Check the fixed model on the target GPU with TensorRT, from this report's directory: polygraphy runs it "

@@ -50,9 +50,16 @@ OTHER_FILES = {"report.json": "this report's data: the verdict, the FP32 nodes a
                "loader_samples.h5": "the samples your --data-loader-script yielded, kept so that --resume reads the same",
                "search_rounds.jsonl": "the counterexample-guided search's rounds: each answer, the samples it was checked "
                                       "on and those it failed (what --resume continues from)",
-               "search-again.jsonl": "the second search's evaluations, at a larger margin (what --resume continues from)",
+               "repair.jsonl": "the repair's evaluations, with the held-out samples that failed the first answer (what "
+                               "--resume continues from)",
+               "other-tensorrt.jsonl": "the answer's check for TensorRT, the runtime it is not for (what --resume continues "
+                                       "from)",
+               "other-ort-cuda.jsonl": "the answer's check for ONNX Runtime CUDA, the runtime it is not for (what --resume "
+                                       "continues from)",
                "confirm.jsonl": "the confirmation's evaluations on the confirm backend (what --resume continues from)",
                "confirm-every.jsonl": "the confirmation's checks of every search sample on a GPU backend",
+               "tensorrt/": "where the answer fails on TensorRT: TensorRT's own answer (its fixed.onnx, scripts, lists)",
+               "ort-cuda/": "where the answer fails on ONNX Runtime CUDA: its own answer (fixed.onnx and lists)",
                "timing.cache": "TensorRT's timing cache of the engine build (--engine)",
                "runtime.cache": "TensorRT-RTX's runtime cache of the engine build (--engine)",
                "named.onnx.data": "the external data of named.onnx (a model larger than 2 GB)",

@@ -69,9 +69,10 @@ def target_lines(report: Report) -> list[str]:
                  + ", ".join(f"{_code(path)}" for path in o.files.values()) + ".")
         if o.trt_check is not None:
             t = o.trt_check
+            differ = f"{counted(len(t.mismatches), 'layer')} {'differs' if len(t.mismatches) == 1 else 'differ'} from the answer."
             L.append(f"- {_code((o.directory or o.runtime) + '/fixed.onnx')} on {t.library} {t.version}'s parser: "
-                     + ("every layer as the answer says." if t.ran and t.passed else
-                        f"{len(t.mismatches)} layer(s) differ from the answer." if t.ran else f"not checked: {t.reason}."))
+                     + ("every layer as the answer says." if t.ran and t.passed else differ if t.ran else
+                        f"not checked: {t.reason}."))
     L += ["", f"What the emulator's `{rt.profile}` rules rest on for {rt.label}:", ""]
     L += [f"- {f.basis}: {f.what}" + (f" ({f.source})" if f.source else "") + "." for f in rt.facts]
     if rt.proxy:

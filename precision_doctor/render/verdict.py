@@ -194,8 +194,8 @@ def headline_text(report: Report) -> str:
     st = report.statement
     basis = basis_sentence(st) if Qualifier.ON_THE_EMULATOR in st.qualifiers else None
     runtime = (target_sentence(report), other_runtime_sentence(report, short=True)) if st.answered else ()
-    return " ".join(x for x in (status_sentence(st), claim_sentence(st), benefit_sentence(st), basis, *runtime,
-                                floor_sentence(report), lowp_sentence(report)) if x)
+    return " ".join(x for x in (status_sentence(st), claim_sentence(st), benefit_sentence(st), basis,
+                                floor_sentence(report), lowp_sentence(report), *runtime) if x)
 
 
 def headline(report: Report) -> str:

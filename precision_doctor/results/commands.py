@@ -160,8 +160,9 @@ def not_possible(tool: str, names: Sequence[str]) -> str:
     why = "its name:shape lists cannot carry a name with ' or a line break" if tool == "trtexec" else \
         "its NAME:[dims] arguments cannot carry an empty name or one that starts with -"
     other = "polygraphy (tensorrt_rtx.sh, the polygraphy commands)" if tool == "trtexec" else "trtexec"
-    return (f"# Not possible: {tool} cannot be given the shape of the dynamic input(s) {', '.join(repr(n) for n in names)} "
-            f"({why}); use {other}, or rename the input(s) in the model.")
+    inputs = "input" if len(names) == 1 else "inputs"
+    return (f"# Not possible: {tool} cannot be given the shape of the dynamic {inputs} {', '.join(repr(n) for n in names)} "
+            f"({why}); use {other}, or rename the {inputs} in the model.")
 
 
 def _refused_script(header: list[str], tool: str, names: Sequence[str]) -> str:

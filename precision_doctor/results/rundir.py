@@ -29,7 +29,7 @@ SETTINGS_FILE = "run_settings.json"  # pipeline/settings.py writes it
 # refuses a directory where one of these exists and the manifest does not list it.
 RUN_OUTPUTS = (
     "report.json", "report.md", "report.html", "activations.h5", ".activations.h5.partial", ".activations.h5.summary",
-    "layers.csv", "layers.json", "search.jsonl", "search-again.jsonl", "repair.jsonl", "confirm.jsonl", "confirm-every.jsonl",
+    "layers.csv", "layers.json", "search.jsonl", "repair.jsonl", "confirm.jsonl", "confirm-every.jsonl",
     "search_rounds.jsonl",
     SETTINGS_FILE, "fixed.onnx", ".fixed.onnx.partial",
     ".fixed.onnx.partial.data",
