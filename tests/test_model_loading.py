@@ -101,3 +101,21 @@ def test_input_shapes_set_dynamic_dims_only(tmp_path):
         load_model(path, input_shapes={"x": [3, 5]})
     with pytest.raises(UserError, match=r"inputs.input_shapes x:\[3\]: model input 'x' has rank 2, got 1"):
         load_model(path, input_shapes={"x": [3]})
+
+
+def test_a_cuda_failure_is_said_as_the_gpus_not_the_inputs():
+    """ONNX Runtime's CUDA provider failing inside a node (cuDNN, cuBLAS, memory: seen with several diagnoses on one
+    GPU) is one line about the GPU, not a hint about dynamic input shapes."""
+    from precision_doctor.graph.ort_session import GpuRunError, ModelRunError, run_error
+
+    class OrtFail(Exception):
+        pass
+
+    OrtFail.__module__ = "onnxruntime.capi"
+    cuda = OrtFail("[ONNXRuntimeError] : 1 : FAIL : Non-zero status code returned while running If node. "
+                   "Name:'p2o.Conv.33__pd1' Status Message: cuda_call.cc:154 CudaCall cudnnStatus_t CUDNN_STATUS_EXECUTION")
+    err = run_error(cuda, "m.onnx", {"x": None})
+    assert isinstance(err, GpuRunError) and "node 'p2o.Conv.33'" in str(err) and "cudnn error" in str(err)
+    assert "--input-shapes" not in str(err) and "\n" not in str(err)
+    shape = OrtFail("Non-zero status code returned while running Reshape node. Name:'r' Status Message: bad shape")
+    assert isinstance(run_error(shape, "m.onnx", {"x": None}), ModelRunError)

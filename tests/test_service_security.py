@@ -389,7 +389,8 @@ def test_a_held_store_lock_neither_blocks_nor_ends_the_service(tmp_path) -> None
     files = tmp_path / "files"
     files.mkdir()
     lease = 2.0
-    model, settings = slow_model(files / "slow.onnx", blocks=24, iterations=4000)  # a search of a minute or so
+    # a search of minutes: it must outlast the held lock, a worker's death and its replacement
+    model, settings = slow_model(files / "slow.onnx", blocks=24, iterations=12000)
     quick, samples, quick_settings = planted_job_files(files / "quick", name="clean")
     d = Daemon(tmp_path / "state", "--allow-root", str(files), "--lease-s", str(lease)).start()
     try:

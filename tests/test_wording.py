@@ -28,7 +28,7 @@ def _headroom(holds: bool, from_user: bool = True) -> ExpectedHeadroom:
 def _report(**kw) -> Report:
     base = dict(status=RunStatus.COMPLETE, precision="fp16", backend="emulate", fallback_nodes=["a", "b"], fallback_size=2,
                 fp32_flop_share=0.25, model=ModelInfo(path="m.onnx", candidates=9), margin=0.1,
-                validation=Validation(passed=True, samples=2), expected_headroom=_headroom(True))
+                validation=Validation(passed=True, samples=6), expected_headroom=_headroom(True))
     return Report(**{**base, **kw})
 
 
@@ -109,9 +109,11 @@ def test_the_headline_states_what_the_held_out_samples_bound():
     assert ("0 of 60 held-out samples of your data failed on emulate: on data like yours the answer fails on at most "
             "4.9% of inputs (95% confidence, exact bound).") in headline(many)
     assert "Too few" not in claim_details(many) and "Clopper-Pearson" in claim_details(many)
-    few = _report(held_out_bound=held_out_bound(2, 0))
-    assert "at most 78% of inputs" in headline(few) and "Too few" not in headline(few)
-    assert "59 passing held-out samples would bound it at 5.0%" in claim_details(few)
+    some = _report(held_out_bound=held_out_bound(6, 0))
+    assert "at most 39% of inputs" in headline(some) and "Too few" not in headline(some)
+    assert "59 passing held-out samples would bound it at 5.0%" in claim_details(some)
+    few = _report(held_out_bound=held_out_bound(2, 0), validation=Validation(passed=True, samples=2))
+    assert few.statement.label == "PASSED, NOT VALIDATED" and "they bound it at 78%; 5 passing ones would" in headline(few)
     failed = _report(status=RunStatus.BUDGET_EXHAUSTED, held_out_bound=held_out_bound(100, 1),
                      validation=Validation(passed=False, samples=100, failing_samples=[3]))
     assert "1 of 100 held-out samples of your data failed on emulate: on data like yours the answer fails on at most " \

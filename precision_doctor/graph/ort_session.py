@@ -16,7 +16,7 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
-from precision_doctor.errors import SpecError
+from precision_doctor.errors import SpecError, UserError
 
 _TWO_GB = 2**31
 ORT_TYPES = {
@@ -92,8 +92,26 @@ def run_session(session: ort.InferenceSession, names: Sequence[str] | None, feed
         raise run_error(exc, model, feed) from None
 
 
-def run_error(exc: Exception, model: Any, feed: dict) -> ModelRunError:
+_GPU_FAILURE = re.compile(r"CudaCall|CUDA failure|CUDA error|cudnnStatus|cublasStatus|CUBLAS_STATUS|CUDNN_STATUS|"
+                          r"out of memory|Failed to allocate memory", re.I)
+
+
+class GpuRunError(UserError):
+    """ONNX Runtime's CUDA provider failed while running the model (cuDNN, cuBLAS, memory): the GPU's state, not
+    the inputs, in one line naming the model and the node."""
+
+
+def run_error(exc: Exception, model: Any, feed: dict) -> UserError:
     text = " ".join(str(exc).split())
+    if _GPU_FAILURE.search(text):
+        m = _ORT_NODE.search(text)
+        node = re.sub(r"__pd.*$", "", m.group(2)) if m else None
+        path = getattr(model, "path", model)
+        where = f" at node '{node}'" if node else ""
+        kind = next((k for k in ("cudnn", "cublas", "memory") if k in text.lower()), "CUDA")
+        return GpuRunError(f"{path or 'the model'}: ONNX Runtime's CUDA provider failed{where} ({kind} error): the GPU "
+                           "may be out of memory or busy with other processes; run again with the GPU to itself, or "
+                           "with --backend emulate")
     m = _ORT_NODE.search(text)
     op, node = (m.group(1), m.group(2)) if m else (None, None)
     if node:

@@ -117,6 +117,10 @@ def _validate_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | 
     if why in (Unvalidated.REPAIRED, Unvalidated.CHANGED):
         return ("The held-out samples shaped this answer: check it on new samples of your data that no search saw "
                 "(--validate-inputs), or give more --inputs so that some stay unseen.", None)
+    if why == Unvalidated.FEW_HELD_OUT:
+        return ("Too few held-out samples of your data checked this answer to say anything useful: give more --inputs "
+                "(a fifth is held out; 5 passing ones bound the failure rate below 50%, 59 at 5%), or --validate-inputs "
+                "with samples the search does not see, and run again.", None)
     return ("No held-out sample of your data checked this answer: give 4 or more --inputs of your data (a fifth, at "
             "least 2, is held out to check it; 59 passing ones bound its failure rate at 5%), or --validate-inputs with "
             "samples the search does not see, and run again.", None)

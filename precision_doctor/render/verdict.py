@@ -20,7 +20,9 @@ from precision_doctor.results.report import Report
 from precision_doctor.results.verdict import (
     LITTLE_FP32_SHARE,
     LITTLE_SPEEDUP_KEPT,
+    MIN_VALIDATING,
     STOPPED,
+    USEFUL_BOUND,
     Qualifier,
     Statement,
     Status,
@@ -100,6 +102,10 @@ def claim_sentence(st: Statement) -> str | None:
                 f"data like yours the answer fails on at most {fmt_rate(c.bound)} of inputs ({c.confidence:.0%} "
                 "confidence, exact bound).")
     e = c.earlier
+    if c.unvalidated == Unvalidated.FEW_HELD_OUT:
+        return (f"Not validated: {c.held_out} of {counted(c.held_out, 'held-out sample')} of your data passed"
+                f"{_on(c.backend)}, too few to bound the failure rate on inputs like yours below {USEFUL_BOUND:.0%} "
+                f"(they bound it at {fmt_rate(c.bound)}; {MIN_VALIDATING} passing ones would).")
     if c.unvalidated == Unvalidated.GENERATED:
         return f"Not validated: {c.samples} generated samples, not your data."
     if c.unvalidated == Unvalidated.NOT_CHECKED:
@@ -139,6 +145,11 @@ def claim_details(report: Report) -> str | None:
                 "on new samples of your data (--validate-inputs) that no search saw.")
     if c.unvalidated == Unvalidated.GENERATED:
         return "Generated samples say nothing about your data: give samples of it (--inputs, or --data-loader-script)."
+    if c.unvalidated == Unvalidated.FEW_HELD_OUT:
+        return (f"The held-out bound is the {c.method} bound at {c.confidence:.0%} confidence: with {c.held_out} passing "
+                f"held-out samples it is {fmt_rate(c.bound)}, which says nothing useful. Give more --inputs of your data "
+                f"(a fifth is held out; {MIN_VALIDATING} passing ones bound it below {USEFUL_BOUND:.0%}) or "
+                "--validate-inputs.")
     return ("Without held-out samples of your data nothing measures how the answer fares on new inputs: give 4 or more "
             "--inputs (a fifth is held out) or --validate-inputs.")
 
@@ -160,7 +171,6 @@ def benefit_sentence(st: Statement) -> str | None:
         text += f": no {p} benefit"
     elif b.little:
         why = [f"over {LITTLE_FP32_SHARE:.0%} of the FLOPs in FP32" if "flops" in b.little_by else None,
-               "no speed-up to keep" if b.no_gain else
                f"under {LITTLE_SPEEDUP_KEPT:.0%} of the speed-up kept" if "latency" in b.little_by else None]
         text += f": little {p} benefit ({' and '.join(x for x in why if x)})"
     if b.little and b.better is not None:

@@ -63,7 +63,11 @@ def attributed_repair(oracle: Oracle, space: SearchSpace, start: frozenset[str],
                       failing: Sequence[int] = (), prune_after: bool = True) -> frozenset[str] | None:
     """`start` if it passes on `oracle`; else `start` grown by the nodes its failing samples (`failing`, the oracle's
     indices of samples known to fail it, and those the oracle finds) are attributed to, then what was added pruned
-    again while the set passes (`prune_after`). None when the attributed nodes cannot make it pass."""
+    again while the set passes (`prune_after`). None when the attributed nodes cannot make it pass. Over units (fusion
+    groups) a group partly in `start` stays as it is while `start` passes, and counts whole once the set has to grow."""
+    oracle.phase = "attribute"
+    if oracle.passes(start):
+        return start
     if space.grouping is not None:
         from precision_doctor.search.units import UnitOracle
 
