@@ -167,7 +167,7 @@ def test_a_task_whose_nodes_keep_dying_is_an_error_naming_them(cluster, nodes, t
     ray.init(address=cluster.address, log_to_driver=False, logging_level=logging.WARNING)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # workers cannot import this test module
     results: list = []
-    worker = threading.Thread(target=lambda: results.extend(RayExecutor().map(_block, [str(tmp_path)])))
+    worker = threading.Thread(target=lambda: results.extend(RayExecutor().map(_block, [str(tmp_path)])), daemon=True)
     worker.start()
     try:
         removed: list[str] = []
