@@ -6,7 +6,10 @@ shared file system) and precision-doctor installed; `map` checks that up front w
 
 Each item is a task with `max_calls=1` (a fresh worker process per model, as `LocalExecutor`: memory
 and process-wide settings do not carry over) and `max_retries=0` (a model that kills its worker is an
-error row, not retried; the next batch resumes it). Results stream back as tasks finish (`ray.wait`).
+error row, not retried; the next batch resumes it). A task whose node dies under it (Ray's NodeDiedError)
+is submitted again as a fresh task, which the scheduler places on a live node, up to NODE_LOSS_TRIES
+attempts in all; the work must be idempotent (a batch's `run_model` takes the model's lock, then resumes
+or redoes it). Results stream back as tasks finish (`ray.wait`).
 A stop (the caller's StopToken, Ctrl-C) cancels every outstanding task: queued ones never start,
 running ones get a KeyboardInterrupt (their StopToken is stopped, they checkpoint and record
 "interrupted"), WORKER_GRACE_S to end, then their workers are killed.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +33,7 @@ LOCAL_OBJECT_STORE_BYTES = 128 * 1024**2  # tasks pass paths and small rows: a s
 PATH_CHECK_TIMEOUT_S = 120.0
 NO_GPU = "needs a GPU (its backend runs on one) and the Ray cluster has none"
 CONNECT_TIMEOUT_S = 10.0  # ray.init retries an unreachable address for ever: a TCP probe first
+NODE_LOSS_TRIES = 3  # attempts of an item whose node keeps dying under it (a worker's own death is not retried)
 
 
 def import_ray() -> Any:
@@ -142,42 +147,62 @@ class RayExecutor:
                             "files at the same paths (a shared file system: tasks carry paths, not data)")
         gpus = ray.cluster_resources().get("GPU", 0)
         task = ray.remote(max_calls=1, max_retries=0)(_ray_main)
-        refs: dict[Any, Any] = {}
+        refs: dict[Any, tuple[int, Any]] = {}  # task -> (index, item)
+        submit: dict[int, Any] = {}  # index -> its task's options (resources)
+        lost: dict[int, list[str]] = {}  # index -> the nodes that died under its tasks
         finished = False
+
+        def start(i: int, item: Any) -> str | None:
+            try:
+                refs[submit[i].remote(fn, item)] = (i, item)
+            except Exception as exc:  # e.g. an item that cannot be pickled: that item fails
+                return f"could not submit a Ray task: {one_line(exc)}"
+            return None
+
         try:
-            for item, need in zip(items, needs):
+            for i, (item, need) in enumerate(zip(items, needs)):
                 num_gpus = need.gpus(gpus)
                 if num_gpus is None:
                     yield Done(item, error=NO_GPU)
                     continue
-                try:
-                    ref = task.options(num_cpus=self.cpus, num_gpus=num_gpus).remote(fn, item)
-                except Exception as exc:  # e.g. an item that cannot be pickled: that item fails
-                    yield Done(item, error=f"could not submit a Ray task: {one_line(exc)}")
-                    continue
-                refs[ref] = item
+                submit[i] = task.options(num_cpus=self.cpus, num_gpus=num_gpus)
+                error = start(i, item)
+                if error:
+                    yield Done(item, error=error)
             while refs:
                 check(stop)
                 ready, _ = ray.wait(list(refs), num_returns=1, timeout=POLL_S)
                 for ref in ready:
-                    yield self._done(ref, refs.pop(ref))
+                    i, item = refs.pop(ref)
+                    status, value = self._outcome(ref)
+                    if status == "lost":
+                        lost.setdefault(i, []).append(value)
+                        if len(lost[i]) >= NODE_LOSS_TRIES:
+                            status, value = "error", _lost_message(lost[i])
+                        else:  # again, as a fresh task: Ray places it on a live node
+                            status, value = "error", start(i, item)
+                            if value is None:
+                                continue
+                    yield Done(item, value) if status == "ok" else Done(item, error=value)
             finished = True
         finally:
             if not finished and refs:
                 self._cancel(list(refs))
 
-    def _done(self, ref: Any, item: Any) -> Done:
+    def _outcome(self, ref: Any) -> tuple[str, Any]:
+        """("ok", result), ("error", one line), or ("lost", the node) when the task's node died under it."""
         exceptions = self._ray.exceptions
         try:
-            status, value = self._ray.get(ref)
+            return self._ray.get(ref)
         except exceptions.TaskCancelledError:
-            return Done(item, error="the Ray task was cancelled")
+            return "error", "the Ray task was cancelled"
+        except exceptions.NodeDiedError as exc:
+            return "lost", _node_named(str(exc))
         except (exceptions.WorkerCrashedError, exceptions.OutOfMemoryError) as exc:
-            return Done(item, error=f"the Ray worker died ({type(exc).__name__}: a crash in native code, "
-                        "or out of memory)")
+            return "error", (f"the Ray worker died ({type(exc).__name__}: a crash in native code, "
+                             "or out of memory)")
         except exceptions.RayError as exc:
-            return Done(item, error=f"the Ray task failed: {one_line(exc)}")
-        return Done(item, value) if status == "ok" else Done(item, error=value)
+            return "error", f"the Ray task failed: {one_line(exc)}"
 
     def _cancel(self, refs: list[Any]) -> None:
         """Queued tasks never start; running ones are interrupted (they checkpoint), given WORKER_GRACE_S,
@@ -224,6 +249,18 @@ def check_node_paths(reads: list[str], writes: list[str]) -> PathProblem | None:
         if message:
             return PathProblem(str(node.get("NodeManagerAddress") or node["NodeID"]), message)
     return None
+
+
+def _node_named(message: str) -> str:
+    """The node a NodeDiedError's message names ("10.0.0.5 (node ID 3f2a...)"), or "unknown"."""
+    found = re.search(r"Node IP: ([^,\s]+), node ID: (\w+)", message)
+    return f"{found[1]} (node ID {found[2]})" if found else "unknown"
+
+
+def _lost_message(nodes: list[str]) -> str:
+    """The error of an item whose every attempt ended with its node's death."""
+    return (f"the Ray node running it died, {len(nodes)} times in a row (nodes {'; '.join(nodes)}); "
+            "run the batch again to resume it")
 
 
 def _ray_main(fn: Work, item: Any) -> tuple[str, Any]:
