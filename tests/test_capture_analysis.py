@@ -69,7 +69,7 @@ def test_escaped_names_round_trip(tmp_path):
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
     samples = [{"in/put.0": np.array([1.0, 2.0, 12.0], np.float32)}]
-    run_compare(Workload(from_proto(m), samples, InputSpec()), "fp16", Tolerance(), tmp_path)
+    run_compare(Workload(from_proto(m), samples, InputSpec()), "fp16", Tolerance(), tmp_path, CaptureSpec(keep="all"))
     with ActivationStore(tmp_path / "activations.h5") as store:
         assert store.tensor_names(LOWP) == ["/blk3/Relu_output_0", "out%1"]
         assert np.isinf(store.read(LOWP, "out%1")[0, 2])  # exp(12) > 65504
@@ -169,7 +169,7 @@ def test_rel_l2_alone_is_the_full_statistics_rel_l2():
     """`RelL2` (the fixed run's accumulator) gives the relative L2 error the full statistics give, bit for bit:
     finite data, NaN and Inf in either run, an empty tensor, shapes that differ, an all-zero reference."""
     from precision_doctor.graph.formats import get_format
-    from precision_doctor.measure.analysis import RelL2, _Acc
+    from precision_doctor.measure.stats import RelL2, _Acc
 
     rng = np.random.default_rng(0)
     ref = rng.normal(size=(3, 50)).astype(np.float32)
@@ -192,7 +192,7 @@ def test_a_prepared_reference_gives_the_same_statistics_bit_for_bit():
     equals the one computed from the raw reference, for finite data, NaN and Inf in either run, zeros in the
     reference, values beyond FP16's range and below its normal range, an empty tensor and shapes that differ."""
     from precision_doctor.graph.formats import get_format
-    from precision_doctor.measure.analysis import _Acc, _Ref
+    from precision_doctor.measure.stats import _Acc, _Ref
 
     fmt = get_format("fp16")
     rng = np.random.default_rng(1)

@@ -404,7 +404,7 @@ def test_disk_full_during_the_run_leaves_it_resumable(tmp_path, small_disk):
     assert cli(*args, "--keep-activations", "all", "--out", tmp_path / "sized", cwd=tmp_path).returncode == 0
     size = (tmp_path / "sized" / "activations.h5").stat().st_size
     disk = make(str(storage.RESERVE_BYTES + size + size // 2))
-    line = one_line(cli(*args, "--out", disk / "run", cwd=tmp_path))
+    line = one_line(cli(*args, "--keep-activations", "all", "--out", disk / "run", cwd=tmp_path))
     assert "no space left on the device" in line and "--resume --out" in line, line
     evaluations = (disk / "run" / "search.jsonl").read_text().count("\n")
     resize("64m")
