@@ -26,7 +26,7 @@ from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, Activation
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.samples import ShapeGroup, groups_of, release_heap
 from precision_doctor.errors import UserError
-from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph, local_output
+from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph, local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
@@ -215,16 +215,18 @@ def layer_groups(model: Model, nodes: Sequence[NodeInfo], budget: int, lowp: boo
 def run_groups(
     model: Model, samples: Sequence[Sample], fmt: Format, groups: Sequence[RunGroup], *,
     fallback: frozenset[str] = frozenset(), rules: str | None = None, providers: Sequence = (CPU,), stage: str,
-    progress: ProgressSink | None = None, stop: StopToken | None = None,
+    progress: ProgressSink | None = None, stop: StopToken | None = None, gated: GatedGraph | None = None,
 ) -> Iterator[tuple[RunGroup, Iterator[SampleValues]]]:
     """The FP32, low-precision (the emulation `rules` with `fallback` in FP32) and local runs of `model` on every
     sample, one `RunGroup` at a time: each group gets its own sessions, whose graph outputs are only its tensors (and
     the exact inputs its local nodes read), so no more than one sample's values of one group are held at once.
     Yields each group and an iterator of its samples' values (to be consumed before the next group); a
     `CaptureEvent` of `stage` after each session is made and after each sample of each group, so that the longest
-    silence is one sample's runs of one group."""
+    silence is one sample's runs of one group. `gated`: `gated_graph(model, fmt, rules=rules)` where already made
+    (seconds for a large model)."""
     inputs = set(model.inputs) | (set(samples[0]) if len(samples) else set())
-    gated = gated_graph(model, fmt, rules=rules) if any(g.lowp for g in groups) else None
+    if gated is None and any(g.lowp for g in groups):
+        gated = gated_graph(model, fmt, rules=rules)
     mask = {MASK_INPUT: gated.mask(fallback)} if gated is not None else {}
     total, done = len(groups) * len(samples), 0
     for group in groups:
@@ -287,13 +289,15 @@ def capture(
     stop: StopToken | None = None,
     rules: str | None = None,
     providers: Sequence = (CPU,),
+    gated: GatedGraph | None = None,
 ) -> dict[str, TensorStats]:
     """Capture the reference, low-precision and local runs of `model` on `samples` into the store `out_path`,
     streaming: each tensor's statistics (`measure/stats.TensorStats`, kept in the store: `analysis.keep_stats`) are
     accumulated as the runs execute, a group of layers of at most `group_mb` MiB (`capture.group_mb`) and one sample
     at a time, and only the tensors `stored` names per run are written (None: every one; default: the graph
     outputs), with HDF5's `compression`; `kept` says which in the store's attribute `kept` ("all" for every one).
-    The low-precision runs follow the emulation `rules` (`backends.rules`; None: standard) with `fallback` in FP32.
+    The low-precision runs follow the emulation `rules` (`backends.rules`; None: standard) with `fallback` in FP32
+    (`gated`: their graph, where already made).
     The samples of one shape group must be consecutive (`data.samples.grouped` orders them so). Returns the
     statistics; a `CaptureEvent` ("statistics") after each sample of each group."""
     from precision_doctor.measure.analysis import keep_stats, roles
@@ -339,7 +343,7 @@ def capture(
                 out.add(i, s)
         groups = layer_groups(model, model.nodes, budget)
         for group, runs in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
-                                      stage="statistics", progress=progress, stop=stop):
+                                      stage="statistics", progress=progress, stop=stop, gated=gated):
             names = {run: [t for t in tensors if _stores(stored, run, t)] for run, tensors in
                      ((REFERENCE, group.reference), (LOWP, group.lowp),
                       (LOCAL, [t for n in group.local for t in n.float_outputs]))}
@@ -362,6 +366,7 @@ def store_tensors(
     path: Path, model: Model, samples: Sequence[Sample], fmt: Format, tensors: Mapping[str, Sequence[str]], *,
     group_mb: float, compression: str | None, fallback: frozenset[str] = frozenset(), rules: str | None = None,
     providers: Sequence = (CPU,), progress: ProgressSink | None = None, stop: StopToken | None = None,
+    gated: GatedGraph | None = None,
 ) -> None:
     """Write `tensors` (run -> tensor names: `reference`, `lowp`, `local`) into the capture at `path` (with HDF5's
     `compression`), computed again for them alone: what a summary keeps beyond the statistics (the top layers of the
@@ -379,7 +384,7 @@ def store_tensors(
               for g in group_by_bytes(items, lambda it: size[it[0]](it[1]), budget)]
     with ActivationStore(path, "a", compression=compression) as store:
         for group, runs in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
-                                      stage="tensors", progress=progress, stop=stop):
+                                      stage="tensors", progress=progress, stop=stop, gated=gated):
             names = {REFERENCE: list(group.reference), LOWP: list(group.lowp),
                      LOCAL: [t for n in group.local for t in n.float_outputs if t in tensors.get(LOCAL, ())]}
             with _Writers(store, names, len(samples), budget) as out:

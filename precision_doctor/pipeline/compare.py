@@ -18,6 +18,7 @@ from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.data.references import check_count, check_shapes
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes
+from precision_doctor.graph.emulate import gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.jsonio import write_json, write_text_atomic
@@ -95,8 +96,10 @@ def capture_and_analyse(
         writer.written(final)
     outputs = frozenset(model.outputs)
     stored = dict.fromkeys((REFERENCE, LOWP, LOCAL), None if plan.every else outputs)
+    gated = gated_graph(model, fmt, rules=rules)  # once for the capture and the tensors kept
     capture(model, samples, fmt, tmp, fallback, group_mb=settings.group_mb, compression=settings.compression,
-            stored=stored, kept=plan.label, attrs=attrs, progress=progress, stop=stop, rules=rules, providers=providers)
+            stored=stored, kept=plan.label, attrs=attrs, progress=progress, stop=stop, rules=rules, providers=providers,
+            gated=gated)
     with ActivationStore(tmp, "a") as store:
         analysis = analyse(store, tolerance=tolerance, model=model)
         keep_analysis(store, analysis)
@@ -104,7 +107,8 @@ def capture_and_analyse(
         more = {run: [t for t in ts if t not in outputs] for run, ts in plan.tensors(model, analysis.ranking).items()}
         if any(more.values()):
             store_tensors(tmp, model, samples, fmt, more, group_mb=settings.group_mb, compression=settings.compression,
-                          fallback=fallback, rules=rules, providers=providers, progress=progress, stop=stop)
+                          fallback=fallback, rules=rules, providers=providers, progress=progress, stop=stop,
+                          gated=gated)
     tmp.replace(final)
     if work.references is not None:  # the verdict is against the user's reference, not ORT's
         with ActivationStore(final) as store:
