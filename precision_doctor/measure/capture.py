@@ -11,12 +11,15 @@ layers of the ranking), `local_errors` gives nodes' local errors without writing
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime as _dt
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
 from onnx import helper
 
@@ -233,14 +236,16 @@ def run_groups(
         local_proto, feeds = local_graph(model, fmt, list(group.local), rules) if group.local else (None, [])
         ref_names = [t for t in dict.fromkeys([*group.reference, *feeds]) if t not in inputs]
         lowp_names = [t for t in group.lowp if t not in inputs]
-        def made(proto) -> ort.InferenceSession:
-            sess = make_session(proto, providers, optimize=False)
+
+        def made(proto, outputs: list[str] | None = None) -> ort.InferenceSession:
+            with _outputs(proto, outputs, model.tensor_types):
+                sess = make_session(proto, providers, optimize=False)
             notify(progress, CaptureEvent(stage, done, total))  # a large model's session takes seconds to make
             return sess
 
         sessions = [
-            made(with_outputs(model.proto, ref_names, model.tensor_types)) if ref_names else None,
-            made(with_outputs(gated.proto, lowp_names, model.tensor_types)) if lowp_names and gated is not None else None,
+            made(model.proto, ref_names) if ref_names else None,
+            made(gated.proto, lowp_names) if lowp_names and gated is not None else None,
             made(local_proto) if local_proto is not None else None,
         ]
         local_outs = [o.name for o in local_proto.graph.output] if local_proto is not None else []
@@ -266,8 +271,26 @@ def run_groups(
                 notify(progress, CaptureEvent(stage, done, total))
 
         yield group, values()
-        del sessions
+        del sessions, values, local_proto  # (`values` holds the sessions too) before the next group's are made
         release_heap()  # between groups: glibc keeps freed heap otherwise (see BENCHMARKS)
+
+
+@contextlib.contextmanager
+def _outputs(proto: onnx.ModelProto, names: list[str] | None, types: dict[str, int]) -> Iterator[None]:
+    """`proto` with graph outputs `names` (None: as it is) while the block runs, its own outputs back after: a
+    session made from a model's proto without copying it (`with_outputs` copies every initializer: hundreds of MB
+    for a large model, on top of the serialized copy ONNX Runtime reads)."""
+    if names is None:
+        yield
+        return
+    saved = [copy.copy(o) for o in proto.graph.output]
+    del proto.graph.output[:]
+    proto.graph.output.extend(helper.make_tensor_value_info(n, types.get(n, 0), None) for n in names)
+    try:
+        yield
+    finally:
+        del proto.graph.output[:]
+        proto.graph.output.extend(saved)
 
 
 Stored = Mapping[str, "frozenset[str] | None"]  # run -> the tensors written to the store (None: every one)
@@ -283,7 +306,7 @@ def capture(
     group_mb: float,
     compression: str | None,
     stored: Stored | None = None,
-    kept: str = "all",
+    kept: str | None = None,
     attrs: dict | None = None,
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
@@ -295,7 +318,8 @@ def capture(
     streaming: each tensor's statistics (`measure/stats.TensorStats`, kept in the store: `analysis.keep_stats`) are
     accumulated as the runs execute, a group of layers of at most `group_mb` MiB (`capture.group_mb`) and one sample
     at a time, and only the tensors `stored` names per run are written (None: every one; default: the graph
-    outputs), with HDF5's `compression`; `kept` says which in the store's attribute `kept` ("all" for every one).
+    outputs), with HDF5's `compression`; `kept` says which in the store's attribute `kept` (`capture.keep`'s label;
+    None: "all" where every tensor is stored, else "top:0").
     The low-precision runs follow the emulation `rules` (`backends.rules`; None: standard) with `fallback` in FP32
     (`gated`: their graph, where already made).
     The samples of one shape group must be consecutive (`data.samples.grouped` orders them so). Returns the
@@ -307,6 +331,8 @@ def capture(
     if stored is None:
         outputs = frozenset(model.outputs)
         stored = {REFERENCE: outputs, LOWP: outputs, LOCAL: outputs}
+    if kept is None:
+        kept = "all" if all(stored.get(run, frozenset()) is None for run in (REFERENCE, LOWP, LOCAL)) else "top:0"
     ruleset = resolve_rules(rules)
     with ActivationStore(out_path, "w", compression=compression) as store:
         store.set_attrs(
@@ -400,7 +426,9 @@ def local_errors(
     """Each candidate node's local error on `samples`: the node alone in low precision (format `fmt`, emulation
     `rules`; at a fusion site the fused kernel), fed the exact FP32 inputs, against its FP32 output, over every
     sample (the worst of its floating outputs, by relative L2 error: a layer table's `local_*` columns; the numbers
-    the capture computes for the same samples, bit for bit). For attributing a failing sample's error to nodes.
+    the capture computes for the same samples, tests/test_streaming_capture.py). For attributing a failing sample's
+    error to nodes: e.g. `local_errors(model, fmt, [failing], rules=spec.backends.rules)`, then the nodes whose
+    local error on it is largest.
 
     `nodes`: only these (candidate names; None: every candidate). Streaming: the FP32 run marks a bounded group of
     layers at a time (`group_mb`) and nothing is written; memory holds one sample's values of one group. The FP32
@@ -418,6 +446,7 @@ def local_errors(
             for t, value in v.local.items():
                 if t in accs:
                     accs[t].add(v.reference[t], local=value)
+            del v
     out = {}
     for n in wanted:
         stats = [accs[t].result().local for t in n.float_outputs]
