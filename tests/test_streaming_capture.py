@@ -16,7 +16,7 @@ import pytest
 from precision_doctor import api, planted
 from precision_doctor.backends.registry import cuda_machine
 from precision_doctor.control import CaptureEvent, PhaseEvent
-from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
+from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore, captured_shapes
 from precision_doctor.data.inputs import load_samples
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph
@@ -84,6 +84,8 @@ def test_streamed_statistics_are_the_whole_stores(tmp_path, name, model, samples
         before = analyse(whole, tolerance=tol, model=model)  # from the tensors: the store has no statistics
         after = analyse(store, tolerance=tol, model=model)
     assert before.ranking and json.dumps(before.to_dict(), sort_keys=True) == json.dumps(after.to_dict(), sort_keys=True)
+    # the shapes that ran, which graph/cost.py prices, though the streamed store holds the graph outputs only
+    assert captured_shapes(tmp_path / "streamed.h5") == captured_shapes(tmp_path / "whole.h5")
 
 
 @pytest.mark.parametrize("name", ["three_defects", "softmax_no_max", "cancellation"])
