@@ -204,15 +204,31 @@ class SampleValues:
 
 def layer_groups(model: Model, nodes: Sequence[NodeInfo], budget: int, lowp: bool = True,
                  local: bool = True) -> list[RunGroup]:
-    """`nodes` in consecutive groups whose inputs and outputs take at most `budget` bytes (a node over it is a group
-    of its own), each a RunGroup of their outputs (and, with `lowp`, their floating outputs in the low-precision run;
-    with `local`, their candidates computed alone)."""
-    out = []
-    for group in group_by_bytes(list(nodes), lambda n: _node_bytes(model, n), budget):
-        out.append(RunGroup(tuple(t for n in group for t in n.outputs if t),
-                            tuple(t for n in group for t in n.float_outputs) if lowp else (),
-                            tuple(n for n in group if n.is_candidate) if local else ()))
-    return out
+    """`nodes` in consecutive groups whose FP32 values of one sample (each tensor a group's nodes read or write,
+    initializers aside, counted once) take at most `budget` bytes (a node over it is a group of its own), each a
+    RunGroup of their outputs (and, with `lowp`, their floating outputs in the low-precision run; with `local`,
+    their candidates computed alone). The low-precision and local runs' values of the group come on top (up to
+    about 3x the budget in all): every group's sessions compute the model up to its tensors again, so fewer, larger
+    groups cost less time."""
+    groups: list[list[NodeInfo]] = []
+    seen: set[str] = set()
+    total = 0
+    for n in nodes:
+        new = {t for t in n.inputs + n.outputs if t and t not in model.initializers} - seen
+        size = sum(tensor_bytes(model, t) for t in new)
+        if groups and groups[-1] and total + size > budget:
+            groups.append([])
+            seen, total = set(), 0
+            new = {t for t in n.inputs + n.outputs if t and t not in model.initializers}
+            size = sum(tensor_bytes(model, t) for t in new)
+        if not groups:
+            groups.append([])
+        groups[-1].append(n)
+        seen |= new
+        total += size
+    return [RunGroup(tuple(t for n in g for t in n.outputs if t),
+                     tuple(t for n in g for t in n.float_outputs) if lowp else (),
+                     tuple(n for n in g if n.is_candidate) if local else ()) for g in groups]
 
 
 def run_groups(
