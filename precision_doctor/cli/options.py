@@ -189,7 +189,9 @@ CAPTURE = (
          "Samples the layer-by-layer capture runs on (the hardest, spread over shape groups). It measures every "
          "tensor's error statistics as the runs execute and writes only the tensors --keep-activations names; a "
          "capture the run directory's disk has no room for is refused before it starts, naming the number that fits."),
-    _opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group of layers (MiB)."),
+    _opt("group_mb", "capture.group_mb", float,
+         "Memory budget of one capture group of layers: its FP32 values of one sample (MiB; its low-precision and "
+         "local values come on top). Fewer, larger groups are faster."),
 )
 CAPTURE_DEVICE = (_opt("capture_device", "capture.device", str,
                        "Where the capture's runs compute: auto (default: a CUDA GPU where ONNX Runtime has one, else "
