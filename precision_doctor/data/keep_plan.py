@@ -1,12 +1,13 @@
 """Which tensors a capture keeps in activations.h5 (`capture.keep`, `--keep-activations`), parsed and resolved.
 
-Every capture keeps every tensor's error statistics (what the analysis, the ranking, `--resume`, the capture cache
-and `rerender` read) and the graph outputs of every run (the verdict under any tolerance); `capture.keep` says
-which full tensors it keeps beyond them:
+Every capture keeps every tensor's error statistics (what the analysis, the ranking, `--resume` and the capture
+cache read) and the graph outputs of every run (the verdict under any tolerance); `capture.keep` says which full
+tensors it keeps beyond them:
 
 - `summary` (the default): those of the `DEFAULT_TOP` top layers of the ranking (as `top:3`);
 - `top:N`: those of the N top layers of the ranking (`top:0`: none, the statistics and outputs only);
-- node or tensor names, comma-separated, alone or with `summary` or `top:N` (`top:0,/blk3/Pow`): those too;
+- node or tensor names, comma-separated: those too, beside the top 3 unless a `top:N` says otherwise
+  (`top:0,/blk3/Pow` keeps that node's alone);
 - `all`: every tensor of every run, as `polygraphy --mark all` would (samples x the model's activations x 4 runs);
 - `none`: what `summary` keeps until the report is written, then the file is removed (a run cut off keeps it,
   so that `--resume` does not capture again).
