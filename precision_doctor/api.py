@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.data.references import check_count
 from precision_doctor.data.workload import Workload, load_workload
 from precision_doctor.pipeline.capture_cache import CaptureCache
@@ -77,7 +78,7 @@ def compare(
     _loaded(spec, work, [], progress)
     with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
         n = len(work.choose_capture(spec.capture.max_samples))  # as run_compare would choose them
-        notify(progress, PhaseEvent("capture", f"{counted(n, 'sample')}, every tensor"))
+        notify(progress, PhaseEvent("capture", f"{counted(n, 'sample')}, every layer's statistics"))
         return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
                            rules=spec.backends.emulation_rules)
 
@@ -137,6 +138,7 @@ def _load(spec: RunSpec, progress: ProgressSink | None, run_dir: Path | None = N
     check = functools.partial(check_resumed_model, run_dir) if run_dir is not None else None
     work = load_workload(spec.model, spec.inputs, run_dir, check_model=check)
     _check_output_names(spec, work)
+    KeepPlan.parse(spec.capture.keep).check_names(work.model)  # before any run directory is made
     return work
 
 

@@ -49,6 +49,7 @@ FLAGS: dict[str, str] = {
     "capture.max_samples": "--capture-samples",
     "capture.group_mb": "--group-mb",
     "capture.keep": "--keep-activations",
+    "capture.device": "--capture-device",
     "backends.backend": "--backend",
     "backends.confirm_backend": "--confirm-backend",
     "backends.rules": "--emulation-rules",

@@ -30,7 +30,6 @@ from precision_doctor.measure.tolerance import Tolerance
 
 COSTS = ("deploy", "nodes", "flops")  # search/space.py says what each means
 COMPRESSIONS = ("lzf", "gzip", None)
-KEEPS = ("none", "summary", "all")  # capture.keep: what diagnose keeps of activations.h5 (pipeline/keep.py)
 MAX_AUGMENT = 32  # perturbed copies per search sample, at most
 # Upper bounds: far beyond any real run, low enough that no arithmetic on them overflows (a setting
 # outside is refused in one line naming it, never accepted to fail later in a job).
@@ -65,12 +64,12 @@ class SearchSpec:
 
 @dataclass(frozen=True)
 class CaptureSpec:
-    """Mark-all capture: how many samples it runs on (the hardest, spread over shape groups:
-    data/samples.capture_choice), the memory budget of one group of tensors, the HDF5 compression, and what
-    `diagnose` keeps of activations.h5 once its report is written (`keep`, pipeline/keep.py): `summary` the
-    analysis (per-tensor error statistics) and the graph outputs of every run, `all` every captured tensor,
-    `none` nothing. A run that was cut off (interrupted) keeps it all. `compare`, whose product is the
-    capture, always keeps it all."""
+    """The streaming capture: how many samples it runs on (the hardest, spread over shape groups:
+    data/samples.capture_choice), the memory budget of one group of layers, the HDF5 compression, which tensors
+    activations.h5 keeps beyond every tensor's error statistics and the graph outputs (`keep`,
+    data/keep_plan.py: `summary` the top layers of the ranking, `top:N`, node or tensor names, `all` every
+    tensor, `none` the file removed once the report is written), and where its runs compute (`device`: `auto` a
+    CUDA GPU where ONNX Runtime has one, else the CPU; `cpu`; `cuda`)."""
 
     max_samples: int = 8
     group_mb: float = 256.0
@@ -78,6 +77,7 @@ class CaptureSpec:
     # capture phase's time (compressing, then decompressing in the analysis); "lzf" or "gzip" where disk is short
     compression: str | None = None
     keep: str = "summary"
+    device: str = "auto"
 
 
 TARGETS = ("tensorrt", "ort-cuda")  # the runtimes an answer can be for (graph/targets.py)

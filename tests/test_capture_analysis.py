@@ -69,7 +69,7 @@ def test_escaped_names_round_trip(tmp_path):
     )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION)
     samples = [{"in/put.0": np.array([1.0, 2.0, 12.0], np.float32)}]
-    run_compare(Workload(from_proto(m), samples, InputSpec()), "fp16", Tolerance(), tmp_path)
+    run_compare(Workload(from_proto(m), samples, InputSpec()), "fp16", Tolerance(), tmp_path, CaptureSpec(keep="all"))
     with ActivationStore(tmp_path / "activations.h5") as store:
         assert store.tensor_names(LOWP) == ["/blk3/Relu_output_0", "out%1"]
         assert np.isinf(store.read(LOWP, "out%1")[0, 2])  # exp(12) > 65504
@@ -139,37 +139,47 @@ def test_many_samples_are_written_at_once_across_shape_groups(tmp_path):
 
 @pytest.mark.parametrize("name", ["three_defects", "overflow_island"])
 def test_fixed_errors_without_a_stored_run_are_the_stored_runs(tmp_path, name):
-    """Unless `capture.keep` is `all`, the fixed run is not stored: its per-candidate errors, computed as it runs,
-    are those computed from the stored run (bit for bit), and the store is left as it was."""
+    """Unless `capture.keep` is `all`, the fixed run is not stored: its per-candidate errors, computed as it runs
+    beside its own FP32 run (in groups of one layer here), are those computed from the stored fixed run against the
+    stored reference (bit for bit), and the store is left as it was."""
     from precision_doctor.graph.formats import get_format
+    from precision_doctor.measure.stats import RelL2
     from precision_doctor.pipeline.compare import FIXED_RUN, capture_fixed
 
     case = planted.CASES[name]()
     model = from_proto(case.model)
     work = Workload(model, case.samples(3, 0), InputSpec())
-    run_compare(work, "fp16", Tolerance(case.atol, case.rtol), tmp_path)
+    run_compare(work, "fp16", Tolerance(case.atol, case.rtol), tmp_path, CaptureSpec(keep="all"))
     path, fmt = tmp_path / "activations.h5", get_format("fp16")
     fallback = frozenset(case.expected)
     before = path.stat().st_size
-    streamed = capture_fixed(path, model, fmt, work.captured(), fallback, CaptureSpec(keep="summary", group_mb=0.001))
+    streamed = capture_fixed(path, model, fmt, work.captured(), fallback, CaptureSpec(keep="summary", group_mb=1e-6))
     with h5py.File(path, "r") as f:
         assert FIXED_RUN not in f and path.stat().st_size == before
     stored = capture_fixed(path, model, fmt, work.captured(), fallback, CaptureSpec(keep="all"))
-    with h5py.File(path, "r") as f:
-        assert FIXED_RUN in f
-    assert streamed.errors == stored.errors and set(streamed.errors) == {n.name for n in model.candidates}
     assert stored.outputs is None and set(streamed.outputs) == {o.name for o in case.model.graph.output}
-    with ActivationStore(path) as store:  # the graph outputs it gives back are the stored run's
-        for name, values in streamed.outputs.items():
+    with ActivationStore(path) as store:
+        assert FIXED_RUN in store.runs()
+        from_store = {}
+        for n in model.candidates:
+            errs = []
+            for t in n.float_outputs:
+                acc = RelL2()
+                for i in range(store.n_samples()):
+                    acc.add(store.read(FIXED_RUN, t, i), store.read(REFERENCE, t, i))
+                errs.append(acc.result())
+            from_store[n.name] = max(errs, default=0.0)
+        for name, values in streamed.outputs.items():  # the graph outputs it gives back are the stored run's
             for i, v in enumerate(values):
                 np.testing.assert_array_equal(v, store.read(FIXED_RUN, name, i))
+    assert streamed.errors == stored.errors == from_store and set(from_store) == {n.name for n in model.candidates}
 
 
 def test_rel_l2_alone_is_the_full_statistics_rel_l2():
     """`RelL2` (the fixed run's accumulator) gives the relative L2 error the full statistics give, bit for bit:
     finite data, NaN and Inf in either run, an empty tensor, shapes that differ, an all-zero reference."""
     from precision_doctor.graph.formats import get_format
-    from precision_doctor.measure.analysis import RelL2, _Acc
+    from precision_doctor.measure.stats import RelL2, _Acc
 
     rng = np.random.default_rng(0)
     ref = rng.normal(size=(3, 50)).astype(np.float32)
@@ -192,7 +202,7 @@ def test_a_prepared_reference_gives_the_same_statistics_bit_for_bit():
     equals the one computed from the raw reference, for finite data, NaN and Inf in either run, zeros in the
     reference, values beyond FP16's range and below its normal range, an empty tensor and shapes that differ."""
     from precision_doctor.graph.formats import get_format
-    from precision_doctor.measure.analysis import _Acc, _Ref
+    from precision_doctor.measure.stats import _Acc, _Ref
 
     fmt = get_format("fp16")
     rng = np.random.default_rng(1)

@@ -12,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from precision_doctor import api, storage
 from precision_doctor.cli.shared import PROGRESS_LINE
 from precision_doctor.data.activations import stored_bytes
+from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.data.workload import Workload
 from precision_doctor.errors import SpecError
 from precision_doctor.graph.model import from_proto
@@ -62,7 +63,7 @@ def test_estimate_matches_a_real_capture_of_two_shape_groups(tmp_path):
     size = capture_size.estimate(model, work.samples)
     assert [(g.samples, g.group.as_dict()["x"][2:]) for g in size.groups] == [(2, list(BIG)), (1, list(SMALL))]
     assert size.samples == 3 and not size.guessed and size.peak == size.nbytes
-    run_compare(work, "fp16", Tolerance(), tmp_path)
+    run_compare(work, "fp16", Tolerance(), tmp_path, CaptureSpec(keep="all"))
     path = tmp_path / "activations.h5"
     real = path.stat().st_size
     assert abs(size.nbytes / real - 1) < 0.05, (size.nbytes, real)
@@ -73,6 +74,23 @@ def test_estimate_matches_a_real_capture_of_two_shape_groups(tmp_path):
             assert stored_bytes(ds.shape[0], ds.shape[1:], ds.dtype) == ds.id.get_storage_size(), ds.name
         data = sum(ds.id.get_storage_size() for ds in datasets)
     assert data == sum(g.nbytes for g in size.groups)
+
+
+@pytest.mark.parametrize("keep", ["summary", "top:1", "top:0,relu1"])
+def test_a_summary_is_bounded_by_its_top_layers_not_every_tensor(tmp_path, keep):
+    """Without `all` the file holds the statistics, the graph outputs and the tensors of the top layers (bounded by
+    the largest layers before the capture ranks them) and of the names: the estimate bounds the file, and is far
+    below every tensor's."""
+    model = from_proto(_model())
+    work = Workload(model, _samples(), InputSpec())
+    plan = KeepPlan.parse(keep)
+    size, every = capture_size.estimate(model, work.samples, plan), capture_size.estimate(model, work.samples)
+    run_compare(work, "fp16", Tolerance(), tmp_path, CaptureSpec(keep=keep))
+    real = (tmp_path / "activations.h5").stat().st_size
+    # the per-dataset overhead is an average (DATASET_OVERHEAD): 1% for the small files' index blocks
+    assert real <= size.nbytes * 1.01 and size.nbytes <= every.nbytes, (real, size.nbytes, every.nbytes)
+    if plan.top <= 1:  # of 4 layers, the summary's 3 are about all of it
+        assert size.nbytes < 0.75 * every.nbytes
 
 
 def test_keep_all_counts_the_fixed_runs_copy():
@@ -89,7 +107,7 @@ def test_no_room_is_refused_before_anything_is_written_naming_the_flag_that_fits
     free = int(size.peak * 0.75)  # two of the three samples fit
     monkeypatch.setattr(storage, "free_space", lambda p: free)
     out = tmp_path / "run"
-    code, _, err = run_cli("compare", path, "--inputs", inputs, "--out", out)
+    code, _, err = run_cli("compare", path, "--inputs", inputs, "--out", out, "--keep-activations", "all")
     room = free - capture_size.keep_free(free)
     n = size.samples_within(room)
     said = [ln for ln in err.strip().splitlines() if not PROGRESS_LINE.match(ln)]  # stderr is not a terminal here
@@ -101,7 +119,8 @@ def test_no_room_is_refused_before_anything_is_written_naming_the_flag_that_fits
     assert not out.exists()  # the run directory it made is gone: nothing was written
 
     monkeypatch.setattr(capture_size, "LARGE_BYTES", 0)  # announce it, however small
-    code, _, err = run_cli("compare", path, "--inputs", inputs, "--out", out, "--capture-samples", n)
+    code, _, err = run_cli("compare", path, "--inputs", inputs, "--out", out, "--capture-samples", n,
+                           "--keep-activations", "all")
     assert code in (0, 1), err
     assert (out / "activations.h5").stat().st_size <= room  # the number it named does fit
     assert "note: the capture will write about" in err and "all of it is kept" in err

@@ -1,5 +1,6 @@
-"""`--keep-activations none|summary|all` (capture.keep, pipeline/keep.py): what activations.h5 keeps once the
-report is written, and that `report`, `rerender` and `--resume` work with each."""
+"""`--keep-activations` (capture.keep, data/keep_plan.py, pipeline/keep.py): which tensors activations.h5 keeps beside
+every tensor's statistics and the graph outputs, and that `report`, `rerender` and `--resume` work with each (a
+resume reads the statistics: it never captures again while the file is there)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import pytest
 
 from precision_doctor import api
 from precision_doctor.control import EvaluationEvent, StopToken
-from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore, whole
+from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, STATS, ActivationStore, analysable, whole
+from precision_doctor.data.keep_plan import KeepPlan
+from precision_doctor.errors import SpecError
+from precision_doctor.graph.model import from_proto
 from precision_doctor.measure.analysis import MEMO
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline import diagnose as diagnose_module
@@ -28,63 +32,100 @@ def _evaluations(run) -> int:
     return (run / "search.jsonl").read_text().count("\n")
 
 
-@pytest.mark.parametrize("keep", ["all", "summary", "none"])
-def test_each_value_keeps_report_rerender_and_resume_working(planted_file, tmp_path, keep):
+def _counting_captures(monkeypatch) -> list:
+    captured = []
+    real = diagnose_module.capture_and_analyse
+    monkeypatch.setattr(diagnose_module, "capture_and_analyse", lambda *a, **k: captured.append(1) or real(*a, **k))
+    return captured
+
+
+@pytest.mark.parametrize("keep", ["all", "summary", "top:0", "none"])
+def test_each_value_keeps_report_rerender_and_resume_working(planted_file, tmp_path, keep, monkeypatch):
     case, path, files = planted_file("three_defects", n=4)
     spec = _spec(case, path, files, keep)
     run = tmp_path / "run"
     first = api.diagnose(spec, run)
     store = run / "activations.h5"
     assert first.passed
-    key = {"all": "activations", "summary": "activations_summary"}.get(keep)
+    key = {"all": "activations", "none": None}.get(keep, "activations_summary")
     assert {k for k in first.artifacts if k.startswith("activations")} == ({key} if key else set())
     assert store.is_file() == (keep != "none") and whole(store) == (keep == "all")
+    assert analysable(store) == (keep != "none")
     assert not (run / ".activations.h5.summary").exists()
 
     again = api.rerender(run)  # report/rerender read report.json only
     assert again.fallback_nodes == first.fallback_nodes and (run / "report.html").is_file()
 
     evaluations = _evaluations(run)
-    captured = []
-    real = diagnose_module.capture_and_analyse
-    diagnose_module.capture_and_analyse = lambda *a, **k: captured.append(1) or real(*a, **k)
-    try:
-        resumed = api.diagnose(spec, run, resume=True)
-    finally:
-        diagnose_module.capture_and_analyse = real
+    captured = _counting_captures(monkeypatch)
+    resumed = api.diagnose(spec, run, resume=True)
     assert resumed.fallback_nodes == first.fallback_nodes and resumed.passed
     assert _evaluations(run) == evaluations  # the search replayed, nothing evaluated again
-    assert captured == ([] if keep == "all" else [1])  # a summary or no file: captured again
+    assert captured == ([1] if keep == "none" else [])  # the statistics are read back; no file: captured again
     assert store.is_file() == (keep != "none") and whole(store) == (keep == "all")
 
 
-def test_summary_keeps_the_analysis_and_every_runs_outputs(planted_file, tmp_path):
+def test_a_summary_keeps_the_statistics_the_outputs_and_the_top_layers(planted_file, tmp_path):
+    """The summary's analysis, statistics and kept tensors are the whole capture's, bit for bit; it keeps the graph
+    outputs of every run and the tensors of the top 3 layers (inputs and outputs in the FP32 and low-precision runs,
+    outputs in the local run), nothing more; the verdict under another tolerance is the same from either."""
     case, path, files = planted_file("three_defects", n=4)
     full, brief = tmp_path / "all", tmp_path / "summary"
     api.diagnose(_spec(case, path, files, "all"), full)
-    api.diagnose(_spec(case, path, files, "summary"), brief)
-    big, small = (full / "activations.h5").stat().st_size, (brief / "activations.h5").stat().st_size
-    assert small < big / 3, (small, big)
+    report = api.diagnose(_spec(case, path, files, "summary"), brief)
+    model = from_proto(case.model)
     outputs = [o.name for o in case.model.graph.output]
     with ActivationStore(brief / "activations.h5") as s, ActivationStore(full / "activations.h5") as f:
-        assert s.read_text(MEMO) == f.read_text(MEMO)
+        assert s.read_text(MEMO) == f.read_text(MEMO) and s.read_text(STATS) == f.read_text(STATS)
         assert set(s.runs()) == set(f.runs()) == {REFERENCE, LOWP, LOCAL, "fixed"}
-        for run in s.runs():
-            kept = [n for n in outputs if f.has(run, n)]
-            assert s.tensor_names(run) == kept
-            for name in kept:
+        ranking = json.loads(s.read_text(MEMO))["layers"]
+        top = [r["name"] for r in sorted(ranking, key=lambda r: r["rank"])][:3]
+        kept = KeepPlan.parse("summary").tensors(model, [r["name"] for r in sorted(ranking, key=lambda r: r["rank"])])
+        for run in (REFERENCE, LOWP, LOCAL):
+            want = set(outputs) & set(f.tensor_names(run)) | set(kept[run])
+            assert set(s.tensor_names(run)) == want, run
+            for name in want:
                 np.testing.assert_array_equal(s.read(run, name), f.read(run, name))  # NaN where it was
-        assert set(s.file.attrs) - set(f.file.attrs) == {"kept"}
-    # the kept analysis and the output verdict read from the summary are the whole store's
+        assert s.tensor_names("fixed") == [o for o in outputs if f.has("fixed", o)]
+        for name in s.tensor_names("fixed"):
+            np.testing.assert_array_equal(s.read("fixed", name), f.read("fixed", name))
+        assert s.attr("kept") == "summary" and f.attr("kept") == "all"
+        assert set(s.tensor_names(REFERENCE)) >= {t for n in top for t in model.node(n).outputs}
+    sizes = {d: sum(ds.id.get_storage_size() for run in ("reference", "lowp", "local") for ds in
+                    h5py.File(d / "activations.h5")[run].values()) for d in (brief, full)}
+    assert sizes[brief] < sizes[full] / 2, sizes
+    assert report.artifacts["activations_summary"] == "activations.h5"
     tol = Tolerance(case.atol / 2, case.rtol / 2)
-    kept, every = (json.dumps(reanalyse(d / "activations.h5", tol).to_dict(), sort_keys=True) for d in (brief, full))
-    assert kept == every  # (as JSON: NaN where the outputs overflow)
+    kept_json, every = (json.dumps(reanalyse(d / "activations.h5", tol).to_dict(), sort_keys=True) for d in (brief, full))
+    assert kept_json == every  # (as JSON: NaN where the outputs overflow)
 
 
-def test_a_run_cut_off_keeps_its_whole_capture_until_it_completes(planted_file, tmp_path):
-    """Interrupted (a stop after two evaluations): the whole capture stays and --resume uses it; the run that
-    completes then keeps what `keep` says. A run whose budget ran out keeps what `keep` says and, continued with
-    a larger budget, captures again."""
+def test_names_and_top_n_choose_the_layers_kept(planted_file, tmp_path):
+    """`top:0,NODE,TENSOR`: the named node's tensors and the named tensor (in each run that computes it), nothing
+    of the ranking; values as the whole capture has them."""
+    case, path, files = planted_file("three_defects", n=3)
+    model = from_proto(case.model)
+    node = model.candidates[-1]
+    tensor = model.candidates[0].float_outputs[0]
+    keep = f"top:0,{node.name},{tensor}"
+    full, named = tmp_path / "all", tmp_path / "named"
+    api.compare(_spec(case, path, files, "all"), full)
+    api.compare(_spec(case, path, files, keep), named)
+    outputs = set(model.outputs)
+    with ActivationStore(named / "activations.h5") as s, ActivationStore(full / "activations.h5") as f:
+        assert s.attr("kept") == keep
+        ref = {t for t in [*node.inputs, *node.outputs] if t and t not in model.initializers} | {tensor} | outputs
+        assert set(s.tensor_names(REFERENCE)) == ref
+        assert set(s.tensor_names(LOCAL)) == set(node.float_outputs) | {tensor} | (outputs & set(f.tensor_names(LOCAL)))
+        for run in (REFERENCE, LOWP, LOCAL):
+            for name in s.tensor_names(run):
+                np.testing.assert_array_equal(s.read(run, name), f.read(run, name))
+
+
+def test_a_run_cut_off_keeps_its_capture_and_resumes_without_capturing(planted_file, tmp_path, monkeypatch):
+    """Interrupted in the search (a stop after two evaluations): the capture stays, whatever `capture.keep` says, and
+    --resume goes on without capturing again; the run that completes then keeps what `keep` says. A run whose budget
+    ran out, continued with a larger one, does not capture again either."""
     case, path, files = planted_file("three_defects", n=4)
     run = tmp_path / "run"
     stop = StopToken()
@@ -95,30 +136,51 @@ def test_a_run_cut_off_keeps_its_whole_capture_until_it_completes(planted_file, 
 
     report = api.diagnose(_spec(case, path, files, "none"), run, progress=progress, stop=stop)
     assert report.status == "interrupted"
-    assert whole(run / "activations.h5") and "activations" in report.artifacts
+    assert analysable(run / "activations.h5") and "activations_summary" in report.artifacts
+    captured = _counting_captures(monkeypatch)
     finished = api.diagnose(_spec(case, path, files, "none"), run, resume=True)
-    assert finished.status == "complete" and not (run / "activations.h5").exists()
+    assert finished.status == "complete" and not (run / "activations.h5").exists() and captured == []
 
     budget = tmp_path / "budget"
     short = api.diagnose(_spec(case, path, files, "summary", max_evaluations=2), budget)
-    assert short.status == "budget_exhausted" and not whole(budget / "activations.h5")
+    assert short.status == "budget_exhausted" and analysable(budget / "activations.h5")
     evaluations = _evaluations(budget)
+    captured.clear()  # the short run captured
     more = api.diagnose(_spec(case, path, files, "summary", max_evaluations=500), budget, resume=True)
-    assert more.status == "complete" and more.passed and _evaluations(budget) > evaluations
+    assert more.status == "complete" and more.passed and captured == [], captured
+    assert _evaluations(budget) > evaluations, (_evaluations(budget), evaluations)
 
 
-def test_bad_value_is_one_line_naming_the_flag(planted_file, run_cli, tmp_path):
+@pytest.mark.parametrize("value, said", [
+    ("top:x", "--keep-activations 'top:x': top:N takes a whole number of layers"),
+    ("all,top:2", "--keep-activations all stands alone"),
+    ("summary,,x", "an empty item"),
+    ("no_such_node", "--keep-activations no_such_node: no node or tensor of the model has this name"),
+])
+def test_bad_value_is_one_line_naming_the_flag(planted_file, run_cli, tmp_path, value, said):
     case, path, files = planted_file("three_defects", n=2)
-    code, _, err = run_cli("diagnose", path, "--inputs", files[0], "--keep-activations", "some", "--out", tmp_path / "r")
-    assert code == 2 and "--keep-activations must be one of none, summary, all, got 'some'" in err, err
+    code, _, err = run_cli("diagnose", path, "--inputs", files[0], "--keep-activations", value, "--out", tmp_path / "r")
+    assert code == 2 and said in err and "Traceback" not in err, err
     assert not (tmp_path / "r").exists()
 
 
+def test_plan_labels_and_values():
+    assert KeepPlan.parse("summary") == KeepPlan() and KeepPlan().label == "summary"
+    assert KeepPlan.parse("none").remove and KeepPlan.parse("none").label == "summary"  # what it holds until removed
+    assert KeepPlan.parse("all").every and KeepPlan.parse("all").label == "all"
+    assert KeepPlan.parse("top:5, a ,b").label == "top:5,a,b" and KeepPlan.parse("summary,a").label == "top:3,a"
+    with pytest.raises(SpecError):
+        KeepPlan.parse("top:-1")
+
+
 def test_summary_file_is_readable_without_precision_doctor(planted_file, tmp_path):
-    """A summary is a plain HDF5 file: the per-layer analysis as JSON, the outputs as datasets."""
+    """A summary is a plain HDF5 file: the per-layer analysis and every tensor's statistics as JSON, the outputs and
+    the kept tensors as datasets."""
     case, path, files = planted_file("three_defects", n=2)
     api.diagnose(_spec(case, path, files, "summary"), tmp_path / "run")
     with h5py.File(tmp_path / "run" / "activations.h5", "r") as f:
         assert f.attrs["kept"] == "summary"
         layers = json.loads(f[MEMO][()])["layers"]
         assert {row["name"] for row in layers} >= {n.name for n in case.model.graph.node if n.op_type == "Exp"}
+        stats = json.loads(f[STATS][()])["tensors"]
+        assert {t for n in case.model.graph.node for t in n.output} <= set(stats)

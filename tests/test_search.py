@@ -283,7 +283,7 @@ def test_confirmation_grows_by_the_failing_samples_attribution(tmp_path):
     spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
                                                   "search.margin": 0.0})
     ctx = StepContext(spec=spec, run_dir=RunDir(tmp_path), space=s.space)
-    attribution = Attribution(s.model, FP16, None, tmp_path, 64.0)
+    attribution = Attribution(s.model, FP16, None, 64.0)
     confirmed = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, found), backend=s.backend, samples=others,
                                      refs=[s.ref.run(x) for x in others], budget=Budget(None, None),
                                      attribution=attribution)

@@ -396,15 +396,18 @@ def test_hdf5_failing_on_a_full_disk_is_one_line(tmp_path, small_disk):
 
 @pytest.mark.slow
 def test_disk_full_during_the_run_leaves_it_resumable(tmp_path, small_disk):
-    """The capture fits, adding the fixed run (a copy of activations.h5) does not: one line saying how to
-    continue; with room again, --resume finishes without repeating an evaluation."""
+    """With --keep-activations all the capture fits, adding the fixed run (a copy of activations.h5) does not: one
+    line saying how to continue; with room again, --resume finishes without repeating an evaluation. (Sized before
+    it starts, such a run is refused, the copy counted: the sizing is told there is room, as if another process
+    had freed it.)"""
     make, resize = small_disk
     model = _deep(tmp_path, depth=24)
     args = ["diagnose", model, "--samples", "8", *TOL]
     assert cli(*args, "--keep-activations", "all", "--out", tmp_path / "sized", cwd=tmp_path).returncode == 0
     size = (tmp_path / "sized" / "activations.h5").stat().st_size
     disk = make(str(storage.RESERVE_BYTES + size + size // 2))
-    line = one_line(cli(*args, "--out", disk / "run", cwd=tmp_path))
+    sized_wrong = "from precision_doctor.pipeline import capture_size; capture_size.check_room = lambda size, out: 1 << 40"
+    line = one_line(cli(*args, "--keep-activations", "all", "--out", disk / "run", cwd=tmp_path, prelude=sized_wrong))
     assert "no space left on the device" in line and "--resume --out" in line, line
     evaluations = (disk / "run" / "search.jsonl").read_text().count("\n")
     resize("64m")

@@ -92,6 +92,9 @@ def test_the_key_covers_every_setting_but_those_proven_not_to_change_the_capture
         other = capture_key(_with(spec, path, _changed(path, value)), work)
         assert (other == key) == (path in NOT_IN_KEY), path
         in_key.append(path) if other != key else None
+    # capture.keep as the tensors the file holds: none holds what summary holds until its run removes it
+    assert capture_key(_with(spec, "capture.keep", "none"), work) == capture_key(_with(spec, "capture.keep", "summary"), work)
+    assert capture_key(_with(spec, "capture.keep", "all"), work) != key
     # every setting not proven harmless is in it, whatever sections grow (emulation rules, ...)
     assert {"precision", "capture.group_mb", "capture.compression", "backends.backend", "inputs.input_shapes"} <= set(in_key)
     # the things themselves: the samples searched and the model's contents
@@ -145,11 +148,11 @@ def test_the_analysis_kept_in_a_capture_is_what_analysing_it_again_gives(case_fi
 def test_a_second_diagnosis_reuses_the_capture_and_answers_as_a_fresh_run(case_files, tmp_path, monkeypatch) -> None:
     case, spec = case_files
     cache = DirectoryCaptureCache(tmp_path / "cache", 64)
+    # capture.keep all: the run appends its fixed run to its own copy of the capture (with summary it is not stored)
+    spec = spec.with_settings({"capture.keep": "all"})
     first = api.diagnose(spec, tmp_path / "first", capture_cache=cache)
     assert first.passed and len(list((tmp_path / "cache").glob("*.h5"))) == 1
-    # capture.keep all: the run appends its fixed run to its own copy of the capture (with summary it is not stored)
-    other = spec.with_settings({"tolerance.atol": case.atol * 3, "search.strategy": "bisect", "search.margin": 0.1,
-                                "capture.keep": "all"})
+    other = spec.with_settings({"tolerance.atol": case.atol * 3, "search.strategy": "bisect", "search.margin": 0.1})
     fresh = api.diagnose(other, tmp_path / "fresh")  # no cache: the reference answer
 
     import precision_doctor.pipeline.compare as compare

@@ -9,8 +9,10 @@ from rich.table import Table
 
 from precision_doctor.cli.options import (
     CAPTURE,
+    CAPTURE_DEVICE,
     EMULATION,
     INPUTS,
+    KEEP,
     PRECISION,
     RUN_DIR,
     TARGET,
@@ -43,7 +45,7 @@ from precision_doctor.storage import DiskFull
 
 
 @app.command()
-@with_options(INPUTS, PRECISION, TOLERANCE, TARGET, EMULATION, RUN_DIR, CAPTURE)
+@with_options(INPUTS, PRECISION, TOLERANCE, TARGET, EMULATION, RUN_DIR, CAPTURE, CAPTURE_DEVICE, KEEP)
 def compare(
     model: Path = typer.Argument(..., help="ONNX model."),
     top: int = typer.Option(10, "--top", min=1, help="Rows of the offenders table."),
@@ -83,18 +85,23 @@ def compare(
             raise UserError(f"{exc}; {exc.advice}, then run the command again") from None
     print_layer_table(result.analysis, top)
     console.print(compare_verdict(result.analysis, spec.tolerance, result.notes, result.floor), soft_wrap=True)
-    console.print(f"wrote {out_dir}/activations.h5 ({capture_size(Path(out_dir) / 'activations.h5')}), layers.csv, "
-                  "layers.json", soft_wrap=True)
+    kept = Path(out_dir) / "activations.h5"
+    wrote = f"activations.h5 ({capture_size(kept, spec.capture.keep)}), " if kept.is_file() else ""
+    console.print(f"wrote {out_dir}/{wrote}layers.csv, layers.json", soft_wrap=True)
     raise typer.Exit(0 if result.analysis.passed else 1)
 
 
-def capture_size(path: Path) -> str:
-    """The size of compare's activations.h5, which keeps every tensor of every captured sample (tens of GB for a
-    detector at 8 samples): "25.2 GB: every tensor of the captured samples"."""
+def capture_size(path: Path, keep: str) -> str:
+    """The size of compare's activations.h5 and what it holds (`capture.keep`): "25.2 GB: every tensor of the
+    captured samples" (all), "1.2 MB: every layer's error statistics, the graph outputs and the tensors of the top 3
+    layers"."""
     from precision_doctor.render.numbers import fmt_decimal_bytes
+    from precision_doctor.render.wording import kept_of_capture
 
-    size = path.stat().st_size if path.is_file() else 0
-    return f"{fmt_decimal_bytes(size)}: every tensor of the captured samples; --capture-samples takes fewer"
+    size = fmt_decimal_bytes(path.stat().st_size if path.is_file() else 0)
+    if keep == "all":
+        return f"{size}: every tensor of the captured samples; --capture-samples takes fewer"
+    return f"{size}: {kept_of_capture(keep).removeprefix('it keeps ')}"
 
 
 def print_layer_table(analysis: Analysis, top: int) -> None:

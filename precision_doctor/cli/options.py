@@ -196,18 +196,25 @@ ARTIFACTS = (
 )
 CAPTURE = (
     _opt("capture_samples", "capture.max_samples", int,
-         "Samples the layer-by-layer capture runs on (the hardest, spread over shape groups). activations.h5 holds "
-         "every tensor of each in three runs; a capture the run directory's disk has no room for is refused before "
-         "it starts, naming the number that fits."),
-    _opt("group_mb", "capture.group_mb", float, "Memory budget of one capture group (MiB)."),
+         "Samples the layer-by-layer capture runs on (the hardest, spread over shape groups). It measures every "
+         "tensor's error statistics as the runs execute and writes only the tensors --keep-activations names; a "
+         "capture the run directory's disk has no room for is refused before it starts, naming the number that fits."),
+    _opt("group_mb", "capture.group_mb", float,
+         "Memory budget of one capture group of layers: its FP32 values of one sample (MiB; its low-precision and "
+         "local values come on top). Fewer, larger groups are faster."),
 )
+CAPTURE_DEVICE = (_opt("capture_device", "capture.device", str,
+                       "Where the capture's runs compute: auto (default: a CUDA GPU where ONNX Runtime has one, else "
+                       "the CPU), cpu, cuda (not yet verified on a GPU)."),)
 KEEP = (_opt("keep_activations", "capture.keep", str,
-             "What activations.h5 keeps once the report is written: summary (default: the per-tensor error statistics "
-             "and the graph outputs, a size proportional to the node count), all (every tensor of every sample: "
-             "samples x the model's activations x 4 runs), none (no file). A run cut off (Ctrl-C) keeps it all until "
-             "it completes; --resume of a run without it captures again."),)
+             "Which full tensors activations.h5 keeps beside every tensor's error statistics and the graph outputs: "
+             "summary (default: the top 3 layers of the ranking, as top:3), top:N, node or tensor names "
+             "(comma-separated, with summary or top:N: top:0,NODE keeps that node alone), all (every tensor of "
+             "every sample: samples x the model's activations x 4 runs), none (the file removed once the report is "
+             "written; a run cut off keeps it for --resume)."),)
 # diagnose's and submit's
-DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, TARGET, EMULATION, ARTIFACTS, CAPTURE, KEEP)
+DIAGNOSIS = (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, TARGET, EMULATION, ARTIFACTS, CAPTURE,
+             CAPTURE_DEVICE, KEEP)
 FILE_SETTINGS = ("inputs.files", "inputs.data_loader_script", "inputs.validate_files", "inputs.reference_outputs")
 # resubmit's: a job's files stay the daemon's copies
 CHANGES = tuple(g for g in (tuple(o for o in group if o.setting not in FILE_SETTINGS) for group in DIAGNOSIS) if g)
@@ -220,7 +227,8 @@ RUN_DIR = (
 # -- help panels: `--help` shows each command's options in these groups ------------------------------------
 GROUP_PANELS = ((INPUTS, "Inputs"), (HELD_OUT, "Held-out samples"), (PRECISION, "Precision and tolerance"),
                 (TOLERANCE, "Precision and tolerance"), (SEARCH, "Search"), (BACKENDS, "Backends"),
-                (TARGET, "Backends"), (EMULATION, "Backends"), (ARTIFACTS, "Engine"), (CAPTURE, "Capture"), (KEEP, "Capture"),
+                (TARGET, "Backends"), (EMULATION, "Backends"), (ARTIFACTS, "Engine"), (CAPTURE, "Capture"),
+                (CAPTURE_DEVICE, "Capture"), (KEEP, "Capture"),
                 (RUN_DIR, "Run directory"))
 # the commands' own options, by flag ("command flag" where one flag means different things in two commands)
 PANELS: dict[str, str] = {

@@ -2,20 +2,23 @@
 
 Layout:
     /                attrs: format version, model hash and path, settings (JSON), inputs (JSON),
-                     `shape_groups` (JSON: per shape group its input shapes and its number of samples)
-    /<run>/<escaped> one dataset per tensor, shape (samples, *tensor_shape), chunked, compressed;
+                     `shape_groups` (JSON: per shape group its input shapes and its number of samples),
+                     `kept` (which tensors the runs hold: `capture.keep`, pipeline/keep.py; "all": every one)
+    /shapes          (JSON) every tensor of the reference run (graph inputs, node outputs) with one sample's shape
+                     per shape group: the shapes that ran, whether or not the tensor is stored
+    /stats           (JSON) every captured tensor's error statistics (`measure/analysis.keep_stats`)
+    /analysis        (optional) the analysis of the runs, kept so that it is not computed twice
+    /<run>/<escaped> one dataset per stored tensor, shape (samples, *tensor_shape), chunked, compressed;
                      attr `onnx_name` holds the tensor's real name
     /<run>/<escaped>@<k>  with several shape groups: one dataset per tensor and group k (k = 0, 1, ...),
                      shape (samples of group k, *its shape); `@` never appears in an escaped name
-    /<run>           attr `tensor_names`: JSON list of real names in capture (topological) order
-    /analysis        (optional) the analysis of the runs below, kept so that it is not computed twice
-Runs: `reference` (FP32, graph inputs and every node output), `lowp` (emulated low precision,
-floating tensors), `local` (each node's outputs computed in low precision from exact inputs).
-Samples are numbered across the store (0 .. n-1); the samples of a shape group are consecutive (the capture
-orders them so), so reading every sample in order reads each group's datasets in turn.
-
-A summary (`summarize`, root attr `kept` = "summary") holds the root attributes and datasets and, of each run,
-only the tensors named; `whole` says whether a store still holds every captured tensor.
+    /<run>           attr `tensor_names`: JSON list of real names of the stored tensors in capture order
+Runs: `reference` (FP32), `lowp` (emulated low precision, floating tensors), `local` (each node's outputs computed in
+low precision from exact inputs), `fixed` (the emulated run with the answer in FP32). The streaming capture
+(`measure/capture.py`) stores the graph outputs of each run and the tensors `capture.keep` names; with `all`, every
+tensor (graph inputs and node outputs). Samples are numbered across the store (0 .. n-1); the samples of a shape group
+are consecutive (the capture orders them so), so reading every sample in order reads each group's datasets in turn.
+`whole` says whether a store holds every captured tensor.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import contextlib
 import functools
 import json
 import math
+import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,9 +39,11 @@ import numpy as np
 from precision_doctor import storage
 from precision_doctor.errors import UserError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: streamed statistics (`stats`, `shapes`), tensors kept by `capture.keep`; 1: every tensor
 REFERENCE, LOWP, LOCAL = "reference", "lowp", "local"
-KEPT = "kept"  # root attribute of a summary
+KEPT = "kept"  # root attribute: which tensors the runs hold ("all": every one; absent: a version-1 store of every one)
+SHAPES = "shapes"  # root dataset: every reference tensor's shape per shape group (JSON)
+STATS = "stats"  # root dataset: every captured tensor's error statistics (JSON, `measure/analysis.keep_stats`)
 _CHUNK_BYTES = 4 << 20
 # The file's bytes beyond the tensors' data, per dataset: its object header, chunk index and `onnx_name`, and the
 # root's attributes and the kept analysis spread over them; 3.9 to 4.8 kB on four zoo models (docs/ARCHITECTURE.md).
@@ -217,12 +223,36 @@ class ActivationStore:
         """The dataset of tensor `name` in `run` for shape group `group`."""
         return self.file[run][escape(name) + (f"@{group}" if self._sizes else "")]
 
+    def set_shapes(self, shapes: Mapping[str, Sequence[Sequence[int]]]) -> None:
+        """Each reference tensor's shape per shape group (`SHAPES`), what `shape` and `captured_shapes` read."""
+        doc = {t: [list(map(int, s)) for s in per] for t, per in shapes.items()}
+        self.write_text(SHAPES, json.dumps(doc))
+        self.__dict__["_shapes"] = doc  # the cached property, now known
+
+    @functools.cached_property
+    def _shapes(self) -> dict[str, list[list[int]]]:
+        text = self.read_text(SHAPES)
+        return json.loads(text) if text is not None else {}
+
     def shape(self, run: str, name: str) -> list[int]:
-        """The tensor's shape (without the sample axis); -1 for a dimension that differs between shape groups."""
+        """The tensor's shape (without the sample axis); -1 for a dimension that differs between shape groups. A
+        tensor not stored: the shape that ran in the reference run (`SHAPES`)."""
+        if name in self._shapes and not self.has(run, name):
+            return merged_shape(self._shapes[name])
         shapes = [self.dataset(run, name, k).shape[1:] for k in range(max(1, len(self._sizes)))]
-        if len({len(s) for s in shapes}) > 1:
-            return [-1] * max(len(s) for s in shapes)
-        return [int(d[0]) if len(set(d)) == 1 else -1 for d in zip(*shapes)] if shapes[0] else []
+        return merged_shape(shapes)
+
+    def one_shape(self, name: str) -> tuple[int, ...] | None:
+        """One sample's shape of reference tensor `name` in the first shape group (None: not captured)."""
+        if name in self._shapes:
+            return tuple(self._shapes[name][0])
+        if self.has(REFERENCE, name):
+            return tuple(int(d) for d in self.dataset(REFERENCE, name).shape[1:])
+        return None
+
+    def captured_tensors(self) -> list[str]:
+        """Every tensor of the reference run, stored or not (graph inputs and node outputs)."""
+        return list(self._shapes) or self.tensor_names(REFERENCE)
 
     def read(self, run: str, name: str, sample: int | None = None) -> np.ndarray:
         """Sample `sample` of the tensor (None: every sample stacked, with one shape group only)."""
@@ -256,6 +286,15 @@ class ActivationStore:
                 yield from ds[start:start + step]
 
 
+def merged_shape(shapes: Sequence[Sequence[int]]) -> list[int]:
+    """One shape of a tensor's shapes in the shape groups: -1 for a dimension that differs (every one where the ranks
+    differ)."""
+    shapes = [tuple(s) for s in shapes]
+    if len({len(s) for s in shapes}) > 1:
+        return [-1] * max(len(s) for s in shapes)
+    return [int(d[0]) if len(set(d)) == 1 else -1 for d in zip(*shapes)] if shapes and shapes[0] else []
+
+
 def _chunking(shape: tuple[int, ...], nbytes: int) -> tuple[int, ...] | bool | None:
     """How a tensor of one sample's `shape` (`nbytes`) is chunked: a chunk per sample up to `_CHUNK_BYTES`, HDF5's
     own chunks above (True), none (contiguous) when it is empty."""
@@ -286,41 +325,52 @@ def captured_shapes(path: str | Path | None) -> dict[str, tuple[int, ...]] | Non
     if path is None or not Path(path).exists():
         return None
     with ActivationStore(path) as store:
-        return {name: tuple(int(d) for d in store.dataset(REFERENCE, name).shape[1:])
-                for name in store.tensor_names(REFERENCE)}
+        return {name: shape for name in store.captured_tensors() if (shape := store.one_shape(name)) is not None}
+
+
+def analysable(path: Path) -> bool:
+    """Whether `path` is a complete capture that can be analysed again without capturing: one with its statistics
+    (`STATS`), or one of every tensor."""
+    try:
+        with h5py.File(path, "r") as f:
+            return f.attrs.get("format") == "precision-doctor-activations" and (
+                STATS in f or f.attrs.get(KEPT, "all") == "all")
+    except OSError:
+        return False
 
 
 def whole(path: Path) -> bool:
-    """Whether `path` is a store holding every captured tensor (not a summary)."""
+    """Whether `path` is a store holding every captured tensor (`capture.keep` all, or a version-1 store)."""
     try:
         with h5py.File(path, "r") as f:
-            return f.attrs.get("format") == "precision-doctor-activations" and KEPT not in f.attrs
+            return f.attrs.get("format") == "precision-doctor-activations" and f.attrs.get(KEPT, "all") == "all"
     except OSError:
         return False
 
 
 @dataclass(frozen=True)
 class ExtraRun:
-    """A run never stored in a capture that its summary keeps: its tensors' values per sample, its attributes."""
+    """A run computed without being stored in a capture (the fixed run), to add to it: its tensors' values per sample,
+    its attributes."""
 
     values: Mapping[str, Sequence[np.ndarray]]
     attrs: Mapping[str, str]
 
 
-def summarize(path: Path, tensors: list[str], extra: Mapping[str, ExtraRun] | None = None) -> None:
-    """Rewrite the store at `path` as a summary: its attributes, its root datasets and, of each run, the
-    `tensors` it holds; and the `extra` runs' values (of `tensors`), as if they had been stored. Written beside it
-    and renamed over it (HDF5 does not give freed space back)."""
+def append_runs(path: Path, extra: Mapping[str, ExtraRun]) -> None:
+    """Add the `extra` runs' values to the store at `path`: written into a copy beside it (`summary_path`), renamed over
+    it when complete, so that an interruption or a full disk leaves the store as it was."""
     tmp = summary_path(path)
     try:
-        _summarize(path, tmp, tensors)
-        if extra:
-            with ActivationStore(tmp, "a", compression=None) as dst:
-                for run, r in extra.items():
-                    for name in [n for n in tensors if r.values.get(n)]:
-                        dst.write_many(run, name, 0, len(r.values[name]), list(r.values[name]))
-                    if run in dst.file:
-                        dst.file[run].attrs.update(dict(r.attrs))
+        storage.check_room(tmp, path.stat().st_size)
+        shutil.copyfile(path, tmp)
+        with ActivationStore(tmp, "a", compression=None) as dst:
+            for run, r in extra.items():
+                for name, values in r.values.items():
+                    if values:
+                        dst.write_many(run, name, 0, len(values), list(values))
+                if run in dst.file:
+                    dst.file[run].attrs.update(dict(r.attrs))
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -328,33 +378,5 @@ def summarize(path: Path, tensors: list[str], extra: Mapping[str, ExtraRun] | No
 
 
 def summary_path(path: Path) -> Path:
-    """Where `summarize` writes the summary of `path` before renaming it over `path`."""
+    """Where `append_runs` writes its copy of `path` before renaming it over `path`."""
     return path.with_name(f".{path.name}.summary")
-
-
-def _summarize(path: Path, tmp: Path, tensors: list[str]) -> None:
-    with h5py.File(path, "r") as src:
-        runs = {k: [d for n in tensors for d in _datasets_of(g, escape(n))] for k, g in src.items()
-                if isinstance(g, h5py.Group)}
-        need = sum(src[k][d].id.get_storage_size() for k, names in runs.items() for d in names)
-        with ActivationStore(tmp, "w") as dst, dst._writing(need + (1 << 20)):
-            for k, v in src.attrs.items():
-                dst.file.attrs[k] = v
-            dst.file.attrs[KEPT] = "summary"
-            for k, obj in src.items():
-                if isinstance(obj, h5py.Dataset):
-                    src.copy(obj, dst.file, name=k)
-            for run, names in runs.items():
-                grp = dst.file.create_group(run)
-                for k, v in src[run].attrs.items():
-                    grp.attrs[k] = v
-                grp.attrs["tensor_names"] = json.dumps([n for n in tensors if _datasets_of(src[run], escape(n))])
-                for d in names:
-                    src.copy(src[run][d], grp, name=d)
-
-
-def _datasets_of(group: h5py.Group, escaped: str) -> list[str]:
-    """The datasets of one tensor in a run's group: `escaped`, or one per shape group (`escaped@k`)."""
-    if escaped in group:
-        return [escaped]
-    return [k for k in group if k.startswith(f"{escaped}@")]

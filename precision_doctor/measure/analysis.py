@@ -1,6 +1,9 @@
-"""Per-tensor error statistics, first divergence, local error per node, range facts and the ranking.
+"""The analysis of a capture: per-tensor error statistics, first divergence, local error per node, range facts and the
+ranking.
 
-Everything here reads the activation store only, so a capture can be re-analysed without the model.
+It is computed from each tensor's statistics (`measure/stats.TensorStats`), which the streaming capture measures as
+it runs (`measure/capture.py`) and keeps in the store (`keep_stats`), so a capture can be re-analysed without the
+model and without its tensors; a store of every tensor without statistics is read tensor by tensor (`tensor_stats`).
 """
 
 from __future__ import annotations
@@ -9,241 +12,24 @@ import csv
 import io
 import json
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 
 import numpy as np
 
 from precision_doctor.codec import BadValue, from_json, to_json
-from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
+from precision_doctor.control import CaptureEvent, ProgressSink, notify
+from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, STATS, ActivationStore
 from precision_doctor.fingerprint import code_fingerprint
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
+from precision_doctor.measure.stats import ErrorStats, TensorAccumulator, TensorStats
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check, merge
 
 MEMO = "analysis"  # a dataset at the store's root: the analysis without its verdict (JSON), see keep_analysis
+STATS_VERSION = 1
 DIVERGENCE_ROUNDOFFS = 16.0  # a tensor diverges when its relative error exceeds this many unit roundoffs
 INPUT_SENSITIVITY = 8.0  # local error this many times the output's own rounding error: inputs matter
-
-
-@dataclass
-class ErrorStats:
-    """Error of a tensor against its reference, accumulated over samples."""
-
-    size: int = 0
-    max_abs: float = 0.0
-    mean_abs: float = 0.0
-    max_rel: float = 0.0
-    rel_l2: float = 0.0
-    cosine: float = 1.0
-    nan: int = 0
-    inf: int = 0
-    ref_absmax: float = 0.0
-    frac_above_max: float = 0.0
-    frac_below_normal: float = 0.0
-
-    @property
-    def nonfinite(self) -> int:
-        return self.nan + self.inf
-
-
-@dataclass(frozen=True)
-class _Pairs:
-    """One sample of a tensor and its reference as float64, flat: the pairs where both are finite (all of them, not
-    copied, in the usual case), |ref| over every finite reference element (None: `ref`'s, all finite), how many
-    elements, the NaN and Inf the run added, and whether it made a finite reference element non-finite."""
-
-    out: np.ndarray
-    ref: np.ndarray
-    ref_abs: np.ndarray | None
-    size: int
-    nan: int = 0
-    inf: int = 0
-    new_nonfinite: bool = False
-
-
-def _finite_pairs(out: np.ndarray, ref: np.ndarray) -> _Pairs | None:
-    """The pairs the error statistics sum over (None: the shapes differ)."""
-    o = np.asarray(out, dtype=np.float64).ravel()
-    r = np.asarray(ref, dtype=np.float64).ravel()
-    if o.shape != r.shape:
-        return None
-    if not r.size:
-        return _Pairs(o, r, None, 0)
-    finite_ref, finite_out = np.isfinite(r), np.isfinite(o)
-    if finite_ref.all() and finite_out.all():  # the usual case: no masked copies (the same sums, in the same order)
-        return _Pairs(o, r, None, r.size)
-    both = finite_ref & finite_out
-    return _Pairs(o[both], r[both], np.abs(r[finite_ref]), r.size,
-                  nan=int(np.count_nonzero(np.isnan(o) & ~np.isnan(r))),
-                  inf=int(np.count_nonzero(np.isinf(o) & ~np.isinf(r))),
-                  new_nonfinite=bool(np.any(~finite_out & finite_ref)))
-
-
-@dataclass(frozen=True)
-class _Ref:
-    """One sample of a reference tensor, prepared once for every run compared with it (the low-precision run, the
-    local run, the rounding of the reference itself): float64 and flat, and where every element is finite (else
-    None: each comparison masks on its own), its |ref| with zeros as float64's smallest step, its sum of squares
-    and its range facts under `fmt`. The comparisons then compute what they computed before, once instead of three
-    times: the same numbers."""
-
-    raw: np.ndarray
-    flat: np.ndarray
-    safe_abs: np.ndarray | None = None
-    sq: float = 0.0
-    absmax: float = 0.0
-    above: int = 0
-    below: int = 0
-
-    @classmethod
-    def of(cls, ref: np.ndarray, fmt: Format) -> _Ref:
-        r = np.asarray(ref, dtype=np.float64).ravel()
-        if not r.size or ref.dtype.kind != "f" or not np.isfinite(r).all():
-            return cls(ref, r)
-        return cls.of_pairs(ref, r, None, fmt)
-
-    @classmethod
-    def of_pairs(cls, raw: np.ndarray, rb: np.ndarray, a: np.ndarray | None, fmt: Format) -> _Ref:
-        """The prepared form of the finite reference elements `rb` (float64, flat) that are compared; `a`: |ref|
-        over every finite reference element, for the range facts (None: `rb`'s)."""
-        with np.errstate(invalid="ignore", over="ignore"):
-            absr = np.abs(rb)
-            a = absr if a is None else a
-            absmax = float(a.max()) if a.size else 0.0
-            above = int(np.count_nonzero(a > fmt.max))
-            below = int(np.count_nonzero((a > 0) & (a < fmt.smallest_normal)))
-            absr[absr == 0] = 2.22e-16  # after the range facts: a zero reference divides by float64's smallest step
-            return cls(raw, rb, absr, float(np.dot(rb, rb)), absmax, above, below)
-
-
-class _Acc:
-    """Streaming accumulator for `ErrorStats`."""
-
-    def __init__(self, fmt: Format):
-        self.fmt = fmt
-        self.n = 0
-        self.sum_abs = 0.0
-        self.max_abs = 0.0
-        self.max_rel = 0.0
-        self.sq_diff = 0.0
-        self.sq_ref = 0.0
-        self.sq_out = 0.0
-        self.dot = 0.0
-        self.nan = 0
-        self.inf = 0
-        self.ref_absmax = 0.0
-        self.above = 0
-        self.below = 0
-        self.new_nonfinite = False
-
-    def add(self, out: np.ndarray, ref: np.ndarray | _Ref) -> None:
-        if isinstance(ref, _Ref):
-            if ref.safe_abs is not None and np.shape(out) == np.shape(ref.raw):
-                o = np.asarray(out, dtype=np.float64).ravel()
-                if np.isfinite(o).all():
-                    self.n += o.size
-                    self._add_prepared(o, ref)
-                    return
-            ref = ref.raw
-        p = _finite_pairs(out, ref)
-        if p is None:
-            self.new_nonfinite = True
-            return
-        self.n += p.size
-        if not p.size:
-            return
-        self.nan += p.nan
-        self.inf += p.inf
-        self.new_nonfinite |= p.new_nonfinite
-        self._add_finite(p.out, p.ref, p.ref_abs)
-
-    def _add_finite(self, ob: np.ndarray, rb: np.ndarray, a: np.ndarray | None = None) -> None:
-        """The sums over finite pairs (`ob`, `rb`: float64, flat); `a`: |ref| over every finite reference element
-        (None: `rb`'s)."""
-        self._add_prepared(ob, _Ref.of_pairs(rb, rb, a, self.fmt))
-
-    def _add_prepared(self, ob: np.ndarray, ref: _Ref) -> None:
-        """The sums of the finite `ob` against the prepared, finite reference elements it is paired with."""
-        rb = ref.flat
-        self.ref_absmax = max(self.ref_absmax, ref.absmax)
-        self.above += ref.above
-        self.below += ref.below
-        with np.errstate(invalid="ignore", over="ignore"):
-            d = ob - rb
-            np.abs(d, out=d)
-            self.sum_abs += float(d.sum())
-            if d.size:
-                self.max_abs = max(self.max_abs, float(d.max()))
-                self.max_rel = max(self.max_rel, float((d / ref.safe_abs).max()))
-            self.sq_diff += float(np.dot(d, d))
-            self.sq_ref += ref.sq
-            self.sq_out += float(np.dot(ob, ob))
-            self.dot += float(np.dot(ob, rb))
-
-    def result(self) -> ErrorStats:
-        if self.new_nonfinite:
-            rel_l2 = math.inf
-            max_abs = max_rel = math.inf
-        else:
-            rel_l2 = _rel_l2(self.sq_diff, self.sq_ref)
-            max_abs, max_rel = self.max_abs, self.max_rel
-        denom = math.sqrt(self.sq_ref) * math.sqrt(self.sq_out)
-        cos = self.dot / denom if denom > 0 else (1.0 if self.sq_ref == self.sq_out == 0 else 0.0)
-        n = max(self.n, 1)
-        return ErrorStats(
-            size=self.n,
-            max_abs=max_abs,
-            mean_abs=self.sum_abs / n,
-            max_rel=max_rel,
-            rel_l2=rel_l2,
-            cosine=cos,
-            nan=self.nan,
-            inf=self.inf,
-            ref_absmax=self.ref_absmax,
-            frac_above_max=self.above / n,
-            frac_below_normal=self.below / n,
-        )
-
-
-class RelL2:
-    """A streaming accumulator of one tensor's relative L2 error alone (`add(out, ref)` sample by sample, then
-    `result()`): the same sums over the same finite pairs as `tensor_error`'s, so the same number, for a third
-    of its passes over the data (the fixed run's per-layer errors need nothing else)."""
-
-    def __init__(self) -> None:
-        self.sq_diff = 0.0
-        self.sq_ref = 0.0
-        self.new_nonfinite = False
-
-    def add(self, out: np.ndarray, ref: np.ndarray) -> None:
-        p = _finite_pairs(out, ref)
-        if p is None:
-            self.new_nonfinite = True
-            return
-        if not p.size:
-            return
-        self.new_nonfinite |= p.new_nonfinite
-        with np.errstate(invalid="ignore", over="ignore"):
-            d = p.out - p.ref
-            self.sq_diff += float(np.dot(d, d))
-            self.sq_ref += float(np.dot(p.ref, p.ref))
-
-    def result(self) -> float:
-        return math.inf if self.new_nonfinite else _rel_l2(self.sq_diff, self.sq_ref)
-
-
-def _rel_l2(sq_diff: float, sq_ref: float) -> float:
-    """||out - ref|| / ||ref|| from the sums of squares (0 where both are 0)."""
-    if sq_ref == 0 and sq_diff == 0:
-        return 0.0
-    return math.sqrt(sq_diff) / max(math.sqrt(sq_ref), 1e-30)
-
-
-def tensor_error(store: ActivationStore, run: str, name: str, fmt: Format) -> ErrorStats:
-    acc = _Acc(fmt)
-    for out, ref in zip(store.iter_samples(run, name), store.iter_samples(REFERENCE, name)):
-        acc.add(out, ref)
-    return acc.result()
 
 
 def _worst(stats: list[ErrorStats]) -> ErrorStats:
@@ -348,17 +134,30 @@ def analyse(
     model_nodes: list[dict] | None = None,
     tolerance: Tolerance | None = None,
     model: Model | None = None,
+    progress: ProgressSink | None = None,
 ) -> Analysis:
-    """Analyse a capture. Node facts come from `model` or, without it, from the store's attributes."""
+    """Analyse a capture: from the statistics it holds (`STATS`, what the streaming capture measured), or, in a store
+    of every tensor without them (an earlier version's capture), from its tensors (`tensor_stats`, with a
+    `CaptureEvent` per tensor to `progress`). Node facts come from `model` or, without it, from the store's
+    attributes."""
     fmt = get_format(str(store.attr("precision", "fp16")))
     nodes = model_nodes if model_nodes is not None else store.attr("nodes", [])
     if model is not None:
         nodes = model.node_records()
-    folded = store.attr("folded", None) or {}  # node -> the node it is folded into (captures before it: none)
-    tol = tolerance or Tolerance()
-    threshold = DIVERGENCE_ROUNDOFFS * fmt.unit_roundoff
-    stats = _tensor_stats(store, nodes, fmt)
+    stats = stored_stats(store)
+    if stats is None:
+        stats = tensor_stats(store, nodes, fmt, progress)
+    verdict = output_verdict(store, [str(o) for o in store.attr("model_outputs", [])], tolerance or Tolerance())
+    return analysis_of(stats, nodes, fmt, store.attr("folded", None) or {}, lambda t: store.shape(REFERENCE, t),
+                       verdict)
 
+
+def analysis_of(stats: dict[str, TensorStats], nodes: list[dict], fmt: Format, folded: dict[str, str],
+                shape: Callable[[str], list[int]], verdict: dict[str, OutputCheck]) -> Analysis:
+    """The analysis of a capture's per-tensor statistics: `nodes` (`Model.node_records`), `folded` (node -> the node
+    it is folded into, the store's attribute), `shape(tensor)` (one sample's shape, -1 where shape groups differ)
+    and the graph outputs' `verdict`."""
+    threshold = DIVERGENCE_ROUNDOFFS * fmt.unit_roundoff
     tensors: list[TensorRow] = []
     first, first_node = None, None
     for nd in nodes:
@@ -366,8 +165,7 @@ def analyse(
             st = stats[t].lowp if t in stats else None
             if st is None:
                 continue
-            shape = store.shape(REFERENCE, t)  # -1 where shape groups differ
-            tensors.append(TensorRow(t, nd["name"], nd["index"], shape, st))
+            tensors.append(TensorRow(t, nd["name"], nd["index"], shape(t), st))
             if first is None and (st.nonfinite > 0 or st.rel_l2 > threshold):
                 first, first_node = t, nd["name"]
 
@@ -409,57 +207,65 @@ def analyse(
     order = sorted(layers, key=lambda r: (-r.score, -r.local_max_abs, r.index))
     for rank, r in enumerate(order, 1):
         r.rank = rank
-    verdict = output_verdict(store, [str(o) for o in store.attr("model_outputs", [])], tol)
     return Analysis(fmt.name, layers, tensors, first, first_node, threshold, verdict)
 
 
-@dataclass(frozen=True)
-class _Stats:
-    """What the analysis needs of one tensor: its low-precision run's error, its local error and the error of
-    only rounding it (for a candidate's output), the largest finite |reference| (for a candidate's input)."""
-
-    lowp: ErrorStats | None
-    local: ErrorStats | None
-    rounding: ErrorStats | None
-    absmax: float | None
+def roles(nodes: list[dict], captured: set[str]) -> dict[str, tuple[bool, bool, bool]]:
+    """Each tensor the analysis needs, with its roles (low-precision error, local error, input range): every node's
+    floating outputs, each candidate's floating outputs and its floating inputs among `captured` (the tensors the
+    reference run holds: graph inputs and node outputs, not initializers)."""
+    lowp = {t for nd in nodes for t in nd["float_outputs"]}
+    local = {t for nd in nodes if nd["candidate"] for t in nd["float_outputs"]}
+    inputs = {t for nd in nodes if nd["candidate"] for t in nd["float_inputs"] if t in captured}
+    return {t: (t in lowp, t in local, t in inputs) for t in sorted(lowp | local | inputs)}
 
 
 READ_MB = 64.0  # the analysis reads this many MiB of a tensor's samples at once
 
 
-def _tensor_stats(store: ActivationStore, nodes: list[dict], fmt: Format) -> dict[str, _Stats]:
-    """Every tensor's statistics, one pass over its samples each (the reference read once for all of them, blocks
-    of samples at a time). Not on threads: on the H100 machine's 16 cores 8 threads took 6.9 s where one took
-    4.9-5.9 s (NumPy's float64 dot products go through OpenBLAS, whose own threads the Python threads fight)."""
+def tensor_stats(store: ActivationStore, nodes: list[dict], fmt: Format,
+                 progress: ProgressSink | None = None) -> dict[str, TensorStats]:
+    """Every tensor's statistics from a store of every tensor, one pass over its samples each (the reference read
+    once for all of them, blocks of samples at a time), a `CaptureEvent` ("analysis") every few tensors. Not on
+    threads: on the H100 machine's 16 cores 8 threads took 6.9 s where one took 4.9-5.9 s (NumPy's float64 dot
+    products go through OpenBLAS, whose own threads the Python threads fight)."""
     lowp_names, local_names = set(store.tensor_names(LOWP)), set(store.tensor_names(LOCAL))
-    lowp = {t for nd in nodes for t in nd["float_outputs"] if t in lowp_names}
-    local = {t for nd in nodes if nd["candidate"] for t in nd["float_outputs"] if t in local_names}
-    inputs = {t for nd in nodes if nd["candidate"] for t in nd["float_inputs"] if store.has(REFERENCE, t)}
-    wanted = sorted(lowp | local | inputs)
+    captured = {t for nd in nodes for t in nd["float_inputs"] if store.has(REFERENCE, t)}
+    wanted = {t: (lo and t in lowp_names, lc and t in local_names, a)
+              for t, (lo, lc, a) in roles(nodes, captured).items()}
+    out: dict[str, TensorStats] = {}
+    for k, (t, (lo, lc, a)) in enumerate(wanted.items(), 1):
+        acc = TensorAccumulator(fmt, lowp=lo, local=lc, absmax=a)
+        if acc.needed:
+            runs = [store.iter_samples(run, t, READ_MB) if on else None for run, on in ((LOWP, lo), (LOCAL, lc))]
+            for ref in store.iter_samples(REFERENCE, t, READ_MB):
+                acc.add(ref, *(next(it) if it is not None else None for it in runs))
+        out[t] = acc.result()
+        if k % ANALYSIS_EVENT_EVERY == 0 or k == len(wanted):
+            notify(progress, CaptureEvent("analysis", k, len(wanted)))
+    return out
 
-    def one(t: str) -> _Stats:
-        accs = {LOWP: _Acc(fmt) if t in lowp else None, LOCAL: _Acc(fmt) if t in local else None}
-        rounding = _Acc(fmt) if t in local else None
-        m = 0.0 if t in inputs else None
-        runs = {run: store.iter_samples(run, t, READ_MB) for run, acc in accs.items() if acc is not None}
-        for ref in store.iter_samples(REFERENCE, t, READ_MB) if runs or rounding or m is not None else ():
-            prepared = _Ref.of(ref, fmt)  # once for the runs, the rounding and the input's range
-            for run, it in runs.items():
-                accs[run].add(next(it), prepared)
-            if rounding is not None:
-                rounding.add(fmt.round(ref), prepared)
-            if m is not None and ref.dtype.kind == "f" and ref.size:
-                if prepared.safe_abs is not None:
-                    m = max(m, prepared.absmax)
-                else:
-                    with np.errstate(invalid="ignore"):
-                        a = np.abs(ref[np.isfinite(ref)])
-                    if a.size:
-                        m = max(m, float(a.max()))
-        done = {run: acc.result() if acc is not None else None for run, acc in accs.items()}
-        return _Stats(done[LOWP], done[LOCAL], rounding.result() if rounding is not None else None, m)
 
-    return {t: one(t) for t in wanted}
+ANALYSIS_EVENT_EVERY = 16  # tensors between two progress events of `tensor_stats`
+
+
+def keep_stats(store: ActivationStore, stats: dict[str, TensorStats]) -> None:
+    """Keep the capture's per-tensor statistics in `store` (open for writing): what `analyse` reads."""
+    store.write_text(STATS, json.dumps({"version": STATS_VERSION, "tensors": {t: s.to_json() for t, s in stats.items()}}))
+
+
+def stored_stats(store: ActivationStore) -> dict[str, TensorStats] | None:
+    """The statistics `keep_stats` kept, or None (none kept, or not a document of this version)."""
+    text = store.read_text(STATS)
+    if text is None:
+        return None
+    try:
+        doc = json.loads(text)
+        if doc.get("version") != STATS_VERSION:
+            return None
+        return {str(t): TensorStats.from_json(s) for t, s in doc["tensors"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def score(local: ErrorStats, input_absmax: float, fmt: Format) -> float:

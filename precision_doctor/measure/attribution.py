@@ -1,40 +1,39 @@
 """A sample's error attributed to nodes: each candidate's local error on that sample.
 
 The local error of a node on a sample is its output computed in low precision from the sample's exact FP32
-inputs, against the FP32 output (the capture's `local` run, measure/capture.py); its score is the analysis's
-(`measure.analysis.score`: infinite where the node overflows the format, else the relative L2 error). The
-growth of a failing answer adds nodes by this score (search/attributed.py). The capture runs on the one sample
-into a temporary store beside the run's files, deleted when the scores are read.
+inputs, against the FP32 output (measure/capture.py `local_errors`: streamed, nothing written); its score is
+infinite where the node overflows the format (a non-finite output or values beyond the format's range), else its
+relative L2 error, as the analysis ranks nodes (`measure.analysis.score`). The growth of a failing answer adds
+nodes by this score (search/attributed.py).
 """
 
 from __future__ import annotations
 
 import hashlib
-import tempfile
+import math
 from collections.abc import Sequence
-from pathlib import Path
 
 import numpy as np
 
-from precision_doctor.control import ProgressSink, StopToken
-from precision_doctor.data.activations import ActivationStore
+from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model
-from precision_doctor.measure.analysis import analyse
-from precision_doctor.measure.capture import capture
+from precision_doctor.measure.capture import local_errors
+from precision_doctor.measure.stats import ErrorStats
 
 
-def local_scores(model: Model, fmt: Format, sample: Sample, *, rules: str | None, workdir: Path, group_mb: float,
-                 progress: ProgressSink | None = None, stop: StopToken | None = None) -> dict[str, float]:
+def local_scores(model: Model, fmt: Format, sample: Sample, *, rules: str | None, group_mb: float,
+                 stop: StopToken | None = None) -> dict[str, float]:
     """Each candidate node's attributed score on `sample` (its local error under the emulation `rules`)."""
-    with tempfile.TemporaryDirectory(prefix=".attribution-", dir=workdir) as tmp:
-        path = Path(tmp) / "local.h5"
-        capture(model, [sample], fmt, path, group_mb=group_mb, compression=None, progress=progress, stop=stop,
-                rules=rules)
-        with ActivationStore(path) as store:
-            analysis = analyse(store, model=model)
-    return {r.name: float(r.score) for r in analysis.layers}
+    return {n: _score(e) for n, e in local_errors(model, fmt, [sample], rules=rules, group_mb=group_mb,
+                                                  stop=stop).items()}
+
+
+def _score(local: ErrorStats) -> float:
+    if local.nonfinite or local.frac_above_max > 0:
+        return math.inf
+    return float(local.rel_l2)
 
 
 def sample_key(sample: Sample) -> str:

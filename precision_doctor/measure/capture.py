@@ -1,18 +1,26 @@
-"""Mark-all capture streamed into HDF5, in bounded groups so memory does not grow with the model.
+"""The capture: the FP32 reference, the emulated low-precision run for a fallback set and each node's local output (low
+precision on exact reference inputs), streamed in bounded groups so that memory does not grow with the model and
+the file does not grow with the model times the samples.
 
-Three runs are written (see `activations`): the FP32 reference, the emulated low-precision run for a
-fallback set, and each node's local output (low precision on exact reference inputs). Each group
-of tensors gets its own session whose graph outputs are only that group, so ONNX Runtime never
-holds more than one group's outputs at once.
+`capture` measures every tensor's error statistics while the runs execute, a group of layers and one sample at a
+time (`run_groups`: each group's sessions have only its tensors as graph outputs), and writes only the tensors asked
+for (the graph outputs; every one with `capture.keep` all). `store_tensors` writes more of them afterwards (the top
+layers of the ranking), `local_errors` gives nodes' local errors without writing anything. `run_in_groups`,
+`capture_run` and `Batches` write whole runs group by group (`probe-ops`, the fixed run under `capture.keep` all).
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import datetime as _dt
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 from onnx import helper
 
 from precision_doctor import __version__
@@ -20,11 +28,13 @@ from precision_doctor.control import CaptureEvent, ProgressSink, StopToken, chec
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.samples import ShapeGroup, groups_of, release_heap
-from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph, local_output
+from precision_doctor.errors import UserError
+from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph, local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 from precision_doctor.graph.rules import resolve_rules
+from precision_doctor.measure.stats import ErrorStats, TensorAccumulator, TensorStats
 
 _UNKNOWN_BYTES = 1 << 20
 
@@ -130,57 +140,6 @@ class Batches:
             self.flush()
 
 
-def capture(
-    model: Model,
-    samples: Sequence[Sample],
-    fmt: Format,
-    out_path: Path,
-    fallback: frozenset[str] = frozenset(),
-    *,
-    group_mb: float,
-    compression: str | None,
-    attrs: dict | None = None,
-    progress: ProgressSink | None = None,
-    stop: StopToken | None = None,
-    rules: str | None = None,
-) -> Path:
-    """Capture reference, low-precision and local runs of `model` on `samples` into `out_path`, the
-    low-precision ones under the emulation `rules` (`backends.rules`; None: standard), in groups of tensors of at
-    most `group_mb` MiB (`capture.group_mb`), stored with HDF5's `compression` (`capture.compression`). The samples of
-    one shape group must be consecutive (`data.samples.grouped` orders them so)."""
-    budget = int(group_mb * (1 << 20))
-    groups = shape_runs(samples)
-    node_outputs = [t for n in model.nodes for t in n.outputs if t]
-    float_outputs = [t for t in node_outputs if model.is_float(t)]
-    with ActivationStore(out_path, "w", compression=compression) as store:
-        store.set_attrs(
-            model_hash=model.model_hash,
-            model_path=str(model.path or ""),
-            precision=fmt.name,
-            fallback=sorted(fallback),
-            samples=len(samples),
-            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            tool_version=__version__,
-            nodes=model.node_records(),
-            model_outputs=model.outputs,
-            inputs=[{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in samples[0].items()],
-            rules=resolve_rules(rules).label,
-            folded=resolve_rules(rules).folded(model, fmt),  # the analysis ranks a folded node as what runs
-            **(attrs or {}),
-        )
-        store.set_shape_groups([(g.as_dict(), n) for g, n in groups])
-        for i, s in enumerate(samples):
-            for name, value in s.items():
-                store.write(REFERENCE, name, i, len(samples), value)
-        capture_run(store, REFERENCE, model.proto, model, node_outputs, samples, {}, budget, progress, stop)
-        gated = gated_graph(model, fmt, rules=rules)
-        mask = {MASK_INPUT: gated.mask(fallback)}
-        capture_run(store, LOWP, gated.proto, model, float_outputs, samples, mask, budget, progress, stop)
-        capture_local(store, model, fmt, samples_n=len(samples), budget=budget, progress=progress, stop=stop,
-                      rules=rules)
-    return out_path
-
-
 def shape_runs(samples: Sequence[Sample]) -> list[tuple[ShapeGroup, int]]:
     """The shape groups of `samples` with their sizes, in order; each group must be one run of consecutive
     samples."""
@@ -195,33 +154,366 @@ def _node_bytes(model: Model, node: NodeInfo) -> int:
     return sum(tensor_bytes(model, t) for t in node.inputs + node.outputs if t and t not in model.initializers)
 
 
-def capture_local(
-    store: ActivationStore,
+# -- the streaming capture ---------------------------------------------------------------------------------------
+
+DEVICES = ("auto", "cpu", "cuda")  # capture.device
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+def capture_providers(device: str) -> list:
+    """ONNX Runtime's providers for the capture's sessions on `device` (`capture.device`): `cpu`; `cuda` (true FP32:
+    no TF32, heuristic convolution algorithms; ops without a CUDA kernel on the CPU); `auto`: `cuda` where a CUDA GPU
+    runs (`backends.registry.cuda_machine`), else `cpu`. UserError for `cuda` where there is none."""
+    from precision_doctor.backends.registry import cuda_machine
+
+    if device == "cpu" or (device == "auto" and not cuda_machine()):
+        return [CPU]
+    if not cuda_machine():
+        raise UserError("capture.device cuda: ONNX Runtime has no working CUDA provider here (onnxruntime-gpu and a "
+                        "CUDA GPU are needed); use auto or cpu")
+    return [(CUDA, {"use_tf32": "0", "cudnn_conv_algo_search": "HEURISTIC"}), CPU]
+
+
+def device_of(providers: Sequence) -> str:
+    """"cuda" or "cpu": where sessions with `providers` compute."""
+    return "cuda" if any((p[0] if isinstance(p, tuple) else p) == CUDA for p in providers) else "cpu"
+
+
+@dataclass(frozen=True)
+class RunGroup:
+    """One bounded group of what the runs compute: the FP32 tensors (`reference`), the low-precision run's (`lowp`,
+    floating tensors) and the nodes computed alone in low precision from exact FP32 inputs (`local`: candidates).
+    Graph inputs come from the sample, never from a session."""
+
+    reference: tuple[str, ...]
+    lowp: tuple[str, ...] = ()
+    local: tuple[NodeInfo, ...] = ()
+
+
+@dataclass(frozen=True)
+class SampleValues:
+    """One sample's values of one `RunGroup`, by tensor name: the reference run's (with the graph inputs), the
+    low-precision run's and the local run's (by the node output they stand for)."""
+
+    index: int
+    reference: dict[str, np.ndarray]
+    lowp: dict[str, np.ndarray]
+    local: dict[str, np.ndarray]
+
+
+def layer_groups(model: Model, nodes: Sequence[NodeInfo], budget: int, lowp: bool = True,
+                 local: bool = True) -> list[RunGroup]:
+    """`nodes` in consecutive groups whose FP32 values of one sample (each tensor a group's nodes read or write,
+    initializers aside, counted once) take at most `budget` bytes (a node over it is a group of its own), each a
+    RunGroup of their outputs (and, with `lowp`, their floating outputs in the low-precision run; with `local`,
+    their candidates computed alone). The low-precision and local runs' values of the group come on top (up to
+    about 3x the budget in all): every group's sessions compute the model up to its tensors again, so fewer, larger
+    groups cost less time."""
+    groups: list[list[NodeInfo]] = []
+    seen: set[str] = set()
+    total = 0
+    for n in nodes:
+        new = {t for t in n.inputs + n.outputs if t and t not in model.initializers} - seen
+        size = sum(tensor_bytes(model, t) for t in new)
+        if groups and groups[-1] and total + size > budget:
+            groups.append([])
+            seen, total = set(), 0
+            new = {t for t in n.inputs + n.outputs if t and t not in model.initializers}
+            size = sum(tensor_bytes(model, t) for t in new)
+        if not groups:
+            groups.append([])
+        groups[-1].append(n)
+        seen |= new
+        total += size
+    return [RunGroup(tuple(t for n in g for t in n.outputs if t),
+                     tuple(t for n in g for t in n.float_outputs) if lowp else (),
+                     tuple(n for n in g if n.is_candidate) if local else ()) for g in groups]
+
+
+def run_groups(
+    model: Model, samples: Sequence[Sample], fmt: Format, groups: Sequence[RunGroup], *,
+    fallback: frozenset[str] = frozenset(), rules: str | None = None, providers: Sequence = (CPU,), stage: str,
+    progress: ProgressSink | None = None, stop: StopToken | None = None, gated: GatedGraph | None = None,
+) -> Iterator[tuple[RunGroup, Iterator[SampleValues]]]:
+    """The FP32, low-precision (the emulation `rules` with `fallback` in FP32) and local runs of `model` on every
+    sample, one `RunGroup` at a time: each group gets its own sessions, whose graph outputs are only its tensors (and
+    the exact inputs its local nodes read), so no more than one sample's values of one group are held at once.
+    Yields each group and an iterator of its samples' values (to be consumed before the next group); a
+    `CaptureEvent` of `stage` after each session is made and after each sample of each group, so that the longest
+    silence is one sample's runs of one group. `gated`: `gated_graph(model, fmt, rules=rules)` where already made
+    (seconds for a large model)."""
+    inputs = set(model.inputs) | (set(samples[0]) if len(samples) else set())
+    if gated is None and any(g.lowp for g in groups):
+        gated = gated_graph(model, fmt, rules=rules)
+    mask = {MASK_INPUT: gated.mask(fallback)} if gated is not None else {}
+    total, done = len(groups) * len(samples), 0
+    for group in groups:
+        local_proto, feeds = local_graph(model, fmt, list(group.local), rules) if group.local else (None, [])
+        ref_names = [t for t in dict.fromkeys([*group.reference, *feeds]) if t not in inputs]
+        lowp_names = [t for t in group.lowp if t not in inputs]
+
+        def made(proto, outputs: list[str] | None = None) -> ort.InferenceSession:
+            with _outputs(proto, outputs, model.tensor_types):
+                sess = make_session(proto, providers, optimize=False)
+            notify(progress, CaptureEvent(stage, done, total))  # a large model's session takes seconds to make
+            return sess
+
+        sessions = [
+            made(model.proto, ref_names) if ref_names else None,
+            made(gated.proto, lowp_names) if lowp_names and gated is not None else None,
+            made(local_proto) if local_proto is not None else None,
+        ]
+        local_outs = [o.name for o in local_proto.graph.output] if local_proto is not None else []
+
+        def values(sessions=sessions, ref_names=ref_names, lowp_names=lowp_names, local_outs=local_outs,
+                   feeds=feeds) -> Iterator[SampleValues]:
+            nonlocal done
+            ref_s, lowp_s, local_s = sessions
+            for i, s in enumerate(samples):
+                check(stop)
+                ref = dict(s)
+                if ref_s is not None:
+                    ref.update(zip(ref_names, run_session(ref_s, ref_names, s, model)))
+                lowp = dict(zip(lowp_names, run_session(lowp_s, lowp_names, {**s, **mask}, model))) if lowp_s else {}
+                local = {}
+                if local_s is not None:
+                    outs = run_session(local_s, local_outs, {t: ref[t] for t in feeds}, model)
+                    local = {_strip_local(o): v for o, v in zip(local_outs, outs)}
+                    del outs
+                yield SampleValues(i, ref, lowp, local)
+                del ref, lowp, local
+                done += 1
+                notify(progress, CaptureEvent(stage, done, total))
+
+        yield group, values()
+        del sessions, values, local_proto  # (`values` holds the sessions too) before the next group's are made
+        release_heap()  # between groups: glibc keeps freed heap otherwise (see BENCHMARKS)
+
+
+@contextlib.contextmanager
+def _outputs(proto: onnx.ModelProto, names: list[str] | None, types: dict[str, int]) -> Iterator[None]:
+    """`proto` with graph outputs `names` (None: as it is) while the block runs, its own outputs back after: a
+    session made from a model's proto without copying it (`with_outputs` copies every initializer: hundreds of MB
+    for a large model, on top of the serialized copy ONNX Runtime reads)."""
+    if names is None:
+        yield
+        return
+    saved = [copy.copy(o) for o in proto.graph.output]
+    del proto.graph.output[:]
+    proto.graph.output.extend(helper.make_tensor_value_info(n, types.get(n, 0), None) for n in names)
+    try:
+        yield
+    finally:
+        del proto.graph.output[:]
+        proto.graph.output.extend(saved)
+
+
+Stored = Mapping[str, "frozenset[str] | None"]  # run -> the tensors written to the store (None: every one)
+
+
+def capture(
     model: Model,
+    samples: Sequence[Sample],
     fmt: Format,
-    samples_n: int,
-    budget: int,
+    out_path: Path,
+    fallback: frozenset[str] = frozenset(),
+    *,
+    group_mb: float,
+    compression: str | None,
+    stored: Stored | None = None,
+    kept: str | None = None,
+    attrs: dict | None = None,
     progress: ProgressSink | None = None,
     stop: StopToken | None = None,
     rules: str | None = None,
-) -> None:
-    """Each candidate node computed in low precision from the stored exact reference inputs (under the
-    emulation `rules`: at a fusion site, the fused kernel from the pattern's exact inputs)."""
-    nodes = model.candidates
-    groups = group_by_bytes(nodes, lambda n: _node_bytes(model, n), budget)
-    done = 0
-    for group in groups:
-        proto, feeds = local_graph(model, fmt, group, rules)
-        sess = make_session(proto, optimize=False)
-        outputs = [o.name for o in proto.graph.output]
-        with Batches(store, LOCAL, [_strip_local(o) for o in outputs], samples_n, budget) as out:
-            for i in range(samples_n):
+    providers: Sequence = (CPU,),
+    gated: GatedGraph | None = None,
+) -> dict[str, TensorStats]:
+    """Capture the reference, low-precision and local runs of `model` on `samples` into the store `out_path`,
+    streaming: each tensor's statistics (`measure/stats.TensorStats`, kept in the store: `analysis.keep_stats`) are
+    accumulated as the runs execute, a group of layers of at most `group_mb` MiB (`capture.group_mb`) and one sample
+    at a time, and only the tensors `stored` names per run are written (None: every one; default: the graph
+    outputs), with HDF5's `compression`; `kept` says which in the store's attribute `kept` (`capture.keep`'s label;
+    None: "all" where every tensor is stored, else "top:0").
+    The low-precision runs follow the emulation `rules` (`backends.rules`; None: standard) with `fallback` in FP32
+    (`gated`: their graph, where already made).
+    The samples of one shape group must be consecutive (`data.samples.grouped` orders them so). Returns the
+    statistics; a `CaptureEvent` ("statistics") after each sample of each group."""
+    from precision_doctor.measure.analysis import keep_stats, roles
+
+    budget = int(group_mb * (1 << 20))
+    shape_groups = shape_runs(samples)
+    if stored is None:
+        outputs = frozenset(model.outputs)
+        stored = {REFERENCE: outputs, LOWP: outputs, LOCAL: outputs}
+    if kept is None:
+        kept = "all" if all(stored.get(run, frozenset()) is None for run in (REFERENCE, LOWP, LOCAL)) else "top:0"
+    ruleset = resolve_rules(rules)
+    with ActivationStore(out_path, "w", compression=compression) as store:
+        store.set_attrs(
+            model_hash=model.model_hash,
+            model_path=str(model.path or ""),
+            precision=fmt.name,
+            fallback=sorted(fallback),
+            samples=len(samples),
+            created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            tool_version=__version__,
+            nodes=model.node_records(),
+            model_outputs=model.outputs,
+            inputs=[{"name": k, "shape": list(v.shape), "dtype": str(v.dtype)} for k, v in samples[0].items()],
+            rules=ruleset.label,
+            folded=ruleset.folded(model, fmt),  # the analysis ranks a folded node as what runs
+            device=device_of(providers),
+            kept=kept,
+            **(attrs or {}),
+        )
+        store.set_shape_groups([(g.as_dict(), n) for g, n in shape_groups])
+        records = model.node_records()
+        graph_inputs = list(samples[0])
+        captured = set(graph_inputs) | {t for n in model.nodes for t in n.outputs if t}
+        accs = {t: TensorAccumulator(fmt, lowp=lo, local=lc, absmax=a) for t, (lo, lc, a) in roles(records, captured).items()}
+        shapes = _Shapes([n for _, n in shape_groups])
+        with _Writer(store, REFERENCE, [t for t in graph_inputs if _stores(stored, REFERENCE, t)], len(samples),
+                     budget) as out:
+            for i, s in enumerate(samples):
                 check(stop)
-                feed = {t: store.read(REFERENCE, t, i) for t in feeds}
-                out.add(i, run_session(sess, outputs, feed, model))
-        del sess
-        done += len(group)
-        notify(progress, CaptureEvent(LOCAL, done, len(nodes)))
+                shapes.add(i, s)
+                for t, v in s.items():
+                    if t in accs:
+                        accs[t].add(v)
+                out.add(i, s)
+        groups = layer_groups(model, model.nodes, budget)
+        for group, runs in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
+                                      stage="statistics", progress=progress, stop=stop, gated=gated):
+            names = {run: [t for t in tensors if _stores(stored, run, t)] for run, tensors in
+                     ((REFERENCE, group.reference), (LOWP, group.lowp),
+                      (LOCAL, [t for n in group.local for t in n.float_outputs]))}
+            with _Writers(store, names, len(samples), budget) as out:
+                for v in runs:
+                    shapes.add(v.index, {t: v.reference[t] for t in group.reference})
+                    for t in group.reference:
+                        acc = accs.get(t)
+                        if acc is not None and acc.needed:
+                            acc.add(v.reference[t], v.lowp.get(t), v.local.get(t))
+                    out.add(v)
+                    del v  # before the next sample's values are computed
+        stats = {t: acc.result() for t, acc in accs.items()}
+        keep_stats(store, stats)
+        store.set_shapes(shapes.shapes)
+    return stats
+
+
+def store_tensors(
+    path: Path, model: Model, samples: Sequence[Sample], fmt: Format, tensors: Mapping[str, Sequence[str]], *,
+    group_mb: float, compression: str | None, fallback: frozenset[str] = frozenset(), rules: str | None = None,
+    providers: Sequence = (CPU,), progress: ProgressSink | None = None, stop: StopToken | None = None,
+    gated: GatedGraph | None = None,
+) -> None:
+    """Write `tensors` (run -> tensor names: `reference`, `lowp`, `local`) into the capture at `path` (with HDF5's
+    `compression`), computed again for them alone: what a summary keeps beyond the statistics (the top layers of the
+    ranking, the tensors a user names). A `CaptureEvent` ("tensors") after each sample of each group."""
+    budget = int(group_mb * (1 << 20))
+    producers = model.producers()
+    ref = [t for t in tensors.get(REFERENCE, ())]
+    lowp = [t for t in tensors.get(LOWP, ()) if t in producers and model.is_float(t)]  # computed, floating
+    local_nodes = list(dict.fromkeys(producers[t].name for t in tensors.get(LOCAL, ()) if t in producers))
+    local = [model.node(n) for n in local_nodes if model.node(n).is_candidate]
+    items = [("t", t) for t in dict.fromkeys(ref + lowp)] + [("n", n) for n in local]
+    size = {"t": lambda t: tensor_bytes(model, t), "n": lambda n: _node_bytes(model, n)}
+    groups = [RunGroup(tuple(t for k, t in g if k == "t" and t in ref), tuple(t for k, t in g if k == "t" and t in lowp),
+                       tuple(n for k, n in g if k == "n"))
+              for g in group_by_bytes(items, lambda it: size[it[0]](it[1]), budget)]
+    with ActivationStore(path, "a", compression=compression) as store:
+        for group, runs in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
+                                      stage="tensors", progress=progress, stop=stop, gated=gated):
+            names = {REFERENCE: list(group.reference), LOWP: list(group.lowp),
+                     LOCAL: [t for n in group.local for t in n.float_outputs if t in tensors.get(LOCAL, ())]}
+            with _Writers(store, names, len(samples), budget) as out:
+                for v in runs:
+                    out.add(v)
+
+
+def local_errors(
+    model: Model, fmt: Format, samples: Sequence[Sample], *, rules: str | None = None, nodes: Sequence[str] | None = None,
+    group_mb: float = 256.0, providers: Sequence = (CPU,), progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+) -> dict[str, ErrorStats]:
+    """Each candidate node's local error on `samples`: the node alone in low precision (format `fmt`, emulation
+    `rules`; at a fusion site the fused kernel), fed the exact FP32 inputs, against its FP32 output, over every
+    sample (the worst of its floating outputs, by relative L2 error: a layer table's `local_*` columns; the numbers
+    the capture computes for the same samples, tests/test_streaming_capture.py). For attributing a failing sample's
+    error to nodes: e.g. `local_errors(model, fmt, [failing], rules=spec.backends.rules)`, then the nodes whose
+    local error on it is largest.
+
+    `nodes`: only these (candidate names; None: every candidate). Streaming: the FP32 run marks a bounded group of
+    layers at a time (`group_mb`) and nothing is written; memory holds one sample's values of one group. The FP32
+    run is needed whatever references are known: a node's exact inputs are interior tensors, which a model's
+    output references do not give. `providers`: `capture_providers(device)`. A `CaptureEvent` ("local") after each
+    sample of each group; `stop` is checked before each sample. Returns {node name: ErrorStats}."""
+    wanted = model.candidates if nodes is None else [model.node(n) for n in nodes]
+    wanted = [n for n in wanted if n.is_candidate]
+    accs = {t: TensorAccumulator(fmt, local=True) for n in wanted for t in n.float_outputs}
+    groups = [RunGroup(tuple(t for n in g.local for t in n.float_outputs), (), g.local)
+              for g in layer_groups(model, wanted, int(group_mb * (1 << 20)), lowp=False)]
+    for _, runs in run_groups(model, samples, fmt, groups, rules=rules, providers=providers, stage="local",
+                              progress=progress, stop=stop):
+        for v in runs:
+            for t, value in v.local.items():
+                if t in accs:
+                    accs[t].add(v.reference[t], local=value)
+            del v
+    out = {}
+    for n in wanted:
+        stats = [accs[t].result().local for t in n.float_outputs]
+        out[n.name] = max(stats, key=lambda s: (s.rel_l2, s.max_abs)) if stats else ErrorStats()
+    return out
+
+
+def _stores(stored: Stored, run: str, tensor: str) -> bool:
+    names = stored.get(run, frozenset())
+    return names is None or tensor in names
+
+
+class _Shapes:
+    """Each tensor's one-sample shape per shape group (`store.set_shapes`), from the first sample of each group."""
+
+    def __init__(self, sizes: list[int]):
+        self.starts = list(np.cumsum([0, *sizes[:-1]]))
+        self.shapes: dict[str, list[list[int]]] = {}
+
+    def add(self, sample: int, values: Mapping[str, np.ndarray]) -> None:
+        if sample not in self.starts:
+            return
+        for t, v in values.items():
+            self.shapes.setdefault(t, []).append(list(np.shape(v)))
+
+
+class _Writer(Batches):
+    """`Batches` fed whole dicts of values (only its `names` taken)."""
+
+    def add(self, sample: int, values: Mapping[str, np.ndarray]) -> None:  # type: ignore[override]
+        if self.names:
+            super().add(sample, [values[t] for t in self.names])
+
+
+class _Writers:
+    """One `_Writer` per run of a `RunGroup`'s values: `names` per run."""
+
+    def __init__(self, store: ActivationStore, names: Mapping[str, list[str]], n_samples: int, budget: int):
+        self.writers = {run: _Writer(store, run, list(ts), n_samples, budget) for run, ts in names.items()}
+
+    def add(self, v: SampleValues) -> None:
+        for run, values in ((REFERENCE, v.reference), (LOWP, v.lowp), (LOCAL, v.local)):
+            if run in self.writers:
+                self.writers[run].add(v.index, values)
+
+    def __enter__(self) -> _Writers:
+        return self
+
+    def __exit__(self, kind, *rest) -> None:
+        for w in self.writers.values():
+            w.__exit__(kind, *rest)
 
 
 def _strip_local(name: str) -> str:

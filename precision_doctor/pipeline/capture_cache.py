@@ -1,10 +1,13 @@
 """Captures shared across runs: a second diagnosis of the same model and samples skips the capture and
-its analysis (the file keeps its analysis; only the tolerance verdict is computed again).
+its analysis. A capture is its statistics (every tensor's error statistics, the analysis, the graph outputs of every
+run; `measure/capture.py`) and the tensors `capture.keep` names, so what is shared is small unless `capture.keep` is
+`all`; only the tolerance verdict is computed again, from the graph outputs.
 
 `run_diagnose` calls `shared_capture` around its capture step when it is given a `CaptureCache`. The
 cache is keyed by `capture_key`: everything that decides the contents of activations.h5 (the
-reference, low-precision and local runs and their analysis). The key is the RunSpec's JSON minus the
-settings in `NOT_IN_KEY` (each with the reason it cannot change the capture), plus the model's hash,
+reference, low-precision and local runs' statistics and the tensors kept). The key is the RunSpec's JSON minus the
+settings in `NOT_IN_KEY` (each with the reason it cannot change the capture; `capture.keep` as the tensors it keeps:
+`none` and `summary` share), plus the model's hash,
 the search samples' hash and the code's fingerprint (version and source hash: another build never
 reuses a capture). Any setting not listed there, including ones added later (emulation rules, ...),
 is part of the key: a capture is never reused across them.
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Protocol
 
 from precision_doctor.data.activations import ActivationStore
+from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.data.workload import Workload
 from precision_doctor.fingerprint import code_fingerprint
 from precision_doctor.pipeline.compare import ACTIVATIONS
@@ -58,7 +62,6 @@ NOT_IN_KEY: dict[str, str] = {
     "backends.confirm_backend": "the confirmation runs after the search",
     "artifacts.engine": "the engine is built after the search",
     "artifacts.engine_targets": "the engine is built after the search",
-    "capture.keep": "what a run keeps of its capture is decided after its report; the cache keeps a whole copy",
 }
 
 
@@ -86,6 +89,8 @@ def capture_key(spec: RunSpec, work: Workload) -> str:
             del settings[section][name]
         else:
             del settings[section]
+    # which tensors the file holds beyond the statistics: `none` and `summary` capture the same (none removes it later)
+    settings["capture"]["keep"] = KeepPlan.parse(spec.capture.keep).label
     text = json.dumps({"settings": settings, "model_hash": work.model.model_hash,
                        "samples_hash": samples_hash(work.captured()), "code": code_fingerprint()}, sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:32]

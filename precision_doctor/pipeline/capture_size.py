@@ -1,15 +1,19 @@
 """What a capture writes into activations.h5, known before it starts (`estimate`), and the refusal of one that the
 run directory's file system has no room for (`check_room`).
 
-Per captured sample the capture (`measure/capture.py`) stores the graph inputs and every node output of the FP32
-reference run, every floating node output of the low-precision run and the floating outputs of every candidate
-of the local run: a dataset per tensor and shape group (`data/activations.py`: a chunk per sample, HDF5's own
-chunks over 4 MiB, whose edge chunks are allocated whole; `stored_bytes`). The tensors' shapes are those ONNX
-shape inference gives at each captured shape group's input shapes (`graph/cost.shapes_that_ran`, what the cost
-model prices). A tensor whose shape it cannot follow (one that depends on the data: Range, NonZero, a Reshape to a
-computed shape) is counted as large as its largest input (`guessed`). With `capture.compression` the file is
-smaller than this. A diagnosis with `capture.keep` all also copies the file and adds the fixed run to the copy
-(`pipeline/compare.capture_fixed`): its peak is about twice the capture (`copied`).
+The streaming capture (`measure/capture.py`) stores every tensor's error statistics (JSON: `STATISTICS_BYTES` a node
+output, with the kept analysis), and per captured sample the graph outputs of the reference, low-precision and local
+runs and the tensors `capture.keep` names (data/keep_plan.py): those of the top layers of the ranking, not known
+before the capture, are bounded by the largest layers' (their inputs and outputs in the reference and low-precision
+runs, their outputs in the local run); with `all`, the graph inputs and every node output of the reference run,
+every floating node output of the low-precision run and the floating outputs of every candidate of the local run.
+A dataset per tensor and shape group (`data/activations.py`: a chunk per sample, HDF5's own chunks over 4 MiB, whose
+edge chunks are allocated whole; `stored_bytes`). The tensors' shapes are those ONNX shape inference gives at each
+captured shape group's input shapes (`graph/cost.shapes_that_ran`, what the cost model prices). A tensor whose shape
+it cannot follow (one that depends on the data: Range, NonZero, a Reshape to a computed shape) is counted as large
+as its largest input (`guessed`). With `capture.compression` the file is smaller than this. A diagnosis with
+`capture.keep` all also copies the file and adds the fixed run to the copy (`pipeline/compare.capture_fixed`): its
+peak is about twice the capture (`copied`).
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ import numpy as np
 from onnx import helper
 
 from precision_doctor import storage
-from precision_doctor.data.activations import DATASET_OVERHEAD, stored_bytes
+from precision_doctor.data.activations import DATASET_OVERHEAD, LOCAL, LOWP, REFERENCE, stored_bytes
 from precision_doctor.data.inputs import Sample
+from precision_doctor.data.keep_plan import KeepPlan, layer_tensors
 from precision_doctor.data.samples import ShapeGroup, groups_of
 from precision_doctor.errors import SpecError
 from precision_doctor.graph.cost import shapes_that_ran
@@ -31,6 +36,7 @@ from precision_doctor.graph.model import Model
 from precision_doctor.render.numbers import counted, fmt_decimal_bytes
 
 LARGE_BYTES = 2 << 30  # a capture this large is announced before it starts
+STATISTICS_BYTES = 2048  # the statistics, shapes and kept analysis (JSON) per node output, measured: see the docstring
 KEEP_FREE_SHARE, KEEP_FREE_MAX = 0.1, 1 << 30  # a capture leaves a tenth of the free space free, at most 1 GiB
 
 
@@ -58,6 +64,7 @@ class CaptureSize:
     datasets: int
     guessed: tuple[str, ...] = ()
     copied: bool = False
+    statistics: int = 0  # the per-tensor statistics and the kept analysis
 
     @property
     def samples(self) -> int:
@@ -66,7 +73,7 @@ class CaptureSize:
     @property
     def nbytes(self) -> int:
         """activations.h5 once captured, before `capture.keep` reduces it."""
-        return sum(g.nbytes for g in self.groups) + self.datasets * DATASET_OVERHEAD
+        return sum(g.nbytes for g in self.groups) + self.datasets * DATASET_OVERHEAD + self.statistics
 
     @property
     def peak(self) -> int:
@@ -105,25 +112,42 @@ class CaptureSize:
         return max(0, min(self.samples, (room - metadata) // per))
 
 
-def estimate(model: Model, samples: Sequence[Sample], copied: bool = False) -> CaptureSize:
-    """The size of the capture of `model` on `samples` (read from their headers: a SampleSet loads nothing);
-    `copied`: a diagnosis with `capture.keep` all (see the module docstring)."""
+def estimate(model: Model, samples: Sequence[Sample], plan: KeepPlan | None = None,
+             copied: bool = False) -> CaptureSize:
+    """The size of the capture of `model` on `samples` (read from their headers: a SampleSet loads nothing) keeping
+    what `plan` keeps (None: every tensor); `copied`: a diagnosis with `capture.keep` all (see the module
+    docstring)."""
+    every = plan is None or plan.every
     outputs = [t for n in model.nodes for t in n.outputs if t]
-    lowp = [t for t in outputs if model.is_float(t)]
-    local = [t for n in model.candidates for t in n.float_outputs]
+    if every:
+        lowp = [t for t in outputs if model.is_float(t)]
+        local = [t for n in model.candidates for t in n.float_outputs]
+    else:
+        kept = layer_tensors(model, [], [o for o in model.outputs if o in set(outputs)])
+        named = plan.tensors(model, [])  # the names; the top layers are bounded per shape group below
+        outputs, lowp, local = (list(dict.fromkeys(kept[r] + named[r])) for r in (REFERENCE, LOWP, LOCAL))
     sizes, guessed, datasets = [], set(), 0
+    producers = model.producers()
     for group, indices in groups_of(samples).items():
         shapes, guesses = _shapes(model, group)
         guessed |= guesses
-        inputs = [name for name, _ in group.shapes]
+        inputs = [name for name, _ in group.shapes] if every else []
         rows = len(indices)
 
         def total(names: list[str], shapes=shapes, rows=rows) -> int:
             return sum(stored_bytes(rows, shapes[t], _dtype(model, t)) for t in names)
 
-        sizes.append(GroupSize(group, rows, total(inputs + outputs), total(lowp), total(local)))
-        datasets += len(inputs) + len(outputs) + len(lowp) + len(local)
-    return CaptureSize(tuple(sizes), datasets, tuple(sorted(guessed)), copied)
+        ref, lo, lc = inputs + outputs, lowp, local
+        if not every and plan.top:  # the top layers, not known before the capture: the largest ones bound them
+            layers = sorted(model.candidates, key=lambda n: -sum(
+                total(ts) for ts in layer_tensors(model, [n], producers=producers).values()))
+            top = layer_tensors(model, layers[:plan.top])
+            ref, lo, lc = (list(dict.fromkeys(a + top[r])) for a, r in ((ref, REFERENCE), (lo, LOWP), (lc, LOCAL)))
+        sizes.append(GroupSize(group, rows, total(ref), total(lo), total(lc)))
+        datasets += len(ref) + len(lo) + len(lc)
+    # the statistics (stats, shapes, the kept analysis: JSON) grow with the tensors, not with the samples
+    statistics = sum(1 for n in model.nodes for t in n.outputs if t) * STATISTICS_BYTES
+    return CaptureSize(tuple(sizes), datasets, tuple(sorted(guessed)), copied, statistics)
 
 
 def _shapes(model: Model, group: ShapeGroup) -> tuple[dict[str, tuple[int, ...]], set[str]]:

@@ -12,26 +12,27 @@ import numpy as np
 
 from precision_doctor import storage
 from precision_doctor.control import CaptureSizeEvent, ProgressSink, StopToken, notify
-from precision_doctor.data.activations import REFERENCE, ActivationStore
+from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
+from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.data.references import check_count, check_shapes
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes
-from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
+from precision_doctor.graph.emulate import gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.jsonio import write_json, write_text_atomic
-from precision_doctor.measure.analysis import (
-    Analysis,
-    RelL2,
-    analyse,
-    keep_analysis,
-    kept_analysis,
-    output_verdict,
-    tensor_error,
+from precision_doctor.measure.analysis import Analysis, analyse, keep_analysis, kept_analysis, output_verdict
+from precision_doctor.measure.capture import (
+    Batches,
+    capture,
+    capture_providers,
+    layer_groups,
+    run_groups,
+    store_tensors,
 )
-from precision_doctor.measure.capture import capture, capture_run, run_in_groups
 from precision_doctor.measure.floor import RoundingFloor, rounding_floor
+from precision_doctor.measure.stats import RelL2
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline import capture_size
 from precision_doctor.runfiles import RunDir
@@ -66,33 +67,48 @@ def capture_and_analyse(
     diagnosis: bool = False,
 ) -> Analysis:
     """Capture into `out_dir/activations.h5` (written under a temporary name, then renamed; `writer`: the run
-    directory `out_dir` is, whose manifest lists it) and analyse it; the analysis is kept in the file
-    (`reanalyse` reads it back). The capture runs on `work.capture` (chosen
-    here when not yet: `capture.max_samples` spread over the shape groups). The low-precision runs follow the
-    emulation `rules` (`backends.rules`). Refused before anything is written when the file system of `out_dir` has
-    no room for it (`pipeline/capture_size.py`); a large one is announced (`CaptureSizeEvent`). `diagnosis`: a
-    diagnosis's capture, of which the run keeps `capture.keep` (else compare's, kept whole)."""
-    fmt = get_format(precision)
+    directory `out_dir` is, whose manifest lists it) and analyse it. The capture streams (`measure/capture.py`):
+    every tensor's error statistics are measured as the runs execute and kept in the file with the analysis
+    (`reanalyse` reads them back), beside the graph outputs of every run and the tensors `capture.keep` names
+    (`data/keep_plan.py`: the top layers of this analysis' ranking, computed again for them alone; every tensor
+    with `all`). The capture runs on `work.capture` (chosen here when not yet: `capture.max_samples` spread over the
+    shape groups), on `capture.device`. The low-precision runs follow the emulation `rules` (`backends.rules`).
+    Refused before anything is written when the file system of `out_dir` has no room for it
+    (`pipeline/capture_size.py`); a large one is announced (`CaptureSizeEvent`). `diagnosis`: a diagnosis's
+    capture, whose fixed run `capture.keep` all adds to a copy of the file (counted in the size)."""
+    fmt, model = get_format(precision), work.model
     final = out_dir / ACTIVATIONS
     tmp = out_dir / f".{ACTIVATIONS}.partial"
     if work.capture is None:
         work.choose_capture(settings.max_samples)
     samples = work.captured()
-    keep = settings.keep if diagnosis else "all"
-    size = capture_size.estimate(work.model, samples, copied=diagnosis and keep == "all")
+    plan = KeepPlan.parse(settings.keep)
+    plan.check_names(model)
+    size = capture_size.estimate(model, samples, plan, copied=diagnosis and plan.every)
     free = capture_size.check_room(size, out_dir)
     if size.peak > capture_size.LARGE_BYTES:
-        notify(progress, CaptureSizeEvent(str(final), size.peak, size.samples, free, keep))
+        notify(progress, CaptureSizeEvent(str(final), size.peak, size.samples, free, settings.keep))
+    providers = capture_providers(settings.device)
     attrs = {"tolerance": tolerance.to_dict(), "input_source": work.describe(),
              "captured": [samples.label(i) for i in range(len(samples))]}
     if writer is not None:
         writer.written(tmp)
         writer.written(final)
-    capture(work.model, samples, fmt, tmp, fallback, group_mb=settings.group_mb, compression=settings.compression,
-            attrs=attrs, progress=progress, stop=stop, rules=rules)
+    outputs = frozenset(model.outputs)
+    stored = dict.fromkeys((REFERENCE, LOWP, LOCAL), None if plan.every else outputs)
+    gated = gated_graph(model, fmt, rules=rules)  # once for the capture and the tensors kept
+    capture(model, samples, fmt, tmp, fallback, group_mb=settings.group_mb, compression=settings.compression,
+            stored=stored, kept=plan.label, attrs=attrs, progress=progress, stop=stop, rules=rules, providers=providers,
+            gated=gated)
     with ActivationStore(tmp, "a") as store:
-        analysis = analyse(store, tolerance=tolerance, model=work.model)
+        analysis = analyse(store, tolerance=tolerance, model=model)
         keep_analysis(store, analysis)
+    if not plan.every:
+        more = {run: [t for t in ts if t not in outputs] for run, ts in plan.tensors(model, analysis.ranking).items()}
+        if any(more.values()):
+            store_tensors(tmp, model, samples, fmt, more, group_mb=settings.group_mb, compression=settings.compression,
+                          fallback=fallback, rules=rules, providers=providers, progress=progress, stop=stop,
+                          gated=gated)
     tmp.replace(final)
     if work.references is not None:  # the verdict is against the user's reference, not ORT's
         with ActivationStore(final) as store:
@@ -121,14 +137,18 @@ def run_compare(
     stop: StopToken | None = None,
     rules: str | None = None,
 ) -> CompareResult:
-    """`compare`: capture and analyse into the run directory `out_dir` (its manifest lists what is written)."""
+    """`compare`: capture and analyse into the run directory `out_dir` (its manifest lists what is written);
+    activations.h5 keeps what `capture.keep` says (`none`: removed once the layer tables are written)."""
     run = RunDir(out_dir)
     analysis = capture_and_analyse(work, precision, tolerance, out_dir, settings=settings, progress=progress, stop=stop,
                                    rules=rules, writer=run)
     analysis = analysis.with_flops(flops_that_ran(work, precision, out_dir / ACTIVATIONS))
     write_layer_tables(run, analysis)
     notes = emulation_notes(work.model, get_format(precision), [n.name for n in work.model.candidates])
-    return CompareResult(out_dir, analysis, notes, captured_floor(out_dir / ACTIVATIONS, work, precision, tolerance))
+    floor = captured_floor(out_dir / ACTIVATIONS, work, precision, tolerance)
+    if KeepPlan.parse(settings.keep).remove:
+        (out_dir / ACTIVATIONS).unlink()
+    return CompareResult(out_dir, analysis, notes, floor)
 
 
 def flops_that_ran(work: Workload, precision: str, activations: Path) -> dict[str, int]:
@@ -176,68 +196,57 @@ def capture_fixed(
     progress: ProgressSink | None = None, stop: StopToken | None = None, rules: str | None = None,
     writer: RunDir | None = None,
 ) -> FixedRun:
-    """Capture the emulated run with the fallback set (run `fixed` of the store at `path`, under the emulation
-    `rules`). With `capture.keep` all (the only setting that keeps every tensor) the run is added to a copy of
-    the store, renamed over `path` when complete: an interruption or a full disk leaves the store as it was (a
-    resumed run reads it; `writer`: the run directory `path` is in, whose manifest lists the copy). Otherwise
-    the run is not stored: its errors are computed as it runs (`fixed_errors`), no copy of the store is made,
-    and its graph outputs come back for the summary."""
-    gated = gated_graph(model, fmt, rules=rules)
-    names = [t for n in model.nodes for t in n.float_outputs]
-    if settings.keep != "all":
-        return fixed_errors(path, gated, model, fmt, samples, fallback, settings, progress, stop)
+    """The emulated run with the fallback set in FP32 (under the emulation `rules`), streamed beside the FP32 run it
+    is compared with, a group of layers and a sample at a time: each candidate's worst relative L2 error
+    (`fixed_errors`). With `capture.keep` all (the only setting that keeps every tensor) the run is also written as
+    run `fixed` of a copy of the store at `path`, renamed over it when complete: an interruption or a full disk leaves
+    the store as it was (`writer`: the run directory `path` is in, whose manifest lists the copy). Otherwise nothing
+    is written: its graph outputs come back for the store (`pipeline/keep.keep_capture` adds them)."""
+    if not KeepPlan.parse(settings.keep).every:
+        return fixed_errors(model, fmt, samples, fallback, settings, progress, stop, rules)
     tmp = path.with_name(f".{path.name}.partial")
     if writer is not None:
         writer.written(tmp)
     try:
         storage.check_room(tmp, path.stat().st_size)
         shutil.copyfile(path, tmp)
-        out = _capture_fixed(tmp, gated, model, fmt, names, samples, fallback, settings, progress, stop)
+        with ActivationStore(tmp, "a") as store:
+            if FIXED_RUN in store.file:
+                del store.file[FIXED_RUN]
+            run = fixed_errors(model, fmt, samples, fallback, settings, progress, stop, rules, store)
+            if FIXED_RUN in store.file:
+                store.file[FIXED_RUN].attrs.update(run.attrs)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     tmp.replace(path)
-    return FixedRun(out)
+    return FixedRun(run.errors)
 
 
-def fixed_errors(path: Path, gated: GatedGraph, model: Model, fmt: Format, samples: Sequence[Sample],
-                 fallback: frozenset[str], settings: CaptureSpec, progress: ProgressSink | None = None,
-                 stop: StopToken | None = None) -> FixedRun:
-    """Each candidate's worst relative L2 error with `fallback` in FP32 against the store's reference run,
-    computed while the emulated graph runs, a bounded group of tensors at a time (the values `tensor_error`
-    gives from a stored `fixed` run, without storing it), and the run's graph outputs."""
-    errs = [t for n in model.candidates for t in n.float_outputs]
-    produced = {t for n in model.nodes for t in n.float_outputs}
-    kept = [o for o in model.outputs if o in produced]
-    wanted = list(dict.fromkeys(errs + kept))
+def fixed_errors(model: Model, fmt: Format, samples: Sequence[Sample], fallback: frozenset[str], settings: CaptureSpec,
+                 progress: ProgressSink | None = None, stop: StopToken | None = None, rules: str | None = None,
+                 store: ActivationStore | None = None) -> FixedRun:
+    """Each candidate's worst relative L2 error with `fallback` in FP32 against the FP32 run, both computed as they
+    run, a bounded group of layers at a time (`capture.group_mb`, on `capture.device`), and the run's graph outputs;
+    with `store` (open for writing), every floating tensor of the run written as run `fixed` instead."""
+    errs = {t for n in model.candidates for t in n.float_outputs}
     accs = {t: RelL2() for t in errs}
-    outputs: dict[str, list[np.ndarray]] = {o: [] for o in kept}
-    mask = {MASK_INPUT: gated.mask(fallback)}
     budget = int(settings.group_mb * (1 << 20))
-    with ActivationStore(path, "r") as store:
-        for group, runs in run_in_groups(gated.proto, model, wanted, samples, mask, budget, FIXED_RUN, progress, stop):
-            for i, values in runs:
-                for t, value in zip(group, values):
+    kept = [o for o in model.outputs if o in {t for n in model.nodes for t in n.float_outputs}]
+    outputs: dict[str, list[np.ndarray]] = {o: [] for o in kept}
+    groups = layer_groups(model, model.nodes, budget, local=False)
+    for group, runs in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules,
+                                  providers=capture_providers(settings.device), stage=FIXED_RUN, progress=progress,
+                                  stop=stop):
+        names = list(group.lowp) if store is not None else []
+        with Batches(store, FIXED_RUN, names, len(samples), budget) as out:
+            for v in runs:
+                for t in group.lowp:
                     if t in accs:
-                        accs[t].add(value, store.read(REFERENCE, t, i))
-                    if t in outputs:
-                        outputs[t].append(value)
+                        accs[t].add(v.lowp[t], v.reference[t])
+                    if store is None and t in outputs:
+                        outputs[t].append(v.lowp[t])
+                if names:
+                    out.add(v.index, [v.lowp[t] for t in names])
     errors = {n.name: max((accs[t].result() for t in n.float_outputs), default=0.0) for n in model.candidates}
-    return FixedRun(errors, outputs, {"fallback": ",".join(sorted(fallback))})
-
-
-def _capture_fixed(path: Path, gated: GatedGraph, model: Model, fmt: Format, names: list[str], samples: Sequence[Sample],
-                   fallback: frozenset[str], settings: CaptureSpec, progress: ProgressSink | None,
-                   stop: StopToken | None) -> dict[str, float]:
-    with ActivationStore(path, "a") as store:
-        if FIXED_RUN in store.file:
-            del store.file[FIXED_RUN]
-        budget = int(settings.group_mb * (1 << 20))
-        mask = {MASK_INPUT: gated.mask(fallback)}
-        capture_run(store, FIXED_RUN, gated.proto, model, names, samples, mask, budget, progress, stop)
-        store.file[FIXED_RUN].attrs["fallback"] = ",".join(sorted(fallback))
-        out = {}
-        for n in model.candidates:
-            errs = [tensor_error(store, FIXED_RUN, t, fmt).rel_l2 for t in n.float_outputs]
-            out[n.name] = max(errs) if errs else 0.0
-    return out
+    return FixedRun(errors, None if store is not None else outputs, {"fallback": ",".join(sorted(fallback))})

@@ -19,7 +19,7 @@ from pathlib import Path
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import GPU_BACKENDS, make_backend, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, RoundingFloorEvent, StopToken, notify
-from precision_doctor.data.activations import whole
+from precision_doctor.data.activations import analysable
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.reference_cache import REFERENCES, ReferenceFile, ReferenceSet
 from precision_doctor.data.samples import as_sample_set
@@ -147,8 +147,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     # the capture's samples: the hardest by the loop's scores (a spread choice without them), shape groups in turn
     loop.captured = work.choose_capture(spec.capture.max_samples,
                                         None if loop.scores is None else [s.share for s in loop.scores])
-    notify(progress, PhaseEvent("capture", f"{counted(len(loop.captured), 'sample')}, every tensor"))
-    if resume and whole(out_dir / ACTIVATIONS):  # a summary (pipeline/keep.py) or no capture: capture again
+    notify(progress, PhaseEvent("capture", f"{counted(len(loop.captured), 'sample')}, every layer's statistics"))
+    if resume and analysable(out_dir / ACTIVATIONS):  # its statistics are kept (pipeline/keep.py); none: capture again
         analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     else:
         with shared_capture(capture_cache, spec, work, run) as reused:
@@ -171,8 +171,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
         oracle.load_checkpoint()
     elif (out_dir / CHECKPOINT).exists():
         (out_dir / CHECKPOINT).unlink()  # our own file from an earlier forced run
-    attribution = Attribution(model, get_format(spec.precision), b.emulation_rules, out_dir, spec.capture.group_mb,
-                              progress, stop)
+    attribution = Attribution(model, get_format(spec.precision), b.emulation_rules, spec.capture.group_mb, progress, stop)
     return RunContext(
         spec=spec, run_dir=run, space=space, progress=progress, stop=stop, resume=resume, work=work,
         analysis=analysis, backends=Backends(plan, backend, confirm_backend),

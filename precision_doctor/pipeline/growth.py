@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.inputs import Sample
@@ -24,7 +23,6 @@ class Attribution:
     model: Model
     fmt: Format
     rules: str | None
-    workdir: Path
     group_mb: float
     progress: ProgressSink | None = None
     stop: StopToken | None = None
@@ -39,8 +37,8 @@ class Attribution:
             if key not in self.cache:
                 notify(self.progress, PhaseEvent("attribute", f"the local error of each node on a failing sample "
                                                               f"({self.samples + 1} so far)"))
-                self.cache[key] = local_scores(self.model, self.fmt, s, rules=self.rules, workdir=self.workdir,
-                                               group_mb=self.group_mb, stop=self.stop)
+                self.cache[key] = local_scores(self.model, self.fmt, s, rules=self.rules, group_mb=self.group_mb,
+                                               stop=self.stop)
                 self.samples += 1
             out.append(self.cache[key])
         return worst_scores(out)

@@ -1,20 +1,20 @@
 """What a diagnose run keeps of its capture (activations.h5) once its report is written: `capture.keep`.
 
-`all` keeps every captured tensor of every sample (the reference, low-precision, local and fixed runs: about
-4 x samples x the model's activations). `summary` (the default) keeps the file's attributes, the analysis kept
-in it (`measure/analysis.keep_analysis`: per-layer rows and per-tensor error statistics) and the graph outputs
-of every run: a size that grows with the node count, not with the activations. `none` removes the file.
+The streaming capture already wrote only what `capture.keep` keeps (data/keep_plan.py): every tensor's error
+statistics and the run's analysis, the graph outputs of every run and, with `summary`/`top:N`/names, the tensors of
+the top layers and of the names (`all`: every tensor). Once the report is written the fixed run's graph outputs are
+added to it (the run is not stored unless `all`), and `none` removes the file.
 
-Nothing after the report reads the capture: `report`/`rerender` read report.json, `compare` writes its own
-capture. A run that was cut off (interrupted: Ctrl-C, a stop, a daemon's shutdown) keeps it all, so that
-`--resume` goes on without capturing again; any other resumed run whose capture is a summary or gone (one whose
-budget ran out, say, continued with a larger one) captures again (pipeline/diagnose.py) and replays its search
-from the checkpoint: no evaluation is repeated.
+`--resume` reads the statistics, so it never captures again while the file is there: a run that was cut off
+(interrupted: Ctrl-C, a stop, a daemon's shutdown) keeps it whatever `capture.keep` says; a resumed run whose
+file is gone (`none`, after it completed) captures again and replays its search from the checkpoint: no evaluation is
+repeated.
 """
 
 from __future__ import annotations
 
-from precision_doctor.data.activations import ExtraRun, summarize, summary_path
+from precision_doctor.data.activations import ExtraRun, append_runs, summary_path
+from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.outcome import RunStatus
 from precision_doctor.pipeline.compare import ACTIVATIONS, FixedRun
 from precision_doctor.runfiles import RunDir
@@ -24,8 +24,12 @@ ARTIFACT_KEYS = {"all": "activations", "summary": "activations_summary"}  # repo
 
 
 def kept(keep: str, status: RunStatus | str | None) -> str:
-    """What a run that ended in `status` keeps of its capture under `capture.keep` = `keep`."""
-    return "all" if status in CONTINUABLE else keep
+    """What a run that ended in `status` keeps of its capture under `capture.keep` = `keep`: "all" (every tensor),
+    "summary" (the statistics, graph outputs and the tensors named) or "none"."""
+    plan = KeepPlan.parse(keep)
+    if plan.every:
+        return "all"
+    return "none" if plan.remove and status not in CONTINUABLE else "summary"
 
 
 def capture_artifact(keep: str, status: RunStatus | str | None) -> dict[str, str]:
@@ -36,15 +40,17 @@ def capture_artifact(keep: str, status: RunStatus | str | None) -> dict[str, str
 
 def keep_capture(run: RunDir, keep: str, status: RunStatus | str | None, outputs: list[str],
                  unstored: dict[str, FixedRun] | None = None) -> None:
-    """Reduce `out_dir`'s activations.h5 to what `keep` keeps (`outputs`: the graph outputs); `unstored`: runs
-    computed without being stored in it (the fixed run), whose graph outputs a summary keeps as if they were."""
+    """Bring `run`'s activations.h5 to what `keep` keeps: removed (`none`), or with the graph outputs (`outputs`) of
+    the runs computed without being stored in it (`unstored`: the fixed run) added as if they had been."""
     path = run.root / ACTIVATIONS
     what = kept(keep, status)
-    if what == "all" or not path.is_file():
+    if not path.is_file():
         return
     if what == "none":
         path.unlink()
         return
-    run.written(summary_path(path))
-    extra = {run: ExtraRun(r.outputs or {}, r.attrs) for run, r in (unstored or {}).items()}
-    summarize(path, outputs, extra)
+    extra = {name: ExtraRun({o: r.outputs[o] for o in outputs if r.outputs and r.outputs.get(o)}, r.attrs)
+             for name, r in (unstored or {}).items()}
+    if any(e.values for e in extra.values()):
+        run.written(summary_path(path))
+        append_runs(path, extra)

@@ -14,14 +14,15 @@ from precision_doctor.backends.ort import search_refusal
 from precision_doctor.backends.registry import check_backend_name, plan_backends
 from precision_doctor.backends.tensorrt.availability import check_engine_targets, trt_refusal
 from precision_doctor.data.inputs import parse_input_shapes, parse_val_ranges
+from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.formats import FORMATS
 from precision_doctor.graph.rules import SETTING_CHOICES, resolve_rules
+from precision_doctor.measure.capture import DEVICES
 from precision_doctor.search import STRATEGIES
 from precision_doctor.spec import (
     COMPRESSIONS,
     COSTS,
-    KEEPS,
     MAX_AUGMENT,
     MAX_EVALUATIONS,
     MAX_GROUP_MB,
@@ -79,8 +80,9 @@ def _check_capture(spec: RunSpec) -> None:
     if c.compression not in COMPRESSIONS:
         raise SpecError("capture.compression", f"{{capture.compression}} must be one of "
                         f"{', '.join(map(str, COMPRESSIONS))}, got {c.compression!r}")
-    if c.keep not in KEEPS:
-        raise SpecError("capture.keep", f"{{capture.keep}} must be one of {', '.join(KEEPS)}, got {c.keep!r}")
+    KeepPlan.parse(c.keep)  # SpecError naming the setting
+    if c.device not in DEVICES:
+        raise SpecError("capture.device", f"{{capture.device}} must be one of {', '.join(DEVICES)}, got {c.device!r}")
 
 
 def _check_backends(spec: RunSpec) -> None:

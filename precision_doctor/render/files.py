@@ -12,9 +12,9 @@ ARTIFACT_TITLES = {
                   "the borders of FP32 regions); build it with TensorRT 11, or strongly typed on 10",
     "activations": "every layer's activations in FP32, in low precision and after the fix (HDF5), for your own "
                    "analysis",
-    "activations_summary": "the per-layer analysis (error statistics of every tensor) and the graph outputs in FP32, in "
-                           "low precision and after the fix (HDF5; --keep-activations all keeps every layer's "
-                           "activations)",
+    "activations_summary": "the per-layer analysis (error statistics of every tensor), the graph outputs in FP32, in "
+                           "low precision and after the fix, and the activations of the top layers of the ranking "
+                           "(HDF5; --keep-activations names others, all keeps every layer's)",
     "layers_csv": "the per-layer error table (one row per node: local error, rounding, propagated error, ranges)",
     "layers_json": "the same per-layer table with per-tensor statistics, as JSON",
     "checkpoint": "every evaluation of the search, one JSON line each (what --resume continues from)",

@@ -14,6 +14,7 @@ from typing import Any
 
 from precision_doctor.backends.base import check_only_name
 from precision_doctor.control import CaptureSizeEvent, ProgressEvent, RoundingFloorEvent
+from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.flags import flag, tolerance_flags
 from precision_doctor.graph.coverage import EmulationNote, NoteKind
 from precision_doctor.graph.names import shown
@@ -150,18 +151,23 @@ def floor_warning(floor: RoundingFloor, tol: Tolerance) -> str | None:
     return f"{finding}: {floor_consequence(floor)}." + (f" {advice}" if advice else "")
 
 
-KEPT_OF_CAPTURE = {  # capture.keep -> what a run keeps of a large capture, said before it starts
-    "summary": "once the report is written only a summary (error statistics, graph outputs) is kept",
-    "none": "it is removed once the report is written",
-    "all": "all of it is kept",
-}
+def kept_of_capture(keep: str) -> str:
+    """What a run keeps of a large capture (`capture.keep`), said before it starts."""
+    plan = KeepPlan.parse(keep)
+    if plan.every:
+        return "all of it is kept"
+    layers = f"the tensors of the top {counted(plan.top, 'layer')}" if plan.top else ""
+    named = f"{counted(len(plan.names), 'name')} given" if plan.names else ""
+    kept = " and ".join(p for p in (layers, named) if p)
+    what = "every layer's error statistics, the graph outputs" + (f" and {kept}" if kept else "")
+    return f"it keeps {what}" + ("; it is removed once the report is written" if plan.remove else "")
 
 
 def capture_size_note(ev: CaptureSizeEvent) -> str:
     """Before a large capture (`control.CaptureSizeEvent`): how much it will write and where, the room there, what is
     kept of it and the flag that takes fewer samples."""
     return (f"the capture will write about {fmt_decimal_bytes(ev.nbytes)} into {ev.path} ({counted(ev.samples, 'sample')}; "
-            f"{fmt_decimal_bytes(ev.free)} free there); {KEPT_OF_CAPTURE.get(ev.keep, ev.keep)}; "
+            f"{fmt_decimal_bytes(ev.free)} free there); {kept_of_capture(ev.keep)}; "
             f"{flag('capture.max_samples')} takes fewer")
 
 

@@ -114,14 +114,15 @@ _JOB_JS = """
   var p=j.progress||{},r=j.result||{},done=TERMINAL.indexOf(j.state)>=0;
   var max=(j.spec&&j.spec.search&&j.spec.search.max_evaluations)||null;
   var now=done?lastPhase(p):phaseIndex(p.phase),segs=$('phases').children,frac=0,detail='';
-  if(!done&&now===0&&p.capture){var stages=['reference','lowp','local'],k=stages.indexOf(p.capture.stage);
+  if(!done&&now===0&&p.capture){var stages=['statistics','tensors'],k=stages.indexOf(p.capture.stage);
    frac=((k<0?0:k)+(p.capture.total?p.capture.done/p.capture.total:0))/stages.length;
-   detail=p.capture.stage+' run: '+p.capture.done+' of '+p.capture.total+' tensors';}
+   detail=(k===1?'tensors of the top layers':'statistics of every layer')+': '+p.capture.done+' of '+p.capture.total+
+    ' steps (a sample through a group of layers)';}
   else if(!done&&now===1){frac=max?Math.min(p.evaluations/max,1):(p.evaluations?1-1/(1+p.evaluations/20):0);
    detail=(p.evaluations||0)+' evaluations'+(max?' of at most '+max:'')+
     (p.best_size!=null?' · smallest passing set so far: '+p.best_size+' node(s)':'');}
   else if(!done&&now===4&&p.capture&&p.capture.stage==='fixed'){frac=p.capture.total?p.capture.done/p.capture.total:0;
-   detail='capture with the answer in FP32: '+p.capture.done+' of '+p.capture.total+' tensors';}
+   detail='capture with the answer in FP32: '+p.capture.done+' of '+p.capture.total+' steps';}
   else if(!done&&now>=0){frac=0.5;}
   for(var i=0;i<segs.length;i++){
    var f=segs[i].querySelector('.fill'),cls='seg',w=0,t=spent(p,i);

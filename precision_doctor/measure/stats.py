@@ -1,0 +1,302 @@
+"""Error statistics of one tensor against its reference, accumulated sample by sample (`ErrorStats`, `RelL2`), and
+what the analysis needs of each captured tensor (`TensorStats`, accumulated by `TensorAccumulator` from each sample's
+reference, low-precision and local values: the same sums in the same order whether the values come from a stored
+capture or straight from the runs, so the same numbers).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from precision_doctor.graph.formats import Format
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """The dot product of two flat float64 arrays on this thread (NumPy's own loop, not BLAS): the capture accumulates
+    between ONNX Runtime's runs, whose thread pool BLAS's threads fight, as they fight any other load (on the 2-core
+    machine under load, a 400k-element `np.dot` took 71 ms, this 4 ms)."""
+    return float(np.einsum("i,i->", a, b))
+
+
+@dataclass
+class ErrorStats:
+    """Error of a tensor against its reference, accumulated over samples."""
+
+    size: int = 0
+    max_abs: float = 0.0
+    mean_abs: float = 0.0
+    max_rel: float = 0.0
+    rel_l2: float = 0.0
+    cosine: float = 1.0
+    nan: int = 0
+    inf: int = 0
+    ref_absmax: float = 0.0
+    frac_above_max: float = 0.0
+    frac_below_normal: float = 0.0
+
+    @property
+    def nonfinite(self) -> int:
+        return self.nan + self.inf
+
+
+@dataclass(frozen=True)
+class _Pairs:
+    """One sample of a tensor and its reference as float64, flat: the pairs where both are finite (all of them, not
+    copied, in the usual case), |ref| over every finite reference element (None: `ref`'s, all finite), how many
+    elements, the NaN and Inf the run added, and whether it made a finite reference element non-finite."""
+
+    out: np.ndarray
+    ref: np.ndarray
+    ref_abs: np.ndarray | None
+    size: int
+    nan: int = 0
+    inf: int = 0
+    new_nonfinite: bool = False
+
+
+def _finite_pairs(out: np.ndarray, ref: np.ndarray) -> _Pairs | None:
+    """The pairs the error statistics sum over (None: the shapes differ)."""
+    o = np.asarray(out, dtype=np.float64).ravel()
+    r = np.asarray(ref, dtype=np.float64).ravel()
+    if o.shape != r.shape:
+        return None
+    if not r.size:
+        return _Pairs(o, r, None, 0)
+    finite_ref, finite_out = np.isfinite(r), np.isfinite(o)
+    if finite_ref.all() and finite_out.all():  # the usual case: no masked copies (the same sums, in the same order)
+        return _Pairs(o, r, None, r.size)
+    both = finite_ref & finite_out
+    return _Pairs(o[both], r[both], np.abs(r[finite_ref]), r.size,
+                  nan=int(np.count_nonzero(np.isnan(o) & ~np.isnan(r))),
+                  inf=int(np.count_nonzero(np.isinf(o) & ~np.isinf(r))),
+                  new_nonfinite=bool(np.any(~finite_out & finite_ref)))
+
+
+@dataclass(frozen=True)
+class _Ref:
+    """One sample of a reference tensor, prepared once for every run compared with it (the low-precision run, the
+    local run, the rounding of the reference itself): float64 and flat, and where every element is finite (else
+    None: each comparison masks on its own), its |ref| with zeros as float64's smallest step, its sum of squares
+    and its range facts under `fmt`. The comparisons then compute what they computed before, once instead of three
+    times: the same numbers."""
+
+    raw: np.ndarray
+    flat: np.ndarray
+    safe_abs: np.ndarray | None = None
+    sq: float = 0.0
+    absmax: float = 0.0
+    above: int = 0
+    below: int = 0
+
+    @classmethod
+    def of(cls, ref: np.ndarray, fmt: Format) -> _Ref:
+        r = np.asarray(ref, dtype=np.float64).ravel()
+        if not r.size or ref.dtype.kind != "f" or not np.isfinite(r).all():
+            return cls(ref, r)
+        return cls.of_pairs(ref, r, None, fmt)
+
+    @classmethod
+    def of_pairs(cls, raw: np.ndarray, rb: np.ndarray, a: np.ndarray | None, fmt: Format) -> _Ref:
+        """The prepared form of the finite reference elements `rb` (float64, flat) that are compared; `a`: |ref|
+        over every finite reference element, for the range facts (None: `rb`'s)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            absr = np.abs(rb)
+            a = absr if a is None else a
+            absmax = float(a.max()) if a.size else 0.0
+            above = int(np.count_nonzero(a > fmt.max))
+            below = int(np.count_nonzero((a > 0) & (a < fmt.smallest_normal)))
+            absr[absr == 0] = 2.22e-16  # after the range facts: a zero reference divides by float64's smallest step
+            return cls(raw, rb, absr, _dot(rb, rb), absmax, above, below)
+
+
+class _Acc:
+    """Streaming accumulator for `ErrorStats`."""
+
+    def __init__(self, fmt: Format):
+        self.fmt = fmt
+        self.n = 0
+        self.sum_abs = 0.0
+        self.max_abs = 0.0
+        self.max_rel = 0.0
+        self.sq_diff = 0.0
+        self.sq_ref = 0.0
+        self.sq_out = 0.0
+        self.dot = 0.0
+        self.nan = 0
+        self.inf = 0
+        self.ref_absmax = 0.0
+        self.above = 0
+        self.below = 0
+        self.new_nonfinite = False
+
+    def add(self, out: np.ndarray, ref: np.ndarray | _Ref) -> None:
+        if isinstance(ref, _Ref):
+            if ref.safe_abs is not None and np.shape(out) == np.shape(ref.raw):
+                o = np.asarray(out, dtype=np.float64).ravel()
+                if np.isfinite(o).all():
+                    self.n += o.size
+                    self._add_prepared(o, ref)
+                    return
+            ref = ref.raw
+        p = _finite_pairs(out, ref)
+        if p is None:
+            self.new_nonfinite = True
+            return
+        self.n += p.size
+        if not p.size:
+            return
+        self.nan += p.nan
+        self.inf += p.inf
+        self.new_nonfinite |= p.new_nonfinite
+        self._add_finite(p.out, p.ref, p.ref_abs)
+
+    def _add_finite(self, ob: np.ndarray, rb: np.ndarray, a: np.ndarray | None = None) -> None:
+        """The sums over finite pairs (`ob`, `rb`: float64, flat); `a`: |ref| over every finite reference element
+        (None: `rb`'s)."""
+        self._add_prepared(ob, _Ref.of_pairs(rb, rb, a, self.fmt))
+
+    def _add_prepared(self, ob: np.ndarray, ref: _Ref) -> None:
+        """The sums of the finite `ob` against the prepared, finite reference elements it is paired with."""
+        rb = ref.flat
+        self.ref_absmax = max(self.ref_absmax, ref.absmax)
+        self.above += ref.above
+        self.below += ref.below
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = ob - rb
+            np.abs(d, out=d)
+            self.sum_abs += float(d.sum())
+            if d.size:
+                self.max_abs = max(self.max_abs, float(d.max()))
+                self.max_rel = max(self.max_rel, float((d / ref.safe_abs).max()))
+            self.sq_diff += _dot(d, d)
+            self.sq_ref += ref.sq
+            self.sq_out += _dot(ob, ob)
+            self.dot += _dot(ob, rb)
+
+    def result(self) -> ErrorStats:
+        if self.new_nonfinite:
+            rel_l2 = math.inf
+            max_abs = max_rel = math.inf
+        else:
+            rel_l2 = _rel_l2(self.sq_diff, self.sq_ref)
+            max_abs, max_rel = self.max_abs, self.max_rel
+        denom = math.sqrt(self.sq_ref) * math.sqrt(self.sq_out)
+        cos = self.dot / denom if denom > 0 else (1.0 if self.sq_ref == self.sq_out == 0 else 0.0)
+        n = max(self.n, 1)
+        return ErrorStats(
+            size=self.n,
+            max_abs=max_abs,
+            mean_abs=self.sum_abs / n,
+            max_rel=max_rel,
+            rel_l2=rel_l2,
+            cosine=cos,
+            nan=self.nan,
+            inf=self.inf,
+            ref_absmax=self.ref_absmax,
+            frac_above_max=self.above / n,
+            frac_below_normal=self.below / n,
+        )
+
+
+class RelL2:
+    """A streaming accumulator of one tensor's relative L2 error alone (`add(out, ref)` sample by sample, then
+    `result()`): the same sums over the same finite pairs as `tensor_error`'s, so the same number, for a third
+    of its passes over the data (the fixed run's per-layer errors need nothing else)."""
+
+    def __init__(self) -> None:
+        self.sq_diff = 0.0
+        self.sq_ref = 0.0
+        self.new_nonfinite = False
+
+    def add(self, out: np.ndarray, ref: np.ndarray) -> None:
+        p = _finite_pairs(out, ref)
+        if p is None:
+            self.new_nonfinite = True
+            return
+        if not p.size:
+            return
+        self.new_nonfinite |= p.new_nonfinite
+        with np.errstate(invalid="ignore", over="ignore"):
+            d = p.out - p.ref
+            self.sq_diff += _dot(d, d)
+            self.sq_ref += _dot(p.ref, p.ref)
+
+    def result(self) -> float:
+        return math.inf if self.new_nonfinite else _rel_l2(self.sq_diff, self.sq_ref)
+
+
+def _rel_l2(sq_diff: float, sq_ref: float) -> float:
+    """||out - ref|| / ||ref|| from the sums of squares (0 where both are 0)."""
+    if sq_ref == 0 and sq_diff == 0:
+        return 0.0
+    return math.sqrt(sq_diff) / max(math.sqrt(sq_ref), 1e-30)
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """What the analysis needs of one tensor, over the captured samples: its low-precision run's error, its local error
+    and the error of only rounding it (for a candidate's output), the largest finite |reference| (for a candidate's
+    input); None where the tensor has no such role."""
+
+    lowp: ErrorStats | None = None
+    local: ErrorStats | None = None
+    rounding: ErrorStats | None = None
+    absmax: float | None = None
+
+    def to_json(self) -> dict:
+        return {k: (asdict(v) if isinstance(v, ErrorStats) else v) for k, v in
+                (("lowp", self.lowp), ("local", self.local), ("rounding", self.rounding), ("absmax", self.absmax))}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TensorStats:
+        """The inverse of `to_json` (KeyError, TypeError or ValueError for a document that is not one)."""
+        def stats(v):
+            return None if v is None else ErrorStats(**v)
+
+        absmax = d["absmax"]
+        return cls(stats(d["lowp"]), stats(d["local"]), stats(d["rounding"]),
+                   None if absmax is None else float(absmax))
+
+
+class TensorAccumulator:
+    """One tensor's `TensorStats`, sample by sample: `add(ref, lowp, local)` with one sample's reference value and,
+    where the tensor has them (`lowp`, `local`: the roles it was made with), its low-precision and local values;
+    `rounding` comes with `local` (a candidate's output), `absmax` with `absmax` (a candidate's input). Each
+    reference sample is prepared once for every comparison (`_Ref`)."""
+
+    def __init__(self, fmt: Format, *, lowp: bool = False, local: bool = False, absmax: bool = False):
+        self.fmt = fmt
+        self.lowp = _Acc(fmt) if lowp else None
+        self.local = _Acc(fmt) if local else None
+        self.rounding = _Acc(fmt) if local else None
+        self.absmax = 0.0 if absmax else None
+
+    @property
+    def needed(self) -> bool:
+        """Whether it has anything to accumulate (a tensor with no role needs no values)."""
+        return self.lowp is not None or self.local is not None or self.absmax is not None
+
+    def add(self, ref: np.ndarray, lowp: np.ndarray | None = None, local: np.ndarray | None = None) -> None:
+        ref = np.asarray(ref)
+        prepared = _Ref.of(ref, self.fmt)  # once for the runs, the rounding and the input's range
+        if self.lowp is not None:
+            self.lowp.add(lowp, prepared)
+        if self.local is not None:
+            self.local.add(local, prepared)
+        if self.rounding is not None:
+            self.rounding.add(self.fmt.round(ref), prepared)
+        if self.absmax is not None and ref.dtype.kind == "f" and ref.size:
+            if prepared.safe_abs is not None:
+                self.absmax = max(self.absmax, prepared.absmax)
+            else:
+                with np.errstate(invalid="ignore"):
+                    a = np.abs(ref[np.isfinite(ref)])
+                if a.size:
+                    self.absmax = max(self.absmax, float(a.max()))
+
+    def result(self) -> TensorStats:
+        return TensorStats(*(acc.result() if acc is not None else None for acc in (self.lowp, self.local, self.rounding)),
+                           self.absmax)
