@@ -232,7 +232,7 @@ def test_a_pass_never_rests_on_an_unmeasured_op_without_saying_so(planted_file, 
     from precision_doctor.results.verdict import Qualifier
 
     monkeypatch.setattr(registry, "cuda_machine", lambda: False)
-    case, path, files = planted_file("clean", 4)
+    case, path, files = planted_file("clean", 10)  # 5 held out: enough to validate (results/verdict.USEFUL_BOUND)
     proto = onnx.load(str(path))
     relu = next(n for n in proto.graph.node if n.op_type == "Relu")
     relu.op_type = "Softplus"
@@ -241,7 +241,8 @@ def test_a_pass_never_rests_on_an_unmeasured_op_without_saying_so(planted_file, 
     runs = {}
     for label, model in (("relu", path), ("softplus", soft)):
         spec = RunSpec(model=str(model)).with_settings({
-            "inputs.files": [str(f) for f in files], "tolerance.atol": case.atol, "tolerance.rtol": case.rtol})
+            "inputs.files": [str(f) for f in files], "tolerance.atol": case.atol, "tolerance.rtol": case.rtol,
+            "inputs.validation_split": 0.5})
         runs[label] = api.diagnose(spec, tmp_path / label)
     soft_report, relu_report = runs["softplus"], runs["relu"]
     assert soft_report.passed and relu.name not in soft_report.fallback_nodes

@@ -349,8 +349,9 @@ def test_a_tolerance_below_fp16s_rounding_is_said_before_the_search_and_in_the_r
     search, a PASS whose label says there is no FP16 benefit (exit 0 as any pass), the flags of a realistic
     tolerance in the headline and as report.md's first next step, typed fields in report.json; `compare` says it
     too; at a realistic tolerance none of it."""
-    case, path, files = planted_file("three_defects")
-    inputs = sum((["--inputs", f] for f in files), [])
+    case, path, files = planted_file("three_defects", 10)
+    samples = sum((["--inputs", f] for f in files), [])
+    inputs = samples + ["--validation-split", "0.5"]  # 5 held out: validated
     code, out, err = run_cli("diagnose", path, *inputs, "--out", tmp_path / "tight")
     assert code == 0, out + err
     warning = next(i for i, ln in enumerate(err.splitlines()) if ln.startswith("warning: The tolerance (atol 1e-05"))
@@ -373,7 +374,7 @@ def test_a_tolerance_below_fp16s_rounding_is_said_before_the_search_and_in_the_r
     assert "--atol 0.001 --rtol 0.001 --out ../tight-atol0.001" in first_step
     assert "PASSED, ALL IN FP32 (NO FP16 BENEFIT)" in (tmp_path / "tight" / "report.html").read_text()
 
-    code, out, _ = run_cli("compare", path, *inputs, "--out", tmp_path / "cmp")
+    code, out, _ = run_cli("compare", path, *samples, "--out", tmp_path / "cmp")
     assert "is tighter than FP16 can represent at the outputs" in out and "--atol 0.001 --rtol 0.001" in out
 
     code, out, err = run_cli("diagnose", path, *inputs, "--atol", case.atol, "--rtol", case.rtol, "--out", tmp_path / "ok")

@@ -266,7 +266,8 @@ BRIEF = {
 }
 FULL_HELP: dict[str, str] = {}  # an option's parameter -> its whole help, where `--help` shows a brief one
 HELP_ALL = "--help-all"
-for _group in (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, TARGET, EMULATION, ARTIFACTS, CAPTURE, KEEP):
+for _group in (INPUTS, HELD_OUT, PRECISION, TOLERANCE, SEARCH, BACKENDS, TARGET, EMULATION, ARTIFACTS, CAPTURE, CAPTURE_DEVICE,
+               KEEP):
     for _o in _group:
         if _o.setting in BRIEF:
             FULL_HELP[_o.param], _o.info.help = _o.info.help, BRIEF[_o.setting]
