@@ -35,7 +35,8 @@ def batch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for i, s in enumerate(case.samples(10, seed=0)):  # 5 held out (split 0.5): a validated PASSED (green) for clean
             np.savez(root / f"{name}_{i}.npz", **s)
             files.append(f"{name}_{i}.npz")
-        recipe = {"inputs": {"files": files, "validation_split": 0.5}, "tolerance": {"atol": case.atol, "rtol": case.rtol}, "max_evaluations": 40}
+        recipe = {"inputs": {"files": files, "validation_split": 0.5}, "tolerance": {"atol": case.atol, "rtol": case.rtol},
+                  "max_evaluations": 40}
         (root / f"{name}.json").write_text(json.dumps(recipe))
     (root / "broken.onnx").write_bytes(b"not an onnx model <script>alert(1)</script>")
     out = tmp_path_factory.mktemp("batch") / "out"
