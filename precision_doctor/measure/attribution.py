@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from precision_doctor.control import StopToken
+from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model
@@ -24,10 +24,11 @@ from precision_doctor.measure.stats import ErrorStats
 
 
 def local_scores(model: Model, fmt: Format, sample: Sample, *, rules: str | None, group_mb: float,
-                 stop: StopToken | None = None) -> dict[str, float]:
-    """Each candidate node's attributed score on `sample` (its local error under the emulation `rules`)."""
+                 progress: ProgressSink | None = None, stop: StopToken | None = None) -> dict[str, float]:
+    """Each candidate node's attributed score on `sample` (its local error under the emulation `rules`; `progress`
+    hears of each group of layers run)."""
     return {n: _score(e) for n, e in local_errors(model, fmt, [sample], rules=rules, group_mb=group_mb,
-                                                  stop=stop).items()}
+                                                  progress=progress, stop=stop).items()}
 
 
 def _score(local: ErrorStats) -> float:

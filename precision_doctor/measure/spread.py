@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from precision_doctor.backends import knobs
+from precision_doctor.control import PhaseEvent, ProgressSink, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.headroom import SampleShare, sample_shares
@@ -46,7 +47,8 @@ def _config(algo: str) -> knobs.KnobConfig:
 
 def shares_by_algo(model: Model, precision: str, fallback: frozenset[str], samples: Sequence[Sample],
                    refs: Sequence[dict], tol: Tolerance, algos: Sequence[str] = ALGOS,
-                   family: str = knobs.ORT_CUDA, level: str | None = None) -> dict[str, list[SampleShare]]:
+                   family: str = knobs.ORT_CUDA, level: str | None = None,
+                   progress: ProgressSink | None = None) -> dict[str, list[SampleShare]]:
     """Each sample's share of `tol` with `fallback` in FP32 on ONNX Runtime CUDA, per algorithm choice (a session
     each, at the graph optimization `level` of the backend whose verdicts it qualifies; `family` ort-cpu runs the same
     code on the CPU provider, where the choice changes nothing: plumbing)."""
@@ -54,6 +56,7 @@ def shares_by_algo(model: Model, precision: str, fallback: frozenset[str], sampl
 
     out = {}
     for algo in algos:
+        notify(progress, PhaseEvent("spread", f"{len(samples)} samples with {ALGO}={algo}"))
         providers = knobs.ort_providers(_config(algo)) if family == knobs.ORT_CUDA else ["CPUExecutionProvider"]
         with contextlib.closing(OrtBackend(model, precision, providers=providers, level=level)) as b:
             out[algo] = sample_shares(b, fallback, samples, refs, tol)
@@ -62,14 +65,14 @@ def shares_by_algo(model: Model, precision: str, fallback: frozenset[str], sampl
 
 def kernel_spread(model: Model, precision: str, fallback: frozenset[str], samples: Sequence[Sample],
                   refs: Sequence[dict], tol: Tolerance, family: str = knobs.ORT_CUDA,
-                  level: str | None = None) -> KernelSpread:
+                  level: str | None = None, progress: ProgressSink | None = None) -> KernelSpread:
     """The spread of `fallback`'s graph on ONNX Runtime CUDA over `samples` (see the module's docstring), at the graph
     optimization `level` of the backend it qualifies."""
-    by = shares_by_algo(model, precision, fallback, samples, refs, tol, family=family, level=level)
+    by = shares_by_algo(model, precision, fallback, samples, refs, tol, family=family, level=level, progress=progress)
     share = max((_span([by[a][i].share for a in by]) for i in range(len(samples))), default=0.0)
     everything = frozenset(n.name for n in model.candidates)
     twice = [shares_by_algo(model, precision, everything, samples, refs, tol, algos=ALGOS[:1], family=family,
-                            level=level)[ALGOS[0]] for _ in range(2)]
+                            level=level, progress=progress)[ALGOS[0]] for _ in range(2)]
     fp32 = max((abs(a.share - b.share) for a, b in zip(*twice)), default=0.0)
     return KernelSpread(backend="ort-cuda" if family == knobs.ORT_CUDA else "ort-cpu",
                         configs=[f"{ALGO}={a}" for a in by], samples=len(samples), share=share, fp32_repeat=fp32)

@@ -216,7 +216,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
             notify(ctx.progress, PhaseEvent("spread", f"the answer under cuDNN's algorithm choices, "
                                                       f"{counted(len(samples), 'sample')}"))
             f.spread = kernel_spread(ctx.work.model, ctx.spec.precision, outcome.found, samples, refs, ctx.spec.tolerance,
-                                     level=getattr(backend, "level", None))
+                                     level=getattr(backend, "level", None), progress=ctx.progress)
         notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {counted(len(samples), 'sample')}"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
+from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model
@@ -35,10 +35,8 @@ class Attribution:
         for s in samples:
             key = sample_key(s)
             if key not in self.cache:
-                notify(self.progress, PhaseEvent("attribute", f"the local error of each node on a failing sample "
-                                                              f"({self.samples + 1} so far)"))
                 self.cache[key] = local_scores(self.model, self.fmt, s, rules=self.rules, group_mb=self.group_mb,
-                                               stop=self.stop)
+                                               progress=self.progress, stop=self.stop)
                 self.samples += 1
             out.append(self.cache[key])
         return worst_scores(out)

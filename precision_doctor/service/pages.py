@@ -16,9 +16,10 @@ from precision_doctor.service.store import Job, view
 PHASES: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("capture", ("capture",), "every layer captured in FP32 and in low precision, then analysed"),
     ("search", ("reference", "search"), "the smallest set of nodes to keep in FP32"),
-    ("validate", ("validate",), "the answer checked on held-out samples and perturbed copies"),
-    ("confirm", ("confirm", "knobs", "other-runtime"),
-     "the answer carried over to the confirm backend (when one is set), and checked for the other runtime"),
+    ("confirm", ("spread", "confirm", "knobs"),
+     "the answer carried over to the confirm backend (when one is set; on a GPU its own spread measured first)"),
+    ("validate", ("validate", "other-runtime"),
+     "the final answer checked on held-out samples (repaired where they fail it), and for the other runtime"),
     ("artifacts", ("artifacts",), "fixed.onnx, the commands and the report written"),
 )
 
