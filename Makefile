@@ -12,7 +12,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --progress-bar on -e '.[dev,service,trt]'
 	touch $(STAMP)
 
-demo: $(STAMP)  # a planted model and a folder of its 6 samples, as you would give your own
+demo: $(STAMP)  # a planted model and a folder of its 25 samples, as you would give your own
 	$(BIN)/python examples/make_examples.py
 	@echo "== diagnosing examples/three_defects.onnx on the samples in examples/three_defects_inputs/"
 	$(BIN)/precision-doctor diagnose examples/three_defects.onnx --inputs examples/three_defects_inputs \

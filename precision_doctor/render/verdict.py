@@ -115,7 +115,8 @@ def claim_sentence(st: Statement) -> str | None:
                 f"{_on(e.backend)}; a second search with them found no set that passes every sample.")
     head = f"Not validated: {counted(c.samples, 'sample')}, all used by the search"
     if e is not None and c.unvalidated == Unvalidated.REPAIRED:
-        return (f"{head}: the first answer ({counted(e.nodes, 'node')}) failed {e.failures} of "
+        which = "the answer before the repair" if e.by.startswith("a repair") else "the first answer"
+        return (f"{head}: {which} ({counted(e.nodes, 'node')}) failed {e.failures} of "
                 f"{counted(e.samples, 'held-out sample')}{_on(e.backend)}, and {e.by} used them.")
     if e is not None:
         where = f" on {e.by_backend}" if e.by_backend else ""

@@ -27,9 +27,9 @@ from precision_doctor.render.numbers import (
     fmt,
     fmt_3g,
     fmt_decimal_bytes,
-    fmt_pct,
     fmt_seconds,
     fmt_share,
+    fmt_short_pct,
     fmt_time,
     num,
 )
@@ -220,12 +220,13 @@ def search_line(report: Report) -> str:
 
 
 def _answer_words(a: AnswerSummary) -> str:
-    return f"{counted(a.size, 'node')}, {fmt_pct(a.fp32_flop_share)} of FLOPs"
+    return f"{counted(a.size, 'node')}, {fmt_short_pct(a.fp32_flop_share)} of the FLOPs"
 
 
 _GROWN = {Growth.COUNTEREXAMPLES: "search samples outside the working set failed it",
           Growth.PREDICTION: "the perturbed-copy probe asked for a second, stricter search",
-          Growth.HELD_OUT: "held-out samples failed it (a second search with them)"}
+          Growth.CONFIRMATION: "the GPU's real kernels failed it on search samples",
+          Growth.HELD_OUT: "held-out samples failed it (repaired with them, by what their error is attributed to)"}
 
 
 def answers_sentence(report: Report) -> str | None:
@@ -243,7 +244,7 @@ def answers_sentence(report: Report) -> str | None:
         facts.append(f"failed {b.failures} of {counted(b.samples, 'held-out sample')}{on}")
     why = "; ".join(_GROWN[g] for g in two.grown_by)
     measured = " and ".join(facts) if facts else "was not checked on held-out samples"
-    return (f"Two answers: the smaller one found first ({_answer_words(small)}) {measured}; the final one "
+    return (f"Two answers: the smaller one, the search's first round's ({_answer_words(small)}), {measured}; the final one "
             f"({_answer_words(final)}) is the answer, grown from it because {why}. Keep the smaller one only if "
             "those failures are acceptable.")
 
