@@ -20,7 +20,7 @@ from precision_doctor.flags import command_line, flag_args
 from precision_doctor.render.numbers import counted, fmt_short_pct
 from precision_doctor.render.wording import floor_consequence, floor_finding
 from precision_doctor.results.report import Report, ServiceJob
-from precision_doctor.results.verdict import NextKind, Status, Unvalidated
+from precision_doctor.results.verdict import NextKind, Status, Unvalidated, tolerance_changes
 from precision_doctor.spec import RunSpec
 
 HERE = "."  # a run directory, as a command run from it names it
@@ -35,8 +35,10 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
     first, st = first_step(report), report.statement
     steps = [first] + [(text, cmd) for kind, text, cmd in _other_steps(report)
                        if kind != st.next.kind and (cmd is None or cmd != first[1])]
-    if st.stopped is not None and st.next.kind != NextKind.CONTINUE:  # another step came first: continuing still counts
-        steps.insert(1, _continue_step(report))
+    floor = report.rounding_floor
+    realistic = floor.realistic(report.tolerance) if floor is not None and floor.below else None
+    if st.next.kind == NextKind.CONTINUE and realistic is not None:  # after continuing: a tolerance the format allows
+        steps.insert(1, _relax_step(report, dict(tolerance_changes(realistic))))
     if _service(report) and not report.interrupted:
         steps.append(("To run this diagnosis again after changing the model or the samples, from the folder that holds "
                       "them (`precision-doctor resubmit` runs it again on the daemon's copies of this job's files, with "
@@ -58,11 +60,7 @@ def first_step(report: Report) -> tuple[str, str | None]:
     nxt, changes = st.next, dict(st.next.changes)
     kind = nxt.kind
     if kind == NextKind.RELAX_TOLERANCE:
-        floor = report.rounding_floor
-        return (f"{floor_finding(floor, report.tolerance)}: {floor_consequence(floor)}. Run again with a tolerance above "
-                "the rounding (your task decides how much error it allows; this one leaves the computation at least twice "
-                "the rounding, which may still keep many nodes in FP32):",
-                rerun_command(report, f"atol{changes['tolerance.atol']:g}", changes))
+        return _relax_step(report, changes)
     if kind == NextKind.CONTINUE:
         return _continue_step(report)
     if kind == NextKind.MORE_DATA:
@@ -88,6 +86,15 @@ def first_step(report: Report) -> tuple[str, str | None]:
         if check:
             return (_CHECK_TEXT, check[-1])
     return (_CONFIRM_TEXT, rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"}))
+
+
+def _relax_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | None]:
+    """Run again with a tolerance above the format's rounding of the outputs (`changes`: its settings)."""
+    floor = report.rounding_floor
+    return (f"{floor_finding(floor, report.tolerance)}: {floor_consequence(floor)}. Run again with a tolerance above "
+            "the rounding (your task decides how much error it allows; this one leaves the computation at least twice "
+            "the rounding, which may still keep many nodes in FP32):",
+            rerun_command(report, f"atol{changes['tolerance.atol']:g}", changes))
 
 
 def _continue_step(report: Report) -> tuple[str, str | None]:

@@ -401,10 +401,10 @@ def _next(report, status: Status, quals: tuple[Qualifier, ...], claim: Claim | N
           basis: Basis, run: RunStatus) -> NextStep:
     floor = report.rounding_floor
     realistic = floor.realistic(report.tolerance) if floor is not None and floor.below else None
-    if realistic is not None:
-        return NextStep(NextKind.RELAX_TOLERANCE, _tolerance_changes(realistic))
-    if run.ended_early:
+    if run.ended_early:  # the run did not finish: continuing it comes first (a realistic tolerance second)
         return NextStep(NextKind.CONTINUE)
+    if realistic is not None:
+        return NextStep(NextKind.RELAX_TOLERANCE, tolerance_changes(realistic))
     if status == Status.FAILED_HELD_OUT:
         return NextStep(NextKind.MORE_DATA, (("search.margin", round(min(0.9, float(report.margin or 0.0) + 0.1), 2)),))
     if status == Status.NO_SOLUTION:
@@ -416,13 +416,14 @@ def _next(report, status: Status, quals: tuple[Qualifier, ...], claim: Claim | N
     if Qualifier.ON_THE_EMULATOR in quals:
         return NextStep(NextKind.CONFIRM_ON_GPU, (("backends.confirm_backend", "ort-cuda"),))
     if benefit is not None and benefit.little and benefit.better is not None:
-        return NextStep(NextKind.KEEP_MORE_LOWP, _tolerance_changes(report.tolerance.scaled(benefit.better.multiple, 3)))
+        return NextStep(NextKind.KEEP_MORE_LOWP, tolerance_changes(report.tolerance.scaled(benefit.better.multiple, 3)))
     if (report.commands or {}).get("polygraphy"):
         return NextStep(NextKind.CHECK_ON_TARGET)
     return NextStep(NextKind.CONFIRM_ON_GPU, (("backends.confirm_backend", "ort-cuda"),)) if not basis.gpu \
         else NextStep(NextKind.CHECK_ON_TARGET)
 
 
-def _tolerance_changes(tol) -> tuple[tuple[str, Any], ...]:
+def tolerance_changes(tol) -> tuple[tuple[str, Any], ...]:
+    """The settings a run with tolerance `tol` changes (its atol, rtol and per-output ones)."""
     return (("tolerance.atol", tol.atol), ("tolerance.rtol", tol.rtol), ("tolerance.output_atol", list(tol.output_atol)),
             ("tolerance.output_rtol", list(tol.output_rtol)))

@@ -113,15 +113,16 @@ def models() -> dict[str, onnx.ModelProto]:
     return out
 
 
-def _slow_model(depth: int = 40, width: int = 128) -> onnx.ModelProto:
-    """A deep dense+tanh stack: a linear search over it takes seconds, long enough to interrupt."""
+def _slow_model(depth: int = 40, width: int = 512, batch: int = 256) -> onnx.ModelProto:
+    """A deep dense+tanh stack: a linear search over it takes seconds (each evaluation tens of milliseconds on one
+    core, about 160 of them), long enough to interrupt once its first evaluation is checkpointed."""
     nodes, inits, h = [], [], "x"
     for i in range(depth):
         inits.append(_w(f"w{i}", (width, width), i))
         nodes.append(helper.make_node("MatMul", [h, f"w{i}"], [f"m{i}"], name=f"mm{i}"))
         nodes.append(helper.make_node("Tanh", [f"m{i}"], [f"t{i}"], name=f"tanh{i}"))
         h = f"t{i}"
-    return _model(nodes, [_vi("x", [32, width])], [_vi(h, [32, width])], inits)
+    return _model(nodes, [_vi("x", [batch, width])], [_vi(h, [batch, width])], inits)
 
 
 def sample(rng: np.random.Generator, shape=(2, 16)) -> dict[str, np.ndarray]:
