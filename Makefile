@@ -30,6 +30,7 @@ docs: $(STAMP)  # docs/cli.md from the program (tests/test_cli_docs.py fails whe
 
 screenshots: $(STAMP)  # docs/img/*.png: report.html, /ui and job pages in headless Chromium (needs `chromium`)
 	$(BIN)/python bench/screenshots.py
+	$(BIN)/python bench/verdict_shots.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check precision_doctor tests bench examples

@@ -56,14 +56,14 @@ def shot(browser: Browser, url: str, path: Path, ready: str, height: int | None 
     return _small(path)
 
 
-def _small(path: Path) -> Path:
-    """The PNG reduced to 256 colours (pages are flat colours and text); refused above MAX_BYTES."""
+def _small(path: Path, max_bytes: int = MAX_BYTES) -> Path:
+    """The PNG reduced to 256 colours (pages are flat colours and text); refused above `max_bytes`."""
     from PIL import Image
 
     Image.open(path).convert("RGB").quantize(256, method=Image.Quantize.MEDIANCUT).save(path, optimize=True)
     size = path.stat().st_size
-    if size > MAX_BYTES:
-        raise RuntimeError(f"{path}: {size >> 10} KiB, more than {MAX_BYTES >> 10} KiB")
+    if size > max_bytes:
+        raise RuntimeError(f"{path}: {size >> 10} KiB, more than {max_bytes >> 10} KiB")
     return path
 
 
@@ -123,9 +123,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def submit(daemon: Daemon, model: Path, samples: list[Path], name: str, settings: dict) -> str:
-    """Upload `model` and `samples` as a job; its id."""
-    files = [("model", (model.name, model.read_bytes()))] + [("inputs", (s.name, s.read_bytes())) for s in samples]
+def submit(daemon: Daemon, model: Path, samples: list[Path], name: str, settings: dict, validate: list[Path] = ()) -> str:
+    """Upload `model`, `samples` and the held-out samples `validate` as a job; its id."""
+    files = [("model", (model.name, model.read_bytes()))] + [("inputs", (s.name, s.read_bytes())) for s in samples] \
+        + [("validate_inputs", (s.name, s.read_bytes())) for s in validate]
     r = httpx.post(f"{daemon.url}/jobs", files=files, data={"settings": _json(settings), "name": name}, timeout=30)
     r.raise_for_status()
     return r.json()["id"]

@@ -69,6 +69,8 @@ def _report(**kw) -> Report:
 
 REPAIRED = Validation(passed=False, samples=6, failing_samples=[1], first_candidate=["a"],
                       research="searched again with the held-out samples included", passed_after_research=True)
+STOPPED_REPAIR = Validation(passed=False, samples=6, failing_samples=[1], first_candidate=["a", "c"],
+                            research="repaired with the failing held-out samples", passed_after_research=False)
 UNMEASURED = dict(certified_by=Certification("emulate", "validation", 10, rules="ort-cuda", unconfirmed=["HardSwish"]),
                   emulation_notes=[EmulationNote("unmeasured-op", "HardSwish", 28, ["h0"], "never measured")])
 TOO_FEW = dict(validation=None, samples=SampleCounts(3, 0), held_out_choice=HeldOutChoice("none", 0, "only 3 --inputs"))
@@ -103,6 +105,12 @@ CASES = {
     "failed held-out": (dict(status=RunStatus.BUDGET_EXHAUSTED, reason="budget",
                              validation=Validation(passed=False, samples=5, failing_samples=[0]),
                              samples=SampleCounts(20, 5)), "FAILED ON HELD-OUT SAMPLES", 1),
+    "failed held-out, its repair stopped": (dict(status=RunStatus.BUDGET_EXHAUSTED, reason="budget",
+                                                 validation=replace(STOPPED_REPAIR, first_candidate=["a", "b"])),
+                                            "FAILED ON HELD-OUT SAMPLES", 1),
+    "repair stopped with a set so far": (dict(status=RunStatus.BUDGET_EXHAUSTED, reason="budget", validation=STOPPED_REPAIR,
+                                              fallback_nodes=["a", "b", "c"], fallback_size=3),
+                                         "INCOMPLETE (budget exhausted)", 1),
     "incomplete with a set": (dict(status=RunStatus.BUDGET_EXHAUSTED, reason="budget", validation=None),
                               "INCOMPLETE (budget exhausted)", 1),
     "incomplete without a set": (dict(status=RunStatus.INTERRUPTED, reason="Ctrl-C", validation=None, fallback_nodes=[],
@@ -185,6 +193,8 @@ def test_every_status_is_said_in_the_same_words_everywhere(name, tmp_path):
         assert "safe one" not in text
     # the next step: the CLI's, report.md's first and the brief's first are the statement's
     first = b.next_steps[0]
+    # plain text in every front end (the job page and report.html show it as it is): no Markdown quotes
+    assert "`" not in b.sentence and all("`" not in s.text for s in b.next_steps)
     assert f"1. {first.text}" in md and first.text in cli and "next:" in cli
     if first.command:
         assert first.command in md
@@ -250,6 +260,38 @@ def test_incomplete_runs_are_never_a_pass():
     assert stopped.statement.claim is None and stopped.statement.benefit is None
 
 
+def test_a_run_stopped_with_failing_held_out_samples_says_what_its_set_is():
+    """Held-out samples failed the answer and the run stopped before a set passing them was settled (issue 34's
+    screenshots): where the reported set is the one they failed, they measured it (FAILED, its k of n); where a
+    repair already moved on to a set that passes them, the run is INCOMPLETE and the failure is the earlier answer's."""
+    failed = _report(**CASES["failed held-out, its repair stopped"][0])
+    head = headline(failed)
+    assert head.startswith("FAILED ON HELD-OUT SAMPLES: The run stopped (budget exhausted) with a set (2 of 9 candidate "
+                           "nodes in FP32) that meets the tolerance in FP16 on the search samples it was checked on, not on "
+                           "held-out ones, before it found one that passes them too. 1 of 6 held-out samples of your data "
+                           "failed on emulate")
+    assert failed.statement.claim.measured and failed.statement.next.kind == NextKind.CONTINUE
+    moved = _report(**CASES["repair stopped with a set so far"][0])
+    head = headline(moved)
+    assert "the set found so far keeps 3 of 9 candidate nodes in FP32" in head and "not on held-out ones" not in head
+    assert "the answer before the repair (2 nodes) failed 1 of 6 held-out samples on emulate" in head
+    assert moved.statement.claim.unvalidated == Unvalidated.REPAIRED
+
+
+def test_counts_agree_with_their_nouns_and_a_run_without_an_answer_shows_no_set():
+    from precision_doctor.render.verdict import figures
+    from precision_doctor.render.wording import status_line
+
+    one = _report(fallback_nodes=["a"], fallback_size=1, model=ModelInfo(path="m.onnx", candidates=50))
+    assert "with 1 of 50 candidate nodes kept in FP32" in headline(one)
+    assert "with 1 node kept in FP32" in headline(_report(fallback_nodes=["a"], fallback_size=1, model=None))
+    none = _report(**CASES["incomplete without a set"][0])
+    shown = {f.label: f.value for f in figures(none)}
+    assert shown["nodes kept in FP32 (of candidates)"] == "no answer" and shown["FP32 share of FLOPs"] == "–"
+    assert status_line(none) == "Status interrupted: Ctrl-C"
+    assert status_line(_report(**CASES["incomplete with a set"][0])) == "Status budget exhausted: budget"
+
+
 def test_a_newer_schema_is_refused_in_one_line():
     from precision_doctor.results.report import SCHEMA_VERSION, ReportError
 
@@ -282,3 +324,17 @@ def test_the_statement_reads_nothing_the_pipeline_may_leave_out():
     assert bare.statement.label == "INCOMPLETE (interrupted)" and bare.statement.exit_code == 130
     plain = replace(_report(), pricing=None, held_out_choice=None, invocation=None, certified_by=None)
     assert plain.statement.label == "PASSED" and plain.statement.benefit.speedup_kept is None
+
+
+def test_the_guide_shows_each_status_in_images_that_exist():
+    """docs/guide.md's "What the verdict looks like" (made by bench/verdict_shots.py): one row per label, each a
+    label the program prints, with its three images present and small."""
+    guide = README.parent / "docs" / "guide.md"
+    table = guide.read_text(encoding="utf-8").split("### What the verdict looks like")[1].split("\n\n")[2]
+    rows = table.splitlines()[2:]
+    labels = [re.match(r"\| `([^`]+)` \|", row).group(1) for row in rows]
+    assert all(label in all_labels() for label in labels) and len(set(labels)) == len(labels) >= 5
+    images = [guide.parent / link for row in rows for link in re.findall(r"\]\((img/verdicts/[^)]+\.png)\)", row)]
+    assert len(images) == 3 * len(rows)
+    for path in images:
+        assert path.is_file() and path.stat().st_size < 150 << 10, path

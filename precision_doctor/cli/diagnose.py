@@ -176,7 +176,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     for note, loud in outcome_lines(report) if st.answered and st.status != Status.FAILED_HELD_OUT else ():
         say(styled(note, "bold red") if loud else note)
     if report.status not in (RunStatus.COMPLETE, RunStatus.NO_SOLUTION):
-        say(f"status: {report.status}: {report.reason}")
+        say(f"status: {str(report.status).replace('_', ' ')}: {report.reason}")
     text, cmd = first_step(report)
     if st.next.kind == NextKind.CONTINUE:  # the command from here, not from the run directory
         path = model or (report.model.path if report.model is not None else "MODEL")

@@ -26,13 +26,17 @@ def run_strategy(oracle: Oracle, space: SearchSpace, strategy: str | StrategyFn,
         found = (STRATEGIES[strategy] if isinstance(strategy, str) else strategy)(oracle, space)
         return Outcome(RunStatus.COMPLETE, None, found)
     except BudgetExhausted as exc:
-        return Outcome(RunStatus.BUDGET_EXHAUSTED, f"{exc}; the best passing set found so far is reported",
-                       oracle.best())
+        best = oracle.best()
+        return Outcome(RunStatus.BUDGET_EXHAUSTED, f"{exc}; {_so_far(best)}", best)
     except KeyboardInterrupt:  # Ctrl-C, or the run's StopToken (control.Stopped)
         if stop is not None:
             stop.handled()
-        return Outcome(RunStatus.INTERRUPTED, f"interrupted {stopped_by(stop)}; the best passing set found so far is reported",
-                       oracle.best())
+        best = oracle.best()
+        return Outcome(RunStatus.INTERRUPTED, f"interrupted {stopped_by(stop)}; {_so_far(best)}", best)
+
+
+def _so_far(best: Found) -> str:
+    return "the best passing set found so far is reported" if best is not None else "no set had passed yet"
 
 
 def budget_of(search: SearchSpec) -> Budget:

@@ -72,7 +72,7 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
     if outcome.found is None:
         return None, None
     if not outcome.complete:
-        return OtherRuntime(name, reason=f"not checked: the run ended early ({outcome.status})"), None
+        return OtherRuntime(name, reason=f"the run ended early ({str(outcome.status).replace('_', ' ')})"), None
     backend_name, measured = where_checked(ctx, name)
     words = how_checked(backend_name, name)
     samples, refs, users = _samples(ctx)
@@ -84,7 +84,7 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
             backend_name, model, spec.precision, model.outputs, "backends.target", rules=runtime(name).profile,
             target=name)))
     except UserError as exc:
-        return OtherRuntime(name, backend_name, measured, users, reason=f"not checked: {exc}"), None
+        return OtherRuntime(name, backend_name, measured, users, reason=str(exc)), None
     checkpoint = ctx.out_dir / CHECKPOINT.format(runtime=name)
     oracle = Oracle(backend, samples, refs, spec.search_tolerance, cost_of=ctx.space.cost, checkpoint=checkpoint,
                     writer=ctx.run_dir, stop=ctx.stop)
@@ -98,7 +98,7 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
     report = OtherRuntime(name, backend_name, measured, users, None if verdict is None else verdict.passed,
                           user_share(spec, verdict))
     if verdict is None:
-        report.reason = f"not checked: {checked.reason}"
+        report.reason = str(checked.reason)
     elif not verdict.passed:  # the check itself is never cut short; growing there spends what the search left
         oracle.budget = Budget(None, remaining(ctx.budget, ctx.oracle).time_s)
         oracle.on_evaluation = evaluation_events(ctx.progress)  # growing takes evaluations: each one a progress line

@@ -84,6 +84,7 @@ def repair(ctx: RunContext, outcome: Outcome, validation: Validation) -> HeldOut
     validation.research = REPAIRED
     validation.passed_after_research = repaired.found is not None and repaired.complete
     if repaired.found is None:  # no repair: the answer that failed stays, failed (stopped early: with that status)
-        why = repaired.reason if not repaired.complete else "no set grown by attribution passes them too"
+        why = (f"{(repaired.reason or 'stopped').partition(';')[0]} during the repair, before a set that passes the failing "
+               "held-out samples too was found" if not repaired.complete else "no set grown by attribution passes them too")
         return HeldOutCheck(outcome.but(status=repaired.status, reason=why), validation)
     return HeldOutCheck(repaired, validation, frozenset(found))

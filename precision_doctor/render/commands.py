@@ -41,7 +41,7 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
         steps.insert(1, _relax_step(report, dict(tolerance_changes(realistic))))
     if _service(report) and not report.interrupted:
         steps.append(("To run this diagnosis again after changing the model or the samples, from the folder that holds "
-                      "them (`precision-doctor resubmit` runs it again on the daemon's copies of this job's files, with "
+                      "them (precision-doctor resubmit runs it again on the daemon's copies of this job's files, with "
                       "flags for other settings):", rerun_command(report, "again")))
     elif report.invocation is not None and not report.interrupted:
         steps.append(("To run this diagnosis again (after changing the model or the samples; add flags for other "
@@ -99,8 +99,8 @@ def _relax_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | Non
 
 def _continue_step(report: Report) -> tuple[str, str | None]:
     """Continue a run that stopped early where it stopped."""
-    how = ("the daemon keeps this job's files: `resubmit` queues a new job that resumes this one's search, without "
-           "its budget unless you give one (--max-evaluations N, --time-budget S)") if _service(report) else (
+    how = ("the daemon keeps this job's files: precision-doctor resubmit queues a new job that resumes this one's search, "
+           "without its budget unless you give one (--max-evaluations N, --time-budget S)") if _service(report) else (
         "its settings are recorded in the run directory; a larger --max-evaluations or --time-budget lets it go "
         "further")
     return (f"The run did not finish. Continue it where it stopped ({how}):", resume_command(report))

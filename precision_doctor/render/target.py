@@ -16,12 +16,14 @@ def _code(name: str) -> str:
     return f"`{text}`"
 
 
-def target_sentence(report: Report) -> str | None:
-    """Which runtime the answer is for and what it rests on; None for a report from before targets."""
+def target_sentence(report: Report, plain: bool = False) -> str | None:
+    """Which runtime the answer is for and what it rests on (`plain`: no Markdown, as the headline says it in every
+    front end); None for a report from before targets."""
     if report.target not in RUNTIMES:
         return None
     rt, c = runtime(report.target), report.certified_by
-    text = f"The answer is for {rt.label} (`--target {report.target}`)"
+    flag = f"--target {report.target}"
+    text = f"The answer is for {rt.label} ({flag if plain else _code(flag)})"
     if c is not None:
         text += f", {how_checked(c.backend, report.target)}"
     if report.target == TENSORRT and (c is None or c.backend != "trt"):
@@ -31,21 +33,22 @@ def target_sentence(report: Report) -> str | None:
 
 def other_runtime_sentence(report: Report, short: bool = False) -> str | None:
     """How the answer fared on the other runtime, and that runtime's own answer where it needed one (`short`: the
-    headline's form, without the nodes)."""
+    headline's form, plain text without the nodes)."""
     o = report.other_runtime
     if o is None:
         return None
     label = runtime(o.runtime).label
     if o.passed is None:
-        return f"Not checked on {label}: {o.reason}." if o.reason else None
+        why = o.reason.removeprefix("not checked: ") if o.reason else None  # the prefix: reports written before it went
+        return f"Not checked on {label}: {why}." if why else None
     there = f"On {label} ({how_checked(o.backend, o.runtime)}, {counted(o.samples, 'sample')})"
     if o.passed:
         return f"{there} it passes too ({of_tolerance(o.tolerance_used)})."
-    text = f"{there} it FAILS ({of_tolerance(o.tolerance_used)})"
+    text, where = f"{there} it FAILS ({of_tolerance(o.tolerance_used)})", (o.directory or o.runtime) + "/"
     if o.answer is None:
         return f"{text}: {o.reason or 'no answer for it was found'}."
     text += (f": {label} gets its own answer, {counted(len(o.added), 'more node')} in FP32 "
-             f"({of_tolerance(o.answer_tolerance_used)} there), in {_code((o.directory or o.runtime) + '/')}")
+             f"({of_tolerance(o.answer_tolerance_used)} there), in {where if short else _code(where)}")
     if not short and o.added:
         more = f" and {len(o.added) - SHOWN} more" if len(o.added) > SHOWN else ""
         text += f" (adds {', '.join(_code(n) for n in o.added[:SHOWN])}{more})"

@@ -52,10 +52,12 @@ def verdict(report: Report) -> tuple[str, Tone]:
 
 
 def _nodes(st: Statement) -> str:
+    """"2 of 5 candidate nodes", "1 of 50 candidate nodes", "1 node" (the noun agrees with the last number)."""
     b = st.benefit
-    of = f" of {b.candidates} candidate" if b is not None and b.candidates is not None else ""
     n = b.nodes if b is not None else 0
-    return f"{n}{of} {'node' if n == 1 else 'nodes'}"
+    if b is not None and b.candidates is not None:
+        return f"{n} of {counted(b.candidates, 'candidate node')}"
+    return counted(n, "node")
 
 
 def status_sentence(st: Statement) -> str:
@@ -69,6 +71,10 @@ def status_sentence(st: Statement) -> str:
             return (f"The run stopped ({stopped}) before its answer was settled: the set found so far keeps {nodes} in "
                     "FP32, and what would settle it did not finish.")
         return f"The search stopped ({stopped}) before any FP32 fallback set made the model meet the tolerance in {p}."
+    if st.status == Status.FAILED_HELD_OUT and st.stopped is not None:  # no set that passes them too was found
+        return (f"The run stopped ({STOPPED.get(st.stopped, 'stopped')}) with a set ({nodes} in FP32) that meets the "
+                f"tolerance in {p} on the search samples it was checked on, not on held-out ones, before it found one "
+                "that passes them too.")
     if st.status == Status.FAILED_HELD_OUT:
         return f"The set found ({nodes} in FP32) meets the tolerance in {p} on the search samples, not on held-out ones."
     if st.benefit is not None and st.benefit.all_fp32:
@@ -204,7 +210,7 @@ def headline_text(report: Report) -> str:
 
     st = report.statement
     basis = basis_sentence(st) if Qualifier.ON_THE_EMULATOR in st.qualifiers else None
-    runtime = (target_sentence(report), other_runtime_sentence(report, short=True)) if st.answered else ()
+    runtime = (target_sentence(report, plain=True), other_runtime_sentence(report, short=True)) if st.answered else ()
     return " ".join(x for x in (status_sentence(st), claim_sentence(st), benefit_sentence(st), basis,
                                 floor_sentence(report), lowp_sentence(report), *runtime) if x)
 
@@ -239,10 +245,11 @@ def figures(report: Report) -> list[Figure]:
     share = st.benefit.fp32_flop_share if st.benefit is not None else report.fp32_flop_share
     memo = report.memo_hits
     t = report.timing
+    # without an answer there is no set to count ("0 / 11", "0%" would read as all in low precision)
+    kept = f"{int(report.fallback_size)}" + (f" / {cands}" if cands is not None else "") if st.answered else "no answer"
     return [
-        Figure(f"{int(report.fallback_size)}" + (f" / {cands}" if cands is not None else ""),
-               "nodes kept in FP32 (of candidates)"),
-        Figure(fmt_short_pct(share), "FP32 share of FLOPs"),
+        Figure(kept, "nodes kept in FP32 (of candidates)"),
+        Figure(fmt_short_pct(share) if st.answered else "–", "FP32 share of FLOPs"),
         Figure(f"{report.evaluations}", "evaluations" + (f" (+{memo} memo hits)" if memo else "")),
         *((Figure(fmt_time(t.search_s), "search time"), Figure(fmt_time(report.elapsed_s), "run time"))
           if t is not None else (Figure(fmt_time(report.elapsed_s), "run time"),)),

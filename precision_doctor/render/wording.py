@@ -262,7 +262,9 @@ def rounds_sentence(report: Report) -> str | None:
             + (f", then {added} that failed an answer" if added else "") + ")")
     if r.verified:
         return text + f"; the answer passes all {r.search_samples} ({r.checked} checks outside the working sets)."
-    return text + f"; {r.stopped or 'the answer was not checked on every search sample'}."
+    unchecked = ("the answer was not checked on every search sample" if report.statement.answered
+                 else "it stopped before any set passed")
+    return text + f"; {r.stopped or unchecked}."
 
 
 # ---------------------------------------------------------------- how the answer was checked
@@ -419,10 +421,10 @@ def why(layer: Layer, report: Report) -> list[str]:
 
 
 def status_line(report: Report) -> str | None:
-    """"Status <status>: <reason>" when the run did not simply complete (as report.html says it)."""
+    """"Status <status in words>: <reason>" when the run did not simply complete (as report.html says it)."""
     if not report.reason and report.status in (None, RunStatus.COMPLETE):
         return None
-    return f"Status {report.status}" + (f": {report.reason}" if report.reason else "")
+    return f"Status {str(report.status).replace('_', ' ')}" + (f": {report.reason}" if report.reason else "")
 
 
 # ---------------------------------------------------------------- inputs and files

@@ -290,9 +290,17 @@ def _status(report, run: RunStatus, answer: bool) -> Status:
     v = report.validation
     if run == RunStatus.NO_SOLUTION or (run == RunStatus.COMPLETE and not answer):
         return Status.NO_SOLUTION
-    if v is not None and not v.passed and not v.passed_after_research:
+    if v is not None and not v.passed and not v.passed_after_research and not _repair_moved(report):
         return Status.FAILED_HELD_OUT
     return Status.INCOMPLETE if run.ended_early else Status.PASSED
+
+
+def _repair_moved(report) -> bool:
+    """Whether a repair that did not finish (stopped early) reports a set other than the one the held-out samples
+    failed: its set so far, which passes them, is not settled (INCOMPLETE), not one that failed them."""
+    v = report.validation
+    return (v is not None and v.research is not None and not v.passed_after_research and v.first_candidate is not None
+            and sorted(v.first_candidate) != sorted(report.fallback_nodes))
 
 
 def _generated(report) -> bool:
@@ -315,7 +323,9 @@ def _claim(report, answer: bool) -> Claim | None:
         return Claim(False, n_search + v.samples, unvalidated=Unvalidated.GENERATED, held_out=v.samples)
     failures = len(v.failing_samples)
     grown = report.answers
-    if v.research is not None or (grown is not None and Growth.HELD_OUT in grown.grown_by):
+    # a repair that stopped before it found a set leaves the one they failed: they measured this very answer
+    unrepaired = v.research is not None and not v.passed_after_research and not _repair_moved(report)
+    if not unrepaired and (v.research is not None or (grown is not None and Growth.HELD_OUT in grown.grown_by)):
         # the first answer failed them, and a repair (before: a second search) used them
         size = len(v.first_candidate) if v.first_candidate is not None else grown.smaller.size if grown else 0
         by = "a repair by their attribution" if (v.research or "").startswith("repaired") else "a second search"
