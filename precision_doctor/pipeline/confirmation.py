@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from precision_doctor.backends.base import Backend, check_only_name
-from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan
+from precision_doctor.backends.base import Backend
+from precision_doctor.backends.registry import BackendPlan, check_only, on_gpu
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.samples import Concat, Picked
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes, unconfirmed_parts
@@ -84,7 +84,7 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: S
         oracle.load_checkpoint()
     elif checkpoint.exists():
         checkpoint.unlink()
-    prune_added = not backend.check_only  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
+    prune_added = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
     pruned_searched = False  # the searched members stay: only what the confirmation added is pruned
 
     def carry(start: frozenset[str], failing: Sequence[int] = ()):
@@ -142,15 +142,15 @@ def certification(
     if not passed:
         return None
     if knobs is not None and knobs.changed_answer:
-        return Certification(knobs.backend, "knobs", knobs.samples, knobs.backend in GPU_BACKENDS)
-    if confirmed is not None and confirmed.passed and not check_only_name(confirmed.backend):
-        return Certification(confirmed.backend, "confirmation", confirmed.samples or 0, confirmed.backend in GPU_BACKENDS)
+        return Certification(knobs.backend, "knobs", knobs.samples, on_gpu(knobs.backend))
+    if confirmed is not None and confirmed.passed and not check_only(confirmed.backend):
+        return Certification(confirmed.backend, "confirmation", confirmed.samples or 0, on_gpu(confirmed.backend))
     held = validation is not None and (validation.passed or bool(validation.passed_after_research))
     samples = n_search + (validation.samples if held else 0)
     how = "validation" if validation is not None and validation.passed else "search"
     name = search.name
     emulated = name == "emulate"
-    return Certification(name, how, samples, name in GPU_BACKENDS, rules if emulated else None, plan.no_gpu,
+    return Certification(name, how, samples, on_gpu(name), rules if emulated else None, plan.no_gpu,
                          unconfirmed_parts(notes) if emulated else [])
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.backends.registry import GPU_BACKENDS, make_backend, plan_backends
+from precision_doctor.backends.registry import check_only, make_backend, on_gpu, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, RoundingFloorEvent, StopToken, notify
 from precision_doctor.data.activations import analysable
 from precision_doctor.data.inputs import Sample
@@ -220,7 +220,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {counted(len(samples), 'sample')}"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
-                            every_sample=backend.name in GPU_BACKENDS, attribution=ctx.attribution, spread=f.spread)
+                            every_sample=on_gpu(backend.name), attribution=ctx.attribution, spread=f.spread)
         outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
         there = confirmed.loop
         if there is not None:  # its rounds join the record; where it decided the answer, its verdict on the rest too
@@ -228,7 +228,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
             ctx.loop.checked += there.checked
             if confirmed.report.passed:
                 ctx.loop.verified, ctx.loop.failing, ctx.loop.stopped = there.verified, there.failing, there.stopped
-        if confirmed.report.passed and not backend.check_only and confirmed.oracle is not None and there is not None:
+        if confirmed.report.passed and not check_only(backend.name) and confirmed.oracle is not None and there is not None:
             f.last_word = LastWord(confirmed.oracle, there)
     else:
         f.confirmed = Confirm(backend.name, sorted(outcome.found), passed=None, skipped=(
@@ -258,7 +258,7 @@ def _validate(ctx: RunContext, outcome: Outcome) -> Outcome:
     if outcome.found is None or not held:
         return outcome
     b, c = ctx.backends, f.confirmed
-    there = b.confirm is not None and c is not None and c.passed and not b.confirm.check_only
+    there = b.confirm is not None and c is not None and c.passed and not check_only(b.confirm.name)
     backend = b.confirm if there else b.search
     notify(ctx.progress, PhaseEvent("validate", f"{counted(len(held), 'held-out sample')} on {backend.name}"))
     f.held = check_held_out(ctx, outcome, backend)
@@ -269,7 +269,7 @@ def _answers(ctx: RunContext, outcome: Outcome) -> Outcome:
     """When the run grew its answer from a smaller one it found first (counterexamples, the probe's second search,
     held-out failures), keep both: the smaller one checked on the held-out samples (its measured failure rate)."""
     b, c = ctx.backends, ctx.findings.confirmed
-    there = b.confirm is not None and c is not None and c.passed and not b.confirm.check_only
+    there = b.confirm is not None and c is not None and c.passed and not check_only(b.confirm.name)
     ctx.findings.answers = two_answers(ctx, outcome.found, backend=b.confirm if there else b.search)
     return outcome
 

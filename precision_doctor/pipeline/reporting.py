@@ -6,7 +6,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 
 from precision_doctor import __version__
-from precision_doctor.backends.base import check_only_name
+from precision_doctor.backends.registry import check_only
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import get_format
@@ -188,7 +188,7 @@ def _one_minimal_checked(oracle: Oracle, fallback: frozenset[str] | None, confir
     (a knob search's answer: not checked; a confirmation that passed on a backend that decides: its own)."""
     if by_knobs:
         return False
-    if confirm is not None and confirm.passed and not check_only_name(confirm.backend):
+    if confirm is not None and confirm.passed and not check_only(confirm.backend):
         return confirm.one_minimal_checked
     return oracle.one_minimal_checked(fallback)
 

@@ -22,7 +22,8 @@ samples, and the stricter second search it sent answers to added nodes that did 
 from __future__ import annotations
 
 from precision_doctor.backends.base import Backend
-from precision_doctor.backends.knobs import ORT_CUDA, knob_family
+from precision_doctor.backends.knobs import ORT_CUDA
+from precision_doctor.backends.registry import knob_family
 from precision_doctor.measure.headroom import sample_checks
 from precision_doctor.measure.spread import ties
 from precision_doctor.outcome import Outcome, RunStatus
