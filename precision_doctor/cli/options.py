@@ -24,7 +24,7 @@ from precision_doctor.data import input_spec as lim
 from precision_doctor.data.arrayfiles import binary
 from precision_doctor.flags import FLAGS, command_line, flag  # noqa: F401 (the flag table, re-exported)
 from precision_doctor.pipeline import heldout_policy as held
-from precision_doctor.search import STRATEGIES
+from precision_doctor.search import STRATEGY_INFO
 from precision_doctor.spec import RunSpec
 
 
@@ -139,7 +139,7 @@ SEARCH = (
          f"±{100 * aug.OFFSET[1]:g}% of the range per channel) of each search sample that the search also checks, so "
          "the answer is not tuned to one rounding pattern. Default 0 (none): the held-out samples of your data say whether "
          "an answer holds."),
-    _opt("strategy", "search.strategy", str, f"{', '.join(STRATEGIES)}."),
+    _opt("strategy", "search.strategy", str, f"{', '.join(STRATEGY_INFO)}."),
     _opt("cost", "search.cost", str,
          "What the search minimizes: 'deploy' (default: the estimated time fixed.onnx spends above all-FP16, FLOPs and "
          "bytes moved including Casts, with fusion groups kept whole unless a member alone is proven to matter), "

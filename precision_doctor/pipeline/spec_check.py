@@ -19,7 +19,7 @@ from precision_doctor.graph.formats import FORMATS
 from precision_doctor.graph.rules import SETTING_CHOICES, resolve_rules
 from precision_doctor.graph.targets import runtime
 from precision_doctor.measure.capture import DEVICES
-from precision_doctor.search import STRATEGIES
+from precision_doctor.search import STRATEGY_INFO
 from precision_doctor.spec import (
     COMPRESSIONS,
     COSTS,
@@ -50,9 +50,9 @@ def validate_spec(spec: RunSpec) -> RunSpec:
 
 def _check_search(spec: RunSpec) -> None:
     s = spec.search
-    if s.strategy not in STRATEGIES:
+    if s.strategy not in STRATEGY_INFO:
         raise SpecError("search.strategy", f"{{search.strategy}}: unknown strategy '{s.strategy}'; choose one of: "
-                        f"{', '.join(STRATEGIES)}")
+                        f"{', '.join(STRATEGY_INFO)}")
     if s.cost not in COSTS:
         raise SpecError("search.cost", f"{{search.cost}} must be one of {', '.join(COSTS)}, got '{s.cost}'")
     if s.batch is not None and s.batch < 1:
