@@ -55,7 +55,7 @@ def test_a_new_entry_reaches_the_help_env_and_the_settings_check(monkeypatch):
     assert "my-gpu (a new GPU runtime)" in backend_help() and "my-gpu" in backend_help(brief=True)
     assert [s.good_for for s in backend_statuses() if s.name == "my-gpu"] == ["what my-gpu is for"]
     spec = validate_spec(RunSpec("m.onnx").with_settings({"backends.backend": "my-gpu"}))
-    assert spec.backends.backend == "my-gpu" and registry.gpu_use("my-gpu", None) == "needs"
+    assert spec.spec.backends.backend == "my-gpu" and registry.gpu_use("my-gpu", None) == "needs"
     model = from_proto(planted.overflow_island().model)
     with registry.make_backend("my-gpu", model, "fp16", model.outputs) as b:
         assert b.name == "emulate"

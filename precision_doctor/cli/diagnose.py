@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -34,7 +35,9 @@ from precision_doctor.control import (
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RunStatus
 from precision_doctor.results.report import Report
-from precision_doctor.spec import RunSpec
+
+if TYPE_CHECKING:
+    from precision_doctor.pipeline.spec_check import CheckedSpec
 from precision_doctor.storage import DiskFull
 
 
@@ -97,8 +100,8 @@ PER_INVOCATION = ("search.max_evaluations", "search.time_budget")  # a resume's 
 SHOWN_NODES = 20  # the terminal lists this many FP32 nodes of an answer; the reports and files list them all
 
 
-def resumed_spec(model: Path, out_dir: Path, options: Options) -> RunSpec:
-    """The settings a resumed run continues with: those it was started with, the flags given on top (a
+def resumed_spec(model: Path, out_dir: Path, options: Options) -> CheckedSpec:
+    """The settings a resumed run continues with, checked: those it was started with, the flags given on top (a
     flag that changes a verdict setting is refused later, showing the command that continues the run).
     The budget is not carried over: a run that used up its --max-evaluations goes on without one unless
     a new one is given."""

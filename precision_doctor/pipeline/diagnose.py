@@ -59,7 +59,7 @@ from precision_doctor.pipeline.reporting import (
 )
 from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_from, polish_for, run_loop, start_loop
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
-from precision_doctor.pipeline.spec_check import validate_spec
+from precision_doctor.pipeline.spec_check import CheckedSpec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining
 from precision_doctor.pipeline.target import answer_for, other_runtime_step, write_other_answer
 from precision_doctor.pipeline.trt import tensorrt_steps
@@ -75,7 +75,7 @@ from precision_doctor.spec import RunSpec
 def run_diagnose(
     work: Workload,
     validation: list[Sample],
-    spec: RunSpec,
+    valid: CheckedSpec,
     out_dir: Path,
     *,
     resume: bool = False,
@@ -87,14 +87,15 @@ def run_diagnose(
     service_job: ServiceJob | None = None,
     started: float | None = None,
 ) -> Report:
-    """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
+    """Diagnose `work` into the prepared run directory `out_dir` with the settings `valid` (checked at the edge:
+    api.diagnose); returns the report (also written there).
     Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
     same model, samples and capture-deciding settings is taken from it (and one made here is put there).
     `held_choice`: which samples were held out (`validation`) and why, for the report. `origin`: the front end that
     started the run (the report's re-run command is one for it); `service_job`: the daemon's job this run is, for the
     report. `started` (monotonic): when the run began, before its model was loaded (default: now), for the report's
     `elapsed_s`."""
-    validate_spec(spec)
+    spec = valid.spec
     t0 = time.monotonic() if started is None else started
     with contextlib.ExitStack() as owned:
         ctx = _prepare(work, validation, spec, out_dir, resume=resume, progress=progress, stop=stop, owned=owned,

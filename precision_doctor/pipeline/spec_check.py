@@ -1,18 +1,23 @@
-"""A RunSpec's settings checked before any work: `validate_spec(spec)` raises `SpecError` naming the setting.
+"""A RunSpec's settings checked before any work: `validate_spec(spec)` raises `SpecError` naming the setting, or
+returns a `CheckedSpec`, the spec with what its settings strings mean (the inputs' value ranges and shapes, the
+capture's keep plan), parsed once.
 
 spec.py holds the settings (their defaults, choices and upper bounds) and reads and writes them; the checks need the
-backends, the emulation rules, the strategies and the input parsers, so they live here, above all of those. The model
-and the sample files are read later (`data/workload.load_workload`). Every front end (CLI, api, batch, service)
-calls `validate_spec`; the checks run in the order below and the first one that fails is the error.
+backends (their registry), the emulation rules, the strategies and the input parsers, so they live here, above all
+of those. The model and the sample files are read later (`data/workload.load_workload`). The settings are checked
+once, at the edge: by a front end that says a refusal in its own words first (the CLI, a batch's recipes, a
+service's job creation), or by the api for a plain RunSpec (`checked`); the pipeline below takes a CheckedSpec. The
+checks run in the order below and the first one that fails is the error.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from precision_doctor.backends import registry
 from precision_doctor.backends.registry import AUTO, EMULATE, check_backend_name, plan_backends
-from precision_doctor.data.inputs import parse_input_shapes, parse_val_ranges
+from precision_doctor.data.inputs import InputValues
 from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.formats import FORMATS
@@ -34,18 +39,32 @@ from precision_doctor.spec import (
 )
 
 
-def validate_spec(spec: RunSpec) -> RunSpec:
-    """Check every setting of `spec` (the model and input files are read later); returns `spec`, raises SpecError."""
+@dataclass(frozen=True)
+class CheckedSpec:
+    """A RunSpec whose settings `validate_spec` checked (`spec`), with what its settings strings mean, parsed there:
+    the inputs' value ranges and dynamic shapes (`inputs`) and which tensors the capture keeps (`keep`)."""
+
+    spec: RunSpec
+    inputs: InputValues
+    keep: KeepPlan
+
+
+def validate_spec(spec: RunSpec) -> CheckedSpec:
+    """Check every setting of `spec` (the model and input files are read later); raises SpecError."""
     if spec.precision.lower() not in FORMATS:
         raise SpecError("precision", f"{{precision}}: unknown precision '{spec.precision}'; choose one of: "
                         f"{', '.join(FORMATS)}")
     check_tolerance(spec.tolerance)
     _check_search(spec)
-    _check_capture(spec)
+    keep = _check_capture(spec)
     _check_backends(spec)
     _check_tensorrt(spec)
-    _check_inputs(spec)
-    return spec
+    return CheckedSpec(spec, _check_inputs(spec), keep)
+
+
+def checked(spec: RunSpec | CheckedSpec) -> CheckedSpec:
+    """`spec` checked: as it is where a front end checked it already, else by `validate_spec`."""
+    return spec if isinstance(spec, CheckedSpec) else validate_spec(spec)
 
 
 def _check_search(spec: RunSpec) -> None:
@@ -69,7 +88,7 @@ def _check_search(spec: RunSpec) -> None:
                         f"{MAX_TIME_BUDGET_S:g}), got {s.time_budget}")
 
 
-def _check_capture(spec: RunSpec) -> None:
+def _check_capture(spec: RunSpec) -> KeepPlan:
     c = spec.capture
     if not 1 <= c.max_samples <= MAX_SAMPLES:
         raise SpecError("capture.max_samples", f"{{capture.max_samples}} must lie in [1, {MAX_SAMPLES}], "
@@ -80,9 +99,10 @@ def _check_capture(spec: RunSpec) -> None:
     if c.compression not in COMPRESSIONS:
         raise SpecError("capture.compression", f"{{capture.compression}} must be one of "
                         f"{', '.join(map(str, COMPRESSIONS))}, got {c.compression!r}")
-    KeepPlan.parse(c.keep)  # SpecError naming the setting
+    keep = KeepPlan.parse(c.keep)  # SpecError naming the setting
     if c.device not in DEVICES:
         raise SpecError("capture.device", f"{{capture.device}} must be one of {', '.join(DEVICES)}, got {c.device!r}")
+    return keep
 
 
 def _check_backends(spec: RunSpec) -> None:
@@ -153,7 +173,7 @@ def _check_tensorrt(spec: RunSpec) -> None:
         raise SpecError("artifacts.engine_targets", f"{{artifacts.engine_targets}}: {why}")
 
 
-def _check_inputs(spec: RunSpec) -> None:
+def _check_inputs(spec: RunSpec) -> InputValues:
     i = spec.inputs
     if i.samples < 1:
         raise SpecError("inputs.samples", f"{{inputs.samples}} must be at least 1, got {i.samples}")
@@ -173,5 +193,4 @@ def _check_inputs(spec: RunSpec) -> None:
         raise SpecError("inputs.reference_outputs", "{inputs.reference_outputs} needs the inputs they were "
                         "computed from: give them with {inputs.files} (polygraphy --save-inputs JSON or one "
                         "file per sample) or {inputs.data_loader_script}")
-    parse_val_ranges(i.val_ranges)
-    parse_input_shapes(i.input_shapes)
+    return InputValues.parse(i)
