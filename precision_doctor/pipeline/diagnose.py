@@ -25,7 +25,9 @@ from precision_doctor.data.reference_cache import REFERENCES, ReferenceFile, Ref
 from precision_doctor.data.samples import as_sample_set
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.model import Model
 from precision_doctor.graph.shapes import input_shapes
+from precision_doctor.measure.analysis import Analysis
 from precision_doctor.measure.floor import rounding_floor
 from precision_doctor.measure.spread import kernel_spread
 from precision_doctor.outcome import Outcome, RunStatus
@@ -57,7 +59,7 @@ from precision_doctor.pipeline.reporting import (
     build_report,
     write_report,
 )
-from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_from, polish_for, run_loop, start_loop
+from precision_doctor.pipeline.search_loop import ROUNDS_LOG, Loop, RoundLog, grow_from, polish_for, run_loop, start_loop
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.spec_check import CheckedSpec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining
@@ -121,13 +123,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     the search space and set up the search's oracle on the working set. The run directory's `RunDir` is made here,
     once: what writes there records through it."""
     model, b, run = work.model, spec.backends, RunDir(out_dir)
-    plan = plan_backends(b.backend, b.confirm_backend)  # auto: on a CUDA GPU ort-cuda-gated, confirmed on ort-cuda
-    backend = owned.enter_context(contextlib.closing(
-        make_backend(plan.search, model, spec.precision, model.outputs, rules=b.emulation_rules, target=b.target)))
-    confirm_backend = owned.enter_context(contextlib.closing(
-        make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend",
-                     rules=b.emulation_rules, target=b.target)
-    )) if plan.confirm else None
+    backends = _open_backends(model, spec, owned)
     check_run_settings(run, run_settings(work, spec, held, _all_references(work)), resume)
     work.keep_in(run)  # a data loader script's samples: a resumed run reads them there
 
@@ -138,24 +134,14 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     else:  # computed when first needed, kept in references.h5
         ref_file = owned.enter_context(contextlib.closing(ReferenceFile(out_dir / REFERENCES, run)))
         refs, held_refs = ReferenceSet(work.samples, ref.run, ref_file), ReferenceSet(held, ref.run, ref_file, "held")
-    loop = start_loop(backend, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
+    loop = start_loop(backends.search, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
     # on the working set's references (the hardest samples): a tolerance below it makes the search useless, say so now
     floor = rounding_floor((refs[i] for i in loop.working), get_format(spec.precision), spec.tolerance,
                            allowed=1.0 - spec.search.margin)  # the search asks for 1 - margin of the tolerance
     notify(progress, RoundingFloorEvent(floor, spec.tolerance))
 
-    # the capture's samples: the hardest by the loop's scores (a spread choice without them), shape groups in turn
-    loop.captured = work.choose_capture(spec.capture.max_samples,
-                                        None if loop.scores is None else [s.share for s in loop.scores])
-    notify(progress, PhaseEvent("capture", f"{counted(len(loop.captured), 'sample')}, every layer's statistics"))
-    if resume and analysable(out_dir / ACTIVATIONS):  # its statistics are kept (pipeline/keep.py); none: capture again
-        analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
-    else:
-        with shared_capture(capture_cache, spec, work, run) as reused:
-            analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
-                work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
-                rules=b.emulation_rules, writer=run, diagnosis=True)
+    analysis = _capture(work, spec, run, loop, resume=resume, progress=progress, stop=stop, capture_cache=capture_cache)
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
     analysis = analysis.with_flops(cm.flops)  # (the model's declared shapes: none where they are dynamic)
     write_layer_tables(run, analysis)
@@ -165,7 +151,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
 
     budget = budget_of(spec.search)
     oracle = Oracle(
-        backend, samples, sample_refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
+        backends.search, samples, sample_refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
         checkpoint=out_dir / CHECKPOINT, writer=run, on_evaluation=evaluation_events(progress), stop=stop,
     )
     if resume:
@@ -175,10 +161,39 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     attribution = Attribution(model, get_format(spec.precision), b.emulation_rules, spec.capture.group_mb, progress, stop)
     return RunContext(
         spec=spec, run_dir=run, space=space, progress=progress, stop=stop, resume=resume, work=work,
-        analysis=analysis, backends=Backends(plan, backend, confirm_backend),
+        analysis=analysis, backends=backends,
         references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget, loop=loop, owned=owned,
         t0=t0, floor=floor, attribution=attribution,
     )
+
+
+def _open_backends(model: Model, spec: RunSpec, owned: contextlib.ExitStack) -> Backends:
+    """The search backend and the confirm backend (None: none) that `plan_backends` chose, closed with `owned`."""
+    b = spec.backends
+    plan = plan_backends(b.backend, b.confirm_backend)  # auto: on a CUDA GPU ort-cuda-gated, confirmed on ort-cuda
+    backend = owned.enter_context(contextlib.closing(
+        make_backend(plan.search, model, spec.precision, model.outputs, rules=b.emulation_rules, target=b.target)))
+    confirm_backend = owned.enter_context(contextlib.closing(
+        make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend",
+                     rules=b.emulation_rules, target=b.target)
+    )) if plan.confirm else None
+    return Backends(plan, backend, confirm_backend)
+
+
+def _capture(work: Workload, spec: RunSpec, run: RunDir, loop: Loop, *, resume: bool, progress: ProgressSink | None,
+             stop: StopToken | None, capture_cache: CaptureCache | None) -> Analysis:
+    """The capture and its analysis: on the hardest samples by the loop's scores (a spread choice without them), shape
+    groups in turn; read back where a resumed run kept its statistics, or taken from `capture_cache`."""
+    out_dir = run.root
+    loop.captured = work.choose_capture(spec.capture.max_samples,
+                                        None if loop.scores is None else [s.share for s in loop.scores])
+    notify(progress, PhaseEvent("capture", f"{counted(len(loop.captured), 'sample')}, every layer's statistics"))
+    if resume and analysable(out_dir / ACTIVATIONS):  # its statistics are kept (pipeline/keep.py); none: capture again
+        return reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
+    with shared_capture(capture_cache, spec, work, run) as reused:
+        return reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
+            work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
+            rules=spec.backends.emulation_rules, writer=run, diagnosis=True)
 
 
 # -- the steps: each takes the run's outcome so far and returns it ------------------------------------------
