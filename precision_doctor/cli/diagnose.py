@@ -19,6 +19,7 @@ from precision_doctor.cli.shared import (
     progress_bar,
     stops_on_interrupt,
     styled,
+    terminal_text,
     uses_run_dir,
     warn_floor,
 )
@@ -162,7 +163,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         say(f"first diverging tensor (all {report.precision}): "
             f"{divergence_text(report.first_divergence, node, folded_host(report.layers, node))}")
     for line in terminal_lines(verdict_section.build(report)):
-        say(line)
+        say(terminal_text(line))
     if (warning := shapes_warning(report)) is not None:
         say(styled(warning, "bold yellow"))
     if st.answered and fb:
@@ -175,7 +176,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     if report.status == RunStatus.NO_SOLUTION and report.reason:
         say(report.reason)
     for line in terminal_lines(checks_section.build(report)):
-        say(line)
+        say(terminal_text(line))
     for note, loud in outcome_lines(report) if st.answered and st.status != Status.FAILED_HELD_OUT else ():
         say(styled(note, "bold red") if loud else note)
     if report.status not in (RunStatus.COMPLETE, RunStatus.NO_SOLUTION):
@@ -187,7 +188,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     elif cmd:
         cmd = f"(from {out_dir}) {cmd}"
     for line in terminal_lines(Section("next", None, (Steps((Step(text, cmd),)),))):
-        say(line)
+        say(terminal_text(line))
     written = [p for k, p in report.artifacts.items() if k != "report_html" and (Path(out_dir) / p).is_file()]
     say(f"report: {out_dir}/report.html  ({', '.join(written)})")
     o = report.other_runtime
