@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from precision_doctor.batch.recipes import discover
+from precision_doctor.data.inputs import InputValues
 from precision_doctor.data.workload import load_workload
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.tolerance import Tolerance
@@ -41,7 +42,7 @@ def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[ZooWork]:
             print(f"{name}: {spec.error}", file=sys.stderr)
             continue
         try:
-            work = load_workload(spec.spec.model, spec.spec.inputs)
+            work = load_workload(spec.spec.model, spec.spec.inputs, InputValues.parse(spec.spec.inputs))
         except Exception as exc:  # one model's trouble does not stop the others
             print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue

@@ -20,6 +20,7 @@ from pathlib import Path
 from _common import table, write_results
 
 from precision_doctor.batch.recipes import discover
+from precision_doctor.data.inputs import InputValues
 from precision_doctor.data.workload import load_workload
 from precision_doctor.pipeline.capture_size import estimate
 from precision_doctor.pipeline.compare import ACTIVATIONS, run_compare
@@ -27,7 +28,7 @@ from precision_doctor.spec import CaptureSpec, InputSpec, RunSpec
 
 
 def measure(name: str, spec: RunSpec, capture_samples: int, where: Path) -> dict:
-    work = load_workload(spec.model, spec.inputs)
+    work = load_workload(spec.model, spec.inputs, InputValues.parse(spec.inputs))
     work.choose_capture(capture_samples)
     t = time.perf_counter()
     size = estimate(work.model, work.captured())

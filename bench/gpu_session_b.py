@@ -45,6 +45,7 @@ from precision_doctor.backends.emulate import EmulateBackend
 from precision_doctor.backends.ort import CUDA, OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.batch.recipes import discover
+from precision_doctor.data.inputs import InputValues
 from precision_doctor.data.workload import load_workload
 from precision_doctor.pipeline.heldout import held_out_samples
 from precision_doctor.results.report import Report
@@ -220,7 +221,7 @@ def main() -> None:
             if not report.passed or time.perf_counter() - start > args.deadline:
                 entry["skipped_checks"] = "no passing answer" if not report.passed else "past the deadline"
                 continue
-            work = load_workload(ms.spec.model, ms.spec.inputs)
+            work = load_workload(ms.spec.model, ms.spec.inputs, InputValues.parse(ms.spec.inputs))
             held = held_out_samples(work)
             unseen = unseen_samples(ms.name, ms.spec, work.model, args.unseen)
             real = OrtBackend(work.model, "fp16", providers, cache_size=1)

@@ -94,6 +94,7 @@ def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[Work]:
     from _zoo import unseen_samples
 
     from precision_doctor.batch.recipes import discover
+    from precision_doctor.data.inputs import InputValues
     from precision_doctor.data.workload import load_workload
     from precision_doctor.spec import RunSpec
 
@@ -102,7 +103,7 @@ def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[Work]:
         name = f"zoo:{ms.name}"
         if (only and name not in only) or ms.error:
             continue
-        work = load_workload(ms.spec.model, ms.spec.inputs)
+        work = load_workload(ms.spec.model, ms.spec.inputs, InputValues.parse(ms.spec.inputs))
         out.append(Work(name, ms.path, work.model, work.samples, unseen_samples(ms.name, ms.spec, work.model, UNSEEN),
                         ms.spec.tolerance, ms.spec))
     return out

@@ -7,7 +7,8 @@ import re
 import sys
 from pathlib import Path
 
-TIMES = {"elapsed_s", "at_s", "created", "updated", "capture_s", "time_s", "wall_s", "phase_s", "seconds"}
+TIMES = {"elapsed_s", "at_s", "created", "updated", "capture_s", "time_s", "wall_s", "phase_s", "seconds", "before_search_s",
+         "search_s", "after_search_s"}
 
 
 def clean(v, roots):
@@ -48,8 +49,8 @@ def diff(a, b, where=""):
 
 
 before, after = Path(sys.argv[1]), Path(sys.argv[2])
-files = sys.argv[3:] or ["demo/report.json", "batch/ppocr-mobile-cls/report.json", "batch/summary.json", "batch/summary.csv",
-         "batch/ppocr-mobile-cls/batch_entry.json"]
+files = sys.argv[3:] or ["demo/report.json", "planted/report.json", "batch/dynamic_image/report.json", "batch/summary.json",
+                         "batch/summary.csv", "batch/dynamic_image/batch_entry.json"]
 bad = 0
 for f in files:
     a, b = load(before / f, [str(before.resolve())]), load(after / f, [str(after.resolve())])

@@ -1,7 +1,8 @@
 #!/bin/bash
 # The words of two commits on the same runs: report.md, report.html, the CLI's printed outcome (`report`), the
 # service's brief (digest), the batch row's message, summary.csv/html and `compare`'s printed verdict, rendered by each
-# commit's code from the run directories bench/same_results.sh wrote (so times and paths are the same for both).
+# commit's code from the run directories bench/same_results.sh wrote (so times and paths are the same for both): the
+# demo, the planted model diagnosed from the CLI and the same model's batch run.
 # usage: bench/same_words.sh BEFORE_COMMIT AFTER_COMMIT RUNS_DIR OUT_DIR   (RUNS_DIR: same_results.sh's OUT_DIR)
 # Prints "identical" or the differing files; exit 1 on any difference.
 set -e
@@ -14,8 +15,9 @@ for which in before after; do
   rm -rf "$CODE"; mkdir -p "$CODE"
   git archive "$COMMIT" | tar -x -C "$CODE"
   mkdir -p "$OUT/$which"
-  cp -r "$RUNS/demo" "$OUT/$which/demo"; cp -r "$RUNS/batch/ppocr-mobile-cls" "$OUT/$which/zoo"
-  for run in demo zoo; do
+  cp -r "$RUNS/demo" "$OUT/$which/demo"; cp -r "$RUNS/planted" "$OUT/$which/planted"
+  cp -r "$RUNS/batch/dynamic_image" "$OUT/$which/zoo"
+  for run in demo planted zoo; do
     (cd "$OUT/$which" && PYTHONPATH="$CODE" "$V" -c "import sys; from precision_doctor.cli import main; sys.argv[0] = 'precision-doctor'; sys.exit(main())" \
       report "$run" > "$run.stdout" 2>&1 || echo "report $run exit $?" >> "$run.stdout")
     (cd "$OUT/$which" && PYTHONPATH="$CODE" "$V" - "$run" > "$run.words.json" <<'PY'
@@ -45,8 +47,8 @@ PY
   rm -rf "$OUT/$which/compare"
 done
 bad=0
-for f in demo/report.md demo/report.html demo.stdout demo.words.json zoo/report.md zoo/report.html zoo.stdout \
-         zoo.words.json compare.stdout; do
+for f in demo/report.md demo/report.html demo.stdout demo.words.json planted/report.md planted/report.html \
+         planted.stdout planted.words.json zoo/report.md zoo/report.html zoo.stdout zoo.words.json compare.stdout; do
   if cmp -s "$OUT/before/$f" "$OUT/after/$f"; then echo "$f: identical ($(wc -c < "$OUT/after/$f") bytes)"
   else echo "$f: DIFFERS"; diff "$OUT/before/$f" "$OUT/after/$f" | head -10; bad=1; fi
 done

@@ -1,8 +1,8 @@
 """The one entry for the CLI, batch, a service and the benchmarks: diagnose, compare, probe_ops, rerender.
 
-Each call checks its RunSpec before any work (SpecError names the setting), loads the model and
-samples, prepares the run directory and runs. `progress` receives typed events (control.py);
-`stop` ends a run early: a stopped search reports the best passing set found so far.
+Each call checks its RunSpec before any work (SpecError names the setting; a CheckedSpec, which a front end checked
+already, is taken as it is), loads the model and samples, prepares the run directory and runs. `progress` receives
+typed events (control.py); `stop` ends a run early: a stopped search reports the best passing set found so far.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressSink, StopToken, notify
-from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.data.references import check_count
 from precision_doctor.data.workload import Workload, load_workload
 from precision_doctor.pipeline.capture_cache import CaptureCache
@@ -20,7 +19,7 @@ from precision_doctor.pipeline.compare import CompareResult, run_compare
 from precision_doctor.pipeline.diagnose import run_diagnose
 from precision_doctor.pipeline.heldout import held_out_choice, held_out_samples
 from precision_doctor.pipeline.settings import check_resumed_model
-from precision_doctor.pipeline.spec_check import validate_spec
+from precision_doctor.pipeline.spec_check import CheckedSpec, checked
 from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.rundir import open_run_dir
@@ -29,7 +28,7 @@ from precision_doctor.spec import RunSpec
 
 
 def diagnose(
-    spec: RunSpec,
+    spec: RunSpec | CheckedSpec,
     out_dir: str | Path,
     *,
     progress: ProgressSink | None = None,
@@ -50,19 +49,20 @@ def diagnose(
     (a service passes "service" and its `service_job`: its report then prints a `submit` command naming
     the files as the submitter did)."""
     started = time.monotonic()  # the report's elapsed_s: loading included
-    validate_spec(spec)
-    work = _load(spec, progress, run_dir=Path(out_dir) if resume else None)
+    valid = checked(spec)
+    spec = valid.spec
+    work = _load(valid, progress, run_dir=Path(out_dir) if resume else None)
     validation = held_out_samples(work)
     choice = held_out_choice(work, validation)
     _loaded(spec, work, validation, progress)
     with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
-        return run_diagnose(work, validation, spec, out, resume=resume, progress=progress, stop=stop,
+        return run_diagnose(work, validation, valid, out, resume=resume, progress=progress, stop=stop,
                             capture_cache=capture_cache, held_choice=choice, origin=origin, service_job=service_job,
                             started=started)
 
 
 def compare(
-    spec: RunSpec,
+    spec: RunSpec | CheckedSpec,
     out_dir: str | Path,
     *,
     progress: ProgressSink | None = None,
@@ -71,8 +71,9 @@ def compare(
     command: str | None = None,
 ) -> CompareResult:
     """Capture FP32 and emulated low precision layer by layer into `out_dir` and analyse them."""
-    validate_spec(spec)
-    work = _load(spec, progress)
+    valid = checked(spec)
+    spec = valid.spec
+    work = _load(valid, progress)
     if work.references is not None:
         check_count(spec.inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
     _loaded(spec, work, [], progress)
@@ -84,7 +85,7 @@ def compare(
 
 
 def probe_ops(
-    spec: RunSpec,
+    spec: RunSpec | CheckedSpec,
     out_dir: str | Path,
     *,
     provider: str = "cuda",
@@ -104,9 +105,10 @@ def probe_ops(
     from precision_doctor.measure.opprobe import THRESHOLD, providers_for, table
     from precision_doctor.measure.opprobe import probe_ops as run_probe
 
-    validate_spec(spec)
+    valid = checked(spec)
+    spec = valid.spec
     providers_for(provider)  # no CUDA here: one line before any work
-    work = _load(spec, progress)
+    work = _load(valid, progress)
     _loaded(spec, work, [], progress)
     with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
         notify(progress, PhaseEvent("probe"))
@@ -133,12 +135,13 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
     return report
 
 
-def _load(spec: RunSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:
+def _load(valid: CheckedSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:
+    spec = valid.spec
     notify(progress, PhaseEvent("load", str(spec.model)))
     check = functools.partial(check_resumed_model, run_dir) if run_dir is not None else None
-    work = load_workload(spec.model, spec.inputs, run_dir, check_model=check)
+    work = load_workload(spec.model, spec.inputs, valid.inputs, run_dir, check_model=check)
     _check_output_names(spec, work)
-    KeepPlan.parse(spec.capture.keep).check_names(work.model)  # before any run directory is made
+    valid.keep.check_names(work.model)  # before any run directory is made
     return work
 
 

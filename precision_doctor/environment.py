@@ -72,29 +72,18 @@ class BackendStatus:
 
 
 def backend_statuses() -> list[BackendStatus]:
-    """Every backend name, whether it runs on this machine, and what it is for."""
-    from precision_doctor.backends.registry import available_backends
+    """Every backend name, whether it runs on this machine (and why not), and what it is for: the registry's entries
+    (backends/registry.py)."""
+    from precision_doctor.backends import registry
 
-    here = available_backends()
-    providers = ort_providers()
-    cuda = "CUDAExecutionProvider" in providers
-    trt_why = "no TensorRT here that can run engines on this machine; see tensorrt above"
-    return [
-        BackendStatus("emulate", True, "", "the default search backend: ONNX Runtime on the CPU with every node's "
-                      "rounding to FP16/BF16 made explicit (the emulation rule), one session for the whole search; "
-                      "fast and close to a GPU's FP16, not exact: let the target GPU confirm the answer"),
-        BackendStatus("ort-cuda", "ort-cuda" in here, "needs onnxruntime-gpu with its CUDA provider and a GPU; "
-                      f"providers here: {', '.join(providers) or 'none'}" if not cuda else "",
-                      "the real mixed-precision graph on ONNX Runtime's CUDA provider, a GPU's own verdict: "
-                      "--confirm-backend ort-cuda finishes an emulated search on the GPU; --backend ort-cuda searches there"),
-        BackendStatus("trt", "trt" in here, trt_why, "TensorRT engines of the candidate sets, the deployment's own "
-                      "verdict; an engine build per evaluation, so best as --confirm-backend trt"),
-        BackendStatus("ort-cpu", True, "", "only as --confirm-backend ort-cpu, a check that fixed.onnx loads and "
-                      "runs; not a search backend, anywhere: ONNX Runtime's CPU provider runs chains of FP16 nodes in "
-                      "FP32 and drops the roundings between them, so its verdicts are not FP16's (in "
-                      "examples/three_defects.onnx it keeps nothing in FP32 where FP16 gives NaN)"),
-        BackendStatus("auto", True, "", f"the best that runs here: {here[0]}"),
-    ]
+    out = []
+    for b in registry.listed():
+        try:
+            why = b.unavailable()
+        except Exception as exc:  # a library that fails to load
+            why = str(exc)
+        out.append(BackendStatus(b.name, why is None, why or "", b.about))
+    return out
 
 
 def describe() -> dict[str, str]:

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 import pytest
 
-from precision_doctor.data.inputs import load_samples, validate_samples
+from precision_doctor.data.inputs import InputValues, load_samples, validate_samples
 from precision_doctor.data.loader_script import run_loader
 from precision_doctor.data.samples import SampleSet, ShapeGroup, _Cache, capture_choice, grouped, spread_choice
 from precision_doctor.data.workload import load_workload
@@ -201,11 +201,12 @@ def test_a_data_loader_script_is_read_once_into_a_spill(tmp_path, dyn):
     script = tmp_path / "loader.py"
     script.write_text(LOADER)
     spec = RunSpec(model=str(path)).with_settings({"inputs.data_loader_script": str(script)})
-    work = load_workload(spec.model, spec.inputs)
+    work = load_workload(spec.model, spec.inputs, InputValues.parse(spec.inputs))
     assert len(work.samples) == 3 and work.samples.label(2) == f"{script}:load_data (sample 2)"
     assert [g.as_dict() for g in work.samples.groups()] == [{"x": [2, 16]}, {"x": [3, 16]}]
     assert work.samples[2]["x"].shape == (3, 16) and work.spill is not None and work.spill.path.is_file()
-    other = load_workload(spec.model, spec.with_settings({"inputs.data_loader_script": f"{script}:other"}).inputs)
+    other_inputs = spec.with_settings({"inputs.data_loader_script": f"{script}:other"}).inputs
+    other = load_workload(spec.model, other_inputs, InputValues.parse(other_inputs))
     assert len(other.samples) == 1 and np.array_equal(other.samples[0]["x"], np.ones((1, 16), np.float32))
 
 
@@ -275,12 +276,14 @@ def test_max_samples_chooses_a_seeded_spread(tmp_path, dyn):
     for i in range(12):
         np.savez(tmp_path / f"s{i:02d}.npz", x=_x(rng, 4 if i < 8 else 2))
     spec = RunSpec(model=str(path)).with_settings({"inputs.files": [str(tmp_path / "s*.npz")], "inputs.max_samples": 6})
-    work = load_workload(spec.model, spec.inputs)
+    work = load_workload(spec.model, spec.inputs, InputValues.parse(spec.inputs))
     assert len(work.samples) == 6 and work.chosen is not None and work.chosen.found == 12
     assert sorted(len(v) for v in work.samples.groups().values()) == [2, 4]
     assert work.describe()["chosen"] == [str(tmp_path / n) for n in _labels(work.samples)]
-    assert list(work.chosen.labels) == list(load_workload(spec.model, spec.inputs).chosen.labels)  # seeded
-    assert work.chosen.labels != load_workload(spec.model, spec.with_settings({"inputs.seed": 5}).inputs).chosen.labels
+    again = load_workload(spec.model, spec.inputs, InputValues.parse(spec.inputs))
+    assert list(work.chosen.labels) == list(again.chosen.labels)  # seeded
+    seed5 = spec.with_settings({"inputs.seed": 5}).inputs
+    assert work.chosen.labels != load_workload(spec.model, seed5, InputValues.parse(seed5)).chosen.labels
 
 
 # -- through diagnose --------------------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor import api
 from precision_doctor.data.activations import ActivationStore
+from precision_doctor.data.inputs import InputValues
 from precision_doctor.data.workload import load_workload
 from precision_doctor.graph.model import load_model
 from precision_doctor.measure.tolerance import Tolerance, check
@@ -74,7 +75,7 @@ def test_if_node_is_one_fp32_unit_end_to_end(tmp_path):
                    tolerance=Tolerance(1e-2, 1e-2), backends=BackendSpec(rules="standard"),
                    capture=CaptureSpec(keep="all"),  # the test reads the If's output from the capture
                    search=SearchSpec(cost="nodes"))  # the node-minimal answer is known (deploy closes a gap too)
-    work = load_workload(spec.model, spec.inputs)
+    work = load_workload(spec.model, spec.inputs, InputValues.parse(spec.inputs))
     taken = {bool(s["x"].sum() > 0) for s in work.samples}
     assert taken == {True, False}
     out = tmp_path / "run"

@@ -23,6 +23,7 @@ from precision_doctor.data.workload import Workload
 from precision_doctor.graph.model import from_proto
 from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.diagnose import run_diagnose
+from precision_doctor.pipeline.spec_check import validate_spec
 from precision_doctor.spec import RunSpec
 
 
@@ -44,7 +45,7 @@ def test_interrupt_keeps_best_passing_set(tmp_path, how):
                 stop.stop("stopped by the test")
 
     spec = RunSpec("", tolerance=Tolerance(case.atol, case.rtol))
-    report = run_diagnose(work, [], spec, tmp_path, progress=progress, stop=stop)
+    report = run_diagnose(work, [], validate_spec(spec), tmp_path, progress=progress, stop=stop)
     rep = json.loads((tmp_path / "report.json").read_text())
     assert report.to_json() == rep and rep["status"] == "interrupted"
     best = min((e for e in seen if e.passed), key=lambda e: e.size)

@@ -8,9 +8,9 @@ import onnxruntime as ort
 from precision_doctor import planted
 from precision_doctor.backends import ort as ort_backend
 from precision_doctor.backends.emulate import EmulateBackend
-from precision_doctor.backends.ort import ORT_CPU_REFUSAL, OrtBackend, search_refusal
+from precision_doctor.backends.ort import OrtBackend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.backends.registry import available_backends
+from precision_doctor.backends.registry import ORT_CPU_REFUSAL, available_backends, search_refusal
 from precision_doctor.environment import describe
 from precision_doctor.graph.model import from_proto
 from precision_doctor.measure.tolerance import Tolerance, check

@@ -15,6 +15,7 @@ from precision_doctor.render.sections import verdict as verdict_section
 from precision_doctor.render.sections.html import html
 from precision_doctor.render.sections.markdown import lines
 from precision_doctor.render.sections.terminal import lines as terminal_lines
+from precision_doctor.render.sections.terminal import plain
 
 
 @pytest.mark.parametrize("name", ["pass", "too few samples", "failed held-out", "no solution"])
@@ -27,7 +28,7 @@ def test_the_verdict_section_is_the_same_in_every_writer(name):
     assert lines(section) == [f"**Verdict: {b.label}.** {b.sentence}", ""] and "\n".join(lines(section)) in render_markdown(rep)
     assert html(section) in render_html(rep) and f'class="badge {b.tone}" id="verdict">' in html(section)
     (line,) = terminal_lines(section)
-    assert line.plain == b.headline and line.spans[0].style == {"pass": "bold green", "warn": "bold yellow"}.get(
+    assert plain(line) == b.headline and line[0].style == {"pass": "bold green", "warn": "bold yellow"}.get(
         b.tone, "bold red")
 
 
@@ -53,8 +54,8 @@ def test_the_checks_section_is_the_same_in_every_writer(tmp_path):
     assert len(notes.lines) >= 3 and any("Certified by" in line for line in notes.lines)
     assert "\n".join(lines(checks.build(rep))) in render_markdown(rep)
     assert html(checks.build(rep)) in render_html(rep)
-    plain = [t.plain for t in terminal_lines(checks.build(rep))]
-    assert plain == [line.replace("`", "") for line in notes.lines]
+    shown = [plain(t) for t in terminal_lines(checks.build(rep))]
+    assert shown == [line.replace("`", "") for line in notes.lines]
 
 
 def test_each_writer_draws_each_block_and_escapes_what_it_must():
@@ -64,5 +65,5 @@ def test_each_writer_draws_each_block_and_escapes_what_it_must():
     assert "<b>" not in page and "a &lt;b&gt; &amp; c" in page and "echo &#x27;&lt;x&gt;&#x27;" in page
     assert lines(evil) == ["## T <1>", "", "**Verdict: PASSED.** a <b> & c", "", "t & u", "", "1. do <it>", "",
                            "   ```bash", "   echo '<x>'", "   ```", "2. then", ""]
-    assert [t.plain for t in terminal_lines(evil)] == ["T <1>", "PASSED: a <b> & c", "t & u", "next: do <it>\n  echo '<x>'",
+    assert [plain(t) for t in terminal_lines(evil)] == ["T <1>", "PASSED: a <b> & c", "t & u", "next: do <it>\n  echo '<x>'",
                                                        "next: then"]

@@ -16,6 +16,7 @@ import pytest
 
 from precision_doctor import api, planted
 from precision_doctor.data.activations import ActivationStore
+from precision_doctor.data.inputs import InputValues
 from precision_doctor.data.workload import load_workload
 from precision_doctor.measure.analysis import MEMO, analyse
 from precision_doctor.measure.tolerance import Tolerance
@@ -76,13 +77,13 @@ def case_files(tmp_path, request):
         files.append(str(tmp_path / f"s{i}.npz"))
         np.savez(files[-1], **s)
     spec = validate_spec(RunSpec.from_json({"model": str(model), "inputs": {"files": files},
-                                            "tolerance": {"atol": case.atol, "rtol": case.rtol}}))
+                                            "tolerance": {"atol": case.atol, "rtol": case.rtol}})).spec
     return case, spec
 
 
 def test_the_key_covers_every_setting_but_those_proven_not_to_change_the_capture(case_files) -> None:
     _, spec = case_files
-    work = load_workload(spec.model, spec.inputs)
+    work = load_workload(spec.model, spec.inputs, InputValues.parse(spec.inputs))
     assert set(NOT_IN_KEY) <= set(settings())  # names only real settings (a rename would show here)
     key = capture_key(spec, work)
     in_key = []
@@ -98,10 +99,10 @@ def test_the_key_covers_every_setting_but_those_proven_not_to_change_the_capture
     # every setting not proven harmless is in it, whatever sections grow (emulation rules, ...)
     assert {"precision", "capture.group_mb", "capture.compression", "backends.backend", "inputs.input_shapes"} <= set(in_key)
     # the things themselves: the samples searched and the model's contents
-    fewer = load_workload(spec.model, spec.inputs)
+    fewer = load_workload(spec.model, spec.inputs, InputValues.parse(spec.inputs))
     fewer.samples = fewer.samples[:3]
     assert capture_key(spec, fewer) != key
-    other_model = load_workload(spec.model, spec.inputs)
+    other_model = load_workload(spec.model, spec.inputs, InputValues.parse(spec.inputs))
     other_model.model.model_hash = "0" * 64
     assert capture_key(spec, other_model) != key
 
@@ -110,7 +111,7 @@ def test_other_code_never_shares_a_capture(case_files, monkeypatch) -> None:
     import precision_doctor.pipeline.capture_cache as capture_cache
 
     _, spec = case_files
-    work = load_workload(spec.model, spec.inputs)
+    work = load_workload(spec.model, spec.inputs, InputValues.parse(spec.inputs))
     key = capture_key(spec, work)
     monkeypatch.setattr(capture_cache, "code_fingerprint", lambda: "0.1.0+another-build")
     assert capture_key(spec, work) != key
@@ -119,7 +120,7 @@ def test_other_code_never_shares_a_capture(case_files, monkeypatch) -> None:
 @pytest.mark.parametrize("case_files", ["cancellation"], indirect=True)
 def test_the_analysis_kept_in_a_capture_is_what_analysing_it_again_gives(case_files, tmp_path, monkeypatch) -> None:
     case, spec = case_files
-    work = load_workload(spec.model, spec.inputs)
+    work = load_workload(spec.model, spec.inputs, InputValues.parse(spec.inputs))
     first = capture_and_analyse(work, "fp16", spec.tolerance, tmp_path)
     path = tmp_path / "activations.h5"
     tight = Tolerance(atol=1e-6, rtol=1e-6)

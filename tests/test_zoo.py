@@ -201,6 +201,7 @@ def test_zoo_recipe_fails_all_fp16_and_passes_all_fp32(name, tmp_path):
     Opt-in (about 10 s a model): PRECISION_DOCTOR_ZOO=zoo after `precision-doctor zoo fetch --dest zoo`."""
     from precision_doctor.backends.emulate import EmulateBackend
     from precision_doctor.backends.reference import ReferenceRunner
+    from precision_doctor.data.inputs import InputValues
     from precision_doctor.data.workload import load_workload
     from precision_doctor.measure.tolerance import check_all
     from precision_doctor.pipeline.heldout import held_out_samples
@@ -217,7 +218,7 @@ def test_zoo_recipe_fails_all_fp16_and_passes_all_fp32(name, tmp_path):
         with synthetic.cls_prob_180(model, h, w) if kind == "cls_crops" else contextlib.nullcontext() as prob:
             files = [str(p) for p in synthetic.make_synthetic(kind, n, h, w, tmp_path / "inputs", prob_180=prob)]
     s = apply_recipe(RunSpec(str(model)), m.recipe(files), tmp_path, name)
-    work = load_workload(s.model, s.inputs)
+    work = load_workload(s.model, s.inputs, InputValues.parse(s.inputs))
     held = held_out_samples(work)
     tol = s.tolerance
     ref = ReferenceRunner(work.model)

@@ -12,17 +12,6 @@ import numpy as np
 
 Feeds = Mapping[str, np.ndarray]
 
-CHECK_ONLY = ("ort-cpu",)  # its FP16 verdicts are not FP16's (backends/ort.py): it may check an answer, never shrink it
-
-
-def check_only_name(name: str) -> bool:
-    """Whether the backend called `name` (as it names itself: OrtBackend.name; a report's `confirm.backend`) may
-    only check an answer: add nodes to a failing one (more FP32 is the safe direction), never remove one, never
-    certify it. The one rule: a backend's `check_only` is this of its name; reports, which keep only the name,
-    ask here."""
-    return name in CHECK_ONLY
-
-
 class Runner(Protocol):
     """Runs one prepared configuration."""
 
@@ -30,14 +19,13 @@ class Runner(Protocol):
 
 
 class Backend(Protocol):
-    """Turns a fallback set into a runner. `name` appears in reports. `close()` releases what the
-    backend holds (sessions, engines, temporary files); whoever made a backend closes it (an oracle
-    closes the backend it was given). `check_only`: it may only check an answer, never shrink or certify one
-    (`check_only_name`)."""
+    """Turns a fallback set into a runner. `name` appears in reports; what a backend may do is its registry entry's
+    (`backends.registry.info(name)`: on a GPU, check-only, knobs). `close()` releases what the backend holds
+    (sessions, engines, temporary files); whoever made a backend closes it (an oracle closes the backend it was
+    given)."""
 
     name: str
     precision: str
-    check_only: bool
 
     def prepare(self, fallback: frozenset[str]) -> Runner: ...
 
@@ -63,7 +51,6 @@ class SessionHolder:
     their sessions in `release()`."""
 
     name: str = "session holder"
-    check_only: bool = False  # a backend that may only check an answer sets it (`check_only_name`)
     is_active: bool = False
 
     def activate(self) -> None:

@@ -14,8 +14,8 @@ answer less one node), and keep the answer only when neither passes (`knob_plan`
 
 Each configuration knows the text a user pastes: ORT provider options here, trtexec and polygraphy flags in
 `backends/tensorrt/flags.py` (which results/commands.py builds every TensorRT command with).
-`knob_family`, `knob_configs` and `knob_backend` give a search the configurations of a backend and a
-backend built for each (pipeline/knob_search.py runs the plan).
+A backend's family is its registry entry's (`backends.registry.knob_family`); `knob_configs` and `knob_backend`
+give a search the configurations of a family and a backend built for each (pipeline/knob_search.py runs the plan).
 """
 
 from __future__ import annotations
@@ -137,17 +137,10 @@ def best_trial(results: Sequence[tuple[Trial, bool]]) -> Trial | None:
 
 # -- a backend's knobs, for a search -----------------------------------------------------------------
 
-# Backend names (`Backend.name`) -> the knob family they have.
-FAMILIES = {"ort-cuda": ORT_CUDA, "ort-cpu": ORT_CPU, "trt": TRT, "tensorrt": TRT}
 ORT_CPU_NOTE = (
     "ort-cpu: these are CUDA provider options and ONNX Runtime's CPU provider has none, so every configuration "
     "runs the same CPU session (a plumbing check of the knob search, not a knob result)"
 )
-
-
-def knob_family(backend_name: str) -> str | None:
-    """The knob family of a backend (None: it has no knobs, as the emulator)."""
-    return FAMILIES.get(backend_name)
 
 
 def knob_configs(family: str, lib=None) -> list[KnobConfig]:

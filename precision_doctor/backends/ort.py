@@ -4,10 +4,10 @@ On the CPU provider ONNX Runtime computes ops without FP16 kernels in FP32: it i
 them and drops the Cast pairs between neighbours, so a chain of FP16 nodes runs in FP32 with one
 rounding at its end (or none, before an FP32 output). Its verdicts are not FP16's: on
 examples/three_defects.onnx all-FP16 is within 4e-4 of FP32 there, where FP16 overflows to NaN.
-So `ort-cpu` never searches (`search_refusal`); it stays a plumbing check that a `fixed.onnx` loads
-and runs (`--confirm-backend ort-cpu`, tests), which may add nodes to a failing answer (more FP32 is
-the safe direction) but never removes one (`OrtBackend.check_only`, `backends.base.check_only_name`) and
-never certifies the answer.
+So `ort-cpu` never searches (its registry entry's `search_refusal`); it stays a plumbing check that a
+`fixed.onnx` loads and runs (`--confirm-backend ort-cpu`, tests), which may add nodes to a failing answer
+(more FP32 is the safe direction) but never removes one and never certifies the answer (its entry is
+`check_only`: backends/registry.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from precision_doctor.backends.base import Feeds, SessionHolder, check_only_name
+from precision_doctor.backends.base import Feeds, SessionHolder
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.mixed import build_mixed
@@ -28,22 +28,6 @@ from precision_doctor.graph.ort_session import make_session, run_session, with_o
 
 CUDA = "CUDAExecutionProvider"
 _NP_INPUT_TYPES = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
-
-
-ORT_CPU_REFUSAL = (
-    "--backend ort-cpu cannot search: ONNX Runtime's CPU provider runs chains of FP16 nodes in FP32 and drops the "
-    "roundings between them, so its verdicts are not FP16's (it finds nothing to keep in FP32 in "
-    "examples/three_defects.onnx, where FP16 gives NaN); search with --backend emulate (explicit FP16 rounding, on "
-    "this CPU) or ort-cuda/trt on a GPU; ort-cpu stays usable as --confirm-backend, a plumbing check that fixed.onnx "
-    "loads and runs, not an FP16 verdict"
-)
-
-
-def search_refusal(name: str) -> str | None:
-    """Why backend `name` may not search here (None: it may): ONNX Runtime on the CPU provider, named
-    `ort-cpu` or `ort` without a CUDA provider."""
-    cpu_only = check_only_name(name) or (name == "ort" and CUDA not in ort.get_available_providers())
-    return ORT_CPU_REFUSAL if cpu_only else None
 
 
 def default_providers() -> list[str]:
@@ -113,7 +97,6 @@ class OrtBackend(SessionHolder):
         ]
         self.uses_cuda = any(_provider_name(p) == CUDA for p in self.providers)
         self.name = "ort-cuda" if self.uses_cuda else "ort-cpu"
-        self.check_only = check_only_name(self.name)
         if self.uses_cuda and CUDA not in ort.get_available_providers():
             raise UserError("ONNX Runtime has no CUDA provider here (install onnxruntime-gpu on a CUDA machine)")
         if self.uses_cuda:

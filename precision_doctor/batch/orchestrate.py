@@ -39,7 +39,7 @@ from precision_doctor.control import StopToken
 from precision_doctor.errors import SpecError
 from precision_doctor.jsonio import read_json, write_json
 from precision_doctor.outcome import RowStatus, SummaryRow
-from precision_doctor.pipeline.spec_check import validate_spec
+from precision_doctor.pipeline.spec_check import CheckedSpec, checked
 from precision_doctor.render.summary import write_summary
 from precision_doctor.results.runlock import RunLock
 from precision_doctor.runfiles import RunDir
@@ -127,7 +127,7 @@ def prepare_batch_dir(out: Path, force: bool = False, protect: list[Path] | tupl
 def run_batch(
     source: Path,
     out_dir: Path,
-    defaults: RunSpec | None = None,
+    defaults: RunSpec | CheckedSpec | None = None,
     executor: Executor | None = None,
     only: list[str] | None = None,
     rerun: bool = False,
@@ -137,17 +137,17 @@ def run_batch(
     stop: StopToken | None = None,
 ) -> BatchResult:
     """Diagnose every model of `source` into `out_dir`. `defaults` are the settings a recipe overrides
-    (its `model` is ignored). `only` limits the run to those model names (the others keep their
-    earlier rows, if any); `rerun` redoes finished models too. `on_start` gets the names to run and the
-    names skipped; `on_done` each row as it completes. `stop` ends the batch early (KeyboardInterrupt)."""
+    (its `model` is ignored; checked here unless the caller checked them). `only` limits the run to those model
+    names (the others keep their earlier rows, if any); `rerun` redoes finished models too. `on_start` gets the
+    names to run and the names skipped; `on_done` each row as it completes. `stop` ends the batch early
+    (KeyboardInterrupt)."""
     t0 = time.monotonic()
-    defaults = validate_spec(defaults or RunSpec(model=""))
+    defaults = checked(defaults or RunSpec(model="")).spec
     specs = discover(Path(source), defaults)
     if only:
         unknown = sorted(set(only) - {s.name for s in specs})
         if unknown:
             raise SpecError("only", f"{{only}} names unknown model '{unknown[0]}'; models: {', '.join(s.name for s in specs)}")
-    defaults = defaults or RunSpec(model="")
     protect = [Path(source), *(s.path for s in specs)]
     out_dir = prepare_batch_dir(Path(out_dir), force=force, protect=protect)
     with RunLock(out_dir, what="another batch"):

@@ -153,7 +153,7 @@ def apply_recipe(base: RunSpec, recipe: dict, rel_to: Path, where: str) -> RunSp
             value = str(value)
         changes[RECIPE_KEYS[key]] = value
     try:
-        return validate_spec(base.with_settings(changes, base_dir=rel_to))
+        return validate_spec(base.with_settings(changes, base_dir=rel_to)).spec
     except SpecError as exc:
         raise UserError(f"{where}: {exc.render(recipe_key)}") from None
 

@@ -57,7 +57,8 @@ def compare(
     from precision_doctor.render.wording import compare_verdict
     from precision_doctor.results.rundir import default_run_dir
 
-    spec = validate_spec(options.spec(model))
+    valid = validate_spec(options.spec(model))
+    spec = valid.spec
     out_dir = options["out"] if options["out"] is not None else default_run_dir(model, "compare")
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]
@@ -80,7 +81,7 @@ def compare(
                 announce_capture_size(ev)
 
         try:
-            result = api.compare(spec, out_dir, progress=sink, stop=token, force=options["force"])
+            result = api.compare(valid, out_dir, progress=sink, stop=token, force=options["force"])
         except DiskFull as exc:
             raise UserError(f"{exc}; {exc.advice}, then run the command again") from None
     print_layer_table(result.analysis, top)

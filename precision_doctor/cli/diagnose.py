@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -18,6 +19,7 @@ from precision_doctor.cli.shared import (
     progress_bar,
     stops_on_interrupt,
     styled,
+    terminal_text,
     uses_run_dir,
     warn_floor,
 )
@@ -34,7 +36,9 @@ from precision_doctor.control import (
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RunStatus
 from precision_doctor.results.report import Report
-from precision_doctor.spec import RunSpec
+
+if TYPE_CHECKING:
+    from precision_doctor.pipeline.spec_check import CheckedSpec
 from precision_doctor.storage import DiskFull
 
 
@@ -97,8 +101,8 @@ PER_INVOCATION = ("search.max_evaluations", "search.time_budget")  # a resume's 
 SHOWN_NODES = 20  # the terminal lists this many FP32 nodes of an answer; the reports and files list them all
 
 
-def resumed_spec(model: Path, out_dir: Path, options: Options) -> RunSpec:
-    """The settings a resumed run continues with: those it was started with, the flags given on top (a
+def resumed_spec(model: Path, out_dir: Path, options: Options) -> CheckedSpec:
+    """The settings a resumed run continues with, checked: those it was started with, the flags given on top (a
     flag that changes a verdict setting is refused later, showing the command that continues the run).
     The budget is not carried over: a run that used up its --max-evaluations goes on without one unless
     a new one is given."""
@@ -159,7 +163,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         say(f"first diverging tensor (all {report.precision}): "
             f"{divergence_text(report.first_divergence, node, folded_host(report.layers, node))}")
     for line in terminal_lines(verdict_section.build(report)):
-        say(line)
+        say(terminal_text(line))
     if (warning := shapes_warning(report)) is not None:
         say(styled(warning, "bold yellow"))
     if st.answered and fb:
@@ -172,7 +176,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     if report.status == RunStatus.NO_SOLUTION and report.reason:
         say(report.reason)
     for line in terminal_lines(checks_section.build(report)):
-        say(line)
+        say(terminal_text(line))
     for note, loud in outcome_lines(report) if st.answered and st.status != Status.FAILED_HELD_OUT else ():
         say(styled(note, "bold red") if loud else note)
     if report.status not in (RunStatus.COMPLETE, RunStatus.NO_SOLUTION):
@@ -184,7 +188,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     elif cmd:
         cmd = f"(from {out_dir}) {cmd}"
     for line in terminal_lines(Section("next", None, (Steps((Step(text, cmd),)),))):
-        say(line)
+        say(terminal_text(line))
     written = [p for k, p in report.artifacts.items() if k != "report_html" and (Path(out_dir) / p).is_file()]
     say(f"report: {out_dir}/report.html  ({', '.join(written)})")
     o = report.other_runtime

@@ -18,12 +18,13 @@ from typing import Any
 import typer
 
 from precision_doctor import spec as specs
+from precision_doctor.backends import registry
 from precision_doctor.data import augment as aug
 from precision_doctor.data import input_spec as lim
 from precision_doctor.data.arrayfiles import binary
 from precision_doctor.flags import FLAGS, command_line, flag  # noqa: F401 (the flag table, re-exported)
 from precision_doctor.pipeline import heldout_policy as held
-from precision_doctor.search import STRATEGIES
+from precision_doctor.search import STRATEGY_INFO
 from precision_doctor.spec import RunSpec
 
 
@@ -138,7 +139,7 @@ SEARCH = (
          f"±{100 * aug.OFFSET[1]:g}% of the range per channel) of each search sample that the search also checks, so "
          "the answer is not tuned to one rounding pattern. Default 0 (none): the held-out samples of your data say whether "
          "an answer holds."),
-    _opt("strategy", "search.strategy", str, f"{', '.join(STRATEGIES)}."),
+    _opt("strategy", "search.strategy", str, f"{', '.join(STRATEGY_INFO)}."),
     _opt("cost", "search.cost", str,
          "What the search minimizes: 'deploy' (default: the estimated time fixed.onnx spends above all-FP16, FLOPs and "
          "bytes moved including Casts, with fusion groups kept whole unless a member alone is proven to matter), "
@@ -160,13 +161,35 @@ SEARCH = (
          "its settings go into the commands. Refused with the emulator (no knobs; --backend auto tries them on its "
          "confirm backend, ort-cuda where a GPU is).", "--knobs/--no-knobs"),
 )
+
+
+def _search_backends() -> tuple[list[registry.BackendInfo], list[registry.BackendInfo]]:
+    """The backends `--backend` may name, the default first, and those it refuses (backends/registry.py)."""
+    first = registry.info(specs.default("backends.backend"))
+    assert first is not None
+    rest = [b for b in registry.listed() if b is not first]
+    return [first, *(b for b in rest if b.search_refusal() is None)], [b for b in rest if b.search_refusal() is not None]
+
+
+def backend_help(brief: bool = False) -> str:
+    """`--backend`'s help: the names it takes (with a few words each unless `brief`), the default first, and why the
+    refused ones are refused."""
+    ok, refused = _search_backends()
+    if brief:
+        return f"{ok[0].name} (default), {', '.join(b.name for b in ok[1:])}."
+    named = ", ".join(f"{b.name} ({b.brief})" if b.brief else b.name for b in ok)
+    return named + "." + "".join(f" {b.name} is refused: {b.brief}." for b in refused)
+
+
+def _confirm_backends() -> str:
+    """The backends worth confirming an answer on: those that run the mixed graph fixed.onnx is, the GPU's first."""
+    return ", ".join(b.name for b in sorted((b for b in registry.listed() if b.runs_fixed), key=lambda b: b.check_only))
+
+
 BACKENDS = (
-    _opt("backend", "backends.backend", str, "auto (default: search with the emulator, then let a CUDA GPU have the "
-         "last word: confirm on ort-cuda where one is), emulate, ort-cuda (the real mixed graph, one session per "
-         "set), ort-cuda-gated (real FP16 in one session, a set is a feed; no kernel fusions), trt. ort-cpu is "
-         "refused: ONNX Runtime's CPU provider computes FP16 chains in FP32."),
+    _opt("backend", "backends.backend", str, backend_help()),
     _opt("confirm_backend", "backends.confirm_backend", str | None,
-         "Carry the answer over to this backend (ort-cuda, trt, ort-cpu) on every sample: kept if it passes "
+         f"Carry the answer over to this backend ({_confirm_backends()}) on every sample: kept if it passes "
          "there, else grown until it does, then pruned to 1-minimal there. Search with the fast emulator, "
          "finish on the GPU. ort-cpu is a plumbing check only (fixed.onnx loads and runs; ONNX Runtime's CPU "
          "provider computes FP16 chains in FP32, so its verdict is not FP16's): it may add nodes, never removes "
@@ -261,7 +284,7 @@ BRIEF = {
     "tolerance.rtol": "Relative tolerance (default 1e-5: below FP16's rounding; 1e-3 is common).",
     "search.max_evaluations": "Stop the search after N evaluations.",
     "search.time_budget": "Seconds the search may take (the capture before it not counted).",
-    "backends.backend": "auto (default), emulate, ort-cuda, ort-cuda-gated, trt.",
+    "backends.backend": backend_help(brief=True),
     "backends.target": "The runtime fixed.onnx is for: tensorrt (default) or ort-cuda.",
 }
 FULL_HELP: dict[str, str] = {}  # an option's parameter -> its whole help, where `--help` shows a brief one

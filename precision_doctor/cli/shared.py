@@ -19,6 +19,7 @@ from rich.text import Text
 
 from precision_doctor.control import CaptureEvent, CaptureSizeEvent, EvaluationEvent, LoadedEvent, PhaseEvent, ProgressEvent
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.render.sections.terminal import Line
 from precision_doctor.words import counted
 
 app = typer.Typer(
@@ -38,6 +39,11 @@ _run_dir: list[Path | None] = [None]  # the run directory of the command running
 def styled(label: str, style: str, rest: str = "") -> Text:
     """`label` in `style`, then `rest` as plain text."""
     return Text.assemble((label, style), rest)
+
+
+def terminal_text(line: Line) -> Text:
+    """A line of a section's terminal form (render/sections/terminal.py: styled spans) as rich Text."""
+    return Text.assemble(*((s.text, s.style) for s in line))
 
 
 def error_text(exc: UserError) -> str:

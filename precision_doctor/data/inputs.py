@@ -5,14 +5,14 @@ from __future__ import annotations
 import ast
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from onnx import helper
 
 from precision_doctor.data.arrayfiles import Bounds, unknown_input
-from precision_doctor.data.input_spec import MAX_ELEMENTS
+from precision_doctor.data.input_spec import MAX_ELEMENTS, InputSpec
 from precision_doctor.data.input_spec import MAX_ELEMENTS_SHOWN as MAX_SHOWN
 from precision_doctor.data.samples import FileSample, Sample, SampleSet
 from precision_doctor.data.sources import expand_inputs, file_entries
@@ -87,6 +87,21 @@ def parse_input_shapes(items: Sequence[str]) -> dict[str, list[int]]:
                             f"the limit of {MAX_SHOWN} for one input")
         out[name] = dims
     return out
+
+
+@dataclass(frozen=True)
+class InputValues:
+    """What the settings strings of a RunSpec's `inputs` section mean, parsed once where the settings are checked
+    (pipeline/spec_check.py): the value range of generated samples by input (None: every input) and the shapes of
+    dynamic inputs. What `load_workload` and the held-out samples take."""
+
+    val_ranges: dict[str | None, tuple[float, float]] = field(default_factory=dict)
+    input_shapes: dict[str, list[int]] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, inputs: InputSpec) -> InputValues:
+        """`inputs.val_ranges` and `inputs.input_shapes` parsed; SpecError naming the setting."""
+        return cls(parse_val_ranges(inputs.val_ranges), parse_input_shapes(inputs.input_shapes))
 
 
 def generate_samples(

@@ -9,13 +9,12 @@ from pathlib import Path
 from precision_doctor.data.arrayfiles import Bounds
 from precision_doctor.data.input_spec import InputSpec
 from precision_doctor.data.inputs import (
+    InputValues,
     conform_to,
     generate_samples,
     input_bounds,
     load_samples,
     model_inputs,
-    parse_input_shapes,
-    parse_val_ranges,
     validate_samples,
 )
 from precision_doctor.data.loader_script import run_loader
@@ -39,16 +38,18 @@ class Chosen:
 
 @dataclass
 class Workload:
-    """The loaded model, its search samples (a SampleSet: loaded on demand), and how they were obtained.
-    `references` are the FP32 outputs of `inputs.reference_outputs` (None: ONNX Runtime computes them), one per
-    sample; once held-out samples are split off (`pipeline.heldout`), `held` holds those and `held_references`
-    pairs with them. `chosen`: what `--max-samples` kept; `spill`: a data loader script's samples on disk (kept
-    in the run directory by `keep_in`); `capture`: which search samples the capture runs on; `bounds`: what the run's
-    sample files may declare, with the budget its files have used (the held-out files count into it too)."""
+    """The loaded model, its search samples (a SampleSet: loaded on demand), and how they were obtained (`inputs`, the
+    settings as given; `values`, what their strings mean). `references` are the FP32 outputs of
+    `inputs.reference_outputs` (None: ONNX Runtime computes them), one per sample; once held-out samples are split
+    off (`pipeline.heldout`), `held` holds those and `held_references` pairs with them. `chosen`: what
+    `--max-samples` kept; `spill`: a data loader script's samples on disk (kept in the run directory by `keep_in`);
+    `capture`: which search samples the capture runs on; `bounds`: what the run's sample files may declare, with the
+    budget its files have used (the held-out files count into it too)."""
 
     model: Model
     samples: SampleSet
     inputs: InputSpec = field(default_factory=InputSpec)
+    values: InputValues = field(default_factory=InputValues)
     references: list[Outputs] | None = None
     held_references: list[Outputs] | None = None
     held: SampleSet | None = None
@@ -95,13 +96,13 @@ class Workload:
             self.spill.move_to(run_dir.root / LOADER_SAMPLES, run_dir)
 
 
-def load_workload(model_path: str, opts: InputSpec, run_dir: Path | None = None,
+def load_workload(model_path: str, opts: InputSpec, values: InputValues, run_dir: Path | None = None,
                   check_model: Callable[[Model], None] | None = None) -> Workload:
-    """Load and validate the model at `model_path` and the samples `opts` (a RunSpec's `inputs`) say; raises
-    UserError with a one-line reason. `run_dir`: the run directory of a run being resumed, whose kept loader
-    samples are read instead of running the script. `check_model` sees the model before any sample is read."""
-    shapes = parse_input_shapes(opts.input_shapes)
-    model = load_model(model_path, input_shapes=shapes or None)
+    """Load and validate the model at `model_path` and the samples `opts` (a RunSpec's `inputs`, with `values`: what
+    its strings mean) say; raises UserError with a one-line reason. `run_dir`: the run directory of a run being
+    resumed, whose kept loader samples are read instead of running the script. `check_model` sees the model before
+    any sample is read."""
+    model = load_model(model_path, input_shapes=values.input_shapes or None)
     if check_model is not None:
         check_model(model)
     if not any(n.is_candidate for n in model.nodes):
@@ -113,7 +114,7 @@ def load_workload(model_path: str, opts: InputSpec, run_dir: Path | None = None,
     elif opts.files:
         samples = load_samples(opts.files, bounds, model=model)
     else:
-        samples = SampleSet.of(generate_samples(model, opts.samples, opts.seed, parse_val_ranges(opts.val_ranges)))
+        samples = SampleSet.of(generate_samples(model, opts.samples, opts.seed, values.val_ranges))
     refs = load_reference_outputs(opts.reference_outputs, model) if opts.reference_outputs else None
     chosen = None
     if opts.max_samples is not None and len(samples) > opts.max_samples and (opts.files or opts.data_loader_script):
@@ -126,7 +127,7 @@ def load_workload(model_path: str, opts: InputSpec, run_dir: Path | None = None,
         if refs is not None:
             refs = [refs[i] for i in keep] + refs[found:]
     validate_samples(model, samples, opts.allow_nonfinite)
-    return Workload(model, samples, opts, refs, chosen=chosen, spill=spill, bounds=bounds)
+    return Workload(model, samples, opts, values, refs, chosen=chosen, spill=spill, bounds=bounds)
 
 
 def _loader_samples(value: str, model: Model, bounds: Bounds, run_dir: Path | None) -> tuple[SampleSet, Spill]:

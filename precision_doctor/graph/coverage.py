@@ -3,7 +3,7 @@ provider the emulator does not model, for the report (`emulation_notes`) and the
 on them says so and names them in `certified_by.unconfirmed`).
 
 - `cpu-placement`: ops ONNX Runtime runs on the CPU, in FP32 between Casts, because its CUDA provider
-  has no FP16 kernel for them (measured: Clip of opsets 6-11, ppocr-mobile-cls in GPU session A). The
+  has no FP16 kernel for them (measured: Clip of opsets 6-11, ppocr-mobile-cls on an H100). The
   emulator rounds them as FP16 nodes; the real graph computes them in FP32 (on FP16-rounded inputs, so
   for exact ops such as Clip nothing differs).
 - `unmeasured-op`: op types never measured node by node on a GPU (`MEASURED`), other than ops that only
@@ -79,26 +79,27 @@ class Measured:
     factor: float = 1.0
 
 
-SESSION_A = "H100, GPU session A (the zoo and the planted suite)"
-SESSION_E = "H200, GPU session E (bench/probe_models.py's probes)"
-SESSION_F = "H100, GPU session F (bench/gpu_fusion_checks.py)"
-BOTH = f"{SESSION_A}; {SESSION_E}"
+# Where and on what the op types were measured node by node (docs/BENCHMARKS.md).
+H100_ZOO = "an H100, on the zoo's models and the planted suite"
+H200_PROBES = "an H200, on bench/probe_models.py's probe models"
+H100_FUSIONS = "an H100, on bench/gpu_fusion_checks.py's fusion patterns"
+H100_AND_H200 = f"{H100_ZOO}; {H200_PROBES}"
 MISMATCH = 1.1  # above this factor an op type is a measured mismatch (probe-ops' threshold)
 
 # Op types whose FP16 nodes were measured one by one, each reproduced by the standard rule or an ort-cuda rule
 # (bit for bit on 99% of the elements, node fixtures replayed in tests/test_gpu_rules.py), or not (factor).
 MEASURED: dict[str, Measured] = {
-    **{op: Measured(SESSION_A) for op in (
+    **{op: Measured(H100_ZOO) for op in (
         "BatchNormalization", "Cast", "Concat", "ConstantOfShape", "MaxPool", "Pad", "Split", "Unsqueeze")},
-    **{op: Measured(BOTH) for op in (
+    **{op: Measured(H100_AND_H200) for op in (
         "Add", "Clip", "Conv", "ConvTranspose", "Div", "Exp", "Expand", "GlobalAveragePool", "HardSigmoid", "Identity",
         "MatMul", "Mul", "Pow", "ReduceMean", "ReduceSum", "Relu", "Reshape", "Resize", "Sigmoid", "Slice", "Softmax",
         "Sqrt", "Sub", "Tanh", "Transpose")},
-    **{op: Measured(SESSION_E) for op in (
+    **{op: Measured(H200_PROBES) for op in (
         "Abs", "Einsum", "Erf", "Gelu", "GlobalMaxPool", "HardSwish", "InstanceNormalization", "LayerNormalization",
         "Reciprocal", "ReduceMax", "Squeeze")},
-    "LSTM": Measured(SESSION_E, 1.64),  # cuDNN's half-math RNN: no rule reproduced it (docs/BENCHMARKS.md)
-    "GRU": Measured(SESSION_E, 6.47),
+    "LSTM": Measured(H200_PROBES, 1.64),  # cuDNN's half-math RNN: no rule reproduced it (docs/BENCHMARKS.md)
+    "GRU": Measured(H200_PROBES, 6.47),
 }  # fmt: skip
 MEASURED_OPS = frozenset(op for op, m in MEASURED.items() if m.factor <= MISMATCH)
 # (producer, consumer) op pairs that ONNX Runtime's CUDA graph optimizer may fuse into one kernel: the fusion, and
@@ -107,13 +108,13 @@ MEASURED_OPS = frozenset(op for op, m in MEASURED.items() if m.factor <= MISMATC
 # two nodes); Add + LayerNormalization (SkipLayerNormFusion; also a decomposed LayerNorm after an Add, which
 # LayerNormFusion makes one first): ORT made the residual Add part of a Gemm there, so SkipLayerNorm stays unmeasured.
 FUSED_PAIRS: dict[tuple[str, str], tuple[str, Measured | None]] = {
-    ("ConvTranspose", "BatchNormalization"): ("ConvBNFusion", Measured(SESSION_F, 2.0)),
+    ("ConvTranspose", "BatchNormalization"): ("ConvBNFusion", Measured(H100_FUSIONS, 2.0)),
     ("Add", "LayerNormalization"): ("SkipLayerNormFusion", None),
 }
 # MatMul, an Add of a constant bias, then Gelu (the op, or its Erf form that GeluFusion makes one): on the H100 ORT
 # ran Gemm + Gelu, whose error reached 1.37x the emulator's three nodes (bench/gpu_fusion_checks.py, `bias-gelu`).
 BIAS_GELU = "MatMul + Add + Gelu"
-BIAS_GELU_MEASURED = Measured(SESSION_F, 1.37)
+BIAS_GELU_MEASURED = Measured(H100_FUSIONS, 1.37)
 # (op type, its versions) that ONNX Runtime's CUDA provider runs only in FP32: placed on the CPU.
 CPU_PLACED = {("Clip", 6): "Clip-6", ("Clip", 11): "Clip-11"}
 _SHOWN = 5

@@ -3,7 +3,7 @@ arithmetic of the fused kernel.
 
 ONNX Runtime (ORT_ENABLE_ALL, the level `backends.ort` and deployments use) rewrites the real FP16
 graph before it runs: some pairs of nodes become one kernel that rounds differently from the two
-nodes (measured on an H100, GPU session A; docs/BENCHMARKS.md). A fusion rule finds where that
+nodes (measured on an H100; docs/BENCHMARKS.md). A fusion rule finds where that
 happens (`sites`) and computes the fused kernel's output at the pattern's last node, the *anchor*,
 when every node of the pattern is low precision in the set evaluated. When one of them is FP32 the
 mixed graph has a Cast between them and nothing fuses: the nodes keep their own rules.
@@ -537,7 +537,7 @@ class LayerNormFusion(Fusion):
     `(x - mean) * rsqrt(var + eps) * scale + bias` in float and rounds once (measured: ppocr-rec-layernorm on the
     H200, optimized graph `LayerNormalization 1`). Epsilon: the Add's second input where it is a scalar constant,
     as the FP16 graph holds it (ONNX Runtime 1.32 on the CPU: 1e-5 becomes 1.0013580e-05; older sources read
-    only an FP32 constant and took 1e-5 otherwise; which one 1.31.1 does is left to GPU round 2), else 1e-5.
+    only an FP32 constant and took 1e-5 otherwise; which one 1.31.1 does is not measured), else 1e-5.
 
     Conditions (onnxruntime's layer_norm_fusion.cc): ReduceMean 1/11/13/18 whose only readers are one Sub that
     reads the same input; the Sub feeds exactly a Pow and a Div; the Div, Sqrt, Add, second ReduceMean and Pow

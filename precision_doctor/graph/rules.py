@@ -24,7 +24,7 @@ The rules model what ONNX Runtime's CUDA kernels do in FP16 (onnxruntime 1.2x-1.
 - `leakyrelu-fp16`: `x > 0 ? x : (T)alpha * x`: alpha rounded to FP16.
 
 - `hardswish-fp16`: `round(x * clip(round(round(x / 6) + 0.5), 0, 1))`: ORT's CUDA HardSwish kernel in
-  half arithmetic (found from the H200 fixture of GPU session E, bit for bit).
+  half arithmetic (found from the H200's node fixtures, bit for bit).
 - `gelu-tanh-fp16`: Gelu-20 with `approximate="tanh"` in half arithmetic, each step rounded (the same).
 
 LSTM and GRU are not modelled: cuDNN's half-math RNN errs 1.6x (LSTM) and 6.5x (GRU) more than the
@@ -34,8 +34,8 @@ Fusion rules (`graph/fusions.py`) model what ONNX Runtime's graph optimizer make
 low-precision nodes (QuickGelu, Conv+BatchNormalization folding, FusedMatMul, Gemm, LayerNormalization, Gelu).
 
 `PROFILES` name sets of rules: `standard` (none), `ort-cuda` (what ORT's CUDA provider does with a
-mixed graph at ORT_ENABLE_ALL: the node rules it follows, measured on an H100 in GPU session A and on an
-H200 in session E, and its fusions), `ort-cuda-nodes` (the node rules alone: for before/after comparisons),
+mixed graph at ORT_ENABLE_ALL: the node rules it follows, measured node by node on an H100 and an H200, and
+its fusions), `ort-cuda-nodes` (the node rules alone: for before/after comparisons),
 `tensorrt` (what TensorRT is documented to do with a strongly typed fixed.onnx: no ONNX Runtime rule and no ONNX
 Runtime fusion, so every node, each node of a decomposed LayerNorm too, computes as its own layer by the standard
 rule; `graph/targets.py` lists the documented facts this rests on and what is only modelled). A target runtime

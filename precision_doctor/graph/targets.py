@@ -85,7 +85,7 @@ _TRT_FACTS = (
 _ORT_FACTS = (
     Fact("the node rules of the ort-cuda profile (conv-bias-fp16, reducemean-fp16-sum, hardsigmoid-fma, "
          "leakyrelu-fp16, hardswish-fp16, gelu-tanh-fp16) reproduce ONNX Runtime 1.31's CUDA kernels", "measured",
-         "node fixtures of an H100 (GPU session A) and an H200 (session E), tests/test_gpu_rules.py"),
+         "node fixtures of an H100 and an H200, tests/test_gpu_rules.py"),
     Fact("ONNX Runtime's optimizer at ORT_ENABLE_ALL fuses neighbouring FP16 nodes (LayerNormalization, Gelu, "
          "QuickGelu, FusedMatMul, Gemm, Conv+BatchNormalization folding) and the fused kernels round once",
          "documented", "onnxruntime core/optimizer/*_fusion.cc; the fused kernels measured on the H100/H200"),

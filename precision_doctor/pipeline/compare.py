@@ -22,7 +22,7 @@ from precision_doctor.graph.emulate import gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.jsonio import write_json, write_text_atomic
-from precision_doctor.measure.analysis import Analysis, analyse, keep_analysis, kept_analysis, output_verdict
+from precision_doctor.measure.analysis import Analysis, OutputCheck, analyse, keep_analysis, kept_analysis, output_verdict
 from precision_doctor.measure.capture import (
     Batches,
     capture,
@@ -111,14 +111,19 @@ def capture_and_analyse(
                           gated=gated)
     tmp.replace(final)
     if work.references is not None:  # the verdict is against the user's reference, not ORT's
-        with ActivationStore(final) as store:
-            path = work.inputs.reference_outputs
-            check_count(path, work.references, len(work.samples), "{inputs.files}")
-            refs = [work.references[i] for i in work.capture or range(len(work.samples))]
-            check_shapes(path, refs, {o: store.read(REFERENCE, o, 0) for o in work.model.outputs
-                                      if store.has(REFERENCE, o)})
-            analysis.verdict = output_verdict(store, work.model.outputs, tolerance, refs)
+        analysis.verdict = _users_verdict(final, work, tolerance)
     return analysis
+
+
+def _users_verdict(activations: Path, work: Workload, tolerance: Tolerance) -> dict[str, OutputCheck]:
+    """The captured low-precision outputs' verdict against the user's FP32 reference outputs (`inputs.reference_outputs`,
+    checked first for their number and shapes)."""
+    with ActivationStore(activations) as store:
+        path = work.inputs.reference_outputs
+        check_count(path, work.references, len(work.samples), "{inputs.files}")
+        refs = [work.references[i] for i in work.capture or range(len(work.samples))]
+        check_shapes(path, refs, {o: store.read(REFERENCE, o, 0) for o in work.model.outputs if store.has(REFERENCE, o)})
+        return output_verdict(store, work.model.outputs, tolerance, refs)
 
 
 def write_layer_tables(run: RunDir, analysis: Analysis) -> None:

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from precision_doctor.backends.base import Backend, check_only_name
-from precision_doctor.backends.registry import GPU_BACKENDS, BackendPlan
+from precision_doctor.backends.base import Backend
+from precision_doctor.backends.registry import BackendPlan, check_only, on_gpu
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.samples import Concat, Picked
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes, unconfirmed_parts
@@ -63,29 +64,11 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: S
     they join without perturbed copies (the working set keeps its own; in the loop a counterexample would bring
     its copies along).
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
-    spec, out_dir, found = ctx.spec, ctx.out_dir, searched.found
+    found = searched.found
     assert found is not None
-    working = list(loop.working) if loop is not None else []
-    checkpoint = out_dir / CONFIRM_CHECKPOINT
-    if loop is not None and every_sample:
-        rest = loop.pool.outside(loop.working)  # hardest first
-        samples, refs = Concat(samples, Picked(loop.pool.samples, rest)), Concat(refs, Picked(loop.pool.refs, rest))
-        working += rest
-        checkpoint = out_dir / CONFIRM_EVERY_CHECKPOINT
-    scale = 1.0 - spec.search.margin  # what the oracle allows of the user's tolerance
-    if spread is not None and spread.share > 0:  # a sample within the GPU's own spread is a tie
-        scale += min(spread.share, MAX_SPREAD)
-    tol = spec.tolerance.scaled(scale) if scale != 1.0 else spec.tolerance
-    oracle = Oracle(
-        backend, samples, refs, tol, cost_of=ctx.space.cost, budget=budget,
-        checkpoint=checkpoint, writer=ctx.run_dir, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop,
-    )
-    if ctx.resume:
-        oracle.load_checkpoint()
-    elif checkpoint.exists():
-        checkpoint.unlink()
-    prune_added = not backend.check_only  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
-    pruned_searched = False  # the searched members stay: only what the confirmation added is pruned
+    samples, refs, working, checkpoint = _confirm_samples(ctx, samples, refs, loop, every_sample)
+    oracle, scale = _confirm_oracle(ctx, backend, samples, refs, budget, checkpoint, spread)
+    prune_added = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
 
     def carry(start: frozenset[str], failing: Sequence[int] = ()):
         if attribution is not None:
@@ -98,7 +81,49 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: S
     else:
         there = Loop(loop.pool, working, loop.log, user_samples=len(samples) - copies)
         result = run_loop(there, oracle, ctx.space, carry(found), carry, search="confirm", stop=ctx.stop)
+    return _confirmed(result, found, backend, oracle, there, len(samples) - copies, copies, scale, prune_added)
+
+
+def _confirm_samples(ctx: StepContext, samples: Sequence[Sample], refs: Sequence[dict], loop: Loop | None,
+                     every_sample: bool) -> tuple[Sequence[Sample], Sequence[dict], list[int], Path]:
+    """The confirmation's samples, their references, its working set and its checkpoint: with `every_sample` (and a
+    loop) every other search sample joins, hardest first, and its own checkpoint is used."""
+    working = list(loop.working) if loop is not None else []
+    checkpoint = ctx.out_dir / CONFIRM_CHECKPOINT
+    if loop is not None and every_sample:
+        rest = loop.pool.outside(loop.working)  # hardest first
+        samples, refs = Concat(samples, Picked(loop.pool.samples, rest)), Concat(refs, Picked(loop.pool.refs, rest))
+        working += rest
+        checkpoint = ctx.out_dir / CONFIRM_EVERY_CHECKPOINT
+    return samples, refs, working, checkpoint
+
+
+def _confirm_oracle(ctx: StepContext, backend: Backend, samples: Sequence[Sample], refs: Sequence[dict],
+                    budget: Budget, checkpoint: Path, spread: KernelSpread | None) -> tuple[Oracle, float]:
+    """The confirmation's oracle on `backend` (its checkpoint replayed on resume, else removed), and the share of the
+    user's tolerance it allows: 1 - margin, plus the GPU's own spread (a sample within it is a tie)."""
+    scale = 1.0 - ctx.spec.search.margin  # what the oracle allows of the user's tolerance
+    if spread is not None and spread.share > 0:  # a sample within the GPU's own spread is a tie
+        scale += min(spread.share, MAX_SPREAD)
+    tol = ctx.spec.tolerance.scaled(scale) if scale != 1.0 else ctx.spec.tolerance
+    oracle = Oracle(
+        backend, samples, refs, tol, cost_of=ctx.space.cost, budget=budget,
+        checkpoint=checkpoint, writer=ctx.run_dir, on_evaluation=evaluation_events(ctx.progress), stop=ctx.stop,
+    )
+    if ctx.resume:
+        oracle.load_checkpoint()
+    elif checkpoint.exists():
+        checkpoint.unlink()
+    return oracle, scale
+
+
+def _confirmed(result: Outcome, found: frozenset[str], backend: Backend, oracle: Oracle, there: Loop | None,
+               users: int, copies: int, scale: float, prune_added: bool) -> Confirmed:
+    """What the confirmation came to, from the outcome of its search (`result`): the run's outcome and the report's
+    `confirm` section. `users`: the user's samples in its oracle (the other search samples count too once its loop
+    checked them)."""
     status, reason, confirmed = result.status, result.reason, result.found
+    pruned_searched = False  # the searched members stay: only what the confirmation added is pruned
     as_is = oracle.known(found)
     passed: bool | None = confirmed is not None
     if status == RunStatus.COMPLETE and confirmed is None:
@@ -107,8 +132,7 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: S
         passed, confirmed = None, found
         reason = f"confirmation on {backend.name} stopped early ({reason}); the answer is the searched one, not confirmed"
     final = oracle.known(confirmed) if passed else None
-    # the user's samples it ran on: those in its oracle, and the other search samples once the loop checked them
-    users, n_copies = len(samples) - copies, copies
+    n_copies = copies
     if there is not None:
         users, n_copies = there.user_samples, len(oracle.samples) - there.user_samples
         users += len(there.pool.outside(there.working)) if there.verified else 0
@@ -142,15 +166,15 @@ def certification(
     if not passed:
         return None
     if knobs is not None and knobs.changed_answer:
-        return Certification(knobs.backend, "knobs", knobs.samples, knobs.backend in GPU_BACKENDS)
-    if confirmed is not None and confirmed.passed and not check_only_name(confirmed.backend):
-        return Certification(confirmed.backend, "confirmation", confirmed.samples or 0, confirmed.backend in GPU_BACKENDS)
+        return Certification(knobs.backend, "knobs", knobs.samples, on_gpu(knobs.backend))
+    if confirmed is not None and confirmed.passed and not check_only(confirmed.backend):
+        return Certification(confirmed.backend, "confirmation", confirmed.samples or 0, on_gpu(confirmed.backend))
     held = validation is not None and (validation.passed or bool(validation.passed_after_research))
     samples = n_search + (validation.samples if held else 0)
     how = "validation" if validation is not None and validation.passed else "search"
     name = search.name
     emulated = name == "emulate"
-    return Certification(name, how, samples, name in GPU_BACKENDS, rules if emulated else None, plan.no_gpu,
+    return Certification(name, how, samples, on_gpu(name), rules if emulated else None, plan.no_gpu,
                          unconfirmed_parts(notes) if emulated else [])
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from precision_doctor.backends import knobs
 from precision_doctor.backends.base import Backend
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.backends.registry import BackendPlan
+from precision_doctor.backends.registry import BackendPlan, knob_family
 from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
@@ -108,7 +108,7 @@ class KnobOutcome:
     @property
     def emitted(self) -> knobs.KnobConfig | None:
         """The configuration the emitted commands carry: a real knob's (not ort-cpu's, where they do nothing)."""
-        family = knobs.knob_family(self.result.backend)
+        family = knob_family(self.result.backend)
         return self.config if family in (knobs.ORT_CUDA, knobs.TRT) and self.result.best is not None else None
 
 

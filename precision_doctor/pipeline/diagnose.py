@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from precision_doctor.backends.reference import ReferenceRunner
-from precision_doctor.backends.registry import GPU_BACKENDS, make_backend, plan_backends
+from precision_doctor.backends.registry import check_only, make_backend, on_gpu, plan_backends
 from precision_doctor.control import PhaseEvent, ProgressSink, RoundingFloorEvent, StopToken, notify
 from precision_doctor.data.activations import analysable
 from precision_doctor.data.inputs import Sample
@@ -25,7 +25,9 @@ from precision_doctor.data.reference_cache import REFERENCES, ReferenceFile, Ref
 from precision_doctor.data.samples import as_sample_set
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.model import Model
 from precision_doctor.graph.shapes import input_shapes
+from precision_doctor.measure.analysis import Analysis
 from precision_doctor.measure.floor import rounding_floor
 from precision_doctor.measure.spread import kernel_spread
 from precision_doctor.outcome import Outcome, RunStatus
@@ -57,9 +59,9 @@ from precision_doctor.pipeline.reporting import (
     build_report,
     write_report,
 )
-from precision_doctor.pipeline.search_loop import ROUNDS_LOG, RoundLog, grow_from, polish_for, run_loop, start_loop
+from precision_doctor.pipeline.search_loop import ROUNDS_LOG, Loop, RoundLog, grow_from, polish_for, run_loop, start_loop
 from precision_doctor.pipeline.settings import check_run_settings, run_settings
-from precision_doctor.pipeline.spec_check import validate_spec
+from precision_doctor.pipeline.spec_check import CheckedSpec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining
 from precision_doctor.pipeline.target import answer_for, other_runtime_step, write_other_answer
 from precision_doctor.pipeline.trt import tensorrt_steps
@@ -75,7 +77,7 @@ from precision_doctor.spec import RunSpec
 def run_diagnose(
     work: Workload,
     validation: list[Sample],
-    spec: RunSpec,
+    valid: CheckedSpec,
     out_dir: Path,
     *,
     resume: bool = False,
@@ -87,14 +89,15 @@ def run_diagnose(
     service_job: ServiceJob | None = None,
     started: float | None = None,
 ) -> Report:
-    """Diagnose `work` into the prepared run directory `out_dir`; returns the report (also written there).
+    """Diagnose `work` into the prepared run directory `out_dir` with the settings `valid` (checked at the edge:
+    api.diagnose); returns the report (also written there).
     Backends opened here are closed here, also when the run fails. With `capture_cache`, a capture of the
     same model, samples and capture-deciding settings is taken from it (and one made here is put there).
     `held_choice`: which samples were held out (`validation`) and why, for the report. `origin`: the front end that
     started the run (the report's re-run command is one for it); `service_job`: the daemon's job this run is, for the
     report. `started` (monotonic): when the run began, before its model was loaded (default: now), for the report's
     `elapsed_s`."""
-    validate_spec(spec)
+    spec = valid.spec
     t0 = time.monotonic() if started is None else started
     with contextlib.ExitStack() as owned:
         ctx = _prepare(work, validation, spec, out_dir, resume=resume, progress=progress, stop=stop, owned=owned,
@@ -120,13 +123,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     the search space and set up the search's oracle on the working set. The run directory's `RunDir` is made here,
     once: what writes there records through it."""
     model, b, run = work.model, spec.backends, RunDir(out_dir)
-    plan = plan_backends(b.backend, b.confirm_backend)  # auto: on a CUDA GPU ort-cuda-gated, confirmed on ort-cuda
-    backend = owned.enter_context(contextlib.closing(
-        make_backend(plan.search, model, spec.precision, model.outputs, rules=b.emulation_rules, target=b.target)))
-    confirm_backend = owned.enter_context(contextlib.closing(
-        make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend",
-                     rules=b.emulation_rules, target=b.target)
-    )) if plan.confirm else None
+    backends = _open_backends(model, spec, owned)
     check_run_settings(run, run_settings(work, spec, held, _all_references(work)), resume)
     work.keep_in(run)  # a data loader script's samples: a resumed run reads them there
 
@@ -137,24 +134,14 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     else:  # computed when first needed, kept in references.h5
         ref_file = owned.enter_context(contextlib.closing(ReferenceFile(out_dir / REFERENCES, run)))
         refs, held_refs = ReferenceSet(work.samples, ref.run, ref_file), ReferenceSet(held, ref.run, ref_file, "held")
-    loop = start_loop(backend, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
+    loop = start_loop(backends.search, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
     # on the working set's references (the hardest samples): a tolerance below it makes the search useless, say so now
     floor = rounding_floor((refs[i] for i in loop.working), get_format(spec.precision), spec.tolerance,
                            allowed=1.0 - spec.search.margin)  # the search asks for 1 - margin of the tolerance
     notify(progress, RoundingFloorEvent(floor, spec.tolerance))
 
-    # the capture's samples: the hardest by the loop's scores (a spread choice without them), shape groups in turn
-    loop.captured = work.choose_capture(spec.capture.max_samples,
-                                        None if loop.scores is None else [s.share for s in loop.scores])
-    notify(progress, PhaseEvent("capture", f"{counted(len(loop.captured), 'sample')}, every layer's statistics"))
-    if resume and analysable(out_dir / ACTIVATIONS):  # its statistics are kept (pipeline/keep.py); none: capture again
-        analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
-    else:
-        with shared_capture(capture_cache, spec, work, run) as reused:
-            analysis = reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
-                work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
-                rules=b.emulation_rules, writer=run, diagnosis=True)
+    analysis = _capture(work, spec, run, loop, resume=resume, progress=progress, stop=stop, capture_cache=capture_cache)
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
     analysis = analysis.with_flops(cm.flops)  # (the model's declared shapes: none where they are dynamic)
     write_layer_tables(run, analysis)
@@ -164,7 +151,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
 
     budget = budget_of(spec.search)
     oracle = Oracle(
-        backend, samples, sample_refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
+        backends.search, samples, sample_refs, spec.search_tolerance, cost_of=space.cost, budget=budget,
         checkpoint=out_dir / CHECKPOINT, writer=run, on_evaluation=evaluation_events(progress), stop=stop,
     )
     if resume:
@@ -174,10 +161,39 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     attribution = Attribution(model, get_format(spec.precision), b.emulation_rules, spec.capture.group_mb, progress, stop)
     return RunContext(
         spec=spec, run_dir=run, space=space, progress=progress, stop=stop, resume=resume, work=work,
-        analysis=analysis, backends=Backends(plan, backend, confirm_backend),
+        analysis=analysis, backends=backends,
         references=References(refs, held, held_refs, ref), oracle=oracle, budget=budget, loop=loop, owned=owned,
         t0=t0, floor=floor, attribution=attribution,
     )
+
+
+def _open_backends(model: Model, spec: RunSpec, owned: contextlib.ExitStack) -> Backends:
+    """The search backend and the confirm backend (None: none) that `plan_backends` chose, closed with `owned`."""
+    b = spec.backends
+    plan = plan_backends(b.backend, b.confirm_backend)  # auto: on a CUDA GPU ort-cuda-gated, confirmed on ort-cuda
+    backend = owned.enter_context(contextlib.closing(
+        make_backend(plan.search, model, spec.precision, model.outputs, rules=b.emulation_rules, target=b.target)))
+    confirm_backend = owned.enter_context(contextlib.closing(
+        make_backend(plan.confirm, model, spec.precision, model.outputs, "backends.confirm_backend",
+                     rules=b.emulation_rules, target=b.target)
+    )) if plan.confirm else None
+    return Backends(plan, backend, confirm_backend)
+
+
+def _capture(work: Workload, spec: RunSpec, run: RunDir, loop: Loop, *, resume: bool, progress: ProgressSink | None,
+             stop: StopToken | None, capture_cache: CaptureCache | None) -> Analysis:
+    """The capture and its analysis: on the hardest samples by the loop's scores (a spread choice without them), shape
+    groups in turn; read back where a resumed run kept its statistics, or taken from `capture_cache`."""
+    out_dir = run.root
+    loop.captured = work.choose_capture(spec.capture.max_samples,
+                                        None if loop.scores is None else [s.share for s in loop.scores])
+    notify(progress, PhaseEvent("capture", f"{counted(len(loop.captured), 'sample')}, every layer's statistics"))
+    if resume and analysable(out_dir / ACTIVATIONS):  # its statistics are kept (pipeline/keep.py); none: capture again
+        return reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
+    with shared_capture(capture_cache, spec, work, run) as reused:
+        return reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(
+            work, spec.precision, spec.tolerance, out_dir, settings=spec.capture, progress=progress, stop=stop,
+            rules=spec.backends.emulation_rules, writer=run, diagnosis=True)
 
 
 # -- the steps: each takes the run's outcome so far and returns it ------------------------------------------
@@ -220,7 +236,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {counted(len(samples), 'sample')}"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
-                            every_sample=backend.name in GPU_BACKENDS, attribution=ctx.attribution, spread=f.spread)
+                            every_sample=on_gpu(backend.name), attribution=ctx.attribution, spread=f.spread)
         outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
         there = confirmed.loop
         if there is not None:  # its rounds join the record; where it decided the answer, its verdict on the rest too
@@ -228,7 +244,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
             ctx.loop.checked += there.checked
             if confirmed.report.passed:
                 ctx.loop.verified, ctx.loop.failing, ctx.loop.stopped = there.verified, there.failing, there.stopped
-        if confirmed.report.passed and not backend.check_only and confirmed.oracle is not None and there is not None:
+        if confirmed.report.passed and not check_only(backend.name) and confirmed.oracle is not None and there is not None:
             f.last_word = LastWord(confirmed.oracle, there)
     else:
         f.confirmed = Confirm(backend.name, sorted(outcome.found), passed=None, skipped=(
@@ -258,7 +274,7 @@ def _validate(ctx: RunContext, outcome: Outcome) -> Outcome:
     if outcome.found is None or not held:
         return outcome
     b, c = ctx.backends, f.confirmed
-    there = b.confirm is not None and c is not None and c.passed and not b.confirm.check_only
+    there = b.confirm is not None and c is not None and c.passed and not check_only(b.confirm.name)
     backend = b.confirm if there else b.search
     notify(ctx.progress, PhaseEvent("validate", f"{counted(len(held), 'held-out sample')} on {backend.name}"))
     f.held = check_held_out(ctx, outcome, backend)
@@ -269,7 +285,7 @@ def _answers(ctx: RunContext, outcome: Outcome) -> Outcome:
     """When the run grew its answer from a smaller one it found first (counterexamples, the probe's second search,
     held-out failures), keep both: the smaller one checked on the held-out samples (its measured failure rate)."""
     b, c = ctx.backends, ctx.findings.confirmed
-    there = b.confirm is not None and c is not None and c.passed and not b.confirm.check_only
+    there = b.confirm is not None and c is not None and c.passed and not check_only(b.confirm.name)
     ctx.findings.answers = two_answers(ctx, outcome.found, backend=b.confirm if there else b.search)
     return outcome
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from precision_doctor.data.inputs import generate_samples, load_samples, parse_val_ranges, validate_samples
+from precision_doctor.data.inputs import generate_samples, load_samples, validate_samples
 from precision_doctor.data.references import check_count
 from precision_doctor.data.samples import SampleSet
 from precision_doctor.data.workload import Workload
@@ -48,7 +48,7 @@ def _held_out(work: Workload) -> SampleSet:
     if split == 0:
         return SampleSet.of([])
     n = max(1, int(round(len(work.samples) * (split or 0.5))))
-    generated = generate_samples(work.model, n, inputs.seed + HELD_OUT_SEED_OFFSET, parse_val_ranges(inputs.val_ranges))
+    generated = generate_samples(work.model, n, inputs.seed + HELD_OUT_SEED_OFFSET, work.values.val_ranges)
     return SampleSet.of(generated, "held-out sample")
 
 

@@ -17,6 +17,7 @@ import time
 
 from precision_doctor.backends import knobs
 from precision_doctor.backends.base import Backend
+from precision_doctor.backends.registry import knob_family
 from precision_doctor.control import PhaseEvent, notify, stopped_by
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.model import Model
@@ -92,7 +93,7 @@ def search_knobs(
     own backends are closed by `owned`); see the module docstring. `budget` is what the run has left
     (evaluations over all configurations, seconds); `copies`: how many of `samples` are the search's perturbed
     copies (not counted as the user's samples)."""
-    family = knobs.knob_family(backend.name)
+    family = knob_family(backend.name)
     if family is None:
         note = f"the {backend.name} backend has no knobs: nothing was tried"
         result = KnobsResult(backend.name, [], list(answer), status=RunStatus.SKIPPED, note=note, answer=list(answer))

@@ -6,10 +6,11 @@ import datetime as _dt
 from dataclasses import dataclass, field
 
 from precision_doctor import __version__
-from precision_doctor.backends.base import check_only_name
+from precision_doctor.backends.registry import check_only
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.model import Model
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.jsonio import write_json
 from precision_doctor.measure.analysis import Analysis
@@ -116,37 +117,17 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
     model, oracle, confirm, knobs, validation = work.model, searched.oracle, checks.confirm, checks.knobs, checks.validation
     fallback = outcome.found
     final = fallback or frozenset()
-    by_knobs = knobs is not None and knobs.changed_answer  # a knob configuration made the answer smaller
-    searched_verdict = oracle.known(final) if fallback is not None else None
-    same_as_searched = (confirm is None or confirm.searched_answer == sorted(final)) and not by_knobs
-    final_verdict = checks.knob_verdict if by_knobs else checks.confirm_verdict or (
-        searched_verdict if same_as_searched else None)
+    v = _Verdicts.of(fallback, oracle, checks)
     fmt = get_format(spec.precision)
-    rounds = searched.rounds
-    from_user = work.inputs.from_user
     cm = searched.space.cost_model
     flops = cm.flops if cm is not None else {n.name: n.flops for n in model.nodes}
-    total_flops = sum(flops.values())
     return Report(
         tool="precision-doctor",
         version=__version__,
         created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        model=ModelInfo(
-            path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes),
-            candidates=len(model.candidates), total_flops=total_flops,
-            renamed_nodes=list(model.renamed_nodes),
-            unsafe_names=dict(model.unsafe_names),
-            link=produced.written.link if produced.written is not None else None,
-        ),
+        model=_model_info(model, produced, sum(flops.values())),
         precision=spec.precision, backend=searched.backend, strategy=spec.search.strategy, cost=spec.search.cost,
-        tolerance=spec.tolerance, margin=spec.search.margin,
-        # shares of the user's tolerance (the oracle checked against the tolerance scaled by 1 - margin);
-        # search and validation: of the searched answer, None when the confirmation changed it
-        tolerance_used=ToleranceUsed(
-            search=user_share(spec, searched_verdict) if same_as_searched else None,
-            validation=validation.tol_used if validation is not None else None,  # the held-out check is of the final answer
-            confirm=confirm.tolerance_used if confirm is not None and not by_knobs else None,
-        ),
+        tolerance=spec.tolerance, margin=spec.search.margin, tolerance_used=_tolerance_used(spec, checks, v),
         confirm=confirm, certified_by=checks.certified_by, target=spec.backends.target,
         emulation_rules=spec.backends.emulation_rules,
         emulation_notes=list(checks.emulation_notes),
@@ -157,13 +138,13 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         everything_fp32=bool(final) and final >= searched.space.expand(searched.space.universe),
         rounding_floor=searched.floor,
         evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
-        one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, by_knobs),
+        one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, v.by_knobs),
         elapsed_s=elapsed, timing=timing,
         samples=SampleCounts(search=len(work.samples), validation=n_validation),
         inputs=work.describe(),
         shape_groups=[ShapeGroupInfo(g.as_dict(), n, held, captured) for g, n, held, captured in work.shape_groups()],
         baseline=_checks(oracle.known(())),
-        outputs=dict(final_verdict.outputs) if final_verdict else {},
+        outputs=dict(v.final.outputs) if v.final else {},
         validation=validation, kernel_spread=checks.spread,
         first_divergence=searched.analysis.first_divergence,
         first_divergence_node=searched.analysis.first_divergence_node,
@@ -176,9 +157,52 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
         forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
         trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
         held_out_choice=promise.held_out_choice,
-        held_out_bound=held_out_measure(validation, from_user) if fallback is not None and outcome.complete else None,
-        decided_by=promise.decided_by, search_rounds=rounds, answers=promise.answers,
+        held_out_bound=held_out_measure(validation, work.inputs.from_user) if fallback is not None and outcome.complete
+        else None,
+        decided_by=promise.decided_by, search_rounds=searched.rounds, answers=promise.answers,
         input_shapes=list(shapes or []), invocation=invocation, pricing=pricing,
+    )
+
+
+@dataclass(frozen=True)
+class _Verdicts:
+    """Which verdict a report's figures are of: whether a knob configuration made the answer smaller (`by_knobs`), the
+    search oracle's verdict on the answer (`searched`), whether the final answer is the searched one
+    (`same_as_searched`), and the verdict on the final answer on the backend that decided it (`final`)."""
+
+    by_knobs: bool
+    searched: Verdict | None
+    same_as_searched: bool
+    final: Verdict | None
+
+    @classmethod
+    def of(cls, fallback: frozenset[str] | None, oracle: Oracle, checks: AnswerChecks) -> _Verdicts:
+        confirm, knobs, final = checks.confirm, checks.knobs, fallback or frozenset()
+        by_knobs = knobs is not None and knobs.changed_answer
+        searched = oracle.known(final) if fallback is not None else None
+        same = (confirm is None or confirm.searched_answer == sorted(final)) and not by_knobs
+        return cls(by_knobs, searched, same,
+                   checks.knob_verdict if by_knobs else checks.confirm_verdict or (searched if same else None))
+
+
+def _model_info(model: Model, produced: Produced, total_flops: int) -> ModelInfo:
+    return ModelInfo(
+        path=str(model.path or ""), hash=model.model_hash, nodes=len(model.nodes),
+        candidates=len(model.candidates), total_flops=total_flops,
+        renamed_nodes=list(model.renamed_nodes),
+        unsafe_names=dict(model.unsafe_names),
+        link=produced.written.link if produced.written is not None else None,
+    )
+
+
+def _tolerance_used(spec: RunSpec, checks: AnswerChecks, v: _Verdicts) -> ToleranceUsed:
+    """Shares of the user's tolerance (the oracle checked against the tolerance scaled by 1 - margin); search and
+    validation: of the searched answer, None when the confirmation changed it."""
+    validation, confirm = checks.validation, checks.confirm
+    return ToleranceUsed(
+        search=user_share(spec, v.searched) if v.same_as_searched else None,
+        validation=validation.tol_used if validation is not None else None,  # the held-out check is of the final answer
+        confirm=confirm.tolerance_used if confirm is not None and not v.by_knobs else None,
     )
 
 
@@ -188,7 +212,7 @@ def _one_minimal_checked(oracle: Oracle, fallback: frozenset[str] | None, confir
     (a knob search's answer: not checked; a confirmation that passed on a backend that decides: its own)."""
     if by_knobs:
         return False
-    if confirm is not None and confirm.passed and not check_only_name(confirm.backend):
+    if confirm is not None and confirm.passed and not check_only(confirm.backend):
         return confirm.one_minimal_checked
     return oracle.one_minimal_checked(fallback)
 

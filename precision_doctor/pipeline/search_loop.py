@@ -3,8 +3,9 @@ perturbed copies, the rounds, and their record for `--resume`.
 
 A round: the strategy searches on the oracle's working set; its answer is checked on the other search samples,
 hardest first, until a few fail; those join the working set (`Oracle.tighten`) and the next round continues from
-the answer (`auto`: grown by the nodes the failing samples' own error is attributed to until it passes, then
-what it added pruned: pipeline/growth.py; other strategies search again, with the failures memoized). The loop
+the answer where the strategy grows from one (`StrategyInfo.grow`, `auto`: grown by the nodes the failing samples'
+own error is attributed to until it passes, then what it added pruned: pipeline/growth.py; other strategies search
+again, with the failures memoized). The loop
 ends when an answer passes every search sample, or after cegis.MAX_ROUNDS rounds, or when the budget or a stop
 ends the search (then the answer is not verified on every search sample, and the report says so). The same loop
 serves the first search, the repair with failing held-out samples and the confirmation (`search`: which).
@@ -33,8 +34,7 @@ from precision_doctor.pipeline.strategy import StrategyFn, run_strategy
 from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import SearchRound, SearchRounds
 from precision_doctor.runfiles import RunDir
-from precision_doctor.search import STRATEGIES, Oracle
-from precision_doctor.search.auto import polish, repair
+from precision_doctor.search import STRATEGY_INFO, Oracle, Polish
 from precision_doctor.search.cegis import (
     COUNTEREXAMPLES,
     MAX_ROUNDS,
@@ -50,7 +50,6 @@ from precision_doctor.search.oracle import BudgetExhausted
 from precision_doctor.search.space import SearchSpace
 
 ROUNDS_LOG = "search_rounds.jsonl"
-Polish = Callable[[Oracle, SearchSpace, frozenset[str]], frozenset[str]]
 
 
 @dataclass
@@ -178,22 +177,25 @@ def start_loop(backend: Backend, samples: Sequence[Sample], refs: Sequence[dict]
 
 def grow_from(strategy: str | StrategyFn, previous: frozenset[str], attribution: Attribution | None = None,
               failing: Sequence[int] = ()) -> StrategyFn:
-    """How a round after the first continues from the previous answer: `auto` grows it until it passes and
-    prunes what it added (the loop's `polish` later owes the rest): by the nodes its failing samples (`failing`,
-    the oracle's indices) are attributed to where the run measures attributions (pipeline/growth.py), else along
-    the search's ranking (`search.auto.repair` with `keep_start`); another strategy searches again (its failures
-    stay memoized)."""
-    if strategy == "auto":
-        if attribution is not None:
-            return grow_by_attribution(attribution, previous, failing)
-        return lambda o, sp: repair(o, sp, previous, keep_start=True)
-    return STRATEGIES[strategy] if isinstance(strategy, str) else strategy
+    """How a round after the first continues from the previous answer: a strategy that grows from an answer
+    (`StrategyInfo.grow`: `auto`) grows it until it passes and prunes what it added (the loop's `polish` later owes
+    the rest): by the nodes its failing samples (`failing`, the oracle's indices) are attributed to where the run
+    measures attributions (pipeline/growth.py), else as the strategy grows (`auto`: along the search's ranking);
+    another strategy searches again (its failures stay memoized)."""
+    if not isinstance(strategy, str):
+        return strategy
+    info = STRATEGY_INFO[strategy]
+    if info.grow is None:
+        return info.fn
+    if attribution is not None:
+        return grow_by_attribution(attribution, previous, failing)
+    return info.grow(previous)
 
 
 def polish_for(strategy: str | StrategyFn) -> Polish | None:
-    """What an answer grown by `grow_from(strategy, ...)` owes once it passes every search sample: with `auto`,
-    single-member removals over all of it (`search.auto.polish`: it pruned only what each round added)."""
-    return polish if strategy == "auto" else None
+    """What an answer grown by `grow_from(strategy, ...)` owes once it passes every search sample (`StrategyInfo.polish`;
+    `auto`: single-member removals over all of it, since it pruned only what each round added)."""
+    return STRATEGY_INFO[strategy].polish if isinstance(strategy, str) else None
 
 
 Grow = Callable[[frozenset[str], Sequence[int]], StrategyFn]  # (the answer, the oracle's failing samples) -> strategy

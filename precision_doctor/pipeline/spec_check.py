@@ -1,25 +1,30 @@
-"""A RunSpec's settings checked before any work: `validate_spec(spec)` raises `SpecError` naming the setting.
+"""A RunSpec's settings checked before any work: `validate_spec(spec)` raises `SpecError` naming the setting, or
+returns a `CheckedSpec`, the spec with what its settings strings mean (the inputs' value ranges and shapes, the
+capture's keep plan), parsed once.
 
 spec.py holds the settings (their defaults, choices and upper bounds) and reads and writes them; the checks need the
-backends, the emulation rules, the strategies and the input parsers, so they live here, above all of those. The model
-and the sample files are read later (`data/workload.load_workload`). Every front end (CLI, api, batch, service)
-calls `validate_spec`; the checks run in the order below and the first one that fails is the error.
+backends (their registry), the emulation rules, the strategies and the input parsers, so they live here, above all
+of those. The model and the sample files are read later (`data/workload.load_workload`). The settings are checked
+once, at the edge: by a front end that says a refusal in its own words first (the CLI, a batch's recipes, a
+service's job creation), or by the api for a plain RunSpec (`checked`); the pipeline below takes a CheckedSpec. The
+checks run in the order below and the first one that fails is the error.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from precision_doctor.backends.ort import search_refusal
-from precision_doctor.backends.registry import check_backend_name, plan_backends
-from precision_doctor.backends.tensorrt.availability import check_engine_targets, trt_refusal
-from precision_doctor.data.inputs import parse_input_shapes, parse_val_ranges
+from precision_doctor.backends import registry
+from precision_doctor.backends.registry import AUTO, EMULATE, check_backend_name, plan_backends
+from precision_doctor.data.inputs import InputValues
 from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph.formats import FORMATS
 from precision_doctor.graph.rules import SETTING_CHOICES, resolve_rules
+from precision_doctor.graph.targets import runtime
 from precision_doctor.measure.capture import DEVICES
-from precision_doctor.search import STRATEGIES
+from precision_doctor.search import STRATEGY_INFO
 from precision_doctor.spec import (
     COMPRESSIONS,
     COSTS,
@@ -34,25 +39,39 @@ from precision_doctor.spec import (
 )
 
 
-def validate_spec(spec: RunSpec) -> RunSpec:
-    """Check every setting of `spec` (the model and input files are read later); returns `spec`, raises SpecError."""
+@dataclass(frozen=True)
+class CheckedSpec:
+    """A RunSpec whose settings `validate_spec` checked (`spec`), with what its settings strings mean, parsed there:
+    the inputs' value ranges and dynamic shapes (`inputs`) and which tensors the capture keeps (`keep`)."""
+
+    spec: RunSpec
+    inputs: InputValues
+    keep: KeepPlan
+
+
+def validate_spec(spec: RunSpec) -> CheckedSpec:
+    """Check every setting of `spec` (the model and input files are read later); raises SpecError."""
     if spec.precision.lower() not in FORMATS:
         raise SpecError("precision", f"{{precision}}: unknown precision '{spec.precision}'; choose one of: "
                         f"{', '.join(FORMATS)}")
     check_tolerance(spec.tolerance)
     _check_search(spec)
-    _check_capture(spec)
+    keep = _check_capture(spec)
     _check_backends(spec)
     _check_tensorrt(spec)
-    _check_inputs(spec)
-    return spec
+    return CheckedSpec(spec, _check_inputs(spec), keep)
+
+
+def checked(spec: RunSpec | CheckedSpec) -> CheckedSpec:
+    """`spec` checked: as it is where a front end checked it already, else by `validate_spec`."""
+    return spec if isinstance(spec, CheckedSpec) else validate_spec(spec)
 
 
 def _check_search(spec: RunSpec) -> None:
     s = spec.search
-    if s.strategy not in STRATEGIES:
+    if s.strategy not in STRATEGY_INFO:
         raise SpecError("search.strategy", f"{{search.strategy}}: unknown strategy '{s.strategy}'; choose one of: "
-                        f"{', '.join(STRATEGIES)}")
+                        f"{', '.join(STRATEGY_INFO)}")
     if s.cost not in COSTS:
         raise SpecError("search.cost", f"{{search.cost}} must be one of {', '.join(COSTS)}, got '{s.cost}'")
     if s.batch is not None and s.batch < 1:
@@ -69,7 +88,7 @@ def _check_search(spec: RunSpec) -> None:
                         f"{MAX_TIME_BUDGET_S:g}), got {s.time_budget}")
 
 
-def _check_capture(spec: RunSpec) -> None:
+def _check_capture(spec: RunSpec) -> KeepPlan:
     c = spec.capture
     if not 1 <= c.max_samples <= MAX_SAMPLES:
         raise SpecError("capture.max_samples", f"{{capture.max_samples}} must lie in [1, {MAX_SAMPLES}], "
@@ -80,9 +99,10 @@ def _check_capture(spec: RunSpec) -> None:
     if c.compression not in COMPRESSIONS:
         raise SpecError("capture.compression", f"{{capture.compression}} must be one of "
                         f"{', '.join(map(str, COMPRESSIONS))}, got {c.compression!r}")
-    KeepPlan.parse(c.keep)  # SpecError naming the setting
+    keep = KeepPlan.parse(c.keep)  # SpecError naming the setting
     if c.device not in DEVICES:
         raise SpecError("capture.device", f"{{capture.device}} must be one of {', '.join(DEVICES)}, got {c.device!r}")
+    return keep
 
 
 def _check_backends(spec: RunSpec) -> None:
@@ -90,12 +110,12 @@ def _check_backends(spec: RunSpec) -> None:
     if b.confirm_backend is not None and b.confirm_backend == b.backend:
         raise SpecError("backends.confirm_backend", "{backends.confirm_backend} must differ from {backends.backend}")
     check_backend_name(b.backend, "backends.backend")
-    if why := search_refusal(b.backend):
+    if why := registry.search_refusal(b.backend):
         raise SpecError("backends.backend", why.replace("--backend", "{backends.backend}").replace(
             "--confirm-backend", "{backends.confirm_backend}"))
     if b.confirm_backend is not None:
         check_backend_name(b.confirm_backend, "backends.confirm_backend")
-    if b.backend == "auto" and b.confirm_backend == "emulate":
+    if b.backend == AUTO and b.confirm_backend == EMULATE:
         raise SpecError("backends.confirm_backend", "{backends.backend} auto searches with the emulator: "
                         "{backends.confirm_backend} must be another backend")
     _check_target(spec)
@@ -103,7 +123,8 @@ def _check_backends(spec: RunSpec) -> None:
 
 def _check_target(spec: RunSpec) -> None:
     """The target runtime and the rules that model it: an answer for TensorRT never rests on ONNX Runtime's fusions
-    (graph/targets.py), and `trt` measures TensorRT, so it cannot find the answer for ONNX Runtime."""
+    (graph/targets.py), and a backend that measures one runtime only (`trt`: TensorRT) cannot find the answer for
+    another."""
     b = spec.backends
     if b.target not in TARGETS:
         raise SpecError("backends.target", f"{{backends.target}}: unknown target '{b.target}'; choose one of: "
@@ -117,39 +138,42 @@ def _check_target(spec: RunSpec) -> None:
         raise SpecError("backends.rules", f"{{backends.rules}} {b.rules} models ONNX Runtime's fusions "
                         f"({', '.join(rules.ort_fusions)}), which TensorRT does not make: with {{backends.target}} "
                         "tensorrt (the default) leave {backends.rules} unset, or give {backends.target} ort-cuda")
-    if b.target == "ort-cuda":
-        for setting in ("backends.backend", "backends.confirm_backend"):
-            if getattr(b, setting.split(".")[1]) in ("trt", "tensorrt"):
-                raise SpecError(setting, f"{{{setting}}} trt measures TensorRT, not the {{backends.target}} ort-cuda "
-                                "the answer is for: use ort-cuda or ort-cuda-gated, or {backends.target} tensorrt")
+    for setting in ("backends.backend", "backends.confirm_backend"):
+        info = registry.info(getattr(b, setting.split(".")[1]))
+        if info is not None and info.only_target not in (None, b.target):
+            instead = " or ".join(i.name for i in registry.listed() if i.gpu and i.only_target is None)
+            raise SpecError(setting, f"{{{setting}}} {info.name} measures {runtime(info.only_target).label}, not the "
+                            f"{{backends.target}} {b.target} the answer is for: use {instead}, or {{backends.target}} "
+                            f"{info.only_target}")
 
 
 def _check_tensorrt(spec: RunSpec) -> None:
-    """The TensorRT, knob and engine settings: `trt` refused in one line where its engines cannot run (before any
-    work, so no run directory is made), knobs refused on the emulator, engine targets parsed and checked against the
-    installed library."""
+    """The TensorRT, knob and engine settings: a backend checked early (`trt`) refused in one line where it cannot run
+    (before any work, so no run directory is made), knobs refused on the emulator, engine targets parsed and checked
+    against the installed library."""
     b = spec.backends
     for setting in ("backends.backend", "backends.confirm_backend"):
         name = b.backend if setting == "backends.backend" else b.confirm_backend
-        if name in ("trt", "tensorrt") and (why := trt_refusal()):
+        info = registry.info(name)
+        if info is not None and info.checked_early and (why := info.unavailable()):
             raise SpecError(setting, f"{{{setting}}} {name} unavailable: {why}")
-    if spec.search.knobs and (b.confirm_backend or b.backend) == "emulate":
+    if spec.search.knobs and (b.confirm_backend or b.backend) == EMULATE:
         raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs (it rounds explicitly: no "
                         "kernels to pick, no TF32); knobs are tried on ort-cuda or trt, as {backends.backend} or "
                         "{backends.confirm_backend}")
-    if spec.search.knobs and b.backend == "auto" and b.confirm_backend is None:
-        if (why := plan_backends("auto", None).no_gpu) is not None:
+    if spec.search.knobs and b.backend == AUTO and b.confirm_backend is None:
+        if (why := plan_backends(AUTO, None).no_gpu) is not None:
             raise SpecError("search.knobs", "{search.knobs}: the emulate backend has no knobs, and {backends.backend} "
                             f"auto confirms nowhere here ({why}); knobs are tried on ort-cuda or trt")
     a = spec.artifacts
     if a.engine_targets and not a.engine:
         raise SpecError("artifacts.engine_targets", "{artifacts.engine_targets} is a setting of the fixed engine: "
                         "add {artifacts.engine}")
-    if a.engine and (why := check_engine_targets(a.targets)):
+    if a.engine and (why := registry.engine_targets_refusal(a.targets)):
         raise SpecError("artifacts.engine_targets", f"{{artifacts.engine_targets}}: {why}")
 
 
-def _check_inputs(spec: RunSpec) -> None:
+def _check_inputs(spec: RunSpec) -> InputValues:
     i = spec.inputs
     if i.samples < 1:
         raise SpecError("inputs.samples", f"{{inputs.samples}} must be at least 1, got {i.samples}")
@@ -169,5 +193,4 @@ def _check_inputs(spec: RunSpec) -> None:
         raise SpecError("inputs.reference_outputs", "{inputs.reference_outputs} needs the inputs they were "
                         "computed from: give them with {inputs.files} (polygraphy --save-inputs JSON or one "
                         "file per sample) or {inputs.data_loader_script}")
-    parse_val_ranges(i.val_ranges)
-    parse_input_shapes(i.input_shapes)
+    return InputValues.parse(i)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from precision_doctor.control import EvaluationEvent, ProgressSink, StopToken, notify, stopped_by
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.results.report import TrajectoryRow
-from precision_doctor.search import STRATEGIES, Oracle
+from precision_doctor.search import STRATEGY_INFO, Oracle
 from precision_doctor.search.oracle import Budget, BudgetExhausted, Evaluation, Verdict
 from precision_doctor.search.space import SearchSpace
 from precision_doctor.spec import RunSpec, SearchSpec
@@ -20,10 +20,10 @@ StrategyFn = Callable[[Oracle, SearchSpace], Found]
 
 def run_strategy(oracle: Oracle, space: SearchSpace, strategy: str | StrategyFn,
                  stop: StopToken | None = None) -> Outcome:
-    """The outcome of a strategy (a name in STRATEGIES, or the strategy itself); a budget and a stop end it
+    """The outcome of a strategy (a name in STRATEGY_INFO, or the strategy itself); a budget and a stop end it
     early with the best passing set found so far."""
     try:
-        found = (STRATEGIES[strategy] if isinstance(strategy, str) else strategy)(oracle, space)
+        found = (STRATEGY_INFO[strategy].fn if isinstance(strategy, str) else strategy)(oracle, space)
         return Outcome(RunStatus.COMPLETE, None, found)
     except BudgetExhausted as exc:
         best = oracle.best()

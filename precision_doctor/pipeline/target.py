@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 
-from precision_doctor.backends.registry import GPU_BACKENDS, available_backends, make_backend
+from precision_doctor.backends.registry import available_backends, check_only, make_backend, on_gpu
 from precision_doctor.control import PhaseEvent, notify
 from precision_doctor.data.samples import Concat, Picked
 from precision_doctor.errors import UserError
@@ -45,7 +45,7 @@ CHECKPOINT = "other-{runtime}.jsonl"  # the other runtime's evaluations (a resum
 def measures_on_gpu(ctx: RunContext) -> bool:
     """Whether the run measured on a GPU (searched or confirmed there)."""
     plan = ctx.backends.plan
-    return plan.search in GPU_BACKENDS or plan.confirm in GPU_BACKENDS
+    return on_gpu(plan.search) or on_gpu(plan.confirm)
 
 
 def where_checked(ctx: RunContext, name: str) -> tuple[str, bool]:
@@ -145,7 +145,7 @@ def answer_for(ctx: RunContext) -> list[str]:
     target = ctx.spec.backends.target
     b, f = ctx.backends, ctx.findings
     by = b.confirm if b.confirm is not None and f.confirmed is not None and f.confirmed.passed \
-        and not b.confirm.check_only else b.search
+        and not check_only(b.confirm.name) else b.search
     lines = [f"This answer is for {runtime(target).label} (--target {target}), {how_checked(by.name, target)}"
              + (": TensorRT itself was not run." if target == TENSORRT and by.name != "trt" else ".")]
     o = f.other

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from precision_doctor.backends import knobs
+from precision_doctor.backends.registry import knob_family
 from precision_doctor.backends.tensorrt.availability import missing_library
 from precision_doctor.backends.tensorrt.library import LABELS
 from precision_doctor.errors import UserError
@@ -153,8 +154,8 @@ def _engine_for_run(run: RunDir, report: Report, fixed: Path, targets: Sequence[
     if bad := check_engine_targets(targets):
         raise UserError(f"--engine-targets: {bad}")
     k = report.knobs
-    config = knobs.config_of(knobs.knob_family(k.backend), k.best_settings) \
-        if k is not None and k.best_settings and knobs.knob_family(k.backend) == knobs.TRT else None
+    config = knobs.config_of(knobs.TRT, k.best_settings) \
+        if k is not None and k.best_settings and knob_family(k.backend) == knobs.TRT else None
     shapes: dict = profile_shapes(fixed, report.input_shapes)
     if not shapes and dynamic_inputs(fixed) and (run_dir / "inputs.json").is_file():  # a report of an older version
         from precision_doctor.data.arrayfiles import read_polygraphy_json

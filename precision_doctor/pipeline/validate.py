@@ -22,12 +22,12 @@ samples, and the stricter second search it sent answers to added nodes that did 
 from __future__ import annotations
 
 from precision_doctor.backends.base import Backend
-from precision_doctor.backends.knobs import ORT_CUDA, knob_family
+from precision_doctor.backends.knobs import ORT_CUDA
+from precision_doctor.backends.registry import knob_family
 from precision_doctor.measure.headroom import sample_checks
 from precision_doctor.measure.spread import ties
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.context import HeldOutCheck, RunContext
-from precision_doctor.pipeline.growth import grow_by_attribution
 from precision_doctor.pipeline.search_loop import grow_from, polish_for, run_loop
 from precision_doctor.pipeline.validation import validation_of
 from precision_doctor.results.report import Validation
@@ -76,8 +76,7 @@ def repair(ctx: RunContext, outcome: Outcome, validation: Validation) -> HeldOut
         oracle.switch_checkpoint(oracle.checkpoint.with_name(REPAIR_CHECKPOINT), ctx.resume)
     strategy = ctx.spec.search.strategy
     failed = list(range(first_new, first_new + len(failing)))
-    first = (grow_by_attribution(ctx.attribution, found, failed) if strategy == "auto" and ctx.attribution is not None
-             else grow_from(strategy, found))
+    first = grow_from(strategy, found, ctx.attribution, failed)
     repaired = run_loop(loop, oracle, ctx.space, first, lambda prev, f: grow_from(strategy, prev, ctx.attribution, f),
                         search="repair", stop=stop, polish=polish_for(strategy))
     validation.first_candidate = sorted(found)

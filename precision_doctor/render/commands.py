@@ -15,7 +15,7 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from precision_doctor.backends.base import check_only_name
+from precision_doctor.backends.registry import check_only
 from precision_doctor.flags import command_line, flag_args
 from precision_doctor.render.numbers import counted, fmt_short_pct
 from precision_doctor.render.wording import floor_consequence, floor_finding
@@ -178,7 +178,7 @@ def _other_steps(report: Report) -> list[tuple[NextKind | None, str, str | None]
         steps.append((None, "Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
                       "compute capability 9.0):", "./tensorrt_rtx.sh"))
     c = report.confirm
-    if c is not None and c.passed and not check_only_name(c.backend):
+    if c is not None and c.passed and not check_only(c.backend):
         steps.append((None, f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
                       "that is another one.", None))
     else:

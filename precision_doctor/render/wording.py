@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-from precision_doctor.backends.base import check_only_name
+from precision_doctor.backends.registry import check_only
 from precision_doctor.control import CaptureSizeEvent, ProgressEvent, RoundingFloorEvent
 from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.flags import flag, tolerance_flags
@@ -304,7 +304,7 @@ def confirm_sentence(report: Report) -> str | None:
         return (f"Not confirmed on {c.backend}: the confirmation stopped early ({c.status}) after "
                 f"{_q(c.evaluations)} evaluations; the answer is the searched one ({searched} nodes).")
     held = {True: "held as is", False: "failed there"}.get(c.searched_answer_passed, "was not run there")
-    if check_only_name(c.backend):
+    if check_only(c.backend):
         return (f"Checked on {c.backend} over {_q(c.samples)} samples (a plumbing check: fixed.onnx loads and runs; "
                 f"its FP16 verdicts are not FP16's, so it never removes a node): the searched answer ({searched} "
                 f"nodes) {held}; the answer is {len(report.fallback_nodes)} nodes.")

@@ -27,8 +27,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from precision_doctor.backends.base import check_only_name
-from precision_doctor.backends.registry import GPU_BACKENDS
+from precision_doctor.backends.registry import check_only, on_gpu
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.measure.bound import CONFIDENCE, METHOD, failure_rate_upper, samples_for_bound
 from precision_doctor.outcome import Growth, RunStatus, _Value
@@ -365,7 +364,7 @@ def _held_out_backend(report) -> str:
     confirm backend where it confirmed this very answer on them too (not a check-only one), else the search backend."""
     c = report.confirm
     total = report.samples.search + report.samples.validation
-    if c is not None and c.passed and not check_only_name(c.backend) and (c.samples or 0) >= total \
+    if c is not None and c.passed and not check_only(c.backend) and (c.samples or 0) >= total \
             and sorted(c.searched_answer) == sorted(report.fallback_nodes):
         return c.backend
     return report.backend
@@ -404,7 +403,7 @@ def _basis(report) -> Basis:
         notes = tuple(n for n in report.emulation_notes if n.unconfirmed) if unmeasured else ()
         return Basis(c.backend, c.gpu, c.how, c.samples, c.rules, unmeasured, notes, c.not_on_gpu, spread)
     rules = report.emulation_rules if report.backend == "emulate" else None
-    return Basis(report.backend, report.backend in GPU_BACKENDS, rules=rules)
+    return Basis(report.backend, on_gpu(report.backend), rules=rules)
 
 
 def _next(report, status: Status, quals: tuple[Qualifier, ...], claim: Claim | None, benefit: Benefit | None,

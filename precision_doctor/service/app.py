@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import traceback
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Query, Request
@@ -33,26 +34,62 @@ RETRY_AFTER_S = 5
 
 def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLauncher | None = None) -> FastAPI:
     """The app for `config`; with `supervise` its lifespan runs the workers (through `launcher`, by default
-    worker processes here)."""
+    worker processes here). The routes are registered by topic: errors, health, jobs, a job's files, pages."""
     state = StateDir(config.state_dir)
     store = Store(state.db, busy_timeout_s=API_BUSY_S)
-    supervisor = Supervisor(config, store, launcher)
+    svc = _Service(config, state, store, Supervisor(config, store, launcher), supervise)
 
     @asynccontextmanager
     async def lifespan(_: FastAPI):
         if supervise:
-            supervisor.start()
+            svc.supervisor.start()
         try:
             yield
         finally:
             if supervise:
-                supervisor.close()
+                svc.supervisor.close()
 
     app = FastAPI(title="precision-doctor", version=__version__, lifespan=lifespan,
                   description="Diagnose why an ONNX model loses accuracy in FP16/BF16: submit jobs, follow them, "
                   "read their reports. Job settings are the RunSpec JSON sections (inputs, tolerance, search, capture, "
                   "backends).")
     app.add_middleware(Guard, token=config.token, max_bytes=config.max_upload_bytes)
+    for register in (_error_handlers, _health_routes, _job_routes, _resubmit_route, _job_file_routes, _page_routes):
+        register(app, svc)
+    app.state.store, app.state.supervisor, app.state.config = store, svc.supervisor, config
+    return app
+
+
+@dataclass(frozen=True)
+class _Service:
+    """What the routes share: the daemon's settings, state directory, store and worker supervisor (`supervise`: the
+    app's lifespan runs the workers)."""
+
+    config: ServiceConfig
+    state: StateDir
+    store: Store
+    supervisor: Supervisor
+    supervise: bool
+
+    def job(self, job_id: str) -> Job:
+        """The job, or 404."""
+        job = self.store.get(job_id)
+        if job is None:
+            raise Refused(404, f"no job '{job_id}'")
+        return job
+
+    def wake(self) -> None:
+        """Tell the workers a job is waiting."""
+        if self.supervise:
+            self.supervisor.wake()
+
+
+def _no_space(detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=507, headers={"retry-after": str(RETRY_AFTER_S * 12)})
+
+
+def _error_handlers(app: FastAPI, svc: _Service) -> None:
+    """Refusals, invalid requests, a busy or full store and crashes, each as a JSON answer of one line."""
 
     @app.exception_handler(Refused)
     async def refused(_: Request, exc: Refused) -> JSONResponse:
@@ -80,21 +117,13 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
         if out_of_space(exc):
             log.error("%s %s: %s", request.method, request.url.path, one_line(exc))
-            return _no_space(f"the disk of the daemon's state directory is full ({_no_paths(one_line(exc))})")
+            return _no_space(f"the disk of the daemon's state directory is full ({svc.state.redact(one_line(exc))})")
         log.error("%s %s failed:\n%s", request.method, request.url.path, traceback.format_exc())
         return JSONResponse({"detail": "internal error (the daemon's log has the details)"}, status_code=500)
 
-    def _no_paths(text: str) -> str:
-        return state.redact(text)
 
-    def _no_space(detail: str) -> JSONResponse:
-        return JSONResponse({"detail": detail}, status_code=507, headers={"retry-after": str(RETRY_AFTER_S * 12)})
-
-    def get_job(job_id: str) -> Job:
-        job = store.get(job_id)
-        if job is None:
-            raise Refused(404, f"no job '{job_id}'")
-        return job
+def _health_routes(app: FastAPI, svc: _Service) -> None:
+    config, state, store, supervisor, supervise = svc.config, svc.state, svc.store, svc.supervisor, svc.supervise
 
     @app.get("/healthz", summary="Health: workers alive, jobs by state, the store and the disk",
              description="`ok` is false when something keeps jobs from being stored or run: `problems` says what "
@@ -122,42 +151,48 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
                 "limits": limits(config),
                 "storage": supervisor.storage.to_json() if supervise and supervisor.storage is not None else None}
 
+
+def _job_routes(app: FastAPI, svc: _Service) -> None:
+    """Submitting, listing, reading and cancelling jobs."""
+
     @app.post("/jobs", status_code=201, summary="Submit a job",
               description="JSON `{model: server path, settings, name}`, or multipart with `model` (file) or `model_path`, "
               "`inputs` / `validate_inputs` (files, repeatable), `settings` (JSON), `name`. 201 with the job.")
     async def submit(request: Request) -> JSONResponse:
         submission = await read_submission(request)
-        try:
-            job = await run_in_threadpool(create_job, submission, config, state, store,  # files, SQLite: off the loop
+        try:  # files, SQLite: off the loop
+            job = await run_in_threadpool(create_job, submission, svc.config, svc.state, svc.store,
                                           str(request.base_url).rstrip("/"))
         except OSError as exc:
             if not out_of_space(exc):
                 raise
             log.error("POST /jobs: %s", one_line(exc))
-            raise Refused(507, f"the disk of the daemon's state directory is full ({_no_paths(one_line(exc))})") from None
-        if supervise:
-            supervisor.wake()
+            raise Refused(507, f"the disk of the daemon's state directory is full ({svc.state.redact(one_line(exc))})"
+                          ) from None
+        svc.wake()
         return JSONResponse(view(job).to_json(), status_code=201, headers={"location": f"/jobs/{job.id}"})
 
     @app.get("/jobs", summary="Jobs, newest first")
     def list_jobs(state_: str | None = Query(None, alias="state"), limit: int = Query(200, ge=1, le=5000)) -> dict:
         if state_ is not None and state_ not in STATES:
             raise Refused(400, f"state must be one of {', '.join(STATES)}")
-        return {"jobs": [view(j, detail=False).to_json() for j in store.list(state_, limit)]}
+        return {"jobs": [view(j, detail=False).to_json() for j in svc.store.list(state_, limit)]}
 
     @app.get("/jobs/{job_id}", summary="One job: state, progress, result")
     def get(job_id: str) -> dict:
-        return view(get_job(job_id)).to_json()
+        return view(svc.job(job_id)).to_json()
 
     @app.delete("/jobs/{job_id}", summary="Cancel a job",
                 description="A queued job is cancelled at once (200); a running one stops at its next safe point (202).")
     def cancel(job_id: str) -> JSONResponse:
-        job = get_job(job_id)
+        job = svc.job(job_id)
         if job.terminal:
             raise Refused(409, f"job {job_id} is already {job.state}")
-        job = store.request_cancel(job_id) or job
+        job = svc.store.request_cancel(job_id) or job
         return JSONResponse(view(job).to_json(), status_code=200 if job.terminal else 202)
 
+
+def _resubmit_route(app: FastAPI, svc: _Service) -> None:
     @app.post("/jobs/{job_id}/resubmit", status_code=201, summary="Run a finished job again on its own files",
               description="JSON `{settings, name}`, both optional: `settings` the RunSpec JSON sections to change (not "
               "the files: the job's pinned copies are used). Where only the budget changes (or nothing) and the run "
@@ -165,22 +200,26 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
               "with `{job, continues, resubmitted_from}`; 409 while the job runs, 410 when its files were removed.")
     async def resubmit(job_id: str, request: Request) -> JSONResponse:
         body = await read_resubmission(request)
-        old = get_job(job_id)
+        old = svc.job(job_id)
         try:
-            job, continues = await run_in_threadpool(resubmit_job, old, body.get("settings"), body.get("name"), state,
-                                                     store)
+            job, continues = await run_in_threadpool(resubmit_job, old, body.get("settings"), body.get("name"),
+                                                     svc.state, svc.store)
         except OSError as exc:
             if not out_of_space(exc):
                 raise
-            raise Refused(507, f"the disk of the state directory {state.root} is full ({one_line(exc)})") from None
-        if supervise:
-            supervisor.wake()
+            raise Refused(507, f"the disk of the state directory {svc.state.root} is full ({one_line(exc)})") from None
+        svc.wake()
         return JSONResponse({"job": view(job).to_json(), "continues": continues, "resubmitted_from": job_id},
                             status_code=201, headers={"location": f"/jobs/{job.id}"})
 
+
+def _job_file_routes(app: FastAPI, svc: _Service) -> None:
+    """A job's report, its summary, its run directory's files and its progress events."""
+    state = svc.state
+
     @app.get("/jobs/{job_id}/report", summary="The HTML report", response_class=HTMLResponse)
     def report(job_id: str) -> FileResponse:
-        job = get_job(job_id)
+        job = svc.job(job_id)
         path = state.run_dir(job_id) / "report.html"
         if job.files_removed:
             raise Refused(410, job.files_removed)
@@ -191,7 +230,7 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
     @app.get("/jobs/{job_id}/summary", summary="The report in brief: verdict, key figures, held-out result, next steps",
              description="What the job page shows of the report, in the report's words (404 while there is no report).")
     def summary(job_id: str) -> dict:
-        job = get_job(job_id)
+        job = svc.job(job_id)
         digest = pages.report_summary(state.run_dir(job_id))
         if digest is None:
             raise Refused(404, f"job {job_id} has no report (it is {job.state})")
@@ -199,20 +238,25 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
 
     @app.get("/jobs/{job_id}/artifacts", summary="The files of a job's run directory, with their sizes")
     def artifacts(job_id: str) -> dict:
-        get_job(job_id)
+        svc.job(job_id)
         return {"artifacts": list_artifacts(state.run_dir(job_id))}
 
     @app.get("/jobs/{job_id}/artifacts/{name:path}", summary="One file of a job's run directory")
     def get_artifact(job_id: str, name: str) -> FileResponse:
-        get_job(job_id)
+        svc.job(job_id)
         path = artifact(state.run_dir(job_id), name)
         return FileResponse(path, headers={"x-content-type-options": "nosniff"})
 
     @app.get("/jobs/{job_id}/events", summary="Progress as server-sent events (`job` on each change, `end` at the end)")
     def events(job_id: str, request: Request) -> StreamingResponse:
-        get_job(job_id)
-        return StreamingResponse(job_events(store, job_id, request), media_type="text/event-stream",
+        svc.job(job_id)
+        return StreamingResponse(job_events(svc.store, job_id, request), media_type="text/event-stream",
                                  headers={"cache-control": "no-cache", "x-accel-buffering": "no"})
+
+
+def _page_routes(app: FastAPI, svc: _Service) -> None:
+    """The pages a browser reads: the job list, a job, the login form."""
+    config = svc.config
 
     @app.get("/", include_in_schema=False)
     def root() -> RedirectResponse:
@@ -222,12 +266,12 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
 
     @app.get("/ui", response_class=HTMLResponse, include_in_schema=False)
     def ui_jobs() -> HTMLResponse:
-        return HTMLResponse(pages.job_list_page(store.list(limit=200), store.counts(), csrf))
+        return HTMLResponse(pages.job_list_page(svc.store.list(limit=200), svc.store.counts(), csrf))
 
     @app.get("/ui/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
     def ui_job(job_id: str) -> HTMLResponse:
-        job = get_job(job_id)
-        summary = pages.report_summary(state.run_dir(job_id)) if job.terminal else None
+        job = svc.job(job_id)
+        summary = pages.report_summary(svc.state.run_dir(job_id)) if job.terminal else None
         return HTMLResponse(pages.job_page(job, summary, csrf))
 
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)
@@ -245,6 +289,3 @@ def create_app(config: ServiceConfig, supervise: bool = True, launcher: WorkerLa
         resp = RedirectResponse("/ui", status_code=303)
         resp.set_cookie(COOKIE, session_value(config.token), httponly=True, samesite="strict")
         return resp
-
-    app.state.store, app.state.supervisor, app.state.config = store, supervisor, config
-    return app

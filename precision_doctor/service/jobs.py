@@ -42,7 +42,7 @@ def check_settings(settings: object) -> RunSpec:
     from precision_doctor.pipeline.spec_check import validate_spec  # backends, search, rules: not at the daemon's start
 
     try:
-        return validate_spec(RunSpec.from_json({**settings, "model": _UPLOADED}))
+        return validate_spec(RunSpec.from_json({**settings, "model": _UPLOADED})).spec
     except SpecError as exc:
         raise Refused(422, str(exc), setting=exc.setting) from None
     except UserError as exc:

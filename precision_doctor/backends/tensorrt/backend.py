@@ -209,7 +209,6 @@ class TrtBackend:
     """
 
     name = "tensorrt"
-    check_only = False
 
     def __init__(
         self,
