@@ -491,7 +491,9 @@ def finish(args, models: list[dict], tasks: list[dict], t0: float) -> None:
         for t in tasks:
             log = args.out / "logs" / f"{t['id']}.log"
             f.write(f"==> {t['id']} <==\n{log.read_text(errors='replace')[-6000:] if log.is_file() else ''}\n")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
+    # TRUTH_COMMIT: the device's copy of the tree may report another HEAD than the tree it copied (the caller knows)
+    commit = os.environ.get("TRUTH_COMMIT") or subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     meta = {"command": " ".join(["python3", "bench/gpu_truth.py", *sys.argv[1:]]), "commit": commit,
             "mode": "dry run: emulator searches, ORT CPU judges" if args.dry_run else
             "GPU: ort-cuda-gated searches, ort-cuda confirms, ORT CUDA judges",

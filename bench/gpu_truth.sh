@@ -10,6 +10,7 @@
 # before", most important first; `before` only where .base/ is), TRUTH_SIZES ("24 8"), TRUTH_JOBS (7), TRUTH_ONLY
 # (comma-separated models; default all). Results: $OUT/truth.md, truth.json, logs.txt, progress.log (4 files: a call
 # brings back 8). Several calls: `python3 bench/gpu_truth.py --render call1/truth.json call2/truth.json` (later wins).
+# TRUTH_COMMIT: the commit to record (the device's copy of the tree may report another).
 # TRUTH_DRY=1: the same flow on a CPU machine (no install, gpu_truth.py --dry-run; PYTHON=.venv/bin/python).
 set -uo pipefail
 start=$(date +%s)
