@@ -134,12 +134,15 @@ def summary(rep: dict) -> dict:
             "prediction": None if not h.get("risk") else {"risk": h["risk"], "holds": h.get("holds"),
                                                            "predicted_share": h.get("predicted_share")},
             "smaller": None if not a else {"nodes": a["smaller"]["size"], "flop_share": a["smaller"].get("fp32_flop_share")},
-            "answer": rep.get("fallback_nodes")}
+            "answer": rep.get("fallback_nodes"), "kernel_spread": rep.get("kernel_spread"),
+            "timing": rep.get("timing"), "verdict_statement": rep.get("verdict")}
 
 
 # The runtime the answers are for: the one the judge runs (ONNX Runtime CUDA is the GPU runtime measured here; the
 # default target, TensorRT, cannot run on the lent machines).
 TARGET = "ort-cuda"
+# TRUTH_CAPTURE_DEVICE: the capture's device (`--capture-device`; unset: the default, auto) for the current code's runs
+CAPTURE_DEVICE = os.environ.get("TRUTH_CAPTURE_DEVICE")
 
 
 def verdict_label(line: str) -> str | None:
@@ -173,7 +176,8 @@ def run_task(task: dict) -> dict:
             "tolerance.atol": tol["atol"], "tolerance.rtol": tol["rtol"], "search.margin": 0.0, "search.augment": 0,
             "search.max_evaluations": task.get("max_evaluations"), "search.time_budget": None,
             "backends.backend": "ort-cuda-gated" if gpu else "emulate",
-            "backends.confirm_backend": "ort-cuda" if gpu else None, "backends.target": TARGET})
+            "backends.confirm_backend": "ort-cuda" if gpu else None, "backends.target": TARGET}
+            | ({"capture.device": CAPTURE_DEVICE} if CAPTURE_DEVICE else {}))
         try:
             api.diagnose(spec, run_dir, force=True, progress=lambda e: None)
         except Exception as exc:  # recorded; the table says so
@@ -193,7 +197,7 @@ def run_task(task: dict) -> dict:
         if task.get("max_evaluations"):
             cmd += ["--max-evaluations", str(task["max_evaluations"])]
         if not task.get("package_dir"):  # the code before targets searched for ONNX Runtime's kernels anyway
-            cmd += ["--target", TARGET]
+            cmd += ["--target", TARGET] + (["--capture-device", CAPTURE_DEVICE] if CAPTURE_DEVICE else [])
         env = dict(os.environ)
         if task.get("package_dir"):
             env["PYTHONPATH"] = os.pathsep.join([task["package_dir"], env.get("PYTHONPATH", "")])
