@@ -95,6 +95,8 @@ def run_session(session: ort.InferenceSession, names: Sequence[str] | None, feed
 _GPU_FAILURE = re.compile(r"CudaCall|CUDA failure|CUDA error|cudnnStatus|cublasStatus|CUBLAS_STATUS|CUDNN_STATUS|"
                           r"out of memory|Failed to allocate memory", re.I)
 
+_GPU_STATUS = re.compile(r"\b(?:CUBLAS|CUDNN)_STATUS_[A-Z_]+|cuda(?:Error)?[A-Z][A-Za-z]+|out of memory", re.I)
+
 
 class GpuRunError(UserError):
     """ONNX Runtime's CUDA provider failed while running the model (cuDNN, cuBLAS, memory): the GPU's state, not
@@ -109,7 +111,9 @@ def run_error(exc: Exception, model: Any, feed: dict) -> UserError:
         path = getattr(model, "path", model)
         where = f" at node '{node}'" if node else ""
         kind = next((k for k in ("cudnn", "cublas", "memory") if k in text.lower()), "CUDA")
-        return GpuRunError(f"{path or 'the model'}: ONNX Runtime's CUDA provider failed{where} ({kind} error): the GPU "
+        code = _GPU_STATUS.search(text)  # the library's own status, where it gives one
+        kind += " error" + (f": {code.group(0)}" if code else "")
+        return GpuRunError(f"{path or 'the model'}: ONNX Runtime's CUDA provider failed{where} ({kind}): the GPU "
                            "may be out of memory or busy with other processes; run again with the GPU to itself, or "
                            "with --backend emulate")
     m = _ORT_NODE.search(text)
