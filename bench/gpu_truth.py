@@ -251,6 +251,8 @@ def schedule(tasks: list[dict], out: Path, jobs: int, timeout_s: float, limit_s:
     """Runs `tasks` in order, `jobs` at a time; `limit_s` counts from `t0` (the harness's start)."""
     (out / "records").mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
+    for task in tasks:  # an earlier call's record in the same --out would stand in for a task cut off now
+        (out / "records" / f"{task['id']}.json").unlink(missing_ok=True)
     todo, running, last = list(tasks), {}, 0.0
     try:
         while todo or running:
