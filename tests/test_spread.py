@@ -12,6 +12,7 @@ from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.model import from_proto
 from precision_doctor.measure.spread import ALGOS, KernelSpread, kernel_spread, ties
 from precision_doctor.measure.tolerance import Tolerance
+from precision_doctor.pipeline.confirmation import MAX_SPREAD, allowance
 from precision_doctor.results.report import Report
 
 
@@ -49,3 +50,13 @@ def test_spread_and_ties_on_the_gpu():
     s = kernel_spread(model, "fp16", frozenset(case.expected), samples, refs, tol)
     assert np.isfinite(s.share) and s.share >= 0 and s.backend == "ort-cuda"
     assert len(ties(model, "fp16", frozenset(), samples, refs, tol)) == 3
+
+
+def test_the_confirmation_allows_the_fp32_graphs_noise_never_the_fp16_spread():
+    """A spread of the FP16 graph under cuDNN's algorithm choices is error a deployment gets: the confirmation allows
+    none of it (it allowed up to 2x the tolerance, and a detector's answer failed unseen samples at 1.39x); the FP32
+    graph's own run-to-run difference is noise it allows, capped."""
+    assert allowance(0.0, None) == 1.0
+    assert allowance(0.0, KernelSpread("ort-cuda", [], 4, share=1.01, fp32_repeat=0.0)) == 1.0
+    assert allowance(0.1, KernelSpread("ort-cuda", [], 4, share=0.5, fp32_repeat=0.02)) == pytest.approx(0.92)
+    assert allowance(0.0, KernelSpread("ort-cuda", [], 4, share=0.0, fp32_repeat=5.0)) == 1.0 + MAX_SPREAD

@@ -2,11 +2,14 @@
 
 cuDNN's convolution algorithm choice (ONNX Runtime's `cudnn_conv_algo_search`: EXHAUSTIVE, its default, HEURISTIC
 or DEFAULT) changes FP16 roundings: on a detector it moved the all-FP16 outputs by up to 5x the tolerance on the
-same inputs (docs/BENCHMARKS.md). A verdict within that spread is noise, not evidence: growing an answer to
-chase it adds FP32 nodes that buy nothing. So, where ONNX Runtime CUDA has the last word, the answer runs on the
-samples under each algorithm choice and the FP32 graph runs twice: `KernelSpread.share` is the largest change of a
-sample's share of the tolerance between algorithm choices, `fp32_repeat` that between the two FP32 runs. A
-sample that fails under the default choice but passes under another is a tie (`ties`), not a failure.
+same inputs (docs/BENCHMARKS.md). Where ONNX Runtime CUDA has the last word, the answer runs on the samples under
+each algorithm choice and the FP32 graph runs twice: `KernelSpread.share` is the largest change of a sample's share
+of the tolerance between algorithm choices, `fp32_repeat` that between the two FP32 runs. Only the latter is noise
+(the reference itself moves; the confirmation allows it). The FP16 spread is error a deployment gets, since
+EXHAUSTIVE may pick another algorithm in another process: the report states it, and a held-out sample that fails
+under the default choice but passes under another (`ties`) is named so, and still fails. Counting such samples as
+passing (the first version) let a detector's answer pass with 0 of 6 held-out failures and fail 2 of 16 unseen
+samples at up to 1.39x the tolerance (docs/history/gpu-truth.md).
 """
 
 from __future__ import annotations

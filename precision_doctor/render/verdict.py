@@ -102,8 +102,8 @@ def claim_sentence(st: Statement) -> str | None:
     if c is None:
         return None
     if c.measured:
-        ties = (f" ({c.ties} more failed only under ONNX Runtime's default cuDNN algorithm choice, within the GPU's "
-                "own spread)") if c.ties else ""
+        ties = (f" ({c.ties} of them {'passes' if c.ties == 1 else 'pass'} under another cuDNN algorithm choice: which "
+                f"kernels the GPU picks decides {'it' if c.ties == 1 else 'them'})") if c.ties else ""
         return (f"{c.failures} of {counted(c.samples, 'held-out sample')} of your data failed{_on(c.backend)}{ties}: on "
                 f"data like yours the answer fails on at most {fmt_rate(c.bound)} of inputs ({c.confidence:.0%} "
                 "confidence, exact bound).")

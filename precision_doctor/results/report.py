@@ -99,8 +99,9 @@ class Validation:
     """The answer checked on held-out samples, on `backend` (the one with the last word). When it failed there and
     it was repaired with them (grown by what their error is attributed to), `first_candidate` is the set that
     failed and `research`/`passed_after_research` say how that went (the repaired answer is then not validated: no
-    unseen sample is left); `ties`: held-out samples that fail under ONNX Runtime CUDA's default kernel choice but
-    pass under another (measure/spread.py), counted apart from `failing_samples`; `of` is "searched answer" where
+    unseen sample is left); `ties`: those of `failing_samples` that fail under ONNX Runtime CUDA's default kernel
+    choice but pass under another (measure/spread.py; reports before 2026-12-02 counted them apart from
+    `failing_samples`, as passing); `of` is "searched answer" where
     something changed the answer after the check (reports before the check ran last)."""
 
     passed: bool
@@ -112,7 +113,7 @@ class Validation:
     passed_after_research: bool | None = None
     of: str | None = None
     backend: str | None = None  # where the held-out samples ran (None: reports before it was recorded)
-    ties: list[int] = field(default_factory=list)  # failed under the default kernels only: within the GPU's spread
+    ties: list[int] = field(default_factory=list)  # of failing_samples: another cuDNN algorithm choice passes them
 
     @property
     def tol_used(self) -> float | None:

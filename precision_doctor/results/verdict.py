@@ -118,9 +118,9 @@ class Claim:
     very answer: `failures` of `samples` failed on `backend`, which bounds its failure rate on data like theirs at
     `bound` (`method` at `confidence`). Otherwise `unvalidated` says why, `samples` counts the samples the search
     used (all of them), `held_out` the held-out ones among them (spent, generated, or not yet checked) and
-    `earlier` what the held-out samples measured of an earlier answer before they were spent; `ties`: held-out samples
-    that failed under ONNX Runtime CUDA's default kernel choice only (another choice passes them: within the GPU's
-    own spread, measure/spread.py), not counted in `failures`."""
+    `earlier` what the held-out samples measured of an earlier answer before they were spent; `ties`: those of the
+    `failures` that another cuDNN algorithm choice passes (measure/spread.py): failures all the same, since a
+    deployment may get ONNX Runtime CUDA's default choice."""
 
     measured: bool
     samples: int
@@ -132,7 +132,7 @@ class Claim:
     unvalidated: Unvalidated | None = None
     held_out: int = 0
     earlier: Earlier | None = None
-    ties: int = 0  # held-out samples that failed only under the GPU's default kernel choice (within its own spread)
+    ties: int = 0  # of the failures: those another cuDNN algorithm choice passes
 
 
 @dataclass(frozen=True)
@@ -342,8 +342,9 @@ def _claim(report, answer: bool) -> Claim | None:
     backend = v.backend or _held_out_backend(report)
     if not failures and bound > USEFUL_BOUND:  # they passed, and say nothing useful: not a validation
         return Claim(False, v.samples, 0, bound, backend=backend, unvalidated=Unvalidated.FEW_HELD_OUT,
-                     held_out=v.samples, ties=len(v.ties))
-    return Claim(True, v.samples, failures, bound, backend=backend, ties=len(v.ties))
+                     held_out=v.samples)
+    ties = len(set(v.ties) & set(v.failing_samples))  # an earlier version's report listed them apart, as passing
+    return Claim(True, v.samples, failures, bound, backend=backend, ties=ties)
 
 
 def _none_held_out(report) -> Unvalidated:
