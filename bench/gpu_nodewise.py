@@ -22,7 +22,7 @@ node-alone output in `gpu_local`; those rows are grouped under the fusion's name
 Writes to --out: nodewise.json (every node row, per-op tables, per-set checks and timings; rewritten
 after each model; on SIGINT the model in progress is dropped and the rest is written),
 nodewise.md (the tables), fixture.npz (a few Conv/ReduceMean/HardSigmoid/... nodes' and fused
-patterns' exact inputs and the provider's FP16 outputs, for tests/test_gpu_rules.py). Imports no
+patterns' exact inputs and the provider's FP16 outputs, for tests/graph/test_gpu_rules.py). Imports no
 polygraphy. `measure_model` and `check_sets` are the library entry points. `--answers-json` takes
 the answers of bench/gpu_session_b.py's pipeline step ({model: {set name: [nodes]}}).
 """

@@ -8,7 +8,7 @@
 #                        answer judged on the others on the GPU (issue 21's scenario)
 set -uo pipefail
 source bench/gpu_install.sh || exit 1
-timeout -k 10 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_certified.py tests/test_mixed.py 2>&1 | tail -3 | tee "$OUT/gpu-tests.log"
+timeout -k 10 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends/test_certified.py tests/graph/test_mixed.py 2>&1 | tail -3 | tee "$OUT/gpu-tests.log"
 mkdir -p "$OUT/calibration" "$OUT/probe-diagnose"
 timeout -k 10 -s INT 300 python3 bench/gpu_calibration.py --zoo zoo --out "$OUT/calibration" > "$OUT/calibration/log" 2>&1
 tail -c 2500 "$OUT/calibration/log"; rm -rf "$OUT/calibration/inputs" "$OUT/calibration/run"

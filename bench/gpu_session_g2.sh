@@ -10,7 +10,7 @@
 set -uo pipefail
 source bench/gpu_install.sh || exit 1
 python3 -c "import time; t = time.time(); import matplotlib.font_manager; print(f'matplotlib font cache: {time.time() - t:.1f} s')"
-timeout -k 10 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_certified.py tests/test_mixed.py 2>&1 | tail -3 | tee "$OUT/gpu-tests.log"
+timeout -k 10 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends/test_certified.py tests/graph/test_mixed.py 2>&1 | tail -3 | tee "$OUT/gpu-tests.log"
 mkdir -p "$OUT/calibration"
 timeout -k 10 -s INT 300 python3 bench/gpu_calibration.py --zoo zoo --out "$OUT/calibration" > "$OUT/calibration/log" 2>&1
 tail -c 2500 "$OUT/calibration/log"

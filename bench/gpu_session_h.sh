@@ -18,4 +18,4 @@ calibrate() {  # $1: label
   rm -rf "$OUT/cal-$1/inputs" "$OUT/cal-$1/run/trtexec_io"
 }
 calibrate "${LABEL:-default}"
-timeout -k 10 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_certified.py tests/test_mixed.py 2>&1 | tail -3 | tee "$OUT/gpu-tests.log"
+timeout -k 10 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends/test_certified.py tests/graph/test_mixed.py 2>&1 | tail -3 | tee "$OUT/gpu-tests.log"

@@ -16,4 +16,4 @@ calibrate() {  # $1: label, $2: the directory whose precision_doctor runs
 }
 if [ -d .base/precision_doctor ]; then calibrate base "$PWD/.base"; fi
 calibrate new "$PWD"
-timeout -k 10 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_certified.py tests/test_mixed.py 2>&1 | tail -3 | tee "$OUT/gpu-tests.log"
+timeout -k 10 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends/test_certified.py tests/graph/test_mixed.py 2>&1 | tail -3 | tee "$OUT/gpu-tests.log"

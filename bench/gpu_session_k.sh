@@ -34,4 +34,4 @@ timeout -k 10 -s INT 240 python3 bench/gpu_calibration.py --zoo zoo --out "$OUT/
 python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(round(d['wall_s'],1), {k: round(v,1) for k,v in d['phases_s'].items()}, d['size'], d['passed'], d.get('unseen_ort-cuda')); print(d['steps_s'])" "$OUT/cal/gpu_calibration.json" || tail -c 1500 "$OUT/cal/log"
 find "$OUT/cal" \( -name '*.h5' -o -name '*.onnx' -o -name '*.plan' -o -name '*.npz' -o -name '*.npy' \) -delete
 rm -rf "$OUT/cal/inputs" "$OUT/cal/run/trtexec_io"
-timeout -k 10 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_certified.py tests/test_mixed.py 2>&1 | tail -3
+timeout -k 10 120 python3 -m pytest -q -m gpu -p no:cacheprovider tests/backends/test_certified.py tests/graph/test_mixed.py 2>&1 | tail -3

@@ -6,7 +6,7 @@ failing is xfail(strict), so the fix that makes it pass must also take it off th
 empty since phase 2 of issue #11). The whole catalogue (about 250 cases, 5-8 minutes on 2 cores) runs
 with PD_REPLAY=full and must fail exactly the cases known.py lists:
 
-    PD_REPLAY=full .venv/bin/python -m pytest -q tests/test_bad_inputs.py
+    PD_REPLAY=full .venv/bin/python -m pytest -q tests/e2e/test_bad_inputs.py
 """
 
 from __future__ import annotations

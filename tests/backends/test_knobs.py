@@ -85,7 +85,7 @@ def test_gpu_knobs_script_stages_and_runs_without_polygraphy(run_cli, planted_fi
     """bench/gpu_knobs.py as the lead runs it: stage a diagnose run here, run the plan where only
     onnxruntime, numpy, onnx, h5py and ml-dtypes exist (polygraphy and the CLI's packages blocked);
     on the CPU provider, where the knobs do nothing, the plumbing is what is checked."""
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]
     case, path, files = planted_file("overflow_island", n=4)
     runs = tmp_path / "runs"
     args = [a for f in files for a in ("--inputs", f)]

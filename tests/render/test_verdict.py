@@ -40,7 +40,7 @@ from precision_doctor.results.report import (
 from precision_doctor.results.verdict import NextKind, Qualifier, Status, Unvalidated, all_labels
 from precision_doctor.spec import RunSpec
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 SPLIT = HeldOutChoice("split", 6, "6 of the 30 --inputs samples are held out")
 
 

@@ -11,7 +11,7 @@ from precision_doctor.cli import app
 from precision_doctor.cli.docs import cli_markdown
 from precision_doctor.cli.options import assign_panels
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 def test_docs_cli_md_is_generated_from_the_app_and_current():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-PKG = Path(__file__).resolve().parent.parent / "precision_doctor"
+PKG = Path(__file__).resolve().parents[2] / "precision_doctor"
 LAYERS, MAX_LINES = ("pipeline", "results", "render", "service"), 60
 
 

@@ -20,7 +20,7 @@ from precision_doctor.graph.model import from_proto
 from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.planted import CASES, IR_VERSION
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from probe_models import IMAGENET, Builder, Probe, load_probes, write_manifest  # noqa: E402

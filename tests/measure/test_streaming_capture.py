@@ -30,7 +30,7 @@ from precision_doctor.measure.tolerance import Tolerance
 from precision_doctor.pipeline.compare import capture_fixed, run_compare
 from precision_doctor.spec import BackendSpec, CaptureSpec, InputSpec, RunSpec
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 RULES = BackendSpec().rules  # the default emulation rules
 
 

@@ -21,7 +21,7 @@ from precision_doctor.results.report import Report
 
 pytestmark = pytest.mark.browser
 
-FIXTURE = Path(__file__).parent / "fixtures" / "report_example.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "report_example.json"
 
 
 def _report() -> dict[str, Any]:

@@ -6,7 +6,7 @@ overflow are one-line refusals; every emitted command carries every dynamic inpu
 Where memory is the point, the CLI runs in a child process under RLIMIT_AS (LIMIT_MB of address space) and its peak
 RSS (`os.wait4`'s rusage) is asserted; the refusal's words are asserted too, so that a MemoryError that happens to
 end the run in one line does not pass for the check. The daemon's side (pinning, globs, the worker's peak memory,
-messages without server paths) is tests/test_service_bounds.py."""
+messages without server paths) is tests/service/test_service_bounds.py."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 
 from precision_doctor.results.report import SCHEMA_VERSION, Report, ReportError
 
-FIXTURE = Path(__file__).parent / "fixtures" / "report_example.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "report_example.json"
 
 
 def fixture() -> dict:

@@ -30,7 +30,7 @@ from precision_doctor.measure.capture import capture_run
 from precision_doctor.measure.fidelity import GPU_LOCAL, agreement, by_op, capture_local_with, error_stats, node_rows, ratio, ulp
 from precision_doctor.planted import CASES, IR_VERSION, OPSET
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _mixed_ops_model():

@@ -15,7 +15,7 @@ from precision_doctor.render.files import ARTIFACT_TITLES, OTHER_FILES, files
 from precision_doctor.results.rundir import BOOKKEEPING, RUN_OUTPUTS
 from precision_doctor.spec import RunSpec
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 # files only some runs write, described through their report.json artifact (render/files.ARTIFACT_TITLES)
 BY_ARTIFACT = {"fixed.plan": "engine", "knobs": "knob_checkpoints", "named.onnx": "named_onnx"}
 

@@ -70,7 +70,7 @@ def test_if_node_is_one_fp32_unit_end_to_end(tmp_path):
 
     # Range [-1, 1.3]: samples take both branches (sum(x) > 0 and < 0).
     # The standard rule: with ort-cuda's, ORT fuses big_matmul and rescale into FusedMatMul(alpha=1/1000),
-    # whose FP32 accumulator never overflows, and nothing needs FP32 (tests/test_fusions.py).
+    # whose FP32 accumulator never overflows, and nothing needs FP32 (tests/graph/test_fusions.py).
     spec = RunSpec(str(path), inputs=InputSpec(samples=4, seed=0, val_ranges=("[-1,1.3]",)),
                    tolerance=Tolerance(1e-2, 1e-2), backends=BackendSpec(rules="standard"),
                    capture=CaptureSpec(keep="all"),  # the test reads the If's output from the capture

@@ -11,7 +11,7 @@ from precision_doctor.control import EvaluationEvent, LoadedEvent, PhaseEvent
 from precision_doctor.pipeline.heldout_policy import plan_held_out
 from precision_doctor.words import counted
 
-SOURCE = Path(__file__).resolve().parent.parent / "precision_doctor"
+SOURCE = Path(__file__).resolve().parents[2] / "precision_doctor"
 VERDICT_WORDS = {"render/wording.py"}  # the verdict's sentences: rebuilt as one typed statement (issue 34)
 
 

@@ -31,7 +31,7 @@ from precision_doctor.graph.model import load_model
 from precision_doctor.results import commands, emit
 from precision_doctor.results.commands import EmitOptions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOL = ["--atol", "1e-2", "--rtol", "1e-2"]
 
 

@@ -26,7 +26,7 @@ import pytest
 from precision_doctor import planted
 from precision_doctor.results.report import Report
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 POLYGRAPHY = shutil.which("polygraphy", path=str(BIN))
 PD = shutil.which("precision-doctor", path=str(BIN))

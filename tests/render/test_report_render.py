@@ -20,7 +20,7 @@ from precision_doctor.render.wording import why
 from precision_doctor.results.report import Report
 from precision_doctor.runfiles import RunDir
 
-FIXTURE = Path(__file__).parent / "fixtures" / "report_example.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "report_example.json"
 
 
 @pytest.fixture()

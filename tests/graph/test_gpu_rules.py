@@ -21,7 +21,7 @@ from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.graph.rules import PROFILES, RULES, matrix_reduction, resolve_rules
 from precision_doctor.planted import IR_VERSION
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 h = np.float16
 
 

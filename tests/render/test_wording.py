@@ -1,6 +1,6 @@
 """The sentences the front ends share (render/wording.py, render/verdict.py) and the typed outcomes (outcome.py): each
 kind of result has one label, every front end says it in the same words, and the enums' JSON is the strings
-report.json always held. tests/test_verdict.py renders every status in every front end."""
+report.json always held. tests/render/test_verdict.py renders every status in every front end."""
 
 from __future__ import annotations
 
