@@ -43,7 +43,6 @@ import onnx
 import onnxruntime as ort
 from _common import fmt as _fmt
 from _common import loadavg
-from fidelity_fixture import fixture_entries, pattern_entries, write_fixture
 
 from precision_doctor import control, planted
 from precision_doctor.backends.emulate import EmulateBackend
@@ -74,6 +73,7 @@ from precision_doctor.measure.fidelity import (
     run_name,
     with_observed_shapes,
 )
+from precision_doctor.measure.node_fixture import fixture_entries, pattern_entries, write_fixture
 from precision_doctor.measure.tolerance import Tolerance, check_all, merge
 
 DEFAULT_RULES = ",".join([STANDARD, *RULES, "ort-cuda-nodes", "ort-cuda"])

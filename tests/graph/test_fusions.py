@@ -317,9 +317,8 @@ def test_fused_pattern_fixture_replays(tmp_path):
     """A fused-pattern fixture (what bench/gpu_nodewise.py writes from the GPU, here a synthetic provider
     computing ORT's QuickGelu kernel): the pattern replays through the rules; ort-cuda reproduces it, the
     standard rule does not."""
-    from fidelity_fixture import check_rules, write_fixture
-
     from precision_doctor.graph.fusions import pattern_model
+    from precision_doctor.measure.node_fixture import check_rules, write_fixture
 
     model = from_proto(_silu_model())
     site = find_sites(model, FP16, (FUSIONS["quickgelu-fp16"],))["silu_mul"]

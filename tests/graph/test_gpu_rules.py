@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from fidelity_fixture import check_rules, write_fixture
 from onnx import TensorProto, helper, numpy_helper
 from test_emulation_rule import SPECIALS, _compare, _masks
 
@@ -19,6 +18,7 @@ from precision_doctor.graph.formats import FP16
 from precision_doctor.graph.model import from_proto
 from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.graph.rules import PROFILES, RULES, matrix_reduction, resolve_rules
+from precision_doctor.measure.node_fixture import check_rules, write_fixture
 from precision_doctor.planted import IR_VERSION
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"

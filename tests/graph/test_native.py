@@ -14,7 +14,6 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from fidelity_fixture import fixture_entries, read_fixture, replay, write_fixture
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.backends.ort_gated import OrtGatedBackend
@@ -28,6 +27,7 @@ from precision_doctor.graph.native import GATE_PREFIX, gated_native_graph, nativ
 from precision_doctor.graph.ort_session import make_session, with_outputs
 from precision_doctor.measure.capture import capture_run
 from precision_doctor.measure.fidelity import GPU_LOCAL, agreement, by_op, capture_local_with, error_stats, node_rows, ratio, ulp
+from precision_doctor.measure.node_fixture import fixture_entries, read_fixture, replay, write_fixture
 from precision_doctor.planted import CASES, IR_VERSION, OPSET
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -13,11 +13,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from fidelity_fixture import read_fixture, subgraph_model
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.graph.model import from_proto
 from precision_doctor.graph.ort_session import make_session, with_outputs
+from precision_doctor.measure.node_fixture import read_fixture, subgraph_model
 from precision_doctor.planted import CASES, IR_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
