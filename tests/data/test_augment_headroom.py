@@ -1,10 +1,10 @@
-"""Augmentation, headroom figures and image-like inputs: the reusable mechanisms of issue #9."""
+"""Augmentation and headroom figures: the reusable mechanisms of issue #9 (its image-like renders are bench/'s,
+checked by bench/self_check.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from natural_images import natural_image, natural_images_nchw
 
 from precision_doctor import planted
 from precision_doctor.backends.emulate import EmulateBackend
@@ -80,14 +80,3 @@ def test_sample_shares_on_a_planted_case():
     assert len(low) == 3 and min(x.share for x in low) > 1.0 and max(x.share for x in fixed) < 1.0
     assert not any(x.passed for x in low) and all(x.passed for x in fixed)  # the defect fails every sample, the fix none
 
-
-def test_natural_images_look_like_images():
-    a, b = natural_image(64, 80, 0), natural_image(64, 80, 0)
-    np.testing.assert_array_equal(a, b)
-    assert a.shape == (64, 80, 3) and a.dtype == np.float32 and 0 <= a.min() and a.max() <= 1
-    assert np.allclose(a * 255, np.round(a * 255), atol=1e-3)  # on the 8-bit grid
-    # neighbouring pixels are strongly correlated (uniform noise: about 0)
-    corr = np.corrcoef(a[:, :-1, 0].ravel(), a[:, 1:, 0].ravel())[0, 1]
-    assert corr > 0.8
-    batch = natural_images_nchw(2, 32, 48, seed=5)
-    assert batch[0].shape == (1, 3, 32, 48) and not np.array_equal(batch[0], batch[1])

@@ -1,4 +1,4 @@
-"""GPU session B, the pipeline step: the default pipeline on the zoo, and whether its answers hold on
+"""The default pipeline on the GPU: the default pipeline on the zoo, and whether its answers hold on
 the GPU on the samples searched and on unseen ones; one gated-GPU evaluation beside a session rebuild.
 
 1. `precision-doctor batch ZOO --target ort-cuda` with the defaults (`--backend auto`: the emulator with the `ort-cuda`
@@ -13,8 +13,8 @@ the GPU on the samples searched and on unseen ones; one gated-GPU evaluation bes
    session, a fallback set is a feed) beside building a new mixed-graph session for the set and
    running it, on three fallback sets.
 
-    python3 bench/gpu_session_b.py --zoo zoo --out $OUT                 # on the GPU (gpu_session_b.sh)
-    python bench/gpu_session_b.py --zoo zoo --cpu --out DIR -- --only silero-vad-16k   # plumbing, CPU
+    python3 bench/gpu_pipeline.py --zoo zoo --out $OUT                  # on the GPU (bench/gpu.sh pipeline)
+    python bench/gpu_pipeline.py --zoo zoo --cpu --out DIR -- --only silero-vad-16k    # plumbing, CPU
 
 Writes to --out: pipeline.json (everything), pipeline.md (the tables), answers.json ({"zoo:NAME":
 {"default answer": [...], "searched answer": [...]}}: what bench/gpu_nodewise.py --answers-json
