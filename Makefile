@@ -25,7 +25,7 @@ test: $(STAMP)
 badinputs: $(STAMP)  # the bad-input replay (issue #11): a table of failures by class, ~3 min on 2 cores
 	$(BIN)/python tests/badinputs --jobs 2
 
-docs: $(STAMP)  # docs/cli.md from the program (tests/test_cli_docs.py fails when it is stale)
+docs: $(STAMP)  # docs/cli.md from the program (tests/cli/test_cli_docs.py fails when it is stale)
 	$(BIN)/python -m precision_doctor.cli.docs > docs/cli.md
 
 screenshots: $(STAMP)  # docs/img/*.png: report.html, /ui and job pages in headless Chromium (needs `chromium`)

@@ -1,4 +1,4 @@
-"""Driving search strategies side by side on one oracle setup (the way tests/test_search.py does)."""
+"""Driving search strategies side by side on one oracle setup (the way tests/search/test_search.py does)."""
 
 from __future__ import annotations
 

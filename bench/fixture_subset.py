@@ -11,7 +11,8 @@ import io
 from pathlib import Path
 
 import numpy as np
-from fidelity_fixture import read_fixture, write_fixture
+
+from precision_doctor.measure.node_fixture import read_fixture, write_fixture
 
 
 def _compressed(entry) -> int:

@@ -22,9 +22,9 @@ node-alone output in `gpu_local`; those rows are grouped under the fusion's name
 Writes to --out: nodewise.json (every node row, per-op tables, per-set checks and timings; rewritten
 after each model; on SIGINT the model in progress is dropped and the rest is written),
 nodewise.md (the tables), fixture.npz (a few Conv/ReduceMean/HardSigmoid/... nodes' and fused
-patterns' exact inputs and the provider's FP16 outputs, for tests/test_gpu_rules.py). Imports no
+patterns' exact inputs and the provider's FP16 outputs, for tests/graph/test_gpu_rules.py). Imports no
 polygraphy. `measure_model` and `check_sets` are the library entry points. `--answers-json` takes
-the answers of bench/gpu_session_b.py's pipeline step ({model: {set name: [nodes]}}).
+the answers of bench/gpu_pipeline.py's pipeline step ({model: {set name: [nodes]}}).
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ import onnx
 import onnxruntime as ort
 from _common import fmt as _fmt
 from _common import loadavg
-from fidelity_fixture import fixture_entries, pattern_entries, write_fixture
 
 from precision_doctor import control, planted
 from precision_doctor.backends.emulate import EmulateBackend
@@ -74,6 +73,7 @@ from precision_doctor.measure.fidelity import (
     run_name,
     with_observed_shapes,
 )
+from precision_doctor.measure.node_fixture import fixture_entries, pattern_entries, write_fixture
 from precision_doctor.measure.tolerance import Tolerance, check_all, merge
 
 DEFAULT_RULES = ",".join([STANDARD, *RULES, "ort-cuda-nodes", "ort-cuda"])
@@ -425,7 +425,7 @@ def main() -> None:
     ap.add_argument("--metric", default="max_abs", choices=["max_rel", "max_ulp", "max_abs", "rel_l2"])
     ap.add_argument("--answers", type=Path, action="append", default=[], help="a batch output folder (repeatable)")
     ap.add_argument("--answers-json", type=Path, action="append", default=[],
-                    help="answers as JSON {model: {set name: [nodes]}} (bench/gpu_session_b.py pipeline; repeatable)")
+                    help="answers as JSON {model: {set name: [nodes]}} (bench/gpu_pipeline.py pipeline; repeatable)")
     ap.add_argument("--random-sets", type=int, default=2, help="random fallback sets per model in the set checks")
     ap.add_argument("--no-sets", action="store_true", help="skip the set checks and timings")
     ap.add_argument("--fixture-per-op", type=int, default=2)

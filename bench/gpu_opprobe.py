@@ -22,7 +22,7 @@ optimized all-FP16 graph on each provider (which fusions it made).
 
 Writes to --out (3 files): opprobe.json (everything; rewritten after each model; on SIGINT the model in
 progress is dropped and the rest is written), opprobe.md (the tables), fixture.npz (a few nodes of every op
-type with their exact inputs and the provider's FP16 outputs, `bench/fidelity_fixture.py`'s format, so the
+type with their exact inputs and the provider's FP16 outputs, `precision_doctor/measure/node_fixture.py`'s format, so the
 rules can be replayed offline: `check_rules(path, FP16, rule)`). Imports no polygraphy.
 """
 
@@ -41,7 +41,6 @@ import onnx
 import onnxruntime as ort
 from _common import fmt as _fmt
 from _common import loadavg
-from fidelity_fixture import write_fixture
 from gpu_nodewise import measure_model, providers_for
 from probe_models import load_probes
 
@@ -53,6 +52,7 @@ from precision_doctor.graph.mixed import build_mixed
 from precision_doctor.graph.model import Model, from_proto
 from precision_doctor.graph.rules import PROFILES, RULES, resolve_rules
 from precision_doctor.measure.fidelity import STANDARD, by_op, error_stats
+from precision_doctor.measure.node_fixture import write_fixture
 from precision_doctor.measure.tolerance import Tolerance, check_all
 
 NODE_LABELS = [STANDARD, *RULES, "ort-cuda-nodes", "ort-cuda"]

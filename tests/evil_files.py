@@ -1,7 +1,7 @@
 """Files an attacker (or a careless colleague) hands over, as issue 19's tester made them: HDF5 samples that read
 other files, allocation bombs, models whose node names are shell commands or not UTF-8; and issue 32's: wide text
 dtypes that few elements make gigabytes of, files declaring a million samples each, leading dimensions of zero or
-below. Shared by tests/test_security_files.py, tests/test_bounded_inputs.py and the bad-input replay's fixtures."""
+below. Shared by tests/cli/test_security_files.py, tests/data/test_bounded_inputs.py and the bad-input replay's fixtures."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """docs/cli.md, generated from the typer app: every command, its options in their help panels, each option's
 value, default and help, exactly as `--help` has them. `python -m precision_doctor.cli.docs > docs/cli.md`
-(`make docs`) writes it; tests/test_cli_docs.py fails when the file is stale."""
+(`make docs`) writes it; tests/cli/test_cli_docs.py fails when the file is stale."""
 
 from __future__ import annotations
 

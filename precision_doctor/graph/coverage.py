@@ -87,7 +87,7 @@ H100_AND_H200 = f"{H100_ZOO}; {H200_PROBES}"
 MISMATCH = 1.1  # above this factor an op type is a measured mismatch (probe-ops' threshold)
 
 # Op types whose FP16 nodes were measured one by one, each reproduced by the standard rule or an ort-cuda rule
-# (bit for bit on 99% of the elements, node fixtures replayed in tests/test_gpu_rules.py), or not (factor).
+# (bit for bit on 99% of the elements, node fixtures replayed in tests/graph/test_gpu_rules.py), or not (factor).
 MEASURED: dict[str, Measured] = {
     **{op: Measured(H100_ZOO) for op in (
         "BatchNormalization", "Cast", "Concat", "ConstantOfShape", "MaxPool", "Pad", "Split", "Unsqueeze")},

@@ -15,7 +15,7 @@ compute in the low type, so running them on the CUDA provider shows what the GPU
   With `units` (`fusion_units`: the nodes ONNX Runtime's optimizer fuses, each site whole), a unit is one `If`
   on the And of its members' gates: its then branch holds every member in the low type with no Cast between them,
   so that the optimizer fuses them there as in the deployed graph (ONNX Runtime optimizes If subgraphs: a
-  decomposed LayerNorm in a then branch becomes LayerNormalization, tests/test_target.py); its else branch gates
+  decomposed LayerNorm in a then branch becomes LayerNormalization, tests/graph/test_target.py); its else branch gates
   each member on its own as above. Exact for every set where all of a unit's members are low precision and where
   a fusion needs all of them (LayerNorm, Gelu, QuickGelu, Conv+BatchNormalization, Gemm); a set keeping part of a
   FusedMatMul site in FP32 loses the part of that fusion ONNX Runtime would still make. A unit reads its inputs

@@ -13,7 +13,7 @@ emulator's rules, the GPU's measurement and the answer follow the runtime that w
   disabled (TensorRT's runtime does not run on the H100/H200 lent here; TensorRT-RTX refuses compute capability 9.0):
   every node its own kernel. Not the basic level: ONNX Runtime 1.32 fuses a decomposed LayerNorm into the ONNX
   LayerNormalization op at the basic level when the model's opset has it (17 or later; checked on the CPU here,
-  tests/test_target.py), at the extended level below 17.
+  tests/graph/test_target.py), at the extended level below 17.
 - `ort-cuda`: the `ort-cuda` profile (ONNX Runtime's CUDA kernels and graph optimizer, measured on an H100 and an
   H200); measured on ONNX Runtime CUDA at ORT_ENABLE_ALL, the level deployments use, with the gated search graph
   keeping each fusion site whole (`graph/native.gated_native_graph`'s units).
@@ -73,7 +73,7 @@ _TRT_FACTS = (
     Fact("TensorRT-RTX 1.7.1's builder gives that warning when it builds a fixed.onnx whose decomposed LayerNorm is "
          "FP16 ('Running layernorm after self-attention with FP16 Reduce or Pow may cause overflow. Forcing Reduce or "
          "Pow Layers in FP32 precision, or exporting the model to use INormalizationLayer ...')", "measured",
-         "on this project's CPU machine, tests/test_target.py"),
+         "on this project's CPU machine, tests/graph/test_target.py"),
     Fact("each of those FP16 layers (and every other FP16 layer) rounds its inputs and output and computes in FP32 "
          "between (the standard rule); whether TensorRT fuses them into one kernel, and the width and order of its "
          "accumulations, are not documented", "modelled"),
@@ -85,7 +85,7 @@ _TRT_FACTS = (
 _ORT_FACTS = (
     Fact("the node rules of the ort-cuda profile (conv-bias-fp16, reducemean-fp16-sum, hardsigmoid-fma, "
          "leakyrelu-fp16, hardswish-fp16, gelu-tanh-fp16) reproduce ONNX Runtime 1.31's CUDA kernels", "measured",
-         "node fixtures of an H100 and an H200, tests/test_gpu_rules.py"),
+         "node fixtures of an H100 and an H200, tests/graph/test_gpu_rules.py"),
     Fact("ONNX Runtime's optimizer at ORT_ENABLE_ALL fuses neighbouring FP16 nodes (LayerNormalization, Gelu, "
          "QuickGelu, FusedMatMul, Gemm, Conv+BatchNormalization folding) and the fused kernels round once",
          "documented", "onnxruntime core/optimizer/*_fusion.cc; the fused kernels measured on the H100/H200"),

@@ -442,7 +442,7 @@ def local_errors(
     """Each candidate node's local error on `samples`: the node alone in low precision (format `fmt`, emulation
     `rules`; at a fusion site the fused kernel), fed the exact FP32 inputs, against its FP32 output, over every
     sample (the worst of its floating outputs, by relative L2 error: a layer table's `local_*` columns; the numbers
-    the capture computes for the same samples, tests/test_streaming_capture.py). For attributing a failing sample's
+    the capture computes for the same samples, tests/measure/test_streaming_capture.py). For attributing a failing sample's
     error to nodes: e.g. `local_errors(model, fmt, [failing], rules=spec.backends.rules)`, then the nodes whose
     local error on it is largest.
 

@@ -10,6 +10,6 @@ Run the whole catalogue (about 2-3 minutes on 2 cores):
 Each case checks: the exit code (2 for bad input, or the right verdict), stderr is one line (plus
 at most a log-path line) with no traceback, the message names the flag, file or tensor at fault,
 and every file that existed before the run is byte-identical afterwards. `known.py` lists the
-cases that fail on today's code and the module that must change for each; tests/test_bad_inputs.py
+cases that fail on today's code and the module that must change for each; tests/e2e/test_bad_inputs.py
 holds the replay to that list.
 """

@@ -762,7 +762,7 @@ def bytes_cases() -> list[Case]:
 
 def service_cases() -> list[Case]:
     """`serve` settings refused before the daemon starts, and `submit` settings refused before it sends
-    anything (issue 19); the API's own refusals are tests/test_service_security.py's."""
+    anything (issue 19); the API's own refusals are tests/service/test_service_security.py's."""
     W_SERVE = "service/daemon.py check (+ service/auth.py token_problem): one line, exit 2, before the state dir"
     serve = ["serve", "--state-dir", "s"]
     out = [case(f"serve/{flag.lstrip('-')}={value}", *serve, flag, value, names=[flag], check=no_dir("s"),

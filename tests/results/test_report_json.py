@@ -1,0 +1,84 @@
+"""The typed Report: report.json's keys and values both ways; malformed files give one line naming the key."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pytest
+
+from precision_doctor.results.report import SCHEMA_VERSION, Report, ReportError
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "report_example.json"
+
+
+def fixture() -> dict:
+    return json.loads(FIXTURE.read_text(encoding="utf-8"))
+
+
+def contains(big, small) -> bool:
+    """Whether every key of `small` (at any depth) is in `big` with the same value."""
+    if isinstance(small, dict):
+        return isinstance(big, dict) and all(k in big and contains(big[k], v) for k, v in small.items())
+    if isinstance(small, list):
+        return isinstance(big, list) and len(big) == len(small) and all(map(contains, big, small))
+    return big == small
+
+
+def test_reads_a_report_without_schema_version_and_keeps_its_values():
+    data = fixture()
+    assert "schema_version" not in data and "margin" not in data  # written before either existed
+    rep = Report.from_json(data)
+    assert rep.schema_version == SCHEMA_VERSION and rep.margin == 0.0 and rep.confirm is None
+    out = rep.to_json()
+    assert contains(out, data)  # every key it had, with the same values ("inf" stays "inf")
+    assert list(out)[0] == "schema_version"
+    assert Report.from_json(out).to_json() == out
+
+
+@pytest.mark.parametrize("data, words", [
+    ({}, "missing key 'status'"),
+    ([1, 2], "expected a JSON object, got list"),
+    ("report", "expected a JSON object, got str"),
+])
+def test_not_a_report(data, words):
+    with pytest.raises(ReportError, match=words) as exc:
+        Report.from_json(data, "run/report.json")
+    assert str(exc.value).startswith("run/report.json: ") and "\n" not in str(exc.value)
+
+
+@pytest.mark.parametrize("change, key", [
+    (lambda d: d.pop("evaluations"), "evaluations"),
+    (lambda d: d.update(evaluations="many"), "evaluations"),
+    (lambda d: d.update(passed="yes"), "passed"),
+    (lambda d: d["tolerance"].update(atol=-1), "tolerance"),
+    (lambda d: d["layers"][3].update(score=[1]), "layers[3].score"),
+    (lambda d: d["trajectory"][2].pop("step"), "trajectory[2].step"),
+    (lambda d: d["outputs"]["logits"].update(max_abs="big"), "outputs.logits.max_abs"),
+    (lambda d: d.update(validation={"passed": True}), "validation.samples"),
+    (lambda d: d.update(fallback_nodes="a,b"), "fallback_nodes"),
+])
+def test_malformed_key_is_named(change, key):
+    data = copy.deepcopy(fixture())
+    change(data)
+    with pytest.raises(ReportError) as exc:
+        Report.from_json(data, "r.json")
+    assert f"'{key}'" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_cli_reads_malformed_files_in_one_line(run_cli, tmp_path):
+    cases = {"empty": "{}", "list": "[]", "truncated": FIXTURE.read_text()[:500], "missing": None}
+    for name, text in cases.items():
+        d = tmp_path / name
+        d.mkdir()
+        if text is not None:
+            (d / "report.json").write_text(text)
+        for cmd in (("report", d), ("emit", d, "--format", "json")):
+            code, out, err = run_cli(*cmd)
+            assert code == 2 and "Traceback" not in err and len(err.strip().splitlines()) == 1, (name, cmd, err)
+            assert str(d) in err
+    code, _, err = run_cli("report", tmp_path / "truncated")
+    assert "not valid JSON" in err
+    code, _, err = run_cli("report", tmp_path / "empty")
+    assert "missing key 'status'" in err
