@@ -155,13 +155,17 @@ def test_sigterm_stops_the_token_like_ctrl_c_and_the_handlers_come_back():
     back; a handler someone else installed is left alone."""
     from precision_doctor.control import Stopped, signals_stop
 
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    token = StopToken()
-    with pytest.raises(Stopped, match="SIGTERM"), signals_stop(token):
-        signal.raise_signal(signal.SIGTERM)
-    assert token.stopped and token.reason == "terminated (SIGTERM)"
-    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # a process's own SIGTERM handling as a fresh CLI process has it (an earlier test's ray.init installs its own)
+    before = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        token = StopToken()
+        with pytest.raises(Stopped, match="SIGTERM"), signals_stop(token):
+            signal.raise_signal(signal.SIGTERM)
+        assert token.stopped and token.reason == "terminated (SIGTERM)"
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
     def theirs(signum, frame):
         seen.append(signum)
