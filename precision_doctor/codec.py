@@ -9,7 +9,7 @@ ignored (computed keys, a newer writer's). Every error is a `BadValue` whose mes
 (`bad key 'pricing.answer.casts': expected an integer, got 'x'`, `missing key 'status'`); a `UserError`
 raised by a constructor (a validating `__post_init__`) becomes one for the object's path.
 
-Where a file's JSON is not the plain mapping (renamed, computed or left-out keys, legacy forms, a lenient
+Where a file's JSON is not the plain mapping (renamed, computed or left-out keys, a checked value, a lenient
 reader's fallback), a `Codec` is given a `Hook` per class saying exactly that.
 """
 

@@ -4,22 +4,22 @@
 `fallback_nodes`, `passed`, `evaluations`, `elapsed_s`, `strategy`, `precision`, `backend`,
 `tolerance`, ...), plus `schema_version` and `verdict`; non-finite numbers become "inf", "-inf", "nan". What the run
 means (`passed`, `verdict`) is derived from the rest (`Report.statement`, results/verdict.py), never read back.
-`Report.from_json()` reads those files, also ones written before `schema_version` existed (absent optional keys take
-their defaults), refuses one of a newer schema in one line, and raises UserError naming the key for a malformed one.
-Both go through
-`REPORT_JSON` (codec.py): each class is its fields, except where a hook at the end of this module says otherwise.
+`Report.from_json()` reads files of this `SCHEMA_VERSION` only: one of another version (or none: written before versions)
+is refused in one line saying what to do (no migration: the tool is unreleased), and a malformed one names the key.
+Both go through `REPORT_JSON` (codec.py): each class is its fields, except where a hook at the end of this module says
+how it is written (or checks a value).
 """
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from precision_doctor.codec import BadValue, Codec, Hook, mapping
-from precision_doctor.costs import AnswerCost, DeployLatency, FrontierPoint, GroupUse, Tradeoff
+from precision_doctor.costs import AnswerCost, DeployLatency, GroupUse, Tradeoff
 from precision_doctor.errors import UserError
 from precision_doctor.graph.coverage import EmulationNote
 from precision_doctor.graph.shapes import InputShape
@@ -32,8 +32,7 @@ from precision_doctor.results.verdict import Statement, answered, statement
 from precision_doctor.spec import RunSpec
 
 # 2: `passed` is derived from the statement (the perturbed-copy prediction no longer decides it; a run that stopped
-# early is no pass) and `verdict` holds the statement. A file of version 1 (or without one) reads the same way: its
-# `passed` is derived again, as every front end derives it.
+# early is no pass) and `verdict` holds the statement. Files of another version are refused (`_report`).
 SCHEMA_VERSION = 2
 REPORT = "report.json"
 REQUIRED = ("status", "passed", "fallback_nodes", "evaluations", "elapsed_s", "strategy", "precision", "backend",
@@ -41,7 +40,12 @@ REQUIRED = ("status", "passed", "fallback_nodes", "evaluations", "elapsed_s", "s
 
 
 class ReportError(UserError):
-    """A report.json that cannot be read; the message names the file and the key."""
+    """A report.json that cannot be read; the message names the file and the key (`reason`: the message without
+    the file, for a front end that does not show its paths)."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason or message
 
 
 # -- pieces ------------------------------------------------------------------------------------------
@@ -673,7 +677,7 @@ class Report:
         try:
             return _report(data)
         except BadValue as exc:
-            raise ReportError(f"{source}: {exc}") from None
+            raise ReportError(f"{source}: {exc}", str(exc)) from None
 
     @classmethod
     def load(cls, path: str | Path) -> Report:
@@ -704,16 +708,10 @@ def _pick(d: dict, keys: tuple[str, ...]) -> dict:
     return {k: d[k] for k in keys}
 
 
-def _defaults(**values: Any):
-    """An `into` hook: keys older files may lack, read as `values` (the fields have no default)."""
-    return lambda d, path: {**values, **d}
-
-
 _CONFIRM_KEYS = ("backend", "samples", "perturbed_copies", "searched_answer", "searched_answer_passed",
                  "pruned_searched", "pruned_added", "passed", "status", "evaluations", "memo_hits",
                  "one_minimal_checked", "tolerance_used", "trajectory")
 _VALIDATION_IF_SET = ("first_candidate", "research", "passed_after_research", "of", "backend")
-_CHECK_NUMBERS = tuple(f.name for f in fields(OutputCheck) if f.name not in ("passed", "mismatches", "size"))
 
 
 def _report_out(r: Report, d: dict) -> dict:
@@ -726,29 +724,6 @@ def _report_out(r: Report, d: dict) -> dict:
         if k == "reason":
             out.update(passed=st.passed, verdict=REPORT_JSON.to_json(st.to_json()))
     return out
-
-
-def _report_in(d: dict, path: str) -> dict:
-    version = d.get("schema_version", 1)
-    if type(version) is not int or version > SCHEMA_VERSION:
-        raise BadValue(f"schema_version {version!r:.20} is not one this precision-doctor reads (up to {SCHEMA_VERSION}): "
-                       "written by a newer version? Read it with that one")
-    if not isinstance(d["passed"], bool):
-        raise BadValue(f"bad key 'passed': expected true or false, got {d['passed']!r:.60}")
-    return _from_v1(d) if version < 2 else dict(d)
-
-
-def _from_v1(d: dict) -> dict:
-    """A report.json of schema version 1 (or written before versions) as version 2 reads it: `margin` null or 0 is
-    0.0, a missing `fallback_size` the count of `fallback_nodes`; its `passed`, like version 2's, is not read back (it
-    is derived from the rest)."""
-    d = dict(d)
-    margin = d.get("margin")
-    if margin is None or (type(margin) in (int, float) and margin == 0):
-        d["margin"] = 0.0
-    if "fallback_size" not in d and isinstance(d["fallback_nodes"], list):
-        d["fallback_size"] = len(d["fallback_nodes"])
-    return d
 
 
 def _trt_check_out(t: TrtCheckResult, d: dict) -> dict:
@@ -776,29 +751,17 @@ def _spec_in(v: Any, path: str) -> RunSpec:
 
 
 REPORT_JSON = Codec({
-    Report: Hook(out=_report_out, into=_report_in),
+    Report: Hook(out=_report_out),
     Confirm: Hook(out=lambda c, d: _pick(d, ("backend", "searched_answer", "passed", "skipped")
                                          if c.skipped is not None else _CONFIRM_KEYS)),
     Validation: Hook(out=lambda v, d: {k: x for k, x in d.items() if k not in _VALIDATION_IF_SET or x is not None}),
     TrtCheckResult: Hook(out=_trt_check_out),
     EngineResult: Hook(out=_engine_out),
-    KnobsResult: Hook(out=lambda k, d: {**d, "changed_answer": k.changed_answer},
-                      into=_defaults(configurations=[], searched_answer=[])),
+    KnobsResult: Hook(out=lambda k, d: {**d, "changed_answer": k.changed_answer}),
     DeployLatency: Hook(out=lambda lat, d: {**d, "latency_kept": lat.latency_kept}),
     Tolerance: Hook(out=lambda t, d: {k: v for k, v in d.items() if k not in ("output_atol", "output_rtol") or v}),
-    OutputCheck: Hook(into=_defaults(**dict.fromkeys(_CHECK_NUMBERS, math.nan))),
     Invocation: Hook(out=lambda i, d: _pick(d, ("origin", "directory", "spec")), into=_invocation_in),
     RunSpec: Hook(encode=lambda s: s.to_json(), decode=_spec_in),
-    ExpectedHeadroom: Hook(into=_defaults(
-        searched=0, search_copies=0, perturbed_copies=0, held_out=0, held_out_from_user=False, share_searched=None,
-        share_unseen=None, headroom=None)),
-    KnobTrial: Hook(into=_defaults(why="", passed=None)),
-    AnswerCost: Hook(into=_defaults(estimated_speedup_kept=None)),
-    FrontierPoint: Hook(into=_defaults(fp32_flop_share=None, deploy_us=None)),
-    HeldOutChoice: Hook(into=_defaults(reason="")),
-    Pricing: Hook(into=_defaults(objective_means="")),
-    SearchRound: Hook(into=_defaults(seconds=0.0)),
-    TwoAnswers: Hook(into=_defaults(grown_by=[])),
 })
 
 
@@ -808,4 +771,16 @@ def _report(data: Any) -> Report:
     missing = [k for k in REQUIRED if k not in data]
     if missing:
         raise BadValue(f"not a report: missing key '{missing[0]}'")
+    version = data.get("schema_version")
+    if version != SCHEMA_VERSION or type(version) is not int:
+        found = "no schema_version" if version is None else f"schema_version {version!r:.20}"
+        if type(version) is int and version > SCHEMA_VERSION:
+            raise BadValue(f"written by a newer precision-doctor ({found}; this one reads {SCHEMA_VERSION}): read it "
+                           "with that one")
+        if version is not None and type(version) is not int:
+            raise BadValue(f"bad key 'schema_version': expected {SCHEMA_VERSION}, got {version!r:.20}")
+        raise BadValue(f"written by an earlier precision-doctor ({found}; this one reads {SCHEMA_VERSION} only): run "
+                       "the diagnosis again to write a current report")
+    if not isinstance(data["passed"], bool):
+        raise BadValue(f"bad key 'passed': expected true or false, got {data['passed']!r:.60}")
     return REPORT_JSON.from_json(Report, data)

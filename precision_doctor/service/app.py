@@ -228,10 +228,16 @@ def _job_file_routes(app: FastAPI, svc: _Service) -> None:
         return FileResponse(path, media_type="text/html")
 
     @app.get("/jobs/{job_id}/summary", summary="The report in brief: verdict, key figures, held-out result, next steps",
-             description="What the job page shows of the report, in the report's words (404 while there is no report).")
+             description="What the job page shows of the report, in the report's words (404 while there is no report, 409 for "
+                         "a report.json of another version).")
     def summary(job_id: str) -> dict:
+        from precision_doctor.results.report import ReportError
+
         job = svc.job(job_id)
-        digest = pages.report_summary(state.run_dir(job_id))
+        try:
+            digest = pages.report_summary(state.run_dir(job_id))
+        except ReportError as exc:  # one this daemon does not read (an earlier version's): why, not the server's path
+            raise Refused(409, f"job {job_id}'s report.json: {exc.reason}") from None
         if digest is None:
             raise Refused(404, f"job {job_id} has no report (it is {job.state})")
         return digest
@@ -270,8 +276,13 @@ def _page_routes(app: FastAPI, svc: _Service) -> None:
 
     @app.get("/ui/jobs/{job_id}", response_class=HTMLResponse, include_in_schema=False)
     def ui_job(job_id: str) -> HTMLResponse:
+        from precision_doctor.results.report import ReportError
+
         job = svc.job(job_id)
-        summary = pages.report_summary(svc.state.run_dir(job_id)) if job.terminal else None
+        try:
+            summary = pages.report_summary(svc.state.run_dir(job_id)) if job.terminal else None
+        except ReportError:  # the page shows the job without the report's brief (its files stay listed)
+            summary = None
         return HTMLResponse(pages.job_page(job, summary, csrf))
 
     @app.get("/login", response_class=HTMLResponse, include_in_schema=False)

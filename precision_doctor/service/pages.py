@@ -270,17 +270,14 @@ def job_page(job: Job, summary: dict | None = None, csrf: str = "") -> str:
 
 
 def report_summary(run_dir: Path) -> dict | None:
-    """The report's brief (`render/brief.py`) of the run in `run_dir` as JSON; None without a readable report."""
-    from precision_doctor.errors import UserError
+    """The report's brief (`render/brief.py`) of the run in `run_dir` as JSON; None without a report.json, ReportError
+    for one that does not read (one of an earlier version)."""
     from precision_doctor.render.brief import brief
     from precision_doctor.results.report import Report
 
     if not (run_dir / "report.json").is_file():
         return None
-    try:
-        return brief(Report.load(run_dir)).to_json()
-    except UserError:
-        return None
+    return brief(Report.load(run_dir)).to_json()
 
 
 def login_page(failed: bool = False) -> str:

@@ -400,6 +400,8 @@ def rundir_cases() -> list[Case]:
             rep("missing-tolerance", report_dict(_drop("tolerance")), ["tolerance"], cmd, w,
                 expect=(2,) if cmd == "report" else (0, 2)),
             rep("binary", report_json(lambda t: "\x00\x01\xff garbage"), ["report.json"], cmd, w, no_set),
+            rep("earlier-schema", report_dict(lambda d: {**d, "schema_version": 1}), ["report.json", "schema_version 1"],
+                cmd, w, no_set),
             rep("wrong-type", report_dict(lambda d: {**d, "fallback_nodes": 7, "commands": [1]}), ["report.json"],
                 cmd, w, no_set),
             case(f"{cmd}/no-report-json", cmd, "run_ok", names=["report.json"],

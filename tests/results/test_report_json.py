@@ -11,6 +11,7 @@ import pytest
 from precision_doctor.results.report import SCHEMA_VERSION, Report, ReportError
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "report_example.json"
+OLD = Path(__file__).parents[1] / "fixtures" / "report_example_v1.json"  # as schema_version 1 wrote it
 
 
 def fixture() -> dict:
@@ -26,15 +27,29 @@ def contains(big, small) -> bool:
     return big == small
 
 
-def test_reads_a_report_without_schema_version_and_keeps_its_values():
+def test_reads_a_current_report_and_keeps_its_values():
     data = fixture()
-    assert "schema_version" not in data and "margin" not in data  # written before either existed
     rep = Report.from_json(data)
-    assert rep.schema_version == SCHEMA_VERSION and rep.margin == 0.0 and rep.confirm is None
+    assert rep.schema_version == SCHEMA_VERSION and rep.confirm is None
     out = rep.to_json()
-    assert contains(out, data)  # every key it had, with the same values ("inf" stays "inf")
+    assert contains(out, data) and out == data  # every key it had, with the same values ("inf" stays "inf")
     assert list(out)[0] == "schema_version"
-    assert Report.from_json(out).to_json() == out
+
+
+@pytest.mark.parametrize("version, found", [(1, "schema_version 1"), (None, "no schema_version")])
+def test_an_older_report_is_refused_in_one_line(version, found):
+    """No reading of older files: one line naming the file, the version found, the one read and what to do."""
+    data = json.loads(OLD.read_text(encoding="utf-8"))
+    assert data["schema_version"] == 1
+    if version is None:
+        del data["schema_version"]  # written before versions
+    with pytest.raises(ReportError) as exc:
+        Report.from_json(data, "run/report.json")
+    assert str(exc.value) == (f"run/report.json: written by an earlier precision-doctor ({found}; this one reads "
+                              f"{SCHEMA_VERSION} only): run the diagnosis again to write a current report")
+    assert exc.value.reason == str(exc.value).removeprefix("run/report.json: ")
+    with pytest.raises(ReportError, match="bad key 'schema_version': expected 2, got '2'"):
+        Report.from_json({**fixture(), "schema_version": "2"})
 
 
 @pytest.mark.parametrize("data, words", [
@@ -68,7 +83,7 @@ def test_malformed_key_is_named(change, key):
 
 
 def test_cli_reads_malformed_files_in_one_line(run_cli, tmp_path):
-    cases = {"empty": "{}", "list": "[]", "truncated": FIXTURE.read_text()[:500], "missing": None}
+    cases = {"empty": "{}", "list": "[]", "truncated": FIXTURE.read_text()[:500], "missing": None, "old": OLD.read_text()}
     for name, text in cases.items():
         d = tmp_path / name
         d.mkdir()
@@ -82,3 +97,6 @@ def test_cli_reads_malformed_files_in_one_line(run_cli, tmp_path):
     assert "not valid JSON" in err
     code, _, err = run_cli("report", tmp_path / "empty")
     assert "missing key 'status'" in err
+    code, _, err = run_cli("report", tmp_path / "old")
+    assert "(schema_version 1; this one reads 2 only): run the diagnosis again" in err
+    assert not (tmp_path / "old" / "report.md").exists()  # nothing rendered from a refused report

@@ -160,6 +160,27 @@ def test_artifact_names_are_confined_to_the_run_directory(env) -> None:
     assert "leak" not in [a["name"] for a in httpx.get(base).json()["artifacts"]]
 
 
+def test_a_report_of_an_earlier_version_is_refused_in_one_line(env) -> None:
+    """A job whose report.json an earlier daemon wrote: its summary is a 409 saying why (not the server's path), its
+    page shows the job without the brief, and the report's files are still served as they are."""
+    d, files = env
+    model, samples, settings = planted_job_files(files / "old", name="clean")
+    job = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": {
+        **settings, "inputs": {"files": [str(f) for f in samples]}}}, timeout=30).json()
+    d.wait_for(job["id"], lambda j: j["state"] == "done", what="done")
+    summary = f"{d.url}/jobs/{job['id']}/summary"
+    assert httpx.get(summary).status_code == 200
+    report = d.state_dir / "jobs" / job["id"] / "run" / "report.json"
+    report.write_text(json.dumps({**json.loads(report.read_text()), "schema_version": 1}))
+    r = httpx.get(summary)
+    assert r.status_code == 409, r.text
+    assert r.json()["detail"] == (f"job {job['id']}'s report.json: written by an earlier precision-doctor "
+                                  "(schema_version 1; this one reads 2 only): run the diagnosis again to write a "
+                                  "current report")
+    assert httpx.get(f"{d.url}/ui/jobs/{job['id']}").status_code == 200
+    assert httpx.get(f"{d.url}/jobs/{job['id']}/artifacts/report.json").json()["schema_version"] == 1
+
+
 def test_malformed_requests_get_4xx_with_a_message(env) -> None:
     d, files = env
     model, samples, _ = planted_job_files(files / "bad", name="clean")
