@@ -84,7 +84,7 @@ def kernel_spread(model: Model, precision: str, fallback: frozenset[str], sample
 def ties(model: Model, precision: str, fallback: frozenset[str], samples: Sequence[Sample], refs: Sequence[dict],
          tol: Tolerance, level: str | None = None) -> list[bool]:
     """For samples that fail `fallback` under ONNX Runtime CUDA's default algorithm choice: whether another choice
-    passes them (a tie, within the GPU's own spread)."""
+    passes them (named so in the report; they fail all the same)."""
     if not samples:
         return []
     by = shares_by_algo(model, precision, fallback, samples, refs, tol, algos=ALGOS[1:], level=level)

@@ -6,8 +6,8 @@ did not see can say whether it holds, and only the user's own data can say it ho
 (pipeline/heldout_policy.py). So the answer the run would give (after the confirmation and the knob search) runs
 once on the held-out samples, on the backend whose verdicts decided it (the GPU's real graph where it confirmed,
 else the search backend): what they measure is the report's one measured claim (`held_out_bound`). Where ONNX
-Runtime CUDA has the last word, a held-out sample that fails under its default kernel choice but passes under
-another is a tie, within the GPU's own spread (measure/spread.py), counted apart and not repaired.
+Runtime CUDA has the last word, a held-out sample that fails under its default kernel choice fails and is repaired
+for, also where another choice passes it (named in `Validation.ties`, measure/spread.py).
 
 When held-out samples fail, the answer is not presented as it was: it is repaired with them, grown by the nodes
 their own error is attributed to (search/attributed.py) and checked on every search sample as the search was
