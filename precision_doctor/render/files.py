@@ -56,6 +56,10 @@ OTHER_FILES = {"report.json": "this report's data: the verdict, the FP32 nodes a
                                        "from)",
                "other-ort-cuda.jsonl": "the answer's check for ONNX Runtime CUDA, the runtime it is not for (what --resume "
                                        "continues from)",
+               "other-tensorrt-gated.jsonl": "that answer grown for TensorRT on the GPU's gated graph, before the real "
+                                             "graph checks it (what --resume continues from)",
+               "other-ort-cuda-gated.jsonl": "that answer grown for ONNX Runtime CUDA on the GPU's gated graph, before "
+                                             "the real graph checks it (what --resume continues from)",
                "confirm.jsonl": "the confirmation's evaluations on the confirm backend (what --resume continues from)",
                "confirm-every.jsonl": "the confirmation's checks of every search sample on a GPU backend",
                "tensorrt/": "where the answer fails on TensorRT: TensorRT's own answer (its fixed.onnx, scripts, lists)",

@@ -335,6 +335,33 @@ def test_for_onnx_runtime_the_fused_pattern_is_not_and_tensorrt_gets_its_own_ans
     assert data["target"] == "ort-cuda" and data["other_runtime"]["answer"] == o.answer
 
 
+def test_the_other_runtimes_answer_grows_on_the_gated_graph_first_and_the_real_graph_checks_it(
+        block_runs, tmp_path, monkeypatch):
+    """Where the other runtime's check makes a session per set (ort-cuda on a GPU), its growing runs on the gated
+    graph first (`GROW_ON`) and the check's own backend sees two sets: the answer, then what was grown. Here the
+    emulator stands for both (the GPU path is the same code with ort-cuda and ort-cuda-gated): the same answer as
+    growing on the check's backend alone, from two evaluations there."""
+    from precision_doctor.pipeline import target
+
+    monkeypatch.setattr(target, "GROW_ON", {"emulate": "emulate"})
+    case, runs = block_runs
+    before, _ = runs["ort-cuda"]
+    onnx.save(case.model, str(tmp_path / "block.onnx"))
+    files = []
+    for i, s in enumerate(case.samples(6)):  # the fixture's samples
+        np.savez(tmp_path / f"s{i}.npz", **s)
+        files.append(str(tmp_path / f"s{i}.npz"))
+    spec = RunSpec(model=str(tmp_path / "block.onnx")).with_settings({
+        "inputs.files": files, "tolerance.atol": case.atol, "tolerance.rtol": case.rtol,
+        "backends.backend": "emulate", "backends.target": "ort-cuda"})
+    report = api.diagnose(spec, tmp_path / "run")
+    o, was = report.other_runtime, before.other_runtime
+    assert (o.passed, sorted(o.answer), o.added) == (was.passed, sorted(was.answer), was.added)
+    checked = (tmp_path / "run" / "other-tensorrt.jsonl").read_text().splitlines()
+    grown = (tmp_path / "run" / "other-tensorrt-gated.jsonl").read_text().splitlines()
+    assert len(checked) == 2 and len(grown) >= 2 and o.evaluations == len(checked) + len(grown)
+
+
 def test_the_cli_says_which_runtime_each_answer_is_for(run_cli, block_runs, tmp_path):
     case, runs = block_runs
     _, tensorrt_run = runs["tensorrt"]
