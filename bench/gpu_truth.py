@@ -204,8 +204,9 @@ def run_task(task: dict) -> dict:
         # cwd: not the repository root, which `python -m` would put before PYTHONPATH (the `before` code's folder)
         code = subprocess.run([sys.executable, "-c", "import precision_doctor as p; print(p.__file__)"], env=env,
                               capture_output=True, text=True, cwd=base).stdout.strip()
-        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=base)
-        print(proc.stderr[-2500:], proc.stdout[:3000], sep="\n", flush=True)  # progress's tail, then the verdict
+        # its progress (stderr) straight into this task's log, so that a task cut off shows how far it got
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=None, text=True, cwd=base)
+        print(proc.stdout[:3000], flush=True)  # the verdict
         headline = next((line.strip() for line in proc.stdout.splitlines() if verdict_label(line)), None)
         label = verdict_label(headline or "")
         rec |= {"given": given, "rc": proc.returncode, "verdict": label, "headline": headline, "code": code}

@@ -56,41 +56,12 @@ def make_session(
     threads = threads or int(os.environ.get("PRECISION_DOCTOR_ORT_THREADS") or 0)  # set by batch workers
     if threads:
         so.intra_op_num_threads = threads
-    providers = [_lean(p) for p in providers]
     if proto.ByteSize() < _TWO_GB:
-        session = ort.InferenceSession(proto.SerializeToString(), so, providers=providers)
-    else:
-        with tempfile.TemporaryDirectory(prefix="pd-ort-") as tmp:
-            path = Path(tmp) / "model.onnx"
-            onnx.save(proto, str(path), save_as_external_data=True, location="weights.bin")
-            session = ort.InferenceSession(str(path), so, providers=providers)
-    if CUDA in session.get_providers():
-        session._pd_run_options = _shrinking()  # noqa: SLF001  (read by run_session)
-    return session
-
-
-CUDA = "CUDAExecutionProvider"
-# A diagnosis keeps several CUDA sessions open (the gated search graph, cached mixed graphs, the spread's kernel
-# choices, the capture), each with its own memory arena, which ONNX Runtime grows by powers of two and never gives
-# back: one diagnosis of a 3M-parameter detector held 82 GiB of an H200 (docs/history/gpu-truth.md). Each arena grows
-# by what is asked and gives back what a run no longer uses (the cuDNN workspaces of its algorithm search) when the
-# run ends; the arithmetic is the same.
-_ARENA = {"arena_extend_strategy": "kSameAsRequested"}
-
-
-def _lean(provider: Any) -> Any:
-    """A CUDA provider entry with `_ARENA` unless it sets those options itself; others as they are."""
-    if provider == CUDA:
-        return (CUDA, dict(_ARENA))
-    if isinstance(provider, tuple) and provider[0] == CUDA:
-        return (CUDA, {**_ARENA, **dict(provider[1])})
-    return provider
-
-
-def _shrinking() -> ort.RunOptions:
-    options = ort.RunOptions()
-    options.add_run_config_entry("memory.enable_memory_arena_shrinkage", "gpu:0")
-    return options
+        return ort.InferenceSession(proto.SerializeToString(), so, providers=list(providers))
+    with tempfile.TemporaryDirectory(prefix="pd-ort-") as tmp:
+        path = Path(tmp) / "model.onnx"
+        onnx.save(proto, str(path), save_as_external_data=True, location="weights.bin")
+        return ort.InferenceSession(str(path), so, providers=list(providers))
 
 
 class ModelRunError(SpecError):
@@ -114,7 +85,7 @@ def run_session(session: ort.InferenceSession, names: Sequence[str] | None, feed
     """`session.run(names, feed)`; an ONNX Runtime failure becomes a ModelRunError naming `model` (a Model
     or a path), the node (by its name in the model, not the tool's rewritten name) and its op."""
     try:
-        return session.run(list(names) if names is not None else None, feed, getattr(session, "_pd_run_options", None))
+        return session.run(list(names) if names is not None else None, feed)
     except Exception as exc:
         if not type(exc).__module__.startswith("onnxruntime"):
             raise
