@@ -200,6 +200,12 @@ def on_gpu(name: str | None) -> bool:
     return (b := info(name)) is not None and b.gpu
 
 
+def set_per_run(name: str | None) -> bool:
+    """Whether the backend called `name` builds the mixed graph of each set it tries (a session or an engine per set,
+    seconds each on a GPU, where a gated graph's set is a feed): removals tried one by one cost that each there."""
+    return (b := info(name)) is not None and b.runs_fixed
+
+
 def check_only(name: str | None) -> bool:
     """Whether the backend called `name` (as it names itself: a Backend's `name`, a report's `confirm.backend`) may
     only check an answer: add nodes to a failing one, never remove one, never certify it (backends/ort.py: ort-cpu)."""

@@ -147,7 +147,11 @@ def _grow_there(ctx: RunContext, oracle: Oracle, found: frozenset[str], backend_
             start = grown.found
         budget = Budget(None, remaining(budget, gated).time_s)
     oracle.budget, oracle.on_evaluation = budget, events
-    return run_strategy(oracle, ctx.space, lambda o, sp: _grown(o, sp, start), ctx.stop), extra
+    if gated is None:
+        return run_strategy(oracle, ctx.space, lambda o, sp: _grown(o, sp, start), ctx.stop), extra
+    # what the gated graph grew (and refined), where the real graph passes it; else grown on from it there
+    return run_strategy(oracle, ctx.space, lambda o, sp: start if o.passes(start) else _grown(o, sp, start),
+                        ctx.stop), extra
 
 
 def _gated_oracle(ctx: RunContext, oracle: Oracle, backend_name: str, name: str) -> Oracle | None:

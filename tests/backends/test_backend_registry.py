@@ -80,3 +80,13 @@ def test_a_backend_for_one_runtime_is_refused_for_the_other():
 
 def test_entries_are_frozen_records():
     assert dataclasses.is_dataclass(BackendInfo) and BackendInfo.__dataclass_params__.frozen
+
+
+def test_the_backends_that_build_a_graph_per_set_are_those_that_run_fixed_onnx():
+    """What the held-out repair asks before it tries removals one by one (pipeline/validate.py) and the other
+    runtime's growing before it moves to the gated graph (pipeline/target.GROW_ON)."""
+    from precision_doctor.pipeline.target import GROW_ON
+
+    assert [b.name for b in registry.BACKENDS if registry.set_per_run(b.name)] == ["ort-cuda", "ort-cpu", "trt"]
+    assert not registry.set_per_run("ort-cuda-gated") and not registry.set_per_run(None)
+    assert all(registry.set_per_run(k) and not registry.set_per_run(v) for k, v in GROW_ON.items())
