@@ -70,11 +70,14 @@ def session_keeping_fp32(
     kept: MutableMapping[str, str],
     warn: Callable[[str], None] = warn_line,
     where: str = "ONNX Runtime",
+    model: Model | None = None,
 ) -> tuple[G, ort.InferenceSession]:
     """`make(build(blocked))`, where `blocked` is `mixed.blocked_ops(precision, kept)`. In BF16, where ONNX Runtime
     refuses the session for a node with no kernel of its types (`missing_kernel`), that op type joins `kept` (with
     `ort_kernels.runtime_reason`), `warn` says so in one line, and the graph is built and the session made again,
-    until one is made. Anything else, in FP16, or an op type already kept FP32 (the graph did not change) raises."""
+    until one is made. A node ONNX Runtime fused (`mm/MatMulAddFusion`, a Gemm) stands for the `model`'s node its
+    name starts with: that node's op type is kept. Anything else, in FP16, or an op type already kept FP32 (the
+    graph would not change) raises as before."""
     bf16 = get_format(precision).name == "bf16"
     while True:
         blocked = blocked_ops(precision, kept)
@@ -83,12 +86,30 @@ def session_keeping_fp32(
             return graph, make(graph)
         except Exception as exc:
             found = missing_kernel(exc) if bf16 and type(exc).__module__.startswith("onnxruntime") else None
-            if found is None or found[0] in blocked:
+            if found is None:
                 raise
-            op, node = found
-            kept[op] = runtime_reason(op)
-            warn(f"{where}: this ONNX Runtime ({ort.__version__}) has no BF16 kernel for {op} (node '{node}'); "
-                 f"every {op} node stays FP32 (fixed.onnx too) and the session is made again")
+            refused, node = found
+            op, mine = _model_node(model, refused, node)
+            if op in blocked:
+                raise
+            fused = f"; ONNX Runtime fused it from {mine} ({op})" if mine != node else ""
+            kept[op] = runtime_reason(op, refused if fused else None)
+            warn(f"{where}: this ONNX Runtime ({ort.__version__}) has no BF16 kernel for {refused} (node '{node}'"
+                 f"{fused}); every {op} node stays FP32 (fixed.onnx too) and the session is made again")
+
+
+def _model_node(model: Model | None, op: str, node: str) -> tuple[str, str]:
+    """(op type, node name) of the model's node that ONNX Runtime's refused `node` stands for: itself, or for a node
+    its optimizer made (`<name>/MatMulAddFusion`), the model's node whose name is the longest `/`-prefix of it."""
+    if model is None:
+        return op, node
+    types = {n.name: n.op_type for n in model.nodes}
+    parts = node.split("/")
+    for k in range(len(parts), 0, -1):
+        name = "/".join(parts[:k])
+        if name in types:
+            return types[name], name
+    return op, node
 
 
 def _provider_name(p) -> str:
@@ -182,7 +203,7 @@ class OrtBackend(SessionHolder):
             return self._cache[key]
         proto, session = session_keeping_fp32(
             lambda blocked: build_mixed(self.model, key, self.precision, self.keep_io_types, op_block_list=blocked),
-            self._session, self.precision, self.kept_fp32, self.warn, self.name)
+            self._session, self.precision, self.kept_fp32, self.warn, self.name, self.model)
         if self.uses_cuda and CUDA not in session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
         runner = OrtRunner(proto, session, self.output_names, self.model)

@@ -73,7 +73,7 @@ class OrtGatedBackend(SessionHolder):
             lambda blocked: gated_native_graph(model, fmt, units=whole, op_block_list=blocked),
             lambda graph: make_session(with_outputs(graph.proto, self.output_names, model.tensor_types), self.providers,
                                        optimize=optimize, level=self.level),
-            precision, self.kept_fp32, self.mixed.warn, self.name)
+            precision, self.kept_fp32, self.mixed.warn, self.name, model)
         if self.mixed.uses_cuda and CUDA not in self.session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
         self.activate()

@@ -60,7 +60,9 @@ def reason(op: str) -> str:
     return f"{op}: no BF16 kernel in ONNX Runtime CUDA (its operator table, version {ORT_VERSION})"
 
 
-def runtime_reason(op: str) -> str:
+def runtime_reason(op: str, fused: str | None = None) -> str:
     """Why a node of `op` stays FP32 where the running ONNX Runtime refused a BF16 session for it (the table said
-    it had a BF16 kernel, or the op has no CUDA kernel at all)."""
-    return f"{op}: no BF16 kernel in this ONNX Runtime (its session refused a BF16 {op}; kept FP32 and made again)"
+    it had a BF16 kernel, or the op has no CUDA kernel at all); `fused`: the op ONNX Runtime's optimizer made of it
+    that has no BF16 kernel (a MatMul fused with its Add into a Gemm)."""
+    what = f"{op} fused into {fused}" if fused else op
+    return f"{op}: no BF16 kernel in this ONNX Runtime for {what} (a session refused it; kept FP32, made again)"
