@@ -9,11 +9,10 @@ So `ort-cpu` never searches (its registry entry's `search_refusal`); it stays a 
 (more FP32 is the safe direction) but never removes one and never certifies the answer (its entry is
 `check_only`: backends/registry.py).
 
-In BF16 the mixed graph keeps FP32 the op types ONNX Runtime's CUDA provider has no BF16 kernel for
-(`graph.ort_kernels`, through `mixed.blocked_ops`). Where the running ONNX Runtime still refuses a session
-(`NOT_IMPLEMENTED : Could not find an implementation for OP(N) node ...`: a newer or older table than ours),
-`session_keeping_fp32` keeps that op type FP32 too, says so in a warning line, makes the session again, and the
-backend remembers it (`kept_fp32`: the run's fixed.onnx and report keep it FP32 with that reason).
+In BF16, where the running ONNX Runtime refuses a session for an op without a BF16 kernel (`NOT_IMPLEMENTED :
+Could not find an implementation for OP(N) node ...`; `graph.ort_kernels`), `session_keeping_fp32` keeps that op
+type FP32, says so in a warning line, makes the session again, and the backend remembers it (`kept_fp32`: the
+run's fixed.onnx and report keep it FP32 with that reason).
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ fusions ONNX Runtime makes across neighbouring nodes (it cannot fuse across If b
 (`graph.native.fusion_units`) and fuses inside its branch where all its nodes are low precision, as in the
 deployed graph. Compare the two with bench/gpu_nodewise.py before trusting one for the other. On the CPU provider ONNX
 Runtime computes the FP16 nodes in FP32 (it drops the Casts around ops without FP16 kernels), so
-`ort-cpu-gated` checks plumbing only. In BF16 the op types without BF16 kernels stay FP32 (ungated), those of
-`graph.ort_kernels` and those this ONNX Runtime refuses (`backends.ort.session_keeping_fp32`, shared with `mixed`).
+`ort-cpu-gated` checks plumbing only. In BF16 the op types this ONNX Runtime refuses for want of a BF16 kernel
+stay FP32, ungated (`backends.ort.session_keeping_fp32`, one record shared with the mixed graphs).
 """
 
 from __future__ import annotations

@@ -25,8 +25,6 @@ from onnx import TensorProto, helper, numpy_helper
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model, infer_shapes
-from precision_doctor.graph.ort_kernels import NO_BF16_CUDA
-from precision_doctor.graph.ort_kernels import reason as no_bf16_reason
 from precision_doctor.graph.saturate import constant_tensors, constant_value, lowp_constant_node, to_format
 
 # Ops without low-precision kernels in ONNX Runtime (onnxruntime.transformers.float16's
@@ -55,13 +53,12 @@ OpBlockList = Mapping[str, str] | Iterable[str]
 
 
 def blocked_ops(precision: str = "fp16", extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The op types kept FP32 in `precision`, each with why: FP32_OPS in every format; in BF16 also the op types
-    ONNX Runtime's CUDA provider has no BF16 kernel for (`graph.ort_kernels`); then `extra` (op types a backend
-    found its ONNX Runtime refusing in a session, `backends.ort.session_keeping_fp32`)."""
+    """The op types kept FP32 in `precision`, each with why: FP32_OPS in every format, then `extra` (op types a
+    backend found its ONNX Runtime refusing in a BF16 session, `backends.ort.session_keeping_fp32`). No table of
+    BF16 kernels is applied ahead of time: the one at hand (ONNX Runtime's 1.17-era operator list) lacked Conv, Exp,
+    Gelu, Attention... that later versions run in BF16, and TensorRT runs them too; the running ONNX Runtime says
+    what it refuses."""
     out = {op: _fp32_ops_reason(op) for op in sorted(FP32_OPS)}
-    if get_format(precision).name == "bf16":
-        for op in sorted(NO_BF16_CUDA - FP32_OPS):
-            out[op] = no_bf16_reason(op)
     for op, why in (extra or {}).items():
         out.setdefault(op, why)
     return out

@@ -1,4 +1,4 @@
-"""The net for ONNX Runtime versions whose BF16 kernels differ from `graph/ort_kernels.py`'s table (issue 35): where a
+"""The net for ONNX Runtime's missing BF16 kernels (issue 35): where a
 BF16 session is refused with NOT_IMPLEMENTED for an op, `backends.ort.session_keeping_fp32` keeps that op type FP32,
 warns and makes the session again. Exercised on the CPU provider, which has no BF16 kernel for most ops and refuses
 sessions the way the CUDA provider does for its missing ones (the backends themselves still refuse ort-cpu in BF16)."""
@@ -24,7 +24,7 @@ CPU = ["CPUExecutionProvider"]
 
 
 def _model() -> onnx.ModelProto:
-    """MatMul -> Add -> Relu -> Tanh, all with BF16 kernels on CUDA in the table (so none forced by it)."""
+    """MatMul -> Add -> Relu -> Tanh: none kept FP32 ahead of time; the CPU provider refuses them in BF16."""
     rng = np.random.default_rng(1)
     inits = [numpy_helper.from_array(rng.normal(size=(4, 4)).astype(np.float32), "w"),
              numpy_helper.from_array(rng.normal(size=(4,)).astype(np.float32), "b")]
@@ -39,7 +39,7 @@ def _model() -> onnx.ModelProto:
 
 def test_refused_ops_are_kept_fp32_until_the_session_is_made():
     model = from_proto(_model())
-    assert forced_fp32_nodes(model, precision="bf16") == {}  # the table forces none of them
+    assert forced_fp32_nodes(model, precision="bf16") == {}  # nothing ahead of time
     kept: dict[str, str] = {}
     said: list[str] = []
     proto, session = session_keeping_fp32(lambda blocked: build_mixed(model, frozenset(), "bf16", op_block_list=blocked),
