@@ -8,12 +8,20 @@ So `ort-cpu` never searches (its registry entry's `search_refusal`); it stays a 
 `fixed.onnx` loads and runs (`--confirm-backend ort-cpu`, tests), which may add nodes to a failing answer
 (more FP32 is the safe direction) but never removes one and never certifies the answer (its entry is
 `check_only`: backends/registry.py).
+
+In BF16, where the running ONNX Runtime refuses a session for an op without a BF16 kernel (`NOT_IMPLEMENTED :
+Could not find an implementation for OP(N) node ...`; `graph.ort_kernels`), `session_keeping_fp32` keeps that op
+type FP32, says so in a warning line, makes the session again, and the backend remembers it (`kept_fp32`: the
+run's fixed.onnx and report keep it FP32 with that reason).
 """
 
 from __future__ import annotations
 
+import re
+import sys
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, MutableMapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 import onnx
@@ -22,8 +30,9 @@ import onnxruntime as ort
 from precision_doctor.backends.base import Feeds, SessionHolder
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
-from precision_doctor.graph.mixed import build_mixed
+from precision_doctor.graph.mixed import blocked_ops, build_mixed
 from precision_doctor.graph.model import Model, tensor_types_and_shapes
+from precision_doctor.graph.ort_kernels import runtime_reason
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 CUDA = "CUDAExecutionProvider"
@@ -35,6 +44,71 @@ def default_providers() -> list[str]:
     if CUDA in ort.get_available_providers():
         return [CUDA, "CPUExecutionProvider"]
     return ["CPUExecutionProvider"]
+
+
+_NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
+G = TypeVar("G")
+
+
+def missing_kernel(exc: BaseException) -> tuple[str, str] | None:
+    """(op type, node name) where ONNX Runtime refused a session because no provider has a kernel for a node's
+    types (NOT_IMPLEMENTED); the node's name as the model has it (the tool's copies carry a `__pd...` suffix)."""
+    m = _NO_KERNEL.search(str(exc))
+    return (m.group(1), re.sub(r"__pd.*$", "", m.group(2))) if m else None
+
+
+def warn_line(line: str) -> None:
+    """The backends' warning line (stderr)."""
+    print(f"warning: {line}", file=sys.stderr, flush=True)
+
+
+def session_keeping_fp32(
+    build: Callable[[dict[str, str]], G],
+    make: Callable[[G], ort.InferenceSession],
+    precision: str,
+    kept: MutableMapping[str, str],
+    warn: Callable[[str], None] = warn_line,
+    where: str = "ONNX Runtime",
+    model: Model | None = None,
+) -> tuple[G, ort.InferenceSession]:
+    """`make(build(blocked))`, where `blocked` is `mixed.blocked_ops(precision, kept)`. In BF16, where ONNX Runtime
+    refuses the session for a node with no kernel of its types (`missing_kernel`), that op type joins `kept` (with
+    `ort_kernels.runtime_reason`), `warn` says so in one line, and the graph is built and the session made again,
+    until one is made. A node ONNX Runtime fused (`mm/MatMulAddFusion`, a Gemm) stands for the `model`'s node its
+    name starts with: that node's op type is kept. Anything else, in FP16, or an op type already kept FP32 (the
+    graph would not change) raises as before."""
+    bf16 = get_format(precision).name == "bf16"
+    while True:
+        blocked = blocked_ops(precision, kept)
+        graph = build(blocked)
+        try:
+            return graph, make(graph)
+        except Exception as exc:
+            found = missing_kernel(exc) if bf16 and type(exc).__module__.startswith("onnxruntime") else None
+            if found is None:
+                raise
+            refused, node = found
+            op, mine = _model_node(model, refused, node)
+            if op in blocked:
+                raise
+            fused = f"; ONNX Runtime fused it from {mine} ({op})" if mine != node else ""
+            kept[op] = runtime_reason(op, refused if fused else None)
+            warn(f"{where}: this ONNX Runtime ({ort.__version__}) has no BF16 kernel for {refused} (node '{node}'"
+                 f"{fused}); every {op} node stays FP32 (fixed.onnx too) and the session is made again")
+
+
+def _model_node(model: Model | None, op: str, node: str) -> tuple[str, str]:
+    """(op type, node name) of the model's node that ONNX Runtime's refused `node` stands for: itself, or for a node
+    its optimizer made (`<name>/MatMulAddFusion`), the model's node whose name is the longest `/`-prefix of it."""
+    if model is None:
+        return op, node
+    types = {n.name: n.op_type for n in model.nodes}
+    parts = node.split("/")
+    for k in range(len(parts), 0, -1):
+        name = "/".join(parts[:k])
+        if name in types:
+            return types[name], name
+    return op, node
 
 
 def _provider_name(p) -> str:
@@ -116,6 +190,8 @@ class OrtBackend(SessionHolder):
         self.keep_io_types = keep_io_types
         self.optimize = optimize
         self.cache_size = cache_size
+        self.kept_fp32: dict[str, str] = {}  # op types this ONNX Runtime refused in the format (op -> why)
+        self.warn: Callable[[str], None] = warn_line
         self._cache: OrderedDict[frozenset[str], OrtRunner] = OrderedDict()
         self.activate()  # its sessions open in `prepare`, one per fallback set
 
@@ -124,11 +200,9 @@ class OrtBackend(SessionHolder):
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        proto = build_mixed(self.model, key, self.precision, self.keep_io_types)
-        run_proto = proto
-        if self.output_names != [o.name for o in proto.graph.output]:
-            run_proto = with_outputs(proto, self.output_names, tensor_types_and_shapes(proto)[0])
-        session = make_session(run_proto, self.providers, optimize=self.optimize, level=self.level)
+        proto, session = session_keeping_fp32(
+            lambda blocked: build_mixed(self.model, key, self.precision, self.keep_io_types, op_block_list=blocked),
+            self._session, self.precision, self.kept_fp32, self.warn, self.name, self.model)
         if self.uses_cuda and CUDA not in session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
         runner = OrtRunner(proto, session, self.output_names, self.model)
@@ -136,6 +210,12 @@ class OrtBackend(SessionHolder):
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)
         return runner
+
+    def _session(self, proto: onnx.ModelProto) -> ort.InferenceSession:
+        """A session over `proto` whose graph outputs are the backend's outputs."""
+        if self.output_names != [o.name for o in proto.graph.output]:
+            proto = with_outputs(proto, self.output_names, tensor_types_and_shapes(proto)[0])
+        return make_session(proto, self.providers, optimize=self.optimize, level=self.level)
 
     def release(self) -> None:
         """Drop the cached runners and their sessions."""

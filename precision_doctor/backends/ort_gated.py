@@ -7,7 +7,8 @@ fusions ONNX Runtime makes across neighbouring nodes (it cannot fuse across If b
 (`graph.native.fusion_units`) and fuses inside its branch where all its nodes are low precision, as in the
 deployed graph. Compare the two with bench/gpu_nodewise.py before trusting one for the other. On the CPU provider ONNX
 Runtime computes the FP16 nodes in FP32 (it drops the Casts around ops without FP16 kernels), so
-`ort-cpu-gated` checks plumbing only.
+`ort-cpu-gated` checks plumbing only. In BF16 the op types this ONNX Runtime refuses for want of a BF16 kernel
+stay FP32, ungated (`backends.ort.session_keeping_fp32`, one record shared with the mixed graphs).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from precision_doctor.backends.base import Feeds, SessionHolder
-from precision_doctor.backends.ort import CUDA, OrtBackend
+from precision_doctor.backends.ort import CUDA, OrtBackend, session_keeping_fp32
 from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
@@ -65,9 +66,14 @@ class OrtGatedBackend(SessionHolder):
         self.name = "ort-cuda-gated" if self.mixed.uses_cuda else "ort-cpu-gated"
         self.output_names = self.mixed.output_names
         fmt = get_format(precision)
-        self.graph: NativeGatedGraph = gated_native_graph(model, fmt, units=fusion_units(model, fmt) if units else ())
-        proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
-        self.session = make_session(proto, self.providers, optimize=optimize, level=self.level)
+        self.kept_fp32 = self.mixed.kept_fp32  # one record: what the gated session refused, the mixed graphs keep too
+        whole = fusion_units(model, fmt) if units else ()
+        self.graph: NativeGatedGraph
+        self.graph, self.session = session_keeping_fp32(
+            lambda blocked: gated_native_graph(model, fmt, units=whole, op_block_list=blocked),
+            lambda graph: make_session(with_outputs(graph.proto, self.output_names, model.tensor_types), self.providers,
+                                       optimize=optimize, level=self.level),
+            precision, self.kept_fp32, self.mixed.warn, self.name, model)
         if self.mixed.uses_cuda and CUDA not in self.session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
         self.activate()

@@ -31,7 +31,7 @@ import onnx
 from onnx import TensorProto
 
 from precision_doctor.costs import AnswerCost
-from precision_doctor.graph.mixed import FP32_OPS, BorderCast, border_casts, forced_fp32
+from precision_doctor.graph.mixed import BorderCast, blocked_ops, border_casts, forced_fp32
 from precision_doctor.graph.model import Model, estimate_flops, infer_shapes, set_input_shapes, tensor_types_and_shapes
 from precision_doctor.graph.saturate import constant_tensors
 
@@ -69,6 +69,7 @@ class CostModel:
     keep_io_types: bool = True
     profile: DeviceProfile = H100_ESTIMATE
     _constants: dict = field(init=False, repr=False)
+    _blocked: dict[str, str] = field(init=False, repr=False)  # op types kept FP32 in this precision (mixed.blocked_ops)
     _forced: frozenset[str] = field(init=False, repr=False)
     _candidates: list[str] = field(init=False, repr=False)
     _time: dict[tuple[str, bool], float] = field(init=False, repr=False)  # (node, in FP32) -> seconds
@@ -77,7 +78,8 @@ class CostModel:
 
     def __post_init__(self):
         self._constants = constant_tensors(self.model)
-        self._forced = frozenset(forced_fp32(self.model, FP32_OPS))
+        self._blocked = blocked_ops(self.precision)
+        self._forced = frozenset(forced_fp32(self.model, self._blocked, self.precision))
         self._candidates = [n.name for n in self.model.nodes if n.is_candidate]
         p = self.profile
         self._bytes = {(n, fp32): self._node_bytes(n, fp32) for n in self._candidates for fp32 in (True, False)}
@@ -100,7 +102,8 @@ class CostModel:
         return self.fp32_flops(fallback) / total if total > 0 else 0.0
 
     def casts(self, fallback: Iterable[str]) -> list[BorderCast]:
-        return border_casts(self.model, frozenset(fallback), self.precision, self.keep_io_types, FP32_OPS, self._constants)
+        return border_casts(self.model, frozenset(fallback), self.precision, self.keep_io_types, self._blocked,
+                            self._constants)
 
     def _node_bytes(self, name: str, fp32: bool) -> int:
         """The bytes a node reads and writes: its floating tensors (weights too) in its precision, the others as they are."""

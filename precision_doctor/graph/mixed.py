@@ -15,7 +15,7 @@ constants saturate (`saturate.py`: +-65504 for FP16, not inf), as the emulator r
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,18 +48,49 @@ _ANY_TYPE_INPUTS: dict[str, tuple[int, ...] | None] = {"Shape": None, "Size": No
 FP32, LOWP, ANY = "fp32", "lowp", "any"
 
 
-def forced_fp32(model: Model, op_block_list: Iterable[str] = FP32_OPS) -> set[str]:
-    """Candidates that stay FP32 whatever the fallback set: ops without low-precision kernels,
-    ops of other domains, and nodes with no FLOAT output (e.g. only DOUBLE)."""
-    return set(forced_fp32_nodes(model, op_block_list=op_block_list))
+# Op type -> why its nodes stay FP32 (`blocked_ops`); an iterable of op types is read with FP32_OPS's reason.
+OpBlockList = Mapping[str, str] | Iterable[str]
+
+
+def blocked_ops(precision: str = "fp16", extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The op types kept FP32 in `precision`, each with why: FP32_OPS in every format, then `extra` (op types a
+    backend found its ONNX Runtime refusing in a BF16 session, `backends.ort.session_keeping_fp32`). No table of
+    BF16 kernels is applied ahead of time: the one at hand (ONNX Runtime's 1.17-era operator list) lacked Conv, Exp,
+    Gelu, Attention... that later versions run in BF16, and TensorRT runs them too; the running ONNX Runtime says
+    what it refuses."""
+    out = {op: _fp32_ops_reason(op) for op in sorted(FP32_OPS)}
+    for op, why in (extra or {}).items():
+        out.setdefault(op, why)
+    return out
+
+
+def _fp32_ops_reason(op: str) -> str:
+    return f"{op}: no FP16/BF16 kernel in ONNX Runtime"
+
+
+def _reasons(op_block_list: OpBlockList | None, precision: str) -> Mapping[str, str]:
+    if op_block_list is None:
+        return blocked_ops(precision)
+    if isinstance(op_block_list, Mapping):
+        return op_block_list
+    return {op: _fp32_ops_reason(op) for op in op_block_list}
+
+
+def forced_fp32(model: Model, op_block_list: OpBlockList | None = None, precision: str = "fp16") -> set[str]:
+    """Candidates that stay FP32 whatever the fallback set: ops without low-precision kernels (in `precision`:
+    `blocked_ops`, unless `op_block_list` names them), ops of other domains, and nodes with no FLOAT output (e.g.
+    only DOUBLE)."""
+    return set(forced_fp32_nodes(model, op_block_list=op_block_list, precision=precision))
 
 
 def forced_fp32_nodes(
-    model: Model, fallback: Iterable[str] = (), op_block_list: Iterable[str] = FP32_OPS
+    model: Model, fallback: Iterable[str] = (), op_block_list: OpBlockList | None = None, precision: str = "fp16"
 ) -> dict[str, str]:
     """Candidates that `fixed.onnx` keeps in FP32 beyond `fallback` (the answer), in graph order,
-    each with the reason (e.g. nudenet's six `Range` nodes: no FP16 kernel in ONNX Runtime)."""
-    block = set(op_block_list)
+    each with the reason (e.g. nudenet's six `Range` nodes: no FP16 kernel in ONNX Runtime; in BF16 also
+    ReduceMean, Pow...: no BF16 kernel in ONNX Runtime's CUDA provider). `op_block_list`: op types (with
+    reasons, a mapping) instead of `blocked_ops(precision)`."""
+    block = _reasons(op_block_list, precision)
     answer = set(fallback)
     out: dict[str, str] = {}
     for info in model.candidates:
@@ -68,7 +99,7 @@ def forced_fp32_nodes(
         domain = model.proto.graph.node[info.index].domain
         has_float = any(model.tensor_types.get(t) == TensorProto.FLOAT for t in info.float_outputs)
         if info.op_type in block:
-            out[info.name] = f"{info.op_type}: no FP16/BF16 kernel in ONNX Runtime"
+            out[info.name] = block[info.op_type]
         elif domain not in LOWP_DOMAINS:
             out[info.name] = f"domain '{domain}': only standard and com.microsoft ops are converted"
         elif not has_float:
@@ -76,9 +107,10 @@ def forced_fp32_nodes(
     return out
 
 
-def lowp_nodes(model: Model, fallback: Iterable[str], op_block_list: Iterable[str] = FP32_OPS) -> set[str]:
-    """Names of the nodes that compute in low precision for `fallback`."""
-    return {n.name for n in model.candidates} - set(fallback) - forced_fp32(model, op_block_list)
+def lowp_nodes(model: Model, fallback: Iterable[str], op_block_list: OpBlockList | None = None,
+               precision: str = "fp16") -> set[str]:
+    """Names of the nodes that compute in low precision (`precision`) for `fallback`."""
+    return {n.name for n in model.candidates} - set(fallback) - forced_fp32(model, op_block_list, precision)
 
 
 def _required(node: onnx.NodeProto, slot: int, lowp: bool) -> str:
@@ -251,13 +283,14 @@ def border_casts(
     fallback: frozenset[str] | set[str],
     precision: str = "fp16",
     keep_io_types: bool = True,
-    op_block_list: Iterable[str] = FP32_OPS,
+    op_block_list: OpBlockList | None = None,
     constants: dict[str, np.ndarray] | None = None,
 ) -> list[BorderCast]:
     """The Cast nodes `build_mixed` puts in the model for `fallback` (the same plan; graph inputs first, then in
     node order), without building it. Constants converted ahead of time are not Casts. `constants`: the model's
     `constant_tensors`, when the caller has them (a cost model asks for many sets)."""
-    plan = _Plan(model, lowp_nodes(model, fallback, op_block_list), get_format(precision), keep_io_types, constants)
+    lowp = lowp_nodes(model, fallback, op_block_list, precision)
+    plan = _Plan(model, lowp, get_format(precision), keep_io_types, constants)
     return [BorderCast(t, p) for t in plan.produced for p in plan.other_versions(t) if not plan.converted_ahead(t, p)]
 
 
@@ -266,20 +299,21 @@ def build_mixed(
     fallback: frozenset[str] | set[str],
     precision: str = "fp16",
     keep_io_types: bool = True,
-    op_block_list: Iterable[str] = FP32_OPS,
+    op_block_list: OpBlockList | None = None,
 ) -> onnx.ModelProto:
     """The mixed-precision model for `fallback` (node names kept in FP32), as a new proto.
 
     `keep_io_types` keeps FLOAT graph inputs and outputs FLOAT (Casts at the I/O borders); without
     it they take the low type where all their readers (inputs) or their producer (outputs) are
-    low precision. Nodes in `forced_fp32(model, op_block_list)` stay FP32 too.
+    low precision. Nodes in `forced_fp32(model, op_block_list, precision)` stay FP32 too (in BF16 more op types
+    than in FP16: `blocked_ops`).
     """
     fmt = get_format(precision)
     opset = next((o.version for o in model.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
     if fmt.onnx_type == TensorProto.BFLOAT16 and opset < 13:
         raise UserError(f"a bf16 model needs ONNX opset >= 13 (Cast to bfloat16); this model is opset {opset}")
     src = model.proto.graph
-    lowp = lowp_nodes(model, fallback, op_block_list)
+    lowp = lowp_nodes(model, fallback, op_block_list, precision)
     plan = _Plan(model, lowp, fmt, keep_io_types)
 
     nodes: list[onnx.NodeProto] = []

@@ -25,9 +25,9 @@ compute in the low type, so running them on the CUDA provider shows what the GPU
 
 Nodes follow `graph.mixed`'s choices: FLOAT tensors take the low type except inputs that ONNX
 types as float whatever the data (Resize scales...); nodes in `mixed.forced_fp32` (ops without
-low-precision kernels, other domains) stay FP32 (in the local graph they compute on the exact
-inputs). Initializers and Constant values read in the low type are converted once, saturated to the
-format's finite range (DESIGN.md, "Constants saturate"); computed tensors still overflow to inf.
+low-precision kernels in the format, `mixed.blocked_ops`: in BF16 more than in FP16; other domains) stay FP32
+(in the local graph they compute on the exact inputs). Initializers and Constant values read in the low type are
+converted once, saturated to the format's finite range (DESIGN.md, "Constants saturate"); computed tensors still overflow to inf.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.graph.emulate import _check_opset, _with_graph, local_output
 from precision_doctor.graph.formats import Format
-from precision_doctor.graph.mixed import FP32, _fix_type_attributes, _required, forced_fp32
+from precision_doctor.graph.mixed import FP32, OpBlockList, _fix_type_attributes, _required, forced_fp32
 from precision_doctor.graph.model import Model, NodeInfo
 
 GATE_PREFIX = "pd_gate_"
@@ -70,14 +70,14 @@ def _constant_value(node: onnx.NodeProto) -> np.ndarray | None:
 class _NativeBuilder:
     """Emits low-precision copies of nodes; converted constants are shared."""
 
-    def __init__(self, model: Model, fmt: Format):
+    def __init__(self, model: Model, fmt: Format, op_block_list: OpBlockList | None = None):
         self.model = model
         self.fmt = fmt
         g = model.proto.graph
         graph_inputs = {i.name for i in g.input}
         self._inits = {i.name: i for i in g.initializer if i.name not in graph_inputs}
         self._constants = {n.output[0]: n for n in g.node if n.op_type == "Constant" and n.output}
-        self.forced = forced_fp32(model)
+        self.forced = forced_fp32(model, op_block_list, fmt.name)
         self.initializers: list[onnx.TensorProto] = []
         self._lowp: dict[str, str | None] = {}
         self._counter = 0
@@ -378,16 +378,17 @@ class NativeGatedGraph:
 
 
 def gated_native_graph(model: Model, fmt: Format, form: Literal["if", "where"] = "if",
-                       units: Sequence[Sequence[str]] = ()) -> NativeGatedGraph:
+                       units: Sequence[Sequence[str]] = (), op_block_list: OpBlockList | None = None) -> NativeGatedGraph:
     """One graph for every fallback set, computed by the provider's low-precision kernels (see the
     module docstring). Gated: candidates that can compute in the low type and whose outputs have
     known element types; other nodes stay as they are (FP32). `form` "where": no If; each candidate computed both
     ways in the main graph, a Where on its scalar gate picks each output (no control flow, so that a CUDA graph
     can capture it; twice the arithmetic). `units` (the "if" form): sets of candidates gated whole where all of
     them are low precision (`fusion_units`), so that the provider's optimizer fuses them as it fuses the deployed
-    graph; a unit with a node that is not gated is left to its nodes' own gates."""
+    graph; a unit with a node that is not gated is left to its nodes' own gates. `op_block_list`: the op types kept
+    FP32 (`mixed.blocked_ops`: by default the format's; a backend adds the ones its ONNX Runtime refused)."""
     _check_opset(model, fmt)
-    b = _NativeBuilder(model, fmt)
+    b = _NativeBuilder(model, fmt, op_block_list)
     types = model.tensor_types
     cands = [
         n for n in model.candidates if b.native(n) and all(types.get(t, 0) > 0 for t in n.outputs if t)

@@ -127,7 +127,7 @@ def probe_ops(
             detail = text.split(" : ")[-1].strip().splitlines()[0][:200]
             raise UserError(f"--provider {provider} --precision {fmt.name}: ONNX Runtime has no {fmt.name.upper()} kernel "
                             f"for a node of this model there ({detail})") from exc
-        rows = node_rows(store, obs, fmt, [label], "max_abs", forced_fp32(model), placement)
+        rows = node_rows(store, obs, fmt, [label], "max_abs", forced_fp32(model, precision=fmt.name), placement)
     if provider == "cuda" and placement and "CUDA" not in set(placement.values()):
         raise UserError(NO_CUDA.replace("this ONNX Runtime has no CUDAExecutionProvider",
                                         "ONNX Runtime ran every node on the CPU"))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
@@ -20,7 +20,7 @@ import onnx
 from precision_doctor.backends.knobs import KnobConfig
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
-from precision_doctor.graph.mixed import build_mixed, forced_fp32_nodes
+from precision_doctor.graph.mixed import blocked_ops, build_mixed, forced_fp32_nodes
 from precision_doctor.graph.model import declared_dims
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.graph.toolnames import MODEL_LINK, NAMED_ONNX, PlacedModel, model_for_tools, place_model
@@ -55,17 +55,20 @@ class Written:
 
 def write_artifacts(run: RunDir, work: Workload, refs: Sequence[dict], fallback: frozenset[str], spec: RunSpec,
                     knob: KnobConfig | None = None, shapes: list[InputShape] | None = None,
-                    answer_for: Sequence[str] = (), where: str = "") -> Written:
+                    answer_for: Sequence[str] = (), where: str = "", kept_ops: Mapping[str, str] | None = None) -> Written:
     """Write every artifact of the answer `fallback` (`knob`: the knob configuration it was found under, whose
     settings the commands then carry; `shapes`: the inputs' shapes as the samples ran, for the commands;
     `answer_for`: the lines saying which runtime the answer is for, at the top of every script and list, and in
     fixed.onnx's metadata (`answer_metadata`)). `where`: a folder of the run directory for a second answer (another
     runtime's, pipeline/target.py): its fixed.onnx, lists and scripts go there, and its commands read the model,
-    inputs.json, reference_outputs.json and trtexec_io/ that the run directory's first answer wrote (`../`)."""
+    inputs.json, reference_outputs.json and trtexec_io/ that the run directory's first answer wrote (`../`).
+    `kept_ops`: op types the run's backends found their ONNX Runtime refusing in the format (op -> why,
+    `backends.ort.session_keeping_fp32`), kept FP32 in fixed.onnx besides the format's own (`mixed.blocked_ops`)."""
     model, root = work.model, run.root
     out_dir = root / where if where else root
     up = "../" if where else ""
-    fixed = build_mixed(model, fallback, spec.precision, keep_io_types=spec.search.keep_io_types)
+    blocked = blocked_ops(spec.precision, kept_ops)
+    fixed = build_mixed(model, fallback, spec.precision, keep_io_types=spec.search.keep_io_types, op_block_list=blocked)
     answer_metadata(fixed, spec.backends.target, answer_for)
     if where:
         out_dir.mkdir(exist_ok=True)
@@ -78,7 +81,7 @@ def write_artifacts(run: RunDir, work: Workload, refs: Sequence[dict], fallback:
     if not where:
         save_polygraphy_io(run, kept_samples, kept_refs)
     order = [n.name for n in model.nodes if n.name in fallback]
-    forced = forced_fp32_nodes(model, fallback)
+    forced = forced_fp32_nodes(model, fallback, blocked, spec.precision)
     placed = _placed(model, run) if where else place_model(model_for_tools(model, root, run), root, run)
     model_file = placed.name if not up or Path(placed.name).is_absolute() else up + placed.name
     excluded = [*order, *forced]

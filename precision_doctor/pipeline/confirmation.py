@@ -192,4 +192,4 @@ def notes_for(model: Model, fmt: Format, search: Backend, final: frozenset[str])
     model (`graph.coverage`); none for other search backends."""
     if search.name != "emulate":
         return []
-    return emulation_notes(model, fmt, lowp_nodes(model, final))
+    return emulation_notes(model, fmt, lowp_nodes(model, final, precision=fmt.name))

@@ -57,6 +57,14 @@ class Backends:
     search: Backend
     confirm: Backend | None
 
+    def kept_fp32(self) -> dict[str, str]:
+        """Op types the backends' ONNX Runtime refused a session for in the format (op -> why; ONNX Runtime backends
+        only: `backends.ort.session_keeping_fp32`), which fixed.onnx keeps FP32 too."""
+        out: dict[str, str] = {}
+        for b in (self.search, self.confirm):
+            out.update(getattr(b, "kept_fp32", None) or {})
+        return out
+
 
 @dataclass(frozen=True)
 class References:

@@ -315,7 +315,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         fixed = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
                               ctx.progress, ctx.stop, rules=rules, writer=run)
         written = write_artifacts(run, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
-                                  shapes, answer_for(ctx))
+                                  shapes, answer_for(ctx), kept_ops=ctx.backends.kept_fp32())
         trt_check, engine = tensorrt_steps(run, work.model, final, spec, written, knobs, shapes)
         write_other_answer(ctx, shapes)
         produced = Produced(fixed.errors, written, trt_check, engine)

@@ -234,7 +234,7 @@ def write_other_answer(ctx: RunContext, shapes: Sequence[InputShape]) -> None:
              f"The answer for {runtime(target).label} is the run directory's (../fixed.onnx)."]
     spec = ctx.spec.with_settings({"backends.target": name, "backends.rules": None})
     written = write_artifacts(ctx.run_dir, ctx.work, ctx.references.refs, answer, spec, None, list(shapes),
-                              answer_for=lines, where=name)
+                              answer_for=lines, where=name, kept_ops=ctx.backends.kept_fp32())
     o.directory = name
     o.files = {k: v for k, v in written.files.items() if v.startswith(name + "/")}
     if name == TENSORRT:

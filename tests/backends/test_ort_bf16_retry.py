@@ -1,0 +1,110 @@
+"""The net for ONNX Runtime's missing BF16 kernels (issue 35): where a
+BF16 session is refused with NOT_IMPLEMENTED for an op, `backends.ort.session_keeping_fp32` keeps that op type FP32,
+warns and makes the session again. Exercised on the CPU provider, which has no BF16 kernel for most ops and refuses
+sessions the way the CUDA provider does for its missing ones (the backends themselves still refuse ort-cpu in BF16)."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from precision_doctor.backends.ort import OrtBackend, missing_kernel, session_keeping_fp32
+from precision_doctor.backends.reference import ReferenceRunner
+from precision_doctor.errors import UserError
+from precision_doctor.graph.formats import BF16
+from precision_doctor.graph.mixed import blocked_ops, build_mixed, forced_fp32_nodes
+from precision_doctor.graph.model import from_proto
+from precision_doctor.graph.native import gated_native_graph
+from precision_doctor.graph.ort_kernels import runtime_reason
+from precision_doctor.graph.ort_session import make_session, with_outputs
+
+CPU = ["CPUExecutionProvider"]
+
+
+def _model() -> onnx.ModelProto:
+    """MatMul -> Add -> Relu -> Tanh: none kept FP32 ahead of time; the CPU provider refuses them in BF16."""
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.normal(size=(4, 4)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.normal(size=(4,)).astype(np.float32), "b")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+             helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
+             helper.make_node("Relu", ["hb"], ["r"], name="relu"),
+             helper.make_node("Tanh", ["r"], ["y"], name="tanh")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_refused_ops_are_kept_fp32_until_the_session_is_made():
+    model = from_proto(_model())
+    assert forced_fp32_nodes(model, precision="bf16") == {}  # nothing ahead of time
+    kept: dict[str, str] = {}
+    said: list[str] = []
+    proto, session = session_keeping_fp32(lambda blocked: build_mixed(model, frozenset(), "bf16", op_block_list=blocked),
+                                          lambda p: make_session(p, CPU), "bf16", kept, said.append, "ort-cpu", model)
+    # ONNX Runtime 1.32's CPU optimizer fuses MatMul and Add into a Gemm ('mm/MatMulAddFusion'), which it has no
+    # BF16 kernel for: the MatMul stays FP32; the Add, the Relu and the Tanh are refused each on its own
+    assert set(kept) == {"MatMul", "Add", "Relu", "Tanh"} and len(said) == 4
+    assert kept["MatMul"] == runtime_reason("MatMul", "Gemm") and kept["Add"] == runtime_reason("Add")
+    assert all(line.startswith("ort-cpu: ") and "no BF16 kernel" in line and "stays FP32" in line for line in said)
+    text = "\n".join(said)
+    assert "for Gemm (node 'mm/MatMulAddFusion'; ONNX Runtime fused it from mm (MatMul)); every MatMul node" in text
+    assert "for Add (node 'bias'); every Add node" in text
+    x = np.random.default_rng(2).normal(size=(3, 4)).astype(np.float32)
+    ref = ReferenceRunner(model).run({"x": x})["y"]
+    got = session.run(["y"], {"x": x})[0]
+    assert np.allclose(got, ref, atol=0.05)  # only the kept-FP32 arithmetic left, around BF16 inputs where any
+    # fixed.onnx and the report read the same record (pipeline/artifacts.py: blocked_ops(precision, kept_ops))
+    with_kept = forced_fp32_nodes(model, (), blocked_ops("bf16", kept), "bf16")
+    assert with_kept == {n.name: kept[n.op_type] for n in model.nodes}
+    assert onnx.checker.check_model(proto) is None
+
+
+def test_the_gated_graph_names_the_models_node():
+    """The gated graph's copies carry a `__pdn` suffix; the warning names the model's node."""
+    model = from_proto(_model())
+    kept: dict[str, str] = {}
+    said: list[str] = []
+    graph, _ = session_keeping_fp32(
+        lambda blocked: gated_native_graph(model, BF16, op_block_list=blocked),
+        lambda g: make_session(with_outputs(g.proto, ["y"], model.tensor_types), CPU), "bf16", kept, said.append,
+        model=model)
+    assert kept and not set(graph.candidates) & {n.name for n in model.nodes if n.op_type in kept}
+    assert all("__pd" not in line and "node '" in line for line in said)
+
+
+class _Refused(Exception):
+    """An ONNX Runtime error as the bindings raise it."""
+
+
+_Refused.__module__ = "onnxruntime.capi.onnxruntime_pybind11_state"
+_TEXT = "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for Relu(14) node with name 'r__pdn7'"
+
+
+def test_what_is_not_retried():
+    assert missing_kernel(_Refused(_TEXT)) == ("Relu", "r")
+    assert missing_kernel(ValueError("Could not find")) is None
+
+    def refuse(_):
+        raise _Refused(_TEXT)
+
+    calls: list[dict] = []
+    for precision in ("fp16", "bf16"):
+        with pytest.raises(_Refused):  # FP16: as before; BF16: Relu kept once, then refused again (graph unchanged)
+            session_keeping_fp32(calls.append, refuse, precision, {}, lambda _: None)
+    assert len(calls) == 3 and "Relu" not in calls[1] and "Relu" in calls[2]  # fp16 once; bf16 twice
+
+    def other(_):
+        raise _Refused("[ONNXRuntimeError] : 1 : FAIL : Load model failed")
+
+    kept: dict[str, str] = {}
+    with pytest.raises(_Refused):
+        session_keeping_fp32(lambda b: None, other, "bf16", kept, lambda _: None)
+    assert kept == {}
+
+
+def test_ort_cpu_still_refuses_bf16():
+    with pytest.raises(UserError, match="CPU provider has no bf16 kernels"):
+        OrtBackend(from_proto(_model()), "bf16", providers=CPU)
