@@ -47,13 +47,19 @@ def default_providers() -> list[str]:
 
 
 _NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node with name '([^']*)'")
+# ONNX's own type check where an op's schema at the model's opset has no bfloat16 (`mixed.no_bf16_in_schema` keeps
+# those FP32 ahead of time; this catches what it cannot see, e.g. a com.microsoft op): "Type Error: Type
+# 'tensor(bfloat16)' of input parameter (x) of operator (Conv) in node (/model.0/conv/Conv__pdn3) is invalid."
+_NO_TYPE = re.compile(r"Type 'tensor\(bfloat16\)' of (?:input|output) parameter \([^)]*\) of operator \((\w+)\) in "
+                      r"node \(([^)]*)\)")
 G = TypeVar("G")
 
 
 def missing_kernel(exc: BaseException) -> tuple[str, str] | None:
     """(op type, node name) where ONNX Runtime refused a session because no provider has a kernel for a node's
-    types (NOT_IMPLEMENTED); the node's name as the model has it (the tool's copies carry a `__pd...` suffix)."""
-    m = _NO_KERNEL.search(str(exc))
+    types (NOT_IMPLEMENTED) or ONNX's schema at the model's opset does not take bfloat16 there; the node's name as
+    the model has it (the tool's copies carry a `__pd...` suffix)."""
+    m = _NO_KERNEL.search(str(exc)) or _NO_TYPE.search(str(exc))
     return (m.group(1), re.sub(r"__pd.*$", "", m.group(2))) if m else None
 
 

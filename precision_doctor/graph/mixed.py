@@ -14,6 +14,7 @@ constants saturate (`saturate.py`: +-65504 for FP16, not inf), as the emulator r
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -87,10 +88,11 @@ def forced_fp32_nodes(
     model: Model, fallback: Iterable[str] = (), op_block_list: OpBlockList | None = None, precision: str = "fp16"
 ) -> dict[str, str]:
     """Candidates that `fixed.onnx` keeps in FP32 beyond `fallback` (the answer), in graph order,
-    each with the reason (e.g. nudenet's six `Range` nodes: no FP16 kernel in ONNX Runtime; in BF16 also
-    ReduceMean, Pow...: no BF16 kernel in ONNX Runtime's CUDA provider). `op_block_list`: op types (with
-    reasons, a mapping) instead of `blocked_ops(precision)`."""
+    each with the reason (e.g. nudenet's six `Range` nodes: no FP16 kernel in ONNX Runtime; in BF16 also the
+    ops whose ONNX schema at the model's opset takes no bfloat16, `no_bf16_in_schema`, and those a backend found its
+    ONNX Runtime refusing). `op_block_list`: op types (with reasons, a mapping) instead of `blocked_ops(precision)`."""
     block = _reasons(op_block_list, precision)
+    bf16 = get_format(precision).name == "bf16"
     answer = set(fallback)
     out: dict[str, str] = {}
     for info in model.candidates:
@@ -104,7 +106,42 @@ def forced_fp32_nodes(
             out[info.name] = f"domain '{domain}': only standard and com.microsoft ops are converted"
         elif not has_float:
             out[info.name] = "no FLOAT output (only FLOAT tensors are converted)"
+        elif bf16 and (why := no_bf16_in_schema(info.op_type, domain, _opset(model, domain))) is not None:
+            out[info.name] = why
     return out
+
+
+def _opset(model: Model, domain: str) -> int:
+    wanted = "" if domain == "ai.onnx" else domain
+    return next((o.version for o in model.proto.opset_import if o.domain == wanted), 0)
+
+
+@functools.cache
+def no_bf16_in_schema(op: str, domain: str, opset: int) -> str | None:
+    """Why a node of `op` stays FP32 in BF16 where ONNX's own schema of it at `opset` takes no bfloat16 where it
+    takes float16 and float (Conv before opset 22, Resize before 19...): a graph with it in BF16 is not valid ONNX,
+    and ONNX Runtime refuses it (measured: nudenet-320n at opset 17 on the H200). None where it does, or where ONNX
+    has no schema of it here (com.microsoft ops: the session-time net, `backends.ort.session_keeping_fp32`)."""
+    if domain not in ("", "ai.onnx") or opset <= 0 or _takes_bf16(op, opset) is not False:
+        return None
+    latest = onnx.defs.onnx_opset_version()
+    first = next((v for v in range(opset + 1, latest + 1) if _takes_bf16(op, v)), None)
+    since = f"it does from opset {first}" if first is not None else "nor does any opset ONNX knows"
+    return f"{op}: ONNX opset {opset} has no bfloat16 for {op} ({since}); the model's opset decides"
+
+
+def _takes_bf16(op: str, opset: int) -> bool | None:
+    """Whether the schema of `op` at `opset` takes bfloat16 on its data path (the type parameters of its first input
+    and its outputs) where it takes float16 and float; None: no such schema. Other inputs (Resize's roi) are left to
+    the session-time net."""
+    try:
+        schema = onnx.defs.get_schema(op, opset, "")
+    except onnx.defs.SchemaError:
+        return None
+    used = {p.type_str for p in schema.inputs[:1]} | {p.type_str for p in schema.outputs}
+    floats = [set(c.allowed_type_strs) for c in schema.type_constraints if c.type_param_str in used
+              and {"tensor(float16)", "tensor(float)"} <= set(c.allowed_type_strs)]
+    return all("tensor(bfloat16)" in c for c in floats) if floats else None
 
 
 def lowp_nodes(model: Model, fallback: Iterable[str], op_block_list: OpBlockList | None = None,

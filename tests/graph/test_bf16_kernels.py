@@ -73,3 +73,40 @@ def test_the_gated_graph_leaves_them_ungated():
     assert set(gated_native_graph(model, FP16).candidates) == {n.name for n in model.candidates}
     assert set(gated_native_graph(model, BF16).candidates) == {n.name for n in model.candidates}
     assert set(gated_native_graph(model, BF16, op_block_list=_refused()).candidates) == {"mm", "scale", "relu"}
+
+
+def _conv(opset: int) -> onnx.ModelProto:
+    w = numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
+
+
+def test_an_op_whose_schema_at_the_models_opset_takes_no_bf16_stays_fp32_in_bf16_only():
+    """ONNX's Conv takes bfloat16 from opset 22: at opset 17 a BF16 Conv is not valid ONNX, and ONNX Runtime refused
+    the gated graph of nudenet-320n (opset 17) on the H200 with a Type Error. The schema says so ahead of time."""
+    from precision_doctor.graph.mixed import no_bf16_in_schema
+
+    model = from_proto(_conv(17))
+    why = "Conv: ONNX opset 17 has no bfloat16 for Conv (it does from opset 22); the model's opset decides"
+    assert forced_fp32_nodes(model, precision="bf16") == {"conv": why} and no_bf16_in_schema("Conv", "", 17) == why
+    assert forced_fp32_nodes(model, precision="fp16") == {}
+    assert forced_fp32_nodes(from_proto(_conv(22)), precision="bf16") == {}
+    fixed = build_mixed(model, frozenset(), "bf16")
+    onnx.checker.check_model(fixed, full_check=True)  # valid ONNX: the Conv computes in FP32
+    assert set(gated_native_graph(model, BF16).candidates) == {"relu"}
+    assert no_bf16_in_schema("Resize", "", 13) is None  # its data path takes bfloat16 (roi and scales aside)
+    assert no_bf16_in_schema("Add", "", 14) is None and no_bf16_in_schema("Gelu", "com.microsoft", 1) is None
+
+
+def test_the_net_reads_onnx_type_errors_as_well_as_missing_kernels():
+    """The H200's message for nudenet-320n's gated graph in BF16 (onnxruntime-gpu 1.31.1, 2026-12-02)."""
+    from precision_doctor.backends.ort import missing_kernel
+
+    text = ("[ONNXRuntimeError] : 1 : FAIL : Node (/model.0/conv/Conv__pdn13) Op (If) [TypeInferenceError] Graph "
+            "attribute inferencing failed: This is an invalid model. Type Error: Type 'tensor(bfloat16)' of input "
+            "parameter (images_lp__pdn4) of operator (Conv) in node (/model.0/conv/Conv__pdn3) is invalid.")
+    assert missing_kernel(Exception(text)) == ("Conv", "/model.0/conv/Conv")
+    assert missing_kernel(Exception("NOT_IMPLEMENTED : Could not find an implementation for Pow(15) node with name "
+                                    "'p__pd1'")) == ("Pow", "p")
