@@ -25,6 +25,7 @@ from precision_doctor.cli.shared import (
     announce_renamed,
     app,
     console,
+    heartbeat,
     plain_progress,
     progress_bar,
     stops_on_interrupt,
@@ -63,7 +64,8 @@ def compare(
     uses_run_dir(out_dir)
     token, started = StopToken(), [False]
     plain = plain_progress()  # where the bars are off
-    with signals_stop(token), stops_on_interrupt(out_dir, "run it again to start over", started), progress_bar() as prog:
+    with (signals_stop(token), stops_on_interrupt(out_dir, "run it again to start over", started), progress_bar() as prog,
+          heartbeat(plain)):
         tasks: dict[str, int] = {}
 
         def sink(ev: ProgressEvent) -> None:

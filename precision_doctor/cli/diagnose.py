@@ -15,6 +15,7 @@ from precision_doctor.cli.shared import (
     app,
     console,
     fail,
+    heartbeat,
     plain_progress,
     progress_bar,
     stops_on_interrupt,
@@ -64,7 +65,7 @@ def diagnose(
     token, started = StopToken(), [False]
     hint = f"to continue: {resume_command(model, out_dir)}"
     plain = plain_progress()  # where the bar is off
-    with signals_stop(token), stops_on_interrupt(out_dir, hint, started), progress_bar() as prog:
+    with signals_stop(token), stops_on_interrupt(out_dir, hint, started), progress_bar() as prog, heartbeat(plain):
         task = prog.add_task("capture", total=None)
 
         def sink(ev: ProgressEvent) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -114,8 +115,9 @@ class PlainProgress:
     """A run's progress as plain lines on stderr, where the bars are off (stderr is not a terminal: CI, nohup, a
     log file), so that a long run is not silent: a line as each phase starts ("[ 12.3s] capture: 8 samples, every
     tensor"), as each capture stage ends, and in between one every EVERY_EVALUATIONS evaluations or EVERY_S seconds,
-    whichever comes first (at the next event: a longer evaluation delays it). Nothing before the run starts (its
-    first phase after loading): a command refused then prints its one error line only. No control characters; each
+    whichever comes first (at the next event); where no event comes for EVERY_S seconds (a long capture step, a large
+    model's load), `heartbeat` repeats the last line, still working. Before the run starts (its first phase after
+    loading) only such a beat: a command refused then prints its one error line only. No control characters; each
     line flushed (`PROGRESS_LINE` matches one). A ProgressSink: call it with each event."""
 
     # 8, not 10: the line waits for the next event, and an evaluation on a GPU's real graph takes 1-2 s (a session
@@ -129,18 +131,29 @@ class PlainProgress:
         self._step: int | None = None  # the evaluation of the last line (None: none since the phase began)
         self._loaded: str | None = None  # the loaded model's line, said once the run starts
         self._started = False
+        self._said = "loading the model"  # what the last line said (a heartbeat repeats it)
+        self._lock = threading.Lock()
 
     def line(self, text: str) -> None:
         """One line, "[ELAPSEDs] text", with any control character in `text` escaped."""
         from precision_doctor.graph.names import shown
 
-        self._last = self._clock()
-        out = f"[{self._last - self._t0:5.1f}s] {shown(text)}\n"
-        if self._write is not None:
-            self._write(out)
-            return
-        sys.stderr.write(out)
-        sys.stderr.flush()
+        with self._lock:
+            self._last = self._clock()
+            self._said = text
+            out = f"[{self._last - self._t0:5.1f}s] {shown(text)}\n"
+            if self._write is not None:
+                self._write(out)
+                return
+            sys.stderr.write(out)
+            sys.stderr.flush()
+
+    def beat(self) -> None:
+        """A line where none came for EVERY_S seconds (a capture step or a model's load that takes longer): what
+        the last line said, still going. Called about every second by `heartbeat`'s thread."""
+        if self._due():
+            said = self._said.partition(" (still working")[0]
+            self.line(f"{said} (still working, {self._clock() - self._t0:.0f} s)")
 
     def _due(self) -> bool:
         return self._clock() - self._last >= self.EVERY_S
@@ -170,6 +183,28 @@ class PlainProgress:
 
 
 PROGRESS_LINE = re.compile(r"^\[ *\d+\.\ds\] ")  # a line of PlainProgress
+
+
+@contextmanager
+def heartbeat(plain: PlainProgress | None, every_s: float = 1.0):
+    """While the block runs, `plain.beat()` about every `every_s` seconds on a thread of its own (nothing where the
+    bars are on, `plain` None): no stretch of a long run is silent for more than EVERY_S seconds and a beat."""
+    if plain is None:
+        yield
+        return
+    done = threading.Event()
+
+    def run() -> None:
+        while not done.wait(every_s):
+            plain.beat()
+
+    thread = threading.Thread(target=run, name="progress-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=5)
 
 
 def plain_progress() -> PlainProgress | None:
