@@ -166,7 +166,10 @@ def kept_of_capture(keep: str) -> str:
 def capture_size_note(ev: CaptureSizeEvent) -> str:
     """Before a large capture (`control.CaptureSizeEvent`): how much it will write and where, the room there, what is
     kept of it and the flag that takes fewer samples."""
-    return (f"the capture will write about {fmt_decimal_bytes(ev.nbytes)} into {ev.path} ({counted(ev.samples, 'sample')}; "
+    # the top layers are known only after the capture: their tensors are counted as the largest layers' (an upper bound)
+    plan = KeepPlan.parse(ev.keep)
+    size = f"{'up to' if plan.top and not plan.every else 'about'} {fmt_decimal_bytes(ev.nbytes)}"
+    return (f"the capture will write {size} into {ev.path} ({counted(ev.samples, 'sample')}; "
             f"{fmt_decimal_bytes(ev.free)} free there); {kept_of_capture(ev.keep)}; "
             f"{flag('capture.max_samples')} takes fewer")
 

@@ -253,3 +253,15 @@ def test_an_interrupted_run_with_an_unsettled_answer_does_not_say_no_set_passed(
     assert "before any FP32 fallback set" not in said
     assert "the set found so far keeps 2 of 9 candidate nodes in FP32" in said
     assert "before any FP32 fallback set" in headline(_report(**INCOMPLETE))
+
+
+def test_a_large_capture_is_announced_as_a_bound_where_the_top_layers_are_kept():
+    """The top layers are known only after the capture: their tensors are counted as the largest layers', so the
+    size is an upper bound ("up to"; ISNet at 1024x1024 announced 4.88 GB that way); keeping all is exact."""
+    from precision_doctor.control import CaptureSizeEvent
+    from precision_doctor.render.wording import capture_size_note
+
+    ev = CaptureSizeEvent("run/activations.h5", 4_880_000_000, 4, 70_000_000_000, "summary")
+    assert capture_size_note(ev).startswith("the capture will write up to 4.88 GB into run/activations.h5 (4 samples;")
+    assert capture_size_note(CaptureSizeEvent("a.h5", 3_000_000_000, 2, 10**11, "all")).startswith(
+        "the capture will write about 3 GB into a.h5")
