@@ -132,6 +132,7 @@ class PlainProgress:
         self._loaded: str | None = None  # the loaded model's line, said once the run starts
         self._started = False
         self._said = "loading the model"  # what the last line said (a heartbeat repeats it)
+        self._news: str | None = None  # what an event since then said, not yet due to be a line
         self._lock = threading.Lock()
 
     def line(self, text: str) -> None:
@@ -140,7 +141,7 @@ class PlainProgress:
 
         with self._lock:
             self._last = self._clock()
-            self._said = text
+            self._said, self._news = text, None
             out = f"[{self._last - self._t0:5.1f}s] {shown(text)}\n"
             if self._write is not None:
                 self._write(out)
@@ -149,11 +150,16 @@ class PlainProgress:
             sys.stderr.flush()
 
     def beat(self) -> None:
-        """A line where none came for EVERY_S seconds (a capture step or a model's load that takes longer): what
-        the last line said, still going. Called about every second by `heartbeat`'s thread."""
-        if self._due():
-            said = self._said.partition(" (still working")[0]
-            self.line(f"{said} (still working, {self._clock() - self._t0:.0f} s)")
+        """A line where none came for EVERY_S seconds: the latest event's news if one came meanwhile (a capture's
+        count, a search's evaluations), else what the last line said, still working (a capture step or a model's
+        load that takes longer). Called about every second by `heartbeat`'s thread."""
+        if not self._due():
+            return
+        if self._news is not None:  # an event came since the last line but was not due then: it now is
+            self.line(self._news)
+            return
+        said = self._said.partition(" (still working")[0]
+        self.line(f"{said} (still working, {self._clock() - self._t0:.0f} s)")
 
     def _due(self) -> bool:
         return self._clock() - self._last >= self.EVERY_S
@@ -170,16 +176,18 @@ class PlainProgress:
             self._started, self._step = True, None
             self.line(f"{ev.phase}: {ev.detail}" if ev.detail else ev.phase)
         elif isinstance(ev, CaptureEvent):
+            self._news = f"capture {ev.stage}: {ev.done} of {ev.total}"
             if ev.done == ev.total or self._due():
-                self.line(f"capture {ev.stage}: {ev.done} of {ev.total}")
+                self.line(self._news)
         elif isinstance(ev, EvaluationEvent):
             if self._step is None:
                 self._step = ev.step - 1  # the phase's own line was just written
+            best = ("none passing yet" if ev.best_size is None else
+                    f"smallest passing set so far {counted(ev.best_size, 'node')}")
+            self._news = f"search ({ev.phase}): {counted(ev.step, 'evaluation')}, {best}"
             if ev.step - self._step >= self.EVERY_EVALUATIONS or self._due():
                 self._step = ev.step
-                best = ("none passing yet" if ev.best_size is None else
-                        f"smallest passing set so far {counted(ev.best_size, 'node')}")
-                self.line(f"search ({ev.phase}): {counted(ev.step, 'evaluation')}, {best}")
+                self.line(self._news)
 
 
 PROGRESS_LINE = re.compile(r"^\[ *\d+\.\ds\] ")  # a line of PlainProgress

@@ -37,8 +37,18 @@ def test_a_beat_repeats_the_last_line_only_after_every_s_of_silence():
     plain.beat()
     clock.t += PlainProgress.EVERY_S
     plain.beat()
-    assert lines[-2].endswith("capture: 6 samples, every layer's statistics (still working, 20 s)\n")
-    assert lines[-1].endswith("capture: 6 samples, every layer's statistics (still working, 28 s)\n")  # not nested
+    assert lines[-2].endswith("] capture statistics: 1 of 12\n")  # the news that was not due when it came
+    assert lines[-1].endswith("] capture statistics: 1 of 12 (still working, 28 s)\n")
+    plain(CaptureEvent("statistics", 2, 12))  # news not due as a line yet: the next beat says it, not the old line
+    clock.t += 2
+    plain.beat()
+    assert len(lines) == 4
+    clock.t += PlainProgress.EVERY_S
+    plain.beat()
+    clock.t += PlainProgress.EVERY_S
+    plain.beat()
+    assert lines[-2].endswith("] capture statistics: 2 of 12\n")
+    assert lines[-1].endswith("] capture statistics: 2 of 12 (still working, 46 s)\n")  # not nested
     assert all(PROGRESS_LINE.match(ln) for ln in lines)
 
 
