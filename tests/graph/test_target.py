@@ -207,8 +207,8 @@ def test_an_answer_for_tensorrt_that_onnx_runtime_needs_more_of_gets_an_ort_cuda
     spec = RunSpec(model=str(tmp_path / "m.onnx")).with_settings({
         "inputs.files": files, "tolerance.atol": 1e-2, "tolerance.rtol": 1e-2, "backends.backend": "emulate"})
     report = api.diagnose(spec, tmp_path / "run")
-    o = report.other_runtime
-    assert report.passed and report.target == "tensorrt" and report.fallback_nodes == []
+    o = report.checks.other_runtime
+    assert report.passed and report.search.target == "tensorrt" and report.answer.fallback_nodes == []
     assert (o.runtime, o.passed, o.directory) == ("ort-cuda", False, "ort-cuda") and "conv" in o.answer
     out = tmp_path / "run"
     assert {p.key: p.value for p in onnx.load(str(out / "ort-cuda" / "fixed.onnx")).metadata_props}[TARGET_METADATA] \
@@ -294,8 +294,8 @@ def test_for_tensorrt_the_layernorm_nodes_that_overflow_are_in_the_answer(block_
     assert (o.runtime, o.backend, o.measured, o.passed) == ("ort-cuda", "emulate", False, True) and o.answer is None
     assert not (out / "ort-cuda").exists()
     data = json.loads((out / "report.json").read_text())
-    assert data["target"] == "tensorrt" and data["other_runtime"]["passed"] is True
-    assert Report.from_json(data).other_runtime == o
+    assert data["search"]["target"] == "tensorrt" and data["checks"]["other_runtime"]["passed"] is True
+    assert Report.from_json(data).checks.other_runtime == o
     md = (out / "report.md").read_text()
     assert "The answer is for TensorRT (`--target tensorrt`)" in md and "## Target runtime" in md
     assert "On ONNX Runtime CUDA (emulated with the ort-cuda rules, 6 samples) it passes too" in md
@@ -332,7 +332,7 @@ def test_for_onnx_runtime_the_fused_pattern_is_not_and_tensorrt_gets_its_own_ans
     assert "The answer is for ONNX Runtime CUDA (`--target ort-cuda`)" in md
     assert "it FAILS" in md and "`tensorrt/`" in md and "./tensorrt/trtexec.sh" in md
     data = json.loads((out / "report.json").read_text())
-    assert data["target"] == "ort-cuda" and data["other_runtime"]["answer"] == o.answer
+    assert data["search"]["target"] == "ort-cuda" and data["checks"]["other_runtime"]["answer"] == o.answer
 
 
 def test_the_cli_says_which_runtime_each_answer_is_for(run_cli, block_runs, tmp_path):
