@@ -87,8 +87,10 @@ def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
     assert code == 0, err
     rep = json.loads((out / "report.json").read_text())
     assert sorted(rep["answer"]["fallback_nodes"]) == sorted(case.expected)
-    for key in ("passed", "evaluations", "elapsed_s", "strategy", "precision", "backend", "tolerance", "trajectory"):
-        assert key in rep
+    for key in ("passed", "search.evaluations", "search.elapsed_s", "search.strategy", "search.precision",
+                "search.backend", "search.tolerance", "search.trajectory", "answer.fallback_size"):
+        part, _, name = key.rpartition(".")
+        assert name in (rep[part] if part else rep), key
     assert Report.from_json(rep).to_json() == rep and rep["schema_version"] == SCHEMA_VERSION  # the typed report, both ways
     assert rep["passed"] and rep["promise"]["validation"]["samples"] == 2 and rep["promise"]["validation"]["passed"]
     assert rep["search"]["one_minimal_checked"] is True  # every member's removal was seen to fail
