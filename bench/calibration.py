@@ -154,7 +154,6 @@ def run(name: str, spec: RunSpec, files: list[str], out: Path, *, split: float |
         "search_samples": rep.search.samples.search,
         "held_out": rep.search.samples.validation, "rounds": len(first), "working": len(first[-1].working) if first else None,
         "checked": r.checked if r is not None else None, "verified": r.verified if r is not None else None,
-        "second_search": bool(rep.expected_headroom and rep.expected_headroom.researched),
         "decided_by": str(rep.promise.decided_by) if rep.promise.decided_by else None,
         "bound_failures": b.failures if b else None, "bound_samples": b.samples if b else None,
         "bound_rate": b.failure_rate if b else None,

@@ -272,9 +272,6 @@ def test_auto_confirms_on_the_gpu(planted_file, tmp_path):
     report = api.diagnose(spec, tmp_path / "run")
     c = report.checks.certified_by
     assert report.passed and (c.backend, c.how, c.gpu) == ("ort-cuda", "confirmation", True)
-    h = report.expected_headroom  # the GPU also ran the probe's fresh copies of the final answer
-    assert h is not None and h.backend == "ort-cuda" and h.perturbed_copies > 0 and h.holds
-    assert "fresh copies run on ort-cuda" in (tmp_path / "run" / "report.md").read_text()
 
 
 def test_compare_says_what_its_pass_rests_on(run_cli, planted_file, tmp_path):

@@ -203,7 +203,7 @@ def test_emit_format_engine_builds_from_a_run_directory(tmp_path, run_cli):
     res = cli("emit", out, "--format", "engine", "--engine-targets", "8.9")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == f"{out / 'fixed.plan'}: built with TensorRT-RTX {LIB.version} for 8.9 in " \
-        f"{json.loads((out / 'report.json').read_text())['engine']['seconds']:.2f} s"
+        f"{json.loads((out / 'report.json').read_text())['tensorrt']['engine']['seconds']:.2f} s"
     after = json.loads((out / "report.json").read_text())
     assert after["tensorrt"]["engine"]["built"] and after["tensorrt"]["engine"]["targets"] == ["8.9"] \
         and after["answer"]["artifacts"]["engine"] == "fixed.plan"
