@@ -143,7 +143,7 @@ def _slow_zoo(root) -> list[str]:
     (root / "cancellation.json").write_text(json.dumps({
         "inputs": {"samples": 2, "seed": 0}, "tolerance": {"atol": case.atol, "rtol": case.rtol}}))
     _, settings = slow_model(root / "slow.onnx", blocks=24, iterations=4000)
-    recipe = {"inputs": settings["inputs"], "tolerance": settings["tolerance"], "strategy": settings["strategy"]}
+    recipe = {"inputs": settings["inputs"], "tolerance": settings["tolerance"], "strategy": settings["search"]["strategy"]}
     (root / "slow.json").write_text(json.dumps(recipe))
     return ["cancellation", "slow"]
 

@@ -107,7 +107,7 @@ def test_batch_survives_the_loss_of_a_node_mid_model(cluster, nodes, zoo, tmp_pa
     expected["cancellation"] = case.expected
     _, settings = slow_model(root / "loop_heavy.onnx", blocks=24, iterations=LOOP_ITERATIONS)
     (root / "loop_heavy.json").write_text(json.dumps({
-        "inputs": settings["inputs"], "tolerance": settings["tolerance"], "strategy": settings["strategy"]}))
+        "inputs": settings["inputs"], "tolerance": settings["tolerance"], "strategy": settings["search"]["strategy"]}))
     names = ["cancellation", "large_reducesum", "loop_heavy", "overflow_island"]  # four models, three nodes
     out, run = tmp_path / "out", tmp_path / "out" / "loop_heavy"
     cmd = [sys.executable, "-m", "precision_doctor", "batch", str(root), "--out", str(out),

@@ -77,7 +77,7 @@ def test_an_incomplete_jobs_next_step_resumes_it_as_printed(env, tmp_path) -> No
     assert "from the start, with the changes" in changed.stderr
     assert d.cli("wait", third).returncode == 1  # its budget (2) is kept: a fresh run of 2 evaluations
     job = d.job(third)
-    assert job["name"] == "wider" and job["spec"]["margin"] == 0.2 and job["spec"]["search"]["max_evaluations"] == 2
+    assert job["name"] == "wider" and job["spec"]["search"]["margin"] == 0.2 and job["spec"]["search"]["max_evaluations"] == 2
     assert len(_checkpoint(d, third)) == 2
 
 
