@@ -397,7 +397,7 @@ for i in range(n):
 spec = RunSpec(model=str(root / "m.onnx")).with_settings({"inputs.files": [str(data)], "tolerance.atol": 1e-2,
                                                             "tolerance.rtol": 1e-2, "search.augment": 0})
 report = api.diagnose(spec, root / "out")
-assert report.samples.search + report.samples.validation == n, report.samples
+assert report.search.samples.search + report.search.samples.validation == n, report.search.samples
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 

@@ -289,7 +289,7 @@ def test_for_tensorrt_the_layernorm_nodes_that_overflow_are_in_the_answer(block_
     report, out = runs["tensorrt"]
     assert report.passed and report.search.target == "tensorrt" and report.search.emulation_rules == "tensorrt"
     assert case.expected <= set(report.answer.fallback_nodes) <= LN_NODES  # each LayerNorm's Pow and the mean reading it
-    assert report.baseline is not None and not report.baseline.passed  # all FP16: the Pows overflow
+    assert report.analysis.baseline is not None and not report.analysis.baseline.passed  # all FP16: the Pows overflow
     o = report.checks.other_runtime
     assert (o.runtime, o.backend, o.measured, o.passed) == ("ort-cuda", "emulate", False, True) and o.answer is None
     assert not (out / "ort-cuda").exists()
@@ -310,7 +310,7 @@ def test_for_onnx_runtime_the_fused_pattern_is_not_and_tensorrt_gets_its_own_ans
     report, out = runs["ort-cuda"]
     assert report.passed and report.search.target == "ort-cuda" and report.search.emulation_rules == "ort-cuda"
     assert not set(report.answer.fallback_nodes) & LN_NODES  # fused and computed in FP32 by ONNX Runtime: nothing to keep
-    assert report.baseline is not None and report.baseline.passed
+    assert report.analysis.baseline is not None and report.analysis.baseline.passed
     o = report.checks.other_runtime  # the same answer on TensorRT: the Pows overflow
     assert (o.runtime, o.passed, o.directory) == ("tensorrt", False, "tensorrt") and o.tolerance_used > 10
     assert case.expected <= set(o.answer) and set(o.added) == set(o.answer) - set(report.answer.fallback_nodes)
