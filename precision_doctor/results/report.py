@@ -40,6 +40,8 @@ from precision_doctor.spec import RunSpec
 SCHEMA_VERSION = 3
 REPORT = "report.json"
 REQUIRED = ("status", "passed", "search", "answer")  # every version's first two (the version is checked after them)
+REQUIRED_IN = {"search": ("evaluations", "elapsed_s", "strategy", "precision", "backend", "tolerance"),
+               "answer": ("fallback_nodes",)}  # what every report has always held (docs/guide.md's contract)
 
 
 class ReportError(UserError):
@@ -804,12 +806,15 @@ def _report(data: Any) -> Report:
         raise BadValue(f"written by an earlier precision-doctor ({found}; this one reads {SCHEMA_VERSION} only): run "
                        "the diagnosis again to write a current report")
     _require(data, REQUIRED[2:])
+    for part, keys in REQUIRED_IN.items():
+        if isinstance(data[part], dict):  # (not an object: the codec names it)
+            _require(data[part], keys, f"{part}.")
     if not isinstance(data["passed"], bool):
         raise BadValue(f"bad key 'passed': expected true or false, got {data['passed']!r:.60}")
     return REPORT_JSON.from_json(Report, data)
 
 
-def _require(data: dict, keys: tuple[str, ...]) -> None:
+def _require(data: dict, keys: tuple[str, ...], prefix: str = "") -> None:
     missing = [k for k in keys if k not in data]
     if missing:
-        raise BadValue(f"not a report: missing key '{missing[0]}'")
+        raise BadValue(f"not a report: missing key '{prefix}{missing[0]}'")

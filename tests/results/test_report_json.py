@@ -68,6 +68,8 @@ def test_not_a_report(data, words):
 
 @pytest.mark.parametrize("change, key", [
     (lambda d: d.pop("search"), "search"),
+    (lambda d: d["answer"].pop("fallback_nodes"), "answer.fallback_nodes"),
+    (lambda d: d["search"].pop("tolerance"), "search.tolerance"),
     (lambda d: d["search"].update(evaluations="many"), "search.evaluations"),
     (lambda d: d.update(passed="yes"), "passed"),
     (lambda d: d["search"]["tolerance"].update(atol=-1), "search.tolerance"),
