@@ -53,7 +53,7 @@ def zoo_works(zoo_dir: Path, only: set[str] | None = None) -> list[ZooWork]:
 def batch_answer(batch_dir: Path, work: ZooWork) -> frozenset[str] | None:
     """The fallback set a `precision-doctor batch` run found for this model (BATCH_DIR/<model>/report.json)."""
     report = batch_dir / work.name.removeprefix("zoo:") / "report.json"
-    return frozenset(json.loads(report.read_text())["fallback_nodes"]) if report.is_file() else None
+    return frozenset(json.loads(report.read_text())["answer"]["fallback_nodes"]) if report.is_file() else None
 
 
 UNSEEN_SEED_OFFSET = 20_000  # generated unseen samples: the recipe's seed + this (held-out ones use + 7919)

@@ -145,25 +145,26 @@ def run(name: str, spec: RunSpec, files: list[str], out: Path, *, split: float |
     finally:
         search_loop.START = start
     secs, cpu_secs = phases.seconds(wall, cpu), phases.seconds(wall, cpu, cpu=True)
-    r = rep.search_rounds
+    r = rep.search.rounds
     first = [x for x in r.rounds if x.search == "first"] if r is not None else []
-    b = rep.held_out_bound
+    b = rep.promise.held_out_bound
     rec = {
-        "status": str(rep.status), "passed": rep.passed, "verdict": _verdict(rep), "size": rep.fallback_size,
-        "flop_share": rep.fp32_flop_share, "evaluations": rep.evaluations, "search_samples": rep.samples.search,
-        "held_out": rep.samples.validation, "rounds": len(first), "working": len(first[-1].working) if first else None,
+        "status": str(rep.status), "passed": rep.passed, "verdict": _verdict(rep), "size": rep.answer.fallback_size,
+        "flop_share": rep.answer.fp32_flop_share, "evaluations": rep.search.evaluations,
+        "search_samples": rep.search.samples.search,
+        "held_out": rep.search.samples.validation, "rounds": len(first), "working": len(first[-1].working) if first else None,
         "checked": r.checked if r is not None else None, "verified": r.verified if r is not None else None,
-        "second_search": bool(rep.expected_headroom and rep.expected_headroom.researched),
-        "decided_by": str(rep.decided_by) if rep.decided_by else None,
+        "decided_by": str(rep.promise.decided_by) if rep.promise.decided_by else None,
         "bound_failures": b.failures if b else None, "bound_samples": b.samples if b else None,
         "bound_rate": b.failure_rate if b else None,
-        "answer": rep.fallback_nodes, "wall_s": wall, "phases_s": secs, "cpu_s": cpu, "phases_cpu_s": cpu_secs,
+        "answer": rep.answer.fallback_nodes, "wall_s": wall, "phases_s": secs, "cpu_s": cpu, "phases_cpu_s": cpu_secs,
         "cegis_s": secs.get("reference", 0.0) + secs.get("search", 0.0),
         "cegis_cpu_s": cpu_secs.get("reference", 0.0) + cpu_secs.get("search", 0.0),
         "probe_s": secs.get("validate", 0.0), "load": machine_load(),
-        "smaller": None if rep.answers is None else {
-            "size": rep.answers.smaller.size, "nodes": rep.answers.smaller.nodes,
-            "flop_share": rep.answers.smaller.fp32_flop_share, "grown_by": [str(g) for g in rep.answers.grown_by]},
+        "smaller": None if rep.promise.answers is None else {
+            "size": rep.promise.answers.smaller.size, "nodes": rep.promise.answers.smaller.nodes,
+            "flop_share": rep.promise.answers.smaller.fp32_flop_share,
+            "grown_by": [str(g) for g in rep.promise.answers.grown_by]},
     }
     return rec, rep
 

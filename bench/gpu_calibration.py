@@ -79,18 +79,20 @@ def main() -> None:
     summary = {
         "cuda_machine": cuda_machine(), "wall_s": wall, "phases_s": phases, "target_s": 60, "met": wall <= 60,
         "steps_s": steps.table(),
-        "backend": rep.backend, "confirm": rep.confirm.backend if rep.confirm else None,
-        "certified_by": rep.certified_by.backend if rep.certified_by else None,
-        "passed": rep.passed, "status": str(rep.status), "size": rep.fallback_size, "flop_share": rep.fp32_flop_share,
-        "evaluations": rep.evaluations, "confirm_evaluations": rep.confirm.evaluations if rep.confirm else None,
-        "search_samples": rep.samples.search, "held_out": rep.samples.validation,
+        "backend": rep.search.backend, "confirm": rep.checks.confirm.backend if rep.checks.confirm else None,
+        "certified_by": rep.checks.certified_by.backend if rep.checks.certified_by else None,
+        "passed": rep.passed, "status": str(rep.status), "size": rep.answer.fallback_size,
+        "flop_share": rep.answer.fp32_flop_share,
+        "evaluations": rep.search.evaluations,
+        "confirm_evaluations": rep.checks.confirm.evaluations if rep.checks.confirm else None,
+        "search_samples": rep.search.samples.search, "held_out": rep.search.samples.validation,
         "rounds": [(r.search, r.round, len(r.working), r.checked, len(r.counterexamples)) for r in
-                   (rep.search_rounds.rounds if rep.search_rounds else [])],
-        "held_out_bound": None if rep.held_out_bound is None else
-        [rep.held_out_bound.failures, rep.held_out_bound.samples, rep.held_out_bound.failure_rate],
+                   (rep.search.rounds.rounds if rep.search.rounds else [])],
+        "held_out_bound": None if rep.promise.held_out_bound is None else
+        [rep.promise.held_out_bound.failures, rep.promise.held_out_bound.samples, rep.promise.held_out_bound.failure_rate],
         "headline": headline(rep),
     }
-    if rep.fallback_nodes is not None and (rep.passed or rep.fallback_size):
+    if rep.answer.fallback_nodes is not None and (rep.passed or rep.answer.fallback_size):
         from precision_doctor.backends.reference import ReferenceRunner
         from precision_doctor.data.inputs import parse_input_shapes
         from precision_doctor.graph.model import load_model
@@ -103,7 +105,7 @@ def main() -> None:
             with closing(make_backend(name, model, spec.precision, model.outputs, rules=spec.backends.emulation_rules,
                                       target=spec.backends.target)) as backend:
                 t1 = time.monotonic()
-                shares = sample_shares(backend, frozenset(rep.fallback_nodes), unseen, refs, spec.tolerance)
+                shares = sample_shares(backend, frozenset(rep.answer.fallback_nodes), unseen, refs, spec.tolerance)
                 summary[f"unseen_{name}"] = {
                     "samples": len(shares), "failures": sum(not s.passed for s in shares),
                     "max_share": max((s.share for s in shares), default=None), "seconds": time.monotonic() - t1}

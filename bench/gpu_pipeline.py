@@ -74,16 +74,16 @@ def run_batch(zoo: Path, out: Path, jobs: int, seconds: float, extra: list[str],
 
 def answer_of(report: Report) -> dict:
     """What the batch made of one model, from its report.json."""
-    c, cert = report.confirm, report.certified_by
+    c, cert = report.checks.confirm, report.checks.certified_by
     return {
-        "status": report.status, "passed": report.passed, "fallback_nodes": report.fallback_nodes,
-        "searched_answer": c.searched_answer if c is not None else report.fallback_nodes,
-        "evaluations_emulated": report.evaluations, "evaluations_gpu": c.evaluations if c is not None else None,
+        "status": report.status, "passed": report.passed, "fallback_nodes": report.answer.fallback_nodes,
+        "searched_answer": c.searched_answer if c is not None else report.answer.fallback_nodes,
+        "evaluations_emulated": report.search.evaluations, "evaluations_gpu": c.evaluations if c is not None else None,
         "confirm_passed": None if c is None else c.passed,
         "searched_answer_held_on_gpu": None if c is None else c.searched_answer_passed,
-        "elapsed_s": report.elapsed_s, "certified_by": None if cert is None else cert.__dict__,
-        "tolerance_used": None if report.tolerance_used is None else report.tolerance_used.__dict__,
-        "emulation_rules": report.emulation_rules, "emulation_notes": [n.__dict__ for n in report.emulation_notes],
+        "elapsed_s": report.search.elapsed_s, "certified_by": None if cert is None else cert.__dict__,
+        "tolerance_used": None if report.checks.tolerance_used is None else report.checks.tolerance_used.__dict__,
+        "emulation_rules": report.search.emulation_rules, "emulation_notes": [n.__dict__ for n in report.checks.emulation_notes],
     }
 
 
@@ -216,7 +216,7 @@ def main() -> None:
         try:
             report = Report.load(report_path)
             entry["answer"] = answer_of(report)
-            final = frozenset(report.fallback_nodes)
+            final = frozenset(report.answer.fallback_nodes)
             answers[name] = {"default answer": sorted(final), "searched answer": entry["answer"]["searched_answer"]}
             if not report.passed or time.perf_counter() - start > args.deadline:
                 entry["skipped_checks"] = "no passing answer" if not report.passed else "past the deadline"

@@ -65,20 +65,21 @@ def main() -> None:
         rep = api.diagnose(spec, args.out / f"run-{search.replace(',', '_')}", force=True)
         row = {
             "search": idx, "wall_s": time.monotonic() - t0, "headline": headline(rep), "passed": rep.passed,
-            "status": str(rep.status), "backend": rep.backend, "size": rep.fallback_size,
-            "flop_share": rep.fp32_flop_share, "certified_by": rep.certified_by.backend if rep.certified_by else None,
-            "on_gpu": rep.certified_by.gpu if rep.certified_by else None,
-            "unconfirmed": list(rep.certified_by.unconfirmed) if rep.certified_by else [],
-            "notes": [(n.kind, n.op_type, n.count) for n in rep.emulation_notes],
-            "held_out_bound": None if rep.held_out_bound is None else
-            [rep.held_out_bound.failures, rep.held_out_bound.samples, rep.held_out_bound.failure_rate],
+            "status": str(rep.status), "backend": rep.search.backend, "size": rep.answer.fallback_size,
+            "flop_share": rep.answer.fp32_flop_share,
+            "certified_by": rep.checks.certified_by.backend if rep.checks.certified_by else None,
+            "on_gpu": rep.checks.certified_by.gpu if rep.checks.certified_by else None,
+            "unconfirmed": list(rep.checks.certified_by.unconfirmed) if rep.checks.certified_by else [],
+            "notes": [(n.kind, n.op_type, n.count) for n in rep.checks.emulation_notes],
+            "held_out_bound": None if rep.promise.held_out_bound is None else
+            [rep.promise.held_out_bound.failures, rep.promise.held_out_bound.samples, rep.promise.held_out_bound.failure_rate],
         }
         unseen = [j for j in range(len(probe.samples)) if j not in idx]
-        if rep.fallback_nodes is not None and (rep.passed or rep.fallback_size):
+        if rep.answer.fallback_nodes is not None and (rep.passed or rep.answer.fallback_size):
             for backend_name in (["ort-cuda"] if gpu else []) + ["emulate"]:
                 with closing(make_backend(backend_name, probe.model, spec.precision, probe.model.outputs,
                                           rules=spec.backends.emulation_rules, target=spec.backends.target)) as backend:
-                    shares = sample_shares(backend, frozenset(rep.fallback_nodes), [probe.samples[j] for j in unseen],
+                    shares = sample_shares(backend, frozenset(rep.answer.fallback_nodes), [probe.samples[j] for j in unseen],
                                            [refs[j] for j in unseen], tol)
                 row[f"unseen_{backend_name}"] = {
                     "images": unseen, "shares": [round(s.share, 4) for s in shares],

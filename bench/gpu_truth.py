@@ -125,17 +125,16 @@ def judge(model_dir: Path, fixed: Path, idx: list[int], tol: dict, dry: bool) ->
 
 def summary(rep: dict) -> dict:
     """What the table needs of a report.json."""
-    b, h, a = rep.get("held_out_bound"), rep.get("expected_headroom") or {}, rep.get("answers")
-    return {"status": rep.get("status"), "passed": rep.get("passed"), "nodes": rep.get("fallback_size"),
-            "candidates": (rep.get("model") or {}).get("candidates"), "flop_share": rep.get("fp32_flop_share"),
-            "backend": rep.get("backend"), "confirm": (rep.get("confirm") or {}).get("backend"),
-            "evaluations": rep.get("evaluations"), "decided_by": rep.get("decided_by"),
+    search, answer, checks, promise = (rep.get(k) or {} for k in ("search", "answer", "checks", "promise"))
+    b, a = promise.get("held_out_bound"), promise.get("answers")
+    return {"status": rep.get("status"), "passed": rep.get("passed"), "nodes": answer.get("fallback_size"),
+            "candidates": (rep.get("model") or {}).get("candidates"), "flop_share": answer.get("fp32_flop_share"),
+            "backend": search.get("backend"), "confirm": (checks.get("confirm") or {}).get("backend"),
+            "evaluations": search.get("evaluations"), "decided_by": promise.get("decided_by"),
             "bound": None if not b else {"failures": b["failures"], "samples": b["samples"], "rate": b["failure_rate"]},
-            "prediction": None if not h.get("risk") else {"risk": h["risk"], "holds": h.get("holds"),
-                                                           "predicted_share": h.get("predicted_share")},
             "smaller": None if not a else {"nodes": a["smaller"]["size"], "flop_share": a["smaller"].get("fp32_flop_share")},
-            "answer": rep.get("fallback_nodes"), "kernel_spread": rep.get("kernel_spread"),
-            "timing": rep.get("timing"), "verdict_statement": rep.get("verdict")}
+            "answer": answer.get("fallback_nodes"), "kernel_spread": checks.get("kernel_spread"),
+            "timing": search.get("timing"), "verdict_statement": rep.get("verdict")}
 
 
 # The runtime the answers are for: the one the judge runs (ONNX Runtime CUDA is the GPU runtime measured here; the

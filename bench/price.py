@@ -141,8 +141,8 @@ def run_pd(work: Work, cost: str, root: Path) -> dict:
     out = root / f"{work.name.replace(':', '_')}_{cost}"
     t0 = time.perf_counter()
     report = api.diagnose(pd_spec(work, cost, root), out)
-    return {"fallback": list(report.fallback_nodes) if report.fallback_nodes or report.passed else None,
-            "passed": report.passed, "evaluations": report.evaluations, "wall_s": time.perf_counter() - t0,
+    return {"fallback": list(report.answer.fallback_nodes) if report.answer.fallback_nodes or report.passed else None,
+            "passed": report.passed, "evaluations": report.search.evaluations, "wall_s": time.perf_counter() - t0,
             "run_dir": str(out), "status": report.status,
             "tradeoff": None if report.pricing is None or report.pricing.tradeoff is None else [
                 [p.multiplier, p.fallback_size, p.fp32_flop_share, p.complete] for p in report.pricing.tradeoff.points]}

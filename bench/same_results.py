@@ -1,6 +1,10 @@
 """Compare two runs of bench/same_results.sh (report.json, summary.json/csv, batch_entry.json), times and paths aside.
 
-usage: python bench/same_results.py BEFORE_OUT AFTER_OUT [FILE ...]   (each as bench/same_results.sh wrote it)"""
+usage: python bench/same_results.py BEFORE_OUT AFTER_OUT [FILE ...]   (each as bench/same_results.sh wrote it)
+
+A report.json of schema_version 3 (its keys grouped by part: `search.evaluations`, `answer.fallback_nodes`, ...) is
+compared by its keys lifted back to the top as schema_version 2 had them (`flat`), so that a report of each version
+compares key by key; `schema_version` itself and the order of the top keys are left out of the comparison."""
 import csv
 import json
 import re
@@ -23,11 +27,34 @@ def clean(v, roots):
     return v
 
 
+PARTS = ("search", "answer", "checks", "promise", "analysis", "tensorrt", "invocation")
+RENAMED = {("search", "rounds"): "search_rounds", ("tensorrt", "check"): "trt_check", ("tensorrt", "engine"): "engine"}
+INVOCATION = ("origin", "directory", "spec")  # what schema 2's `invocation` held; its other keys were at the top
+
+
+def flat(data):
+    """A schema-3 report.json with its parts' keys at the top, as schema 2 had them (other files as they are)."""
+    if not isinstance(data, dict) or data.get("schema_version") != 3:
+        return data
+    out = {k: v for k, v in data.items() if k not in PARTS}
+    for part in PARTS:
+        for k, v in (data.get(part) or {}).items():
+            if part == "invocation" and k in INVOCATION:
+                out.setdefault("invocation", {})[k] = v
+            else:
+                out[RENAMED.get((part, k), k)] = v
+    return out
+
+
 def load(path, roots):
     if path.suffix == ".csv":
         rows = list(csv.DictReader(path.open()))
         return [clean({k: x for k, x in r.items()}, roots) for r in rows]
-    return clean(json.loads(path.read_text()), roots)
+    data = flat(json.loads(path.read_text()))
+    if isinstance(data, dict) and "verdict" in data:  # a report: its version and order of keys aside
+        data.pop("schema_version", None)
+        data = dict(sorted(data.items()))
+    return clean(data, roots)
 
 
 def diff(a, b, where=""):

@@ -152,8 +152,8 @@ def check_knobs(tmp: Path) -> None:
     assert res.returncode == 0, res.stderr[-3000:]
     (row,) = json.loads((out / "gpu_knobs.json").read_text())
     rep = json.loads((runs / "m" / "report.json").read_text())
-    assert row["model"] == "zoo:m" and row["answer"] == rep["fallback_nodes"]
-    plan = knob_configs.knob_plan(rep["fallback_nodes"], knob_configs.ort_cuda_configs())
+    assert row["model"] == "zoo:m" and row["answer"] == rep["answer"]["fallback_nodes"]
+    plan = knob_configs.knob_plan(rep["answer"]["fallback_nodes"], knob_configs.ort_cuda_configs())
     assert [(t["knobs"], t["fallback"]) for t in row["trials"]] == [(t.knobs.label, sorted(t.fallback)) for t in plan]
     assert row["trials"][0]["passed"]  # the answer passes where it was found (the CPU provider)
     assert "| zoo:m | 3 |" in res.stdout

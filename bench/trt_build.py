@@ -112,7 +112,8 @@ def zoo_rows(runs: Path, repeats: int, target: str, lib, work: Path) -> list[dic
             if i.name in shapes:
                 i.type.tensor_type.shape.CopyFrom(shapes[i.name])
         onnx.save(proto, str(original))
-        rows.append(measure(f"zoo:{report.parent.name}", model, rep["fallback_nodes"], fixed, original, repeats, target, lib))
+        rows.append(measure(f"zoo:{report.parent.name}", model, rep["answer"]["fallback_nodes"], fixed, original, repeats,
+                            target, lib))
         print(json.dumps(rows[-1]), flush=True)
     return rows
 

@@ -170,6 +170,6 @@ def assert_resumed_once(run_dir: Path, before: list[str]) -> None:
     assert report["status"] == "complete" and report["passed"] is True
     lines = [json.loads(x) for x in final if x.strip()]
     sets = [tuple(sorted(x["fallback"])) for x in lines]
-    assert len(sets) == len(set(sets)) == report["evaluations"]
+    assert len(sets) == len(set(sets)) == report["search"]["evaluations"]
     onnx.load(str(run_dir / "fixed.onnx"))
     assert (run_dir / "report.html").stat().st_size > 1000

@@ -156,19 +156,19 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     def say(text) -> None:
         console.print(text, soft_wrap=True)
 
-    fb = report.fallback_nodes
+    fb = report.answer.fallback_nodes
     st = report.statement
     say(search_line(report))
-    if report.first_divergence:
-        node = report.first_divergence_node
-        say(f"first diverging tensor (all {report.precision}): "
-            f"{divergence_text(report.first_divergence, node, folded_host(report.layers, node))}")
+    if report.analysis.first_divergence:
+        node = report.analysis.first_divergence_node
+        say(f"first diverging tensor (all {report.search.precision}): "
+            f"{divergence_text(report.analysis.first_divergence, node, folded_host(report.analysis.layers, node))}")
     for line in terminal_lines(verdict_section.build(report)):
         say(terminal_text(line))
     if (warning := shapes_warning(report)) is not None:
         say(styled(warning, "bold yellow"))
     if st.answered and fb:
-        say(f"FP32 nodes ({tolerance_text(report.tolerance)}):")
+        say(f"FP32 nodes ({tolerance_text(report.search.tolerance)}):")
         for name in fb[:SHOWN_NODES]:
             say(f"  {name}")
         if len(fb) > SHOWN_NODES:
@@ -190,9 +190,9 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         cmd = f"(from {out_dir}) {cmd}"
     for line in terminal_lines(Section("next", None, (Steps((Step(text, cmd),)),))):
         say(terminal_text(line))
-    written = [p for k, p in report.artifacts.items() if k != "report_html" and (Path(out_dir) / p).is_file()]
+    written = [p for k, p in report.answer.artifacts.items() if k != "report_html" and (Path(out_dir) / p).is_file()]
     say(f"report: {out_dir}/report.html  ({', '.join(written)})")
-    o = report.other_runtime
+    o = report.checks.other_runtime
     if o is not None and o.directory and o.files:
         say(f"the answer for {o.runtime}: {out_dir}/{o.directory}/  "
             f"({', '.join(Path(p).name for p in o.files.values() if (Path(out_dir) / p).is_file())})")

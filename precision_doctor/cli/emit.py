@@ -41,13 +41,13 @@ def emit(
         build_engine(run_dir, engine_targets)
         return
     rep = Report.load(run_dir)
-    cmds = rep.commands
+    cmds = rep.answer.commands
     if format == "json":
         from precision_doctor.results.emit import LABELS
 
         labels = {k: LABELS[k] for k in cmds if k in LABELS}
-        console.print_json(json.dumps({"fallback_nodes": rep.fallback_nodes, "precision": rep.precision,
-                                       "target": rep.target, **cmds, "labels": labels}))
+        console.print_json(json.dumps({"fallback_nodes": rep.answer.fallback_nodes, "precision": rep.search.precision,
+                                       "target": rep.search.target, **cmds, "labels": labels}))
         return
     if format not in FORMATS:
         fail(f"--format must be one of: {', '.join([*FORMATS, 'json', 'engine'])}")
@@ -58,11 +58,12 @@ def emit(
     from precision_doctor.results.emit import LABELS
 
     shown = [k for k in FORMATS[format] if k in cmds]
-    if rep.target:
+    if rep.search.target:
         from precision_doctor.graph.targets import RUNTIMES
 
-        label = RUNTIMES[rep.target].label if rep.target in RUNTIMES else rep.target
-        print(f"# The answer of {run_dir} is for {label} (--target {rep.target}); report.md says how it fares on the other "
+        target = rep.search.target
+        label = RUNTIMES[target].label if target in RUNTIMES else target
+        print(f"# The answer of {run_dir} is for {label} (--target {target}); report.md says how it fares on the other "
               "runtime.")
     for i, k in enumerate(shown):
         print(f"# {LABELS.get(k, k)}")

@@ -342,7 +342,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         produced=produced, promise=Promise(ctx.held_choice, f.decided_by, f.answers),
         shapes=shapes, invocation=Invocation.of(ctx.given, out_dir, origin), pricing=pricing,
     )
-    report.service_job, report.other_runtime = service_job, f.other
+    report.invocation.service_job, report.checks.other_runtime = service_job, f.other
     report = write_report(run, report)
     keep_capture(run, spec.capture.keep, outcome.status, work.model.outputs,
                  {FIXED_RUN: fixed} if fixed is not None and fixed.outputs is not None else None)

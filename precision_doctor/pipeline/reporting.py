@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from precision_doctor import __version__
 from precision_doctor.backends.registry import check_only
@@ -24,8 +24,10 @@ from precision_doctor.pipeline.knob_search import KNOBS_DIR
 from precision_doctor.pipeline.strategy import trajectory_row, user_share
 from precision_doctor.results.report import (
     REPORT,
+    AnalysisRecord,
+    AnswerRecord,
     Certification,
-    Checks,
+    ChecksRecord,
     Confirm,
     EngineResult,
     FormatLimits,
@@ -34,11 +36,15 @@ from precision_doctor.results.report import (
     KnobsResult,
     Layer,
     ModelInfo,
+    OutputChecks,
     Pricing,
+    PromiseRecord,
     Report,
     SampleCounts,
+    SearchRecord,
     SearchRounds,
     ShapeGroupInfo,
+    TensorRTRecord,
     Timing,
     ToleranceUsed,
     TrtCheckResult,
@@ -114,53 +120,65 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
     `shapes`: the inputs' shapes as the samples ran; `invocation`: how the run was started; `pricing`: what the
     answer costs (pipeline/pricing.py); `timing`: `elapsed` in parts. FLOPs are the search space's cost model's (the
     shapes that ran) where it has one, else the declared shapes'."""
-    model, oracle, confirm, knobs, validation = work.model, searched.oracle, checks.confirm, checks.knobs, checks.validation
-    fallback = outcome.found
+    model, oracle, fallback = work.model, searched.oracle, outcome.found
     final = fallback or frozenset()
     v = _Verdicts.of(fallback, oracle, checks)
-    fmt = get_format(spec.precision)
     cm = searched.space.cost_model
     flops = cm.flops if cm is not None else {n.name: n.flops for n in model.nodes}
+    inv = invocation or Invocation()
     return Report(
-        tool="precision-doctor",
-        version=__version__,
-        created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        model=_model_info(model, produced, sum(flops.values())),
-        precision=spec.precision, backend=searched.backend, strategy=spec.search.strategy, cost=spec.search.cost,
-        tolerance=spec.tolerance, margin=spec.search.margin, tolerance_used=_tolerance_used(spec, checks, v),
-        confirm=confirm, certified_by=checks.certified_by, target=spec.backends.target,
-        emulation_rules=spec.backends.emulation_rules,
-        emulation_notes=list(checks.emulation_notes),
         status=outcome.status, reason=outcome.reason,  # `passed` is derived from these (Report.statement)
-        fallback_nodes=[n.name for n in model.nodes if n.name in final],
-        fallback_size=len(final),
-        fp32_flop_share=flop_share(model, final, searched.space.cost_model),
-        everything_fp32=bool(final) and final >= searched.space.expand(searched.space.universe),
-        rounding_floor=searched.floor,
-        evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
-        one_minimal_checked=_one_minimal_checked(oracle, fallback, confirm, v.by_knobs),
-        elapsed_s=elapsed, timing=timing,
-        samples=SampleCounts(search=len(work.samples), validation=n_validation),
-        inputs=work.describe(),
+        model=_model_info(model, produced, sum(flops.values())),
+        search=_search(spec, work, searched, v, checks, n_validation, elapsed, timing, shapes),
+        answer=AnswerRecord(
+            fallback_nodes=[n.name for n in model.nodes if n.name in final], fallback_size=len(final),
+            fp32_flop_share=flop_share(model, final, searched.space.cost_model),
+            everything_fp32=bool(final) and final >= searched.space.expand(searched.space.universe),
+            forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
+            artifacts=_artifacts(produced, checks.knobs, capture_artifact(spec.capture.keep, outcome.status)),
+            commands=produced.written.commands if produced.written is not None else {}),
+        checks=ChecksRecord(
+            outputs=dict(v.final.outputs) if v.final else {}, tolerance_used=_tolerance_used(spec, checks, v),
+            confirm=checks.confirm, knobs=checks.knobs, kernel_spread=checks.spread, certified_by=checks.certified_by,
+            emulation_notes=list(checks.emulation_notes)),
+        promise=PromiseRecord(
+            held_out_choice=promise.held_out_choice, validation=checks.validation,
+            held_out_bound=held_out_measure(checks.validation, work.inputs.from_user)
+            if fallback is not None and outcome.complete else None,
+            decided_by=promise.decided_by, answers=promise.answers),
+        analysis=_analysis(searched, spec, oracle, produced, final, work, flops),
+        pricing=pricing,
+        tensorrt=TensorRTRecord(check=produced.trt_check, engine=produced.engine),
+        invocation=replace(inv, tool="precision-doctor", version=__version__,
+                           created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")),
+    )
+
+
+def _search(spec: RunSpec, work: Workload, searched: Searched, v: _Verdicts, checks: AnswerChecks, n_validation: int,
+            elapsed: float, timing: Timing | None, shapes: list[InputShape] | None) -> SearchRecord:
+    oracle = searched.oracle
+    return SearchRecord(
+        precision=spec.precision, backend=searched.backend, strategy=spec.search.strategy, cost=spec.search.cost,
+        tolerance=spec.tolerance, margin=spec.search.margin, target=spec.backends.target,
+        emulation_rules=spec.backends.emulation_rules,
+        samples=SampleCounts(search=len(work.samples), validation=n_validation), inputs=work.describe(),
         shape_groups=[ShapeGroupInfo(g.as_dict(), n, held, captured) for g, n, held, captured in work.shape_groups()],
-        baseline=_checks(oracle.known(())),
-        outputs=dict(v.final.outputs) if v.final else {},
-        validation=validation, kernel_spread=checks.spread,
-        first_divergence=searched.analysis.first_divergence,
-        first_divergence_node=searched.analysis.first_divergence_node,
-        ranking=searched.analysis.ranking[:50],
+        input_shapes=list(shapes or []),
+        evaluations=oracle.evaluations, memo_hits=oracle.memo_hits,
+        one_minimal_checked=_one_minimal_checked(oracle, v.fallback, checks.confirm, v.by_knobs),
+        elapsed_s=elapsed, timing=timing, rounds=searched.rounds,
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
-        layers=_layers(searched.analysis, produced.fixed_rel, final, _producers(work), flops),
+    )
+
+
+def _analysis(searched: Searched, spec: RunSpec, oracle: Oracle, produced: Produced, final: frozenset[str],
+              work: Workload, flops: dict[str, int]) -> AnalysisRecord:
+    fmt, analysis = get_format(spec.precision), searched.analysis
+    return AnalysisRecord(
+        baseline=_checks(oracle.known(())), rounding_floor=searched.floor,
+        first_divergence=analysis.first_divergence, first_divergence_node=analysis.first_divergence_node,
+        ranking=analysis.ranking[:50], layers=_layers(analysis, produced.fixed_rel, final, _producers(work), flops),
         format_limits=FormatLimits(max=fmt.max, smallest_normal=fmt.smallest_normal),
-        artifacts=_artifacts(produced, knobs, capture_artifact(spec.capture.keep, outcome.status)),
-        commands=produced.written.commands if produced.written is not None else {},
-        forced_fp32_nodes=dict(produced.written.forced) if produced.written is not None else {},
-        trt_check=produced.trt_check, engine=produced.engine, knobs=knobs,
-        held_out_choice=promise.held_out_choice,
-        held_out_bound=held_out_measure(validation, work.inputs.from_user) if fallback is not None and outcome.complete
-        else None,
-        decided_by=promise.decided_by, search_rounds=searched.rounds, answers=promise.answers,
-        input_shapes=list(shapes or []), invocation=invocation, pricing=pricing,
     )
 
 
@@ -168,8 +186,10 @@ def build_report(outcome: Outcome, *, work: Workload, spec: RunSpec, n_validatio
 class _Verdicts:
     """Which verdict a report's figures are of: whether a knob configuration made the answer smaller (`by_knobs`), the
     search oracle's verdict on the answer (`searched`), whether the final answer is the searched one
-    (`same_as_searched`), and the verdict on the final answer on the backend that decided it (`final`)."""
+    (`same_as_searched`), and the verdict on the final answer on the backend that decided it (`final`); `fallback`:
+    the answer (None: none)."""
 
+    fallback: frozenset[str] | None
     by_knobs: bool
     searched: Verdict | None
     same_as_searched: bool
@@ -181,7 +201,7 @@ class _Verdicts:
         by_knobs = knobs is not None and knobs.changed_answer
         searched = oracle.known(final) if fallback is not None else None
         same = (confirm is None or confirm.searched_answer == sorted(final)) and not by_knobs
-        return cls(by_knobs, searched, same,
+        return cls(fallback, by_knobs, searched, same,
                    checks.knob_verdict if by_knobs else checks.confirm_verdict or (searched if same else None))
 
 
@@ -229,8 +249,8 @@ def _artifacts(produced: Produced, knobs: KnobsResult | None, capture: dict[str,
     }
 
 
-def _checks(v: Verdict | None) -> Checks | None:
-    return Checks(v.passed, dict(v.outputs)) if v else None
+def _checks(v: Verdict | None) -> OutputChecks | None:
+    return OutputChecks(v.passed, dict(v.outputs)) if v else None
 
 
 def _producers(work: Workload) -> dict[str, list[str]]:

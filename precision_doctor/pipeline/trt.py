@@ -153,10 +153,10 @@ def _engine_for_run(run: RunDir, report: Report, fixed: Path, targets: Sequence[
 
     if bad := check_engine_targets(targets):
         raise UserError(f"--engine-targets: {bad}")
-    k = report.knobs
+    k = report.checks.knobs
     config = knobs.config_of(knobs.TRT, k.best_settings) \
         if k is not None and k.best_settings and knob_family(k.backend) == knobs.TRT else None
-    shapes: dict = profile_shapes(fixed, report.input_shapes)
+    shapes: dict = profile_shapes(fixed, report.search.input_shapes)
     if not shapes and dynamic_inputs(fixed) and (run_dir / "inputs.json").is_file():  # a report of an older version
         from precision_doctor.data.arrayfiles import read_polygraphy_json
         from precision_doctor.data.input_spec import MAX_ELEMENTS
@@ -165,9 +165,9 @@ def _engine_for_run(run: RunDir, report: Report, fixed: Path, targets: Sequence[
         shapes = dynamic_input_shapes(fixed, samples[0] if isinstance(samples, list) and samples
                                       and isinstance(samples[0], dict) else None)
     result = build_fixed(run, targets, config, shapes)
-    report.engine = result
+    report.tensorrt.engine = result
     if result.built and result.plan:
-        report.artifacts = {**report.artifacts, "engine": result.plan}
+        report.answer.artifacts = {**report.answer.artifacts, "engine": result.plan}
     write_report(run, report)
     return result
 

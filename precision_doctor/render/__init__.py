@@ -17,7 +17,7 @@ def report_files(report: Report) -> dict[str, str]:
 
     out = {}
     for key, default in (("report_md", "report.md"), ("report_html", "report.html")):
-        name = report.artifacts.get(key, default)
+        name = report.answer.artifacts.get(key, default)
         if Path(name).name != name or name in ("", ".", "..") or "\\" in name:
             raise UserError(f"report.json: artifacts.{key} must be a file name in the run directory, got {name!r}")
         out[key] = name

@@ -80,11 +80,12 @@ def brief(report: Report) -> Brief:
     return Brief(
         verdict=str(st.status), label=st.label, tone=str(tone(st)), sentence=headline_text(report),
         figures=figures(report), held_out=claim_details(report), status=status_line(report),
-        fallback_nodes=[str(n) for n in report.fallback_nodes[:SHOWN_NODES]], fallback_size=int(report.fallback_size),
+        fallback_nodes=[str(n) for n in report.answer.fallback_nodes[:SHOWN_NODES]],
+        fallback_size=int(report.answer.fallback_size),
         next_steps=[Step(text, cmd) for text, cmd in next_steps(report)], artifacts=files(report),
         qualifiers=[str(q) for q in st.qualifiers], passed=st.passed, exit_code=st.exit_code,
         found=status_sentence(st), claim=claim_sentence(st), benefit=benefit_sentence(st), basis=basis_sentence(st),
         run_status=str(report.status), reason=report.reason,
         fp32_flop_share=st.benefit.fp32_flop_share if st.benefit is not None else None,
-        evaluations=int(report.evaluations), elapsed_s=float(report.elapsed_s),
+        evaluations=int(report.search.evaluations), elapsed_s=float(report.search.elapsed_s),
     )

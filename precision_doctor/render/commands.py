@@ -6,7 +6,7 @@ it (`results.report.Invocation`), and a new run goes to a new directory beside i
 a run directory holds one run. A service job's report gives `resubmit JOB` instead, for a continuation or other
 settings (the daemon keeps the job's files: service/resubmit.py), and `submit` for a run on changed files: it names
 them as uploaded, from the folder that holds the user's files.
-Reports written before the invocation was recorded fall back to the model path as given.
+A report without its settings (`invocation.spec`: one built by hand) falls back to the model path as given.
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
     first, st = first_step(report), report.statement
     steps = [first] + [(text, cmd) for kind, text, cmd in _other_steps(report)
                        if kind != st.next.kind and (cmd is None or cmd != first[1])]
-    floor = report.rounding_floor
-    realistic = floor.realistic(report.tolerance) if floor is not None and floor.below else None
+    floor = report.analysis.rounding_floor
+    realistic = floor.realistic(report.search.tolerance) if floor is not None and floor.below else None
     if st.next.kind == NextKind.CONTINUE and realistic is not None:  # after continuing: a tolerance the format allows
         steps.insert(1, _relax_step(report, dict(tolerance_changes(realistic))))
     if _service(report) and not report.interrupted:
         steps.append(("To run this diagnosis again after changing the model or the samples, from the folder that holds "
                       "them (precision-doctor resubmit runs it again on the daemon's copies of this job's files, with "
                       "flags for other settings):", rerun_command(report, "again")))
-    elif report.invocation is not None and not report.interrupted:
+    elif report.invocation.spec is not None and not report.interrupted:
         steps.append(("To run this diagnosis again (after changing the model or the samples; add flags for other "
                       "settings), into a new directory beside this one:", rerun_command(report, "again")))
     return steps
@@ -51,7 +51,7 @@ def next_steps(report: Report) -> list[tuple[str, str | None]]:
 
 def _service(report: Report) -> bool:
     """Whether the run was a daemon's job (its commands are `resubmit` and `submit`)."""
-    return report.service_job is not None or (report.invocation is not None and report.invocation.origin == "service")
+    return report.invocation.service_job is not None or report.invocation.origin == "service"
 
 
 def first_step(report: Report) -> tuple[str, str | None]:
@@ -82,7 +82,7 @@ def first_step(report: Report) -> tuple[str, str | None]:
                 f"{fmt_short_pct(t.fp32_flop_share)} of the FLOPs in FP32 ({counted(t.nodes, 'node')}). If your task allows that "
                 "tolerance, run again with it:", rerun_command(report, f"tol{t.multiple:g}x", changes))
     if kind == NextKind.CHECK_ON_TARGET:
-        check = (report.commands.get("polygraphy") or "").splitlines()
+        check = (report.answer.commands.get("polygraphy") or "").splitlines()
         if check:
             return (_CHECK_TEXT, check[-1])
     return (_CONFIRM_TEXT, rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"}))
@@ -90,8 +90,8 @@ def first_step(report: Report) -> tuple[str, str | None]:
 
 def _relax_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | None]:
     """Run again with a tolerance above the format's rounding of the outputs (`changes`: its settings)."""
-    floor = report.rounding_floor
-    return (f"{floor_finding(floor, report.tolerance)}: {floor_consequence(floor)}. Run again with a tolerance above "
+    floor = report.analysis.rounding_floor
+    return (f"{floor_finding(floor, report.search.tolerance)}: {floor_consequence(floor)}. Run again with a tolerance above "
             "the rounding (your task decides how much error it allows; this one leaves the computation at least twice "
             "the rounding, which may still keep many nodes in FP32):",
             rerun_command(report, f"atol{changes['tolerance.atol']:g}", changes))
@@ -121,7 +121,7 @@ def _validate_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | 
     if why == Unvalidated.GENERATED:
         return ("The samples were generated, not your data: run again with --inputs of your data (or a "
                 "--data-loader-script); from 4 of them on, some are held out to check the answer.", None)
-    if why in (Unvalidated.REPAIRED, Unvalidated.CHANGED):
+    if why == Unvalidated.REPAIRED:
         return ("The held-out samples shaped this answer: check it on new samples of your data that no search saw "
                 "(--validate-inputs), or give more --inputs so that some stay unseen.", None)
     if why == Unvalidated.FEW_HELD_OUT:
@@ -136,8 +136,8 @@ def _validate_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | 
 def _runtime_steps(report: Report) -> tuple[list[tuple[str, str | None]], bool]:
     """The steps that say which runtime each answer is for (report.json's `target`, `other_runtime`), and whether
     this directory's fixed.onnx is the one to build with TensorRT (not where TensorRT has its own answer)."""
-    o, steps = report.other_runtime, []
-    if report.target == "ort-cuda":
+    o, steps = report.checks.other_runtime, []
+    if report.search.target == "ort-cuda":
         steps.append(("This answer is for ONNX Runtime CUDA: run fixed.onnx (FP32 inputs and outputs, the FP16 "
                       "regions inside) with onnxruntime-gpu's CUDAExecutionProvider at the default graph optimizations.",
                       None))
@@ -159,7 +159,7 @@ def _other_steps(report: Report) -> list[tuple[NextKind | None, str, str | None]
     check it; for a run that stopped early, what it would deploy; else nothing."""
     if not report.answered or report.statement.status in (Status.FAILED_HELD_OUT, Status.NO_SOLUTION):
         return []
-    cmds = report.commands
+    cmds = report.answer.commands
     runtime, tensorrt_here = _runtime_steps(report)
     steps: list[tuple[NextKind | None, str, str | None]] = [(None, text, cmd) for text, cmd in runtime]
     if not tensorrt_here:  # TensorRT has its own answer in a subdirectory: this fixed.onnx is not the one to build
@@ -174,10 +174,10 @@ def _other_steps(report: Report) -> list[tuple[NextKind | None, str, str | None]
         steps.append((None, "Or with TensorRT 10 (the original model, FP32 layers pinned); ./trtexec.sh picks the right "
                       "build for the TensorRT installed (PD_STRONGLY_TYPED=1 builds fixed.onnx on 10.x too):",
                       "./trtexec.sh"))
-    if tensorrt_here and (cmds.get("tensorrt_rtx") or "tensorrt_rtx" in report.artifacts):
+    if tensorrt_here and (cmds.get("tensorrt_rtx") or "tensorrt_rtx" in report.answer.artifacts):
         steps.append((None, "Or with TensorRT-RTX, ahead of time without a GPU (engines run on Ampere and newer, not on "
                       "compute capability 9.0):", "./tensorrt_rtx.sh"))
-    c = report.confirm
+    c = report.checks.confirm
     if c is not None and c.passed and not check_only(c.backend):
         steps.append((None, f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
                       "that is another one.", None))
@@ -191,11 +191,11 @@ def rerun_command(report: Report, suffix: str, changes: dict[str, Any] | None = 
     """The command that runs this diagnosis again with `changes` ({setting path: value}) into a new directory
     beside this one, named after it with `suffix`; a `submit` command for a service job."""
     inv = report.invocation
-    if inv is None and report.service_job is None:
+    if inv.spec is None and inv.service_job is None:
         return _legacy(report, changes or {}, f"RUN_DIR-{suffix}")
     if _service(report) and changes:  # the daemon keeps the job's files: the job again, with the changes
-        return resubmit_command(report.service_job, changes)
-    spec = (inv.spec if inv is not None else _legacy_spec(report)).with_settings(changes or {})
+        return resubmit_command(inv.service_job, changes)
+    spec = (inv.spec if inv.spec is not None else _legacy_spec(report)).with_settings(changes or {})
     if _service(report):
         return _submit(report, spec)
     return command_line("diagnose", spec.model, spec, "--out", f"../{inv.directory}-{suffix}")
@@ -204,10 +204,10 @@ def rerun_command(report: Report, suffix: str, changes: dict[str, Any] | None = 
 def resume_command(report: Report) -> str:
     """The command that continues this run where it stopped (its settings are recorded in its directory)."""
     inv = report.invocation
-    if inv is None:
+    if inv.spec is None:
         return _legacy(report, None, "RUN_DIR")
     if _service(report):
-        return resubmit_command(report.service_job)
+        return resubmit_command(inv.service_job)
     return shlex.join(["precision-doctor", "diagnose", inv.spec.model, "--resume", "--out", HERE])
 
 
@@ -225,7 +225,7 @@ def resubmit_command(job: ServiceJob | None, changes: dict[str, Any] | None = No
 
 def _submit(report: Report, spec) -> str:
     """A service job's `submit` (`submit_command`)."""
-    return submit_command(report.service_job, spec)
+    return submit_command(report.invocation.service_job, spec)
 
 
 def submit_command(job: ServiceJob | None, spec: RunSpec) -> str:
@@ -245,21 +245,21 @@ def submit_command(job: ServiceJob | None, spec: RunSpec) -> str:
 
 
 def _legacy_spec(report: Report) -> RunSpec:
-    """The settings a report without an invocation (an older version's) still tells: precision and tolerance."""
-    return RunSpec(model="", precision=report.precision, tolerance=report.tolerance)
+    """The settings a report without its settings recorded still tells: precision and tolerance."""
+    return RunSpec(model="", precision=report.search.precision, tolerance=report.search.tolerance)
 
 
 def _legacy(report: Report, changes: dict[str, Any] | None, out: str) -> str:
-    """The command of a report without an invocation (written by an older version): the model as given."""
+    """The command of a report without its settings recorded: the model as given."""
     model = report.model.path if report.model is not None and report.model.path else "MODEL"
     if changes is None:
         return shlex.join(["precision-doctor", "diagnose", model, "--resume", "--out", out])
-    files = report.inputs.get("files") if isinstance(report.inputs, dict) else None
+    files = report.search.inputs.get("files") if isinstance(report.search.inputs, dict) else None
     args = ["precision-doctor", "diagnose", model]
     if files:
         args += [a for f in files for a in ("--inputs", str(f))]
-    args += ["--precision", report.precision, "--atol", f"{report.tolerance.atol:g}", "--rtol",
-             f"{report.tolerance.rtol:g}"]
+    args += ["--precision", report.search.precision, "--atol", f"{report.search.tolerance.atol:g}", "--rtol",
+             f"{report.search.tolerance.rtol:g}"]
     for path, value in changes.items():
         args += [f"--{path.split('.')[-1].replace('_', '-')}", str(value)]
     return shlex.join([*args, "--out", out])

@@ -72,7 +72,7 @@ OTHER_FILES = {"report.json": "this report's data: the verdict, the FP32 nodes a
 
 def files(report: Report) -> dict[str, str]:
     """The run directory's files the report knows, file name -> what it is: the report and fixed.onnx first."""
-    keys = sorted(report.artifacts, key=lambda k: (FIRST.index(k) if k in FIRST else len(FIRST)))
-    named = {str(report.artifacts[k]): artifact_title(k) for k in keys if report.artifacts[k]}
+    keys = sorted(report.answer.artifacts, key=lambda k: (FIRST.index(k) if k in FIRST else len(FIRST)))
+    named = {str(report.answer.artifacts[k]): artifact_title(k) for k in keys if report.answer.artifacts[k]}
     folders = {f"{name.rstrip('/')}/": about for name, about in named.items() if "." not in Path(name).name}
     return {**named, **folders, **OTHER_FILES}

@@ -50,11 +50,11 @@ FOLDED_NOTE = ("{rows} Conv+BatchNormalization: ONNX Runtime folds the BatchNorm
 
 def layers_in_order(report: Report) -> list[Layer]:
     """The report's layer rows in topological order."""
-    return sorted(report.layers, key=lambda lay: num(lay.index))
+    return sorted(report.analysis.layers, key=lambda lay: num(lay.index))
 
 
 def layers_by_name(report: Report) -> dict[str, Layer]:
-    return {str(lay.name): lay for lay in report.layers}
+    return {str(lay.name): lay for lay in report.analysis.layers}
 
 
 def _rank_key(row: _Row) -> tuple[float, float]:
@@ -82,4 +82,4 @@ def ranking(rows: Iterable[R], n: int | None = None) -> list[Ranked[R]]:
 
 def top_offenders(report: Report, n: int = TOP_OFFENDERS) -> list[Ranked[Layer]]:
     """The report's worst layers as they run (`ranking`)."""
-    return ranking(report.layers, n)
+    return ranking(report.analysis.layers, n)

@@ -27,7 +27,6 @@ from precision_doctor.render.wording import (
     model_file_sentence,
     output_run_labels,
     precision_name,
-    probe_diagnostic,
     shapes_text,
     shapes_warning,
     tolerance_text,
@@ -73,7 +72,7 @@ def _tolerance_text(tol: Tolerance) -> str:
 def render_markdown(report: Report) -> str:
     """report.md: verdict first, then fallback nodes, outputs, divergence, commands, offenders, search."""
     sections = (_summary, _settings, _next_steps, _fallback, target_lines, markdown_sections, _outputs, _first_divergence,
-                _commands, _top_offenders, _search, _probe, _artifacts, pricing_lines)
+                _commands, _top_offenders, _search, _artifacts, pricing_lines)
     return "\n".join(line for section in sections for line in section(report)).rstrip() + "\n"
 
 
@@ -87,35 +86,35 @@ def _summary(report: Report) -> list[str]:
         L += [f"> **{warning}**", ""]
     if report.reason:
         L += [f"> Status `{report.status}`: {report.reason}", ""]
-    memo = report.memo_hits
+    memo = report.search.memo_hits
     memo_txt = f" ({memo} answered from the memo)" if memo else ""
-    t = report.timing
+    t = report.search.timing
     took = (f"in **{fmt_time(t.search_s)}**" + ("" if t.time_budget_s is None else f" (time budget {fmt_time(t.time_budget_s)})")
-            + f"; the whole run {fmt_time(report.elapsed_s)} ({fmt_time(t.before_search_s)} before the search: loading, "
+            + f"; the whole run {fmt_time(report.search.elapsed_s)} ({fmt_time(t.before_search_s)} before the search: loading, "
             f"capture and analysis; {fmt_time(t.after_search_s)} after it: the fixed capture, artifacts and report)"
-            if t is not None else f"(the whole run: {fmt_time(report.elapsed_s)})")
+            if t is not None else f"(the whole run: {fmt_time(report.search.elapsed_s)})")
     L += [
-        f"- Search: **{counted(report.evaluations, 'evaluation')}**{memo_txt} {took}, "
-        f"strategy `{report.strategy}`, cost `{report.cost}`, backend `{report.backend}`.",
+        f"- Search: **{counted(report.search.evaluations, 'evaluation')}**{memo_txt} {took}, "
+        f"strategy `{report.search.strategy}`, cost `{report.search.cost}`, backend `{report.search.backend}`.",
     ]
-    if report.fallback_size and report.one_minimal_checked is not None:
+    if report.answer.fallback_size and report.search.one_minimal_checked is not None:
         L.append("- Every member is needed: " + (
-            "checked (removing any one of them was evaluated and fails)." if report.one_minimal_checked else
+            "checked (removing any one of them was evaluated and fails)." if report.search.one_minimal_checked else
             "not checked for every member against the final set (it holds if adding FP16 nodes never reduces the error)."))
-    if report.held_out_choice is not None:
-        L.append(f"- Held out: {report.held_out_choice.reason}.")
+    if report.promise.held_out_choice is not None:
+        L.append(f"- Held out: {report.promise.held_out_choice.reason}.")
     L += section_lines(checks_section.build(report))
     for line in (trt_check_sentence(report), engine_sentence(report), knobs_sentence(report)):
         if line:
             L.append(f"- **{line}**" if line.startswith("WARNING") else f"- {line}")
-    base = report.baseline
+    base = report.analysis.baseline
     if base is not None:
         L.append(f"- Everything in {prec} (baseline): {'passes' if base.passed else 'fails'} the tolerance.")
-    if report.first_divergence_node or report.first_divergence:
-        host = folded_host(report.layers, report.first_divergence_node)
-        folded = f" ({code(report.first_divergence_node)} folded into it)" if host else ""
-        L.append(f"- First divergence in {prec}: {code(host or report.first_divergence_node or report.first_divergence)}"
-                 f"{folded}.")
+    a = report.analysis
+    if a.first_divergence_node or a.first_divergence:
+        host = folded_host(a.layers, a.first_divergence_node)
+        folded = f" ({code(a.first_divergence_node)} folded into it)" if host else ""
+        L.append(f"- First divergence in {prec}: {code(host or a.first_divergence_node or a.first_divergence)}{folded}.")
     L.append("")
     return L
 
@@ -123,8 +122,8 @@ def _summary(report: Report) -> list[str]:
 def _settings(report: Report) -> list[str]:
     """The run's settings as a table: model, hash, shapes, precision, tolerance, samples, status, creation."""
     model = report.model or ModelInfo(path="?")
-    limits = report.format_limits
-    samples = report.samples
+    limits = report.analysis.format_limits
+    samples = report.search.samples
     L = ["| Setting | Value |", "| --- | --- |"]
     L.append(
         f"| Model | {code(model.path)}: {model.nodes} nodes, {model.candidates} candidates, "
@@ -139,11 +138,11 @@ def _settings(report: Report) -> list[str]:
     L.append(
         f"| Precision | {precision_name(report)} (max {fmt(limits.max)}, smallest normal {fmt(limits.smallest_normal)}) |"
     )
-    L.append(f"| Tolerance | {_tolerance_text(report.tolerance)} |")
+    L.append(f"| Tolerance | {_tolerance_text(report.search.tolerance)} |")
     L.append(f"| Samples | {samples.search} search, {samples.validation} validation |")
     L.append(f"| Status | `{report.status}` |")
-    tool = f"{report.tool} {report.version}".strip()
-    L.append(f"| Created | {report.created or '?'} by {tool} |")
+    tool = f"{report.invocation.tool} {report.invocation.version}".strip()
+    L.append(f"| Created | {report.invocation.created or '?'} by {tool} |")
     L.append("")
     return L
 
@@ -154,7 +153,7 @@ def _next_steps(report: Report) -> list[str]:
 
 def _fallback(report: Report) -> list[str]:
     """The FP32 fallback nodes, each with its op, errors and why."""
-    fallback = [str(n) for n in report.fallback_nodes]
+    fallback = [str(n) for n in report.answer.fallback_nodes]
     by_name = layers_by_name(report)
     L = [f"## FP32 fallback nodes ({len(fallback)})", ""]
     if not fallback:
@@ -177,7 +176,7 @@ def _fallback(report: Report) -> list[str]:
         )
     L += _table(["#", "Node", "Op", "Local error", "Error before → after", "Output abs max", "Why"], rows, "rlllrrl")
     L.append("")
-    L.append(f"FP32 share of FLOPs: {fmt_pct(report.fp32_flop_share)}. Errors are relative L2 against FP32.")
+    L.append(f"FP32 share of FLOPs: {fmt_pct(report.answer.fp32_flop_share)}. Errors are relative L2 against FP32.")
     L.append("")
     return L
 
@@ -185,9 +184,9 @@ def _fallback(report: Report) -> list[str]:
 def _outputs(report: Report) -> list[str]:
     """Each output's check: the baseline (everything low precision), the answer, the held-out samples."""
     L = ["## Outputs", ""]
-    outs = report.outputs
-    base_outs = report.baseline.outputs if report.baseline is not None else {}
-    val_outs = report.validation.outputs if report.validation is not None else {}
+    outs = report.checks.outputs
+    base_outs = report.analysis.baseline.outputs if report.analysis.baseline is not None else {}
+    val_outs = report.promise.validation.outputs if report.promise.validation is not None else {}
     names = list(dict.fromkeys([*base_outs, *outs, *val_outs]))
     base_label, fixed_label, held_label = output_run_labels(report)
     if names:
@@ -211,11 +210,11 @@ def _outputs(report: Report) -> list[str]:
 def _first_divergence(report: Report) -> list[str]:
     prec = precision_name(report)
     L = ["## First divergence", ""]
-    fd_node, fd_tensor = report.first_divergence_node, report.first_divergence
+    fd_node, fd_tensor = report.analysis.first_divergence_node, report.analysis.first_divergence
     if not (fd_node or fd_tensor):
         return L + [f"No tensor left the tolerance with everything in {prec}, or it was not recorded.", ""]
     s = f"With everything in {prec}, the first tensor out of tolerance (in topological order) is {code(fd_tensor or '?')}"
-    host = folded_host(report.layers, fd_node)
+    host = folded_host(report.analysis.layers, fd_node)
     s += (f", produced by {code(host)} ({code(fd_node)} folded into it)." if host else
           f", produced by {code(fd_node)}." if fd_node else ".")
     lay = layers_by_name(report).get(str(fd_node)) if fd_node else None
@@ -225,7 +224,7 @@ def _first_divergence(report: Report) -> list[str]:
 
 
 def _commands(report: Report) -> list[str]:
-    cmds = report.commands
+    cmds = report.answer.commands
     if not cmds:
         return []
     L = ["## Commands", ""]
@@ -270,13 +269,13 @@ def _top_offenders(report: Report) -> list[str]:
     head = ["Rank", "Node", "Op", "Score", "Local", "Before", "After", "Abs max", "> max", "< normal", ""]
     L += _table(head, rows, "rllrrrrrrrl")
     folded = sum(1 for t in top if t.folded)
-    L += ["", f"Showing {len(top)} of {len(report.layers)} layers; the full table is in the HTML report."]
+    L += ["", f"Showing {len(top)} of {len(report.analysis.layers)} layers; the full table is in the HTML report."]
     return L + ([FOLDED_NOTE.format(rows=counted(folded, "row"))] if folded else []) + [""]
 
 
 def _search(report: Report) -> list[str]:
     """The search's trajectory: its first 10 and last evaluations where there are more than `MAX_TRAJECTORY_ROWS`."""
-    traj = report.trajectory
+    traj = report.search.trajectory
     L = ["## Search", ""]
     if traj:
         shown = traj if len(traj) <= MAX_TRAJECTORY_ROWS else traj[:10] + traj[-(MAX_TRAJECTORY_ROWS - 10) :]
@@ -302,18 +301,11 @@ def _search(report: Report) -> list[str]:
     return L
 
 
-def _probe(report: Report) -> list[str]:
-    """The perturbed-copy probe's measured shares, as an uncalibrated diagnostic (the verdict never cites it)."""
-    text = probe_diagnostic(report)
-    return ["<details><summary>Perturbed-copy probe (uncalibrated diagnostic)</summary>", "", text, "", "</details>", ""] \
-        if text else []
-
-
 def _artifacts(report: Report) -> list[str]:
     """The files the run wrote, and the nodes it renamed (missing, duplicate or unsafe names)."""
     model = report.model or ModelInfo(path="?")
     L: list[str] = []
-    arts = report.artifacts
+    arts = report.answer.artifacts
     if arts:
         L += ["## Artifacts", ""]
         L += [f"- {code(path)}: {artifact_title(key)}" for key, path in arts.items() if path]

@@ -232,7 +232,7 @@ def plot_value_ranges(report: Report) -> Plot | None:
     if not layers:
         return None
     prec = precision_name(report)
-    limits = report.format_limits
+    limits = report.analysis.format_limits
     fmax, fmin = num(limits.max), num(limits.smallest_normal)
     xs, n, fb_idx, fig, ax, mk = _layer_axes(layers)
     out, o_inf, o_nan, o_zero = _log_series([lay.ref_absmax for lay in layers])
@@ -292,13 +292,13 @@ def step_numbers(traj: list[TrajectoryRow]) -> list[float]:
 
 def plot_trajectory(report: Report) -> Plot | None:
     """Search trajectory: evaluation step vs fallback size, passing and failing evaluations coloured."""
-    traj = report.trajectory
+    traj = report.search.trajectory
     if not traj:
         return None
     steps = step_numbers(traj)
     sizes = [num(t.size) for t in traj]
     ok = [bool(t.passed) for t in traj]
-    final = sorted(str(n) for n in report.fallback_nodes)
+    final = sorted(str(n) for n in report.answer.fallback_nodes)
     fig = _figure(11, 3.6)
     ax = fig.add_subplot()
     # phases as shaded bands, labelled at the top

@@ -22,7 +22,7 @@ def cost_sentence(report: Report, with_share: bool = True) -> str | None:
     if p is None:
         return None
     a = p.answer
-    prec = str(report.precision or "low precision").upper()
+    prec = str(report.search.precision or "low precision").upper()
     more = (f"{a.casts_added} more than all {prec}" if a.casts_added > 0 else
             f"{-a.casts_added} fewer than all {prec}" if a.casts_added < 0 else f"as many as all {prec}")
     casts = f"{counted(a.casts, 'Cast')} ({more})"
@@ -85,7 +85,7 @@ def _group_lines(p: Pricing) -> list[str]:
 
 def _cost_rows(report: Report, p: Pricing) -> list[tuple[str, str, str, str]]:
     a = p.answer
-    prec = str(report.precision or "low precision").upper()
+    prec = str(report.search.precision or "low precision").upper()
     rows = [("FP32 share of the FLOPs", "100%", "0%" if a.total_flops else "-", fmt_short_pct(a.fp32_flop_share)),
             ("Casts", "0", str(a.casts - a.casts_added), str(a.casts)),
             ("bytes moved per inference", *(fmt_decimal_bytes(b) for b in (a.bytes_fp32, a.bytes_lowp, a.bytes_fixed))),
@@ -102,7 +102,7 @@ def markdown_lines(report: Report) -> list[str]:
     p = _pricing(report)
     if p is None:
         return []
-    prec = str(report.precision or "low precision").upper()
+    prec = str(report.search.precision or "low precision").upper()
     a = p.answer
     out = ["", "## What the answer costs", "",
            f"The search minimized `{p.objective}`: {p.objective_means}. FLOPs and bytes at the shapes that ran "
@@ -142,7 +142,7 @@ def html_section(report: Report, plot_svg: str | None) -> str:
     if p is None:
         return ""
     e = lambda v: escape(str(v), quote=True)  # noqa: E731
-    prec = str(report.precision or "low precision").upper()
+    prec = str(report.search.precision or "low precision").upper()
     a = p.answer
     rows = "".join(f"<tr><th>{e(r[0])}</th><td>{e(r[1])}</td><td>{e(r[2])}</td><td>{e(r[3])}</td></tr>"
                    for r in _cost_rows(report, p))

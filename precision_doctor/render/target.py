@@ -19,14 +19,14 @@ def _code(name: str) -> str:
 def target_sentence(report: Report, plain: bool = False) -> str | None:
     """Which runtime the answer is for and what it rests on (`plain`: no Markdown, as the headline says it in every
     front end); None for a report from before targets."""
-    if report.target not in RUNTIMES:
+    if report.search.target not in RUNTIMES:
         return None
-    rt, c = runtime(report.target), report.certified_by
-    flag = f"--target {report.target}"
+    rt, c = runtime(report.search.target), report.checks.certified_by
+    flag = f"--target {report.search.target}"
     text = f"The answer is for {rt.label} ({flag if plain else _code(flag)})"
     if c is not None:
-        text += f", {how_checked(c.backend, report.target)}"
-    if report.target == TENSORRT and (c is None or c.backend != "trt"):
+        text += f", {how_checked(c.backend, report.search.target)}"
+    if report.search.target == TENSORRT and (c is None or c.backend != "trt"):
         text += ": TensorRT itself was not run, what it does is modelled from its documentation"
     return text + "."
 
@@ -34,7 +34,7 @@ def target_sentence(report: Report, plain: bool = False) -> str | None:
 def other_runtime_sentence(report: Report, short: bool = False) -> str | None:
     """How the answer fared on the other runtime, and that runtime's own answer where it needed one (`short`: the
     headline's form, plain text without the nodes)."""
-    o = report.other_runtime
+    o = report.checks.other_runtime
     if o is None:
         return None
     label = runtime(o.runtime).label
@@ -60,12 +60,12 @@ def other_runtime_sentence(report: Report, short: bool = False) -> str | None:
 def target_lines(report: Report) -> list[str]:
     """report.md's section on the target runtime: what the answer is for, the other runtime's check and answer, its
     files, and what the emulator's model of the target rests on."""
-    if report.target not in RUNTIMES:
+    if report.search.target not in RUNTIMES:
         return []
-    rt = runtime(report.target)
+    rt = runtime(report.search.target)
     L = ["## Target runtime", ""]
     L += [f"- {line}" for line in (target_sentence(report), other_runtime_sentence(report)) if line]
-    o = report.other_runtime
+    o = report.checks.other_runtime
     if o is not None and o.answer is not None:
         share = f", {fmt_pct(o.fp32_flop_share)} of FLOPs" if o.fp32_flop_share is not None else ""
         L.append(f"- {runtime(o.runtime).label}'s answer: {counted(len(o.answer), 'node')} in FP32{share}; "

@@ -17,7 +17,7 @@ NAMED_ONNX_WHY = (
 
 def trt_check_sentence(report: Report) -> str | None:
     """What a real TensorRT parser made of fixed.onnx; None when no check was recorded (no passing set)."""
-    c = report.trt_check
+    c = report.tensorrt.check
     if c is None:
         return None
     if not c.ran:
@@ -40,7 +40,7 @@ def trt_check_sentence(report: Report) -> str | None:
 
 def engine_sentence(report: Report) -> str | None:
     """The fixed engine: built (where, for what, how long) or why not; None when not asked for."""
-    e = report.engine
+    e = report.tensorrt.engine
     if e is None:
         return None
     if not e.built:
@@ -59,7 +59,7 @@ def engine_sentence(report: Report) -> str | None:
 
 def knobs_sentence(report: Report) -> str | None:
     """What the knob search found; None when it was not asked for."""
-    k = report.knobs
+    k = report.checks.knobs
     if k is None:
         return None
     if not k.configurations:
@@ -83,15 +83,15 @@ def knobs_sentence(report: Report) -> str | None:
 
 def named_onnx_sentence(report: Report) -> str | None:
     """Why the commands read named.onnx; None when the model's own file carries the report's names."""
-    if "named_onnx" not in report.artifacts:
+    if "named_onnx" not in report.answer.artifacts:
         return None
     renamed = len(report.model.renamed_nodes) if report.model is not None else 0
-    return (f"Every command reads {report.artifacts['named_onnx']}, the model with the node names this report uses "
+    return (f"Every command reads {report.answer.artifacts['named_onnx']}, the model with the node names this report uses "
             f"({counted(renamed, 'node')} had no name, a duplicate one or one unsafe in scripts): {NAMED_ONNX_WHY}.")
 
 
 def forced_intro(report: Report) -> str:
-    n = len(report.forced_fp32_nodes)
+    n = len(report.answer.forced_fp32_nodes)
     return (f"fixed.onnx keeps {counted(n, 'node')} in FP32 beyond the answer, for the reasons below; the TensorRT 10 "
             "and AutoCast commands list them with the answer, so every tool builds what fixed.onnx holds.")
 
@@ -100,7 +100,7 @@ def outcome_lines(report: Report) -> list[tuple[str, bool]]:
     """The lines the CLI prints after a diagnosis, one each for the TensorRT check, the engine and the knobs:
     (text, is_warning)."""
     out = []
-    c, e = report.trt_check, report.engine
+    c, e = report.tensorrt.check, report.tensorrt.engine
     if c is not None and not c.ran:
         out.append((f"TensorRT check: not run: {c.reason}", False))
     elif c is not None:
@@ -129,13 +129,13 @@ def _md(text: object) -> str:
 def markdown_sections(report: Report) -> list[str]:
     """report.md's lines for the forced FP32 nodes, the TensorRT check's mismatches and the knob trials."""
     L: list[str] = []
-    forced = report.forced_fp32_nodes
+    forced = report.answer.forced_fp32_nodes
     if forced:
         L += [f"## Nodes fixed.onnx keeps in FP32 beyond the answer ({len(forced)})", "", forced_intro(report), "",
               "| Node | Why |", "| --- | --- |"]
         L += [f"| `{_md(n)}` | {_md(why)} |" for n, why in forced.items()]
         L.append("")
-    c = report.trt_check
+    c = report.tensorrt.check
     if c is not None and c.ran and (c.mismatches or c.unmapped):
         L += ["## TensorRT check of fixed.onnx", ""]
         if c.mismatches:
@@ -146,7 +146,7 @@ def markdown_sections(report: Report) -> list[str]:
         if c.unmapped:
             L += ["Candidates no layer comes from (folded into constants, or shape-only): "
                   + ", ".join(f"`{_md(n)}`" for n in c.unmapped), ""]
-    k = report.knobs
+    k = report.checks.knobs
     if k is not None and k.trials:
         L += [f"## Knobs on {k.backend}", "", "| Configuration | FP32 nodes | Trial | Result | Tolerance used |",
               "| --- | ---: | --- | --- | ---: |"]
@@ -171,13 +171,13 @@ def html_sections(report: Report) -> str:
         return escape(str(v))
 
     out = []
-    forced = report.forced_fp32_nodes
+    forced = report.answer.forced_fp32_nodes
     if forced:
         rows = "".join(f'<tr><td class="name">{e(n)}</td><td>{e(why)}</td></tr>' for n, why in forced.items())
         out.append(f'<section id="forced"><h2>Nodes fixed.onnx keeps in FP32 beyond the answer ({len(forced)})</h2>'
                    f"<p>{e(forced_intro(report))}</p><table><thead><tr><th>Node</th><th>Why</th></tr></thead>"
                    f"<tbody>{rows}</tbody></table></section>")
-    c = report.trt_check
+    c = report.tensorrt.check
     if c is not None and c.ran and (c.mismatches or c.unmapped):
         body = ""
         if c.mismatches:
@@ -191,7 +191,7 @@ def html_sections(report: Report) -> str:
             body += ("<p>Candidates no layer comes from (folded into constants, or shape-only): "
                      + ", ".join(f"<code>{e(n)}</code>" for n in c.unmapped) + "</p>")
         out.append(f'<section id="trt-check"><h2>TensorRT check of fixed.onnx</h2>{body}</section>')
-    k = report.knobs
+    k = report.checks.knobs
     if k is not None and k.trials:
         rows = "".join(
             f'<tr><td class="name">{e(t.knobs)}</td><td class="n">{t.fallback_size}</td><td>{e(t.why)}</td>'

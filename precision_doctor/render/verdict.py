@@ -124,11 +124,6 @@ def claim_sentence(st: Statement) -> str | None:
         which = "the answer before the repair" if e.by.startswith("a repair") else "the first answer"
         return (f"{head}: {which} ({counted(e.nodes, 'node')}) failed {e.failures} of "
                 f"{counted(e.samples, 'held-out sample')}{_on(e.backend)}, and {e.by} used them.")
-    if e is not None:
-        where = f" on {e.by_backend}" if e.by_backend else ""
-        return (f"{head}: the searched answer ({counted(e.nodes, 'node')}) failed {e.failures} of "
-                f"{counted(e.samples, 'held-out sample')}{_on(e.backend)}, then {e.by}{where}, which ran on them too, "
-                "changed it.")
     return f"{head} ({_WHY_NOT.get(c.unvalidated, 'none was held out')})."
 
 
@@ -141,13 +136,13 @@ def claim_details(report: Report) -> str | None:
         return None
     if c.measured:
         text = f"The held-out bound is the {c.method} bound at {c.confidence:.0%} confidence."
-        b = report.held_out_bound
+        b = report.promise.held_out_bound
         if b is not None and not c.failures and not b.useful:
             text += (f" Too few to promise more: {b.samples_for_useful} passing held-out samples would bound it at "
                      f"{fmt_rate(b.useful_rate)} (give {b.inputs_for_useful} or more --inputs, of which the default split "
                      f"holds out a fifth, or {b.samples_for_useful} --validate-inputs samples).")
         return text
-    if c.unvalidated in (Unvalidated.REPAIRED, Unvalidated.CHANGED):
+    if c.unvalidated == Unvalidated.REPAIRED:
         return ("The held-out samples shaped this answer, so they no longer measure how it fares on new inputs: check it "
                 "on new samples of your data (--validate-inputs) that no search saw.")
     if c.unvalidated == Unvalidated.GENERATED:
@@ -242,19 +237,19 @@ def figures(report: Report) -> list[Figure]:
     """The key figures, as report.html's header and the job page show them."""
     st = report.statement
     cands = report.model.candidates if report.model is not None else None
-    share = st.benefit.fp32_flop_share if st.benefit is not None else report.fp32_flop_share
-    memo = report.memo_hits
-    t = report.timing
+    share = st.benefit.fp32_flop_share if st.benefit is not None else report.answer.fp32_flop_share
+    memo = report.search.memo_hits
+    t = report.search.timing
     # without an answer there is no set to count ("0 / 11", "0%" would read as all in low precision)
-    kept = f"{int(report.fallback_size)}" + (f" / {cands}" if cands is not None else "") if st.answered else "no answer"
+    kept = f"{int(report.answer.fallback_size)}" + (f" / {cands}" if cands is not None else "") if st.answered else "no answer"
     return [
         Figure(kept, "nodes kept in FP32 (of candidates)"),
         Figure(fmt_short_pct(share) if st.answered else "–", "FP32 share of FLOPs"),
-        Figure(f"{report.evaluations}", "evaluations" + (f" (+{memo} memo hits)" if memo else "")),
-        *((Figure(fmt_time(t.search_s), "search time"), Figure(fmt_time(report.elapsed_s), "run time"))
-          if t is not None else (Figure(fmt_time(report.elapsed_s), "run time"),)),
+        Figure(f"{report.search.evaluations}", "evaluations" + (f" (+{memo} memo hits)" if memo else "")),
+        *((Figure(fmt_time(t.search_s), "search time"), Figure(fmt_time(report.search.elapsed_s), "run time"))
+          if t is not None else (Figure(fmt_time(report.search.elapsed_s), "run time"),)),
         Figure(claim_brief(st), "held-out samples of your data"),
-        Figure(f"{st.precision} · {report.backend}", "precision · backend"),
-        Figure(f"{report.strategy} · {report.cost}", "strategy · cost"),
-        Figure(tolerance_text(report.tolerance, sep=" · "), "tolerance"),
+        Figure(f"{st.precision} · {report.search.backend}", "precision · backend"),
+        Figure(f"{report.search.strategy} · {report.search.cost}", "strategy · cost"),
+        Figure(tolerance_text(report.search.tolerance, sep=" · "), "tolerance"),
     ]

@@ -50,7 +50,7 @@ def tolerance_text(tol: Tolerance, sep: str = ", ", code: str = "") -> str:
 
 
 def precision_name(report: Report) -> str:
-    return str(report.precision or "low precision").upper()
+    return str(report.search.precision or "low precision").upper()
 
 
 def code(s: Any) -> str:
@@ -89,17 +89,13 @@ def notes_clause(notes: Iterable[EmulationNote], precision: str) -> str | None:
 def lowp_multiple(report: Report) -> float | None:
     """How many times the tolerance the whole model in low precision uses (its worst output; inf: inf or NaN),
     from the search's all-low-precision evaluation (report.json's `baseline`, whose shares are of the search
-    tolerance: the user's scaled by 1 - margin). None when it was not evaluated, or when it comes from a first
-    search that a second one followed: the report keeps only the second search's margin. (The baseline passed
-    in the first search when its answer was empty; then the second search evaluated it again, at its margin.)"""
-    base, h = report.baseline, report.expected_headroom
-    if h is not None and h.researched and h.first_answer_size != 0:
-        return None
+    tolerance: the user's scaled by 1 - margin). None when it was not evaluated."""
+    base = report.analysis.baseline
     used = [num(o.tol_used) for o in base.outputs.values()] if base is not None else []
     used = [u for u in used if not math.isnan(u)]
     if not used:
         return None
-    return max(used) * (1.0 - float(report.margin or 0.0))
+    return max(used) * (1.0 - float(report.search.margin or 0.0))
 
 
 def lowp_sentence(report: Report) -> str | None:
@@ -199,23 +195,24 @@ def floor_advice(floor: RoundingFloor, tol: Tolerance) -> str | None:
 def floor_sentence(report: Report) -> str | None:
     """The headline's note that the tolerance is tighter than the format can represent at the outputs, where it is,
     with the flags of a realistic one."""
-    floor = report.rounding_floor
+    floor = report.analysis.rounding_floor
     if floor is None:
         return None
-    finding = floor_finding(floor, report.tolerance)
-    return " ".join(x for x in (f"{finding}.", floor_advice(floor, report.tolerance)) if x) if finding else None
+    finding = floor_finding(floor, report.search.tolerance)
+    return " ".join(x for x in (f"{finding}.", floor_advice(floor, report.search.tolerance)) if x) if finding else None
 
 
 def search_line(report: Report) -> str:
     """The search in one line, as the CLI prints it first: "fp16 on emulate, strategy auto: 40 evaluations in a 3.2 s
     search (the whole run 9.04 s: 2.1 s before the search, 3.74 s after)"; the time budget's where one was given."""
-    target = f" for {report.target}" if report.target else ""
-    head = f"{report.precision}{target} on {report.backend}, strategy {report.strategy}: {report.evaluations} evaluations"
-    t = report.timing
+    s = report.search
+    target = f" for {s.target}" if s.target else ""
+    head = f"{s.precision}{target} on {s.backend}, strategy {s.strategy}: {s.evaluations} evaluations"
+    t = report.search.timing
     if t is None:  # a report written before the search's time was kept apart
-        return f"{head} in {fmt_seconds(report.elapsed_s)}"
+        return f"{head} in {fmt_seconds(report.search.elapsed_s)}"
     budget = "" if t.time_budget_s is None else f" of its {fmt_time(t.time_budget_s)} budget"
-    return (f"{head} in a {fmt_time(t.search_s)} search{budget} (the whole run {fmt_time(report.elapsed_s)}: "
+    return (f"{head} in a {fmt_time(t.search_s)} search{budget} (the whole run {fmt_time(report.search.elapsed_s)}: "
             f"{fmt_time(t.before_search_s)} before the search, {fmt_time(t.after_search_s)} after)")
 
 
@@ -234,7 +231,7 @@ _GROWN = {Growth.COUNTEREXAMPLES: "search samples outside the working set failed
 
 def answers_sentence(report: Report) -> str | None:
     """Both answers, in words: the smaller one found first with its measured failures, the final one with its cost."""
-    two = report.answers
+    two = report.promise.answers
     if two is None:
         return None
     small, final = two.smaller, two.safer
@@ -254,7 +251,7 @@ def answers_sentence(report: Report) -> str | None:
 
 def rounds_sentence(report: Report) -> str | None:
     """The counterexample-guided search in words; None when it had a single round on every search sample."""
-    r = report.search_rounds
+    r = report.search.rounds
     if r is None or not r.rounds or (len(r.rounds) == 1 and r.search_samples <= r.start and not r.stopped):
         return None
     first = [x for x in r.rounds if x.search == "first"]
@@ -278,16 +275,14 @@ def output_run_labels(report: Report) -> tuple[str, str, str]:
     the samples up to that one), of the answer's and of the held-out ones (which may be of the searched answer, when
     the confirmation on another backend changed it)."""
     prec = precision_name(report)
-    base = report.baseline
+    base = report.analysis.baseline
     baseline = (f"baseline (all {prec}, up to the first failing sample)" if base is not None and not base.passed
                 else f"baseline (all {prec})")
-    c, k = report.confirm, report.knobs
+    c, k = report.checks.confirm, report.checks.knobs
     fixed = f"fixed (on {c.backend}, all samples)" if c is not None and c.passed else "fixed (search samples)"
     if k is not None and k.changed_answer:
         fixed = f"fixed (on {k.backend} with knobs {k.best}, all samples)"
-    held = "searched answer (validation)" if report.validation is not None and report.validation.of \
-        else "fixed (validation)"
-    return baseline, fixed, held
+    return baseline, fixed, "fixed (validation)"
 
 
 def _q(v: Any) -> Any:
@@ -297,7 +292,7 @@ def _q(v: Any) -> Any:
 
 def confirm_sentence(report: Report) -> str | None:
     """What carrying the searched answer over to the confirm backend did; None when not asked for."""
-    c = report.confirm
+    c = report.checks.confirm
     if c is None:
         return None
     searched = len(c.searched_answer)
@@ -310,11 +305,11 @@ def confirm_sentence(report: Report) -> str | None:
     if check_only(c.backend):
         return (f"Checked on {c.backend} over {_q(c.samples)} samples (a plumbing check: fixed.onnx loads and runs; "
                 f"its FP16 verdicts are not FP16's, so it never removes a node): the searched answer ({searched} "
-                f"nodes) {held}; the answer is {len(report.fallback_nodes)} nodes.")
+                f"nodes) {held}; the answer is {len(report.answer.fallback_nodes)} nodes.")
     head = f"Confirmed on {c.backend} over {_q(c.samples)} samples: the searched answer ({searched} nodes) {held}"
     if not c.passed:
         return head + f"; no passing set was found there ({_q(c.evaluations)} evaluations)."
-    final = len(report.fallback_nodes)
+    final = len(report.answer.fallback_nodes)
     added = "" if c.searched_answer_passed else (
         "; what was added there (the shortest passing prefix of the ranked nodes) was kept as it is"
         if c.pruned_added is False else "; only what was added there was pruned")
@@ -324,33 +319,9 @@ def confirm_sentence(report: Report) -> str | None:
     return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}."
 
 
-def probe_diagnostic(report: Report) -> str | None:
-    """What the perturbed-copy probe (pipeline/probe.py) measured: the answer's largest share of the tolerance on
-    fresh perturbed copies of the search samples and how many of them fail, labelled an uncalibrated diagnostic: its
-    prediction failed on unseen samples (issue 33), so it decides nothing and the verdict never cites it. None where
-    the probe ran no copies."""
-    h = report.expected_headroom
-    if h is None or not h.perturbed_copies:
-        return None
-    copies = f"{h.perturbed_copies} fresh perturbed cop{'y' if h.perturbed_copies == 1 else 'ies'}"
-    where = f" (run on {h.backend})" if h.backend else ""
-    text = f"Perturbed-copy probe, an uncalibrated diagnostic that decides nothing: on {copies} of the search samples{where}"
-    if h.share_searched is not None:
-        text = text.replace(": on", f": the answer uses {100 * h.share_searched:.1f}% of the tolerance on the searched "
-                                    "samples; on", 1)
-    if h.share_unseen is not None:
-        text += f", at most {100 * h.share_unseen:.1f}% of it"
-    text += f", and {h.failing_copies} of them fail it"
-    if h.researched:
-        first = "" if h.first_answer_size is None else f" ({counted(h.first_answer_size, 'node')})"
-        text += (f". A second search at margin {h.research_margin or 0:.3g} grew the first answer{first} because the "
-                 "probe's copies failed it or their spread pointed that way")
-    return text + "."
-
-
 def certified_sentence(report: Report) -> str | None:
     """Which backend certified the final answer, in words (report.json's `certified_by`); None without one."""
-    c = report.certified_by
+    c = report.checks.certified_by
     if c is None:
         return None
     where = {"confirmation": "confirmation", "validation": "search and held-out samples", "search": "search",
@@ -359,7 +330,7 @@ def certified_sentence(report: Report) -> str | None:
         who = f"the emulator (`{c.rules or 'standard'}` rules)"
     else:
         who = f"`{c.backend}`" + (" (real low precision on the GPU)" if c.gpu else "")
-    total = report.samples.search + report.samples.validation
+    total = report.search.samples.search + report.search.samples.validation
     # a search cut short (--time-budget) checked its answer on part of the search samples only
     on = f"all {c.samples} samples" if c.samples >= total else f"{c.samples} of the {total} samples"
     text = f"Certified by {who}: the final answer passes there on {on} ({where})"
@@ -376,7 +347,7 @@ def certified_sentence(report: Report) -> str | None:
 def emulation_note_lines(report: Report) -> list[str]:
     """One line per group of nodes whose behaviour on the target the emulator does not model."""
     out = []
-    for n in report.emulation_notes:
+    for n in report.checks.emulation_notes:
         shown = ", ".join(code(x) for x in n.nodes)
         more = f" and {n.count - len(n.nodes)} more" if n.count > len(n.nodes) else ""
         what = f"{n.count} {n.op_type} node(s) ({shown}{more})" if n.op_type else f"{n.count} node(s)"
@@ -387,15 +358,15 @@ def emulation_note_lines(report: Report) -> list[str]:
 def headroom_sentence(report: Report) -> str | None:
     """How much of the tolerance a passing answer uses (search or held-out samples, the larger), with
     advice when little is left; None when not recorded."""
-    used = report.tolerance_used
-    confirm = report.confirm
+    used = report.checks.tolerance_used
+    confirm = report.checks.confirm
     keys = ("confirm",) if confirm is not None else ("search", "validation")
     shares = [v for v in (num(getattr(used, k) if used else None) for k in keys) if not math.isnan(v)]
     if not report.passed or not shares:
         return None
     where = f" on {confirm.backend}" if confirm is not None else ""
     text = f"The answer uses {100 * max(shares):.1f}% of the tolerance{where}"
-    margin = float(report.margin or 0.0)
+    margin = float(report.search.margin or 0.0)
     if margin:
         text += f" (searched with a margin of {100 * margin:.3g}%)"
     if max(shares) > 0.9 and not margin:
@@ -415,7 +386,7 @@ def why(layer: Layer, report: Report) -> list[str]:
     """Why a layer hurts in low precision, in words (measure/explain.py, from its recorded facts)."""
     from precision_doctor.measure.explain import Limits, explain
 
-    limits = report.format_limits
+    limits = report.analysis.format_limits
     fmt = Limits(precision_name(report), num(limits.max), num(limits.smallest_normal))
     return [r.text for r in explain(layer, fmt, layer.producers)]
 
@@ -441,7 +412,7 @@ def shapes_text(report: Report) -> str | None:
     """The dynamic inputs' shapes as the samples ran them, against the model's declaration ("x: 1x3x48x192
     (the model declares ?x3x?x?)"); None when no input is dynamic."""
     parts = []
-    for s in report.input_shapes:
+    for s in report.search.input_shapes:
         if not s.dynamic:
             continue
         ran = _dims(s.opt) if not s.varies else f"{_dims(s.min)} to {_dims(s.max)} ({_opt_text(s)})"
@@ -461,7 +432,7 @@ def shapes_warning(report: Report) -> str | None:
     1x1 placeholders for dynamic dimensions, or an image a few pixels wide. None when nothing says so."""
     from precision_doctor.graph.shapes import ShapeConcern
 
-    worried = [s for s in report.input_shapes if s.concern is not None]
+    worried = [s for s in report.search.input_shapes if s.concern is not None]
     if not worried:
         return None
     s = worried[0]
@@ -473,7 +444,7 @@ def shapes_warning(report: Report) -> str | None:
     else:
         why = (f"every sample gives the image input '{name}' at most {_dims(s.max)} pixels (the model declares "
                f"{_dims(s.declared)}), far from any image it is used on")
-    base = report.baseline
+    base = report.analysis.baseline
     said = (f' "The whole model in {precision_name(report)} meets the tolerance" is about these inputs only.'
             if base is not None and base.passed else "")
     more = f" ({counted(len(worried) - 1, 'more input')} alike)" if len(worried) > 1 else ""

@@ -1,9 +1,13 @@
 """The typed report of a diagnose run: what report.json holds, and what the renderers read.
 
-`Report.to_json()` gives the keys and values report.json has always had (docs/guide.md's contract:
-`fallback_nodes`, `passed`, `evaluations`, `elapsed_s`, `strategy`, `precision`, `backend`,
-`tolerance`, ...), plus `schema_version` and `verdict`; non-finite numbers become "inf", "-inf", "nan". What the run
-means (`passed`, `verdict`) is derived from the rest (`Report.statement`, results/verdict.py), never read back.
+A `Report` is its `status` and `reason` and a record per part (docs/guide.md lists report.json's keys): `model`
+(`ModelInfo`), `search` (the search and the settings it ran at), `answer` (the FP32 nodes and the files written for
+them), `checks` (how the answer was checked after the search), `promise` (the held-out samples, the bound they give
+and what decided the answer: what the verdict may claim), `analysis` (the model in low precision before the search:
+the layer table), `pricing`, `tensorrt` (the parser check and the engine) and `invocation` (how the run was started).
+`Report.to_json()` writes each part as an object under its name, plus `schema_version` and, after `reason`, `passed`
+and `verdict`; non-finite numbers become "inf", "-inf", "nan". What the run means (`passed`, `verdict`) is derived
+from the rest (`Report.statement`, results/verdict.py), never read back.
 `Report.from_json()` reads files of this `SCHEMA_VERSION` only: one of another version (or none: written before versions)
 is refused in one line saying what to do (no migration: the tool is unreleased), and a malformed one names the key.
 Both go through `REPORT_JSON` (codec.py): each class is its fields, except where a hook at the end of this module says
@@ -31,12 +35,13 @@ from precision_doctor.outcome import Decider, Growth, RunStatus
 from precision_doctor.results.verdict import Statement, answered, statement
 from precision_doctor.spec import RunSpec
 
-# 2: `passed` is derived from the statement (the perturbed-copy prediction no longer decides it; a run that stopped
-# early is no pass) and `verdict` holds the statement. Files of another version are refused (`_report`).
-SCHEMA_VERSION = 2
+# 3: the keys are grouped by part (`search.evaluations`, `answer.fallback_nodes`, ...); 2: `passed` is derived from
+# the statement and `verdict` holds it. Files of another version are refused (`_report`).
+SCHEMA_VERSION = 3
 REPORT = "report.json"
-REQUIRED = ("status", "passed", "fallback_nodes", "evaluations", "elapsed_s", "strategy", "precision", "backend",
-            "tolerance")
+REQUIRED = ("status", "passed", "search", "answer")  # every version's first two (the version is checked after them)
+REQUIRED_IN = {"search": ("evaluations", "elapsed_s", "strategy", "precision", "backend", "tolerance"),
+               "answer": ("fallback_nodes",)}  # what every report has always held (docs/guide.md's contract)
 
 
 class ReportError(UserError):
@@ -69,29 +74,7 @@ ORIGINS = ("cli", "batch", "service", "api")
 
 
 @dataclass
-class Invocation:
-    """How the run was started, so that the reports can print a command that runs it again: the settings with
-    their paths relative to the run directory (absolute for files far from it), the run directory's name, and
-    the front end that started it (`ORIGINS`: a service job's report prints a `submit` command)."""
-
-    spec: RunSpec
-    directory: str
-    origin: str = "api"
-
-    @classmethod
-    def of(cls, spec: RunSpec, run_dir: str | Path, origin: str) -> Invocation:
-        """The invocation of a run of `spec` (its relative paths: from the current directory) in `run_dir`."""
-        run_dir = Path(run_dir).resolve()
-        i = spec.inputs
-        paths = {"model": near_path(spec.model, run_dir), "inputs.files": [near_path(f, run_dir) for f in i.files],
-                 "inputs.validate_files": [near_path(f, run_dir) for f in i.validate_files],
-                 "inputs.reference_outputs": near_path(i.reference_outputs, run_dir) if i.reference_outputs else None}
-        return cls(spec.with_settings(paths), run_dir.name, origin)
-
-
-
-@dataclass
-class Checks:
+class OutputChecks:
     """Per-output checks of one fallback set (the baseline: everything in low precision)."""
 
     passed: bool
@@ -104,9 +87,7 @@ class Validation:
     it was repaired with them (grown by what their error is attributed to), `first_candidate` is the set that
     failed and `research`/`passed_after_research` say how that went (the repaired answer is then not validated: no
     unseen sample is left); `ties`: those of `failing_samples` that fail under ONNX Runtime CUDA's default kernel
-    choice but pass under another (measure/spread.py; reports before 2026-12-02 counted them apart from
-    `failing_samples`, as passing); `of` is "searched answer" where
-    something changed the answer after the check (reports before the check ran last)."""
+    choice but pass under another (measure/spread.py)."""
 
     passed: bool
     samples: int
@@ -115,8 +96,7 @@ class Validation:
     first_candidate: list[str] | None = None
     research: str | None = None
     passed_after_research: bool | None = None
-    of: str | None = None
-    backend: str | None = None  # where the held-out samples ran (None: reports before it was recorded)
+    backend: str | None = None  # where the held-out samples ran
     ties: list[int] = field(default_factory=list)  # of failing_samples: another cuDNN algorithm choice passes them
 
     @property
@@ -126,46 +106,6 @@ class Validation:
             return None
         vals = [o.tol_used for o in self.outputs.values() if o.tol_used is not None and not math.isnan(o.tol_used)]
         return max(vals) if vals else None
-
-
-@dataclass
-class ExpectedHeadroom:
-    """The answer checked on samples the search did not see (pipeline/probe.py): `perturbed_copies` fresh
-    perturbed copies of the `searched` samples and `held_out` held-out samples (`held_out_from_user`: of the
-    user's data, not generated). `share_unseen`: the largest share of the tolerance among them; `headroom`
-    = 1 - that (negative: the answer fails there). `failing_copies`/`failing_held_out` count the unseen
-    samples the answer fails on; `predicted_share`: the share a new input exceeds with probability `risk`
-    (a log-normal fitted to the unseen shares; None with fewer than two positive ones); `researched`: the
-    answer was predicted not to hold and a second search ran (once) with the unseen samples it missed, at
-    `research_margin`, and the figures are of its answer on fresh copies no search saw; `holds`: predicted
-    to hold on new inputs (no unseen sample fails and `predicted_share` <= 1); `backend`: where the unseen
-    shares were measured (None: the search backend; the confirm backend when it certified);
-    `first_answer_size`/`first_predicted_share`: after a second search, the first answer's size and the share
-    a new input was predicted to exceed with it (None when not predicted: a held-out sample failed it), so the
-    price of the larger answer can be weighed."""
-
-    searched: int
-    search_copies: int
-    perturbed_copies: int
-    held_out: int
-    held_out_from_user: bool
-    share_searched: float | None
-    share_unseen: float | None
-    headroom: float | None
-    failing_copies: int = 0
-    failing_held_out: int = 0
-    researched: bool = False
-    holds: bool = True
-    backend: str | None = None
-    predicted_share: float | None = None
-    risk: float | None = None
-    research_margin: float | None = None
-    first_answer_size: int | None = None
-    first_predicted_share: float | None = None
-
-    @property
-    def unseen(self) -> int:
-        return self.perturbed_copies + self.held_out
 
 
 @dataclass
@@ -576,76 +516,157 @@ class ServiceJob:
             raise ReportError(str(exc)) from None
 
 
-# -- the report ----------------------------------------------------------------------------------------
+# -- the report's parts ------------------------------------------------------------------------------------
 
 
 @dataclass
-class Report:
-    """Everything a diagnose run found. `status`: complete, no_solution, budget_exhausted or interrupted. The
-    fields are in report.json's order of keys."""
+class Invocation:
+    """How and by what the run was started, so that the reports can print a command that runs it again: the tool,
+    its version and when (`created`); the front end that started it (`ORIGINS`: a service job's report prints a
+    `submit` command); the run directory's name; the settings with their paths relative to the run directory
+    (absolute for files far from it; None: not recorded, the commands then name the model as given); and the
+    daemon's job the run was (`service_job`; None for other runs)."""
 
-    schema_version: int = SCHEMA_VERSION
     tool: str = "precision-doctor"
     version: str = ""
     created: str = ""
-    model: ModelInfo | None = None
+    origin: str = "api"
+    directory: str = ""
+    spec: RunSpec | None = None
+    service_job: ServiceJob | None = None
+
+    @classmethod
+    def of(cls, spec: RunSpec, run_dir: str | Path, origin: str) -> Invocation:
+        """The invocation of a run of `spec` (its relative paths: from the current directory) in `run_dir`."""
+        run_dir = Path(run_dir).resolve()
+        i = spec.inputs
+        paths = {"model": near_path(spec.model, run_dir), "inputs.files": [near_path(f, run_dir) for f in i.files],
+                 "inputs.validate_files": [near_path(f, run_dir) for f in i.validate_files],
+                 "inputs.reference_outputs": near_path(i.reference_outputs, run_dir) if i.reference_outputs else None}
+        return cls(origin=origin, directory=run_dir.name, spec=spec.with_settings(paths))
+
+
+@dataclass
+class SearchRecord:
+    """The search and the settings it ran at: the format, the search backend, strategy and cost, the user's
+    tolerance and the search's margin below it, the runtime the answer is for (`target`, `backends.target`) and the
+    emulator's rules; the samples it had (`samples`: search and held-out counts, `inputs`: where they came from,
+    `shape_groups`, and each model input's declared and run shapes); its evaluations (one = one configuration
+    tried, memo hits apart), whether every member of the answer was checked to be needed (`one_minimal_checked`),
+    the whole run's seconds (`elapsed_s`, loading included) and their parts (`timing`), the counterexample-guided
+    rounds and the trajectory of evaluations."""
+
     precision: str = ""
     backend: str = ""
     strategy: str = ""
     cost: str = ""
     tolerance: Tolerance = field(default_factory=Tolerance)
     margin: float = 0.0
-    tolerance_used: ToleranceUsed | None = None
-    confirm: Confirm | None = None
-    certified_by: Certification | None = None
-    # the runtime the answer is for (`backends.target`; None: a report from before targets, made for ort-cuda's rules)
     target: str | None = None
-    other_runtime: OtherRuntime | None = None  # the answer checked for the other runtime, and that runtime's answer
     emulation_rules: str | None = None
-    emulation_notes: list[EmulationNote] = field(default_factory=list)
-    status: RunStatus = RunStatus.COMPLETE
-    reason: str | None = None
-    # report.json's `passed` and `verdict` come here, derived from the rest (`statement`)
-    fallback_nodes: list[str] = field(default_factory=list)
-    fallback_size: int = 0
-    fp32_flop_share: float = 0.0
-    # the answer keeps every node the search could keep in FP32: no low-precision benefit (wording: PASSED_ALL_FP32)
-    everything_fp32: bool = False
-    rounding_floor: RoundingFloor | None = None  # what rounding the reference outputs alone uses of the tolerance
+    samples: SampleCounts = field(default_factory=SampleCounts)
+    inputs: dict[str, Any] = field(default_factory=dict)
+    shape_groups: list[ShapeGroupInfo] = field(default_factory=list)
+    input_shapes: list[InputShape] = field(default_factory=list)  # the model's inputs: declared, and as the samples ran
     evaluations: int = 0
     memo_hits: int = 0
     one_minimal_checked: bool | None = None
     elapsed_s: float = 0.0
     timing: Timing | None = None  # elapsed_s in parts: before the search, the search (the time budget's), after it
-    samples: SampleCounts = field(default_factory=SampleCounts)
-    inputs: dict[str, Any] = field(default_factory=dict)
-    baseline: Checks | None = None
+    rounds: SearchRounds | None = None
+    trajectory: list[TrajectoryRow] = field(default_factory=list)
+
+
+@dataclass
+class AnswerRecord:
+    """The answer: the nodes kept in FP32 (ONNX node names, in graph order), how many, their share of the FLOPs (at
+    the shapes that ran, the forced FP32 nodes included), whether it keeps every node the search could keep in FP32
+    (no low-precision benefit), the nodes fixed.onnx keeps in FP32 beyond it (each with its reason), and the files
+    and commands written for it."""
+
+    fallback_nodes: list[str] = field(default_factory=list)
+    fallback_size: int = 0
+    fp32_flop_share: float = 0.0
+    everything_fp32: bool = False
+    forced_fp32_nodes: dict[str, str] = field(default_factory=dict)  # node -> why fixed.onnx keeps it FP32 too
+    artifacts: dict[str, str] = field(default_factory=dict)
+    commands: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class ChecksRecord:
+    """How the answer was checked after the search: per output on the backend that decided it (`outputs`), the
+    shares of the tolerance it uses, the confirmation on another backend, the knob search, the GPU's own spread under
+    its kernel choices, who certified it and what of it the emulator does not model, and the answer checked for the
+    runtime it is not for (`other_runtime`)."""
+
     outputs: dict[str, OutputCheck] = field(default_factory=dict)
-    validation: Validation | None = None
-    expected_headroom: ExpectedHeadroom | None = None  # the perturbed-copy probe of reports before it was removed
+    tolerance_used: ToleranceUsed | None = None
+    confirm: Confirm | None = None
+    knobs: KnobsResult | None = None
     kernel_spread: KernelSpread | None = None  # the GPU's own spread under its kernel choices (measure/spread.py)
+    certified_by: Certification | None = None
+    emulation_notes: list[EmulationNote] = field(default_factory=list)
+    other_runtime: OtherRuntime | None = None
+
+
+@dataclass
+class PromiseRecord:
+    """What the verdict may claim and on what: which samples were held out and why, the answer checked on them
+    (`validation`), the failure-rate bound they give, which check decided the answer, and both answers where the run
+    grew the one it found first."""
+
+    held_out_choice: HeldOutChoice | None = None
+    validation: Validation | None = None
+    held_out_bound: HeldOutBound | None = None
+    decided_by: Decider | None = None
+    answers: TwoAnswers | None = None
+
+
+@dataclass
+class AnalysisRecord:
+    """What the run measured of the model in low precision before the search: everything in low precision checked
+    (`baseline`), what rounding the reference outputs alone uses of the tolerance, where the error first diverges,
+    the nodes ranked by it (the first 50), the layer table and the format's limits."""
+
+    baseline: OutputChecks | None = None
+    rounding_floor: RoundingFloor | None = None
     first_divergence: str | None = None
     first_divergence_node: str | None = None
     ranking: list[str] = field(default_factory=list)
-    trajectory: list[TrajectoryRow] = field(default_factory=list)
     layers: list[Layer] = field(default_factory=list)
     format_limits: FormatLimits = field(default_factory=FormatLimits)
-    artifacts: dict[str, str] = field(default_factory=dict)
-    commands: dict[str, str] = field(default_factory=dict)
-    forced_fp32_nodes: dict[str, str] = field(default_factory=dict)  # node -> why fixed.onnx keeps it FP32 too
-    trt_check: TrtCheckResult | None = None
+
+
+@dataclass
+class TensorRTRecord:
+    """fixed.onnx under TensorRT: its parser check (`check`) and, with `--engine`, the engine built (`engine`)."""
+
+    check: TrtCheckResult | None = None
     engine: EngineResult | None = None
-    knobs: KnobsResult | None = None
-    held_out_choice: HeldOutChoice | None = None
-    held_out_bound: HeldOutBound | None = None
-    decided_by: Decider | None = None
-    search_rounds: SearchRounds | None = None
-    answers: TwoAnswers | None = None
+
+
+# -- the report ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """Everything a diagnose run found, in parts. `status`: complete, no_solution, budget_exhausted or interrupted,
+    and `reason` why it is not complete; what the run means (`passed`, `statement`) is derived from the rest. The
+    fields are in report.json's order of keys (`passed` and `verdict` come after `reason`)."""
+
+    schema_version: int = SCHEMA_VERSION
+    status: RunStatus = RunStatus.COMPLETE
+    reason: str | None = None
+    model: ModelInfo | None = None
+    search: SearchRecord = field(default_factory=SearchRecord)
+    answer: AnswerRecord = field(default_factory=AnswerRecord)
+    checks: ChecksRecord = field(default_factory=ChecksRecord)
+    promise: PromiseRecord = field(default_factory=PromiseRecord)
+    analysis: AnalysisRecord = field(default_factory=AnalysisRecord)
     pricing: Pricing | None = None
-    input_shapes: list[InputShape] = field(default_factory=list)  # the model's inputs: declared, and as the samples ran
-    invocation: Invocation | None = None
-    service_job: ServiceJob | None = None
-    shape_groups: list[ShapeGroupInfo] = field(default_factory=list)
+    tensorrt: TensorRTRecord = field(default_factory=TensorRTRecord)
+    invocation: Invocation = field(default_factory=Invocation)
 
     @property
     def interrupted(self) -> bool:
@@ -711,12 +732,16 @@ def _pick(d: dict, keys: tuple[str, ...]) -> dict:
 _CONFIRM_KEYS = ("backend", "samples", "perturbed_copies", "searched_answer", "searched_answer_passed",
                  "pruned_searched", "pruned_added", "passed", "status", "evaluations", "memo_hits",
                  "one_minimal_checked", "tolerance_used", "trajectory")
-_VALIDATION_IF_SET = ("first_candidate", "research", "passed_after_research", "of", "backend")
+_VALIDATION_IF_SET = ("first_candidate", "research", "passed_after_research", "backend")
+
+
+def _checks_out(c: ChecksRecord, d: dict) -> dict:
+    if c.confirm is None and d["tolerance_used"] is not None:  # the confirm share only where a confirmation ran
+        del d["tolerance_used"]["confirm"]
+    return d
 
 
 def _report_out(r: Report, d: dict) -> dict:
-    if r.confirm is None and d["tolerance_used"] is not None:  # the confirm share only where a confirmation ran
-        del d["tolerance_used"]["confirm"]
     st = r.statement
     out = {}
     for k, v in d.items():  # `passed` and the statement after `reason`, where `passed` has always been
@@ -752,6 +777,7 @@ def _spec_in(v: Any, path: str) -> RunSpec:
 
 REPORT_JSON = Codec({
     Report: Hook(out=_report_out),
+    ChecksRecord: Hook(out=_checks_out),
     Confirm: Hook(out=lambda c, d: _pick(d, ("backend", "searched_answer", "passed", "skipped")
                                          if c.skipped is not None else _CONFIRM_KEYS)),
     Validation: Hook(out=lambda v, d: {k: x for k, x in d.items() if k not in _VALIDATION_IF_SET or x is not None}),
@@ -760,7 +786,7 @@ REPORT_JSON = Codec({
     KnobsResult: Hook(out=lambda k, d: {**d, "changed_answer": k.changed_answer}),
     DeployLatency: Hook(out=lambda lat, d: {**d, "latency_kept": lat.latency_kept}),
     Tolerance: Hook(out=lambda t, d: {k: v for k, v in d.items() if k not in ("output_atol", "output_rtol") or v}),
-    Invocation: Hook(out=lambda i, d: _pick(d, ("origin", "directory", "spec")), into=_invocation_in),
+    Invocation: Hook(into=_invocation_in),
     RunSpec: Hook(encode=lambda s: s.to_json(), decode=_spec_in),
 })
 
@@ -768,9 +794,7 @@ REPORT_JSON = Codec({
 def _report(data: Any) -> Report:
     if not isinstance(data, dict):
         raise BadValue(f"not a report (expected a JSON object, got {type(data).__name__})")
-    missing = [k for k in REQUIRED if k not in data]
-    if missing:
-        raise BadValue(f"not a report: missing key '{missing[0]}'")
+    _require(data, REQUIRED[:2])
     version = data.get("schema_version")
     if version != SCHEMA_VERSION or type(version) is not int:
         found = "no schema_version" if version is None else f"schema_version {version!r:.20}"
@@ -781,6 +805,16 @@ def _report(data: Any) -> Report:
             raise BadValue(f"bad key 'schema_version': expected {SCHEMA_VERSION}, got {version!r:.20}")
         raise BadValue(f"written by an earlier precision-doctor ({found}; this one reads {SCHEMA_VERSION} only): run "
                        "the diagnosis again to write a current report")
+    _require(data, REQUIRED[2:])
+    for part, keys in REQUIRED_IN.items():
+        if isinstance(data[part], dict):  # (not an object: the codec names it)
+            _require(data[part], keys, f"{part}.")
     if not isinstance(data["passed"], bool):
         raise BadValue(f"bad key 'passed': expected true or false, got {data['passed']!r:.60}")
     return REPORT_JSON.from_json(Report, data)
+
+
+def _require(data: dict, keys: tuple[str, ...], prefix: str = "") -> None:
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise BadValue(f"not a report: missing key '{prefix}{missing[0]}'")

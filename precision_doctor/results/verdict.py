@@ -14,9 +14,8 @@
 - `next`: the one next step (render/commands.py gives its command and words).
 
 Every front end says these fields, each in one sentence (render/verdict.py), so two sentences about one run cannot
-disagree. Left out on purpose: the perturbed-copy probe's prediction (`expected_headroom.predicted_share`, `risk`).
-It was not calibrated (issue 33: two PASS verdicts that said "at most 0.2%" failed 8-9% of unseen samples), so it
-decides nothing here; report.md shows the probe's measured shares as an uncalibrated diagnostic.
+disagree. Left out on purpose: a prediction from perturbed copies of the search samples. It was not calibrated
+(issue 33: two PASS verdicts that said "at most 0.2%" failed 8-9% of unseen samples), and the probe was removed.
 
 results/report.py imports this module (`Report.statement`), so this one reads the Report by its attributes and
 imports nothing of report.py.
@@ -93,7 +92,6 @@ class Unvalidated(_Value):
     SPLIT_ZERO = "split_zero"  # --validation-split 0
     GENERATED = "generated"  # the samples were generated, not the user's data
     REPAIRED = "repaired"  # the first answer failed held-out samples; a second search used them
-    CHANGED = "changed"  # the confirmation (or the knob search) changed the answer with them among its samples
     NOT_CHECKED = "not_checked"  # the run stopped before the held-out samples checked the answer
     NONE_HELD_OUT = "none_held_out"  # no sample was held out (a report that says no more)
 
@@ -101,15 +99,13 @@ class Unvalidated(_Value):
 @dataclass(frozen=True)
 class Earlier:
     """The answer the held-out samples checked before they were spent on it: its size, its failures among them,
-    on which backend, and what spent them (`by`: "a second search", "the confirmation", "the knob search";
-    `by_backend`: where that ran)."""
+    on which backend, and what spent them (`by`: "a repair by their attribution", "a second search")."""
 
     nodes: int
     failures: int
     samples: int
     backend: str
     by: str
-    by_backend: str | None = None
 
 
 @dataclass(frozen=True)
@@ -269,7 +265,7 @@ def statement(report) -> Statement:
             quals.append(Qualifier.LITTLE_BENEFIT)
     quals_t = tuple(quals)
     return Statement(status, quals_t, claim, benefit, basis, _next(report, status, quals_t, claim, benefit, basis, run),
-                     precision=str(report.precision or "low precision").upper(),
+                     precision=str(report.search.precision or "low precision").upper(),
                      stopped=run if run.ended_early else None, answered=answer)
 
 
@@ -282,11 +278,12 @@ def answered(report) -> bool:
         return False
     if run == RunStatus.COMPLETE:
         return True
-    return bool(report.fallback_nodes) or report.validation is not None or "fixed_onnx" in (report.artifacts or {})
+    answer = report.answer
+    return bool(answer.fallback_nodes) or report.promise.validation is not None or "fixed_onnx" in (answer.artifacts or {})
 
 
 def _status(report, run: RunStatus, answer: bool) -> Status:
-    v = report.validation
+    v = report.promise.validation
     if run == RunStatus.NO_SOLUTION or (run == RunStatus.COMPLETE and not answer):
         return Status.NO_SOLUTION
     if v is not None and not v.passed and not v.passed_after_research and not _repair_moved(report):
@@ -297,47 +294,37 @@ def _status(report, run: RunStatus, answer: bool) -> Status:
 def _repair_moved(report) -> bool:
     """Whether a repair that did not finish (stopped early) reports a set other than the one the held-out samples
     failed: its set so far, which passes them, is not settled (INCOMPLETE), not one that failed them."""
-    v = report.validation
+    v = report.promise.validation
     return (v is not None and v.research is not None and not v.passed_after_research and v.first_candidate is not None
-            and sorted(v.first_candidate) != sorted(report.fallback_nodes))
+            and sorted(v.first_candidate) != sorted(report.answer.fallback_nodes))
 
 
 def _generated(report) -> bool:
     """Whether the held-out samples (or, with none, the search samples) were generated rather than the user's."""
-    choice, h = report.held_out_choice, report.expected_headroom
+    choice = report.promise.held_out_choice
     if choice is not None and choice.source != "none":
         return choice.source == "generated"
-    if h is not None and h.held_out and not h.held_out_from_user:
-        return True
-    return isinstance(report.inputs, dict) and "generated" in report.inputs
+    return isinstance(report.search.inputs, dict) and "generated" in report.search.inputs
 
 
 def _claim(report, answer: bool) -> Claim | None:
-    v = report.validation
-    n_search = int(report.samples.search)
+    v = report.promise.validation
+    n_search = int(report.search.samples.search)
     if v is None:
-        return Claim(False, n_search, unvalidated=_none_held_out(report), held_out=int(report.samples.validation)) \
+        return Claim(False, n_search, unvalidated=_none_held_out(report), held_out=int(report.search.samples.validation)) \
             if answer else None
     if _generated(report):
         return Claim(False, n_search + v.samples, unvalidated=Unvalidated.GENERATED, held_out=v.samples)
     failures = len(v.failing_samples)
-    grown = report.answers
+    grown = report.promise.answers
     # a repair that stopped before it found a set leaves the one they failed: they measured this very answer
     unrepaired = v.research is not None and not v.passed_after_research and not _repair_moved(report)
     if not unrepaired and (v.research is not None or (grown is not None and Growth.HELD_OUT in grown.grown_by)):
         # the first answer failed them, and a repair (before: a second search) used them
         size = len(v.first_candidate) if v.first_candidate is not None else grown.smaller.size if grown else 0
         by = "a repair by their attribution" if (v.research or "").startswith("repaired") else "a second search"
-        first = Earlier(size, failures, v.samples, v.backend or report.backend, by)
+        first = Earlier(size, failures, v.samples, v.backend or report.search.backend, by)
         return Claim(False, n_search + v.samples, unvalidated=Unvalidated.REPAIRED, held_out=v.samples, earlier=first)
-    if v.of is not None:  # checked before a confirmation (or the knob search) with them among its samples changed it
-        k = report.knobs
-        by_knobs = k is not None and k.changed_answer
-        c = report.confirm
-        size = len(k.searched_answer) if by_knobs else len(c.searched_answer) if c is not None else len(v.first_candidate or [])
-        by = ("the knob search", k.backend) if by_knobs else ("the confirmation", c.backend if c is not None else None)
-        first = Earlier(size, failures, v.samples, report.backend, *by)
-        return Claim(False, n_search + v.samples, unvalidated=Unvalidated.CHANGED, held_out=v.samples, earlier=first)
     bound = failure_rate_upper(failures, v.samples, CONFIDENCE)
     backend = v.backend or _held_out_backend(report)
     if not failures and bound > USEFUL_BOUND:  # they passed, and say nothing useful: not a validation
@@ -351,11 +338,11 @@ def _none_held_out(report) -> Unvalidated:
     """Why an answer has no held-out check at all."""
     if _generated(report):
         return Unvalidated.GENERATED
-    choice, run = report.held_out_choice, RunStatus(report.status or RunStatus.COMPLETE)
-    if (choice is not None and choice.samples) or report.samples.validation:
+    choice, run = report.promise.held_out_choice, RunStatus(report.status or RunStatus.COMPLETE)
+    if (choice is not None and choice.samples) or report.search.samples.validation:
         return Unvalidated.NOT_CHECKED if run.ended_early else Unvalidated.NONE_HELD_OUT
-    inv = report.invocation
-    if inv is not None and inv.spec.inputs.validation_split == 0:
+    spec = report.invocation.spec
+    if spec is not None and spec.inputs.validation_split == 0:
         return Unvalidated.SPLIT_ZERO
     return Unvalidated.TOO_FEW if choice is not None else Unvalidated.NONE_HELD_OUT
 
@@ -363,26 +350,26 @@ def _none_held_out(report) -> Unvalidated:
 def _held_out_backend(report) -> str:
     """Where the held-out samples last checked the answer, in reports that do not say (`validation.backend`): the
     confirm backend where it confirmed this very answer on them too (not a check-only one), else the search backend."""
-    c = report.confirm
-    total = report.samples.search + report.samples.validation
+    c = report.checks.confirm
+    total = report.search.samples.search + report.search.samples.validation
     if c is not None and c.passed and not check_only(c.backend) and (c.samples or 0) >= total \
-            and sorted(c.searched_answer) == sorted(report.fallback_nodes):
+            and sorted(c.searched_answer) == sorted(report.answer.fallback_nodes):
         return c.backend
-    return report.backend
+    return report.search.backend
 
 
 def _benefit(report) -> Benefit:
     p = report.pricing
     cost = p.answer if p is not None else None
-    share = float(cost.fp32_flop_share if cost is not None else report.fp32_flop_share)
+    share = float(cost.fp32_flop_share if cost is not None else report.answer.fp32_flop_share)
     lat = p.latency if p is not None else None
     kept = lat.latency_kept if lat is not None else cost.estimated_speedup_kept if cost is not None else None
     no_gain = lat is not None and kept is None  # measured: low precision is no faster there at all (not the answer's doing)
     little = (("flops",) if share > LITTLE_FP32_SHARE else ()) + (
         ("latency",) if kept is not None and kept < LITTLE_SPEEDUP_KEPT else ())
     cands = report.model.candidates if report.model is not None else None
-    return Benefit(int(report.fallback_size), cands, share, kept, lat is not None, no_gain, little,
-                   bool(report.everything_fp32), _better(p.tradeoff if p is not None else None, share))
+    return Benefit(int(report.answer.fallback_size), cands, share, kept, lat is not None, no_gain, little,
+                   bool(report.answer.everything_fp32), _better(p.tradeoff if p is not None else None, share))
 
 
 def _better(t, share: float) -> TradePoint | None:
@@ -397,28 +384,28 @@ def _better(t, share: float) -> TradePoint | None:
 
 
 def _basis(report) -> Basis:
-    c, ks = report.certified_by, report.kernel_spread
+    c, ks = report.checks.certified_by, report.checks.kernel_spread
     spread = ks.share if ks is not None else None
     if c is not None:
         unmeasured = () if c.gpu else tuple(c.unconfirmed)
-        notes = tuple(n for n in report.emulation_notes if n.unconfirmed) if unmeasured else ()
+        notes = tuple(n for n in report.checks.emulation_notes if n.unconfirmed) if unmeasured else ()
         return Basis(c.backend, c.gpu, c.how, c.samples, c.rules, unmeasured, notes, c.not_on_gpu, spread)
-    rules = report.emulation_rules if report.backend == "emulate" else None
-    return Basis(report.backend, on_gpu(report.backend), rules=rules)
+    rules = report.search.emulation_rules if report.search.backend == "emulate" else None
+    return Basis(report.search.backend, on_gpu(report.search.backend), rules=rules)
 
 
 def _next(report, status: Status, quals: tuple[Qualifier, ...], claim: Claim | None, benefit: Benefit | None,
           basis: Basis, run: RunStatus) -> NextStep:
-    floor = report.rounding_floor
-    realistic = floor.realistic(report.tolerance) if floor is not None and floor.below else None
+    floor = report.analysis.rounding_floor
+    realistic = floor.realistic(report.search.tolerance) if floor is not None and floor.below else None
     if run.ended_early:  # the run did not finish: continuing it comes first (a realistic tolerance second)
         return NextStep(NextKind.CONTINUE)
     if realistic is not None:
         return NextStep(NextKind.RELAX_TOLERANCE, tolerance_changes(realistic))
     if status == Status.FAILED_HELD_OUT:
-        return NextStep(NextKind.MORE_DATA, (("search.margin", round(min(0.9, float(report.margin or 0.0) + 0.1), 2)),))
+        return NextStep(NextKind.MORE_DATA, (("search.margin", round(min(0.9, float(report.search.margin or 0.0) + 0.1), 2)),))
     if status == Status.NO_SOLUTION:
-        base = report.baseline
+        base = report.analysis.baseline
         return NextStep(NextKind.CHECK_REFERENCE if base is not None and not base.passed else NextKind.LOOSEN)
     if Qualifier.NOT_VALIDATED in quals:
         split = claim is not None and claim.unvalidated == Unvalidated.SPLIT_ZERO
@@ -426,8 +413,8 @@ def _next(report, status: Status, quals: tuple[Qualifier, ...], claim: Claim | N
     if Qualifier.ON_THE_EMULATOR in quals:
         return NextStep(NextKind.CONFIRM_ON_GPU, (("backends.confirm_backend", "ort-cuda"),))
     if benefit is not None and benefit.little and benefit.better is not None:
-        return NextStep(NextKind.KEEP_MORE_LOWP, tolerance_changes(report.tolerance.scaled(benefit.better.multiple, 3)))
-    if (report.commands or {}).get("polygraphy"):
+        return NextStep(NextKind.KEEP_MORE_LOWP, tolerance_changes(report.search.tolerance.scaled(benefit.better.multiple, 3)))
+    if (report.answer.commands or {}).get("polygraphy"):
         return NextStep(NextKind.CHECK_ON_TARGET)
     return NextStep(NextKind.CONFIRM_ON_GPU, (("backends.confirm_backend", "ort-cuda"),)) if not basis.gpu \
         else NextStep(NextKind.CHECK_ON_TARGET)

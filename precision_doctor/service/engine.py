@@ -83,8 +83,8 @@ def summary(report: Report, reused: bool, capture_s: float | None) -> Result:
 
     b = brief(report)
     return Result(
-        status=report.status, passed=b.passed, fallback_size=report.fallback_size,
-        fp32_flop_share=report.fp32_flop_share, evaluations=report.evaluations, elapsed_s=report.elapsed_s,
+        status=report.status, passed=b.passed, fallback_size=report.answer.fallback_size,
+        fp32_flop_share=report.answer.fp32_flop_share, evaluations=report.search.evaluations, elapsed_s=report.search.elapsed_s,
         reason=report.reason, capture_reused=reused, capture_s=None if capture_s is None else round(capture_s, 4),
         verdict=b.verdict, label=b.label, tone=b.tone, headline=b.headline, qualifiers=b.qualifiers,
     )

@@ -76,6 +76,7 @@ def test_diagnose_leaves_no_session_holder_active(planted_file, tmp_path):
         warnings.simplefilter("always", ResourceWarning)
         report = api.diagnose(spec, tmp_path / "run")
         gc.collect()
-    assert report.confirm is not None and report.confirm.backend == "ort-cpu"  # emulate, ort-cpu and the reference ran
+    assert report.checks.confirm is not None and report.checks.confirm.backend == "ort-cpu"
+    # emulate, ort-cpu and the reference ran
     assert not _leaks(caught)
     assert not set(active_holders()) - before

@@ -58,7 +58,7 @@ def test_demo_model_as_diagnose_writes_it(run_cli, planted_file, tmp_path):
     assert code == 0, err
     rep = json.loads((out / "report.json").read_text())
     model = load_model(path)
-    res = _check(model, rep["fallback_nodes"], out / "fixed.onnx")
+    res = _check(model, rep["answer"]["fallback_nodes"], out / "fixed.onnx")
     assert res.passed, [m.describe() for m in res.mismatches]
     assert res.library == "tensorrt_rtx" and res.version == LIB.version
     assert res.checked_nodes == len(model.candidates) and res.unmapped == ()
@@ -188,15 +188,16 @@ def test_diagnose_points_every_command_at_named_onnx(run_cli, tmp_path):
     assert code == 0, err
     rep = json.loads((out / "report.json").read_text())
     assert (out / "named.onnx").exists() and rep["model"]["renamed_nodes"]
-    assert "--onnx=named.onnx" in rep["commands"]["trtexec_trt10"] and "--onnx_path named.onnx" in rep["commands"]["autocast"]
+    assert "--onnx=named.onnx" in rep["answer"]["commands"]["trtexec_trt10"] \
+        and "--onnx_path named.onnx" in rep["answer"]["commands"]["autocast"]
     assert "--onnx=named.onnx" in (out / "trtexec.sh").read_text()
     listed = [ln.rpartition(":")[0] for ln in (out / "layer_precisions.txt").read_text().splitlines() if not ln.startswith("#")]
-    assert listed == rep["fallback_nodes"]
+    assert listed == rep["answer"]["fallback_nodes"]
     layers = {layer.name for layer in parse_onnx(LIB, out / "named.onnx").layers()}
     assert set(listed) <= layers  # every name trtexec gets is a layer of the file it reads
-    assert (out / "autocast_nodes_to_exclude.txt").read_text().split() == rep["fallback_nodes"]
+    assert (out / "autocast_nodes_to_exclude.txt").read_text().split() == rep["answer"]["fallback_nodes"]
     assert autocast_names(onnx.load(str(out / "named.onnx")).graph) == [n.name for n in load_model(path).nodes]
-    assert (out / "tensorrt_rtx.sh").exists() and "tensorrt_rtx_sh" not in rep["commands"]
+    assert (out / "tensorrt_rtx.sh").exists() and "tensorrt_rtx_sh" not in rep["answer"]["commands"]
 
 
 def test_autocast_naming_rule():

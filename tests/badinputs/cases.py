@@ -102,6 +102,11 @@ def _drop(key: str) -> Callable[[dict], dict]:
     return lambda d: {k: v for k, v in d.items() if k != key}
 
 
+def _drop_in(part: str, key: str) -> Callable[[dict], dict]:
+    """report.json without `key` of its `part` (`search`, `answer`, ...)."""
+    return lambda d: {**d, part: _drop(key)(d[part])}
+
+
 def no_dir(rel: str) -> Callable[[Path, list[Result]], list[str]]:
     """Check: a run that failed left no --out directory behind."""
 
@@ -395,15 +400,16 @@ def rundir_cases() -> list[Case]:
             rep("empty-object", report_json(lambda t: "{}"), ["report.json"], cmd, w, no_set),
             rep("list", report_json(lambda t: "[1, 2]"), ["report.json"], cmd, w, no_set),
             rep("null", report_json(lambda t: "null"), ["report.json"], cmd, w, no_set),
-            rep("missing-fallback-nodes", report_dict(_drop("fallback_nodes")), ["fallback_nodes"], cmd, w, no_set),
+            rep("missing-fallback-nodes", report_dict(_drop_in("answer", "fallback_nodes")), ["answer.fallback_nodes"], cmd, w,
+                no_set),
             # emit needs only the commands: printing them is a right answer too
-            rep("missing-tolerance", report_dict(_drop("tolerance")), ["tolerance"], cmd, w,
+            rep("missing-tolerance", report_dict(_drop_in("search", "tolerance")), ["search.tolerance"], cmd, w,
                 expect=(2,) if cmd == "report" else (0, 2)),
             rep("binary", report_json(lambda t: "\x00\x01\xff garbage"), ["report.json"], cmd, w, no_set),
             rep("earlier-schema", report_dict(lambda d: {**d, "schema_version": 1}), ["report.json", "schema_version 1"],
                 cmd, w, no_set),
-            rep("wrong-type", report_dict(lambda d: {**d, "fallback_nodes": 7, "commands": [1]}), ["report.json"],
-                cmd, w, no_set),
+            rep("wrong-type", report_dict(lambda d: {**d, "answer": {**d["answer"], "fallback_nodes": 7, "commands": [1]}}),
+                ["report.json"], cmd, w, no_set),
             case(f"{cmd}/no-report-json", cmd, "run_ok", names=["report.json"],
                  setup=lambda root: (root / "run_ok" / "report.json").unlink()),
             case(f"{cmd}/missing-dir", cmd, "nope", names=["nope"]),
@@ -413,7 +419,8 @@ def rundir_cases() -> list[Case]:
         case("report/ok", "report", "run_ok", expect=(0,), owned=["run_ok/report.*"]),
         case("emit/ok-json", "emit", "run_ok", "--format", "json", expect=(0,)),
         case("emit/no-passing-set", "emit", "run_ok", names=["no passing set"], setup=report_dict(
-            lambda d: {**d, "passed": False, "status": "no_solution", "fallback_nodes": [], "commands": {}})),
+            lambda d: {**d, "passed": False, "status": "no_solution",
+                       "answer": {**d["answer"], "fallback_nodes": [], "commands": {}}})),
     ]
     return out
 

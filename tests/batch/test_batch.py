@@ -69,13 +69,13 @@ def test_batch_summary_error_and_rerun_skips(zoo, tmp_path):
         r = rows[name]
         assert r.status == "passed" and r.passed is True
         rep = json.loads((out / name / "report.json").read_text())
-        assert set(rep["fallback_nodes"]) == want
+        assert set(rep["answer"]["fallback_nodes"]) == want
         assert r.fallback_size == len(want) and r.evaluations >= 1
         assert (out / name / "report.html").is_file() and (out / name / ENTRY).is_file()
     # The recipes were applied: files for one, generated samples (seed 1) for the other.
     rep = json.loads((out / "large_reducesum" / "report.json").read_text())
-    assert rep["inputs"]["generated"] == 2 and rep["inputs"]["seed"] == 1
-    assert rep["tolerance"]["atol"] == pytest.approx(1e-2)
+    assert rep["search"]["inputs"]["generated"] == 2 and rep["search"]["inputs"]["seed"] == 1
+    assert rep["search"]["tolerance"]["atol"] == pytest.approx(1e-2)
 
     with open(out / "summary.csv") as f:
         table = list(csv.DictReader(f))
@@ -131,7 +131,7 @@ def test_interrupted_batch_resumes(zoo, tmp_path, monkeypatch):
     third = run_batch(root, out, keep, executor=InlineExecutor())
     assert sorted(third.ran) == ["broken", "large_reducesum"]
     rep = json.loads((run_dir / "report.json").read_text())
-    assert rep["passed"] and set(rep["fallback_nodes"]) == expected["large_reducesum"]
+    assert rep["passed"] and set(rep["answer"]["fallback_nodes"]) == expected["large_reducesum"]
     monkeypatch.undo()
 
     # A capture cut short (a truncated file) cannot be continued: the model starts over, once.
@@ -334,7 +334,7 @@ def test_cli_batch_resumes_after_ctrl_c_and_sigkill(tmp_path):
         for n in names:
             rep = json.loads((out / n / "report.json").read_text())
             checkpoint = (out / n / "search.jsonl").read_text().splitlines()
-            assert rep["passed"] and rep["evaluations"] == len(checkpoint)  # no evaluation repeated
+            assert rep["passed"] and rep["search"]["evaluations"] == len(checkpoint)  # no evaluation repeated
             assert (out / n / "report.html").is_file()
         assert not _session_processes(second.pid), "a worker of the killed batch is still running"
     finally:
@@ -417,5 +417,5 @@ def test_batch_with_confirm_backend_from_a_recipe(tmp_path):
     res = run_batch(tmp_path, tmp_path / "out", executor=InlineExecutor())
     row = res.rows[0]
     rep = json.loads((tmp_path / "out" / "m" / "report.json").read_text())
-    assert row.status == "passed" and rep["confirm"]["backend"] == "ort-cpu" and rep["confirm"]["passed"]
+    assert row.status == "passed" and rep["checks"]["confirm"]["backend"] == "ort-cpu" and rep["checks"]["confirm"]["passed"]
     assert "Checked on ort-cpu" in row.message

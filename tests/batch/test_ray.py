@@ -64,7 +64,7 @@ def test_ray_batch_has_the_local_summary_and_skips_finished_models(cluster, zoo,
         [("broken", "error"), ("large_reducesum", "passed"), ("overflow_island", "passed")]
     assert "not a readable ONNX model" in on_ray.rows[0].message  # the broken model is recorded, the batch went on
     for name, want in expected.items():
-        assert set(json.loads((tmp_path / "ray" / name / "report.json").read_text())["fallback_nodes"]) == want
+        assert set(json.loads((tmp_path / "ray" / name / "report.json").read_text())["answer"]["fallback_nodes"]) == want
     local_csv = (tmp_path / "local" / "summary.csv").read_text().splitlines()
     ray_csv = (tmp_path / "ray" / "summary.csv").read_text().splitlines()
     assert len(local_csv) == len(ray_csv) == 4
@@ -191,7 +191,7 @@ def test_cli_batch_on_ray_interrupted_and_resumed(cluster, tmp_path, run_cli):
     assert [(r["model"], r["status"]) for r in summary] == [(n, "passed") for n in names]
     for n in names:
         rep = json.loads((out / n / "report.json").read_text())
-        assert rep["passed"] and rep["evaluations"] == len((out / n / "search.jsonl").read_text().splitlines())
+        assert rep["passed"] and rep["search"]["evaluations"] == len((out / n / "search.jsonl").read_text().splitlines())
 
 
 def test_executor_ray_without_ray_is_one_line(tmp_path, run_cli, monkeypatch, zoo):  # noqa: F811

@@ -142,7 +142,7 @@ def test_batch_survives_the_loss_of_a_node_mid_model(cluster, nodes, zoo, tmp_pa
     assert not [p.name for p in out.iterdir() if p.name.startswith(".summary")]  # no temporary file left behind
     assert_resumed_once(run, before)
     for name, want in expected.items():
-        assert set(json.loads((out / name / "report.json").read_text())["fallback_nodes"]) == want
+        assert set(json.loads((out / name / "report.json").read_text())["answer"]["fallback_nodes"]) == want
     assert not list(out.glob(f"*/{LOCK}"))  # every run let go of its directory (the dead worker's lock was taken over)
 
 

@@ -86,12 +86,14 @@ def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
     code, stdout, err = run_cli("diagnose", path, *args, "--atol", str(case.atol), "--rtol", str(case.rtol), "--out", out)
     assert code == 0, err
     rep = json.loads((out / "report.json").read_text())
-    assert sorted(rep["fallback_nodes"]) == sorted(case.expected)
-    for key in ("passed", "evaluations", "elapsed_s", "strategy", "precision", "backend", "tolerance", "trajectory"):
-        assert key in rep
+    assert sorted(rep["answer"]["fallback_nodes"]) == sorted(case.expected)
+    for key in ("passed", "search.evaluations", "search.elapsed_s", "search.strategy", "search.precision",
+                "search.backend", "search.tolerance", "search.trajectory", "answer.fallback_size"):
+        part, _, name = key.rpartition(".")
+        assert name in (rep[part] if part else rep), key
     assert Report.from_json(rep).to_json() == rep and rep["schema_version"] == SCHEMA_VERSION  # the typed report, both ways
-    assert rep["passed"] and rep["validation"]["samples"] == 2 and rep["validation"]["passed"]
-    assert rep["one_minimal_checked"] is True  # every member's removal was seen to fail
+    assert rep["passed"] and rep["promise"]["validation"]["samples"] == 2 and rep["promise"]["validation"]["passed"]
+    assert rep["search"]["one_minimal_checked"] is True  # every member's removal was seen to fail
     for f in ("fixed.onnx", "report.html", "report.md", "activations.h5", "layer_precisions.txt", "trtexec.sh"):
         assert (out / f).exists(), f
     onnx.checker.check_model(onnx.load(str(out / "fixed.onnx")))
@@ -101,9 +103,9 @@ def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
         from precision_doctor.results.emit import LABELS
 
         code, stdout, _ = run_cli("emit", out)
-        for key in rep["commands"]:
-            assert stdout.count(f"# {LABELS[key]}\n{rep['commands'][key]}") == 1, key
-        assert {"polygraphy", "autocast", "ort_node_block_list"} <= set(rep["commands"])
+        for key in rep["answer"]["commands"]:
+            assert stdout.count(f"# {LABELS[key]}\n{rep['answer']['commands'][key]}") == 1, key
+        assert {"polygraphy", "autocast", "ort_node_block_list"} <= set(rep["answer"]["commands"])
     code, stdout, _ = run_cli("report", out)
     assert code == 0
 
@@ -119,8 +121,8 @@ def test_diagnose_margin_leaves_room_and_is_reported(run_cli, planted_file, tmp_
         code, stdout, err = run_cli("diagnose", path, *args, "--margin", margin, "--out", out)
         assert code == 0, err
         rep = json.loads((out / "report.json").read_text())
-        assert rep["margin"] == float(margin) and rep["passed"]
-        used[margin] = rep["tolerance_used"]["search"]
+        assert rep["search"]["margin"] == float(margin) and rep["passed"]
+        used[margin] = rep["checks"]["tolerance_used"]["search"]
         assert 0 < used[margin] <= 1 - float(margin) + 1e-9
         assert "of the tolerance" in stdout and "of the tolerance" in (out / "report.md").read_text()
     assert used["0.5"] <= used["0"]
@@ -141,16 +143,16 @@ def test_diagnose_confirm_backend_carries_the_answer_over(run_cli, planted_file,
     code, stdout, err = run_cli("diagnose", path, *args, "--confirm-backend", "ort-cpu", "--out", out)
     assert code == 0, err
     rep = json.loads((out / "report.json").read_text())
-    c = rep["confirm"]
+    c = rep["checks"]["confirm"]
     # the 4 search samples: the 2 held-out ones check the final answer afterwards, never the confirmation
     assert c["backend"] == "ort-cpu" and c["samples"] == 4 and c["passed"] and c["searched_answer_passed"]
-    assert sorted(c["searched_answer"]) == sorted(case.expected) == sorted(rep["fallback_nodes"])
-    assert rep["one_minimal_checked"] is True and c["one_minimal_checked"] is None  # 1-minimal on the emulator
+    assert sorted(c["searched_answer"]) == sorted(case.expected) == sorted(rep["answer"]["fallback_nodes"])
+    assert rep["search"]["one_minimal_checked"] is True and c["one_minimal_checked"] is None  # 1-minimal on the emulator
     assert len((out / "confirm.jsonl").read_text().splitlines()) == c["evaluations"] >= 1
-    assert rep["tolerance_used"]["confirm"] <= 1.0
-    assert rep["certified_by"]["backend"] == "emulate"
+    assert rep["checks"]["tolerance_used"]["confirm"] <= 1.0
+    assert rep["checks"]["certified_by"]["backend"] == "emulate"
     assert "Checked on ort-cpu" in stdout and "Checked on ort-cpu" in (out / "report.md").read_text()
-    assert all(o["passed"] for o in rep["outputs"].values())
+    assert all(o["passed"] for o in rep["checks"]["outputs"].values())
     for bad in (["--confirm-backend", "emulate"], ["--confirm-backend", "nope"]):
         code, _, err = run_cli("diagnose", path, *args, *bad, "--out", tmp_path / "bad")
         assert code == 2 and "Traceback" not in err and "backend" in err
@@ -160,14 +162,14 @@ def test_confirm_out_of_budget_keeps_the_searched_answer_unconfirmed(run_cli, pl
     case, path, files = planted_file("cancellation", n=6)
     args = [a for f in files for a in ("--inputs", f)] + ["--atol", str(case.atol), "--rtol", str(case.rtol)]
     code, _, _ = run_cli("diagnose", path, *args, "--out", tmp_path / "plain")
-    n = json.loads((tmp_path / "plain" / "report.json").read_text())["evaluations"]
+    n = json.loads((tmp_path / "plain" / "report.json").read_text())["search"]["evaluations"]
     out = tmp_path / "c"
     code, stdout, err = run_cli("diagnose", path, *args, "--confirm-backend", "ort-cpu", "--max-evaluations", str(n),
                                 "--out", out)
     rep = json.loads((out / "report.json").read_text())
-    c = rep["confirm"]
+    c = rep["checks"]["confirm"]
     assert c["passed"] is None and c["evaluations"] == 0 and c["searched_answer_passed"] is None
-    assert sorted(rep["fallback_nodes"]) == sorted(case.expected) and rep["status"] == "budget_exhausted"
+    assert sorted(rep["answer"]["fallback_nodes"]) == sorted(case.expected) and rep["status"] == "budget_exhausted"
     assert "not confirmed" in rep["reason"] and "Not confirmed on ort-cpu" in (out / "report.md").read_text()
 
 
@@ -221,14 +223,14 @@ def test_diagnose_resume_repeats_no_evaluation(run_cli, planted_file, tmp_path, 
             "--atol", "1e-2", "--rtol", "1e-2", "--cost", cost, "--out", out]
     code, _, _ = run_cli(*base, "--max-evaluations", "4")
     rep = json.loads((out / "report.json").read_text())
-    assert rep["status"] == "budget_exhausted" and rep["evaluations"] == 4
+    assert rep["status"] == "budget_exhausted" and rep["search"]["evaluations"] == 4
     code, _, _ = run_cli(*base, "--resume")
     rep2 = json.loads((out / "report.json").read_text())
     assert code == 0 and rep2["status"] == "complete"
     if cost == "nodes":  # the node-minimal answer is known; deploy keeps the softmax group and closes a gap
-        assert sorted(rep2["fallback_nodes"]) == sorted(planted.three_defects().expected)
+        assert sorted(rep2["answer"]["fallback_nodes"]) == sorted(planted.three_defects().expected)
     lines = (out / "search.jsonl").read_text().splitlines()
-    assert len(lines) == rep2["evaluations"]  # nothing evaluated twice
+    assert len(lines) == rep2["search"]["evaluations"]  # nothing evaluated twice
 
 
 def test_resume_on_another_model_is_refused_as_such(run_cli, planted_file, tmp_path):
@@ -325,14 +327,14 @@ def test_time_budget_bounds_the_search_and_the_report_says_so(run_cli, planted_f
     code, out, err = run_cli("diagnose", path, *sum((["--inputs", f] for f in files), []), "--atol", "1e-3",
                              "--rtol", "1e-3", "--time-budget", str(budget), "--out", tmp_path / "r")
     rep = Report.load(tmp_path / "r")
-    t = rep.timing
+    t = rep.search.timing
     assert rep.status == "budget_exhausted" and t is not None and t.time_budget_s == budget, out
     assert t.search_s >= budget and t.before_search_s > 0 and t.after_search_s > 0
-    assert abs(t.before_search_s + t.search_s + t.after_search_s - rep.elapsed_s) < 1e-6
+    assert abs(t.before_search_s + t.search_s + t.after_search_s - rep.search.elapsed_s) < 1e-6
     from precision_doctor.render.numbers import fmt_time as s
 
     first = out.splitlines()[0]
-    assert f"evaluations in a {s(t.search_s)} search of its {s(budget)} budget (the whole run {s(rep.elapsed_s)}: " \
+    assert f"evaluations in a {s(t.search_s)} search of its {s(budget)} budget (the whole run {s(rep.search.elapsed_s)}: " \
         f"{s(t.before_search_s)} before the search, {s(t.after_search_s)} after)" in first, first
     assert "search time" in (tmp_path / "r" / "report.html").read_text()
     from precision_doctor.cli.docs import cli_markdown
@@ -362,10 +364,10 @@ def test_a_tolerance_below_fp16s_rounding_is_said_before_the_search_and_in_the_r
     assert "FP16 can meet a tolerance at the outputs only above atol" in head
     assert "set one your task allows, e.g. --atol 0.001 --rtol 0.001." in head
     rep = Report.load(tmp_path / "tight")
-    assert rep.passed and rep.everything_fp32 and rep.fallback_size == rep.model.candidates
-    assert rep.rounding_floor.below and rep.rounding_floor.precision == "fp16"
+    assert rep.passed and rep.answer.everything_fp32 and rep.answer.fallback_size == rep.model.candidates
+    assert rep.analysis.rounding_floor.below and rep.analysis.rounding_floor.precision == "fp16"
     data = json.loads((tmp_path / "tight" / "report.json").read_text())
-    assert data["everything_fp32"] is True and max(data["rounding_floor"]["shares"].values()) > 1
+    assert data["answer"]["everything_fp32"] is True and max(data["analysis"]["rounding_floor"]["shares"].values()) > 1
     md = (tmp_path / "tight" / "report.md").read_text()
     first_step = md[md.index("## Next steps"):].split("```bash")[1]
     assert "--atol 0.001 --rtol 0.001 --out ../tight-atol0.001" in first_step
@@ -376,7 +378,7 @@ def test_a_tolerance_below_fp16s_rounding_is_said_before_the_search_and_in_the_r
 
     code, out, err = run_cli("diagnose", path, *inputs, "--atol", case.atol, "--rtol", case.rtol, "--out", tmp_path / "ok")
     assert code == 0 and "tighter" not in out + err and "warning:" not in err
-    assert not Report.load(tmp_path / "ok").everything_fp32
+    assert not Report.load(tmp_path / "ok").answer.everything_fp32
 
 
 def _table_rows(out: str) -> list[list[str]]:
@@ -422,7 +424,7 @@ def test_a_batchnorm_folded_into_its_conv_is_ranked_as_the_conv_in_compare_and_d
 
     code, out, _ = run_cli("diagnose", tmp_path / "m.onnx", *inputs, *tol, "--out", tmp_path / "diag")
     rep = Report.load(tmp_path / "diag")
-    assert next(lay for lay in rep.layers if lay.name == "bn1").folded_into == "conv1"
+    assert next(lay for lay in rep.analysis.layers if lay.name == "bn1").folded_into == "conv1"
     md = (tmp_path / "diag" / "report.md").read_text()
     top = md[md.index("## Top offenders"):].split("\n\n")[1]
     md_rows = [[c.strip() for c in ln.split("|")[1:-1]] for ln in top.splitlines()[2:]]

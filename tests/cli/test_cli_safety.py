@@ -8,6 +8,7 @@ import json
 import re
 
 import pytest
+from report_parts import report_of
 
 from precision_doctor.results.report import Report
 
@@ -63,7 +64,7 @@ def test_resume_continues_with_the_recorded_settings_and_refuses_others_printing
     code, stdout, err = run_cli("diagnose", path, "--resume", "--out", out)  # no flags: the recorded ones
     assert code == 0, err
     rep = Report.load(out)
-    assert rep.tolerance.atol == case.atol and rep.strategy == "linear"
+    assert rep.search.tolerance.atol == case.atol and rep.search.strategy == "linear"
     code, _, err = run_cli("diagnose", path, "--resume", "--out", out, "--atol", "0.5")
     line = _one_line(err)
     assert code == 2 and "other settings" in line
@@ -97,7 +98,7 @@ def test_a_batch_rerun_without_flags_keeps_its_settings_and_other_flags_need_rer
     assert code == 2 and "--rerun" in line and f"--atol {case.atol:g}" in line.split("to continue it: ")[1]
     assert (out / "m" / "report.json").read_bytes() == report
     code, _, err = run_cli("batch", zoo, "--out", out, "--atol", "0.5", "--rerun")
-    assert code == 0 and Report.load(out / "m").tolerance.atol == 0.5
+    assert code == 0 and Report.load(out / "m").search.tolerance.atol == 0.5
 
 
 def _save_outputs(path, outputs: list[dict], runners=("onnxrt-runner",)):
@@ -186,7 +187,7 @@ def test_the_headline_says_when_the_answer_came_from_a_second_search(held):
     from precision_doctor.render.verdict import headline, verdict
     from precision_doctor.results.report import Validation
 
-    rep = Report(status="complete" if held else "no_solution", backend="emulate", fallback_nodes=["a", "b"] if held else [],
+    rep = report_of(status="complete" if held else "no_solution", backend="emulate", fallback_nodes=["a", "b"] if held else [],
                  fallback_size=2 if held else 0,
                  validation=Validation(passed=False, samples=2, failing_samples=[1], first_candidate=["a"],
                                        research="searched again", passed_after_research=held))

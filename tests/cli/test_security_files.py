@@ -237,8 +237,8 @@ def test_injected_node_name_is_renamed_with_a_warning(injected_run):
     assert len(warning) == 1 and "Max_5 (was 'maxnode\\ntouch" in warning[0], proc.stderr
     report = json.loads((root / "run" / "report.json").read_text())
     assert report["model"]["unsafe_names"] == {"Max_5": INJECTED.format(marker=marker).replace("\n", "\\n")}
-    assert "Max_5" in report["forced_fp32_nodes"]
-    assert "named.onnx" in report["artifacts"].values()
+    assert "Max_5" in report["answer"]["forced_fp32_nodes"]
+    assert "named.onnx" in report["answer"]["artifacts"].values()
     md = (root / "run" / "report.md").read_text()
     assert "was renamed (shown escaped): `Max_5` (was `maxnode\\ntouch" in md
     for name in ("trtexec.sh", "tensorrt_rtx.sh", "layer_precisions.txt", "autocast_nodes_to_exclude.txt"):
@@ -338,7 +338,7 @@ def test_report_artifact_names_stay_in_the_run_directory(injected_run, tmp_path)
     run = tmp_path / "run"
     shutil.copytree(root / "run", run)
     data = json.loads((run / "report.json").read_text())
-    data["artifacts"]["report_md"] = "../escaped.md"
+    data["answer"]["artifacts"]["report_md"] = "../escaped.md"
     (run / "report.json").write_text(json.dumps(data))
     assert "must be a file name in the run directory" in one_line(cli("report", run, cwd=tmp_path))
     assert not (tmp_path / "escaped.md").exists()

@@ -303,9 +303,9 @@ def test_samples_of_two_shapes_through_diagnose(run_cli, dyn, tmp_path):
                                 "--keep-activations", "all", *TOL, "--target", "ort-cuda", "--out", out)
     assert code == 0, err + stdout
     report = json.loads((out / "report.json").read_text())
-    assert set(report["fallback_nodes"]) == {"exp", "sum", "normalize"} and report["passed"]
-    assert report["inputs"]["found"] == 14 and len(report["inputs"]["chosen"]) == 10
-    groups = {tuple(g["shapes"]["x"]): g for g in report["shape_groups"]}
+    assert set(report["answer"]["fallback_nodes"]) == {"exp", "sum", "normalize"} and report["passed"]
+    assert report["search"]["inputs"]["found"] == 14 and len(report["search"]["inputs"]["chosen"]) == 10
+    groups = {tuple(g["shapes"]["x"]): g for g in report["search"]["shape_groups"]}
     assert set(groups) == {(4, 16), (2, 16)}
     assert sum(g["samples"] + g["held_out"] for g in groups.values()) == 10
     assert sum(g["captured"] for g in groups.values()) == 4 and all(g["captured"] == 2 for g in groups.values())
@@ -315,7 +315,8 @@ def test_samples_of_two_shapes_through_diagnose(run_cli, dyn, tmp_path):
     layers = json.loads((out / "layers.json").read_text())
     assert next(t for t in layers["tensors"] if t["name"] == "exp_out")["shape"] == [-1, 32]
     settings = json.loads((out / "run_settings.json").read_text())
-    assert sorted(Path(f["path"]).name for f in settings["input_files"]) == sorted(map(_name, report["inputs"]["chosen"]))
+    assert sorted(Path(f["path"]).name for f in settings["input_files"]) == sorted(map(_name,
+        report["search"]["inputs"]["chosen"]))
     assert len(json.loads((out / "inputs.json").read_text())) == 4  # the captured samples, not every sample
 
 
@@ -366,8 +367,8 @@ def test_a_resumed_run_reads_the_loader_samples_it_kept(run_cli, dyn, tmp_path):
     # here is that the resume finished on the samples it kept, without running the loader again
     assert code in (0, 1) and "Traceback" not in err and counter.read_text() == "1", err + stdout
     report = json.loads((out / "report.json").read_text())
-    assert report["status"] == "complete" and report["inputs"]["data_loader_script"].endswith("loader.py")
-    assert len(report["shape_groups"]) == 2
+    assert report["status"] == "complete" and report["search"]["inputs"]["data_loader_script"].endswith("loader.py")
+    assert len(report["search"]["shape_groups"]) == 2
 
 
 # -- many samples, bounded memory ------------------------------------------------------------------------------
@@ -396,7 +397,7 @@ for i in range(n):
 spec = RunSpec(model=str(root / "m.onnx")).with_settings({"inputs.files": [str(data)], "tolerance.atol": 1e-2,
                                                             "tolerance.rtol": 1e-2, "search.augment": 0})
 report = api.diagnose(spec, root / "out")
-assert report.samples.search + report.samples.validation == n, report.samples
+assert report.search.samples.search + report.search.samples.validation == n, report.search.samples
 print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)
 """
 

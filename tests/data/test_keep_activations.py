@@ -48,18 +48,18 @@ def test_each_value_keeps_report_rerender_and_resume_working(planted_file, tmp_p
     store = run / "activations.h5"
     assert first.passed
     key = {"all": "activations", "none": None}.get(keep, "activations_summary")
-    assert {k for k in first.artifacts if k.startswith("activations")} == ({key} if key else set())
+    assert {k for k in first.answer.artifacts if k.startswith("activations")} == ({key} if key else set())
     assert store.is_file() == (keep != "none") and whole(store) == (keep == "all")
     assert analysable(store) == (keep != "none")
     assert not (run / ".activations.h5.summary").exists()
 
     again = api.rerender(run)  # report/rerender read report.json only
-    assert again.fallback_nodes == first.fallback_nodes and (run / "report.html").is_file()
+    assert again.answer.fallback_nodes == first.answer.fallback_nodes and (run / "report.html").is_file()
 
     evaluations = _evaluations(run)
     captured = _counting_captures(monkeypatch)
     resumed = api.diagnose(spec, run, resume=True)
-    assert resumed.fallback_nodes == first.fallback_nodes and resumed.passed
+    assert resumed.answer.fallback_nodes == first.answer.fallback_nodes and resumed.passed
     assert _evaluations(run) == evaluations  # the search replayed, nothing evaluated again
     assert captured == ([1] if keep == "none" else [])  # the statistics are read back; no file: captured again
     assert store.is_file() == (keep != "none") and whole(store) == (keep == "all")
@@ -94,7 +94,7 @@ def test_a_summary_keeps_the_statistics_the_outputs_and_the_top_layers(planted_f
     sizes = {d: sum(ds.id.get_storage_size() for run in ("reference", "lowp", "local") for ds in
                     h5py.File(d / "activations.h5")[run].values()) for d in (brief, full)}
     assert sizes[brief] < sizes[full] / 2, sizes
-    assert report.artifacts["activations_summary"] == "activations.h5"
+    assert report.answer.artifacts["activations_summary"] == "activations.h5"
     tol = Tolerance(case.atol / 2, case.rtol / 2)
     kept_json, every = (json.dumps(reanalyse(d / "activations.h5", tol).to_dict(), sort_keys=True) for d in (brief, full))
     assert kept_json == every  # (as JSON: NaN where the outputs overflow)
@@ -136,7 +136,7 @@ def test_a_run_cut_off_keeps_its_capture_and_resumes_without_capturing(planted_f
 
     report = api.diagnose(_spec(case, path, files, "none"), run, progress=progress, stop=stop)
     assert report.status == "interrupted"
-    assert analysable(run / "activations.h5") and "activations_summary" in report.artifacts
+    assert analysable(run / "activations.h5") and "activations_summary" in report.answer.artifacts
     captured = _counting_captures(monkeypatch)
     finished = api.diagnose(_spec(case, path, files, "none"), run, resume=True)
     assert finished.status == "complete" and not (run / "activations.h5").exists() and captured == []

@@ -79,10 +79,10 @@ def test_first_hour(tmp_path):
                 "--atol", "1e-3", "--rtol", "1e-3", "--out", "runs/first"], work)
     run = work / "runs" / "first"
     rep = Report.load(run)
-    assert rep.passed and rep.fallback_nodes, res.stdout
+    assert rep.passed and rep.answer.fallback_nodes, res.stdout
     assert "WARNING" not in res.stdout  # 48x192 crops are real shapes
-    assert [(s.name, s.opt) for s in rep.input_shapes] == [("x", (1, 3, 48, 192))]
-    cmds = rep.commands
+    assert [(s.name, s.opt) for s in rep.search.input_shapes] == [("x", (1, 3, 48, 192))]
+    cmds = rep.answer.commands
     # 3. every command labelled (emit prints the label above it), no two unlabelled builds of fixed.plan
     emitted = _run([PD, "emit", "."], run).stdout
     builds = [ln for ln in emitted.splitlines() if "--saveEngine=fixed.plan" in ln]
@@ -107,7 +107,7 @@ def test_first_hour(tmp_path):
     assert again.startswith("precision-doctor diagnose ../../textline_cls.onnx --inputs ../../in.json")
     assert "--reference-outputs ../../out.json" in again and again.endswith("--out ../first-again")
     _run([str(BIN / "precision-doctor"), *shlex.split(again)[1:]], run)
-    assert Report.load(work / "runs" / "first-again").fallback_nodes == rep.fallback_nodes
+    assert Report.load(work / "runs" / "first-again").answer.fallback_nodes == rep.answer.fallback_nodes
     # 7. the engine, built by TensorRT-RTX's builder from fixed.onnx with the shapes the commands carry
     pytest.importorskip("tensorrt_rtx_bindings", reason="TensorRT-RTX's libraries are not installed")
     from precision_doctor.backends.tensorrt.build import build_engine
@@ -128,7 +128,7 @@ def test_a_range_of_shapes_gives_a_profile_that_builds(tmp_path):
               "--save-inputs", name], work)
     _run([PD, "diagnose", "m.onnx", "--inputs", "a.json", "--validate-inputs", "b.json", "--atol", "1e-3", "--rtol",
           "1e-3", "--out", "r"], work)
-    cmds = Report.load(work / "r").commands
+    cmds = Report.load(work / "r").answer.commands
     cmd = cmds["trtexec_trt11"]
     assert (_flag(cmd, "--minShapes"), _flag(cmd, "--maxShapes")) == ("x:1x3x48x96", "x:1x3x48x192")
     assert _flag(cmd, "--optShapes") == _flag(cmd, "--shapes") == "x:1x3x48x96"  # most samples
@@ -149,11 +149,11 @@ def test_flop_shares_of_a_dynamic_model_are_positive(tmp_path):
     _run([PD, "diagnose", "m.onnx", "--inputs", "in.json", "--validation-split", "0", "--augment", "0",
           "--atol", "1e-2", "--rtol", "1e-2", "--out", "r"], tmp_path)
     data = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert data["model"]["total_flops"] > 0 and 0 < data["fp32_flop_share"] <= 1
-    assert all(layer["flops"] >= 0 for layer in data["layers"])
+    assert data["model"]["total_flops"] > 0 and 0 < data["answer"]["fp32_flop_share"] <= 1
+    assert all(layer["flops"] >= 0 for layer in data["analysis"]["layers"])
     with open(tmp_path / "r" / "layers.csv", newline="") as f:  # written before the cost model ran: all 0 there
         table = {row["name"]: int(row["flops"]) for row in csv.DictReader(f)}
-    assert table == {layer["name"]: layer["flops"] for layer in data["layers"]} and table["conv"] > 0
+    assert table == {layer["name"]: layer["flops"] for layer in data["analysis"]["layers"]} and table["conv"] > 0
 
 
 def _readme_example() -> tuple[list[str], str]:
@@ -199,7 +199,8 @@ def test_the_readmes_first_example_with_real_samples(tmp_path):
                 assert any(ln.startswith(f"# {family}") for ln in labels), (family, labels)
     for run in ("run1", "run2"):
         rep = Report.load(tmp_path / run)
-        assert rep.passed and rep.validation is not None and rep.validation.samples == 2, run  # 10 samples: 2 held out
+        assert rep.passed and rep.promise.validation is not None and rep.promise.validation.samples == 2, run
+        # 10 samples: 2 held out
         assert "WARNING" not in (tmp_path / run / "report.md").read_text()  # real shapes, no placeholder warning
 
 
@@ -233,6 +234,6 @@ def test_a_newcomers_service_jobs(tmp_path):
         last = d.cli("wait", new)
         assert last.returncode in (0, 1) and "INCOMPLETE" not in last.stdout, last.stdout + last.stderr
         report = httpx.get(f"{d.url}/jobs/{new}/artifacts/report.json", timeout=10).json()
-        assert report["status"] != "budget_exhausted" and report["evaluations"] > 3
+        assert report["status"] != "budget_exhausted" and report["search"]["evaluations"] > 3
     finally:
         d.stop()

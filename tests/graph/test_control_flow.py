@@ -82,10 +82,10 @@ def test_if_node_is_one_fp32_unit_end_to_end(tmp_path):
     rep = api.diagnose(spec, out).to_json()
 
     assert rep["status"] == "complete" and rep["passed"]
-    assert "branch" not in rep["fallback_nodes"]
-    assert set(rep["fallback_nodes"]) == {"big_matmul", "rescale"}
-    assert all(layer["name"] != "branch" for layer in rep["layers"])  # not ranked: not a candidate
-    assert rep["baseline"]["passed"] is False  # all-FP16 overflows in big_matmul
+    assert "branch" not in rep["answer"]["fallback_nodes"]
+    assert set(rep["answer"]["fallback_nodes"]) == {"big_matmul", "rescale"}
+    assert all(layer["name"] != "branch" for layer in rep["analysis"]["layers"])  # not ranked: not a candidate
+    assert rep["analysis"]["baseline"]["passed"] is False  # all-FP16 overflows in big_matmul
 
     # The capture holds the If's output in both runs; the local run only has candidates.
     with ActivationStore(out / "activations.h5") as store:

@@ -60,12 +60,12 @@ def test_dynamic_model_reports_the_same_share_without_input_shapes(tmp_path):
     free = _diagnose(tmp_path, "free")
     given = _diagnose(tmp_path, "given", ["x:[1,3,12,12]"])
     assert free.passed and given.passed
-    assert free.fallback_nodes == given.fallback_nodes and free.fallback_nodes
-    assert free.fp32_flop_share == pytest.approx(given.fp32_flop_share) and free.fp32_flop_share > 0
+    assert free.answer.fallback_nodes == given.answer.fallback_nodes and free.answer.fallback_nodes
+    assert free.answer.fp32_flop_share == pytest.approx(given.answer.fp32_flop_share) and free.answer.fp32_flop_share > 0
     assert free.model.total_flops == given.model.total_flops > 0
     assert free.pricing.answer.shapes_from == "capture"
     data = json.loads((tmp_path / "free" / "report.json").read_text())
-    assert data["pricing"]["answer"]["fp32_flop_share"] == pytest.approx(free.fp32_flop_share)
+    assert data["pricing"]["answer"]["fp32_flop_share"] == pytest.approx(free.answer.fp32_flop_share)
     assert Report.from_json(data).pricing == free.pricing  # read back the same
 
 

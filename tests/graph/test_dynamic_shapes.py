@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from report_parts import report_of
 
 from precision_doctor import planted
 from precision_doctor.graph.model import declared_dims, load_model
@@ -100,7 +101,7 @@ def test_polygraphys_placeholder_inputs_are_not_accepted_without_a_word(tmp_path
     text = " ".join(stdout.split())
     assert "WARNING: every sample gives input 'x' the shape 1x3x1x1" in text and "--input-shapes x:[1,3,?,?]" in text
     rep = Report.load(tmp_path / "r")
-    assert [(s.name, s.opt, s.declared) for s in rep.input_shapes] == [("x", (1, 3, 1, 1), (None, 3, None, None))]
+    assert [(s.name, s.opt, s.declared) for s in rep.search.input_shapes] == [("x", (1, 3, 1, 1), (None, 3, None, None))]
     md = (tmp_path / "r" / "report.md").read_text()
     assert "> **WARNING: every sample gives input 'x' the shape 1x3x1x1" in md
     assert 'id="shapes-warning"' in (tmp_path / "r" / "report.html").read_text()
@@ -117,7 +118,7 @@ def test_generated_samples_of_a_dynamic_model_get_the_warning_and_real_shapes_do
                               "--out", tmp_path / "s")
     assert code == 0 and "WARNING" not in stdout
     rep = Report.load(tmp_path / "s")
-    assert rep.input_shapes[0].opt == (1, 3, 24, 48)
+    assert rep.search.input_shapes[0].opt == (1, 3, 24, 48)
     assert "x: 1x3x24x48 (the model declares ?x3x?x?)" in (tmp_path / "s" / "report.md").read_text()
 
 
@@ -135,7 +136,7 @@ def test_layer_tables_of_a_dynamic_model_count_the_flops_that_ran(tmp_path, run_
     code, _, err = run_cli("diagnose", tmp_path / "m.onnx", *common, "--validation-split", "0", "--augment", "0",
                            "--out", tmp_path / "d")
     assert code == 0, err
-    report = {lay["name"]: lay["flops"] for lay in json.loads((tmp_path / "d" / "report.json").read_text())["layers"]}
+    report = {lay["name"]: lay["flops"] for lay in json.loads((tmp_path / "d" / "report.json").read_text())["analysis"]["layers"]}
     with open(tmp_path / "d" / "layers.csv", newline="") as f:
         csv_flops = {row["name"]: int(row["flops"]) for row in csv.DictReader(f)}
     json_flops = {r["name"]: r["flops"] for r in json.loads((tmp_path / "d" / "layers.json").read_text())["layers"]}
@@ -156,7 +157,7 @@ def test_the_opt_shape_of_a_split_says_what_it_is():
     samples = [{"x": np.zeros((1, 3, 48, w), np.float32)} for w in widths]
     (shape,) = input_shapes({"x": (None, 3, 48, None)}, samples)
     assert (shape.opt, shape.opt_samples, shape.samples) == ((1, 3, 48, 160), 7, 20)
-    said = shapes_text(Report(input_shapes=[shape]))
+    said = shapes_text(report_of(input_shapes=[shape]))
     assert said == ("x: 1x3x48x96 to 1x3x48x192 (1x3x48x160 in 7 of 20 samples, the most common: the engine's opt "
                     "shape) (the model declares ?x3x48x?)")
-    assert Report.from_json(Report(input_shapes=[shape]).to_json()).input_shapes == [shape]
+    assert Report.from_json(report_of(input_shapes=[shape]).to_json()).search.input_shapes == [shape]

@@ -207,8 +207,8 @@ def test_an_answer_for_tensorrt_that_onnx_runtime_needs_more_of_gets_an_ort_cuda
     spec = RunSpec(model=str(tmp_path / "m.onnx")).with_settings({
         "inputs.files": files, "tolerance.atol": 1e-2, "tolerance.rtol": 1e-2, "backends.backend": "emulate"})
     report = api.diagnose(spec, tmp_path / "run")
-    o = report.other_runtime
-    assert report.passed and report.target == "tensorrt" and report.fallback_nodes == []
+    o = report.checks.other_runtime
+    assert report.passed and report.search.target == "tensorrt" and report.answer.fallback_nodes == []
     assert (o.runtime, o.passed, o.directory) == ("ort-cuda", False, "ort-cuda") and "conv" in o.answer
     out = tmp_path / "run"
     assert {p.key: p.value for p in onnx.load(str(out / "ort-cuda" / "fixed.onnx")).metadata_props}[TARGET_METADATA] \
@@ -287,15 +287,15 @@ def block_runs(tmp_path_factory):
 def test_for_tensorrt_the_layernorm_nodes_that_overflow_are_in_the_answer(block_runs):
     case, runs = block_runs
     report, out = runs["tensorrt"]
-    assert report.passed and report.target == "tensorrt" and report.emulation_rules == "tensorrt"
-    assert case.expected <= set(report.fallback_nodes) <= LN_NODES  # each LayerNorm's Pow and the mean reading it
-    assert report.baseline is not None and not report.baseline.passed  # all FP16: the Pows overflow
-    o = report.other_runtime
+    assert report.passed and report.search.target == "tensorrt" and report.search.emulation_rules == "tensorrt"
+    assert case.expected <= set(report.answer.fallback_nodes) <= LN_NODES  # each LayerNorm's Pow and the mean reading it
+    assert report.analysis.baseline is not None and not report.analysis.baseline.passed  # all FP16: the Pows overflow
+    o = report.checks.other_runtime
     assert (o.runtime, o.backend, o.measured, o.passed) == ("ort-cuda", "emulate", False, True) and o.answer is None
     assert not (out / "ort-cuda").exists()
     data = json.loads((out / "report.json").read_text())
-    assert data["target"] == "tensorrt" and data["other_runtime"]["passed"] is True
-    assert Report.from_json(data).other_runtime == o
+    assert data["search"]["target"] == "tensorrt" and data["checks"]["other_runtime"]["passed"] is True
+    assert Report.from_json(data).checks.other_runtime == o
     md = (out / "report.md").read_text()
     assert "The answer is for TensorRT (`--target tensorrt`)" in md and "## Target runtime" in md
     assert "On ONNX Runtime CUDA (emulated with the ort-cuda rules, 6 samples) it passes too" in md
@@ -308,12 +308,12 @@ def test_for_tensorrt_the_layernorm_nodes_that_overflow_are_in_the_answer(block_
 def test_for_onnx_runtime_the_fused_pattern_is_not_and_tensorrt_gets_its_own_answer(block_runs):
     case, runs = block_runs
     report, out = runs["ort-cuda"]
-    assert report.passed and report.target == "ort-cuda" and report.emulation_rules == "ort-cuda"
-    assert not set(report.fallback_nodes) & LN_NODES  # fused and computed in FP32 by ONNX Runtime: nothing to keep
-    assert report.baseline is not None and report.baseline.passed
-    o = report.other_runtime  # the same answer on TensorRT: the Pows overflow
+    assert report.passed and report.search.target == "ort-cuda" and report.search.emulation_rules == "ort-cuda"
+    assert not set(report.answer.fallback_nodes) & LN_NODES  # fused and computed in FP32 by ONNX Runtime: nothing to keep
+    assert report.analysis.baseline is not None and report.analysis.baseline.passed
+    o = report.checks.other_runtime  # the same answer on TensorRT: the Pows overflow
     assert (o.runtime, o.passed, o.directory) == ("tensorrt", False, "tensorrt") and o.tolerance_used > 10
-    assert case.expected <= set(o.answer) and set(o.added) == set(o.answer) - set(report.fallback_nodes)
+    assert case.expected <= set(o.answer) and set(o.added) == set(o.answer) - set(report.answer.fallback_nodes)
     assert o.answer_tolerance_used < 1
     assert set(o.files) >= {"fixed_onnx", "trtexec", "tensorrt_rtx", "layer_precisions"}
     assert all((out / path).is_file() for path in o.files.values())
@@ -332,7 +332,7 @@ def test_for_onnx_runtime_the_fused_pattern_is_not_and_tensorrt_gets_its_own_ans
     assert "The answer is for ONNX Runtime CUDA (`--target ort-cuda`)" in md
     assert "it FAILS" in md and "`tensorrt/`" in md and "./tensorrt/trtexec.sh" in md
     data = json.loads((out / "report.json").read_text())
-    assert data["target"] == "ort-cuda" and data["other_runtime"]["answer"] == o.answer
+    assert data["search"]["target"] == "ort-cuda" and data["checks"]["other_runtime"]["answer"] == o.answer
 
 
 def test_the_other_runtimes_answer_grows_on_the_gated_graph_first_and_the_real_graph_checks_it(
@@ -392,10 +392,10 @@ def test_tensorrt_rtx_parses_and_builds_both_answers_and_warns_on_the_fp16_layer
     report, out = runs["ort-cuda"]
     model = load_model(out.parent / "block.onnx")
     cands = [n.name for n in model.candidates]
-    assert report.trt_check.ran and report.trt_check.passed
-    assert report.other_runtime.trt_check.ran and report.other_runtime.trt_check.passed
-    for path, answer in ((out / "fixed.onnx", report.fallback_nodes),
-                         (out / "tensorrt" / "fixed.onnx", report.other_runtime.answer)):
+    assert report.tensorrt.check.ran and report.tensorrt.check.passed
+    assert report.checks.other_runtime.trt_check.ran and report.checks.other_runtime.trt_check.passed
+    for path, answer in ((out / "fixed.onnx", report.answer.fallback_nodes),
+                         (out / "tensorrt" / "fixed.onnx", report.checks.other_runtime.answer)):
         res = trt_check(path, answer, cands, "fp16", forced=forced_fp32_nodes(model, answer), lib=lib)
         assert res.passed and res.checked_nodes == len(cands), [m.describe() for m in res.mismatches]
     parsed = parse_onnx(lib, out / "fixed.onnx")

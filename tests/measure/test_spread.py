@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from report_parts import report_of
 
 from precision_doctor import planted
 from precision_doctor.backends import knobs
@@ -35,8 +36,8 @@ def test_the_cpu_provider_has_no_spread():
 
 def test_the_spread_round_trips_in_report_json():
     spread = KernelSpread("ort-cuda", ["cudnn_conv_algo_search=EXHAUSTIVE"], 4, 0.25, 0.001)
-    report = Report(kernel_spread=spread)
-    assert Report.from_json(report.to_json()).kernel_spread == spread
+    report = report_of(kernel_spread=spread)
+    assert Report.from_json(report.to_json()).checks.kernel_spread == spread
 
 
 @pytest.mark.gpu

@@ -139,10 +139,10 @@ def test_cli_recipe_and_report_take_per_output_tolerances(run_cli, planted_file,
     assert code == 0, err
     assert f"output {out}: atol 0.02, rtol 0.01" in stdout
     rep = Report.load(tmp_path / "d")
-    assert rep.tolerance == Tolerance(atol=1e-2, rtol=1e-2, output_atol=(f"{out}:2e-2",))
-    assert json.loads((tmp_path / "d" / "report.json").read_text())["tolerance"]["output_atol"] == [f"{out}:2e-2"]
-    assert f"--atol 0.01 {out}:0.02" in rep.commands["polygraphy"]  # polygraphy's own syntax
-    assert "one --atol/--rtol for every output" in rep.commands["trtexec_trt11_check"]
+    assert rep.search.tolerance == Tolerance(atol=1e-2, rtol=1e-2, output_atol=(f"{out}:2e-2",))
+    assert json.loads((tmp_path / "d" / "report.json").read_text())["search"]["tolerance"]["output_atol"] == [f"{out}:2e-2"]
+    assert f"--atol 0.01 {out}:0.02" in rep.answer.commands["polygraphy"]  # polygraphy's own syntax
+    assert "one --atol/--rtol for every output" in rep.answer.commands["trtexec_trt11_check"]
     spec = apply_recipe(RunSpec(model=str(path)), {"tolerance": {"atol": 1e-3, "output_atol": {out: 1e-2}}}, tmp_path, "r")
     assert spec.tolerance.for_output(out).atol == 1e-2 and spec.tolerance.atol == 1e-3
 

@@ -114,16 +114,16 @@ def test_augment_0_margin_0_is_the_bare_search(tmp_path):
     """Without copies the same two samples let the all-FP16 answer through; with two samples nothing is held out, so
     nothing checks it further and no bound is claimed."""
     rep = _diagnose(tmp_path, 3, augment=0, margin=0.0)
-    assert rep.passed and rep.fallback_nodes == [] and rep.expected_headroom is None and rep.margin == 0.0
-    assert rep.validation is None and rep.held_out_bound is None
+    assert rep.passed and rep.answer.fallback_nodes == [] and rep.search.margin == 0.0
+    assert rep.promise.validation is None and rep.promise.held_out_bound is None
 
 
 def test_copies_join_the_search_when_asked(tmp_path):
     """Seed 3: with one copy per sample the search sees copies the all-FP16 answer fails, so it keeps both nodes;
     the report has no probe and no prediction (they were removed: uncalibrated on trained models)."""
     rep = _diagnose(tmp_path, 3, augment=1, margin=0.0)
-    assert rep.passed and rep.expected_headroom is None
-    assert rep.search_rounds is not None
+    assert rep.passed
+    assert rep.search.rounds is not None
 
 
 def test_default_search_has_a_margin_and_no_copies():
@@ -156,8 +156,8 @@ def test_a_stop_before_the_repair_interrupts_and_resumes_to_the_same_answer(tmp_
 
     spec = _held_out_failure(tmp_path)
     whole = api.diagnose(spec, tmp_path / "whole")
-    assert whole.validation is not None and whole.validation.research is not None
-    assert whole.fallback_nodes == ["add_offset", "sub_offset"]
+    assert whole.promise.validation is not None and whole.promise.validation.research is not None
+    assert whole.answer.fallback_nodes == ["add_offset", "sub_offset"]
     stop = StopToken()
 
     def sink(event):
@@ -166,8 +166,8 @@ def test_a_stop_before_the_repair_interrupts_and_resumes_to_the_same_answer(tmp_
     cut = api.diagnose(spec, tmp_path / "run", progress=sink, stop=stop)
     assert cut.status == "interrupted" and not cut.passed and "repair" in cut.reason
     resumed = api.diagnose(spec, tmp_path / "run", resume=True)
-    assert resumed.status == "complete" and resumed.fallback_nodes == whole.fallback_nodes
-    assert resumed.validation == whole.validation
+    assert resumed.status == "complete" and resumed.answer.fallback_nodes == whole.answer.fallback_nodes
+    assert resumed.promise.validation == whole.promise.validation
 
 
 def test_a_run_interrupted_in_the_repair_resumes_to_the_same_answer(tmp_path):
@@ -187,5 +187,5 @@ def test_a_run_interrupted_in_the_repair_resumes_to_the_same_answer(tmp_path):
     cut = api.diagnose(spec, out, progress=sink, stop=stop)
     assert cut.status == "interrupted" and (out / "repair.jsonl").exists()
     resumed = api.diagnose(spec, out, resume=True)
-    assert resumed.status == "complete" and resumed.fallback_nodes == whole.fallback_nodes
-    assert resumed.evaluations == whole.evaluations
+    assert resumed.status == "complete" and resumed.answer.fallback_nodes == whole.answer.fallback_nodes
+    assert resumed.search.evaluations == whole.search.evaluations

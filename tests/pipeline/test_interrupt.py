@@ -50,10 +50,10 @@ def test_interrupt_keeps_best_passing_set(tmp_path, how):
     rep = json.loads((tmp_path / "report.json").read_text())
     assert report.to_json() == rep and rep["status"] == "interrupted"
     best = min((e for e in seen if e.passed), key=lambda e: e.size)
-    assert len(rep["fallback_nodes"]) == best.size == seen[-1].best_size
-    passing = [t for t in rep["trajectory"] if t["passed"] and t["size"] == best.size]
-    assert sorted(rep["fallback_nodes"]) == passing[0]["fallback"]
-    assert rep["evaluations"] == len(seen)
+    assert len(rep["answer"]["fallback_nodes"]) == best.size == seen[-1].best_size
+    passing = [t for t in rep["search"]["trajectory"] if t["passed"] and t["size"] == best.size]
+    assert sorted(rep["answer"]["fallback_nodes"]) == passing[0]["fallback"]
+    assert rep["search"]["evaluations"] == len(seen)
     assert (tmp_path / "report.html").exists() and (tmp_path / "fixed.onnx").exists()
     assert len((tmp_path / "search.jsonl").read_text().splitlines()) == len(seen)
 
@@ -130,7 +130,7 @@ def test_another_thread_stops_a_run_by_its_token(tmp_path):
     stopped.set()
     worker.join(120)
     rep = result["report"]
-    assert rep.status == "interrupted" and rep.evaluations >= 1
+    assert rep.status == "interrupted" and rep.search.evaluations >= 1
     assert (tmp_path / "run" / "report.json").is_file()
 
 
@@ -210,4 +210,4 @@ def test_sigterm_to_the_cli_checkpoints_and_says_how_to_resume(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     rep = json.loads((out / "report.json").read_text())
     logged = sum(len((out / f).read_text().splitlines()) for f in ("search.jsonl", "repair.jsonl") if (out / f).is_file())
-    assert rep["status"] == "complete" and rep["evaluations"] == logged  # the checkpoints: every evaluation once
+    assert rep["status"] == "complete" and rep["search"]["evaluations"] == logged  # the checkpoints: every evaluation once

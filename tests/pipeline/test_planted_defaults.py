@@ -29,8 +29,8 @@ def test_defaults_give_the_certified_minimum(name, tmp_path):
     """8 samples (2 held out), the default margin, no perturbed copies: the answer is the case's certified minimum
     and the held-out samples pass it."""
     report = api.diagnose(_spec(tmp_path, name, **{"search.cost": "nodes"}), tmp_path / "run")
-    assert set(report.fallback_nodes) == planted.CASES[name]().expected
-    assert report.passed and report.validation is not None and report.validation.passed
+    assert set(report.answer.fallback_nodes) == planted.CASES[name]().expected
+    assert report.passed and report.promise.validation is not None and report.promise.validation.passed
 
 
 def test_the_deploy_objective_keeps_more_only_as_closed_gaps(tmp_path):
@@ -39,8 +39,8 @@ def test_the_deploy_objective_keeps_more_only_as_closed_gaps(tmp_path):
     whole (a softmax runs as one kernel), each listed in report.json's `pricing`."""
     report = api.diagnose(_spec(tmp_path, "three_defects"), tmp_path / "run")
     minimum = planted.three_defects().expected
-    extra = set(report.fallback_nodes) - minimum
-    assert set(report.fallback_nodes) >= minimum and report.pricing is not None
+    extra = set(report.answer.fallback_nodes) - minimum
+    assert set(report.answer.fallback_nodes) >= minimum and report.pricing is not None
     closed = {n for gap in report.pricing.gaps_closed for n in gap}
     whole = {n for g in report.pricing.groups if not g.released for n in g.kept}
     assert extra and extra <= closed | whole

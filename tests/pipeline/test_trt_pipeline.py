@@ -82,7 +82,7 @@ def _diagnosed(args: list[str], out: Path, *extra: str) -> dict:
 
 
 def _check_clean(rep: dict, model_path: str) -> None:
-    check = rep["trt_check"]
+    check = rep["tensorrt"]["check"]
     assert check["ran"] and check["passed"] and check["mismatches"] == [], check
     assert check["library"] == "TensorRT-RTX" and check["version"] == LIB.version and check["onnx"] == "fixed.onnx"
     assert check["checked_nodes"] == rep["model"]["candidates"] == len(load_model(model_path).candidates)
@@ -97,16 +97,16 @@ def test_diagnose_checks_fixed_onnx_and_builds_the_engine(name, tmp_path):
     out = tmp_path / "run"
     rep = _diagnosed(args, out, "--engine")
     _check_clean(rep, args[0])
-    engine = rep["engine"]
-    assert engine["built"] and engine["plan"] == "fixed.plan" and rep["artifacts"]["engine"] == "fixed.plan"
+    engine = rep["tensorrt"]["engine"]
+    assert engine["built"] and engine["plan"] == "fixed.plan" and rep["answer"]["artifacts"]["engine"] == "fixed.plan"
     assert (out / "fixed.plan").stat().st_size == engine["size_bytes"] > 0
     assert engine["targets"] == ["8.0", "8.6", "8.9", "12.0", "12.1"] and not engine["tf32"]
     assert engine["cache"] == "runtime.cache"  # where TensorRT-RTX keeps JIT kernels when it runs: the run directory
-    assert rep["forced_fp32_nodes"] == {} and "named_onnx" not in rep["artifacts"]
+    assert rep["answer"]["forced_fp32_nodes"] == {} and "named_onnx" not in rep["answer"]["artifacts"]
     # the TensorRT 10 line names exactly the answer, and those are layers of the file it reads
-    if rep["fallback_nodes"]:
-        emitted = _layer_precisions(rep["commands"]["trtexec_trt10"])
-        assert emitted == rep["fallback_nodes"]
+    if rep["answer"]["fallback_nodes"]:
+        emitted = _layer_precisions(rep["answer"]["commands"]["trtexec_trt10"])
+        assert emitted == rep["answer"]["fallback_nodes"]
         assert set(emitted) <= {layer.name for layer in parse_onnx(LIB, args[0]).layers()}
     assert "engine: fixed.plan (TensorRT-RTX" in rep["_stdout"]
 
@@ -116,19 +116,19 @@ def test_unnamed_nodes_named_onnx_and_chosen_targets(tmp_path):
     out = tmp_path / "run"
     rep = _diagnosed(args, out, "--engine", "--engine-targets", "8.6,12.0")
     _check_clean(rep, args[0])
-    assert rep["engine"]["built"] and rep["engine"]["targets"] == ["8.6", "12.0"]
-    assert rep["artifacts"]["named_onnx"] == "named.onnx" and (out / "named.onnx").is_file()
+    assert rep["tensorrt"]["engine"]["built"] and rep["tensorrt"]["engine"]["targets"] == ["8.6", "12.0"]
+    assert rep["answer"]["artifacts"]["named_onnx"] == "named.onnx" and (out / "named.onnx").is_file()
     layers = {layer.name for layer in parse_onnx(LIB, out / "named.onnx").layers()}
     for key in ("trtexec_trt10", "polygraphy_trt10"):
-        assert "named.onnx" in rep["commands"][key], key
-    emitted = _layer_precisions(rep["commands"]["trtexec_trt10"])
-    assert emitted == rep["fallback_nodes"] and set(emitted) <= layers  # the parser's layer names, one for one
+        assert "named.onnx" in rep["answer"]["commands"][key], key
+    emitted = _layer_precisions(rep["answer"]["commands"]["trtexec_trt10"])
+    assert emitted == rep["answer"]["fallback_nodes"] and set(emitted) <= layers  # the parser's layer names, one for one
     original = {layer.name for layer in parse_onnx(LIB, args[0]).layers()}
     assert not set(emitted) <= original  # what went wrong before named.onnx
     md = (out / "report.md").read_text()
     assert "Every command reads named.onnx" in md and "node_of_<first output>" in md
     assert "`named.onnx`: the model with the node names this report uses" in md
-    assert set(rep["artifacts"]) <= set(ARTIFACT_TITLES)  # every file the run wrote is described in words
+    assert set(rep["answer"]["artifacts"]) <= set(ARTIFACT_TITLES)  # every file the run wrote is described in words
 
 
 def test_nodes_kept_fp32_beyond_the_answer_are_listed_and_checked(tmp_path):
@@ -146,10 +146,10 @@ def test_nodes_kept_fp32_beyond_the_answer_are_listed_and_checked(tmp_path):
     samples = [{"x": np.random.default_rng(i).uniform(0, 1, (2, 8)).astype(np.float32)} for i in range(3)]
     out = tmp_path / "run"
     rep = _diagnosed(_write(proto, samples, tmp_path, "range"), out, "--atol", "1e-2", "--rtol", "1e-2")
-    assert rep["forced_fp32_nodes"] == {"range": "Range: no FP16/BF16 kernel in ONNX Runtime"}
+    assert rep["answer"]["forced_fp32_nodes"] == {"range": "Range: no FP16/BF16 kernel in ONNX Runtime"}
     _check_clean(rep, str(tmp_path / "range.onnx"))
-    assert _layer_precisions(rep["commands"]["trtexec_trt10"]) == [*rep["fallback_nodes"], "range"]
-    assert "^range$" in rep["commands"]["autocast"]
+    assert _layer_precisions(rep["answer"]["commands"]["trtexec_trt10"]) == [*rep["answer"]["fallback_nodes"], "range"]
+    assert "^range$" in rep["answer"]["commands"]["autocast"]
     assert "## Nodes fixed.onnx keeps in FP32 beyond the answer (1)" in (out / "report.md").read_text()
 
 
@@ -179,9 +179,9 @@ def test_a_model_that_does_not_build_still_gets_its_diagnosis(tmp_path):
     onnx.save(_lstm_in_if(), str(tmp_path / "m.onnx"))
     out = tmp_path / "run"
     rep = _diagnosed([str(tmp_path / "m.onnx")], out, "--engine", "--atol", "1e-3", "--rtol", "1e-3")
-    assert rep["passed"] and rep["trt_check"]["passed"]  # the check needs no build
-    engine = rep["engine"]
-    assert not engine["built"] and "engine" not in rep["artifacts"] and not (out / "fixed.plan").exists()
+    assert rep["passed"] and rep["tensorrt"]["check"]["passed"]  # the check needs no build
+    engine = rep["tensorrt"]["engine"]
+    assert not engine["built"] and "engine" not in rep["answer"]["artifacts"] and not (out / "fixed.plan").exists()
     assert engine["reason"].startswith(f"TensorRT-RTX {LIB.version} could not build an engine from fixed.onnx: ")
     assert "Internal Error" in engine["reason"] and "\n" not in engine["reason"]
     assert f"engine: not built: {engine['reason']}" in rep["_stdout"]
@@ -199,15 +199,16 @@ def test_emit_format_engine_builds_from_a_run_directory(tmp_path, run_cli):
     args = [*_write(proto, case.samples(3, 0), tmp_path, "dyn"), "--atol", str(case.atol), "--rtol", str(case.rtol)]
     out = tmp_path / "run"
     rep = _diagnosed(args, out)
-    assert rep["engine"] is None and not (out / "fixed.plan").exists()
+    assert rep["tensorrt"]["engine"] is None and not (out / "fixed.plan").exists()
     res = cli("emit", out, "--format", "engine", "--engine-targets", "8.9")
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == f"{out / 'fixed.plan'}: built with TensorRT-RTX {LIB.version} for 8.9 in " \
-        f"{json.loads((out / 'report.json').read_text())['engine']['seconds']:.2f} s"
+        f"{json.loads((out / 'report.json').read_text())['tensorrt']['engine']['seconds']:.2f} s"
     after = json.loads((out / "report.json").read_text())
-    assert after["engine"]["built"] and after["engine"]["targets"] == ["8.9"] and after["artifacts"]["engine"] == "fixed.plan"
+    assert after["tensorrt"]["engine"]["built"] and after["tensorrt"]["engine"]["targets"] == ["8.9"] \
+        and after["answer"]["artifacts"]["engine"] == "fixed.plan"
     batch = case.samples(1, 0)[0]["x"].shape
-    assert after["engine"]["input_shapes"] == {"x": list(batch)}
+    assert after["tensorrt"]["engine"]["input_shapes"] == {"x": list(batch)}
     assert "Fixed engine: fixed.plan built with TensorRT-RTX" in (out / "report.md").read_text()
     for bad, why in ((["--engine-targets", "9.0"], "compute capability 9.0: TensorRT-RTX"),
                      (["--engine-targets", "x"], "compute capability 'x'")):
@@ -225,8 +226,8 @@ def test_without_a_library_the_diagnosis_says_why(tmp_path):
     rep = json.loads((out / "report.json").read_text())
     why = "no TensorRT library is installed (tensorrt: No module named 'tensorrt'); `pip install '.[trt]'` installs " \
           "TensorRT-RTX from PyPI"
-    assert rep["trt_check"] == {"ran": False, "reason": why}
-    assert rep["engine"] == {"built": False, "reason": why}
+    assert rep["tensorrt"]["check"] == {"ran": False, "reason": why}
+    assert rep["tensorrt"]["engine"] == {"built": False, "reason": why}
     assert f"TensorRT check: not run: {why}" in res.stdout and f"engine: not built: {why}" in res.stdout
     res = cli("emit", out, "--format", "engine", env={"PRECISION_DOCTOR_TRT_LIBRARY": "tensorrt"})
     assert res.returncode == 2 and res.stderr.strip() == f"error: cannot build fixed.plan: {why}"

@@ -46,7 +46,7 @@ def test_the_cli_checks_a_run_once(run_cli, dynamic_model, tmp_path, counted):
     assert code == 0, err
     assert counted == {"validate_spec": 1, "parse_val_ranges": 1, "parse_input_shapes": 1}
     rep = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert rep["inputs"]["val_ranges"] == ["x:[0,1]"] and rep["input_shapes"][0]["opt"] == [1, 3, 16, 32]
+    assert rep["search"]["inputs"]["val_ranges"] == ["x:[0,1]"] and rep["search"]["input_shapes"][0]["opt"] == [1, 3, 16, 32]
 
 
 def test_the_api_checks_a_plain_runspec_once(dynamic_model, tmp_path, counted):

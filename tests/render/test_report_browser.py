@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from chromium_helpers import console_problems, run_chromium
+from report_parts import report_of
 
 from precision_doctor.render.html import render_html
 from precision_doctor.render.numbers import num
@@ -82,7 +83,7 @@ def test_screenshot_shows_plots(chromium: str, page_file: Path, tmp_path: Path) 
 
 
 def test_script_runs_and_sorts(chromium: str, page_file: Path, tmp_path: Path) -> None:
-    layers = _report()["layers"]
+    layers = _report()["analysis"]["layers"]
     dom = dump_dom(chromium, tmp_path, page_file)
     assert row_order(dom) == list(range(len(layers)))  # topological order without a hash
 
@@ -101,19 +102,20 @@ def test_script_runs_and_sorts(chromium: str, page_file: Path, tmp_path: Path) -
 
 def test_edge_pages_run_clean(chromium: str, tmp_path: Path) -> None:
     """No layers, no trajectory, no validation; and 1500 layers sorted by name."""
-    empty = Report(status="no_solution", precision="fp16", layers=[], trajectory=[], validation=None)
+    empty = report_of(status="no_solution", precision="fp16", layers=[], trajectory=[], validation=None)
     p1 = tmp_path / "empty.html"
     p1.write_text(render_html(empty), encoding="utf-8")
     dump_dom(chromium, tmp_path, p1, "#sort=score")
 
     r = _report()
-    base = r["layers"]
-    r["layers"] = [dict(copy.deepcopy(base[i % len(base)]), index=i, name=f"/n{1500 - i}", rank=i + 1) for i in range(1500)]
+    base = r["analysis"]["layers"]
+    r["analysis"]["layers"] = [dict(copy.deepcopy(base[i % len(base)]), index=i, name=f"/n{1500 - i}", rank=i + 1)
+                                for i in range(1500)]
     p2 = tmp_path / "big.html"
     p2.write_text(_page(r), encoding="utf-8")
     dom = dump_dom(chromium, tmp_path, p2, "#sort=name:asc")  # numeric-aware: /n1 < /n2 < /n10
     order = row_order(dom)
-    assert len(order) == 1500 and [r["layers"][i]["name"] for i in order[:3]] == ["/n1", "/n2", "/n3"]
+    assert len(order) == 1500 and [r["analysis"]["layers"][i]["name"] for i in order[:3]] == ["/n1", "/n2", "/n3"]
 
 
 HOVER_PROBE = """<script>
@@ -141,5 +143,5 @@ def test_plot_hover_maps_to_layer_and_step(chromium: str, tmp_path: Path) -> Non
     assert body, res.stderr[-2000:]
     layer_tip = re.search(r'data-tip-layer="([^"]*)"', body.group(0))
     step_tip = re.search(r'data-tip-step="([^"]*)"', body.group(0))
-    assert layer_tip and r["layers"][14]["name"] in layer_tip.group(1) and "FP32 fallback" in layer_tip.group(1)
+    assert layer_tip and r["analysis"]["layers"][14]["name"] in layer_tip.group(1) and "FP32 fallback" in layer_tip.group(1)
     assert step_tip and step_tip.group(1).startswith("step 8") and "fail" in step_tip.group(1)

@@ -25,7 +25,7 @@ def test_a_run_stopped_before_any_set_passed_claims_none(run_cli, planted_file, 
     assert "the answer was not checked" not in text and "it stopped before any set passed" in text
     assert "status: budget exhausted: evaluation budget of 2 reached; no set had passed yet" in text
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert rep["fallback_nodes"] == [] and rep["reason"].endswith("no set had passed yet")
+    assert rep["answer"]["fallback_nodes"] == [] and rep["reason"].endswith("no set had passed yet")
     page = (tmp_path / "r" / "report.html").read_text()
     assert "Status budget exhausted: " in page and "budget_exhausted" not in page.split("<main>")[1].split("</header>")[0]
     assert "<b>no answer</b><span>nodes kept in FP32 (of candidates)</span>" in page
@@ -46,7 +46,7 @@ def test_a_run_stopped_with_a_set_its_validation_samples_fail(run_cli, planted_f
     assert text.count("FAILED ON HELD-OUT SAMPLES: The run stopped (budget exhausted) with a set (") == 1
     assert "meets the tolerance in FP16 on the search samples it was checked on, not on held-out ones" in text
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
-    failed = len(rep["validation"]["failing_samples"])
+    failed = len(rep["promise"]["validation"]["failing_samples"])
     assert failed > 0 and f"{failed} of 40 held-out samples of your data failed on emulate" in text
     assert "Not checked on ONNX Runtime CUDA: the run ended early (budget exhausted)." in text
     assert "`" not in text.split("FP32 nodes")[0]  # the headline is plain text
@@ -62,7 +62,7 @@ def test_a_run_stopped_during_its_repair_says_the_set_reported_is_the_one_that_f
     code, out, err = run_cli("diagnose", path, *_args(files, "--max-evaluations", str(searched), "--out", tmp_path / "r"))
     text = " ".join(out.split())
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
-    assert code == 1 and sorted(rep["validation"]["first_candidate"]) == sorted(rep["fallback_nodes"]), err
+    assert code == 1 and sorted(rep["promise"]["validation"]["first_candidate"]) == sorted(rep["answer"]["fallback_nodes"]), err
     assert "FAILED ON HELD-OUT SAMPLES: The run stopped (budget exhausted) with a set" in text
     assert "1 of 6 held-out samples of your data failed on emulate" in text and "Not validated" not in text
     assert rep["reason"].endswith("during the repair, before a set that passes the failing held-out samples too was found")

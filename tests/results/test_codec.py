@@ -143,7 +143,7 @@ def _text(data) -> str:
 
 
 def test_a_stored_report_serializes_as_before():
-    """report_example.json (schema version 2) reads back to the same text, `verdict` right after `passed`."""
+    """report_example.json (schema version 3) reads back to the same text, `verdict` right after `passed`."""
     text = (FIXTURES / "report_example.json").read_text()
     assert _text(Report.from_json(json.loads(text)).to_json()) == text
     assert list(json.loads(text)).index("verdict") == list(json.loads(text)).index("passed") + 1
@@ -156,5 +156,5 @@ def test_a_diagnose_runs_report_reads_back_to_the_same_text(run_cli, planted_fil
     assert code == 0, err
     text = (tmp_path / "run" / "report.json").read_text()
     rep = Report.load(tmp_path / "run")
-    assert rep.confirm is not None and rep.validation is not None and rep.invocation is not None
+    assert rep.checks.confirm is not None and rep.promise.validation is not None and rep.invocation is not None
     assert _text(rep.to_json()) == text

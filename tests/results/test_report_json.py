@@ -30,17 +30,20 @@ def contains(big, small) -> bool:
 def test_reads_a_current_report_and_keeps_its_values():
     data = fixture()
     rep = Report.from_json(data)
-    assert rep.schema_version == SCHEMA_VERSION and rep.confirm is None
+    assert rep.schema_version == SCHEMA_VERSION and rep.checks.confirm is None
     out = rep.to_json()
     assert contains(out, data) and out == data  # every key it had, with the same values ("inf" stays "inf")
     assert list(out)[0] == "schema_version"
 
 
-@pytest.mark.parametrize("version, found", [(1, "schema_version 1"), (None, "no schema_version")])
+@pytest.mark.parametrize("version, found", [(1, "schema_version 1"), (2, "schema_version 2"),
+                                            (None, "no schema_version")])
 def test_an_older_report_is_refused_in_one_line(version, found):
-    """No reading of older files: one line naming the file, the version found, the one read and what to do."""
+    """No reading of older files: one line naming the file, the version found, the one read and what to do (version 2
+    had the same keys unnested: `fallback_nodes` at the top)."""
     data = json.loads(OLD.read_text(encoding="utf-8"))
-    assert data["schema_version"] == 1
+    assert data["schema_version"] == 1 and "fallback_nodes" in data
+    data["schema_version"] = version
     if version is None:
         del data["schema_version"]  # written before versions
     with pytest.raises(ReportError) as exc:
@@ -48,8 +51,8 @@ def test_an_older_report_is_refused_in_one_line(version, found):
     assert str(exc.value) == (f"run/report.json: written by an earlier precision-doctor ({found}; this one reads "
                               f"{SCHEMA_VERSION} only): run the diagnosis again to write a current report")
     assert exc.value.reason == str(exc.value).removeprefix("run/report.json: ")
-    with pytest.raises(ReportError, match="bad key 'schema_version': expected 2, got '2'"):
-        Report.from_json({**fixture(), "schema_version": "2"})
+    with pytest.raises(ReportError, match="bad key 'schema_version': expected 3, got '3'"):
+        Report.from_json({**fixture(), "schema_version": "3"})
 
 
 @pytest.mark.parametrize("data, words", [
@@ -64,15 +67,18 @@ def test_not_a_report(data, words):
 
 
 @pytest.mark.parametrize("change, key", [
-    (lambda d: d.pop("evaluations"), "evaluations"),
-    (lambda d: d.update(evaluations="many"), "evaluations"),
+    (lambda d: d.pop("search"), "search"),
+    (lambda d: d["answer"].pop("fallback_nodes"), "answer.fallback_nodes"),
+    (lambda d: d["search"].pop("tolerance"), "search.tolerance"),
+    (lambda d: d["search"].update(evaluations="many"), "search.evaluations"),
     (lambda d: d.update(passed="yes"), "passed"),
-    (lambda d: d["tolerance"].update(atol=-1), "tolerance"),
-    (lambda d: d["layers"][3].update(score=[1]), "layers[3].score"),
-    (lambda d: d["trajectory"][2].pop("step"), "trajectory[2].step"),
-    (lambda d: d["outputs"]["logits"].update(max_abs="big"), "outputs.logits.max_abs"),
-    (lambda d: d.update(validation={"passed": True}), "validation.samples"),
-    (lambda d: d.update(fallback_nodes="a,b"), "fallback_nodes"),
+    (lambda d: d["search"]["tolerance"].update(atol=-1), "search.tolerance"),
+    (lambda d: d["analysis"]["layers"][3].update(score=[1]), "analysis.layers[3].score"),
+    (lambda d: d["search"]["trajectory"][2].pop("step"), "search.trajectory[2].step"),
+    (lambda d: d["checks"]["outputs"]["logits"].update(max_abs="big"), "checks.outputs.logits.max_abs"),
+    (lambda d: d["promise"].update(validation={"passed": True}), "promise.validation.samples"),
+    (lambda d: d["answer"].update(fallback_nodes="a,b"), "answer.fallback_nodes"),
+    (lambda d: d.update(answer=[]), "answer"),
 ])
 def test_malformed_key_is_named(change, key):
     data = copy.deepcopy(fixture())
@@ -98,5 +104,5 @@ def test_cli_reads_malformed_files_in_one_line(run_cli, tmp_path):
     code, _, err = run_cli("report", tmp_path / "empty")
     assert "missing key 'status'" in err
     code, _, err = run_cli("report", tmp_path / "old")
-    assert "(schema_version 1; this one reads 2 only): run the diagnosis again" in err
+    assert "(schema_version 1; this one reads 3 only): run the diagnosis again" in err
     assert not (tmp_path / "old" / "report.md").exists()  # nothing rendered from a refused report

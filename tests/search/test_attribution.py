@@ -139,12 +139,12 @@ def test_a_failing_held_out_sample_repairs_the_answer_by_attribution_and_leaves_
     empty (all FP16 passes every search sample); the held-out sample fails it; the repair adds the overflowing Mul
     and its Div, never the MatMul the search's ranking puts first; both answers stay and no bound is claimed."""
     report = api.diagnose(_files(tmp_path, 12, {6}), tmp_path / "run")
-    assert set(report.fallback_nodes) == {"scale_up", "scale_down"}
-    v = report.validation
+    assert set(report.answer.fallback_nodes) == {"scale_up", "scale_down"}
+    v = report.promise.validation
     assert v is not None and not v.passed and v.first_candidate == [] and v.passed_after_research
     assert v.backend == "emulate" and v.failing_samples == [1]
-    assert report.held_out_bound is None  # spent on the repair: nothing independent checked the answer
-    assert report.answers is not None and report.answers.grown_by == [Growth.HELD_OUT]
+    assert report.promise.held_out_bound is None  # spent on the repair: nothing independent checked the answer
+    assert report.promise.answers is not None and report.promise.answers.grown_by == [Growth.HELD_OUT]
     evaluated = [json.loads(line)["fallback"] for line in (tmp_path / "run" / "repair.jsonl").read_text().splitlines()]
     assert evaluated and all("matmul" not in fb for fb in evaluated)
 
@@ -154,6 +154,7 @@ def test_unusual_search_samples_are_searched_and_the_held_out_ones_check_the_ans
     names exactly the overflow, and the five held-out samples (a quarter of 20), all ordinary, pass it unseen: a
     measured bound."""
     report = api.diagnose(_files(tmp_path, 20, {3, 13}), tmp_path / "run")
-    assert set(report.fallback_nodes) == {"scale_up", "scale_down"}
-    assert report.validation is not None and report.validation.passed and report.held_out_bound is not None
-    assert report.held_out_bound.samples == 5 and report.held_out_bound.failures == 0
+    assert set(report.answer.fallback_nodes) == {"scale_up", "scale_down"}
+    v = report.promise.validation
+    assert v is not None and v.passed and report.promise.held_out_bound is not None
+    assert report.promise.held_out_bound.samples == 5 and report.promise.held_out_bound.failures == 0

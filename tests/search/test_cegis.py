@@ -86,7 +86,7 @@ def test_counterexamples_join_the_working_set_and_the_answer_grows(tmp_path):
     answer keeps both paths in FP32, which passes every search sample and the held-out ones. Both answers are in
     the report: the smaller one failed 2 search samples and 1 of the 3 held-out ones."""
     rep = api.diagnose(_spec(tmp_path), tmp_path / "run")
-    r = rep.search_rounds
+    r = rep.search.rounds
     first = [x for x in r.rounds if x.search == "first"]
     assert r.search_samples == 9 and r.start == 4 and r.verified and r.failing == 0 and len(first) == 2
     assert len(r.captured) == 8  # the capture ran on the 8 hardest
@@ -95,29 +95,30 @@ def test_counterexamples_join_the_working_set_and_the_answer_grows(tmp_path):
     assert first[0].answer == ["add_big", "sub_big"] and sorted(search_ids[i] for i in first[0].counterexamples) == [4, 8]
     assert first[1].working == first[0].working + first[0].counterexamples and first[1].counterexamples == []
     assert first[1].checked == 9 - len(first[1].working)  # checked on every other search sample
-    assert rep.passed and rep.fallback_nodes == ["add_big", "sub_big", "add_small", "sub_small"]
-    a = rep.answers
+    assert rep.passed and rep.answer.fallback_nodes == ["add_big", "sub_big", "add_small", "sub_small"]
+    a = rep.promise.answers
     assert a is not None and a.grown_by == [Growth.COUNTEREXAMPLES]
     assert a.smaller.nodes == ["add_big", "sub_big"] and a.smaller.search_failures == 2
     assert (a.smaller.held_out.samples, a.smaller.held_out.failures) == (3, 1)
     assert a.safer.size == 4 and (a.safer.held_out.samples, a.safer.held_out.failures) == (3, 0)
-    assert rep.held_out_bound.failures == 0 and rep.held_out_bound.samples == 3
-    assert rep.held_out_choice.source == "split" and rep.held_out_choice.samples == 3
+    assert rep.promise.held_out_bound.failures == 0 and rep.promise.held_out_bound.samples == 3
+    assert rep.promise.held_out_choice.source == "split" and rep.promise.held_out_choice.samples == 3
     # the oracle never held more than the working set (and its copies): 6 of the 9 search samples at most
-    assert max(t.failed_sample or 0 for t in rep.trajectory) < 6 * 4
+    assert max(t.failed_sample or 0 for t in rep.search.trajectory) < 6 * 4
     # the second round pruned only what it added (each removal of an earlier member failed in the first round
     # already, and failures stay known): the answer is 1-minimal on the working set
-    assert rep.one_minimal_checked is True
+    assert rep.search.one_minimal_checked is True
 
 
 def test_cegis_answers_round_trip_and_render(tmp_path):
     rep = api.diagnose(_spec(tmp_path), tmp_path / "run")
     data = json.loads((tmp_path / "run" / "report.json").read_text())
-    assert data["answers"]["grown_by"] == ["counterexamples"] and data["decided_by"] == "held_out"
-    assert data["search_rounds"]["rounds"][0]["counterexamples"] and data["held_out_bound"]["method"].startswith("one-sided")
+    assert data["promise"]["answers"]["grown_by"] == ["counterexamples"] and data["promise"]["decided_by"] == "held_out"
+    assert data["search"]["rounds"]["rounds"][0]["counterexamples"] \
+        and data["promise"]["held_out_bound"]["method"].startswith("one-sided")
     back = Report.from_json(data)
-    assert back.answers == rep.answers and back.search_rounds == rep.search_rounds
-    assert back.held_out_bound == rep.held_out_bound and back.decided_by == rep.decided_by
+    assert back.promise.answers == rep.promise.answers and back.search.rounds == rep.search.rounds
+    assert back.promise.held_out_bound == rep.promise.held_out_bound and back.promise.decided_by == rep.promise.decided_by
     md = (tmp_path / "run" / "report.md").read_text()
     html = (tmp_path / "run" / "report.html").read_text()
     for text in (md, html):
@@ -127,9 +128,9 @@ def test_cegis_answers_round_trip_and_render(tmp_path):
 def test_a_few_samples_search_as_before(tmp_path):
     """With 4 or fewer search samples the loop is the search of before: one round, every sample in it, in order."""
     rep = api.diagnose(_spec(tmp_path, n=3, augment=0), tmp_path / "run")
-    r = rep.search_rounds
+    r = rep.search.rounds
     assert [x.working for x in r.rounds] == [[0, 1, 2]] and r.verified and r.rounds[0].checked == 0
-    assert rep.answers is None and rep.held_out_choice.source == "none"
+    assert rep.promise.answers is None and rep.promise.held_out_choice.source == "none"
     assert not (tmp_path / "run" / "search_rounds.jsonl").exists() or \
         "scores" not in (tmp_path / "run" / "search_rounds.jsonl").read_text()
 
@@ -143,7 +144,7 @@ def test_a_cegis_run_stopped_mid_loop_resumes_to_the_same_answer(tmp_path, where
     from precision_doctor.pipeline import search_loop
 
     whole = api.diagnose(_spec(tmp_path / "whole"), tmp_path / "whole" / "run")
-    step = next(t.step for t in whole.trajectory if t.round == 1)
+    step = next(t.step for t in whole.search.trajectory if t.round == 1)
     spec = _spec(tmp_path)
     stop = StopToken()
     real = search_loop.counterexamples
@@ -172,7 +173,7 @@ def test_a_cegis_run_stopped_mid_loop_resumes_to_the_same_answer(tmp_path, where
     finally:
         search_loop.score_samples = real_score
     assert not scored  # read back, not scored again
-    assert resumed.status == "complete" and resumed.fallback_nodes == whole.fallback_nodes
-    assert resumed.evaluations == whole.evaluations
-    assert [(x.round, x.working, x.answer, x.counterexamples) for x in resumed.search_rounds.rounds] == \
-        [(x.round, x.working, x.answer, x.counterexamples) for x in whole.search_rounds.rounds]
+    assert resumed.status == "complete" and resumed.answer.fallback_nodes == whole.answer.fallback_nodes
+    assert resumed.search.evaluations == whole.search.evaluations
+    assert [(x.round, x.working, x.answer, x.counterexamples) for x in resumed.search.rounds.rounds] == \
+        [(x.round, x.working, x.answer, x.counterexamples) for x in whole.search.rounds.rounds]

@@ -11,6 +11,7 @@ import json
 
 import onnx
 import pytest
+from report_parts import report_of
 
 from precision_doctor import api, planted
 from precision_doctor.backends import knobs
@@ -50,10 +51,10 @@ def test_knobs_on_ort_cpu_change_nothing_and_are_counted_and_checkpointed(run_cl
     code, stdout, err = run_cli("diagnose", *_args(case, path, files), "--confirm-backend", "ort-cpu", "--knobs", "--out", out)
     assert code == 0, err
     rep = json.loads((out / "report.json").read_text())
-    k = rep["knobs"]
-    assert rep["fallback_nodes"] == k["searched_answer"] == k["answer"] == ["l15_scale_up"] and not k["changed_answer"]
+    k = rep["checks"]["knobs"]
+    assert rep["answer"]["fallback_nodes"] == k["searched_answer"] == k["answer"] == ["l15_scale_up"] and not k["changed_answer"]
     assert k["backend"] == "ort-cpu" and k["configurations"] == [c.label for c in CONFIGS] and k["status"] == "complete"
-    assert k["samples"] == rep["samples"]["search"]  # the held-out samples check the answer after the knob search
+    assert k["samples"] == rep["search"]["samples"]["search"]  # the held-out samples check the answer after the knob search
     assert k["evaluations"] == 1 + len(CONFIGS) and k["memo_hits"] == len(CONFIGS)
     plan = knobs.knob_plan(["l15_scale_up"], CONFIGS)
     assert [(t["knobs"], t["why"], t["fallback_size"]) for t in k["trials"]] == [
@@ -64,10 +65,10 @@ def test_knobs_on_ort_cpu_change_nothing_and_are_counted_and_checkpointed(run_cl
         by_set.setdefault(t["fallback_size"], set()).add(t["passed"])
     assert by_set == {1: {True}, 0: {False}}
     assert k["best"] == "default" and k["best_settings"] == {} and 0 < k["tolerance_used"] <= 1
-    assert knobs.ORT_CPU_NOTE in k["note"] and rep["artifacts"]["knob_checkpoints"] == KNOBS_DIR
+    assert knobs.ORT_CPU_NOTE in k["note"] and rep["answer"]["artifacts"]["knob_checkpoints"] == KNOBS_DIR
     files_now = {p.name: _lines(p) for p in (out / KNOBS_DIR).iterdir()}
     assert files_now == {checkpoint_name(c): 2 if c.is_default else 1 for c in CONFIGS}
-    assert "ort_cuda_providers" not in rep["commands"]  # nothing to carry: ort-cpu has no such knobs
+    assert "ort_cuda_providers" not in rep["answer"]["commands"]  # nothing to carry: ort-cpu has no such knobs
     assert "Knobs on ort-cpu (6 configurations, 7 evaluations over" in stdout
     assert "no configuration lets fewer FP32 nodes pass" in (out / "report.md").read_text()
     assert '<section id="knobs">' in (out / "report.html").read_text()
@@ -76,7 +77,7 @@ def test_knobs_on_ort_cpu_change_nothing_and_are_counted_and_checkpointed(run_cl
     code, _, err = run_cli("diagnose", *_args(case, path, files), "--confirm-backend", "ort-cpu", "--knobs", "--out", out,
                            "--resume")
     assert code == 0, err
-    again = json.loads((out / "report.json").read_text())["knobs"]
+    again = json.loads((out / "report.json").read_text())["checks"]["knobs"]
     assert {p.name: _lines(p) for p in (out / KNOBS_DIR).iterdir()} == files_now
     assert again["evaluations"] == k["evaluations"] and again["trials"] == k["trials"]
 
@@ -88,14 +89,14 @@ def test_the_knob_budget_is_what_the_run_left(run_cli, planted_file, tmp_path):
     code, _, err = run_cli("diagnose", *_args(case, path, files), "--confirm-backend", "ort-cpu", "--out", full)
     assert code == 0, err
     before = json.loads((full / "report.json").read_text())
-    spent = before["evaluations"] + before["confirm"]["evaluations"]
+    spent = before["search"]["evaluations"] + before["checks"]["confirm"]["evaluations"]
     code, stdout, err = run_cli("diagnose", *_args(case, path, files), "--confirm-backend", "ort-cpu", "--knobs",
                                 "--max-evaluations", str(spent + 3), "--out", out)
     rep = json.loads((out / "report.json").read_text())
     assert code == 1, err  # the run stopped early: INCOMPLETE (budget exhausted), never a pass
-    k = rep["knobs"]
+    k = rep["checks"]["knobs"]
     assert k["status"] == "budget_exhausted" and k["evaluations"] == 3 and rep["status"] == "budget_exhausted"
-    assert rep["fallback_nodes"] == before["fallback_nodes"] and "stopped early: budget_exhausted" in stdout
+    assert rep["answer"]["fallback_nodes"] == before["answer"]["fallback_nodes"] and "stopped early: budget_exhausted" in stdout
 
 
 def test_a_configuration_with_fewer_nodes_replaces_the_answer(tmp_path):
@@ -128,7 +129,7 @@ def _report_with_knobs(changed: bool) -> Report:
     k = KnobsResult("ort-cuda", [c.label for c in CONFIGS], ["a", "b"], samples=5, evaluations=2, trials=trials,
                     best="use_tf32=1" if changed else "default", best_settings={"use_tf32": "1"} if changed else {},
                     answer=["a"] if changed else ["a", "b"], tolerance_used=0.7 if changed else 0.5)
-    return Report(status="complete", precision="fp16", backend="ort-cuda", fallback_nodes=k.answer, knobs=k)
+    return report_of(status="complete", precision="fp16", backend="ort-cuda", fallback_nodes=k.answer, knobs=k)
 
 
 @pytest.mark.parametrize("changed", [False, True])
@@ -139,9 +140,9 @@ def test_knobs_in_report_json_and_the_reports(changed):
 
     rep = _report_with_knobs(changed)
     data = rep.to_json()
-    assert data["knobs"]["changed_answer"] is changed
+    assert data["checks"]["knobs"]["changed_answer"] is changed
     back = Report.from_json(json.loads(json.dumps(data)))
-    assert back.knobs == rep.knobs
+    assert back.checks.knobs == rep.checks.knobs
     text = knobs_sentence(back)
     if changed:
         assert "with use_tf32=1 the answer needs 1 FP32 node instead of 2" in text and "70.0%" in text
@@ -198,8 +199,9 @@ def test_every_ort_configuration_makes_its_own_backend(tmp_path):
 
 def test_emit_prints_the_provider_options_found(run_cli, tmp_path):
     rep = _report_with_knobs(True)
-    config = knobs.config_of(knobs.ORT_CUDA, rep.knobs.best_settings)
-    rep.commands = emit.emit_all("m.onnx", "fixed.onnx", rep.fallback_nodes, EmitOptions(tolerance=TOL, knob=config))
+    config = knobs.config_of(knobs.ORT_CUDA, rep.checks.knobs.best_settings)
+    rep.answer.commands = emit.emit_all("m.onnx", "fixed.onnx", rep.answer.fallback_nodes,
+                                        EmitOptions(tolerance=TOL, knob=config))
     (tmp_path / "run").mkdir()
     (tmp_path / "run" / "report.json").write_text(json.dumps(rep.to_json()))
     code, out, err = run_cli("emit", tmp_path / "run", "--format", "ort-cuda")
@@ -207,7 +209,7 @@ def test_emit_prints_the_provider_options_found(run_cli, tmp_path):
     label, text = out.strip().split("\n", 1)
     assert label.startswith("# ONNX Runtime CUDA") and text == knobs.ort_providers_text(config)
     assert '"use_tf32": "1"' in out
-    rep.commands = {k: v for k, v in rep.commands.items() if k != "ort_cuda_providers"}
+    rep.answer.commands = {k: v for k, v in rep.answer.commands.items() if k != "ort_cuda_providers"}
     (tmp_path / "run" / "report.json").write_text(json.dumps(rep.to_json()))
     code, _, err = run_cli("emit", tmp_path / "run", "--format", "ort-cuda")
     assert code == 2 and "they come from --knobs on ort-cuda" in err

@@ -57,8 +57,9 @@ def test_submit_wait_status_and_the_shared_capture(env) -> None:
     assert status.returncode == 0, status.stderr
     job = json.loads(status.stdout)
     assert job["state"] == "done" and job["attempts"] == 1 and job["progress"]["phase"] == "done"
-    assert job["report"]["passed"] is True and len(job["report"]["fallback_nodes"]) == 7
-    assert job["result"]["capture_reused"] is False and job["result"]["evaluations"] == job["report"]["evaluations"]
+    assert job["report"]["passed"] is True and len(job["report"]["answer"]["fallback_nodes"]) == 7
+    assert job["result"]["capture_reused"] is False \
+        and job["result"]["evaluations"] == job["report"]["search"]["evaluations"]
 
     # the same model and samples again, this time named by server path: the capture is reused
     again = d.cli("submit", model, "--remote", *[a for f in samples for a in ("--inputs", f)], *_settings_flags(settings),
@@ -68,7 +69,8 @@ def test_submit_wait_status_and_the_shared_capture(env) -> None:
     assert d.cli("wait", second).returncode == 0
     job2 = json.loads(d.cli("status", second, "--json").stdout)
     assert job2["result"]["capture_reused"] is True
-    assert job2["report"]["fallback_nodes"] == job["report"]["fallback_nodes"]  # same answer from the shared capture
+    # same answer from the shared capture
+    assert job2["report"]["answer"]["fallback_nodes"] == job["report"]["answer"]["fallback_nodes"]
     listed = d.cli("jobs")
     assert listed.returncode == 0 and job_id in listed.stdout and second in listed.stdout
     assert httpx.get(f"{d.url}/jobs/{job_id}/report").headers["content-type"].startswith("text/html")
@@ -129,7 +131,7 @@ def test_cancel_running_and_finished_jobs(env) -> None:
     report = httpx.get(f"{d.url}/jobs/{job['id']}/artifacts/report.json").json()
     assert report["status"] == "interrupted"
     lines = httpx.get(f"{d.url}/jobs/{job['id']}/artifacts/search.jsonl").text.splitlines()
-    assert len(lines) == report["evaluations"]  # how many ran before the cancel landed depends on the machine's load
+    assert len(lines) == report["search"]["evaluations"]  # how many ran before the cancel landed depends on the machine's load
     again = httpx.delete(f"{d.url}/jobs/{job['id']}")
     assert again.status_code == 409 and "already cancelled" in again.json()["detail"]
 
@@ -175,7 +177,7 @@ def test_a_report_of_an_earlier_version_is_refused_in_one_line(env) -> None:
     r = httpx.get(summary)
     assert r.status_code == 409, r.text
     assert r.json()["detail"] == (f"job {job['id']}'s report.json: written by an earlier precision-doctor "
-                                  "(schema_version 1; this one reads 2 only): run the diagnosis again to write a "
+                                  "(schema_version 1; this one reads 3 only): run the diagnosis again to write a "
                                   "current report")
     assert httpx.get(f"{d.url}/ui/jobs/{job['id']}").status_code == 200
     assert httpx.get(f"{d.url}/jobs/{job['id']}/artifacts/report.json").json()["schema_version"] == 1

@@ -88,5 +88,5 @@ def test_a_loader_script_runs_only_where_the_daemon_allows_scripts(daemon_state)
     claimed = store.claim("w", os.getpid(), 60.0)
     assert run_claimed_job(state.root, claimed.id, claimed.token, claimed.spec, worker="w") == "done"
     report = json.loads((state.run_dir(job.id) / "report.json").read_text())
-    assert report["samples"]["search"] + report["samples"]["validation"] == 4
+    assert report["search"]["samples"]["search"] + report["search"]["samples"]["validation"] == 4
     assert (state.run_dir(job.id) / "loader_samples.h5").is_file()

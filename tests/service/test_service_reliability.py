@@ -102,7 +102,7 @@ def test_fifty_concurrent_jobs_all_complete_once(tmp_path) -> None:
             runs = (d.state_dir / "jobs" / j["id"] / "runs.log").read_text().splitlines()
             assert len(runs) == 1, (j["id"], runs)
             report = json.loads((d.state_dir / "jobs" / j["id"] / "run" / "report.json").read_text())
-            assert report["evaluations"] == j["result"]["evaluations"]
+            assert report["search"]["evaluations"] == j["result"]["evaluations"]
         reused = sum(j["result"]["capture_reused"] for j in jobs)
         assert reused == 50 - len(models), reused  # one capture per model, shared by the others
         assert httpx.get(f"{d.url}/healthz").json()["jobs"]["done"] == 50

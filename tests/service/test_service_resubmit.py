@@ -64,8 +64,8 @@ def test_an_incomplete_jobs_next_step_resumes_it_as_printed(env, tmp_path) -> No
     sets = [tuple(sorted(x["fallback"])) for x in after]
     assert len(sets) == len(set(sets)) > 2
     report = _report(d, second).json()
-    assert report["status"] == "complete" and report["passed"] and report["evaluations"] == len(after)
-    assert report["service_job"]["id"] == second and report["service_job"]["model"] == model.name
+    assert report["status"] == "complete" and report["passed"] and report["search"]["evaluations"] == len(after)
+    assert report["invocation"]["service_job"]["id"] == second and report["invocation"]["service_job"]["model"] == model.name
     job = d.job(second)
     assert job["spec"]["search"]["max_evaluations"] is None  # the budget is each run's own
     assert f"/jobs/{second}/" in job["spec"]["model"] and json.loads(_report(d, first).text)["status"] == "budget_exhausted"
