@@ -355,7 +355,7 @@ def test_the_other_runtimes_answer_grows_on_the_gated_graph_first_and_the_real_g
         "inputs.files": files, "tolerance.atol": case.atol, "tolerance.rtol": case.rtol,
         "backends.backend": "emulate", "backends.target": "ort-cuda"})
     report = api.diagnose(spec, tmp_path / "run")
-    o, was = report.other_runtime, before.other_runtime
+    o, was = report.checks.other_runtime, before.checks.other_runtime
     assert (o.passed, sorted(o.answer), o.added) == (was.passed, sorted(was.answer), was.added)
     checked = (tmp_path / "run" / "other-tensorrt.jsonl").read_text().splitlines()
     grown = (tmp_path / "run" / "other-tensorrt-gated.jsonl").read_text().splitlines()

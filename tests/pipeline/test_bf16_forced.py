@@ -48,13 +48,13 @@ def _fp32_nodes(fixed: onnx.ModelProto) -> set[str]:
 
 def test_a_bf16_run_keeps_nothing_fp32_ahead_of_time_nor_does_fp16(run_cli, tmp_path):
     rep, fixed = _run(run_cli, tmp_path, "bf16", "bf16")
-    assert rep["fallback_nodes"] == [] and rep["forced_fp32_nodes"] == {} and _fp32_nodes(fixed) == set()
+    assert rep["answer"]["fallback_nodes"] == [] and rep["answer"]["forced_fp32_nodes"] == {} and _fp32_nodes(fixed) == set()
     rep16, fixed16 = _run(run_cli, tmp_path, "fp16", "fp16")
-    assert rep16["forced_fp32_nodes"] == {} and _fp32_nodes(fixed16) == set()
+    assert rep16["answer"]["forced_fp32_nodes"] == {} and _fp32_nodes(fixed16) == set()
 
 
 def test_ops_a_backend_found_refused_join_them(run_cli, tmp_path, monkeypatch):
     monkeypatch.setattr(Backends, "kept_fp32", lambda self: {"Relu": runtime_reason("Relu")})
     rep, fixed = _run(run_cli, tmp_path, "bf16", "kept")
-    assert rep["forced_fp32_nodes"]["relu"] == runtime_reason("Relu") and "relu" in _fp32_nodes(fixed)
+    assert rep["answer"]["forced_fp32_nodes"]["relu"] == runtime_reason("Relu") and "relu" in _fp32_nodes(fixed)
     assert "no BF16 kernel in this ONNX Runtime for Relu" in (tmp_path / "kept" / "report.md").read_text()
