@@ -107,12 +107,13 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
     found = outcome.found
     checked = run_strategy(oracle, ctx.space, lambda o, sp: found if o.passes(found, f"on {name}") else None, ctx.stop)
     verdict = oracle.known(found)
+    gated_evaluations = 0  # those of the growing on the gated graph, where it ran
     report = OtherRuntime(name, backend_name, measured, users, None if verdict is None else verdict.passed,
                           user_share(spec, verdict))
     if verdict is None:
         report.reason = str(checked.reason)
     elif not verdict.passed:  # the check itself is never cut short; growing there spends what the search left
-        checked, evaluations = _grow_there(ctx, oracle, found, backend_name, name)
+        checked, gated_evaluations = _grow_there(ctx, oracle, found, backend_name, name)
         answer = checked.found
         if answer is not None:
             report.answer = [n.name for n in model.nodes if n.name in answer]
@@ -123,7 +124,7 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
             report.reason = f"its answer there is not settled: {checked.reason}"
         elif answer is None:
             report.reason = f"no set passes on {runtime(name).label}, not even with every candidate in FP32"
-    report.evaluations = oracle.evaluations + (evaluations if verdict is not None and not verdict.passed else 0)
+    report.evaluations = oracle.evaluations + gated_evaluations
     return report, checked.reason if checked.status == RunStatus.INTERRUPTED else None
 
 
