@@ -32,6 +32,7 @@ from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.mixed import blocked_ops, build_mixed
 from precision_doctor.graph.model import Model, tensor_types_and_shapes
+from precision_doctor.graph.names import shown
 from precision_doctor.graph.ort_kernels import runtime_reason
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
@@ -97,10 +98,10 @@ def session_keeping_fp32(
             op, mine = _model_node(model, refused, node)
             if op in blocked:
                 raise
-            fused = f"; ONNX Runtime fused it from {mine} ({op})" if mine != node else ""
+            fused = f"; ONNX Runtime fused it from {shown(mine)} ({op})" if mine != node else ""
             kept[op] = runtime_reason(op, refused if fused else None)
-            warn(f"{where}: this ONNX Runtime ({ort.__version__}) has no BF16 kernel for {refused} (node '{node}'"
-                 f"{fused}); every {op} node stays FP32 (fixed.onnx too) and the session is made again")
+            warn(f"{where}: this ONNX Runtime ({ort.__version__}) has no BF16 kernel for {refused} (node "
+                 f"'{shown(node)}'{fused}); every {op} node stays FP32 (fixed.onnx too) and the session is made again")
 
 
 def _model_node(model: Model | None, op: str, node: str) -> tuple[str, str]:
