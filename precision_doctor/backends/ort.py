@@ -98,10 +98,10 @@ def session_keeping_fp32(
             op, mine = _model_node(model, refused, node)
             if op in blocked:
                 raise
-            fused = f"; ONNX Runtime fused it from {shown(mine)} ({op})" if mine != node else ""
+            fused = f"; ONNX Runtime fused it from {shown(mine)} ({shown(op)})" if mine != node else ""
             kept[op] = runtime_reason(op, refused if fused else None)
             warn(f"{where}: this ONNX Runtime ({ort.__version__}) has no BF16 kernel for {refused} (node "
-                 f"'{shown(node)}'{fused}); every {op} node stays FP32 (fixed.onnx too) and the session is made again")
+                 f"'{shown(node)}'{fused}); every {shown(op)} node stays FP32 (fixed.onnx too) and the session is made again")
 
 
 def _model_node(model: Model | None, op: str, node: str) -> tuple[str, str]:
