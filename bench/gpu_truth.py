@@ -49,6 +49,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _large_data import MANIFEST, large_models  # noqa: E402
 from _truth_data import truth_models  # noqa: E402
 
 SEED = 2026
@@ -56,6 +57,17 @@ STOPPED: list[bool] = []  # a SIGTERM came
 
 
 # -- samples and references (the main process, once per model) --------------------------------------------------------
+
+
+def bench_models(data: list[Path], only: set[str] | None) -> list:
+    """The models of every data folder: the truth benchmark's (bench/truth_prepare.py) and the large models'
+    (bench/large_prepare.py: a folder per model holding model.onnx)."""
+    out = []
+    for d in data:
+        about = json.loads((d / MANIFEST).read_text())["models"] if (d / MANIFEST).is_file() else []
+        large = bool(about) and (d / about[0]["name"] / "model.onnx").is_file()
+        out += large_models(d, only) if large else truth_models([d], only)
+    return out
 
 
 def spread(total: int, n: int, seed: int) -> list[int]:
@@ -73,7 +85,11 @@ def materialise(m, work: Path, k: int | None) -> dict:
 
     d = work / m.name
     (d / "samples").mkdir(parents=True, exist_ok=True)
-    (d / "model.onnx").write_bytes(m.onnx_bytes())
+    if hasattr(m, "onnx_path"):  # a large model: its file as it is
+        (d / "model.onnx").unlink(missing_ok=True)
+        (d / "model.onnx").symlink_to(m.onnx_path.resolve())
+    else:
+        (d / "model.onnx").write_bytes(m.onnx_bytes())
     samples = m.samples()
     keep = spread(len(samples), k, SEED) if k else list(range(len(samples)))
     runner = ReferenceRunner(load_model(d / "model.onnx"))
@@ -87,8 +103,9 @@ def materialise(m, work: Path, k: int | None) -> dict:
     unusual = [j for j, i in enumerate(keep) if i in set(m.about["unusual"])]
     return {"name": m.name, "dir": str(d), "samples": len(keep), "labels": labels, "unusual": unusual,
             "tolerance": m.tolerance, "input_shapes": m.about["input_shapes"], "package": m.about["package"],
-            "version": m.about["version"], "member": m.about["member"], "sha256": m.about["sha256"],
-            "why_fair": m.about["why_fair"]}
+            "version": m.about["version"], "member": m.about["member"],
+            "sha256": m.about.get("sha256") or m.about.get("onnx_sha256"), "why_fair": m.about["why_fair"],
+            "params": m.about.get("params"), "nodes": m.about.get("nodes")}
 
 
 # -- one task (its own process) ---------------------------------------------------------------------------------------
@@ -153,6 +170,45 @@ def verdict_label(line: str) -> str | None:
     return head if verdict else None
 
 
+class GpuMemory:
+    """The GPU's memory in use (nvidia-smi, every 0.5 s) while the block runs: its peak above what was in use before
+    (the whole GPU's: one task at a time gives the task's); None without nvidia-smi."""
+
+    def __enter__(self) -> GpuMemory:
+        import threading
+
+        self.readings: list[float] = []
+        self.base = self._read()
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._poll, daemon=True)
+        if self.base is not None:
+            self.thread.start()
+        return self
+
+    def _read(self) -> float | None:
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                                 capture_output=True, text=True, timeout=10).stdout
+            return float(out.split()[0]) / 1024
+        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+            return None
+
+    def _poll(self) -> None:
+        while not self.done.wait(0.5):
+            v = self._read()
+            if v is not None:
+                self.readings.append(v)
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        if self.thread.is_alive():
+            self.thread.join()
+
+    @property
+    def peak_gib(self) -> float | None:
+        return None if self.base is None or not self.readings else max(self.readings) - self.base
+
+
 def run_task(task: dict) -> dict:
     md = Path(task["model"]["dir"])
     m = task["model"]
@@ -204,11 +260,17 @@ def run_task(task: dict) -> dict:
         code = subprocess.run([sys.executable, "-c", "import precision_doctor as p; print(p.__file__)"], env=env,
                               capture_output=True, text=True, cwd=base).stdout.strip()
         # its progress (stderr) straight into this task's log, so that a task cut off shows how far it got
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=None, text=True, cwd=base)
-        print(proc.stdout[:3000], flush=True)  # the verdict
-        headline = next((line.strip() for line in proc.stdout.splitlines() if verdict_label(line)), None)
+        with GpuMemory() as gpu_mem:
+            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=None, text=True, cwd=base)
+            stdout = proc.stdout.read()
+            _, status, usage = os.wait4(proc.pid, 0)  # the diagnose's own peak RSS (KiB on Linux)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+        print(stdout[:3000], flush=True)  # the verdict
+        headline = next((line.strip() for line in stdout.splitlines() if verdict_label(line)), None)
         label = verdict_label(headline or "")
-        rec |= {"given": given, "rc": proc.returncode, "verdict": label, "headline": headline, "code": code}
+        rec |= {"given": given, "rc": proc.returncode, "verdict": label, "headline": headline, "code": code,
+                "peak_rss_gib": usage.ru_maxrss / 2**20, "gpu_mem_peak_gib": gpu_mem.peak_gib,
+                "written_bytes": sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file())}
     rec["diagnose_s"] = time.monotonic() - t0
     report = run_dir / "report.json"
     if report.is_file():
@@ -378,6 +440,22 @@ def tables(records: list[dict], meta: dict) -> str:
                        f"{pct(r.get('flop_share'))} | {r.get('error') or r.get('status')} | {r.get('confirm') or '-'} | "
                        f"{u.get('failures', '-')} ({num(u.get('worst_share'))}x) | {secs(r)} |")
         out.append("")
+    sized = [r for r in records if r["kind"] == "diagnose" and r.get("peak_rss_gib") is not None]
+    if sized:
+        about = {m["name"]: m for m in meta.get("models", [])}
+        out += ["**Resources** (each `diagnose` alone on the machine: its wall time, its peak resident memory, the GPU "
+                "memory in use above what was before it, the bytes its run directory holds):", "",
+                "| code | model | params | nodes | given | wall s | peak RSS GiB | GPU memory GiB | written MB | answer "
+                "nodes (FP32 FLOPs) | verdict | unseen failures (worst share) |", "|" + "---|" * 12]
+        for r in sized:
+            m, u = about.get(r["model"], {}), r.get("unseen") or {}
+            params = f"{m['params'] / 1e6:.0f}M" if m.get("params") else "-"
+            out.append(f"| {r['label']} | {r['model']} | {params} | {m.get('nodes') or '-'} | {r['n']} | "
+                       f"{r['diagnose_s']:.0f} | {r['peak_rss_gib']:.1f} | {num(r.get('gpu_mem_peak_gib'))} | "
+                       f"{r['written_bytes'] / 1e6:.0f} | {r.get('nodes', '-')} ({pct(r.get('flop_share'))}) | "
+                       f"{r.get('verdict') or r.get('status') or '-'} | {u.get('failures', '-')} of "
+                       f"{u.get('samples', '-')} ({num(u.get('worst_share'))}x) |")
+        out.append("")
     out += ["**Reliability** (PASS verdicts: the numbers stated, report.json's held-out bound and prediction, against "
             "the unseen failure rate):", "", "| code | model | given | stated | observed | within the bound | within the "
             "prediction |", "|---|---|---|---|---|---|---|"]
@@ -472,7 +550,7 @@ def main() -> None:
 
         if not cuda_machine():
             sys.exit("no CUDA GPU for ONNX Runtime here: install onnxruntime-gpu, or run with --dry-run")
-    found = truth_models(args.data, set(args.only.split(",")) if args.only else None)
+    found = bench_models(args.data, set(args.only.split(",")) if args.only else None)
     if not found:
         sys.exit(f"no models in {', '.join(map(str, args.data))} (bench/truth_prepare.py --dest DIR makes them)")
     args.out.mkdir(parents=True, exist_ok=True)
@@ -503,7 +581,8 @@ def finish(args, models: list[dict], tasks: list[dict], t0: float) -> None:
     meta = {"command": " ".join(["python3", "bench/gpu_truth.py", *sys.argv[1:]]), "commit": commit,
             "mode": "dry run: emulator searches, ORT CPU judges" if args.dry_run else
             "GPU: ort-cuda-gated searches, ort-cuda confirms, ORT CUDA judges",
-            "machine": f"{platform.node()}, {os.cpu_count()} cores", "wall_s": time.monotonic() - t0}
+            "machine": f"{platform.node()}, {os.cpu_count()} cores", "wall_s": time.monotonic() - t0,
+            "models": [{k: m.get(k) for k in ("name", "params", "nodes")} for m in models]}
     (args.out / "truth.json").write_text(json.dumps({"meta": meta, "models": models, "records": records}, indent=1))
     md = tables(records, meta)
     (args.out / "truth.md").write_text(md + "\n")

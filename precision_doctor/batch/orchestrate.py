@@ -29,6 +29,7 @@ from precision_doctor.batch.jobs import (
     error_row,
     file_lock,
     finished_row,
+    interrupted_row,
     pending_row,
     run_model,
     write_entry,
@@ -155,6 +156,29 @@ def run_batch(
         return _run_batch_locked(specs, source, out_dir, executor, only, rerun, on_start, on_done, t0, stop, defaults)
 
 
+CUT_OFF_WAIT_S = 2.0  # after a stop, how long the batch waits for a killed item's lock before leaving its entry
+
+
+def _cut_off(out_dir: Path, tasks: list[ModelTask]) -> dict[str, SummaryRow]:
+    """After a stop, the rows of the items that had started: those that recorded "interrupted", and those whose
+    entries still say running (their worker was killed before it could record
+    "interrupted": a checkpoint slower than the executor's grace) recorded as interrupted, which they are (both
+    resume alike); an entry whose worker still holds its lock is left as it is."""
+    rows = {}
+    for task in tasks:
+        run_dir = Path(task.run_dir)
+        row = earlier_row(run_dir)
+        if row is not None and row.status == RowStatus.INTERRUPTED:
+            rows[task.name] = row
+        if row is None or row.status != RowStatus.RUNNING:
+            continue
+        with file_lock(out_dir / LOCK_DIR / f"{task.name}.lock", CUT_OFF_WAIT_S) as free:
+            if free and (row := earlier_row(run_dir)) is not None and row.status == RowStatus.RUNNING:
+                rows[task.name] = interrupted_row(task.name)
+                write_entry(run_dir, task, rows[task.name])
+    return rows
+
+
 def _run_batch_locked(
     specs: list[ModelSpec], source: Path, out_dir: Path, executor: Executor | None, only: list[str] | None,
     rerun: bool, on_start: Callable[[list[str], list[str]], None] | None, on_done: Callable[[SummaryRow], None] | None,
@@ -201,15 +225,20 @@ def _run_batch_locked(
     if on_start:
         on_start([t.name for t in tasks], skipped)
     ran = []
-    for done in executor.map(run_model, tasks, stop):
-        task = done.item
-        row = done.result if done.error is None else error_row(task.name, done.error)
-        if done.error is not None and Path(task.run_dir).is_dir():
-            write_entry(Path(task.run_dir), task, row)
-        (skipped if row.reused else ran).append(task.name)
-        rows[task.name] = row = replace(row, reused=False)
+    try:
+        for done in executor.map(run_model, tasks, stop):
+            task = done.item
+            row = done.result if done.error is None else error_row(task.name, done.error)
+            if done.error is not None and Path(task.run_dir).is_dir():
+                write_entry(Path(task.run_dir), task, row)
+            (skipped if row.reused else ran).append(task.name)
+            rows[task.name] = row = replace(row, reused=False)
+            write_summary(RunDir(out_dir), [rows[n] for n in order])
+            if on_done:
+                on_done(row)
+    except BaseException:  # stopped (Ctrl-C, a StopToken): the executor has ended or killed its running items
+        rows.update(_cut_off(out_dir, [t for t in tasks if t.name not in ran and t.name not in skipped]))
         write_summary(RunDir(out_dir), [rows[n] for n in order])
-        if on_done:
-            on_done(row)
+        raise
     final = [rows[n] for n in order]
     return BatchResult(out_dir, final, ran=ran, skipped=skipped, elapsed_s=time.monotonic() - t0)

@@ -64,6 +64,14 @@ def make_session(
         return ort.InferenceSession(str(path), so, providers=list(providers))
 
 
+def shrinking_gpu_arena() -> ort.RunOptions:
+    """Run options that give the CUDA provider's unused arena memory back after the run: for sessions that live
+    side by side and run in turn (a chain's segments), each holding its weights and no more between its runs."""
+    ro = ort.RunOptions()
+    ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "gpu:0")
+    return ro
+
+
 class ModelRunError(SpecError):
     """ONNX Runtime failed while running the model (a dynamic dimension that does not fit, a shape the
     graph cannot take): one line naming the model, the node and its op, suggesting --input-shapes."""
@@ -81,11 +89,12 @@ _ORT_NODE = re.compile(r"running (\w+) node\. Name:'([^']*)'")
 _ORT_STATUS = re.compile(r"Status Message:\s*(?:\S+:\d+\s+)?(?:\S+\s+)?(.*)", re.S)
 
 
-def run_session(session: ort.InferenceSession, names: Sequence[str] | None, feed: dict, model: Any = None) -> list:
-    """`session.run(names, feed)`; an ONNX Runtime failure becomes a ModelRunError naming `model` (a Model
+def run_session(session: ort.InferenceSession, names: Sequence[str] | None, feed: dict, model: Any = None,
+                options: ort.RunOptions | None = None) -> list:
+    """`session.run(names, feed, options)`; an ONNX Runtime failure becomes a ModelRunError naming `model` (a Model
     or a path), the node (by its name in the model, not the tool's rewritten name) and its op."""
     try:
-        return session.run(list(names) if names is not None else None, feed)
+        return session.run(list(names) if names is not None else None, feed, options)
     except Exception as exc:
         if not type(exc).__module__.startswith("onnxruntime"):
             raise

@@ -2,24 +2,22 @@
 precision on exact reference inputs), streamed in bounded groups so that memory does not grow with the model and
 the file does not grow with the model times the samples.
 
-`capture` measures every tensor's error statistics while the runs execute, a group of layers and one sample at a
-time (`run_groups`: each group's sessions have only its tensors as graph outputs), and writes only the tensors asked
-for (the graph outputs; every one with `capture.keep` all). `store_tensors` writes more of them afterwards (the top
-layers of the ranking), `local_errors` gives nodes' local errors without writing anything. `run_in_groups`,
-`capture_run` and `Batches` write whole runs group by group (`probe-ops`, the fixed run under `capture.keep` all).
+`capture` measures every tensor's error statistics while the runs execute, one sample and one group of layers at a
+time (`run_groups`: each run is a chain of one segment per group, `measure/chain.py`, so the model is computed once
+per sample and run), and writes only the tensors asked for (the graph outputs; every one with `capture.keep` all).
+`store_tensors` writes more of them afterwards (the top layers of the ranking), `local_errors` gives nodes' local
+errors without writing anything. `run_in_groups`, `capture_run` and `Batches` write whole runs group by group
+(`probe-ops`, the fixed run under `capture.keep` all).
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import datetime as _dt
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
 import onnxruntime as ort
 from onnx import helper
 
@@ -32,8 +30,9 @@ from precision_doctor.errors import UserError
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph, local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
-from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
+from precision_doctor.graph.ort_session import make_session, run_session, shrinking_gpu_arena, with_outputs
 from precision_doctor.graph.rules import resolve_rules
+from precision_doctor.measure.chain import Chain, plan_chain
 from precision_doctor.measure.stats import ErrorStats, TensorAccumulator, TensorStats
 
 _UNKNOWN_BYTES = 1 << 20
@@ -235,78 +234,52 @@ def run_groups(
     model: Model, samples: Sequence[Sample], fmt: Format, groups: Sequence[RunGroup], *,
     fallback: frozenset[str] = frozenset(), rules: str | None = None, providers: Sequence = (CPU,), stage: str,
     progress: ProgressSink | None = None, stop: StopToken | None = None, gated: GatedGraph | None = None,
-) -> Iterator[tuple[RunGroup, Iterator[SampleValues]]]:
+) -> Iterator[tuple[int, SampleValues]]:
     """The FP32, low-precision (the emulation `rules` with `fallback` in FP32) and local runs of `model` on every
-    sample, one `RunGroup` at a time: each group gets its own sessions, whose graph outputs are only its tensors (and
-    the exact inputs its local nodes read), so no more than one sample's values of one group are held at once.
-    Yields each group and an iterator of its samples' values (to be consumed before the next group); a
-    `CaptureEvent` of `stage` after each session is made and after each sample of each group, so that the longest
-    silence is one sample's runs of one group. `gated`: `gated_graph(model, fmt, rules=rules)` where already made
-    (seconds for a large model)."""
+    sample, each run a chain (`measure/chain.py`) of one segment per `RunGroup`: a segment's graph outputs are its
+    group's tensors and what later segments read, so each run computes the model once per sample and no more than
+    one sample's values of one group (and the tensors still to be read) are held at once. Yields, sample by sample
+    and each group in turn, the group's index and its values; a `CaptureEvent` of `stage` after each segment's
+    session is made and after each group of each sample. `gated`: `gated_graph(model, fmt, rules=rules)` where
+    already made (seconds for a large model)."""
     inputs = set(model.inputs) | (set(samples[0]) if len(samples) else set())
     if gated is None and any(g.lowp for g in groups):
         gated = gated_graph(model, fmt, rules=rules)
     mask = {MASK_INPUT: gated.mask(fallback)} if gated is not None else {}
     total, done = len(groups) * len(samples), 0
-    for group in groups:
-        local_proto, feeds = local_graph(model, fmt, list(group.local), rules) if group.local else (None, [])
-        ref_names = [t for t in dict.fromkeys([*group.reference, *feeds]) if t not in inputs]
-        lowp_names = [t for t in group.lowp if t not in inputs]
 
-        def made(proto, outputs: list[str] | None = None) -> ort.InferenceSession:
-            with _outputs(proto, outputs, model.tensor_types):
-                sess = make_session(proto, providers, optimize=False)
-            notify(progress, CaptureEvent(stage, done, total))  # a large model's session takes seconds to make
-            return sess
+    def made(proto) -> ort.InferenceSession:
+        sess = make_session(proto, providers, optimize=False)
+        notify(progress, CaptureEvent(stage, done, total))  # a large model's session takes seconds to make
+        return sess
 
-        sessions = [
-            made(model.proto, ref_names) if ref_names else None,
-            made(gated.proto, lowp_names) if lowp_names and gated is not None else None,
-            made(local_proto) if local_proto is not None else None,
-        ]
-        local_outs = [o.name for o in local_proto.graph.output] if local_proto is not None else []
-
-        def values(sessions=sessions, ref_names=ref_names, lowp_names=lowp_names, local_outs=local_outs,
-                   feeds=feeds) -> Iterator[SampleValues]:
-            nonlocal done
-            ref_s, lowp_s, local_s = sessions
-            for i, s in enumerate(samples):
-                check(stop)
-                ref = dict(s)
-                if ref_s is not None:
-                    ref.update(zip(ref_names, run_session(ref_s, ref_names, s, model)))
-                lowp = dict(zip(lowp_names, run_session(lowp_s, lowp_names, {**s, **mask}, model))) if lowp_s else {}
-                local = {}
-                if local_s is not None:
-                    outs = run_session(local_s, local_outs, {t: ref[t] for t in feeds}, model)
-                    local = {_strip_local(o): v for o, v in zip(local_outs, outs)}
-                    del outs
-                yield SampleValues(i, ref, lowp, local)
-                del ref, lowp, local
-                done += 1
-                notify(progress, CaptureEvent(stage, done, total))
-
-        yield group, values()
-        del sessions, values, local_proto  # (`values` holds the sessions too) before the next group's are made
-        release_heap()  # between groups: glibc keeps freed heap otherwise (see BENCHMARKS)
-
-
-@contextlib.contextmanager
-def _outputs(proto: onnx.ModelProto, names: list[str] | None, types: dict[str, int]) -> Iterator[None]:
-    """`proto` with graph outputs `names` (None: as it is) while the block runs, its own outputs back after: a
-    session made from a model's proto without copying it (`with_outputs` copies every initializer: hundreds of MB
-    for a large model, on top of the serialized copy ONNX Runtime reads)."""
-    if names is None:
-        yield
-        return
-    saved = [copy.copy(o) for o in proto.graph.output]
-    del proto.graph.output[:]
-    proto.graph.output.extend(helper.make_tensor_value_info(n, types.get(n, 0), None) for n in names)
-    try:
-        yield
-    finally:
-        del proto.graph.output[:]
-        proto.graph.output.extend(saved)
+    locals_ = [local_graph(model, fmt, list(g.local), rules) if g.local else (None, []) for g in groups]
+    ref_targets = [list(dict.fromkeys([*g.reference, *feeds])) for g, (_, feeds) in zip(groups, locals_)]
+    lowp_targets = [[t for t in g.lowp if t not in inputs] for g in groups]
+    carried = model.tensor_types
+    shrink = shrinking_gpu_arena() if device_of(providers) == "cuda" else None  # the segments' sessions side by side
+    ref = Chain(model.proto, plan_chain(model.proto, ref_targets, carried), carried, made, shrink)
+    lowp = (Chain(gated.proto, plan_chain(gated.proto, lowp_targets, carried), carried, made, shrink)
+            if gated is not None and any(lowp_targets) else None)
+    local_runs = [(made(p), [o.name for o in p.graph.output], feeds) if p is not None else None
+                  for p, feeds in locals_]
+    del locals_
+    for i, s in enumerate(samples):
+        check(stop)
+        lowp_values = lowp.run({**s, **mask}, model) if lowp is not None else None
+        for k, values in enumerate(ref.run(s, model)):
+            reference = {**s, **values}
+            low = next(lowp_values) if lowp_values is not None else {}
+            local = {}
+            if local_runs[k] is not None:
+                sess, outs, feeds = local_runs[k]
+                local = {_strip_local(o): v for o, v in
+                         zip(outs, run_session(sess, outs, {t: reference[t] for t in feeds}, model, shrink))}
+            yield k, SampleValues(i, reference, low, local)
+            del reference, low, local, values
+            done += 1
+            notify(progress, CaptureEvent(stage, done, total))
+        release_heap()  # between samples: glibc keeps freed heap otherwise (see BENCHMARKS)
 
 
 Stored = Mapping[str, "frozenset[str] | None"]  # run -> the tensors written to the store (None: every one)
@@ -384,20 +357,19 @@ def capture(
                         accs[t].add(v)
                 out.add(i, s)
         groups = layer_groups(model, model.nodes, budget)
-        for group, runs in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
-                                      stage="statistics", progress=progress, stop=stop, gated=gated):
-            names = {run: [t for t in tensors if _stores(stored, run, t)] for run, tensors in
-                     ((REFERENCE, group.reference), (LOWP, group.lowp),
-                      (LOCAL, [t for n in group.local for t in n.float_outputs]))}
-            with _Writers(store, names, len(samples), budget) as out:
-                for v in runs:
-                    shapes.add(v.index, {t: v.reference[t] for t in group.reference})
-                    for t in group.reference:
-                        acc = accs.get(t)
-                        if acc is not None and acc.needed:
-                            acc.add(v.reference[t], v.lowp.get(t), v.local.get(t))
-                    out.add(v)
-                    del v  # before the next sample's values are computed
+        names = [{run: [t for t in tensors if _stores(stored, run, t)] for run, tensors in
+                  ((REFERENCE, g.reference), (LOWP, g.lowp), (LOCAL, [t for n in g.local for t in n.float_outputs]))}
+                 for g in groups]
+        with _GroupWriters(store, names, len(samples), budget) as out:
+            for k, v in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
+                                   stage="statistics", progress=progress, stop=stop, gated=gated):
+                shapes.add(v.index, {t: v.reference[t] for t in groups[k].reference})
+                for t in groups[k].reference:
+                    acc = accs.get(t)
+                    if acc is not None and acc.needed:
+                        acc.add(v.reference[t], v.lowp.get(t), v.local.get(t))
+                out.add(k, v)
+                del v  # before the next group's values are computed
         stats = {t: acc.result() for t, acc in accs.items()}
         keep_stats(store, stats)
         store.set_shapes(shapes.shapes)
@@ -424,14 +396,13 @@ def store_tensors(
     groups = [RunGroup(tuple(t for k, t in g if k == "t" and t in ref), tuple(t for k, t in g if k == "t" and t in lowp),
                        tuple(n for k, n in g if k == "n"))
               for g in group_by_bytes(items, lambda it: size[it[0]](it[1]), budget)]
-    with ActivationStore(path, "a", compression=compression) as store:
-        for group, runs in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
-                                      stage="tensors", progress=progress, stop=stop, gated=gated):
-            names = {REFERENCE: list(group.reference), LOWP: list(group.lowp),
-                     LOCAL: [t for n in group.local for t in n.float_outputs if t in tensors.get(LOCAL, ())]}
-            with _Writers(store, names, len(samples), budget) as out:
-                for v in runs:
-                    out.add(v)
+    names = [{REFERENCE: list(g.reference), LOWP: list(g.lowp),
+              LOCAL: [t for n in g.local for t in n.float_outputs if t in tensors.get(LOCAL, ())]} for g in groups]
+    with ActivationStore(path, "a", compression=compression) as store, \
+            _GroupWriters(store, names, len(samples), budget) as out:
+        for k, v in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
+                               stage="tensors", progress=progress, stop=stop, gated=gated):
+            out.add(k, v)
 
 
 def local_errors(
@@ -456,13 +427,12 @@ def local_errors(
     accs = {t: TensorAccumulator(fmt, local=True) for n in wanted for t in n.float_outputs}
     groups = [RunGroup(tuple(t for n in g.local for t in n.float_outputs), (), g.local)
               for g in layer_groups(model, wanted, int(group_mb * (1 << 20)), lowp=False)]
-    for _, runs in run_groups(model, samples, fmt, groups, rules=rules, providers=providers, stage="local",
-                              progress=progress, stop=stop):
-        for v in runs:
-            for t, value in v.local.items():
-                if t in accs:
-                    accs[t].add(v.reference[t], local=value)
-            del v
+    for _, v in run_groups(model, samples, fmt, groups, rules=rules, providers=providers, stage="local",
+                           progress=progress, stop=stop):
+        for t, value in v.local.items():
+            if t in accs:
+                accs[t].add(v.reference[t], local=value)
+        del v
     out = {}
     for n in wanted:
         stats = [accs[t].result().local for t in n.float_outputs]
@@ -513,6 +483,25 @@ class _Writers:
 
     def __exit__(self, kind, *rest) -> None:
         for w in self.writers.values():
+            w.__exit__(kind, *rest)
+
+
+class _GroupWriters:
+    """One `_Writers` per `RunGroup` (`names[k]`: its tensors per run), fed each group's values as a chain yields
+    them: each holds up to its share of `budget`, so that all of them together hold about `budget`."""
+
+    def __init__(self, store: ActivationStore, names: Sequence[Mapping[str, list[str]]], n_samples: int, budget: int):
+        share = max(budget // max(len(names), 1), 1)
+        self.groups = [_Writers(store, n, n_samples, share) for n in names]
+
+    def add(self, k: int, v: SampleValues) -> None:
+        self.groups[k].add(v)
+
+    def __enter__(self) -> _GroupWriters:
+        return self
+
+    def __exit__(self, kind, *rest) -> None:
+        for w in self.groups:
             w.__exit__(kind, *rest)
 
 

@@ -240,18 +240,18 @@ def fixed_errors(model: Model, fmt: Format, samples: Sequence[Sample], fallback:
     kept = [o for o in model.outputs if o in {t for n in model.nodes for t in n.float_outputs}]
     outputs: dict[str, list[np.ndarray]] = {o: [] for o in kept}
     groups = layer_groups(model, model.nodes, budget, local=False)
-    for group, runs in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules,
-                                  providers=capture_providers(settings.device), stage=FIXED_RUN, progress=progress,
-                                  stop=stop):
-        names = list(group.lowp) if store is not None else []
-        with Batches(store, FIXED_RUN, names, len(samples), budget) as out:
-            for v in runs:
-                for t in group.lowp:
-                    if t in accs:
-                        accs[t].add(v.lowp[t], v.reference[t])
-                    if store is None and t in outputs:
-                        outputs[t].append(v.lowp[t])
-                if names:
-                    out.add(v.index, [v.lowp[t] for t in names])
+    names = [list(g.lowp) if store is not None else [] for g in groups]
+    writers = [Batches(store, FIXED_RUN, n, len(samples), max(budget // len(groups), 1)) for n in names]
+    for k, v in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules,
+                           providers=capture_providers(settings.device), stage=FIXED_RUN, progress=progress, stop=stop):
+        for t in groups[k].lowp:
+            if t in accs:
+                accs[t].add(v.lowp[t], v.reference[t])
+            if store is None and t in outputs:
+                outputs[t].append(v.lowp[t])
+        if names[k]:
+            writers[k].add(v.index, [v.lowp[t] for t in names[k]])
+    for w in writers:
+        w.__exit__(None)
     errors = {n.name: max((accs[t].result() for t in n.float_outputs), default=0.0) for n in model.candidates}
     return FixedRun(errors, None if store is not None else outputs, {"fallback": ",".join(sorted(fallback))})

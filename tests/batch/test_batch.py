@@ -419,3 +419,22 @@ def test_batch_with_confirm_backend_from_a_recipe(tmp_path):
     rep = json.loads((tmp_path / "out" / "m" / "report.json").read_text())
     assert row.status == "passed" and rep["checks"]["confirm"]["backend"] == "ort-cpu" and rep["checks"]["confirm"]["passed"]
     assert "Checked on ort-cpu" in row.message
+
+
+def test_a_stop_records_a_killed_item_as_interrupted(tmp_path):
+    """After a stop, an item whose worker was killed before it recorded "interrupted" (its entry still says running,
+    its lock free) is recorded as interrupted; one whose worker still holds its lock is left alone."""
+    from precision_doctor.batch.jobs import LOCK_DIR, ModelTask, earlier_row, file_lock, write_entry
+    from precision_doctor.batch.orchestrate import _cut_off
+    from precision_doctor.outcome import RowStatus, SummaryRow
+
+    tasks = [ModelTask(n, str(tmp_path / n), RunSpec(str(tmp_path / f"{n}.onnx")), "key", "hash") for n in "ab"]
+    for t in tasks:
+        Path(t.run_dir).mkdir()
+        write_entry(Path(t.run_dir), t, SummaryRow(t.name, RowStatus.RUNNING))
+    with file_lock(tmp_path / LOCK_DIR / "b.lock", 0) as held:  # b's worker is still alive
+        assert held
+        rows = _cut_off(tmp_path, tasks)
+    assert {n: r.status for n, r in rows.items()} == {"a": RowStatus.INTERRUPTED}
+    assert earlier_row(tmp_path / "a").status == RowStatus.INTERRUPTED
+    assert earlier_row(tmp_path / "b").status == RowStatus.RUNNING

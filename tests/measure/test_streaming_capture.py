@@ -23,6 +23,7 @@ from precision_doctor.graph.emulate import MASK_INPUT, gated_graph, local_graph
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model, from_proto, load_model
 from precision_doctor.measure import capture as capture_module
+from precision_doctor.measure import chain as chain_module
 from precision_doctor.measure.analysis import analyse, tensor_stats
 from precision_doctor.measure.capture import capture, capture_providers, capture_run, local_errors, shape_runs
 from precision_doctor.measure.fidelity import capture_local_with
@@ -128,14 +129,15 @@ def test_memory_holds_one_sample_of_one_group(tmp_path, monkeypatch):
     alive, worst = [], [0]
     real = capture_module.run_session
 
-    def tracked(sess, names, feed, model=None):
-        out = real(sess, names, feed, model)
+    def tracked(sess, names, feed, model=None, options=None):
+        out = real(sess, names, feed, model, options)
         for v in out:
             alive.append(weakref.ref(v))
         worst[0] = max(worst[0], sum(1 for r in alive if r() is not None))
         return out
 
-    monkeypatch.setattr(capture_module, "run_session", tracked)
+    monkeypatch.setattr(capture_module, "run_session", tracked)  # the local run
+    monkeypatch.setattr(chain_module, "run_session", tracked)  # the FP32 and low-precision chains
     nothing = dict.fromkeys((REFERENCE, LOWP, LOCAL), frozenset())  # no tensor written: none held for a write
     capture(model, samples, get_format("fp16"), tmp_path / "c.h5", group_mb=256.0, compression=None, rules=RULES,
             stored=nothing)
@@ -164,6 +166,7 @@ class _VirtualClock:
 
         monkeypatch.setattr(capture_module, "make_session", slow_make)
         monkeypatch.setattr(capture_module, "run_session", slow_run)
+        monkeypatch.setattr(chain_module, "run_session", slow_run)
 
 
 def test_no_capture_phase_is_silent_for_10_seconds(planted_file, tmp_path, monkeypatch):

@@ -1,0 +1,76 @@
+"""A run as a chain of segments (measure/chain.py): every node of the model runs once per sample however many groups
+the capture cuts it into, the values are those of one session over the whole graph, and the emulation graph (whose
+nodes read tensors inside If branches) chains the same way."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from precision_doctor import planted
+from precision_doctor.graph.emulate import MASK_INPUT, gated_graph
+from precision_doctor.graph.formats import get_format
+from precision_doctor.graph.model import from_proto
+from precision_doctor.graph.ort_session import make_session, with_outputs
+from precision_doctor.measure.chain import Chain, plan_chain
+from precision_doctor.spec import BackendSpec
+
+NAMES = sorted(planted.CASES)
+
+
+def _whole(proto, names, feed, model):
+    """One session over the whole graph with `names` as its outputs."""
+    sess = make_session(with_outputs(proto, names, model.tensor_types), optimize=False)
+    return dict(zip(names, sess.run(names, feed)))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_one_group_per_node_runs_every_node_once(name):
+    case = planted.CASES[name]()
+    model = from_proto(case.model)
+    targets = [[t for t in n.outputs if t] for n in model.nodes]
+    plan = plan_chain(model.proto, targets, model.tensor_types)
+    assert sorted(i for seg in plan for i in seg.nodes) == list(range(len(model.nodes)))  # each node once
+    chain = Chain(model.proto, plan, model.tensor_types, lambda p: make_session(p, optimize=False))
+    sample = case.samples(1, seed=3)[0]
+    got = {t: v for values in chain.run(sample, model) for t, v in values.items()}
+    want = _whole(model.proto, [t for ts in targets for t in ts], sample, model)
+    assert set(got) == set(want)
+    for t in want:
+        np.testing.assert_array_equal(got[t], want[t], err_msg=t)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_emulation_graph_chains_with_its_gates_and_branches(name):
+    """The gated graph's nodes that stand for a model's node are cut where the model's are; what only they compute
+    (the gates read from the mask, rounded copies) is computed again where a segment needs it."""
+    case = planted.CASES[name]()
+    model = from_proto(case.model)
+    gated = gated_graph(model, get_format("fp16"), rules=BackendSpec().rules)
+    targets = [list(n.float_outputs) for n in model.nodes]
+    plan = plan_chain(gated.proto, targets, model.tensor_types)
+    ifs = [i for i, n in enumerate(gated.proto.graph.node) if n.op_type == "If"]
+    assert sorted(i for seg in plan for i in seg.nodes if i in ifs) == ifs  # each wrapped node once
+    chain = Chain(gated.proto, plan, model.tensor_types, lambda p: make_session(p, optimize=False))
+    sample = case.samples(1, seed=4)[0]
+    fallback = frozenset(n.name for n in model.candidates[::2])
+    feed = {**sample, MASK_INPUT: gated.mask(fallback)}
+    got = {t: v for values in chain.run(feed, model) for t, v in values.items()}
+    want = _whole(gated.proto, [t for ts in targets for t in ts], feed, model)
+    for t in want:
+        np.testing.assert_array_equal(got[t], want[t], err_msg=t)
+
+
+def test_targets_out_of_order_are_carried_not_computed_again():
+    """A later group's target that an earlier segment computed is fed from it (held until then), not recomputed."""
+    case = planted.CASES["three_defects"]()
+    model = from_proto(case.model)
+    first, last = model.nodes[0].outputs[0], model.nodes[-1].outputs[0]
+    plan = plan_chain(model.proto, [[last], [first]], model.tensor_types)
+    assert plan[1].nodes == () and plan[1].inputs == (first,) and first in plan[0].outputs
+    chain = Chain(model.proto, plan, model.tensor_types, lambda p: make_session(p, optimize=False))
+    sample = case.samples(1, seed=5)[0]
+    got = [v for values in chain.run(sample, model) for v in values.values()]
+    want = _whole(model.proto, [last, first], sample, model)
+    np.testing.assert_array_equal(got[0], want[last])
+    np.testing.assert_array_equal(got[1], want[first])
