@@ -70,6 +70,11 @@ def bench_models(data: list[Path], only: set[str] | None) -> list:
     return out
 
 
+def shapes_flags(shapes) -> list[str]:
+    """`--input-shapes` values: the truth manifests' ("NAME:[a, b]") as they are, the large ones' ({NAME: [a, b]})."""
+    return [f"{k}:{list(v)}" for k, v in shapes.items()] if isinstance(shapes, dict) else list(shapes)
+
+
 def spread(total: int, n: int, seed: int) -> list[int]:
     """n of range(total), one in each stretch of total/n, at a seeded offset within the stretch."""
     if n >= total:
@@ -102,7 +107,7 @@ def materialise(m, work: Path, k: int | None) -> dict:
     labels = [m.about["labels"][i] for i in keep]
     unusual = [j for j, i in enumerate(keep) if i in set(m.about["unusual"])]
     return {"name": m.name, "dir": str(d), "samples": len(keep), "labels": labels, "unusual": unusual,
-            "tolerance": m.tolerance, "input_shapes": m.about["input_shapes"], "package": m.about["package"],
+            "tolerance": m.tolerance, "input_shapes": shapes_flags(m.about["input_shapes"]), "package": m.about["package"],
             "version": m.about["version"], "member": m.about["member"],
             "sha256": m.about.get("sha256") or m.about.get("onnx_sha256"), "why_fair": m.about["why_fair"],
             "params": m.about.get("params"), "nodes": m.about.get("nodes")}

@@ -238,7 +238,8 @@ def _plain_line(plain: PlainProgress, said: list, job) -> None:
         return
     said[:] = [(job.state, p.phase), now]
     best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
-    plain.line(f"job {job.id}: {job.state} {p.phase}, {counted(p.evaluations, 'evaluation')}{best}")
+    for_s = "" if p.phase_for_s is None or job.terminal else f" ({p.phase_for_s:.0f} s)"
+    plain.line(f"job {job.id}: {job.state} {p.phase}{for_s}, {counted(p.evaluations, 'evaluation')}{best}")
 
 
 def _fetch(client, job_id: str, patience_s: float = 0.0):

@@ -42,6 +42,9 @@ class Progress:
     capture: CaptureProgress | None = None
     phase_s: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # seconds the current phase had run when this was written: a step that sends no event (a large model's load, a
+    # capture's sample) still changes the job every `workers.BEAT_S`, so its event stream is never silent for long
+    phase_for_s: float | None = None
 
     def to_json(self) -> dict:
         return JOB_JSON.to_json(self)

@@ -53,6 +53,7 @@ from precision_doctor.service.store import Store, StoreError
 ORPHAN_GRACE_S = 20.0  # after the daemon is gone: the job's time to reach a safe point
 LOCK_WAIT_S = 60.0  # how long a worker waits for a job's run directory (a worker of a killed daemon may hold it)
 PROGRESS_EVERY_S = 0.25
+BEAT_S = 8.0  # a running job's progress is written at least this often (its events: no silence over 10 s)
 LEASE_S = 20.0
 RECORD_PATIENCE_S = 600.0  # how long a worker retries recording its job's outcome while the store refuses writes
 CACHE_MB = 4096.0
@@ -117,12 +118,15 @@ class Pulse(threading.Thread):
             if final:
                 self._close_phase()
             self.dirty = False
-            return dataclasses.replace(self.progress, phase_s=dict(self.progress.phase_s))
+            for_s = None if final else round(time.monotonic() - self.phase_started, 1)
+            return dataclasses.replace(self.progress, phase_s=dict(self.progress.phase_s), phase_for_s=for_s)
 
     def run(self) -> None:
-        last_beat = 0.0
+        last_beat = last_write = 0.0
         while not self.done.wait(PROGRESS_EVERY_S):
             now = time.monotonic()
+            if now - last_write >= BEAT_S:
+                self.dirty = True  # a beat: no event came for a while, the job still says how long its phase has run
             gone = self.daemon_gone is not None and self.daemon_gone.is_set()
             if gone and not self.stop_token.stopped:
                 self.stop_token.stop("shutdown")
@@ -139,8 +143,11 @@ class Pulse(threading.Thread):
                     self._failed(f"reading job {self.job_id} failed: {one_line(exc)}")
                 continue
             try:
+                wrote = self.dirty
                 ours, cancel = self.store.heartbeat(self.job_id, self.token, self.lease_s,
-                                                    self.snapshot() if self.dirty else None)
+                                                    self.snapshot() if wrote else None)
+                if wrote:
+                    last_write = now
             except Exception as exc:  # a locked or vanished database: try again next tick
                 self.dirty = True
                 self._failed(f"heartbeat of job {self.job_id} failed: {one_line(exc)}")

@@ -118,3 +118,35 @@ def test_the_supervisor_runs_workers_through_any_launcher(tmp_path) -> None:
     finally:
         supervisor.close(grace_s=30)
     assert supervisor.alive() == 0
+
+
+def test_a_silent_step_still_changes_the_job_every_beat(tmp_path, monkeypatch) -> None:
+    """A running job whose step sends no progress event (a large model's load, one capture sample) is still written
+    every `BEAT_S` with how long its phase has run: its event stream (a `job` event per change) is never silent for
+    long (issue 35: no phase silent over 10 s, in the service's job events too)."""
+    from precision_doctor.control import PhaseEvent, StopToken
+    from precision_doctor.service import workers
+
+    monkeypatch.setattr(workers, "BEAT_S", 0.5)  # the service's is 8 s: the same loop, in less time
+    state = StateDir(tmp_path / "state")
+    state.root.mkdir()
+    store = Store(state.db)
+    job = store.create("m", {"model": "m.onnx"})
+    claimed = store.claim("w", os.getpid(), 60.0)
+    pulse = workers.Pulse(store, job.id, claimed.token, 60.0, StopToken(), None)
+    pulse.on_progress(PhaseEvent("capture"))
+    pulse.start()
+    seen: list[tuple[int, float | None]] = []
+    try:
+        t_end = time.monotonic() + 3.0
+        while time.monotonic() < t_end:  # no event at all in these 3 s
+            j = store.get(job.id)
+            if not seen or seen[-1][0] != j.version:
+                seen.append((j.version, j.progress.phase_for_s))
+            time.sleep(0.05)
+    finally:
+        pulse.close()
+    assert len(seen) >= 5, seen  # about one write per 0.5 s beat
+    fors = [f for _, f in seen[1:]]
+    assert all(f is not None for f in fors) and fors == sorted(fors) and fors[-1] >= 2.0, seen
+    assert store.get(job.id).progress.phase == "capture"
