@@ -7,6 +7,10 @@ capture settings (8 captured samples, `capture.keep` default); bytes written are
 model included) and `load_at_end` the machine's load average, since other work on the machine skews wall times.
 
     .venv/bin/python bench/stream_capture.py example nudenet minilm --zoo /tmp/stream-zoo --models /tmp/stream-models
+    .venv/bin/python bench/stream_capture.py example nudenet mpnet isnet --before /tmp/before --label chained
+
+`--before DIR`: each model with DIR's precision_doctor, then with this tree's, and the ratios (after / before).
+`isnet`, `mpnet`: bench/large_prepare.py's ISNet 1024x1024 and MPNet-base (`--large`, `--large-samples` each).
 
 `nudenet`: `precision-doctor zoo fetch --dest ZOO --name nudenet-320n`; `minilm`: bench/export_minilm.py MODELS.
 Results in bench/out/stream_capture_LABEL.json (`--label`).
@@ -47,7 +51,31 @@ def spec_for(name: str, zoo: Path, models: Path, keep: str | None):
         files = tuple(sorted(glob.glob(str(models / "minilm_inputs/*.npz"))))
         return RunSpec(str(models / "minilm.onnx"), inputs=InputSpec(files=files), tolerance=Tolerance(1e-3, 1e-3),
                        capture=capture)
+    if name in ("isnet", "mpnet"):  # bench/large_prepare.py's models: the first LARGE_SAMPLES samples, all captured
+        folder = models / f"{name}-feeds"
+        files = tuple(sorted(str(p) for p in folder.glob("s*.npz")))
+        about = json.loads((folder / "about.json").read_text())
+        return RunSpec(about["onnx"], inputs=InputSpec(files=files), tolerance=Tolerance(**about["tolerance"]),
+                       capture=CaptureSpec(max_samples=len(files)) if keep is None else CaptureSpec(
+                           max_samples=len(files), keep=keep))
     raise SystemExit(f"unknown model {name}")
+
+
+LARGE = {"isnet": "isnet-1024", "mpnet": "mpnet-base"}
+
+
+def large_feeds(name: str, large: Path, models: Path, n: int) -> None:
+    """MODELS/<name>-feeds: the first `n` samples of a large model (bench/large_prepare.py's folder `large`) as the
+    npz feeds `diagnose --inputs` reads, with the model's path and tolerance."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    from _large_data import large_models
+
+    m = large_models(large, {LARGE[name]})[0]
+    folder = models / f"{name}-feeds"
+    for old in folder.glob("s*.npz"):
+        old.unlink()
+    m.write_feeds(folder, only=list(range(n)))
+    (folder / "about.json").write_text(json.dumps({"onnx": str(m.onnx_path.resolve()), "tolerance": m.tolerance}))
 
 
 def child(name: str, zoo: Path, models: Path, out: Path, keep: str | None) -> dict:
@@ -76,6 +104,11 @@ def main() -> None:
     ap.add_argument("--models", dest="model_dir", type=Path, default=Path("/tmp/stream-models"))
     ap.add_argument("--keep", default=None, help="capture.keep (default: the RunSpec's)")
     ap.add_argument("--label", default="run")
+    ap.add_argument("--large", type=Path, default=ROOT / ".large", help="bench/large_prepare.py's folder (isnet, mpnet)")
+    ap.add_argument("--large-samples", type=int, default=2, help="samples of isnet and mpnet (all captured)")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a folder holding an earlier precision_doctor/ (git archive REV precision_doctor | tar -x -C "
+                         "DIR): each model runs with it, then with this tree, side by side")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -83,15 +116,27 @@ def main() -> None:
         print(json.dumps(child(args.models[0], args.zoo, args.model_dir, args.out, args.keep)))
         return
     rows = []
+    codes = [("before", args.before), (args.label, None)] if args.before else [(args.label, None)]
     for name in args.models:
-        with tempfile.TemporaryDirectory(prefix="pd-stream-bench-") as tmp:
-            cmd = [sys.executable, __file__, name, "--zoo", str(args.zoo), "--models", str(args.model_dir),
-                   "--child", "--out", str(Path(tmp) / "run")] + (["--keep", args.keep] if args.keep else [])
-            done = subprocess.run(cmd, capture_output=True, text=True, check=True)
-            row = json.loads(done.stdout.strip().splitlines()[-1])
-            row["label"] = args.label
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+        if name in LARGE:
+            large_feeds(name, args.large, args.model_dir, args.large_samples)
+        for label, package in codes:
+            with tempfile.TemporaryDirectory(prefix="pd-stream-bench-") as tmp:
+                cmd = [sys.executable, __file__, name, "--zoo", str(args.zoo), "--models", str(args.model_dir),
+                       "--child", "--out", str(Path(tmp) / "run")] + (["--keep", args.keep] if args.keep else [])
+                env = dict(os.environ)
+                if package is not None:  # its precision_doctor first (this script's folder is not the tree's root)
+                    env["PYTHONPATH"] = os.pathsep.join([str(package.resolve()), env.get("PYTHONPATH", "")])
+                done = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
+                row = json.loads(done.stdout.strip().splitlines()[-1])
+                row["label"] = label
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+        if args.before:
+            b, a = rows[-2], rows[-1]
+            print(f"{name}: wall {a['wall_s'] / b['wall_s']:.2f}x, peak RSS {a['peak_rss_mib'] / b['peak_rss_mib']:.2f}x, "
+                  f"written {a['written_bytes'] / max(b['written_bytes'], 1):.2f}x, same top layers: "
+                  f"{a['top'] == b['top']}", flush=True)
     write_results(f"stream_capture_{args.label}", {"rows": rows})
 
 
