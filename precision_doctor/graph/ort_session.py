@@ -64,9 +64,12 @@ def make_session(
         return ort.InferenceSession(str(path), so, providers=list(providers))
 
 
-def shrinking_gpu_arena() -> ort.RunOptions:
-    """Run options that give the CUDA provider's unused arena memory back after the run: for sessions that live
-    side by side and run in turn (a chain's segments), each holding its weights and no more between its runs."""
+def shrinking_gpu_arena(session: ort.InferenceSession) -> ort.RunOptions | None:
+    """For a session that runs on the CUDA provider, run options that give its unused arena memory back after each
+    run (for sessions that live side by side and run in turn, a chain's segments: each holds its weights and no more
+    between its runs); None for any other (ONNX Runtime refuses the option where no GPU arena is registered)."""
+    if "CUDAExecutionProvider" not in session.get_providers():
+        return None
     ro = ort.RunOptions()
     ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "gpu:0")
     return ro

@@ -257,12 +257,14 @@ def run_groups(
     ref_targets = [list(dict.fromkeys([*g.reference, *feeds])) for g, (_, feeds) in zip(groups, locals_)]
     lowp_targets = [[t for t in g.lowp if t not in inputs] for g in groups]
     carried = model.tensor_types
-    shrink = shrinking_gpu_arena() if device_of(providers) == "cuda" else None  # the segments' sessions side by side
-    ref = Chain(model.proto, plan_chain(model.proto, ref_targets, carried), carried, made, shrink)
-    lowp = (Chain(gated.proto, plan_chain(gated.proto, lowp_targets, carried), carried, made, shrink)
+    ref = Chain(model.proto, plan_chain(model.proto, ref_targets, carried), carried, made)
+    lowp = (Chain(gated.proto, plan_chain(gated.proto, lowp_targets, carried), carried, made)
             if gated is not None and any(lowp_targets) else None)
-    local_runs = [(made(p), [o.name for o in p.graph.output], feeds) if p is not None else None
-                  for p, feeds in locals_]
+    local_runs: list[tuple | None] = []  # per group: its local session, outputs, feeds and run options
+    for p, feeds in locals_:
+        sess = made(p) if p is not None else None
+        local_runs.append(None if sess is None else (sess, [o.name for o in p.graph.output], feeds,
+                                                     shrinking_gpu_arena(sess)))
     del locals_
     for i, s in enumerate(samples):
         check(stop)
@@ -272,9 +274,9 @@ def run_groups(
             low = next(lowp_values) if lowp_values is not None else {}
             local = {}
             if local_runs[k] is not None:
-                sess, outs, feeds = local_runs[k]
+                sess, outs, feeds, options = local_runs[k]
                 local = {_strip_local(o): v for o, v in
-                         zip(outs, run_session(sess, outs, {t: reference[t] for t in feeds}, model, shrink))}
+                         zip(outs, run_session(sess, outs, {t: reference[t] for t in feeds}, model, options))}
             yield k, SampleValues(i, reference, low, local)
             del reference, low, local, values
             done += 1

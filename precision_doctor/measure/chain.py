@@ -16,7 +16,7 @@ import onnx
 from onnx import helper
 
 from precision_doctor.graph.model import implicit_inputs
-from precision_doctor.graph.ort_session import run_session
+from precision_doctor.graph.ort_session import run_session, shrinking_gpu_arena
 
 
 @dataclass(frozen=True)
@@ -98,13 +98,14 @@ def segment_proto(proto: onnx.ModelProto, seg: Segment, types: Mapping[str, int]
 
 class Chain:
     """The sessions of a planned chain (`make` turns a segment's model into a session) and, per sample, the run
-    through them: `run` yields each segment's targets in turn, holding only what later segments still read.
-    `options`: ONNX Runtime's RunOptions for every run (`shrinking_gpu_arena` on a GPU)."""
+    through them: `run` yields each segment's targets in turn, holding only what later segments still read (a
+    segment on the GPU gives its arena's unused memory back after each run: `shrinking_gpu_arena`)."""
 
     def __init__(self, proto: onnx.ModelProto, plan: Sequence[Segment], types: Mapping[str, int],
-                 make: Callable[[onnx.ModelProto], object], options: object = None):
-        self.plan, self.options = list(plan), options
+                 make: Callable[[onnx.ModelProto], object]):
+        self.plan = list(plan)
         self.sessions = [make(segment_proto(proto, seg, types)) if seg.outputs else None for seg in self.plan]
+        self.options = [shrinking_gpu_arena(s) if s is not None else None for s in self.sessions]
         last: dict[str, int] = {}
         for k, seg in enumerate(self.plan):
             for t in (*seg.inputs, *seg.targets):
@@ -114,10 +115,10 @@ class Chain:
     def run(self, feed: Mapping[str, np.ndarray], model: object = None) -> Iterator[dict[str, np.ndarray]]:
         """One sample (`feed`: the graph inputs) through every segment: each segment's targets by name."""
         live = dict(feed)
-        for seg, sess, drop in zip(self.plan, self.sessions, self.drop):
+        for seg, sess, options, drop in zip(self.plan, self.sessions, self.options, self.drop):
             if sess is not None:
                 feed_k = {t: live[t] for t in seg.inputs}
-                live.update(zip(seg.outputs, run_session(sess, seg.outputs, feed_k, model, self.options)))
+                live.update(zip(seg.outputs, run_session(sess, seg.outputs, feed_k, model, options)))
             yield {t: live[t] for t in seg.targets}
             for t in drop:
                 if t not in feed:

@@ -74,3 +74,14 @@ def test_targets_out_of_order_are_carried_not_computed_again():
     want = _whole(model.proto, [last, first], sample, model)
     np.testing.assert_array_equal(got[0], want[last])
     np.testing.assert_array_equal(got[1], want[first])
+
+
+def test_only_a_session_on_the_gpu_gives_its_arena_back():
+    """The arena-shrinking run options go to sessions that run on the CUDA provider only: ONNX Runtime refuses them
+    where no GPU arena is registered (a CPU session, or a CUDA one that fell back to the CPU)."""
+    from precision_doctor.graph.ort_session import shrinking_gpu_arena
+
+    case = planted.CASES["three_defects"]()
+    sess = make_session(case.model, optimize=False)
+    assert shrinking_gpu_arena(sess) is None
+    sess.run(None, case.samples(1, seed=6)[0], shrinking_gpu_arena(sess))
