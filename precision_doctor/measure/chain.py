@@ -45,7 +45,7 @@ def plan_chain(proto: onnx.ModelProto, targets: Sequence[Sequence[str]], carried
             if t:
                 producer.setdefault(t, i)
     given = {i.name for i in graph.input}
-    consts = {i.name for i in graph.initializer}
+    consts = {i.name for i in graph.initializer} | {i.values.name for i in graph.sparse_initializer}
     computed: dict[str, int] = {}  # carried tensor -> the segment that first computed it
     plans: list[tuple[set[int], set[str], tuple[str, ...]]] = []
     for k, wanted in enumerate(targets):
@@ -90,7 +90,8 @@ def segment_proto(proto: onnx.ModelProto, seg: Segment, types: Mapping[str, int]
               for t in seg.inputs]
     outputs = [helper.make_tensor_value_info(t, types.get(t, 0), None) for t in seg.outputs]
     g = helper.make_graph(nodes, graph.name, inputs, outputs,
-                          initializer=[x for x in graph.initializer if x.name in read])
+                          initializer=[x for x in graph.initializer if x.name in read],
+                          sparse_initializer=[x for x in graph.sparse_initializer if x.values.name in read])
     m = helper.make_model(g, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
     m.functions.extend(proto.functions)
     return m
