@@ -31,6 +31,7 @@ import io
 import json
 import math
 import os
+import threading
 import zipfile
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
@@ -213,7 +214,8 @@ def _npz_arrays(zf: zipfile.ZipFile, where: str, check: Callable[[str, tuple, np
     for name, info in members.items():
         with zf.open(info) as member:
             try:
-                out[name] = npy.read_array(member, allow_pickle=False)
+                with NPY_HEADERS:
+                    out[name] = npy.read_array(member, allow_pickle=False)
             except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:
                 raise UserError(f"{where}: array '{name}' is damaged (file cut short?): {exc}") from exc
     return out
@@ -393,14 +395,21 @@ class ArrayRows:
             del _open_rows[id(self)]
 
 
+# NumPy parses a .npy header with ast.literal_eval, which CPython 3.11 cannot run in two threads at once ("SystemError:
+# AST constructor recursion depth mismatch", python/cpython gh-106905): every header this module parses, one at a time
+# (threads of one process reading samples: a service's thread workers, an embedding application)
+NPY_HEADERS = threading.RLock()
+
+
 def _full_header(f) -> tuple[tuple[int, ...], np.dtype, bool]:
     version = npy.read_magic(f)
-    if version == (1, 0):
-        shape, fortran, dtype = npy.read_array_header_1_0(f)
-    elif version == (2, 0):
-        shape, fortran, dtype = npy.read_array_header_2_0(f)
-    else:
-        raise ValueError(f".npy format version {version} (only 1.0 and 2.0 hold plain arrays)")
+    with NPY_HEADERS:
+        if version == (1, 0):
+            shape, fortran, dtype = npy.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = npy.read_array_header_2_0(f)
+        else:
+            raise ValueError(f".npy format version {version} (only 1.0 and 2.0 hold plain arrays)")
     return tuple(shape), dtype, bool(fortran)
 
 
@@ -589,7 +598,8 @@ def _npy_payload(data: bytes, where: str) -> np.ndarray:
     if need > len(data) - f.tell():
         raise UserError(f"{where}: an array declares shape {list(shape)} ({need:,} bytes) but its payload holds "
                         f"{len(data) - f.tell():,} bytes (cut short?)")
-    return np.load(io.BytesIO(data), allow_pickle=False)
+    with NPY_HEADERS:
+        return np.load(io.BytesIO(data), allow_pickle=False)
 
 
 def _npz_payload(data: bytes, where: str, limit: int, holder: str, budget: list[int]) -> np.ndarray:

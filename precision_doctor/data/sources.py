@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from precision_doctor.data.arrayfiles import (
+    NPY_HEADERS,
     ArrayRows,
     Bounds,
     declared_bytes,
@@ -290,7 +291,8 @@ class WholeFile:
             shape, dtype = npy_header(self.path)
             name = str(self.single_input)
             self.bounds.check(f"inputs file {self.path}", name, shape, dtype)
-            return {name: np.load(self.path, allow_pickle=False)}
+            with NPY_HEADERS:  # (numpy's header parse is not thread-safe on CPython 3.11)
+                return {name: np.load(self.path, allow_pickle=False)}
         return read_h5(self.path, self.bounds)
 
 

@@ -402,3 +402,34 @@ def test_a_diagnosed_model_with_such_an_input_says_so_in_its_scripts(tmp_path):
     ran, calls = _stubbed(tmp_path, tmp_path / "run" / "trtexec.sh")
     assert ran.returncode == 2 and not calls
     assert shlex.quote("it's:[1,16]") in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_no_two_threads_parse_an_npy_header_at_once(tmp_path, monkeypatch):
+    """NumPy parses .npy headers with ast.literal_eval, which CPython 3.11 cannot run in two threads at once (a
+    service's thread workers failed a job with "SystemError: AST constructor recursion depth mismatch"): while one
+    header is parsed, another thread cannot take the lock every header parse and array read goes through."""
+    import threading
+
+    import numpy.lib.format as npy
+
+    from precision_doctor.data import arrayfiles
+    from precision_doctor.data.arrayfiles import NPY_HEADERS, read_npz
+
+    path = tmp_path / "s.npz"
+    np.savez(path, x=np.zeros((2, 3), np.float32), y=np.ones(4, np.float32))
+    others_could: list[bool] = []
+    real = npy.read_array_header_1_0
+
+    def parse(f, *a, **k):
+        got: list[bool] = []
+        t = threading.Thread(target=lambda: got.append(NPY_HEADERS.acquire(blocking=False)))
+        t.start()
+        t.join()
+        if got[0]:
+            NPY_HEADERS.release()
+        others_could.append(got[0])
+        return real(f, *a, **k)
+
+    monkeypatch.setattr(npy, "read_array_header_1_0", parse)
+    out = read_npz(path, arrayfiles.Bounds())
+    assert sorted(out) == ["x", "y"] and others_could and not any(others_could), others_could
