@@ -144,7 +144,7 @@ def from_proto(
     renamed = name_nodes(proto.graph, unsafe_names)
     _check_io_types(proto.graph, where)
     try:
-        onnx.checker.check_model(proto, full_check=False) if proto.ByteSize() < _TWO_GB else None
+        onnx.checker.check_model(proto, full_check=False) if not over_protobuf_limit(proto) else None
     except onnx.checker.ValidationError as exc:
         raise UserError(f"{where}: invalid ONNX model: {str(exc).splitlines()[0][:200]}") from exc
     check_runtime_support(proto, where)
@@ -300,6 +300,15 @@ def _check_text(graph: onnx.GraphProto, where: str) -> None:
     walk(graph, True)
 
 
+def over_protobuf_limit(proto: onnx.ModelProto, margin: int = 0) -> bool:
+    """Whether `proto` is too large to serialize as one message (protobuf's 2 GB, less `margin`): such a model's
+    weights go to an external data file. Past the limit protobuf refuses even to say its size (EncodeError)."""
+    try:
+        return proto.ByteSize() >= _TWO_GB - margin
+    except Exception:  # google.protobuf.message.EncodeError: "Failed to serialize proto"
+        return True
+
+
 def hash_model(proto: onnx.ModelProto) -> str:
     """A stable SHA-256 of graph structure and weights (works past the 2 GB protobuf limit)."""
     h = hashlib.sha256()
@@ -354,7 +363,7 @@ def set_input_shapes(proto: onnx.ModelProto, shapes: dict[str, list[int]]) -> No
 def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
     """ONNX shape inference with data propagation; the input on failure (custom ops, huge models)."""
     try:
-        if proto.ByteSize() >= _TWO_GB:
+        if over_protobuf_limit(proto):
             return _infer_shapes_large(proto)
         return onnx.shape_inference.infer_shapes(proto, data_prop=True)
     except Exception:

@@ -17,8 +17,8 @@ import onnxruntime as ort
 from onnx import helper
 
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.graph.model import over_protobuf_limit
 
-_TWO_GB = 2**31
 ORT_TYPES = {
     "tensor(float)": onnx.TensorProto.FLOAT,
     "tensor(float16)": onnx.TensorProto.FLOAT16,
@@ -56,7 +56,7 @@ def make_session(
     threads = threads or int(os.environ.get("PRECISION_DOCTOR_ORT_THREADS") or 0)  # set by batch workers
     if threads:
         so.intra_op_num_threads = threads
-    if proto.ByteSize() < _TWO_GB:
+    if not over_protobuf_limit(proto):
         return ort.InferenceSession(proto.SerializeToString(), so, providers=list(providers))
     with tempfile.TemporaryDirectory(prefix="pd-ort-") as tmp:
         path = Path(tmp) / "model.onnx"

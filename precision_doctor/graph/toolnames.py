@@ -28,7 +28,7 @@ from pathlib import Path
 
 import onnx
 
-from precision_doctor.graph.model import Model
+from precision_doctor.graph.model import Model, over_protobuf_limit
 from precision_doctor.runfiles import RunDir
 
 UNNAMED_PREFIX = "node_of_"  # what TensorRT's parser calls an unnamed node (and its first layer)
@@ -87,10 +87,7 @@ def save_model(proto: onnx.ModelProto, path: Path, writer: RunDir | None = None)
     """Save a model (through a temporary file, then renamed); past protobuf's 2 GB limit the weights
     go to `<name>.data` beside it, and the two files are written in place. `writer`: the run directory `path`
     is in (its manifest lists the files); None: not recorded."""
-    try:
-        large = proto.ByteSize() >= 2**31 - 2**20
-    except Exception:
-        large = True
+    large = over_protobuf_limit(proto, margin=2**20)
     for p in (path, path.with_name(path.name + ".data"), path.with_name(f".{path.name}.partial")):
         if writer is not None:
             writer.written(p)
