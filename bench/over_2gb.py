@@ -1,7 +1,7 @@
 """A model over 2 GB, its weights in an external data file (issue 35: "models over 2 GB with external data files load
 and emit correctly"): `diagnose` on it, then its fixed.onnx loaded with its weights and run by ONNX Runtime.
 
-    .venv/bin/python bench/over_2gb.py --dest /tmp/big        # about 10 min and 12 GiB on 2 cores
+    .venv/bin/python bench/over_2gb.py --dest /tmp/big        # more than 24 GiB of memory (2026-12-02: killed)
 
 The model: `--layers` MatMul + Add + Relu blocks of [W, W] weights (FP32; 2.2 GB with the defaults) between an input
 [1, W] and an output [1, W]; every weight matrix holds one value over FP16's range (70000), so every MatMul must stay
@@ -44,6 +44,7 @@ def make(dest: Path, layers: int, width: int, samples: int) -> Path:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     dest.mkdir(parents=True, exist_ok=True)
     path = dest / "big.onnx"
+    (dest / "big.onnx.data").unlink(missing_ok=True)  # onnx.save appends to an existing data file
     onnx.save(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True, location="big.onnx.data")
     inputs = dest / "inputs"
     inputs.mkdir(exist_ok=True)
