@@ -100,3 +100,12 @@ def ratio(a: float | None, b: float | None) -> float | None:
     if a is None or b is None or b == 0:
         return None
     return a / b
+
+
+def run_measured(cmd: list[str], **popen) -> tuple[str, int, float]:
+    """Run `cmd` with its stdout captured (stderr as `popen` says): its stdout, exit code and own peak RSS in GiB
+    (os.wait4's rusage of that child, KiB on Linux)."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, **popen)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    return out, os.waitstatus_to_exitcode(status), usage.ru_maxrss / 2**20

@@ -49,6 +49,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from _common import run_measured  # noqa: E402
 from _large_data import MANIFEST, large_models  # noqa: E402
 from _truth_data import truth_models  # noqa: E402
 
@@ -266,15 +267,12 @@ def run_task(task: dict) -> dict:
                               capture_output=True, text=True, cwd=base).stdout.strip()
         # its progress (stderr) straight into this task's log, so that a task cut off shows how far it got
         with GpuMemory() as gpu_mem:
-            proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=None, text=True, cwd=base)
-            stdout = proc.stdout.read()
-            _, status, usage = os.wait4(proc.pid, 0)  # the diagnose's own peak RSS (KiB on Linux)
-            proc.returncode = os.waitstatus_to_exitcode(status)
+            stdout, rc, rss_gib = run_measured(cmd, env=env, stderr=None, cwd=base)
         print(stdout[:3000], flush=True)  # the verdict
         headline = next((line.strip() for line in stdout.splitlines() if verdict_label(line)), None)
         label = verdict_label(headline or "")
-        rec |= {"given": given, "rc": proc.returncode, "verdict": label, "headline": headline, "code": code,
-                "peak_rss_gib": usage.ru_maxrss / 2**20, "gpu_mem_peak_gib": gpu_mem.peak_gib,
+        rec |= {"given": given, "rc": rc, "verdict": label, "headline": headline, "code": code,
+                "peak_rss_gib": rss_gib, "gpu_mem_peak_gib": gpu_mem.peak_gib,
                 "written_bytes": sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file())}
     rec["diagnose_s"] = time.monotonic() - t0
     report = run_dir / "report.json"

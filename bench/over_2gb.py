@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import onnx
+from _common import run_measured
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -66,13 +65,10 @@ def main() -> None:
     cmd = [sys.executable, "-m", "precision_doctor", "diagnose", str(path), "--inputs", str(args.dest / "inputs"),
            "--atol", "1e-2", "--rtol", "1e-2", "--out", str(run), "--force"]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    out = proc.stdout.read()
-    _, status, usage = os.wait4(proc.pid, 0)
+    out, rc, rss_gib = run_measured(cmd)
     wall = time.monotonic() - t0
     fixed = run / "fixed.onnx"
-    rec = {"model_bytes": size, "rc": os.waitstatus_to_exitcode(status), "wall_s": round(wall, 1),
-           "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2), "verdict": next(
+    rec = {"model_bytes": size, "rc": rc, "wall_s": round(wall, 1), "peak_rss_gib": round(rss_gib, 2), "verdict": next(
                (line for line in out.splitlines() if line.startswith(("PASSED", "FAILED", "NO "))), None),
            "written_bytes": sum(f.stat().st_size for f in run.rglob("*") if f.is_file()) if run.is_dir() else 0}
     if fixed.is_file():
