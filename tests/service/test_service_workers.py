@@ -138,8 +138,8 @@ def test_a_silent_step_still_changes_the_job_every_beat(tmp_path, monkeypatch) -
     pulse.start()
     seen: list[tuple[int, float | None]] = []
     try:
-        t_end = time.monotonic() + 3.0
-        while time.monotonic() < t_end:  # no event at all in these 3 s
+        t_end = time.monotonic() + 30.0  # a busy machine's beats come late, not never
+        while time.monotonic() < t_end and len(seen) < 6:  # no event at all meanwhile
             j = store.get(job.id)
             if not seen or seen[-1][0] != j.version:
                 seen.append((j.version, j.progress.phase_for_s))
