@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,7 @@ from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
 from precision_doctor.graph.ort_session import make_session, run_session, shrinking_gpu_arena, with_outputs
 from precision_doctor.graph.rules import resolve_rules
+from precision_doctor.measure.accumulate import StepAdder
 from precision_doctor.measure.chain import Chain, plan_chain
 from precision_doctor.measure.stats import ErrorStats, TensorAccumulator, TensorStats
 
@@ -362,15 +364,14 @@ def capture(
         names = [{run: [t for t in tensors if _stores(stored, run, t)] for run, tensors in
                   ((REFERENCE, g.reference), (LOWP, g.lowp), (LOCAL, [t for n in g.local for t in n.float_outputs]))}
                  for g in groups]
-        with _GroupWriters(store, names, len(samples), budget) as out:
+        with _GroupWriters(store, names, len(samples), budget) as out, StepAdder() as adder:
             for k, v in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
                                    stage="statistics", progress=progress, stop=stop, gated=gated):
                 shapes.add(v.index, {t: v.reference[t] for t in groups[k].reference})
-                for t in groups[k].reference:
-                    acc = accs.get(t)
-                    if acc is not None and acc.needed:
-                        acc.add(v.reference[t], v.lowp.get(t), v.local.get(t))
-                out.add(k, v)
+                adder.start([(v.reference[t].size, partial(accs[t].add, v.reference[t], v.lowp.get(t), v.local.get(t)))
+                             for t in groups[k].reference if t in accs and accs[t].needed])
+                out.add(k, v)  # the store's writes while the statistics are summed
+                adder.wait()
                 del v  # before the next group's values are computed
         stats = {t: acc.result() for t, acc in accs.items()}
         keep_stats(store, stats)
@@ -429,12 +430,12 @@ def local_errors(
     accs = {t: TensorAccumulator(fmt, local=True) for n in wanted for t in n.float_outputs}
     groups = [RunGroup(tuple(t for n in g.local for t in n.float_outputs), (), g.local)
               for g in layer_groups(model, wanted, int(group_mb * (1 << 20)), lowp=False)]
-    for _, v in run_groups(model, samples, fmt, groups, rules=rules, providers=providers, stage="local",
-                           progress=progress, stop=stop):
-        for t, value in v.local.items():
-            if t in accs:
-                accs[t].add(v.reference[t], local=value)
-        del v
+    with StepAdder() as adder:
+        for _, v in run_groups(model, samples, fmt, groups, rules=rules, providers=providers, stage="local",
+                               progress=progress, stop=stop):
+            adder.run([(value.size, partial(accs[t].add, v.reference[t], local=value))
+                       for t, value in v.local.items() if t in accs])
+            del v
     out = {}
     for n in wanted:
         stats = [accs[t].result().local for t in n.float_outputs]

@@ -7,11 +7,50 @@ capture or straight from the runs, so the same numbers).
 from __future__ import annotations
 
 import math
+import threading
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from precision_doctor.graph.formats import Format
+
+# Elements summed at a time. Every sum runs chunk by chunk, whatever feeds it (the streaming capture, a stored
+# capture, the fixed run), so the paths agree to the last bit; a chunk's float64 copies live in buffers of this
+# thread's, reused: an array of a million elements or more made anew for each step (13 of them per tensor, sample and
+# run) cost more in page faults than in arithmetic (isnet-1024's capture: one core, 4 s a step).
+CHUNK = 1 << 18
+
+
+class _Scratch(threading.local):
+    """This thread's reusable buffers, by name and dtype (one chunk each, or more for a longer request)."""
+
+    def __init__(self) -> None:
+        self.bufs: dict[tuple[str, np.dtype], np.ndarray] = {}
+
+    def get(self, name: str, n: int, dtype=np.float64) -> np.ndarray:
+        key = (name, np.dtype(dtype))
+        buf = self.bufs.get(key)
+        if buf is None or buf.size < n:
+            buf = self.bufs[key] = np.empty(max(n, CHUNK), key[1])
+        return buf[:n]
+
+
+_SCRATCH = _Scratch()
+
+
+def _chunks(n: int) -> range:
+    return range(0, n, CHUNK)
+
+
+def _as_f64(x: np.ndarray, name: str) -> np.ndarray:
+    """`x` (flat, one chunk) as float64 in this thread's buffer `name`."""
+    buf = _SCRATCH.get(name, x.size)
+    np.copyto(buf, x, casting="unsafe")
+    return buf
+
+
+def _all_finite(x: np.ndarray) -> bool:
+    return bool(np.isfinite(x, out=_SCRATCH.get("finite", x.size, np.bool_)).all())
 
 
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
@@ -93,22 +132,31 @@ class _Ref:
 
     @classmethod
     def of(cls, ref: np.ndarray, fmt: Format) -> _Ref:
-        r = np.asarray(ref, dtype=np.float64).ravel()
-        if not r.size or ref.dtype.kind != "f" or not np.isfinite(r).all():
+        """One chunk of a reference (at most `CHUNK` elements), prepared in this thread's buffers: valid until the
+        thread prepares the next one."""
+        ref = np.asarray(ref)
+        if not ref.size or ref.dtype.kind != "f":
+            return cls(ref, np.asarray(ref, dtype=np.float64).ravel())
+        r = _as_f64(ref.reshape(-1), "ref")
+        if not _all_finite(r):
             return cls(ref, r)
         return cls.of_pairs(ref, r, None, fmt)
 
     @classmethod
-    def of_pairs(cls, raw: np.ndarray, rb: np.ndarray, a: np.ndarray | None, fmt: Format) -> _Ref:
+    def of_pairs(cls, raw: np.ndarray, rb: np.ndarray, a: np.ndarray | None, fmt: Format, buf: str = "absref") -> _Ref:
         """The prepared form of the finite reference elements `rb` (float64, flat) that are compared; `a`: |ref|
-        over every finite reference element, for the range facts (None: `rb`'s)."""
+        over every finite reference element, for the range facts (None: `rb`'s); `buf`: the scratch buffer its
+        |ref| lives in (another than a prepared chunk's that is still in use)."""
         with np.errstate(invalid="ignore", over="ignore"):
-            absr = np.abs(rb)
+            absr = np.abs(rb, out=_SCRATCH.get(buf, rb.size))
             a = absr if a is None else a
             absmax = float(a.max()) if a.size else 0.0
-            above = int(np.count_nonzero(a > fmt.max))
-            below = int(np.count_nonzero((a > 0) & (a < fmt.smallest_normal)))
-            absr[absr == 0] = 2.22e-16  # after the range facts: a zero reference divides by float64's smallest step
+            flags, more = _SCRATCH.get("flags", a.size, np.bool_), _SCRATCH.get("flags2", a.size, np.bool_)
+            above = int(np.count_nonzero(np.greater(a, fmt.max, out=flags)))
+            np.logical_and(np.greater(a, 0, out=flags), np.less(a, fmt.smallest_normal, out=more), out=flags)
+            below = int(np.count_nonzero(flags))
+            # after the range facts: a zero reference divides by float64's smallest step
+            absr[np.equal(absr, 0, out=_SCRATCH.get("flags", absr.size, np.bool_))] = 2.22e-16
             return cls(raw, rb, absr, _dot(rb, rb), absmax, above, below)
 
 
@@ -133,14 +181,26 @@ class _Acc:
         self.new_nonfinite = False
 
     def add(self, out: np.ndarray, ref: np.ndarray | _Ref) -> None:
+        """One sample: `out` against `ref` (an array, summed chunk by chunk; or one chunk's `_Ref`)."""
         if isinstance(ref, _Ref):
             if ref.safe_abs is not None and np.shape(out) == np.shape(ref.raw):
-                o = np.asarray(out, dtype=np.float64).ravel()
-                if np.isfinite(o).all():
+                o = _as_f64(np.asarray(out).reshape(-1), "out")
+                if _all_finite(o):
                     self.n += o.size
                     self._add_prepared(o, ref)
                     return
-            ref = ref.raw
+            self._add_raw(out, ref.raw)
+            return
+        o, r = np.asarray(out), np.asarray(ref)
+        if o.shape != r.shape or r.size <= CHUNK:
+            self._add_raw(o, r)
+            return
+        o, r = o.reshape(-1), r.reshape(-1)
+        for i in _chunks(r.size):
+            self._add_raw(o[i:i + CHUNK], r[i:i + CHUNK])
+
+    def _add_raw(self, out: np.ndarray, ref: np.ndarray) -> None:
+        """One chunk (or arrays of different shapes), from the raw arrays."""
         p = _finite_pairs(out, ref)
         if p is None:
             self.new_nonfinite = True
@@ -156,7 +216,7 @@ class _Acc:
     def _add_finite(self, ob: np.ndarray, rb: np.ndarray, a: np.ndarray | None = None) -> None:
         """The sums over finite pairs (`ob`, `rb`: float64, flat); `a`: |ref| over every finite reference element
         (None: `rb`'s)."""
-        self._add_prepared(ob, _Ref.of_pairs(rb, rb, a, self.fmt))
+        self._add_prepared(ob, _Ref.of_pairs(rb, rb, a, self.fmt, buf="absref-pairs"))
 
     def _add_prepared(self, ob: np.ndarray, ref: _Ref) -> None:
         """The sums of the finite `ob` against the prepared, finite reference elements it is paired with."""
@@ -165,12 +225,12 @@ class _Acc:
         self.above += ref.above
         self.below += ref.below
         with np.errstate(invalid="ignore", over="ignore"):
-            d = ob - rb
+            d = np.subtract(ob, rb, out=_SCRATCH.get("diff", ob.size))
             np.abs(d, out=d)
             self.sum_abs += float(d.sum())
             if d.size:
                 self.max_abs = max(self.max_abs, float(d.max()))
-                self.max_rel = max(self.max_rel, float((d / ref.safe_abs).max()))
+                self.max_rel = max(self.max_rel, float(np.divide(d, ref.safe_abs, out=_SCRATCH.get("rel", d.size)).max()))
             self.sq_diff += _dot(d, d)
             self.sq_ref += ref.sq
             self.sq_out += _dot(ob, ob)
@@ -212,6 +272,15 @@ class RelL2:
         self.new_nonfinite = False
 
     def add(self, out: np.ndarray, ref: np.ndarray) -> None:
+        o, r = np.asarray(out), np.asarray(ref)
+        if o.shape != r.shape or r.size <= CHUNK:
+            self._add(o, r)
+            return
+        o, r = o.reshape(-1), r.reshape(-1)
+        for i in _chunks(r.size):  # the chunks `_Acc` sums
+            self._add(o[i:i + CHUNK], r[i:i + CHUNK])
+
+    def _add(self, out: np.ndarray, ref: np.ndarray) -> None:
         p = _finite_pairs(out, ref)
         if p is None:
             self.new_nonfinite = True
@@ -220,7 +289,7 @@ class RelL2:
             return
         self.new_nonfinite |= p.new_nonfinite
         with np.errstate(invalid="ignore", over="ignore"):
-            d = p.out - p.ref
+            d = np.subtract(p.out, p.ref, out=_SCRATCH.get("diff", p.out.size))
             self.sq_diff += _dot(d, d)
             self.sq_ref += _dot(p.ref, p.ref)
 
@@ -281,13 +350,28 @@ class TensorAccumulator:
 
     def add(self, ref: np.ndarray, lowp: np.ndarray | None = None, local: np.ndarray | None = None) -> None:
         ref = np.asarray(ref)
+        runs = [(acc, None if v is None else np.asarray(v)) for acc, v in ((self.lowp, lowp), (self.local, local))
+                if acc is not None]
+        for acc, v in runs:  # a run whose shape differs: no chunks to pair (the accumulator says so)
+            if v is None or v.shape != ref.shape:
+                acc.add(v, ref)
+        runs = [(acc, v.reshape(-1)) for acc, v in runs if v is not None and v.shape == ref.shape]
+        flat = ref.reshape(-1)
+        for i in _chunks(flat.size) if flat.size else [0]:
+            self._add_chunk(flat[i:i + CHUNK], [(acc, v[i:i + CHUNK]) for acc, v in runs])
+
+    def _add_chunk(self, ref: np.ndarray, runs: list) -> None:
         prepared = _Ref.of(ref, self.fmt)  # once for the runs, the rounding and the input's range
-        if self.lowp is not None:
-            self.lowp.add(lowp, prepared)
-        if self.local is not None:
-            self.local.add(local, prepared)
+        for acc, v in runs:
+            acc.add(v, prepared)
         if self.rounding is not None:
-            self.rounding.add(self.fmt.round(ref), prepared)
+            if ref.dtype.kind == "f":
+                rounded = _SCRATCH.get("rounded", ref.size, self.fmt.np_dtype)
+                with np.errstate(over="ignore", invalid="ignore"):
+                    np.copyto(rounded, ref, casting="unsafe")  # the format's rounding (`Format.round`)
+            else:
+                rounded = ref
+            self.rounding.add(rounded, prepared)
         if self.absmax is not None and ref.dtype.kind == "f" and ref.size:
             if prepared.safe_abs is not None:
                 self.absmax = max(self.absmax, prepared.absmax)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from precision_doctor.graph.emulate import gated_graph
 from precision_doctor.graph.formats import Format, get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.jsonio import write_json, write_text_atomic
+from precision_doctor.measure.accumulate import StepAdder
 from precision_doctor.measure.analysis import Analysis, OutputCheck, analyse, keep_analysis, kept_analysis, output_verdict
 from precision_doctor.measure.capture import (
     Batches,
@@ -242,15 +244,18 @@ def fixed_errors(model: Model, fmt: Format, samples: Sequence[Sample], fallback:
     groups = layer_groups(model, model.nodes, budget, local=False)
     names = [list(g.lowp) if store is not None else [] for g in groups]
     writers = [Batches(store, FIXED_RUN, n, len(samples), max(budget // len(groups), 1)) for n in names]
-    for k, v in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules,
-                           providers=capture_providers(settings.device), stage=FIXED_RUN, progress=progress, stop=stop):
-        for t in groups[k].lowp:
-            if t in accs:
-                accs[t].add(v.lowp[t], v.reference[t])
-            if store is None and t in outputs:
-                outputs[t].append(v.lowp[t])
-        if names[k]:
-            writers[k].add(v.index, [v.lowp[t] for t in names[k]])
+    with StepAdder() as adder:
+        for k, v in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules,
+                               providers=capture_providers(settings.device), stage=FIXED_RUN, progress=progress,
+                               stop=stop):
+            adder.start([(v.lowp[t].size, partial(accs[t].add, v.lowp[t], v.reference[t]))
+                         for t in groups[k].lowp if t in accs])
+            for t in groups[k].lowp:
+                if store is None and t in outputs:
+                    outputs[t].append(v.lowp[t])
+            if names[k]:
+                writers[k].add(v.index, [v.lowp[t] for t in names[k]])
+            adder.wait()
     for w in writers:
         w.__exit__(None)
     errors = {n.name: max((accs[t].result() for t in n.float_outputs), default=0.0) for n in model.candidates}

@@ -242,6 +242,8 @@ def test_a_capture_on_the_gpu_ranks_as_on_the_cpu(tmp_path):
     for name in ("three_defects", "softmax_no_max", "overflow_island"):
         case = planted.CASES[name]()
         model, samples = from_proto(case.model), case.samples(3, seed=0)
+        for dev in ("cpu", "gpu"):
+            (tmp_path / f"{name}-{dev}").mkdir()
         work = Workload(model, samples, InputSpec())
         cpu = run_compare(work, "fp16", Tolerance(case.atol, case.rtol), tmp_path / f"{name}-cpu",
                           CaptureSpec(device="cpu")).analysis

@@ -1,0 +1,77 @@
+"""The statistics summed on several threads: the same numbers to the last bit, errors raised, order kept."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import numpy as np
+import pytest
+
+from precision_doctor.graph.formats import FP16
+from precision_doctor.measure.accumulate import StepAdder, stats_threads
+from precision_doctor.measure.stats import TensorAccumulator
+
+
+def _sums(threads: int, steps: list[list[tuple[np.ndarray, np.ndarray, np.ndarray]]]) -> list:
+    accs = [TensorAccumulator(FP16, lowp=True, local=True, absmax=True) for _ in steps[0]]
+    with StepAdder(threads) as adder:
+        for step in steps:
+            adder.run([(r.size, partial(a.add, r, lo, lc)) for a, (r, lo, lc) in zip(accs, step)])
+    return [a.result() for a in accs]
+
+
+def test_threads_give_the_same_statistics_as_one():
+    rng = np.random.default_rng(7)
+    steps = []
+    for _ in range(3):  # samples, in order: each tensor's sums depend on it
+        step = []
+        for n in (50_000, 3, 200_000, 1_000):
+            r = rng.standard_normal(n).astype(np.float32) * 300
+            step.append((r, (r * (1 + rng.standard_normal(n) * 1e-3)).astype(np.float32),
+                         r.astype(np.float16).astype(np.float32)))
+        steps.append(step)
+    assert _sums(4, steps) == _sums(1, steps)
+
+
+def test_an_error_in_a_step_reaches_the_caller():
+    def boom():
+        raise ValueError("bad tensor")
+
+    with pytest.raises(ValueError, match="bad tensor"), StepAdder(2) as adder:
+        adder.run([(1, lambda: None), (2, boom)])
+
+
+def test_the_threads_follow_a_batch_workers_share(monkeypatch):
+    monkeypatch.setenv("PRECISION_DOCTOR_ORT_THREADS", "3")
+    assert stats_threads() == 3
+    monkeypatch.delenv("PRECISION_DOCTOR_ORT_THREADS")
+    assert 1 <= stats_threads() <= 16
+
+
+def test_chunks_of_every_path_agree(monkeypatch):
+    """A tensor longer than a chunk, NaN and Inf in one run and in the reference of some chunks, every statistic of
+    the three runs and the rounding as `_Acc` gives them from the raw arrays (the same chunks): a prepared chunk's
+    reference is not overwritten by another run's masked path."""
+    from precision_doctor.measure import stats
+
+    monkeypatch.setattr(stats, "CHUNK", 16)
+    rng = np.random.default_rng(3)
+    ref = (rng.uniform(1, 2, 100) * 100).astype(np.float32)
+    ref[1] = 7e4  # beyond FP16's range
+    ref[21] = 1e-3  # the largest relative error, just after a NaN of the low-precision run (its chunk's masked path)
+    lowp = ref * np.float32(1.001)
+    local = ref + rng.standard_normal(100).astype(np.float32) * 1e-2
+    lowp[20], lowp[70] = np.nan, np.inf
+    bad_ref = ref.copy()
+    bad_ref[40] = np.inf
+    for r in (ref, bad_ref):
+        acc = TensorAccumulator(FP16, lowp=True, local=True, absmax=True)
+        acc.add(r, lowp, local)
+        want = []
+        for out in (lowp, local, FP16.round(r)):
+            a = stats._Acc(FP16)
+            a.add(out, r)
+            want.append(a.result())
+        got = acc.result()
+        assert [repr(got.lowp), repr(got.local), repr(got.rounding)] == [repr(w) for w in want]
+        assert got.absmax == float(np.abs(r[np.isfinite(r)]).max())
