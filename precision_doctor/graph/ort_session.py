@@ -43,11 +43,17 @@ def make_session(
     optimize: bool = True,
     threads: int = 0,
     level: str | None = None,
+    shrinkable: bool = False,
 ) -> ort.InferenceSession:
     """A session over `proto`. `optimize=False` stays at basic graph optimizations (no fusions), so
     the reference and the emulation graphs compute the same FP32 arithmetic; `level` (a key of LEVELS), where
-    given, sets the level instead ("disabled": no graph optimization at all, every node its own kernel)."""
+    given, sets the level instead ("disabled": no graph optimization at all, every node its own kernel).
+    `shrinkable`: one of many sessions alive at once whose runs give their GPU arena back (`shrinking_gpu_arena`):
+    its weights outside the arena, which a shrink never frees past its first allocation (ONNX Runtime's
+    maintainers' advice, microsoft/onnxruntime#9509)."""
     so = ort.SessionOptions()
+    if shrinkable:
+        so.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level]) if level is not None else (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     )

@@ -251,7 +251,7 @@ def run_groups(
     total, done = len(groups) * len(samples), 0
 
     def made(proto) -> ort.InferenceSession:
-        sess = make_session(proto, providers, optimize=False)
+        sess = make_session(proto, providers, optimize=False, shrinkable=device_of(providers) == "cuda")
         notify(progress, CaptureEvent(stage, done, total))  # a large model's session takes seconds to make
         return sess
 

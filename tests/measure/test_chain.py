@@ -85,3 +85,14 @@ def test_only_a_session_on_the_gpu_gives_its_arena_back():
     sess = make_session(case.model, optimize=False)
     assert shrinking_gpu_arena(sess) is None
     sess.run(None, case.samples(1, seed=6)[0], shrinking_gpu_arena(sess))
+
+
+def test_a_shrinkable_session_computes_what_any_other_does():
+    """A capture session on the GPU keeps its weights outside the arena (`shrinkable`): a session option ONNX
+    Runtime takes, with the same outputs (here on the CPU; on the GPU: tests/measure/test_streaming_capture.py)."""
+    case = planted.CASES["three_defects"]()
+    feed = case.samples(1, seed=6)[0]
+    want = make_session(case.model, optimize=False).run(None, feed)
+    got = make_session(case.model, optimize=False, shrinkable=True).run(None, feed)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
