@@ -330,9 +330,16 @@ def certified_sentence(report: Report) -> str | None:
         who = f"the emulator (`{c.rules or 'standard'}` rules)"
     else:
         who = f"`{c.backend}`" + (" (real low precision on the GPU)" if c.gpu else "")
-    total = report.search.samples.search + report.search.samples.validation
-    # a search cut short (--time-budget) checked its answer on part of the search samples only
-    on = f"all {c.samples} samples" if c.samples >= total else f"{c.samples} of the {total} samples"
+    search = report.search.samples.search
+    total = search + report.search.samples.validation
+    # a search cut short (--time-budget) checked its answer on part of the search samples only; a confirmation checks
+    # the search samples (the held-out ones are the held-out check's, said apart)
+    if c.samples >= total:
+        on = f"all {c.samples} samples"
+    elif c.how in ("confirmation", "search") and c.samples >= search:
+        on = f"all {c.samples} search samples"
+    else:
+        on = f"{c.samples} of the {total} samples"
     text = f"Certified by {who}: the final answer passes there on {on} ({where})"
     if c.unconfirmed:
         text += (f", except for what the emulator does not model on a GPU ({', '.join(c.unconfirmed)}; "

@@ -139,6 +139,17 @@ def test_a_certificate_on_part_of_the_samples_does_not_say_all():
     assert "passes there on all 24 samples" in certified_sentence(whole)
 
 
+def test_a_confirmation_on_every_search_sample_does_not_read_as_a_part():
+    """A confirmation on the GPU checked all 51 search samples; the 13 held out were the held-out check's (mpnet-base
+    on the H200 read "passes there on 51 of the 64 samples", as if 13 had failed)."""
+    from precision_doctor.render.wording import certified_sentence
+    from precision_doctor.results.report import SampleCounts
+
+    cert = Certification("ort-cuda", "confirmation", 51, gpu=True)
+    words = certified_sentence(_report(certified_by=cert, samples=SampleCounts(search=51, validation=13)))
+    assert "passes there on all 51 search samples (confirmation)" in words and "of the 64" not in words
+
+
 def test_a_margin_found_by_the_second_search_is_said_in_three_digits():
     """The second search's margin is computed (0.563793...): the sentences say 0.564 and 56.4%, not 0.563793 and
     56.3793%."""
