@@ -118,7 +118,18 @@ _GPU_STATUS = re.compile(r"\b(?:CUBLAS|CUDNN)_STATUS_[A-Z_]+|cuda(?:Error)?[A-Z]
 
 class GpuRunError(UserError):
     """ONNX Runtime's CUDA provider failed while running the model (cuDNN, cuBLAS, memory): the GPU's state, not
-    the inputs, in one line naming the model and the node."""
+    the inputs, in one line naming the model and the node (`what`: "MODEL: ... failed at node 'N' (KIND)"), then
+    what to do (`advice`; `elsewhere(advice)`: the same failure with another's, where the caller knows better)."""
+
+    ADVICE = ("the GPU may be out of memory or busy with other processes; run again with the GPU to itself, or with "
+              "--backend emulate")
+
+    def __init__(self, what: str, advice: str = ADVICE):
+        self.what, self.advice = what, advice
+        super().__init__(f"{what}: {advice}")
+
+    def elsewhere(self, advice: str) -> GpuRunError:
+        return GpuRunError(self.what, advice)
 
 
 def run_error(exc: Exception, model: Any, feed: dict) -> UserError:
@@ -131,9 +142,7 @@ def run_error(exc: Exception, model: Any, feed: dict) -> UserError:
         kind = next((k for k in ("cudnn", "cublas", "memory") if k in text.lower()), "CUDA")
         code = _GPU_STATUS.search(text)  # the library's own status, where it gives one
         kind += " error" + (f": {code.group(0)}" if code else "")
-        return GpuRunError(f"{path or 'the model'}: ONNX Runtime's CUDA provider failed{where} ({kind}): the GPU "
-                           "may be out of memory or busy with other processes; run again with the GPU to itself, or "
-                           "with --backend emulate")
+        return GpuRunError(f"{path or 'the model'}: ONNX Runtime's CUDA provider failed{where} ({kind})")
     m = _ORT_NODE.search(text)
     op, node = (m.group(1), m.group(2)) if m else (None, None)
     if node:

@@ -31,7 +31,7 @@ from precision_doctor.errors import UserError
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph, local_graph, local_output
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model, NodeInfo
-from precision_doctor.graph.ort_session import make_session, run_session, shrinking_gpu_arena, with_outputs
+from precision_doctor.graph.ort_session import GpuRunError, make_session, run_session, shrinking_gpu_arena, with_outputs
 from precision_doctor.graph.rules import resolve_rules
 from precision_doctor.measure.accumulate import StepAdder
 from precision_doctor.measure.chain import Chain, plan_chain
@@ -232,7 +232,26 @@ def layer_groups(model: Model, nodes: Sequence[NodeInfo], budget: int, lowp: boo
                      tuple(n for n in g if n.is_candidate) if local else ()) for g in groups]
 
 
+# A capture's failure on the GPU: every layer group's sessions are alive there at once
+CAPTURE_ON_GPU = ("in the capture, whose sessions hold every layer group on the GPU at once, the GPU may be out of "
+                  "memory or busy with other processes: run again with --capture-device cpu (the capture on the "
+                  "CPU; the search and its checks stay on the GPU), or with the GPU to itself")
+
+
 def run_groups(
+    model: Model, samples: Sequence[Sample], fmt: Format, groups: Sequence[RunGroup], *,
+    fallback: frozenset[str] = frozenset(), rules: str | None = None, providers: Sequence = (CPU,), stage: str,
+    progress: ProgressSink | None = None, stop: StopToken | None = None, gated: GatedGraph | None = None,
+) -> Iterator[tuple[int, SampleValues]]:
+    """`_run_groups`; a failure of ONNX Runtime's CUDA provider says what to do in a capture (`CAPTURE_ON_GPU`)."""
+    try:
+        yield from _run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
+                               stage=stage, progress=progress, stop=stop, gated=gated)
+    except GpuRunError as exc:
+        raise exc.elsewhere(CAPTURE_ON_GPU) from None
+
+
+def _run_groups(
     model: Model, samples: Sequence[Sample], fmt: Format, groups: Sequence[RunGroup], *,
     fallback: frozenset[str] = frozenset(), rules: str | None = None, providers: Sequence = (CPU,), stage: str,
     progress: ProgressSink | None = None, stop: StopToken | None = None, gated: GatedGraph | None = None,

@@ -96,3 +96,25 @@ def test_a_shrinkable_session_computes_what_any_other_does():
     got = make_session(case.model, optimize=False, shrinkable=True).run(None, feed)
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_gpu_failure_in_the_capture_says_to_capture_on_the_cpu(monkeypatch):
+    """ONNX Runtime's CUDA provider failing in a capture's run (isnet-1024 on the H200, beside another diagnosis: out
+    of memory at the capture's second step) is one line that names the node and says --capture-device cpu, not only
+    --backend emulate, which leaves the capture where it was. No GPU here: the failure is the one `run_error` makes of
+    such an ONNX Runtime error."""
+    from precision_doctor.graph.ort_session import GpuRunError
+    from precision_doctor.measure import chain
+    from precision_doctor.measure.capture import layer_groups, run_groups
+
+    def fail(*args, **kwargs):
+        raise GpuRunError("m.onnx: ONNX Runtime's CUDA provider failed at node '/stage1/Concat_10' (cublas error)")
+
+    monkeypatch.setattr(chain, "run_session", fail)
+    case = planted.CASES["three_defects"]()
+    model = from_proto(case.model)
+    groups = layer_groups(model, model.nodes, 1 << 20)
+    with pytest.raises(GpuRunError) as err:
+        list(run_groups(model, case.samples(1, seed=2), get_format("fp16"), groups, stage="statistics"))
+    words = str(err.value)
+    assert "failed at node '/stage1/Concat_10'" in words and "--capture-device cpu" in words and "\n" not in words
