@@ -20,6 +20,9 @@ Models and samples: `.truth/` (bench/truth_prepare.py; 7 trained models, 40 real
    as the tool's own ORT CUDA backend; CPUExecutionProvider with `--dry-run`) on every sample it was not given,
    against the FP32 reference (ORT CPU): failures and the worst share of the tolerance.
 
+`--precision bf16`: the `current`/`before` runs diagnose in BF16 (labelled `current-bf16`), their fixed.onnx judged as
+written; hindsight sets stay FP16's.
+
 Tasks run as processes, `--jobs` at a time (ONNX Runtime's CPU threads: cores / jobs, as batch workers set them), most
 important first (`--runs`, then `--sizes`, then the models in order); each has `--timeout-s`, and nothing starts or
 runs past `--limit-s` or a SIGTERM (SIGINT, then SIGKILL): a task cut off is recorded as such and the others go on.
@@ -257,6 +260,8 @@ def run_task(task: dict) -> dict:
             cmd += ["--input-shapes", s]
         if task.get("max_evaluations"):
             cmd += ["--max-evaluations", str(task["max_evaluations"])]
+        if task.get("precision", "fp16") != "fp16":
+            cmd += ["--precision", task["precision"]]
         if not task.get("package_dir"):  # the code before targets searched for ONNX Runtime's kernels anyway
             cmd += ["--target", TARGET] + (["--capture-device", CAPTURE_DEVICE] if CAPTURE_DEVICE else [])
         env = dict(os.environ)
@@ -303,10 +308,11 @@ def plan(models: list[dict], runs: list[str], sizes: list[int], args) -> list[di
     for run in runs:
         for n in ([0] if run == "hindsight" else sizes):
             for m in models:
-                label = run
+                label = run if args.precision == "fp16" or run == "hindsight" else f"{run}-{args.precision}"
                 tasks.append({"id": f"{m['name']}-{label}-{n}" if n else f"{m['name']}-{label}", "kind":
                               "hindsight" if run == "hindsight" else "diagnose", "label": label, "n": n, "model": m,
                               "dry": args.dry_run, "keep": args.keep, "max_evaluations": args.max_evaluations,
+                              "precision": args.precision,
                               "threads": args.threads or max(1, (os.cpu_count() or 1) // args.jobs),
                               "package_dir": str(args.package_dir.resolve()) if run == "before" else None})
     return tasks
@@ -524,6 +530,8 @@ def main() -> None:
     ap.add_argument("--timeout-s", type=float, default=480, help="per task")
     ap.add_argument("--limit-s", type=float, default=float("inf"), help="nothing starts or runs past this")
     ap.add_argument("--max-evaluations", type=int, default=None, help="a search budget (plumbing runs)")
+    ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16"],
+                    help="the format `diagnose` is given (its runs labelled RUN-bf16); hindsight sets are FP16's")
     ap.add_argument("--keep", action="store_true", help="keep run directories under --work")
     ap.add_argument("--render", type=Path, nargs="+", default=None,
                     help="only the tables, from truth.json files (several: one run's records, later files winning)")
