@@ -228,7 +228,8 @@ CAPTURE = (
 )
 CAPTURE_DEVICE = (_opt("capture_device", "capture.device", str,
                        "Where the capture's runs compute: auto (default: a CUDA GPU where ONNX Runtime has one, else "
-                       "the CPU), cpu, cuda (not yet verified on a GPU)."),)
+                       "the CPU), cpu, cuda. On the GPU every layer group's sessions are alive at once: a large "
+                       "model's capture can take most of its memory (ISNet at 1024x1024: 65 GiB); cpu then."),)
 KEEP = (_opt("keep_activations", "capture.keep", str,
              "Which full tensors activations.h5 keeps beside every tensor's error statistics and the graph outputs: "
              "summary (default: the top 3 layers of the ranking, as top:3), top:N, node or tensor names "
