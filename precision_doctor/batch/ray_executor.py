@@ -266,7 +266,20 @@ def _lost_message(nodes: list[str]) -> str:
 def _ray_main(fn: Work, item: Any) -> tuple[str, Any]:
     """A Ray task: `fn(item, stop)` with a fresh StopToken that ray.cancel (a KeyboardInterrupt in the
     task's main thread) stops."""
+    cancellable()
     return run_item(fn, item, StopToken())
+
+
+def cancellable() -> None:
+    """In a Ray worker's main thread, SIGINT handled by Python: ray.cancel's KeyboardInterrupt is a simulated SIGINT,
+    which Python drops where SIGINT is ignored, as it is in workers started under a parent that ignores it (a batch
+    run as a shell's background job): such a task ran on through the stop, to be killed 5 s later, maybe just after
+    writing a final report under an entry that says interrupted."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _unreachable(address: str) -> str | None:

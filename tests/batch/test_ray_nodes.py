@@ -191,3 +191,21 @@ def test_a_task_whose_nodes_keep_dying_is_an_error_naming_them(cluster, nodes, t
     [done] = results
     assert done.error.startswith("the Ray node running it died, 2 times in a row (nodes ") and "run the batch again" in done.error
     assert all(f"node ID {n}" in done.error for n in removed), done.error
+
+
+def test_a_worker_that_inherited_an_ignored_sigint_can_still_be_cancelled():
+    """ray.cancel interrupts a task with a simulated SIGINT, which Python drops where SIGINT is ignored (workers of a
+    batch started as a shell's background job inherit that): the task's entry point puts Python's handling back."""
+    import signal
+
+    from precision_doctor.batch.ray_executor import cancellable
+
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        cancellable()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        signal.signal(signal.SIGINT, handled := (lambda *a: None))
+        cancellable()  # a handler of its own is left as it is
+        assert signal.getsignal(signal.SIGINT) is handled
+    finally:
+        signal.signal(signal.SIGINT, before)
