@@ -14,10 +14,10 @@ from typing import Any
 
 import onnx
 import onnxruntime as ort
+from google.protobuf.message import EncodeError
 from onnx import helper
 
 from precision_doctor.errors import SpecError, UserError
-from precision_doctor.graph.model import over_protobuf_limit
 
 ORT_TYPES = {
     "tensor(float)": onnx.TensorProto.FLOAT,
@@ -62,12 +62,22 @@ def make_session(
     threads = threads or int(os.environ.get("PRECISION_DOCTOR_ORT_THREADS") or 0)  # set by batch workers
     if threads:
         so.intra_op_num_threads = threads
-    if not over_protobuf_limit(proto):
-        return ort.InferenceSession(proto.SerializeToString(), so, providers=list(providers))
+    data = serialized(proto)
+    if data is not None:
+        return ort.InferenceSession(data, so, providers=list(providers))
     with tempfile.TemporaryDirectory(prefix="pd-ort-") as tmp:
         path = Path(tmp) / "model.onnx"
         onnx.save(proto, str(path), save_as_external_data=True, location="weights.bin")
         return ort.InferenceSession(str(path), so, providers=list(providers))
+
+
+def serialized(proto: onnx.ModelProto) -> bytes | None:
+    """`proto` as one message, or None where protobuf refuses (past 2 GB: EncodeError). One serialization: asking
+    `ByteSize()` first (`over_protobuf_limit`) serializes it too, and cost mpnet-base's capture a third of its time."""
+    try:
+        return proto.SerializeToString()
+    except EncodeError:
+        return None
 
 
 def shrinking_gpu_arena(session: ort.InferenceSession) -> ort.RunOptions | None:

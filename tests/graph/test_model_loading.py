@@ -126,6 +126,7 @@ def test_a_model_over_2gb_is_known_as_such_though_protobuf_will_not_size_it():
     """Past 2 GB protobuf refuses even `ByteSize()` (EncodeError: "Failed to serialize proto"): loading such a model
     died there before its capture (bench/over_2gb.py found it); `over_protobuf_limit` says it is over instead."""
     from precision_doctor.graph.model import over_protobuf_limit
+    from precision_doctor.graph.ort_session import serialized
 
     proto = onnx.ModelProto()
     big = proto.graph.initializer.add()  # filled in place: appending a copy would serialize it
@@ -134,5 +135,6 @@ def test_a_model_over_2gb_is_known_as_such_though_protobuf_will_not_size_it():
     big.raw_data = bytes(2**31 + 16)
     del big
     assert over_protobuf_limit(proto)
+    assert serialized(proto) is None  # a session of it takes the external-data path
     del proto.graph.initializer[:]
     assert not over_protobuf_limit(proto) and over_protobuf_limit(proto, margin=2**31)
