@@ -42,6 +42,18 @@ def _chunks(n: int) -> range:
     return range(0, n, CHUNK)
 
 
+def _chunk_pairs(out, ref):
+    """`out` and `ref` as the pairs of chunks every sum runs over: themselves where they are one chunk or their shapes
+    differ (no chunks to pair: the accumulator says so), else flat slices of `CHUNK` elements."""
+    o, r = np.asarray(out), np.asarray(ref)
+    if o.shape != r.shape or r.size <= CHUNK:
+        yield o, r
+        return
+    o, r = o.reshape(-1), r.reshape(-1)
+    for i in _chunks(r.size):
+        yield o[i:i + CHUNK], r[i:i + CHUNK]
+
+
 def _as_f64(x: np.ndarray, name: str) -> np.ndarray:
     """`x` (flat, one chunk) as float64 in this thread's buffer `name`."""
     buf = _SCRATCH.get(name, x.size)
@@ -191,13 +203,8 @@ class _Acc:
                     return
             self._add_raw(out, ref.raw)
             return
-        o, r = np.asarray(out), np.asarray(ref)
-        if o.shape != r.shape or r.size <= CHUNK:
+        for o, r in _chunk_pairs(out, ref):
             self._add_raw(o, r)
-            return
-        o, r = o.reshape(-1), r.reshape(-1)
-        for i in _chunks(r.size):
-            self._add_raw(o[i:i + CHUNK], r[i:i + CHUNK])
 
     def _add_raw(self, out: np.ndarray, ref: np.ndarray) -> None:
         """One chunk (or arrays of different shapes), from the raw arrays."""
@@ -272,13 +279,8 @@ class RelL2:
         self.new_nonfinite = False
 
     def add(self, out: np.ndarray, ref: np.ndarray) -> None:
-        o, r = np.asarray(out), np.asarray(ref)
-        if o.shape != r.shape or r.size <= CHUNK:
+        for o, r in _chunk_pairs(out, ref):  # the chunks `_Acc` sums
             self._add(o, r)
-            return
-        o, r = o.reshape(-1), r.reshape(-1)
-        for i in _chunks(r.size):  # the chunks `_Acc` sums
-            self._add(o[i:i + CHUNK], r[i:i + CHUNK])
 
     def _add(self, out: np.ndarray, ref: np.ndarray) -> None:
         p = _finite_pairs(out, ref)
@@ -350,12 +352,15 @@ class TensorAccumulator:
 
     def add(self, ref: np.ndarray, lowp: np.ndarray | None = None, local: np.ndarray | None = None) -> None:
         ref = np.asarray(ref)
-        runs = [(acc, None if v is None else np.asarray(v)) for acc, v in ((self.lowp, lowp), (self.local, local))
-                if acc is not None]
-        for acc, v in runs:  # a run whose shape differs: no chunks to pair (the accumulator says so)
+        runs = []
+        for acc, v in ((self.lowp, lowp), (self.local, local)):
+            if acc is None:
+                continue
+            v = None if v is None else np.asarray(v)
             if v is None or v.shape != ref.shape:
-                acc.add(v, ref)
-        runs = [(acc, v.reshape(-1)) for acc, v in runs if v is not None and v.shape == ref.shape]
+                acc.add(v, ref)  # no chunks to pair: the accumulator says so
+            else:
+                runs.append((acc, v.reshape(-1)))
         flat = ref.reshape(-1)
         for i in _chunks(flat.size) if flat.size else [0]:
             self._add_chunk(flat[i:i + CHUNK], [(acc, v[i:i + CHUNK]) for acc, v in runs])
