@@ -21,9 +21,9 @@ from precision_doctor.backends.knobs import KnobConfig
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.graph.mixed import blocked_ops, build_mixed, forced_fp32_nodes
-from precision_doctor.graph.model import declared_dims, over_protobuf_limit
+from precision_doctor.graph.model import declared_dims
 from precision_doctor.graph.shapes import InputShape
-from precision_doctor.graph.toolnames import MODEL_LINK, NAMED_ONNX, PlacedModel, model_for_tools, place_model
+from precision_doctor.graph.toolnames import MODEL_LINK, NAMED_ONNX, PlacedModel, model_for_tools, place_model, save_model
 from precision_doctor.jsonio import write_text_atomic
 from precision_doctor.results import emit
 from precision_doctor.results.commands import PORTABLE_TARGETS, EmitOptions, IOPair
@@ -72,10 +72,7 @@ def write_artifacts(run: RunDir, work: Workload, refs: Sequence[dict], fallback:
     answer_metadata(fixed, spec.backends.target, answer_for)
     if where:
         out_dir.mkdir(exist_ok=True)
-    for name in (".fixed.onnx.partial", ".fixed.onnx.partial.data", "fixed.onnx"):
-        run.written(out_dir / name)
-    onnx.save(fixed, str(out_dir / ".fixed.onnx.partial"), save_as_external_data=over_protobuf_limit(fixed, margin=2**20))
-    (out_dir / ".fixed.onnx.partial").replace(out_dir / "fixed.onnx")
+    save_model(fixed, out_dir / "fixed.onnx", run)  # past 2 GB its weights in fixed.onnx.data beside it
     kept = work.capture if work.capture is not None else range(len(work.samples))  # the captured samples
     kept_samples, kept_refs = work.samples.subset(kept), [refs[i] for i in kept]
     if not where:
