@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import sys
 from collections import OrderedDict
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Collection, MutableMapping, Sequence
 from typing import TypeVar
 
 import numpy as np
@@ -33,7 +33,7 @@ from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.mixed import blocked_ops, build_mixed
 from precision_doctor.graph.model import Model, tensor_types_and_shapes
 from precision_doctor.graph.names import shown
-from precision_doctor.graph.ort_kernels import runtime_reason
+from precision_doctor.graph.ort_kernels import inlined_from, runtime_reason
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 CUDA = "CUDAExecutionProvider"
@@ -53,14 +53,19 @@ _NO_KERNEL = re.compile(r"Could not find an implementation for (\w+)\(\d+\) node
 # 'tensor(bfloat16)' of input parameter (x) of operator (Conv) in node (/model.0/conv/Conv__pdn3) is invalid."
 _NO_TYPE = re.compile(r"Type 'tensor\(bfloat16\)' of (?:input|output) parameter \([^)]*\) of operator \((\w+)\) in "
                       r"node \(([^)]*)\)")
+# ONNX Runtime 1.31 with the CUDA provider, where neither provider claims a node (a BF16 Log on CUDA and CPU), fails
+# in its memcpy transformer before the kernel lookup (seen on the H200 with mpnet-base in BF16): "Provider type for
+# Log node with name '/m/encoder/Log__pdn98' is not set."
+_NO_PROVIDER = re.compile(r"Provider type for (\w+) node with name '([^']*)' is not set")
 G = TypeVar("G")
+INLINED = "{} inlined"  # `_model_node`'s name for a node ONNX Runtime made of an op's function
 
 
 def missing_kernel(exc: BaseException) -> tuple[str, str] | None:
     """(op type, node name) where ONNX Runtime refused a session because no provider has a kernel for a node's
-    types (NOT_IMPLEMENTED) or ONNX's schema at the model's opset does not take bfloat16 there; the node's name as
-    the model has it (the tool's copies carry a `__pd...` suffix)."""
-    m = _NO_KERNEL.search(str(exc)) or _NO_TYPE.search(str(exc))
+    types (NOT_IMPLEMENTED, or on CUDA no provider set for the node) or ONNX's schema at the model's opset does not
+    take bfloat16 there; the node's name as the model has it (the tool's copies carry a `__pd...` suffix)."""
+    m = _NO_KERNEL.search(str(exc)) or _NO_TYPE.search(str(exc)) or _NO_PROVIDER.search(str(exc))
     return (m.group(1), re.sub(r"__pd.*$", "", m.group(2))) if m else None
 
 
@@ -95,18 +100,23 @@ def session_keeping_fp32(
             if found is None:
                 raise
             refused, node = found
-            op, mine = _model_node(model, refused, node)
+            op, mine = _model_node(model, refused, node, blocked)
             if op in blocked:
                 raise
-            fused = f"; ONNX Runtime fused it from {shown(mine)} ({shown(op)})" if mine != node else ""
-            kept[op] = runtime_reason(op, refused if fused else None)
+            inlined = mine == INLINED.format(op)
+            made = "" if mine == node else (f"; ONNX Runtime made it of {shown(op)}'s ONNX function, having no kernel "
+                                             "for it either" if inlined else
+                                             f"; ONNX Runtime fused it from {shown(mine)} ({shown(op)})")
+            kept[op] = runtime_reason(op, refused if made else None, inlined)
             warn(f"{where}: this ONNX Runtime ({ort.__version__}) has no BF16 kernel for {refused} (node "
-                 f"'{shown(node)}'{fused}); every {shown(op)} node stays FP32 (fixed.onnx too) and the session is made again")
+                 f"'{shown(node)}'{made}); every {shown(op)} node stays FP32 (fixed.onnx too) and the session is made again")
 
 
-def _model_node(model: Model | None, op: str, node: str) -> tuple[str, str]:
+def _model_node(model: Model | None, op: str, node: str, blocked: Collection[str] = ()) -> tuple[str, str]:
     """(op type, node name) of the model's node that ONNX Runtime's refused `node` stands for: itself, or for a node
-    its optimizer made (`<name>/MatMulAddFusion`), the model's node whose name is the longest `/`-prefix of it."""
+    its optimizer made (`<name>/MatMulAddFusion`), the model's node whose name is the longest `/`-prefix of it; for
+    an unnamed node it made by inlining an op's function (`ort_kernels.inlined_from`, an op not yet `blocked`), that
+    op ("Clip inlined")."""
     if model is None:
         return op, node
     types = {n.name: n.op_type for n in model.nodes}
@@ -115,7 +125,10 @@ def _model_node(model: Model | None, op: str, node: str) -> tuple[str, str]:
         name = "/".join(parts[:k])
         if name in types:
             return types[name], name
-    return op, node
+    opsets = {i.domain or "": i.version for i in model.proto.opset_import}
+    made_of = inlined_from(op, [(n.op_type, n.domain or "", opsets.get(n.domain or "", 1))
+                                for n in model.proto.graph.node if n.op_type not in blocked])
+    return (made_of[0], INLINED.format(made_of[0])) if made_of else (op, node)
 
 
 def _provider_name(p) -> str:

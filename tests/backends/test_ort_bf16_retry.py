@@ -108,3 +108,24 @@ def test_what_is_not_retried():
 def test_ort_cpu_still_refuses_bf16():
     with pytest.raises(UserError, match="CPU provider has no bf16 kernels"):
         OrtBackend(from_proto(_model()), "bf16", providers=CPU)
+
+
+def test_a_node_made_of_an_ops_function_keeps_that_op_fp32():
+    """ONNX Runtime puts a Clip's ONNX function (Less, Where) in its place where no provider has a BF16 Clip kernel,
+    then refuses the body's unnamed Less (mpnet-base on the H200's CUDA provider, and the CPU provider here): the
+    Clip is what stays FP32, said as such."""
+    inits = [numpy_helper.from_array(np.array(-1, np.float32), "lo"), numpy_helper.from_array(np.array(1, np.float32), "hi")]
+    nodes = [helper.make_node("Clip", ["x", "lo", "hi"], ["c"], name="clip"),
+             helper.make_node("Identity", ["c"], ["y"], name="out")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], inits)
+    model = from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    kept: dict[str, str] = {}
+    said: list[str] = []
+    _, session = session_keeping_fp32(lambda blocked: build_mixed(model, frozenset(), "bf16", op_block_list=blocked),
+                                      lambda p: make_session(p, CPU), "bf16", kept, said.append, "ort-cpu", model)
+    assert "Clip" in kept and "Less" not in kept
+    assert kept["Clip"] == runtime_reason("Clip", "Less", inlined=True)
+    assert any("(node ''; ONNX Runtime made it of Clip's ONNX function" in line for line in said)
+    x = np.array([-2, -1.5, -1, -0.5, 0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3], np.float32).reshape(3, 4)  # BF16 values
+    assert np.array_equal(session.run(["y"], {"x": x})[0], np.clip(x, -1, 1))

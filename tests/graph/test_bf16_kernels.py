@@ -110,3 +110,9 @@ def test_the_net_reads_onnx_type_errors_as_well_as_missing_kernels():
     assert missing_kernel(Exception(text)) == ("Conv", "/model.0/conv/Conv")
     assert missing_kernel(Exception("NOT_IMPLEMENTED : Could not find an implementation for Pow(15) node with name "
                                     "'p__pd1'")) == ("Pow", "p")
+    # onnxruntime-gpu 1.31.1 on the H200, mpnet-base's gated graph in BF16 with the CUDA and CPU providers
+    assert missing_kernel(Exception(
+        "[ONNXRuntimeError] : 1 : FAIL : Exception during initialization: /onnxruntime_src/onnxruntime/core/optimizer/"
+        "transformer_memcpy.cc:253 bool onnxruntime::TransformerMemcpyImpl::IsNodeCompatibleWithProvider(const "
+        "onnxruntime::Node&) const !node_provider_type.empty() was false. Provider type for Log node with name "
+        "'/m/encoder/Log__pdn98' is not set.")) == ("Log", "/m/encoder/Log")
