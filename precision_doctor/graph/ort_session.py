@@ -50,13 +50,11 @@ def make_session(
     given, sets the level instead ("disabled": no graph optimization at all, every node its own kernel).
     `shrinkable`: one of many sessions alive at once whose runs give their GPU arena back (`shrinking_gpu_arena`):
     its weights outside the arena, which a shrink never frees past its first allocation (ONNX Runtime's
-    maintainers' advice, microsoft/onnxruntime#9509); on CUDA, all such sessions of the process draw on one shared
-    arena (`shared_gpu_arena`), so that a shrink leaves one first allocation kept, not one per session."""
+    maintainers' advice, microsoft/onnxruntime#9509). (One arena shared by all of them, `session.use_env_allocators`,
+    left the capture's peak where it was on the H200: 64.8 GiB for isnet-1024 either way, 2026-12-03.)"""
     so = ort.SessionOptions()
     if shrinkable:
         so.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
-        if "CUDAExecutionProvider" in providers and shared_gpu_arena():
-            so.add_session_config_entry("session.use_env_allocators", "1")
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level]) if level is not None else (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     )
@@ -81,26 +79,6 @@ def serialized(proto: onnx.ModelProto) -> bytes | None:
         return proto.SerializeToString()
     except EncodeError:
         return None
-
-
-_SHARED_ARENA: list[bool] = []  # registered once per process: [True] done, [False] refused
-
-
-def shared_gpu_arena() -> bool:
-    """Register, once per process, one CUDA arena (device 0) with ONNX Runtime's environment for the sessions that
-    ask for it (`session.use_env_allocators`), growing by what is asked rather than by powers of two; False where
-    this ONNX Runtime refuses (the sessions then keep an arena each). A chain keeps about 40 segments' sessions alive
-    (14 groups x 3 runs for a 1024x1024 segmenter): with an arena each, each kept its first activation's allocation
-    through every shrink: 64.8 GiB of GPU memory for a 44M model."""
-    if not _SHARED_ARENA:
-        try:
-            info = ort.OrtMemoryInfo("Cuda", ort.OrtAllocatorType.ORT_ARENA_ALLOCATOR, 0, ort.OrtMemType.DEFAULT)
-            ort.create_and_register_allocator_v2("CUDAExecutionProvider", info, {},
-                                                 ort.OrtArenaCfg({"arena_extend_strategy": 1}))
-            _SHARED_ARENA.append(True)
-        except Exception:  # noqa: BLE001 - a build without the CUDA provider, or one that cannot share its arena
-            _SHARED_ARENA.append(False)
-    return _SHARED_ARENA[0]
 
 
 def shrinking_gpu_arena(session: ort.InferenceSession) -> ort.RunOptions | None:
