@@ -11,6 +11,7 @@ import functools
 import time
 from pathlib import Path
 
+from precision_doctor.backends.gpu_turn import run_turn
 from precision_doctor.control import LoadedEvent, PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.references import check_count
 from precision_doctor.data.workload import Workload, load_workload
@@ -55,7 +56,8 @@ def diagnose(
     validation = held_out_samples(work)
     choice = held_out_choice(work, validation)
     _loaded(spec, work, validation, progress)
-    with open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out:
+    with (open_run_dir(Path(out_dir), force=force, resume=resume, protect=spec.user_files(), command=command) as out,
+          _gpu_turn(spec, progress, stop, out)):
         return run_diagnose(work, validation, valid, out, resume=resume, progress=progress, stop=stop,
                             capture_cache=capture_cache, held_choice=choice, origin=origin, service_job=service_job,
                             started=started)
@@ -77,7 +79,8 @@ def compare(
     if work.references is not None:
         check_count(spec.inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
     _loaded(spec, work, [], progress)
-    with open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out:
+    with (open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out,
+          _gpu_turn(spec, progress, stop, out)):
         n = len(work.choose_capture(spec.capture.max_samples))  # as run_compare would choose them
         notify(progress, PhaseEvent("capture", f"{counted(n, 'sample')}, every layer's statistics"))
         return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
@@ -133,6 +136,12 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
     with updating(Path(run_dir), list(report_files(report).values()), command) as run:
         write_reports(report, RunDir(run))
     return report
+
+
+def _gpu_turn(spec: RunSpec, progress: ProgressSink | None, stop: StopToken | None, out: Path):
+    """The run's turn on the GPU where it computes on one (backends/gpu_turn.py: runs sharing a GPU fail)."""
+    b = spec.backends
+    return run_turn(b.backend, b.confirm_backend, spec.capture.device, progress, stop, what=f"writing {out}")
 
 
 def _load(valid: CheckedSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:

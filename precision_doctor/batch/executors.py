@@ -45,11 +45,12 @@ class LocalExecutor:
     concurrent.futures pool: a pool with one task per child can hang at interpreter exit after an
     interrupted shutdown (CPython gh-119592)."""
 
-    def __init__(self, jobs: int):
+    def __init__(self, jobs: int, gpus: int = 0):
         if jobs < 1:
             raise SpecError("jobs", "{jobs} must be at least 1")
         self.jobs = jobs
         self.threads = threads_per_worker(jobs)
+        self.devices = visible_gpus(gpus)
 
     def map(self, fn: Work, items: Iterable[Any], stop: StopToken | None = None) -> Iterator[Done]:
         from multiprocessing.connection import wait as wait_ready
@@ -58,26 +59,34 @@ class LocalExecutor:
         queue = list(items)
         queue.reverse()  # pop() from the end: items start in their order
         running: dict[Any, tuple[Any, Any]] = {}  # result connection -> (process, item)
+        slots = list(range(self.jobs))  # free worker slots; slot k computes on GPU devices[k % len(devices)]
+        slot_of: dict[Any, int] = {}
         finished = False
         try:
             while queue or running:
                 check(stop)  # also a Ctrl-C that a weakref callback swallowed in this process
                 while queue and len(running) < self.jobs:
                     item = queue.pop()
+                    slot = slots.pop(0)
+                    env = {"CUDA_VISIBLE_DEVICES": self.devices[slot % len(self.devices)]} if self.devices else {}
                     recv, send = ctx.Pipe(duplex=False)
-                    proc = ctx.Process(target=_child_main, args=(fn, item, send), name="precision-doctor-worker")
+                    proc = ctx.Process(target=_child_main, args=(fn, item, send, env), name="precision-doctor-worker")
                     try:
                         proc.start()
                     except Exception as exc:  # e.g. an item that cannot be pickled: that item fails
                         recv.close()
+                        slots.append(slot)
                         yield Done(item, error=f"could not start a worker: {one_line(exc)}")
                         continue
                     finally:
                         send.close()  # the child holds the sending end; EOF here when it dies
                     running[recv] = (proc, item)
+                    slot_of[recv] = slot
                 ready = set(wait_ready(list(running), None if stop is None else POLL_S))
                 for recv in [c for c in running if c in ready]:
                     proc, item = running.pop(recv)
+                    slots.append(slot_of.pop(recv))
+                    slots.sort()
                     try:
                         status, value = recv.recv()
                     except (EOFError, OSError):
@@ -120,7 +129,11 @@ def make_executor(jobs: int, executor: str = "local", ray_address: str | None = 
     `ray_address`, or on a local Ray instance (SpecError naming --executor when Ray is not installed)."""
     check_executor(executor, ray_address, ray_cpus)
     if executor == "local":
-        return InlineExecutor() if jobs == 0 else LocalExecutor(jobs)
+        if jobs == 0:
+            return InlineExecutor()
+        from precision_doctor.environment import gpus
+
+        return LocalExecutor(jobs, len(gpus()) if jobs > 1 else 0)
     if jobs != 1:
         raise SpecError("jobs", "{jobs} sets local worker processes; with {executor} ray each model is a Ray task "
                         "({ray_cpus} sets its CPUs)")
@@ -147,9 +160,20 @@ def _mp_context():
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def _child_main(fn: Work, item: Any, conn: Any) -> None:
+def visible_gpus(gpus: int) -> list[str]:
+    """The GPUs batch workers are spread over, as CUDA_VISIBLE_DEVICES names them (within the user's own
+    CUDA_VISIBLE_DEVICES where it is set); none for fewer than two: every worker computes on the one GPU, and runs
+    take turns on it (backends/gpu_turn.py)."""
+    named = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    devices = named if "CUDA_VISIBLE_DEVICES" in os.environ else [str(i) for i in range(gpus)]
+    return devices if len(devices) > 1 else []
+
+
+def _child_main(fn: Work, item: Any, conn: Any, env: dict[str, str] | None = None) -> None:
     """A worker process: `fn(item, stop)` with a StopToken that SIGINT, SIGTERM and the death of the batch process
-    stop, and its result (or what it raised, in one line) sent on `conn`."""
+    stop, and its result (or what it raised, in one line) sent on `conn`. `env`: its GPU (CUDA_VISIBLE_DEVICES), set
+    before anything starts CUDA."""
+    os.environ.update(env or {})
     token = StopToken()
     _stop_with_parent(token)
     msg = run_item(fn, item, token)

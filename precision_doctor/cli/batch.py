@@ -32,7 +32,9 @@ from precision_doctor.words import counted
 @with_options(PRECISION, BACKENDS, TARGET, EMULATION, SEARCH, TOLERANCE, GENERATED)
 def batch(
     zoo: Path = typer.Argument(..., help="A directory of .onnx files (recipes beside them) or a JSON/YAML manifest."),
-    jobs: int = typer.Option(1, "--jobs", "-j", min=0, help="Local worker processes (0: run in this process)."),
+    jobs: int = typer.Option(1, "--jobs", "-j", min=0, help="Local worker processes (0: run in this process). Runs "
+                             "that compute on a GPU take turns on it (sharing one fails); with several GPUs each worker "
+                             "has its own."),
     executor_name: str = typer.Option("local", "--executor", help="local: worker processes here (--jobs); ray: one "
                                       "Ray task per model (pip install '.[ray]'; every node needs the files at "
                                       "the same paths)."),

@@ -181,6 +181,27 @@ def test_local_executor_survives_a_dying_worker():
     assert by[2].error and "died" in by[2].error
 
 
+def _gpu_of(x: int, stop) -> tuple[int, str | None, float, float]:
+    t0 = time.time()
+    time.sleep(0.4)
+    return x, os.environ.get("CUDA_VISIBLE_DEVICES"), t0, time.time()
+
+
+def test_local_workers_are_spread_over_the_gpus(monkeypatch):
+    """With two GPUs, two jobs never compute on the same one at once (runs sharing a GPU fail, backends/gpu_turn.py);
+    with one, nothing is set (they take turns on it); within the user's CUDA_VISIBLE_DEVICES where it is set."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    done = [d.result for d in LocalExecutor(2, gpus=2).map(_gpu_of, range(6))]
+    assert {g for _, g, _, _ in done} == {"0", "1"}
+    for a in done:
+        for b in done:
+            if a is not b and a[2] < b[3] and b[2] < a[3]:  # ran at the same time
+                assert a[1] != b[1]
+    assert {d.result[1] for d in LocalExecutor(2, gpus=1).map(_gpu_of, range(2))} == {None}
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,7")
+    assert {d.result[1] for d in LocalExecutor(2, gpus=8).map(_gpu_of, range(4))} == {"5", "7"}
+
+
 def test_recipes_manifest_and_names(tmp_path):
     root = tmp_path
     onnx.save(planted.clean().model, str(root / "a b.onnx"))
