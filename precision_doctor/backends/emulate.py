@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import onnx
 
 from precision_doctor.backends.base import Feeds, SessionHolder
 from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
@@ -37,9 +38,10 @@ class EmulateBackend(SessionHolder):
         self.graph: GatedGraph = gated_graph(model, get_format(precision), rules=rules)  # rules: graph.rules
         self.rules = self.graph.rules  # the rules' label (a profile name, or rule names)
         self.output_names = list(outputs) if outputs is not None else model.outputs
-        proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
-        self.session = make_session(proto, optimize=False)
-        self.activate()
+        self.session = make_session(with_outputs(self.graph.proto, self.output_names, model.tensor_types),
+                                    optimize=False)
+        self.graph.proto = onnx.ModelProto()  # the session holds it (2x the weights: FP32 and rounded); the gate
+        self.activate()  # order is all `prepare` reads
 
     def prepare(self, fallback: frozenset[str]) -> EmulatedRunner:
         return EmulatedRunner(self, frozenset(fallback))

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+import onnx
 
 from precision_doctor.backends.base import Feeds, SessionHolder
 from precision_doctor.backends.ort import CUDA, OrtBackend, session_keeping_fp32
@@ -74,6 +75,7 @@ class OrtGatedBackend(SessionHolder):
             lambda graph: make_session(with_outputs(graph.proto, self.output_names, model.tensor_types), self.providers,
                                        optimize=optimize, level=self.level),
             precision, self.kept_fp32, self.mixed.warn, self.name, model)
+        self.graph.proto = onnx.ModelProto()  # the session holds it; the gates are all `prepare` reads
         if self.mixed.uses_cuda and CUDA not in self.session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
         self.activate()

@@ -21,11 +21,21 @@ class ReferenceRunner(SessionHolder):
         self.model = model
         names = list(outputs) if outputs is not None else model.outputs
         self.output_names = names
-        self.session = make_session(with_outputs(model.proto, names, model.tensor_types), optimize=False)
+        self.session = self._make()
         self.activate()
+
+    def _make(self):
+        return make_session(with_outputs(self.model.proto, self.output_names, self.model.tensor_types), optimize=False)
+
+    def pause(self) -> None:
+        """Drop the session while others need the memory (a large model's capture: it holds the weights once more);
+        the next `run` makes it again."""
+        self.session = None
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = list(outputs) if outputs is not None else self.output_names
+        if self.session is None and self.is_active:
+            self.session = self._make()
         return dict(zip(names, run_session(self.session, names, dict(feeds), self.model)))
 
     def release(self) -> None:

@@ -274,19 +274,19 @@ def _run_groups(
         notify(progress, CaptureEvent(stage, done, total))  # a large model's session takes seconds to make
         return sess
 
-    locals_ = [local_graph(model, fmt, list(g.local), rules) if g.local else (None, []) for g in groups]
-    ref_targets = [list(dict.fromkeys([*g.reference, *feeds])) for g, (_, feeds) in zip(groups, locals_)]
+    local_runs: list[tuple | None] = []  # per group: its local session, outputs, feeds and run options
+    for g in groups:  # one local graph at a time: each holds its nodes' rounded weights until its session has them
+        p, feeds = local_graph(model, fmt, list(g.local), rules) if g.local else (None, [])
+        sess = made(p) if p is not None else None
+        local_runs.append(None if sess is None else (sess, [o.name for o in p.graph.output], feeds,
+                                                     shrinking_gpu_arena(sess)))
+        del p
+    ref_targets = [list(dict.fromkeys([*g.reference, *(r[2] if r else [])])) for g, r in zip(groups, local_runs)]
     lowp_targets = [[t for t in g.lowp if t not in inputs] for g in groups]
     carried = model.tensor_types
     ref = Chain(model.proto, plan_chain(model.proto, ref_targets, carried), carried, made)
     lowp = (Chain(gated.proto, plan_chain(gated.proto, lowp_targets, carried), carried, made)
             if gated is not None and any(lowp_targets) else None)
-    local_runs: list[tuple | None] = []  # per group: its local session, outputs, feeds and run options
-    for p, feeds in locals_:
-        sess = made(p) if p is not None else None
-        local_runs.append(None if sess is None else (sess, [o.name for o in p.graph.output], feeds,
-                                                     shrinking_gpu_arena(sess)))
-    del locals_
     for i, s in enumerate(samples):
         check(stop)
         lowp_values = lowp.run({**s, **mask}, model) if lowp is not None else None
