@@ -67,6 +67,7 @@ OTHER_FILES = {"report.json": "this report's data: the verdict, the FP32 nodes a
                "timing.cache": "TensorRT's timing cache of the engine build (--engine)",
                "runtime.cache": "TensorRT-RTX's runtime cache of the engine build (--engine)",
                "named.onnx.data": "the external data of named.onnx (a model larger than 2 GB)",
+               "fixed.onnx.data": "the weights of fixed.onnx (a model larger than 2 GB): keep it beside fixed.onnx",
                "precision-doctor-error.log": "written only after an internal error: its traceback, to report it"}
 
 
