@@ -80,7 +80,7 @@ def compare(
         check_count(spec.inputs.reference_outputs, work.references, len(work.samples), "{inputs.files}")
     _loaded(spec, work, [], progress)
     with (open_run_dir(Path(out_dir), force=force, protect=spec.user_files(), command=command) as out,
-          _gpu_turn(spec, progress, stop, out)):
+          _gpu_turn(spec, progress, stop, out, capture_only=True)):
         n = len(work.choose_capture(spec.capture.max_samples))  # as run_compare would choose them
         notify(progress, PhaseEvent("capture", f"{counted(n, 'sample')}, every layer's statistics"))
         return run_compare(work, spec.precision, spec.tolerance, out, spec.capture, progress=progress, stop=stop,
@@ -138,10 +138,12 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
     return report
 
 
-def _gpu_turn(spec: RunSpec, progress: ProgressSink | None, stop: StopToken | None, out: Path):
-    """The run's turn on the GPU where it computes on one (backends/gpu_turn.py: runs sharing a GPU fail)."""
+def _gpu_turn(spec: RunSpec, progress: ProgressSink | None, stop: StopToken | None, out: Path, capture_only=False):
+    """The run's turn on the GPU where it computes on one (backends/gpu_turn.py: runs sharing a GPU fail);
+    `capture_only`: a compare, whose capture is all it runs."""
     b = spec.backends
-    return run_turn(b.backend, b.confirm_backend, spec.capture.device, progress, stop, what=f"writing {out}")
+    backend, confirm = ("emulate", None) if capture_only else (b.backend, b.confirm_backend)
+    return run_turn(backend, confirm, spec.capture.device, progress, stop, what=f"writing {out}")
 
 
 def _load(valid: CheckedSpec, progress: ProgressSink | None, run_dir: Path | None = None) -> Workload:

@@ -116,7 +116,8 @@ def _model_node(model: Model | None, op: str, node: str, blocked: Collection[str
     """(op type, node name) of the model's node that ONNX Runtime's refused `node` stands for: itself, or for a node
     its optimizer made (`<name>/MatMulAddFusion`), the model's node whose name is the longest `/`-prefix of it; for
     an unnamed node it made by inlining an op's function (`ort_kernels.inlined_from`, an op not yet `blocked`), that
-    op ("Clip inlined")."""
+    op ("Clip inlined"; where several op types' functions hold it, the first in the model's order, the next on the
+    next refusal: each one kept is said in the warning)."""
     if model is None:
         return op, node
     types = {n.name: n.op_type for n in model.nodes}
@@ -125,6 +126,8 @@ def _model_node(model: Model | None, op: str, node: str, blocked: Collection[str
         name = "/".join(parts[:k])
         if name in types:
             return types[name], name
+    if node:  # a named node the model does not have: the refused op itself, as before
+        return op, node
     opsets = {i.domain or "": i.version for i in model.proto.opset_import}
     made_of = inlined_from(op, [(n.op_type, n.domain or "", opsets.get(n.domain or "", 1))
                                 for n in model.proto.graph.node if n.op_type not in blocked])

@@ -3,6 +3,7 @@ be stopped while it waits, and gets the GPU as soon as the holder ends, also whe
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -87,3 +88,16 @@ def test_runs_without_a_gpu_take_no_turn(monkeypatch):
     assert gpu_turn.uses_gpu("emulate", None, "auto")  # the capture computes there
     assert not gpu_turn.uses_gpu("emulate", None, "cpu")
     assert gpu_turn.uses_gpu("ort-cuda", None, "cpu")
+
+
+def test_a_compare_on_the_cpu_takes_no_turn(monkeypatch, tmp_path):
+    """`compare` runs only its capture: with --capture-device cpu it never waits for the GPU, whatever
+    `--backend` (which compare does not take) says."""
+    from precision_doctor import api
+    from precision_doctor.backends import registry
+    from precision_doctor.spec import RunSpec
+
+    monkeypatch.setattr(registry, "cuda_machine", lambda: True)
+    spec = RunSpec(model="m.onnx").with_settings({"capture.device": "cpu"})
+    assert gpu_turn.uses_gpu(spec.backends.backend, None, "cpu")  # a diagnosis would confirm on the GPU
+    assert isinstance(api._gpu_turn(spec, None, None, tmp_path, capture_only=True), contextlib.nullcontext)

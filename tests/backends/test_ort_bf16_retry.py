@@ -129,3 +129,20 @@ def test_a_node_made_of_an_ops_function_keeps_that_op_fp32():
     assert any("(node ''; ONNX Runtime made it of Clip's ONNX function" in line for line in said)
     x = np.array([-2, -1.5, -1, -0.5, 0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3], np.float32).reshape(3, 4)  # BF16 values
     assert np.array_equal(session.run(["y"], {"x": x})[0], np.clip(x, -1, 1))
+
+
+def test_a_named_node_the_model_lacks_keeps_its_own_op():
+    """Only an unnamed node is traced to an op's ONNX function: a named one ONNX Runtime made (not by inlining)
+    keeps its own op type, as before."""
+    from precision_doctor.backends.ort import _model_node
+
+    inits = [numpy_helper.from_array(np.array(-1, np.float32), "lo"), numpy_helper.from_array(np.array(1, np.float32), "hi")]
+    nodes = [helper.make_node("LeakyRelu", ["x"], ["l"], name="leaky"),
+             helper.make_node("Clip", ["l", "lo", "hi"], ["y"], name="clip")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 4])], inits)
+    model = from_proto(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8))
+    assert _model_node(model, "Mul", "MulFusedByOrt_12") == ("Mul", "MulFusedByOrt_12")
+    first, _ = _model_node(model, "Less", "")
+    assert first in {"LeakyRelu", "Clip"}
+    assert _model_node(model, "Less", "", blocked={first})[0] == ({"LeakyRelu", "Clip"} - {first}).pop()

@@ -37,3 +37,31 @@ def test_a_model_past_the_limit_gets_fixed_onnx_with_its_weights_beside_it(tmp_p
     user = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(path)).graph.initializer}
     loaded = {t.name: onnx.numpy_helper.to_array(t) for t in onnx.load(str(out / "fixed.onnx")).graph.initializer}
     assert user and all(np.allclose(loaded[n].astype(np.float64), user[n], rtol=1e-3) for n in user if n in loaded)
+
+
+def test_saving_past_the_limit_again_replaces_the_data_and_ignores_the_working_directory(tmp_path, monkeypatch):
+    """fixed.onnx.data written a second time (a resumed run's artifacts) is replaced, not appended to; a file of
+    that name in the working directory (onnx's own conversion looks there) changes nothing."""
+    from precision_doctor.graph.toolnames import save_model
+
+    rng = np.random.default_rng(0)
+    w = onnx.numpy_helper.from_array(rng.normal(size=(64, 64)).astype(np.float32), "w")
+    g = onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                               [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 64])],
+                               [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 64])], [w])
+    proto = onnx.helper.make_model(g, opset_imports=[onnx.helper.make_opsetid("", 17)], ir_version=8)
+    monkeypatch.setattr(model_module, "_TWO_GB", 4096)
+    out = tmp_path / "run"
+    out.mkdir()
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    (cwd / "fixed.onnx.data").write_bytes(b"the user's")
+    monkeypatch.chdir(cwd)
+    for _ in range(2):
+        save_model(proto, out / "fixed.onnx")
+    assert (out / "fixed.onnx.data").stat().st_size == 64 * 64 * 4
+    assert (cwd / "fixed.onnx.data").read_bytes() == b"the user's"
+    x = rng.normal(size=(1, 64)).astype(np.float32)
+    got = ort.InferenceSession(str(out / "fixed.onnx"), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert np.allclose(got, x @ onnx.numpy_helper.to_array(w), rtol=1e-5, atol=1e-5)
+    assert proto.graph.initializer[0].HasField("raw_data"), "the proto given keeps its weights"
