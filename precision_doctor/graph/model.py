@@ -309,6 +309,33 @@ def over_protobuf_limit(proto: onnx.ModelProto, margin: int = 0) -> bool:
         return True
 
 
+def save_with_external_data(proto: onnx.ModelProto, path: Path) -> Path:
+    """`proto` saved at `path` with its weights in `<name>.data` beside it (a model past protobuf's limit), `proto`
+    itself untouched (onnx's save empties the tensors of the proto it is given). A data file already there is replaced
+    (onnx appends to it); the tensors are marked here, as onnx's own conversion refuses where the *working directory*
+    holds a file of that name."""
+    from onnx.external_data_helper import set_external_data
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    data = path.with_name(path.name + ".data")
+    data.unlink(missing_ok=True)
+    for graph in _all_graphs(copy.graph):
+        for t in graph.initializer:
+            if t.HasField("raw_data") and len(t.raw_data) >= 1024:
+                set_external_data(t, data.name)
+    onnx.save(copy, str(path))
+    return path
+
+
+def _all_graphs(graph: onnx.GraphProto) -> Iterable[onnx.GraphProto]:
+    """`graph` and every subgraph in it (If/Loop/Scan bodies)."""
+    yield graph
+    for node in _all_nodes(graph):
+        for attr in node.attribute:
+            yield from [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs)
+
+
 def hash_model(proto: onnx.ModelProto) -> str:
     """A stable SHA-256 of graph structure and weights (works past the 2 GB protobuf limit)."""
     h = hashlib.sha256()

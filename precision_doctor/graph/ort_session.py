@@ -18,6 +18,7 @@ from google.protobuf.message import EncodeError
 from onnx import helper
 
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.graph.model import save_with_external_data
 
 ORT_TYPES = {
     "tensor(float)": onnx.TensorProto.FLOAT,
@@ -67,8 +68,7 @@ def make_session(
     if data is not None:
         return ort.InferenceSession(data, so, providers=list(providers))
     with tempfile.TemporaryDirectory(prefix="pd-ort-") as tmp:
-        path = Path(tmp) / "model.onnx"
-        onnx.save(proto, str(path), save_as_external_data=True, location="weights.bin")
+        path = save_with_external_data(proto, Path(tmp) / "model.onnx")  # the caller's proto keeps its weights
         return ort.InferenceSession(str(path), so, providers=list(providers))
 
 

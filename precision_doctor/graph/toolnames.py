@@ -27,9 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import onnx
-from onnx.external_data_helper import set_external_data
 
-from precision_doctor.graph.model import Model, over_protobuf_limit
+from precision_doctor.graph.model import Model, over_protobuf_limit, save_with_external_data
 from precision_doctor.runfiles import RunDir
 
 UNNAMED_PREFIX = "node_of_"  # what TensorRT's parser calls an unnamed node (and its first layer)
@@ -93,28 +92,12 @@ def save_model(proto: onnx.ModelProto, path: Path, writer: RunDir | None = None)
         if writer is not None:
             writer.written(p)
     if large:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(proto)  # saving with external data empties the tensors of the proto it is given
-        data = path.with_name(path.name + ".data")
-        data.unlink(missing_ok=True)  # onnx appends to it (a resumed run's would double); ours, by the manifest
-        for t in _initializer_tensors(copy.graph):  # onnx's own conversion refuses where the *working directory* holds
-            if t.HasField("raw_data") and len(t.raw_data) >= 1024:  # a file of that name: marked here instead
-                set_external_data(t, data.name)
-        onnx.save(copy, str(path))
+        save_with_external_data(proto, path)
     else:
         tmp = path.with_name(f".{path.name}.partial")
         onnx.save(proto, str(tmp))
         tmp.replace(path)
     return path
-
-
-def _initializer_tensors(graph: onnx.GraphProto):
-    """Every initializer of `graph` and of the subgraphs of its nodes."""
-    yield from graph.initializer
-    for node in graph.node:
-        for attr in node.attribute:
-            for sub in [attr.g] if attr.type == onnx.AttributeProto.GRAPH else list(attr.graphs):
-                yield from _initializer_tensors(sub)
 
 
 def model_for_tools(model: Model, out_dir: str | Path, writer: RunDir | None = None) -> Path:
