@@ -9,7 +9,7 @@
 #         TAG=a LIMIT=1080 bash bench/gpu_bundle.sh start [gpu_truth.py arguments...]
 #                                                # copies the tree to /tmp/repo (once) and starts bench/gpu_truth.py
 #                                                  there in its own session (it outlives the call), out in /tmp/o-TAG;
-#                                                  several TAGs may run at once (give each --only and --threads)
+#                                                  a later TAG's start waits for the earlier ones (one GPU, one run)
 #         TAG=a bash bench/gpu_bundle.sh collect # the run's state; its tables and logs into $OUT when it has ended
 # So a second bundle's parts travel while the first bundle's models run.
 set -euo pipefail
@@ -47,8 +47,9 @@ start)
   fi
   cd /tmp/repo
   export PYTHONPATH=/tmp/site:/tmp/repo PYTHONUNBUFFERED=1
-  setsid nohup python3 bench/gpu_truth.py --data /tmp/b/large --out "/tmp/o-$tag" --work "/tmp/w-$tag" \
-    --limit-s "${LIMIT:-1080}" "$@" > "/tmp/o-$tag.log" 2>&1 < /dev/null &
+  # one harness at a time (a queue: flock), so that a later start waits for the GPU instead of sharing it
+  setsid nohup flock /tmp/gpu-queue.lock python3 bench/gpu_truth.py --data /tmp/b/large --out "/tmp/o-$tag" \
+    --work "/tmp/w-$tag" --limit-s "${LIMIT:-1080}" "$@" > "/tmp/o-$tag.log" 2>&1 < /dev/null &
   sleep "${WAIT:-5}"; cat "/tmp/o-$tag.log" ;;
 collect)
   tail -4 "/tmp/o-$tag.log"; tail -3 "/tmp/o-$tag"/logs/*.log 2>/dev/null || true

@@ -1,8 +1,9 @@
 """One step's values (a group of layers, one sample) added to the tensors' accumulators on several threads.
 
-Each tensor's accumulator still takes its samples one after the other (a step is waited for before the next one
-starts), so its sums are the same, to the last bit, as on one thread; NumPy's loops release the GIL, so the tensors
-of a step are summed side by side. Measured on the GPU machine: the capture's statistics of isnet-1024 ran on one
+Each tensor's accumulator still takes its samples one after the other (a step's sums are waited for before the next
+step's start), so its sums are the same, to the last bit, as on one thread; NumPy's loops release the GIL, so the
+tensors of a step are summed side by side, and beside the run that computes the next step (ONNX Runtime releases it
+too): a capture holds two steps' values at a time. Measured on the GPU machine: the capture's statistics of isnet-1024 ran on one
 core of 16, 4 s a step, while the GPU waited (docs/history/large-models.md).
 """
 

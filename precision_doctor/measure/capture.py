@@ -389,9 +389,7 @@ def capture(
                 shapes.add(v.index, {t: v.reference[t] for t in groups[k].reference})
                 adder.start([(v.reference[t].size, partial(accs[t].add, v.reference[t], v.lowp.get(t), v.local.get(t)))
                              for t in groups[k].reference if t in accs and accs[t].needed])
-                out.add(k, v)  # the store's writes while the statistics are summed
-                adder.wait()
-                del v  # before the next group's values are computed
+                out.add(k, v)  # the store's writes while the statistics are summed, and the next step's run
         stats = {t: acc.result() for t, acc in accs.items()}
         keep_stats(store, stats)
         store.set_shapes(shapes.shapes)
@@ -452,9 +450,8 @@ def local_errors(
     with StepAdder() as adder:
         for _, v in run_groups(model, samples, fmt, groups, rules=rules, providers=providers, stage="local",
                                progress=progress, stop=stop):
-            adder.run([(value.size, partial(accs[t].add, v.reference[t], local=value))
-                       for t, value in v.local.items() if t in accs])
-            del v
+            adder.start([(value.size, partial(accs[t].add, v.reference[t], local=value))
+                         for t, value in v.local.items() if t in accs])
     out = {}
     for n in wanted:
         stats = [accs[t].result().local for t in n.float_outputs]

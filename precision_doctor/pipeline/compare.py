@@ -255,7 +255,6 @@ def fixed_errors(model: Model, fmt: Format, samples: Sequence[Sample], fallback:
                     outputs[t].append(v.lowp[t])
             if names[k]:
                 writers[k].add(v.index, [v.lowp[t] for t in names[k]])
-            adder.wait()
     for w in writers:
         w.__exit__(None)
     errors = {n.name: max((accs[t].result() for t in n.float_outputs), default=0.0) for n in model.candidates}

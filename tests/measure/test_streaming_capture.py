@@ -119,8 +119,9 @@ def test_local_errors_are_the_captures(tmp_path, name, model, samples):
         {k: repr(got[k]) for k in few}
 
 
-def test_memory_holds_one_sample_of_one_group(tmp_path, monkeypatch):
-    """The runs' values are dropped sample by sample: at most one sample's values of one group are alive at once
+def test_memory_holds_two_steps_at_most(tmp_path, monkeypatch):
+    """The runs' values are dropped step by step: at most two steps' values (one sample's of one group: the step being
+    computed and the one whose statistics are summed meanwhile) are alive at once, whatever the number of samples
     (weak references to every array the sessions return)."""
     import weakref
 
@@ -143,7 +144,7 @@ def test_memory_holds_one_sample_of_one_group(tmp_path, monkeypatch):
             stored=nothing)
     one_sample = sum(len(n.outputs) + len(n.float_outputs) + (len(n.float_outputs) if n.is_candidate else 0)
                      for n in model.nodes)  # the FP32, low-precision and local runs' values of one sample
-    assert one_sample / 2 < worst[0] <= one_sample, (worst[0], one_sample)
+    assert one_sample / 2 < worst[0] <= 2 * one_sample, (worst[0], one_sample)
 
 
 class _VirtualClock:

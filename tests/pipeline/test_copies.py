@@ -189,3 +189,51 @@ def test_a_run_interrupted_in_the_repair_resumes_to_the_same_answer(tmp_path):
     resumed = api.diagnose(spec, out, resume=True)
     assert resumed.status == "complete" and resumed.answer.fallback_nodes == whole.answer.fallback_nodes
     assert resumed.search.evaluations == whole.search.evaluations
+
+
+def _lines(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.is_file() else []
+
+
+def test_the_repair_grows_on_the_search_backend_first_where_the_last_word_builds_a_session_per_set(tmp_path, monkeypatch):
+    """On a GPU the last word (ort-cuda) builds a session per set, seconds each at 1024x1024, and the search backend
+    (ort-cuda-gated) does not: the repair grows on the search backend first and the last word checks what it found
+    once. Here both are the emulator (the confirm backend a second one) and that decision is forced: the last word
+    evaluates one set, the grown one, which passes there; the answer is the one a repair on the last word finds; a
+    run stopped in the first stage resumes to it."""
+    from dataclasses import replace
+
+    from precision_doctor.backends import registry
+    from precision_doctor.control import EvaluationEvent, PhaseEvent, StopToken
+    from precision_doctor.pipeline import validate
+
+    monkeypatch.setitem(registry._BY_NAME, "twin", replace(registry.info("emulate"), name="twin", listed=False))
+    spec = _held_out_failure(tmp_path).with_settings({"backends.confirm_backend": "twin"})  # a second emulator
+    plain = api.diagnose(spec, tmp_path / "plain")  # the emulator is not on a GPU: no first stage
+    assert not (tmp_path / "plain" / "repair-search.jsonl").exists()
+    monkeypatch.setattr(validate, "grows_on_search_backend",
+                        lambda ctx: ctx.findings.last_word.oracle is not ctx.oracle)
+    staged = api.diagnose(spec, tmp_path / "staged")
+    assert staged.answer.fallback_nodes == plain.answer.fallback_nodes == ["add_offset", "sub_offset"]
+    grown, checked = (_lines(tmp_path / "staged" / f) for f in ("repair-search.jsonl", "repair.jsonl"))
+    # the last word's first trial is the grown set, which passes; then only removals (its polish: the emulator is not
+    # a backend that builds a session per set, where the repair keeps what it starts from)
+    assert grown and checked[0]["fallback"] == staged.answer.fallback_nodes and checked[0]["passed"]
+    assert all(set(c["fallback"]) < set(checked[0]["fallback"]) for c in checked[1:])
+    assert len(_lines(tmp_path / "plain" / "repair.jsonl")) > 1  # the last word grew it itself, trial by trial
+    v = staged.promise.validation
+    assert v is not None and v.first_candidate == [] and v.passed_after_research
+    assert any(r.search == "repair-search" for r in staged.search.rounds.rounds)
+
+    stop, seen = StopToken(), []
+
+    def sink(event):
+        seen.append(event)
+        if isinstance(event, EvaluationEvent) and any(isinstance(e, PhaseEvent) and e.phase == "validate" for e in seen):
+            stop.stop()  # the first stage's first evaluation
+    out = tmp_path / "cut"
+    cut = api.diagnose(spec, out, progress=sink, stop=stop)
+    assert cut.status == "interrupted" and (out / "repair-search.jsonl").exists() and not (out / "repair.jsonl").exists()
+    resumed = api.diagnose(spec, out, resume=True)
+    assert resumed.status == "complete" and resumed.answer.fallback_nodes == staged.answer.fallback_nodes
+    assert resumed.promise.validation == staged.promise.validation
