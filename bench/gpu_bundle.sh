@@ -9,7 +9,8 @@
 #         TAG=a LIMIT=1080 bash bench/gpu_bundle.sh start [gpu_truth.py arguments...]
 #                                                # copies the tree to /tmp/repo (once) and starts bench/gpu_truth.py
 #                                                  there in its own session (it outlives the call), out in /tmp/o-TAG;
-#                                                  a later TAG's start waits for the earlier ones (one GPU, one run)
+#                                                  a later TAG waits for the earlier ones (one GPU, one run); AFTER=TAG
+#                                                  queues it once that TAG has begun (the order of the starts)
 #         TAG=a bash bench/gpu_bundle.sh collect # the run's state; its tables and logs into $OUT when it has ended
 # So a second bundle's parts travel while the first bundle's models run.
 set -euo pipefail
@@ -48,8 +49,11 @@ start)
   cd /tmp/repo
   export PYTHONPATH=/tmp/site:/tmp/repo PYTHONUNBUFFERED=1
   # one harness at a time (a queue: flock), so that a later start waits for the GPU instead of sharing it
-  setsid nohup flock /tmp/gpu-queue.lock python3 bench/gpu_truth.py --data /tmp/b/large --out "/tmp/o-$tag" \
-    --work "/tmp/w-$tag" --limit-s "${LIMIT:-1080}" "$@" > "/tmp/o-$tag.log" 2>&1 < /dev/null &
+  # (AFTER=TAG: queued only once that TAG's run has begun, so that the queue keeps the order of the starts)
+  after=${AFTER:+/tmp/o-$AFTER}
+  setsid nohup bash -c 'while [ -n "$0" ] && [ ! -d "$0" ]; do sleep 2; done; exec flock /tmp/gpu-queue.lock "$@"' \
+    "$after" python3 bench/gpu_truth.py --data /tmp/b/large --out "/tmp/o-$tag" --work "/tmp/w-$tag" \
+    --limit-s "${LIMIT:-1080}" "$@" > "/tmp/o-$tag.log" 2>&1 < /dev/null &
   sleep "${WAIT:-5}"; cat "/tmp/o-$tag.log" ;;
 collect)
   tail -4 "/tmp/o-$tag.log"; tail -3 "/tmp/o-$tag"/logs/*.log 2>/dev/null || true
