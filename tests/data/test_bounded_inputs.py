@@ -59,16 +59,34 @@ class Ran:
         return lines[0]
 
 
+# The CLI, reporting its own peak RSS (VmHWM) as it exits: wait4's ru_maxrss would count the test process's resident
+# memory at the fork too (Linux keeps the larger across exec), which the tests before this one move by hundreds of MB.
+_LAUNCH = """import atexit, os, runpy, sys
+out = os.environ.pop("PD_TEST_HWM")
+def report():
+    with open("/proc/self/status") as f:
+        kb = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+    with open(out, "w") as g:
+        g.write(str(kb))
+atexit.register(report)
+sys.argv = ["precision-doctor", *sys.argv[1:]]
+runpy.run_module("precision_doctor", run_name="__main__", alter_sys=True)
+"""
+
+
 def bounded(*args, cwd: Path, limit_mb: int = LIMIT_MB) -> Ran:
-    """The CLI in a child process whose address space is limited to `limit_mb`: its exit code, stderr and peak RSS."""
+    """The CLI in a child process whose address space is limited to `limit_mb`: its exit code, stderr and peak RSS
+    (its own: `_LAUNCH`)."""
     limit = limit_mb << 20
 
     def cap() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
-    with tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen([sys.executable, "-m", "precision_doctor", *map(str, args)], cwd=cwd, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=err, env={**os.environ, **ONE_THREAD}, preexec_fn=cap)
+    with tempfile.TemporaryFile() as err, tempfile.TemporaryDirectory() as tmp:
+        hwm = Path(tmp) / "hwm"
+        proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, *map(str, args)], cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=err,
+                                env={**os.environ, **ONE_THREAD, "PD_TEST_HWM": str(hwm)}, preexec_fn=cap)
         timer = threading.Timer(300, proc.kill)
         timer.start()
         try:
@@ -78,7 +96,8 @@ def bounded(*args, cwd: Path, limit_mb: int = LIMIT_MB) -> Ran:
         proc.returncode = os.waitstatus_to_exitcode(status)
         err.seek(0)
         text = err.read().decode(errors="replace")
-    return Ran(proc.returncode, text, usage.ru_maxrss >> 10)
+        peak_kb = int(hwm.read_text()) if hwm.is_file() else usage.ru_maxrss  # killed: no report, the upper bound
+    return Ran(proc.returncode, text, peak_kb >> 10)
 
 
 @pytest.fixture(scope="module")
