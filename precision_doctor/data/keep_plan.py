@@ -14,7 +14,10 @@ tensors it keeps beyond them:
 
 A layer's tensors are its inputs (not initializers) and outputs in the FP32 and low-precision runs and its outputs in
 the local run (the node alone in low precision on exact inputs); a tensor's, that tensor in each run that computes
-it. So the file's size is set by the answer (and the names), not by the model times the samples.
+it. So the file's size is set by the answer (and the names), not by the model times the samples; and these full
+tensors are kept for as many of the captured samples as fit in TENSORS_BYTES, 500 MB (the hardest first, at least one): at
+1024x1024 one layer's tensors of 8 samples are gigabytes (a segmenter's top 3 layers wrote about 2.5 GB on the H200).
+Their datasets keep a row per captured sample; the store's `tensors_samples` attribute says how many hold them.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from precision_doctor.graph.model import Model, NodeInfo
 
 DEFAULT_TOP = 3
 SETTING = "capture.keep"
+TENSORS_BYTES = 500 * 10**6  # the full tensors kept beyond the statistics and outputs: for as many samples as fit
 
 
 @dataclass(frozen=True)

@@ -400,11 +400,13 @@ def store_tensors(
     path: Path, model: Model, samples: Sequence[Sample], fmt: Format, tensors: Mapping[str, Sequence[str]], *,
     group_mb: float, compression: str | None, fallback: frozenset[str] = frozenset(), rules: str | None = None,
     providers: Sequence = (CPU,), progress: ProgressSink | None = None, stop: StopToken | None = None,
-    gated: GatedGraph | None = None,
-) -> None:
+    gated: GatedGraph | None = None, max_bytes: int | None = None,
+) -> int:
     """Write `tensors` (run -> tensor names: `reference`, `lowp`, `local`) into the capture at `path` (with HDF5's
     `compression`), computed again for them alone: what a summary keeps beyond the statistics (the top layers of the
-    ranking, the tensors a user names). A `CaptureEvent` ("tensors") after each sample of each group."""
+    ranking, the tensors a user names). A `CaptureEvent` ("tensors") after each sample of each group. With
+    `max_bytes`, no sample starts once that many bytes are written (the first always runs). Returns how many samples
+    were written (also the store's `tensors_samples` attribute)."""
     budget = int(group_mb * (1 << 20))
     producers = model.producers()
     ref = [t for t in tensors.get(REFERENCE, ())]
@@ -418,11 +420,21 @@ def store_tensors(
               for g in group_by_bytes(items, lambda it: size[it[0]](it[1]), budget)]
     names = [{REFERENCE: list(g.reference), LOWP: list(g.lowp),
               LOCAL: [t for n in g.local for t in n.float_outputs if t in tensors.get(LOCAL, ())]} for g in groups]
+    written, done = 0, len(samples)
     with ActivationStore(path, "a", compression=compression) as store, \
             _GroupWriters(store, names, len(samples), budget) as out:
-        for k, v in run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
-                               stage="tensors", progress=progress, stop=stop, gated=gated):
+        steps = run_groups(model, samples, fmt, groups, fallback=fallback, rules=rules, providers=providers,
+                           stage="tensors", progress=progress, stop=stop, gated=gated)
+        for k, v in steps:
             out.add(k, v)
+            written += sum(int(np.asarray(values[t]).nbytes) for run, values in
+                           ((REFERENCE, v.reference), (LOWP, v.lowp), (LOCAL, v.local)) for t in names[k][run] if t in values)
+            if max_bytes is not None and k == len(groups) - 1 and written >= max_bytes and v.index + 1 < len(samples):
+                done = v.index + 1
+                steps.close()
+                break
+        store.file.attrs["tensors_samples"] = done
+    return done
 
 
 def local_errors(

@@ -1,19 +1,20 @@
-"""What a capture writes into activations.h5, known before it starts (`estimate`), and the refusal of one that the
-run directory's file system has no room for (`check_room`).
+"""What a capture writes into activations.h5, known before it starts (`estimate`), and the refusal of one that the run
+directory's file system has no room for (`check_room`).
 
 The streaming capture (`measure/capture.py`) stores every tensor's error statistics (JSON: `STATISTICS_BYTES` a node
 output, with the kept analysis), and per captured sample the graph outputs of the reference, low-precision and local
 runs and the tensors `capture.keep` names (data/keep_plan.py): those of the top layers of the ranking, not known
 before the capture, are bounded by the largest layers' (their inputs and outputs in the reference and low-precision
-runs, their outputs in the local run); with `all`, the graph inputs and every node output of the reference run,
-every floating node output of the low-precision run and the floating outputs of every candidate of the local run.
-A dataset per tensor and shape group (`data/activations.py`: a chunk per sample, HDF5's own chunks over 4 MiB, whose
-edge chunks are allocated whole; `stored_bytes`). The tensors' shapes are those ONNX shape inference gives at each
-captured shape group's input shapes (`graph/cost.shapes_that_ran`, what the cost model prices). A tensor whose shape
-it cannot follow (one that depends on the data: Range, NonZero, a Reshape to a computed shape) is counted as large
-as its largest input (`guessed`). With `capture.compression` the file is smaller than this. A diagnosis with
-`capture.keep` all also copies the file and adds the fixed run to the copy (`pipeline/compare.capture_fixed`): its
-peak is about twice the capture (`copied`).
+runs, their outputs in the local run), for as many samples as fit in keep_plan.TENSORS_BYTES; with `all`, the graph
+inputs and every node output of the reference run, every floating node output of the low-precision run and the
+floating outputs of every candidate of the local run. A dataset per tensor and shape group (`data/activations.py`: a
+chunk per sample, HDF5's own chunks over 4 MiB, whose edge chunks are allocated whole; `stored_bytes`). The tensors'
+shapes are those ONNX shape inference gives at each captured shape group's input shapes
+(`graph/cost.shapes_that_ran`, what the cost model prices). A tensor whose shape it cannot follow (one that depends
+on the data: Range, NonZero, a Reshape to a computed shape) is counted as large as its largest input (`guessed`).
+With `capture.compression` the file is smaller than this. A diagnosis with `capture.keep` all also copies the file
+and adds the fixed run to the copy (`pipeline/compare.capture_fixed`): its peak is about twice the capture
+(`copied`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from onnx import helper
 from precision_doctor import storage
 from precision_doctor.data.activations import DATASET_OVERHEAD, LOCAL, LOWP, REFERENCE, stored_bytes
 from precision_doctor.data.inputs import Sample
-from precision_doctor.data.keep_plan import KeepPlan, layer_tensors
+from precision_doctor.data.keep_plan import TENSORS_BYTES, KeepPlan, layer_tensors
 from precision_doctor.data.samples import ShapeGroup, groups_of
 from precision_doctor.errors import SpecError
 from precision_doctor.graph.cost import shapes_that_ran
@@ -127,6 +128,7 @@ def estimate(model: Model, samples: Sequence[Sample], plan: KeepPlan | None = No
         named = plan.tensors(model, [])  # the names; the top layers are bounded per shape group below
         outputs, lowp, local = (list(dict.fromkeys(kept[r] + named[r])) for r in (REFERENCE, LOWP, LOCAL))
     sizes, guessed, datasets = [], set(), 0
+    tensors_left = TENSORS_BYTES
     producers = model.producers()
     for group, indices in groups_of(samples).items():
         shapes, guesses = _shapes(model, group)
@@ -138,12 +140,18 @@ def estimate(model: Model, samples: Sequence[Sample], plan: KeepPlan | None = No
             return sum(stored_bytes(rows, shapes[t], _dtype(model, t)) for t in names)
 
         ref, lo, lc = inputs + outputs, lowp, local
+        top_bytes = [0, 0, 0]
         if not every and plan.top:  # the top layers, not known before the capture: the largest ones bound them
             layers = sorted(model.candidates, key=lambda n: -sum(
                 total(ts) for ts in layer_tensors(model, [n], producers=producers).values()))
             top = layer_tensors(model, layers[:plan.top])
-            ref, lo, lc = (list(dict.fromkeys(a + top[r])) for a, r in ((ref, REFERENCE), (lo, LOWP), (lc, LOCAL)))
-        sizes.append(GroupSize(group, rows, total(ref), total(lo), total(lc)))
+            extra = [[t for t in top[r] if t not in a] for a, r in ((ref, REFERENCE), (lo, LOWP), (lc, LOCAL))]
+            one = [total(ts, rows=1) for ts in extra]  # a sample's: kept for as many samples as fit (keep_plan.py)
+            kept_rows = rows if not sum(one) else min(rows, max(1 if not sizes else 0, -(-tensors_left // sum(one))))
+            tensors_left -= kept_rows * sum(one)
+            top_bytes = [kept_rows * b for b in one]
+            datasets += sum(len(ts) for ts in extra)
+        sizes.append(GroupSize(group, rows, total(ref) + top_bytes[0], total(lo) + top_bytes[1], total(lc) + top_bytes[2]))
         datasets += len(ref) + len(lo) + len(lc)
     # the statistics (stats, shapes, the kept analysis: JSON) grow with the tensors, not with the samples
     statistics = sum(1 for n in model.nodes for t in n.outputs if t) * STATISTICS_BYTES

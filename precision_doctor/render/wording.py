@@ -14,7 +14,7 @@ from typing import Any
 
 from precision_doctor.backends.registry import check_only
 from precision_doctor.control import CaptureSizeEvent, ProgressEvent, RoundingFloorEvent
-from precision_doctor.data.keep_plan import KeepPlan
+from precision_doctor.data.keep_plan import TENSORS_BYTES, KeepPlan
 from precision_doctor.flags import flag, tolerance_flags
 from precision_doctor.graph.coverage import EmulationNote, NoteKind
 from precision_doctor.graph.names import shown
@@ -152,7 +152,8 @@ def kept_of_capture(keep: str) -> str:
     plan = KeepPlan.parse(keep)
     if plan.every:
         return "all of it is kept"
-    layers = f"the tensors of the top {counted(plan.top, 'layer')}" if plan.top else ""
+    layers = (f"the tensors of the top {counted(plan.top, 'layer')} (of as many samples as fit in "
+              f"{fmt_decimal_bytes(TENSORS_BYTES)})" if plan.top else "")
     named = f"{counted(len(plan.names), 'name')} given" if plan.names else ""
     kept = " and ".join(p for p in (layers, named) if p)
     what = "every layer's error statistics, the graph outputs" + (f" and {kept}" if kept else "")

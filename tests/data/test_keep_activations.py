@@ -184,3 +184,36 @@ def test_summary_file_is_readable_without_precision_doctor(planted_file, tmp_pat
         assert {row["name"] for row in layers} >= {n.name for n in case.model.graph.node if n.op_type == "Exp"}
         stats = json.loads(f[STATS][()])["tensors"]
         assert {t for n in case.model.graph.node for t in n.output} <= set(stats)
+
+
+def test_the_top_layers_tensors_are_kept_for_as_many_samples_as_fit(planted_file, tmp_path, monkeypatch):
+    """At 1024x1024 the top layers' tensors of 8 samples are gigabytes: they are kept for as many captured samples as
+    fit in keep_plan.TENSORS_BYTES, the first always (here the bound is one byte: one sample of four); the other rows
+    take no room, the store says how many hold them, the statistics are every sample's, and the estimate counts the
+    one sample's."""
+    from precision_doctor.pipeline import capture_size, compare
+
+    case, path, files = planted_file("three_defects", n=4)
+    spec = _spec(case, path, files, "summary", margin=0.0)
+    whole = api.diagnose(spec, tmp_path / "whole")
+    monkeypatch.setattr(compare, "TENSORS_BYTES", 1)
+    monkeypatch.setattr(capture_size, "TENSORS_BYTES", 1)
+    bounded = api.diagnose(spec, tmp_path / "bounded")
+    assert bounded.answer.fallback_nodes == whole.answer.fallback_nodes
+    with ActivationStore(tmp_path / "bounded" / "activations.h5") as b, \
+            ActivationStore(tmp_path / "whole" / "activations.h5") as w:
+        assert b.read_text(STATS) == w.read_text(STATS)  # every sample's statistics
+        assert b.attr("tensors_samples") == 1 and w.attr("tensors_samples") == b.n_samples() > 1
+        outputs = set(case.model.graph.output[i].name for i in range(len(case.model.graph.output)))
+        kept = [t for t in b.tensor_names(REFERENCE) if t not in outputs]
+        assert kept and set(kept) == set(w.tensor_names(REFERENCE)) - outputs
+        for t in kept:
+            np.testing.assert_array_equal(b.read(REFERENCE, t, 0), w.read(REFERENCE, t, 0))
+            stored, full = (s.dataset(REFERENCE, t).id.get_storage_size() for s in (b, w))
+            assert stored * b.n_samples() <= full * 1.01, t  # one sample's rows written of four
+    model, samples = from_proto(case.model), [dict(np.load(f)) for f in files]
+    one = capture_size.estimate(model, samples, KeepPlan.parse("summary"))
+    monkeypatch.undo()
+    every = capture_size.estimate(model, samples, KeepPlan.parse("summary"))
+    none = capture_size.estimate(model, samples, KeepPlan.parse("top:0"))
+    assert none.nbytes < one.nbytes < every.nbytes  # the top layers' tensors of one sample, not of four
