@@ -405,8 +405,8 @@ def store_tensors(
     """Write `tensors` (run -> tensor names: `reference`, `lowp`, `local`) into the capture at `path` (with HDF5's
     `compression`), computed again for them alone: what a summary keeps beyond the statistics (the top layers of the
     ranking, the tensors a user names). A `CaptureEvent` ("tensors") after each sample of each group. With
-    `max_bytes`, no sample starts once that many bytes are written (the first always runs). Returns how many samples
-    were written (also the store's `tensors_samples` attribute)."""
+    `max_bytes`, a sample starts only where it would fit in that many bytes with those before it, as large as their
+    average (the first always runs). Returns how many samples were written (the store's `tensors_samples` too)."""
     budget = int(group_mb * (1 << 20))
     producers = model.producers()
     ref = [t for t in tensors.get(REFERENCE, ())]
@@ -429,7 +429,8 @@ def store_tensors(
             out.add(k, v)
             written += sum(int(np.asarray(values[t]).nbytes) for run, values in
                            ((REFERENCE, v.reference), (LOWP, v.lowp), (LOCAL, v.local)) for t in names[k][run] if t in values)
-            if max_bytes is not None and k == len(groups) - 1 and written >= max_bytes and v.index + 1 < len(samples):
+            if (max_bytes is not None and k == len(groups) - 1 and v.index + 1 < len(samples)
+                    and written + written / (v.index + 1) > max_bytes):  # the next sample would not fit
                 done = v.index + 1
                 steps.close()
                 break

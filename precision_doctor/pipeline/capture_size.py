@@ -147,7 +147,7 @@ def estimate(model: Model, samples: Sequence[Sample], plan: KeepPlan | None = No
             top = layer_tensors(model, layers[:plan.top])
             extra = [[t for t in top[r] if t not in a] for a, r in ((ref, REFERENCE), (lo, LOWP), (lc, LOCAL))]
             one = [total(ts, rows=1) for ts in extra]  # a sample's: kept for as many samples as fit (keep_plan.py)
-            kept_rows = rows if not sum(one) else min(rows, max(1 if not sizes else 0, -(-tensors_left // sum(one))))
+            kept_rows = rows if not sum(one) else min(rows, max(1 if not sizes else 0, tensors_left // sum(one)))
             tensors_left -= kept_rows * sum(one)
             top_bytes = [kept_rows * b for b in one]
             datasets += sum(len(ts) for ts in extra)

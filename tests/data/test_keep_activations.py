@@ -188,7 +188,7 @@ def test_summary_file_is_readable_without_precision_doctor(planted_file, tmp_pat
 
 def test_the_top_layers_tensors_are_kept_for_as_many_samples_as_fit(planted_file, tmp_path, monkeypatch):
     """At 1024x1024 the top layers' tensors of 8 samples are gigabytes: they are kept for as many captured samples as
-    fit in keep_plan.TENSORS_BYTES, the first always (here the bound is one byte: one sample of four); the other rows
+    fit in keep_plan.TENSORS_BYTES, the first always (here the bound is one byte: one sample of two); the other rows
     take no room, the store says how many hold them, the statistics are every sample's, and the estimate counts the
     one sample's."""
     from precision_doctor.pipeline import capture_size, compare
@@ -210,10 +210,28 @@ def test_the_top_layers_tensors_are_kept_for_as_many_samples_as_fit(planted_file
         for t in kept:
             np.testing.assert_array_equal(b.read(REFERENCE, t, 0), w.read(REFERENCE, t, 0))
             stored, full = (s.dataset(REFERENCE, t).id.get_storage_size() for s in (b, w))
-            assert stored * b.n_samples() <= full * 1.01, t  # one sample's rows written of four
+            assert stored * b.n_samples() <= full * 1.01, t  # one sample's rows written of two
     model, samples = from_proto(case.model), [dict(np.load(f)) for f in files]
     one = capture_size.estimate(model, samples, KeepPlan.parse("summary"))
     monkeypatch.undo()
     every = capture_size.estimate(model, samples, KeepPlan.parse("summary"))
     none = capture_size.estimate(model, samples, KeepPlan.parse("top:0"))
-    assert none.nbytes < one.nbytes < every.nbytes  # the top layers' tensors of one sample, not of four
+    assert none.nbytes < one.nbytes < every.nbytes  # the top layers' tensors of one sample, not of every one
+
+
+def test_as_many_samples_as_fit_and_no_more(planted_file, tmp_path, monkeypatch):
+    """A bound of two and a half samples' top-layer tensors keeps two samples' (the third would not fit)."""
+    from precision_doctor.pipeline import capture_size, compare
+
+    case, path, files = planted_file("three_defects", n=12)
+    spec = _spec(case, path, files, "summary", margin=0.0)
+    api.diagnose(spec, tmp_path / "whole")
+    outputs = {o.name for o in case.model.graph.output}
+    with ActivationStore(tmp_path / "whole" / "activations.h5") as w:
+        one = sum(w.read(run, t, 0).nbytes for run in (REFERENCE, LOWP, LOCAL) for t in w.tensor_names(run)
+                  if t not in outputs)
+    monkeypatch.setattr(compare, "TENSORS_BYTES", int(2.5 * one))
+    monkeypatch.setattr(capture_size, "TENSORS_BYTES", int(2.5 * one))
+    api.diagnose(spec, tmp_path / "two")
+    with ActivationStore(tmp_path / "two" / "activations.h5") as b:
+        assert b.attr("tensors_samples") == 2 and b.n_samples() > 2
