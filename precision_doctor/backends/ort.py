@@ -12,7 +12,8 @@ So `ort-cpu` never searches (its registry entry's `search_refusal`); it stays a 
 In BF16, where the running ONNX Runtime refuses a session for an op without a BF16 kernel (`NOT_IMPLEMENTED :
 Could not find an implementation for OP(N) node ...`; `graph.ort_kernels`), `session_keeping_fp32` keeps that op
 type FP32, says so in a warning line, makes the session again, and the backend remembers it (`kept_fp32`: the
-run's fixed.onnx and report keep it FP32 with that reason).
+run's fixed.onnx and report keep it FP32 with that reason); every backend of the process on that provider in that
+format shares the record (`REFUSED`): it is learned, and said, once.
 """
 
 from __future__ import annotations
@@ -159,6 +160,9 @@ class OrtRunner:
         return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
 
 
+REFUSED: dict[tuple[str, str], dict[str, str]] = {}  # (backend name, format) -> the op types refused (OrtBackend)
+
+
 class OrtBackend(SessionHolder):
     """Builds the mixed-precision graph of each fallback set and runs it in ONNX Runtime.
 
@@ -213,7 +217,10 @@ class OrtBackend(SessionHolder):
         self.keep_io_types = keep_io_types
         self.optimize = optimize
         self.cache_size = cache_size
-        self.kept_fp32: dict[str, str] = {}  # op types this ONNX Runtime refused in the format (op -> why)
+        # op types this ONNX Runtime refused in the format (op -> why): one record per provider and format for the
+        # process, so that the run's other backends (the kernel spread's, the confirmation's, the knobs') start from
+        # it (on the H200 a BF16 transformer's every ort-cuda trial made its session four times, relearning three)
+        self.kept_fp32: dict[str, str] = REFUSED.setdefault((self.name, fmt.name), {})
         self.warn: Callable[[str], None] = warn_line
         self._cache: OrderedDict[frozenset[str], OrtRunner] = OrderedDict()
         self.activate()  # its sessions open in `prepare`, one per fallback set

@@ -146,3 +146,18 @@ def test_a_named_node_the_model_lacks_keeps_its_own_op():
     first, _ = _model_node(model, "Less", "")
     assert first in {"LeakyRelu", "Clip"}
     assert _model_node(model, "Less", "", blocked={first})[0] == ({"LeakyRelu", "Clip"} - {first}).pop()
+
+
+def test_backends_of_one_provider_and_format_share_what_was_refused():
+    """Every backend of the process on one provider in one format starts from the op types already refused there (the
+    kernel spread's and the confirmation's backends do not learn them again, a session each)."""
+    from precision_doctor.backends import ort as ort_module
+
+    model = from_proto(_model())
+    a, b = OrtBackend(model, "fp16", CPU), OrtBackend(model, "fp16", CPU)
+    try:
+        a.kept_fp32["Tanh"] = runtime_reason("Tanh")
+        assert b.kept_fp32 == {"Tanh": runtime_reason("Tanh")}
+        assert ort_module.REFUSED[("ort-cpu", "fp16")] is a.kept_fp32 and ("ort-cpu", "bf16") not in ort_module.REFUSED
+    finally:
+        a.kept_fp32.pop("Tanh", None)
