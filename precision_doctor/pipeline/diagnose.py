@@ -316,6 +316,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         ctx.references.runner.pause()  # as for the capture: its session is made again if a later step needs it
         fixed = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
                               ctx.progress, ctx.stop, rules=rules, writer=run)
+        notify(ctx.progress, PhaseEvent("artifacts", "fixed.onnx, the polygraphy and trtexec files, the commands"))
         written = write_artifacts(run, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
                                   shapes, answer_for(ctx), kept_ops=ctx.backends.kept_fp32())
         trt_check, engine = tensorrt_steps(run, work.model, final, spec, written, knobs, shapes)
@@ -332,6 +333,9 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         emulation_notes=notes,
     )
     first = f.held.first_answer if f.held is not None else None
+    if passed:  # the trade-off evaluates sets, the latency makes sessions: tens of seconds at 1024x1024 on the H200
+        notify(ctx.progress, PhaseEvent("artifacts", "the answer priced: its trade-off against the tolerance and, on a "
+                                                     "GPU, the latency of FP32, all-low-precision and fixed.onnx"))
     pricing = price(ctx.space, ctx.oracle, outcome.found, ctx.space.cost_model, spec, work, first, ctx.stop,
                     with_tradeoff=outcome.complete)
     now = time.monotonic()
