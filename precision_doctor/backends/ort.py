@@ -12,8 +12,9 @@ So `ort-cpu` never searches (its registry entry's `search_refusal`); it stays a 
 In BF16, where the running ONNX Runtime refuses a session for an op without a BF16 kernel (`NOT_IMPLEMENTED :
 Could not find an implementation for OP(N) node ...`; `graph.ort_kernels`), `session_keeping_fp32` keeps that op
 type FP32, says so in a warning line, makes the session again, and the backend remembers it (`kept_fp32`: the
-run's fixed.onnx and report keep it FP32 with that reason); every backend of the process on that provider in that
-format shares the record (`REFUSED`): it is learned, and said, once.
+run's fixed.onnx and report keep it FP32 with that reason); every backend of the run over that model on that
+provider, in that format and at that optimization level shares the record (`Model.ort_refused`): it is learned, and
+said, once.
 """
 
 from __future__ import annotations
@@ -160,9 +161,6 @@ class OrtRunner:
         return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
 
 
-REFUSED: dict[tuple[str, str], dict[str, str]] = {}  # (backend name, format) -> the op types refused (OrtBackend)
-
-
 class OrtBackend(SessionHolder):
     """Builds the mixed-precision graph of each fallback set and runs it in ONNX Runtime.
 
@@ -217,10 +215,11 @@ class OrtBackend(SessionHolder):
         self.keep_io_types = keep_io_types
         self.optimize = optimize
         self.cache_size = cache_size
-        # op types this ONNX Runtime refused in the format (op -> why): one record per provider and format for the
-        # process, so that the run's other backends (the kernel spread's, the confirmation's, the knobs') start from
-        # it (on the H200 a BF16 transformer's every ort-cuda trial made its session four times, relearning three)
-        self.kept_fp32: dict[str, str] = REFUSED.setdefault((self.name, fmt.name), {})
+        # op types this ONNX Runtime refused in the format (op -> why): one record per model, provider, format and
+        # optimization level (`Model.ort_refused`), so that the run's other backends (the kernel spread's, the
+        # confirmation's, the knobs') start from it (on the H200 a BF16 transformer's every ort-cuda trial made its
+        # session four times, relearning three); another run, model or level learns its own
+        self.kept_fp32: dict[str, str] = model.ort_refused.setdefault((self.name, fmt.name, self.level), {})
         self.warn: Callable[[str], None] = warn_line
         self._cache: OrderedDict[frozenset[str], OrtRunner] = OrderedDict()
         self.activate()  # its sessions open in `prepare`, one per fallback set

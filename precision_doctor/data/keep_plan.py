@@ -15,9 +15,11 @@ tensors it keeps beyond them:
 A layer's tensors are its inputs (not initializers) and outputs in the FP32 and low-precision runs and its outputs in
 the local run (the node alone in low precision on exact inputs); a tensor's, that tensor in each run that computes
 it. So the file's size is set by the answer (and the names), not by the model times the samples; and these full
-tensors are kept for as many of the captured samples as fit in TENSORS_BYTES, 500 MB (the hardest first, at least one): at
-1024x1024 one layer's tensors of 8 samples are gigabytes (a segmenter's top 3 layers wrote about 2.5 GB on the H200).
-Their datasets keep a row per captured sample; the store's `tensors_samples` attribute says how many hold them.
+tensors (the top layers' and the names') are kept for as many of the captured samples as fit in TENSORS_BYTES, 500 MB
+(the hardest first, at least one) where the captured samples are of one shape group (with several, every sample's,
+not bounded yet): at 1024x1024 one layer's tensors of 8 samples are gigabytes (a segmenter's top 3 layers wrote about
+2.5 GB on the H200). Their datasets keep a row per captured sample, only the first `tensors_samples` (the store's
+attribute) written: the other rows read as zeros.
 """
 
 from __future__ import annotations

@@ -62,6 +62,9 @@ class Model:
     unsafe_names: dict[str, str] = field(default_factory=dict)  # renamed node -> its name in the file, escaped
     # the graph inputs' dimensions as the file declares them (None: dynamic), before `--input-shapes` fixed any
     declared_shapes: dict[str, tuple[int | None, ...]] = field(default_factory=dict)
+    # op types ONNX Runtime refused a session of this model for, per (backend, format, optimization level): op -> why
+    # (backends/ort.py: every backend of the run over this model starts from it instead of learning them again)
+    ort_refused: dict[tuple[str, str, str], dict[str, str]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def candidates(self) -> list[NodeInfo]:

@@ -129,6 +129,7 @@ def estimate(model: Model, samples: Sequence[Sample], plan: KeepPlan | None = No
         outputs, lowp, local = (list(dict.fromkeys(kept[r] + named[r])) for r in (REFERENCE, LOWP, LOCAL))
     sizes, guessed, datasets = [], set(), 0
     tensors_left = TENSORS_BYTES
+    several = len(groups_of(samples)) > 1  # the bound holds where the samples are of one shape group (compare.py)
     producers = model.producers()
     for group, indices in groups_of(samples).items():
         shapes, guesses = _shapes(model, group)
@@ -147,7 +148,7 @@ def estimate(model: Model, samples: Sequence[Sample], plan: KeepPlan | None = No
             top = layer_tensors(model, layers[:plan.top])
             extra = [[t for t in top[r] if t not in a] for a, r in ((ref, REFERENCE), (lo, LOWP), (lc, LOCAL))]
             one = [total(ts, rows=1) for ts in extra]  # a sample's: kept for as many samples as fit (keep_plan.py)
-            kept_rows = rows if not sum(one) else min(rows, max(1 if not sizes else 0, tensors_left // sum(one)))
+            kept_rows = rows if not sum(one) or several else min(rows, max(1, tensors_left // sum(one)))
             tensors_left -= kept_rows * sum(one)
             top_bytes = [kept_rows * b for b in one]
             datasets += sum(len(ts) for ts in extra)

@@ -23,6 +23,9 @@ samples, and the stricter second search it sent answers to added nodes that did 
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from precision_doctor.backends.base import Backend
 from precision_doctor.backends.knobs import ORT_CUDA
 from precision_doctor.backends.registry import knob_family, on_gpu, set_per_run
@@ -36,6 +39,7 @@ from precision_doctor.pipeline.validation import validation_of
 from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import Validation
 from precision_doctor.search import Oracle, Polish
+from precision_doctor.search.oracle import Budget
 
 REPAIR_CHECKPOINT = "repair.jsonl"  # the repair's evaluations (the held-out samples it was given fail first)
 REPAIR_SEARCH_CHECKPOINT = "repair-search.jsonl"  # its growth on the search backend first (`grows_on_search_backend`)
@@ -85,8 +89,10 @@ def repair(ctx: RunContext, outcome: Outcome, validation: Validation) -> HeldOut
                                                     f"{counted(len(failing), 'failing held-out sample')}, then checked "
                                                     f"on {last.oracle.backend.name}"))
         loop = Loop(ctx.loop.pool, list(ctx.loop.working), ctx.loop.log, user_samples=ctx.loop.user_samples)
-        first = _grow(ctx, ctx.oracle, loop, found, *held, REPAIR_SEARCH_CHECKPOINT, "repair-search")
+        with _sharing_budget(ctx.oracle, last.oracle):
+            first = _grow(ctx, ctx.oracle, loop, found, *held, REPAIR_SEARCH_CHECKPOINT, "repair-search")
         ctx.loop.rounds += loop.rounds
+        ctx.loop.user_samples = loop.user_samples  # the search oracle holds the failing held-out samples now
         if not first.complete:
             return _unrepaired(outcome, first, validation)
         start = first.found or found  # none by attribution there: the last word grows from the answer itself
@@ -110,6 +116,24 @@ def grows_on_search_backend(ctx: RunContext) -> bool:
     search = ctx.oracle.backend.name
     return (last is not None and last.oracle is not ctx.oracle and set_per_run(last.oracle.backend.name)
             and on_gpu(search) and not set_per_run(search))
+
+
+@contextlib.contextmanager
+def _sharing_budget(first: Oracle, last: Oracle) -> Iterator[None]:
+    """`first` may spend what `last` (the last word's oracle, whose budget is what the search left) has left of the
+    run's evaluation budget, and `last` what `first` leaves of it."""
+    budget = last.budget
+    if budget.max_evaluations is None:
+        yield
+        return
+    left, before, own = max(budget.max_evaluations - last.evaluations, 0), first.evaluations, first.budget
+    first.budget = Budget(before + left, own.time_s)
+    try:
+        yield
+    finally:
+        first.budget = own
+        spent = first.evaluations - before
+        last.budget = Budget(last.evaluations + max(left - spent, 0), budget.time_s)
 
 
 def _grow(ctx: RunContext, oracle: Oracle, loop: Loop, start: frozenset[str], samples: list, refs: list[dict],

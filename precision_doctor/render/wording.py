@@ -152,10 +152,11 @@ def kept_of_capture(keep: str) -> str:
     plan = KeepPlan.parse(keep)
     if plan.every:
         return "all of it is kept"
-    layers = (f"the tensors of the top {counted(plan.top, 'layer')} (of as many samples as fit in "
-              f"{fmt_decimal_bytes(TENSORS_BYTES)})" if plan.top else "")
+    layers = f"the tensors of the top {counted(plan.top, 'layer')}" if plan.top else ""
     named = f"{counted(len(plan.names), 'name')} given" if plan.names else ""
     kept = " and ".join(p for p in (layers, named) if p)
+    if kept:
+        kept += f" (of as many samples as fit in {fmt_decimal_bytes(TENSORS_BYTES)})"
     what = "every layer's error statistics, the graph outputs" + (f" and {kept}" if kept else "")
     return f"it keeps {what}" + ("; it is removed once the report is written" if plan.remove else "")
 

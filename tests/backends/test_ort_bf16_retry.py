@@ -148,16 +148,16 @@ def test_a_named_node_the_model_lacks_keeps_its_own_op():
     assert _model_node(model, "Less", "", blocked={first})[0] == ({"LeakyRelu", "Clip"} - {first}).pop()
 
 
-def test_backends_of_one_provider_and_format_share_what_was_refused():
-    """Every backend of the process on one provider in one format starts from the op types already refused there (the
-    kernel spread's and the confirmation's backends do not learn them again, a session each)."""
-    from precision_doctor.backends import ort as ort_module
-
+def test_backends_of_one_model_provider_and_format_share_what_was_refused():
+    """Every backend of a run over one model on one provider, in one format and at one optimization level, starts from
+    the op types already refused there (the kernel spread's and the confirmation's backends do not learn them again, a
+    session each); another model (another run, a service's next job) or level learns its own."""
     model = from_proto(_model())
     a, b = OrtBackend(model, "fp16", CPU), OrtBackend(model, "fp16", CPU)
-    try:
-        a.kept_fp32["Tanh"] = runtime_reason("Tanh")
-        assert b.kept_fp32 == {"Tanh": runtime_reason("Tanh")}
-        assert ort_module.REFUSED[("ort-cpu", "fp16")] is a.kept_fp32 and ("ort-cpu", "bf16") not in ort_module.REFUSED
-    finally:
-        a.kept_fp32.pop("Tanh", None)
+    other_level = OrtBackend(model, "fp16", CPU, level="disabled")
+    another = OrtBackend(from_proto(_model()), "fp16", CPU)
+    a.kept_fp32["Tanh"] = runtime_reason("Tanh")
+    assert b.kept_fp32 == {"Tanh": runtime_reason("Tanh")}
+    assert other_level.kept_fp32 == {} and another.kept_fp32 == {}
+    for backend in (a, b, other_level, another):
+        backend.close()

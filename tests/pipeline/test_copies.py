@@ -237,3 +237,19 @@ def test_the_repair_grows_on_the_search_backend_first_where_the_last_word_builds
     resumed = api.diagnose(spec, out, resume=True)
     assert resumed.status == "complete" and resumed.answer.fallback_nodes == staged.answer.fallback_nodes
     assert resumed.promise.validation == staged.promise.validation
+
+
+def test_the_repair_stages_share_what_is_left_of_the_evaluation_budget():
+    """The repair's first stage (on the search oracle) may spend only what the last word's oracle has left of the
+    run's evaluation budget, and the last word then only what the first stage left."""
+    from types import SimpleNamespace
+
+    from precision_doctor.pipeline.validate import _sharing_budget
+    from precision_doctor.search.oracle import Budget
+
+    first = SimpleNamespace(budget=Budget(100, None), evaluations=60)  # the search spent 60
+    last = SimpleNamespace(budget=Budget(30, 5.0), evaluations=20)  # the confirmation: 30 of what was left, 20 spent
+    with _sharing_budget(first, last):
+        assert first.budget.max_evaluations == 70  # its 60 and the 10 left
+        first.evaluations += 4
+    assert first.budget == Budget(100, None) and last.budget == Budget(26, 5.0)
