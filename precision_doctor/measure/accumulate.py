@@ -3,8 +3,8 @@
 Each tensor's accumulator still takes its samples one after the other (a step's sums are waited for before the next
 step's start), so its sums are the same, to the last bit, as on one thread; NumPy's loops release the GIL, so the
 tensors of a step are summed side by side, and beside the run that computes the next step (ONNX Runtime releases it
-too): a capture holds two steps' values at a time. Measured on the GPU machine: the capture's statistics of isnet-1024 ran on one
-core of 16, 4 s a step, while the GPU waited (docs/history/large-models.md).
+too): a capture holds two steps' values at a time. Measured on the GPU machine: the capture's statistics of
+isnet-1024 ran on one core of 16, 4 s a step, while the GPU waited (docs/history/large-models.md).
 """
 
 from __future__ import annotations

@@ -427,8 +427,8 @@ def store_tensors(
                            stage="tensors", progress=progress, stop=stop, gated=gated)
         for k, v in steps:
             out.add(k, v)
-            written += sum(int(np.asarray(values[t]).nbytes) for run, values in
-                           ((REFERENCE, v.reference), (LOWP, v.lowp), (LOCAL, v.local)) for t in names[k][run] if t in values)
+            runs = {REFERENCE: v.reference, LOWP: v.lowp, LOCAL: v.local}
+            written += sum(runs[run][t].nbytes for run, ts in names[k].items() for t in ts if t in runs[run])
             if (max_bytes is not None and k == len(groups) - 1 and v.index + 1 < len(samples)
                     and written + written / (v.index + 1) > max_bytes):  # the next sample would not fit
                 done = v.index + 1

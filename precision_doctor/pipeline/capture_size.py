@@ -19,7 +19,7 @@ and adds the fixed run to the copy (`pipeline/compare.capture_fixed`): its peak 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -128,10 +128,11 @@ def estimate(model: Model, samples: Sequence[Sample], plan: KeepPlan | None = No
         named = plan.tensors(model, [])  # the names; the top layers are bounded per shape group below
         outputs, lowp, local = (list(dict.fromkeys(kept[r] + named[r])) for r in (REFERENCE, LOWP, LOCAL))
     sizes, guessed, datasets = [], set(), 0
-    tensors_left = TENSORS_BYTES
-    several = len(groups_of(samples)) > 1  # the bound holds where the samples are of one shape group (compare.py)
+    groups = groups_of(samples)
+    bound = tensors_budget(groups)
+    tensors_left = 0 if bound is None else bound
     producers = model.producers()
-    for group, indices in groups_of(samples).items():
+    for group, indices in groups.items():
         shapes, guesses = _shapes(model, group)
         guessed |= guesses
         inputs = [name for name, _ in group.shapes] if every else []
@@ -148,7 +149,7 @@ def estimate(model: Model, samples: Sequence[Sample], plan: KeepPlan | None = No
             top = layer_tensors(model, layers[:plan.top])
             extra = [[t for t in top[r] if t not in a] for a, r in ((ref, REFERENCE), (lo, LOWP), (lc, LOCAL))]
             one = [total(ts, rows=1) for ts in extra]  # a sample's: kept for as many samples as fit (keep_plan.py)
-            kept_rows = rows if not sum(one) or several else min(rows, max(1, tensors_left // sum(one)))
+            kept_rows = rows if not sum(one) or bound is None else min(rows, max(1, tensors_left // sum(one)))
             tensors_left -= kept_rows * sum(one)
             top_bytes = [kept_rows * b for b in one]
             datasets += sum(len(ts) for ts in extra)
@@ -157,6 +158,13 @@ def estimate(model: Model, samples: Sequence[Sample], plan: KeepPlan | None = No
     # the statistics (stats, shapes, the kept analysis: JSON) grow with the tensors, not with the samples
     statistics = sum(1 for n in model.nodes for t in n.outputs if t) * STATISTICS_BYTES
     return CaptureSize(tuple(sizes), datasets, tuple(sorted(guessed)), copied, statistics)
+
+
+def tensors_budget(groups: Mapping) -> int | None:
+    """The bytes the full tensors kept beyond the statistics and outputs may take (keep_plan.TENSORS_BYTES: as many
+    captured samples' as fit) where the captured samples (`groups`: `groups_of` them) are of one shape group; None
+    with several (every sample's: a bound by rows would leave later groups' datasets unmade)."""
+    return TENSORS_BYTES if len(groups) == 1 else None
 
 
 def _shapes(model: Model, group: ShapeGroup) -> tuple[dict[str, tuple[int, ...]], set[str]]:

@@ -15,7 +15,7 @@ from precision_doctor import storage
 from precision_doctor.control import CaptureSizeEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE, ActivationStore
 from precision_doctor.data.inputs import Sample
-from precision_doctor.data.keep_plan import TENSORS_BYTES, KeepPlan
+from precision_doctor.data.keep_plan import KeepPlan
 from precision_doctor.data.references import check_count, check_shapes
 from precision_doctor.data.samples import groups_of
 from precision_doctor.data.workload import Workload
@@ -111,7 +111,7 @@ def capture_and_analyse(
         if any(more.values()):
             store_tensors(tmp, model, samples, fmt, more, group_mb=settings.group_mb, compression=settings.compression,
                           fallback=fallback, rules=rules, providers=providers, progress=progress, stop=stop,
-                          gated=gated, max_bytes=TENSORS_BYTES if len(groups_of(samples)) == 1 else None)
+                          gated=gated, max_bytes=capture_size.tensors_budget(groups_of(samples)))
     tmp.replace(final)
     if work.references is not None:  # the verdict is against the user's reference, not ORT's
         analysis.verdict = _users_verdict(final, work, tolerance)

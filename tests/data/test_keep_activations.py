@@ -191,12 +191,11 @@ def test_the_top_layers_tensors_are_kept_for_as_many_samples_as_fit(planted_file
     fit in keep_plan.TENSORS_BYTES, the first always (here the bound is one byte: one sample of two); the other rows
     take no room, the store says how many hold them, the statistics are every sample's, and the estimate counts the
     one sample's."""
-    from precision_doctor.pipeline import capture_size, compare
+    from precision_doctor.pipeline import capture_size
 
     case, path, files = planted_file("three_defects", n=4)
     spec = _spec(case, path, files, "summary", margin=0.0)
     whole = api.diagnose(spec, tmp_path / "whole")
-    monkeypatch.setattr(compare, "TENSORS_BYTES", 1)
     monkeypatch.setattr(capture_size, "TENSORS_BYTES", 1)
     bounded = api.diagnose(spec, tmp_path / "bounded")
     assert bounded.answer.fallback_nodes == whole.answer.fallback_nodes
@@ -221,7 +220,7 @@ def test_the_top_layers_tensors_are_kept_for_as_many_samples_as_fit(planted_file
 
 def test_as_many_samples_as_fit_and_no_more(planted_file, tmp_path, monkeypatch):
     """A bound of two and a half samples' top-layer tensors keeps two samples' (the third would not fit)."""
-    from precision_doctor.pipeline import capture_size, compare
+    from precision_doctor.pipeline import capture_size
 
     case, path, files = planted_file("three_defects", n=12)
     spec = _spec(case, path, files, "summary", margin=0.0)
@@ -230,7 +229,6 @@ def test_as_many_samples_as_fit_and_no_more(planted_file, tmp_path, monkeypatch)
     with ActivationStore(tmp_path / "whole" / "activations.h5") as w:
         one = sum(w.read(run, t, 0).nbytes for run in (REFERENCE, LOWP, LOCAL) for t in w.tensor_names(run)
                   if t not in outputs)
-    monkeypatch.setattr(compare, "TENSORS_BYTES", int(2.5 * one))
     monkeypatch.setattr(capture_size, "TENSORS_BYTES", int(2.5 * one))
     api.diagnose(spec, tmp_path / "two")
     with ActivationStore(tmp_path / "two" / "activations.h5") as b:
