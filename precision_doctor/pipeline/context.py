@@ -89,12 +89,14 @@ class LastWord:
 @dataclass
 class HeldOutCheck:
     """The answer after the held-out check (`outcome`): the check itself (`validation`: None without held-out
-    samples or without an answer) and, where failing held-out samples repaired it, the answer that failed them
-    (`first_answer`)."""
+    samples or without an answer), where failing held-out samples repaired it, the answer that failed them
+    (`first_answer`), and which held-out samples (their indices) a repair added to the search's oracle
+    (`in_search_oracle`: checked with every sample it holds from then on)."""
 
     outcome: Outcome
     validation: Validation | None = None
     first_answer: frozenset[str] | None = None
+    in_search_oracle: frozenset[int] = frozenset()
 
     @property
     def repaired(self) -> bool:

@@ -190,10 +190,13 @@ def _grown(oracle: Oracle, space: SearchSpace, found: frozenset[str]) -> frozens
 
 def _samples(ctx: RunContext) -> tuple[Sequence, Sequence, int]:
     """What the other runtime is checked on: the final search's samples and perturbed copies, every other search
-    sample (loaded on demand) and the held-out samples where no repair used them; and how many of them are the user's."""
+    sample (loaded on demand) and the held-out samples a repair did not add to the search's oracle; and how many of
+    them are the user's."""
     loop, r, checked = ctx.loop, ctx.references, ctx.findings.held
     rest = loop.pool.outside(loop.working)
-    held, held_refs = (r.held, r.held_refs) if checked is None or not checked.repaired else ([], [])
+    added = checked.in_search_oracle if checked is not None else frozenset()
+    others = [i for i in range(len(r.held)) if i not in added]
+    held, held_refs = Picked(r.held, others), Picked(r.held_refs, others)
     samples = Concat(Concat(ctx.oracle.samples, Picked(loop.pool.samples, rest)), held)
     refs = Concat(Concat(ctx.oracle.references, Picked(loop.pool.refs, rest)), held_refs)
     return samples, refs, loop.user_samples + len(rest) + len(held)

@@ -84,7 +84,9 @@ def repair(ctx: RunContext, outcome: Outcome, validation: Validation) -> HeldOut
     validation.first_candidate = sorted(found)
     validation.research = REPAIRED
     start = found
-    if grows_on_search_backend(ctx):
+    first_stage = grows_on_search_backend(ctx)
+    in_search = frozenset(failing) if first_stage or last.oracle is ctx.oracle else frozenset()
+    if first_stage:
         notify(ctx.progress, PhaseEvent("validate", f"repair: grown on {ctx.oracle.backend.name} with the "
                                                     f"{counted(len(failing), 'failing held-out sample')}, then checked "
                                                     f"on {last.oracle.backend.name}"))
@@ -94,7 +96,7 @@ def repair(ctx: RunContext, outcome: Outcome, validation: Validation) -> HeldOut
         ctx.loop.rounds += loop.rounds
         ctx.loop.user_samples = loop.user_samples  # the search oracle holds the failing held-out samples now
         if not first.complete:
-            return _unrepaired(outcome, first, validation)
+            return _unrepaired(outcome, first, validation, in_search)
         start = first.found or found  # none by attribution there: the last word grows from the answer itself
     # On a backend that builds each set's graph (ort-cuda) the repair keeps what it starts from and prunes only what
     # it added, as the confirmation does there: the polish tries removing every member, a new session each (a
@@ -103,8 +105,8 @@ def repair(ctx: RunContext, outcome: Outcome, validation: Validation) -> HeldOut
     repaired = _grow(ctx, last.oracle, last.loop, start, *held, REPAIR_CHECKPOINT, "repair", polish)
     validation.passed_after_research = repaired.found is not None and repaired.complete
     if repaired.found is None:  # no repair: the answer that failed stays, failed (stopped early: with that status)
-        return _unrepaired(outcome, repaired, validation)
-    return HeldOutCheck(repaired, validation, frozenset(found))
+        return _unrepaired(outcome, repaired, validation, in_search)
+    return HeldOutCheck(repaired, validation, frozenset(found), in_search)
 
 
 def grows_on_search_backend(ctx: RunContext) -> bool:
@@ -153,9 +155,10 @@ def _grow(ctx: RunContext, oracle: Oracle, loop: Loop, start: frozenset[str], sa
                     polish=polish)
 
 
-def _unrepaired(outcome: Outcome, repaired: Outcome, validation: Validation) -> HeldOutCheck:
-    """The answer that failed, kept with the status that ended the repair (stopped early) or as failed (none found)."""
+def _unrepaired(outcome: Outcome, repaired: Outcome, validation: Validation, in_search: frozenset[int]) -> HeldOutCheck:
+    """The answer that failed, kept with the status that ended the repair (stopped early) or as failed (none found);
+    `in_search`: the held-out samples the repair added to the search's oracle."""
     validation.passed_after_research = False
     why = (f"{(repaired.reason or 'stopped').partition(';')[0]} during the repair, before a set that passes the failing "
            "held-out samples too was found" if not repaired.complete else "no set grown by attribution passes them too")
-    return HeldOutCheck(outcome.but(status=repaired.status, reason=why), validation)
+    return HeldOutCheck(outcome.but(status=repaired.status, reason=why), validation, in_search_oracle=in_search)

@@ -224,6 +224,9 @@ def test_the_repair_grows_on_the_search_backend_first_where_the_last_word_builds
     v = staged.promise.validation
     assert v is not None and v.first_candidate == [] and v.passed_after_research
     assert any(r.search == "repair-search" for r in staged.search.rounds.rounds)
+    # the other runtime is checked on each of the user's samples once, the 9 searched and the 3 held out, whether the
+    # repair added the failing one to the search's oracle (staged) or only to the last word's (plain)
+    assert plain.checks.other_runtime.samples == staged.checks.other_runtime.samples == 12
 
     stop, seen = StopToken(), []
 
