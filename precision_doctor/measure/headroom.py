@@ -22,7 +22,9 @@ from statistics import NormalDist
 
 import numpy as np
 
-from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all
+from precision_doctor.backends.registry import on_gpu
+from precision_doctor.measure.checked import checked_runs
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,8 @@ def sample_checks(backend, fallback: frozenset[str], samples: Sequence[dict], re
     if not samples:
         return []
     runner = backend.prepare(frozenset(fallback))
-    return [check_all(runner.run(s, list(r)), r, tol) for s, r in zip(samples, refs)]
+    n = min(len(samples), len(refs))
+    return [checks for _, checks in checked_runs(runner, samples, refs, range(n), tol, on_gpu(backend.name))]
 
 
 def shares_of(checks: Sequence[dict[str, OutputCheck]]) -> list[SampleShare]:

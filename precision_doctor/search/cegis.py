@@ -23,6 +23,7 @@ zoo and the planted suite (docs/BENCHMARKS.md, "Calibration sets") before the lo
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -30,8 +31,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from precision_doctor.backends.base import Backend
+from precision_doctor.backends.registry import on_gpu
 from precision_doctor.data.inputs import Sample
-from precision_doctor.measure.tolerance import Tolerance, check_all
+from precision_doctor.measure.checked import checked_runs
+from precision_doctor.measure.tolerance import Tolerance
 
 START = 4  # the working set starts with this many search samples
 COUNTEREXAMPLES = 3  # a check of an answer stops after this many failing samples
@@ -65,14 +68,10 @@ def score_samples(backend: Backend, samples: Sequence[Sample], refs: Sequence[di
     before each run: a stop or a budget ends the scoring)."""
     runner = backend.prepare(frozenset())
     out = []
-    for i in range(len(samples)):
-        if check is not None:
-            check()
-        sample, ref = samples[i], refs[i]
-        checks = check_all(runner.run(sample, list(ref)), ref, tol)
+    for i, checks in checked_runs(runner, samples, refs, range(len(samples)), tol, on_gpu(backend.name), check):
         worst = max(checks.items(), key=lambda kv: np.nan_to_num(kv[1].tol_used, nan=np.inf), default=None)
         share = float(worst[1].tol_used) if worst is not None else 0.0
-        out.append(SampleScore(i, share, worst[0] if worst is not None else None, shape_group(sample)))
+        out.append(SampleScore(i, share, worst[0] if worst is not None else None, shape_group(samples[i])))
     return out
 
 
@@ -113,14 +112,11 @@ def counterexamples(backend: Backend, fallback: frozenset[str], samples: Sequenc
     runner = backend.prepare(frozenset(fallback))
     failing: list[int] = []
     checked = 0
-    for i in order:
-        if check is not None:
-            check()
-        ref = refs[i]
-        checks = check_all(runner.run(samples[i], list(ref)), ref, tol)
-        checked += 1
-        if not all(c.passed for c in checks.values()):
-            failing.append(i)
-            if len(failing) >= limit:
-                break
+    with contextlib.closing(checked_runs(runner, samples, refs, order, tol, on_gpu(backend.name), check)) as runs:
+        for i, checks in runs:
+            checked += 1
+            if not all(c.passed for c in checks.values()):
+                failing.append(i)
+                if len(failing) >= limit:
+                    break
     return Check(checked, failing)

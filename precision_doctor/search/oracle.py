@@ -12,6 +12,7 @@ checkpoint records, so a resumed run replays each evaluation in the round it was
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -21,11 +22,13 @@ from pathlib import Path
 import numpy as np
 
 from precision_doctor.backends.base import Backend
+from precision_doctor.backends.registry import on_gpu
 from precision_doctor.control import StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.errors import UserError
 from precision_doctor.jsonio import as_float, jsonable
-from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all, merge
+from precision_doctor.measure.checked import checked_runs
+from precision_doctor.measure.tolerance import OutputCheck, Tolerance, merge
 from precision_doctor.runfiles import RunDir
 
 
@@ -260,16 +263,17 @@ class Oracle:
         runner = self.backend.prepare(fb)
         per_output: dict[str, list[OutputCheck]] = {}
         failed = None
-        for i in list(self.order):
-            outs = runner.run(self.samples[i], list(self.references[i]))
-            checks = check_all(outs, self.references[i], self.tolerance)
-            for k, c in checks.items():
-                per_output.setdefault(k, []).append(c)
-            if not all(c.passed for c in checks.values()):
-                failed = i
-                self.order.remove(i)
-                self.order.insert(0, i)  # cheapest to fail first next time
-                break
+        runs = checked_runs(runner, self.samples, self.references, list(self.order), self.tolerance,
+                            overlap=on_gpu(self.backend.name))
+        with contextlib.closing(runs):
+            for i, checks in runs:
+                for k, c in checks.items():
+                    per_output.setdefault(k, []).append(c)
+                if not all(c.passed for c in checks.values()):
+                    failed = i
+                    self.order.remove(i)
+                    self.order.insert(0, i)  # cheapest to fail first next time
+                    break
         merged = {k: merge(v) for k, v in per_output.items()}
         verdict = Verdict(failed is None, merged, failed, time.monotonic() - t0)
         self._record(fb, verdict, phase if phase is not None else self.phase)

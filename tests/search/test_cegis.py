@@ -177,3 +177,29 @@ def test_a_cegis_run_stopped_mid_loop_resumes_to_the_same_answer(tmp_path, where
     assert resumed.search.evaluations == whole.search.evaluations
     assert [(x.round, x.working, x.answer, x.counterexamples) for x in resumed.search.rounds.rounds] == \
         [(x.round, x.working, x.answer, x.counterexamples) for x in whole.search.rounds.rounds]
+
+
+def test_checks_beside_the_next_run_change_nothing(tmp_path, monkeypatch):
+    """The overlap used on a GPU (measure/checked.py), forced here on the CPU for every oracle, score and
+    counterexample check: the same evaluations, in the same order, with the same verdicts, and the same answer."""
+    from precision_doctor.measure import checked, headroom
+    from precision_doctor.search import cegis, oracle
+
+    plain = api.diagnose(_spec(tmp_path / "a"), tmp_path / "a" / "run")
+    overlapped = []
+    real = checked.checked_runs
+
+    def forced(runner, samples, refs, order, tol, overlap=False, before_run=None):
+        overlapped.append(1)
+        return real(runner, samples, refs, order, tol, True, before_run)
+
+    for module in (oracle, cegis, headroom):
+        monkeypatch.setattr(module, "checked_runs", forced)
+    beside = api.diagnose(_spec(tmp_path / "b"), tmp_path / "b" / "run")
+    assert len(overlapped) > 10
+
+    def trace(rep: Report) -> list:
+        return [(sorted(t.fallback), t.passed, t.failed_sample, t.phase) for t in rep.search.trajectory]
+
+    assert trace(beside) == trace(plain) and len(trace(plain)) > 5
+    assert beside.answer.fallback_nodes == plain.answer.fallback_nodes and beside.passed == plain.passed

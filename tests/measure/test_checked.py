@@ -1,0 +1,104 @@
+"""Runs checked one after another, a sample's check beside the next sample's run (measure/checked.py)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from precision_doctor.measure import checked
+from precision_doctor.measure.checked import checked_runs
+from precision_doctor.measure.tolerance import Tolerance
+
+TOL = Tolerance(atol=1e-2, rtol=1e-2)
+
+
+class Runner:
+    """Outputs the sample's x plus the sample's planted error; counts its runs; can fail at one sample."""
+
+    def __init__(self, fail_at: int | None = None):
+        self.ran: list[int] = []
+        self.fail_at = fail_at
+
+    def run(self, feeds, outputs=None):
+        i = int(feeds["i"])
+        self.ran.append(i)
+        if i == self.fail_at:
+            raise RuntimeError(f"run {i} broke")
+        return {"y": feeds["x"] + feeds["err"]}
+
+
+def _samples(errors):
+    rng = np.random.default_rng(0)
+    samples = [{"i": i, "x": rng.standard_normal(1000).astype(np.float32), "err": np.float32(e)}
+               for i, e in enumerate(errors)]
+    refs = [{"y": s["x"]} for s in samples]
+    return samples, refs
+
+
+@pytest.mark.parametrize("order", [[0, 1, 2, 3, 4], [4, 2, 0, 1, 3]])
+def test_overlap_gives_the_sequential_results_in_order(order):
+    samples, refs = _samples([0, 0.5, 0, 0.001, 0.2])
+    plain = list(checked_runs(Runner(), samples, refs, order, TOL))
+    beside = list(checked_runs(Runner(), samples, refs, order, TOL, overlap=True))
+    assert [i for i, _ in beside] == [i for i, _ in plain] == order
+    assert [c for _, c in beside] == [c for _, c in plain]
+    assert [c["y"].passed for _, c in plain] == [[True, False, True, True, False][i] for i in order]
+
+
+def test_a_stop_after_a_failure_costs_at_most_one_run_and_hides_its_error():
+    samples, refs = _samples([0, 0.5, 0, 0])
+    runner = Runner(fail_at=2)  # the run after the failing sample breaks: the consumer never asks for it
+    seen = []
+    for i, checks in checked_runs(runner, samples, refs, range(4), TOL, overlap=True):
+        seen.append(i)
+        if not checks["y"].passed:
+            break
+    assert seen == [0, 1] and runner.ran == [0, 1, 2]
+
+
+def test_an_error_is_raised_once_the_consumer_gets_that_far():
+    samples, refs = _samples([0, 0, 0, 0])
+    seen = []
+    with pytest.raises(RuntimeError, match="run 2 broke"):
+        for i, _ in checked_runs(Runner(fail_at=2), samples, refs, range(4), TOL, overlap=True):
+            seen.append(i)
+    assert seen == [0, 1]
+
+
+def test_before_run_is_called_before_each_run():
+    samples, refs = _samples([0, 0, 0])
+    calls, runner = [], Runner()
+
+    def before():
+        calls.append(len(runner.ran))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        list(checked_runs(runner, samples, refs, range(3), TOL, overlap=True, before_run=before))
+    assert calls == [0, 1, 2] and runner.ran == [0, 1]
+
+
+def test_a_check_runs_beside_the_next_run(monkeypatch):
+    """Sample 0's check waits until sample 1's run has begun: sequential code would wait forever (here: 10 s)."""
+    samples, refs = _samples([0, 0, 0])
+    second_run = threading.Event()
+    waited = []
+    real = checked.check_all
+
+    class Signalling(Runner):
+        def run(self, feeds, outputs=None):
+            if int(feeds["i"]) == 1:
+                second_run.set()
+            return super().run(feeds, outputs)
+
+    def slow_check(outs, ref, tol):
+        if not waited:
+            waited.append(second_run.wait(10))
+        return real(outs, ref, tol)
+
+    monkeypatch.setattr(checked, "check_all", slow_check)
+    assert [i for i, _ in checked_runs(Signalling(), samples, refs, range(3), TOL, overlap=True)] == [0, 1, 2]
+    assert waited == [True]
