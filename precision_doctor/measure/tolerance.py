@@ -162,17 +162,37 @@ def _cosine(o: np.ndarray, r: np.ndarray) -> float:
 
 
 def _median(x: np.ndarray) -> float:
-    """np.median of a float array, NaN if any element is NaN, from one partition of a copy (np.median's own
-    NaN check and mean of the two middle elements cost as much again)."""
+    """np.median of a float array, NaN if any element is NaN, from one partition (np.median's own NaN check and
+    mean of the two middle elements cost as much again) of the elements between two values a strided sample puts
+    around the median (`_middle`; a 2M-element output's median 3x faster), or of all of them where those miss it."""
     flat = x.ravel()
     n = flat.size
     if np.isnan(flat).any():
         return float("nan")
     k = n // 2
-    if n % 2:
-        return float(np.partition(flat, k)[k])
-    part = np.partition(flat, (k - 1, k))
-    return float((part[k - 1] + part[k]) / 2)
+    ranks = (k,) if n % 2 else (k - 1, k)
+    below, middle = _middle(flat, k)
+    if not (below <= ranks[0] and ranks[-1] < below + middle.size):
+        below, middle = 0, flat
+    part = np.partition(middle, [r - below for r in ranks])
+    return float(part[k - below]) if n % 2 else float((part[k - 1 - below] + part[k - below]) / 2)
+
+
+MEDIAN_SAMPLE = 4096  # elements of the strided sample that brackets the median of a large array
+
+
+def _middle(flat: np.ndarray, k: int) -> tuple[int, np.ndarray]:
+    """How many elements lie below a bracket around rank k, and the elements within it (all of them, and 0 below,
+    for arrays too small to gain): the bracket is the sample's order statistics 4 standard errors either side."""
+    n = flat.size
+    if n < 16 * MEDIAN_SAMPLE:
+        return 0, flat
+    sample = np.sort(flat[:: n // MEDIAN_SAMPLE])
+    m = sample.size
+    at, spread = k * m // n, int(4 * np.sqrt(m)) + 1
+    lo, hi = sample[max(at - spread, 0)], sample[min(at + spread, m - 1)]
+    middle = flat[(flat >= lo) & (flat <= hi)]
+    return int(np.count_nonzero(flat < lo)), middle
 
 
 def _stat_failed(stat: float, tol: float) -> bool:

@@ -193,3 +193,21 @@ def test_the_rounding_floor_against_the_search_margin_and_a_zero_tolerance_in_wo
     assert floor.below and floor.realistic(zero) is None
     said = floor_finding(floor, zero)
     assert "allows no difference at all" in said and "beyond" not in said
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_bracketed_median_is_numpys(seed):
+    """`_median` partitions only the elements a strided sample brackets around the middle, or every element where
+    the bracket misses it: numpy's median either way, bit for bit, on arrays made to fool the sample."""
+    from precision_doctor.measure.tolerance import MEDIAN_SAMPLE, _median
+
+    rng = np.random.default_rng(seed)
+    n = 16 * MEDIAN_SAMPLE + int(rng.integers(0, 1000))
+    stride = n // MEDIAN_SAMPLE
+    fooled = rng.random(n)
+    fooled[::stride] = 1e9  # every sampled element far above the rest: the bracket misses the median
+    arrays = [np.abs(rng.standard_normal(n)) ** 3, np.sort(rng.random(n))[::-1].copy(), fooled,
+              np.repeat(rng.random(n // 7 + 1), 7)[:n], np.r_[np.zeros(n // 2), np.full(n - n // 2, np.inf)],
+              rng.integers(0, 3, n).astype(np.float64), rng.random(101)]
+    for a in arrays:
+        assert _median(a) == np.median(a) or np.isinf(np.median(a)) and np.isinf(_median(a))
