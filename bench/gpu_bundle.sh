@@ -33,8 +33,20 @@ make)
 add)
   mkdir -p /tmp/b && cat "${2:?part}"/part* >> /tmp/b/bundle.tar && ls -l /tmp/b/bundle.tar ;;
 unpack)
+  # a bundle's manifest names the models .large had when it was made: merged into the one unpacked before, not over it
+  [ -f /tmp/b/large/manifest.json ] && mv /tmp/b/large/manifest.json /tmp/b/manifest.before.json
   tar -xf /tmp/b/bundle.tar -C /tmp/b && rm /tmp/b/bundle.tar
   (cd /tmp/b && sha256sum -c --quiet SHA256SUMS) && echo "bundle checked"
+  if [ -f /tmp/b/manifest.before.json ]; then
+    python3 - <<'PY'
+import json
+before, new = (json.load(open(p)) for p in ("/tmp/b/manifest.before.json", "/tmp/b/large/manifest.json"))
+names = {m["name"] for m in new["models"]}
+new["models"] += [m for m in before["models"] if m["name"] not in names]
+json.dump(new, open("/tmp/b/large/manifest.json", "w"), indent=1)
+PY
+    rm /tmp/b/manifest.before.json
+  fi
   if ls /tmp/b/*.whl > /dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/b/*.whl && rm /tmp/b/*.whl
   fi
