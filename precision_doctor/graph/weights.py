@@ -58,9 +58,13 @@ def nbytes(t: onnx.TensorProto) -> int:
     return int(np.prod(t.dims, dtype=np.int64)) * itemsize if t.HasField("raw_data") else 0
 
 
+_FLOATING = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE)
+
+
 def large(t: onnx.TensorProto) -> bool:
-    """Whether `t` holds at least `MIN_BYTES` of raw data (what goes to a file)."""
-    return nbytes(t) >= MIN_BYTES
+    """Whether `t` is a floating tensor of at least `MIN_BYTES` of raw data (what goes to a file). Integer tensors
+    stay: ONNX Runtime's shape inference reads shapes, axes and indices from the graph, not from files."""
+    return t.data_type in _FLOATING and nbytes(t) >= MIN_BYTES
 
 
 def in_files(proto: onnx.ModelProto) -> bool:
