@@ -68,6 +68,10 @@ class SessionHolder:
     def release(self) -> None:
         """Drop the sessions this holder keeps."""
 
+    def pause(self) -> None:
+        """Drop the sessions that the holder can make again when next needed, while others need the memory (a large
+        model's capture); by default none."""
+
     def close(self) -> None:
         self.deactivate()
 

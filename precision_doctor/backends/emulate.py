@@ -12,6 +12,7 @@ from precision_doctor.graph.emulate import MASK_INPUT, GatedGraph, gated_graph
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
+from precision_doctor.graph.weights import in_files
 
 
 class EmulatedRunner:
@@ -23,7 +24,7 @@ class EmulatedRunner:
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = list(outputs) if outputs is not None else self.backend.output_names
-        res = run_session(self.backend.session, names, {**feeds, MASK_INPUT: self.mask}, self.backend.model)
+        res = run_session(self.backend.live_session(), names, {**feeds, MASK_INPUT: self.mask}, self.backend.model)
         return dict(zip(names, res))
 
 
@@ -38,14 +39,30 @@ class EmulateBackend(SessionHolder):
         self.graph: GatedGraph = gated_graph(model, get_format(precision), rules=rules)  # rules: graph.rules
         self.rules = self.graph.rules  # the rules' label (a profile name, or rule names)
         self.output_names = list(outputs) if outputs is not None else model.outputs
-        self.session = make_session(with_outputs(self.graph.proto, self.output_names, model.tensor_types),
-                                    optimize=False)
-        self.graph.proto = onnx.ModelProto()  # the session holds it (2x the weights: FP32 and rounded); the gate
-        self.activate()  # order is all `prepare` reads
+        self._proto = with_outputs(self.graph.proto, self.output_names, model.tensor_types)
+        self.session = make_session(self._proto, optimize=False)
+        self.graph.proto = onnx.ModelProto()  # the gate order is all `prepare` reads
+        if not in_files(self._proto):  # its weights in the graph (FP32 and rounded: 2x): the session has them
+            self._proto = None
+        self.activate()
 
     def prepare(self, fallback: frozenset[str]) -> EmulatedRunner:
         return EmulatedRunner(self, frozenset(fallback))
 
+    def pause(self) -> None:
+        """Drop the session while others need the memory (a large model's capture: it holds what ONNX Runtime
+        prepacks of the FP32 and the rounded weights), where it can be made again from the graph kept (one whose
+        large weights are in files, `graph/weights.py`): the next run makes it again."""
+        if self._proto is not None:
+            self.session = None
+
+    def live_session(self):
+        """The session, made again after a `pause`."""
+        if self.session is None and self.is_active and self._proto is not None:
+            self.session = make_session(self._proto, optimize=False)
+        return self.session
+
     def release(self) -> None:
         """Release the session (runners prepared before cannot run afterwards)."""
         self.session = None
+        self._proto = None

@@ -25,11 +25,12 @@ class ReferenceRunner(SessionHolder):
         self.activate()
 
     def _make(self):
-        return make_session(with_outputs(self.model.proto, self.output_names, self.model.tensor_types), optimize=False)
+        return make_session(with_outputs(self.model.lean_proto(), self.output_names, self.model.tensor_types),
+                            optimize=False)
 
     def pause(self) -> None:
-        """Drop the session while others need the memory (a large model's capture: it holds the weights once more);
-        the next `run` makes it again."""
+        """Drop the session while others need the memory (a large model's capture: it holds what ONNX Runtime
+        prepacks of the weights); the next `run` makes it again."""
         self.session = None
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:

@@ -55,6 +55,7 @@ from precision_doctor.graph.fusions import FUSIONS, Condition, Site, representat
 from precision_doctor.graph.model import Model, NodeInfo
 from precision_doctor.graph.rules import Rule, RuleSet, resolve_rules
 from precision_doctor.graph.saturate import constant_tensors, float_value, saturate_round
+from precision_doctor.graph.weights import large
 
 MASK_INPUT = "pd_lowp_mask"
 # Producing candidates a low-precision node branches on (2**n variants of its then branch); inputs
@@ -106,9 +107,10 @@ class _Builder:
         return f"{base}__pd{self._counter}"
 
     def const(self, base: str, value: np.ndarray) -> str:
-        """A new initializer holding `value`; returns its name."""
+        """A new initializer holding `value` (a large one in a file of the model's, `graph/weights.py`); returns its
+        name."""
         name = self.uid(base)
-        self.initializers.append(numpy_helper.from_array(np.asarray(value), name))
+        self.initializers.append(self.model.weights.array(name, np.asarray(value)))
         return name
 
     def round_tensor(self, src: str, dst: str, gate: str | None, elem: int | None = None) -> None:
@@ -163,9 +165,14 @@ class _Builder:
 
     def _rounded_initializer(self, name: str) -> str:
         if name not in self._rounded_inits:
-            arr = numpy_helper.to_array(self._inits[name]) if name in self._inits else self._consts[name]
             new = self.uid(name + "_rounded")
-            self.initializers.append(numpy_helper.from_array(saturate_round(arr, self.fmt), new))
+            src = self._inits.get(name)
+            if src is not None and large(src):  # its rounded copy in a file, made once for every graph of the model
+                self.initializers.append(self.model.weights.derived(
+                    new, ("rounded", self.fmt.name, name), lambda: saturate_round(numpy_helper.to_array(src), self.fmt)))
+            else:
+                arr = numpy_helper.to_array(src) if src is not None else self._consts[name]
+                self.initializers.append(numpy_helper.from_array(saturate_round(arr, self.fmt), new))
             self._rounded_inits[name] = new
         return self._rounded_inits[name]
 
@@ -386,7 +393,7 @@ def gated_graph(model: Model, fmt: Format, where_gates: bool = False, rules=None
                     b.round_tensor(raw[t], t, gate, model.tensor_types[t])
             out_nodes.extend(b.nodes)
             b.nodes = []
-    proto = _with_graph(model.proto, out_nodes, b.initializers)
+    proto = _with_graph(model.lean_proto(), out_nodes, b.initializers)
     proto.graph.input.append(helper.make_tensor_value_info(MASK_INPUT, TensorProto.BOOL, [len(cands)]))
     return GatedGraph(proto=proto, candidates=cands, fmt=fmt, rules=ruleset.label)
 
@@ -508,7 +515,7 @@ def local_graph(
             b.round_tensor(raw[t], local_output(t), None, model.tensor_types[t])
             outputs.append(t)
     used_inits = {t for n in nodes for t in n.inputs + n.implicit_inputs if t in model.initializers}
-    proto = _with_graph(model.proto, b.nodes, b.initializers, keep_inits=used_inits, keep_inputs=False)
+    proto = _with_graph(model.lean_proto(), b.nodes, b.initializers, keep_inits=used_inits, keep_inputs=False)
     for t in feeds:
         proto.graph.input.append(helper.make_tensor_value_info(t, model.tensor_types.get(t, 0), None))
     del proto.graph.output[:]
@@ -524,7 +531,8 @@ def _with_graph(
     keep_inits: set[str] | None = None,
     keep_inputs: bool = True,
 ) -> onnx.ModelProto:
-    """A copy of `src` with its nodes replaced (weights shared by value, not re-read)."""
+    """A copy of `src` with its nodes replaced (weights shared by value, not re-read: the model's `lean_proto`, whose
+    large weights are references to files)."""
     proto = onnx.ModelProto()
     proto.ir_version = src.ir_version
     proto.opset_import.extend(src.opset_import)

@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph import names
+from precision_doctor.graph.weights import WeightFiles, lean_copy
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
 CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
@@ -65,6 +66,21 @@ class Model:
     # op types ONNX Runtime refused a session of this model for, per (backend, format, optimization level): op -> why
     # (backends/ort.py: every backend of the run over this model starts from it instead of learning them again)
     ort_refused: dict[tuple[str, str, str], dict[str, str]] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def weights(self) -> WeightFiles:
+        """The files of this model's large weights (`graph/weights.py`), made when first asked: every graph that
+        sessions run refers to them (`lean_proto`, the emulation graphs' rounded weights)."""
+        if not hasattr(self, "_weight_files"):
+            self._weight_files = WeightFiles()
+        return self._weight_files
+
+    def lean_proto(self) -> onnx.ModelProto:
+        """`proto` with its large initializers as references to `weights`' files (made once: `proto` must not change
+        afterwards): what the graphs for sessions are copied from, so that they carry no weights."""
+        if not hasattr(self, "_lean_proto"):
+            self._lean_proto = lean_copy(self.proto, self.weights)
+        return self._lean_proto
 
     @property
     def candidates(self) -> list[NodeInfo]:

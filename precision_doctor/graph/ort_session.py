@@ -1,4 +1,5 @@
-"""ONNX Runtime sessions from in-memory protos (models over 2 GB go through a temporary file).
+"""ONNX Runtime sessions from in-memory protos (models over 2 GB go through a temporary file; graphs whose large
+weights are in files, `graph/weights.py`, are loaded from a path beside them).
 
 In the graph layer, below everything that runs a proto: `graph/model.py` asks ONNX Runtime for the element types of
 custom ops, the references (data), the capture (measure) and the backends run their graphs through it."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
+import uuid
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from google.protobuf.message import EncodeError
 from onnx import helper
 
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.graph import weights
 from precision_doctor.graph.model import save_with_external_data
 
 ORT_TYPES = {
@@ -64,12 +67,30 @@ def make_session(
     threads = threads or int(os.environ.get("PRECISION_DOCTOR_ORT_THREADS") or 0)  # set by batch workers
     if threads:
         so.intra_op_num_threads = threads
+    if weights.in_files(proto):
+        return _session_beside_weights(proto, so, providers)
     data = serialized(proto)
     if data is not None:
         return ort.InferenceSession(data, so, providers=list(providers))
     with tempfile.TemporaryDirectory(prefix="pd-ort-") as tmp:
         path = save_with_external_data(proto, Path(tmp) / "model.onnx")  # the caller's proto keeps its weights
         return ort.InferenceSession(str(path), so, providers=list(providers))
+
+
+def _session_beside_weights(proto: onnx.ModelProto, so: ort.SessionOptions, providers: Sequence[str]):
+    """A session over `proto`, whose large initializers refer to weight files (`graph/weights.py`): loaded from a
+    file in their directory, so that ONNX Runtime maps them from there (no copy of their bytes in the session)."""
+    path = weights.root() / f"graph-{uuid.uuid4().hex}.onnx"
+    try:
+        data = serialized(proto)
+        if data is not None:
+            path.write_bytes(data)
+        else:  # what stays in the graph is over 2 GB itself
+            save_with_external_data(proto, path)
+        return ort.InferenceSession(str(path), so, providers=list(providers))
+    finally:
+        path.unlink(missing_ok=True)
+        path.with_name(path.name + ".data").unlink(missing_ok=True)
 
 
 def serialized(proto: onnx.ModelProto) -> bytes | None:

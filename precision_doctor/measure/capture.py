@@ -284,7 +284,7 @@ def _run_groups(
     ref_targets = [list(dict.fromkeys([*g.reference, *(r[2] if r else [])])) for g, r in zip(groups, local_runs)]
     lowp_targets = [[t for t in g.lowp if t not in inputs] for g in groups]
     carried = model.tensor_types
-    ref = Chain(model.proto, plan_chain(model.proto, ref_targets, carried), carried, made)
+    ref = Chain(model.lean_proto(), plan_chain(model.proto, ref_targets, carried), carried, made)
     lowp = (Chain(gated.proto, plan_chain(gated.proto, lowp_targets, carried), carried, made)
             if gated is not None and any(lowp_targets) else None)
     for i, s in enumerate(samples):

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from precision_doctor.backends import knobs
-from precision_doctor.backends.base import Backend
+from precision_doctor.backends.base import Backend, SessionHolder
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import BackendPlan, knob_family
 from precision_doctor.control import ProgressSink, StopToken
@@ -56,6 +56,13 @@ class Backends:
     plan: BackendPlan
     search: Backend
     confirm: Backend | None
+
+    def pause(self) -> None:
+        """Pause the sessions of the backends that can make them again (`SessionHolder.pause`): through a capture,
+        which makes its own."""
+        for b in (self.search, self.confirm):
+            if isinstance(b, SessionHolder):
+                b.pause()
 
     def kept_fp32(self) -> dict[str, str]:
         """Op types the backends' ONNX Runtime refused a session for in the format (op -> why; ONNX Runtime backends

@@ -141,7 +141,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
                            allowed=1.0 - spec.search.margin)  # the search asks for 1 - margin of the tolerance
     notify(progress, RoundingFloorEvent(floor, spec.tolerance))
 
-    ref.pause()  # the capture makes its own FP32 sessions: the reference's is made again when next needed
+    ref.pause()  # the capture makes its own sessions: the reference's and the backends' are made again when needed
+    backends.pause()
     analysis = _capture(work, spec, run, loop, resume=resume, progress=progress, stop=stop, capture_cache=capture_cache)
     cm = run_cost_model(work, spec, out_dir / ACTIVATIONS)  # FLOPs and bytes at the shapes that ran
     analysis = analysis.with_flops(cm.flops)  # (the model's declared shapes: none where they are dynamic)
@@ -313,7 +314,8 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     shapes = input_shapes(work.model.declared_shapes, [*work.samples.shapes(), *as_sample_set(ctx.references.held).shapes()])
     produced, fixed = Produced(), None
     if passed:
-        ctx.references.runner.pause()  # as for the capture: its session is made again if a later step needs it
+        ctx.references.runner.pause()  # as for the capture: their sessions are made again if a later step needs them
+        ctx.backends.pause()
         fixed = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
                               ctx.progress, ctx.stop, rules=rules, writer=run)
         notify(ctx.progress, PhaseEvent("artifacts", "fixed.onnx, the polygraphy and trtexec files, the commands"))

@@ -88,6 +88,8 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
     backend_name, measured = where_checked(ctx, name)
     words = how_checked(backend_name, name)
     samples, refs, users = _samples(ctx)
+    ctx.backends.pause()  # the search's sessions are made again where needed: the check's hold the weights meanwhile
+    ctx.references.runner.pause()
     notify(ctx.progress, PhaseEvent("other-runtime", f"the answer on {runtime(name).label} ({words}), "
                                                      f"{counted(users, 'sample')}"))
     model = ctx.work.model
@@ -125,6 +127,7 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
         elif answer is None:
             report.reason = f"no set passes on {runtime(name).label}, not even with every candidate in FP32"
     report.evaluations = oracle.evaluations + gated_evaluations
+    oracle.close()  # its backend's session is not needed again (a large model's weights, held to the run's end else)
     return report, checked.reason if checked.status == RunStatus.INTERRUPTED else None
 
 
@@ -142,6 +145,7 @@ def _grow_there(ctx: RunContext, oracle: Oracle, found: frozenset[str], backend_
         gated.budget, gated.on_evaluation = budget, events
         grown = run_strategy(gated, ctx.space, lambda o, sp: _grown(o, sp, found), ctx.stop)
         extra = gated.evaluations
+        gated.close()  # as the check's own (`check_other_runtime`)
         if grown.status == RunStatus.INTERRUPTED:
             return grown, extra
         if grown.found is not None:

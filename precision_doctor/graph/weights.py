@@ -1,0 +1,178 @@
+"""Large weights in files, not in the graphs that ONNX Runtime sessions are made of.
+
+A model's FP32 reference graph, its emulation graphs (with their rounded weights), the capture's segments and local
+graphs refer to each initializer of at least `MIN_BYTES` as external data: a file written once per model (and once
+per rounding of a weight, `WeightFiles.derived`), under one temporary directory of the process (`root()`). A graph
+copied, cut into segments, given other outputs or serialized then carries none of those weights, and ONNX Runtime
+maps each file from the page cache when it makes a session (`graph/ort_session.make_session` loads such a graph from
+a path in `root()`): a session holds no copy of its own of the bytes, only what its kernels prepack (a MatMul's
+packed weight, one per weight and session). The same bytes go to the file as the proto held, so sessions compute
+what they computed from the proto itself, bit for bit.
+
+Before this (2026-12-03), every session held its weights twice (ONNX Runtime's copy and its parsed graph's), and
+every graph built for one held them once more while it lived: a run's peak was 20x a model's weights
+(docs/history/large-models.md). The files take the model's weights and their rounded copies on the temporary
+directory's disk (`TMPDIR`); each `WeightFiles` removes its directory when it is garbage-collected, `root()` goes at
+the process's exit."""
+
+from __future__ import annotations
+
+import atexit
+import shutil
+import tempfile
+import threading
+import weakref
+from collections.abc import Callable, Hashable
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from precision_doctor import storage
+
+MIN_BYTES = 1 << 20  # an initializer this large goes to a file (below, its bytes stay in the graph)
+
+_lock = threading.Lock()
+_root: Path | None = None
+
+
+def root() -> Path:
+    """The process's directory of weight files (made when first asked, removed at exit)."""
+    global _root
+    with _lock:
+        if _root is None or not _root.is_dir():
+            _root = Path(tempfile.mkdtemp(prefix="pd-weights-"))
+            atexit.register(shutil.rmtree, _root, True)
+        return _root
+
+
+def nbytes(t: onnx.TensorProto) -> int:
+    """The size of `t`'s data held in the proto (0 for data already outside it), without reading it."""
+    if t.data_location == TensorProto.EXTERNAL:
+        return 0
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):
+        return 0
+    return int(np.prod(t.dims, dtype=np.int64)) * itemsize if t.HasField("raw_data") else 0
+
+
+_FLOATING = (TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE)
+
+
+def large(t: onnx.TensorProto) -> bool:
+    """Whether `t` is a floating tensor of at least `MIN_BYTES` of raw data (what goes to a file). Integer tensors
+    stay: ONNX Runtime's shape inference reads shapes, axes and indices from the graph, not from files."""
+    return t.data_type in _FLOATING and nbytes(t) >= MIN_BYTES
+
+
+def in_files(proto: onnx.ModelProto) -> bool:
+    """Whether any initializer of `proto`'s graph refers to a file of `root()` (made by a `WeightFiles`)."""
+    return any(t.data_location == TensorProto.EXTERNAL and _location(t).startswith(_PREFIX)
+               for t in proto.graph.initializer)
+
+
+_PREFIX = "pdw-"  # the name of every WeightFiles directory in root()
+
+
+def _location(t: onnx.TensorProto) -> str:
+    return next((e.value for e in t.external_data if e.key == "location"), "")
+
+
+def _stub(name: str, data_type: int, dims, location: str, length: int) -> onnx.TensorProto:
+    t = onnx.TensorProto(name=name, data_type=data_type, dims=list(dims))
+    t.data_location = TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", "0"), ("length", str(length))):
+        entry = t.external_data.add()
+        entry.key, entry.value = key, value
+    return t
+
+
+class WeightFiles:
+    """One model's weight files: a directory in `root()` of one file per tensor, and the initializers that refer
+    to them (`stub`), each written once per key."""
+
+    def __init__(self):
+        self.dir: Path | None = None  # made with the first file
+        self._lock = threading.Lock()
+        self._files: dict[Hashable, tuple[str, int, tuple[int, ...], int]] = {}  # key -> location, type, dims, bytes
+        self._finalizer: weakref.finalize | None = None
+
+    @property
+    def written(self) -> int:
+        """How many files were written (each weight, or rounded weight, once)."""
+        return len(self._files)
+
+    def _entry(self, key: Hashable, make: Callable[[], tuple[int, tuple[int, ...], bytes | np.ndarray]]):
+        with self._lock:
+            if key not in self._files:
+                data_type, dims, data = make()
+                size = data.nbytes if isinstance(data, np.ndarray) else len(data)
+                if self.dir is None:
+                    self.dir = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=root()))
+                    self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.dir), True)
+                path = self.dir / f"{len(self._files) + 1}.bin"
+                storage.check_room(path, size)
+                with open(path, "wb") as f:
+                    if isinstance(data, np.ndarray):
+                        np.ascontiguousarray(data).tofile(f)
+                    else:
+                        f.write(data)
+                self._files[key] = (f"{self.dir.name}/{path.name}", data_type, dims, size)
+            return self._files[key]
+
+    def stub(self, t: onnx.TensorProto, key: Hashable | None = None) -> onnx.TensorProto:
+        """`t` (an initializer with raw data) as a reference to a file of its bytes (`key`: the file's, by default
+        the tensor's name)."""
+        location, data_type, dims, size = self._entry(
+            ("tensor", t.name) if key is None else key, lambda: (t.data_type, tuple(t.dims), t.raw_data))
+        return _stub(t.name, data_type, dims, location, size)
+
+    def derived(self, name: str, key: Hashable, compute: Callable[[], np.ndarray]) -> onnx.TensorProto:
+        """An initializer `name` whose value `compute()` gives (a weight's rounded copy), as a reference to its file:
+        computed and written once per `key`."""
+        def make():
+            a = np.asarray(compute())
+            return helper.np_dtype_to_tensor_dtype(a.dtype), tuple(a.shape), a.astype(a.dtype.newbyteorder("<"),
+                                                                                      copy=False)
+
+        location, data_type, dims, size = self._entry(key, make)
+        return _stub(name, data_type, dims, location, size)
+
+    def array(self, name: str, value: np.ndarray) -> onnx.TensorProto:
+        """A new initializer `name` of `value`: a reference to a file where it is large, else the tensor itself."""
+        if value.nbytes < MIN_BYTES:
+            return numpy_helper.from_array(value, name)
+        return self.derived(name, object(), lambda: value)  # a key of its own: written for this tensor alone
+
+    def close(self) -> None:
+        """Remove the files (sessions made from them keep what they mapped)."""
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+def lean_copy(proto: onnx.ModelProto, files: WeightFiles) -> onnx.ModelProto:
+    """A copy of `proto` whose main graph's large initializers (`large`) refer to files of `files`, the rest as it is:
+    made without copying those weights' bytes in memory (each is read once, to its file); `proto` itself where it
+    has none."""
+    if not any(large(t) for t in proto.graph.initializer):
+        return proto
+    out = onnx.ModelProto()
+    _copy_fields(proto, out, skip="graph")
+    _copy_fields(proto.graph, out.graph, skip="initializer")
+    out.graph.initializer.extend(files.stub(t) if large(t) else t for t in proto.graph.initializer)
+    return out
+
+
+def _copy_fields(src, dst, skip: str) -> None:
+    for field, value in src.ListFields():
+        if field.name == skip:
+            continue
+        repeated = field.is_repeated if hasattr(field, "is_repeated") else field.label == field.LABEL_REPEATED
+        if repeated:
+            getattr(dst, field.name).extend(value)
+        elif field.message_type is not None:
+            getattr(dst, field.name).CopyFrom(value)
+        else:
+            setattr(dst, field.name, value)
