@@ -18,6 +18,8 @@ the process's exit."""
 from __future__ import annotations
 
 import atexit
+import fcntl
+import hashlib
 import shutil
 import tempfile
 import threading
@@ -35,16 +37,39 @@ MIN_BYTES = 1 << 20  # an initializer this large goes to a file (below, its byte
 
 _lock = threading.Lock()
 _root: Path | None = None
+_held: list = []  # the open lock file of this process's root: locked while the process lives
+ROOT_PREFIX = "pd-weights-"
+LOCK = ".lock"
 
 
 def root() -> Path:
-    """The process's directory of weight files (made when first asked, removed at exit)."""
+    """The process's directory of weight files (made when first asked, removed at exit), locked while the process
+    lives; making it removes the directories of processes that died without removing theirs (killed: no exit ran)."""
     global _root
     with _lock:
         if _root is None or not _root.is_dir():
-            _root = Path(tempfile.mkdtemp(prefix="pd-weights-"))
+            sweep_stale(Path(tempfile.gettempdir()))
+            _root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
+            lock = open(_root / LOCK, "w")  # noqa: SIM115 (held open for the process's life)
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _held.append(lock)
             atexit.register(shutil.rmtree, _root, True)
         return _root
+
+
+def sweep_stale(tmp: Path) -> list[Path]:
+    """Remove the weight directories under `tmp` whose lock no process holds (their process was killed); those
+    without a lock file (being made, or older) stay. Returns what it removed."""
+    gone = []
+    for d in tmp.glob(ROOT_PREFIX + "*"):
+        try:
+            with open(d / LOCK) as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # no lock file, or a live process holds it
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        gone.append(d)
+    return gone
 
 
 def nbytes(t: onnx.TensorProto) -> int:
@@ -96,55 +121,71 @@ class WeightFiles:
     def __init__(self):
         self.dir: Path | None = None  # made with the first file
         self._lock = threading.Lock()
-        self._files: dict[Hashable, tuple[str, int, tuple[int, ...], int]] = {}  # key -> location, type, dims, bytes
+        self._files: dict[Hashable, tuple[int, tuple[int, ...], str, int]] = {}  # key -> type, dims, location, bytes
         self._finalizer: weakref.finalize | None = None
+        self.full = False  # the temporary directory had no room for a file: the weights since stay in the graphs
 
     @property
     def written(self) -> int:
         """How many files were written (each weight, or rounded weight, once)."""
         return len(self._files)
 
-    def _entry(self, key: Hashable, make: Callable[[], tuple[int, tuple[int, ...], bytes | np.ndarray]]):
+    def _entry(self, key: Hashable, data_type: int, dims: tuple[int, ...], data: bytes | np.ndarray):
+        """The file of `key` (written with `data` the first time), or None where the temporary directory has no
+        room for it: then, and for every file after, the caller keeps the tensor in the graph (as before files were
+        used: more memory, nothing refused)."""
         with self._lock:
             if key not in self._files:
-                data_type, dims, data = make()
+                if self.full:
+                    return None
                 size = data.nbytes if isinstance(data, np.ndarray) else len(data)
                 if self.dir is None:
                     self.dir = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=root()))
                     self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.dir), True)
                 path = self.dir / f"{len(self._files) + 1}.bin"
-                storage.check_room(path, size)
-                with open(path, "wb") as f:
-                    if isinstance(data, np.ndarray):
-                        np.ascontiguousarray(data).tofile(f)
-                    else:
-                        f.write(data)
-                self._files[key] = (f"{self.dir.name}/{path.name}", data_type, dims, size)
+                try:
+                    storage.check_room(path, size)
+                    with open(path, "wb") as f:
+                        if isinstance(data, np.ndarray):
+                            np.ascontiguousarray(data).tofile(f)
+                        else:
+                            f.write(data)
+                except (OSError, storage.DiskFull) as exc:
+                    if storage.disk_full(exc) is None:
+                        raise
+                    path.unlink(missing_ok=True)
+                    self.full = True
+                    return None
+                self._files[key] = (data_type, dims, f"{self.dir.name}/{path.name}", size)
             return self._files[key]
 
-    def stub(self, t: onnx.TensorProto, key: Hashable | None = None) -> onnx.TensorProto:
-        """`t` (an initializer with raw data) as a reference to a file of its bytes (`key`: the file's, by default
-        the tensor's name)."""
-        location, data_type, dims, size = self._entry(
-            ("tensor", t.name) if key is None else key, lambda: (t.data_type, tuple(t.dims), t.raw_data))
-        return _stub(t.name, data_type, dims, location, size)
+    def stub(self, t: onnx.TensorProto) -> onnx.TensorProto:
+        """`t` (an initializer with raw data) as a reference to a file of its bytes (`t` itself where there is no
+        room for one)."""
+        key = ("tensor", t.name)
+        if self.full and key not in self._files:
+            return t
+        entry = self._entry(key, t.data_type, tuple(t.dims), t.raw_data)
+        return t if entry is None else _stub(t.name, *entry)
 
     def derived(self, name: str, key: Hashable, compute: Callable[[], np.ndarray]) -> onnx.TensorProto:
         """An initializer `name` whose value `compute()` gives (a weight's rounded copy), as a reference to its file:
-        computed and written once per `key`."""
-        def make():
-            a = np.asarray(compute())
-            return helper.np_dtype_to_tensor_dtype(a.dtype), tuple(a.shape), a.astype(a.dtype.newbyteorder("<"),
-                                                                                      copy=False)
-
-        location, data_type, dims, size = self._entry(key, make)
-        return _stub(name, data_type, dims, location, size)
+        computed and written once per `key` (the tensor itself where there is no room for a file)."""
+        if key in self._files:
+            return _stub(name, *self._files[key])
+        a = np.asarray(compute())
+        entry = self._entry(key, helper.np_dtype_to_tensor_dtype(a.dtype), tuple(a.shape),
+                            a.astype(a.dtype.newbyteorder("<"), copy=False))
+        return numpy_helper.from_array(a, name) if entry is None else _stub(name, *entry)
 
     def array(self, name: str, value: np.ndarray) -> onnx.TensorProto:
-        """A new initializer `name` of `value`: a reference to a file where it is large, else the tensor itself."""
+        """A new initializer `name` of `value`: a reference to a file where it is large (one file per distinct value:
+        a folded weight that every graph of the model computes again is written once), else the tensor itself."""
         if value.nbytes < MIN_BYTES:
             return numpy_helper.from_array(value, name)
-        return self.derived(name, object(), lambda: value)  # a key of its own: written for this tensor alone
+        a = np.ascontiguousarray(value)
+        key = ("array", a.dtype.str, a.shape, hashlib.blake2b(a.data, digest_size=20).digest())
+        return self.derived(name, key, lambda: a)
 
     def close(self) -> None:
         """Remove the files (sessions made from them keep what they mapped)."""

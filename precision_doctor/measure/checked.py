@@ -5,7 +5,7 @@ on the H200: about 0.2 s a sample, a 2M-element output's check 0.1 s of it on on
 other. Here, where the backend runs on a GPU (`overlap`), sample i's outputs are checked on a worker thread while sample
 i+1 runs (ONNX Runtime releases the GIL while it runs). Results and their order are the sequential ones: a consumer
 that stops after a failing sample has had one run more made than it asked for (its outputs dropped), and an error in
-that run is raised only if the consumer asks for its result.
+that run is raised only if the consumer asks for its result (a KeyboardInterrupt at once).
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ def checked_runs(runner: Runner, samples: Sequence, refs: Sequence[dict], order:
     with ThreadPoolExecutor(1, thread_name_prefix="check") as pool:
         pending: tuple[int, Future[Checks]] | None = None
         for i in order:
-            error: BaseException | None = None
+            error: Exception | None = None
             try:
                 if before_run is not None:
                     before_run()
                 outs = runner.run(samples[i], list(refs[i]))
-            except BaseException as exc:  # noqa: BLE001 (raised below, once the previous sample's result is taken)
-                error = exc
+            except Exception as exc:  # noqa: BLE001 (raised below, once the previous sample's result is taken)
+                error = exc  # (a KeyboardInterrupt or a stop goes up at once: never lost with a consumer that stopped)
             if pending is not None:
                 yield pending[0], pending[1].result()
                 pending = None

@@ -174,6 +174,9 @@ def _median(x: np.ndarray) -> float:
     below, middle = _middle(flat, k)
     if not (below <= ranks[0] and ranks[-1] < below + middle.size):
         below, middle = 0, flat
+    elif middle.min() == middle.max():  # one value covers the middle (most errors 0): no partition
+        v = middle[:1]
+        return float(v[0]) if n % 2 else float((v[0] + v[0]) / 2)
     part = np.partition(middle, [r - below for r in ranks])
     return float(part[k - below]) if n % 2 else float((part[k - 1 - below] + part[k - below]) / 2)
 

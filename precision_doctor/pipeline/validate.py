@@ -94,7 +94,8 @@ def repair(ctx: RunContext, outcome: Outcome, validation: Validation) -> HeldOut
         with _sharing_budget(ctx.oracle, last.oracle):
             first = _grow(ctx, ctx.oracle, loop, found, *held, REPAIR_SEARCH_CHECKPOINT, "repair-search")
         ctx.loop.rounds += loop.rounds
-        ctx.loop.user_samples = loop.user_samples  # the search oracle holds the failing held-out samples now
+        # the search oracle holds the failing held-out samples now, and the counterexamples the growth added
+        ctx.loop.user_samples, ctx.loop.working = loop.user_samples, loop.working
         if not first.complete:
             return _unrepaired(outcome, first, validation, in_search)
         start = first.found or found  # none by attribution there: the last word grows from the answer itself

@@ -75,14 +75,19 @@ def test_graphs_for_sessions_carry_no_large_weights_and_each_file_is_written_onc
 
 
 def _small_and_large(monkeypatch, name: str):
-    """The same planted case as two models: one whose weights stay in its graphs, one with every weight of 64 bytes
-    or more in files (scalars stay: ONNX Runtime's shape inference reads a Resize's scales from the graph)."""
+    """The same planted case as two models: one whose weights stay in its graphs (as where the temporary directory
+    has no room: `WeightFiles.full`), one with every weight of 64 bytes or more in files (scalars stay: ONNX
+    Runtime's shape inference reads a Resize's scales from the graph)."""
     case = planted.CASES[name]()
-    inline = from_proto(case.model)
-    inline.lean_proto()
     monkeypatch.setattr(weights, "MIN_BYTES", 64)
+    inline = from_proto(case.model)
+    inline.weights.full = True
     in_files = from_proto(case.model)
     assert weights.in_files(in_files.lean_proto()) or not case.model.graph.initializer
+    fp16 = get_format("fp16")
+    for proto in (inline.lean_proto(), gated_graph(inline, fp16).proto, gated_graph(inline, fp16, rules="ort-cuda").proto):
+        assert not weights.in_files(proto) and not any(t.data_location == TensorProto.EXTERNAL
+                                                        for t in proto.graph.initializer)
     return case, inline, in_files
 
 
@@ -170,3 +175,67 @@ def test_the_capture_runs_without_the_search_backends_and_the_references_session
     api.diagnose(spec, tmp_path / "run", progress=sink)
     assert {"statistics", "fixed", "other-runtime"} <= {stage for stage, _ in seen}
     assert [(stage, holders) for stage, holders in seen if holders] == []
+
+
+def test_no_room_for_the_files_keeps_the_weights_in_the_graphs(monkeypatch):
+    """Where the temporary directory has no room, the weights stay in the graphs (more memory, nothing refused): the
+    file that did not fit is not left behind, and no later weight tries."""
+    from precision_doctor import storage
+
+    model = from_proto(_mlp())
+    fp16 = get_format("fp16")
+    gated_graph(model, fp16)  # w0, w1 and their roundings in files
+    assert model.weights.written == 4
+
+    def no_room(path, need):
+        raise storage.DiskFull(path.parent, 28, path.name, "0 MiB left")
+
+    monkeypatch.setattr(storage, "check_room", no_room)
+    bf16 = gated_graph(model, get_format("bf16")).proto
+    assert model.weights.full and model.weights.written == 4 and len(list(model.weights.dir.iterdir())) == 4
+    rounded = [t for t in bf16.graph.initializer if t.name.startswith(("w0_rounded", "w1_rounded"))]
+    assert len(rounded) == 2 and all(weights.large(t) for t in rounded)  # BF16's roundings inline, w0, w1 in files
+    assert sum(t.data_location == TensorProto.EXTERNAL for t in bf16.graph.initializer) == 2
+    fresh = from_proto(_mlp())
+    fresh.weights.full = True
+    assert _inline(fresh.lean_proto()) == ["w0", "w1"]
+
+
+def test_a_folded_weight_is_written_once_for_every_graph():
+    """The same large value made again by each graph (a Conv's folded BatchNorm weight under the ort-cuda rules) goes
+    to one file (the files are keyed by content)."""
+    model = from_proto(_mlp())
+    value = np.arange(WIDTH * WIDTH, dtype=np.float32).reshape(WIDTH, WIDTH)
+    a, b = model.weights.array("fold_a", value), model.weights.array("fold_b", value.copy())
+    c = model.weights.array("fold_c", value + 1)
+    assert model.weights.written == 2 and a.name == "fold_a" and b.name == "fold_b"
+    assert [e.value for e in a.external_data if e.key == "location"] == [e.value for e in b.external_data
+                                                                         if e.key == "location"]
+    assert [e.value for e in c.external_data if e.key == "location"] != [e.value for e in a.external_data
+                                                                         if e.key == "location"]
+
+
+def test_a_killed_processs_weight_directory_is_removed_by_the_next(tmp_path):
+    """A process killed before its exit leaves its weight directory: the next process's `root()` removes every one
+    whose lock no live process holds, and keeps the locked ones and those without a lock file."""
+    import fcntl
+    import subprocess
+
+    dead, alive, lockless = (tmp_path / f"{weights.ROOT_PREFIX}{n}" for n in ("dead", "alive", "new"))
+    for d in (dead, alive, lockless):
+        d.mkdir()
+        (d / "1.bin").write_bytes(b"x" * 100)
+    (dead / weights.LOCK).touch()
+    (alive / weights.LOCK).touch()
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time\n"
+                               f"f = open({str(alive / weights.LOCK)!r}); fcntl.flock(f, fcntl.LOCK_EX)\n"
+                               "print('held', flush=True); time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert weights.sweep_stale(tmp_path) == [dead]
+        assert not dead.exists() and alive.exists() and lockless.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+    assert weights.sweep_stale(tmp_path) == [alive]  # its process is gone now
+    del fcntl

@@ -51,11 +51,33 @@ def test_a_stop_after_a_failure_costs_at_most_one_run_and_hides_its_error():
     samples, refs = _samples([0, 0.5, 0, 0])
     runner = Runner(fail_at=2)  # the run after the failing sample breaks: the consumer never asks for it
     seen = []
-    for i, checks in checked_runs(runner, samples, refs, range(4), TOL, overlap=True):
+    runs = checked_runs(runner, samples, refs, range(4), TOL, overlap=True)
+    for i, checks in runs:
         seen.append(i)
         if not checks["y"].passed:
             break
+    runs.close()  # as the oracle's `contextlib.closing` does: nothing raised
     assert seen == [0, 1] and runner.ran == [0, 1, 2]
+
+
+def test_a_keyboard_interrupt_in_the_extra_run_is_never_lost():
+    """A Ctrl-C during the run beside a failing sample's check goes up at once, whether or not the consumer would
+    have stopped there."""
+
+    class Interrupted(Runner):
+        def run(self, feeds, outputs=None):
+            if int(feeds["i"]) == 2:
+                raise KeyboardInterrupt
+            return super().run(feeds, outputs)
+
+    samples, refs = _samples([0, 0.5, 0, 0])
+    seen = []
+    with pytest.raises(KeyboardInterrupt):
+        for i, checks in checked_runs(Interrupted(), samples, refs, range(4), TOL, overlap=True):
+            seen.append(i)
+            if not checks["y"].passed:
+                break
+    assert seen == [0]
 
 
 def test_an_error_is_raised_once_the_consumer_gets_that_far():
