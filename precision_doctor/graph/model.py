@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -74,6 +75,14 @@ class Model:
         if not hasattr(self, "_weight_files"):
             self._weight_files = WeightFiles()
         return self._weight_files
+
+    def with_tensor_shapes(self, shapes: dict) -> Model:
+        """This model with other tensor shapes (the same proto), sharing its weight files: none written again."""
+        new = dataclasses.replace(self, tensor_shapes=shapes)
+        for attr in ("_weight_files", "_lean_proto"):
+            if hasattr(self, attr):
+                setattr(new, attr, getattr(self, attr))
+        return new
 
     def lean_proto(self) -> onnx.ModelProto:
         """`proto` with its large initializers as references to `weights`' files (made once: `proto` must not change

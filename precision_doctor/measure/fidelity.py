@@ -11,7 +11,6 @@ emulator reproduces bit for bit; `by_op` aggregates the rows per op type.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import tempfile
@@ -52,7 +51,7 @@ def with_observed_shapes(model: Model, store: ActivationStore) -> Model:
         s = shapes.get(t)
         if s is None or any(d is None for d in s):
             shapes[t] = tuple(int(d) for d in store.dataset(REFERENCE, t).shape[1:])
-    return dataclasses.replace(model, tensor_shapes=shapes)
+    return model.with_tensor_shapes(shapes)
 
 
 def as_f32(a: np.ndarray) -> np.ndarray:

@@ -239,3 +239,12 @@ def test_a_killed_processs_weight_directory_is_removed_by_the_next(tmp_path):
         holder.wait()
     assert weights.sweep_stale(tmp_path) == [alive]  # its process is gone now
     del fcntl
+
+
+def test_a_model_with_other_shapes_shares_its_weight_files():
+    """probe-ops' model with the shapes the samples fixed (`Model.with_tensor_shapes`) writes no weight again."""
+    model = from_proto(_mlp())
+    gated_graph(model, get_format("fp16"))
+    shaped = model.with_tensor_shapes(dict(model.tensor_shapes))
+    gated_graph(shaped, get_format("fp16"))
+    assert shaped.weights is model.weights and model.weights.written == 4
