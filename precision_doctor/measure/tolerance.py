@@ -211,9 +211,16 @@ def _share(x: np.ndarray | float, tol: float) -> np.ndarray:
 
 
 def _used(absd: np.ndarray | float, reld: np.ndarray | float, tol: Tolerance) -> float:
-    """The largest min(abs/atol, rel/rtol): how much of the tolerance the worst element uses."""
-    u = np.minimum(_share(absd, tol.atol), _share(reld, tol.rtol))
-    return float(np.max(u)) if np.size(u) else 0.0
+    """The largest min(abs/atol, rel/rtol), NaN counting as infinity: how much of the tolerance the worst element
+    uses. With both tolerances above 0, from `fmin` (which takes the other where one is NaN, as min(inf, x) does)
+    and one NaN test of the maximum (an element NaN on both sides: infinity), without the arrays' NaN masks."""
+    if not np.size(absd):
+        return 0.0
+    if tol.atol > 0 and tol.rtol > 0:
+        with np.errstate(invalid="ignore", over="ignore"):
+            worst = float(np.max(np.fmin(np.divide(absd, tol.atol), np.divide(reld, tol.rtol))))
+        return float("inf") if np.isnan(worst) else worst
+    return float(np.max(np.minimum(_share(absd, tol.atol), _share(reld, tol.rtol))))
 
 
 def check(out: np.ndarray, ref: np.ndarray, tol: Tolerance) -> OutputCheck:

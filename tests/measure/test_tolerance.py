@@ -211,3 +211,24 @@ def test_the_bracketed_median_is_numpys(seed):
               rng.integers(0, 3, n).astype(np.float64), rng.random(101)]
     for a in arrays:
         assert _median(a) == np.median(a) or np.isinf(np.median(a)) and np.isinf(_median(a))
+
+
+def test_the_share_used_is_the_nan_masked_minimum():
+    """`_used` without NaN masks (both tolerances above 0) gives what the masked minimum gives, NaN and infinity
+    included."""
+    from precision_doctor.measure.tolerance import _share, _used
+
+    rng = np.random.default_rng(3)
+    for tol in (Tolerance(0.1, 1e-2), Tolerance(1e-3, 0.5), Tolerance(0.0, 1e-2), Tolerance(1e-2, 0.0)):
+        for trial in range(6):
+            a = np.abs(rng.standard_normal(5000)) * 10.0 ** rng.integers(-4, 2)
+            r = a / np.abs(rng.standard_normal(5000))
+            if trial >= 2:
+                a[rng.integers(0, 5000, 20)] = np.nan
+            if trial >= 3:
+                r[rng.integers(0, 5000, 20)] = np.nan
+                a[rng.integers(0, 5000, 5)] = np.inf
+            if trial == 5:
+                a[:] = np.nan
+            want = float(np.max(np.minimum(_share(a, tol.atol), _share(r, tol.rtol))))
+            assert _used(a, r, tol) == want
