@@ -142,7 +142,7 @@ def _gpu_turn(spec: RunSpec, progress: ProgressSink | None, stop: StopToken | No
     """The run's turn on the GPU where it computes on one (backends/gpu_turn.py: runs sharing a GPU fail);
     `capture_only`: a compare, whose capture is all it runs."""
     b = spec.backends
-    backend, confirm = ("emulate", None) if capture_only else (b.backend, b.confirm_backend)
+    backend, confirm = (None, None) if capture_only else (b.backend, b.confirm_backend)
     return run_turn(backend, confirm, spec.capture.device, progress, stop, what=f"writing {out}")
 
 

@@ -29,11 +29,12 @@ def lock_path(root: Path | None = None) -> Path:
     return (root or Path(tempfile.gettempdir())) / f"precision-doctor-gpu-{name}.lock"
 
 
-def uses_gpu(backend: str, confirm: str | None, capture_device: str) -> bool:
-    """Whether a run with these settings computes on this machine's GPU (none without a working CUDA provider)."""
+def uses_gpu(backend: str | None, confirm: str | None, capture_device: str) -> bool:
+    """Whether a run with these settings computes on this machine's GPU (none without a working CUDA provider);
+    `backend` None: the run only captures (a compare)."""
     from precision_doctor.backends.registry import cuda_machine, gpu_use
 
-    if capture_device == "cpu" and gpu_use(backend, confirm) is None:
+    if capture_device == "cpu" and (backend is None or gpu_use(backend, confirm) is None):
         return False
     return cuda_machine()
 
@@ -79,7 +80,7 @@ def gpu_turn(path: Path, progress: ProgressSink | None = None, stop: StopToken |
         os.close(fd)
 
 
-def run_turn(backend: str, confirm: str | None, capture_device: str, progress: ProgressSink | None = None,
+def run_turn(backend: str | None, confirm: str | None, capture_device: str, progress: ProgressSink | None = None,
              stop: StopToken | None = None, what: str = "") -> contextlib.AbstractContextManager:
     """The GPU's turn for a run with these settings where it computes on the GPU (`uses_gpu`), else nothing."""
     if not uses_gpu(backend, confirm, capture_device):

@@ -87,6 +87,7 @@ def test_runs_without_a_gpu_take_no_turn(monkeypatch):
     monkeypatch.setattr(registry, "cuda_machine", lambda: True)
     assert gpu_turn.uses_gpu("emulate", None, "auto")  # the capture computes there
     assert not gpu_turn.uses_gpu("emulate", None, "cpu")
+    assert gpu_turn.uses_gpu(None, None, "auto") and not gpu_turn.uses_gpu(None, None, "cpu")  # a compare: its capture
     assert gpu_turn.uses_gpu("ort-cuda", None, "cpu")
 
 
