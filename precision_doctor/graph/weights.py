@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import hashlib
+import os
 import shutil
 import tempfile
 import threading
@@ -50,8 +51,9 @@ def root() -> Path:
         if _root is None or not _root.is_dir():
             sweep_stale(Path(tempfile.gettempdir()))
             _root = Path(tempfile.mkdtemp(prefix=ROOT_PREFIX))
-            lock = open(_root / LOCK, "w")  # noqa: SIM115 (held open for the process's life)
+            lock = open(_root / (LOCK + ".new"), "w")  # noqa: SIM115 (held open for the process's life)
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.rename(_root / (LOCK + ".new"), _root / LOCK)  # locked before another process can see it
             _held.append(lock)
             atexit.register(shutil.rmtree, _root, True)
         return _root
