@@ -54,11 +54,17 @@ def make_session(
     given, sets the level instead ("disabled": no graph optimization at all, every node its own kernel).
     `shrinkable`: one of many sessions alive at once whose runs give their GPU arena back (`shrinking_gpu_arena`):
     its weights outside the arena, which a shrink never frees past its first allocation (ONNX Runtime's
-    maintainers' advice, microsoft/onnxruntime#9509). (One arena shared by all of them, `session.use_env_allocators`,
-    left the capture's peak where it was on the H200: 64.8 GiB for isnet-1024 either way, 2026-12-03.)"""
+    maintainers' advice, microsoft/onnxruntime#9509), and no memory pattern (whose block would be that
+    allocation). (One arena shared by all of them, `session.use_env_allocators`, left the capture's peak where it
+    was on the H200: 64.8 GiB for isnet-1024 either way, 2026-12-03.)"""
     so = ort.SessionOptions()
     if shrinkable:
         so.add_session_config_entry("session.use_device_allocator_for_initializers", "1")
+        # no memory pattern: with one, a run's first arena allocation is the block planned for all its tensors, and a
+        # shrink never frees an arena's first allocation (#13464, #9509): each of a chain's ~40 sessions would keep
+        # a whole run's activations (isnet-1024's capture: 64.8 GiB of the GPU; whisper-base's: 139.8 GB). Not
+        # measured on a GPU yet.
+        so.enable_mem_pattern = False
     so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level]) if level is not None else (
         ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimize else ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
     )

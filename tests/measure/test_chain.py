@@ -98,6 +98,29 @@ def test_a_shrinkable_session_computes_what_any_other_does():
         np.testing.assert_array_equal(a, b)
 
 
+def test_a_shrinkable_session_plans_no_memory_pattern(monkeypatch):
+    """Its arena's first allocation, which no shrink frees, is then one tensor, not the block a memory pattern plans
+    for all of a run's tensors; its weights outside the arena."""
+    import onnxruntime as ort
+
+    from precision_doctor.graph import ort_session
+
+    made = []
+    real = ort.InferenceSession
+
+    def spy(data, so, **kw):
+        made.append(so)
+        return real(data, so, **kw)
+
+    monkeypatch.setattr(ort_session.ort, "InferenceSession", spy)
+    model = planted.CASES["three_defects"]().model
+    make_session(model, optimize=False)
+    make_session(model, optimize=False, shrinkable=True)
+    plain, shrinkable = made
+    assert plain.enable_mem_pattern and not shrinkable.enable_mem_pattern
+    assert shrinkable.get_session_config_entry("session.use_device_allocator_for_initializers") == "1"
+
+
 def test_a_gpu_failure_in_the_capture_says_to_capture_on_the_cpu(monkeypatch):
     """ONNX Runtime's CUDA provider failing in a capture's run (isnet-1024 on the H200, beside another diagnosis: out
     of memory at the capture's second step) is one line that names the node and says --capture-device cpu, not only
