@@ -8,10 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import onnx
@@ -73,25 +71,21 @@ def make_session(
     threads = threads or int(os.environ.get("PRECISION_DOCTOR_ORT_THREADS") or 0)  # set by batch workers
     if threads:
         so.intra_op_num_threads = threads
-    if weights.in_files(proto):
-        return _session_beside_weights(proto, so, providers)
     data = serialized(proto)
-    if data is not None:
+    if data is not None and not weights.in_files(proto):
         return ort.InferenceSession(data, so, providers=list(providers))
-    with tempfile.TemporaryDirectory(prefix="pd-ort-") as tmp:
-        path = save_with_external_data(proto, Path(tmp) / "model.onnx")  # the caller's proto keeps its weights
-        return ort.InferenceSession(str(path), so, providers=list(providers))
+    return _session_from_file(proto, data, so, providers)
 
 
-def _session_beside_weights(proto: onnx.ModelProto, so: ort.SessionOptions, providers: Sequence[str]):
-    """A session over `proto`, whose large initializers refer to weight files (`graph/weights.py`): loaded from a
-    file in their directory, so that ONNX Runtime maps them from there (no copy of their bytes in the session)."""
+def _session_from_file(proto: onnx.ModelProto, data: bytes | None, so: ort.SessionOptions, providers: Sequence[str]):
+    """A session over `proto` loaded from a file in `weights.root()`: where its large initializers refer to weight
+    files there (ONNX Runtime maps them: no copy of their bytes in the session), or where protobuf refuses it (`data`
+    None, past 2 GB: its weights saved beside it, the caller's proto untouched). The files go once it is made."""
     path = weights.root() / f"graph-{uuid.uuid4().hex}.onnx"
     try:
-        data = serialized(proto)
         if data is not None:
             path.write_bytes(data)
-        else:  # what stays in the graph is over 2 GB itself
+        else:
             save_with_external_data(proto, path)
         return ort.InferenceSession(str(path), so, providers=list(providers))
     finally:

@@ -104,7 +104,7 @@ def test_before_run_is_called_before_each_run():
 
 
 def test_a_check_runs_beside_the_next_run(monkeypatch):
-    """Sample 0's check waits until sample 1's run has begun: sequential code would wait forever (here: 10 s)."""
+    """Sample 0's check waits until sample 1's run has begun: sequential code would wait forever (here: 60 s)."""
     samples, refs = _samples([0, 0, 0])
     second_run = threading.Event()
     waited = []
@@ -118,7 +118,7 @@ def test_a_check_runs_beside_the_next_run(monkeypatch):
 
     def slow_check(outs, ref, tol):
         if not waited:
-            waited.append(second_run.wait(10))
+            waited.append(second_run.wait(60))
         return real(outs, ref, tol)
 
     monkeypatch.setattr(checked, "check_all", slow_check)
