@@ -19,16 +19,19 @@ from precision_doctor.control import ProgressSink, StopToken
 from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model
-from precision_doctor.measure.capture import local_errors
+from precision_doctor.measure.capture import CPU, local_errors_each
 from precision_doctor.measure.stats import ErrorStats
 
 
-def local_scores(model: Model, fmt: Format, sample: Sample, *, rules: str | None, group_mb: float,
-                 progress: ProgressSink | None = None, stop: StopToken | None = None) -> dict[str, float]:
-    """Each candidate node's attributed score on `sample` (its local error under the emulation `rules`; `progress`
-    hears of each group of layers run)."""
-    return {n: _score(e) for n, e in local_errors(model, fmt, [sample], rules=rules, group_mb=group_mb,
-                                                  progress=progress, stop=stop).items()}
+def local_scores(model: Model, fmt: Format, samples: Sequence[Sample], *, rules: str | None, group_mb: float,
+                 providers: Sequence = (CPU,), progress: ProgressSink | None = None,
+                 stop: StopToken | None = None) -> list[dict[str, float]]:
+    """Each candidate node's attributed score on each of `samples` (its local error under the emulation `rules`), in
+    one pass over them on `providers` (`capture_providers`: the capture's device); `progress` hears of each group of
+    layers run."""
+    each = local_errors_each(model, fmt, samples, rules=rules, group_mb=group_mb, providers=providers,
+                             progress=progress, stop=stop)
+    return [{n: _score(e) for n, e in errors.items()} for errors in each]
 
 
 def _score(local: ErrorStats) -> float:

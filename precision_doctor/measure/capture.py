@@ -455,20 +455,45 @@ def local_errors(
     run is needed whatever references are known: a node's exact inputs are interior tensors, which a model's
     output references do not give. `providers`: `capture_providers(device)`. A `CaptureEvent` ("local") after each
     sample of each group; `stop` is checked before each sample. Returns {node name: ErrorStats}."""
+    return _local_errors(model, fmt, samples, lambda i: 0, 1, rules=rules, nodes=nodes, group_mb=group_mb,
+                         providers=providers, progress=progress, stop=stop)[0]
+
+
+def local_errors_each(
+    model: Model, fmt: Format, samples: Sequence[Sample], *, rules: str | None = None, nodes: Sequence[str] | None = None,
+    group_mb: float = 256.0, providers: Sequence = (CPU,), progress: ProgressSink | None = None,
+    stop: StopToken | None = None,
+) -> list[dict[str, ErrorStats]]:
+    """`local_errors` of each sample on its own (one entry per sample, in order), in one pass: the chain's sessions
+    are made once for all of them (seconds each for a large model)."""
+    return _local_errors(model, fmt, samples, lambda i: i, len(samples), rules=rules, nodes=nodes, group_mb=group_mb,
+                         providers=providers, progress=progress, stop=stop)
+
+
+def _local_errors(
+    model: Model, fmt: Format, samples: Sequence[Sample], slot: Callable[[int], int], slots: int, *,
+    rules: str | None, nodes: Sequence[str] | None, group_mb: float, providers: Sequence,
+    progress: ProgressSink | None, stop: StopToken | None,
+) -> list[dict[str, ErrorStats]]:
+    """The local errors summed into `slots` sets of accumulators, sample `i` into `slot(i)`."""
     wanted = model.candidates if nodes is None else [model.node(n) for n in nodes]
     wanted = [n for n in wanted if n.is_candidate]
-    accs = {t: TensorAccumulator(fmt, local=True) for n in wanted for t in n.float_outputs}
+    accs = [{t: TensorAccumulator(fmt, local=True) for n in wanted for t in n.float_outputs} for _ in range(slots)]
     groups = [RunGroup(tuple(t for n in g.local for t in n.float_outputs), (), g.local)
               for g in layer_groups(model, wanted, int(group_mb * (1 << 20)), lowp=False)]
     with StepAdder() as adder:
         for _, v in run_groups(model, samples, fmt, groups, rules=rules, providers=providers, stage="local",
                                progress=progress, stop=stop):
-            adder.start([(value.size, partial(accs[t].add, v.reference[t], local=value))
-                         for t, value in v.local.items() if t in accs])
-    out = {}
-    for n in wanted:
-        stats = [accs[t].result().local for t in n.float_outputs]
-        out[n.name] = max(stats, key=lambda s: (s.rel_l2, s.max_abs)) if stats else ErrorStats()
+            mine = accs[slot(v.index)]
+            adder.start([(value.size, partial(mine[t].add, v.reference[t], local=value))
+                         for t, value in v.local.items() if t in mine])
+    out = []
+    for acc in accs:
+        errors = {}
+        for n in wanted:
+            stats = [acc[t].result().local for t in n.float_outputs]
+            errors[n.name] = max(stats, key=lambda s: (s.rel_l2, s.max_abs)) if stats else ErrorStats()
+        out.append(errors)
     return out
 
 

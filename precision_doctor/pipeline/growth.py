@@ -11,6 +11,7 @@ from precision_doctor.data.inputs import Sample
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.attribution import local_scores, sample_key, worst_scores
+from precision_doctor.measure.capture import CPU
 from precision_doctor.search.attributed import Attributor, attributed_repair
 from precision_doctor.search.oracle import Oracle
 from precision_doctor.search.space import SearchSpace
@@ -26,20 +27,20 @@ class Attribution:
     group_mb: float
     progress: ProgressSink | None = None
     stop: StopToken | None = None
+    providers: Sequence = (CPU,)  # where the local runs compute: the capture's (`capture_providers`)
     cache: dict[str, dict[str, float]] = field(default_factory=dict)
     samples: int = 0  # how many samples were attributed
 
     def scores(self, samples: Sequence[Sample]) -> dict[str, float]:
-        """Per node, its largest attributed score over `samples`."""
-        out = []
-        for s in samples:
-            key = sample_key(s)
-            if key not in self.cache:
-                self.cache[key] = local_scores(self.model, self.fmt, s, rules=self.rules, group_mb=self.group_mb,
-                                               progress=self.progress, stop=self.stop)
-                self.samples += 1
-            out.append(self.cache[key])
-        return worst_scores(out)
+        """Per node, its largest attributed score over `samples` (those not attributed before, in one pass)."""
+        keys = [sample_key(s) for s in samples]
+        new = {k: s for k, s in zip(keys, samples) if k not in self.cache}
+        if new:
+            scores = local_scores(self.model, self.fmt, list(new.values()), rules=self.rules, group_mb=self.group_mb,
+                                  providers=self.providers, progress=self.progress, stop=self.stop)
+            self.cache.update(zip(new, scores))
+            self.samples += len(new)
+        return worst_scores([self.cache[k] for k in keys])
 
     def on(self, oracle: Oracle) -> Attributor:
         """The attributor of `oracle`'s samples (by its indices)."""

@@ -93,10 +93,12 @@ def test_local_scores_name_the_overflow_of_the_unusual_sample(tmp_path):
     the rest finite; on an ordinary sample nothing overflows."""
     model = from_proto(_two_branches())
     fmt = get_format("fp16")
-    odd = local_scores(model, fmt, _sample(3, unusual=True), rules=None, group_mb=64)
-    plain = local_scores(model, fmt, _sample(3), rules=None, group_mb=64)
+    odd, plain = local_scores(model, fmt, [_sample(3, unusual=True), _sample(3)], rules=None, group_mb=64)
     assert odd["scale_up"] == float("inf") and odd["scale_down"] == float("inf")
     assert np.isfinite(odd["matmul"]) and all(np.isfinite(v) for v in plain.values())
+    # one pass over both samples gives each the scores it gets alone
+    assert [odd, plain] == [local_scores(model, fmt, [s], rules=None, group_mb=64)[0]
+                            for s in (_sample(3, unusual=True), _sample(3))]
 
 
 @pytest.mark.parametrize("name", sorted(planted.CASES))
@@ -114,7 +116,7 @@ def test_attributed_repair_stays_within_the_attribution_on_the_planted_suite(nam
 
     def attribute(idx):
         for i in idx:
-            scores[i] = local_scores(model, fmt, samples[i], rules=None, group_mb=64)
+            scores[i] = local_scores(model, fmt, [samples[i]], rules=None, group_mb=64)[0]
         return {n: max(scores[i].get(n, 0.0) for i in scores) for n in scores[idx[0]]}
 
     found = attributed_repair(oracle, space, frozenset(), attribute, failing=[0])
