@@ -103,6 +103,8 @@ class LargeModel:
 
 
 def large_models(data: Path, only: set[str] | None = None) -> list[LargeModel]:
-    """The models under `data` (a folder with manifest.json), in manifest order; `only`: those named."""
+    """The models under `data` (a folder with manifest.json) whose folder is there, in manifest order; `only`: those
+    named."""
     models = json.loads((data / MANIFEST).read_text())["models"]
-    return [LargeModel(m["name"], m, data / m["name"]) for m in models if not only or m["name"] in only]
+    return [LargeModel(m["name"], m, data / m["name"]) for m in models
+            if (not only or m["name"] in only) and (data / m["name"] / "model.onnx").is_file()]

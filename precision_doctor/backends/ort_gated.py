@@ -36,7 +36,7 @@ class OrtGatedRunner:
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = list(outputs) if outputs is not None else self.backend.output_names
-        res = run_session(self.backend.session, names, {**feeds, **self.gates}, getattr(self.backend, "model", None))
+        res = run_session(self.backend.live_session(), names, {**feeds, **self.gates}, getattr(self.backend, "model", None))
         return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
 
 
@@ -70,11 +70,12 @@ class OrtGatedBackend(SessionHolder):
         self.kept_fp32 = self.mixed.kept_fp32  # one record: what the gated session refused, the mixed graphs keep too
         whole = fusion_units(model, fmt) if units else ()
         self.graph: NativeGatedGraph
-        self.graph, self.session = session_keeping_fp32(
+        self._made = lambda: session_keeping_fp32(
             lambda blocked: gated_native_graph(model, fmt, units=whole, op_block_list=blocked),
             lambda graph: make_session(with_outputs(graph.proto, self.output_names, model.tensor_types), self.providers,
                                        optimize=optimize, level=self.level),
             precision, self.kept_fp32, self.mixed.warn, self.name, model)
+        self.graph, self.session = self._made()
         self.graph.proto = onnx.ModelProto()  # the session holds it; the gates are all `prepare` reads
         if self.mixed.uses_cuda and CUDA not in self.session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
@@ -82,6 +83,20 @@ class OrtGatedBackend(SessionHolder):
 
     def prepare(self, fallback: frozenset[str]) -> OrtGatedRunner:
         return OrtGatedRunner(self, frozenset(fallback))
+
+    def live_session(self):
+        """The session, made again after a `pause` (the gated graph built again, with the refusals known)."""
+        if self.session is None and self.is_active:
+            graph, self.session = self._made()
+            assert graph.candidates == self.graph.candidates  # the gates' order: those `prepare` gave still apply
+        return self.session
+
+    def pause(self) -> None:
+        """Drop the session and the mixed backend's while others need the memory (a capture, the other runtime's
+        check): on a GPU the session's arena holds what its largest runs needed. The next run makes it again (a
+        large model's gated graph: seconds)."""
+        self.session = None
+        self.mixed.pause()
 
     def release(self) -> None:
         """Release the session and the mixed backend's cached ones."""

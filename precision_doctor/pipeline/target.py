@@ -30,6 +30,7 @@ from precision_doctor.backends.registry import (
 from precision_doctor.control import PhaseEvent, notify
 from precision_doctor.data.samples import Concat, Picked
 from precision_doctor.errors import UserError
+from precision_doctor.graph.ort_session import GpuRunError
 from precision_doctor.graph.shapes import InputShape
 from precision_doctor.graph.targets import TENSORRT, how_checked, of_tolerance, other, runtime
 from precision_doctor.outcome import Outcome, RunStatus
@@ -106,7 +107,17 @@ def check_other_runtime(ctx: RunContext, outcome: Outcome) -> tuple[OtherRuntime
         oracle.load_checkpoint()
     elif checkpoint.exists():
         checkpoint.unlink()  # our own file from an earlier forced run
-    found = outcome.found
+    try:
+        return _checked(ctx, oracle, outcome.found, backend_name, name, measured, users)
+    except GpuRunError as exc:  # the answer stands; that it was not checked there is said, not a failed run
+        oracle.close()
+        return OtherRuntime(name, backend_name, measured, users, reason=f"the GPU failed the check ({exc.what})"), None
+
+
+def _checked(ctx: RunContext, oracle: Oracle, found: frozenset[str], backend_name: str, name: str, measured: bool,
+             users: int) -> tuple[OtherRuntime, str | None]:
+    """`check_other_runtime` once its oracle is made: the answer checked there and grown where it fails."""
+    spec, model = ctx.spec, ctx.work.model
     checked = run_strategy(oracle, ctx.space, lambda o, sp: found if o.passes(found, f"on {name}") else None, ctx.stop)
     verdict = oracle.known(found)
     gated_evaluations = 0  # those of the growing on the gated graph, where it ran

@@ -192,3 +192,28 @@ def test_the_where_form_of_the_gated_graph_has_no_if_and_its_all_fp32_set_is_the
     ref = ReferenceRunner(model, names).run(X)
     for got, t in zip(sess.run(names, {**X, **feeds}), names):
         np.testing.assert_array_equal(got, ref[t])
+
+
+def test_the_onnx_runtime_backends_pause_their_sessions_and_make_them_again():
+    """`pause` (through a capture, the other runtime's check) drops the gated session and the mixed graphs' cached
+    ones, which on a GPU hold their arenas; the next run makes the gated session again, with the same outputs."""
+    from precision_doctor.graph.ort_session import bounded_arena
+
+    c = CASES["three_defects"]()
+    model = from_proto(c.model)
+    be = OrtGatedBackend(model, "fp16", ["CPUExecutionProvider"])
+    s = c.samples(1, 0)[0]
+    runner = be.prepare(frozenset(c.expected))
+    before = runner.run(s)
+    be.mixed.prepare(frozenset(c.expected))
+    be.pause()
+    assert be.session is None and not be.mixed._cache
+    for t, v in runner.run(s).items():  # a runner prepared before the pause runs on the session made again
+        np.testing.assert_array_equal(v, before[t])
+    assert be.session is not None
+    be.close()
+    # the CUDA provider's arena grows by what a run asks for, unless the caller said otherwise
+    assert bounded_arena(["CUDAExecutionProvider", "CPUExecutionProvider"]) == [
+        ("CUDAExecutionProvider", {"arena_extend_strategy": "kSameAsRequested"}), "CPUExecutionProvider"]
+    assert bounded_arena([("CUDAExecutionProvider", {"arena_extend_strategy": "kNextPowerOfTwo", "use_tf32": "0"})]) \
+        == [("CUDAExecutionProvider", {"arena_extend_strategy": "kNextPowerOfTwo", "use_tf32": "0"})]

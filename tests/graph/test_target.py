@@ -403,3 +403,37 @@ def test_tensorrt_rtx_parses_and_builds_both_answers_and_warns_on_the_fp16_layer
     assert parsed.builder.build_serialized_network(parsed.network, config) is not None
     warnings = " ".join(m for _, m in parsed.logger.messages)
     assert "layernorm" in warnings.lower() and "may cause overflow" in warnings
+
+
+def test_a_gpu_failure_in_the_other_runtimes_check_leaves_the_answer_and_says_it_was_not_checked(
+        block_runs, tmp_path, monkeypatch):
+    """The other runtime's check failing on the GPU (whisper-base on the H200: cuBLAS out of memory, 14 minutes in)
+    ends neither the run nor its answer: the section says it was not checked and why."""
+    from precision_doctor.graph.ort_session import GpuRunError
+    from precision_doctor.pipeline import target
+
+    made = target.make_backend
+
+    def failing(*a, **k):
+        backend = made(*a, **k)
+
+        def prepare(fallback):
+            raise GpuRunError("m.onnx: ONNX Runtime's CUDA provider failed at node 'ln' (cublas error: CudaCall)")
+
+        backend.prepare = prepare
+        return backend
+
+    monkeypatch.setattr(target, "make_backend", failing)
+    case, runs = block_runs
+    onnx.save(case.model, str(tmp_path / "block.onnx"))
+    files = []
+    for i, s in enumerate(case.samples(6)):
+        np.savez(tmp_path / f"s{i}.npz", **s)
+        files.append(str(tmp_path / f"s{i}.npz"))
+    spec = RunSpec(model=str(tmp_path / "block.onnx")).with_settings({
+        "inputs.files": files, "tolerance.atol": case.atol, "tolerance.rtol": case.rtol, "backends.backend": "emulate"})
+    report = api.diagnose(spec, tmp_path / "run")
+    o, was = report.checks.other_runtime, runs["tensorrt"][0]
+    assert report.passed and sorted(report.answer.fallback_nodes) == sorted(was.answer.fallback_nodes)
+    assert o.passed is None and "the GPU failed the check" in o.reason and "cublas" in o.reason
+    assert "Not checked on ONNX Runtime CUDA: the GPU failed the check" in (tmp_path / "run" / "report.md").read_text()
