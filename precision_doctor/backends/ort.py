@@ -141,11 +141,10 @@ def _provider_name(p) -> str:
 
 
 class OrtRunner:
-    """One fallback set: its mixed graph and session. Floating outputs come back as float32."""
+    """One fallback set's session (the mixed graph is not kept: the session holds what it needs, and a large model's
+    graph its weights once more). Floating outputs come back as float32."""
 
-    def __init__(self, proto: onnx.ModelProto, session: ort.InferenceSession, output_names: list[str],
-                 model: Model | None = None):
-        self.proto = proto
+    def __init__(self, session: ort.InferenceSession, output_names: list[str], model: Model | None = None):
         self.model = model
         self.session = session
         self.output_names = output_names
@@ -229,12 +228,12 @@ class OrtBackend(SessionHolder):
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key]
-        proto, session = session_keeping_fp32(
+        _, session = session_keeping_fp32(
             lambda blocked: build_mixed(self.model, key, self.precision, self.keep_io_types, op_block_list=blocked),
             self._session, self.precision, self.kept_fp32, self.warn, self.name, self.model)
         if self.uses_cuda and CUDA not in session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
-        runner = OrtRunner(proto, session, self.output_names, self.model)
+        runner = OrtRunner(session, self.output_names, self.model)
         self._cache[key] = runner
         while len(self._cache) > self.cache_size:
             self._cache.popitem(last=False)

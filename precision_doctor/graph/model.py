@@ -67,6 +67,10 @@ class Model:
     # op types ONNX Runtime refused a session of this model for, per (backend, format, optimization level): op -> why
     # (backends/ort.py: every backend of the run over this model starts from it instead of learning them again)
     ort_refused: dict[tuple[str, str, str], dict[str, str]] = field(default_factory=dict, repr=False, compare=False)
+    # ONNX's shape inference of `proto` (with data propagation): each tensor's type and shape (graph inputs, outputs and
+    # interior tensors), copied out of the inferred graph; the mixed graphs' own (graph/mixed.py) are these with their
+    # precisions' element types
+    value_info: dict[str, onnx.ValueInfoProto] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def weights(self) -> WeightFiles:
@@ -206,6 +210,8 @@ def from_proto(
     return Model(
         path=path,
         proto=proto,
+        value_info={v.name: _copied(v) for part in ("input", "output", "value_info")
+                    for v in getattr(inferred.graph, part)},
         nodes=nodes,
         tensor_types=types,
         tensor_shapes=shapes,
@@ -413,6 +419,13 @@ def set_input_shapes(proto: onnx.ModelProto, shapes: dict[str, list[int]]) -> No
         del shape.dim[:]
         for d in dims:
             shape.dim.add().dim_value = int(d)
+
+
+def _copied(vi: onnx.ValueInfoProto) -> onnx.ValueInfoProto:
+    """`vi` on its own: a part of a message keeps the whole of it alive (the inferred graph with its weights)."""
+    out = onnx.ValueInfoProto()
+    out.CopyFrom(vi)
+    return out
 
 
 def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:

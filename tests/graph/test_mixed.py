@@ -250,3 +250,28 @@ def test_ort_cuda_expected_sets_pass(cases):
         assert passes(case.expected), name
         if case.expected:
             assert not passes(set()), name
+
+
+def _inferred_value_info(mixed: onnx.ModelProto) -> list[bytes]:
+    """What the mixed graph's value_info was before it was derived: ONNX's shape inference of the graph itself."""
+    from precision_doctor.graph.model import infer_shapes
+
+    bare = onnx.ModelProto()
+    bare.CopyFrom(mixed)
+    del bare.graph.value_info[:]
+    g = bare.graph
+    known = {v.name for v in g.input} | {v.name for v in g.output} | {i.name for i in g.initializer}
+    return [v.SerializeToString() for v in infer_shapes(bare).graph.value_info if v.name not in known]
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_the_mixed_graphs_value_info_is_onnx_shape_inference_of_it_to_the_byte(cases, precision):
+    """The mixed graph's value_info, derived from the model's inferred shapes and each version's precision, is what
+    ONNX's shape inference of the mixed graph gives, entry for entry and in its order: ONNX Runtime fuses by these
+    shapes, so the sessions of trials and fixed.onnx compute what they did when the inference ran each time."""
+    for name, (case, model) in cases.items():
+        for label, fallback in fallback_sets(case, model).items():
+            for keep_io in (True, False):
+                mixed = build_mixed(model, fallback, precision, keep_io_types=keep_io)
+                got = [v.SerializeToString() for v in mixed.graph.value_info]
+                assert got == _inferred_value_info(mixed), (name, label, keep_io)
