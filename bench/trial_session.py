@@ -1,8 +1,10 @@
 """What one trial of a per-set backend costs before it runs: the mixed graph built and its ONNX Runtime session made
 (ort-cpu here; the graph building is the same Python on a GPU machine, where whisper-base's confirmation spent 4-7 s a
-trial, 39 trials). Side by side in one process, alternating: the mixed graph's value_info from ONNX's shape
-inference of it (as before) and derived from the model's inferred shapes (as now), on the same random fallback sets;
-the two graphs' value_info must be the same bytes and both sessions' outputs on one sample equal.
+trial, 39 trials). Side by side in one process, alternating, on the same random fallback sets: as before (the
+mixed graph's value_info from ONNX's shape inference of it, its weights and their FP16 copies in the graph) and as
+now (the value_info derived from the model's inferred shapes; then also the weights and their copies in the model's
+weight files, each copy converted once: the first set pays it); every session's outputs on one sample must be
+equal.
 
     python3 bench/trial_session.py .large/whisper-base/model.onnx .large/mpnet-base/model.onnx --sets 3
 
@@ -17,12 +19,14 @@ import statistics
 import sys
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from precision_doctor.backends import ort as ort_backend  # noqa: E402
 from precision_doctor.backends.ort import OrtBackend  # noqa: E402
 from precision_doctor.graph.mixed import build_mixed  # noqa: E402
 from precision_doctor.graph.model import load_model  # noqa: E402
@@ -40,37 +44,37 @@ def main() -> None:
     ap.add_argument("models", nargs="+", type=Path)
     ap.add_argument("--sets", type=int, default=3, help="fallback sets per model (each timed both ways)")
     a = ap.parse_args()
-    print("| model | nodes | shape inference (s) | derived (s) | ratio | same value_info | same outputs |\n"
-          "|---|---|---|---|---|---|---|")
+    print("| model | nodes | before (s) | value_info derived (s) | and weights in files (s) | same value_info | "
+          "same outputs |\n|---|---|---|---|---|---|---|")
     for path in a.models:
         model = load_model(path)
         names = [n.name for n in model.candidates]
         rng = random.Random(0)
         sample = first_sample(path.parent / "samples.npz")
-        times: dict[bool, list[float]] = {True: [], False: []}
+        variants = {"before": ({}, False), "value_info": (model.value_info, False), "now": (model.value_info, True)}
+        times: dict[str, list[float]] = {v: [] for v in variants}
         same_info = same_out = True
         for _ in range(a.sets):
             fallback = frozenset(rng.sample(names, len(names) * 2 // 5))
             outs, infos = {}, {}
-            for inferred in (True, False):
+            for label, (info, lean) in variants.items():
                 kept = model.value_info
-                model.value_info = {} if inferred else kept  # none: build_mixed runs ONNX's shape inference
+                model.value_info = info  # none: build_mixed runs ONNX's shape inference
+                ort_backend.build_mixed = partial(build_mixed, lean=lean)
                 backend = OrtBackend(model, "fp16", ["CPUExecutionProvider"])
                 t = time.perf_counter()
                 runner = backend.prepare(fallback)
-                times[inferred].append(time.perf_counter() - t)
-                model.value_info = kept
-                outs[inferred] = runner.run(sample)
+                times[label].append(time.perf_counter() - t)
+                model.value_info, ort_backend.build_mixed = kept, build_mixed
+                outs[label] = runner.run(sample)
                 backend.close()
-                infos[inferred] = [v.SerializeToString() for v in
-                                   build_mixed(model if not inferred else replace(model, value_info={}), fallback,
-                                               "fp16").graph.value_info]
-            same_info &= infos[True] == infos[False]
-            same_out &= all(np.array_equal(outs[True][k], outs[False][k], equal_nan=True) for k in outs[True])
-        w, wo = statistics.median(times[True]), statistics.median(times[False])
-        print(f"| {path.parent.name or path.stem} | {len(model.nodes)} | {w:.2f} | {wo:.2f} | {wo / w:.2f}x | "
-              f"{'yes' if same_info else 'NO'} | {'yes' if same_out else 'NO'} |", flush=True)
-
+                infos[label] = [v.SerializeToString() for v in build_mixed(replace(model, value_info=info), fallback,
+                                                                          "fp16").graph.value_info]
+            same_info &= infos["before"] == infos["now"]
+            same_out &= all(np.array_equal(outs["before"][k], o[k], equal_nan=True) for o in outs.values() for k in o)
+        b, v, n = (statistics.median(times[k]) for k in variants)
+        print(f"| {path.parent.name or path.stem} | {len(model.nodes)} | {b:.2f} | {v:.2f} ({v / b:.2f}x) | "
+              f"{n:.2f} ({n / b:.2f}x) | {'yes' if same_info else 'NO'} | {'yes' if same_out else 'NO'} |", flush=True)
 
 if __name__ == "__main__":
     main()

@@ -229,7 +229,8 @@ class OrtBackend(SessionHolder):
             self._cache.move_to_end(key)
             return self._cache[key]
         _, session = session_keeping_fp32(
-            lambda blocked: build_mixed(self.model, key, self.precision, self.keep_io_types, op_block_list=blocked),
+            lambda blocked: build_mixed(self.model, key, self.precision, self.keep_io_types, op_block_list=blocked,
+                                        lean=True),
             self._session, self.precision, self.kept_fp32, self.warn, self.name, self.model)
         if self.uses_cuda and CUDA not in session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")

@@ -361,6 +361,7 @@ def build_mixed(
     precision: str = "fp16",
     keep_io_types: bool = True,
     op_block_list: OpBlockList | None = None,
+    lean: bool = False,
 ) -> onnx.ModelProto:
     """The mixed-precision model for `fallback` (node names kept in FP32), as a new proto.
 
@@ -370,7 +371,9 @@ def build_mixed(
     than in FP16: `blocked_ops`). Its value_info: the model's inferred shapes with each version's element type
     (`_Plan.value_info`: ONNX's shape inference of the mixed graph without running it; ONNX Runtime fuses by these
     shapes, and the inference was 4.2 of a whisper-base trial's 7.2 s on the CPU); where the model has none, the
-    inference.
+    inference. `lean`: its large weights, and their low-precision copies, refer to the model's weight files
+    (`graph/weights.py`; each copy converted and written once per model and format): a graph for an ONNX Runtime
+    session, not for a user's file.
     """
     fmt = get_format(precision)
     opset = next((o.version for o in model.proto.opset_import if o.domain in ("", "ai.onnx")), 0)
@@ -407,12 +410,19 @@ def build_mixed(
                 nodes.extend(plan.casts(t))
 
     inits: list[onnx.TensorProto] = []
-    for init in src.initializer:
+    stubs = model.lean_proto().graph.initializer if lean else src.initializer
+    for init, stub in zip(src.initializer, stubs):
         if init.name not in plan.needed or init.name not in plan.pure_inits:
-            inits.append(init)
+            inits.append(stub)
             continue
         for p in sorted(plan.needed[init.name]):  # the FP32 version, when needed, keeps the name
-            inits.append(init if p == FP32 else _convert_tensor(init, fmt, plan.name(init.name, p)))
+            if p == FP32:
+                inits.append(stub)
+            elif stub.data_location == TensorProto.EXTERNAL:  # in a file: its low-precision copy too
+                inits.append(model.weights.derived(plan.name(init.name, p), ("mixed", fmt.name, init.name),
+                                                   lambda init=init: to_format(numpy_helper.to_array(init), fmt)))
+            else:
+                inits.append(_convert_tensor(init, fmt, plan.name(init.name, p)))
 
     out = onnx.ModelProto()
     for field in ("ir_version", "producer_name", "producer_version", "domain", "model_version", "doc_string"):

@@ -248,3 +248,35 @@ def test_a_model_with_other_shapes_shares_its_weight_files():
     shaped = model.with_tensor_shapes(dict(model.tensor_shapes))
     gated_graph(shaped, get_format("fp16"))
     assert shaped.weights is model.weights and model.weights.written == 4
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_a_trials_mixed_graph_refers_to_files_and_computes_what_the_inline_one_did(precision):
+    """The ORT backend's mixed graphs (`build_mixed(lean=True)`) carry no large weight: the FP32 ones and their
+    low-precision copies are files of the model (each copy written once), holding the bytes the inline graph held;
+    a session over it gives the inline graph's outputs to the last bit."""
+    from precision_doctor.backends.ort import OrtBackend
+    from precision_doctor.graph.mixed import build_mixed
+
+    model = from_proto(_mlp(width=2 * WIDTH))  # FP16 copies of 2 MiB: large too
+    for fallback in (frozenset(), frozenset({"matmul1"})):
+        inline, lean = build_mixed(model, fallback, precision), build_mixed(model, fallback, precision, lean=True)
+        assert _inline(inline) and not _inline(lean) and weights.in_files(lean)
+        written = model.weights.written
+        assert not _inline(build_mixed(model, fallback, precision, lean=True)) and model.weights.written == written
+        lean_values = {t.name: t for t in lean.graph.initializer}
+        for t in inline.graph.initializer:
+            stub = lean_values[t.name]
+            if weights.large(t):
+                onnx.external_data_helper.load_external_data_for_tensor(stub, str(weights.root()))
+            assert (stub.data_type, list(stub.dims), stub.raw_data) == (t.data_type, list(t.dims), t.raw_data), t.name
+        assert [v.SerializeToString() for v in lean.graph.value_info] == \
+            [v.SerializeToString() for v in inline.graph.value_info]
+    if precision == "fp16":  # ONNX Runtime's CPU provider has no bf16 kernels
+        x = _samples(1, width=2 * WIDTH)[0]
+        backend = OrtBackend(model, "fp16", ["CPUExecutionProvider"])
+        got = backend.prepare(frozenset({"matmul1"})).run(x)
+        backend.close()
+        sess = make_session(build_mixed(model, frozenset({"matmul1"}), "fp16"))
+        want = dict(zip(model.outputs, sess.run(model.outputs, x)))
+        assert all(np.array_equal(got[k], want[k].astype(np.float32)) for k in want)
