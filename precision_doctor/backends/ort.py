@@ -14,14 +14,15 @@ Could not find an implementation for OP(N) node ...`; `graph.ort_kernels`), `ses
 type FP32, says so in a warning line, makes the session again, and the backend remembers it (`kept_fp32`: the
 run's fixed.onnx and report keep it FP32 with that reason); every backend of the run over that model on that
 provider, in that format and at that optimization level shares the record (`Model.ort_refused`): it is learned, and
-said, once.
+said, once. An op refused as itself (or as the body of its ONNX function) has no such kernel at any level, so every
+level starts from those (`ANY_LEVEL`); one refused as a kernel ONNX Runtime fused it into is the level's own.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from collections import OrderedDict
+from collections import ChainMap, OrderedDict
 from collections.abc import Callable, Collection, MutableMapping, Sequence
 from typing import TypeVar
 
@@ -39,6 +40,7 @@ from precision_doctor.graph.ort_kernels import inlined_from, runtime_reason
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
 
 CUDA = "CUDAExecutionProvider"
+ANY_LEVEL = "any level"  # Model.ort_refused's key for the refusals that hold at every optimization level
 _NP_INPUT_TYPES = {"tensor(float16)": np.float16, "tensor(float)": np.float32}
 
 
@@ -84,13 +86,15 @@ def session_keeping_fp32(
     warn: Callable[[str], None] = warn_line,
     where: str = "ONNX Runtime",
     model: Model | None = None,
+    everywhere: MutableMapping[str, str] | None = None,
 ) -> tuple[G, ort.InferenceSession]:
     """`make(build(blocked))`, where `blocked` is `mixed.blocked_ops(precision, kept)`. In BF16, where ONNX Runtime
     refuses the session for a node with no kernel of its types (`missing_kernel`), that op type joins `kept` (with
     `ort_kernels.runtime_reason`), `warn` says so in one line, and the graph is built and the session made again,
     until one is made. A node ONNX Runtime fused (`mm/MatMulAddFusion`, a Gemm) stands for the `model`'s node its
     name starts with: that node's op type is kept. Anything else, in FP16, or an op type already kept FP32 (the
-    graph would not change) raises as before."""
+    graph would not change) raises as before. `everywhere`: where a refusal of an op as itself (or of its inlined
+    function's body) is recorded too: one that holds at every optimization level (not one of a fused kernel)."""
     bf16 = get_format(precision).name == "bf16"
     while True:
         blocked = blocked_ops(precision, kept)
@@ -110,6 +114,8 @@ def session_keeping_fp32(
                                              "for it either" if inlined else
                                              f"; ONNX Runtime fused it from {shown(mine)} ({shown(op)})")
             kept[op] = runtime_reason(op, refused if made else None, inlined)
+            if everywhere is not None and (not made or inlined):
+                everywhere[op] = kept[op]
             warn(f"{where}: this ONNX Runtime ({ort.__version__}) has no BF16 kernel for {refused} (node "
                  f"'{shown(node)}'{made}); every {shown(op)} node stays FP32 (fixed.onnx too) and the session is made again")
 
@@ -218,7 +224,10 @@ class OrtBackend(SessionHolder):
         # optimization level (`Model.ort_refused`), so that the run's other backends (the kernel spread's, the
         # confirmation's, the knobs') start from it (on the H200 a BF16 transformer's every ort-cuda trial made its
         # session four times, relearning three); another run, model or level learns its own
-        self.kept_fp32: dict[str, str] = model.ort_refused.setdefault((self.name, fmt.name, self.level), {})
+        # and the ops refused as themselves at any level (no kernel at all), which every level starts from
+        self.refused_everywhere = model.ort_refused.setdefault((self.name, fmt.name, ANY_LEVEL), {})
+        self.kept_fp32: MutableMapping[str, str] = ChainMap(
+            model.ort_refused.setdefault((self.name, fmt.name, self.level), {}), self.refused_everywhere)
         self.warn: Callable[[str], None] = warn_line
         self._cache: OrderedDict[frozenset[str], OrtRunner] = OrderedDict()
         self.activate()  # its sessions open in `prepare`, one per fallback set
@@ -231,7 +240,7 @@ class OrtBackend(SessionHolder):
         _, session = session_keeping_fp32(
             lambda blocked: build_mixed(self.model, key, self.precision, self.keep_io_types, op_block_list=blocked,
                                         lean=True),
-            self._session, self.precision, self.kept_fp32, self.warn, self.name, self.model)
+            self._session, self.precision, self.kept_fp32, self.warn, self.name, self.model, self.refused_everywhere)
         if self.uses_cuda and CUDA not in session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
         runner = OrtRunner(session, self.output_names, self.model)

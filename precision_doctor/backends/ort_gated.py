@@ -74,7 +74,7 @@ class OrtGatedBackend(SessionHolder):
             lambda blocked: gated_native_graph(model, fmt, units=whole, op_block_list=blocked),
             lambda graph: make_session(with_outputs(graph.proto, self.output_names, model.tensor_types), self.providers,
                                        optimize=optimize, level=self.level),
-            precision, self.kept_fp32, self.mixed.warn, self.name, model)
+            precision, self.kept_fp32, self.mixed.warn, self.name, model, self.mixed.refused_everywhere)
         self.graph, self.session = self._made()
         self.graph.proto = onnx.ModelProto()  # the session holds it; the gates are all `prepare` reads
         if self.mixed.uses_cuda and CUDA not in self.session.get_providers():
