@@ -58,13 +58,20 @@ def model(blocks: int, d: int = 512, ff: int = 2048):
         x = p + "y"
     g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "S", d])],
                           [helper.make_tensor_value_info(x, TensorProto.FLOAT, [1, "S", d])], inits)
-    return onnx.helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    return onnx.helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=9).SerializeToString()
 
 
 def gpu_mib() -> int:
+    """This process's GPU memory; the whole GPU's where nvidia-smi lists no process of this PID (a container whose
+    PIDs it does not see: the bench then runs alone on the GPU)."""
     out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
                          capture_output=True, text=True).stdout
-    return sum(int(m) for p, m in (line.split(", ") for line in out.strip().splitlines() if line) if int(p) == os.getpid())
+    mine = [int(m) for p, m in (line.split(", ") for line in out.strip().splitlines() if line) if int(p) == os.getpid()]
+    if mine:
+        return sum(mine)
+    total = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                           capture_output=True, text=True).stdout
+    return int(total.split()[0])
 
 
 def child(setting: str, kind: str, sessions: int, samples: int, blocks: int) -> dict:

@@ -19,7 +19,6 @@ import statistics
 import sys
 import time
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -60,7 +59,7 @@ def main() -> None:
             for label, (info, lean) in variants.items():
                 kept = model.value_info
                 model.value_info = info  # none: build_mixed runs ONNX's shape inference
-                ort_backend.build_mixed = partial(build_mixed, lean=lean)
+                ort_backend.build_mixed = lambda *a, lean_=lean, **k: build_mixed(*a, **{**k, "lean": lean_})
                 backend = OrtBackend(model, "fp16", ["CPUExecutionProvider"])
                 t = time.perf_counter()
                 runner = backend.prepare(fallback)

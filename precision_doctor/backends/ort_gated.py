@@ -32,11 +32,22 @@ class OrtGatedRunner:
 
     def __init__(self, backend: OrtGatedBackend, fallback: frozenset[str]):
         self.backend = backend
-        self.gates = backend.graph.feeds(fallback)
+        self.fallback = fallback
+        self._gates: tuple[NativeGatedGraph, dict] | None = None  # the gates, for the graph they were made for
+
+    @property
+    def gates(self) -> dict[str, np.ndarray]:
+        """The gate feeds of the set for the backend's graph now (made again with its session after a pause, with
+        the op types refused meanwhile left ungated: other gates)."""
+        graph = self.backend.graph
+        if self._gates is None or self._gates[0] is not graph:
+            self._gates = (graph, graph.feeds(self.fallback))
+        return self._gates[1]
 
     def run(self, feeds: Feeds, outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         names = list(outputs) if outputs is not None else self.backend.output_names
-        res = run_session(self.backend.live_session(), names, {**feeds, **self.gates}, getattr(self.backend, "model", None))
+        session = self.backend.live_session()
+        res = run_session(session, names, {**feeds, **self.gates}, getattr(self.backend, "model", None))
         return {n: a.astype(np.float32) if a.dtype.kind == "f" and a.itemsize < 4 else a for n, a in zip(names, res)}
 
 
@@ -85,10 +96,11 @@ class OrtGatedBackend(SessionHolder):
         return OrtGatedRunner(self, frozenset(fallback))
 
     def live_session(self):
-        """The session, made again after a `pause` (the gated graph built again, with the refusals known)."""
+        """The session, made again after a `pause` (the gated graph built again, with the refusals known: in BF16
+        other backends' sessions may have added op types, whose nodes the new graph leaves ungated)."""
         if self.session is None and self.is_active:
-            graph, self.session = self._made()
-            assert graph.candidates == self.graph.candidates  # the gates' order: those `prepare` gave still apply
+            self.graph, self.session = self._made()
+            self.graph.proto = onnx.ModelProto()
         return self.session
 
     def pause(self) -> None:

@@ -241,9 +241,10 @@ class _Plan:
         version of a tensor has the model's inferred shape of that tensor and its precision's element type (a Cast's
         output is a version too). Tensors the model's inference left untyped stay so. What ONNX's shape inference of
         the mixed graph gives, to the byte (tests/graph/test_mixed.py), in a fraction of its time, but for one thing:
-        where a graph output has a dynamic dimension, its other-precision version names it as the output declares it
-        ("batch") where the inference makes a name up ("unk__171"); ONNX Runtime's outputs are the same bit for bit
-        (whisper-base, mpnet-base: bench/trial_session.py)."""
+        a graph output's other-precision version has the output's shape as the model declares it: a dynamic
+        dimension named as declared ("batch") where the inference makes a name up ("unk__171"), and a wrong
+        declaration copied where the inference would have kept its own. ONNX Runtime's outputs are the same bit for
+        bit (whisper-base, mpnet-base: bench/trial_session.py)."""
         version = {v: key for key, v in self._names.items()}
         out = []
         for node in nodes:

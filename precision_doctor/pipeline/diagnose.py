@@ -28,7 +28,6 @@ from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.graph.shapes import input_shapes
 from precision_doctor.measure.analysis import Analysis
-from precision_doctor.measure.capture import capture_providers
 from precision_doctor.measure.floor import rounding_floor
 from precision_doctor.measure.spread import kernel_spread
 from precision_doctor.outcome import Outcome, RunStatus
@@ -162,7 +161,7 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     elif (out_dir / CHECKPOINT).exists():
         (out_dir / CHECKPOINT).unlink()  # our own file from an earlier forced run
     attribution = Attribution(model, get_format(spec.precision), b.emulation_rules, spec.capture.group_mb, progress, stop,
-                              providers=capture_providers(spec.capture.device))
+                              device=spec.capture.device)
     return RunContext(
         spec=spec, run_dir=run, space=space, progress=progress, stop=stop, resume=resume, work=work,
         analysis=analysis, backends=backends,

@@ -6,12 +6,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from precision_doctor.control import ProgressSink, StopToken
+from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.inputs import Sample
+from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import Format
 from precision_doctor.graph.model import Model
+from precision_doctor.graph.ort_session import GpuRunError
 from precision_doctor.measure.attribution import local_scores, sample_key, worst_scores
-from precision_doctor.measure.capture import CPU
+from precision_doctor.measure.capture import CPU, capture_providers
 from precision_doctor.search.attributed import Attributor, attributed_repair
 from precision_doctor.search.oracle import Oracle
 from precision_doctor.search.space import SearchSpace
@@ -27,7 +29,7 @@ class Attribution:
     group_mb: float
     progress: ProgressSink | None = None
     stop: StopToken | None = None
-    providers: Sequence = (CPU,)  # where the local runs compute: the capture's (`capture_providers`)
+    device: str = "cpu"  # where the local runs compute: the capture's device (`capture.device`)
     cache: dict[str, dict[str, float]] = field(default_factory=dict)
     samples: int = 0  # how many samples were attributed
 
@@ -36,11 +38,26 @@ class Attribution:
         keys = [sample_key(s) for s in samples]
         new = {k: s for k, s in zip(keys, samples) if k not in self.cache}
         if new:
-            scores = local_scores(self.model, self.fmt, list(new.values()), rules=self.rules, group_mb=self.group_mb,
-                                  providers=self.providers, progress=self.progress, stop=self.stop)
-            self.cache.update(zip(new, scores))
+            self.cache.update(zip(new, self._scores(list(new.values()))))
             self.samples += len(new)
         return worst_scores([self.cache[k] for k in keys])
+
+    def _scores(self, samples: list[Sample]) -> list[dict[str, float]]:
+        """The samples' scores on the capture's device; on the CPU where that has no CUDA provider (a resumed run
+        that captured nothing) or where the GPU fails them (the search's sessions hold its memory meanwhile): an
+        attribution ranks nodes, and the CPU's ranks them as well."""
+        try:
+            providers = capture_providers(self.device)
+        except UserError:
+            providers, self.device = [CPU], "cpu"
+        try:
+            return local_scores(self.model, self.fmt, samples, rules=self.rules, group_mb=self.group_mb,
+                                providers=providers, progress=self.progress, stop=self.stop)
+        except GpuRunError as exc:
+            self.device = "cpu"
+            notify(self.progress, PhaseEvent("attribute", f"on the CPU: the GPU failed it ({exc.what})"))
+            return local_scores(self.model, self.fmt, samples, rules=self.rules, group_mb=self.group_mb,
+                                progress=self.progress, stop=self.stop)
 
     def on(self, oracle: Oracle) -> Attributor:
         """The attributor of `oracle`'s samples (by its indices)."""

@@ -126,7 +126,13 @@ def _checked(ctx: RunContext, oracle: Oracle, found: frozenset[str], backend_nam
     if verdict is None:
         report.reason = str(checked.reason)
     elif not verdict.passed:  # the check itself is never cut short; growing there spends what the search left
-        checked, gated_evaluations = _grow_there(ctx, oracle, found, backend_name, name)
+        try:
+            checked, gated_evaluations = _grow_there(ctx, oracle, found, backend_name, name)
+        except GpuRunError as exc:  # the failure stands; that no answer was grown there is said
+            report.reason = f"no answer for it was grown: the GPU failed ({exc.what})"
+            report.evaluations = oracle.evaluations
+            oracle.close()
+            return report, None
         answer = checked.found
         if answer is not None:
             report.answer = [n.name for n in model.nodes if n.name in answer]
@@ -154,9 +160,11 @@ def _grow_there(ctx: RunContext, oracle: Oracle, found: frozenset[str], backend_
     gated = _gated_oracle(ctx, oracle, backend_name, name)
     if gated is not None:
         gated.budget, gated.on_evaluation = budget, events
-        grown = run_strategy(gated, ctx.space, lambda o, sp: _grown(o, sp, found), ctx.stop)
+        try:
+            grown = run_strategy(gated, ctx.space, lambda o, sp: _grown(o, sp, found), ctx.stop)
+        finally:
+            gated.close()  # as the check's own (`check_other_runtime`), a GPU failure too
         extra = gated.evaluations
-        gated.close()  # as the check's own (`check_other_runtime`)
         if grown.status == RunStatus.INTERRUPTED:
             return grown, extra
         if grown.found is not None:

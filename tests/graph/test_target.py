@@ -185,11 +185,8 @@ def test_the_target_sets_how_onnx_runtime_measures(planted_file):
     gated.close()
 
 
-def test_an_answer_for_tensorrt_that_onnx_runtime_needs_more_of_gets_an_ort_cuda_folder(tmp_path):
-    """The other direction: ONNX Runtime's CUDA Conv rounds the convolution to FP16 before adding the bias
-    (`conv-bias-fp16`, measured); a convolution of 70000 with a bias of -60000 overflows there, not where the bias is
-    added before the one rounding (TensorRT, modelled). The TensorRT answer keeps everything in FP16; ONNX Runtime's
-    keeps the Conv in FP32, in ort-cuda/."""
+def _conv_bias_spec(tmp_path) -> RunSpec:
+    """A Conv whose output overflows FP16 where ONNX Runtime rounds it before adding the bias (see below)."""
     from onnx import TensorProto, helper, numpy_helper
 
     w = np.full((4, 4, 1, 1), 5e3, np.float32) + 2e4 * np.eye(4, dtype=np.float32)[:, :, None, None]
@@ -206,7 +203,15 @@ def test_an_answer_for_tensorrt_that_onnx_runtime_needs_more_of_gets_an_ort_cuda
         files.append(str(tmp_path / f"s{i}.npz"))
     spec = RunSpec(model=str(tmp_path / "m.onnx")).with_settings({
         "inputs.files": files, "tolerance.atol": 1e-2, "tolerance.rtol": 1e-2, "backends.backend": "emulate"})
-    report = api.diagnose(spec, tmp_path / "run")
+    return spec
+
+
+def test_an_answer_for_tensorrt_that_onnx_runtime_needs_more_of_gets_an_ort_cuda_folder(tmp_path):
+    """The other direction: ONNX Runtime's CUDA Conv rounds the convolution to FP16 before adding the bias
+    (`conv-bias-fp16`, measured); a convolution of 70000 with a bias of -60000 overflows there, not where the bias is
+    added before the one rounding (TensorRT, modelled). The TensorRT answer keeps everything in FP16; ONNX Runtime's
+    keeps the Conv in FP32, in ort-cuda/."""
+    report = api.diagnose(_conv_bias_spec(tmp_path), tmp_path / "run")
     o = report.checks.other_runtime
     assert report.passed and report.search.target == "tensorrt" and report.answer.fallback_nodes == []
     assert (o.runtime, o.passed, o.directory) == ("ort-cuda", False, "ort-cuda") and "conv" in o.answer
@@ -437,3 +442,21 @@ def test_a_gpu_failure_in_the_other_runtimes_check_leaves_the_answer_and_says_it
     assert report.passed and sorted(report.answer.fallback_nodes) == sorted(was.answer.fallback_nodes)
     assert o.passed is None and "the GPU failed the check" in o.reason and "cublas" in o.reason
     assert "Not checked on ONNX Runtime CUDA: the GPU failed the check" in (tmp_path / "run" / "report.md").read_text()
+
+
+def test_a_gpu_failure_while_growing_the_other_runtimes_answer_keeps_the_failure_it_measured(tmp_path, monkeypatch):
+    """The answer failed on the other runtime, then the GPU failed while its answer there was grown: the section
+    still says it FAILS there (measured), and that no answer for it was grown, and why."""
+    from precision_doctor.graph.ort_session import GpuRunError
+    from precision_doctor.pipeline import target
+
+    def failing(*a, **k):
+        raise GpuRunError("m.onnx: ONNX Runtime's CUDA provider failed at node 'conv' (cublas error: CudaCall)")
+
+    monkeypatch.setattr(target, "_grow_there", failing)
+    report = api.diagnose(_conv_bias_spec(tmp_path), tmp_path / "run")
+    o = report.checks.other_runtime
+    assert report.passed and (o.runtime, o.passed, o.answer) == ("ort-cuda", False, None)
+    assert o.reason.startswith("no answer for it was grown: the GPU failed") and o.evaluations >= 1
+    assert "it FAILS (outputs that overflow to inf or NaN): no answer for it was grown: the GPU failed" in \
+        (tmp_path / "run" / "report.md").read_text()

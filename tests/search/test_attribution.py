@@ -160,3 +160,35 @@ def test_unusual_search_samples_are_searched_and_the_held_out_ones_check_the_ans
     v = report.promise.validation
     assert v is not None and v.passed and report.promise.held_out_bound is not None
     assert report.promise.held_out_bound.samples == 5 and report.promise.held_out_bound.failures == 0
+
+
+def test_attribution_falls_back_to_the_cpu_where_the_capture_device_cannot_run_it(monkeypatch):
+    """The attribution runs where the capture does; asked for CUDA where there is none (a resumed run that captured
+    nothing) or failed by the GPU (the search's sessions hold its memory), it ranks on the CPU, and says the latter."""
+    from precision_doctor.control import PhaseEvent
+    from precision_doctor.graph.ort_session import GpuRunError
+    from precision_doctor.measure import attribution as attribution_module
+    from precision_doctor.pipeline import growth
+
+    model = from_proto(_two_branches())
+    fmt = get_format("fp16")
+    want = local_scores(model, fmt, [_sample(3, unusual=True)], rules=None, group_mb=64)[0]
+    heard = []
+    no_cuda = growth.Attribution(model, fmt, None, 64.0, heard.append, device="cuda")
+    assert no_cuda.scores([_sample(3, unusual=True)]) == want and no_cuda.device == "cpu"
+    assert not [e for e in heard if isinstance(e, PhaseEvent)]
+
+    calls = []
+
+    def gpu_fails_once(*a, providers=None, **k):
+        calls.append(providers)
+        if len(calls) == 1:
+            raise GpuRunError("m.onnx: ONNX Runtime's CUDA provider failed at node 'mm' (CUDNN failure)")
+        return attribution_module.local_scores(*a, **k)
+
+    monkeypatch.setattr(growth, "local_scores", gpu_fails_once)
+    monkeypatch.setattr(growth, "capture_providers", lambda device: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    failed = growth.Attribution(model, fmt, None, 64.0, heard.append, device="auto")
+    assert failed.scores([_sample(3, unusual=True)]) == want and failed.device == "cpu" and len(calls) == 2
+    said = [e for e in heard if isinstance(e, PhaseEvent)]
+    assert [e.phase for e in said] == ["attribute"] and "the GPU failed it" in said[0].detail
