@@ -427,7 +427,9 @@ def test_a_held_store_lock_neither_blocks_nor_ends_the_service(tmp_path) -> None
         _until(lambda: time.monotonic() - lock.since > 2 * lease, 10 * lease, "two leases")
         lock.release()
         done = d.wait_for(job["id"], lambda j: j["state"] in TERMINAL, timeout=240, what="an end")
-        assert done["state"] == "done" and done["attempts"] == 2 and done["result"]["passed"], done  # resumed
+        # resumed, and done once: a second attempt at least (a third where the replacement's 2 s lease lapsed on a
+        # loaded machine and the job was claimed again: CI, 2026-12-03)
+        assert done["state"] == "done" and done["attempts"] >= 2 and done["result"]["passed"], done
         later = httpx.post(f"{d.url}/jobs", json=body, timeout=30)
         assert later.status_code == 201, later.text
         assert d.wait_for(later.json()["id"], lambda j: j["state"] in TERMINAL, what="an end")["state"] == "done"
