@@ -262,4 +262,4 @@ class OrtBackend(SessionHolder):
     def pause(self) -> None:
         """Drop the cached runners while others need the memory (a capture, the other runtime's check): on a GPU each
         holds its session's arena; the next `prepare` of a set makes its session again."""
-        self._cache.clear()
+        self.release()
