@@ -89,11 +89,14 @@ class Daemon:
         return httpx.get(f"{self.url}/jobs/{job_id}", timeout=10, **kw).json()
 
     def wait_for(self, job_id: str, cond, timeout: float = LIVENESS_S, what: str = "condition") -> dict:
+        """The job once `cond(job)` holds; an AssertionError at `timeout`, or at once where the job ended without it."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             job = self.job(job_id)
             if cond(job):
                 return job
+            if job.get("state") in ("done", "failed", "cancelled"):
+                break
             time.sleep(0.1)
         raise AssertionError(f"job {job_id}: no {what} within {timeout} s; last: {json.dumps(job)[:2000]}")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import check_only, make_backend, on_gpu, plan_backends
-from precision_doctor.control import PhaseEvent, ProgressSink, RoundingFloorEvent, StopToken, notify
+from precision_doctor.control import PhaseEvent, ProgressSink, RoundingFloorEvent, StopToken, notify, stopped_by
 from precision_doctor.data.activations import analysable
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.reference_cache import REFERENCES, ReferenceFile, ReferenceSet
@@ -317,14 +317,19 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     if passed:
         ctx.references.runner.pause()  # as for the capture: their sessions are made again if a later step needs them
         ctx.backends.pause()
-        fixed = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
-                              ctx.progress, ctx.stop, rules=rules, writer=run)
-        notify(ctx.progress, PhaseEvent("artifacts", "fixed.onnx, the polygraphy and trtexec files, the commands"))
-        written = write_artifacts(run, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
-                                  shapes, answer_for(ctx), kept_ops=ctx.backends.kept_fp32())
-        trt_check, engine = tensorrt_steps(run, work.model, final, spec, written, knobs, shapes)
-        write_other_answer(ctx, shapes)
-        produced = Produced(fixed.errors, written, trt_check, engine)
+        try:
+            fixed = capture_fixed(out_dir / ACTIVATIONS, work.model, fmt, work.captured(), final, spec.capture,
+                                  ctx.progress, ctx.stop, rules=rules, writer=run)
+            notify(ctx.progress, PhaseEvent("artifacts", "fixed.onnx, the polygraphy and trtexec files, the commands"))
+            written = write_artifacts(run, work, ctx.references.refs, final, spec, knobs.emitted if knobs else None,
+                                      shapes, answer_for(ctx), kept_ops=ctx.backends.kept_fp32())
+            trt_check, engine = tensorrt_steps(run, work.model, final, spec, written, knobs, shapes)
+            write_other_answer(ctx, shapes)
+            produced = Produced(fixed.errors, written, trt_check, engine)
+        except KeyboardInterrupt:  # a stop of the run's (Ctrl-C, SIGTERM, a job's cancel); anyone else's goes on up
+            if ctx.stop is None or not ctx.stop.stopped:
+                raise
+            outcome, fixed = _stopped_writing(ctx, outcome), None
     validation = f.validation
     notes = notes_for(work.model, fmt, backend, final) if passed else []
     checks = AnswerChecks(
@@ -356,6 +361,15 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     keep_capture(run, spec.capture.keep, outcome.status, work.model.outputs,
                  {FIXED_RUN: fixed} if fixed is not None and fixed.outputs is not None else None)
     return report
+
+
+def _stopped_writing(ctx: RunContext, outcome: Outcome) -> Outcome:
+    """A stop of the run's that landed while the answer's artifacts were made: acted on here, so the report is still
+    written, with the answer found and no artifacts, as an interrupted run (--resume makes them)."""
+    ctx.stop.handled()
+    notify(ctx.progress, PhaseEvent("artifacts", "stopped: the report only, with the answer found and no artifacts"))
+    return outcome.but(status=RunStatus.INTERRUPTED,
+                       reason=f"interrupted {stopped_by(ctx.stop)} while its artifacts were made; resume makes them")
 
 
 def _all_references(work: Workload) -> list[dict] | None:

@@ -211,3 +211,31 @@ def test_sigterm_to_the_cli_checkpoints_and_says_how_to_resume(tmp_path):
     rep = json.loads((out / "report.json").read_text())
     logged = sum(len((out / f).read_text().splitlines()) for f in ("search.jsonl", "repair.jsonl") if (out / f).is_file())
     assert rep["status"] == "complete" and rep["search"]["evaluations"] == logged  # the checkpoints: every evaluation once
+
+
+def test_a_stop_while_the_artifacts_are_made_still_writes_the_report(tmp_path):
+    """A stop that lands after every check (the fixed capture is running, as a service job's cancel may) ends the
+    run as interrupted with the answer found and its report written, not as a run with no report; resumed, it makes
+    the artifacts and ends where an uninterrupted run ends."""
+    from precision_doctor.control import PhaseEvent
+
+    case = planted.three_defects()
+    model = tmp_path / "m.onnx"
+    onnx.save(case.model, str(model))
+    spec = RunSpec(str(model), tolerance=Tolerance(case.atol, case.rtol))
+    whole = api.diagnose(spec, tmp_path / "whole")
+    assert whole.status == "complete" and whole.passed
+    stop = StopToken()
+
+    def sink(event):
+        if isinstance(event, PhaseEvent) and event.phase == "artifacts":
+            stop.stop("cancelled by the service")
+    out = tmp_path / "run"
+    cut = api.diagnose(spec, out, progress=sink, stop=stop)
+    assert cut.status == "interrupted" and "artifacts" in cut.reason
+    assert cut.answer.fallback_nodes == whole.answer.fallback_nodes
+    assert json.loads((out / "report.json").read_text())["status"] == "interrupted"
+    assert not (out / "fixed.onnx").exists()
+    resumed = api.diagnose(spec, out, resume=True)
+    assert resumed.status == "complete" and resumed.answer.fallback_nodes == whole.answer.fallback_nodes
+    assert (out / "fixed.onnx").is_file()

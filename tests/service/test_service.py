@@ -118,7 +118,7 @@ def test_a_jobs_warnings_reach_its_followers(env) -> None:
 
 def test_cancel_running_and_finished_jobs(env) -> None:
     d, files = env
-    model, settings = slow_model(files / "slow_cancel.onnx", blocks=24, iterations=4000)  # a search of seconds
+    model, settings = slow_model(files / "slow_cancel.onnx", blocks=24, iterations=16000)  # a search of tens of seconds
     job = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": settings}, timeout=30).json()
     d.wait_for(job["id"], lambda j: (j["progress"].get("evaluations") or 0) >= 2, what="two evaluations")
     r = d.cli("cancel", job["id"])
