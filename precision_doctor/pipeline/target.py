@@ -11,7 +11,9 @@ samples, at the search's tolerance (the check itself is one evaluation: it stops
 runs every sample only where the answer passes). A failing answer grows by `search.auto.repair`: its members kept,
 the fewest ranked islands added, then what was added pruned, and the fusion groups it added split where that pays
 (`search.refine`, as after the search); so the second answer is the first plus what the other runtime needs, for
-about the cost of a confirmation. A time budget left by the search bounds the growing.
+about the cost of a confirmation. On a GPU the growing runs on that runtime's gated graph first, counterexample-
+guided as the search is (on the search's working set, the other samples checked after each answer). A time budget
+left by the search bounds the growing.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.answers import flop_share
 from precision_doctor.pipeline.artifacts import write_artifacts
 from precision_doctor.pipeline.context import RunContext
+from precision_doctor.pipeline.search_loop import Loop, RoundLog, SamplePool, run_loop
 from precision_doctor.pipeline.strategy import evaluation_events, remaining, run_strategy, user_share
 from precision_doctor.pipeline.trt import FIXED_ONNX, check_fixed
 from precision_doctor.render.numbers import counted
@@ -49,6 +52,7 @@ from precision_doctor.search.space import SearchSpace
 
 CHECKPOINT = "other-{runtime}.jsonl"  # the other runtime's evaluations (a resumed run replays them)
 GATED_CHECKPOINT = "other-{runtime}-gated.jsonl"  # those of its gated graph, where the growing runs first
+GATED_ROUNDS = "other-{runtime}-gated-rounds.jsonl"  # the rounds of its counterexample-guided loop there
 # The backend that checks an answer -> the one its growing runs on first: the gated graph computes what the real
 # mixed graph computes (fusion sites gated whole for ort-cuda; every node its own kernel for TensorRT's proxy) for a
 # feed per set instead of a session per set (GPU truth benchmark: 118 evaluations at 1.2 s each on a detector).
@@ -152,24 +156,28 @@ def _grow_there(ctx: RunContext, oracle: Oracle, found: frozenset[str], backend_
                 name: str) -> tuple[Outcome, int]:
     """`found` grown on `oracle` (the other runtime's check) until it passes, spending what the search left; where
     that check makes an ONNX Runtime session per set (ort-cuda, about a second each), the growing runs first on the
-    gated graph of the same runtime (one session, a set is a feed: `GROW_ON`) and `oracle` checks what it grew, going
-    on from there only where it still fails. Returns the outcome and the gated graph's evaluations."""
+    gated graph of the same runtime (one session, a set is a feed: `GROW_ON`), counterexample-guided as the search
+    (`_gated_loop`), and `oracle` checks what it grew, going on from there only where it still fails. Returns the
+    outcome and the gated graph's evaluations."""
     budget = Budget(None, remaining(ctx.budget, ctx.oracle).time_s)
     events = evaluation_events(ctx.progress)  # growing takes evaluations: each one a progress line
     start, extra = found, 0
-    gated = _gated_oracle(ctx, oracle, backend_name, name)
+    gated = _gated_loop(ctx, oracle, found, backend_name, name)
     if gated is not None:
-        gated.budget, gated.on_evaluation = budget, events
+        loop, on_gated = gated
+        on_gated.budget, on_gated.on_evaluation = budget, events
         try:
-            grown = run_strategy(gated, ctx.space, lambda o, sp: _grown(o, sp, found), ctx.stop)
+            grown = run_loop(loop, on_gated, ctx.space, lambda o, sp: _grown(o, sp, found),
+                             lambda prev, failing: lambda o, sp: _grown(o, sp, prev), search=f"other-{name}",
+                             stop=ctx.stop)
         finally:
-            gated.close()  # as the check's own (`check_other_runtime`), a GPU failure too
-        extra = gated.evaluations
+            on_gated.close()  # as the check's own (`check_other_runtime`), a GPU failure too
+        extra = on_gated.evaluations
         if grown.status == RunStatus.INTERRUPTED:
             return grown, extra
         if grown.found is not None:
             start = grown.found
-        budget = Budget(None, remaining(budget, gated).time_s)
+        budget = Budget(None, remaining(budget, on_gated).time_s)
     oracle.budget, oracle.on_evaluation = budget, events
     if gated is None:
         return run_strategy(oracle, ctx.space, lambda o, sp: _grown(o, sp, start), ctx.stop), extra
@@ -178,9 +186,13 @@ def _grow_there(ctx: RunContext, oracle: Oracle, found: frozenset[str], backend_
                         ctx.stop), extra
 
 
-def _gated_oracle(ctx: RunContext, oracle: Oracle, backend_name: str, name: str) -> Oracle | None:
-    """An oracle on the gated graph of runtime `name` over `oracle`'s samples (None: `backend_name` is not one that
-    makes a session per set, or the gated graph cannot be made here)."""
+def _gated_loop(ctx: RunContext, oracle: Oracle, found: frozenset[str], backend_name: str,
+                name: str) -> tuple[Loop, Oracle] | None:
+    """The counterexample-guided loop that grows `found` on the gated graph of runtime `name` over `oracle`'s samples,
+    and its oracle: it searches on the final search's working set (and copies) and the sample `found` failed on
+    there, and checks each answer on the others, adding those that fail it, as the search does (a passing set costs
+    a run of a few samples, not of every one). None: `backend_name` is not one that makes a session per set, or
+    the gated graph cannot be made here."""
     fast = GROW_ON.get(backend_name)
     if fast is None:
         return None
@@ -190,14 +202,21 @@ def _gated_oracle(ctx: RunContext, oracle: Oracle, backend_name: str, name: str)
             fast, model, spec.precision, model.outputs, "backends.target", rules=runtime(name).profile, target=name)))
     except UserError:
         return None
+    pool = SamplePool(oracle.samples, oracle.references, list(range(len(oracle.samples))))
+    working = list(range(len(ctx.oracle.samples)))  # _samples: the final search's samples and copies come first
+    verdict = oracle.known(found)
+    if verdict is not None and verdict.failed_sample is not None and verdict.failed_sample not in working:
+        working.append(verdict.failed_sample)
+    samples, refs = pool.working(working)
     checkpoint = ctx.out_dir / GATED_CHECKPOINT.format(runtime=name)
-    gated = Oracle(backend, oracle.samples, oracle.references, oracle.tolerance, cost_of=oracle.cost_of,
-                   checkpoint=checkpoint, writer=ctx.run_dir, stop=ctx.stop)
+    gated = Oracle(backend, samples, refs, oracle.tolerance, cost_of=oracle.cost_of, checkpoint=checkpoint,
+                   writer=ctx.run_dir, stop=ctx.stop)
     if ctx.resume:
         gated.load_checkpoint()
     elif checkpoint.exists():
         checkpoint.unlink()
-    return gated
+    log = RoundLog(ctx.out_dir / GATED_ROUNDS.format(runtime=name), ctx.resume, ctx.run_dir)
+    return Loop(pool, working, log), gated
 
 
 def _grown(oracle: Oracle, space: SearchSpace, found: frozenset[str]) -> frozenset[str] | None:

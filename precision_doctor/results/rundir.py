@@ -40,6 +40,7 @@ RUN_OUTPUTS = (
     "references.h5", "loader_samples.h5",  # FP32 outputs computed so far; a data loader script's samples
     "other-tensorrt.jsonl", "other-ort-cuda.jsonl",  # the answer on the other runtime (pipeline/target.py)
     "other-tensorrt-gated.jsonl", "other-ort-cuda-gated.jsonl",  # its growing there on the gated graph, first
+    "other-tensorrt-gated-rounds.jsonl", "other-ort-cuda-gated-rounds.jsonl",  # and that growing's rounds
     "tensorrt", "ort-cuda",  # that runtime's own answer, where it needs one: its fixed.onnx and commands there
 )
 BOOKKEEPING = (LOCK, MANIFEST)  # in every run directory; not what "empty" is about

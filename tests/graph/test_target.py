@@ -345,7 +345,8 @@ def test_the_other_runtimes_answer_grows_on_the_gated_graph_first_and_the_real_g
     """Where the other runtime's check makes a session per set (ort-cuda on a GPU), its growing runs on the gated
     graph first (`GROW_ON`) and the check's own backend sees two sets: the answer, then what was grown. Here the
     emulator stands for both (the GPU path is the same code with ort-cuda and ort-cuda-gated): the same answer as
-    growing on the check's backend alone, from two evaluations there."""
+    growing on the check's backend alone, from two evaluations there; grown on the search's working set, the other
+    samples checked after."""
     from precision_doctor.pipeline import target
 
     monkeypatch.setattr(target, "GROW_ON", {"emulate": "emulate"})
@@ -365,6 +366,11 @@ def test_the_other_runtimes_answer_grows_on_the_gated_graph_first_and_the_real_g
     checked = (tmp_path / "run" / "other-tensorrt.jsonl").read_text().splitlines()
     grown = (tmp_path / "run" / "other-tensorrt-gated.jsonl").read_text().splitlines()
     assert len(checked) == 2 and len(grown) >= 2 and o.evaluations == len(checked) + len(grown)
+    # counterexample-guided as the search: grown on the search's samples, then checked on the others (here all pass)
+    rounds = [json.loads(line) for line in (tmp_path / "run" / "other-tensorrt-gated-rounds.jsonl").read_text().splitlines()]
+    assert [(r["round"], r["search"]) for r in rounds] == [(0, "other-tensorrt")]
+    assert rounds[0]["working"] == list(range(4)) and rounds[0]["checked"] == 6 - 4 and rounds[0]["counterexamples"] == []
+    assert sorted(rounds[0]["answer"]) == sorted(o.answer)
 
 
 def test_the_cli_says_which_runtime_each_answer_is_for(run_cli, block_runs, tmp_path):
