@@ -88,14 +88,16 @@ class Daemon:
     def job(self, job_id: str, **kw) -> dict:
         return httpx.get(f"{self.url}/jobs/{job_id}", timeout=10, **kw).json()
 
-    def wait_for(self, job_id: str, cond, timeout: float = LIVENESS_S, what: str = "condition") -> dict:
-        """The job once `cond(job)` holds; an AssertionError at `timeout`, or at once where the job ended without it."""
+    def wait_for(self, job_id: str, cond, timeout: float = LIVENESS_S, what: str = "condition",
+                 after_end: bool = False) -> dict:
+        """The job once `cond(job)` holds; an AssertionError at `timeout`, or at once where the job ended without it
+        (`after_end`: what is waited for comes after the job's end, from the daemon: wait on)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             job = self.job(job_id)
             if cond(job):
                 return job
-            if job.get("state") in ("done", "failed", "cancelled"):
+            if not after_end and job.get("state") in ("done", "failed", "cancelled"):
                 break
             time.sleep(0.1)
         raise AssertionError(f"job {job_id}: no {what} within {timeout} s; last: {json.dumps(job)[:2000]}")

@@ -27,6 +27,7 @@ from precision_doctor.data.workload import Workload
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.graph.shapes import input_shapes
+from precision_doctor.graph.targets import RUNTIMES
 from precision_doctor.measure.analysis import Analysis
 from precision_doctor.measure.floor import rounding_floor
 from precision_doctor.measure.spread import kernel_spread
@@ -64,7 +65,7 @@ from precision_doctor.pipeline.settings import check_run_settings, run_settings
 from precision_doctor.pipeline.spec_check import CheckedSpec
 from precision_doctor.pipeline.strategy import budget_of, evaluation_events, remaining
 from precision_doctor.pipeline.target import answer_for, other_runtime_step, write_other_answer
-from precision_doctor.pipeline.trt import tensorrt_steps
+from precision_doctor.pipeline.trt import FIXED_ONNX, FIXED_PLAN, tensorrt_steps
 from precision_doctor.pipeline.validate import check_held_out
 from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import Confirm, HeldOutChoice, Invocation, Report, ServiceJob, Timing
@@ -313,7 +314,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
     passed = outcome.found is not None
     final = outcome.found if outcome.found is not None else frozenset()
     shapes = input_shapes(work.model.declared_shapes, [*work.samples.shapes(), *as_sample_set(ctx.references.held).shapes()])
-    produced, fixed = Produced(), None
+    produced, fixed, stopped = Produced(), None, False
     if passed:
         ctx.references.runner.pause()  # as for the capture: their sessions are made again if a later step needs them
         ctx.backends.pause()
@@ -329,7 +330,7 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         except KeyboardInterrupt:  # a stop of the run's (Ctrl-C, SIGTERM, a job's cancel); anyone else's goes on up
             if ctx.stop is None or not ctx.stop.stopped:
                 raise
-            outcome, fixed = _stopped_writing(ctx, outcome), None
+            outcome, fixed, stopped = _stopped_writing(ctx, outcome), None, True
     validation = f.validation
     notes = notes_for(work.model, fmt, backend, final) if passed else []
     checks = AnswerChecks(
@@ -341,11 +342,11 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
         emulation_notes=notes,
     )
     first = f.held.first_answer if f.held is not None else None
-    if passed:  # the trade-off evaluates sets, the latency makes sessions: tens of seconds at 1024x1024 on the H200
+    if passed and not stopped:  # the trade-off evaluates sets, the latency makes sessions: tens of s at 1024x1024 on the H200
         notify(ctx.progress, PhaseEvent("artifacts", "the answer priced: its trade-off against the tolerance and, on a "
                                                      "GPU, the latency of FP32, all-low-precision and fixed.onnx"))
     pricing = price(ctx.space, ctx.oracle, outcome.found, ctx.space.cost_model, spec, work, first, ctx.stop,
-                    with_tradeoff=outcome.complete)
+                    with_tradeoff=outcome.complete, measure_latency=not stopped)
     now = time.monotonic()
     started, ended = ctx.oracle.started, ctx.search_ended or now
     timing = Timing(before_search_s=started - ctx.t0, search_s=ended - started, after_search_s=now - ended,
@@ -365,9 +366,17 @@ def _write(ctx: RunContext, outcome: Outcome, origin: str, service_job: ServiceJ
 
 def _stopped_writing(ctx: RunContext, outcome: Outcome) -> Outcome:
     """A stop of the run's that landed while the answer's artifacts were made: acted on here, so the report is still
-    written, with the answer found and no artifacts, as an interrupted run (--resume makes them)."""
+    written, with the answer found and no artifacts, as an interrupted run (--resume makes them). What this step
+    wrote of the answer's model files is removed (a stop by a signal lands anywhere: they may be incomplete, and the
+    report lists none); a run that had already ended early keeps its status and reason."""
     ctx.stop.handled()
+    for name in (FIXED_ONNX, f"{FIXED_ONNX}.data", FIXED_PLAN):
+        for path in (ctx.out_dir / name, *(ctx.out_dir / other / name for other in RUNTIMES)):
+            if path.is_file() and ctx.run_dir.ours(path):
+                path.unlink()
     notify(ctx.progress, PhaseEvent("artifacts", "stopped: the report only, with the answer found and no artifacts"))
+    if not outcome.complete:
+        return outcome.but(reason=f"{outcome.reason}; stopped again while its artifacts were made")
     return outcome.but(status=RunStatus.INTERRUPTED,
                        reason=f"interrupted {stopped_by(ctx.stop)} while its artifacts were made; resume makes them")
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from precision_doctor.backends.registry import check_only
 from precision_doctor.flags import command_line, flag_args
+from precision_doctor.outcome import RunStatus
 from precision_doctor.render.numbers import counted, fmt_short_pct
 from precision_doctor.render.wording import floor_consequence, floor_finding
 from precision_doctor.results.report import Report, ServiceJob
@@ -101,8 +102,9 @@ def _continue_step(report: Report) -> tuple[str, str | None]:
     """Continue a run that stopped early where it stopped."""
     how = ("the daemon keeps this job's files: precision-doctor resubmit queues a new job that resumes this one's search, "
            "without its budget unless you give one (--max-evaluations N, --time-budget S)") if _service(report) else (
-        "its settings are recorded in the run directory; a larger --max-evaluations or --time-budget lets it go "
-        "further")
+        "its settings are recorded in the run directory" + (
+            "" if report.status == RunStatus.INTERRUPTED else "; a larger --max-evaluations or --time-budget lets it go "
+            "further"))
     return (f"The run did not finish. Continue it where it stopped ({how}):", resume_command(report))
 
 

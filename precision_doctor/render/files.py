@@ -61,9 +61,11 @@ OTHER_FILES = {"report.json": "this report's data: the verdict, the FP32 nodes a
                "other-ort-cuda-gated.jsonl": "that answer grown for ONNX Runtime CUDA on the GPU's gated graph, before "
                                              "the real graph checks it (what --resume continues from)",
                "other-tensorrt-gated-rounds.jsonl": "the rounds of that growing for TensorRT: each answer, the samples "
-                                                    "it was checked on and those it failed",
+                                                    "it was checked on and those it failed (what --resume continues "
+                                                    "from)",
                "other-ort-cuda-gated-rounds.jsonl": "the rounds of that growing for ONNX Runtime CUDA: each answer, the "
-                                                   "samples it was checked on and those it failed",
+                                                   "samples it was checked on and those it failed (what --resume "
+                                                   "continues from)",
                "confirm.jsonl": "the confirmation's evaluations on the confirm backend (what --resume continues from)",
                "confirm-every.jsonl": "the confirmation's checks of every search sample on a GPU backend",
                "tensorrt/": "where the answer fails on TensorRT: TensorRT's own answer (its fixed.onnx, scripts, lists)",

@@ -238,7 +238,7 @@ def test_serve_on_ray_same_report_as_local_workers_cancel_and_a_dead_task(cluste
         runs = [json.loads(x) for x in (d.state_dir / "jobs" / ids[1] / "runs.log").read_text().splitlines()]
         assert runs[0]["pid"] != d.proc.pid  # run in a Ray worker process, not in the daemon
 
-        slow, slow_settings = slow_model(files / "slow.onnx", blocks=24, iterations=4000)
+        slow, slow_settings = slow_model(files / "slow.onnx", blocks=24, iterations=16000)
         slow_settings["backends"] = {"backend": "emulate"}  # no GPU wanted: both run at once on the 1-GPU cluster
         cancel, dies = (httpx.post(f"{d.url}/jobs", json={"model": str(slow), "settings": slow_settings},
                                    timeout=30).json()["id"] for _ in range(2))

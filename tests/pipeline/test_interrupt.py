@@ -231,7 +231,10 @@ def test_a_stop_while_the_artifacts_are_made_still_writes_the_report(tmp_path):
         if isinstance(event, PhaseEvent) and event.phase == "artifacts":
             stop.stop("cancelled by the service")
     out = tmp_path / "run"
-    cut = api.diagnose(spec, out, progress=sink, stop=stop)
+    try:
+        cut = api.diagnose(spec, out, progress=sink, stop=stop)
+    except KeyboardInterrupt:
+        pytest.fail("the stop ended the run without a report")
     assert cut.status == "interrupted" and "artifacts" in cut.reason
     assert cut.answer.fallback_nodes == whole.answer.fallback_nodes
     assert json.loads((out / "report.json").read_text())["status"] == "interrupted"
@@ -239,3 +242,31 @@ def test_a_stop_while_the_artifacts_are_made_still_writes_the_report(tmp_path):
     resumed = api.diagnose(spec, out, resume=True)
     assert resumed.status == "complete" and resumed.answer.fallback_nodes == whole.answer.fallback_nodes
     assert (out / "fixed.onnx").is_file()
+
+
+def test_a_second_stop_while_the_artifacts_are_made_keeps_why_the_run_ended_first(tmp_path):
+    """Stopped in the search, then again while the artifacts are made: the report keeps the search's reason (the
+    answer is the best so far, not a settled one) and says the artifacts were stopped too; no fixed.onnx is left."""
+    from precision_doctor.control import PhaseEvent
+
+    case = planted.three_defects()
+    model = tmp_path / "m.onnx"
+    onnx.save(case.model, str(model))
+    spec = RunSpec(str(model), tolerance=Tolerance(case.atol, case.rtol))
+    stop, seen = StopToken(), []
+
+    def sink(event):
+        if isinstance(event, EvaluationEvent):
+            seen.append(event)
+            if len(seen) == 4:
+                stop.stop()
+        if isinstance(event, PhaseEvent) and event.phase == "artifacts" and stop.stopped:
+            stop.stop()
+    out = tmp_path / "run"
+    try:
+        cut = api.diagnose(spec, out, progress=sink, stop=stop)
+    except KeyboardInterrupt:
+        pytest.fail("the second stop ended the run without a report")
+    assert cut.status == "interrupted" and cut.reason.startswith("interrupted by the user; "), cut.reason
+    assert cut.reason.endswith("; stopped again while its artifacts were made"), cut.reason
+    assert not (out / "fixed.onnx").exists() and (out / "report.json").is_file()

@@ -84,7 +84,7 @@ def test_signed_in_page_cancels_with_its_csrf_token(chromium: str, tmp_path_fact
     auth = {"authorization": f"Bearer {token}"}
     browser = Browser(chromium, tmp_path / "profile")
     try:
-        model, settings = slow_model(root / "slow.onnx", blocks=24, iterations=4000)
+        model, settings = slow_model(root / "slow.onnx", blocks=24, iterations=16000)
         job = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": settings}, headers=auth,
                          timeout=30).json()
         browser.goto(f"{d.url}/ui/jobs/{job['id']}")  # not signed in: the sign-in form
@@ -146,7 +146,7 @@ def test_finished_failed_and_cancelled_pages_say_what_the_report_says(chromium: 
     np.savez(wrong, y=np.zeros((2, 16), np.float32))
     failed = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": {"inputs": {"files": [str(wrong)]}}},
                         timeout=30).json()["id"]
-    slow, slow_settings = slow_model(root / "pages" / "slow.onnx", blocks=24, iterations=4000)
+    slow, slow_settings = slow_model(root / "pages" / "slow.onnx", blocks=24, iterations=16000)
     cancelled = httpx.post(f"{d.url}/jobs", json={"model": str(slow), "settings": slow_settings}, timeout=30).json()["id"]
     d.wait_for(cancelled, lambda j: (j["progress"].get("evaluations") or 0) >= 2, what="two evaluations")
     httpx.delete(f"{d.url}/jobs/{cancelled}", timeout=10)

@@ -83,7 +83,7 @@ def test_an_incomplete_jobs_next_step_resumes_it_as_printed(env, tmp_path) -> No
 
 def test_resubmit_refusals_are_one_line(env) -> None:
     d, files = env
-    model, settings = slow_model(files / "slow_resubmit.onnx", blocks=24, iterations=4000)
+    model, settings = slow_model(files / "slow_resubmit.onnx", blocks=24, iterations=16000)
     running = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": settings}, timeout=30).json()["id"]
     d.wait_for(running, lambda j: j["state"] == "running", what="its start")
     busy = d.cli("resubmit", running)

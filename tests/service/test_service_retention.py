@@ -143,7 +143,8 @@ def test_daemon_prunes_at_its_pass_and_says_so(tmp_path: Path) -> None:
         d.stop()
     d = Daemon(tmp_path / "state", "--keep-jobs", "1").start()  # its first pass runs at its start
     try:
-        first = d.wait_for(ids[0], lambda j: j.get("files_removed"), timeout=30, what="the retention's note")
+        first = d.wait_for(ids[0], lambda j: j.get("files_removed"), timeout=30, what="the retention's note",
+                           after_end=True)
         assert "--keep-jobs 1" in first["files_removed"] and first["state"] == "done" and first["result"]["passed"]
         assert d.job(ids[1])["files_removed"] is None
         assert httpx.get(f"{d.url}/jobs/{ids[0]}/report").status_code == 410
