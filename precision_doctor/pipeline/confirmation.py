@@ -9,6 +9,7 @@ from pathlib import Path
 
 from precision_doctor.backends.base import Backend
 from precision_doctor.backends.registry import BackendPlan, check_only, on_gpu
+from precision_doctor.control import PhaseEvent, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.samples import Concat, Picked
 from precision_doctor.graph.coverage import EmulationNote, emulation_notes, unconfirmed_parts
@@ -16,6 +17,7 @@ from precision_doctor.graph.formats import Format
 from precision_doctor.graph.mixed import lowp_nodes
 from precision_doctor.graph.model import Model
 from precision_doctor.measure.spread import KernelSpread
+from precision_doctor.measure.trial_cost import TrialCost, trial_cost
 from precision_doctor.outcome import Outcome, RunStatus
 from precision_doctor.pipeline.context import StepContext
 from precision_doctor.pipeline.growth import Attribution, grow_by_attribution
@@ -50,7 +52,7 @@ class Confirmed:
 
 
 def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: Sequence[Sample], refs: Sequence[dict],
-            budget: Budget, copies: int = 0, loop: Loop | None = None, every_sample: bool = False,
+            budget: Budget, copies: int = 0, loop: Loop | None = None, every_sample: bool | None = False,
             attribution: Attribution | None = None, spread: KernelSpread | None = None) -> Confirmed:
     """Carry the searched answer (`searched.found`, not None) over to `backend` on `samples` (the search's working
     set and the `copies` perturbed copies among them; never the held-out samples, which check the final answer
@@ -64,10 +66,14 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: S
     backend: a trial is one new session whose kernel choice costs seconds, a sample milliseconds) every search
     sample is in the oracle from the start (loaded on demand), so that no round after the first grows it again;
     they join without perturbed copies (the working set keeps its own; in the loop a counterexample would bring
-    its copies along).
+    its copies along); `every_sample` None: chosen by what a trial of the searched answer costs there
+    (measure/trial_cost.py), or on resume as the run chose before.
     If it stops early (budget, stop) before any set passed there, the searched answer stays, unconfirmed."""
     found = searched.found
     assert found is not None
+    cost = None
+    if every_sample is None:
+        every_sample, cost = _every_sample(ctx, backend, found, samples, refs, loop)
     samples, refs, working, checkpoint = _confirm_samples(ctx, samples, refs, loop, every_sample)
     oracle, scale = _confirm_oracle(ctx, backend, samples, refs, budget, checkpoint, spread)
     prune_added = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
@@ -83,7 +89,26 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: S
     else:
         there = Loop(loop.pool, working, loop.log, user_samples=len(samples) - copies)
         result = run_loop(there, oracle, ctx.space, carry(found), carry, search="confirm", stop=ctx.stop)
-    return _confirmed(result, found, backend, oracle, there, len(samples) - copies, copies, scale, prune_added)
+    return _confirmed(result, found, backend, oracle, there, len(samples) - copies, copies, scale, prune_added, cost)
+
+
+def _every_sample(ctx: StepContext, backend: Backend, found: frozenset[str], samples: Sequence[Sample],
+                  refs: Sequence[dict], loop: Loop | None) -> tuple[bool, TrialCost | None]:
+    """Whether the confirmation's oracle holds every search sample from the start, and the trial cost that decided it
+    (None: not measured). A resumed run keeps the choice its checkpoint shows; with no loop or no other search
+    sample there is nothing to choose."""
+    if loop is None or not loop.pool.outside(loop.working):
+        return False, None
+    if ctx.resume:
+        for every, name in ((True, CONFIRM_EVERY_CHECKPOINT), (False, CONFIRM_CHECKPOINT)):
+            if (ctx.out_dir / name).exists():
+                return every, None
+    cost = trial_cost(backend, found, samples, refs, len(loop.pool.outside(loop.working)))
+    how = ("every search sample from the start" if cost.every_sample else
+           f"the working set, its answers then checked on the {cost.others} other search samples")
+    notify(ctx.progress, PhaseEvent("confirm", f"a trial's session costs {cost.session_s:.2f} s and a sample "
+                                               f"{cost.sample_s:.3f} s on {backend.name}: confirming on {how}"))
+    return cost.every_sample, cost
 
 
 def _confirm_samples(ctx: StepContext, samples: Sequence[Sample], refs: Sequence[dict], loop: Loop | None,
@@ -127,7 +152,7 @@ def _confirm_oracle(ctx: StepContext, backend: Backend, samples: Sequence[Sample
 
 
 def _confirmed(result: Outcome, found: frozenset[str], backend: Backend, oracle: Oracle, there: Loop | None,
-               users: int, copies: int, scale: float, prune_added: bool) -> Confirmed:
+               users: int, copies: int, scale: float, prune_added: bool, cost: TrialCost | None) -> Confirmed:
     """What the confirmation came to, from the outcome of its search (`result`): the run's outcome and the report's
     `confirm` section. `users`: the user's samples in its oracle (the other search samples count too once its loop
     checked them)."""
@@ -160,6 +185,7 @@ def _confirmed(result: Outcome, found: frozenset[str], backend: Backend, oracle:
         pruned_added=None if not passed or confirmed <= found else prune_added,
         tolerance_used=final.tol_used * scale if final is not None else None,
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
+        trial_cost=cost,
     )
     return Confirmed(Outcome(status, reason, confirmed), report, final, there, oracle)
 

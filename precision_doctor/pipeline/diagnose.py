@@ -240,7 +240,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {counted(len(samples), 'sample')}"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
-                            every_sample=on_gpu(backend.name), attribution=ctx.attribution, spread=f.spread)
+                            every_sample=None if on_gpu(backend.name) else False, attribution=ctx.attribution, spread=f.spread)
         outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
         there = confirmed.loop
         if there is not None:  # its rounds join the record; where it decided the answer, its verdict on the rest too

@@ -318,7 +318,20 @@ def confirm_sentence(report: Report) -> str | None:
     kept = "" if c.pruned_searched is not False else (
         f" (its own {searched} members were kept, not pruned there: each removal tried is a new session on "
         f"{c.backend}{added})")
-    return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}."
+    return head + f"; after {_q(c.evaluations)} evaluations there the answer is {final} nodes{kept}." + _oracle_choice(c)
+
+
+def _oracle_choice(c) -> str:
+    """Why the confirmation's oracle held every search sample from the start or its working set (measured: a trial's
+    session against a sample's run); empty where it was not measured."""
+    t = c.trial_cost
+    if t is None:
+        return ""
+    why = (f"a new session costs more than the {t.others} other search samples' runs, so every search sample was in "
+           "its oracle from the start" if t.every_sample else
+           f"the {t.others} other search samples' runs cost more than a new session, so its trials ran on the working "
+           "set and each answer that passed there was checked on the others")
+    return f" A trial's session cost {t.session_s:.2f} s there and a sample {t.sample_s:.3f} s: {why}."
 
 
 def certified_sentence(report: Report) -> str | None:

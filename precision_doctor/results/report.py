@@ -31,6 +31,7 @@ from precision_doctor.graph.toolnames import near_path
 from precision_doctor.measure.floor import RoundingFloor
 from precision_doctor.measure.spread import KernelSpread
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance
+from precision_doctor.measure.trial_cost import TrialCost
 from precision_doctor.outcome import Decider, Growth, RunStatus
 from precision_doctor.results.verdict import Statement, answered, statement
 from precision_doctor.spec import RunSpec
@@ -232,7 +233,8 @@ class Confirm:
     own members (not above pipeline.confirmation.PRUNE_MAX of them, nor on a check-only backend); when it may
     not, `one_minimal_checked` is None (they were pruned on the search backend only); `pruned_added`: whether what
     a failing answer needed added there was pruned there (False for an answer searched on the GPU: each removal
-    is a new session; None where nothing was added)."""
+    is a new session; None where nothing was added); `trial_cost`: what a trial of the searched answer cost there,
+    measured to choose whether every search sample was in its oracle from the start (None: not measured)."""
 
     backend: str
     searched_answer: list[str]
@@ -249,6 +251,7 @@ class Confirm:
     perturbed_copies: int | None = None
     pruned_searched: bool | None = None
     pruned_added: bool | None = None
+    trial_cost: TrialCost | None = None
 
     def to_json(self) -> dict:
         """report.json's `confirm`."""
@@ -731,7 +734,7 @@ def _pick(d: dict, keys: tuple[str, ...]) -> dict:
 
 _CONFIRM_KEYS = ("backend", "samples", "perturbed_copies", "searched_answer", "searched_answer_passed",
                  "pruned_searched", "pruned_added", "passed", "status", "evaluations", "memo_hits",
-                 "one_minimal_checked", "tolerance_used", "trajectory")
+                 "one_minimal_checked", "tolerance_used", "trial_cost", "trajectory")
 _VALIDATION_IF_SET = ("first_candidate", "research", "passed_after_research", "backend")
 
 

@@ -325,6 +325,44 @@ def test_confirmation_on_every_search_sample_at_once_needs_no_second_round(tmp_p
     assert rounds[True] == [(0, 0)] and rounds[False][0][1] > 0
 
 
+def test_the_confirmations_oracle_is_chosen_by_what_a_trial_costs(tmp_path):
+    """`every_sample` None (a GPU confirm backend): a trial of the searched answer is timed there and every search
+    sample is in the oracle from the start only when a new session costs at least the other samples' runs; the
+    report keeps the measurement and says why; a resumed run keeps the choice its checkpoint shows, unmeasured."""
+    from precision_doctor.measure.trial_cost import TrialCost
+    from precision_doctor.outcome import Outcome, RunStatus
+    from precision_doctor.pipeline import confirmation
+    from precision_doctor.pipeline.context import StepContext
+    from precision_doctor.pipeline.search_loop import RoundLog, start_loop
+    from precision_doctor.render.wording import _oracle_choice
+    from precision_doctor.spec import RunSpec
+
+    assert TrialCost(session_s=5.0, sample_s=0.05, others=40).every_sample  # cuDNN's algorithm search per session
+    assert not TrialCost(session_s=0.4, sample_s=0.11, others=44).every_sample  # a lean transformer session
+    s = Setup("three_defects", tmp_path / "cap")
+    found = STRATEGIES["auto"](s.oracle(), s.space)
+    search = s.case.samples(12, seed=123)
+    refs = [s.ref.run(x) for x in search]
+    spec = RunSpec(model="m.onnx").with_settings({"tolerance.atol": s.case.atol, "tolerance.rtol": s.case.rtol,
+                                                  "search.margin": 0.0})
+    for resume in (False, True):
+        loop = start_loop(s.backend, search, refs, s.tol, RoundLog(None, False), lambda idx, start: ([], []))
+        ctx = StepContext(spec=spec, run_dir=RunDir(tmp_path), space=s.space, resume=resume)
+        work, work_refs = loop.pool.working(loop.working)
+        got = confirmation.confirm(ctx, Outcome(RunStatus.COMPLETE, None, found), backend=s.backend, samples=work,
+                                   refs=work_refs, budget=Budget(None, None), loop=loop, every_sample=None)
+        assert got.report.passed and Oracle(s.backend, search, refs, s.tol).passes(got.outcome.found)
+        cost = got.report.trial_cost
+        if not resume:
+            assert cost is not None and cost.others == len(search) - len(loop.working) and cost.sample_s > 0
+            every = cost.every_sample
+            assert (tmp_path / ("confirm-every.jsonl" if every else "confirm.jsonl")).exists()
+            assert ("from the start" if every else "checked on the others") in _oracle_choice(got.report)
+        else:
+            assert cost is None and _oracle_choice(got.report) == ""
+            assert (got.loop.rounds[0].checked == 0) == every  # the same choice, read from its checkpoint
+
+
 def test_confirmation_keeps_an_answer_that_passes_as_it_is(tmp_path):
     """An answer that passes on the confirm backend as it is stays as it is: the confirmation grows answers that fail
     there, it never prunes what the search kept (`pruned_added` None: nothing was added)."""
