@@ -103,7 +103,12 @@ def _every_sample(ctx: StepContext, backend: Backend, found: frozenset[str], sam
         for every, name in ((True, CONFIRM_EVERY_CHECKPOINT), (False, CONFIRM_CHECKPOINT)):
             if (ctx.out_dir / name).exists():
                 return every, None
-    cost = trial_cost(backend, found, samples, refs, len(loop.pool.outside(loop.working)))
+    try:
+        cost = trial_cost(backend, found, samples, refs, len(loop.pool.outside(loop.working)))
+    except KeyboardInterrupt:  # a stop of the run's: its token raises again at the oracle's first evaluation
+        if ctx.stop is None or not ctx.stop.stopped:
+            raise
+        return True, None
     how = ("every search sample from the start" if cost.every_sample else
            f"the working set, its answers then checked on the {cost.others} other search samples")
     notify(ctx.progress, PhaseEvent("confirm", f"a trial's session costs {cost.session_s:.2f} s and a sample "
