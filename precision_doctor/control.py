@@ -51,12 +51,17 @@ class StopToken:
         return self._stops > 0
 
     @property
+    def pending(self) -> bool:
+        """Whether a stop was asked for and not acted on yet (`check()` raises)."""
+        return self._stops > self._handled
+
+    @property
     def reason(self) -> str | None:
         return self._reason
 
     def check(self) -> None:
         """Raise `Stopped` if a stop was asked for and not acted on yet."""
-        if self._stops > self._handled:
+        if self.pending:
             raise Stopped(self._reason or "interrupted")
 
     def handled(self) -> None:

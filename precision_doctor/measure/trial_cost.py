@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from precision_doctor.backends.base import Backend
 
-RUNS = 3  # samples timed: the first run carries the session's one-time work, the fastest of the others is a sample's
+RUNS = 3  # runs of one sample: the first carries the session's one-time work, the fastest of the others is a run's
 
 
 @dataclass(frozen=True)
@@ -35,16 +35,16 @@ class TrialCost:
 
 def trial_cost(backend: Backend, fallback: frozenset[str], samples: Sequence, refs: Sequence[dict],
                others: int) -> TrialCost:
-    """`fallback`'s trial on `backend` timed on the first RUNS of `samples` (their outputs: `refs`' keys, as the oracle
-    runs them); the runner stays in the backend's cache, so the oracle's first evaluation of the same set makes no
-    second session."""
+    """`fallback`'s trial on `backend` timed on the first of `samples`, run RUNS times (its outputs: `refs`' keys, as
+    the oracle runs them; one sample, so that no run pays a new shape's one-time work). For a backend that keeps its
+    runners by set (the ORT backends): the oracle's first evaluation of the same set makes no second session."""
     t0 = time.perf_counter()
     runner = backend.prepare(fallback)
     made = time.perf_counter() - t0
     runs = []
-    for i in range(min(RUNS, len(samples))):
+    for _ in range(RUNS if len(samples) else 0):
         t = time.perf_counter()
-        runner.run(samples[i], list(refs[i]))
+        runner.run(samples[0], list(refs[0]))
         runs.append(time.perf_counter() - t)
     sample_s = min(runs[1:]) if len(runs) > 1 else (runs[0] if runs else 0.0)
     first = runs[0] if runs else 0.0

@@ -73,7 +73,7 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: S
     assert found is not None
     cost = None
     if every_sample is None:
-        every_sample, cost = _every_sample(ctx, backend, found, samples, refs, loop)
+        every_sample, cost = _every_sample(ctx, backend, found, samples, refs, loop, budget)
     samples, refs, working, checkpoint = _confirm_samples(ctx, samples, refs, loop, every_sample)
     oracle, scale = _confirm_oracle(ctx, backend, samples, refs, budget, checkpoint, spread)
     prune_added = not check_only(backend.name)  # ort-cpu: FP16 verdicts it cannot compute never shrink the answer
@@ -89,24 +89,27 @@ def confirm(ctx: StepContext, searched: Outcome, *, backend: Backend, samples: S
     else:
         there = Loop(loop.pool, working, loop.log, user_samples=len(samples) - copies)
         result = run_loop(there, oracle, ctx.space, carry(found), carry, search="confirm", stop=ctx.stop)
-    return _confirmed(result, found, backend, oracle, there, len(samples) - copies, copies, scale, prune_added, cost)
+    return _confirmed(result, found, backend, oracle, there, len(samples) - copies, copies, scale, prune_added, cost,
+                      every_sample if loop is not None else None)
 
 
 def _every_sample(ctx: StepContext, backend: Backend, found: frozenset[str], samples: Sequence[Sample],
-                  refs: Sequence[dict], loop: Loop | None) -> tuple[bool, TrialCost | None]:
+                  refs: Sequence[dict], loop: Loop | None, budget: Budget) -> tuple[bool, TrialCost | None]:
     """Whether the confirmation's oracle holds every search sample from the start, and the trial cost that decided it
     (None: not measured). A resumed run keeps the choice its checkpoint shows; with no loop or no other search
-    sample there is nothing to choose."""
-    if loop is None or not loop.pool.outside(loop.working):
-        return False, None
+    sample there is nothing to choose; a run already stopped or out of time measures nothing (its oracle ends it)."""
     if ctx.resume:
         for every, name in ((True, CONFIRM_EVERY_CHECKPOINT), (False, CONFIRM_CHECKPOINT)):
             if (ctx.out_dir / name).exists():
                 return every, None
+    if loop is None or not loop.pool.outside(loop.working):
+        return False, None
+    if (ctx.stop is not None and ctx.stop.pending) or (budget.time_s is not None and budget.time_s <= 0):
+        return True, None
     try:
         cost = trial_cost(backend, found, samples, refs, len(loop.pool.outside(loop.working)))
     except KeyboardInterrupt:  # a stop of the run's: its token raises again at the oracle's first evaluation
-        if ctx.stop is None or not ctx.stop.stopped:
+        if ctx.stop is None or not ctx.stop.pending:
             raise
         return True, None
     how = ("every search sample from the start" if cost.every_sample else
@@ -157,7 +160,8 @@ def _confirm_oracle(ctx: StepContext, backend: Backend, samples: Sequence[Sample
 
 
 def _confirmed(result: Outcome, found: frozenset[str], backend: Backend, oracle: Oracle, there: Loop | None,
-               users: int, copies: int, scale: float, prune_added: bool, cost: TrialCost | None) -> Confirmed:
+               users: int, copies: int, scale: float, prune_added: bool, cost: TrialCost | None,
+               every_sample: bool | None) -> Confirmed:
     """What the confirmation came to, from the outcome of its search (`result`): the run's outcome and the report's
     `confirm` section. `users`: the user's samples in its oracle (the other search samples count too once its loop
     checked them)."""
@@ -191,6 +195,8 @@ def _confirmed(result: Outcome, found: frozenset[str], backend: Backend, oracle:
         tolerance_used=final.tol_used * scale if final is not None else None,
         trajectory=[trajectory_row(e) for e in oracle.trajectory],
         trial_cost=cost,
+        every_sample=every_sample,
+        others_checked=None if there is None or every_sample else there.verified,
     )
     return Confirmed(Outcome(status, reason, confirmed), report, final, there, oracle)
 

@@ -67,7 +67,8 @@ OTHER_FILES = {"report.json": "this report's data: the verdict, the FP32 nodes a
                                                    "samples it was checked on and those it failed (what --resume "
                                                    "continues from)",
                "confirm.jsonl": "the confirmation's evaluations on the confirm backend (what --resume continues from)",
-               "confirm-every.jsonl": "the confirmation's checks of every search sample on a GPU backend",
+               "confirm-every.jsonl": "the confirmation's evaluations with every search sample from the start (on a GPU, where "
+                                     "a timed trial chose it; what --resume continues from)",
                "tensorrt/": "where the answer fails on TensorRT: TensorRT's own answer (its fixed.onnx, scripts, lists)",
                "ort-cuda/": "where the answer fails on ONNX Runtime CUDA: its own answer (fixed.onnx and lists)",
                "timing.cache": "TensorRT's timing cache of the engine build (--engine)",

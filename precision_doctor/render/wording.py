@@ -322,16 +322,20 @@ def confirm_sentence(report: Report) -> str | None:
 
 
 def _oracle_choice(c) -> str:
-    """Why the confirmation's oracle held every search sample from the start or its working set (measured: a trial's
-    session against a sample's run); empty where it was not measured."""
-    t = c.trial_cost
-    if t is None:
+    """Which samples the confirmation's oracle held and why (a trial's session against a sample's run, where timed);
+    with the working set, whether its answer then passed every other search sample; empty without rounds."""
+    if c.every_sample is None:
         return ""
-    why = (f"a new session costs more than the {t.others} other search samples' runs, so every search sample was in "
-           "its oracle from the start" if t.every_sample else
-           f"the {t.others} other search samples' runs cost more than a new session, so its trials ran on the working "
-           "set and each answer that passed there was checked on the others")
-    return f" A trial's session cost {t.session_s:.2f} s there and a sample {t.sample_s:.3f} s: {why}."
+    t = c.trial_cost
+    if c.every_sample:
+        why = "" if t is None else (f" (a new session cost {t.session_s:.2f} s there, at least the "
+                                    f"{t.others} other search samples' runs at {t.sample_s:.3f} s each)")
+        return f" Every search sample was in its oracle from the start{why}."
+    why = "" if t is None else (f" (the {t.others} other search samples' runs at {t.sample_s:.3f} s each cost more "
+                                f"than a new session there, {t.session_s:.2f} s)")
+    rest = ("its answer then passed every other search sample" if c.others_checked else
+            "its answer was not checked on every other search sample (the search rounds say where it stopped)")
+    return f" Its trials ran on the search's working set{why}; {rest}."
 
 
 def certified_sentence(report: Report) -> str | None:

@@ -233,8 +233,11 @@ class Confirm:
     own members (not above pipeline.confirmation.PRUNE_MAX of them, nor on a check-only backend); when it may
     not, `one_minimal_checked` is None (they were pruned on the search backend only); `pruned_added`: whether what
     a failing answer needed added there was pruned there (False for an answer searched on the GPU: each removal
-    is a new session; None where nothing was added); `trial_cost`: what a trial of the searched answer cost there,
-    measured to choose whether every search sample was in its oracle from the start (None: not measured)."""
+    is a new session; None where nothing was added); `every_sample`: whether every search sample was in its oracle
+    from the start (False: the search's working set, each answer that passed it checked on the others, in rounds;
+    None: no rounds); `others_checked`: with the working set, whether its answer passed every other search sample
+    (False: a budget, a stop or the rounds' limit ended it first); `trial_cost`: what a trial of the searched answer
+    cost there, measured to make that choice (None: not measured, e.g. a resumed run keeps its earlier choice)."""
 
     backend: str
     searched_answer: list[str]
@@ -252,6 +255,8 @@ class Confirm:
     pruned_searched: bool | None = None
     pruned_added: bool | None = None
     trial_cost: TrialCost | None = None
+    every_sample: bool | None = None
+    others_checked: bool | None = None
 
     def to_json(self) -> dict:
         """report.json's `confirm`."""
@@ -734,7 +739,8 @@ def _pick(d: dict, keys: tuple[str, ...]) -> dict:
 
 _CONFIRM_KEYS = ("backend", "samples", "perturbed_copies", "searched_answer", "searched_answer_passed",
                  "pruned_searched", "pruned_added", "passed", "status", "evaluations", "memo_hits",
-                 "one_minimal_checked", "tolerance_used", "trial_cost", "trajectory")
+                 "one_minimal_checked", "tolerance_used", "every_sample", "others_checked", "trial_cost",
+                 "trajectory")
 _VALIDATION_IF_SET = ("first_candidate", "research", "passed_after_research", "backend")
 
 

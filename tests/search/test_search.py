@@ -339,6 +339,8 @@ def test_the_confirmations_oracle_is_chosen_by_what_a_trial_costs(tmp_path):
 
     assert TrialCost(session_s=5.0, sample_s=0.05, others=40).every_sample  # cuDNN's algorithm search per session
     assert not TrialCost(session_s=0.4, sample_s=0.11, others=44).every_sample  # a lean transformer session
+    from precision_doctor.pipeline.diagnose import _every_sample  # timed only where a trial is a session kept by set
+    assert [_every_sample(b) for b in ("ort-cuda", "trt", "ort-cuda-gated", "emulate")] == [None, True, True, False]
     s = Setup("three_defects", tmp_path / "cap")
     found = STRATEGIES["auto"](s.oracle(), s.space)
     search = s.case.samples(12, seed=123)
@@ -357,10 +359,13 @@ def test_the_confirmations_oracle_is_chosen_by_what_a_trial_costs(tmp_path):
             assert cost is not None and cost.others == len(search) - len(loop.working) and cost.sample_s > 0
             every = cost.every_sample
             assert (tmp_path / ("confirm-every.jsonl" if every else "confirm.jsonl")).exists()
-            assert ("from the start" if every else "checked on the others") in _oracle_choice(got.report)
-        else:
-            assert cost is None and _oracle_choice(got.report) == ""
-            assert (got.loop.rounds[0].checked == 0) == every  # the same choice, read from its checkpoint
+            said = _oracle_choice(got.report)
+            assert ("from the start (a new session cost" if every else "working set (the 8 other") in said, said
+            assert got.report.every_sample == every and got.report.others_checked == (None if every else True)
+        else:  # the same choice, read from its checkpoint, not timed again
+            assert cost is None and got.report.every_sample == every
+            assert (got.loop.rounds[0].checked == 0) == every
+            assert _oracle_choice(got.report).endswith("from the start." if every else "every other search sample.")
 
 
 def test_confirmation_keeps_an_answer_that_passes_as_it_is(tmp_path):
