@@ -173,4 +173,4 @@ def _check_output_names(spec: RunSpec, work: Workload) -> None:
 def _loaded(spec: RunSpec, work: Workload, held_out: list, progress: ProgressSink | None) -> None:
     model = work.model
     notify(progress, LoadedEvent(spec.model, len(model.nodes), tuple(model.renamed_nodes), len(work.samples),
-                                 len(held_out), tuple(model.unsafe_names.items())))
+                                 len(held_out), tuple(model.unsafe_names.items()), len(work.repeated)))

@@ -90,7 +90,8 @@ class PhaseEvent:
 @dataclass(frozen=True)
 class LoadedEvent:
     """The model and samples are loaded (`renamed_nodes`: nodes that had no name, a duplicate one or an unsafe
-    one; `unsafe_names`: (new name, old name escaped) of those whose names could not be written safely)."""
+    one; `unsafe_names`: (new name, old name escaped) of those whose names could not be written safely;
+    `repeated`: samples given twice, used once)."""
 
     model: str
     nodes: int
@@ -98,6 +99,7 @@ class LoadedEvent:
     samples: int
     held_out: int
     unsafe_names: tuple[tuple[str, str], ...] = ()
+    repeated: int = 0  # the user's samples that repeated an earlier one: used once
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -199,13 +200,24 @@ def conform_to(inputs: dict[str, ModelInput]):
     return conform
 
 
-def validate_samples(model: Model, samples: Sequence[Sample], allow_nonfinite: bool = False) -> None:
+def sample_digest(sample: Sample) -> str:
+    """A digest of a sample's contents (each input's name, dtype, shape and bytes): equal samples, equal digests."""
+    h = hashlib.blake2b(digest_size=16)
+    for name in sorted(sample):
+        arr = np.ascontiguousarray(sample[name])
+        h.update(f"{name}\0{arr.dtype.str}\0{arr.shape}\0".encode())
+        h.update(repr(arr.tolist()).encode() if arr.dtype.kind == "O" else np.atleast_1d(arr).view(np.uint8))
+    return h.hexdigest()
+
+
+def validate_samples(model: Model, samples: Sequence[Sample], allow_nonfinite: bool = False) -> list[str]:
     """Refuse samples that name unknown inputs, miss one, or have the wrong dtype, shape or NaN/Inf. Each sample
     is loaded once (a SampleSet: one at a time, already cast by its `conform`); a list's samples are cast in place
-    where numpy casts within a kind."""
+    where numpy casts within a kind. Returns each sample's `sample_digest`, read in the same pass."""
     if not len(samples):
         raise UserError("no input samples")
     specs = model_inputs(model)
+    digests = []
     for i in range(len(samples)):
         s = samples[i]
         where = samples.label(i) if isinstance(samples, SampleSet) else sample_name(s, i)
@@ -235,3 +247,5 @@ def validate_samples(model: Model, samples: Sequence[Sample], allow_nonfinite: b
                     "inputs.allow_nonfinite",
                     f"{where}: input '{name}' contains NaN or Inf (pass {{inputs.allow_nonfinite}} to accept)",
                 )
+        digests.append(sample_digest(s))
+    return digests

@@ -44,7 +44,8 @@ class Workload:
     off (`pipeline.heldout`), `held` holds those and `held_references` pairs with them. `chosen`: what
     `--max-samples` kept; `spill`: a data loader script's samples on disk (kept in the run directory by `keep_in`);
     `capture`: which search samples the capture runs on; `bounds`: what the run's sample files may declare, with the
-    budget its files have used (the held-out files count into it too)."""
+    budget its files have used (the held-out files count into it too); `digests`: each search sample's contents'
+    digest; `repeated`: samples of the user's that repeat an earlier one (each with the one it repeats), dropped."""
 
     model: Model
     samples: SampleSet
@@ -57,6 +58,8 @@ class Workload:
     spill: Spill | None = None
     capture: list[int] | None = None  # the search samples the capture runs on (capture_choice), in capture order
     bounds: Bounds | None = None
+    digests: list[str] = field(default_factory=list)  # each sample's contents' digest (data.inputs.sample_digest)
+    repeated: list[tuple[str, str]] = field(default_factory=list)  # (a sample, the earlier one it repeats): dropped
 
     def __post_init__(self) -> None:
         if not isinstance(self.samples, SampleSet):
@@ -67,6 +70,8 @@ class Workload:
         out = self.inputs.describe()
         if self.chosen is not None:
             out.update(found=self.chosen.found, chosen=list(self.chosen.labels))
+        if self.repeated:
+            out.update(repeated=[list(pair) for pair in self.repeated])
         return out
 
     def choose_capture(self, k: int, scores: Sequence[float] | None = None) -> list[int]:
@@ -126,8 +131,23 @@ def load_workload(model_path: str, opts: InputSpec, values: InputValues, run_dir
         samples = samples.subset(keep)
         if refs is not None:
             refs = [refs[i] for i in keep] + refs[found:]
-    validate_samples(model, samples, opts.allow_nonfinite)
-    return Workload(model, samples, opts, values, refs, chosen=chosen, spill=spill, bounds=bounds)
+    digests = validate_samples(model, samples, opts.allow_nonfinite)
+    repeated: list[tuple[str, str]] = []
+    if opts.files or opts.data_loader_script:  # a sample given twice counts once: a copy held out would validate nothing
+        first: dict[str, int] = {}
+        for i, d in enumerate(digests):
+            if d in first:
+                repeated.append((samples.label(i), samples.label(first[d])))
+            else:
+                first[d] = i
+        if repeated:
+            keep = list(first.values())
+            samples, digests = samples.subset(keep), [digests[i] for i in keep]
+            if refs is not None:
+                n = len(first) + len(repeated)
+                refs = [refs[i] for i in keep] + refs[n:]
+    return Workload(model, samples, opts, values, refs, chosen=chosen, spill=spill, bounds=bounds, digests=digests,
+                    repeated=repeated)
 
 
 def _loader_samples(value: str, model: Model, bounds: Bounds, run_dir: Path | None) -> tuple[SampleSet, Spill]:

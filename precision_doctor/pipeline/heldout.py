@@ -6,8 +6,10 @@ from precision_doctor.data.inputs import generate_samples, load_samples, validat
 from precision_doctor.data.references import check_count
 from precision_doctor.data.samples import SampleSet
 from precision_doctor.data.workload import Workload
+from precision_doctor.errors import SpecError
 from precision_doctor.pipeline.heldout_policy import plan_held_out
 from precision_doctor.results.report import HeldOutChoice
+from precision_doctor.words import counted
 
 HELD_OUT_SEED_OFFSET = 7919  # generated held-out samples use seed + this
 
@@ -28,12 +30,13 @@ def _held_out(work: Workload) -> SampleSet:
     split = inputs.validation_split
     if inputs.validate_files:
         held = load_samples(inputs.validate_files, work.bounds, model=work.model, setting="inputs.validate_files")
-        validate_samples(work.model, held, inputs.allow_nonfinite)
+        digests = validate_samples(work.model, held, inputs.allow_nonfinite)
         if work.references is not None:
             n = len(work.samples)
             check_count(inputs.reference_outputs, work.references, n + len(held),
                         "{inputs.files} and {inputs.validate_files}")
             work.references, work.held_references = work.references[:n], work.references[n:]
+        _unseen(work, held, digests)
         return held
     if inputs.files or inputs.data_loader_script:
         if work.references is not None:
@@ -41,6 +44,8 @@ def _held_out(work: Workload) -> SampleSet:
         plan = plan_held_out(len(work.samples), generated=False, split=split)
         held = work.samples.subset(plan.held_out)
         work.samples = work.samples.subset(plan.search)
+        if work.digests:
+            work.digests = [work.digests[i] for i in plan.search]
         if work.references is not None:
             refs = work.references
             work.references, work.held_references = [refs[i] for i in plan.search], [refs[i] for i in plan.held_out]
@@ -50,6 +55,19 @@ def _held_out(work: Workload) -> SampleSet:
     n = max(1, int(round(len(work.samples) * (split or 0.5))))
     generated = generate_samples(work.model, n, inputs.seed + HELD_OUT_SEED_OFFSET, work.values.val_ranges)
     return SampleSet.of(generated, "held-out sample")
+
+
+def _unseen(work: Workload, held: SampleSet, digests: list[str]) -> None:
+    """Refuse --validate-inputs samples that are search samples too (the same contents): the search saw them, so they
+    would validate nothing."""
+    search = {d: i for i, d in enumerate(work.digests)}
+    seen = [(i, search[d]) for i, d in enumerate(digests) if d in search]
+    if seen:
+        i, j = seen[0]
+        raise SpecError("inputs.validate_files", (
+            f"{{inputs.validate_files}}: {len(seen)} of its {counted(len(held), 'sample')} {'is' if len(seen) == 1 else 'are'} "
+            f"also among the {{inputs.files}} samples ({held.label(i)} holds the same values as {work.samples.label(j)}): "
+            "held-out samples must be ones the search does not see"))
 
 
 def held_out_choice(work: Workload, held: SampleSet) -> HeldOutChoice:

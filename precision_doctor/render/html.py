@@ -29,6 +29,7 @@ from precision_doctor.render.wording import (
     model_file_sentence,
     output_run_labels,
     precision_name,
+    samples_cell,
     shapes_text,
     shapes_warning,
     status_line,
@@ -528,7 +529,6 @@ def _next_steps_section(report: Report) -> str:
 def _settings_section(report: Report) -> str:
     model = report.model or ModelInfo(path="?", hash="—")
     limits = report.analysis.format_limits
-    samples = report.search.samples
     prec = precision_name(report)
     rows = [
         ("Model", f"{model.path}"),
@@ -536,7 +536,7 @@ def _settings_section(report: Report) -> str:
         ("Graph", f"{model.nodes} nodes, {model.candidates} candidates, "
                   f"{fmt_flops(model.total_flops)}"),
         ("Format", f"{prec}: max {fmt(limits.max)}, smallest normal {fmt(limits.smallest_normal)}"),
-        ("Samples", f"{samples.search} search, {samples.validation} validation"),
+        ("Samples", samples_cell(report)),
         ("Status", f"{report.status}" + (f": {report.reason}" if report.reason else "")),
         ("Created", f"{report.invocation.created or '?'} by {report.invocation.tool} {report.invocation.version}"),
     ]

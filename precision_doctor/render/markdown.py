@@ -27,6 +27,7 @@ from precision_doctor.render.wording import (
     model_file_sentence,
     output_run_labels,
     precision_name,
+    samples_cell,
     shapes_text,
     shapes_warning,
     tolerance_text,
@@ -123,7 +124,6 @@ def _settings(report: Report) -> list[str]:
     """The run's settings as a table: model, hash, shapes, precision, tolerance, samples, status, creation."""
     model = report.model or ModelInfo(path="?")
     limits = report.analysis.format_limits
-    samples = report.search.samples
     L = ["| Setting | Value |", "| --- | --- |"]
     L.append(
         f"| Model | {code(model.path)}: {model.nodes} nodes, {model.candidates} candidates, "
@@ -139,7 +139,7 @@ def _settings(report: Report) -> list[str]:
         f"| Precision | {precision_name(report)} (max {fmt(limits.max)}, smallest normal {fmt(limits.smallest_normal)}) |"
     )
     L.append(f"| Tolerance | {_tolerance_text(report.search.tolerance)} |")
-    L.append(f"| Samples | {samples.search} search, {samples.validation} validation |")
+    L.append(f"| Samples | {samples_cell(report)} |")
     L.append(f"| Status | `{report.status}` |")
     tool = f"{report.invocation.tool} {report.invocation.version}".strip()
     L.append(f"| Created | {report.invocation.created or '?'} by {tool} |")

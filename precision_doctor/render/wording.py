@@ -287,6 +287,20 @@ def output_run_labels(report: Report) -> tuple[str, str, str]:
     return baseline, fixed, "fixed (validation)"
 
 
+def samples_cell(report: Report) -> str:
+    """The settings table's samples: search and validation, and the user's samples that repeated an earlier one (used
+    once)."""
+    samples = report.search.samples
+    cell = f"{samples.search} search, {samples.validation} validation"
+    inputs = report.search.inputs if isinstance(report.search.inputs, dict) else {}
+    repeated = inputs.get("repeated") or []
+    if repeated:
+        dup, first = repeated[0]
+        cell += (f"; {counted(len(repeated), 'sample')} given twice, used once ({dup} holds the same values as "
+                 f"{first}{', ...' if len(repeated) > 1 else ''})")
+    return cell
+
+
 def _q(v: Any) -> Any:
     """`v`, or "?" where it was not recorded."""
     return "?" if v is None else v
