@@ -22,7 +22,7 @@ from precision_doctor.pipeline.heldout import held_out_choice, held_out_samples
 from precision_doctor.pipeline.settings import check_resumed_model
 from precision_doctor.pipeline.spec_check import CheckedSpec, checked
 from precision_doctor.render.numbers import counted
-from precision_doctor.results.report import Report, ServiceJob
+from precision_doctor.results.report import Report, ServiceJob, run_dir_of
 from precision_doctor.results.rundir import open_run_dir
 from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import RunSpec
@@ -132,8 +132,9 @@ def rerender(run_dir: str | Path, command: str | None = None) -> Report:
     from precision_doctor.render import report_files, write_reports
     from precision_doctor.results.rundir import updating
 
-    report = Report.load(Path(run_dir))
-    with updating(Path(run_dir), list(report_files(report).values()), command) as run:
+    run_dir = run_dir_of(run_dir)
+    report = Report.load(run_dir)
+    with updating(run_dir, list(report_files(report).values()), command) as run:
         write_reports(report, RunDir(run))
     return report
 

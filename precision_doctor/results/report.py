@@ -54,6 +54,16 @@ class ReportError(UserError):
         self.reason = reason or message
 
 
+def run_dir_of(path: str | Path) -> Path:
+    """The run directory `path` names: itself, or the one holding it where it is a report.json."""
+    path = Path(path)
+    if path.is_file():
+        if path.name != REPORT:
+            raise ReportError(f"{path}: not a run directory (give the directory that holds its report.json)")
+        return path.parent
+    return path
+
+
 # -- pieces ------------------------------------------------------------------------------------------
 
 
@@ -712,6 +722,8 @@ class Report:
     def load(cls, path: str | Path) -> Report:
         """Read a report.json (or the one in a run directory); ReportError says what is wrong with it."""
         path = Path(path)
+        if not path.exists():
+            raise ReportError(f"{path}: no such file or directory")
         if path.is_dir() or not path.suffix:
             if not (path / REPORT).is_file():
                 raise ReportError(f"{path} holds no report.json (is it a diagnose run directory?)")

@@ -108,6 +108,12 @@ def test_diagnose_end_to_end(run_cli, planted_file, tmp_path, name):
         assert {"polygraphy", "autocast", "ort_node_block_list"} <= set(rep["answer"]["commands"])
     code, stdout, _ = run_cli("report", out)
     assert code == 0
+    code, again, _ = run_cli("report", out / "report.json")  # its report.json names the run directory too
+    assert code == 0 and f"report: {out / 'report.html'}" in again
+    code, _, err = run_cli("report", out / "report.md")
+    assert code == 2 and "report.md: not a run directory (give the directory that holds its report.json)" in err
+    code, _, err = run_cli("report", out / "nothing")
+    assert code == 2 and "nothing: no such file or directory" in err
 
 
 def test_diagnose_margin_leaves_room_and_is_reported(run_cli, planted_file, tmp_path):
