@@ -11,11 +11,12 @@ from precision_doctor.cli.options import ENGINE_TARGETS
 from precision_doctor.cli.shared import app, console, fail
 
 FORMATS = {
-    "all": ["trtexec_trt10", "trtexec_trt11", "trtexec_trt11_check", "polygraphy", "polygraphy_trt10", "autocast",
-            "ort_node_block_list", "ort_cuda_providers"],
+    "all": ["trtexec_trt10", "trtexec_trt11", "trtexec_trt11_check", "polygraphy", "polygraphy_trt10",
+            "polygraphy_ort_cuda", "autocast", "ort_node_block_list", "ort_cuda_providers"],
     "trtexec": ["trtexec_trt10", "trtexec_trt11", "trtexec_trt11_check"], "trtexec10": ["trtexec_trt10"],
-    "trtexec11": ["trtexec_trt11", "trtexec_trt11_check"], "polygraphy": ["polygraphy", "polygraphy_trt10"],
-    "autocast": ["autocast"], "ort": ["ort_node_block_list"], "ort-cuda": ["ort_cuda_providers"],
+    "trtexec11": ["trtexec_trt11", "trtexec_trt11_check"],
+    "polygraphy": ["polygraphy", "polygraphy_trt10", "polygraphy_ort_cuda"],
+    "autocast": ["autocast"], "ort": ["ort_node_block_list"], "ort-cuda": ["polygraphy_ort_cuda", "ort_cuda_providers"],
 }
 
 
@@ -25,9 +26,9 @@ def emit(
     format: str = typer.Option("all", "--format",
                                help="all (every command the run has, each under its label), trtexec (TensorRT 10 and "
                                     "11), trtexec10, trtexec11, polygraphy, autocast, ort "
-                                    "(onnxconverter-common's node_block_list), ort-cuda (the provider options --knobs "
-                                    "found), json, or engine (builds RUN_DIR/fixed.plan with TensorRT-RTX or TensorRT "
-                                    "and records it in report.json)."),
+                                    "(onnxconverter-common's node_block_list), ort-cuda (polygraphy's check on ONNX Runtime "
+                                    "CUDA, and the provider options --knobs found), json, or engine (builds "
+                                    "RUN_DIR/fixed.plan with TensorRT-RTX or TensorRT and records it in report.json)."),
     engine_targets: list[str] | None = typer.Option(None, "--engine-targets", help=ENGINE_TARGETS.info.help),
 ) -> None:
     """Print what to paste, each command under a comment line naming the release it is for (run them from RUN_DIR:

@@ -83,9 +83,9 @@ def first_step(report: Report) -> tuple[str, str | None]:
                 f"{fmt_short_pct(t.fp32_flop_share)} of the FLOPs in FP32 ({counted(t.nodes, 'node')}). If your task allows that "
                 "tolerance, run again with it:", rerun_command(report, f"tol{t.multiple:g}x", changes))
     if kind == NextKind.CHECK_ON_TARGET:
-        check = (report.answer.commands.get("polygraphy") or "").splitlines()
+        text, check = _check_step(report)
         if check:
-            return (_CHECK_TEXT, check[-1])
+            return (text, check)
     return (_CONFIRM_TEXT, rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"}))
 
 
@@ -108,6 +108,18 @@ def _continue_step(report: Report) -> tuple[str, str | None]:
     return (f"The run did not finish. Continue it where it stopped ({how}):", resume_command(report))
 
 
+def _check_step(report: Report, cmds: dict[str, str] | None = None) -> tuple[str, str | None]:
+    """The check of fixed.onnx on the runtime its answer is for (`--target`): polygraphy on TensorRT, or on ONNX Runtime
+    CUDA; its command (None: the run has none)."""
+    cmds = report.answer.commands if cmds is None else cmds
+    key, text = (("polygraphy_ort_cuda", _CHECK_ORT_TEXT) if report.search.target == "ort-cuda" else
+                 ("polygraphy", _CHECK_TEXT))
+    lines = (cmds.get(key) or "").splitlines()
+    return text, lines[-1] if lines else None
+
+
+_CHECK_ORT_TEXT = ("Check the fixed model on the target GPU with ONNX Runtime CUDA, from this report's directory: "
+                   "polygraphy runs it there and compares its outputs with the FP32 reference at your tolerance.")
 _CHECK_TEXT = ("Check the fixed model on the target GPU with TensorRT, from this report's directory: polygraphy runs it "
                "there and compares its outputs with the FP32 reference at your tolerance.")
 _CONFIRM_TEXT = ("The emulator can underestimate a GPU's FP16 error: let precision-doctor confirm (and repair) the answer "
@@ -164,11 +176,11 @@ def _other_steps(report: Report) -> list[tuple[NextKind | None, str, str | None]
     cmds = report.answer.commands
     runtime, tensorrt_here = _runtime_steps(report)
     steps: list[tuple[NextKind | None, str, str | None]] = [(None, text, cmd) for text, cmd in runtime]
+    text, check = _check_step(report, cmds)
+    if check:
+        steps.append((NextKind.CHECK_ON_TARGET, text, check))
     if not tensorrt_here:  # TensorRT has its own answer in a subdirectory: this fixed.onnx is not the one to build
         cmds = {}
-    check = (cmds.get("polygraphy") or "").splitlines()
-    if check:
-        steps.append((NextKind.CHECK_ON_TARGET, _CHECK_TEXT, check[-1]))
     if cmds.get("trtexec_trt11"):
         steps.append((None, "Build the engine with TensorRT 11 (strongly typed: fixed.onnx carries the precisions):",
                       cmds["trtexec_trt11"]))

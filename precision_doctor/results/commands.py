@@ -335,6 +335,17 @@ def polygraphy_verify(fixed_onnx: str, options: EmitOptions = EmitOptions(), *, 
     return shell_line(args, multiline)
 
 
+def polygraphy_ort_cuda(fixed_onnx: str, options: EmitOptions = EmitOptions(), *, multiline: bool = False) -> str:
+    """The fixed model on ONNX Runtime's CUDA provider (what `--target ort-cuda` answers for), checked against the run's
+    FP32 reference outputs at the tolerance."""
+    o = options
+    if bad := unwritable_inputs(o.shapes, "polygraphy"):
+        return not_possible("polygraphy", bad)
+    args = ["polygraphy", "run", fixed_onnx, "--onnxrt", "--providers", "cuda"]
+    args += ["--load-inputs", o.inputs, "--load-outputs", o.reference_outputs, *_tolerance_args(o.tolerance)]
+    return shell_line(args, multiline)
+
+
 def polygraphy_trt10(model: str, layers: Sequence[str], options: EmitOptions = EmitOptions(), *,
                      multiline: bool = False) -> str:
     """TensorRT 10 (weak typing) check in one command: the original model on TensorRT in FP16/BF16 with

@@ -38,6 +38,8 @@ LABELS = {
                            "check)",
     "polygraphy": "polygraphy on TensorRT 11 (or 10.x, --strongly-typed): build fixed.onnx and check it against the FP32 "
                   "reference outputs at your tolerance",
+    "polygraphy_ort_cuda": "polygraphy on ONNX Runtime CUDA: run fixed.onnx on the CUDA provider and check it against "
+                           "the FP32 reference outputs at your tolerance",
     "polygraphy_trt10": "polygraphy on TensorRT 10.x, weak typing: the original model with the same FP32 layers, "
                         "checked against the FP32 reference outputs",
     "autocast": "ModelOpt AutoCast (for TensorRT 11): convert the original model itself, keeping the same nodes in FP32",
@@ -123,6 +125,7 @@ def emit_all(model: str, fixed_onnx: str, fallback_nodes: Sequence[str], options
         "trtexec_trt11": commands.trtexec_trt11(fixed_onnx, o),
         **({"trtexec_trt11_check": commands.trtexec_trt11_check(check_pairs, o)} if check_pairs else {}),
         "polygraphy": commands.polygraphy_verify(fixed_onnx, o),
+        "polygraphy_ort_cuda": commands.polygraphy_ort_cuda(fixed_onnx, o),
         "polygraphy_trt10": commands.polygraphy_trt10(model, names, o),
         "autocast": autocast_command(model, with_forced(fallback_nodes, o.forced), o.precision, inputs=o.inputs),
         "ort_node_block_list": "\n".join([*commands.answer_lines(o), ort_block_list_command(model, o.block_list,

@@ -335,6 +335,10 @@ def test_for_onnx_runtime_the_fused_pattern_is_not_and_tensorrt_gets_its_own_ans
     assert {ln.split(":")[0] for ln in lines if not ln.startswith("#")} == set(o.answer)
     md = (out / "report.md").read_text()
     assert "The answer is for ONNX Runtime CUDA (`--target ort-cuda`)" in md
+    # its first step checks it where it is deployed, never on TensorRT, where it fails
+    assert "Check the fixed model on the target GPU with ONNX Runtime CUDA" in md
+    assert "polygraphy run fixed.onnx --onnxrt --providers cuda --load-inputs inputs.json" in md
+    assert "polygraphy run fixed.onnx --trt" not in md.split("## Next steps")[1].split("\n## ")[0]
     assert "it FAILS" in md and "`tensorrt/`" in md and "./tensorrt/trtexec.sh" in md
     data = json.loads((out / "report.json").read_text())
     assert data["search"]["target"] == "ort-cuda" and data["checks"]["other_runtime"]["answer"] == o.answer

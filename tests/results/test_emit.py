@@ -242,6 +242,7 @@ def test_emit_all_keys_and_layers():
         "trtexec_trt11",
         "polygraphy",
         "polygraphy_trt10",
+        "polygraphy_ort_cuda",
         "autocast",
         "ort_node_block_list",
         "layer_precisions_txt",
@@ -252,6 +253,8 @@ def test_emit_all_keys_and_layers():
     assert all(isinstance(v, str) and v for v in out.values())
     assert "/blk3/Div_17:fp32" in _arg(out["trtexec_trt10"], "--layerPrecisions=")
     assert "Div_17" not in out["autocast"]  # AutoCast works on ONNX nodes, not layers
+    assert out["polygraphy_ort_cuda"].startswith("polygraphy run fixed.onnx --onnxrt --providers cuda --load-inputs "
+                                                 "inputs.json --load-outputs reference_outputs.json")
 
 
 def test_script_is_valid_bash():
