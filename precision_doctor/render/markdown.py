@@ -24,6 +24,8 @@ from precision_doctor.render.tensorrt import (
 from precision_doctor.render.wording import (
     code,
     folded_host,
+    lowp_multiple,
+    margin_words,
     model_file_sentence,
     output_run_labels,
     precision_name,
@@ -32,6 +34,7 @@ from precision_doctor.render.wording import (
     shapes_warning,
     tolerance_text,
     why,
+    within_but_over_margin,
 )
 from precision_doctor.results.emit import LABELS as COMMAND_TITLES
 from precision_doctor.results.report import ModelInfo, Report
@@ -110,7 +113,12 @@ def _summary(report: Report) -> list[str]:
             L.append(f"- **{line}**" if line.startswith("WARNING") else f"- {line}")
     base = report.analysis.baseline
     if base is not None:
-        L.append(f"- Everything in {prec} (baseline): {'passes' if base.passed else 'fails'} the tolerance.")
+        m = lowp_multiple(report)
+        if not base.passed and within_but_over_margin(report, m):
+            L.append(f"- Everything in {prec} (baseline): meets the tolerance ({m:.3g}x), but above "
+                     f"{margin_words(report)}.")
+        else:
+            L.append(f"- Everything in {prec} (baseline): {'passes' if base.passed else 'fails'} the tolerance.")
     a = report.analysis
     if a.first_divergence_node or a.first_divergence:
         host = folded_host(a.layers, a.first_divergence_node)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from precision_doctor.graph.targets import RUNTIMES, TENSORRT, how_checked, of_tolerance, runtime
 from precision_doctor.render.numbers import counted, fmt_pct
+from precision_doctor.render.wording import margin_words, within_but_over_margin
 from precision_doctor.results.report import Report
 
 SHOWN = 8  # nodes of the other runtime's additions named in a sentence
@@ -44,7 +45,10 @@ def other_runtime_sentence(report: Report, short: bool = False) -> str | None:
     there = f"On {label} ({how_checked(o.backend, o.runtime)}, {counted(o.samples, 'sample')})"
     if o.passed:
         return f"{there} it passes too ({of_tolerance(o.tolerance_used)})."
-    text, where = f"{there} it FAILS ({of_tolerance(o.tolerance_used)})", (o.directory or o.runtime) + "/"
+    share = of_tolerance(o.tolerance_used)
+    if within_but_over_margin(report, o.tolerance_used):
+        share += f": within it, but above {margin_words(report)}"
+    text, where = f"{there} it FAILS ({share})", (o.directory or o.runtime) + "/"
     if o.answer is None:
         return f"{text}: {o.reason or 'no answer for it was found'}."
     text += (f": {label} gets its own answer, {counted(len(o.added), 'more node')} in FP32 "

@@ -106,7 +106,23 @@ def lowp_sentence(report: Report) -> str | None:
     prec = precision_name(report)
     if math.isinf(m):
         return f"All in {prec}, the model's outputs overflow (inf or NaN)."
+    base = report.analysis.baseline
+    if base is not None and not base.passed and m <= 1:
+        return (f"All in {prec}, the model uses {m:.3g}x the tolerance on the search samples: within it, but above "
+                f"{margin_words(report)}.")
     return f"All in {prec}, the model uses {m:.3g}x the tolerance."
+
+
+def margin_words(report: Report) -> str:
+    """The search's margin in words: "the 0.9x the search's 10% margin allows"."""
+    margin = float(report.search.margin or 0.0)
+    return f"the {1 - margin:.3g}x the search's {100 * margin:.3g}% margin allows"
+
+
+def within_but_over_margin(report: Report, share: float | None) -> bool:
+    """Whether a share of the tolerance that failed a check at the search's tolerance is within the user's (the
+    search's margin failed it, not the tolerance)."""
+    return share is not None and share <= 1 and float(report.search.margin or 0.0) > 0
 
 
 def floor_finding(floor: RoundingFloor, tol: Tolerance) -> str | None:

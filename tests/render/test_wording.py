@@ -61,6 +61,26 @@ def test_the_headline_gives_the_all_fp16_error_as_a_multiple_of_the_tolerance():
     assert lowp_multiple(_report(baseline=None)) is None and "All in" not in headline(_report(baseline=None))
 
 
+def test_what_fails_only_the_searchs_margin_is_said_to_meet_the_tolerance():
+    """A check at the search tolerance (the user's less the margin) that fails within the user's own tolerance: the
+    words say it meets the tolerance and fails the margin, never that it fails the tolerance."""
+    from precision_doctor.render.markdown import render_markdown
+    from precision_doctor.render.target import other_runtime_sentence
+    from precision_doctor.results.report import OtherRuntime
+
+    check = OutputCheck(False, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 0.9, 3, 10, tol_used=1.05)  # 0.945x the user's
+    rep = _report(baseline=OutputChecks(False, {"y": check}))
+    assert ("All in FP16, the model uses 0.945x the tolerance on the search samples: within it, but above the 0.9x the "
+            "search's 10% margin allows.") in headline(rep)
+    assert "- Everything in FP16 (baseline): meets the tolerance (0.945x), but above the 0.9x the search's 10% margin " \
+           "allows." in render_markdown(rep)
+    other = with_fields(rep, other_runtime=OtherRuntime("ort-cuda", "emulate", False, 40, False, 0.91))
+    assert "it FAILS (0.91x the tolerance: within it, but above the 0.9x the search's 10% margin allows)" in \
+        other_runtime_sentence(other)
+    over = with_fields(rep, other_runtime=OtherRuntime("ort-cuda", "emulate", False, 40, False, 1.2))
+    assert "it FAILS (1.2x the tolerance)" in other_runtime_sentence(over)
+
+
 def test_statuses_serialize_as_the_strings_they_always_were():
     assert json.dumps([RunStatus.COMPLETE, RowStatus.PASSED, Status.NO_SOLUTION]) == \
         '["complete", "passed", "no_solution"]'
