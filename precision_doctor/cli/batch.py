@@ -21,7 +21,7 @@ from precision_doctor.cli.options import (
     command_line,
     with_options,
 )
-from precision_doctor.cli.shared import app, console, err, error_text, plain_progress, progress_bar
+from precision_doctor.cli.shared import app, console, err, error_text, heartbeat, plain_progress, progress_bar
 from precision_doctor.control import StopToken, signals_stop
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RowStatus, SummaryRow
@@ -66,13 +66,15 @@ def batch(
     defaults = validate_spec(recorded.with_settings(options.given_settings()) if recorded else options.spec(""))
     executor = make_executor(jobs, executor_name, ray_address, ray_cpus)
     where = "on Ray" if executor_name == "ray" else counted(jobs, "job")
-    progress, plain = progress_bar("{task.description}"), plain_progress()
+    progress, plain = progress_bar("{task.description}"), plain_progress("reading the models and their recipes")
     token = StopToken()
     session = executor if hasattr(executor, "__enter__") else contextlib.nullcontext()
     if executor_name == "ray":
         err.print(f"connecting to the Ray cluster at {ray_address}" if ray_address else "starting a local Ray instance",
                   highlight=False)
-    with signals_stop(token), session, progress:
+    todo: list[str] = []
+    finished = [0]
+    with signals_stop(token), session, progress, heartbeat(plain):  # a model's diagnosis takes minutes: never silent
         task = progress.add_task("models", total=None)
 
         def on_start(names: list[str], skipped: list[str]) -> None:
@@ -81,11 +83,18 @@ def batch(
             progress.update(task, total=len(names), description=f"diagnosing {counted(len(names), 'model')}, {where}")
             if plain is not None:  # the bar is off: say what runs (each model's line follows when it is done)
                 plain.line(f"diagnosing {counted(len(names), 'model')}, {where}: {', '.join(names)}")
+                plain.doing(f"diagnosing {counted(len(names), 'model')}, {where}: none done yet")
+            todo.extend(names)
 
         def on_done(row: SummaryRow) -> None:
             progress.advance(task)
             detail = row.message if row.status == RowStatus.ERROR else row_brief(row)
-            err.print(f"{row.model}: {row.verdict or row.status} {detail}")
+            if plain is None:
+                err.print(f"{row.model}: {row.verdict or row.status} {detail}")
+                return
+            plain.line(f"{row.model}: {row.verdict or row.status} {detail}")
+            finished[0] += 1
+            plain.doing(f"diagnosing {counted(len(todo), 'model')}, {where}: {finished[0]} done")
 
         try:
             result = run_batch(zoo, out_dir, defaults, executor=executor, only=list(only or []), rerun=rerun,

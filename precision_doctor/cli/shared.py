@@ -125,13 +125,14 @@ class PlainProgress:
     EVERY_S = 8.0
     EVERY_EVALUATIONS = 50
 
-    def __init__(self, write: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, write: Callable[[str], None] | None = None, clock: Callable[[], float] = time.monotonic,
+                 first: str = "loading the model"):
         self._write, self._clock = write, clock
         self._t0 = self._last = clock()
         self._step: int | None = None  # the evaluation of the last line (None: none since the phase began)
         self._loaded: str | None = None  # the loaded model's line, said once the run starts
         self._started = False
-        self._said = "loading the model"  # what the last line said (a heartbeat repeats it)
+        self._said = first  # what the last line said (a heartbeat repeats it)
         self._news: str | None = None  # what an event since then said, not yet due to be a line
         self._lock = threading.Lock()
 
@@ -148,6 +149,11 @@ class PlainProgress:
                 return
             sys.stderr.write(out)
             sys.stderr.flush()
+
+    def doing(self, text: str) -> None:
+        """What a heartbeat says from now on, still working (no line now)."""
+        with self._lock:
+            self._said, self._news = text, None
 
     def beat(self) -> None:
         """A line where none came for EVERY_S seconds: the latest event's news if one came meanwhile (a capture's
@@ -216,9 +222,10 @@ def heartbeat(plain: PlainProgress | None, every_s: float = 1.0):
         thread.join(timeout=5)
 
 
-def plain_progress() -> PlainProgress | None:
-    """Plain progress lines where stderr is not a terminal (the bars are off there); None on a terminal."""
-    return None if err.is_terminal else PlainProgress()
+def plain_progress(first: str = "loading the model") -> PlainProgress | None:
+    """Plain progress lines where stderr is not a terminal (the bars are off there); None on a terminal. `first`: what
+    a heartbeat says before the first line."""
+    return None if err.is_terminal else PlainProgress(first=first)
 
 
 def warn_floor(floor, tol) -> None:

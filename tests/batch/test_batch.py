@@ -159,6 +159,23 @@ def test_cli_batch_with_two_worker_processes(zoo, tmp_path, run_cli):
     assert code == 2 and "not empty" in stderr
 
 
+def test_a_batch_is_never_silent_while_a_model_runs(zoo, tmp_path, run_cli, monkeypatch):
+    """Where stderr is no terminal, a line comes at least every EVERY_S seconds while a model is diagnosed (it takes
+    minutes on a large model): the batch's heartbeat says how many models are done, still working. (EVERY_S made short
+    here: the models are small.)"""
+    from precision_doctor.cli.shared import PROGRESS_LINE, PlainProgress
+
+    monkeypatch.setattr(PlainProgress, "EVERY_S", 0.05)
+    root, _ = zoo
+    (root / "broken.onnx").unlink()
+    code, _, stderr = run_cli("batch", root, "--out", tmp_path / "o")
+    assert code == 0, stderr
+    lines = [ln for ln in stderr.splitlines() if PROGRESS_LINE.match(ln)]
+    assert lines[0].endswith("diagnosing 2 models, 1 job: large_reducesum, overflow_island")
+    assert any("diagnosing 2 models, 1 job: none done yet (still working" in ln for ln in lines)
+    assert sum(": PASSED" in ln for ln in lines) == 2
+
+
 def test_batch_error_exit_code(tmp_path, run_cli):
     root = tmp_path / "z"
     root.mkdir()
