@@ -262,8 +262,13 @@ def answers_sentence(report: Report) -> str | None:
         facts.append(f"failed {b.failures} of {counted(b.samples, 'held-out sample')}{on}")
     why = "; ".join(_GROWN[g] for g in two.grown_by)
     measured = " and ".join(facts) if facts else "was not checked on held-out samples"
-    return (f"Two answers: the smaller one, the search's first round's ({_answer_words(small)}), {measured}; the final one "
-            f"({_answer_words(final)}) is the answer, grown from it because {why}. Keep the smaller one only if "
+    smaller = small.size <= final.size and small.fp32_flop_share <= final.fp32_flop_share
+    # the run keeps it as the cheaper one by the search's objective (its estimated deployment cost: casts count too)
+    which = "smaller" if smaller else "cheaper"
+    cheaper = "" if smaller else "; cheaper by the search's estimated deployment cost, though not smaller"
+    how = "grown from it" if set(small.nodes) <= set(final.nodes) else "found after it"
+    return (f"Two answers: the {which} one, the search's first round's ({_answer_words(small)}{cheaper}), {measured}; "
+            f"the final one ({_answer_words(final)}) is the answer, {how} because {why}. Keep the {which} one only if "
             "those failures are acceptable.")
 
 

@@ -137,6 +137,15 @@ def test_both_answers_are_named_with_their_measured_failures():
     assert "the final one (2 nodes, 25% of the FLOPs) is the answer" in words and "second, stricter search" in words
     # counts, no bound beside the headline's
     assert "%" not in words.replace("1.0% of the FLOPs", "").replace("25% of the FLOPs", "")
+    assert "grown from it" in words and "Keep the smaller one only if" in words
+    # a later round's answer that is smaller but not a superset (its search went another way): never "grown from it",
+    # and the earlier one is what the search's deployment cost calls cheaper, not "the smaller one"
+    other = TwoAnswers([Growth.COUNTEREXAMPLES], AnswerSummary(["a", "b", "c"], 3, 0.99, None, 1),
+                       AnswerSummary(["b", "d"], 2, 0.98, None))
+    words = answers_sentence(_report(answers=other))
+    assert "the cheaper one, the search's first round's (3 nodes, 99% of the FLOPs; cheaper by the search's estimated " \
+        "deployment cost, though not smaller)" in words
+    assert "found after it because" in words and "grown from it" not in words and "smaller one" not in words
 
 
 def test_sizes_in_words():
