@@ -107,7 +107,8 @@ def batch(
             raise UserError(f"{error_text(exc)}; to continue it: {again}") from None
     print_summary(result.rows)
     console.print(
-        f"{len(result.ran)} diagnosed, {len(result.skipped)} skipped (finished earlier), {counted(len(result.errors), 'error')} "
+        f"{len(result.ran) - sum(r.model in result.ran for r in result.errors)} diagnosed, "
+        f"{len(result.skipped)} skipped (finished earlier), {counted(len(result.errors), 'error')} "
         f"in {fmt_seconds(result.elapsed_s)}; summary: {result.out_dir}/summary.html (summary.csv, summary.json)",
         highlight=False,
     )

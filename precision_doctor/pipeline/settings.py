@@ -167,6 +167,14 @@ def check_resumed_model(out_dir: Path, model: Model) -> None:
                              f"{model.model_hash[:12]}): another model", recorded, other_model=True)
 
 
+def _changed(key: str, then, now) -> str:
+    """A setting that differs, in words: only the entries that differ where it is a mapping (a tolerance's atol)."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        return ", ".join(_changed(f"{key}.{k}", then.get(k), now.get(k))
+                         for k in dict.fromkeys([*then, *now]) if then.get(k) != now.get(k))
+    return f"{key} {then!r} then, {now!r} now"
+
+
 def check_run_settings(run: RunDir, settings: dict, resume: bool) -> None:
     """Record the settings of a run; refuse to resume one made with other settings (SettingsDiffer). Runs
     from before this file existed resume unchecked; keys an older version did not record are not compared,
@@ -184,6 +192,6 @@ def check_run_settings(run: RunDir, settings: dict, resume: bool) -> None:
             old["copies"] = "noise" if old["augment"] else None
         diff = [k for k in VERDICT_KEYS if k in old and old.get(k) != settings.get(k)]
         if diff:
-            shown = ", ".join(f"{k} {old.get(k)!r} then, {settings.get(k)!r} now" for k in diff)
+            shown = ", ".join(_changed(k, old.get(k), settings.get(k)) for k in diff)
             raise SettingsDiffer(out_dir, shown, recorded_spec(out_dir))
     write_json(path, settings, writer=run)

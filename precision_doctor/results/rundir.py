@@ -92,7 +92,11 @@ def check_protected(path: Path, protect: Sequence[str | Path], setting: str = "o
     for f in protect:
         p = Path(f).resolve() if f else None
         if p is not None and (p == root or root in p.parents):
-            found.append(f"{'the model' if str(f).endswith('.onnx') else 'the input file'} {f}")
+            what = "the model" if str(f).endswith(".onnx") else "the input folder" if p.is_dir() else "the input file"
+            if p == root:
+                raise SpecError(setting, f"{{{setting}}} {path} is {what} {f}: a run writes its files there; choose "
+                                f"another {{{setting}}} (a new or empty directory)")
+            found.append(f"{what} {f}")
     if also:
         found.append(f"{', '.join(also)}, which precision-doctor did not write (it is not in {MANIFEST})")
     if found:

@@ -181,7 +181,7 @@ def test_batch_error_exit_code(tmp_path, run_cli):
     root.mkdir()
     (root / "bad.onnx").write_bytes(b"nope")
     code, stdout, _ = run_cli("batch", root, "--jobs", "0", "--out", tmp_path / "o")
-    assert code == 1 and "error" in stdout
+    assert code == 1 and "0 diagnosed, 0 skipped (finished earlier), 1 error" in " ".join(stdout.split())
 
 
 def _die_on_two(x: int, stop) -> int:

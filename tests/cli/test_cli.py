@@ -188,6 +188,9 @@ def test_resume_with_other_settings_is_refused(run_cli, planted_file, tmp_path):
     assert code == 2 and "other settings" in err and "margin" in err and "Traceback" not in err
     code, _, err = run_cli(*base, "--resume", "--augment", "1")
     assert code == 2 and "other settings" in err and "augment" in err and "Traceback" not in err
+    code, _, err = run_cli(*[a if a != "1e-2" else "1e-3" for a in base], "--resume")  # only what differs, no dict
+    assert code == 2 and "tolerance.atol 0.01 then, 0.001 now, tolerance.rtol 0.01 then, 0.001 now" in err
+    assert "{" not in err.replace("{resume}", "")
     other = [a if a != files[0] else files[1] for a in base]  # the same number of samples, other values
     code, _, err = run_cli(*other, "--resume")
     assert code == 2 and "samples_hash" in err

@@ -133,6 +133,10 @@ def test_force_refuses_user_files_and_the_model_dir_and_replaces_only_ours(tmp_p
     with pytest.raises(SpecError, match="holds the model"):
         prepare_run_dir(run, force=True, protect=[str(run / "m.onnx")])
     (run / "m.onnx").unlink()
+    (run / "data").mkdir()
+    with pytest.raises(SpecError, match=r"is the input folder .*data: a run writes its files there"):
+        prepare_run_dir(run / "data", force=True, protect=[str(run / "data")])
+    (run / "data").rmdir()
     prepare_run_dir(run, force=True)
     from precision_doctor.jsonio import write_json
 
