@@ -19,7 +19,7 @@ from precision_doctor.backends.registry import check_only
 from precision_doctor.flags import command_line, flag_args
 from precision_doctor.outcome import RunStatus
 from precision_doctor.render.numbers import counted, fmt_short_pct
-from precision_doctor.render.wording import floor_consequence, floor_finding
+from precision_doctor.render.wording import floor_consequence, floor_finding, precision_name
 from precision_doctor.results.report import Report, ServiceJob
 from precision_doctor.results.verdict import NextKind, Status, Unvalidated, tolerance_changes
 from precision_doctor.spec import RunSpec
@@ -86,7 +86,7 @@ def first_step(report: Report) -> tuple[str, str | None]:
         text, check = _check_step(report)
         if check:
             return (text, check)
-    return (_CONFIRM_TEXT, rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"}))
+    return (_confirm_text(report), rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"}))
 
 
 def _relax_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | None]:
@@ -122,8 +122,11 @@ _CHECK_ORT_TEXT = ("Check the fixed model on the target GPU with ONNX Runtime CU
                    "polygraphy runs it there and compares its outputs with the FP32 reference at your tolerance.")
 _CHECK_TEXT = ("Check the fixed model on the target GPU with TensorRT, from this report's directory: polygraphy runs it "
                "there and compares its outputs with the FP32 reference at your tolerance.")
-_CONFIRM_TEXT = ("The emulator can underestimate a GPU's FP16 error: let precision-doctor confirm (and repair) the answer "
-                 "on the target GPU itself, with the same inputs and tolerance:")
+
+
+def _confirm_text(report: Report) -> str:
+    return (f"The emulator can underestimate a GPU's {precision_name(report)} error: let precision-doctor confirm (and "
+            "repair) the answer on the target GPU itself, with the same inputs and tolerance:")
 
 
 def _validate_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | None]:
@@ -152,9 +155,9 @@ def _runtime_steps(report: Report) -> tuple[list[tuple[str, str | None]], bool]:
     this directory's fixed.onnx is the one to build with TensorRT (not where TensorRT has its own answer)."""
     o, steps = report.checks.other_runtime, []
     if report.search.target == "ort-cuda":
-        steps.append(("This answer is for ONNX Runtime CUDA: run fixed.onnx (FP32 inputs and outputs, the FP16 "
-                      "regions inside) with onnxruntime-gpu's CUDAExecutionProvider at the default graph optimizations.",
-                      None))
+        steps.append((f"This answer is for ONNX Runtime CUDA: run fixed.onnx (FP32 inputs and outputs, the "
+                      f"{precision_name(report)} regions inside) with onnxruntime-gpu's CUDAExecutionProvider at the "
+                      "default graph optimizations.", None))
     if o is None or o.passed is not False or o.answer is None or not o.directory:
         return steps, True
     if o.runtime == "tensorrt":
@@ -196,7 +199,7 @@ def _other_steps(report: Report) -> list[tuple[NextKind | None, str, str | None]
         steps.append((None, f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
                       "that is another one.", None))
     else:
-        steps.append((NextKind.CONFIRM_ON_GPU, _CONFIRM_TEXT,
+        steps.append((NextKind.CONFIRM_ON_GPU, _confirm_text(report),
                       rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"})))
     return steps
 

@@ -102,9 +102,9 @@ def _summary(report: Report) -> list[str]:
         f"strategy `{report.search.strategy}`, cost `{report.search.cost}`, backend `{report.search.backend}`.",
     ]
     if report.answer.fallback_size and report.search.one_minimal_checked is not None:
-        L.append("- Every member is needed: " + (
-            "checked (removing any one of them was evaluated and fails)." if report.search.one_minimal_checked else
-            "not checked for every member against the final set (it holds if adding FP16 nodes never reduces the error)."))
+        L.append("- Every member is needed: removing any one of them was evaluated and fails." if
+                 report.search.one_minimal_checked else "- Whether every member is needed was not checked against the "
+                 f"final set (it follows if adding {prec} nodes never reduces the error).")
     if report.promise.held_out_choice is not None:
         L.append(f"- Held out: {report.promise.held_out_choice.reason}.")
     L += section_lines(checks_section.build(report))

@@ -121,7 +121,7 @@ def markdown_lines(report: Report) -> list[str]:
         out += ["", f"Fusion groups kept in FP32 ({len(groups)}; TensorRT and ONNX Runtime run each as one kernel):", ""]
         out += [f"- {g}" for g in groups]
     if p.gaps_closed:
-        out += ["", f"FP16 gaps closed ({len(p.gaps_closed)}; their Casts cost more than their FP32 arithmetic, "
+        out += ["", f"{prec} gaps closed ({len(p.gaps_closed)}; their Casts cost more than their FP32 arithmetic, "
                     f"{p.refine_evaluations} evaluations): " + "; ".join(", ".join(g) for g in p.gaps_closed)]
     t = p.tradeoff
     if t is not None and t.points:
@@ -159,7 +159,7 @@ def html_section(report: Report, plot_svg: str | None) -> str:
         out.append(f"<details><summary>Fusion groups kept in FP32 ({len(groups)})</summary><ul>{items}</ul></details>")
     if p.gaps_closed:
         items = "".join(f"<li>{e(', '.join(g))}</li>" for g in p.gaps_closed)
-        out.append(f"<details><summary>FP16 gaps closed ({len(p.gaps_closed)})</summary><ul>{items}</ul></details>")
+        out.append(f"<details><summary>{prec} gaps closed ({len(p.gaps_closed)})</summary><ul>{items}</ul></details>")
     if p.tradeoff is not None and p.tradeoff.points:
         sentence = tradeoff_sentence(p.tradeoff)
         out.append("<h3>The trade-off against the tolerance</h3>")
