@@ -137,8 +137,8 @@ def floor_finding(floor: RoundingFloor, tol: Tolerance) -> str | None:
     mine = tol.for_output(name) if name is not None else tol
     if not math.isfinite(share) and mine.atol == 0 and mine.rtol == 0:
         return head + f"at '{shown(name)}' it allows no difference at all, and rounding its FP32 reference to {prec} changes it"
-    if not math.isfinite(share):
-        return head + f"the FP32 reference output '{shown(name)}' holds values beyond {prec}'s range"
+    if not math.isfinite(share):  # the range, not the tolerance: no tolerance admits an inf
+        return f"The FP32 reference output '{shown(name)}' holds values beyond {prec}'s range (whatever the tolerance)"
     if share <= 1.0:  # within the tolerance, above what the search's margin leaves
         return (f"The tolerance ({tolerance_text(tol)}) leaves {prec} no room at the outputs under the search's margin: "
                 f"rounding the FP32 reference output '{shown(name)}' to {prec} alone uses {share:.3g}x it, more than "

@@ -81,6 +81,17 @@ def test_what_fails_only_the_searchs_margin_is_said_to_meet_the_tolerance():
     assert "it FAILS (1.2x the tolerance)" in other_runtime_sentence(over)
 
 
+def test_an_output_beyond_the_formats_range_is_no_matter_of_the_tolerance():
+    from precision_doctor.measure.tolerance import Tolerance
+    from precision_doctor.render.wording import floor_advice, floor_finding
+
+    floor = RoundingFloor("fp16", 2, {"out": float("inf")})
+    tol = Tolerance(atol=1e-2, rtol=1e-2)
+    said = floor_finding(floor, tol)
+    assert said == "The FP32 reference output 'out' holds values beyond FP16's range (whatever the tolerance)"
+    assert "tighter" not in said and floor_advice(floor, tol) is None
+
+
 def test_statuses_serialize_as_the_strings_they_always_were():
     assert json.dumps([RunStatus.COMPLETE, RowStatus.PASSED, Status.NO_SOLUTION]) == \
         '["complete", "passed", "no_solution"]'
