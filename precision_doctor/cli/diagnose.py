@@ -36,6 +36,7 @@ from precision_doctor.control import (
 )
 from precision_doctor.errors import UserError
 from precision_doctor.outcome import RunStatus
+from precision_doctor.render.numbers import counted
 from precision_doctor.results.report import Report
 
 if TYPE_CHECKING:
@@ -174,6 +175,13 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         if len(fb) > SHOWN_NODES:
             listed = [p for p in ("report.html", "layer_precisions.txt") if (Path(out_dir) / p).is_file()]
             say(f"  ... and {len(fb) - SHOWN_NODES} more: see {' / '.join(f'{out_dir}/{p}' for p in listed)}")
+    forced = report.answer.forced_fp32_nodes
+    if st.answered and forced:  # in FP32 whatever the answer (no kernel or no ONNX type in the format): fixed.onnx too
+        say(f"Also in FP32, whatever the tolerance ({counted(len(forced), 'node')}; report.md says why):")
+        for name in list(forced)[:SHOWN_NODES]:
+            say(f"  {name}")
+        if len(forced) > SHOWN_NODES:
+            say(f"  ... and {len(forced) - SHOWN_NODES} more")
     if report.status == RunStatus.NO_SOLUTION and report.reason:
         say(report.reason)
     for line in terminal_lines(checks_section.build(report)):

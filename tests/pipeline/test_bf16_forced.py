@@ -58,3 +58,5 @@ def test_ops_a_backend_found_refused_join_them(run_cli, tmp_path, monkeypatch):
     rep, fixed = _run(run_cli, tmp_path, "bf16", "kept")
     assert rep["answer"]["forced_fp32_nodes"]["relu"] == runtime_reason("Relu") and "relu" in _fp32_nodes(fixed)
     assert "no BF16 kernel in this ONNX Runtime for Relu" in (tmp_path / "kept" / "report.md").read_text()
+    code, out, _ = run_cli("report", tmp_path / "kept")  # the terminal lists them too, apart from the answer
+    assert code == 0 and "Also in FP32, whatever the tolerance (1 node; report.md says why):\n  relu\n" in out
