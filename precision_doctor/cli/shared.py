@@ -175,7 +175,7 @@ class PlainProgress:
 
             held = f", {ev.held_out} held out" if ev.held_out else ""
             what = "search sample" if ev.held_out else "sample"
-            again = f" ({counted(ev.repeated, 'sample')} given twice, used once)" if ev.repeated else ""
+            again = f" ({counted(ev.repeated, 'repeated sample')} used once)" if ev.repeated else ""
             self._loaded = f"loaded {ev.model}: {ev.nodes} nodes, {counted(ev.samples, what)}{held}{again}"
         elif isinstance(ev, PhaseEvent) and ev.phase != "load":
             if not self._started and self._loaded is not None:

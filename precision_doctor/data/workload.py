@@ -60,6 +60,7 @@ class Workload:
     bounds: Bounds | None = None
     digests: list[str] = field(default_factory=list)  # each sample's contents' digest (data.inputs.sample_digest)
     repeated: list[tuple[str, str]] = field(default_factory=list)  # (a sample, the earlier one it repeats): dropped
+    held_repeated: int = 0  # --validate-inputs samples that repeated an earlier one: dropped
 
     def __post_init__(self) -> None:
         if not isinstance(self.samples, SampleSet):
@@ -72,6 +73,8 @@ class Workload:
             out.update(found=self.chosen.found, chosen=list(self.chosen.labels))
         if self.repeated:
             out.update(repeated=[list(pair) for pair in self.repeated])
+        if self.held_repeated:
+            out.update(held_repeated=self.held_repeated)
         return out
 
     def choose_capture(self, k: int, scores: Sequence[float] | None = None) -> list[int]:
@@ -142,9 +145,11 @@ def load_workload(model_path: str, opts: InputSpec, values: InputValues, run_dir
                 first[d] = i
         if repeated:
             keep = list(first.values())
+            n = len(samples)
+            if refs is not None and len(refs) < n:  # too few to pair with the files: said before any is dropped
+                check_count(opts.reference_outputs, refs, n, "{inputs.files}")
             samples, digests = samples.subset(keep), [digests[i] for i in keep]
             if refs is not None:
-                n = len(first) + len(repeated)
                 refs = [refs[i] for i in keep] + refs[n:]
     return Workload(model, samples, opts, values, refs, chosen=chosen, spill=spill, bounds=bounds, digests=digests,
                     repeated=repeated)

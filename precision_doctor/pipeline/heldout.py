@@ -37,6 +37,12 @@ def _held_out(work: Workload) -> SampleSet:
                         "{inputs.files} and {inputs.validate_files}")
             work.references, work.held_references = work.references[:n], work.references[n:]
         _unseen(work, held, digests)
+        once = sorted({d: i for i, d in reversed(list(enumerate(digests)))}.values())  # the first of each
+        if len(once) < len(held):  # a held-out sample given twice would count twice in the bound
+            work.held_repeated = len(held) - len(once)
+            held = held.subset(once)
+            if work.held_references is not None:
+                work.held_references = [work.held_references[i] for i in once]
         return held
     if inputs.files or inputs.data_loader_script:
         if work.references is not None:
@@ -66,8 +72,13 @@ def _unseen(work: Workload, held: SampleSet, digests: list[str]) -> None:
         i, j = seen[0]
         raise SpecError("inputs.validate_files", (
             f"{{inputs.validate_files}}: {len(seen)} of its {counted(len(held), 'sample')} {'is' if len(seen) == 1 else 'are'} "
-            f"also among the {{inputs.files}} samples ({held.label(i)} holds the same values as {work.samples.label(j)}): "
-            "held-out samples must be ones the search does not see"))
+            f"also among the search samples ({same(held.label(i), work.samples.label(j))}): held-out samples must be "
+            "ones the search does not see"))
+
+
+def same(label: str, earlier: str) -> str:
+    """A sample that repeats an earlier one, in words."""
+    return f"{label} is given twice" if label == earlier else f"{label} holds the same values as {earlier}"
 
 
 def held_out_choice(work: Workload, held: SampleSet) -> HeldOutChoice:

@@ -317,8 +317,11 @@ def samples_cell(report: Report) -> str:
     repeated = inputs.get("repeated") or []
     if repeated:
         dup, first = repeated[0]
-        cell += (f"; {counted(len(repeated), 'sample')} given twice, used once ({dup} holds the same values as "
-                 f"{first}{', ...' if len(repeated) > 1 else ''})")
+        same = f"{dup} is given twice" if dup == first else f"{dup} holds the same values as {first}"
+        cell += (f"; {counted(len(repeated), 'repeated sample')} of the search's used once ({same}"
+                 f"{', ...' if len(repeated) > 1 else ''})")
+    if inputs.get("held_repeated"):
+        cell += f"; {counted(int(inputs['held_repeated']), 'repeated held-out sample')} used once"
     return cell
 
 
