@@ -54,8 +54,8 @@ def emit(
         fail(f"--format must be one of: {', '.join([*FORMATS, 'json', 'engine'])}")
     if not cmds:
         fail(f"{run_dir}: the run found no passing set, so there is nothing to emit")
-    if format == "ort-cuda" and "ort_cuda_providers" not in cmds:
-        fail(f"{run_dir}: no ONNX Runtime provider options were found for this run (they come from --knobs on ort-cuda)")
+    if format == "ort-cuda" and not any(k in cmds for k in FORMATS["ort-cuda"]):
+        fail(f"{run_dir}: no ONNX Runtime CUDA command was written for this run (a run of an earlier version)")
     from precision_doctor.results.emit import LABELS
 
     shown = [k for k in FORMATS[format] if k in cmds]

@@ -134,7 +134,7 @@ class PlainProgress:
         self._started = False
         self._said = first  # what the last line said (a heartbeat repeats it)
         self._news: str | None = None  # what an event since then said, not yet due to be a line
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a beat reads what to say and says it at once (`doing` may come between)
 
     def line(self, text: str) -> None:
         """One line, "[ELAPSEDs] text", with any control character in `text` escaped."""
@@ -159,13 +159,14 @@ class PlainProgress:
         """A line where none came for EVERY_S seconds: the latest event's news if one came meanwhile (a capture's
         count, a search's evaluations), else what the last line said, still working (a capture step or a model's
         load that takes longer). Called about every second by `heartbeat`'s thread."""
-        if not self._due():
-            return
-        if self._news is not None:  # an event came since the last line but was not due then: it now is
-            self.line(self._news)
-            return
-        said = self._said.partition(" (still working")[0]
-        self.line(f"{said} (still working, {self._clock() - self._t0:.0f} s)")
+        with self._lock:
+            if not self._due():
+                return
+            if self._news is not None:  # an event came since the last line but was not due then: it now is
+                self.line(self._news)
+                return
+            said = self._said.partition(" (still working")[0]
+            self.line(f"{said} (still working, {self._clock() - self._t0:.0f} s)")
 
     def _due(self) -> bool:
         return self._clock() - self._last >= self.EVERY_S

@@ -115,8 +115,8 @@ def _summary(report: Report) -> list[str]:
     if base is not None:
         m = lowp_multiple(report)
         if not base.passed and within_but_over_margin(report, m):
-            L.append(f"- Everything in {prec} (baseline): meets the tolerance ({m:.3g}x), but above "
-                     f"{margin_words(report)}.")
+            L.append(f"- Everything in {prec} (baseline): meets the tolerance ({m:.3g}x) on the search samples it ran (up "
+                     f"to the first that failed), but is above {margin_words(report)}.")
         else:
             L.append(f"- Everything in {prec} (baseline): {'passes' if base.passed else 'fails'} the tolerance.")
     a = report.analysis

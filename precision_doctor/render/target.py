@@ -47,7 +47,7 @@ def other_runtime_sentence(report: Report, short: bool = False) -> str | None:
         return f"{there} it passes too ({of_tolerance(o.tolerance_used)})."
     share = of_tolerance(o.tolerance_used)
     if within_but_over_margin(report, o.tolerance_used):
-        share += f": within it, but above {margin_words(report)}"
+        share += f" on the samples it ran, up to the first that failed: within it there, but above {margin_words(report)}"
     text, where = f"{there} it FAILS ({share})", (o.directory or o.runtime) + "/"
     if o.answer is None:
         return f"{text}: {o.reason or 'no answer for it was found'}."

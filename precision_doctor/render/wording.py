@@ -107,9 +107,9 @@ def lowp_sentence(report: Report) -> str | None:
     if math.isinf(m):
         return f"All in {prec}, the model's outputs overflow (inf or NaN)."
     base = report.analysis.baseline
-    if base is not None and not base.passed and m <= 1:
-        return (f"All in {prec}, the model uses {m:.3g}x the tolerance on the search samples: within it, but above "
-                f"{margin_words(report)}.")
+    if base is not None and not base.passed and within_but_over_margin(report, m):
+        return (f"All in {prec}, the model uses {m:.3g}x the tolerance on the search samples it ran (up to the first "
+                f"that failed): within it there, but above {margin_words(report)}.")
     return f"All in {prec}, the model uses {m:.3g}x the tolerance."
 
 
@@ -120,9 +120,12 @@ def margin_words(report: Report) -> str:
 
 
 def within_but_over_margin(report: Report, share: float | None) -> bool:
-    """Whether a share of the tolerance that failed a check at the search's tolerance is within the user's (the
-    search's margin failed it, not the tolerance)."""
-    return share is not None and share <= 1 and float(report.search.margin or 0.0) > 0
+    """Whether a check that failed at the search's tolerance (the user's less the margin) failed only its margin: its
+    share of the user's tolerance is above 1 - margin and within 1 (on the samples it ran: a failing check stops at
+    its first failing sample), and no cosine floor could have failed it instead."""
+    margin = float(report.search.margin or 0.0)
+    return (share is not None and math.isfinite(share) and margin > 0 and 1 - margin < share <= 1
+            and report.search.tolerance.cosine_floor is None)
 
 
 def floor_finding(floor: RoundingFloor, tol: Tolerance) -> str | None:

@@ -206,10 +206,14 @@ def test_emit_prints_the_provider_options_found(run_cli, tmp_path):
     (tmp_path / "run" / "report.json").write_text(json.dumps(rep.to_json()))
     code, out, err = run_cli("emit", tmp_path / "run", "--format", "ort-cuda")
     assert code == 0, err
-    label, text = out.strip().split("\n", 1)
-    assert label.startswith("# ONNX Runtime CUDA") and text == knobs.ort_providers_text(config)
+    assert f"# {emit.LABELS['ort_cuda_providers']}\n{knobs.ort_providers_text(config)}" in out
+    assert f"# {emit.LABELS['polygraphy_ort_cuda']}\npolygraphy run fixed.onnx --onnxrt --providers cuda" in out
     assert '"use_tf32": "1"' in out
     rep.answer.commands = {k: v for k, v in rep.answer.commands.items() if k != "ort_cuda_providers"}
     (tmp_path / "run" / "report.json").write_text(json.dumps(rep.to_json()))
+    code, out, err = run_cli("emit", tmp_path / "run", "--format", "ort-cuda")
+    assert code == 0 and "--providers cuda" in out and "use_tf32" not in out  # the check, without knobs
+    rep.answer.commands = {k: v for k, v in rep.answer.commands.items() if k != "polygraphy_ort_cuda"}
+    (tmp_path / "run" / "report.json").write_text(json.dumps(rep.to_json()))
     code, _, err = run_cli("emit", tmp_path / "run", "--format", "ort-cuda")
-    assert code == 2 and "they come from --knobs on ort-cuda" in err
+    assert code == 2 and "no ONNX Runtime CUDA command was written for this run" in err
