@@ -210,6 +210,19 @@ def sample_digest(sample: Sample) -> str:
     return h.hexdigest()
 
 
+def first_of_each(digests: Sequence[str]) -> tuple[list[int], list[tuple[int, int]]]:
+    """The index of each digest's first sample, in order, and each later sample that repeats one (with the index it
+    repeats)."""
+    first: dict[str, int] = {}
+    repeats = []
+    for i, d in enumerate(digests):
+        if d in first:
+            repeats.append((i, first[d]))
+        else:
+            first[d] = i
+    return list(first.values()), repeats
+
+
 def validate_samples(model: Model, samples: Sequence[Sample], allow_nonfinite: bool = False) -> list[str]:
     """Refuse samples that name unknown inputs, miss one, or have the wrong dtype, shape or NaN/Inf. Each sample
     is loaded once (a SampleSet: one at a time, already cast by its `conform`); a list's samples are cast in place

@@ -11,6 +11,7 @@ from precision_doctor.data.input_spec import InputSpec
 from precision_doctor.data.inputs import (
     InputValues,
     conform_to,
+    first_of_each,
     generate_samples,
     input_bounds,
     load_samples,
@@ -137,14 +138,9 @@ def load_workload(model_path: str, opts: InputSpec, values: InputValues, run_dir
     digests = validate_samples(model, samples, opts.allow_nonfinite)
     repeated: list[tuple[str, str]] = []
     if opts.files or opts.data_loader_script:  # a sample given twice counts once: a copy held out would validate nothing
-        first: dict[str, int] = {}
-        for i, d in enumerate(digests):
-            if d in first:
-                repeated.append((samples.label(i), samples.label(first[d])))
-            else:
-                first[d] = i
+        keep, repeats = first_of_each(digests)
+        repeated = [(samples.label(i), samples.label(j)) for i, j in repeats]
         if repeated:
-            keep = list(first.values())
             n = len(samples)
             if refs is not None and len(refs) < n:  # too few to pair with the files: said before any is dropped
                 check_count(opts.reference_outputs, refs, n, "{inputs.files}")

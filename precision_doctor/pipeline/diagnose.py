@@ -240,7 +240,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
         notify(ctx.progress, PhaseEvent("confirm", f"on {backend.name}, {counted(len(samples), 'sample')}"))
         confirmed = confirm(ctx, outcome, backend=backend, samples=samples, refs=refs,
                             budget=remaining(ctx.budget, ctx.oracle), copies=n_copies, loop=ctx.loop,
-                            every_sample=_every_sample(backend.name), attribution=ctx.attribution, spread=f.spread)
+                            every_sample=_oracle_choice_on(backend.name), attribution=ctx.attribution, spread=f.spread)
         outcome, f.confirmed, f.confirm_verdict = confirmed.outcome, confirmed.report, confirmed.verdict
         there = confirmed.loop
         if there is not None:  # its rounds join the record; where it decided the answer, its verdict on the rest too
@@ -256,7 +256,7 @@ def _confirm(ctx: RunContext, outcome: Outcome) -> Outcome:
     return outcome
 
 
-def _every_sample(backend: str) -> bool | None:
+def _oracle_choice_on(backend: str) -> bool | None:
     """The confirmation's `every_sample` on `backend`: chosen by a timed trial (None) on ort-cuda, where a trial is a
     lean session kept by set and may cost less than the other samples' runs; every search sample from the start on the
     other GPU backends (an engine's build costs more; a gated graph's session is made once)."""

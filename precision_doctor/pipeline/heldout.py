@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from precision_doctor.data.inputs import generate_samples, load_samples, validate_samples
+from precision_doctor.data.inputs import first_of_each, generate_samples, load_samples, validate_samples
 from precision_doctor.data.references import check_count
 from precision_doctor.data.samples import SampleSet
 from precision_doctor.data.workload import Workload
 from precision_doctor.errors import SpecError
 from precision_doctor.pipeline.heldout_policy import plan_held_out
 from precision_doctor.results.report import HeldOutChoice
-from precision_doctor.words import counted
+from precision_doctor.words import counted, repeat_words
 
 HELD_OUT_SEED_OFFSET = 7919  # generated held-out samples use seed + this
 
@@ -37,7 +37,7 @@ def _held_out(work: Workload) -> SampleSet:
                         "{inputs.files} and {inputs.validate_files}")
             work.references, work.held_references = work.references[:n], work.references[n:]
         _unseen(work, held, digests)
-        once = sorted({d: i for i, d in reversed(list(enumerate(digests)))}.values())  # the first of each
+        once, _ = first_of_each(digests)
         if len(once) < len(held):  # a held-out sample given twice would count twice in the bound
             work.held_repeated = len(held) - len(once)
             held = held.subset(once)
@@ -72,13 +72,8 @@ def _unseen(work: Workload, held: SampleSet, digests: list[str]) -> None:
         i, j = seen[0]
         raise SpecError("inputs.validate_files", (
             f"{{inputs.validate_files}}: {len(seen)} of its {counted(len(held), 'sample')} {'is' if len(seen) == 1 else 'are'} "
-            f"also among the search samples ({same(held.label(i), work.samples.label(j))}): held-out samples must be "
-            "ones the search does not see"))
-
-
-def same(label: str, earlier: str) -> str:
-    """A sample that repeats an earlier one, in words."""
-    return f"{label} is given twice" if label == earlier else f"{label} holds the same values as {earlier}"
+            f"also among the search samples ({repeat_words(held.label(i), work.samples.label(j))}): held-out samples "
+            "must be ones the search does not see"))
 
 
 def held_out_choice(work: Workload, held: SampleSet) -> HeldOutChoice:

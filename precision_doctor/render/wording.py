@@ -34,6 +34,7 @@ from precision_doctor.render.numbers import (
     num,
 )
 from precision_doctor.results.report import AnswerSummary, Layer, Report
+from precision_doctor.words import repeat_words
 
 
 def tolerance_text(tol: Tolerance, sep: str = ", ", code: str = "") -> str:
@@ -320,8 +321,7 @@ def samples_cell(report: Report) -> str:
     repeated = inputs.get("repeated") or []
     if repeated:
         dup, first = repeated[0]
-        same = f"{dup} is given twice" if dup == first else f"{dup} holds the same values as {first}"
-        cell += (f"; {counted(len(repeated), 'repeated sample')} of the search's used once ({same}"
+        cell += (f"; {counted(len(repeated), 'repeated sample')} of the search's used once ({repeat_words(dup, first)}"
                  f"{', ...' if len(repeated) > 1 else ''})")
     if inputs.get("held_repeated"):
         cell += f"; {counted(int(inputs['held_repeated']), 'repeated held-out sample')} used once"

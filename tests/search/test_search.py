@@ -339,8 +339,8 @@ def test_the_confirmations_oracle_is_chosen_by_what_a_trial_costs(tmp_path):
 
     assert TrialCost(session_s=5.0, sample_s=0.05, others=40).every_sample  # cuDNN's algorithm search per session
     assert not TrialCost(session_s=0.4, sample_s=0.11, others=44).every_sample  # a lean transformer session
-    from precision_doctor.pipeline.diagnose import _every_sample  # timed only where a trial is a session kept by set
-    assert [_every_sample(b) for b in ("ort-cuda", "trt", "ort-cuda-gated", "emulate")] == [None, True, True, False]
+    from precision_doctor.pipeline.diagnose import _oracle_choice_on  # timed only where a trial is a session kept by set
+    assert [_oracle_choice_on(b) for b in ("ort-cuda", "trt", "ort-cuda-gated", "emulate")] == [None, True, True, False]
     s = Setup("three_defects", tmp_path / "cap")
     found = STRATEGIES["auto"](s.oracle(), s.space)
     search = s.case.samples(12, seed=123)
