@@ -147,7 +147,7 @@ def _settings(report: Report) -> list[str]:
         f"| Precision | {precision_name(report)} (max {fmt(limits.max)}, smallest normal {fmt(limits.smallest_normal)}) |"
     )
     L.append(f"| Tolerance | {_tolerance_text(report.search.tolerance)} |")
-    L.append(f"| Samples | {samples_cell(report)} |")
+    L.append(f"| Samples | {_cell(samples_cell(report))} |")
     L.append(f"| Status | `{report.status}` |")
     tool = f"{report.invocation.tool} {report.invocation.version}".strip()
     L.append(f"| Created | {report.invocation.created or '?'} by {tool} |")
