@@ -263,6 +263,7 @@ def run_task(task: dict) -> dict:
             cmd += ["--max-evaluations", str(task["max_evaluations"])]
         if task.get("precision", "fp16") != "fp16":
             cmd += ["--precision", task["precision"]]
+        cmd += task.get("diagnose_args") or []
         if not task.get("package_dir"):  # the code before targets searched for ONNX Runtime's kernels anyway
             cmd += ["--target", TARGET] + (["--capture-device", CAPTURE_DEVICE] if CAPTURE_DEVICE else [])
         env = dict(os.environ)
@@ -313,6 +314,7 @@ def plan(models: list[dict], runs: list[str], sizes: list[int], args) -> list[di
                 tasks.append({"id": f"{m['name']}-{label}-{n}" if n else f"{m['name']}-{label}", "kind":
                               "hindsight" if run == "hindsight" else "diagnose", "label": label, "n": n, "model": m,
                               "dry": args.dry_run, "keep": args.keep, "max_evaluations": args.max_evaluations,
+                              "diagnose_args": args.diagnose_args.split() if args.diagnose_args else None,
                               "precision": args.precision,
                               "threads": args.threads or max(1, (os.cpu_count() or 1) // args.jobs),
                               "package_dir": str(args.package_dir.resolve()) if run == "before" else None})
@@ -533,6 +535,8 @@ def main() -> None:
     ap.add_argument("--max-evaluations", type=int, default=None, help="a search budget (plumbing runs)")
     ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16"],
                     help="the format `diagnose` is given (its runs labelled RUN-bf16); hindsight sets are FP16's")
+    ap.add_argument("--diagnose-args", default=None, help="more arguments for the `current`/`before` runs' diagnose, "
+                    "one string (e.g. \"--backend ort-cuda\": search on the real mixed graph)")
     ap.add_argument("--keep", action="store_true", help="keep run directories under --work")
     ap.add_argument("--render", type=Path, nargs="+", default=None,
                     help="only the tables, from truth.json files (several: one run's records, later files winning)")
