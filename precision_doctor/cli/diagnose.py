@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,28 +100,27 @@ def diagnose(
     raise typer.Exit(report.statement.exit_code)
 
 
-PER_INVOCATION = ("search.max_evaluations", "search.time_budget")  # a resume's budget is its own
 SHOWN_NODES = 20  # the terminal lists this many FP32 nodes of an answer; the reports and files list them all
 
 
 def resumed_spec(model: Path, out_dir: Path, options: Options) -> CheckedSpec:
     """The settings a resumed run continues with, checked: those it was started with, the flags given on top (a
-    flag that changes a verdict setting is refused later, showing the command that continues the run).
-    The budget is not carried over: a run that used up its --max-evaluations goes on without one unless
-    a new one is given."""
+    flag that changes a verdict setting is refused later, showing the command that continues the run). The budget
+    is one of them: --max-evaluations counts the run's evaluations before the stop too, --time-budget the search's
+    seconds of this invocation; a new --max-evaluations or --time-budget replaces it."""
     from precision_doctor.pipeline.settings import recorded_spec
     from precision_doctor.pipeline.spec_check import validate_spec
 
     recorded = recorded_spec(out_dir) if Path(out_dir).is_dir() else None
     if recorded is None:
         return validate_spec(options.spec(model))
-    budget = {k: None for k in PER_INVOCATION}
-    return validate_spec(recorded.with_settings({**budget, "model": str(model), **options.given_settings()}))
+    return validate_spec(recorded.with_settings({"model": str(model), **options.given_settings()}))
 
 
-def resume_command(model: Path, out_dir: Path) -> str:
-    """The command that continues a run in `out_dir` (its settings are recorded there)."""
-    return shlex.join(["precision-doctor", "diagnose", str(model), "--resume", "--out", str(out_dir)])
+def resume_command(model: Path, out_dir: Path, more: Sequence[str] = ()) -> str:
+    """The command that continues a run in `out_dir` (its settings are recorded there); `more`: flags on top (a
+    larger budget: render.commands.raised_budget)."""
+    return shlex.join(["precision-doctor", "diagnose", str(model), "--resume", "--out", str(out_dir), *more])
 
 
 def settings_refusal(exc, model: Path, out_dir: Path) -> str:
@@ -139,7 +139,7 @@ def settings_refusal(exc, model: Path, out_dir: Path) -> str:
 def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None) -> None:
     """The run's outcome: the search in one line, the verdict (label and one sentence per field of the statement, as
     the reports say them), the FP32 nodes, the details, the next step and where the report is."""
-    from precision_doctor.render.commands import first_step
+    from precision_doctor.render.commands import first_step, raised_budget
     from precision_doctor.render.sections import Section, Step, Steps
     from precision_doctor.render.sections import checks as checks_section
     from precision_doctor.render.sections import verdict as verdict_section
@@ -193,7 +193,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
     text, cmd = first_step(report)
     if st.next.kind == NextKind.CONTINUE:  # the command from here, not from the run directory
         path = model or (report.model.path if report.model is not None else "MODEL")
-        cmd = f"to continue: {resume_command(Path(path), out_dir)}"
+        cmd = f"to continue: {resume_command(Path(path), out_dir, raised_budget(report))}"
     elif cmd:
         cmd = f"(from {out_dir}) {cmd}"
     for line in terminal_lines(Section("next", None, (Steps((Step(text, cmd),)),))):

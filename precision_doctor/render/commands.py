@@ -12,6 +12,7 @@ A report without its settings (`invocation.spec`: one built by hand) falls back 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,12 +101,23 @@ def _relax_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | Non
 
 def _continue_step(report: Report) -> tuple[str, str | None]:
     """Continue a run that stopped early where it stopped."""
+    raised = raised_budget(report)
     how = ("the daemon keeps this job's files: precision-doctor resubmit queues a new job that resumes this one's search, "
            "without its budget unless you give one (--max-evaluations N, --time-budget S)") if _service(report) else (
-        "its settings are recorded in the run directory" + (
-            "" if report.status == RunStatus.INTERRUPTED else "; a larger --max-evaluations or --time-budget lets it go "
-            "further"))
-    return (f"The run did not finish. Continue it where it stopped ({how}):", resume_command(report))
+        "its settings are recorded in the run directory, its budget too" + (
+            f"; the budget that stopped it, doubled ({' '.join(raised)}), lets it go further" if raised else ""))
+    return (f"The run did not finish. Continue it where it stopped ({how}):", resume_command(report, raised))
+
+
+def raised_budget(report: Report) -> list[str]:
+    """The flags that let a run its --max-evaluations stopped go further: that budget doubled (it counts the
+    evaluations before a resume too, so the same budget would stop it again; a --time-budget counts each invocation's
+    seconds, so a resume has it again); [] for any other run."""
+    spec = report.invocation.spec
+    if report.status != RunStatus.BUDGET_EXHAUSTED or spec is None:
+        return []
+    most = spec.search.max_evaluations
+    return flag_args("search.max_evaluations", 2 * most) if most is not None and report.search.evaluations >= most else []
 
 
 def _check_step(report: Report, cmds: dict[str, str] | None = None) -> tuple[str, str | None]:
@@ -218,14 +230,15 @@ def rerun_command(report: Report, suffix: str, changes: dict[str, Any] | None = 
     return command_line("diagnose", spec.model, spec, "--out", f"../{inv.directory}-{suffix}")
 
 
-def resume_command(report: Report) -> str:
-    """The command that continues this run where it stopped (its settings are recorded in its directory)."""
+def resume_command(report: Report, more: Sequence[str] = ()) -> str:
+    """The command that continues this run where it stopped (its settings are recorded in its directory); `more`:
+    flags on top (`raised_budget`)."""
     inv = report.invocation
     if inv.spec is None:
         return _legacy(report, None, "RUN_DIR")
     if _service(report):
         return resubmit_command(inv.service_job)
-    return shlex.join(["precision-doctor", "diagnose", inv.spec.model, "--resume", "--out", HERE])
+    return shlex.join(["precision-doctor", "diagnose", inv.spec.model, "--resume", "--out", HERE, *more])
 
 
 def resubmit_command(job: ServiceJob | None, changes: dict[str, Any] | None = None) -> str:

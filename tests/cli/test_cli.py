@@ -194,7 +194,7 @@ def test_resume_with_other_settings_is_refused(run_cli, planted_file, tmp_path):
     other = [a if a != files[0] else files[1] for a in base]  # the same number of samples, other values
     code, _, err = run_cli(*other, "--resume")
     assert code == 2 and "samples_hash" in err
-    code, _, _ = run_cli(*base, "--resume")
+    code, _, _ = run_cli(*base, "--resume", "--max-evaluations", "1000")  # a larger budget is no other setting
     assert code == 0
 
 
@@ -230,10 +230,15 @@ def test_diagnose_resume_repeats_no_evaluation(run_cli, planted_file, tmp_path, 
     out = tmp_path / "r"
     base = ["diagnose", path, "--inputs", files[0], "--inputs", files[1], "--validation-split", "0",
             "--atol", "1e-2", "--rtol", "1e-2", "--cost", cost, "--out", out]
-    code, _, _ = run_cli(*base, "--max-evaluations", "4")
+    code, out_text, _ = run_cli(*base, "--max-evaluations", "4")
     rep = json.loads((out / "report.json").read_text())
     assert rep["status"] == "budget_exhausted" and rep["search"]["evaluations"] == 4
-    code, _, _ = run_cli(*base, "--resume")
+    assert "--resume --out" in out_text and "--max-evaluations 8" in out_text  # the budget that stopped it, doubled
+    code, _, _ = run_cli(*base, "--resume")  # its budget is one of its settings: spent, so nothing more runs
+    again = json.loads((out / "report.json").read_text())
+    assert again["status"] == "budget_exhausted" and again["search"]["evaluations"] == 4
+    assert again["invocation"]["spec"]["search"]["max_evaluations"] == 4
+    code, _, _ = run_cli(*base, "--resume", "--max-evaluations", "1000")  # a new budget replaces it
     rep2 = json.loads((out / "report.json").read_text())
     assert code == 0 and rep2["status"] == "complete"
     if cost == "nodes":  # the node-minimal answer is known; deploy keeps the softmax group and closes a gap
