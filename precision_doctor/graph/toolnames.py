@@ -147,8 +147,14 @@ def place_model(model_file: Path, out_dir: Path, writer: RunDir | None = None) -
     if model_file.parent == out_dir:
         return PlacedModel(model_file.name, None)
     data = _external_data(model_file)
+    if data is None:
+        return PlacedModel(str(model_file), None)
     names = [MODEL_LINK, *data]
-    if data is None or any((out_dir / n).exists() or (out_dir / n).is_symlink() or "/" in n or n == MODEL_LINK
+    if writer is not None:  # placed by an earlier invocation of this run (a resume, --force): placed again
+        for n in names:
+            if "/" not in n and writer.ours(out_dir / n) and ((out_dir / n).is_symlink() or (out_dir / n).is_file()):
+                (out_dir / n).unlink()
+    if any((out_dir / n).exists() or (out_dir / n).is_symlink() or "/" in n or n == MODEL_LINK
                            for n in names[1:]) or (out_dir / MODEL_LINK).exists():
         return PlacedModel(str(model_file), None)
     for n in names:

@@ -245,6 +245,8 @@ def test_diagnose_resume_repeats_no_evaluation(run_cli, planted_file, tmp_path, 
         assert sorted(rep2["answer"]["fallback_nodes"]) == sorted(planted.three_defects().expected)
     lines = (out / "search.jsonl").read_text().splitlines()
     assert len(lines) == rep2["search"]["evaluations"]  # nothing evaluated twice
+    # the commands name the model as the run directory holds it, after a resume too (not its absolute path)
+    assert "--onnx=model.onnx" in (out / "trtexec.sh").read_text() and rep2["answer"]["artifacts"]["model"] == "model.onnx"
 
 
 def test_resume_on_another_model_is_refused_as_such(run_cli, planted_file, tmp_path):
