@@ -28,6 +28,7 @@ from precision_doctor.render.wording import (
     margin_words,
     model_file_sentence,
     output_run_labels,
+    over_margin_share,
     precision_name,
     samples_cell,
     shapes_text,
@@ -115,8 +116,8 @@ def _summary(report: Report) -> list[str]:
     if base is not None:
         m = lowp_multiple(report)
         if not base.passed and within_but_over_margin(report, m):
-            L.append(f"- Everything in {prec} (baseline): meets the tolerance ({m:.3g}x) on the search samples it ran (up "
-                     f"to the first that failed), but is above {margin_words(report)}.")
+            L.append(f"- Everything in {prec} (baseline): meets the tolerance ({over_margin_share(report, m)}x) on the "
+                     f"search samples it ran (up to the first that failed), but is above {margin_words(report)}.")
         else:
             L.append(f"- Everything in {prec} (baseline): {'passes' if base.passed else 'fails'} the tolerance.")
     a = report.analysis

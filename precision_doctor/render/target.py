@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from precision_doctor.graph.targets import RUNTIMES, TENSORRT, how_checked, of_tolerance, runtime
 from precision_doctor.render.numbers import counted, fmt_pct
-from precision_doctor.render.wording import margin_words, within_but_over_margin
+from precision_doctor.render.wording import margin_words, over_margin_share, within_but_over_margin
 from precision_doctor.results.report import Report
 
 SHOWN = 8  # nodes of the other runtime's additions named in a sentence
@@ -47,7 +47,8 @@ def other_runtime_sentence(report: Report, short: bool = False) -> str | None:
         return f"{there} it passes too ({of_tolerance(o.tolerance_used)})."
     share = of_tolerance(o.tolerance_used)
     if within_but_over_margin(report, o.tolerance_used):
-        share += f" on the samples it ran, up to the first that failed: within it there, but above {margin_words(report)}"
+        share = (f"{over_margin_share(report, o.tolerance_used)}x the tolerance on the samples it ran, up to the first "
+                 f"that failed: within it there, but above {margin_words(report)}")
     text, where = f"{there} it FAILS ({share})", (o.directory or o.runtime) + "/"
     if o.answer is None:
         return f"{text}: {o.reason or 'no answer for it was found'}."

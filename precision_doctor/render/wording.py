@@ -109,8 +109,8 @@ def lowp_sentence(report: Report) -> str | None:
         return f"All in {prec}, the model's outputs overflow (inf or NaN)."
     base = report.analysis.baseline
     if base is not None and not base.passed and within_but_over_margin(report, m):
-        return (f"All in {prec}, the model uses {m:.3g}x the tolerance on the search samples it ran (up to the first "
-                f"that failed): within it there, but above {margin_words(report)}.")
+        return (f"All in {prec}, the model uses {over_margin_share(report, m)}x the tolerance on the search samples it "
+                f"ran (up to the first that failed): within it there, but above {margin_words(report)}.")
     return f"All in {prec}, the model uses {m:.3g}x the tolerance."
 
 
@@ -118,6 +118,16 @@ def margin_words(report: Report) -> str:
     """The search's margin in words: "the 0.9x the search's 10% margin allows"."""
     margin = float(report.search.margin or 0.0)
     return f"the {1 - margin:.3g}x the search's {100 * margin:.3g}% margin allows"
+
+
+def over_margin_share(report: Report, share: float) -> str:
+    """A share that failed only the search's margin, with the digits that show it above 1 - margin ("0.90003", not
+    "0.9", which reads as the margin itself)."""
+    mark = 1 - float(report.search.margin or 0.0)
+    for digits in range(3, 9):
+        if float(text := f"{share:.{digits}g}") > mark:
+            return text
+    return repr(share)
 
 
 def within_but_over_margin(report: Report, share: float | None) -> bool:

@@ -78,6 +78,8 @@ def test_what_fails_only_the_searchs_margin_is_said_to_meet_the_tolerance():
     other = with_fields(rep, other_runtime=OtherRuntime("ort-cuda", "emulate", False, 40, False, 0.91))
     assert ("it FAILS (0.91x the tolerance on the samples it ran, up to the first that failed: within it there, but "
             "above the 0.9x the search's 10% margin allows)") in other_runtime_sentence(other)
+    barely = with_fields(rep, other_runtime=OtherRuntime("ort-cuda", "emulate", False, 40, False, 0.900034))
+    assert "it FAILS (0.90003x the tolerance on the samples it ran" in other_runtime_sentence(barely)  # not "0.9x"
     for share in (1.2, 0.5):  # over the tolerance; or under the margin's (another check failed it): no such words
         over = with_fields(rep, other_runtime=OtherRuntime("ort-cuda", "emulate", False, 40, False, share))
         assert f"it FAILS ({share:g}x the tolerance)" in other_runtime_sentence(over)
