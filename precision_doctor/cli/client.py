@@ -237,9 +237,11 @@ def _plain_line(plain: PlainProgress, said: list, job) -> None:
     if said[0] == (job.state, p.phase) and now - said[1] < plain.EVERY_S:
         return
     said[:] = [(job.state, p.phase), now]
-    best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
+    # once the job ended its answer is in its result (the cost ranking may pick another passing set than the smallest)
+    best = "" if p.best_size is None or job.terminal else f", smallest passing set so far {p.best_size}"
     for_s = "" if p.phase_for_s is None or job.terminal else f" ({p.phase_for_s:.0f} s)"
-    plain.line(f"job {job.id}: {job.state} {p.phase}{for_s}, {counted(p.evaluations, 'evaluation')}{best}")
+    phase = "" if p.phase == str(job.state) else f" {p.phase}"  # "done", not "done done"
+    plain.line(f"job {job.id}: {job.state}{phase}{for_s}, {counted(p.evaluations, 'evaluation')}{best}")
 
 
 def _fetch(client, job_id: str, patience_s: float = 0.0):
