@@ -87,6 +87,14 @@ class Pulse(threading.Thread):
         self.done = threading.Event()
         self.stop_deadline: float | None = None
         self.failing: str | None = None  # the store's last refusal (logged once until it takes writes again)
+        self.asked: set[str] = set()  # the reasons the run was asked to stop for: each asked once
+
+    def _ask_stop(self, reason: str) -> None:
+        """Ask the run to stop for `reason`, once: the store says "cancel" at every heartbeat after one, and a second
+        stop() would read as a second Ctrl-C (it stops the report's writing too)."""
+        if reason not in self.asked:
+            self.asked.add(reason)
+            self.stop_token.stop(reason)
 
     def on_progress(self, event: ProgressEvent) -> None:
         """The run's progress sink (called in the job's thread): cheap, no I/O."""
@@ -129,7 +137,7 @@ class Pulse(threading.Thread):
                 self.dirty = True  # a beat: no event came for a while, the job still says how long its phase has run
             gone = self.daemon_gone is not None and self.daemon_gone.is_set()
             if gone and not self.stop_token.stopped:
-                self.stop_token.stop("shutdown")
+                self._ask_stop("shutdown")
             if self.stop_token.stopped and self.stop_deadline is None:
                 self.stop_deadline = now + ORPHAN_GRACE_S
             if gone and self.stop_deadline is not None and now > self.stop_deadline:
@@ -138,7 +146,7 @@ class Pulse(threading.Thread):
             if not self.dirty and now - last_beat < self.lease_s / 4:
                 try:
                     if not self.stop_token.stopped and self.store.cancel_requested(self.job_id):
-                        self.stop_token.stop("cancel")
+                        self._ask_stop("cancel")
                 except Exception as exc:  # a locked or vanished database: try again next tick
                     self._failed(f"reading job {self.job_id} failed: {one_line(exc)}")
                 continue
@@ -157,9 +165,9 @@ class Pulse(threading.Thread):
                 self.failing = None
             last_beat = now
             if not ours:
-                self.stop_token.stop(LOST)
+                self._ask_stop(LOST)
             elif cancel:
-                self.stop_token.stop("cancel")
+                self._ask_stop("cancel")
 
     def _failed(self, message: str) -> None:
         if message != self.failing:

@@ -150,3 +150,33 @@ def test_a_silent_step_still_changes_the_job_every_beat(tmp_path, monkeypatch) -
     fors = [f for _, f in seen[1:]]
     assert all(f is not None for f in fors) and fors == sorted(fors) and fors[-1] >= 2.0, seen
     assert store.get(job.id).progress.phase == "capture"
+
+
+def test_a_cancel_stops_the_run_once(tmp_path, monkeypatch) -> None:
+    """The store says "cancel" at every heartbeat after a job's cancel: the run is asked to stop once, so that the stop
+    is acted on in the search and the report is still written (a second stop() reads as a second Ctrl-C, which ends
+    the writing of the artifacts: "stopped again while its artifacts were made" after one cancel)."""
+    from precision_doctor.control import StopToken
+    from precision_doctor.service import workers
+
+    monkeypatch.setattr(workers, "BEAT_S", 0.05)
+    monkeypatch.setattr(workers, "PROGRESS_EVERY_S", 0.02)
+    state = StateDir(tmp_path / "state")
+    state.root.mkdir()
+    store = Store(state.db)
+    job = store.create("m", {"model": "m.onnx"})
+    claimed = store.claim("w", os.getpid(), 0.2)  # a short lease: a heartbeat every 0.05 s
+    token = StopToken()
+    pulse = workers.Pulse(store, job.id, claimed.token, 0.2, token, None)
+    store.request_cancel(job.id)
+    pulse.start()
+    try:
+        t_end = time.monotonic() + 20.0
+        while time.monotonic() < t_end and not token.stopped:
+            time.sleep(0.02)
+        assert token.stopped
+        token.handled()  # the search acted on it
+        time.sleep(1.0)  # many heartbeats, each reading the cancel again
+        assert not token.pending
+    finally:
+        pulse.close()
