@@ -67,14 +67,15 @@ def status_sentence(st: Statement) -> str:
         return f"No FP32 fallback set made the model meet the tolerance in {p}."
     if st.status == Status.INCOMPLETE:
         stopped = STOPPED.get(st.stopped, "stopped")
+        c = st.claim
+        if st.answered and c is not None and c.measured and c.failures:  # measured: it fails held-out samples
+            return (f"The run stopped ({stopped}) before its answer was settled: the set found so far ({nodes} in FP32) "
+                    f"meets the tolerance in {p} on the search samples it was checked on, not on held-out ones, and a "
+                    "set that passes them too was not found yet.")
         if st.answered:
             return (f"The run stopped ({stopped}) before its answer was settled: the set found so far keeps {nodes} in "
                     "FP32, and what would settle it did not finish.")
         return f"The search stopped ({stopped}) before any FP32 fallback set made the model meet the tolerance in {p}."
-    if st.status == Status.FAILED_HELD_OUT and st.stopped is not None:  # no set that passes them too was found
-        return (f"The run stopped ({STOPPED.get(st.stopped, 'stopped')}) with a set ({nodes} in FP32) that meets the "
-                f"tolerance in {p} on the search samples it was checked on, not on held-out ones, before it found one "
-                "that passes them too.")
     if st.status == Status.FAILED_HELD_OUT:
         return f"The set found ({nodes} in FP32) meets the tolerance in {p} on the search samples, not on held-out ones."
     if st.benefit is not None and st.benefit.all_fp32:

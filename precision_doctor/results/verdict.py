@@ -45,8 +45,8 @@ class Status(_Value):
     """The base of the result."""
 
     PASSED = "passed"  # passes every sample it was checked on, the run complete
-    FAILED_HELD_OUT = "failed_held_out"  # fails held-out samples
-    INCOMPLETE = "incomplete"  # the run stopped (budget, interrupt) before its answer was settled
+    FAILED_HELD_OUT = "failed_held_out"  # fails held-out samples, the run complete (its repair found no set)
+    INCOMPLETE = "incomplete"  # the run stopped (budget, interrupt) before its answer was settled, whatever its set measured
     NO_SOLUTION = "no_solution"  # no set meets the tolerance
 
 
@@ -286,9 +286,11 @@ def _status(report, run: RunStatus, answer: bool) -> Status:
     v = report.promise.validation
     if run == RunStatus.NO_SOLUTION or (run == RunStatus.COMPLETE and not answer):
         return Status.NO_SOLUTION
-    if v is not None and not v.passed and not v.passed_after_research and not _repair_moved(report):
+    if run.ended_early:  # the run's state first: its set so far, failing held-out samples or not, is not settled
+        return Status.INCOMPLETE
+    if v is not None and not v.passed and not v.passed_after_research:
         return Status.FAILED_HELD_OUT
-    return Status.INCOMPLETE if run.ended_early else Status.PASSED
+    return Status.PASSED
 
 
 def _repair_moved(report) -> bool:

@@ -32,8 +32,8 @@ def test_a_run_stopped_before_any_set_passed_claims_none(run_cli, planted_file, 
 
 
 def test_a_run_stopped_with_a_set_its_validation_samples_fail(run_cli, planted_file, tmp_path):
-    """--validate-inputs samples fail the answer of a search stopped early: FAILED ON HELD-OUT SAMPLES, with the
-    k of n they measured and no claim that the set passed every search sample."""
+    """--validate-inputs samples fail the answer of a search stopped early: INCOMPLETE (the run's state first), with
+    the k of n they measured and no claim that the set passed every search sample."""
     case, path, files = planted_file("three_defects", n=25)
     held = tmp_path / "held"
     held.mkdir()
@@ -43,12 +43,14 @@ def test_a_run_stopped_with_a_set_its_validation_samples_fail(run_cli, planted_f
                                                       "--out", tmp_path / "r"))
     text = " ".join(out.split())
     assert code == 1, err
-    assert text.count("FAILED ON HELD-OUT SAMPLES: The run stopped (budget exhausted) with a set (") == 1
+    assert text.count("INCOMPLETE (budget exhausted): The run stopped (budget exhausted) before its answer was settled: "
+                      "the set found so far (") == 1
     assert "meets the tolerance in FP16 on the search samples it was checked on, not on held-out ones" in text
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
     failed = len(rep["promise"]["validation"]["failing_samples"])
     assert failed > 0 and f"{failed} of 40 held-out samples of your data failed on emulate" in text
     assert "Not checked on ONNX Runtime CUDA: the run ended early (budget exhausted)." in text
+    assert "Certified by" not in text  # no certificate beside the held-out failures
     assert "`" not in text.split("FP32 nodes")[0]  # the headline is plain text
 
 
@@ -63,6 +65,7 @@ def test_a_run_stopped_during_its_repair_says_the_set_reported_is_the_one_that_f
     text = " ".join(out.split())
     rep = json.loads((tmp_path / "r" / "report.json").read_text())
     assert code == 1 and sorted(rep["promise"]["validation"]["first_candidate"]) == sorted(rep["answer"]["fallback_nodes"]), err
-    assert "FAILED ON HELD-OUT SAMPLES: The run stopped (budget exhausted) with a set" in text
+    assert "INCOMPLETE (budget exhausted): The run stopped (budget exhausted) before its answer was settled: the set " \
+        "found so far (" in text
     assert "1 of 6 held-out samples of your data failed on emulate" in text and "Not validated" not in text
     assert rep["reason"].endswith("during the repair, before a set that passes the failing held-out samples too was found")

@@ -99,10 +99,10 @@ CASES = {
                       pricing=_pricing(share=1.0, kept=0.0)), "PASSED, ALL IN FP32 (NO FP16 BENEFIT)", 0),
     "failed held-out": (dict(status=RunStatus.BUDGET_EXHAUSTED, reason="budget",
                              validation=Validation(passed=False, samples=5, failing_samples=[0]),
-                             samples=SampleCounts(20, 5)), "FAILED ON HELD-OUT SAMPLES", 1),
+                             samples=SampleCounts(20, 5)), "INCOMPLETE (budget exhausted)", 1),
     "failed held-out, its repair stopped": (dict(status=RunStatus.BUDGET_EXHAUSTED, reason="budget",
                                                  validation=replace(STOPPED_REPAIR, first_candidate=["a", "b"])),
-                                            "FAILED ON HELD-OUT SAMPLES", 1),
+                                            "INCOMPLETE (budget exhausted)", 1),
     "repair stopped with a set so far": (dict(status=RunStatus.BUDGET_EXHAUSTED, reason="budget", validation=STOPPED_REPAIR,
                                               fallback_nodes=["a", "b", "c"], fallback_size=3),
                                          "INCOMPLETE (budget exhausted)", 1),
@@ -246,14 +246,15 @@ def test_incomplete_runs_are_never_a_pass():
 
 def test_a_run_stopped_with_failing_held_out_samples_says_what_its_set_is():
     """Held-out samples failed the answer and the run stopped before a set passing them was settled (issue 34's
-    screenshots): where the reported set is the one they failed, they measured it (FAILED, its k of n); where a
-    repair already moved on to a set that passes them, the run is INCOMPLETE and the failure is the earlier answer's."""
+    screenshots): the run is INCOMPLETE (its state first: two new users read FAILED as the model's verdict after a
+    Ctrl-C); where the reported set is the one they failed, they measured it (its k of n); where a repair already
+    moved on to a set that passes them, the failure is the earlier answer's."""
     failed = _report(**CASES["failed held-out, its repair stopped"][0])
     head = headline(failed)
-    assert head.startswith("FAILED ON HELD-OUT SAMPLES: The run stopped (budget exhausted) with a set (2 of 9 candidate "
-                           "nodes in FP32) that meets the tolerance in FP16 on the search samples it was checked on, not on "
-                           "held-out ones, before it found one that passes them too. 1 of 6 held-out samples of your data "
-                           "failed on emulate")
+    assert head.startswith("INCOMPLETE (budget exhausted): The run stopped (budget exhausted) before its answer was "
+                           "settled: the set found so far (2 of 9 candidate nodes in FP32) meets the tolerance in FP16 on "
+                           "the search samples it was checked on, not on held-out ones, and a set that passes them too was "
+                           "not found yet. 1 of 6 held-out samples of your data failed on emulate")
     assert failed.statement.claim.measured and failed.statement.next.kind == NextKind.CONTINUE
     moved = _report(**CASES["repair stopped with a set so far"][0])
     head = headline(moved)

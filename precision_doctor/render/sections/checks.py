@@ -19,9 +19,12 @@ from precision_doctor.results.verdict import Status
 
 def build(report: Report) -> Section:
     """The facts; what the answer was certified on and uses of the tolerance only for an answer that did not fail
-    held-out samples (a certificate beside FAILED ON HELD-OUT SAMPLES would read as a contradiction)."""
+    held-out samples (a certificate beside their failures would read as a contradiction: FAILED ON HELD-OUT SAMPLES,
+    or a stopped run's set so far that they failed)."""
     st = report.statement
     lines = [claim_details(report), rounds_sentence(report), answers_sentence(report), confirm_sentence(report)]
-    if st.answered and st.status != Status.FAILED_HELD_OUT:
+    failed_held_out = st.status == Status.FAILED_HELD_OUT or (st.claim is not None and st.claim.measured
+                                                              and st.claim.failures > 0)
+    if st.answered and not failed_held_out:
         lines += [certified_sentence(report), headroom_sentence(report), *emulation_note_lines(report)]
     return Section("checks", None, (Notes(tuple(x for x in lines if x)),))
