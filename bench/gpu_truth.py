@@ -596,7 +596,8 @@ def finish(args, models: list[dict], tasks: list[dict], t0: float) -> None:
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout.strip()
     meta = {"command": " ".join(["python3", "bench/gpu_truth.py", *sys.argv[1:]]), "commit": commit,
             "mode": "dry run: emulator searches, ORT CPU judges" if args.dry_run else
-            "GPU: ort-cuda-gated searches, ort-cuda confirms, ORT CUDA judges",
+            ("GPU: ort-cuda-gated searches, ort-cuda confirms, ORT CUDA judges" if not args.diagnose_args else
+             f"GPU: diagnose {args.diagnose_args}, ORT CUDA judges"),
             "machine": f"{platform.node()}, {os.cpu_count()} cores", "wall_s": time.monotonic() - t0,
             "models": [{k: m.get(k) for k in ("name", "params", "nodes")} for m in models]}
     (args.out / "truth.json").write_text(json.dumps({"meta": meta, "models": models, "records": records}, indent=1))
