@@ -12,6 +12,7 @@ from precision_doctor.data.loader_script import parse_script
 from precision_doctor.data.sources import looks_like_shape
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.results.report import ServiceJob
+from precision_doctor.service import precheck
 from precision_doctor.service.config import MAX_JOB_FILES, ServiceConfig, StateDir
 from precision_doctor.service.paths import Pins, expand_confined, pin_confined, pin_model
 from precision_doctor.service.store import Job, Store, new_id
@@ -77,14 +78,19 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
             assert sub.model_path is not None
             model = pin_model(sub.model_path, roots, sub.model_field, inputs_dir / MODEL_DIR)
         changes: dict[str, object] = {"model": str(model)}
+        model_field = sub.model_field if sub.model_path is not None else "model"
+        names = precheck.model_inputs(model, sub.model_path or (sub.model_upload.filename if sub.model_upload else "")
+                                      or model.name, model_field)
         for key, sent in (("files", sub.inputs), ("validate_files", sub.validate_inputs)):
             where, named = inputs_dir / SAMPLE_DIRS[key], _expanded(getattr(spec.inputs, key), roots, f"inputs.{key}")
             setting = f"inputs.{key}"
-            pinned = list(dict.fromkeys(str(pins.pin(path, setting, where, f"{i:03d}-", setting, SAMPLE_SUFFIXES))
-                                        for i, path in enumerate(named)))
-            stored = [str(save_upload(up, where, len(named) + i, SAMPLE_SUFFIXES, key.rstrip("s")))
+            given = [(path, pins.pin(path, setting, where, f"{i:03d}-", setting, SAMPLE_SUFFIXES))
+                     for i, path in enumerate(named)]
+            given += [(up.filename or "an upload", save_upload(up, where, len(named) + i, SAMPLE_SUFFIXES, key.rstrip("s")))
                       for i, up in enumerate(sent)]
-            changes[setting] = pinned + stored
+            if spec.inputs.data_loader_script is None:  # a script's samples are its own (checked as the job runs)
+                precheck.samples(given, names, setting)
+            changes[setting] = list(dict.fromkeys(str(stored) for _, stored in given))
         if (script := spec.inputs.data_loader_script) is not None:
             changes["inputs.data_loader_script"] = _pinned_script(script, config, inputs_dir / LOADER_DIR)
         if (ref := spec.inputs.reference_outputs) is not None:

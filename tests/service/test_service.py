@@ -82,9 +82,14 @@ def test_wait_exit_codes(env) -> None:
     uploads = [a for f in samples for a in ("--inputs", f)]
     # budget of one evaluation: done, but without a passing set -> 1
     no_set = d.cli("submit", model, *uploads, *_settings_flags(settings), "--max-evaluations", "1").stdout.split()[-1]
-    # a sample whose input name the model does not have: the job fails -> 3, with the reason
+    # a sample whose input name the model does not have: refused at submission (2), naming the file as given
     bad = files / "codes" / "wrong_name.npz"
     np.savez(bad, y=np.zeros((2, 16), np.float32))
+    refused = d.cli("submit", model, "--inputs", bad)
+    assert refused.returncode == 2 and "wrong_name.npz: unknown input 'y'" in refused.stderr, refused.stderr
+    # one of the right name and the wrong rank (its values are read when the job runs): the job fails -> 3
+    bad = files / "codes" / "wrong_rank.npz"
+    np.savez(bad, x=np.zeros((2, 3, 5, 7), np.float32))
     failing = d.cli("submit", model, "--inputs", bad).stdout.split()[-1]
     r1, r3 = d.cli("wait", no_set), d.cli("wait", failing)
     assert r1.returncode == 1, r1.stdout + r1.stderr

@@ -142,8 +142,8 @@ def test_finished_failed_and_cancelled_pages_say_what_the_report_says(chromium: 
     model, samples, settings = planted_job_files(root / "pages")
     files = [("model", (model.name, model.read_bytes()))] + [("inputs", (f.name, f.read_bytes())) for f in samples]
     done = httpx.post(f"{d.url}/jobs", files=files, data={"settings": json.dumps(settings)}, timeout=30).json()["id"]
-    wrong = root / "pages" / "wrong_name.npz"
-    np.savez(wrong, y=np.zeros((2, 16), np.float32))
+    wrong = root / "pages" / "wrong_rank.npz"  # a name the model has (else refused at submission), a rank it has not
+    np.savez(wrong, x=np.zeros((2, 3, 5, 7), np.float32))
     failed = httpx.post(f"{d.url}/jobs", json={"model": str(model), "settings": {"inputs": {"files": [str(wrong)]}}},
                         timeout=30).json()["id"]
     slow, slow_settings = slow_model(root / "pages" / "slow.onnx", blocks=24, iterations=16000)
@@ -177,7 +177,7 @@ def test_finished_failed_and_cancelled_pages_say_what_the_report_says(chromium: 
         _terminal_page(browser, f"{d.url}/ui/jobs/{failed}")
         assert browser.eval("document.getElementById('state').textContent") == "failed"
         message = browser.eval("document.getElementById('message').textContent")
-        assert message == d.job(failed)["error"] and "y" in message
+        assert message == d.job(failed)["error"] and "x" in message
         assert browser.eval("document.getElementById('summary').hidden && document.getElementById('files').hidden")
         assert browser.eval(_VISIBLE_EMPTY) == []
 

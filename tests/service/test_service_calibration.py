@@ -90,3 +90,23 @@ def test_a_loader_script_runs_only_where_the_daemon_allows_scripts(daemon_state)
     report = json.loads((state.run_dir(job.id) / "report.json").read_text())
     assert report["search"]["samples"]["search"] + report["search"]["samples"]["validation"] == 4
     assert (state.run_dir(job.id) / "loader_samples.h5").is_file()
+
+
+def test_a_model_or_sample_the_job_cannot_run_is_refused_at_submission(daemon_state):
+    """`diagnose` refuses a damaged model and a sample naming no model input at once (exit 2); the daemon did queue
+    them and the job failed later, naming its own copies. They are refused at submission (422), naming the files as
+    the submitter named them, and nothing of the job is left behind."""
+    state, store, root, model, samples, settings = daemon_state
+    bad = root / "case" / "damaged.onnx"
+    bad.write_bytes(b"not a protobuf at all" * 10)
+    with pytest.raises(Refused) as info:
+        _submit(state, store, root, bad, settings, {"files": [str(s) for s in samples]})
+    assert info.value.status_code == 422 and f"model_path: {bad} is not an ONNX model" in info.value.detail
+    wrong = root / "case" / "wrong.npz"
+    np.savez(wrong, image=np.zeros((1, 16), np.float32))
+    with pytest.raises(Refused) as info:
+        _submit(state, store, root, model, settings, {"files": [str(samples[0]), str(wrong)]})
+    assert info.value.status_code == 422 and info.value.setting == "inputs.files"
+    assert f"inputs.files file {wrong}: unknown input 'image'; model inputs are: " in info.value.detail
+    assert store.list() == [] and not any(state.root.glob("jobs/*"))
+    assert _submit(state, store, root, model, settings, {"files": [str(s) for s in samples]}).id  # the good ones go
