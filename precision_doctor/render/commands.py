@@ -11,6 +11,7 @@ A report without its settings (`invocation.spec`: one built by hand) falls back 
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 from collections.abc import Sequence
 from pathlib import Path
@@ -87,7 +88,7 @@ def first_step(report: Report) -> tuple[str, str | None]:
         text, check = _check_step(report)
         if check:
             return (text, check)
-    return (_confirm_text(report), rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"}))
+    return _confirm_step(report)
 
 
 def _relax_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | None]:
@@ -136,9 +137,24 @@ _CHECK_TEXT = ("Check the fixed model on the target GPU with TensorRT, from this
                "there and compares its outputs with the FP32 reference at your tolerance.")
 
 
-def _confirm_text(report: Report) -> str:
-    return (f"The emulator can underestimate a GPU's {precision_name(report)} error: let precision-doctor confirm (and "
+GPU_DAEMON = "http://GPU-DAEMON:8799"  # a placeholder: the address of a daemon on a GPU machine
+
+
+def _confirm_step(report: Report) -> tuple[str, str | None]:
+    """Confirm (and repair) the answer on a GPU: the run again with ort-cuda confirming. A service job whose daemon's
+    machine has no CUDA GPU sends its files to a daemon on one instead (a resubmit here would fail)."""
+    text = (f"The emulator can underestimate a GPU's {precision_name(report)} error: let precision-doctor confirm (and "
             "repair) the answer on the target GPU itself, with the same inputs and tolerance:")
+    changes = {"backends.confirm_backend": "ort-cuda"}
+    cert, inv = report.checks.certified_by, report.invocation
+    job = inv.service_job
+    if job is None or cert is None or not cert.not_on_gpu:
+        return text, rerun_command(report, "gpu", changes)
+    elsewhere = dataclasses.replace(job, server=GPU_DAEMON, remote=False)
+    spec = inv.spec if inv.spec is not None else _legacy_spec(report)
+    return (f"{text.removesuffix(':')}. This daemon's machine cannot ({cert.not_on_gpu}): send the job to a daemon on a "
+            f"GPU machine ({GPU_DAEMON}: its address), from the folder that holds its files:",
+            submit_command(elsewhere, spec.with_settings(changes)))
 
 
 def _validate_step(report: Report, changes: dict[str, Any]) -> tuple[str, str | None]:
@@ -211,8 +227,7 @@ def _other_steps(report: Report) -> list[tuple[NextKind | None, str, str | None]
         steps.append((None, f"The answer is already confirmed on {c.backend}; confirm it on your deployment GPU too if "
                       "that is another one.", None))
     else:
-        steps.append((NextKind.CONFIRM_ON_GPU, _confirm_text(report),
-                      rerun_command(report, "gpu", {"backends.confirm_backend": "ort-cuda"})))
+        steps.append((NextKind.CONFIRM_ON_GPU, *_confirm_step(report)))
     return steps
 
 

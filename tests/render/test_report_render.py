@@ -249,6 +249,14 @@ def test_a_service_jobs_rerun_commands_resubmit_it_or_submit_its_files(report: d
     assert "precision-doctor submit 'my model.onnx'" in render_markdown(rep)
     with pytest.raises(ReportError, match="invocation.service_job.id"):
         R({**data, "invocation": {**report["invocation"], "service_job": {"model": "m.onnx"}}})
+    # a daemon whose machine has no CUDA GPU: its own resubmit with ort-cuda would fail there; the files go elsewhere
+    cert = {**(report["checks"].get("certified_by") or {"backend": "emulate", "how": "search", "samples": 4}),
+            "not_on_gpu": "no CUDA GPU here"}
+    no_gpu = R({**data, "checks": {**data["checks"], "certified_by": cert}})
+    steps = [(text, cmd) for text, cmd in next_steps(no_gpu) if cmd and "--confirm-backend ort-cuda" in cmd]
+    assert steps and all(cmd.startswith("precision-doctor submit 'my model.onnx' --inputs a.npz") for _, cmd in steps)
+    assert all(cmd.endswith("--server http://GPU-DAEMON:8799") and "This daemon's machine cannot (no CUDA GPU here)"
+               in text for text, cmd in steps), steps
 
 
 def test_a_failing_baseline_row_says_it_stops_at_the_first_failing_sample():
