@@ -41,6 +41,9 @@ def emit(
     if format == "engine":
         build_engine(run_dir, engine_targets)
         return
+    if (other := _other_answer(run_dir)) is not None:
+        _emit_other(run_dir, *other, format)
+        return
     rep = Report.load(run_dir)
     cmds = rep.answer.commands
     if format == "json":
@@ -66,9 +69,54 @@ def emit(
         label = RUNTIMES[target].label if target in RUNTIMES else target
         print(f"# The answer of {run_dir} is for {label} (--target {target}); report.md says how it fares on the other "
               "runtime.")
+    o = rep.checks.other_runtime
+    if o is not None and o.passed is False and o.answer is not None and o.directory:
+        from precision_doctor.graph.targets import RUNTIMES, of_tolerance
+
+        there = RUNTIMES[o.runtime].label if o.runtime in RUNTIMES else o.runtime
+        print(f"# WARNING: it FAILS on {there} ({of_tolerance(o.tolerance_used)}); {there}'s own answer is in "
+              f"{o.directory}/: `precision-doctor emit {run_dir / o.directory}` says how to use it.")
     for i, k in enumerate(shown):
         print(f"# {LABELS.get(k, k)}")
         print(cmds[k] + ("\n" if i < len(shown) - 1 else ""))
+
+
+def _other_answer(folder: Path):
+    """(the run's Report, its OtherRuntime) where `folder` is the folder of the other runtime's own answer in a run
+    directory (RUN/tensorrt, RUN/ort-cuda: no report.json of its own); else None."""
+    from precision_doctor.results.report import Report
+
+    parent = Path(folder).resolve().parent
+    if (Path(folder) / "report.json").is_file() or not (parent / "report.json").is_file():
+        return None
+    rep = Report.load(parent)
+    o = rep.checks.other_runtime
+    if o is None or o.answer is None or o.directory != Path(folder).resolve().name:
+        return None
+    return rep, o
+
+
+def _emit_other(folder: Path, rep, o, format: str) -> None:
+    """What the folder of the other runtime's own answer holds and how to use it (its scripts read the run's inputs)."""
+    from precision_doctor.graph.targets import RUNTIMES, of_tolerance
+
+    label = RUNTIMES[o.runtime].label if o.runtime in RUNTIMES else o.runtime
+    if format == "json":
+        console.print_json(json.dumps({"fallback_nodes": o.answer, "precision": rep.search.precision,
+                                       "target": o.runtime, "files": o.files}))
+        return
+    if format not in ("all", "trtexec", "trtexec10", "trtexec11", "polygraphy", "ort", "ort-cuda", "autocast"):
+        fail(f"--format for {folder} (the answer for {label}): all or json; build its engine with its scripts")
+    print(f"# {folder} holds the answer for {label} (--target {o.runtime}) of the run in {Path(folder).parent}: "
+          f"{len(o.answer)} nodes in FP32 ({len(o.added)} more than the run's own), "
+          f"{of_tolerance(o.answer_tolerance_used)} there; its files, each made for {label}:")
+    for path in sorted(o.files.values()):
+        print(f"#   {path}")
+    scripts = [p for p in ("trtexec.sh", "tensorrt_rtx.sh") if (Path(folder) / p).is_file()]
+    if scripts:
+        print(f"# run from {Path(folder).parent} (the scripts read its inputs and reference outputs):")
+    for name in scripts:
+        print(f"./{Path(folder).name}/{name}")
 
 
 def build_engine(run_dir: Path, engine_targets: list[str] | None) -> None:

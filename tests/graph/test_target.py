@@ -392,6 +392,23 @@ def test_the_cli_says_which_runtime_each_answer_is_for(run_cli, block_runs, tmp_
     assert f"the answer for tensorrt: {tmp_path / 'r'}/tensorrt/" in text
 
 
+def test_emit_warns_where_the_answer_fails_the_other_runtime_and_emits_that_runtimes_own(run_cli, block_runs):
+    """`emit RUN --format trtexec` of an ort-cuda answer printed its TensorRT builds with no word that the same report
+    says the answer fails on TensorRT; `emit RUN/tensorrt` said it held no report.json."""
+    _, runs = block_runs
+    _, run = runs["ort-cuda"]
+    code, out, err = run_cli("emit", run, "--format", "trtexec")
+    assert code == 0 and "# WARNING: it FAILS on TensorRT (" in out and f"emit {run / 'tensorrt'}" in out, out + err
+    code, out, err = run_cli("emit", run / "tensorrt")
+    assert code == 0, out + err
+    assert f"# {run / 'tensorrt'} holds the answer for TensorRT (--target tensorrt) of the run in {run}:" in out
+    assert "tensorrt/fixed.onnx" in out and "./tensorrt/trtexec.sh" in out
+    code, out, _ = run_cli("emit", run / "tensorrt", "--format", "json")
+    assert code == 0 and json.loads(out)["target"] == "tensorrt" and json.loads(out)["fallback_nodes"]
+    code, out, _ = run_cli("emit", runs["tensorrt"][1], "--format", "trtexec")  # its own runtime's answer: no warning
+    assert code == 0 and "WARNING" not in out
+
+
 @pytest.mark.tensorrt
 def test_tensorrt_rtx_parses_and_builds_both_answers_and_warns_on_the_fp16_layernorm(block_runs):
     """TensorRT-RTX's parser and builder (the trt extra) take both fixed.onnx files of the ort-cuda run, each layer in
