@@ -152,7 +152,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         shapes_warning,
         tolerance_text,
     )
-    from precision_doctor.results.verdict import NextKind, Status
+    from precision_doctor.results.verdict import NextKind
 
     def say(text) -> None:
         console.print(text, soft_wrap=True)
@@ -186,7 +186,7 @@ def print_outcome(report: Report, out_dir: Path, model: Path | str | None = None
         say(report.reason)
     for line in terminal_lines(checks_section.build(report)):
         say(terminal_text(line))
-    for note, loud in outcome_lines(report) if st.answered and st.status != Status.FAILED_HELD_OUT else ():
+    for note, loud in outcome_lines(report) if st.answered and not st.held_out_failed else ():
         say(styled(note, "bold red") if loud else note)
     if report.status not in (RunStatus.COMPLETE, RunStatus.NO_SOLUTION):
         say(f"status: {str(report.status).replace('_', ' ')}: {report.reason}")

@@ -38,11 +38,11 @@ def emit(
 
     if engine_targets and format != "engine":
         fail("--engine-targets goes with --format engine")
-    if format == "engine":
-        build_engine(run_dir, engine_targets)
-        return
     if (other := _other_answer(run_dir)) is not None:
         _emit_other(run_dir, *other, format)
+        return
+    if format == "engine":
+        build_engine(run_dir, engine_targets)
         return
     rep = Report.load(run_dir)
     cmds = rep.answer.commands
@@ -101,22 +101,26 @@ def _emit_other(folder: Path, rep, o, format: str) -> None:
     from precision_doctor.graph.targets import RUNTIMES, of_tolerance
 
     label = RUNTIMES[o.runtime].label if o.runtime in RUNTIMES else o.runtime
+    folder = Path(folder).resolve()
+    run, name = folder.parent, folder.name
+    if format not in ("all", "json"):
+        how = f"./{name}/trtexec.sh or ./{name}/tensorrt_rtx.sh from {run}" if o.runtime == "tensorrt" else \
+            f"{name}/fixed.onnx"
+        fail(f"--format for {folder} (the answer for {label}): all or json; its commands are in its scripts ({how})")
     if format == "json":
         console.print_json(json.dumps({"fallback_nodes": o.answer, "precision": rep.search.precision,
                                        "target": o.runtime, "files": o.files}))
         return
-    if format not in ("all", "trtexec", "trtexec10", "trtexec11", "polygraphy", "ort", "ort-cuda", "autocast"):
-        fail(f"--format for {folder} (the answer for {label}): all or json; build its engine with its scripts")
-    print(f"# {folder} holds the answer for {label} (--target {o.runtime}) of the run in {Path(folder).parent}: "
+    print(f"# {folder} holds the answer for {label} (--target {o.runtime}) of the run in {run}: "
           f"{len(o.answer)} nodes in FP32 ({len(o.added)} more than the run's own), "
           f"{of_tolerance(o.answer_tolerance_used)} there; its files, each made for {label}:")
     for path in sorted(o.files.values()):
         print(f"#   {path}")
-    scripts = [p for p in ("trtexec.sh", "tensorrt_rtx.sh") if (Path(folder) / p).is_file()]
+    scripts = [p for p in ("trtexec.sh", "tensorrt_rtx.sh") if (folder / p).is_file()]
     if scripts:
-        print(f"# run from {Path(folder).parent} (the scripts read its inputs and reference outputs):")
-    for name in scripts:
-        print(f"./{Path(folder).name}/{name}")
+        print(f"# run from {run} (the scripts read its inputs and reference outputs):")
+    for script in scripts:
+        print(f"./{name}/{script}")
 
 
 def build_engine(run_dir: Path, engine_targets: list[str] | None) -> None:

@@ -106,19 +106,24 @@ def _continue_step(report: Report) -> tuple[str, str | None]:
     how = ("the daemon keeps this job's files: precision-doctor resubmit queues a new job that resumes this one's search, "
            "without its budget unless you give one (--max-evaluations N, --time-budget S)") if _service(report) else (
         "its settings are recorded in the run directory, its budget too" + (
-            f"; the budget that stopped it, doubled ({' '.join(raised)}), lets it go further" if raised else ""))
+            f"; a larger evaluation budget ({' '.join(raised)}) lets it go further" if raised else
+            "; a larger --time-budget lets it go further" if "time budget" in (report.reason or "") else ""))
     return (f"The run did not finish. Continue it where it stopped ({how}):", resume_command(report, raised))
 
 
 def raised_budget(report: Report) -> list[str]:
-    """The flags that let a run its --max-evaluations stopped go further: that budget doubled (it counts the
-    evaluations before a resume too, so the same budget would stop it again; a --time-budget counts each invocation's
-    seconds, so a resume has it again); [] for any other run."""
+    """The flags that let a run its --max-evaluations stopped go further (in the search, the confirmation or the knob
+    search, which spend what the search left): the budget doubled, and at least the run's evaluations plus the
+    budget, since it counts the evaluations before a resume too and the same budget would stop it again; [] for any
+    other run (a --time-budget counts each invocation's seconds, so a resume has it again)."""
     spec = report.invocation.spec
-    if report.status != RunStatus.BUDGET_EXHAUSTED or spec is None:
+    if report.status != RunStatus.BUDGET_EXHAUSTED or spec is None or spec.search.max_evaluations is None:
         return []
-    most = spec.search.max_evaluations
-    return flag_args("search.max_evaluations", 2 * most) if most is not None and report.search.evaluations >= most else []
+    if "evaluation budget" not in (report.reason or ""):
+        return []
+    most, c, k = spec.search.max_evaluations, report.checks.confirm, report.checks.knobs
+    spent = report.search.evaluations + (c.evaluations or 0 if c is not None else 0) + (k.evaluations if k else 0)
+    return flag_args("search.max_evaluations", max(2 * most, spent + most))
 
 
 def _check_step(report: Report, cmds: dict[str, str] | None = None) -> tuple[str, str | None]:
@@ -202,7 +207,7 @@ def _runtime_steps(report: Report) -> tuple[list[tuple[str, str | None]], bool]:
 def _other_steps(report: Report) -> list[tuple[NextKind | None, str, str | None]]:
     """The steps after the first, by kind (None: a step the statement never picks first): for an answer, build and
     check it; for a run that stopped early, what it would deploy; else nothing."""
-    if not report.answered or report.statement.status in (Status.FAILED_HELD_OUT, Status.NO_SOLUTION):
+    if not report.answered or report.statement.status == Status.NO_SOLUTION or report.statement.held_out_failed:
         return []
     cmds = report.answer.commands
     runtime, tensorrt_here = _runtime_steps(report)

@@ -388,8 +388,8 @@ def trtexec_trt11_check(pairs: Sequence[IOPair], options: EmitOptions = EmitOpti
     lines = ["# trtexec's l0 check passes an element when |out - ref| <= atol + rtol * |ref|: up to 2x looser than",
              "# polygraphy's elemwise rule, which precision-doctor and its polygraphy check use."]
     if pairs:
-        lines.append(f"# It reads trtexec_io/: the first {len(pairs)} of the samples (inputs.json holds them all: "
-                     "polygraphy's check runs every one).")
+        lines.append(f"# It checks the {len(pairs)} samples of trtexec_io/: the first of inputs.json's, at most 4 "
+                     "(polygraphy's check runs every one).")
     own = tolerance.outputs_named
     if own:
         lines.append(f"# trtexec has one --atol/--rtol for every output: the plain ones are used here, not the ones "

@@ -227,6 +227,13 @@ class Statement:
         return self.status == Status.PASSED
 
     @property
+    def held_out_failed(self) -> bool:
+        """Whether held-out samples of the user's data failed the set reported (FAILED ON HELD-OUT SAMPLES, or a
+        stopped run's set so far): no certificate, check or build step beside it."""
+        c = self.claim
+        return self.status == Status.FAILED_HELD_OUT or (c is not None and c.measured and c.failures > 0)
+
+    @property
     def exit_code(self) -> int:
         """0 for a pass of any qualifier, 130 for an interrupted run, 1 otherwise."""
         return 0 if self.passed else 130 if self.stopped == RunStatus.INTERRUPTED else 1

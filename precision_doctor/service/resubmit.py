@@ -4,8 +4,9 @@ the old settings and the changes given.
 
 Where the old run can be continued (its run directory records its settings) and the changes touch its budget only
 (`search.max_evaluations`, `search.time_budget`), the new job starts from a copy of the old run directory and resumes
-from its checkpoint: the search goes on where it stopped, no evaluation repeated, and, as `diagnose --resume`, without
-the old budget unless one is given. Other changes start the job over (the capture comes from the daemon's cache).
+from its checkpoint: the search goes on where it stopped, no evaluation repeated, and without the old budget unless one
+is given (a new job: its budget is what it is given; `diagnose --resume` continues one run, with its recorded budget).
+Other changes start the job over (the capture comes from the daemon's cache).
 
 A job still queued or running is refused (409), and so is one whose files the retention removed (410: the message
 gives the `submit` command that sends them again, with the files named as they were submitted)."""
@@ -28,7 +29,7 @@ from precision_doctor.service.store import Job, Store, new_id
 from precision_doctor.service.uploads import Refused
 from precision_doctor.spec import RunSpec
 
-BUDGET = ("search.max_evaluations", "search.time_budget")  # a resumed run's budget is its own (cli/diagnose.py)
+BUDGET = ("search.max_evaluations", "search.time_budget")  # a resubmitted job's budget is what it is given
 FILES = ("model", "inputs.files", "inputs.validate_files", "inputs.reference_outputs", "inputs.data_loader_script")
 
 

@@ -92,7 +92,7 @@ class Pulse(threading.Thread):
     def _ask_stop(self, reason: str) -> None:
         """Ask the run to stop for `reason`, once: the store says "cancel" at every heartbeat after one, and a second
         stop() would read as a second Ctrl-C (it stops the report's writing too)."""
-        if reason not in self.asked:
+        if reason not in self.asked and (reason == LOST or not self.stop_token.stopped):  # a lost lease: said too
             self.asked.add(reason)
             self.stop_token.stop(reason)
 

@@ -403,6 +403,8 @@ def test_emit_warns_where_the_answer_fails_the_other_runtime_and_emits_that_runt
     assert code == 0, out + err
     assert f"# {run / 'tensorrt'} holds the answer for TensorRT (--target tensorrt) of the run in {run}:" in out
     assert "tensorrt/fixed.onnx" in out and "./tensorrt/trtexec.sh" in out
+    code, out, err = run_cli("emit", run / "tensorrt", "--format", "engine")  # its own scripts build it
+    assert code == 2 and "./tensorrt/trtexec.sh" in err and "report.json" not in err, out + err
     code, out, _ = run_cli("emit", run / "tensorrt", "--format", "json")
     assert code == 0 and json.loads(out)["target"] == "tensorrt" and json.loads(out)["fallback_nodes"]
     code, out, _ = run_cli("emit", runs["tensorrt"][1], "--format", "trtexec")  # its own runtime's answer: no warning

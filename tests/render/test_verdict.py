@@ -100,6 +100,8 @@ CASES = {
     "failed held-out": (dict(status=RunStatus.BUDGET_EXHAUSTED, reason="budget",
                              validation=Validation(passed=False, samples=5, failing_samples=[0]),
                              samples=SampleCounts(20, 5)), "INCOMPLETE (budget exhausted)", 1),
+    "failed held-out, the repair found none": (dict(validation=replace(STOPPED_REPAIR, first_candidate=["a", "b"]),
+                                                    samples=SampleCounts(20, 6)), "FAILED ON HELD-OUT SAMPLES", 1),
     "failed held-out, its repair stopped": (dict(status=RunStatus.BUDGET_EXHAUSTED, reason="budget",
                                                  validation=replace(STOPPED_REPAIR, first_candidate=["a", "b"])),
                                             "INCOMPLETE (budget exhausted)", 1),
@@ -256,6 +258,13 @@ def test_a_run_stopped_with_failing_held_out_samples_says_what_its_set_is():
                            "the search samples it was checked on, not on held-out ones, and a set that passes them too was "
                            "not found yet. 1 of 6 held-out samples of your data failed on emulate")
     assert failed.statement.claim.measured and failed.statement.next.kind == NextKind.CONTINUE
+    steps = brief(failed).next_steps  # continue it (or run it again); nothing to check or build
+    assert failed.statement.held_out_failed and not any("fixed.onnx" in (x.command or "") for x in steps), steps
+    done = _report(**CASES["failed held-out, the repair found none"][0])  # a complete run: FAILED, and why
+    assert headline(done).startswith("FAILED ON HELD-OUT SAMPLES: The set found (2 of 9 candidate nodes in FP32) "
+                                     "meets the tolerance in FP16 on the search samples, not on held-out ones.")
+    steps = brief(done).next_steps
+    assert done.statement.next.kind == NextKind.MORE_DATA and not any("fixed.onnx" in (x.command or "") for x in steps)
     moved = _report(**CASES["repair stopped with a set so far"][0])
     head = headline(moved)
     assert "the set found so far keeps 3 of 9 candidate nodes in FP32" in head and "not on held-out ones" not in head
@@ -324,3 +333,29 @@ def test_the_guide_shows_each_status_in_images_that_exist():
     assert len(images) == 3 * len(rows)
     for path in images:
         assert path.is_file() and path.stat().st_size < 150 << 10, path
+
+
+def test_the_continue_step_raises_the_evaluation_budget_past_what_the_run_spent():
+    """--resume keeps the run's budget, which counts the evaluations before the stop: the continue step of a run its
+    --max-evaluations stopped gives a budget above everything it spent, the confirmation's too (it spends what the
+    search left; a step that doubled only the search's count printed a resume that stopped again, forever); a run its
+    --time-budget stopped has that budget again on resume and is told a larger one goes further."""
+    from dataclasses import replace
+
+    from precision_doctor.render.commands import raised_budget
+    from precision_doctor.results.report import Confirm
+
+    spec = RunSpec(model="m.onnx").with_settings({"inputs.files": ["s0.npz"], "search.max_evaluations": 30})
+    rep = _report(status=RunStatus.BUDGET_EXHAUSTED, reason="evaluation budget of 7 reached", validation=None,
+                  invocation=Invocation(spec=spec, directory="run", origin="cli"))
+    rep = replace(rep, search=replace(rep.search, evaluations=23),
+                  checks=replace(rep.checks, confirm=Confirm("ort-cuda", ["a"], None, evaluations=7)))
+    assert raised_budget(rep) == ["--max-evaluations", "60"]
+    assert brief(rep).next_steps[0].command.endswith("--resume --out . --max-evaluations 60")
+    smaller = replace(rep, invocation=Invocation(spec=spec.with_settings({"search.max_evaluations": 3}), directory="run",
+                                                 origin="cli"))  # resumed with a budget below what it had spent
+    assert raised_budget(smaller) == ["--max-evaluations", "33"]
+    timed = replace(rep, reason="time budget of 60 s reached")
+    assert raised_budget(timed) == [] and "a larger --time-budget lets it go further" in brief(timed).next_steps[0].text
+    rounds = replace(rep, reason="the counterexample-guided search reached its 8 rounds")
+    assert raised_budget(rounds) == []  # not its budget: more evaluations would not help

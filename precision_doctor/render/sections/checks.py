@@ -14,7 +14,6 @@ from precision_doctor.render.wording import (
     rounds_sentence,
 )
 from precision_doctor.results.report import Report
-from precision_doctor.results.verdict import Status
 
 
 def build(report: Report) -> Section:
@@ -23,8 +22,6 @@ def build(report: Report) -> Section:
     or a stopped run's set so far that they failed)."""
     st = report.statement
     lines = [claim_details(report), rounds_sentence(report), answers_sentence(report), confirm_sentence(report)]
-    failed_held_out = st.status == Status.FAILED_HELD_OUT or (st.claim is not None and st.claim.measured
-                                                              and st.claim.failures > 0)
-    if st.answered and not failed_held_out:
+    if st.answered and not st.held_out_failed:
         lines += [certified_sentence(report), headroom_sentence(report), *emulation_note_lines(report)]
     return Section("checks", None, (Notes(tuple(x for x in lines if x)),))
