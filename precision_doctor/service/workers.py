@@ -26,6 +26,7 @@ import dataclasses
 import datetime as _dt
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -236,7 +237,7 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
     from precision_doctor.spec import RunSpec
 
     def failed(message: str) -> Ran:  # what a submitter reads: no path of the daemon's (the job's log has them)
-        return Ran(JobState.FAILED, error=state.redact(message))
+        return Ran(JobState.FAILED, error=submitted_names(state.redact(message)))
 
     try:  # the job's files are its own pinned copies, nothing else
         check_pinned(RunSpec.from_json(spec).user_files(), state.inputs_dir(job_id))
@@ -267,6 +268,15 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
             return Ran(None, result)
         return Ran(JobState.DONE, result)
     raise AssertionError("unreachable")
+
+
+_PINNED = re.compile(r"\binputs/(?:(?:samples|validate)/\d{3}-|(?:model|reference|loader)/)")
+
+
+def submitted_names(text: str) -> str:
+    """A job's message with its files named as submitted (their file names) instead of the job directory's pinned
+    copies (`inputs/samples/000-x.npz` -> `x.npz`, `inputs/model/m.onnx` -> `m.onnx`)."""
+    return _PINNED.sub("", text)
 
 
 def _submitted(state: StateDir, job_id: str):

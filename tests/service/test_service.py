@@ -95,7 +95,9 @@ def test_wait_exit_codes(env) -> None:
     assert r1.returncode == 1, r1.stdout + r1.stderr
     assert "INCOMPLETE (budget exhausted)" in r1.stdout
     assert r3.returncode == 3, r3.stdout + r3.stderr
-    assert d.job(failing)["state"] == "failed" and "x" in d.job(failing)["error"]
+    error = d.job(failing)["error"]  # the file as the submitter named it, not the job's pinned copy
+    assert d.job(failing)["state"] == "failed" and "x" in error and "wrong_rank.npz" in error, error
+    assert "inputs/samples/" not in error, error
     unknown = d.cli("status", "0123456789ab")
     assert unknown.returncode == 2 and "no job" in unknown.stderr and "Traceback" not in unknown.stderr
     bad_flag = d.cli("submit", model, "--margin", "1.5")

@@ -116,14 +116,15 @@ def test_a_job_holds_a_bounded_number_of_files(site, tmp_path):
 
 def test_a_failed_jobs_message_shows_no_server_path(site):
     """The job's pinned wide-text sample is refused by the worker from its header; the message names the file as the
-    job's directory does (inputs/samples/000-wide.h5), never the daemon's state directory."""
+    submitter named it (wide.h5, not the job directory's inputs/samples/000-wide.h5), never the daemon's state
+    directory."""
     state, store, root, _, _, submit = site
     wide_text_h5(root / "case" / "wide.h5")
     job = submit({"files": [str(root / "case" / "wide.h5")]})
     claimed = store.claim("w", os.getpid(), 60.0)
     assert run_claimed_job(state.root, claimed.id, claimed.token, claimed.spec, worker="w") == "failed"
     error = store.get(job.id).error
-    assert error.startswith("inputs file inputs/samples/000-wide.h5: array 'x' holds text of type |S33554432"), error
+    assert error.startswith("inputs file wide.h5: array 'x' holds text of type |S33554432"), error
     assert str(state.root) not in error and os.path.realpath(state.root) not in error and "/tmp" not in error
 
 
@@ -175,8 +176,8 @@ def test_the_daemon_refuses_the_testers_requests_with_bounded_workers(bounded_da
                        data={"settings": '{"tolerance": {"atol": 0.01, "rtol": 0.01}}'}, timeout=60)
         assert r.status_code == 201, r.text
         jobs[label] = r.json()["id"]
-    for label, words in (("wide", "inputs file inputs/samples/000-wide.h5: array 'x' holds text of type |S33554432"),
-                         ("million", "inputs file inputs/samples/001-m1.npz brings the run's samples to 2,097,152")):
+    for label, words in (("wide", "inputs file wide.h5: array 'x' holds text of type |S33554432"),
+                         ("million", "inputs file m1.npz brings the run's samples to 2,097,152")):
         end = d.wait_for(jobs[label], lambda j: j["state"] in TERMINAL, timeout=180, what="an end")
         assert end["state"] == "failed" and end["error"].startswith(words), end
         assert str(d.state_dir) not in end["error"] and "\n" not in end["error"]
