@@ -63,17 +63,15 @@ def emit(
 
     shown = [k for k in FORMATS[format] if k in cmds]
     if rep.search.target:
-        from precision_doctor.graph.targets import RUNTIMES
-
         target = rep.search.target
-        label = RUNTIMES[target].label if target in RUNTIMES else target
+        label = _label(target)
         print(f"# The answer of {run_dir} is for {label} (--target {target}); report.md says how it fares on the other "
               "runtime.")
     o = rep.checks.other_runtime
     if o is not None and o.passed is False and o.answer is not None and o.directory:
-        from precision_doctor.graph.targets import RUNTIMES, of_tolerance
+        from precision_doctor.graph.targets import of_tolerance
 
-        there = RUNTIMES[o.runtime].label if o.runtime in RUNTIMES else o.runtime
+        there = _label(o.runtime)
         print(f"# WARNING: it FAILS on {there} ({of_tolerance(o.tolerance_used)}); {there}'s own answer is in "
               f"{o.directory}/: `precision-doctor emit {run_dir / o.directory}` says how to use it.")
     for i, k in enumerate(shown):
@@ -81,26 +79,33 @@ def emit(
         print(cmds[k] + ("\n" if i < len(shown) - 1 else ""))
 
 
+def _label(target: str) -> str:
+    """A target runtime in words ("TensorRT"); an unknown name as it is."""
+    from precision_doctor.graph.targets import RUNTIMES
+
+    return RUNTIMES[target].label if target in RUNTIMES else target
+
+
 def _other_answer(folder: Path):
     """(the run's Report, its OtherRuntime) where `folder` is the folder of the other runtime's own answer in a run
     directory (RUN/tensorrt, RUN/ort-cuda: no report.json of its own); else None."""
     from precision_doctor.results.report import Report
 
-    parent = Path(folder).resolve().parent
-    if (Path(folder) / "report.json").is_file() or not (parent / "report.json").is_file():
+    folder = Path(folder).resolve()
+    if (folder / "report.json").is_file() or not (folder.parent / "report.json").is_file():
         return None
-    rep = Report.load(parent)
+    rep = Report.load(folder.parent)
     o = rep.checks.other_runtime
-    if o is None or o.answer is None or o.directory != Path(folder).resolve().name:
+    if o is None or o.answer is None or o.directory != folder.name:
         return None
     return rep, o
 
 
 def _emit_other(folder: Path, rep, o, format: str) -> None:
     """What the folder of the other runtime's own answer holds and how to use it (its scripts read the run's inputs)."""
-    from precision_doctor.graph.targets import RUNTIMES, of_tolerance
+    from precision_doctor.graph.targets import of_tolerance
 
-    label = RUNTIMES[o.runtime].label if o.runtime in RUNTIMES else o.runtime
+    label = _label(o.runtime)
     folder = Path(folder).resolve()
     run, name = folder.parent, folder.name
     if format not in ("all", "json"):

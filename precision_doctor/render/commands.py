@@ -122,7 +122,7 @@ def raised_budget(report: Report) -> list[str]:
     if "evaluation budget" not in (report.reason or ""):
         return []
     most, c, k = spec.search.max_evaluations, report.checks.confirm, report.checks.knobs
-    spent = report.search.evaluations + (c.evaluations or 0 if c is not None else 0) + (k.evaluations if k else 0)
+    spent = report.search.evaluations + ((c.evaluations or 0) if c is not None else 0) + (k.evaluations if k else 0)
     return flag_args("search.max_evaluations", max(2 * most, spent + most))
 
 

@@ -67,8 +67,7 @@ def status_sentence(st: Statement) -> str:
         return f"No FP32 fallback set made the model meet the tolerance in {p}."
     if st.status == Status.INCOMPLETE:
         stopped = STOPPED.get(st.stopped, "stopped")
-        c = st.claim
-        if st.answered and c is not None and c.measured and c.failures:  # measured: it fails held-out samples
+        if st.answered and st.held_out_failed:  # measured: held-out samples fail its set so far
             return (f"The run stopped ({stopped}) before its answer was settled: the set found so far ({nodes} in FP32) "
                     f"meets the tolerance in {p} on the search samples it was checked on, not on held-out ones, and a "
                     "set that passes them too was not found yet.")

@@ -78,9 +78,8 @@ def create_job(sub: Submission, config: ServiceConfig, state: StateDir, store: S
             assert sub.model_path is not None
             model = pin_model(sub.model_path, roots, sub.model_field, inputs_dir / MODEL_DIR)
         changes: dict[str, object] = {"model": str(model)}
-        model_field = sub.model_field if sub.model_path is not None else "model"
-        names = precheck.model_inputs(model, sub.model_path or (sub.model_upload.filename if sub.model_upload else "")
-                                      or model.name, model_field)
+        shown, field = (sub.model_path, sub.model_field) if sub.model_path is not None else (model.name, "model")
+        names = precheck.model_inputs(model, shown, field)
         for key, sent in (("files", sub.inputs), ("validate_files", sub.validate_inputs)):
             where, named = inputs_dir / SAMPLE_DIRS[key], _expanded(getattr(spec.inputs, key), roots, f"inputs.{key}")
             setting = f"inputs.{key}"

@@ -48,6 +48,7 @@ from precision_doctor.outcome import JobState, RunStatus
 from precision_doctor.render.wording import run_warning
 from precision_doctor.service.config import StateDir
 from precision_doctor.service.health import out_of_space
+from precision_doctor.service.jobs import LOADER_DIR, MODEL_DIR, REFERENCE_DIR, SAMPLE_DIRS
 from precision_doctor.service.schema import CaptureProgress, Progress, Result
 from precision_doctor.service.store import Store, StoreError
 
@@ -270,7 +271,8 @@ def _execute(state: StateDir, job_id: str, spec: dict, stop: StopToken, pulse: P
     raise AssertionError("unreachable")
 
 
-_PINNED = re.compile(r"\binputs/(?:(?:samples|validate)/\d{3}-|(?:model|reference|loader)/)")
+_SAMPLES, _ONE_FILE = "|".join(SAMPLE_DIRS.values()), "|".join((MODEL_DIR, REFERENCE_DIR, LOADER_DIR))
+_PINNED = re.compile(rf"\binputs/(?:(?:{_SAMPLES})/\d{{3}}-|(?:{_ONE_FILE})/)")  # as jobs.create_job pins them
 
 
 def submitted_names(text: str) -> str:
