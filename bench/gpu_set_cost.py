@@ -5,7 +5,8 @@ real graph cost 0.5 s where its first sample failed and 6 s for 51 samples: if a
 graph may search faster than the gated one, and it computes what is deployed. This measures it, side by side, in
 one process, on the same random fallback sets and samples:
 
-- gated: the first run of a set, then each further sample's run (ms);
+- gated, in each form (If: a subgraph per gate; Where: both sides computed, no control flow): the first run of a
+  set, then each further sample's run (ms), and how far the two forms' outputs are apart (0: the same values);
 - real: the set's graph and session made, its first run, then each further sample's run;
 - the break-even: from how many samples an evaluation costs less on the real form (never: the gated form's
   sample is the cheaper);
@@ -34,11 +35,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from precision_doctor.backends.ort import CUDA, OrtBackend  # noqa: E402
-from precision_doctor.backends.ort_gated import OrtGatedBackend  # noqa: E402
+from precision_doctor.backends.ort_gated import FORMS, OrtGatedBackend  # noqa: E402
 from precision_doctor.graph.model import load_model  # noqa: E402
 from precision_doctor.graph.targets import runtime  # noqa: E402
 
-LEVEL = {"ort-cuda": None, "tensorrt": 0}  # the optimization level each target measures at (graph/targets.py)
 
 
 def samples_of(path: Path, n: int) -> list[dict[str, np.ndarray]]:
@@ -83,7 +83,7 @@ def main() -> None:
     ap.add_argument("model", type=Path)
     ap.add_argument("--sets", type=int, default=3, help="random fallback sets (40%% of the candidates each) and all FP16")
     ap.add_argument("--samples", type=int, default=4)
-    ap.add_argument("--target", default="ort-cuda", choices=sorted(LEVEL))
+    ap.add_argument("--target", default="ort-cuda", choices=["ort-cuda", "tensorrt"])
     ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16"])
     ap.add_argument("--cpu", action="store_true", help="both forms on the CPU provider: plumbing only")
     ap.add_argument("--out", type=Path, default=None)
@@ -94,34 +94,44 @@ def main() -> None:
     names = [n.name for n in model.candidates]
     rng = random.Random(0)
     sets = [frozenset()] + [frozenset(rng.sample(names, len(names) * 2 // 5)) for _ in range(a.sets)]
-    level = LEVEL[a.target]
+    level = runtime(a.target).ort_level  # the optimization level the target measures at (graph/targets.py)
     units = runtime(a.target).fused_units
-    (gated, made_gated) = timed(lambda: OrtGatedBackend(model, a.precision, providers=providers, outputs=model.outputs,
-                                                        level=level, units=units))
+    gated, made_gated = {}, {}
+    for form in FORMS:  # each form of the gated graph in its own backend (`OrtGatedBackend.choose_form` picks one)
+        gated[form], made_gated[form] = timed(lambda form=form: OrtGatedBackend(
+            model, a.precision, providers=providers, outputs=model.outputs, level=level, units=units, forms=(form,)))
     real = OrtBackend(model, a.precision, providers=providers, outputs=model.outputs, level=level)
     rows = []
     for fb in sets:
-        g_first_out, g_first, g_rest = runs(gated.prepare(fb), samples)
+        row: dict = {"fallback": len(fb)}
+        outs = {}
+        for form, backend in gated.items():
+            outs[form], first, rest = runs(backend.prepare(fb), samples)
+            row[f"{form}_first_s"], row[f"{form}_each_s"] = first, statistics.median(rest) if rest else first
         r_runner, r_make = timed(lambda fb=fb: real.prepare(fb))
         r_first_out, r_first, r_rest = runs(r_runner, samples)
         real.release()  # as a trial's session is dropped after its set
-        g_each = statistics.median(g_rest) if g_rest else g_first
         r_each = statistics.median(r_rest) if r_rest else r_first
-        rows.append({"fallback": len(fb), "gated_first_s": g_first, "gated_each_s": g_each, "real_make_s": r_make,
-                     "real_first_s": r_first, "real_each_s": r_each,
-                     "real_cheaper_from": real_cheaper_from(g_first, g_each, r_make + r_first, r_each),
-                     "max_abs_diff": max_diff(g_first_out, r_first_out)})
-    gated.close()
+        row.update(real_make_s=r_make, real_first_s=r_first, real_each_s=r_each,
+                   real_cheaper_from=real_cheaper_from(row["if_first_s"], row["if_each_s"], r_make + r_first, r_each),
+                   max_abs_diff=max_diff(outs["if"], r_first_out), forms_apart=max_diff(outs["if"], outs["where"]))
+        rows.append(row)
+    for backend in gated.values():
+        backend.close()
     real.close()
+    made = ", ".join(f"{f} {t:.1f} s" for f, t in made_gated.items())
     print(f"{a.model.parent.name}: {len(model.nodes)} nodes, {len(names)} candidates, {a.precision}, target {a.target}, "
-          f"{'CPU (plumbing)' if a.cpu else 'CUDA'}; the gated session made in {made_gated:.1f} s\n")
-    print("| FP32 nodes | gated: first run | gated: a sample | real: graph and session | real: first run | "
-          "real: a sample | real cheaper from (samples) | outputs apart |\n|---|---|---|---|---|---|---|---|")
+          f"{'CPU (plumbing)' if a.cpu else 'CUDA'}; the gated sessions made in {made}\n")
+    print("| FP32 nodes | If form: first run | If: a sample | Where form: first run | Where: a sample | Where / If | "
+          "real: graph and session | real: first run | real: a sample | real cheaper than If from (samples) | "
+          "If vs real apart | If vs Where apart |\n|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         even = "never" if r["real_cheaper_from"] is None else str(r["real_cheaper_from"])
-        print(f"| {r['fallback']} | {r['gated_first_s'] * 1e3:.0f} ms | {r['gated_each_s'] * 1e3:.0f} ms | "
+        print(f"| {r['fallback']} | {r['if_first_s'] * 1e3:.0f} ms | {r['if_each_s'] * 1e3:.0f} ms | "
+              f"{r['where_first_s'] * 1e3:.0f} ms | {r['where_each_s'] * 1e3:.0f} ms | "
+              f"{r['where_each_s'] / r['if_each_s']:.2f}x | "
               f"{r['real_make_s'] * 1e3:.0f} ms | {r['real_first_s'] * 1e3:.0f} ms | {r['real_each_s'] * 1e3:.0f} ms | "
-              f"{even} | {r['max_abs_diff']:.3g} |")
+              f"{even} | {r['max_abs_diff']:.3g} | {r['forms_apart']:.3g} |")
     if a.out is not None:
         a.out.mkdir(parents=True, exist_ok=True)
         (a.out / "set_cost.json").write_text(json.dumps({"model": str(a.model), "target": a.target, "cpu": a.cpu,

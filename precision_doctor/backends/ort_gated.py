@@ -13,6 +13,7 @@ stay FP32, ungated (`backends.ort.session_keeping_fp32`, one record shared with 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -25,6 +26,9 @@ from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.graph.native import NativeGatedGraph, fusion_units, gated_native_graph
 from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
+
+FORMS = ("if", "where")  # the gated graph's forms (`graph.native.gated_native_graph`), timed on a GPU: `choose_form`
+FORM_WORDS = {"if": "If form", "where": "Where form"}
 
 
 class OrtGatedRunner:
@@ -56,7 +60,8 @@ class OrtGatedBackend(SessionHolder):
 
     Arguments as `OrtBackend` (providers, `tf32`, `optimize`, `level`); `mixed` is an `OrtBackend` with the
     same settings, for the real mixed graph of a set (`mixed.prepare(fallback)`, one session each); `units`:
-    gate ONNX Runtime's fusion sites whole (see the module docstring).
+    gate ONNX Runtime's fusion sites whole (see the module docstring); `forms`: the gated graph's forms to choose
+    from, the first used until `choose_form` times them (None: both on the CUDA provider, the If form elsewhere).
     """
 
     def __init__(
@@ -69,6 +74,7 @@ class OrtGatedBackend(SessionHolder):
         tf32: bool = False,
         level: str | None = None,
         units: bool = False,
+        forms: Sequence[str] | None = None,
     ):
         self.mixed = OrtBackend(model, precision, providers, outputs, optimize=optimize, tf32=tf32, level=level)
         self.model = model
@@ -81,12 +87,15 @@ class OrtGatedBackend(SessionHolder):
         self.kept_fp32 = self.mixed.kept_fp32  # one record: what the gated session refused, the mixed graphs keep too
         whole = fusion_units(model, fmt) if units else ()
         self.graph: NativeGatedGraph
-        self._made = lambda: session_keeping_fp32(
-            lambda blocked: gated_native_graph(model, fmt, units=whole, op_block_list=blocked),
+        self._made = lambda form: session_keeping_fp32(
+            lambda blocked: gated_native_graph(model, fmt, form=form, units=whole, op_block_list=blocked),
             lambda graph: make_session(with_outputs(graph.proto, self.output_names, model.tensor_types), self.providers,
                                        optimize=optimize, level=self.level),
             precision, self.kept_fp32, self.mixed.warn, self.name, model, self.mixed.refused_everywhere)
-        self.graph, self.session = self._made()
+        forms = tuple(forms) if forms is not None else FORMS if self.mixed.uses_cuda else ("if",)
+        self.form, self.untimed = forms[0], forms[1:]  # untimed: the forms `choose_form` tries
+        self.form_times: dict[str, float] = {}  # seconds per form of `choose_form`'s trial (empty: none was made)
+        self.graph, self.session = self._made(self.form)
         self.graph.proto = onnx.ModelProto()  # the session holds it; the gates are all `prepare` reads
         if self.mixed.uses_cuda and CUDA not in self.session.get_providers():
             raise UserError("ONNX Runtime could not use the CUDA provider (onnxruntime-gpu and its CUDA libraries needed)")
@@ -99,9 +108,45 @@ class OrtGatedBackend(SessionHolder):
         """The session, made again after a `pause` (the gated graph built again, with the refusals known: in BF16
         other backends' sessions may have added op types, whose nodes the new graph leaves ungated)."""
         if self.session is None and self.is_active:
-            self.graph, self.session = self._made()
+            self.graph, self.session = self._made(self.form)
             self.graph.proto = onnx.ModelProto()
         return self.session
+
+    def choose_form(self, sample: Feeds) -> str | None:
+        """Time the graph's forms on `sample` and keep the faster (the others' sessions dropped); a line saying what
+        was timed and kept, or None where there is nothing to choose (one form: the CPU provider, or chosen before).
+
+        The If form runs only the taken branch of each gate, but each If is a subgraph call decided on the host; the
+        Where form computes both sides of every gate with no control flow, twice the arithmetic in kernels launched
+        back to back. Which costs less depends on the model and the GPU (about the same on a 300-node detector, on
+        a 1,900-node encoder-decoder the If calls cost 15-20 times the real graph's run), so it is measured: each
+        form on the all-low and the all-FP32 set, a warm-up run and the faster of two timed runs each. Both compute
+        the same values (tests/graph/test_target.py)."""
+        if not self.untimed:
+            return None
+        sets = (frozenset(), frozenset(self.graph.candidates))
+        made = {self.form: (self.graph, self.live_session())}
+        for form in self.untimed:
+            graph, session = self._made(form)
+            graph.proto = onnx.ModelProto()
+            made[form] = (graph, session)
+        self.untimed = ()
+        for form, (graph, session) in made.items():
+            self.form_times[form] = sum(self._timed(session, {**sample, **graph.feeds(fb)}) for fb in sets)
+        self.form = min(self.form_times, key=self.form_times.__getitem__)
+        self.graph, self.session = made[self.form]
+        times = ", ".join(f"{FORM_WORDS[f]} {t * 1e3:.0f} ms" for f, t in self.form_times.items())
+        return f"the search graph's {FORM_WORDS[self.form]} kept (a sample all-low and all-FP32: {times})"
+
+    def _timed(self, session, feeds: Feeds) -> float:
+        names, model = self.output_names, self.model
+        run_session(session, names, feeds, model)  # the first run: kernels chosen, memory allocated
+        times = []
+        for _ in range(2):
+            t = time.perf_counter()
+            run_session(session, names, feeds, model)
+            times.append(time.perf_counter() - t)
+        return min(times)
 
     def pause(self) -> None:
         """Drop the session and the mixed backend's while others need the memory (a capture, the other runtime's

@@ -22,6 +22,9 @@ compute in the low type, so running them on the CUDA provider shows what the GPU
   through Casts made outside its branch, which no fusion inside it can remove: where x of a LayerNorm comes from an
   FP32 node through a Cast only the pattern reads, the deployed graph's fused kernel reads x unrounded (ORT removes
   that Cast), the unit's reads it rounded (more error: the safe side).
+  The "where" form has no If: each candidate is computed both ways in the main graph and a Where on its scalar gate
+  picks each output; a unit's low-type copy sits beside its members' own gates and a Where on the And picks. Same
+  values; which form runs faster depends on the model (`backends.ort_gated.OrtGatedBackend.choose_form` times them).
 
 Nodes follow `graph.mixed`'s choices: FLOAT tensors take the low type except inputs that ONNX
 types as float whatever the data (Resize scales...); nodes in `mixed.forced_fp32` (ops without
@@ -362,7 +365,7 @@ def _toposorted(nodes: list[onnx.NodeProto], available: set[str]) -> list[onnx.N
 class NativeGatedGraph:
     """A gated native graph and the candidates it gates, in the order of their gate inputs; `form` "if" (a gate of
     shape [1] picks a branch) or "where" (both computed, a scalar gate picks an output); `units`: the fusion units
-    gated whole (the "if" form only)."""
+    gated whole."""
 
     proto: onnx.ModelProto
     candidates: list[str]
@@ -383,7 +386,7 @@ def gated_native_graph(model: Model, fmt: Format, form: Literal["if", "where"] =
     module docstring). Gated: candidates that can compute in the low type and whose outputs have
     known element types; other nodes stay as they are (FP32). `form` "where": no If; each candidate computed both
     ways in the main graph, a Where on its scalar gate picks each output (no control flow, so that a CUDA graph
-    can capture it; twice the arithmetic). `units` (the "if" form): sets of candidates gated whole where all of
+    can capture it; twice the arithmetic). `units`: sets of candidates gated whole where all of
     them are low precision (`fusion_units`), so that the provider's optimizer fuses them as it fuses the deployed
     graph; a unit with a node that is not gated is left to its nodes' own gates. `op_block_list`: the op types kept
     FP32 (`mixed.blocked_ops`: by default the format's; a backend adds the ones its ONNX Runtime refused)."""
@@ -394,14 +397,14 @@ def gated_native_graph(model: Model, fmt: Format, form: Literal["if", "where"] =
         n for n in model.candidates if b.native(n) and all(types.get(t, 0) > 0 for t in n.outputs if t)
     ]
     index = {n.name: i for i, n in enumerate(cands)}
-    whole = [tuple(u) for u in units if form == "if" and len(u) > 1 and all(m in index for m in u)]
+    whole = [tuple(u) for u in units if len(u) > 1 and all(m in index for m in u)]
     unit_of = {m: u for u in whole for m in u}
     out_nodes: list[onnx.NodeProto] = []
     for node, info in zip(model.proto.graph.node, model.nodes):
         if info.name in unit_of:
             unit = unit_of[info.name]
             if info.name == unit[-1]:
-                out_nodes += _unit_if(b, model, unit, index)
+                out_nodes += (_unit_if if form == "if" else _unit_where)(b, model, unit, index)
             continue
         if info.name not in index:
             out_nodes.append(node)
@@ -434,10 +437,9 @@ def gated_native_graph(model: Model, fmt: Format, form: Literal["if", "where"] =
     return NativeGatedGraph(proto=proto, candidates=[n.name for n in cands], fmt=fmt, form=form, units=whole)
 
 
-def _unit_if(b: _NativeBuilder, model: Model, unit: tuple[str, ...], index: dict[str, int]) -> list[onnx.NodeProto]:
-    """A fusion unit as one If on the And of its members' gates: then, every member in the low type together
-    (`unit_lowp`); else, each member on its own gate. Its outputs: the members' outputs read outside the unit."""
-    types = model.tensor_types
+def _unit_parts(b: _NativeBuilder, model: Model, unit: tuple[str, ...], index: dict[str, int]):
+    """What both forms of a fusion unit share: its members, their outputs read outside it, the Casts of its FLOAT
+    inputs from outside (made outside any branch: `unit_lowp`), the And of its members' gates (`cond`)."""
     infos = [model.node(m) for m in unit]
     members = [model.proto.graph.node[n.index] for n in infos]
     names = set(unit)
@@ -456,20 +458,35 @@ def _unit_if(b: _NativeBuilder, model: Model, unit: tuple[str, ...], index: dict
         both = b.uid("pd_unit_all")
         nodes.append(helper.make_node("And", [cond, f"{GATE_PREFIX}{index[m]}"], [both], name=b.uid("and")))
         cond = both
+    return infos, members, outs, outer, cond, nodes
+
+
+def _member_alone(b: _NativeBuilder, info: NodeInfo, node: onnx.NodeProto, renamed: dict[str, str]):
+    """A unit's member on its own gate, reading the members before it as `renamed`: its low-type nodes (into `lo`)
+    and its FP32 copy (into `f32`), each output's name after the choice (`here`)."""
+    mine = [t for t in node.output if t]
+    lo, f32 = {t: b.uid(t + "_low") for t in mine}, {t: b.uid(t + "_f32") for t in mine}
+    ins = {t: renamed[t] for t in node.input if t in renamed}
+    here = {t: b.uid(t + "_one") for t in mine}
+    return mine, lo, f32, b.lowp_nodes(node, lo, ins), b.copy(node, f32, ins), here
+
+
+def _unit_if(b: _NativeBuilder, model: Model, unit: tuple[str, ...], index: dict[str, int]) -> list[onnx.NodeProto]:
+    """A fusion unit as one If on the And of its members' gates: then, every member in the low type together
+    (`unit_lowp`); else, each member on its own gate. Its outputs: the members' outputs read outside the unit."""
+    types = model.tensor_types
+    infos, members, outs, outer, cond, nodes = _unit_parts(b, model, unit, index)
     low = {t: b.uid(t + "_low") for t in outs}
     then_g = helper.make_graph(b.unit_lowp(members, low, outer), b.uid("then"), [],
                                [helper.make_tensor_value_info(low[t], types[t], None) for t in outs])
     renamed: dict[str, str] = {}
     inner: list[onnx.NodeProto] = []
     for info, node in zip(infos, members):
-        mine = [t for t in node.output if t]
-        lo, f32 = {t: b.uid(t + "_low") for t in mine}, {t: b.uid(t + "_f32") for t in mine}
-        ins = {t: renamed[t] for t in node.input if t in renamed}
-        t_g = helper.make_graph(b.lowp_nodes(node, lo, ins), b.uid("then"), [],
+        mine, lo, f32, low_nodes, copy, here = _member_alone(b, info, node, renamed)
+        t_g = helper.make_graph(low_nodes, b.uid("then"), [],
                                 [helper.make_tensor_value_info(lo[t], types[t], None) for t in mine])
-        e_g = helper.make_graph([b.copy(node, f32, ins)], b.uid("else"), [],
+        e_g = helper.make_graph([copy], b.uid("else"), [],
                                 [helper.make_tensor_value_info(f32[t], types[t], None) for t in mine])
-        here = {t: b.uid(t + "_one") for t in mine}
         inner.append(helper.make_node("If", [f"{GATE_PREFIX}{index[info.name]}"], [here[t] for t in mine],
                                       name=b.uid(info.name), then_branch=t_g, else_branch=e_g))
         renamed.update(here)
@@ -477,4 +494,22 @@ def _unit_if(b: _NativeBuilder, model: Model, unit: tuple[str, ...], index: dict
                                [helper.make_tensor_value_info(renamed[t], types[t], None) for t in outs])
     nodes.append(helper.make_node("If", [cond], outs, name=b.uid("unit_" + unit[-1]), then_branch=then_g,
                                   else_branch=else_g))
+    return nodes
+
+
+def _unit_where(b: _NativeBuilder, model: Model, unit: tuple[str, ...], index: dict[str, int]) -> list[onnx.NodeProto]:
+    """A fusion unit in the where form: every member in the low type together (`unit_lowp`, which the optimizer fuses
+    as in the deployed graph) and each member on its own gate (a Where each), a Where on the And of the members' gates
+    picking each output read outside the unit."""
+    infos, members, outs, outer, cond, nodes = _unit_parts(b, model, unit, index)
+    low = {t: b.uid(t + "_low") for t in outs}
+    nodes += b.unit_lowp(members, low, outer)
+    renamed: dict[str, str] = {}
+    for info, node in zip(infos, members):
+        mine, lo, f32, low_nodes, copy, here = _member_alone(b, info, node, renamed)
+        nodes += [*low_nodes, copy]
+        nodes += [helper.make_node("Where", [f"{GATE_PREFIX}{index[info.name]}", lo[t], f32[t]], [here[t]],
+                                   name=b.uid("where")) for t in mine]
+        renamed.update(here)
+    nodes += [helper.make_node("Where", [cond, low[t], renamed[t]], [t], name=b.uid("where")) for t in outs]
     return nodes

@@ -12,7 +12,7 @@ from precision_doctor.backends import knobs
 from precision_doctor.backends.base import Backend, SessionHolder
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.backends.registry import BackendPlan, knob_family
-from precision_doctor.control import ProgressSink, StopToken
+from precision_doctor.control import PhaseEvent, ProgressSink, StopToken, notify
 from precision_doctor.data.inputs import Sample
 from precision_doctor.data.workload import Workload
 from precision_doctor.measure.analysis import Analysis
@@ -63,6 +63,17 @@ class Backends:
         for b in (self.search, self.confirm):
             if isinstance(b, SessionHolder):
                 b.pause()
+
+    def choose_form(self, sample: Sample, progress: ProgressSink | None) -> None:
+        """The search graph's form timed on `sample` and the faster kept, where its backend has forms to choose from
+        (`OrtGatedBackend.choose_form`: on a GPU), said in the reference phase's progress."""
+        from precision_doctor.backends.ort_gated import FORM_WORDS, OrtGatedBackend
+
+        b = self.search
+        if isinstance(b, OrtGatedBackend) and b.untimed:
+            forms = " and ".join(FORM_WORDS[f] for f in (b.form, *b.untimed))
+            notify(progress, PhaseEvent("reference", f"the search graph's {forms} timed on a sample"))
+            notify(progress, PhaseEvent("reference", b.choose_form(sample)))
 
     def kept_fp32(self) -> dict[str, str]:
         """Op types the backends' ONNX Runtime refused a session for in the format (op -> why; ONNX Runtime backends

@@ -129,6 +129,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     work.keep_in(run)  # a data loader script's samples: a resumed run reads them there
 
     notify(progress, PhaseEvent("reference", f"FP32 outputs of {counted(len(work.samples), 'search sample')}"))
+    if work.samples:
+        backends.choose_form(work.samples[0], progress)  # on a GPU: the gated graph's faster form, before it scores
     ref = owned.enter_context(ReferenceRunner(model))  # its session closed with the backends
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, held_refs = work.references, work.held_references or []

@@ -194,6 +194,31 @@ def test_the_where_form_of_the_gated_graph_has_no_if_and_its_all_fp32_set_is_the
         np.testing.assert_array_equal(got, ref[t])
 
 
+def test_the_gated_backend_times_its_forms_keeps_the_faster_and_computes_the_same_values():
+    """On a GPU the gated backend times the If and the Where form on a sample and keeps the faster (which one wins
+    depends on the model: bench/gpu_set_cost.py); here, on the CPU provider, the same plumbing is asked for by name.
+    A runner prepared before the choice runs on the kept form, with the same outputs; the kept form is made again
+    after a pause; a second choice times nothing."""
+    c = CASES["three_defects"]()
+    model = from_proto(c.model)
+    assert OrtGatedBackend(model, "fp16", ["CPUExecutionProvider"]).untimed == ()  # the CPU: nothing to choose
+    be = OrtGatedBackend(model, "fp16", ["CPUExecutionProvider"], forms=("if", "where"))
+    assert be.form == "if" and be.untimed == ("where",)
+    s = c.samples(1, 0)[0]
+    runner = be.prepare(frozenset(c.expected))
+    before = runner.run(s)
+    line = be.choose_form(s)
+    assert set(be.form_times) == {"if", "where"} and all(t > 0 for t in be.form_times.values())
+    assert be.form == min(be.form_times, key=be.form_times.get) and be.graph.form == be.form
+    assert f"{'If' if be.form == 'if' else 'Where'} form kept" in line and "ms" in line
+    for t, v in runner.run(s).items():
+        np.testing.assert_array_equal(v, before[t])
+    be.pause()
+    assert set(runner.run(s)) == set(before) and be.graph.form == be.form
+    assert be.choose_form(s) is None
+    be.close()
+
+
 def test_the_onnx_runtime_backends_pause_their_sessions_and_make_them_again():
     """`pause` (through a capture, the other runtime's check) drops the gated session and the mixed graphs' cached
     ones, which on a GPU hold their arenas; the next run makes the gated session again, with the same outputs."""

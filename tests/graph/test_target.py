@@ -156,6 +156,11 @@ def test_the_gated_graph_keeps_each_fusion_site_whole_so_onnx_runtime_fuses_it_a
             "ln1_add") in units  # the residual Add too: ONNX Runtime fuses it with the LayerNorm (SkipLayerNormalization)
     assert _norms(_optimized_ops(whole.proto, "all", tmp_path), "if:") == 2
     assert _norms(_optimized_ops(per_node.proto, "all", tmp_path), "if:") == 0
+    # the where form (no If: both sides in the main graph) fuses each unit's low-type copy there, and only it
+    where = gated_native_graph(model, FP16, form="where", units=units)
+    assert where.units == units and not any(n.op_type == "If" for n in where.proto.graph.node)
+    assert _norms(_optimized_ops(where.proto, "all", tmp_path)) == 2
+    assert _norms(_optimized_ops(gated_native_graph(model, FP16, form="where").proto, "all", tmp_path)) == 0
 
     def run(graph, fallback, sample):
         sess = ort.InferenceSession(graph.proto.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -226,8 +231,9 @@ def test_an_answer_for_tensorrt_that_onnx_runtime_needs_more_of_gets_an_ort_cuda
 
 def test_the_unit_gated_graph_computes_the_deployed_graph_node_for_node():
     """Under ONNX's reference evaluator (each node in numpy's own FP16 arithmetic, no fusion, no Casts of its own) the
-    unit-gated graph, the per-node gated graph and fixed.onnx's graph agree bit for bit on every set tried: the units'
-    wiring (And of the gates, the low-type tensors between members, the else branch's renamed nodes) is exact."""
+    unit-gated graph, the per-node gated graph (each in both forms, If and Where) and fixed.onnx's graph agree bit for
+    bit on every set tried: the units' wiring (And of the gates, the low-type tensors between members, the else
+    branch's renamed nodes) is exact."""
     from onnx.reference import ReferenceEvaluator
 
     from precision_doctor.graph.mixed import build_mixed
@@ -237,9 +243,10 @@ def test_the_unit_gated_graph_computes_the_deployed_graph_node_for_node():
     units = fusion_units(model, FP16)
     whole, per_node = gated_native_graph(model, FP16, units=units), gated_native_graph(model, FP16)
     sample = case.samples(1)[0]
+    forms = [gated_native_graph(model, FP16, form="where", units=units), gated_native_graph(model, FP16, form="where")]
     for fallback in (set(), {"ln1_mul"}, {u[1] for u in units}, set(case.expected), set(whole.candidates)):
         deployed = ReferenceEvaluator(build_mixed(model, frozenset(fallback))).run(None, sample)[0]
-        for graph in (whole, per_node):
+        for graph in (whole, per_node, *forms):
             got = ReferenceEvaluator(graph.proto).run(None, {**sample, **graph.feeds(fallback)})[0]
             assert np.array_equal(got, deployed, equal_nan=True), sorted(fallback)
 
