@@ -11,6 +11,7 @@
 #                                                  there in its own session (it outlives the call), out in /tmp/o-TAG;
 #                                                  a later TAG waits for the earlier ones (one GPU, one run); AFTER=TAG
 #                                                  queues it once that TAG has begun (the order of the starts)
+#                                                  (STACKS=1: every process's stacks sampled, bench/stack_sampler)
 #         TAG=a bash bench/gpu_bundle.sh collect # the run's state; its tables and logs into $OUT when it has ended
 # So a second bundle's parts travel while the first bundle's models run.
 set -euo pipefail
@@ -59,7 +60,8 @@ start)
       --exclude=./.whl -cf - . | tar -xf - -C /tmp/repo
   fi
   cd /tmp/repo
-  export PYTHONPATH=/tmp/site:/tmp/repo PYTHONUNBUFFERED=1
+  export PYTHONPATH=/tmp/site:/tmp/repo${STACKS:+:/tmp/repo/bench/stack_sampler} PYTHONUNBUFFERED=1
+  export PD_STACK_SAMPLES=${STACKS:+/tmp/o-$tag-stacks}  # STACKS=1: where each process's time goes (stack_sampler)
   # one harness at a time (a queue: flock), so that a later start waits for the GPU instead of sharing it
   # (AFTER=TAG: queued only once that TAG's run has begun, so that the queue keeps the order of the starts)
   after=${AFTER:+/tmp/o-$AFTER}
@@ -73,6 +75,6 @@ collect)
   if [ -f "/tmp/o-$tag/truth.json" ]; then
     for f in truth.json truth.md; do cp "/tmp/o-$tag/$f" "$OUT/$tag-$f"; done
     cp "/tmp/o-$tag.log" "$OUT/$tag-run.log"
-    for f in "/tmp/o-$tag"/logs/*.log; do [ -f "$f" ] && cp "$f" "$OUT/$tag-$(basename "$f")"; done
+    for f in "/tmp/o-$tag"/logs/*.log /tmp/o-"$tag"-stacks-*.folded; do [ -f "$f" ] && cp "$f" "$OUT/$tag-$(basename "$f")"; done
   fi ;;
 esac

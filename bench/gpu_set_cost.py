@@ -40,7 +40,6 @@ from precision_doctor.graph.model import load_model  # noqa: E402
 from precision_doctor.graph.targets import runtime  # noqa: E402
 
 
-
 def samples_of(path: Path, n: int) -> list[dict[str, np.ndarray]]:
     """The first `n` samples of a large model's samples.npz."""
     with np.load(path) as z:

@@ -478,7 +478,8 @@ def _local_errors(
     """The local errors summed into `slots` sets of accumulators, sample `i` into `slot(i)`."""
     wanted = model.candidates if nodes is None else [model.node(n) for n in nodes]
     wanted = [n for n in wanted if n.is_candidate]
-    accs = [{t: TensorAccumulator(fmt, local=True) for n in wanted for t in n.float_outputs} for _ in range(slots)]
+    accs = [{t: TensorAccumulator(fmt, local=True, rounding=False)  # the local error only: what attribution reads
+             for n in wanted for t in n.float_outputs} for _ in range(slots)]
     groups = [RunGroup(tuple(t for n in g.local for t in n.float_outputs), (), g.local)
               for g in layer_groups(model, wanted, int(group_mb * (1 << 20)), lowp=False)]
     with StepAdder() as adder:

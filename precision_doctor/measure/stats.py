@@ -335,14 +335,16 @@ class TensorStats:
 class TensorAccumulator:
     """One tensor's `TensorStats`, sample by sample: `add(ref, lowp, local)` with one sample's reference value and,
     where the tensor has them (`lowp`, `local`: the roles it was made with), its low-precision and local values;
-    `rounding` comes with `local` (a candidate's output), `absmax` with `absmax` (a candidate's input). Each
+    `rounding` comes with `local` (a candidate's output) unless asked not to, `absmax` with `absmax` (a candidate's
+    input). Each
     reference sample is prepared once for every comparison (`_Ref`)."""
 
-    def __init__(self, fmt: Format, *, lowp: bool = False, local: bool = False, absmax: bool = False):
+    def __init__(self, fmt: Format, *, lowp: bool = False, local: bool = False, absmax: bool = False,
+                 rounding: bool = True):
         self.fmt = fmt
         self.lowp = _Acc(fmt) if lowp else None
         self.local = _Acc(fmt) if local else None
-        self.rounding = _Acc(fmt) if local else None
+        self.rounding = _Acc(fmt) if local and rounding else None
         self.absmax = 0.0 if absmax else None
 
     @property

@@ -37,8 +37,15 @@ def _samples(errors):
     return samples, refs
 
 
+@pytest.fixture(params=[1, 3], ids=["one check beside a run", "three"])
+def depth(request, monkeypatch):
+    """Checks at once beside a run: one (a machine of 2-7 cores), three (more: up to 4 of 16 cores)."""
+    monkeypatch.setattr(checked, "check_threads", lambda: request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("order", [[0, 1, 2, 3, 4], [4, 2, 0, 1, 3]])
-def test_overlap_gives_the_sequential_results_in_order(order):
+def test_overlap_gives_the_sequential_results_in_order(order, depth):
     samples, refs = _samples([0, 0.5, 0, 0.001, 0.2])
     plain = list(checked_runs(Runner(), samples, refs, order, TOL))
     beside = list(checked_runs(Runner(), samples, refs, order, TOL, overlap=True))
@@ -47,17 +54,17 @@ def test_overlap_gives_the_sequential_results_in_order(order):
     assert [c["y"].passed for _, c in plain] == [[True, False, True, True, False][i] for i in order]
 
 
-def test_a_stop_after_a_failure_costs_at_most_one_run_and_hides_its_error():
-    samples, refs = _samples([0, 0.5, 0, 0])
+def test_a_stop_after_a_failure_costs_at_most_a_run_per_check_beside_it_and_hides_its_error(depth):
+    samples, refs = _samples([0, 0.5, 0, 0, 0, 0])
     runner = Runner(fail_at=2)  # the run after the failing sample breaks: the consumer never asks for it
     seen = []
-    runs = checked_runs(runner, samples, refs, range(4), TOL, overlap=True)
+    runs = checked_runs(runner, samples, refs, range(6), TOL, overlap=True)
     for i, checks in runs:
         seen.append(i)
         if not checks["y"].passed:
             break
     runs.close()  # as the oracle's `contextlib.closing` does: nothing raised
-    assert seen == [0, 1] and runner.ran == [0, 1, 2]
+    assert seen == [0, 1] and runner.ran[:3] == [0, 1, 2] and len(runner.ran) <= 2 + depth
 
 
 def test_a_keyboard_interrupt_in_the_extra_run_is_never_lost():
@@ -80,7 +87,7 @@ def test_a_keyboard_interrupt_in_the_extra_run_is_never_lost():
     assert seen == [0]
 
 
-def test_an_error_is_raised_once_the_consumer_gets_that_far():
+def test_an_error_is_raised_once_the_consumer_gets_that_far(depth):
     samples, refs = _samples([0, 0, 0, 0])
     seen = []
     with pytest.raises(RuntimeError, match="run 2 broke"):
@@ -124,3 +131,30 @@ def test_a_check_runs_beside_the_next_run(monkeypatch):
     monkeypatch.setattr(checked, "check_all", slow_check)
     assert [i for i, _ in checked_runs(Signalling(), samples, refs, range(3), TOL, overlap=True)] == [0, 1, 2]
     assert waited == [True]
+
+
+def test_several_checks_run_at_once_beside_the_runs(monkeypatch):
+    """With three checks beside a run, sample 0's check waits until sample 2's run has begun (and sample 1's check
+    runs meanwhile): with one check at a time it would wait forever (here: 60 s)."""
+    monkeypatch.setattr(checked, "check_threads", lambda: 3)
+    samples, refs = _samples([0, 0, 0, 0])
+    third_run = threading.Event()
+    waited = []
+    real = checked.check_all
+
+    class Signalling(Runner):
+        def run(self, feeds, outputs=None):
+            if int(feeds["i"]) == 2:
+                third_run.set()
+            return super().run(feeds, outputs)
+
+    def slow_check(outs, ref, tol):
+        if ref is refs[0]:
+            waited.append(third_run.wait(60))
+        return real(outs, ref, tol)
+
+    monkeypatch.setattr(checked, "check_all", slow_check)
+    assert [i for i, _ in checked_runs(Signalling(), samples, refs, range(4), TOL, overlap=True)] == [0, 1, 2, 3]
+    assert waited == [True]
+    monkeypatch.undo()
+    assert 1 <= checked.check_threads() <= checked.CHECK_THREADS
