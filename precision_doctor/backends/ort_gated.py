@@ -125,18 +125,27 @@ class OrtGatedBackend(SessionHolder):
         if not self.untimed:
             return None
         sets = (frozenset(), frozenset(self.graph.candidates))
-        made = {self.form: (self.graph, self.live_session())}
-        for form in self.untimed:
-            graph, session = self._made(form)
-            graph.proto = onnx.ModelProto()
-            made[form] = (graph, session)
+
+        def timed(graph: NativeGatedGraph, session) -> float:
+            return sum(self._timed(session, {**sample, **graph.feeds(fb)}) for fb in sets)
+
+        self.form_times[self.form] = timed(self.graph, self.live_session())
+        failed = []
+        for form in self.untimed:  # each made and timed beside the one kept so far, the slower dropped at once
+            try:
+                graph, session = self._made(form)
+                graph.proto = onnx.ModelProto()
+                self.form_times[form] = timed(graph, session)
+            except UserError as exc:  # its session or a run on the GPU (its memory, most likely): the other stays
+                failed.append(f"the {FORM_WORDS[form]} could not run: {str(exc).split(': ', 1)[-1][:160]}")
+                continue
+            if self.form_times[form] < self.form_times[self.form]:
+                self.form, self.graph, self.session = form, graph, session
+            del graph, session
         self.untimed = ()
-        for form, (graph, session) in made.items():
-            self.form_times[form] = sum(self._timed(session, {**sample, **graph.feeds(fb)}) for fb in sets)
-        self.form = min(self.form_times, key=self.form_times.__getitem__)
-        self.graph, self.session = made[self.form]
         times = ", ".join(f"{FORM_WORDS[f]} {t * 1e3:.0f} ms" for f, t in self.form_times.items())
-        return f"the search graph's {FORM_WORDS[self.form]} kept (a sample all-low and all-FP32: {times})"
+        return (f"the search graph's {FORM_WORDS[self.form]} kept (a sample all-low and all-FP32: {times})"
+                + "".join(f"; {f}" for f in failed))
 
     def _timed(self, session, feeds: Feeds) -> float:
         names, model = self.output_names, self.model

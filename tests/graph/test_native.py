@@ -217,6 +217,23 @@ def test_the_gated_backend_times_its_forms_keeps_the_faster_and_computes_the_sam
     assert set(runner.run(s)) == set(before) and be.graph.form == be.form
     assert be.choose_form(s) is None
     be.close()
+    # a form that cannot be made or run on the GPU (its memory, most likely) leaves the other, said in the line
+    from precision_doctor.errors import UserError
+
+    be = OrtGatedBackend(model, "fp16", ["CPUExecutionProvider"], forms=("if", "where"))
+    made = be._made
+
+    def out_of_memory(form):
+        if form == "where":
+            raise UserError("m.onnx: ONNX Runtime's CUDA provider failed (memory error)")
+        return made(form)
+
+    be._made = out_of_memory
+    line = be.choose_form(s)
+    assert be.form == "if" and set(be.form_times) == {"if"} and "; the Where form could not run: ONNX Runtime's CUDA provider failed (memory error)" in line
+    for t, v in be.prepare(frozenset(c.expected)).run(s).items():
+        np.testing.assert_array_equal(v, before[t])
+    be.close()
 
 
 def test_the_onnx_runtime_backends_pause_their_sessions_and_make_them_again():
