@@ -200,6 +200,17 @@ class ActivationStore:
                 del self.file[key]
             self.file[key] = text
 
+    def remove(self, run: str, names: Sequence[str]) -> None:
+        """Remove tensors `names` of `run` (each shape group's dataset) where stored; the others stay."""
+        if run not in self.file:
+            return
+        gone = set(names)
+        with self._writing(0):
+            grp = self.file[run]
+            for key in [k for k in grp if grp[k].attrs.get("onnx_name") in gone]:
+                del grp[key]
+            self._names[run] = [n for n in self.tensor_names(run) if n not in gone]
+
     def flush_names(self) -> None:
         with self._writing(0):
             for run, names in self._names.items():

@@ -42,6 +42,7 @@ from precision_doctor.runfiles import RunDir
 from precision_doctor.spec import CaptureSpec
 
 ACTIVATIONS = "activations.h5"
+TENSORS_OWED = "tensors_owed"  # its root attribute while the top layers' tensors are not all written (JSON: run -> names)
 FIXED_RUN = "fixed"
 
 
@@ -78,7 +79,9 @@ def capture_and_analyse(
     shape groups), on `capture.device`. The low-precision runs follow the emulation `rules` (`backends.rules`).
     Refused before anything is written when the file system of `out_dir` has no room for it
     (`pipeline/capture_size.py`); a large one is announced (`CaptureSizeEvent`). `diagnosis`: a diagnosis's
-    capture, whose fixed run `capture.keep` all adds to a copy of the file (counted in the size)."""
+    capture, whose fixed run `capture.keep` all adds to a copy of the file (counted in the size). A stop while the
+    top layers' tensors are written keeps the statistics and the analysis (the file renamed, the tensors owed:
+    `finish_capture` writes them when the run resumes)."""
     fmt, model = get_format(precision), work.model
     final = out_dir / ACTIVATIONS
     tmp = out_dir / f".{ACTIVATIONS}.partial"
@@ -109,9 +112,13 @@ def capture_and_analyse(
     if not plan.every:
         more = {run: [t for t in ts if t not in outputs] for run, ts in plan.tensors(model, analysis.ranking).items()}
         if any(more.values()):
-            store_tensors(tmp, model, samples, fmt, more, group_mb=settings.group_mb, compression=settings.compression,
-                          fallback=fallback, rules=rules, providers=providers, progress=progress, stop=stop,
-                          gated=gated, max_bytes=capture_size.tensors_budget(groups_of(samples)))
+            with ActivationStore(tmp, "a") as store:
+                store.set_attrs(**{TENSORS_OWED: more})
+            try:
+                _store_owed(tmp, model, samples, fmt, settings, fallback, rules, providers, progress, stop, gated)
+            except KeyboardInterrupt:  # a stop: the statistics and the analysis are kept, the tensors owed
+                tmp.replace(final)
+                raise
     tmp.replace(final)
     if work.references is not None:  # the verdict is against the user's reference, not ORT's
         analysis.verdict = _users_verdict(final, work, tolerance)
@@ -178,6 +185,40 @@ def captured_floor(activations: Path, work: Workload, precision: str, tolerance:
         n = store.n_samples()
         return rounding_floor(({o: store.read(REFERENCE, o, i) for o in outputs} for i in range(n)),
                               get_format(precision), tolerance)
+
+
+def _store_owed(path: Path, model: Model, samples: Sequence[Sample], fmt: Format, settings: CaptureSpec,
+                fallback: frozenset[str], rules: str | None, providers: Sequence, progress: ProgressSink | None,
+                stop: StopToken | None, gated=None) -> None:
+    """Write the tensors the capture at `path` owes (its `TENSORS_OWED`: the top layers' beyond the graph outputs,
+    computed again for them alone: `store_tensors`) and clear the debt; on a stop, what was written of them is
+    removed, so that the file holds whole tensors only and the debt stays for a resumed run."""
+    with ActivationStore(path) as store:
+        owed = store.attr(TENSORS_OWED, None) or {}
+    try:
+        store_tensors(path, model, samples, fmt, owed, group_mb=settings.group_mb, compression=settings.compression,
+                      fallback=fallback, rules=rules, providers=providers, progress=progress, stop=stop,
+                      gated=gated if gated is not None else gated_graph(model, fmt, rules=rules),
+                      max_bytes=capture_size.tensors_budget(groups_of(samples)))
+    except KeyboardInterrupt:
+        with ActivationStore(path, "a") as store:
+            for run, names in owed.items():
+                store.remove(run, names)
+        raise
+    with ActivationStore(path, "a") as store:
+        del store.file.attrs[TENSORS_OWED]
+
+
+def finish_capture(work: Workload, spec_capture: CaptureSpec, precision: str, activations: Path, *,
+                   rules: str | None = None, progress: ProgressSink | None = None,
+                   stop: StopToken | None = None) -> None:
+    """Finish a capture a stop cut off after its statistics (`TENSORS_OWED` in `activations`): the tensors it owes,
+    on the samples it captured (`work.captured()`); nothing where it owes none."""
+    with ActivationStore(activations) as store:
+        if not store.attr(TENSORS_OWED, None):
+            return
+    _store_owed(activations, work.model, work.captured(), get_format(precision), spec_capture, frozenset(), rules,
+                capture_providers(spec_capture.device), progress, stop)
 
 
 def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis:

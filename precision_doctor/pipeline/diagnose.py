@@ -40,6 +40,7 @@ from precision_doctor.pipeline.compare import (
     FIXED_RUN,
     capture_and_analyse,
     capture_fixed,
+    finish_capture,
     reanalyse,
     write_layer_tables,
 )
@@ -195,6 +196,8 @@ def _capture(work: Workload, spec: RunSpec, run: RunDir, loop: Loop, *, resume: 
                                         None if loop.scores is None else [s.share for s in loop.scores])
     notify(progress, PhaseEvent("capture", f"{counted(len(loop.captured), 'sample')}, every layer's statistics"))
     if resume and analysable(out_dir / ACTIVATIONS):  # its statistics are kept (pipeline/keep.py); none: capture again
+        finish_capture(work, spec.capture, spec.precision, out_dir / ACTIVATIONS, rules=spec.backends.emulation_rules,
+                       progress=progress, stop=stop)  # where a stop cut it off after its statistics
         return reanalyse(out_dir / ACTIVATIONS, spec.tolerance)
     with shared_capture(capture_cache, spec, work, run) as reused:
         return reanalyse(out_dir / ACTIVATIONS, spec.tolerance) if reused else capture_and_analyse(

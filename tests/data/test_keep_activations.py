@@ -233,3 +233,46 @@ def test_as_many_samples_as_fit_and_no_more(planted_file, tmp_path, monkeypatch)
     api.diagnose(spec, tmp_path / "two")
     with ActivationStore(tmp_path / "two" / "activations.h5") as b:
         assert b.attr("tensors_samples") == 2 and b.n_samples() > 2
+
+
+def test_a_stop_while_the_top_tensors_are_written_keeps_the_statistics_and_resume_finishes_them(
+        planted_file, tmp_path, monkeypatch):
+    """A stop after the capture's statistics, while the top layers' tensors are written (on a large model minutes
+    of statistics): the run directory keeps the statistics and the analysis, with the tensors owed and none of them
+    half written; --resume writes the tensors without capturing the statistics again, and ends as a run that was
+    never stopped (the same answer, the same tensors kept)."""
+    from precision_doctor.control import CaptureEvent
+    from precision_doctor.pipeline.compare import TENSORS_OWED
+
+    case, path, files = planted_file("three_defects", n=4)
+    whole_run = api.diagnose(_spec(case, path, files, "top:2"), tmp_path / "whole")
+    run, stop = tmp_path / "run", StopToken()
+
+    def progress(event) -> None:
+        if isinstance(event, CaptureEvent) and event.stage == "tensors" and event.done >= 1:
+            stop.stop("test")
+
+    with pytest.raises(KeyboardInterrupt):
+        api.diagnose(_spec(case, path, files, "top:2"), run, progress=progress, stop=stop)
+    store = run / "activations.h5"
+    assert analysable(store) and not (run / ".activations.h5.partial").exists()
+    with ActivationStore(store) as s:
+        owed = s.attr(TENSORS_OWED)
+        assert any(owed.values())
+        for name, names in owed.items():  # none half written: neither listed nor stored
+            stored = {s.file[name][k].attrs["onnx_name"] for k in s.file[name]} if name in s.file else set()
+            assert not set(names) & (set(s.tensor_names(name)) | stored)
+    captured, stages = _counting_captures(monkeypatch), []
+    finished = api.diagnose(_spec(case, path, files, "top:2"), run, resume=True,
+                            progress=lambda e: stages.append(e.stage) if isinstance(e, CaptureEvent) else None)
+    assert finished.status == "complete" and captured == [] and "statistics" not in stages and "tensors" in stages
+    assert finished.answer.fallback_nodes == whole_run.answer.fallback_nodes and finished.passed == whole_run.passed
+    kept = {a: v for a, v in finished.answer.artifacts.items() if a.startswith("activations")}
+    assert kept and kept.keys() == {a for a in whole_run.answer.artifacts if a.startswith("activations")}
+    for name in kept.values():
+        with ActivationStore(run / name) as s, ActivationStore(tmp_path / "whole" / name) as w:
+            assert s.attr(TENSORS_OWED) is None
+            for r in (REFERENCE, LOWP, LOCAL):
+                assert sorted(s.tensor_names(r)) == sorted(w.tensor_names(r))
+                for t in s.tensor_names(r):
+                    np.testing.assert_array_equal(s.read(r, t), w.read(r, t))
