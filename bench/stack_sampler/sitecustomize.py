@@ -19,6 +19,7 @@ if os.environ.get("PD_STACK_SAMPLES"):
 
     _prefix, _main = os.environ["PD_STACK_SAMPLES"], threading.main_thread()
     _counts: collections.Counter = collections.Counter()
+    _lock = threading.Lock()  # the sampler's writes and the one at exit, on the main thread
 
     def _frames(frame) -> str:
         out = []
@@ -30,9 +31,10 @@ if os.environ.get("PD_STACK_SAMPLES"):
 
     def _write() -> None:
         path = f"{_prefix}-{os.getpid()}.folded"
-        with open(path + ".tmp", "w") as f:
-            f.writelines(f"{stack} {n}\n" for stack, n in _counts.most_common())
-        os.replace(path + ".tmp", path)
+        with _lock:
+            with open(path + ".tmp", "w") as f:
+                f.writelines(f"{stack} {n}\n" for stack, n in _counts.most_common())
+            os.replace(path + ".tmp", path)
 
     def _sample() -> None:
         last = time.monotonic()
@@ -40,7 +42,9 @@ if os.environ.get("PD_STACK_SAMPLES"):
             time.sleep(0.1)
             frame = sys._current_frames().get(_main.ident)
             if frame is not None:
-                _counts[_frames(frame)] += 1
+                stack = _frames(frame)
+                with _lock:
+                    _counts[stack] += 1
             if time.monotonic() - last > 5:
                 last = time.monotonic()
                 _write()

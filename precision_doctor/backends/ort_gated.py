@@ -25,10 +25,18 @@ from precision_doctor.errors import UserError
 from precision_doctor.graph.formats import get_format
 from precision_doctor.graph.model import Model
 from precision_doctor.graph.native import NativeGatedGraph, fusion_units, gated_native_graph
-from precision_doctor.graph.ort_session import make_session, run_session, with_outputs
+from precision_doctor.graph.ort_session import GpuRunError, make_session, run_session, with_outputs
 
 FORMS = ("if", "where")  # the gated graph's forms (`graph.native.gated_native_graph`), timed on a GPU: `choose_form`
 FORM_WORDS = {"if": "If form", "where": "Where form"}
+
+
+def offered_forms(gpu: bool, units: bool) -> tuple[str, ...]:
+    """The gated graph's forms a backend chooses from, the first used until `choose_form` times them: both on a GPU
+    where no fusion unit is gated, else the If form. With units (the ort-cuda target, optimized) the Where form's
+    values were not compared with the If form's on a GPU, and ONNX Runtime's CPU optimizer treats the two
+    differently (it removes Casts across the Where form's main graph that the If form's branches keep)."""
+    return FORMS if gpu and not units else ("if",)
 
 
 class OrtGatedRunner:
@@ -87,12 +95,13 @@ class OrtGatedBackend(SessionHolder):
         self.kept_fp32 = self.mixed.kept_fp32  # one record: what the gated session refused, the mixed graphs keep too
         whole = fusion_units(model, fmt) if units else ()
         self.graph: NativeGatedGraph
-        self._made = lambda form: session_keeping_fp32(
+        self._made_with = lambda form, kept, everywhere, warn: session_keeping_fp32(
             lambda blocked: gated_native_graph(model, fmt, form=form, units=whole, op_block_list=blocked),
             lambda graph: make_session(with_outputs(graph.proto, self.output_names, model.tensor_types), self.providers,
                                        optimize=optimize, level=self.level),
-            precision, self.kept_fp32, self.mixed.warn, self.name, model, self.mixed.refused_everywhere)
-        forms = tuple(forms) if forms is not None else FORMS if self.mixed.uses_cuda else ("if",)
+            precision, kept, warn, self.name, model, everywhere)
+        self._made = lambda form: self._made_with(form, self.kept_fp32, self.mixed.refused_everywhere, self.mixed.warn)
+        forms = tuple(forms) if forms is not None else offered_forms(self.mixed.uses_cuda, bool(whole))
         self.form, self.untimed = forms[0], forms[1:]  # untimed: the forms `choose_form` tries
         self.form_times: dict[str, float] = {}  # seconds per form of `choose_form`'s trial (empty: none was made)
         self.graph, self.session = self._made(self.form)
@@ -120,8 +129,11 @@ class OrtGatedBackend(SessionHolder):
         Where form computes both sides of every gate with no control flow, twice the arithmetic in kernels launched
         back to back. Which costs less depends on the model and the GPU (about the same on a 300-node detector, on
         a 1,900-node encoder-decoder the If calls cost 15-20 times the real graph's run), so it is measured: each
-        form on the all-low and the all-FP32 set, a warm-up run and the faster of two timed runs each. Both compute
-        the same values (tests/graph/test_target.py)."""
+        form on the all-low and the all-FP32 set, a warm-up run and the faster of two timed runs each. Without
+        fusion units (the only case the Where form is offered in) both compute the same values: to the bit under
+        ONNX Runtime (tests/graph/test_target.py; whisper-base on the H200). A form that cannot be made or run here
+        (a type ONNX Runtime has no Where kernel for, the GPU's memory, an op it would need kept FP32) is said in the
+        line and the other kept."""
         if not self.untimed:
             return None
         sets = (frozenset(), frozenset(self.graph.candidates))
@@ -132,12 +144,15 @@ class OrtGatedBackend(SessionHolder):
         self.form_times[self.form] = timed(self.graph, self.live_session())
         failed = []
         for form in self.untimed:  # each made and timed beside the one kept so far, the slower dropped at once
+            kept = dict(self.kept_fp32)  # its own record: a trial teaches the run's sessions and fixed.onnx nothing
             try:
-                graph, session = self._made(form)
+                graph, session = self._made_with(form, kept, None, lambda line: None)
                 graph.proto = onnx.ModelProto()
+                if kept != self.kept_fp32:
+                    raise UserError(f"it needs {', '.join(sorted(set(kept) - set(self.kept_fp32)))} kept FP32")
                 self.form_times[form] = timed(graph, session)
-            except UserError as exc:  # its session or a run on the GPU (its memory, most likely): the other stays
-                failed.append(f"the {FORM_WORDS[form]} could not run: {str(exc).split(': ', 1)[-1][:160]}")
+            except Exception as exc:  # noqa: BLE001 (its session or a run: a kernel ONNX Runtime lacks for a Where's
+                failed.append(f"the {FORM_WORDS[form]} could not run here ({_reason(exc)})")  # type, the GPU's memory)
                 continue
             if self.form_times[form] < self.form_times[self.form]:
                 self.form, self.graph, self.session = form, graph, session
@@ -168,3 +183,11 @@ class OrtGatedBackend(SessionHolder):
         """Release the session and the mixed backend's cached ones."""
         self.session = None
         self.mixed.close()
+
+
+def _reason(exc: Exception) -> str:
+    """A failure in a few words: a GPU failure's own line without its advice (the run goes on), else the error's
+    first line, cut at a word."""
+    text = exc.what if isinstance(exc, GpuRunError) else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    text = text.split(": ", 1)[-1] if isinstance(exc, GpuRunError) else text
+    return text if len(text) <= 160 else text[:160].rsplit(" ", 1)[0] + " ..."

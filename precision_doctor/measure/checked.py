@@ -12,6 +12,7 @@ at once).
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -41,7 +42,7 @@ def checked_runs(runner: Runner, samples: Sequence, refs: Sequence[dict], order:
             yield i, check_all(runner.run(samples[i], list(refs[i])), refs[i], tol)
         return
     depth = check_threads()
-    pool = ThreadPoolExecutor(depth, thread_name_prefix="check")
+    pool = _pool(depth)
     pending: deque[tuple[int, Future[Checks]]] = deque()
     try:
         for i in order:
@@ -65,4 +66,11 @@ def checked_runs(runner: Runner, samples: Sequence, refs: Sequence[dict], order:
             j, done = pending.popleft()
             yield j, done.result()
     finally:  # a consumer that stopped: the checks not started are dropped, the running ones end on their own
-        pool.shutdown(wait=False, cancel_futures=True)
+        for _, future in pending:
+            future.cancel()
+
+
+@functools.cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    """The checks' threads, made once per process (a search makes thousands of evaluations)."""
+    return ThreadPoolExecutor(threads, thread_name_prefix="check")

@@ -213,12 +213,30 @@ def finish_capture(work: Workload, spec_capture: CaptureSpec, precision: str, ac
                    rules: str | None = None, progress: ProgressSink | None = None,
                    stop: StopToken | None = None) -> None:
     """Finish a capture a stop cut off after its statistics (`TENSORS_OWED` in `activations`): the tensors it owes,
-    on the samples it captured (`work.captured()`); nothing where it owes none."""
+    on the search samples it captured (its `captured` labels, whatever the resumed run would choose now), written
+    into a copy that replaces the file once whole (the statistics are in no other file); nothing where it owes none.
+    Where those samples are not among the search samples any more, the tensors are not written (the store says
+    `kept` top:0, the debt cleared)."""
     with ActivationStore(activations) as store:
         if not store.attr(TENSORS_OWED, None):
             return
-    _store_owed(activations, work.model, work.captured(), get_format(precision), spec_capture, frozenset(), rules,
-                capture_providers(spec_capture.device), progress, stop)
+        labels = store.attr("captured", None) or []
+    index = {work.samples.label(i): i for i in range(len(work.samples))}
+    tmp = activations.with_name(f".{activations.name}.partial")
+    shutil.copyfile(activations, tmp)
+    if not labels or any(label not in index for label in labels):
+        with ActivationStore(tmp, "a") as store:
+            store.set_attrs(kept="top:0")
+            del store.file.attrs[TENSORS_OWED]
+    else:
+        try:
+            _store_owed(tmp, work.model, work.samples.subset([index[label] for label in labels]),
+                        get_format(precision), spec_capture, frozenset(), rules, capture_providers(spec_capture.device),
+                        progress, stop)
+        except BaseException:  # a stop again: the file as it was, the debt with it
+            tmp.unlink(missing_ok=True)
+            raise
+    tmp.replace(activations)
 
 
 def reanalyse(activations: Path, tolerance: Tolerance | None = None) -> Analysis:

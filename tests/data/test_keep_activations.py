@@ -23,9 +23,9 @@ from precision_doctor.pipeline.compare import reanalyse
 from precision_doctor.spec import CaptureSpec, InputSpec, RunSpec, SearchSpec
 
 
-def _spec(case, path, files, keep: str, **search) -> RunSpec:
+def _spec(case, path, files, keep: str, capture_samples: int = 8, **search) -> RunSpec:
     return RunSpec(str(path), inputs=InputSpec(files=tuple(map(str, files))), tolerance=Tolerance(case.atol, case.rtol),
-                   capture=CaptureSpec(keep=keep), search=SearchSpec(**search))
+                   capture=CaptureSpec(keep=keep, max_samples=capture_samples), search=SearchSpec(**search))
 
 
 def _evaluations(run) -> int:
@@ -240,7 +240,7 @@ def test_a_stop_while_the_top_tensors_are_written_keeps_the_statistics_and_resum
     """A stop after the capture's statistics, while the top layers' tensors are written (on a large model minutes
     of statistics): the run directory keeps the statistics and the analysis, with the tensors owed and none of them
     half written; --resume writes the tensors without capturing the statistics again, and ends as a run that was
-    never stopped (the same answer, the same tensors kept)."""
+    never stopped (the same answer, the same tensors kept, for the samples the capture ran on)."""
     from precision_doctor.control import CaptureEvent
     from precision_doctor.pipeline.compare import TENSORS_OWED
 
@@ -263,7 +263,8 @@ def test_a_stop_while_the_top_tensors_are_written_keeps_the_statistics_and_resum
             stored = {s.file[name][k].attrs["onnx_name"] for k in s.file[name]} if name in s.file else set()
             assert not set(names) & (set(s.tensor_names(name)) | stored)
     captured, stages = _counting_captures(monkeypatch), []
-    finished = api.diagnose(_spec(case, path, files, "top:2"), run, resume=True,
+    # resumed with another number of capture samples: the tensors owed are the captured samples' all the same
+    finished = api.diagnose(_spec(case, path, files, "top:2", capture_samples=1), run, resume=True,
                             progress=lambda e: stages.append(e.stage) if isinstance(e, CaptureEvent) else None)
     assert finished.status == "complete" and captured == [] and "statistics" not in stages and "tensors" in stages
     assert finished.answer.fallback_nodes == whole_run.answer.fallback_nodes and finished.passed == whole_run.passed

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from precision_doctor.backends.ort_gated import OrtGatedBackend
+from precision_doctor.backends.ort_gated import OrtGatedBackend, offered_forms
 from precision_doctor.backends.reference import ReferenceRunner
 from precision_doctor.data.activations import REFERENCE, ActivationStore
 from precision_doctor.graph.emulate import local_graph, local_output
@@ -202,6 +202,8 @@ def test_the_gated_backend_times_its_forms_keeps_the_faster_and_computes_the_sam
     c = CASES["three_defects"]()
     model = from_proto(c.model)
     assert OrtGatedBackend(model, "fp16", ["CPUExecutionProvider"]).untimed == ()  # the CPU: nothing to choose
+    assert offered_forms(gpu=True, units=False) == ("if", "where") and offered_forms(gpu=True, units=True) == ("if",)
+    assert offered_forms(gpu=False, units=False) == ("if",)
     be = OrtGatedBackend(model, "fp16", ["CPUExecutionProvider"], forms=("if", "where"))
     assert be.form == "if" and be.untimed == ("where",)
     s = c.samples(1, 0)[0]
@@ -218,22 +220,45 @@ def test_the_gated_backend_times_its_forms_keeps_the_faster_and_computes_the_sam
     assert be.choose_form(s) is None
     be.close()
     # a form that cannot be made or run on the GPU (its memory, most likely) leaves the other, said in the line
-    from precision_doctor.errors import UserError
+    # without the failure's advice (the run goes on)
+    from precision_doctor.graph.ort_session import GpuRunError
 
     be = OrtGatedBackend(model, "fp16", ["CPUExecutionProvider"], forms=("if", "where"))
-    made = be._made
+    made = be._made_with
 
-    def out_of_memory(form):
+    def out_of_memory(form, *rest):
         if form == "where":
-            raise UserError("m.onnx: ONNX Runtime's CUDA provider failed (memory error)")
-        return made(form)
+            raise GpuRunError("m.onnx: ONNX Runtime's CUDA provider failed at node 'x' (memory error)")
+        return made(form, *rest)
 
-    be._made = out_of_memory
+    be._made_with = out_of_memory
     line = be.choose_form(s)
     assert be.form == "if" and set(be.form_times) == {"if"}
-    assert "; the Where form could not run: ONNX Runtime's CUDA provider failed (memory error)" in line
+    assert line.endswith("; the Where form could not run here (ONNX Runtime's CUDA provider failed at node 'x' "
+                         "(memory error))"), line
     for t, v in be.prepare(frozenset(c.expected)).run(s).items():
         np.testing.assert_array_equal(v, before[t])
+    be.close()
+
+
+def test_a_form_onnx_runtime_cannot_run_leaves_the_other_and_teaches_nothing():
+    """A candidate with a boolean output (Dropout's mask): ONNX Runtime has no Where kernel for bool, so the Where
+    form's session is refused; the trial keeps the If form, says why in a few words, and records no refusal."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])
+    nodes = [helper.make_node("Mul", ["x", "x"], ["m"], name="mul"),
+             helper.make_node("Dropout", ["m"], ["d", "mask"], name="drop"),
+             helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT, name="cast"),
+             helper.make_node("Add", ["d", "maskf"], ["y"], name="add")]
+    proto = helper.make_model(helper.make_graph(nodes, "g", [x], [y]), opset_imports=[helper.make_opsetid("", 17)],
+                              ir_version=IR_VERSION)
+    model = from_proto(proto)
+    be = OrtGatedBackend(model, "fp16", ["CPUExecutionProvider"], forms=("if", "where"))
+    s = {"x": np.linspace(-2, 2, 16, dtype=np.float32).reshape(2, 8)}
+    line = be.choose_form(s)
+    assert be.form == "if" and set(be.form_times) == {"if"} and be.kept_fp32 == {}
+    assert "the Where form could not run here (" in line and len(line) < 400, line
+    assert be.prepare(frozenset()).run(s)["y"].shape == (2, 8)
     be.close()
 
 

@@ -251,6 +251,31 @@ def test_the_unit_gated_graph_computes_the_deployed_graph_node_for_node():
             assert np.array_equal(got, deployed, equal_nan=True), sorted(fallback)
 
 
+@pytest.mark.parametrize("opset", [14, 17])
+def test_without_units_the_two_forms_compute_the_same_values_under_onnx_runtime(opset):
+    """What the gated backend's form trial relies on (`OrtGatedBackend.choose_form`, offered without fusion units
+    only): the per-node If and Where forms give the same outputs to the bit under ONNX Runtime, optimized or not,
+    on the extremes and on random sets. (With units they do not on the CPU, which removes Casts across the Where
+    form's main graph: that form is not offered there.)"""
+    import random
+
+    case = layernorm_block(opset=opset)
+    model = from_proto(case.model)
+    forms = {f: gated_native_graph(model, FP16, form=f) for f in ("if", "where")}
+    rng = random.Random(opset)
+    cands = forms["if"].candidates
+    sets = [set(), set(cands)] + [set(rng.sample(cands, rng.randint(1, len(cands) - 1))) for _ in range(12)]
+    sample = case.samples(1)[0]
+    for level in ("disabled", "all"):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, LEVELS[level])
+        sessions = {f: ort.InferenceSession(g.proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+                    for f, g in forms.items()}
+        for fallback in sets:
+            got = {f: sessions[f].run(None, {**sample, **forms[f].feeds(fallback)})[0] for f in forms}
+            assert np.array_equal(got["if"], got["where"], equal_nan=True), (level, sorted(fallback))
+
+
 @pytest.mark.gpu
 def test_on_the_gpu_the_search_graph_measures_what_the_target_executes():
     """On ONNX Runtime CUDA: for ort-cuda the unit-gated graph with every node FP16 computes what the deployed
