@@ -23,8 +23,11 @@ compute in the low type, so running them on the CUDA provider shows what the GPU
   FP32 node through a Cast only the pattern reads, the deployed graph's fused kernel reads x unrounded (ORT removes
   that Cast), the unit's reads it rounded (more error: the safe side).
   The "where" form has no If: each candidate is computed both ways in the main graph and a Where on its scalar gate
-  picks each output; a unit's low-type copy sits beside its members' own gates and a Where on the And picks. Same
-  values; which form runs faster depends on the model (`backends.ort_gated.OrtGatedBackend.choose_form` times them).
+  picks each output; a unit's low-type copy sits beside its members' own gates and a Where on the And picks. Per node
+  the same values as the If form, under ONNX Runtime too; with units the same under ONNX's reference evaluator, but
+  ONNX Runtime's CPU provider removes Casts across the main graph that the If form's branches keep, and the two were
+  not compared on a GPU: so a backend offers this form without units only (`backends.ort_gated.offered_forms`;
+  which form runs faster depends on the model: `OrtGatedBackend.choose_form` times them).
 
 Nodes follow `graph.mixed`'s choices: FLOAT tensors take the low type except inputs that ONNX
 types as float whatever the data (Resize scales...); nodes in `mixed.forced_fp32` (ops without
