@@ -172,10 +172,11 @@ class _NativeBuilder:
     def unit_lowp(self, members: Sequence[onnx.NodeProto], outs: dict[str, str],
                   outer: dict[str, str]) -> list[onnx.NodeProto]:
         """`members` computed together in the low type with no Cast between them (what ONNX Runtime's optimizer
-        fuses): FLOAT inputs from outside read as their low-type copies `outer[t]` (made outside, so that no Cast
-        here is the optimizer's to remove: x of a LayerNorm fused at opset 17 would read FP32 beside an FP16 scale,
-        a graph ONNX Runtime 1.32 then refuses), constants converted, FLOAT tensors between members kept in the low
-        type, the FLOAT tensors of `outs` (read outside) Cast back into `outs[t]`, others renamed so."""
+        fuses): FLOAT inputs from outside read as their low-type copies `outer[t]` (made outside the If form's
+        branch, so that no Cast there is the optimizer's to remove: x of a LayerNorm fused at opset 17 would read
+        FP32 beside an FP16 scale, a graph ONNX Runtime 1.32 then refuses), constants converted, FLOAT tensors between
+        members kept in the low type, the FLOAT tensors of `outs` (read outside) Cast back into `outs[t]`, others
+        renamed so."""
         made = {t for n in members for t in n.output if t}
         local: dict[str, str] = {}  # a member's output -> its name here (low type where FLOAT)
         casts: dict[str, str] = {}

@@ -75,20 +75,16 @@ def capture_and_analyse(
     every tensor's error statistics are measured as the runs execute and kept in the file with the analysis
     (`reanalyse` reads them back), beside the graph outputs of every run and the tensors `capture.keep` names
     (`data/keep_plan.py`: the top layers of this analysis' ranking, computed again for them alone; every tensor
-    with `all`). The capture runs on `work.capture` (chosen here when not yet: `capture.max_samples` spread over the
-    shape groups), on `capture.device`. The low-precision runs follow the emulation `rules` (`backends.rules`).
-    Refused before anything is written when the file system of `out_dir` has no room for it
-    (`pipeline/capture_size.py`); a large one is announced (`CaptureSizeEvent`). `diagnosis`: a diagnosis's
-    capture, whose fixed run `capture.keep` all adds to a copy of the file (counted in the size). A stop while the
-    top layers' tensors are written keeps the statistics and the analysis (the file renamed, the tensors owed:
-    `finish_capture` writes them when the run resumes)."""
-    fmt, model = get_format(precision), work.model
-    final = out_dir / ACTIVATIONS
-    tmp = out_dir / f".{ACTIVATIONS}.partial"
+    with `all`; a stop while they are written keeps the rest, the tensors owed: `finish_capture` on a diagnosis'
+    resume). The capture runs on `work.capture` (chosen here when not yet: `capture.max_samples` spread over the
+    shape groups), on `capture.device`, the low-precision runs by the emulation `rules`. Refused before anything is
+    written when `out_dir` has no room for it (`pipeline/capture_size.py`); a large one is announced
+    (`CaptureSizeEvent`). `diagnosis`: a diagnosis's capture, whose fixed run `capture.keep` all adds to a copy
+    of the file (counted in the size)."""
+    fmt, model, final, tmp = get_format(precision), work.model, out_dir / ACTIVATIONS, out_dir / f".{ACTIVATIONS}.partial"
     if work.capture is None:
         work.choose_capture(settings.max_samples)
-    samples = work.captured()
-    plan = KeepPlan.parse(settings.keep)
+    samples, plan = work.captured(), KeepPlan.parse(settings.keep)
     plan.check_names(model)
     size = capture_size.estimate(model, samples, plan, copied=diagnosis and plan.every)
     free = capture_size.check_room(size, out_dir)
@@ -97,9 +93,8 @@ def capture_and_analyse(
     providers = capture_providers(settings.device)
     attrs = {"tolerance": tolerance.to_dict(), "input_source": work.describe(),
              "captured": [samples.label(i) for i in range(len(samples))]}
-    if writer is not None:
-        writer.written(tmp)
-        writer.written(final)
+    for path in (tmp, final) if writer is not None else ():
+        writer.written(path)
     outputs = frozenset(model.outputs)
     stored = dict.fromkeys((REFERENCE, LOWP, LOCAL), None if plan.every else outputs)
     gated = gated_graph(model, fmt, rules=rules)  # once for the capture and the tensors kept
@@ -109,16 +104,14 @@ def capture_and_analyse(
     with ActivationStore(tmp, "a") as store:
         analysis = analyse(store, tolerance=tolerance, model=model)
         keep_analysis(store, analysis)
-    if not plan.every:
-        more = {run: [t for t in ts if t not in outputs] for run, ts in plan.tensors(model, analysis.ranking).items()}
+    more = {} if plan.every else {run: [t for t in ts if t not in outputs]
+                                  for run, ts in plan.tensors(model, analysis.ranking).items()}
+    try:
         if any(more.values()):
-            with ActivationStore(tmp, "a") as store:
-                store.set_attrs(**{TENSORS_OWED: more})
-            try:
-                _store_owed(tmp, model, samples, fmt, settings, fallback, rules, providers, progress, stop, gated)
-            except KeyboardInterrupt:  # a stop: the statistics and the analysis are kept, the tensors owed
-                tmp.replace(final)
-                raise
+            _store_owed(tmp, model, samples, fmt, settings, fallback, rules, providers, progress, stop, gated, more)
+    except KeyboardInterrupt:  # a stop: the statistics and the analysis are kept, the tensors owed
+        tmp.replace(final)
+        raise
     tmp.replace(final)
     if work.references is not None:  # the verdict is against the user's reference, not ORT's
         analysis.verdict = _users_verdict(final, work, tolerance)
@@ -189,12 +182,16 @@ def captured_floor(activations: Path, work: Workload, precision: str, tolerance:
 
 def _store_owed(path: Path, model: Model, samples: Sequence[Sample], fmt: Format, settings: CaptureSpec,
                 fallback: frozenset[str], rules: str | None, providers: Sequence, progress: ProgressSink | None,
-                stop: StopToken | None, gated=None) -> None:
-    """Write the tensors the capture at `path` owes (its `TENSORS_OWED`: the top layers' beyond the graph outputs,
-    computed again for them alone: `store_tensors`) and clear the debt; on a stop, what was written of them is
-    removed, so that the file holds whole tensors only and the debt stays for a resumed run."""
-    with ActivationStore(path) as store:
-        owed = store.attr(TENSORS_OWED, None) or {}
+                stop: StopToken | None, gated=None, owed: dict[str, list[str]] | None = None) -> None:
+    """Write the tensors the capture at `path` owes (`owed`, recorded as its `TENSORS_OWED` first; None: the debt
+    recorded there: the top layers' tensors beyond the graph outputs, computed again for them alone: `store_tensors`)
+    and clear the debt; on a stop, what was written of them is removed, so that the file holds whole tensors only
+    and the debt stays for a resumed run."""
+    with ActivationStore(path, "r" if owed is None else "a") as store:
+        if owed is None:
+            owed = store.attr(TENSORS_OWED, None) or {}
+        else:
+            store.set_attrs(**{TENSORS_OWED: owed})
     try:
         store_tensors(path, model, samples, fmt, owed, group_mb=settings.group_mb, compression=settings.compression,
                       fallback=fallback, rules=rules, providers=providers, progress=progress, stop=stop,
