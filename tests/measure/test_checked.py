@@ -121,47 +121,26 @@ def test_before_run_is_called_before_each_run():
     assert calls == [0, 1, 2] and runner.ran == [0, 1]
 
 
-def test_a_check_runs_beside_the_next_run(monkeypatch):
-    """Sample 0's check waits until sample 1's run has begun: sequential code would wait forever (here: 60 s)."""
-    samples, refs = _samples([0, 0, 0])
-    second_run = threading.Event()
-    waited = []
-    real = checked.check_all
-
-    class Signalling(Runner):
-        def run(self, feeds, outputs=None):
-            if int(feeds["i"]) == 1:
-                second_run.set()
-            return super().run(feeds, outputs)
-
-    def slow_check(outs, ref, tol):
-        if not waited:
-            waited.append(second_run.wait(60))
-        return real(outs, ref, tol)
-
-    monkeypatch.setattr(checked, "check_all", slow_check)
-    assert [i for i, _ in checked_runs(Signalling(), samples, refs, range(3), TOL, overlap=True)] == [0, 1, 2]
-    assert waited == [True]
-
-
-def test_several_checks_run_at_once_beside_the_runs(monkeypatch):
-    """With three checks beside a run, sample 0's check waits until sample 2's run has begun (and sample 1's check
-    runs meanwhile): with one check at a time it would wait forever (here: 60 s)."""
-    monkeypatch.setattr(checked, "check_threads", lambda: 3)
+@pytest.mark.parametrize("threads, run", [(1, 1), (3, 2)])
+def test_checks_run_beside_the_next_runs(monkeypatch, threads, run):
+    """Sample 0's check waits until sample `run`'s run has begun: with one check beside a run, the next sample's;
+    with three, the one after (sample 1's check running meanwhile). Code that runs and checks in turn, or fewer
+    checks at once, would wait forever (here: 60 s)."""
+    monkeypatch.setattr(checked, "check_threads", lambda: threads)
     samples, refs = _samples([0, 0, 0, 0])
-    third_run = threading.Event()
+    began = threading.Event()
     waited = []
     real = checked.check_all
 
     class Signalling(Runner):
         def run(self, feeds, outputs=None):
-            if int(feeds["i"]) == 2:
-                third_run.set()
+            if int(feeds["i"]) == run:
+                began.set()
             return super().run(feeds, outputs)
 
     def slow_check(outs, ref, tol):
         if ref is refs[0]:
-            waited.append(third_run.wait(60))
+            waited.append(began.wait(60))
         return real(outs, ref, tol)
 
     monkeypatch.setattr(checked, "check_all", slow_check)
