@@ -188,6 +188,8 @@ class OrtGatedBackend(SessionHolder):
 def _reason(exc: Exception) -> str:
     """A failure in a few words: a GPU failure's own line without its advice (the run goes on), else the error's
     first line, cut at a word."""
-    text = exc.what if isinstance(exc, GpuRunError) else (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-    text = text.split(": ", 1)[-1] if isinstance(exc, GpuRunError) else text
+    if isinstance(exc, GpuRunError):
+        text = exc.what.split(": ", 1)[-1]  # without the model's path
+    else:
+        text = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     return text if len(text) <= 160 else text[:160].rsplit(" ", 1)[0] + " ..."

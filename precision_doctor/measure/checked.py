@@ -44,11 +44,16 @@ def checked_runs(runner: Runner, samples: Sequence, refs: Sequence[dict], order:
     depth = check_threads()
     pool = _pool(depth)
     pending: deque[tuple[int, Future[Checks]]] = deque()
+
+    def handed(keep: int) -> Iterator[tuple[int, Checks]]:
+        """The pending results in order while more than `keep` are pending or the first is known."""
+        while pending and (len(pending) > keep or pending[0][1].done()):
+            j, done = pending.popleft()
+            yield j, done.result()
+
     try:
         for i in order:
-            while pending and (pending[0][1].done() or len(pending) > depth):  # what is known first, in order
-                j, done = pending.popleft()
-                yield j, done.result()
+            yield from handed(depth)  # what is known first
             error: Exception | None = None
             try:
                 if before_run is not None:
@@ -57,14 +62,10 @@ def checked_runs(runner: Runner, samples: Sequence, refs: Sequence[dict], order:
             except Exception as exc:  # noqa: BLE001 (raised below, once the earlier samples' results are taken)
                 error = exc  # (a KeyboardInterrupt or a stop goes up at once: never lost with a consumer that stopped)
             if error is not None:
-                while pending:
-                    j, done = pending.popleft()
-                    yield j, done.result()
+                yield from handed(0)
                 raise error
             pending.append((i, pool.submit(check_all, outs, refs[i], tol)))
-        while pending:
-            j, done = pending.popleft()
-            yield j, done.result()
+        yield from handed(0)
     finally:  # a consumer that stopped: the checks not started are dropped, the running ones end on their own
         for _, future in pending:
             future.cancel()

@@ -336,8 +336,7 @@ class TensorAccumulator:
     """One tensor's `TensorStats`, sample by sample: `add(ref, lowp, local)` with one sample's reference value and,
     where the tensor has them (`lowp`, `local`: the roles it was made with), its low-precision and local values;
     `rounding` comes with `local` (a candidate's output) unless asked not to, `absmax` with `absmax` (a candidate's
-    input). Each
-    reference sample is prepared once for every comparison (`_Ref`)."""
+    input). Each reference sample is prepared once for every comparison (`_Ref`)."""
 
     def __init__(self, fmt: Format, *, lowp: bool = False, local: bool = False, absmax: bool = False,
                  rounding: bool = True):

@@ -81,7 +81,8 @@ def capture_and_analyse(
     written when `out_dir` has no room for it (`pipeline/capture_size.py`); a large one is announced
     (`CaptureSizeEvent`). `diagnosis`: a diagnosis's capture, whose fixed run `capture.keep` all adds to a copy
     of the file (counted in the size)."""
-    fmt, model, final, tmp = get_format(precision), work.model, out_dir / ACTIVATIONS, out_dir / f".{ACTIVATIONS}.partial"
+    fmt, model, final = get_format(precision), work.model, out_dir / ACTIVATIONS
+    tmp = _partial(final)
     if work.capture is None:
         work.choose_capture(settings.max_samples)
     samples, plan = work.captured(), KeepPlan.parse(settings.keep)
@@ -180,6 +181,11 @@ def captured_floor(activations: Path, work: Workload, precision: str, tolerance:
                               get_format(precision), tolerance)
 
 
+def _partial(activations: Path) -> Path:
+    """Where a capture is written before it is whole (renamed to `activations` then)."""
+    return activations.with_name(f".{activations.name}.partial")
+
+
 def _store_owed(path: Path, model: Model, samples: Sequence[Sample], fmt: Format, settings: CaptureSpec,
                 fallback: frozenset[str], rules: str | None, providers: Sequence, progress: ProgressSink | None,
                 stop: StopToken | None, gated=None, owed: dict[str, list[str]] | None = None) -> None:
@@ -219,7 +225,7 @@ def finish_capture(work: Workload, spec_capture: CaptureSpec, precision: str, ac
             return
         labels = store.attr("captured", None) or []
     index = {work.samples.label(i): i for i in range(len(work.samples))}
-    tmp = activations.with_name(f".{activations.name}.partial")
+    tmp = _partial(activations)
     shutil.copyfile(activations, tmp)
     if not labels or any(label not in index for label in labels):
         with ActivationStore(tmp, "a") as store:
