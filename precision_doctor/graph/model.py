@@ -17,6 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph import names
+from precision_doctor.graph.ort_shapes import with_ort_dims
 from precision_doctor.graph.weights import WeightFiles, lean_copy
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
@@ -187,6 +188,7 @@ def from_proto(
         set_input_shapes(proto, input_shapes)
     inferred = infer_shapes(proto)
     types, shapes = tensor_types_and_shapes(inferred)
+    shapes = with_ort_dims(proto, shapes)
     missing = [t for n in proto.graph.node for t in n.output if t and t not in types]
     if missing:
         types.update(_types_from_ort(proto, missing))

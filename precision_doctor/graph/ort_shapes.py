@@ -1,0 +1,90 @@
+"""Tensor shapes as ONNX Runtime knows them when it fuses: the dims ONNX shape inference leaves unknown, filled in.
+
+A transformer computes its Reshape targets from Shape, Gather, Concat and Unsqueeze chains. ONNX's shape inference
+(data propagation included) loses the batch dim of such a graph even when every input shape is fixed: whisper-base's
+decoder with `--input-shapes decoder_input_ids:1x40` has 381 tensors of unknown dims, e.g. (None, 40, 512). ONNX
+Runtime folds those chains into constants before its fusions look at shapes, so it knows them: on the H200 its
+MatMulAddFusion made 78 Gemm of that graph where the fusion sites the tool derives from ONNX's shapes named 36
+(`bench/ort_fusion_probe.py`), and the gated search graph, which gates each site whole, computed other values than
+the deployed graph for sets keeping some of those nodes in FP32 (`bench/fidelity_bisect.py`). ONNX Runtime's own
+symbolic shape inference (`onnxruntime.tools.symbolic_shape_infer`, the one its transformer optimizer runs) evaluates
+the chains and fills those dims; its results only fill dims ONNX left unknown, never change a known one.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+from onnx import TensorProto, helper
+
+_LARGE = 1024  # float initializers of more elements than this travel as typed graph inputs: no shape reads their values
+_FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
+
+
+def with_ort_dims(proto: onnx.ModelProto, shapes: dict[str, tuple]) -> dict[str, tuple]:
+    """`shapes` (ONNX's: None for an unknown dim) with the unknown dims of node outputs filled from ONNX Runtime's
+    symbolic shape inference, where it infers a concrete dim of the same rank and agrees on every known one; the same
+    dict where nothing is unknown, and where the inference fails (custom ops, an old ONNX Runtime)."""
+    outputs = [t for n in proto.graph.node for t in n.output if t]
+    if all(t in shapes and shapes[t] is not None and None not in shapes[t] for t in outputs):
+        return shapes
+    inferred = _symbolic(proto)
+    if not inferred:
+        return shapes
+    merged = dict(shapes)
+    for t in outputs:
+        new, old = inferred.get(t), shapes.get(t)
+        if new is None or all(d is None for d in new):
+            continue
+        if old is None:
+            merged[t] = new
+        elif len(old) == len(new) and all(o is None or o == n for o, n in zip(old, new)):
+            merged[t] = tuple(o if o is not None else n for o, n in zip(old, new))
+    return merged
+
+
+def _symbolic(proto: onnx.ModelProto) -> dict[str, tuple]:
+    """Every value's shape after ONNX Runtime's symbolic shape inference of a weightless copy (symbolic dims, and -1
+    or 0 for "unknown": None);
+    {} where it fails. Its class is driven as its `infer_shapes` drives it, without the file that function writes
+    into the working directory where some value stays unknown."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except Exception:
+        return {}
+    logging.getLogger("onnxruntime.tools.symbolic_shape_infer").setLevel(logging.ERROR)
+    try:
+        infer = SymbolicShapeInference(2**31 - 1, True, False, 0)  # int_max, auto_merge, guess_output_rank, verbose
+        infer._preprocess(_weightless(proto))
+        while infer.run_:
+            infer._infer_impl()
+        infer._update_output_from_vi()
+        out = infer.out_mp_
+    except Exception:
+        return {}
+    g = out.graph
+    return {v.name: tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                          for d in v.type.tensor_type.shape.dim)
+            for v in (*g.value_info, *g.output) if v.type.tensor_type.HasField("shape")}
+
+
+def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The graph with its large float initializers as typed inputs (what shapes are computed from stays), no copy of
+    the weights."""
+    g = proto.graph
+    kept = [i for i in g.initializer if i.data_type not in _FLOATS or _elements(i) <= _LARGE]
+    declared = {i.name for i in g.input}
+    as_inputs = [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in g.initializer
+                 if i.data_type in _FLOATS and _elements(i) > _LARGE and i.name not in declared]
+    graph = helper.make_graph(list(g.node), g.name, [*g.input, *as_inputs], list(g.output), kept)
+    light = helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
+    light.functions.extend(proto.functions)
+    return light
+
+
+def _elements(init: onnx.TensorProto) -> int:
+    n = 1
+    for d in init.dims:
+        n *= d
+    return n
