@@ -12,10 +12,11 @@ Models and samples: `.truth/` (bench/truth_prepare.py; 7 trained models, 40 real
    and nothing confirms.
 2. `current` (and `before`, with `--package-dir DIR`: PYTHONPATH puts DIR's precision_doctor first): for each n in
    `--sizes`, n samples chosen (seeded, spread over the list) and given to `python -m precision_doctor diagnose MODEL
-   --inputs DIR --atol A --rtol R --input-shapes ... --target ort-cuda` (the runtime the judge runs; the code before
-   targets had no flag and searched for ONNX Runtime's kernels anyway) with everything else at its default (`auto`:
-   on a CUDA machine ort-cuda-gated searches and ort-cuda confirms; on a CPU machine the emulator searches). Its
-   verdict label (the first line of stdout that starts with one), report.json, and its fixed.onnx exactly as written
+   --inputs DIR --atol A --rtol R --input-shapes ... --target ort-cuda` (the runtime the judge runs; `TRUTH_TARGET`
+   another; the code before targets had no flag and searched for ONNX Runtime's kernels anyway) with everything else
+   at its default (`auto`: on a CUDA machine ort-cuda-gated searches and ort-cuda confirms; on a CPU machine the
+   emulator searches). Its verdict label (the first line of stdout that starts with one), report.json, and its
+   fixed.onnx exactly as written
    run by ONNX Runtime with its default graph optimizations on the truth backend (CUDAExecutionProvider with TF32 off,
    as the tool's own ORT CUDA backend; CPUExecutionProvider with `--dry-run`) on every sample it was not given,
    against the FP32 reference (ORT CPU): failures and the worst share of the tolerance.
@@ -230,7 +231,7 @@ def run_task(task: dict) -> dict:
     base.mkdir(parents=True)
     run_dir = base / "run"
     t0 = time.monotonic()
-    rec = {k: task[k] for k in ("id", "kind", "label", "n")} | {"model": m["name"]}
+    rec = {k: task[k] for k in ("id", "kind", "label", "n")} | {"model": m["name"], "target": TARGET}
     if task["kind"] == "hindsight":
         from precision_doctor import api
         from precision_doctor.spec import RunSpec

@@ -432,9 +432,11 @@ def gated_native_graph(model: Model, fmt: Format, form: Literal["if", "where"] =
     proto = _with_graph(model.proto, out_nodes, b.initializers)
     if whole:  # tensors inside a unit live in its branches now
         made = {t for n in out_nodes for t in n.output}
-        kept = [v for v in proto.graph.value_info if v.name in made]
+        static = _static_value_info(model, made)
+        given = {v.name for v in static}
+        kept = [v for v in proto.graph.value_info if v.name in made and v.name not in given]
         del proto.graph.value_info[:]
-        proto.graph.value_info.extend(kept + _static_value_info(model, made - {v.name for v in kept}))
+        proto.graph.value_info.extend(kept + static)
     for i in range(len(cands)):
         proto.graph.input.append(helper.make_tensor_value_info(
             f"{GATE_PREFIX}{i}", TensorProto.BOOL, [1] if form == "if" else []))

@@ -13,13 +13,15 @@ the chains and fills those dims; its results only fill dims ONNX left unknown, n
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import logging
+from pathlib import Path
 
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
-_LARGE = 1024  # float initializers of more elements than this travel as typed graph inputs: no shape reads their values
-_FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
+_LARGE = 1024  # initializers of more elements than this travel as typed graph inputs: no shape reads their values
 
 
 def with_ort_dims(proto: onnx.ModelProto, shapes: dict[str, tuple]) -> dict[str, tuple]:
@@ -46,37 +48,62 @@ def with_ort_dims(proto: onnx.ModelProto, shapes: dict[str, tuple]) -> dict[str,
 
 def _symbolic(proto: onnx.ModelProto) -> dict[str, tuple]:
     """Every value's shape after ONNX Runtime's symbolic shape inference of a weightless copy (symbolic dims, and -1
-    or 0 for "unknown": None);
-    {} where it fails. Its class is driven as its `infer_shapes` drives it, without the file that function writes
-    into the working directory where some value stays unknown."""
-    try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-    except Exception:
+    or 0 for "unknown": None); {} where it fails. Without `auto_merge`, which makes up concrete dims for dynamic ones
+    (a (N, 4) tensor added to a (3, 4) one became (3, 4)) and can loop: one pass of its class, driven as its
+    `infer_shapes` drives it, without the file that function writes into the working directory where some value
+    stays unknown."""
+    cls = _inference_class()
+    if cls is None:
         return {}
-    logging.getLogger("onnxruntime.tools.symbolic_shape_infer").setLevel(logging.ERROR)
+    log = logging.getLogger(_MODULE)
+    level = log.level
+    log.setLevel(logging.ERROR)
     try:
-        infer = SymbolicShapeInference(2**31 - 1, True, False, 0)  # int_max, auto_merge, guess_output_rank, verbose
+        infer = cls(2**31 - 1, False, False, 0)  # int_max, auto_merge, guess_output_rank, verbose
         infer._preprocess(_weightless(proto))
-        while infer.run_:
+        for _ in range(_PASSES):
+            if not infer.run_:
+                break
             infer._infer_impl()
         infer._update_output_from_vi()
         out = infer.out_mp_
     except Exception:
         return {}
+    finally:
+        log.setLevel(level)
     g = out.graph
     return {v.name: tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
                           for d in v.type.tensor_type.shape.dim)
             for v in (*g.value_info, *g.output) if v.type.tensor_type.HasField("shape")}
 
 
+_MODULE = "onnxruntime.tools.symbolic_shape_infer"
+_PASSES = 8  # its inference passes, at most (one without auto_merge; ONNX Runtime's own helper caps them at 200)
+
+
+@functools.cache
+def _inference_class():
+    """`SymbolicShapeInference`, loaded from its file: importing it as `onnxruntime.tools.symbolic_shape_infer` runs
+    the package's `__init__`, which imports torch where it is installed (1.3 s and 220 MB for every model loaded)."""
+    try:
+        spec = importlib.util.find_spec("onnxruntime")
+        path = Path(spec.submodule_search_locations[0]) / "tools" / "symbolic_shape_infer.py"
+        loaded = importlib.util.spec_from_file_location(_MODULE, path)
+        module = importlib.util.module_from_spec(loaded)
+        loaded.loader.exec_module(module)
+        return module.SymbolicShapeInference
+    except Exception:
+        return None
+
+
 def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The graph with its large float initializers as typed inputs (what shapes are computed from stays), no copy of
-    the weights."""
+    """The graph with its large initializers as typed inputs (what shapes are computed from, small int64 tensors,
+    stays), no copy of the weights."""
     g = proto.graph
-    kept = [i for i in g.initializer if i.data_type not in _FLOATS or _elements(i) <= _LARGE]
+    kept = [i for i in g.initializer if _elements(i) <= _LARGE]
     declared = {i.name for i in g.input}
     as_inputs = [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in g.initializer
-                 if i.data_type in _FLOATS and _elements(i) > _LARGE and i.name not in declared]
+                 if _elements(i) > _LARGE and i.name not in declared]
     graph = helper.make_graph(list(g.node), g.name, [*g.input, *as_inputs], list(g.output), kept)
     light = helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
     light.functions.extend(proto.functions)

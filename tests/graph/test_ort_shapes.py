@@ -15,6 +15,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
+from precision_doctor.graph import ort_shapes
 from precision_doctor.graph.formats import FP16
 from precision_doctor.graph.model import from_proto
 from precision_doctor.graph.native import fusion_units, gated_native_graph
@@ -83,9 +84,9 @@ def test_onnx_runtime_knows_the_batch_dim_onnx_loses_and_the_bias_site_is_a_gemm
 
 
 def test_the_unit_branch_fuses_the_gemm_the_deployed_graph_fuses(tmp_path):
-    """The gated graph's unit {proj, bias} fuses into Gemm inside its branch as the deployed graph does (ONNX Runtime
-    infers no shape through If: without the shapes given as value infos the branch kept MatMul and Add), and the
-    gated graph computes the deployed graph's values."""
+    """The gated graph's unit {proj, bias} fuses into Gemm inside its branch as the deployed graph does, the tensors
+    it reads declared with their shapes (ONNX Runtime's inference loses them through long chains of If: whisper-base,
+    below; this small graph keeps them either way), and the gated graph computes the deployed graph's values."""
     model = from_proto(_decoder_block())
     units = fusion_units(model, FP16)
     assert ("proj", "bias") in units
@@ -104,18 +105,40 @@ def test_the_unit_branch_fuses_the_gemm_the_deployed_graph_fuses(tmp_path):
     assert np.abs(low - ref).max() < 0.1  # FP16 runs, finite and close
 
 
-def test_known_dims_stay_and_a_failed_inference_changes_nothing_and_writes_no_file(tmp_path, monkeypatch):
+def test_known_dims_stay_and_nothing_is_written_where_some_value_stays_unknown(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     proto = _decoder_block()
-    custom = helper.make_node("Mystery", ["y"], ["z"], name="mystery", domain="example.custom")
-    proto.graph.node.append(custom)
+    proto.graph.node.append(helper.make_node("Mystery", ["y"], ["z"], name="mystery", domain="example.custom"))
     proto.opset_import.append(helper.make_opsetid("example.custom", 1))
-    shapes = {"h": (None, 40, 16), "y": (7, None, 32)}  # a known dim that disagrees stays as it is
+    shapes = {"h": (None, 40, 16), "y": (7, None, 32), "hw": (None, 40)}  # a disagreeing dim, a rank that differs
     merged = with_ort_dims(proto, shapes)
     assert merged["h"] == (1, 40, 16)
-    assert merged["y"] == (7, None, 32)
-    assert "z" not in merged or merged["z"] is None or None in merged["z"]
+    assert merged["y"] == (7, None, 32) and merged["hw"] == (None, 40)
+    assert merged.get("z") in (None, ()) or None in merged["z"]  # a custom op's output: nothing made up
     assert list(tmp_path.iterdir()) == []  # ONNX Runtime's infer_shapes saves sym_shape_infer_temp.onnx here
+
+
+def test_a_failed_inference_changes_nothing(monkeypatch):
+    class Failing:
+        def __init__(self, *args):
+            raise RuntimeError("no inference here")
+
+    monkeypatch.setattr(ort_shapes, "_inference_class", lambda: Failing)
+    shapes = {"h": (None, 40, 16)}
+    assert with_ort_dims(_decoder_block(), shapes) == shapes
+
+
+def test_a_dynamic_dim_is_not_made_concrete_by_a_broadcast():
+    """x (N, 4) through Relu, then added to a (3, 4) constant: r stays (None, 4) (with its `auto_merge`, ONNX Runtime's
+    inference would call it (3, 4), and a gated graph declaring that fails at N = 1)."""
+    y = numpy_helper.from_array(np.ones((3, 4), np.float32), "y")
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Add", ["r", "y"], ["out"], name="add")],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, None)], [y])
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    merged = with_ort_dims(proto, {"r": (None, 4)})
+    assert merged["r"] == (None, 4)
 
 
 WHISPER = Path(__file__).resolve().parents[2] / ".large" / "whisper-base" / "model.onnx"
