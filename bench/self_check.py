@@ -209,8 +209,28 @@ def check_pipeline(tmp: Path) -> None:
     assert (out / "batch.log").read_text().startswith("$ ")
 
 
+def check_fusion_probes(tmp: Path) -> None:
+    """ort_fusion_probe.py and fidelity_bisect.py (the large-model sessions' fidelity probes, run through
+    bench/gpu_bundle.sh) on the planted LayerNorm block, in a model folder as bench/large_prepare.py writes them."""
+    case = planted.layernorm_block(opset=17)
+    folder = tmp / "ln"
+    folder.mkdir()
+    onnx.save(case.model, str(folder / "model.onnx"))
+    np.savez(folder / "samples.npz", **{f"s{j}/{k}": v for j, s in enumerate(case.samples(2)) for k, v in s.items()})
+    res = _run("ort_fusion_probe.py", folder / "model.onnx", "--cpu", "--samples", "2", "--sets", "1", "--out", tmp,
+               cwd=ROOT / "bench")
+    assert res.returncode == 0, res.stderr[-2000:]
+    probe = json.loads((tmp / "fusion_probe.json").read_text())
+    assert {r["config"] for r in probe["rows"]} >= {"level disabled", "level all", "all without MatMulAddFusion"}
+    assert [len(s["real"]) for s in probe["gated"]["sets"]] == [2, 2]
+    res = _run("fidelity_bisect.py", folder / "model.onnx", "--cpu", "--samples", "2", "--set", "1", "--apart", "0",
+               "--tests", "6", cwd=ROOT / "bench")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.startswith("set 1: "), res.stdout[:500]
+
+
 CHECKS = {"natural-images": check_natural_images, "opprobe": check_opprobe, "nodewise": check_nodewise,
-          "knobs": check_knobs, "price": check_price, "pipeline": check_pipeline}
+          "knobs": check_knobs, "price": check_price, "pipeline": check_pipeline, "fusion-probes": check_fusion_probes}
 
 
 def main() -> int:
