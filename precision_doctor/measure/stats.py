@@ -6,8 +6,11 @@ capture or straight from the runs, so the same numbers).
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import numpy as np
@@ -40,6 +43,26 @@ _SCRATCH = _Scratch()
 
 def _chunks(n: int) -> range:
     return range(0, n, CHUNK)
+
+
+# A tensor of this many chunks or more is summed a chunk per thread and merged in order (`TensorAccumulator.add`):
+# one tensor's sums on one thread held each step of whisper-base's capture (attention probabilities of 18M elements,
+# 0.43 s each with every role) while the other threads waited.
+PARALLEL_CHUNKS = 4
+
+
+def _chunk_pool() -> ThreadPoolExecutor | None:
+    """The threads a large tensor's chunks are summed on (as many as the capture's statistics get), made once per
+    process (a forked child makes its own); None with one."""
+    return _pool_of(os.getpid())
+
+
+@functools.cache
+def _pool_of(pid: int) -> ThreadPoolExecutor | None:
+    from precision_doctor.measure.accumulate import stats_threads
+
+    threads = stats_threads()
+    return ThreadPoolExecutor(threads, thread_name_prefix="pd-chunks") if threads > 1 else None
 
 
 def _chunk_pairs(out, ref):
@@ -243,6 +266,25 @@ class _Acc:
             self.sq_out += _dot(ob, ob)
             self.dot += _dot(ob, rb)
 
+    def merge(self, part: _Acc) -> None:
+        """Add `part`, an accumulator of one chunk, as `_add_prepared` and `_add_raw` would have added that chunk here:
+        each float sum gets one addition (a fresh accumulator's sum is that chunk's term itself, 0.0 + x == x), so
+        chunks summed apart and merged in their order give the same bits as summed one after the other."""
+        self.n += part.n
+        self.nan += part.nan
+        self.inf += part.inf
+        self.new_nonfinite |= part.new_nonfinite
+        self.ref_absmax = max(self.ref_absmax, part.ref_absmax)
+        self.above += part.above
+        self.below += part.below
+        self.max_abs = max(self.max_abs, part.max_abs)
+        self.max_rel = max(self.max_rel, part.max_rel)
+        self.sum_abs += part.sum_abs
+        self.sq_diff += part.sq_diff
+        self.sq_ref += part.sq_ref
+        self.sq_out += part.sq_out
+        self.dot += part.dot
+
     def result(self) -> ErrorStats:
         if self.new_nonfinite:
             rel_l2 = math.inf
@@ -363,8 +405,31 @@ class TensorAccumulator:
             else:
                 runs.append((acc, v.reshape(-1)))
         flat = ref.reshape(-1)
-        for i in _chunks(flat.size) if flat.size else [0]:
-            self._add_chunk(flat[i:i + CHUNK], [(acc, v[i:i + CHUNK]) for acc, v in runs])
+        starts = _chunks(flat.size) if flat.size else range(1)
+        pool = _chunk_pool() if len(starts) >= PARALLEL_CHUNKS else None
+        if pool is None:
+            for i in starts:
+                self._add_chunk(flat[i:i + CHUNK], [(acc, v[i:i + CHUNK]) for acc, v in runs])
+            return
+        roles = [self.lowp, self.local]
+        arrays = [next((v for acc, v in runs if acc is role), None) for role in roles]
+        for part in pool.map(lambda i: self._part(flat, arrays, i), starts):  # merged in the chunks' order
+            self._merge(part)
+
+    def _part(self, flat: np.ndarray, arrays: list, i: int) -> TensorAccumulator:
+        """Chunk `i` summed into a fresh accumulator of the same roles."""
+        part = TensorAccumulator(self.fmt, lowp=self.lowp is not None, local=self.local is not None,
+                                 absmax=self.absmax is not None, rounding=self.rounding is not None)
+        pairs = [(acc, v[i:i + CHUNK]) for acc, v in zip((part.lowp, part.local), arrays) if v is not None]
+        part._add_chunk(flat[i:i + CHUNK], pairs)
+        return part
+
+    def _merge(self, part: TensorAccumulator) -> None:
+        for mine, theirs in ((self.lowp, part.lowp), (self.local, part.local), (self.rounding, part.rounding)):
+            if mine is not None:
+                mine.merge(theirs)
+        if self.absmax is not None:
+            self.absmax = max(self.absmax, part.absmax)
 
     def _add_chunk(self, ref: np.ndarray, runs: list) -> None:
         prepared = _Ref.of(ref, self.fmt)  # once for the runs, the rounding and the input's range

@@ -75,3 +75,33 @@ def test_chunks_of_every_path_agree(monkeypatch):
         got = acc.result()
         assert [repr(got.lowp), repr(got.local), repr(got.rounding)] == [repr(w) for w in want]
         assert got.absmax == float(np.abs(r[np.isfinite(r)]).max())
+
+
+def test_a_large_tensors_chunks_summed_on_threads_give_the_same_bits(monkeypatch):
+    """A tensor of PARALLEL_CHUNKS chunks or more is summed a chunk per thread and merged in order: the same
+    statistics, to the last bit, as its chunks one after the other (every role, non-finite values, a last chunk
+    shorter than the others, several samples, a low-precision value of another shape)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from precision_doctor.measure import stats
+
+    rng = np.random.default_rng(11)
+    n = stats.CHUNK * stats.PARALLEL_CHUNKS + 12_345
+    samples = []
+    for k in range(3):
+        r = (rng.standard_normal(n) * 400).astype(np.float32)
+        r[rng.integers(0, n, 7)] = 0.0
+        lo = (r * (1 + rng.standard_normal(n) * 1e-3)).astype(np.float32)
+        lo[rng.integers(0, n, 5)] = np.inf if k else np.nan
+        lc = r.astype(np.float16).astype(np.float32)
+        samples.append((r, lo if k != 1 else lo[:-1], lc))  # sample 1: a low-precision value of another shape
+
+    def run(pool) -> str:
+        monkeypatch.setattr(stats, "_chunk_pool", lambda: pool)
+        acc = TensorAccumulator(FP16, lowp=True, local=True, absmax=True)
+        for r, lo, lc in samples:
+            acc.add(r, lo, lc)
+        return repr(acc.result().to_json())
+
+    with ThreadPoolExecutor(3) as pool:
+        assert run(pool) == run(None)
