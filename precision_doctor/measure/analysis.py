@@ -227,15 +227,15 @@ def tensor_stats(store: ActivationStore, nodes: list[dict], fmt: Format,
                  progress: ProgressSink | None = None) -> dict[str, TensorStats]:
     """Every tensor's statistics from a store of every tensor, one pass over its samples each (the reference read
     once for all of them, blocks of samples at a time), a `CaptureEvent` ("analysis") every few tensors. Not on
-    threads: on the H100 machine's 16 cores 8 threads took 6.9 s where one took 4.9-5.9 s (NumPy's float64 dot
-    products go through OpenBLAS, whose own threads the Python threads fight)."""
+    threads, a large tensor's chunks neither: on the H100 machine's 16 cores 8 threads took 6.9 s where one took
+    4.9-5.9 s (NumPy's float64 dot products go through OpenBLAS, whose own threads the Python threads fight)."""
     lowp_names, local_names = set(store.tensor_names(LOWP)), set(store.tensor_names(LOCAL))
     captured = {t for nd in nodes for t in nd["float_inputs"] if store.has(REFERENCE, t)}
     wanted = {t: (lo and t in lowp_names, lc and t in local_names, a)
               for t, (lo, lc, a) in roles(nodes, captured).items()}
     out: dict[str, TensorStats] = {}
     for k, (t, (lo, lc, a)) in enumerate(wanted.items(), 1):
-        acc = TensorAccumulator(fmt, lowp=lo, local=lc, absmax=a)
+        acc = TensorAccumulator(fmt, lowp=lo, local=lc, absmax=a, chunked=False)
         if acc.needed:
             runs = [store.iter_samples(run, t, READ_MB) if on else None for run, on in ((LOWP, lo), (LOCAL, lc))]
             for ref in store.iter_samples(REFERENCE, t, READ_MB):

@@ -6,7 +6,6 @@ capture or straight from the runs, so the same numbers).
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import threading
@@ -52,17 +51,21 @@ PARALLEL_CHUNKS = 4
 
 
 def _chunk_pool() -> ThreadPoolExecutor | None:
-    """The threads a large tensor's chunks are summed on (as many as the capture's statistics get), made once per
-    process (a forked child makes its own); None with one."""
-    return _pool_of(os.getpid())
-
-
-@functools.cache
-def _pool_of(pid: int) -> ThreadPoolExecutor | None:
+    """The threads a large tensor's chunks are summed on, as many as the capture's statistics get now
+    (`stats_threads`: a batch worker's share), made once per process and count (a forked child, or a Ray worker given
+    another share, makes its own); None with one. They live with the process, each with its scratch buffers (about
+    10 MiB a thread)."""
     from precision_doctor.measure.accumulate import stats_threads
 
-    threads = stats_threads()
-    return ThreadPoolExecutor(threads, thread_name_prefix="pd-chunks") if threads > 1 else None
+    key = (os.getpid(), stats_threads())
+    with _POOLS_LOCK:
+        if key not in _POOLS:
+            _POOLS[key] = ThreadPoolExecutor(key[1], thread_name_prefix="pd-chunks") if key[1] > 1 else None
+        return _POOLS[key]
+
+
+_POOLS: dict[tuple[int, int], ThreadPoolExecutor | None] = {}
+_POOLS_LOCK = threading.Lock()
 
 
 def _chunk_pairs(out, ref):
@@ -381,8 +384,9 @@ class TensorAccumulator:
     input). Each reference sample is prepared once for every comparison (`_Ref`)."""
 
     def __init__(self, fmt: Format, *, lowp: bool = False, local: bool = False, absmax: bool = False,
-                 rounding: bool = True):
+                 rounding: bool = True, chunked: bool = True):
         self.fmt = fmt
+        self.chunked = chunked  # a large tensor's chunks on the chunk pool's threads (the same sums either way)
         self.lowp = _Acc(fmt) if lowp else None
         self.local = _Acc(fmt) if local else None
         self.rounding = _Acc(fmt) if local and rounding else None
@@ -406,7 +410,7 @@ class TensorAccumulator:
                 runs.append((acc, v.reshape(-1)))
         flat = ref.reshape(-1)
         starts = _chunks(flat.size) if flat.size else range(1)
-        pool = _chunk_pool() if len(starts) >= PARALLEL_CHUNKS else None
+        pool = _chunk_pool() if self.chunked and len(starts) >= PARALLEL_CHUNKS else None
         if pool is None:
             for i in starts:
                 self._add_chunk(flat[i:i + CHUNK], [(acc, v[i:i + CHUNK]) for acc, v in runs])
@@ -419,7 +423,7 @@ class TensorAccumulator:
     def _part(self, flat: np.ndarray, arrays: list, i: int) -> TensorAccumulator:
         """Chunk `i` summed into a fresh accumulator of the same roles."""
         part = TensorAccumulator(self.fmt, lowp=self.lowp is not None, local=self.local is not None,
-                                 absmax=self.absmax is not None, rounding=self.rounding is not None)
+                                 absmax=self.absmax is not None, rounding=self.rounding is not None, chunked=False)
         pairs = [(acc, v[i:i + CHUNK]) for acc, v in zip((part.lowp, part.local), arrays) if v is not None]
         part._add_chunk(flat[i:i + CHUNK], pairs)
         return part

@@ -79,8 +79,9 @@ def test_chunks_of_every_path_agree(monkeypatch):
 
 def test_a_large_tensors_chunks_summed_on_threads_give_the_same_bits(monkeypatch):
     """A tensor of PARALLEL_CHUNKS chunks or more is summed a chunk per thread and merged in order: the same
-    statistics, to the last bit, as its chunks one after the other (every role, non-finite values, a last chunk
-    shorter than the others, several samples, a low-precision value of another shape)."""
+    statistics, to the last bit, as its chunks one after the other (every role; runs with NaN and inf; references
+    with NaN, inf, values beyond FP16's range and below its normals; a last chunk shorter than the others; several
+    samples; a low-precision value of another shape in one of them)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from precision_doctor.measure import stats
@@ -88,20 +89,27 @@ def test_a_large_tensors_chunks_summed_on_threads_give_the_same_bits(monkeypatch
     rng = np.random.default_rng(11)
     n = stats.CHUNK * stats.PARALLEL_CHUNKS + 12_345
     samples = []
-    for k in range(3):
+    for k in range(4):
         r = (rng.standard_normal(n) * 400).astype(np.float32)
         r[rng.integers(0, n, 7)] = 0.0
+        r[rng.integers(0, n, 9)] = 7e4  # beyond FP16's 65504
+        r[rng.integers(0, n, 9)] = 3e-6  # below FP16's smallest normal
+        if k == 3:
+            r[rng.integers(0, n, 3)] = np.nan
+            r[rng.integers(0, n, 3)] = -np.inf
         lo = (r * (1 + rng.standard_normal(n) * 1e-3)).astype(np.float32)
-        lo[rng.integers(0, n, 5)] = np.inf if k else np.nan
-        lc = r.astype(np.float16).astype(np.float32)
+        lo[rng.integers(0, n, 5)] = np.inf if k % 2 else np.nan
+        with np.errstate(over="ignore"):
+            lc = r.astype(np.float16).astype(np.float32)  # FP16's own overflow: inf where r is 7e4
         samples.append((r, lo if k != 1 else lo[:-1], lc))  # sample 1: a low-precision value of another shape
 
-    def run(pool) -> str:
+    def run(pool, first: int = 0) -> str:
         monkeypatch.setattr(stats, "_chunk_pool", lambda: pool)
         acc = TensorAccumulator(FP16, lowp=True, local=True, absmax=True)
-        for r, lo, lc in samples:
+        for r, lo, lc in samples[first:]:
             acc.add(r, lo, lc)
-        return repr(acc.result().to_json())
+        return repr(acc.result().to_json()) + repr([vars(a) for a in (acc.lowp, acc.local, acc.rounding)])
 
     with ThreadPoolExecutor(3) as pool:
-        assert run(pool) == run(None)
+        for first in (0, 2):  # from sample 2: no shape mismatch sets the non-finite flag before the chunks do
+            assert run(pool, first) == run(None, first)
