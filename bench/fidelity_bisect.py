@@ -4,7 +4,7 @@ ORT_ENABLE_ALL against the real mixed graph at ORT_ENABLE_ALL), down to a small 
 each of its nodes, its op type, its fusion unit and its neighbours, and whether it alone makes the two disagree.
 
     python3 bench/fidelity_bisect.py /tmp/b/large/whisper-base/model.onnx --samples 2 \\
-        --input-shapes input_features:1x80x3000 --input-shapes decoder_input_ids:1x40 --set 2 --set 4
+        --input-shapes 'input_features:[1,80,3000]' --input-shapes 'decoder_input_ids:[1,40]' --set 2 --set 4
     python3 bench/fidelity_bisect.py .gpucheck/ln17/model.onnx --cpu --samples 2 --set 1   # plumbing, here
 
 `--set K`: the K-th set of bench/ort_fusion_probe.py's list (0: all low; K: its K-th random set, 40% of the
@@ -14,7 +14,6 @@ candidates FP32, the same seed). Two graphs disagree where any output of any sam
 from __future__ import annotations
 
 import argparse
-import random
 import sys
 import time
 from pathlib import Path
@@ -23,9 +22,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.gpu_set_cost import samples_of  # noqa: E402
+from bench.gpu_set_cost import random_sets, samples_of  # noqa: E402
 from precision_doctor.backends.ort import OrtBackend  # noqa: E402
 from precision_doctor.backends.ort_gated import OrtGatedBackend  # noqa: E402
+from precision_doctor.data.inputs import parse_input_shapes  # noqa: E402
 from precision_doctor.graph.formats import get_format  # noqa: E402
 from precision_doctor.graph.model import load_model  # noqa: E402
 from precision_doctor.graph.native import fusion_units  # noqa: E402
@@ -109,11 +109,9 @@ def main() -> None:
     ap.add_argument("--cpu", action="store_true")
     a = ap.parse_args()
     providers = ["CPUExecutionProvider"] if a.cpu else [("CUDAExecutionProvider", {"use_tf32": "0"})]
-    shapes = {k: [int(d) for d in v.split("x")] for k, v in (x.split(":", 1) for x in a.input_shapes)}
-    model = load_model(a.model, shapes or None)
+    model = load_model(a.model, parse_input_shapes(a.input_shapes) or None)
     names = [n.name for n in model.candidates]
-    rng = random.Random(0)
-    sets = [frozenset()] + [frozenset(rng.sample(names, len(names) * 2 // 5)) for _ in range(max(a.set or [0]))]
+    sets = random_sets(names, max(a.set or [0]))
     pair = Pair(model, a.precision, providers, samples_of(a.model.parent / "samples.npz", a.samples), a.apart)
     units = fusion_units(model, get_format(a.precision))
     for k in a.set:

@@ -51,6 +51,13 @@ def samples_of(path: Path, n: int) -> list[dict[str, np.ndarray]]:
     return [out[j] for j in sorted(out)]
 
 
+def random_sets(names: list[str], n: int) -> list[frozenset[str]]:
+    """All low, then `n` random fallback sets of 40% of the candidates (seed 0): the same list in every bench that
+    names a set by its index (bench/ort_fusion_probe.py, bench/fidelity_bisect.py)."""
+    rng = random.Random(0)
+    return [frozenset()] + [frozenset(rng.sample(names, len(names) * 2 // 5)) for _ in range(n)]
+
+
 def timed(fn):
     t = time.perf_counter()
     out = fn()
@@ -91,8 +98,7 @@ def main() -> None:
     model = load_model(a.model)
     samples = samples_of(a.model.parent / "samples.npz", a.samples)
     names = [n.name for n in model.candidates]
-    rng = random.Random(0)
-    sets = [frozenset()] + [frozenset(rng.sample(names, len(names) * 2 // 5)) for _ in range(a.sets)]
+    sets = random_sets(names, a.sets)
     level = runtime(a.target).ort_level  # the optimization level the target measures at (graph/targets.py)
     units = runtime(a.target).fused_units
     gated, made_gated = {}, {}

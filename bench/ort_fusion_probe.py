@@ -11,7 +11,7 @@ types ORT makes inside the gated graph's branches against those of the real grap
 a run's `--input-shapes` does (the run's graphs are built from the model with them).
 
     python3 bench/ort_fusion_probe.py /tmp/b/large/whisper-base/model.onnx --samples 3 --atol 0.1 --rtol 0.01 \
-        --input-shapes input_features:1x80x3000 --input-shapes decoder_input_ids:1x40 --sets 2
+        --input-shapes 'input_features:[1,80,3000]' --input-shapes 'decoder_input_ids:[1,40]' --sets 2
     python3 bench/ort_fusion_probe.py .gpucheck/ln17/model.onnx --cpu --samples 2 --sets 1  # plumbing, here
 
 (a model folder of .large: model.onnx and samples.npz, keys "s<j>/<input>"). Prints a table; --out writes
@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import random
 import sys
 import tempfile
 import time
@@ -35,8 +34,9 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.gpu_set_cost import samples_of  # noqa: E402
+from bench.gpu_set_cost import random_sets, samples_of  # noqa: E402
 from precision_doctor.backends.ort_gated import OrtGatedBackend  # noqa: E402
+from precision_doctor.data.inputs import parse_input_shapes  # noqa: E402
 from precision_doctor.graph.formats import get_format  # noqa: E402
 from precision_doctor.graph.mixed import build_mixed  # noqa: E402
 from precision_doctor.graph.model import load_model  # noqa: E402
@@ -98,8 +98,7 @@ def gated_against_real(model, a, providers, samples, refs, tol: Tolerance) -> di
     from precision_doctor.backends.ort import OrtBackend
 
     names = [n.name for n in model.candidates]
-    rng = random.Random(0)
-    sets = [frozenset()] + [frozenset(rng.sample(names, len(names) * 2 // 5)) for _ in range(a.sets)]
+    sets = random_sets(names, a.sets)
     gated = OrtGatedBackend(model, a.precision, providers=providers, outputs=model.outputs, level="all", units=True,
                             forms=("if",))
     real = OrtBackend(model, a.precision, providers=providers, outputs=model.outputs, level="all")
@@ -136,7 +135,7 @@ def main() -> None:
     ap.add_argument("--atol", type=float, default=0.1)
     ap.add_argument("--rtol", type=float, default=0.01)
     ap.add_argument("--precision", default="fp16", choices=["fp16", "bf16"])
-    ap.add_argument("--input-shapes", action="append", default=[], help="NAME:1x80x3000, as diagnose takes it")
+    ap.add_argument("--input-shapes", action="append", default=[], help="NAME:[1,80,3000], as diagnose takes it")
     ap.add_argument("--sets", type=int, default=-1,
                     help="gated against real: the all-low set and this many random ones (default -1: not run)")
     ap.add_argument("--no-optimizers", action="store_true", help="skip the optimizer-by-optimizer rows")
@@ -144,8 +143,7 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args()
     providers = ["CPUExecutionProvider"] if a.cpu else [("CUDAExecutionProvider", {"use_tf32": "0"})]
-    shapes = {k: [int(d) for d in v.split("x")] for k, v in (x.split(":", 1) for x in a.input_shapes)}
-    model = load_model(a.model, shapes or None)
+    model = load_model(a.model, parse_input_shapes(a.input_shapes) or None)
     samples = samples_of(a.model.parent / "samples.npz", a.samples)
     tol = Tolerance(atol=a.atol, rtol=a.rtol)
     fp32 = session(model.proto.SerializeToString(), providers, "basic")

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from precision_doctor.errors import SpecError, UserError
 from precision_doctor.graph import names
 from precision_doctor.graph.ort_shapes import with_ort_dims
-from precision_doctor.graph.weights import WeightFiles, lean_copy
+from precision_doctor.graph.weights import WeightFiles, lean_copy, weightless
 
 FLOAT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
 CONTROL_FLOW_OPS = {"If", "Loop", "Scan"}
@@ -441,19 +441,10 @@ def infer_shapes(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _infer_shapes_large(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """Shape inference without weights: models over 2 GB cannot be serialized whole."""
-    light = onnx.ModelProto()
-    light.CopyFrom(proto)
-    for init in light.graph.initializer:
-        init.ClearField("raw_data")
-        for f in ("float_data", "int64_data", "int32_data", "double_data"):
-            init.ClearField(f)
-    # Keep initializers as graph inputs so their types and shapes stay known.
-    known = {i.name for i in light.graph.input}
-    for init in proto.graph.initializer:
-        if init.name not in known:
-            light.graph.input.append(helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
-    del light.graph.initializer[:]
+    """Shape inference without weights (initializers as typed graph inputs): models over 2 GB cannot be serialized
+    whole."""
+    light = weightless(proto)
+    light.graph.value_info.extend(proto.graph.value_info)
     return onnx.shape_inference.infer_shapes(light, data_prop=True)
 
 

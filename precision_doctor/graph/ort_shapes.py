@@ -2,7 +2,7 @@
 
 A transformer computes its Reshape targets from Shape, Gather, Concat and Unsqueeze chains. ONNX's shape inference
 (data propagation included) loses the batch dim of such a graph even when every input shape is fixed: whisper-base's
-decoder with `--input-shapes decoder_input_ids:1x40` has 381 tensors of unknown dims, e.g. (None, 40, 512). ONNX
+decoder with `--input-shapes decoder_input_ids:[1,40]` has 381 tensors of unknown dims, e.g. (None, 40, 512). ONNX
 Runtime folds those chains into constants before its fusions look at shapes, so it knows them: on the H200 its
 MatMulAddFusion made 78 Gemm of that graph where the fusion sites the tool derives from ONNX's shapes named 36
 (`bench/ort_fusion_probe.py`), and the gated search graph, which gates each site whole, computed other values than
@@ -19,7 +19,8 @@ import logging
 from pathlib import Path
 
 import onnx
-from onnx import helper
+
+from precision_doctor.graph.weights import weightless
 
 _LARGE = 1024  # initializers of more elements than this travel as typed graph inputs: no shape reads their values
 
@@ -60,7 +61,7 @@ def _symbolic(proto: onnx.ModelProto) -> dict[str, tuple]:
     log.setLevel(logging.ERROR)
     try:
         infer = cls(2**31 - 1, False, False, 0)  # int_max, auto_merge, guess_output_rank, verbose
-        infer._preprocess(_weightless(proto))
+        infer._preprocess(weightless(proto, _LARGE))
         for _ in range(_PASSES):
             if not infer.run_:
                 break
@@ -94,24 +95,3 @@ def _inference_class():
         return module.SymbolicShapeInference
     except Exception:
         return None
-
-
-def _weightless(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """The graph with its large initializers as typed inputs (what shapes are computed from, small int64 tensors,
-    stays), no copy of the weights."""
-    g = proto.graph
-    kept = [i for i in g.initializer if _elements(i) <= _LARGE]
-    declared = {i.name for i in g.input}
-    as_inputs = [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in g.initializer
-                 if _elements(i) > _LARGE and i.name not in declared]
-    graph = helper.make_graph(list(g.node), g.name, [*g.input, *as_inputs], list(g.output), kept)
-    light = helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
-    light.functions.extend(proto.functions)
-    return light
-
-
-def _elements(init: onnx.TensorProto) -> int:
-    n = 1
-    for d in init.dims:
-        n *= d
-    return n

@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import hashlib
+import math
 import os
 import shutil
 import tempfile
@@ -92,6 +93,21 @@ def large(t: onnx.TensorProto) -> bool:
     """Whether `t` is a floating tensor of at least `MIN_BYTES` of raw data (what goes to a file). Integer tensors
     stay: ONNX Runtime's shape inference reads shapes, axes and indices from the graph, not from files."""
     return t.data_type in _FLOATING and nbytes(t) >= MIN_BYTES
+
+
+def weightless(proto: onnx.ModelProto, keep_elements: int = 0) -> onnx.ModelProto:
+    """`proto`'s graph for shape inference, no weight copied: its initializers of more than `keep_elements` elements
+    as typed graph inputs (their shapes known, their values not), the others kept (what shapes are computed from);
+    no value infos, no metadata."""
+    g = proto.graph
+    kept = [i for i in g.initializer if math.prod(i.dims) <= keep_elements]
+    declared = {i.name for i in g.input}
+    as_inputs = [helper.make_tensor_value_info(i.name, i.data_type, list(i.dims)) for i in g.initializer
+                 if math.prod(i.dims) > keep_elements and i.name not in declared]
+    graph = helper.make_graph(list(g.node), g.name, [*g.input, *as_inputs], list(g.output), kept)
+    light = helper.make_model(graph, opset_imports=list(proto.opset_import), ir_version=proto.ir_version)
+    light.functions.extend(proto.functions)
+    return light
 
 
 def in_files(proto: onnx.ModelProto) -> bool:

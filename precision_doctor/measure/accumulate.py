@@ -10,6 +10,7 @@ isnet-1024 ran on one core of 16, 4 s a step, while the GPU waited (docs/history
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -24,6 +25,20 @@ def stats_threads() -> int:
         return min(int(env), 16)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     return max(1, min(cores, 16))
+
+
+def shared_pool(name: str, threads: int) -> ThreadPoolExecutor:
+    """A thread pool that lives with the process, one per `name` and thread count (made once, under a lock; a forked
+    child makes its own): for work handed out thousands of times a run (a search's checks, a large tensor's chunks)."""
+    key = (os.getpid(), name, threads)
+    with _POOLS_LOCK:
+        if key not in _POOLS:
+            _POOLS[key] = ThreadPoolExecutor(threads, thread_name_prefix=name)
+        return _POOLS[key]
+
+
+_POOLS: dict[tuple[int, str, int], ThreadPoolExecutor] = {}
+_POOLS_LOCK = threading.Lock()
 
 
 class StepAdder:

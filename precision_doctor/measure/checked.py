@@ -12,13 +12,13 @@ at once).
 
 from __future__ import annotations
 
-import functools
 import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
 from precision_doctor.backends.base import Runner
+from precision_doctor.measure.accumulate import shared_pool
 from precision_doctor.measure.tolerance import OutputCheck, Tolerance, check_all
 
 Checks = dict[str, OutputCheck]
@@ -42,7 +42,7 @@ def checked_runs(runner: Runner, samples: Sequence, refs: Sequence[dict], order:
             yield i, check_all(runner.run(samples[i], list(refs[i])), refs[i], tol)
         return
     depth = check_threads()
-    pool = _pool(depth)
+    pool = shared_pool("check", depth)  # made once per process: a search makes thousands of evaluations
     pending: deque[tuple[int, Future[Checks]]] = deque()
 
     def handed(keep: int) -> Iterator[tuple[int, Checks]]:
@@ -69,9 +69,3 @@ def checked_runs(runner: Runner, samples: Sequence, refs: Sequence[dict], order:
     finally:  # a consumer that stopped: the checks not started are dropped, the running ones end on their own
         for _, future in pending:
             future.cancel()
-
-
-@functools.cache
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """The checks' threads, made once per process (a search makes thousands of evaluations)."""
-    return ThreadPoolExecutor(threads, thread_name_prefix="check")

@@ -7,7 +7,6 @@ capture or straight from the runs, so the same numbers).
 from __future__ import annotations
 
 import math
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -15,6 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from precision_doctor.graph.formats import Format
+from precision_doctor.measure.accumulate import shared_pool, stats_threads
 
 # Elements summed at a time. Every sum runs chunk by chunk, whatever feeds it (the streaming capture, a stored
 # capture, the fixed run), so the paths agree to the last bit; a chunk's float64 copies live in buffers of this
@@ -52,20 +52,10 @@ PARALLEL_CHUNKS = 4
 
 def _chunk_pool() -> ThreadPoolExecutor | None:
     """The threads a large tensor's chunks are summed on, as many as the capture's statistics get now
-    (`stats_threads`: a batch worker's share), made once per process and count (a forked child, or a Ray worker given
-    another share, makes its own); None with one. They live with the process, each with its scratch buffers (about
-    10 MiB a thread)."""
-    from precision_doctor.measure.accumulate import stats_threads
-
-    key = (os.getpid(), stats_threads())
-    with _POOLS_LOCK:
-        if key not in _POOLS:
-            _POOLS[key] = ThreadPoolExecutor(key[1], thread_name_prefix="pd-chunks") if key[1] > 1 else None
-        return _POOLS[key]
-
-
-_POOLS: dict[tuple[int, int], ThreadPoolExecutor | None] = {}
-_POOLS_LOCK = threading.Lock()
+    (`stats_threads`: a batch worker's share; a Ray worker given another share gets another pool); None with one.
+    They live with the process, each with its scratch buffers (about 10 MiB a thread)."""
+    threads = stats_threads()
+    return shared_pool("pd-chunks", threads) if threads > 1 else None
 
 
 def _chunk_pairs(out, ref):
