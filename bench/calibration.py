@@ -214,10 +214,11 @@ def run_model(name: str, spec: RunSpec, sizes: tuple[int, ...], work: Path, done
                        exhaustive=kind == "exhaustive")
         rec.update({"model": name, "kind": kind, "n": n})
         if kind != "hindsight":
-            rec.update(judge(backend, rep.fallback_nodes if rep.fallback_size or rep.passed else None, unseen,
+            answer = rep.answer
+            rec.update(judge(backend, answer.fallback_nodes if answer.fallback_size or rep.passed else None, unseen,
                              unseen_refs, spec.tolerance))
-            if rep.answers is not None:
-                rec["smaller"].update({"judged": judge(backend, rep.answers.smaller.nodes, unseen, unseen_refs,
+            if rep.promise.answers is not None:
+                rec["smaller"].update({"judged": judge(backend, rep.promise.answers.smaller.nodes, unseen, unseen_refs,
                                                        spec.tolerance)})
         write(rec)
         shutil.rmtree(out, ignore_errors=True)  # activations are large

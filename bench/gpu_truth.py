@@ -13,7 +13,8 @@ Models and samples: `.truth/` (bench/truth_prepare.py; 7 trained models, 40 real
 2. `current` (and `before`, with `--package-dir DIR`: PYTHONPATH puts DIR's precision_doctor first): for each n in
    `--sizes`, n samples chosen (seeded, spread over the list) and given to `python -m precision_doctor diagnose MODEL
    --inputs DIR --atol A --rtol R --input-shapes ... --target ort-cuda` (the runtime the judge runs; `TRUTH_TARGET`
-   another; the code before targets had no flag and searched for ONNX Runtime's kernels anyway) with everything else
+   another; a `before` package gets it where its CLI has the flag: the code before targets searched for ONNX Runtime's
+   kernels anyway) with everything else
    at its default (`auto`: on a CUDA machine ort-cuda-gated searches and ort-cuda confirms; on a CPU machine the
    emulator searches). Its verdict label (the first line of stdout that starts with one), report.json, and its
    fixed.onnx exactly as written
@@ -74,6 +75,16 @@ def bench_models(data: list[Path], only: set[str] | None) -> list:
         large = any((d / m["name"] / "model.onnx").is_file() for m in about)
         out += large_models(d, only) if large else truth_models([d], only)
     return out
+
+
+def _knows(package_dir: str | None, option: str) -> bool:
+    """Whether the code a task runs has the diagnose option `option` (its CLI name without dashes, as cli/options.py
+    names it: "target", "capture_device"): the current code does, a `before` package where its options name it; so
+    that `before` and `current` diagnose for the same target where both can."""
+    if not package_dir:
+        return True
+    options = Path(package_dir) / "precision_doctor" / "cli" / "options.py"
+    return options.is_file() and f'_opt("{option}",' in options.read_text(encoding="utf-8")
 
 
 def shapes_flags(shapes) -> list[str]:
@@ -266,8 +277,10 @@ def run_task(task: dict) -> dict:
         if task.get("precision", "fp16") != "fp16":
             cmd += ["--precision", task["precision"]]
         cmd += task.get("diagnose_args") or []
-        if not task.get("package_dir"):  # the code before targets searched for ONNX Runtime's kernels anyway
-            cmd += ["--target", TARGET] + (["--capture-device", CAPTURE_DEVICE] if CAPTURE_DEVICE else [])
+        if _knows(task.get("package_dir"), "target"):  # the code before targets searched for ORT's kernels anyway
+            cmd += ["--target", TARGET]
+        if CAPTURE_DEVICE and _knows(task.get("package_dir"), "capture_device"):
+            cmd += ["--capture-device", CAPTURE_DEVICE]
         env = dict(os.environ)
         if task.get("package_dir"):
             env["PYTHONPATH"] = os.pathsep.join([task["package_dir"], env.get("PYTHONPATH", "")])

@@ -2,11 +2,11 @@
 perturbed copies, the rounds, and their record for `--resume`.
 
 A round: the strategy searches on the oracle's working set; its answer is checked on the other search samples,
-hardest first, until a few fail; those join the working set (`Oracle.tighten`) and the next round continues from
-the answer where the strategy grows from one (`StrategyInfo.grow`, `auto`: grown by the nodes the failing samples'
-own error is attributed to until it passes, then what it added pruned: pipeline/growth.py; other strategies search
-again, with the failures memoized). The loop
-ends when an answer passes every search sample, or after cegis.MAX_ROUNDS rounds, or when the budget or a stop
+hardest first, until a few fail (3, or as many as the working set holds: `cegis.per_round`); those join the
+working set (`Oracle.tighten`) and the next round continues from the answer where the strategy grows from one
+(`StrategyInfo.grow`, `auto`: grown by the nodes the failing samples' own error is attributed to until it passes,
+then what it added pruned: pipeline/growth.py; other strategies search again, with the failures memoized). The
+loop ends when an answer passes every search sample, or after cegis.MAX_ROUNDS rounds, or when the budget or a stop
 ends the search (then the answer is not verified on every search sample, and the report says so). The same loop
 serves the first search, the repair with failing held-out samples and the confirmation (`search`: which).
 
@@ -44,6 +44,7 @@ from precision_doctor.search.cegis import (
     counterexamples,
     hardest,
     hardness_order,
+    per_round,
     score_samples,
 )
 from precision_doctor.search.oracle import BudgetExhausted
@@ -221,8 +222,9 @@ def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | Strate
             return outcome
         rnd = loop.log.recorded(search, index)
         if rnd is None or rnd.answer != sorted(outcome.found):
-            try:
-                found = _check(oracle, loop.pool, outcome.found, loop.working, stop)
+            try:  # the last round's counterexamples join nothing: 3 say that it fails
+                limit = per_round(len(loop.working)) if index + 1 < MAX_ROUNDS else COUNTEREXAMPLES
+                found = _check(oracle, loop.pool, outcome.found, loop.working, stop, limit)
             except BudgetExhausted as exc:
                 loop.stopped = f"{exc} while the answer was checked on the other search samples"
                 loop.rounds.append(_round(search, index, loop.working, outcome.found, spent, 0, [], t0))
@@ -274,7 +276,7 @@ def _polished(loop: Loop, oracle: Oracle, space: SearchSpace, verified: Outcome,
     if polished.found is None or polished.found == found:
         return verified
     try:
-        slim = _check(oracle, loop.pool, polished.found, loop.working, stop)
+        slim = _check(oracle, loop.pool, polished.found, loop.working, stop, limit=1)  # one failure decides
     except BudgetExhausted as exc:
         return verified.but(status=RunStatus.BUDGET_EXHAUSTED, reason=f"{exc} ({why})")
     except KeyboardInterrupt:
@@ -286,15 +288,16 @@ def _polished(loop: Loop, oracle: Oracle, space: SearchSpace, verified: Outcome,
 
 
 def _check(oracle: Oracle, pool: SamplePool, found: frozenset[str], working: list[int],
-           stop: StopToken | None) -> Check:
-    """The answer on the search samples outside the working set (hardest first), at the oracle's tolerance."""
+           stop: StopToken | None, limit: int) -> Check:
+    """The answer on the search samples outside the working set (hardest first), at the oracle's tolerance, until
+    `limit` of them fail."""
     def check() -> None:
         if stop is not None:
             stop.check()
         oracle.check_budget(evaluations=False)  # a check is not an evaluation: only the time budget ends it
 
     return counterexamples(oracle.backend, found, pool.samples, pool.refs, pool.outside(working), oracle.tolerance,
-                           COUNTEREXAMPLES, check)
+                           limit, check)
 
 
 def _round(search: str, index: int, working: list[int], found: frozenset[str] | None, evaluations: int,

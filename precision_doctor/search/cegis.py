@@ -9,16 +9,19 @@ the loop; this module holds its parts, which touch no files):
 - `hardest`: the working set starts with the START hardest, spread over (shape group, worst output) buckets
   so that one kind of input cannot crowd out another;
 - the strategy searches on the working set (and its perturbed copies) through an ordinary oracle;
-- `counterexamples`: the answer is then run on the other search samples, hardest first, until COUNTEREXAMPLES
-  of them fail (or none does); the failing ones join the working set (`Oracle.tighten`: failing verdicts stay,
+- `counterexamples`: the answer is then run on the other search samples, hardest first, until `per_round` of
+  them fail (or none does); the failing ones join the working set (`Oracle.tighten`: failing verdicts stay,
   passing ones are forgotten) and the search continues from the previous answer, until the answer passes
   every search sample or MAX_ROUNDS rounds (or the budget) end it.
 
 Why these numbers: START = 4 keeps the first round as cheap as today's 2-4 sample search (with 4 or fewer
-search samples the loop is that search, in one round); COUNTEREXAMPLES = 3 adds a few samples per round (one
-would need a round per failing sample, all of them would grow the working set to N after one bad answer);
-MAX_ROUNDS = 8 allows the working set to grow to 4 + 7 x 3 = 25 samples, enough for every answer seen on the
-zoo and the planted suite (docs/BENCHMARKS.md, "Calibration sets") before the loop says it stopped.
+search samples the loop is that search, in one round). A check stops after COUNTEREXAMPLES = 3 failing samples, or
+as many as the working set holds where that is more (`per_round`): one would need a round per failing sample, all
+of them would grow the working set to N after one bad answer; so the working set at most doubles in a round, and k
+counterexamples join in about log2(1 + k / 4) rounds, not k / 3 (whisper-base on the H200: 14 counterexamples, 3 a
+round, took 217 s of rounds after the first, each attributing, growing and pruning again). The last round's check
+and the check of a polished answer stop sooner (3 and 1 failing samples: nothing joins after them). MAX_ROUNDS = 8
+allows the working set to grow to 4 x 2^7 samples before the loop says it stopped.
 """
 
 from __future__ import annotations
@@ -37,8 +40,14 @@ from precision_doctor.measure.checked import checked_runs
 from precision_doctor.measure.tolerance import Tolerance
 
 START = 4  # the working set starts with this many search samples
-COUNTEREXAMPLES = 3  # a check of an answer stops after this many failing samples
+COUNTEREXAMPLES = 3  # a check of an answer stops after this many failing samples, or `per_round`'s
 MAX_ROUNDS = 8  # rounds of search + check, at most
+
+
+def per_round(working: int) -> int:
+    """How many failing samples a check collects before it stops, for a working set of `working` search samples:
+    COUNTEREXAMPLES, or `working` where that is more (the working set at most doubles in a round)."""
+    return max(COUNTEREXAMPLES, working)
 
 
 @dataclass(frozen=True)

@@ -203,3 +203,52 @@ def test_checks_beside_the_next_run_change_nothing(tmp_path, monkeypatch):
 
     assert trace(beside) == trace(plain) and len(trace(plain)) > 5
     assert beside.answer.fallback_nodes == plain.answer.fallback_nodes and beside.passed == plain.passed
+
+
+class _Needs:
+    """A backend whose sample `i` (its input "i") passes where node f"n{need}" is in FP32, `need` being the sample's
+    own node for i >= 4 and n0 for the first four: every other sample fails an answer found on the first four."""
+
+    name, precision = "emulate", "fp16"
+
+    def prepare(self, fallback):
+        class Runner:
+            def run(self, feeds, outputs=None):
+                i = int(feeds["i"][0])
+                return {"y": np.array([0.0 if f"n{i if i >= 4 else 0}" in fallback else 1.0], np.float32)}
+
+        return Runner()
+
+    def close(self):
+        pass
+
+
+def test_a_check_takes_as_many_counterexamples_as_the_working_set_holds(monkeypatch):
+    """16 search samples fail the first answer, each needing a node of its own: each round's check collects 3 of
+    them or as many as the working set holds, so the working set doubles (4, 8, 16, 20) and the loop ends in 4
+    rounds where 3 a round would take 7. With 2 rounds at most, the last round's check stops at 3: nothing joins."""
+    from precision_doctor.measure.tolerance import Tolerance as Tol
+    from precision_doctor.pipeline.search_loop import Loop, RoundLog, SamplePool, run_loop
+    from precision_doctor.search import Oracle
+    from precision_doctor.search.space import SearchSpace
+
+    samples = [{"i": np.array([i], np.float32)} for i in range(20)]
+    refs = [{"y": np.zeros(1, np.float32)} for _ in samples]
+    loop = Loop(SamplePool(samples, refs, list(range(20))), [0, 1, 2, 3], RoundLog(None, False))
+    oracle = Oracle(_Needs(), samples[:4], refs[:4], Tol(atol=0.5, rtol=0.0))
+
+    def needed(o, sp):  # what the oracle's samples need: an answer that passes them all
+        return frozenset(f"n{int(s['i'][0]) if int(s['i'][0]) >= 4 else 0}" for s in o.samples)
+
+    out = run_loop(loop, oracle, SearchSpace(universe=[f"n{i}" for i in range(20)]), needed, lambda prev, f: needed)
+    assert out.complete and loop.verified and out.found == frozenset(f"n{i}" for i in [0, *range(4, 20)])
+    assert [len(r.working) for r in loop.rounds] == [4, 8, 16, 20]
+    assert [len(r.counterexamples) for r in loop.rounds] == [4, 8, 4, 0]
+
+    from precision_doctor.pipeline import search_loop
+
+    monkeypatch.setattr(search_loop, "MAX_ROUNDS", 2)
+    loop = Loop(SamplePool(samples, refs, list(range(20))), [0, 1, 2, 3], RoundLog(None, False))
+    out = run_loop(loop, Oracle(_Needs(), samples[:4], refs[:4], Tol(atol=0.5, rtol=0.0)),
+                   SearchSpace(universe=[f"n{i}" for i in range(20)]), needed, lambda prev, f: needed)
+    assert not out.complete and [len(r.counterexamples) for r in loop.rounds] == [4, 3] and loop.failing == 3
