@@ -103,7 +103,7 @@ class CostModel:
 
     def casts(self, fallback: Iterable[str]) -> list[BorderCast]:
         return border_casts(self.model, frozenset(fallback), self.precision, self.keep_io_types, self._blocked,
-                            self._constants)
+                            self._constants, self._forced)
 
     def _node_bytes(self, name: str, fp32: bool) -> int:
         """The bytes a node reads and writes: its floating tensors (weights too) in its precision, the others as they are."""

@@ -161,48 +161,81 @@ def _required(node: onnx.NodeProto, slot: int, lowp: bool) -> str:
     return LOWP if lowp else FP32
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What a plan reads of a model whatever the set: per node its FLOAT inputs with the precision each slot needs
+    when the node is low and when it is FP32, its FLOAT implicit inputs and outputs (computed once per model: a cost
+    model plans the Casts of every set the search tries)."""
+
+    inputs: tuple[tuple[tuple[tuple[str, str, str], ...], tuple[str, ...], tuple[str, ...]], ...]
+    init_names: frozenset[str]
+    input_names: frozenset[str]
+    graph_inputs: tuple[str, ...]  # the FLOAT graph inputs, in order
+    graph_outputs: frozenset[str]
+    sparse_constants: frozenset[str]  # Constant nodes whose value is sparse (never made low ahead of time)
+
+
+def _layout(model: Model) -> _Layout:
+    """`model`'s `_Layout`, kept on the model: made again where its proto or its tensor types are other objects or
+    its node count changed, not for an edit of the proto in place (a loaded model's proto is never edited: its
+    `lean_proto` assumes it too)."""
+    key = (id(model.proto), id(model.tensor_types), len(model.proto.graph.node), len(model.nodes))
+    cached = model.__dict__.get("_mixed_layout")
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    g = model.proto.graph
+    types = model.tensor_types
+
+    def is32(t: str) -> bool:
+        return bool(t) and types.get(t) == TensorProto.FLOAT
+
+    per_node = []
+    for node, info in zip(g.node, model.nodes):
+        ins = tuple((t, _required(node, k, True), _required(node, k, False)) for k, t in enumerate(node.input) if is32(t))
+        per_node.append((ins, tuple(t for t in info.implicit_inputs if is32(t)), tuple(t for t in node.output if is32(t))))
+    layout = _Layout(tuple(per_node), frozenset(i.name for i in g.initializer), frozenset(i.name for i in g.input),
+                     tuple(i.name for i in g.input if is32(i.name)), frozenset(o.name for o in g.output),
+                     frozenset(n.name for n, node in zip(model.nodes, g.node)
+                               if node.op_type == "Constant" and node.attribute and node.attribute[0].name == "sparse_value"))
+    model.__dict__["_mixed_layout"] = (key, layout)
+    return layout
+
+
 class _Plan:
     """Which precision each FLOAT tensor is produced in, needed in, and named as."""
 
     def __init__(self, model: Model, lowp: set[str], fmt: Format, keep_io_types: bool,
                  constants: dict[str, np.ndarray] | None = None):
         self.model, self.fmt = model, fmt
-        g = model.proto.graph
         self.is32 = lambda t: bool(t) and model.tensor_types.get(t) == TensorProto.FLOAT
-        init_names = {i.name for i in g.initializer}
-        input_names = {i.name for i in g.input}
-        self.pure_inits = init_names - input_names
+        lay = _layout(model)
+        self.pure_inits = lay.init_names - lay.input_names
         self.req: dict[str, set[str]] = defaultdict(set)
-        for node, info in zip(g.node, model.nodes):
+        for info, (ins, implicit, _) in zip(model.nodes, lay.inputs):
             is_lowp = info.name in lowp
-            for k, t in enumerate(node.input):
-                if self.is32(t):
-                    self.req[t].add(_required(node, k, is_lowp))
-            for t in info.implicit_inputs:
-                if self.is32(t):
-                    self.req[t].add(FP32)
-        self.graph_outputs = {o.name for o in g.output}
+            for t, low, full in ins:
+                self.req[t].add(low if is_lowp else full)
+            for t in implicit:
+                self.req[t].add(FP32)
+        self.graph_outputs = set(lay.graph_outputs)
         for t in self.graph_outputs:
             if self.is32(t):
                 self.req[t].add(FP32 if keep_io_types else ANY)
         self.produced: dict[str, str] = {}
-        for i in g.input:
-            if self.is32(i.name):
-                only_lowp = self.req[i.name] - {ANY} == {LOWP}
-                free = not keep_io_types and i.name not in init_names
-                self.produced[i.name] = LOWP if (free and only_lowp) else FP32
+        for name in lay.graph_inputs:
+            only_lowp = self.req[name] - {ANY} == {LOWP}
+            free = not keep_io_types and name not in lay.init_names
+            self.produced[name] = LOWP if (free and only_lowp) else FP32
         self.lowp_constants: set[str] = set()
         # a low version of these is a Constant, not a Cast
         self.constant_values = constant_tensors(model) if constants is None else constants
-        for node, info in zip(g.node, model.nodes):
-            for t in node.output:
-                if not self.is32(t):
-                    continue
-                if node.op_type == "Constant":
-                    ok = self.req[t] - {ANY} == {LOWP} and node.attribute[0].name != "sparse_value"
+        for info, (_, _, outs) in zip(model.nodes, lay.inputs):
+            for t in outs:
+                if info.op_type == "Constant":
+                    ok = self.req[t] - {ANY} == {LOWP} and info.name not in lay.sparse_constants
                     self.produced[t] = LOWP if ok else FP32
                     if ok:
-                        self.lowp_constants.add(node.output[0])
+                        self.lowp_constants.add(t)
                 else:
                     self.produced[t] = LOWP if info.name in lowp else FP32
         # Versions each tensor needs (ANY resolves to the produced one) and the precision its own name carries.
@@ -216,9 +249,17 @@ class _Plan:
         for t, p in self.produced.items():
             self.needed[t] = {p if r == ANY else r for r in self.req[t]} | {p}
             self.home[t] = FP32 if (t in self.graph_outputs and keep_io_types) else p
-        self._taken = set(init_names | input_names | self.graph_outputs)
-        self._taken.update(t for n in g.node for t in list(n.input) + list(n.output))
+        self._taken: set[str] | None = None  # every name in the graph: made when a version is first named
         self._names: dict[tuple[str, str], str] = {}
+
+    def taken(self) -> set[str]:
+        """The names the graph uses, and those given to versions so far (a plan that only counts Casts never needs
+        them: a cost model asks for many sets)."""
+        if self._taken is None:
+            g = self.model.proto.graph
+            self._taken = {i.name for i in g.initializer} | {i.name for i in g.input} | set(self.graph_outputs)
+            self._taken.update(t for n in g.node for t in list(n.input) + list(n.output))
+        return self._taken
 
     def name(self, t: str, p: str) -> str:
         """The name of tensor `t`'s version in precision `p`."""
@@ -229,10 +270,10 @@ class _Plan:
         key = (t, p)
         if key not in self._names:
             base = f"{t}__pd_{'fp32' if p == FP32 else self.fmt.name}"
-            new, k = base, 1
-            while new in self._taken:
+            new, k, taken = base, 1, self.taken()
+            while new in taken:
                 new, k = f"{base}_{k}", k + 1
-            self._taken.add(new)
+            taken.add(new)
             self._names[key] = new
         return self._names[key]
 
@@ -347,11 +388,15 @@ def border_casts(
     keep_io_types: bool = True,
     op_block_list: OpBlockList | None = None,
     constants: dict[str, np.ndarray] | None = None,
+    forced: frozenset[str] | None = None,
 ) -> list[BorderCast]:
     """The Cast nodes `build_mixed` puts in the model for `fallback` (the same plan; graph inputs first, then in
-    node order), without building it. Constants converted ahead of time are not Casts. `constants`: the model's
-    `constant_tensors`, when the caller has them (a cost model asks for many sets)."""
-    lowp = lowp_nodes(model, fallback, op_block_list, precision)
+    node order), without building it. Constants converted ahead of time are not Casts. `constants` and `forced`: the
+    model's `constant_tensors` and `forced_fp32`, when the caller has them (a cost model asks for many sets)."""
+    if forced is None:
+        lowp = lowp_nodes(model, fallback, op_block_list, precision)
+    else:
+        lowp = {n.name for n in model.candidates} - set(fallback) - forced
     plan = _Plan(model, lowp, get_format(precision), keep_io_types, constants)
     return [BorderCast(t, p) for t in plan.produced for p in plan.other_versions(t) if not plan.converted_ahead(t, p)]
 

@@ -56,6 +56,41 @@ def expected_border_casts(model, lowp: set[str], keep_io: bool) -> int:
     return count
 
 
+def test_the_cost_models_casts_are_the_border_crossings_of_every_set(cases):
+    """The cost model plans each set's Casts from a layout of the model made once and its forced-FP32 nodes computed
+    once (a search costs every set it tries, 10 ms a set on whisper-base before): as many Casts as tensors crossing
+    a precision border, counted on the source graph, for random sets of every planted case."""
+    import random
+
+    from precision_doctor.graph.cost import cost_model
+
+    models = [(name, model) for name, (_, model) in cases.items()] + [("forced", _with_forced_nodes())]
+    for name, model in models:
+        for precision in ("fp16", "bf16"):
+            cm = cost_model(model, precision, {i: tuple(d or 1 for d in model.tensor_shapes[i]) for i in model.inputs})
+            names, rng = [n.name for n in model.candidates], random.Random(0)
+            for k in (0, 1, len(names) // 3, len(names) // 2, len(names)):
+                for _ in range(3):
+                    fallback = frozenset(rng.sample(names, k))
+                    lowp = lowp_nodes(model, fallback, precision=precision)
+                    assert len(cm.casts(fallback)) == expected_border_casts(model, lowp, True), (name, precision, k)
+    assert forced_fp32(models[-1][1]) == {"cumsum", "max"}  # what the cost model must not plan in low precision
+
+
+def _with_forced_nodes():
+    """x + c, its CumSum (no FP16 kernel in ONNX Runtime: forced FP32), times c, the Max (forced too) of that and the
+    sum: Casts around the forced nodes whatever the set."""
+    c = numpy_helper.from_array(np.full((1, 8), 0.5, np.float32), "c")
+    axis = numpy_helper.from_array(np.array(1, np.int64), "axis")
+    nodes = [helper.make_node("Add", ["x", "c"], ["a"], name="add"),
+             helper.make_node("CumSum", ["a", "axis"], ["b"], name="cumsum"),
+             helper.make_node("Mul", ["b", "c"], ["m"], name="mul"),
+             helper.make_node("Max", ["m", "a"], ["y"], name="max")]
+    vi = helper.make_tensor_value_info
+    g = helper.make_graph(nodes, "forced", [vi("x", TensorProto.FLOAT, [1, 8])], [vi("y", TensorProto.FLOAT, [1, 8])], [c, axis])
+    return from_proto(helper.make_model(g, opset_imports=[helper.make_opsetid("", OPSET)], ir_version=IR_VERSION))
+
+
 def check_structure(model, mixed: onnx.ModelProto, lowp: set[str]) -> int:
     """Every source node reads and writes its own precision; each Cast crosses precisions, and no
     tensor is cast twice to one type. Returns the number of Casts."""
