@@ -64,13 +64,20 @@ class Backends:
             if isinstance(b, SessionHolder):
                 b.pause()
 
+    @property
+    def forms_to_time(self) -> bool:
+        """Whether `choose_form` has forms to time (on a GPU: seconds of it)."""
+        from precision_doctor.backends.ort_gated import OrtGatedBackend
+
+        return isinstance(self.search, OrtGatedBackend) and bool(self.search.untimed)
+
     def choose_form(self, sample: Sample, progress: ProgressSink | None) -> None:
         """The search graph's form timed on `sample` and the faster kept, where its backend has forms to choose from
         (`OrtGatedBackend.choose_form`: on a GPU), said in the reference phase's progress."""
         from precision_doctor.backends.ort_gated import FORM_WORDS, OrtGatedBackend
 
         b = self.search
-        if isinstance(b, OrtGatedBackend) and b.untimed:
+        if self.forms_to_time and isinstance(b, OrtGatedBackend):
             forms = " and ".join(FORM_WORDS[f] for f in (b.form, *b.untimed))
             notify(progress, PhaseEvent("reference", f"the search graph's {forms} timed on a sample"))
             notify(progress, PhaseEvent("reference", b.choose_form(sample)))

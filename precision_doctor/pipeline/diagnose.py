@@ -130,14 +130,17 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     work.keep_in(run)  # a data loader script's samples: a resumed run reads them there
 
     notify(progress, PhaseEvent("reference", f"FP32 outputs of {counted(len(work.samples), 'search sample')}"))
-    if work.samples:
-        backends.choose_form(work.samples[0], progress)  # on a GPU: the gated graph's faster form, before it scores
     ref = owned.enter_context(ReferenceRunner(model))  # its session closed with the backends
     if work.references is not None:  # the user's FP32 reference (polygraphy --save-outputs), checked at capture
         refs, held_refs = work.references, work.held_references or []
     else:  # computed when first needed, kept in references.h5
         ref_file = owned.enter_context(contextlib.closing(ReferenceFile(out_dir / REFERENCES, run)))
         refs, held_refs = ReferenceSet(work.samples, ref.run, ref_file), ReferenceSet(held, ref.run, ref_file, "held")
+    if work.samples:  # on a GPU: the gated graph's faster form, before it scores; the references meanwhile on the CPU
+        first = work.samples[0]
+        beside = refs.computed_beside() if backends.forms_to_time and isinstance(refs, ReferenceSet) else None
+        with beside or contextlib.nullcontext():
+            backends.choose_form(first, progress)
     loop = start_loop(backends.search, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
     # on the working set's references (the hardest samples): a tolerance below it makes the search useless, say so now
