@@ -1,32 +1,33 @@
 """What a job's files can be told apart from at submission, cheaply, so that the submitter gets a 422 naming the file
 as they named it instead of a job that fails when it runs: the model is an ONNX model (its graph read without its
-weights), and each .npz sample names only the model's inputs (its arrays' headers read, no data). What takes the
-model's weights or the samples' values (shapes, dtypes, NaNs, a data loader script) is checked when the job runs, as
-`diagnose` checks it."""
+weights: `graph.proto_scan`), and each .npz sample names only the model's inputs (its arrays' headers read, no
+data). What takes the model's weights or the samples' values (shapes, dtypes, NaNs, a data loader script) is checked
+when the job runs, as `diagnose` checks it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-import onnx
-
 from precision_doctor.data.arrayfiles import npz_headers, unknown_input
 from precision_doctor.errors import UserError
+from precision_doctor.graph.proto_scan import Malformed, graph_names
 from precision_doctor.service.uploads import Refused
 
 
 def model_inputs(path: Path, shown: str, setting: str) -> list[str]:
-    """The graph inputs of the model at `path` that are not initializers; Refused (422) where it is no ONNX model."""
+    """The graph inputs of the model at `path` that are not initializers; Refused (422) where it is no ONNX model.
+    Read from the protobuf's wire format (`graph.proto_scan`): the daemon never holds the model's weights (up to 2 GB
+    inline; `onnx.load` parsed them all, per submission)."""
     try:
-        proto = onnx.load(str(path), load_external_data=False)
-    except Exception as exc:  # noqa: BLE001 (protobuf's DecodeError, an empty or truncated file, an OSError)
+        names = graph_names(path)
+    except (Malformed, OSError) as exc:
         why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise Refused(422, f"{setting}: {shown} is not an ONNX model ({why})", setting=setting) from None
-    if not proto.HasField("graph") or not proto.graph.input:
+    if not names.has_graph or not names.inputs:
         raise Refused(422, f"{setting}: {shown} is not an ONNX model with inputs (no graph inputs)", setting=setting)
-    weights = {t.name for t in proto.graph.initializer}
-    return [i.name for i in proto.graph.input if i.name not in weights]
+    weights = set(names.initializers)
+    return [i for i in names.inputs if i not in weights]
 
 
 def samples(files: Sequence[tuple[str, Path]], inputs: list[str], setting: str) -> None:

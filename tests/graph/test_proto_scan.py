@@ -1,0 +1,76 @@
+"""graph/proto_scan.py: a model's graph input and initializer names from the protobuf wire format, what the service's
+check at submission reads of a model instead of parsing its weights."""
+
+from __future__ import annotations
+
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from precision_doctor import planted
+from precision_doctor.graph.proto_scan import Malformed, graph_names
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _onnx_names(path: Path) -> tuple[bool, list[str], list[str]]:
+    proto = onnx.load(str(path), load_external_data=False)
+    return proto.HasField("graph"), [i.name for i in proto.graph.input], [t.name for t in proto.graph.initializer]
+
+
+def _with_weights(mb: int, also_input: bool = False) -> onnx.ModelProto:
+    """x + w (w: `mb` MiB of inline weights), w also a graph input where `also_input` (an overridable initializer)."""
+    w = numpy_helper.from_array(np.ones((mb << 18,), np.float32), "w")
+    vi = helper.make_tensor_value_info
+    inputs = [vi("x", TensorProto.FLOAT, [mb << 18])] + ([vi("w", TensorProto.FLOAT, [mb << 18])] if also_input else [])
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", inputs,
+                          [vi("y", TensorProto.FLOAT, [mb << 18])], [w])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_the_names_are_those_onnx_parses(tmp_path):
+    """On every planted model, one whose initializer is also a graph input, one with its weights in an external file,
+    and the repository's example models: the same inputs and initializers, in order, as onnx.load's."""
+    models = {name: make().model for name, make in planted.CASES.items()}
+    models["layernorm_block"] = planted.layernorm_block().model
+    models["overridable"] = _with_weights(1, also_input=True)
+    paths = []
+    for name, proto in models.items():
+        onnx.save(proto, str(tmp_path / f"{name}.onnx"))
+        paths.append(tmp_path / f"{name}.onnx")
+    onnx.save(_with_weights(1), str(tmp_path / "external.onnx"), save_as_external_data=True, location="external.bin")
+    paths += [tmp_path / "external.onnx", *sorted(ROOT.glob("examples/**/*.onnx"))]
+    for path in paths:
+        names = graph_names(path)
+        assert (names.has_graph, names.inputs, names.initializers) == _onnx_names(path), path
+    assert graph_names(tmp_path / "overridable.onnx").inputs == ["x", "w"]
+
+
+def test_large_inline_weights_are_never_read_into_memory(tmp_path):
+    """A model with 64 MiB of inline weights: the scan allocates a few KiB, whatever the weights' size."""
+    path = tmp_path / "big.onnx"
+    onnx.save(_with_weights(64), str(path))
+    tracemalloc.start()
+    try:
+        names = graph_names(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert names.inputs == ["x"] and names.initializers == ["w"] and peak < 1 << 20
+
+
+def test_what_is_no_protobuf_message_is_malformed_and_an_empty_file_has_no_graph(tmp_path):
+    onnx.save(_with_weights(1), str(tmp_path / "m.onnx"))
+    whole = (tmp_path / "m.onnx").read_bytes()
+    cases = {"cut": whole[: len(whole) // 2], "noise": bytes(range(256)) * 4, "varint": b"\x3a" + b"\xff" * 12,
+             "wire type 7": b"\x3f"}
+    for name, data in cases.items():
+        (tmp_path / f"{name}.onnx").write_bytes(data)
+        with pytest.raises(Malformed):
+            graph_names(tmp_path / f"{name}.onnx")
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    assert graph_names(tmp_path / "empty.onnx").has_graph is False
