@@ -23,13 +23,13 @@ learns nothing about files outside the roots.
 from __future__ import annotations
 
 import contextlib
-import mmap
 import os
 import shutil
 import stat
 from pathlib import Path, PurePosixPath
 
 from precision_doctor.errors import SpecError, UserError
+from precision_doctor.graph.proto_scan import Malformed, external_locations
 from precision_doctor.service.config import GLOB_TIME_S, MAX_JOB_FILES
 from precision_doctor.service.uploads import Refused, safe_filename
 
@@ -207,22 +207,13 @@ def _real_dir(path: str, roots: list[Path]) -> Path | None:
 
 
 def external_data_locations(model: Path) -> list[str]:
-    """The external data files an ONNX model names (its tensors' `location`s), read without its weights;
-    [] for a model without (its bytes do not even hold the key "location", so it is not parsed)."""
-    with open(model, "rb") as f:
-        if os.fstat(f.fileno()).st_size == 0:
-            return []
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as view:
-            if view.find(b"location") < 0:
-                return []
-    import onnx
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
-
+    """The external data files an ONNX model names (its tensors' `location`s), read without its weights
+    (`graph.proto_scan`); [] for a model without, or for bytes that are no ONNX model (the job says so when it loads
+    it)."""
     try:
-        proto = onnx.load(str(model), load_external_data=False)
-    except Exception:  # not an ONNX model: the job says so when it loads it
+        return external_locations(model)
+    except Malformed:
         return []
-    return sorted({ExternalDataInfo(t).location for t in _get_all_tensors(proto) if uses_external_data(t)})
 
 
 def check_pinned(paths: list[str], inputs_dir: Path) -> None:

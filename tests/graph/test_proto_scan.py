@@ -74,3 +74,48 @@ def test_what_is_no_protobuf_message_is_malformed_and_an_empty_file_has_no_graph
             graph_names(tmp_path / f"{name}.onnx")
     (tmp_path / "empty.onnx").write_bytes(b"")
     assert graph_names(tmp_path / "empty.onnx").has_graph is False
+
+
+def _onnx_locations(path: Path) -> list[str]:
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    proto = onnx.load(str(path), load_external_data=False)
+    return sorted({ExternalDataInfo(t).location for t in _get_all_tensors(proto) if uses_external_data(t)})
+
+
+def _nested() -> onnx.ModelProto:
+    """Weights in every place onnx's external-data helper looks: an initializer, a Constant's value, an If's branch
+    initializer and a Constant inside that branch, and a Constant in a model function."""
+    def const(name: str, n: int) -> onnx.NodeProto:
+        return helper.make_node("Constant", [], [name], value=numpy_helper.from_array(np.full((n,), 2.0, np.float32), name))
+
+    vi = helper.make_tensor_value_info
+    branch = helper.make_graph([const("bc", 4096), helper.make_node("Add", ["bw", "bc"], ["bo"])], "then", [],
+                               [vi("bo", TensorProto.FLOAT, [4096])],
+                               [numpy_helper.from_array(np.ones(4096, np.float32), "bw")])
+    fn = helper.make_function("local", "Scale", ["a"], ["b"], [const("fc", 4096), helper.make_node("Mul", ["a", "fc"], ["b"])],
+                              [helper.make_opsetid("", 17)])
+    nodes = [const("c", 4096), helper.make_node("Add", ["x", "w"], ["s"]), helper.make_node("Add", ["s", "c"], ["t"]),
+             helper.make_node("If", ["cond"], ["u"], then_branch=branch, else_branch=branch),
+             helper.make_node("Add", ["t", "u"], ["v"]), helper.make_node("Scale", ["v"], ["y"], domain="local")]
+    g = helper.make_graph(nodes, "g", [vi("x", TensorProto.FLOAT, [4096]), vi("cond", TensorProto.BOOL, [])],
+                          [vi("y", TensorProto.FLOAT, [4096])], [numpy_helper.from_array(np.ones(4096, np.float32), "w")])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("local", 1)],
+                             functions=[fn])
+
+
+def test_the_external_data_files_are_those_onnx_finds(tmp_path):
+    """A model with its weights in one file, in a file per tensor, and inline: the locations onnx's external-data
+    helper finds (initializers, Constants, an If branch's weights and Constant, a function's Constant)."""
+    from precision_doctor.graph.proto_scan import external_locations
+
+    one, each, inline = tmp_path / "one.onnx", tmp_path / "each" / "m.onnx", tmp_path / "inline.onnx"
+    each.parent.mkdir()
+    onnx.save(_nested(), str(one), save_as_external_data=True, location="weights.bin", size_threshold=0,
+              convert_attribute=True)
+    onnx.save(_nested(), str(each), save_as_external_data=True, all_tensors_to_one_file=False, size_threshold=0,
+              convert_attribute=True)
+    onnx.save(_nested(), str(inline))
+    assert external_locations(one) == _onnx_locations(one) == ["weights.bin"]
+    assert external_locations(each) == _onnx_locations(each) and len(external_locations(each)) == 5
+    assert external_locations(inline) == _onnx_locations(inline) == []
