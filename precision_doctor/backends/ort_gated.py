@@ -13,8 +13,10 @@ stay FP32, ungated (`backends.ort.session_keeping_fp32`, one record shared with 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 
 import numpy as np
 import onnx
@@ -121,7 +123,7 @@ class OrtGatedBackend(SessionHolder):
             self.graph.proto = onnx.ModelProto()
         return self.session
 
-    def choose_form(self, sample: Feeds) -> str | None:
+    def choose_form(self, sample: Feeds, quiet: AbstractContextManager | None = None) -> str | None:
         """Time the graph's forms on `sample` and keep the faster (the others' sessions dropped); a line saying what
         was timed and kept, or None where there is nothing to choose (one form: the CPU provider, or chosen before).
 
@@ -133,13 +135,15 @@ class OrtGatedBackend(SessionHolder):
         fusion units (the only case the Where form is offered in) both compute the same values: to the bit under
         ONNX Runtime (tests/graph/test_target.py; whisper-base on the H200). A form that cannot be made or run here
         (a type ONNX Runtime has no Where kernel for, the GPU's memory, an op it would need kept FP32) is said in the
-        line and the other kept."""
+        line and the other kept. `quiet`: held while a form is timed (work beside the trial pauses meanwhile: the FP32
+        references, `ReferenceSet.computed_beside`)."""
         if not self.untimed:
             return None
         sets = (frozenset(), frozenset(self.graph.candidates))
 
         def timed(graph: NativeGatedGraph, session) -> float:
-            return sum(self._timed(session, {**sample, **graph.feeds(fb)}) for fb in sets)
+            with quiet if quiet is not None else contextlib.nullcontext():
+                return sum(self._timed(session, {**sample, **graph.feeds(fb)}) for fb in sets)
 
         self.form_times[self.form] = timed(self.graph, self.live_session())
         failed = []

@@ -120,31 +120,34 @@ class ReferenceSet(Sequence[Outputs]):
         return outputs
 
     @contextlib.contextmanager
-    def computed_beside(self) -> Iterator[None]:
+    def computed_beside(self) -> Iterator[threading.Lock]:
         """While the block runs, this set's outputs computed in order on a thread, as far as they get (each written
         to the file as `refs[i]` writes it); when the block ends the thread stops after its current sample and is
         joined. For a block that needs none of them and touches neither the set nor its samples: on a GPU, the
         search graph's forms timed (seconds, the GPU's) while the FP32 references take the CPU (whisper-base on the
-        H200: 17 s of trial, then 12 s of references, one after the other). A sample that fails there is left for
-        its own request to fail on."""
+        H200: 17 s of trial, then 12 s of references, one after the other). The block gets a lock that no sample is
+        computed under: what it times it times holding the lock, undisturbed (a run's If nodes are decided on the
+        host). A sample that fails there is left for its own request to fail on."""
+        quiet = threading.Lock()
         if self.file is None:  # outputs not kept: computing them now would not spare computing them again
-            yield
+            yield quiet
             return
         done = threading.Event()
 
         def fill() -> None:
             for i in range(len(self)):
-                if done.is_set():
-                    return
-                try:
-                    self[i]
-                except Exception:  # noqa: BLE001 (raised again, to the user, where the run asks for that sample)
-                    return
+                with quiet:
+                    if done.is_set():
+                        return
+                    try:
+                        self[i]
+                    except Exception:  # noqa: BLE001 (raised again, to the user, where the run asks for that sample)
+                        return
 
         worker = threading.Thread(target=fill, name="references-beside", daemon=True)
         worker.start()
         try:
-            yield
+            yield quiet
         finally:
             done.set()
             worker.join()

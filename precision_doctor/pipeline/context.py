@@ -71,16 +71,17 @@ class Backends:
 
         return isinstance(self.search, OrtGatedBackend) and bool(self.search.untimed)
 
-    def choose_form(self, sample: Sample, progress: ProgressSink | None) -> None:
+    def choose_form(self, sample: Sample, progress: ProgressSink | None, quiet=None) -> None:
         """The search graph's form timed on `sample` and the faster kept, where its backend has forms to choose from
-        (`OrtGatedBackend.choose_form`: on a GPU), said in the reference phase's progress."""
+        (`OrtGatedBackend.choose_form`: on a GPU; `quiet` held while a form is timed), said in the reference phase's
+        progress."""
         from precision_doctor.backends.ort_gated import FORM_WORDS, OrtGatedBackend
 
         b = self.search
         if self.forms_to_time and isinstance(b, OrtGatedBackend):
             forms = " and ".join(FORM_WORDS[f] for f in (b.form, *b.untimed))
             notify(progress, PhaseEvent("reference", f"the search graph's {forms} timed on a sample"))
-            notify(progress, PhaseEvent("reference", b.choose_form(sample)))
+            notify(progress, PhaseEvent("reference", b.choose_form(sample, quiet)))
 
     def kept_fp32(self) -> dict[str, str]:
         """Op types the backends' ONNX Runtime refused a session for in the format (op -> why; ONNX Runtime backends

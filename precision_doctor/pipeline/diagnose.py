@@ -139,8 +139,8 @@ def _prepare(work: Workload, held: list[Sample], spec: RunSpec, out_dir: Path, *
     if work.samples:  # on a GPU: the gated graph's faster form, before it scores; the references meanwhile on the CPU
         first = work.samples[0]
         beside = refs.computed_beside() if backends.forms_to_time and isinstance(refs, ReferenceSet) else None
-        with beside or contextlib.nullcontext():
-            backends.choose_form(first, progress)
+        with beside or contextlib.nullcontext() as quiet:
+            backends.choose_form(first, progress, quiet)
     loop = start_loop(backends.search, work.samples, refs, spec.search_tolerance, RoundLog(out_dir / ROUNDS_LOG, resume, run),
                       copy_maker(work.samples, spec.search.augment, SEARCH_SEED, ref.run), stop)
     # on the working set's references (the hardest samples): a tolerance below it makes the search useless, say so now

@@ -90,6 +90,33 @@ def test_a_sample_that_fails_beside_the_block_fails_where_the_run_asks_for_it(tm
     f.close()
 
 
+def test_no_reference_is_computed_while_the_block_holds_its_lock(tmp_path):
+    """What the block times it times holding the lock it is given: the thread computes no sample meanwhile (it
+    finishes the one it is on first), and goes on once the lock is released."""
+    ran: list[int] = []
+
+    def run(sample):
+        ran.append(int(sample["x"][0, 0]))
+        time.sleep(0.005)
+        return {"y": sample["x"]}
+
+    f = ReferenceFile(tmp_path / "references.h5")
+    refs = ReferenceSet(_samples(100), run, f)
+    with refs.computed_beside() as quiet:
+        while not ran:
+            time.sleep(0.001)
+        with quiet:
+            held = len(ran)
+            time.sleep(0.1)
+            assert len(ran) == held
+        for _ in range(500):
+            if len(ran) > held:
+                break
+            time.sleep(0.01)
+        assert len(ran) > held
+    f.close()
+
+
 def test_without_a_file_nothing_is_computed_beside(tmp_path):
     ran: list[int] = []
     refs = ReferenceSet(_samples(4), lambda s: ran.append(1) or {"y": s["x"]}, None)
@@ -124,9 +151,13 @@ def test_a_run_computes_its_references_while_the_gpu_times_its_forms(tmp_path, m
         threads.append(threading.current_thread().name)
         return real_run(self, feeds, outputs)
 
-    def choose_form(self, sample, progress):  # the trial: until the thread has computed a reference
+    def choose_form(self, sample, progress, quiet):  # the trial: until the thread has computed a reference
         for _ in range(500):
             if "references-beside" in threads:
+                with quiet:  # what a trial times, it times holding this: no reference is computed meanwhile
+                    held = len(threads)
+                    time.sleep(0.05)
+                    assert len(threads) == held
                 return
             time.sleep(0.01)
 

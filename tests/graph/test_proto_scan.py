@@ -119,3 +119,38 @@ def test_the_external_data_files_are_those_onnx_finds(tmp_path):
     assert external_locations(one) == _onnx_locations(one) == ["weights.bin"]
     assert external_locations(each) == _onnx_locations(each) and len(external_locations(each)) == 5
     assert external_locations(inline) == _onnx_locations(inline) == []
+
+
+def _deep(levels: int) -> onnx.ModelProto:
+    """An If whose then-branch holds an If, `levels` deep, the innermost branch an external-looking Constant."""
+    vi = helper.make_tensor_value_info
+    inner = helper.make_graph([helper.make_node("Constant", [], ["o"], value=numpy_helper.from_array(np.ones(2, np.float32)))],
+                              "b0", [], [vi("o", TensorProto.FLOAT, [2])])
+    leaf = inner
+    for k in range(levels):
+        node = helper.make_node("If", ["cond"], ["o"], then_branch=inner, else_branch=leaf)
+        inner = helper.make_graph([node], f"b{k + 1}", [], [vi("o", TensorProto.FLOAT, [2])])
+    g = helper.make_graph(inner.node, "g", [vi("cond", TensorProto.BOOL, [])], [vi("o", TensorProto.FLOAT, [2])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_what_would_take_long_is_refused_and_what_protobuf_skips_is_skipped(tmp_path, monkeypatch):
+    """Subgraphs nested past MAX_DEPTH, more than MAX_FIELDS fields: Malformed (the daemon answers 422), never a
+    RecursionError or minutes of CPU; an unknown group field, which protobuf reads past, is skipped."""
+    from precision_doctor.graph import proto_scan
+
+    (tmp_path / "deep.onnx").write_bytes(_deep(8).SerializeToString())  # onnx's own helper refuses about 33 levels
+    assert proto_scan.external_locations(tmp_path / "deep.onnx") == []
+    monkeypatch.setattr(proto_scan, "MAX_DEPTH", 5)
+    with pytest.raises(Malformed, match="nested deeper than 5"):
+        proto_scan.external_locations(tmp_path / "deep.onnx")
+    (tmp_path / "ok.onnx").write_bytes(_deep(3).SerializeToString())
+    assert proto_scan.external_locations(tmp_path / "ok.onnx") == []
+    monkeypatch.setattr(proto_scan, "MAX_FIELDS", 5)
+    with pytest.raises(Malformed, match="more than 5 protobuf fields"):
+        graph_names(tmp_path / "ok.onnx")
+    monkeypatch.undo()
+    group = b"\xfb\x01" + b"\x08\x01" + b"\xfc\x01"  # field 31 as a group holding a varint, then its end
+    (tmp_path / "group.onnx").write_bytes(_with_weights(1).SerializeToString() + group)
+    assert (lambda n: (n.has_graph, n.inputs, n.initializers))(graph_names(tmp_path / "group.onnx")) == \
+        _onnx_names(tmp_path / "group.onnx")
