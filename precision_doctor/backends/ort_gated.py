@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 
 import numpy as np
 import onnx
@@ -123,7 +122,7 @@ class OrtGatedBackend(SessionHolder):
             self.graph.proto = onnx.ModelProto()
         return self.session
 
-    def choose_form(self, sample: Feeds, quiet: AbstractContextManager | None = None) -> str | None:
+    def choose_form(self, sample: Feeds, quiet: contextlib.AbstractContextManager | None = None) -> str | None:
         """Time the graph's forms on `sample` and keep the faster (the others' sessions dropped); a line saying what
         was timed and kept, or None where there is nothing to choose (one form: the CPU provider, or chosen before).
 
@@ -139,10 +138,10 @@ class OrtGatedBackend(SessionHolder):
         references, `ReferenceSet.computed_beside`)."""
         if not self.untimed:
             return None
-        sets = (frozenset(), frozenset(self.graph.candidates))
+        sets, quiet = (frozenset(), frozenset(self.graph.candidates)), quiet or contextlib.nullcontext()
 
         def timed(graph: NativeGatedGraph, session) -> float:
-            with quiet if quiet is not None else contextlib.nullcontext():
+            with quiet:
                 return sum(self._timed(session, {**sample, **graph.feeds(fb)}) for fb in sets)
 
         self.form_times[self.form] = timed(self.graph, self.live_session())

@@ -145,9 +145,12 @@ def _takes_bf16(op: str, opset: int) -> bool | None:
 
 
 def lowp_nodes(model: Model, fallback: Iterable[str], op_block_list: OpBlockList | None = None,
-               precision: str = "fp16") -> set[str]:
-    """Names of the nodes that compute in low precision (`precision`) for `fallback`."""
-    return {n.name for n in model.candidates} - set(fallback) - forced_fp32(model, op_block_list, precision)
+               precision: str = "fp16", forced: frozenset[str] | None = None) -> set[str]:
+    """Names of the nodes that compute in low precision (`precision`) for `fallback`; `forced`: `forced_fp32`'s set,
+    where the caller has it."""
+    if forced is None:
+        forced = frozenset(forced_fp32(model, op_block_list, precision))
+    return {n.name for n in model.candidates} - set(fallback) - forced
 
 
 def _required(node: onnx.NodeProto, slot: int, lowp: bool) -> str:
@@ -167,7 +170,8 @@ class _Layout:
     when the node is low and when it is FP32, its FLOAT implicit inputs and outputs (computed once per model: a cost
     model plans the Casts of every set the search tries)."""
 
-    inputs: tuple[tuple[tuple[tuple[str, str, str], ...], tuple[str, ...], tuple[str, ...]], ...]
+    # per node, in order: its FLOAT inputs (name, precision needed when low, when FP32), implicit inputs, outputs
+    nodes: tuple[tuple[tuple[tuple[str, str, str], ...], tuple[str, ...], tuple[str, ...]], ...]
     init_names: frozenset[str]
     input_names: frozenset[str]
     graph_inputs: tuple[str, ...]  # the FLOAT graph inputs, in order
@@ -211,7 +215,7 @@ class _Plan:
         lay = _layout(model)
         self.pure_inits = lay.init_names - lay.input_names
         self.req: dict[str, set[str]] = defaultdict(set)
-        for info, (ins, implicit, _) in zip(model.nodes, lay.inputs):
+        for info, (ins, implicit, _) in zip(model.nodes, lay.nodes):
             is_lowp = info.name in lowp
             for t, low, full in ins:
                 self.req[t].add(low if is_lowp else full)
@@ -229,7 +233,7 @@ class _Plan:
         self.lowp_constants: set[str] = set()
         # a low version of these is a Constant, not a Cast
         self.constant_values = constant_tensors(model) if constants is None else constants
-        for info, (_, _, outs) in zip(model.nodes, lay.inputs):
+        for info, (_, _, outs) in zip(model.nodes, lay.nodes):
             for t in outs:
                 if info.op_type == "Constant":
                     ok = self.req[t] - {ANY} == {LOWP} and info.name not in lay.sparse_constants
@@ -393,10 +397,7 @@ def border_casts(
     """The Cast nodes `build_mixed` puts in the model for `fallback` (the same plan; graph inputs first, then in
     node order), without building it. Constants converted ahead of time are not Casts. `constants` and `forced`: the
     model's `constant_tensors` and `forced_fp32`, when the caller has them (a cost model asks for many sets)."""
-    if forced is None:
-        lowp = lowp_nodes(model, fallback, op_block_list, precision)
-    else:
-        lowp = {n.name for n in model.candidates} - set(fallback) - forced
+    lowp = lowp_nodes(model, fallback, op_block_list, precision, forced)
     plan = _Plan(model, lowp, get_format(precision), keep_io_types, constants)
     return [BorderCast(t, p) for t in plan.produced for p in plan.other_versions(t) if not plan.converted_ahead(t, p)]
 

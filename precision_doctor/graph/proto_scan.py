@@ -191,57 +191,55 @@ def _fields(r: _Reader, pos: int, end: int):
     bytes [a, b); for a varint its value and -1; for the others (-1, -1). Groups (wire types 3 and 4, which
     protobuf still reads) are skipped whole."""
     while pos < end:
-        r.counted()
-        key, pos = _varint(r, pos, end)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise Malformed(f"field number 0 at byte {pos}")
-        if wire == _VARINT:
-            value, pos = _varint(r, pos, end)
-            yield number, wire, value, -1
-        elif wire == _LEN:
-            size, pos = _varint(r, pos, end)
-            if size > end - pos:
-                raise Malformed(f"a field of {size:,} bytes at byte {pos} runs past its message's end")
-            yield number, wire, pos, pos + size
-            pos += size
-        elif wire in (_I64, _I32):
-            pos += 8 if wire == _I64 else 4
-            if pos > end:
-                raise Malformed(f"a fixed-size field runs past its message's end at byte {end}")
-            yield number, wire, -1, -1
-        elif wire == _SGROUP:
+        number, wire, a, b, pos = _next(r, pos, end)
+        if wire == _SGROUP:
             pos = _skip_group(r, pos, end, number)
+        elif wire == _EGROUP:
+            raise Malformed(f"the end of group {number} at byte {pos} ends no group")
         else:
-            raise Malformed(f"wire type {wire} at byte {pos}")
+            yield number, wire, a, b
+
+
+def _next(r: _Reader, pos: int, end: int) -> tuple[int, int, int, int, int]:
+    """The field that starts at `pos`: (number, wire type, a, b as `_fields` gives them, the position after it)."""
+    r.counted()
+    key, pos = _varint(r, pos, end)
+    number, wire = key >> 3, key & 7
+    if number == 0:
+        raise Malformed(f"field number 0 at byte {pos}")
+    if wire == _VARINT:
+        value, pos = _varint(r, pos, end)
+        return number, wire, value, -1, pos
+    if wire == _LEN:
+        size, pos = _varint(r, pos, end)
+        if size > end - pos:
+            raise Malformed(f"a field of {size:,} bytes at byte {pos} runs past its message's end")
+        return number, wire, pos, pos + size, pos + size
+    if wire in (_I64, _I32):
+        pos += 8 if wire == _I64 else 4
+        if pos > end:
+            raise Malformed(f"a fixed-size field runs past its message's end at byte {end}")
+        return number, wire, -1, -1, pos
+    if wire in (_SGROUP, _EGROUP):
+        return number, wire, -1, -1, pos
+    raise Malformed(f"wire type {wire} at byte {pos}")
 
 
 def _skip_group(r: _Reader, pos: int, end: int, number: int) -> int:
-    """The position after the group `number` that starts at `pos` (its end-group key read)."""
+    """The position after the group `number` whose fields start at `pos` (its end-group key read)."""
     depth = 1
     while pos < end:
-        r.counted()
-        key, pos = _varint(r, pos, end)
-        n, wire = key >> 3, key & 7
-        if wire == _VARINT:
-            _, pos = _varint(r, pos, end)
-        elif wire == _LEN:
-            size, pos = _varint(r, pos, end)
-            pos += size
-        elif wire in (_I64, _I32):
-            pos += 8 if wire == _I64 else 4
-        elif wire == _SGROUP:
+        n, wire, _, _, pos = _next(r, pos, end)
+        if wire == _SGROUP:
             depth += 1
+            if depth > MAX_DEPTH:
+                raise Malformed(f"groups nested deeper than {MAX_DEPTH} levels")
         elif wire == _EGROUP:
             depth -= 1
             if depth == 0:
                 if n != number:
                     raise Malformed(f"group {number} ended by group {n}'s end at byte {pos}")
                 return pos
-        else:
-            raise Malformed(f"wire type {wire} at byte {pos}")
-        if depth > MAX_DEPTH:
-            raise Malformed(f"groups nested deeper than {MAX_DEPTH} levels")
     raise Malformed(f"group {number} not ended before byte {end}")
 
 
