@@ -30,7 +30,7 @@ def test_references_computed_beside_a_block_are_those_computed_alone(tmp_path):
     f = ReferenceFile(tmp_path / "references.h5")
     refs = ReferenceSet(_samples(12), run, f)
     with refs.computed_beside():
-        for _ in range(200):  # the block: here, waiting until the thread has computed every sample
+        for _ in range(3000):  # the block: here, waiting until the thread has computed every sample (30 s at most)
             if len(ran) == 12:
                 break
             time.sleep(0.01)
@@ -54,13 +54,13 @@ def test_the_thread_stops_with_the_block_and_leaves_the_rest_to_the_run(tmp_path
         ran.append(i)
         if i == 1:  # the thread's second sample lasts until after the block has ended
             second.set()
-            assert release.wait(10)
+            assert release.wait(30)
         return {"y": sample["x"] + 1}
 
     f = ReferenceFile(tmp_path / "references.h5")
     refs = ReferenceSet(_samples(60), run, f)
     with refs.computed_beside():
-        assert second.wait(10)
+        assert second.wait(30)
         threading.Timer(0.1, release.set).start()
     assert ran == [0, 1]  # stopped after its current sample
     assert [int(refs[i]["y"][0, 0]) for i in range(60)] == [i + 1 for i in range(60)]
@@ -80,7 +80,7 @@ def test_a_sample_that_fails_beside_the_block_fails_where_the_run_asks_for_it(tm
     f = ReferenceFile(tmp_path / "references.h5")
     refs = ReferenceSet(_samples(6), run, f)
     with refs.computed_beside():
-        for _ in range(500):  # until the thread stopped at sample 3
+        for _ in range(3000):  # until the thread stopped at sample 3
             if not any(t.name == "references-beside" for t in threading.enumerate()):
                 break
             time.sleep(0.01)
@@ -109,7 +109,7 @@ def test_no_reference_is_computed_while_the_block_holds_its_lock(tmp_path):
             held = len(ran)
             time.sleep(0.1)
             assert len(ran) == held
-        for _ in range(500):
+        for _ in range(3000):
             if len(ran) > held:
                 break
             time.sleep(0.01)
@@ -152,7 +152,7 @@ def test_a_run_computes_its_references_while_the_gpu_times_its_forms(tmp_path, m
         return real_run(self, feeds, outputs)
 
     def choose_form(self, sample, progress, quiet):  # the trial: until the thread has computed a reference
-        for _ in range(500):
+        for _ in range(3000):
             if "references-beside" in threads:
                 with quiet:  # what a trial times, it times holding this: no reference is computed meanwhile
                     held = len(threads)
