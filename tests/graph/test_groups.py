@@ -3,6 +3,9 @@ proven to matter; FP16 gaps closed where their Casts cost more; what TensorRT-RT
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import numpy as np
 import onnx
 import pytest
@@ -86,10 +89,11 @@ def test_dense_layers_before_a_softmax_are_no_attention():
 
 def _search(case_or_proto, samples, tol, objective="deploy"):
     model = from_proto(case_or_proto)
-    import tempfile
-    from pathlib import Path
+    with tempfile.TemporaryDirectory(prefix="pd-groups-") as tmp:
+        return _search_in(Path(tmp), model, samples, tol, objective)
 
-    d = Path(tempfile.mkdtemp(prefix="pd-groups-"))
+
+def _search_in(d, model, samples, tol, objective):
     analysis = capture_and_analyse(Workload(model, samples, InputSpec()), "fp16", tol, d)
     cm = cost_model(model, "fp16", {k: v.shape for k, v in samples[0].items()}, captured_shapes(d / "activations.h5"))
     space = build_space(model, analysis, FP16, objective, cost_model=cm)
