@@ -16,14 +16,17 @@ A layer's tensors are its inputs (not initializers) and outputs in the FP32 and 
 the local run (the node alone in low precision on exact inputs); a tensor's, that tensor in each run that computes
 it. So the file's size is set by the answer (and the names), not by the model times the samples; and these full
 tensors (the top layers' and the names') are kept for as many of the captured samples as fit in TENSORS_BYTES, 500 MB
-(the hardest first, at least one) where the captured samples are of one shape group (with several, every sample's,
-not bounded yet): at 1024x1024 one layer's tensors of 8 samples are gigabytes (a segmenter's top 3 layers wrote about
-2.5 GB on the H200). Their datasets keep a row per captured sample, only the first `tensors_samples` (the store's
-attribute) written: the other rows read as zeros.
+(the hardest first) where the captured samples are of one shape group (with several, every sample's, not bounded
+yet): at 1024x1024 one layer's tensors of 8 samples are gigabytes (a segmenter's top 3 layers wrote about 2.5 GB on
+the H200). A top layer whose one sample's tensors do not fit beside those before it is left out (whisper-base's
+encoder attention: 360 MB a layer and sample, 1.08 GB for one sample's top 3 layers); the names are kept for one
+sample at least, whatever their size. Their datasets keep a row per captured sample, only the first
+`tensors_samples` (the store's attribute) written: the other rows read as zeros.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from precision_doctor.data.activations import LOCAL, LOWP, REFERENCE
@@ -88,18 +91,22 @@ class KeepPlan:
                 raise SpecError(SETTING, f"{{{SETTING}}} {shown(name)}: no node or tensor of the model has this name "
                                 "(node names as in layers.csv; a name with a comma cannot be given here)")
 
-    def tensors(self, model: Model, ranking: list[str]) -> dict[str, list[str]]:
+    def tensors(self, model: Model, ranking: list[str], budget: int | None = None,
+                nbytes: Callable[[str], int] | None = None) -> dict[str, list[str]]:
         """The tensors kept beyond the statistics and the graph outputs, per run, for a capture whose ranking (node
-        names, best first) is `ranking`."""
-        nodes = [model.node(n) for n in ranking[:self.top]]
+        names, best first) is `ranking`. With a `budget` (bytes) and `nbytes` (a tensor's bytes in one sample), a top
+        layer is kept only where one sample's tensors of it, the names' and the top layers' before it fit in the
+        budget, so that the bound holds at one sample too (whisper-base's encoder attention: five tensors of 72 MB
+        a layer); the names are kept whatever their size."""
         by_name = {n.name: n for n in model.nodes}
-        tensors: list[str] = []
-        for name in self.names:
-            if name in by_name:
-                nodes.append(by_name[name])
-            else:
-                tensors.append(name)
-        return layer_tensors(model, nodes, tensors)
+        named = [by_name[n] for n in self.names if n in by_name]
+        tensors = [n for n in self.names if n not in by_name]
+        top: list[NodeInfo] = []
+        for node in (model.node(n) for n in ranking[:self.top]):
+            more = layer_tensors(model, [*top, node, *named], tensors)
+            if budget is None or nbytes is None or sum(nbytes(t) for ts in more.values() for t in ts) <= budget:
+                top.append(node)
+        return layer_tensors(model, [*top, *named], tensors)
 
 
 def layer_tensors(model: Model, nodes: list[NodeInfo], tensors: list[str] = (),

@@ -40,8 +40,9 @@ from precision_doctor.measure.stats import ErrorStats, TensorAccumulator, Tensor
 _UNKNOWN_BYTES = 1 << 20
 
 
-def tensor_bytes(model: Model, name: str) -> int:
-    shape = model.tensor_shapes.get(name)
+def tensor_bytes(model: Model, name: str, shape: Sequence[int | None] | None = None) -> int:
+    """One sample's bytes of tensor `name`, at `shape` (None: the model's own, inferred; _UNKNOWN_BYTES where unknown)."""
+    shape = model.tensor_shapes.get(name) if shape is None else shape
     elem = model.tensor_types.get(name)
     if shape is None or elem is None or any(d is None for d in shape):
         return _UNKNOWN_BYTES

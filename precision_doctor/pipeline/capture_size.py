@@ -5,7 +5,8 @@ The streaming capture (`measure/capture.py`) stores every tensor's error statist
 output, with the kept analysis), and per captured sample the graph outputs of the reference, low-precision and local
 runs and the tensors `capture.keep` names (data/keep_plan.py): those of the top layers of the ranking, not known
 before the capture, are bounded by the largest layers' (their inputs and outputs in the reference and low-precision
-runs, their outputs in the local run), for as many samples as fit in keep_plan.TENSORS_BYTES; with `all`, the graph
+runs, their outputs in the local run), for as many samples as fit in keep_plan.TENSORS_BYTES (the top layers of which
+one sample's fit, where not all do); with `all`, the graph
 inputs and every node output of the reference run, every floating node output of the low-precision run and the
 floating outputs of every candidate of the local run. A dataset per tensor and shape group (`data/activations.py`: a
 chunk per sample, HDF5's own chunks over 4 MiB, whose edge chunks are allocated whole; `stored_bytes`). The tensors'
@@ -149,9 +150,12 @@ def estimate(model: Model, samples: Sequence[Sample], plan: KeepPlan | None = No
             top = layer_tensors(model, layers[:plan.top])
             extra = [[t for t in top[r] if t not in a] for a, r in ((ref, REFERENCE), (lo, LOWP), (lc, LOCAL))]
             one = [total(ts, rows=1) for ts in extra]  # a sample's: kept for as many samples as fit (keep_plan.py)
-            kept_rows = rows if not sum(one) or bound is None else min(rows, max(1, tensors_left // sum(one)))
-            tensors_left -= kept_rows * sum(one)
-            top_bytes = [kept_rows * b for b in one]
+            if bound is None or not sum(one):
+                top_bytes = [rows * b for b in one]
+            else:  # of the largest layers, as many samples as fit; where one sample's do not, the layers that fit
+                fit = min(rows, tensors_left // sum(one))
+                top_bytes = [fit * b if fit else b * tensors_left // sum(one) for b in one]
+                tensors_left -= sum(top_bytes)
             datasets += sum(len(ts) for ts in extra)
         sizes.append(GroupSize(group, rows, total(ref) + top_bytes[0], total(lo) + top_bytes[1], total(lc) + top_bytes[2]))
         datasets += len(ref) + len(lo) + len(lc)

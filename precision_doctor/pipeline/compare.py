@@ -33,6 +33,7 @@ from precision_doctor.measure.capture import (
     layer_groups,
     run_groups,
     store_tensors,
+    tensor_bytes,
 )
 from precision_doctor.measure.floor import RoundingFloor, rounding_floor
 from precision_doctor.measure.stats import RelL2
@@ -105,8 +106,7 @@ def capture_and_analyse(
     with ActivationStore(tmp, "a") as store:
         analysis = analyse(store, tolerance=tolerance, model=model)
         keep_analysis(store, analysis)
-    more = {} if plan.every else {run: [t for t in ts if t not in outputs]
-                                  for run, ts in plan.tensors(model, analysis.ranking).items()}
+        more = {} if plan.every else _owed(store, plan, model, analysis.ranking, samples)
     try:
         if any(more.values()):
             _store_owed(tmp, model, samples, fmt, settings, fallback, rules, providers, progress, stop, gated, more)
@@ -117,6 +117,19 @@ def capture_and_analyse(
     if work.references is not None:  # the verdict is against the user's reference, not ORT's
         analysis.verdict = _users_verdict(final, work, tolerance)
     return analysis
+
+
+def _owed(store: ActivationStore, plan: KeepPlan, model: Model, ranking: list[str],
+          samples: Sequence[Sample]) -> dict[str, list[str]]:
+    """The tensors `plan` keeps beyond the graph outputs (stored already), per run: the top layers' only where one
+    sample's fit in the bound on the tensors kept (`capture_size.tensors_budget`), at the shapes that ran."""
+    outputs = frozenset(model.outputs)
+
+    def nbytes(t: str) -> int:
+        return 0 if t in outputs else tensor_bytes(model, t, store.one_shape(t))
+
+    kept = plan.tensors(model, ranking, capture_size.tensors_budget(groups_of(samples)), nbytes)
+    return {run: [t for t in ts if t not in outputs] for run, ts in kept.items()}
 
 
 def _users_verdict(activations: Path, work: Workload, tolerance: Tolerance) -> dict[str, OutputCheck]:

@@ -186,17 +186,26 @@ def test_summary_file_is_readable_without_precision_doctor(planted_file, tmp_pat
         assert {t for n in case.model.graph.node for t in n.output} <= set(stats)
 
 
+def _one_sample_bytes(store: ActivationStore, outputs: set[str], runs: dict[str, list[str]] | None = None) -> int:
+    """One sample's bytes of the tensors kept beyond the graph outputs (`runs`: these only)."""
+    runs = runs or {run: store.tensor_names(run) for run in (REFERENCE, LOWP, LOCAL)}
+    return sum(store.read(run, t, 0).nbytes for run, ts in runs.items() for t in ts if t not in outputs)
+
+
 def test_the_top_layers_tensors_are_kept_for_as_many_samples_as_fit(planted_file, tmp_path, monkeypatch):
     """At 1024x1024 the top layers' tensors of 8 samples are gigabytes: they are kept for as many captured samples as
-    fit in keep_plan.TENSORS_BYTES, the first always (here the bound is one byte: one sample of two); the other rows
-    take no room, the store says how many hold them, the statistics are every sample's, and the estimate counts the
-    one sample's."""
+    fit in keep_plan.TENSORS_BYTES, the first always (here the bound is one sample's and a byte: one sample of two);
+    the other rows take no room, the store says how many hold them, the statistics are every sample's, and the
+    estimate counts the one sample's."""
     from precision_doctor.pipeline import capture_size
 
     case, path, files = planted_file("three_defects", n=4)
     spec = _spec(case, path, files, "summary", margin=0.0)
     whole = api.diagnose(spec, tmp_path / "whole")
-    monkeypatch.setattr(capture_size, "TENSORS_BYTES", 1)
+    outputs = {o.name for o in case.model.graph.output}
+    with ActivationStore(tmp_path / "whole" / "activations.h5") as w:
+        one_sample = _one_sample_bytes(w, outputs)
+    monkeypatch.setattr(capture_size, "TENSORS_BYTES", one_sample + 1)
     bounded = api.diagnose(spec, tmp_path / "bounded")
     assert bounded.answer.fallback_nodes == whole.answer.fallback_nodes
     with ActivationStore(tmp_path / "bounded" / "activations.h5") as b, \
@@ -233,6 +242,38 @@ def test_as_many_samples_as_fit_and_no_more(planted_file, tmp_path, monkeypatch)
     api.diagnose(spec, tmp_path / "two")
     with ActivationStore(tmp_path / "two" / "activations.h5") as b:
         assert b.attr("tensors_samples") == 2 and b.n_samples() > 2
+
+
+def test_a_top_layer_whose_one_samples_tensors_do_not_fit_is_left_out(planted_file, tmp_path, monkeypatch):
+    """Where one sample's tensors of the top layers are over the bound (whisper-base's encoder attention: 360 MB a
+    layer), the top layers that fit are kept in the ranking's order and the others left out, so that the bound holds
+    at one sample too; a named node's tensors are kept whatever their size."""
+    from precision_doctor.graph.model import from_proto as model_of
+    from precision_doctor.pipeline import capture_size
+
+    case, path, files = planted_file("three_defects", n=4)
+    model, outputs = model_of(case.model), {o.name for o in case.model.graph.output}
+    spec = _spec(case, path, files, "summary", margin=0.0)
+    api.diagnose(spec, tmp_path / "whole")
+    with ActivationStore(tmp_path / "whole" / "activations.h5") as w:
+        top = [r["name"] for r in sorted(json.loads(w.read_text(MEMO))["layers"], key=lambda r: r["rank"])][:3]
+        first = KeepPlan(top=0, names=(top[0],)).tensors(model, [])
+        first_bytes = _one_sample_bytes(w, outputs, first)
+        all_bytes = _one_sample_bytes(w, outputs)
+    assert first_bytes < all_bytes  # the other top layers add tensors
+    monkeypatch.setattr(capture_size, "TENSORS_BYTES", first_bytes)
+    api.diagnose(spec, tmp_path / "first")
+    with ActivationStore(tmp_path / "first" / "activations.h5") as b:
+        for run in (REFERENCE, LOWP, LOCAL):
+            assert set(b.tensor_names(run)) - outputs == set(first[run]) - outputs, run
+        assert b.attr("tensors_samples") == 1
+    monkeypatch.setattr(capture_size, "TENSORS_BYTES", 1)
+    named = top[-1]
+    api.diagnose(_spec(case, path, files, f"summary,{named}", margin=0.0), tmp_path / "named")
+    want = KeepPlan(top=0, names=(named,)).tensors(model, [])
+    with ActivationStore(tmp_path / "named" / "activations.h5") as b:
+        for run in (REFERENCE, LOWP, LOCAL):
+            assert set(b.tensor_names(run)) - outputs == set(want[run]) - outputs, run
 
 
 def test_a_stop_while_the_top_tensors_are_written_keeps_the_statistics_and_resume_finishes_them(
