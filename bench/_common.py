@@ -102,6 +102,12 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
+def written_bytes(run_dir: Path) -> int:
+    """The bytes a run wrote into `run_dir`: its files', not what its links point to (model.onnx links to the
+    user's model)."""
+    return sum(f.lstat().st_size for f in run_dir.rglob("*") if f.is_file() and not f.is_symlink())
+
+
 def run_measured(cmd: list[str], **popen) -> tuple[str, int, float]:
     """Run `cmd` with its stdout captured (stderr as `popen` says): its stdout, exit code and own peak RSS in GiB
     (os.wait4's rusage of that child, KiB on Linux)."""

@@ -54,7 +54,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import run_measured  # noqa: E402
+from _common import run_measured, written_bytes  # noqa: E402
 from _large_data import MANIFEST, large_models  # noqa: E402
 from _truth_data import truth_models  # noqa: E402
 
@@ -295,7 +295,7 @@ def run_task(task: dict) -> dict:
         label = verdict_label(headline or "")
         rec |= {"given": given, "rc": rc, "verdict": label, "headline": headline, "code": code,
                 "peak_rss_gib": rss_gib, "gpu_mem_peak_gib": gpu_mem.peak_gib,
-                "written_bytes": sum(f.stat().st_size for f in run_dir.rglob("*") if f.is_file())}
+                "written_bytes": written_bytes(run_dir)}
     rec["diagnose_s"] = time.monotonic() - t0
     report = run_dir / "report.json"
     if report.is_file():

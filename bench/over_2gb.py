@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from _common import run_measured
+from _common import run_measured, written_bytes
 from onnx import TensorProto, helper, numpy_helper
 
 
@@ -74,7 +74,7 @@ def main() -> None:
     fixed = run / "fixed.onnx"
     rec = {"model_bytes": size, "rc": rc, "wall_s": round(wall, 1), "peak_rss_gib": round(rss_gib, 2), "verdict": next(
                (line for line in out.splitlines() if line.startswith(("PASSED", "FAILED", "NO "))), None),
-           "written_bytes": sum(f.stat().st_size for f in run.rglob("*") if f.is_file()) if run.is_dir() else 0}
+           "written_bytes": written_bytes(run) if run.is_dir() else 0}
     if fixed.is_file():
         import onnxruntime as ort
 
