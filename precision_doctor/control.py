@@ -126,14 +126,17 @@ class CaptureSizeEvent:
 
 @dataclass(frozen=True)
 class EvaluationEvent:
-    """One evaluation of the search (or of the confirmation): its step, phase, set size and verdict, and
-    the size of the smallest passing set so far (None: none yet)."""
+    """One evaluation of the search (or of the confirmation): its step, phase, set size and verdict, the size of
+    the smallest passing set so far in its round (None: none yet) and the round of the counterexample-guided
+    search (0: the first; a later round's working set has more samples, so that an earlier round's sets are no
+    longer known to pass)."""
 
     step: int
     phase: str
     size: int
     passed: bool
     best_size: int | None
+    round: int = 0
 
 
 @dataclass(frozen=True)

@@ -156,13 +156,19 @@ def status(
     console.print(describe(job, client.server), highlight=False, soft_wrap=True)
 
 
+def _best(p) -> str:
+    """A running job's smallest passing set so far, in its counterexample-guided round (a `service.schema.Progress`)."""
+    if p.best_size is None:
+        return ""
+    return f", smallest passing set so far {p.best_size}" + (f" (round {p.search_round + 1})" if p.search_round else "")
+
+
 def describe(job, server: str) -> str:
     """One line about a job (a `service.schema.JobView`)."""
     p, r = job.progress, job.result
     head = f"job {job.id} ({job.name}): {job.state}"
     if job.state == JobState.RUNNING:
-        best = "" if p.best_size is None else f", smallest passing set so far {p.best_size}"
-        return f"{head}, {p.phase}, {counted(p.evaluations, 'evaluation')}{best}"
+        return f"{head}, {p.phase}, {counted(p.evaluations, 'evaluation')}{_best(p)}"
     if job.state == JobState.DONE and r is not None:
         kept = f"passed keeping {counted(r.fallback_size or 0, 'node')} in FP32"
         what = r.headline.rstrip(".") if r.headline else (kept if r.passed else f"no passing set ({r.reason or r.status})")
@@ -238,7 +244,7 @@ def _plain_line(plain: PlainProgress, said: list, job) -> None:
         return
     said[:] = [(job.state, p.phase), now]
     # once the job ended its answer is in its result (the cost ranking may pick another passing set than the smallest)
-    best = "" if p.best_size is None or job.terminal else f", smallest passing set so far {p.best_size}"
+    best = "" if job.terminal else _best(p)
     for_s = "" if p.phase_for_s is None or job.terminal else f" ({p.phase_for_s:.0f} s)"
     phase = "" if p.phase == str(job.state) else f" {p.phase}"  # "done", not "done done"
     plain.line(f"job {job.id}: {job.state}{phase}{for_s}, {counted(p.evaluations, 'evaluation')}{best}")

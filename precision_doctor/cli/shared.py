@@ -192,7 +192,8 @@ class PlainProgress:
                 self._step = ev.step - 1  # the phase's own line was just written
             best = ("none passing yet" if ev.best_size is None else
                     f"smallest passing set so far {counted(ev.best_size, 'node')}")
-            self._news = f"search ({ev.phase}): {counted(ev.step, 'evaluation')}, {best}"
+            phase = f"{ev.phase}, round {ev.round + 1}" if ev.round else ev.phase
+            self._news = f"search ({phase}): {counted(ev.step, 'evaluation')}, {best}"
             if ev.step - self._step >= self.EVERY_EVALUATIONS or self._due():
                 self._step = ev.step
                 self.line(self._news)

@@ -55,12 +55,13 @@ def evaluation_events(progress: ProgressSink | None) -> Callable[[Evaluation], N
     """An oracle's `on_evaluation` hook that reports each evaluation to `progress` as an EvaluationEvent."""
     if progress is None:
         return None
-    best: list[int] = []
+    best: dict[int, int] = {}  # round -> the smallest set passing in it (on its working set)
 
     def on_evaluation(ev: Evaluation) -> None:
         if ev.verdict.passed:
-            best[:] = [min(best + [len(ev.fallback)])]
-        notify(progress, EvaluationEvent(ev.step, ev.phase, len(ev.fallback), ev.verdict.passed, best[0] if best else None))
+            best[ev.round] = min(best.get(ev.round, len(ev.fallback)), len(ev.fallback))
+        notify(progress, EvaluationEvent(ev.step, ev.phase, len(ev.fallback), ev.verdict.passed, best.get(ev.round),
+                                         ev.round))
 
     return on_evaluation
 

@@ -37,6 +37,7 @@ class Progress:
     evaluations: int = 0
     best_size: int | None = None
     search_phase: str | None = None
+    search_round: int = 0  # the counterexample-guided round (0: the first); best_size is that round's
     last_size: int | None = None
     last_passed: bool | None = None
     capture: CaptureProgress | None = None

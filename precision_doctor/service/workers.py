@@ -109,7 +109,7 @@ class Pulse(threading.Thread):
                 p.capture = CaptureProgress(event.stage, event.done, event.total)
             elif isinstance(event, EvaluationEvent):
                 p.evaluations, p.search_phase, p.last_size = event.step, event.phase, event.size
-                p.last_passed, p.best_size = event.passed, event.best_size
+                p.last_passed, p.best_size, p.search_round = event.passed, event.best_size, event.round
             elif isinstance(event, RoundingFloorEvent | CaptureSizeEvent):
                 said = run_warning(event)
                 if said is not None and said not in p.warnings:

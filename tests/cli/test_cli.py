@@ -314,6 +314,27 @@ def test_plain_progress_lines_where_stderr_is_no_terminal():
     assert all(PROGRESS_LINE.match(ln) for ln in lines)
 
 
+def test_a_later_rounds_progress_says_its_round_and_its_own_smallest_passing_set():
+    """The counterexample-guided search's later rounds search on more samples: the first round's smallest passing set
+    is no longer known to pass, so each round's line says its round and its own smallest set (whisper-base on the
+    H200 said "smallest passing set so far 39 nodes" through rounds that grew the answer to 218)."""
+    from precision_doctor.cli.shared import PlainProgress
+    from precision_doctor.pipeline.strategy import evaluation_events
+    from precision_doctor.search.oracle import Evaluation, Verdict
+
+    lines = []
+    hook = evaluation_events(PlainProgress(write=lines.append, clock=iter(range(0, 100000, 100)).__next__))
+    for step, (size, passed, rnd) in enumerate([(5, True, 0), (3, True, 0), (9, False, 1), (12, True, 1), (11, False, 1)],
+                                               start=1):
+        hook(Evaluation(step, frozenset(f"n{i}" for i in range(size)), Verdict(passed, {}), "sweep", 0.0, 0.0, rnd))
+    said = [ln.split("] ", 1)[1].strip() for ln in lines]
+    assert said == ["search (sweep): 1 evaluation, smallest passing set so far 5 nodes",
+                    "search (sweep): 2 evaluations, smallest passing set so far 3 nodes",
+                    "search (sweep, round 2): 3 evaluations, none passing yet",
+                    "search (sweep, round 2): 4 evaluations, smallest passing set so far 12 nodes",
+                    "search (sweep, round 2): 5 evaluations, smallest passing set so far 12 nodes"]
+
+
 def test_diagnose_prints_plain_progress_where_stderr_is_no_terminal(run_cli, planted_file, tmp_path, monkeypatch):
     """Under CI, nohup or a log file (stderr is no terminal; capsys here) the run is not silent: each phase has a
     line, with no control characters; on a terminal the bar shows instead (no plain lines)."""
