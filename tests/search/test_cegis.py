@@ -252,3 +252,47 @@ def test_a_check_takes_as_many_counterexamples_as_the_working_set_holds(monkeypa
     out = run_loop(loop, Oracle(_Needs(), samples[:4], refs[:4], Tol(atol=0.5, rtol=0.0)),
                    SearchSpace(universe=[f"n{i}" for i in range(20)]), needed, lambda prev, f: needed)
     assert not out.complete and [len(r.counterexamples) for r in loop.rounds] == [4, 3] and loop.failing == 3
+
+
+class _NeedsTwo(_Needs):
+    """Sample i passes where n0 is in FP32 and, for i >= 4 (outside the first working set), n1 too."""
+
+    def prepare(self, fallback):
+        class Runner:
+            def run(self, feeds, outputs=None):
+                i = int(feeds["i"][0])
+                ok = "n0" in fallback and (i < 4 or "n1" in fallback)
+                return {"y": np.array([0.0 if ok else 1.0], np.float32)}
+
+        return Runner()
+
+
+def test_a_polish_that_fails_outside_the_working_set_keeps_the_slimmest_set_on_its_way_that_holds():
+    """A verified answer of five nodes is polished on the working set (samples 0-3 need only n0) down to {n0}, which
+    fails the other search samples (they need n1 too): the sets the polish passed on its way are bisected on them and
+    the slimmest that passes every search sample, {n0, n1}, is the answer (before: the five nodes stood), after
+    checking at most log2 of the chain's length of them."""
+    from precision_doctor.measure.tolerance import Tolerance as Tol
+    from precision_doctor.pipeline.search_loop import Loop, RoundLog, SamplePool, run_loop
+    from precision_doctor.search import Oracle
+    from precision_doctor.search.space import SearchSpace
+
+    samples = [{"i": np.array([i], np.float32)} for i in range(12)]
+    refs = [{"y": np.zeros(1, np.float32)} for _ in samples]
+    five = frozenset(f"n{i}" for i in range(5))
+
+    def polish(o, sp, found):  # a removal sweep, the last node first
+        for n in sorted(found, reverse=True):
+            if len(found) > 1 and o.passes(found - {n}, "certify"):
+                found = found - {n}
+        return found
+
+    loop = Loop(SamplePool(samples, refs, list(range(12))), [0, 1, 2, 3], RoundLog(None, False))
+    oracle = Oracle(_NeedsTwo(), samples[:4], refs[:4], Tol(atol=0.5, rtol=0.0))
+    out = run_loop(loop, oracle, SearchSpace(universe=sorted(five)), lambda o, sp: five, lambda prev, f: None,
+                   polish=polish)
+    assert out.complete and loop.verified and out.found == frozenset({"n0", "n1"})
+    assert [len(r.working) for r in loop.rounds] == [4]  # the check found no counterexample: one round
+    # the round's check (8 samples), then the chain {n0}, {n0,n1}, {n0,n1,n2}, {n0..n3} bisected in 3 checks:
+    # {n0,n1,n2} and {n0,n1} pass the 8, {n0} fails at its first
+    assert loop.checked == 8 + 8 + 8 + 1
