@@ -127,9 +127,9 @@ class CaptureSizeEvent:
 @dataclass(frozen=True)
 class EvaluationEvent:
     """One evaluation of the search (or of the confirmation): its step, phase, set size and verdict, the size of
-    the smallest passing set so far in its round (None: none yet) and the round of the counterexample-guided
-    search (0: the first; a later round's working set has more samples, so that an earlier round's sets are no
-    longer known to pass)."""
+    the smallest passing set so far in its round (None: none yet) and its oracle's round (0: the first; each time
+    samples join the working set, in the search's rounds and then in a repair's on the same oracle, a new one: an
+    earlier round's sets are no longer known to pass)."""
 
     step: int
     phase: str

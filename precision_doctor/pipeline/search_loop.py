@@ -277,6 +277,8 @@ def _polished(loop: Loop, oracle: Oracle, space: SearchSpace, verified: Outcome,
     why = "while the answer that passes every search sample was polished: it is reported as it was"
     if not polished.complete:
         return verified.but(status=polished.status, reason=f"{polished.reason} ({why})")
+    why = ("while the answer that passes every search sample was polished: the slimmest set found to pass every "
+           "search sample is reported")
     if polished.found is None or polished.found == found:
         return verified
     # the sets passed on the working set this round between the two (a removal sweep: a chain), slimmest first
@@ -298,10 +300,18 @@ def _polished(loop: Loop, oracle: Oracle, space: SearchSpace, verified: Outcome,
 
 def _slimmest_holding(loop: Loop, oracle: Oracle, chain: list[frozenset[str]], held: list[frozenset[str]],
                       stop: StopToken | None) -> None:
-    """Of `chain` (sets that pass the working set, slimmest first), the first that passes every search sample,
-    found by bisection (a set that fails leaves the slimmer ones before it untried; each check stops at its first
-    failing sample) and appended to `held` (whose last set passes every search sample), as is each set found to."""
+    """Of `chain` (sets that pass the working set, slimmest first), the first that passes every search sample:
+    the slimmest checked first (it mostly holds: one check, as before the bisection), then the others by bisection
+    (a set that fails leaves the slimmer ones before it untried; each check stops at its first failing sample); each
+    set found to pass is appended to `held` (whose last set passes every search sample)."""
     lo, hi = 0, len(chain)  # past the chain's end: held[0], known to pass
+    if chain:
+        first = _check(oracle, loop.pool, chain[0], loop.working, stop, limit=1)
+        loop.checked += first.checked
+        if not first.failing:
+            held.append(chain[0])
+            return
+        lo = 1
     while lo < hi:
         mid = (lo + hi) // 2
         check = _check(oracle, loop.pool, chain[mid], loop.working, stop, limit=1)

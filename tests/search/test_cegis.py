@@ -271,7 +271,7 @@ def test_a_polish_that_fails_outside_the_working_set_keeps_the_slimmest_set_on_i
     """A verified answer of five nodes is polished on the working set (samples 0-3 need only n0) down to {n0}, which
     fails the other search samples (they need n1 too): the sets the polish passed on its way are bisected on them and
     the slimmest that passes every search sample, {n0, n1}, is the answer (before: the five nodes stood), after
-    checking at most log2 of the chain's length of them."""
+    checking the slimmest and bisecting the rest; where the slimmest holds, one check."""
     from precision_doctor.measure.tolerance import Tolerance as Tol
     from precision_doctor.pipeline.search_loop import Loop, RoundLog, SamplePool, run_loop
     from precision_doctor.search import Oracle
@@ -293,6 +293,15 @@ def test_a_polish_that_fails_outside_the_working_set_keeps_the_slimmest_set_on_i
                    polish=polish)
     assert out.complete and loop.verified and out.found == frozenset({"n0", "n1"})
     assert [len(r.working) for r in loop.rounds] == [4]  # the check found no counterexample: one round
-    # the round's check (8 samples), then the chain {n0}, {n0,n1}, {n0,n1,n2}, {n0..n3} bisected in 3 checks:
-    # {n0,n1,n2} and {n0,n1} pass the 8, {n0} fails at its first
-    assert loop.checked == 8 + 8 + 8 + 1
+    # the round's check (8 samples), then the chain {n0}, {n0,n1}, {n0,n1,n2}, {n0..n3}: {n0} fails at its first
+    # sample, then bisected: {n0,n1,n2} and {n0,n1} pass the 8
+    assert loop.checked == 8 + 1 + 8 + 8
+
+    class _NeedsOne(_Needs):  # every sample passes with n0: the polished {n0} holds, checked once
+        def prepare(self, fallback):
+            return _NeedsTwo.prepare(self, fallback | {"n1"})
+
+    loop = Loop(SamplePool(samples, refs, list(range(12))), [0, 1, 2, 3], RoundLog(None, False))
+    out = run_loop(loop, Oracle(_NeedsOne(), samples[:4], refs[:4], Tol(atol=0.5, rtol=0.0)),
+                   SearchSpace(universe=sorted(five)), lambda o, sp: five, lambda prev, f: None, polish=polish)
+    assert out.found == frozenset({"n0"}) and loop.checked == 8 + 8
