@@ -265,62 +265,26 @@ def run_loop(loop: Loop, oracle: Oracle, space: SearchSpace, first: str | Strate
 def _polished(loop: Loop, oracle: Oracle, space: SearchSpace, verified: Outcome, polish: Polish | None,
               stop: StopToken | None) -> Outcome:
     """The verified answer polished (`polish` on the oracle, run as a strategy runs) and the slimmer answer checked
-    on the other search samples: it replaces the verified one only if it passes every one of them. Where it fails
-    one, the sets the polish passed on its way (between the two, on the working set) are checked there too, by
-    bisection from the slimmest (`_slimmest_holding`): the slimmest that passes every search sample is the answer
-    (whisper-base on the H200: a polish from 218 nodes to 179 on 14 samples failed one of the 37 others, and the 218
-    stood). A budget or a stop that ends any of it leaves the slimmest answer verified so far, with the status that
-    ended it."""
+    on the other search samples: it replaces the verified one only if it passes every one of them. A budget or a
+    stop that ends either leaves the verified answer, with the status that ended it."""
     found = verified.found
     assert found is not None and polish is not None
     polished = run_strategy(oracle, space, lambda o, sp: polish(o, sp, found), stop)
     why = "while the answer that passes every search sample was polished: it is reported as it was"
     if not polished.complete:
         return verified.but(status=polished.status, reason=f"{polished.reason} ({why})")
-    why = ("while the answer that passes every search sample was polished: the slimmest set found to pass every "
-           "search sample is reported")
     if polished.found is None or polished.found == found:
         return verified
-    # the sets passed on the working set this round between the two (a removal sweep: a chain), slimmest first
-    slim = polished.found
-    chain = sorted((fb for fb, v in oracle.memo.items() if v.passed and slim <= fb < found),
-                   key=lambda fb: (len(fb), oracle.cost_of(fb), sorted(fb)))
-    held = [found]  # the sets known to pass every search sample, the slimmest last
     try:
-        _slimmest_holding(loop, oracle, chain, held, stop)
+        slim = _check(oracle, loop.pool, polished.found, loop.working, stop, limit=1)  # one failure decides
     except BudgetExhausted as exc:
-        return verified.but(found=held[-1], status=RunStatus.BUDGET_EXHAUSTED, reason=f"{exc} ({why})")
+        return verified.but(status=RunStatus.BUDGET_EXHAUSTED, reason=f"{exc} ({why})")
     except KeyboardInterrupt:
         if stop is not None:
             stop.handled()
-        return verified.but(found=held[-1], status=RunStatus.INTERRUPTED,
-                            reason=f"interrupted ({why}); resume continues there")
-    return polished if held[-1] == slim else verified.but(found=held[-1])
-
-
-def _slimmest_holding(loop: Loop, oracle: Oracle, chain: list[frozenset[str]], held: list[frozenset[str]],
-                      stop: StopToken | None) -> None:
-    """Of `chain` (sets that pass the working set, slimmest first), the first that passes every search sample:
-    the slimmest checked first (it mostly holds: one check, as before the bisection), then the others by bisection
-    (a set that fails leaves the slimmer ones before it untried; each check stops at its first failing sample); each
-    set found to pass is appended to `held` (whose last set passes every search sample)."""
-    lo, hi = 0, len(chain)  # past the chain's end: held[0], known to pass
-    if chain:
-        first = _check(oracle, loop.pool, chain[0], loop.working, stop, limit=1)
-        loop.checked += first.checked
-        if not first.failing:
-            held.append(chain[0])
-            return
-        lo = 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        check = _check(oracle, loop.pool, chain[mid], loop.working, stop, limit=1)
-        loop.checked += check.checked
-        if check.failing:
-            lo = mid + 1
-        else:
-            hi = mid
-            held.append(chain[mid])
+        return verified.but(status=RunStatus.INTERRUPTED, reason=f"interrupted ({why}); resume continues there")
+    loop.checked += slim.checked
+    return polished if not slim.failing else verified
 
 
 def _check(oracle: Oracle, pool: SamplePool, found: frozenset[str], working: list[int],
