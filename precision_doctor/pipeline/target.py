@@ -160,12 +160,11 @@ def _grow_there(ctx: RunContext, oracle: Oracle, found: frozenset[str], backend_
     (`_gated_loop`), and `oracle` checks what it grew, going on from there only where it still fails. Returns the
     outcome and the gated graph's evaluations."""
     budget = Budget(None, remaining(ctx.budget, ctx.oracle).time_s)
-    events = evaluation_events(ctx.progress)  # growing takes evaluations: each one a progress line
     start, extra = found, 0
     gated = _gated_loop(ctx, oracle, found, backend_name, name)
     if gated is not None:
         loop, on_gated = gated
-        on_gated.budget, on_gated.on_evaluation = budget, events
+        on_gated.budget, on_gated.on_evaluation = budget, evaluation_events(ctx.progress)  # a progress line each
         try:
             grown = run_loop(loop, on_gated, ctx.space, lambda o, sp: _grown(o, sp, found),
                              lambda prev, failing: lambda o, sp: _grown(o, sp, prev), search=f"other-{name}",
@@ -178,7 +177,7 @@ def _grow_there(ctx: RunContext, oracle: Oracle, found: frozenset[str], backend_
         if grown.found is not None:
             start = grown.found
         budget = Budget(None, remaining(budget, on_gated).time_s)
-    oracle.budget, oracle.on_evaluation = budget, events
+    oracle.budget, oracle.on_evaluation = budget, evaluation_events(ctx.progress)  # its own smallest sets
     if gated is None:
         return run_strategy(oracle, ctx.space, lambda o, sp: _grown(o, sp, start), ctx.stop), extra
     # what the gated graph grew (and refined), where the real graph passes it; else grown on from it there
