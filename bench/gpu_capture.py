@@ -6,7 +6,7 @@ the pace of its steps, with the capture's sessions on `--capture-device` (issue 
 
 Samples: the first `--samples` of the model's (bench/large_prepare.py's `.large`), made into feeds; `compare` runs them
 all through the capture (`--capture-samples` = `--samples`) with the model's tolerance. Writes capture.json (the
-numbers) and compare.log (its progress) under --out.
+numbers, the bytes of the run directory among them) and compare.log (its progress) under --out.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from _common import run_measured  # noqa: E402
+from _common import run_measured, written_bytes  # noqa: E402
 from _large_data import large_models  # noqa: E402
 from gpu_truth import GpuMemory, shapes_flags  # noqa: E402
 
@@ -58,9 +58,11 @@ def main() -> None:
         first = next((t for t, k, _ in steps if k >= 1), None)
         last = steps[-1] if steps else None
         pace = (last[0] - first) / (last[1] - 1) if first is not None and last and last[1] > 1 else None
+        run = Path(tmp) / "run"
         rec = {"model": m.name, "samples": len(feeds), "capture_device": args.capture_device, "rc": rc, "wall_s": wall,
                "peak_rss_gib": rss, "gpu_mem_peak_gib": gpu.peak_gib, "steps": last[2] if last else None,
-               "s_per_step": pace, "stdout_tail": stdout[-1500:]}
+               "s_per_step": pace, "written_bytes": written_bytes(run) if run.is_dir() else 0,
+               "stdout_tail": stdout[-1500:]}
     (args.out / "capture.json").write_text(json.dumps(rec, indent=1))
     print(json.dumps({k: v for k, v in rec.items() if k != "stdout_tail"}), flush=True)
     print(rec["stdout_tail"])
