@@ -6,15 +6,14 @@ output, with the kept analysis), and per captured sample the graph outputs of th
 runs and the tensors `capture.keep` names (data/keep_plan.py): those of the top layers of the ranking, not known
 before the capture, are bounded by the largest layers' (their inputs and outputs in the reference and low-precision
 runs, their outputs in the local run), for as many samples as fit in keep_plan.TENSORS_BYTES (the top layers of which
-one sample's fit, where not all do); with `all`, the graph
-inputs and every node output of the reference run, every floating node output of the low-precision run and the
-floating outputs of every candidate of the local run. A dataset per tensor and shape group (`data/activations.py`: a
-chunk per sample, HDF5's own chunks over 4 MiB, whose edge chunks are allocated whole; `stored_bytes`). The tensors'
-shapes are those ONNX shape inference gives at each captured shape group's input shapes
-(`graph/cost.shapes_that_ran`, what the cost model prices). A tensor whose shape it cannot follow (one that depends
-on the data: Range, NonZero, a Reshape to a computed shape) is counted as large as its largest input (`guessed`).
-With `capture.compression` the file is smaller than this. A diagnosis with `capture.keep` all also copies the file
-and adds the fixed run to the copy (`pipeline/compare.capture_fixed`): its peak is about twice the capture
+one sample's fit, where not all do); with `all`, the graph inputs and every node output of the reference run, every
+floating node output of the low-precision run and the floating outputs of every candidate of the local run. A dataset
+per tensor and shape group (`data/activations.py`: a chunk per sample, HDF5's own chunks over 4 MiB, whose edge chunks
+are allocated whole; `stored_bytes`). The tensors' shapes are those ONNX shape inference gives at each captured shape
+group's input shapes (`graph/cost.shapes_that_ran`, what the cost model prices). A tensor whose shape it cannot follow
+(one that depends on the data: Range, NonZero, a Reshape to a computed shape) is counted as large as its largest input
+(`guessed`). With `capture.compression` the file is smaller than this. A diagnosis with `capture.keep` all also copies
+the file and adds the fixed run to the copy (`pipeline/compare.capture_fixed`): its peak is about twice the capture
 (`copied`).
 """
 
