@@ -186,7 +186,7 @@ def kept_of_capture(keep: str) -> str:
     named = f"{counted(len(plan.names), 'name')} given" if plan.names else ""
     kept = " and ".join(p for p in (layers, named) if p)
     if kept:
-        kept += (f" (of as many samples as fit in {fmt_decimal_bytes(TENSORS_BYTES)}"
+        kept += (f" (where the samples have one shape, of as many as fit in {fmt_decimal_bytes(TENSORS_BYTES)}"
                  + ("; a top layer of which one sample's do not fit is left out)" if plan.top else ")"))
     what = "every layer's error statistics, the graph outputs" + (f" and {kept}" if kept else "")
     return f"it keeps {what}" + ("; it is removed once the report is written" if plan.remove else "")
