@@ -116,7 +116,8 @@ def test_the_service_job_json_as_the_daemon_always_sent_it_read_leniently():
     assert text == (
         '{"id": "a1", "state": "done", "name": "m", "created": null, "started": null, "finished": null, "attempts": 0, '
         '"worker_pid": null, "cancel_requested": false, "progress": {"phase": "search", "evaluations": 3, '
-        '"best_size": null, "search_phase": null, "search_round": 0, "last_size": null, "last_passed": null, "capture": {"stage": '
+        '"best_size": null, "search_phase": null, "search_round": 0, "last_size": null, "last_passed": null, '
+        '"capture": {"stage": '
         '"reference", "done": 1, "total": 2}, "phase_s": {"load": 0.5}, "warnings": [], "phase_for_s": null}, '
         '"result": {"status": '
         '"complete", "passed": true, "fallback_size": 2, "fp32_flop_share": null, "evaluations": null, '
