@@ -212,7 +212,7 @@ class _Plan:
                  constants: dict[str, np.ndarray] | None = None):
         self.model, self.fmt = model, fmt
         self.is32 = lambda t: bool(t) and model.tensor_types.get(t) == TensorProto.FLOAT
-        lay = _layout(model)
+        self._layout = lay = _layout(model)
         self.pure_inits = lay.init_names - lay.input_names
         self.req: dict[str, set[str]] = defaultdict(set)
         for info, (ins, implicit, _) in zip(model.nodes, lay.nodes):
@@ -260,9 +260,9 @@ class _Plan:
         """The names the graph uses, and those given to versions so far (a plan that only counts Casts never needs
         them: a cost model asks for many sets)."""
         if self._taken is None:
-            g = self.model.proto.graph
-            self._taken = {i.name for i in g.initializer} | {i.name for i in g.input} | set(self.graph_outputs)
-            self._taken.update(t for n in g.node for t in list(n.input) + list(n.output))
+            lay = self._layout
+            self._taken = set(lay.init_names | lay.input_names | lay.graph_outputs)
+            self._taken.update(t for n in self.model.proto.graph.node for t in (*n.input, *n.output))
         return self._taken
 
     def name(self, t: str, p: str) -> str:

@@ -78,7 +78,7 @@ class Backends:
         from precision_doctor.backends.ort_gated import FORM_WORDS, OrtGatedBackend
 
         b = self.search
-        if self.forms_to_time and isinstance(b, OrtGatedBackend):
+        if isinstance(b, OrtGatedBackend) and b.untimed:  # as `forms_to_time` says
             forms = " and ".join(FORM_WORDS[f] for f in (b.form, *b.untimed))
             notify(progress, PhaseEvent("reference", f"the search graph's {forms} timed on a sample"))
             notify(progress, PhaseEvent("reference", b.choose_form(sample, quiet)))
